@@ -1,0 +1,39 @@
+"""Model backends: one module per provider behind the `Backend` seam of `base.py`.
+
+    backend = create_backend(Endpoint("openai", "gpt-5", api_key=key))
+    completion = await retry.complete(backend, request, RetryPolicy())
+    await backend.aclose()
+
+`create_backend` imports a provider's module only when an endpoint asks for it, so a missing SDK
+breaks only the teams that use it. Each backend maps its SDK's exceptions to `conclave.errors`;
+`retry.py` holds the retry loop every backend shares.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+
+from conclave.backends.base import Backend, Endpoint
+from conclave.errors import ConfigError
+
+# provider -> (module under conclave.backends, class name)
+BACKENDS: dict[str, tuple[str, str]] = {
+    "openai": ("openai", "OpenAIBackend"),
+    "anthropic": ("anthropic", "AnthropicBackend"),
+    "gemini": ("gemini", "GeminiBackend"),
+}
+
+
+def create_backend(endpoint: Endpoint) -> Backend:
+    """The backend for `endpoint.provider`; ConfigError names the valid providers if it is unknown."""
+    try:
+        module_name, class_name = BACKENDS[endpoint.provider]
+    except KeyError:
+        valid = ", ".join(sorted(BACKENDS))
+        raise ConfigError(
+            f"unknown provider {endpoint.provider!r} (model {endpoint.model!r}): "
+            f"use one of {valid}, as in 'openai/gpt-5'"
+        ) from None
+    backend_class = getattr(import_module(f"{__name__}.{module_name}"), class_name)
+    backend: Backend = backend_class(endpoint)
+    return backend

@@ -1,0 +1,301 @@
+"""Anthropic Messages API backend, with prompt caching on the stable prefix (system and tools).
+
+Wire facts this module relies on (anthropic 2.12):
+- the system prompt goes as one text block marked `cache_control: ephemeral`; the last tool is marked
+  too, so a job's tools + system prefix is cached across its calls;
+- `usage.input_tokens` excludes cache reads and writes: Conclave's input is their sum;
+- structured output is `output_config={"format": {"type": "json_schema", "schema": ...}}`;
+- streamed replies are raw SSE events (`create(stream=True)`), folded here by `_StreamFold`;
+- API version 2026-10-21 (the SDK's default) rejects temperature/top_p/top_k with a 400 and the SDK has
+  no such parameters: `Request.temperature` is not sent; `seed` has no Anthropic equivalent either.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator, Iterable
+from email.utils import parsedate_to_datetime
+from typing import Any, ClassVar
+
+from conclave.backends.base import (
+    Done,
+    Endpoint,
+    Event,
+    JsonObject,
+    Message,
+    Request,
+    TextDelta,
+    ToolCall,
+    Usage,
+)
+from conclave.errors import (
+    AuthFailed,
+    BadRequest,
+    MalformedResponse,
+    ProviderError,
+    ProviderUnavailable,
+    RateLimited,
+)
+
+PROVIDER = "anthropic"
+CACHE_MARK = {"type": "ephemeral"}
+
+
+class AnthropicBackend:
+    """Claude models through `anthropic.AsyncAnthropic` (SDK retries off: `retry.py` owns retries)."""
+
+    provider: ClassVar[str] = PROVIDER
+
+    def __init__(self, endpoint: Endpoint) -> None:
+        import anthropic  # lazily: `import conclave` works without the SDK
+
+        self._endpoint = endpoint
+        self._client = anthropic.AsyncAnthropic(
+            api_key=endpoint.api_key, base_url=endpoint.base_url, max_retries=0, timeout=endpoint.timeout_s
+        )
+
+    async def stream(self, request: Request) -> AsyncIterator[Event]:
+        params = build_params(self._endpoint.model, request)
+        try:
+            if self._endpoint.stream:
+                async for event in self._streamed(params):
+                    yield event
+            else:
+                for event in read_message(await self._client.messages.create(**params)):
+                    yield event
+        except ProviderError:
+            raise
+        except Exception as exc:
+            mapped = map_error(exc, self._endpoint.api_key)
+            if mapped is None:
+                raise
+            raise mapped from exc
+
+    async def _streamed(self, params: JsonObject) -> AsyncIterator[Event]:
+        fold = _StreamFold()
+        async with await self._client.messages.create(**params, stream=True) as events:
+            async for raw in events:
+                try:
+                    produced = fold.feed(raw)
+                except (AttributeError, TypeError, KeyError) as exc:
+                    raise MalformedResponse(PROVIDER, f"unreadable stream event: {exc}") from exc
+                for event in produced:
+                    yield event
+        if not fold.started:
+            raise MalformedResponse(PROVIDER, "the stream carried no message_start event")
+        if not fold.stopped:
+            raise ProviderUnavailable(PROVIDER, "the stream ended before message_stop (connection cut?)")
+        yield fold.usage()
+        yield Done(fold.stop_reason)
+
+    async def aclose(self) -> None:
+        await self._client.close()
+
+
+# --- request -------------------------------------------------------------------------------------
+
+
+def build_params(model: str, request: Request) -> JsonObject:
+    """The `messages.create` keyword arguments for one request."""
+    params: JsonObject = {
+        "model": model,
+        "max_tokens": request.max_tokens,  # required by the Messages API
+        "messages": to_messages(request.messages),
+    }
+    if request.system:
+        params["system"] = [{"type": "text", "text": request.system, "cache_control": CACHE_MARK}]
+    if request.tools:
+        tools: list[JsonObject] = [
+            {"name": t.name, "description": t.description, "input_schema": t.parameters} for t in request.tools
+        ]
+        tools[-1]["cache_control"] = CACHE_MARK
+        params["tools"] = tools
+        # In json mode the tools stay declared (a history with tool_use blocks needs them, and the cached
+        # prefix stays the same) but the model may not call them.
+        choice = "none" if request.response_schema is not None else request.tool_choice
+        params["tool_choice"] = {"type": {"auto": "auto", "required": "any", "none": "none"}[choice]}
+    if request.response_schema is not None:
+        params["output_config"] = {"format": {"type": "json_schema", "schema": request.response_schema}}
+    return params
+
+
+def to_messages(messages: Iterable[Message]) -> list[JsonObject]:
+    """Conclave messages as Anthropic turns: tool results are user turns; same-role turns merge."""
+    turns: list[JsonObject] = []
+    for message in messages:
+        role, blocks = _blocks(message)
+        if not blocks:
+            continue
+        if turns and turns[-1]["role"] == role:
+            turns[-1]["content"].extend(blocks)
+        else:
+            turns.append({"role": role, "content": blocks})
+    return turns
+
+
+def _blocks(message: Message) -> tuple[str, list[JsonObject]]:
+    if message.role == "tool":
+        block: JsonObject = {"type": "tool_result", "tool_use_id": message.tool_call_id or ""}
+        if message.content:
+            block["content"] = message.content
+        return "user", [block]
+    blocks: list[JsonObject] = [{"type": "text", "text": message.content}] if message.content else []
+    blocks += [{"type": "tool_use", "id": c.id, "name": c.name, "input": c.arguments} for c in message.tool_calls]
+    return message.role, blocks
+
+
+# --- response ------------------------------------------------------------------------------------
+
+
+def tool_call(call_id: str, name: str, raw: str) -> ToolCall:
+    """A ToolCall from raw JSON arguments; bad arguments give `error` instead of raising."""
+    if not raw.strip():
+        return ToolCall(call_id, name, {}, raw)
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        return ToolCall(call_id, name, {}, raw, f"arguments are not valid JSON: {exc.msg} at character {exc.pos}")
+    if not isinstance(value, dict):
+        return ToolCall(call_id, name, {}, raw, f"arguments must be a JSON object, not {type(value).__name__}")
+    return ToolCall(call_id, name, value, raw)
+
+
+def read_message(message: Any) -> list[Event]:
+    """The events of a non-streamed reply; MalformedResponse when it is not a Message."""
+    try:
+        if getattr(message, "type", None) != "message":
+            raise TypeError(f"expected a message object, got {type(message).__name__}")
+        events: list[Event] = []
+        for block in message.content:
+            if block.type == "text" and block.text:
+                events.append(TextDelta(block.text))
+            elif block.type == "tool_use":
+                data = block.input
+                raw = data if isinstance(data, str) else json.dumps(data)
+                events.append(tool_call(block.id, block.name, raw))
+        u = message.usage
+        events.append(_usage(u.input_tokens, u.output_tokens, u.cache_read_input_tokens, u.cache_creation_input_tokens))
+        events.append(Done(str(message.stop_reason or "end_turn")))
+    except (AttributeError, TypeError, KeyError, ValueError) as exc:
+        raise MalformedResponse(PROVIDER, f"unreadable reply: {exc}") from exc
+    return events
+
+
+def _usage(raw_input: Any, output: Any, cache_read: Any, cache_write: Any) -> Usage:
+    cached = int(cache_read or 0)
+    return Usage(int(raw_input or 0) + cached + int(cache_write or 0), int(output or 0), cached)
+
+
+class _StreamFold:
+    """Folds raw stream events into Conclave events; a tool call is emitted when its block stops."""
+
+    def __init__(self) -> None:
+        self.started = self.stopped = False
+        self.stop_reason = "end_turn"
+        self.counts: dict[str, Any] = {}  # message_delta counts are cumulative: later values win
+        self.tools: dict[int, tuple[str, str, list[str]]] = {}
+
+    def feed(self, event: Any) -> list[Event]:
+        kind = event.type
+        if kind == "message_start":
+            self.started = True
+            self._count(event.message.usage)
+        elif kind == "content_block_start":
+            block = event.content_block
+            if block.type == "tool_use":
+                self.tools[event.index] = (block.id, block.name, [])
+            elif block.type == "text" and block.text:
+                return [TextDelta(block.text)]
+        elif kind == "content_block_delta":
+            delta = event.delta
+            if delta.type == "text_delta" and delta.text:
+                return [TextDelta(delta.text)]
+            if delta.type == "input_json_delta":
+                self.tools[event.index][2].append(delta.partial_json)
+        elif kind == "content_block_stop" and event.index in self.tools:
+            call_id, name, parts = self.tools.pop(event.index)
+            return [tool_call(call_id, name, "".join(parts))]
+        elif kind == "message_delta":
+            self.stop_reason = str(event.delta.stop_reason or self.stop_reason)
+            self._count(event.usage)
+        elif kind == "message_stop":
+            self.stopped = True
+        return []
+
+    def _count(self, usage: Any) -> None:
+        for name in ("input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens"):
+            value = getattr(usage, name, None)
+            if value is not None:
+                self.counts[name] = value
+
+    def usage(self) -> Usage:
+        c = self.counts
+        return _usage(
+            c.get("input_tokens"),
+            c.get("output_tokens"),
+            c.get("cache_read_input_tokens"),
+            c.get("cache_creation_input_tokens"),
+        )
+
+
+# --- errors --------------------------------------------------------------------------------------
+
+
+def map_error(exc: Exception, api_key: str) -> ProviderError | None:
+    """The Conclave error for an SDK or transport exception; None for anything else (a bug)."""
+    import anthropic
+    import httpx2
+
+    if isinstance(exc, anthropic.APIStatusError):
+        return _status_error(exc, api_key)
+    if isinstance(exc, anthropic.APIResponseValidationError):
+        return MalformedResponse(PROVIDER, _scrub(exc.message, api_key), status=exc.status_code)
+    if isinstance(exc, anthropic.APITimeoutError):
+        return ProviderUnavailable(PROVIDER, "the request timed out")
+    if isinstance(exc, anthropic.APIConnectionError):
+        return ProviderUnavailable(PROVIDER, f"could not connect: {_scrub(str(exc.__cause__ or exc), api_key)}")
+    if isinstance(exc, httpx2.TimeoutException):
+        return ProviderUnavailable(PROVIDER, "the stream timed out")
+    if False:
+        return ProviderUnavailable(PROVIDER, f"the stream was cut: {_scrub(str(exc), api_key)}")
+    if isinstance(exc, json.JSONDecodeError):
+        return MalformedResponse(PROVIDER, f"a stream event was not JSON: {exc.msg}")
+    return None
+
+
+def _status_error(exc: Any, api_key: str) -> ProviderError:
+    status: int = exc.status_code
+    kind = exc.type or ""  # error.type of the body; in-stream `error` events come with HTTP 200
+    message = _scrub(exc.api_message or exc.message, api_key)
+    if status == 429 or kind == "rate_limit_error":
+        return RateLimited(PROVIDER, message, status=status, retry_after=retry_after(exc.response.headers))
+    if status in (401, 403) or kind in ("authentication_error", "permission_error"):
+        return AuthFailed(PROVIDER, message, status=status)
+    if status >= 500 or kind in ("api_error", "overloaded_error") or status < 400:
+        return ProviderUnavailable(PROVIDER, message, status=status)
+    return BadRequest(PROVIDER, message, status=status)
+
+
+def retry_after(headers: Any) -> float | None:
+    """Seconds to wait from `retry-after-ms` or `Retry-After` (seconds or an HTTP date)."""
+    if (ms := headers.get("retry-after-ms")) is not None:
+        try:
+            return max(0.0, float(ms) / 1000)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
+    except (TypeError, ValueError):
+        return None
+
+
+def _scrub(text: str, api_key: str) -> str:
+    return text.replace(api_key, "[api key]") if len(api_key) >= 8 else text  # real keys are long

@@ -1,0 +1,120 @@
+"""The backend seam: one request shape in, a stream of normalized events out.
+
+A backend knows its provider's SDK and wire format and nothing of the protocol. It maps every SDK
+exception to `conclave.errors.ProviderError` subclasses (`raise ... from exc`), so callers never see
+SDK classes. Retries live in `retry.py`, not here: SDK-level retries are switched off.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
+
+JsonObject = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """A function the model may call; `parameters` is a JSON schema object."""
+
+    name: str
+    description: str
+    parameters: JsonObject
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """A call the model made. Also a stream event.
+
+    When the provider's arguments are not a JSON object, `arguments` is empty, `error` says why and
+    `raw_arguments` keeps what came, so the caller can tell the model what to fix.
+    """
+
+    id: str
+    name: str
+    arguments: JsonObject = field(default_factory=dict)
+    raw_arguments: str = ""
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class Message:
+    """One conversation entry. `tool` messages answer the call named by `tool_call_id`."""
+
+    role: Literal["user", "assistant", "tool"]
+    content: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+    tool_name: str | None = None  # Gemini matches function responses by name
+
+
+@dataclass(frozen=True)
+class Request:
+    """Everything one model call needs.
+
+    `system` is the stable prefix of a job (role, rules, task): backends that support prompt caching
+    mark it cacheable. With `response_schema` set (the `json` decision mode) the reply must be one JSON
+    object matching it, sent as text; `tools` is then ignored.
+    """
+
+    system: str
+    messages: tuple[Message, ...]
+    tools: tuple[ToolSpec, ...] = ()
+    tool_choice: Literal["auto", "required"] = "auto"
+    response_schema: JsonObject | None = None
+    temperature: float | None = None
+    max_tokens: int = 4096
+    seed: int | None = None
+
+
+@dataclass(frozen=True)
+class TextDelta:
+    text: str
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Tokens of one call. `input_tokens` includes `cached_input_tokens`."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached_input_tokens: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            self.input_tokens + other.input_tokens,
+            self.output_tokens + other.output_tokens,
+            self.cached_input_tokens + other.cached_input_tokens,
+        )
+
+
+@dataclass(frozen=True)
+class Done:
+    stop_reason: str
+
+
+Event = TextDelta | ToolCall | Usage | Done
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where and how to reach one model. `api_key` never leaves the backend."""
+
+    provider: str
+    model: str
+    api_key: str = field(repr=False)
+    base_url: str | None = None
+    timeout_s: float = 120.0
+    stream: bool = True
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """A provider adapter. `stream` yields zero or more TextDelta/ToolCall, then Usage, then Done."""
+
+    provider: ClassVar[str]
+
+    def stream(self, request: Request) -> AsyncIterator[Event]: ...
+
+    async def aclose(self) -> None: ...

@@ -1,0 +1,303 @@
+"""Gemini through google-genai's async client (`genai.Client(...).aio`), streamed (SSE) or not.
+
+Wire facts this module relies on (google-genai 3.4, Gemini Developer API):
+- `HttpOptions.timeout` is in milliseconds; `retry_options=HttpRetryOptions(attempts=1)` turns off
+  both tenacity's retries and the implicit aiohttp reconnect (`retry_options=None` would leave the
+  latter on); `automatic_continuation=False` keeps the stream to one request.
+- The SDK's default API version is `v1`; we pin `v1beta`, where function calling, JSON schemas and
+  thought signatures are all served.
+- Function calls come whole (no partial arguments on the Gemini API) and usually without an id: we
+  name them `call_<n>`. Their `thought_signature` must go back with them in the next turn (Gemini 3
+  answers 400 otherwise): we remember it by call id, and send Google's documented
+  `skip_thought_signature_validator` for calls we did not see (history from another backend).
+- Arguments the model could not write come back as `finish_reason=MALFORMED_FUNCTION_CALL` and no
+  parts: we yield one ToolCall with `error` set. The API's `finishMessage` quotes the call, but the
+  SDK's Gemini-API converter drops it (only Vertex keeps it), so the name is known only when the
+  request offered one tool, and `raw_arguments` is usually empty.
+- Errors: `errors.APIError` with `.code`; a 429's delay is in the Retry-After header when a proxy
+  sets one, else in the body's google.rpc RetryInfo `retryDelay` ("3s"). A bad key is a 400 with
+  ErrorInfo reason API_KEY_INVALID, so it maps to AuthFailed, not BadRequest.
+- Caching is implicit on Gemini (no marker to set); `prompt_token_count` includes
+  `cached_content_token_count`; thinking tokens (`thoughts_token_count`) are billed as output.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import itertools
+import json
+import re
+import time
+from collections.abc import AsyncIterator
+from typing import Any, ClassVar
+
+from conclave.backends.base import Done, Endpoint, Event, Message, Request, TextDelta, ToolCall, Usage
+from conclave.errors import (
+    AuthFailed,
+    BadRequest,
+    MalformedResponse,
+    ProviderError,
+    ProviderUnavailable,
+    RateLimited,
+)
+
+SKIP_SIGNATURE = b"skip_thought_signature_validator"
+_GENERATED_ID = re.compile(r"call_\d+")
+_MALFORMED_NAME = re.compile(r"default_api\.([A-Za-z_][\w.:-]*)\(")
+_AUTH_REASONS = {"API_KEY_INVALID", "API_KEY_SERVICE_BLOCKED", "API_KEY_HTTP_REFERRER_BLOCKED"}
+_STOP_REASONS = {"STOP": "stop", "MAX_TOKENS": "length"}
+
+
+class GeminiBackend:
+    """One Gemini model behind `google.genai.Client(...).aio`."""
+
+    provider: ClassVar[str] = "gemini"
+
+    def __init__(self, endpoint: Endpoint) -> None:
+        from google import genai
+        from google.genai import types
+
+        self._endpoint, self._types = endpoint, types
+        options = types.HttpOptions(
+            base_url=endpoint.base_url,
+            api_version="v1beta",
+            timeout=max(1, round(endpoint.timeout_s * 1000)),  # milliseconds
+            retry_options=types.HttpRetryOptions(attempts=1),  # retry.py retries, not the SDK
+        )
+        self._client = genai.Client(enterprise=False, api_key=endpoint.api_key, http_options=options)
+        self._ids = itertools.count(1)
+        self._signatures: dict[str, bytes | None] = {}  # call id -> its thought signature
+
+    async def aclose(self) -> None:
+        await self._client.aio.aclose()
+
+    async def stream(self, request: Request) -> AsyncIterator[Event]:
+        """Yield TextDelta/ToolCall as they arrive, then one Usage and Done."""
+        turn = _Turn(self, request)
+        async for response in self._responses(request):
+            for event in turn.feed(response):
+                yield event
+        for event in turn.finish(streamed=self._endpoint.stream):
+            yield event
+
+    async def _responses(self, request: Request) -> AsyncIterator[Any]:
+        """The SDK's GenerateContentResponse objects (one unless streamed), its errors mapped."""
+        models = self._client.aio.models
+        contents, config = self._contents(request.messages), self._config(request)
+        kwargs = {"model": self._endpoint.model, "contents": contents, "config": config}
+        try:
+            if self._endpoint.stream:
+                async for chunk in await models.generate_content_stream(**kwargs):
+                    yield chunk
+            else:
+                yield await models.generate_content(**kwargs)
+        except Exception as exc:
+            mapped = self._map_error(exc)
+            if mapped is None:
+                raise
+            raise mapped from exc
+
+    def _config(self, request: Request) -> Any:
+        types = self._types
+        config = types.GenerateContentConfig(
+            system_instruction=request.system or None,
+            temperature=request.temperature,
+            max_output_tokens=request.max_tokens,
+            seed=request.seed,
+            automatic_function_calling=types.AutomaticFunctionCallingConfig(disable=True),
+            automatic_continuation=False,
+        )
+        if request.response_schema is not None:
+            config.response_mime_type = "application/json"
+            config.response_json_schema = request.response_schema
+        elif request.tools:
+            declarations = [
+                types.FunctionDeclaration(name=t.name, description=t.description, parameters_json_schema=t.parameters)
+                for t in request.tools
+            ]
+            config.tools = [types.Tool(function_declarations=declarations)]
+            modes = types.FunctionCallingConfigMode
+            mode = modes.ANY if request.tool_choice == "required" else modes.AUTO
+            config.tool_config = types.ToolConfig(function_calling_config=types.FunctionCallingConfig(mode=mode))
+        return config
+
+    def _contents(self, messages: tuple[Message, ...]) -> list[Any]:
+        """Our history as Gemini turns: `model` turns with function_call parts, results as user turns."""
+        types = self._types
+        calls = {c.id: c for m in messages for c in m.tool_calls}
+        turns: list[tuple[str, list[Any]]] = []
+        for message in messages:
+            parts: list[Any] = [types.Part(text=message.content)] if message.content else []
+            if message.role == "assistant":
+                for index, call in enumerate(message.tool_calls):
+                    if call.error is not None:  # never a valid call: replay what the model wrote
+                        quoted = call.raw_arguments or "arguments that were not a JSON object"
+                        parts.append(types.Part(text=f"[malformed call to {call.name or 'a tool'}: {quoted}]"))
+                        continue
+                    fallback = SKIP_SIGNATURE if index == 0 else None
+                    function_call = types.FunctionCall(id=_own_id(call.id), name=call.name, args=call.arguments)
+                    signature = self._signatures.get(call.id, fallback)
+                    parts.append(types.Part(function_call=function_call, thought_signature=signature))
+                role = "model"
+            elif message.role == "tool":
+                call = calls.get(message.tool_call_id or "")
+                name = message.tool_name or (call.name if call else None)
+                if name and not (call and call.error is not None):
+                    response = types.FunctionResponse(
+                        id=_own_id(message.tool_call_id), name=name, response={"output": message.content}
+                    )
+                    parts = [types.Part(function_response=response)]
+                else:
+                    parts = [types.Part(text=f"[result of {message.tool_call_id}]: {message.content}")]
+                role = "user"
+            else:
+                role = "user"
+            if turns and turns[-1][0] == role:  # parallel results go back in one turn
+                turns[-1][1].extend(parts)
+            else:
+                turns.append((role, parts))
+        return [types.Content(role=role, parts=parts or [types.Part(text="")]) for role, parts in turns]
+
+    def _map_error(self, exc: Exception) -> ProviderError | None:
+        """The one translation of SDK and transport exceptions into ours; None for bugs."""
+        import httpx2
+        import pydantic
+        from google.genai import errors
+
+        name = self.provider
+        if isinstance(exc, errors.APIError):
+            code, message = exc.code, self._scrub(exc.message or exc.status or "no message")
+            if code == 429:
+                return RateLimited(name, message, retry_after=_retry_after(exc))
+            if code in (401, 403) or (code == 400 and _error_reasons(exc) & _AUTH_REASONS):
+                return AuthFailed(name, f"{message} (check the Gemini API key)", status=code)
+            if isinstance(code, int) and 400 <= code < 500 and code != 408:
+                return BadRequest(name, message, status=code)
+            return ProviderUnavailable(name, message, status=code if isinstance(code, int) else None)
+        if isinstance(exc, httpx2.TimeoutException):
+            return ProviderUnavailable(name, f"no answer within {self._endpoint.timeout_s:g}s")
+        if isinstance(exc, httpx2.TransportError):
+            return ProviderUnavailable(name, f"connection failed: {self._scrub(str(exc)) or type(exc).__name__}")
+        if isinstance(exc, (json.JSONDecodeError, errors.UnknownApiResponseError, pydantic.ValidationError)):
+            return MalformedResponse(name, f"unreadable response: {self._scrub(str(exc))[:200]}")
+        return None
+
+    def _scrub(self, text: str) -> str:
+        key = self._endpoint.api_key
+        return text.replace(key, "***") if key else text
+
+
+class _Turn:
+    """Folds one call's GenerateContentResponse chunks into events; remembers what Done needs."""
+
+    def __init__(self, backend: GeminiBackend, request: Request) -> None:
+        self._backend = backend
+        self._only_tool = request.tools[0].name if len(request.tools) == 1 else ""
+        self.finish_reason: str | None = None
+        self.finish_message = ""
+        self.usage: Any = None
+        self.blocked: str | None = None
+        self.calls = 0
+
+    def feed(self, response: Any) -> list[Event]:
+        events: list[Event] = []
+        if response.usage_metadata is not None:
+            self.usage = response.usage_metadata  # running totals: the last one counts
+        feedback = response.prompt_feedback
+        if feedback is not None and feedback.block_reason is not None:
+            self.blocked = str(getattr(feedback.block_reason, "value", feedback.block_reason))
+        if not response.candidates:
+            return events
+        candidate = response.candidates[0]
+        for part in (candidate.content.parts or []) if candidate.content else []:
+            if part.function_call is not None:
+                events.append(self._call(part))
+            elif part.text and not part.thought:
+                events.append(TextDelta(part.text))
+        if candidate.finish_reason is not None:
+            self.finish_reason = str(getattr(candidate.finish_reason, "value", candidate.finish_reason))
+            self.finish_message = candidate.finish_message or ""
+            if self.finish_reason == "MALFORMED_FUNCTION_CALL":
+                events.append(self._malformed())
+        return events
+
+    def finish(self, *, streamed: bool) -> list[Event]:
+        """Usage then Done; raises when the response never said it was complete."""
+        if self.finish_reason is None and self.blocked is None:
+            if streamed:
+                raise ProviderUnavailable("gemini", "the stream ended before a finish_reason (cut off)")
+            if self.usage is None:
+                raise MalformedResponse("gemini", "the response has neither candidates nor prompt feedback")
+        usage = self.usage
+        events: list[Event] = [
+            Usage(
+                input_tokens=(usage and usage.prompt_token_count) or 0,
+                output_tokens=((usage and usage.candidates_token_count) or 0)
+                + ((usage and usage.thoughts_token_count) or 0),
+                cached_input_tokens=(usage and usage.cached_content_token_count) or 0,
+            )
+        ]
+        if self.blocked is not None:
+            stop = "blocked"
+        elif self.calls and self.finish_reason == "STOP":
+            stop = "tool_calls"
+        else:
+            stop = _STOP_REASONS.get(self.finish_reason or "STOP", (self.finish_reason or "stop").lower())
+        events.append(Done(stop))
+        return events
+
+    def _call(self, part: Any) -> ToolCall:
+        call = part.function_call
+        self.calls += 1
+        call_id = call.id or f"call_{next(self._backend._ids)}"
+        self._backend._signatures[call_id] = part.thought_signature
+        arguments = dict(call.args or {})
+        return ToolCall(id=call_id, name=call.name or "", arguments=arguments, raw_arguments=json.dumps(arguments))
+
+    def _malformed(self) -> ToolCall:
+        self.calls += 1
+        match = _MALFORMED_NAME.search(self.finish_message)
+        return ToolCall(
+            id=f"call_{next(self._backend._ids)}",
+            name=match.group(1) if match else self._only_tool,
+            raw_arguments=self.finish_message,
+            error="Gemini could not parse the function call it wrote (MALFORMED_FUNCTION_CALL); "
+            "write the arguments as one JSON object matching the tool's schema",
+        )
+
+
+def _own_id(call_id: str | None) -> str | None:
+    """The id to send back: Gemini's own, never one we generated (the API did not issue it)."""
+    return None if call_id is None or _GENERATED_ID.fullmatch(call_id) else call_id
+
+
+def _error_reasons(exc: Any) -> set[str]:
+    return {d.get("reason", "") for d in _error_details(exc)}
+
+
+def _error_details(exc: Any) -> list[dict[str, Any]]:
+    details = exc.details.get("error", exc.details) if isinstance(exc.details, dict) else {}
+    items = details.get("details") if isinstance(details, dict) else None
+    return [d for d in items if isinstance(d, dict)] if isinstance(items, list) else []
+
+
+def _retry_after(exc: Any) -> float | None:
+    """Seconds to wait: the Retry-After header (seconds or HTTP date), else RetryInfo's retryDelay."""
+    headers = getattr(getattr(exc, "response", None), "headers", None) or {}
+    value = next((v for k, v in headers.items() if k.lower() == "retry-after"), None)
+    if value is not None:
+        try:
+            return max(0.0, float(value))
+        except ValueError:
+            try:
+                return max(0.0, email.utils.parsedate_to_datetime(value).timestamp() - time.time())
+            except (TypeError, ValueError):
+                pass
+    for detail in _error_details(exc):
+        delay = detail.get("retryDelay")
+        if detail.get("@type", "").endswith("google.rpc.RetryInfo") and isinstance(delay, str):
+            try:
+                return max(0.0, float(delay.rstrip("s")))
+            except ValueError:
+                return None
+    return None

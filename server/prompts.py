@@ -1,0 +1,174 @@
+"""Every word a team agent sees, in one place.
+
+Agents know each other only by anonymous letters; model names, agent ids and votes cast so far never
+appear here (no herding). The system prompt holds what is stable for a whole job (role, rules, task)
+so providers can cache it; each turn's changing picture goes in the user message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from conclave.backends.base import JsonObject, ToolSpec
+
+MAX_ANSWER_CHARS = 40_000  # per answer shown to peers; longer answers are cut with a note
+
+
+@dataclass(frozen=True)
+class ShownAnswer:
+    label: str
+    letter: str
+    content: str
+
+
+_RULES = """\
+You are agent {letter} in a team of {size} independent agents working on the same task. Every agent
+attacks the whole task. In each turn you see the latest answer of every agent (yours is marked) and
+you end the turn with exactly one decision:
+- new_answer: post a new or improved complete answer. Do this when no current answer is as good as
+  what you can write, or when you can fix a real flaw. Your answer must stand on its own: the full
+  answer, not a diff against another.
+- vote: vote for the best current answer (yours included) by its label, with a short reason. Vote
+  when an existing answer is correct and complete; do not post near-duplicates.
+A new answer from anyone clears all votes and everyone looks again, so only vote for what you would
+stand behind. The answer with most votes wins; its author then writes the final answer.
+You may post at most {max_answers} answers in all.{mode_rules}"""
+
+_NATIVE_RULES = """
+Make your decision by calling the new_answer or vote tool. Text outside a tool call is not seen by
+the others."""
+
+_JSON_RULES = """
+Reply with one JSON object and nothing else: {"action": "new_answer", "content": "..."} or
+{"action": "vote", "answer": "<label>", "reason": "..."}."""
+
+
+def system_prompt(
+    task: str, letter: str, size: int, max_answers: int, mode: Literal["native", "json"], persona: str | None
+) -> str:
+    """The stable prefix of every turn of one agent in one job."""
+    parts = [persona.strip()] if persona else []
+    rules = _RULES.format(
+        letter=letter,
+        size=size,
+        max_answers=max_answers,
+        mode_rules=_NATIVE_RULES if mode == "native" else _JSON_RULES,
+    )
+    parts += [rules, f"# The task\n\n{task.strip()}"]
+    return "\n\n".join(parts)
+
+
+def _shown(content: str) -> str:
+    if len(content) <= MAX_ANSWER_CHARS:
+        return content
+    cut = len(content) - MAX_ANSWER_CHARS
+    return content[:MAX_ANSWER_CHARS] + f"\n[... {cut} more characters not shown]"
+
+
+def turn_prompt(
+    letter: str,
+    answers: Sequence[ShownAnswer],
+    labels: Sequence[str],
+    can_answer: bool,
+    note: str = "",
+    corrective: bool = False,
+) -> str:
+    """The changing picture of one turn: current answers, what the agent may do, why it is asked."""
+    lines: list[str] = []
+    if corrective:
+        lines.append(
+            "Your last turn ended without a decision. End this turn with exactly one decision: "
+            + ("new_answer or vote." if can_answer and labels else "vote." if labels else "new_answer.")
+        )
+    if note:
+        lines.append(f"Note: {note}.")
+    if not answers:
+        lines.append("No agent has posted an answer yet. Write your complete answer and post it with new_answer.")
+    else:
+        lines.append("# Current answers")
+        for answer in answers:
+            own = " (your own answer)" if answer.letter == letter else ""
+            lines.append(f"\n## Answer {answer.label}{own}\n\n{_shown(answer.content)}")
+        lines.append("")
+        if can_answer:
+            lines.append(
+                f"Decide: vote for the best answer ({', '.join(labels)}), or post a better complete answer."
+            )
+        else:
+            lines.append(
+                f"You have posted all the answers you may. Vote for the best answer: one of {', '.join(labels)}."
+            )
+    return "\n".join(lines)
+
+
+def workflow_tools(labels: Sequence[str], can_answer: bool) -> tuple[ToolSpec, ...]:
+    """new_answer and vote as native tools; only what is allowed this turn is offered."""
+    tools: list[ToolSpec] = []
+    if can_answer:
+        tools.append(
+            ToolSpec(
+                "new_answer",
+                "Post your complete answer to the task. Ends your turn.",
+                {
+                    "type": "object",
+                    "properties": {"content": {"type": "string", "description": "the complete answer"}},
+                    "required": ["content"],
+                    "additionalProperties": False,
+                },
+            )
+        )
+    if labels:
+        tools.append(
+            ToolSpec(
+                "vote",
+                "Vote for the best current answer by its label. Ends your turn.",
+                {
+                    "type": "object",
+                    "properties": {
+                        "answer": {"type": "string", "enum": list(labels), "description": "the label, e.g. A1"},
+                        "reason": {"type": "string", "description": "one or two sentences"},
+                    },
+                    "required": ["answer", "reason"],
+                    "additionalProperties": False,
+                },
+            )
+        )
+    return tuple(tools)
+
+
+def decision_schema(labels: Sequence[str], can_answer: bool) -> JsonObject:
+    """The JSON schema of a `json`-mode decision; the vote's label is an enum of the current labels."""
+    actions = (["new_answer"] if can_answer else []) + (["vote"] if labels else [])
+    properties: JsonObject = {
+        "action": {"type": "string", "enum": actions},
+        "content": {"type": "string"},
+        "reason": {"type": "string"},
+    }
+    if labels:
+        properties["answer"] = {"type": "string", "enum": list(labels)}
+    return {"type": "object", "properties": properties, "required": ["action"], "additionalProperties": False}
+
+
+def tool_error(message: str) -> str:
+    """What a model sees when its tool call could not be carried out."""
+    return f"Error: {message}. Fix the call and try again, or end your turn with new_answer or vote."
+
+
+PRESENT_SYSTEM = """\
+You are the author of the answer your team voted best. Write the final answer to the task for the
+person who asked. Start from your winning answer; fold in what is clearly better in the others; keep
+it complete and self-contained. Reply with the final answer only, no preamble about the vote."""
+
+
+def presentation_prompt(
+    task: str, answers: Sequence[ShownAnswer], tally: dict[str, int], winner: str
+) -> str:
+    """The winner's last turn: every answer and the vote tally."""
+    lines = [f"# The task\n\n{task.strip()}\n", f"# The vote\n\nYour answer {winner} won."]
+    lines += [f"- {label}: {count} vote{'s' if count != 1 else ''}" for label, count in tally.items()]
+    lines.append("\n# The answers")
+    lines += [f"\n## Answer {answer.label}\n\n{_shown(answer.content)}" for answer in answers]
+    lines.append("\nWrite the final answer now.")
+    return "\n".join(lines)

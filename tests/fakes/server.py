@@ -1,0 +1,71 @@
+"""Run the fake provider servers on 127.0.0.1 for a test: one Starlette app, every wire format.
+
+    with FakeProviders() as fakes:
+        fakes.script.enqueue("a", Reply(text="hi"))
+        url = fakes.base_url("openai", "a")   # give this to the real SDK as base_url
+
+The server runs uvicorn in a background thread so that the real SDKs in the test (or in a conclave
+subprocess) reach it over real HTTP.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from types import TracebackType
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.routing import BaseRoute
+
+from tests.fakes import anthropic_server, gemini_server, openai_server
+from tests.fakes.script import Script
+
+PREFIXES = {"openai": "/openai/{agent}/v1", "anthropic": "/anthropic/{agent}", "gemini": "/gemini/{agent}"}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def build_app(script: Script) -> Starlette:
+    routes: list[BaseRoute] = [
+        *openai_server.routes(script),
+        *anthropic_server.routes(script),
+        *gemini_server.routes(script),
+    ]
+    return Starlette(routes=routes)
+
+
+class FakeProviders:
+    """The fake servers for one test, listening on a free loopback port."""
+
+    def __init__(self, script: Script | None = None) -> None:
+        self.script = script or Script()
+        self.port = free_port()
+        config = uvicorn.Config(
+            build_app(self.script), host="127.0.0.1", port=self.port, log_level="warning", lifespan="off"
+        )
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self._server.run, name="fake-providers", daemon=True)
+
+    def base_url(self, provider: str, agent: str) -> str:
+        return f"http://127.0.0.1:{self.port}" + PREFIXES[provider].format(agent=agent)
+
+    def __enter__(self) -> FakeProviders:
+        self._thread.start()
+        deadline = time.monotonic() + 10
+        while not self._server.started:
+            if time.monotonic() > deadline or not self._thread.is_alive():
+                raise RuntimeError("fake provider server did not start")
+            time.sleep(0.01)
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._server.should_exit = True
+        self._thread.join(timeout=10)

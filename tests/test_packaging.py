@@ -1,0 +1,190 @@
+"""Packaging: the folders become the right packages, in a wheel and in the dev (editable) install.
+
+server/ is installed as ``conclave``, tools/ as ``conclave.tools``, and configs/ and skills/ ship as
+package data in ``conclave/configs`` and ``conclave/skills``. No top-level ``server`` or ``tools``
+may be installed.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tomllib
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PYPROJECT = ROOT / "pyproject.toml"
+
+# Source folder -> the package it is installed as.
+FOLDERS = {"server": "conclave", "tools": "conclave.tools", "configs": "conclave.configs", "skills": "conclave.skills"}
+# Folders of the repo that never belong in the wheel and may be large: not copied for the build.
+NOT_COPIED = {".git", "tests", "bench", "build", "dist", "venv", ".venv", "node_modules"}
+
+
+def _declared_packages() -> list[str]:
+    return tomllib.loads(PYPROJECT.read_text())["tool"]["setuptools"]["packages"]
+
+
+def _code_folders(folder: Path) -> list[Path]:
+    """folder and every folder below it that holds Python code."""
+    found = {p.parent for p in folder.rglob("*.py") if "__pycache__" not in p.parts}
+    return sorted(found | {folder})
+
+
+def _bin(venv: Path, name: str) -> Path:
+    return venv / ("Scripts" if os.name == "nt" else "bin") / name
+
+
+def _clean_env() -> dict[str, str]:
+    """The environment for a subprocess that must see only the fresh venv, not the dev install."""
+    env = {k: v for k, v in os.environ.items() if k not in {"PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME"}}
+    env["PYTHONNOUSERSITE"] = "1"
+    return env
+
+
+def _run(args: list[str], **kwargs) -> subprocess.CompletedProcess[str]:
+    """Runs quietly; on failure, fails the test with the command's output."""
+    done = subprocess.run(args, capture_output=True, text=True, **kwargs)
+    if done.returncode != 0:
+        pytest.fail(f"{args} exited {done.returncode}\n{done.stdout}\n{done.stderr}")
+    return done
+
+
+@dataclass(frozen=True)
+class Built:
+    wheel: Path
+    src: Path  # the copy of the source tree the wheel was built from
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
+    """Builds the wheel from a copy of the source tree: setuptools leaves build/ and *.egg-info
+    next to the sources it builds (a stale build/lib could smuggle deleted files into the wheel),
+    and the copy is a fixed snapshot to compare the wheel with."""
+    work = tmp_path_factory.mktemp("wheel")
+    src = work / "src"
+    src.mkdir()
+    for entry in ROOT.iterdir():
+        if entry.name in NOT_COPIED or entry.name.endswith(".egg-info"):
+            continue
+        if entry.is_dir():
+            if entry.name.startswith("."):
+                continue
+            shutil.copytree(entry, src / entry.name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        else:
+            shutil.copy2(entry, src / entry.name)
+    out = work / "dist"
+    _run([sys.executable, "-m", "pip", "wheel", str(src), "--no-deps", "-w", str(out)], timeout=600)
+    (wheel,) = out.glob("conclave_mcp-*.whl")
+    return Built(wheel=wheel, src=src)
+
+
+def test_every_code_folder_is_a_declared_package() -> None:
+    """A sub-folder of server/ or tools/ missing from pyproject's `packages` still imports in the
+    editable install but is left out of the wheel: catch it here, without building anything."""
+    declared = set(_declared_packages())
+    missing = []
+    for folder in ("server", "tools"):
+        for code in _code_folders(ROOT / folder):
+            rel = code.relative_to(ROOT / folder)
+            package = ".".join([FOLDERS[folder], *rel.parts])
+            if package not in declared:
+                missing.append(f"{code.relative_to(ROOT)} -> {package}")
+    assert not missing, f"add these to [tool.setuptools] packages in pyproject.toml: {missing}"
+
+
+def test_dev_install_finds_the_shipped_data() -> None:
+    from conclave.resources import configs_dir, skills_dir
+
+    assert (configs_dir() / "frontier.yaml").is_file()
+    assert (skills_dir() / "conclave" / "SKILL.md").is_file()
+    import conclave
+
+    if Path(conclave.__file__).resolve().parent == ROOT / "server":  # editable install of this tree
+        assert configs_dir().resolve() == ROOT / "configs"
+        assert skills_dir().resolve() == ROOT / "skills"
+
+
+def test_wheel_contents(built: Built) -> None:
+    wheel, src = built.wheel, built.src
+    names = set(zipfile.ZipFile(wheel).namelist())
+
+    for required in (
+        "conclave/__init__.py",
+        "conclave/resources.py",
+        "conclave/tools/__init__.py",
+        "conclave/configs/frontier.yaml",
+        "conclave/skills/conclave/SKILL.md",
+    ):
+        assert required in names, f"{required} missing from {wheel.name}"
+    assert any(n.startswith("conclave/configs/") and n.endswith(".yaml") for n in names)
+
+    top_level = {n.split("/", 1)[0] for n in names}
+    assert {t for t in top_level if not t.endswith(".dist-info")} == {"conclave"}, top_level
+    for stray in ("server", "tools", "configs", "skills", "tests"):
+        assert not any(n.startswith(stray + "/") or n == stray + ".py" for n in names), stray
+
+    # Every source file that should ship does: code, presets, skill packs.
+    expected = set()
+    for folder, prefix in (("server", "conclave"), ("tools", "conclave/tools")):
+        for py in (src / folder).rglob("*.py"):
+            expected.add(f"{prefix}/{py.relative_to(src / folder).as_posix()}")
+    expected |= {f"conclave/configs/{p.name}" for p in (src / "configs").glob("*.yaml")}
+    expected |= {
+        f"conclave/skills/{p.relative_to(src / 'skills').as_posix()}" for p in (src / "skills").rglob("*.md")
+    }
+    assert not expected - names, f"not in the wheel: {sorted(expected - names)}"
+
+    dist_info = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
+    entry_points = zipfile.ZipFile(wheel).read(dist_info).decode()
+    assert "conclave = conclave.cli:main" in entry_points
+
+
+@pytest.mark.slow
+def test_wheel_installs_and_runs(built: Built, tmp_path: Path) -> None:
+    """Installs the wheel with its dependencies into a fresh venv and runs the console script from
+    outside the source tree."""
+    venv = tmp_path / "venv"
+    env = _clean_env()
+    _run([sys.executable, "-m", "venv", str(venv)], env=env, timeout=300)
+    python = _bin(venv, "python")
+    _run([str(python), "-m", "pip", "install", str(built.wheel)], env=env, timeout=900)
+
+    probe = subprocess.run(
+        [
+            str(python),
+            "-c",
+            "import importlib.util, conclave, conclave.tools, conclave.configs, conclave.skills\n"
+            "from conclave.resources import configs_dir, skills_dir\n"
+            "print(conclave.__file__)\n"
+            "print((configs_dir() / 'frontier.yaml').is_file(), (skills_dir() / 'conclave' / 'SKILL.md').is_file())\n"
+            "print(importlib.util.find_spec('server'), importlib.util.find_spec('tools'))\n",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert probe.returncode == 0, probe.stderr
+    where, found, strays = probe.stdout.splitlines()
+    assert Path(where).resolve().is_relative_to(venv.resolve()), where
+    assert found == "True True"
+    assert strays == "None None"
+
+    conclave = _bin(venv, "conclave")
+    help_run = subprocess.run(
+        [str(conclave), "--help"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert help_run.returncode == 0, help_run.stderr
+    teams = subprocess.run(
+        [str(conclave), "teams"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert teams.returncode == 0, teams.stderr
+    assert "frontier" in teams.stdout

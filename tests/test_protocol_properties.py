@@ -1,0 +1,302 @@
+"""Property tests for the coordination protocol: random event orders, invariants after every step."""
+
+from __future__ import annotations
+
+import string
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+)
+
+from conclave.protocol import (
+    AnswerPosted,
+    CancelTurn,
+    Coordination,
+    Deadline,
+    Finish,
+    NoDecision,
+    Present,
+    Presented,
+    PresentationFailed,
+    Start,
+    StartTurn,
+    TurnFailed,
+    VoteCast,
+    WorkStarted,
+)
+
+TEXTS = st.sampled_from(["an answer", "another answer", "a third answer", "", "   "])
+RARE = st.integers(0, 9).map(lambda n: n == 9)  # destructive events, kept rare so jobs run deep
+
+
+class Turns:
+    """The driver's view of turns in flight, kept only from the actions the protocol returns."""
+
+    def __init__(self) -> None:
+        self.in_flight: dict[str, StartTurn] = {}
+        self.cancelled: list[tuple[str, int]] = []
+        self.presenting = False
+
+    def track(self, actions: list) -> None:
+        for action in actions:
+            if isinstance(action, StartTurn):
+                assert action.letter not in self.in_flight, f"two turns in flight for {action.letter}"
+                self.in_flight[action.letter] = action
+            elif isinstance(action, CancelTurn):
+                assert self.in_flight.pop(action.letter).turn_id == action.turn_id
+                self.cancelled.append((action.letter, action.turn_id))
+            elif isinstance(action, (Present, Finish)):
+                assert not self.in_flight, "the job ended with turns still running"
+                self.presenting = isinstance(action, Present)
+
+
+class ProtocolMachine(RuleBasedStateMachine):
+    """Posts answers, votes (valid, stale, invalid), work, no-decisions, failures and a deadline."""
+
+    @initialize(
+        n=st.integers(1, 5),
+        cap=st.integers(1, 3),
+        rule_=st.sampled_from(["all_voted", "majority"]),
+        present=st.booleans(),
+        max_failed=st.integers(2, 3),
+    )
+    def start(self, n: int, cap: int, rule_: str, present: bool, max_failed: int) -> None:
+        letters = list(string.ascii_uppercase[:n])
+        self.c = Coordination(
+            letters, max_answers=cap, consensus=rule_, present=present, max_failed_turns=max_failed
+        )
+        self.turns = Turns()
+        self.just_answered = False
+        self.turns.track(self.c.apply(Start()))
+
+    # Helpers -------------------------------------------------------------------------------------
+    def running(self) -> bool:
+        return bool(self.turns.in_flight)
+
+    def pick(self, data: st.DataObject) -> StartTurn:
+        return data.draw(st.sampled_from(sorted(self.turns.in_flight.values(), key=lambda t: t.letter)))
+
+    def end_turn(self, turn: StartTurn, event: object) -> list:
+        """Apply an event that ends `turn` (the driver no longer runs it, whatever the protocol says)."""
+        del self.turns.in_flight[turn.letter]
+        actions = self.c.apply(event)
+        self.turns.track(actions)
+        return actions
+
+    # Rules ---------------------------------------------------------------------------------------
+    @precondition(running)
+    @rule(data=st.data(), text=TEXTS)
+    def post_answer(self, data: st.DataObject, text: str) -> None:
+        turn = self.pick(data)
+        before = len(self.c.answers)
+        self.end_turn(turn, AnswerPosted(turn.letter, turn.turn_id, text))
+        self.just_answered = len(self.c.answers) > before
+        if self.just_answered:
+            assert text.strip() and self.c.answers[-1].content == text
+
+    @precondition(running)
+    @rule(data=st.data())
+    def vote_current(self, data: st.DataObject) -> None:
+        turn = self.pick(data)
+        labels = [a.label for a in self.c.latest_answers()]
+        label = data.draw(st.sampled_from(labels)) if labels else "A1"
+        self.end_turn(turn, VoteCast(turn.letter, turn.turn_id, label))
+        self.just_answered = False
+
+    @precondition(running)
+    @rule(data=st.data())
+    def vote_from_turn_picture(self, data: st.DataObject) -> None:
+        """Votes for a label the turn was shown; stale when the answers changed since it started."""
+        turn = self.pick(data)
+        label = data.draw(st.sampled_from(turn.labels)) if turn.labels else "A1"
+        self.end_turn(turn, VoteCast(turn.letter, turn.turn_id, label))
+        self.just_answered = False
+
+    @precondition(running)
+    @rule(data=st.data())
+    def vote_invalid(self, data: st.DataObject) -> None:
+        turn = self.pick(data)
+        current = {a.label for a in self.c.latest.values()}
+        old = [a.label for a in self.c.answers if a.label not in current]
+        label = data.draw(st.sampled_from(old + ["Z9", "", "a1"]))
+        before = self.c.agents[turn.letter].failed_turns
+        self.end_turn(turn, VoteCast(turn.letter, turn.turn_id, label))
+        agent = self.c.agents[turn.letter]
+        assert agent.vote is None
+        if turn.version == self.c.version and agent.active:
+            assert agent.failed_turns == before + 1
+        elif turn.version != self.c.version:
+            assert agent.failed_turns == before  # a stale vote is re-asked, not a failed turn
+        self.just_answered = False
+
+    @precondition(running)
+    @rule(data=st.data())
+    def work_started(self, data: st.DataObject) -> None:
+        turn = self.pick(data)
+        assert self.c.apply(WorkStarted(turn.letter, turn.turn_id)) == []
+        assert self.c.agents[turn.letter].turn.did_work
+        self.just_answered = False
+
+    @precondition(running)
+    @rule(data=st.data(), text=TEXTS)
+    def no_decision(self, data: st.DataObject, text: str) -> None:
+        turn = self.pick(data)
+        self.end_turn(turn, NoDecision(turn.letter, turn.turn_id, text))
+        self.just_answered = False
+
+    @precondition(running)
+    @rule(data=st.data(), fatal=RARE, transient=st.booleans())
+    def fail_turn(self, data: st.DataObject, fatal: bool, transient: bool) -> None:
+        if not (fatal or transient):
+            return
+        turn = self.pick(data)
+        self.end_turn(turn, TurnFailed(turn.letter, turn.turn_id, f"error of {turn.letter}", fatal))
+        if fatal:
+            assert not self.c.agents[turn.letter].active
+        self.just_answered = False
+
+    @precondition(lambda self: self.turns.cancelled)
+    @rule(data=st.data())
+    def late_event(self, data: st.DataObject) -> None:
+        letter, turn_id = data.draw(st.sampled_from(self.turns.cancelled))
+        snapshot = (len(self.c.answers), self.c.version, self.c.phase)
+        assert self.c.apply(VoteCast(letter, turn_id, "A1")) == []
+        assert self.c.apply(AnswerPosted(letter, turn_id, "late")) == []
+        assert self.c.apply(TurnFailed(letter, turn_id, "late", fatal=True)) == []
+        assert (len(self.c.answers), self.c.version, self.c.phase) == snapshot
+
+    @precondition(lambda self: self.c.phase == "coordinating")
+    @rule(now=RARE)
+    def deadline(self, now: bool) -> None:
+        if not now:
+            return
+        self.turns.track(self.c.apply(Deadline("job timeout")))
+        self.just_answered = False
+        assert self.c.phase != "coordinating" and self.c.outcome.consensus is False
+
+    @precondition(lambda self: self.c.phase == "presenting")
+    @rule(ok=st.booleans())
+    def presentation(self, ok: bool) -> None:
+        event = Presented("final text") if ok else PresentationFailed("provider down")
+        actions = self.c.apply(event)
+        assert len(actions) == 1 and isinstance(actions[0], Finish)
+        assert actions[0].final_text == ("final text" if ok else None)
+        assert self.c.phase == "done"
+
+    @precondition(lambda self: self.c.phase == "done")
+    @rule(data=st.data())
+    def events_after_done(self, data: st.DataObject) -> None:
+        letter = data.draw(st.sampled_from(sorted(self.c.agents)))
+        for event in (Start(), Deadline("late"), Presented("late"), AnswerPosted(letter, 1, "late")):
+            assert self.c.apply(event) == []
+
+    # Invariants ----------------------------------------------------------------------------------
+    @invariant()
+    def votes_name_current_answers(self) -> None:
+        current = {a.label for a in self.c.latest.values()}
+        for agent in self.c.agents.values():
+            assert agent.vote is None or agent.vote.label in current
+
+    @invariant()
+    def no_vote_survives_a_new_answer(self) -> None:
+        if self.just_answered:
+            assert all(agent.vote is None for agent in self.c.agents.values())
+
+    @invariant()
+    def outcome_is_consistent(self) -> None:
+        outcome = self.c.outcome
+        if outcome is None:
+            assert self.c.phase == "coordinating"
+            return
+        posted = {a.label for a in self.c.answers}
+        assert outcome.winner is None or outcome.winner in posted
+        assert (outcome.winner is None) == outcome.failed
+        if outcome.consensus:
+            assert outcome.tally[outcome.winner] == max(outcome.tally.values()) > 0
+
+    @invariant()
+    def turns_match_the_protocol(self) -> None:
+        for letter, agent in self.c.agents.items():
+            driver = self.turns.in_flight.get(letter)
+            assert (agent.turn.turn_id if agent.turn else None) == (driver.turn_id if driver else None)
+            if agent.turn is not None:
+                assert agent.active and agent.vote is None
+            if not agent.active:
+                assert agent.vote is None
+
+    @invariant()
+    def a_coordinating_job_never_stalls(self) -> None:
+        if self.c.phase == "coordinating":
+            assert self.turns.in_flight, "coordinating, but nobody has a turn: the job would hang"
+
+    @invariant()
+    def answers_within_cap_and_labels_unique(self) -> None:
+        labels = [a.label for a in self.c.answers]
+        assert len(labels) == len(set(labels))
+        for letter, agent in self.c.agents.items():
+            mine = [a for a in self.c.answers if a.letter == letter]
+            assert len(mine) == agent.answers <= self.c.max_answers
+            assert [a.revision for a in mine] == list(range(1, len(mine) + 1))
+
+
+ProtocolMachine.TestCase.settings = settings(max_examples=200, stateful_step_count=50, deadline=None)
+TestProtocolMachine = ProtocolMachine.TestCase
+
+
+# Every job ends ---------------------------------------------------------------------------------
+def step_bound(n: int, cap: int, max_failed: int) -> int:
+    """Most decisions a job can take. Versions: V <= n*cap + 1. Per agent: at most one valid vote and
+    one stale re-ask per version, one answer per version at most, and at most `max_failed` invalid votes
+    between two successes (so max_failed * (V + 1)); plus one presentation."""
+    versions = n * cap + 1
+    return n * (2 * versions + max_failed * (versions + 1)) + 1
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    n=st.integers(1, 6),
+    cap=st.integers(1, 3),
+    rule_=st.sampled_from(["all_voted", "majority"]),
+    present=st.booleans(),
+    data=st.data(),
+)
+def test_every_job_ends(n: int, cap: int, rule_: str, present: bool, data: st.DataObject) -> None:
+    c = Coordination(list(string.ascii_uppercase[:n]), max_answers=cap, consensus=rule_, present=present)
+    pending: dict[str, StartTurn] = {}
+    ended: list = []
+
+    def feed(event: object) -> None:
+        for action in c.apply(event):
+            if isinstance(action, StartTurn):
+                pending[action.letter] = action
+            elif isinstance(action, CancelTurn):
+                pending.pop(action.letter)
+            else:
+                ended.append(action)
+
+    feed(Start())
+    bound = step_bound(n, cap, c.max_failed_turns)
+    for _ in range(bound):
+        if c.phase == "done":
+            break
+        if c.phase == "presenting":
+            feed(Presented("final"))
+            continue
+        turn = pending.pop(data.draw(st.sampled_from(sorted(pending))))
+        answer = turn.can_answer and (not turn.labels or data.draw(st.booleans()))
+        if answer:
+            feed(AnswerPosted(turn.letter, turn.turn_id, f"answer by {turn.letter}"))
+        elif data.draw(st.integers(0, 9)) == 0:
+            feed(VoteCast(turn.letter, turn.turn_id, "Z9"))  # occasionally invalid
+        else:
+            feed(VoteCast(turn.letter, turn.turn_id, data.draw(st.sampled_from(turn.labels))))
+    assert c.phase == "done", f"no end within {bound} steps"
+    assert isinstance(ended[-1], Finish) and not pending
+    outcome = ended[-1].outcome
+    assert outcome.failed or outcome.winner in {a.label for a in c.answers}

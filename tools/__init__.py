@@ -1,0 +1,1 @@
+"""The MCP tools Conclave publishes, one module per tool."""

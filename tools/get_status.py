@@ -1,0 +1,34 @@
+"""`get_status`: a job's state, optionally waiting for it to finish."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastmcp import Context
+from pydantic import Field
+
+from conclave.tools._deps import MAX_WAIT_S, service, result
+from conclave.tools._progress import ProgressReporter
+from conclave.views import JobView
+
+
+async def get_status(
+    job_id: Annotated[str, Field(description="The job_id that ask_team returned.")],
+    ctx: Context,
+    wait_seconds: Annotated[
+        float,
+        Field(ge=0, le=MAX_WAIT_S, description=f"Wait up to this long for the job to finish (0-{MAX_WAIT_S}); 0 returns at once."),
+    ] = 0,
+) -> JobView:
+    """Show a job: its state, each agent's answers and votes, the tally, and when done the final answer.
+
+    With `wait_seconds` it returns as soon as the job finishes, or when the time is up, sending progress
+    notifications as agents post and vote. While the job runs, call again (e.g. with wait_seconds=45);
+    when it is done, read `answer`, and use `read_workspace` for the other answers and the transcript.
+    """
+    jobs = service(ctx)
+    if wait_seconds <= 0:
+        return result(await jobs.view(job_id))
+    progress = ProgressReporter(ctx)
+    await progress.start(await jobs.view(job_id))
+    return result(await jobs.wait(job_id, wait_seconds, progress))

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 import anyio
+import anyio.to_thread
 from anyio.streams.memory import MemoryObjectSendStream
 
 from conclave import prompts, protocol
@@ -100,7 +101,9 @@ class Orchestrator:
         send, receive = anyio.create_memory_object_stream[protocol.Event](math.inf)
         try:
             for member in self.members.values():
-                member.ctx = self._context(member)
+                # SDK imports and client set-up block for seconds on first use: keep them off the loop.
+                backend = await anyio.to_thread.run_sync(self._factory, member.spec)
+                member.ctx = self._context(member, backend)
             agents = [{"letter": m.letter, "model": m.spec.model} for m in self.members.values()]
             await self._emit("started", agents=agents)
             async with anyio.create_task_group() as tg, send, receive:
@@ -241,7 +244,7 @@ class Orchestrator:
             await send.send(protocol.Deadline(f"the job reached its timeout of {self.team.coordination.timeout_s:g} s"))
 
     # Helpers -------------------------------------------------------------------------------------
-    def _context(self, member: Member) -> TurnContext:
+    def _context(self, member: Member, backend: Backend) -> TurnContext:
         spec = member.spec
         limiter = self._limiters.setdefault(spec.provider, anyio.CapacityLimiter(16))
         rules = self.team.coordination
@@ -257,7 +260,7 @@ class Orchestrator:
             raise AssertionError("work tools are bound per turn")
 
         return TurnContext(
-            spec=spec, backend=self._factory(spec), letter=member.letter, system=system, retry=self._retry,
+            spec=spec, backend=backend, letter=member.letter, system=system, retry=self._retry,
             limiter=limiter, on_usage=on_usage, on_work=no_work, max_tool_steps=rules.max_tool_steps,
         )
 

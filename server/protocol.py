@@ -276,6 +276,10 @@ class Coordination:
         self.answers.append(answer)
         self.latest[agent.letter] = answer
         self.version += 1
+        if len(self.agents) > 1 and len(self.active()) == 1:
+            # the others failed before any answer: a lone survivor's self-vote is not consensus
+            # (tests/test_protocol.py::test_lone_survivor_answer_ends_without_consensus)
+            return self._finish(self._fallback("all but one agent failed"))
         actions: list[Action] = []
         for other in self.active():
             other.vote = None  # vote invalidation: every vote is cast with the full current picture

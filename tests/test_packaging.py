@@ -22,7 +22,12 @@ ROOT = Path(__file__).resolve().parent.parent
 PYPROJECT = ROOT / "pyproject.toml"
 
 # Source folder -> the package it is installed as.
-FOLDERS = {"server": "conclave", "tools": "conclave.tools", "configs": "conclave.configs", "skills": "conclave.skills"}
+FOLDERS = {
+    "server": "conclave",
+    "tools": "conclave.tools",
+    "configs": "conclave.configs",
+    "skills": "conclave.skills",
+}
 # Folders of the repo that never belong in the wheel and may be large: not copied for the build.
 NOT_COPIED = {".git", "tests", "bench", "build", "dist", "venv", ".venv", "node_modules"}
 
@@ -163,7 +168,8 @@ def test_wheel_installs_and_runs(built: Built, tmp_path: Path) -> None:
             "import importlib.util, conclave, conclave.tools, conclave.configs, conclave.skills\n"
             "from conclave.resources import configs_dir, skills_dir\n"
             "print(conclave.__file__)\n"
-            "print((configs_dir() / 'frontier.yaml').is_file(), (skills_dir() / 'conclave' / 'SKILL.md').is_file())\n"
+            "print((configs_dir() / 'frontier.yaml').is_file(),\n"
+            "      (skills_dir() / 'conclave' / 'SKILL.md').is_file())\n"
             "print(importlib.util.find_spec('server'), importlib.util.find_spec('tools'))\n",
         ],
         cwd=tmp_path,

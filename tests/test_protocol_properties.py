@@ -79,6 +79,9 @@ class ProtocolMachine(RuleBasedStateMachine):
     def running(self) -> bool:
         return bool(self.turns.in_flight)
 
+    def can_vote(self) -> bool:
+        return bool(self.turns.in_flight) and bool(self.c.latest)
+
     def pick(self, data: st.DataObject) -> StartTurn:
         return data.draw(st.sampled_from(sorted(self.turns.in_flight.values(), key=lambda t: t.letter)))
 
@@ -100,16 +103,15 @@ class ProtocolMachine(RuleBasedStateMachine):
         if self.just_answered:
             assert text.strip() and self.c.answers[-1].content == text
 
-    @precondition(running)
+    @precondition(can_vote)
     @rule(data=st.data())
     def vote_current(self, data: st.DataObject) -> None:
         turn = self.pick(data)
-        labels = [a.label for a in self.c.latest_answers()]
-        label = data.draw(st.sampled_from(labels)) if labels else "A1"
+        label = data.draw(st.sampled_from([a.label for a in self.c.latest_answers()]))
         self.end_turn(turn, VoteCast(turn.letter, turn.turn_id, label))
         self.just_answered = False
 
-    @precondition(running)
+    @precondition(can_vote)
     @rule(data=st.data())
     def vote_from_turn_picture(self, data: st.DataObject) -> None:
         """Votes for a label the turn was shown; stale when the answers changed since it started."""

@@ -7,10 +7,9 @@ from typing import Annotated
 from fastmcp import Context
 from pydantic import Field
 
+from conclave.reading import MAX_LIMIT
 from conclave.tools._deps import result, service
 from conclave.views import WorkspacePage
-
-MAX_LIMIT = 100_000
 
 
 async def read_workspace(

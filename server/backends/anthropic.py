@@ -40,6 +40,7 @@ from conclave.errors import (
 
 PROVIDER = "anthropic"
 CACHE_MARK = {"type": "ephemeral"}
+COUNTS = ("input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
 
 
 class AnthropicBackend:
@@ -107,7 +108,8 @@ def build_params(model: str, request: Request) -> JsonObject:
         params["system"] = [{"type": "text", "text": request.system, "cache_control": CACHE_MARK}]
     if request.tools:
         tools: list[JsonObject] = [
-            {"name": t.name, "description": t.description, "input_schema": t.parameters} for t in request.tools
+            {"name": t.name, "description": t.description, "input_schema": t.parameters}
+            for t in request.tools
         ]
         tools[-1]["cache_control"] = CACHE_MARK
         params["tools"] = tools
@@ -141,7 +143,8 @@ def _blocks(message: Message) -> tuple[str, list[JsonObject]]:
             block["content"] = message.content
         return "user", [block]
     blocks: list[JsonObject] = [{"type": "text", "text": message.content}] if message.content else []
-    blocks += [{"type": "tool_use", "id": c.id, "name": c.name, "input": c.arguments} for c in message.tool_calls]
+    for call in message.tool_calls:
+        blocks.append({"type": "tool_use", "id": call.id, "name": call.name, "input": call.arguments})
     return message.role, blocks
 
 
@@ -155,9 +158,11 @@ def tool_call(call_id: str, name: str, raw: str) -> ToolCall:
     try:
         value = json.loads(raw)
     except json.JSONDecodeError as exc:
-        return ToolCall(call_id, name, {}, raw, f"arguments are not valid JSON: {exc.msg} at character {exc.pos}")
+        why = f"arguments are not valid JSON: {exc.msg} at character {exc.pos}"
+        return ToolCall(call_id, name, {}, raw, why)
     if not isinstance(value, dict):
-        return ToolCall(call_id, name, {}, raw, f"arguments must be a JSON object, not {type(value).__name__}")
+        why = f"arguments must be a JSON object, not {type(value).__name__}"
+        return ToolCall(call_id, name, {}, raw, why)
     return ToolCall(call_id, name, value, raw)
 
 
@@ -175,7 +180,9 @@ def read_message(message: Any) -> list[Event]:
                 raw = data if isinstance(data, str) else json.dumps(data)
                 events.append(tool_call(block.id, block.name, raw))
         u = message.usage
-        events.append(_usage(u.input_tokens, u.output_tokens, u.cache_read_input_tokens, u.cache_creation_input_tokens))
+        events.append(
+            _usage(u.input_tokens, u.output_tokens, u.cache_read_input_tokens, u.cache_creation_input_tokens)
+        )
         events.append(Done(str(message.stop_reason or "end_turn")))
     except (AttributeError, TypeError, KeyError, ValueError) as exc:
         raise MalformedResponse(PROVIDER, f"unreadable reply: {exc}") from exc
@@ -224,7 +231,7 @@ class _StreamFold:
         return []
 
     def _count(self, usage: Any) -> None:
-        for name in ("input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens"):
+        for name in COUNTS:
             value = getattr(usage, name, None)
             if value is not None:
                 self.counts[name] = value
@@ -254,10 +261,11 @@ def map_error(exc: Exception, api_key: str) -> ProviderError | None:
     if isinstance(exc, anthropic.APITimeoutError):
         return ProviderUnavailable(PROVIDER, "the request timed out")
     if isinstance(exc, anthropic.APIConnectionError):
-        return ProviderUnavailable(PROVIDER, f"could not connect: {_scrub(str(exc.__cause__ or exc), api_key)}")
+        cause = _scrub(str(exc.__cause__ or exc), api_key)
+        return ProviderUnavailable(PROVIDER, f"could not connect: {cause}")
     if isinstance(exc, httpx2.TimeoutException):
         return ProviderUnavailable(PROVIDER, "the stream timed out")
-    if False:
+    if isinstance(exc, httpx2.TransportError):
         return ProviderUnavailable(PROVIDER, f"the stream was cut: {_scrub(str(exc), api_key)}")
     if isinstance(exc, json.JSONDecodeError):
         return MalformedResponse(PROVIDER, f"a stream event was not JSON: {exc.msg}")
@@ -272,7 +280,8 @@ def _status_error(exc: Any, api_key: str) -> ProviderError:
         return RateLimited(PROVIDER, message, status=status, retry_after=retry_after(exc.response.headers))
     if status in (401, 403) or kind in ("authentication_error", "permission_error"):
         return AuthFailed(PROVIDER, message, status=status)
-    if status >= 500 or kind in ("api_error", "overloaded_error") or status < 400:
+    refused = 400 <= status < 500 or kind in ("invalid_request_error", "not_found_error", "request_too_large")
+    if status >= 500 or not refused:  # 5xx, overloaded_error, api_error, unknown in-stream errors
         return ProviderUnavailable(PROVIDER, message, status=status)
     return BadRequest(PROVIDER, message, status=status)
 

@@ -39,7 +39,9 @@ class OpenAIBackend:
         try:
             import openai
         except ImportError as exc:
-            raise ConfigError(f"the {self.provider} provider needs the openai package: pip install openai") from exc
+            raise ConfigError(
+                f"the {self.provider} provider needs the openai package: pip install openai"
+            ) from exc
         self._sdk = openai
         self._endpoint = endpoint
         self._client = openai.AsyncOpenAI(
@@ -83,7 +85,10 @@ class OpenAIBackend:
             params["response_format"] = {"type": "json_schema", "json_schema": schema}
         elif request.tools:
             params["tools"] = [
-                {"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.parameters}}
+                {
+                    "type": "function",
+                    "function": {"name": t.name, "description": t.description, "parameters": t.parameters},
+                }
                 for t in request.tools
             ]
             params["tool_choice"] = request.tool_choice
@@ -110,7 +115,9 @@ class OpenAIBackend:
                             calls.setdefault(part.index, _PartialCall()).add(part)
                         finish = choice.finish_reason or finish
         if finish is None:
-            raise ProviderUnavailable(self.provider, "the stream ended before the model finished (no finish_reason)")
+            raise ProviderUnavailable(
+                self.provider, "the stream ended before the model finished (no finish_reason)"
+            )
         for index in sorted(calls):
             yield calls[index].tool_call()
         yield usage or Usage()
@@ -156,7 +163,7 @@ class _PartialCall:
         self.id = self.id or part.id or ""
         if part.function is not None:
             self.name += part.function.name or ""
-            self.arguments = part.function.arguments or ""
+            self.arguments += part.function.arguments or ""
 
     def tool_call(self) -> ToolCall:
         return _tool_call(self.id, self.name, self.arguments)
@@ -213,7 +220,9 @@ def _tool_call(call_id: str | None, name: str, raw: str) -> ToolCall:
     try:
         arguments = json.loads(raw) if raw.strip() else {}
     except ValueError as exc:
-        return ToolCall(call_id, name, {}, raw, f"the arguments are not valid JSON ({exc}); send one JSON object")
+        return ToolCall(
+            call_id, name, {}, raw, f"the arguments are not valid JSON ({exc}); send one JSON object"
+        )
     if not isinstance(arguments, dict):
         kind = type(arguments).__name__
         return ToolCall(call_id, name, {}, raw, f"the arguments must be a JSON object, not a {kind}")

@@ -10,8 +10,7 @@ from __future__ import annotations
 import email.utils
 import inspect
 import time
-from collections.abc import Awaitable, Callable, Mapping
-from contextlib import aclosing
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from random import Random
@@ -39,7 +38,7 @@ class RetryPolicy:
 
     def delay(self, attempt: int, error: ProviderError, random: Random) -> float:
         """Seconds to wait after failed attempt number `attempt` (1-based)."""
-        backoff = min(self.max_delay_s, self.base_delay_s * 2 ** (attempt - 1))
+        backoff = min(self.max_delay_s, self.base_delay_s * 2.0 ** (attempt - 1))
         delay = backoff * (1 + self.jitter * random.random())
         if isinstance(error, RateLimited) and error.retry_after is not None:
             return max(error.retry_after, delay)
@@ -88,7 +87,8 @@ async def _collect(backend: Backend, request: Request, attempt: int, on_text: On
     text: list[str] = []
     calls: list[ToolCall] = []
     usage = Usage()
-    async with aclosing(backend.stream(request)) as events:
+    events = backend.stream(request)
+    try:
         async for event in events:
             if isinstance(event, TextDelta):
                 text.append(event.text)
@@ -102,6 +102,9 @@ async def _collect(backend: Backend, request: Request, attempt: int, on_text: On
                 usage = usage + event
             elif isinstance(event, Done):
                 return Completion("".join(text), tuple(calls), usage, event.stop_reason, attempt)
+    finally:
+        if isinstance(events, AsyncGenerator):  # close it now, not when it is collected
+            await events.aclose()
     raise ProviderUnavailable(backend.provider, "stream ended early (no Done event); retry the call")
 
 

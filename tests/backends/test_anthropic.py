@@ -7,10 +7,22 @@ import time
 from collections.abc import Iterator
 from email.utils import formatdate
 
+import anthropic
+import httpx2
 import pytest
 
-from conclave.backends.anthropic import AnthropicBackend, retry_after
-from conclave.backends.base import Done, Endpoint, Event, Message, Request, TextDelta, ToolCall, ToolSpec, Usage
+from conclave.backends.anthropic import AnthropicBackend, map_error, retry_after
+from conclave.backends.base import (
+    Done,
+    Endpoint,
+    Event,
+    Message,
+    Request,
+    TextDelta,
+    ToolCall,
+    ToolSpec,
+    Usage,
+)
 from conclave.errors import (
     AuthFailed,
     BadRequest,
@@ -26,7 +38,7 @@ KEY = "sk-ant-test-0123456789-secret"
 SYSTEM = "You are agent A of a council. Answer the task."
 EPHEMERAL = {"type": "ephemeral"}
 LOOKUP = ToolSpec("lookup", "Look a word up.", {"type": "object", "properties": {"q": {"type": "string"}}})
-VOTE = ToolSpec("vote", "Vote for an answer.", {"type": "object", "properties": {"label": {"type": "string"}}})
+VOTE = ToolSpec("vote", "Vote.", {"type": "object", "properties": {"label": {"type": "string"}}})
 
 
 @pytest.fixture
@@ -44,10 +56,11 @@ def ask(text: str = "What is 2+2?", **kwargs: object) -> Request:
     return Request(system=SYSTEM, messages=(Message("user", text),), **kwargs)  # type: ignore[arg-type]
 
 
-async def run(fakes: FakeProviders, stream: bool, request: Request, *, timeout_s: float = 10.0) -> list[Event]:
-    endpoint = Endpoint(
-        "anthropic", "claude-test", KEY, base_url=fakes.base_url("anthropic", "a"), timeout_s=timeout_s, stream=stream
-    )
+async def run(
+    fakes: FakeProviders, stream: bool, request: Request, *, timeout_s: float = 10.0
+) -> list[Event]:
+    url = fakes.base_url("anthropic", "a")
+    endpoint = Endpoint("anthropic", "claude-test", KEY, base_url=url, timeout_s=timeout_s, stream=stream)
     backend = AnthropicBackend(endpoint)
     try:
         return [event async for event in backend.stream(request)]
@@ -85,7 +98,8 @@ async def test_plain_text_with_cached_prefix(fakes: FakeProviders, stream: bool)
     assert sent.body["system"] == [{"type": "text", "text": SYSTEM, "cache_control": EPHEMERAL}]
     assert sent.body["messages"] == [{"role": "user", "content": [{"type": "text", "text": "What is 2+2?"}]}]
     assert sent.body["max_tokens"] == 4096 and sent.body["model"] == "claude-test"
-    unsent = ("temperature", "seed", "tools", "tool_choice", "output_config")  # API 2026-10-21 rejects temperature
+    # API 2026-10-21 rejects temperature; seed has no Anthropic equivalent
+    unsent = ("temperature", "seed", "tools", "tool_choice", "output_config")
     assert not [name for name in unsent if name in sent.body]
 
 
@@ -175,12 +189,15 @@ async def test_usage_includes_cached_tokens(fakes: FakeProviders, stream: bool) 
     assert (await run(fakes, stream, ask()))[-2] == Usage(1200, 34, 1000)
     second = await run(fakes, stream, ask())
     assert [e for e in second if isinstance(e, Usage)] == [second[-2]]  # exactly one Usage, just before Done
-    assert second[-2].input_tokens > 10 and second[-2].output_tokens == 2 and second[-2].cached_input_tokens == 0
+    derived = second[-2]
+    assert isinstance(derived, Usage) and derived.input_tokens > 10
+    assert (derived.output_tokens, derived.cached_input_tokens) == (2, 0)
 
 
 @pytest.mark.anyio
 async def test_rate_limited_carries_retry_after(fakes: FakeProviders, stream: bool) -> None:
-    exc = await fail(fakes, stream, Reply(status=429, retry_after=7, error_message="Number of requests too high"))
+    reply = Reply(status=429, retry_after=7, error_message="Number of requests too high")
+    exc = await fail(fakes, stream, reply)
     assert isinstance(exc, RateLimited) and exc.retry_after == 7.0 and exc.status == 429
     assert "Number of requests too high" in str(exc)
 
@@ -239,3 +256,19 @@ def test_retry_after_forms() -> None:
     assert retry_after({"retry-after-ms": "1500", "retry-after": "9"}) == 1.5
     assert 55 <= (retry_after({"retry-after": formatdate(time.time() + 60, usegmt=True)}) or 0) <= 60
     assert retry_after({}) is None and retry_after({"retry-after": "soon"}) is None
+
+
+@pytest.mark.parametrize(
+    ("kind", "expected"),
+    [
+        ("overloaded_error", ProviderUnavailable),
+        ("rate_limit_error", RateLimited),
+        ("invalid_request_error", BadRequest),
+    ],
+)
+def test_error_event_inside_a_200_stream(kind: str, expected: type[ProviderError]) -> None:
+    # the SDK raises a bare APIStatusError with the stream's HTTP 200 for an `event: error` mid-stream
+    response = httpx2.Response(200, request=httpx2.Request("POST", "http://fake/v1/messages"))
+    body = {"type": "error", "error": {"type": kind, "message": "Overloaded"}}
+    mapped = map_error(anthropic.APIStatusError("Overloaded", response=response, body=body), KEY)
+    assert type(mapped) is expected and "Overloaded" in str(mapped)

@@ -13,7 +13,18 @@ from collections.abc import Iterator
 import pytest
 
 from conclave.backends import create_backend
-from conclave.backends.base import Backend, Done, Endpoint, Event, Message, Request, TextDelta, ToolCall, ToolSpec, Usage
+from conclave.backends.base import (
+    Backend,
+    Done,
+    Endpoint,
+    Event,
+    Message,
+    Request,
+    TextDelta,
+    ToolCall,
+    ToolSpec,
+    Usage,
+)
 from conclave.backends.retry import RetryPolicy, complete
 from tests.fakes.script import Reply
 from tests.fakes.server import FakeProviders
@@ -23,7 +34,11 @@ KEY = "contract-key-5e1f"
 TOOL = ToolSpec(
     "read_file",
     "Read a file of the workspace.",
-    {"type": "object", "properties": {"path": {"type": "string"}, "limit": {"type": "integer"}}, "required": ["path"]},
+    {
+        "type": "object",
+        "properties": {"path": {"type": "string"}, "limit": {"type": "integer"}},
+        "required": ["path"],
+    },
 )
 REQUEST = Request(
     system="You are agent C. Answer the task, then call a tool.",
@@ -43,7 +58,9 @@ def fakes() -> Iterator[FakeProviders]:
 
 def backend_for(fakes: FakeProviders, provider: str, agent: str, *, stream: bool) -> Backend:
     url = fakes.base_url(provider, agent)
-    return create_backend(Endpoint(provider, f"{provider}-model", KEY, base_url=url, timeout_s=10, stream=stream))
+    return create_backend(
+        Endpoint(provider, f"{provider}-model", KEY, base_url=url, timeout_s=10, stream=stream)
+    )
 
 
 @pytest.mark.anyio

@@ -11,7 +11,17 @@ import httpx2
 import openai
 import pytest
 
-from conclave.backends.base import Done, Endpoint, Event, Message, Request, TextDelta, ToolCall, ToolSpec, Usage
+from conclave.backends.base import (
+    Done,
+    Endpoint,
+    Event,
+    Message,
+    Request,
+    TextDelta,
+    ToolCall,
+    ToolSpec,
+    Usage,
+)
 from conclave.backends.openai import OpenAIBackend
 from conclave.errors import (
     AuthFailed,
@@ -49,7 +59,9 @@ class Fake:
 
     def backend(self, *, timeout_s: float = 10.0) -> OpenAIBackend:
         url = self.fakes.base_url("openai", self.agent)
-        return OpenAIBackend(Endpoint("openai", "gpt-test", KEY, base_url=url, timeout_s=timeout_s, stream=self.streamed))
+        return OpenAIBackend(
+            Endpoint("openai", "gpt-test", KEY, base_url=url, timeout_s=timeout_s, stream=self.streamed)
+        )
 
     async def run(self, reply: Reply, request: Request = ASK) -> tuple[list[Event], RecordedRequest]:
         self.fakes.script.enqueue(self.agent, reply)
@@ -123,7 +135,11 @@ async def test_tool_call_with_arguments_and_tool_definitions(fake: Fake) -> None
     assert body["tools"] == [
         {
             "type": "function",
-            "function": {"name": "get_weather", "description": WEATHER.description, "parameters": WEATHER.parameters},
+            "function": {
+                "name": "get_weather",
+                "description": WEATHER.description,
+                "parameters": WEATHER.parameters,
+            },
         }
     ]
     assert body["tool_choice"] == "required"
@@ -159,8 +175,16 @@ async def test_history_with_tool_results_uses_tool_calls_and_tool_role(fake: Fak
             "role": "assistant",
             "content": "Checking.",
             "tool_calls": [
-                {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}},
-                {"id": "call_2", "type": "function", "function": {"name": "get_weather", "arguments": "{city: Oslo"}},
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+                },
+                {
+                    "id": "call_2",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": "{city: Oslo"},
+                },
             ],
         },
         {"role": "tool", "tool_call_id": "call_1", "content": "18C and sunny"},
@@ -170,7 +194,9 @@ async def test_history_with_tool_results_uses_tool_calls_and_tool_role(fake: Fak
 
 @pytest.mark.anyio
 async def test_malformed_arguments_become_a_tool_call_error(fake: Fake) -> None:
-    reply = Reply(tool_calls=[("get_weather", '{"city": "Par'), ("get_weather", "[1, 2]"), ("get_weather", "")])
+    reply = Reply(
+        tool_calls=[("get_weather", '{"city": "Par'), ("get_weather", "[1, 2]"), ("get_weather", "")]
+    )
     events, _ = await fake.run(reply)
 
     truncated, listed, empty = calls_of(events)
@@ -189,7 +215,10 @@ async def test_json_mode_sends_the_schema_as_response_format(fake: Fake) -> None
     events, recorded = await fake.run(Reply(text='{"vote": "B1"}'), request)
 
     assert json.loads(text_of(events)) == {"vote": "B1"}
-    assert recorded.body["response_format"] == {"type": "json_schema", "json_schema": {"name": "response", "schema": schema}}
+    assert recorded.body["response_format"] == {
+        "type": "json_schema",
+        "json_schema": {"name": "response", "schema": schema},
+    }
     assert "tools" not in recorded.body and "tool_choice" not in recorded.body
 
 
@@ -275,7 +304,9 @@ async def test_stream_closed_cleanly_before_finish_is_unavailable() -> None:
 
     backend = OpenAIBackend(Endpoint("openai", "m", KEY, base_url="http://proxy.invalid/v1"))
     http_client = httpx2.AsyncClient(transport=httpx2.MockTransport(handler))
-    backend._client = openai.AsyncOpenAI(api_key=KEY, base_url="http://proxy.invalid/v1", http_client=http_client)
+    backend._client = openai.AsyncOpenAI(
+        api_key=KEY, base_url="http://proxy.invalid/v1", http_client=http_client
+    )
     events: list[Event] = []
     with pytest.raises(ProviderUnavailable, match="no finish_reason"):
         async for event in backend.stream(ASK):

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
+from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
-from datetime import datetime, timedelta, timezone
 from random import Random
 from typing import ClassVar
 
@@ -70,7 +70,9 @@ class Sleeps:
 @pytest.mark.anyio
 async def test_a_clean_stream_folds_into_a_completion() -> None:
     call = ToolCall("c1", "vote", {"answer": "A1"})
-    backend = ScriptedBackend([TextDelta("I "), TextDelta("vote."), call, Usage(100, 20, 60), Done("tool_calls")])
+    backend = ScriptedBackend(
+        [TextDelta("I "), TextDelta("vote."), call, Usage(100, 20, 60), Done("tool_calls")]
+    )
     sleeps = Sleeps()
 
     result = await complete(backend, REQUEST, RetryPolicy(), sleep=sleeps)
@@ -151,7 +153,11 @@ async def test_client_errors_are_not_retried(error: ProviderError) -> None:
 
 @pytest.mark.anyio
 async def test_a_retry_discards_the_partial_output_of_the_failed_attempt() -> None:
-    partial = [TextDelta("half of a"), ToolCall("c0", "vote", {"answer": "A1"}), MalformedResponse("scripted", "?")]
+    partial: list[Event | ProviderError] = [
+        TextDelta("half of a"),
+        ToolCall("c0", "vote", {"answer": "A1"}),
+        MalformedResponse("scripted", "?"),
+    ]
     backend = ScriptedBackend(partial, [TextDelta("whole answer"), Usage(5, 1, 0), Done("stop")])
     seen: list[str] = []
 
@@ -200,7 +206,7 @@ def test_a_policy_needs_at_least_one_attempt() -> None:
 
 
 def test_retry_after_headers_parse_as_seconds() -> None:
-    later = datetime.now(timezone.utc) + timedelta(seconds=90)
+    later = datetime.now(UTC) + timedelta(seconds=90)
 
     assert parse_retry_after({"retry-after": "2.5"}) == 2.5
     assert parse_retry_after({"retry-after-ms": "1500", "retry-after": "9"}) == 1.5

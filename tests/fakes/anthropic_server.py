@@ -74,7 +74,8 @@ def error_response(reply: Reply) -> Response:
     headers = {"request-id": _id("req")}
     if reply.retry_after is not None:
         headers["retry-after"] = f"{reply.retry_after:g}"
-    body = {"type": "error", "error": {"type": kind, "message": reply.error_message}, "request_id": headers["request-id"]}
+    error = {"type": kind, "message": reply.error_message}
+    body = {"type": "error", "error": error, "request_id": headers["request-id"]}
     return JSONResponse(body, status_code=reply.status, headers=headers)
 
 
@@ -127,13 +128,15 @@ async def _events(message: dict[str, Any], *, cut: bool) -> AsyncIterator[bytes]
         else:
             opening = {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}
             kind, key, payload = "input_json_delta", "partial_json", _arguments_text(block["input"])
-        yield _sse("content_block_start", {"type": "content_block_start", "index": index, "content_block": opening})
+        start = {"type": "content_block_start", "index": index, "content_block": opening}
+        yield _sse("content_block_start", start)
         for i in range(0, len(payload), CHUNK):
             delta = {"type": kind, key: payload[i : i + CHUNK]}
             yield _sse("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta})
         yield _sse("content_block_stop", {"type": "content_block_stop", "index": index})
     delta = {"stop_reason": message["stop_reason"], "stop_sequence": None}
-    yield _sse("message_delta", {"type": "message_delta", "delta": delta, "usage": {"output_tokens": usage["output_tokens"]}})
+    final = {"output_tokens": usage["output_tokens"]}  # cumulative, as the real API sends it
+    yield _sse("message_delta", {"type": "message_delta", "delta": delta, "usage": final})
     yield _sse("message_stop", {"type": "message_stop"})
 
 

@@ -56,7 +56,9 @@ def routes(script: Script) -> list[Route]:
             return error_response(reply)
         if reply.garbage:
             return garbage_response(recorded.streamed)
-        calls = [(f"call_{uuid.uuid4().hex[:24]}", name, arguments_text(args)) for name, args in reply.tool_calls]
+        calls = [
+            (f"call_{uuid.uuid4().hex[:24]}", name, arguments_text(args)) for name, args in reply.tool_calls
+        ]
         output = reply.text + "".join(args for _, _, args in calls)
         usage = usage_json(usage_for(reply, recorded, output))
         model = str(body.get("model", "gpt-fake"))
@@ -102,13 +104,23 @@ def envelope(model: str, obj: str) -> dict[str, Any]:
 def completion_json(
     model: str, text: str, calls: list[tuple[str, str, str]], usage: dict[str, Any]
 ) -> dict[str, Any]:
-    message: dict[str, Any] = {"role": "assistant", "content": text or None, "refusal": None, "annotations": []}
+    message: dict[str, Any] = {
+        "role": "assistant",
+        "content": text or None,
+        "refusal": None,
+        "annotations": [],
+    }
     if calls:
         message["tool_calls"] = [
             {"id": call_id, "type": "function", "function": {"name": name, "arguments": args}}
             for call_id, name, args in calls
         ]
-    choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": "tool_calls" if calls else "stop"}
+    choice = {
+        "index": 0,
+        "message": message,
+        "logprobs": None,
+        "finish_reason": "tool_calls" if calls else "stop",
+    }
     return {**envelope(model, "chat.completion"), "choices": [choice], "usage": usage}
 
 
@@ -124,9 +136,16 @@ def stream_chunks(
         return {**head, "choices": [choice], **with_usage}
 
     chunks = [chunk({"role": "assistant", "content": "", "refusal": None})]
-    chunks += [chunk({"content": piece}) for piece in re.findall(r"\s*\S+\s*", text) or ([text] if text else [])]
+    chunks += [
+        chunk({"content": piece}) for piece in re.findall(r"\s*\S+\s*", text) or ([text] if text else [])
+    ]
     for index, (call_id, name, args) in enumerate(calls):
-        start = {"index": index, "id": call_id, "type": "function", "function": {"name": name, "arguments": ""}}
+        start = {
+            "index": index,
+            "id": call_id,
+            "type": "function",
+            "function": {"name": name, "arguments": ""},
+        }
         chunks.append(chunk({"tool_calls": [start]}))
         middle = len(args) // 2
         for piece in (args[:middle], args[middle:]):

@@ -47,7 +47,8 @@ class FakeProviders:
         self.script = script or Script()
         self.port = free_port()
         config = uvicorn.Config(
-            build_app(self.script), host="127.0.0.1", port=self.port, log_level="warning", lifespan="off"
+            build_app(self.script), host="127.0.0.1", port=self.port, log_level="warning", lifespan="off",
+            timeout_graceful_shutdown=1,  # scripted delays of tens of seconds must not hold up a test's end
         )
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, name="fake-providers", daemon=True)

@@ -224,6 +224,14 @@ def test_majority_stops_early_and_cancels_turns_in_flight() -> None:
     assert present.outcome.consensus and present.outcome.winner == "C1"
 
 
+def test_majority_needs_more_than_half() -> None:
+    job = Job(4, consensus="majority")
+    first_answers(job, "ABCD")
+    job.vote("A", "B1")
+    assert ends(job.vote("B", "B1")) is None  # 2 of 4 is half, not more
+    assert ends(job.vote("C", "B1")).outcome.winner == "B1"
+
+
 def test_majority_with_every_vote_split_has_no_consensus() -> None:
     job = Job(3, consensus="majority", present=False)
     first_answers(job, "ABC")

@@ -23,15 +23,14 @@ Wire facts this module relies on (google-genai 3.4, Gemini Developer API):
 
 from __future__ import annotations
 
-import email.utils
 import itertools
 import json
 import re
-import time
 from collections.abc import AsyncIterator
 from typing import Any, ClassVar
 
 from conclave.backends.base import Done, Endpoint, Event, Message, Request, TextDelta, ToolCall, Usage
+from conclave.backends.retry import parse_retry_after
 from conclave.errors import (
     AuthFailed,
     BadRequest,
@@ -111,52 +110,58 @@ class GeminiBackend:
             config.response_mime_type = "application/json"
             config.response_json_schema = request.response_schema
         elif request.tools:
-            declarations = [
-                types.FunctionDeclaration(name=t.name, description=t.description, parameters_json_schema=t.parameters)
-                for t in request.tools
+            declarations = [  # raw JSON schema: `parameters` would want the SDK's OpenAPI Schema
+                types.FunctionDeclaration(
+                    name=tool.name, description=tool.description, parameters_json_schema=tool.parameters
+                )
+                for tool in request.tools
             ]
             config.tools = [types.Tool(function_declarations=declarations)]
-            modes = types.FunctionCallingConfigMode
-            mode = modes.ANY if request.tool_choice == "required" else modes.AUTO
-            config.tool_config = types.ToolConfig(function_calling_config=types.FunctionCallingConfig(mode=mode))
+            mode = "ANY" if request.tool_choice == "required" else "AUTO"
+            calling = types.FunctionCallingConfig(mode=types.FunctionCallingConfigMode(mode))
+            config.tool_config = types.ToolConfig(function_calling_config=calling)
         return config
 
     def _contents(self, messages: tuple[Message, ...]) -> list[Any]:
         """Our history as Gemini turns: `model` turns with function_call parts, results as user turns."""
-        types = self._types
         calls = {c.id: c for m in messages for c in m.tool_calls}
         turns: list[tuple[str, list[Any]]] = []
         for message in messages:
-            parts: list[Any] = [types.Part(text=message.content)] if message.content else []
+            text = [self._types.Part(text=message.content)] if message.content else []
             if message.role == "assistant":
-                for index, call in enumerate(message.tool_calls):
-                    if call.error is not None:  # never a valid call: replay what the model wrote
-                        quoted = call.raw_arguments or "arguments that were not a JSON object"
-                        parts.append(types.Part(text=f"[malformed call to {call.name or 'a tool'}: {quoted}]"))
-                        continue
-                    fallback = SKIP_SIGNATURE if index == 0 else None
-                    function_call = types.FunctionCall(id=_own_id(call.id), name=call.name, args=call.arguments)
-                    signature = self._signatures.get(call.id, fallback)
-                    parts.append(types.Part(function_call=function_call, thought_signature=signature))
-                role = "model"
+                role, parts = "model", text + self._call_parts(message.tool_calls)
             elif message.role == "tool":
-                call = calls.get(message.tool_call_id or "")
-                name = message.tool_name or (call.name if call else None)
-                if name and not (call and call.error is not None):
-                    response = types.FunctionResponse(
-                        id=_own_id(message.tool_call_id), name=name, response={"output": message.content}
-                    )
-                    parts = [types.Part(function_response=response)]
-                else:
-                    parts = [types.Part(text=f"[result of {message.tool_call_id}]: {message.content}")]
-                role = "user"
+                role, parts = "user", [self._result_part(message, calls.get(message.tool_call_id or ""))]
             else:
-                role = "user"
+                role, parts = "user", text
             if turns and turns[-1][0] == role:  # parallel results go back in one turn
                 turns[-1][1].extend(parts)
             else:
                 turns.append((role, parts))
-        return [types.Content(role=role, parts=parts or [types.Part(text="")]) for role, parts in turns]
+        empty = self._types.Part(text="")
+        return [self._types.Content(role=role, parts=parts or [empty]) for role, parts in turns]
+
+    def _call_parts(self, tool_calls: tuple[ToolCall, ...]) -> list[Any]:
+        types, parts, first = self._types, [], True
+        for call in tool_calls:
+            if call.error is not None:  # never a valid call: say what the model wrote
+                quoted = call.raw_arguments or "arguments that were not a JSON object"
+                parts.append(types.Part(text=f"[malformed call to {call.name or 'a tool'}: {quoted}]"))
+                continue
+            # Gemini signs the first call of a turn; unknown calls get the documented bypass
+            signature = self._signatures.get(call.id, SKIP_SIGNATURE if first else None)
+            function_call = types.FunctionCall(id=_own_id(call.id), name=call.name, args=call.arguments)
+            parts.append(types.Part(function_call=function_call, thought_signature=signature))
+            first = False
+        return parts
+
+    def _result_part(self, message: Message, call: ToolCall | None) -> Any:
+        name = message.tool_name or (call.name if call else None)
+        if not name or (call is not None and call.error is not None):
+            return self._types.Part(text=f"[result of {message.tool_call_id}]: {message.content}")
+        output = {"output": message.content}  # the key the API documents for a function's result
+        result = self._types.FunctionResponse(id=_own_id(message.tool_call_id), name=name, response=output)
+        return self._types.Part(function_response=result)
 
     def _map_error(self, exc: Exception) -> ProviderError | None:
         """The one translation of SDK and transport exceptions into ours; None for bugs."""
@@ -177,7 +182,8 @@ class GeminiBackend:
         if isinstance(exc, httpx2.TimeoutException):
             return ProviderUnavailable(name, f"no answer within {self._endpoint.timeout_s:g}s")
         if isinstance(exc, httpx2.TransportError):
-            return ProviderUnavailable(name, f"connection failed: {self._scrub(str(exc)) or type(exc).__name__}")
+            reason = self._scrub(str(exc)) or type(exc).__name__
+            return ProviderUnavailable(name, f"connection failed: {reason}")
         if isinstance(exc, (json.JSONDecodeError, errors.UnknownApiResponseError, pydantic.ValidationError)):
             return MalformedResponse(name, f"unreadable response: {self._scrub(str(exc))[:200]}")
         return None
@@ -242,7 +248,8 @@ class _Turn:
         elif self.calls and self.finish_reason == "STOP":
             stop = "tool_calls"
         else:
-            stop = _STOP_REASONS.get(self.finish_reason or "STOP", (self.finish_reason or "stop").lower())
+            reason = self.finish_reason or "STOP"
+            stop = _STOP_REASONS.get(reason, reason.lower())
         events.append(Done(stop))
         return events
 
@@ -252,7 +259,8 @@ class _Turn:
         call_id = call.id or f"call_{next(self._backend._ids)}"
         self._backend._signatures[call_id] = part.thought_signature
         arguments = dict(call.args or {})
-        return ToolCall(id=call_id, name=call.name or "", arguments=arguments, raw_arguments=json.dumps(arguments))
+        raw = json.dumps(arguments)
+        return ToolCall(id=call_id, name=call.name or "", arguments=arguments, raw_arguments=raw)
 
     def _malformed(self) -> ToolCall:
         self.calls += 1
@@ -282,22 +290,16 @@ def _error_details(exc: Any) -> list[dict[str, Any]]:
 
 
 def _retry_after(exc: Any) -> float | None:
-    """Seconds to wait: the Retry-After header (seconds or HTTP date), else RetryInfo's retryDelay."""
+    """Seconds to wait: a Retry-After header (a proxy's), else the body's RetryInfo `retryDelay`."""
     headers = getattr(getattr(exc, "response", None), "headers", None) or {}
-    value = next((v for k, v in headers.items() if k.lower() == "retry-after"), None)
-    if value is not None:
-        try:
-            return max(0.0, float(value))
-        except ValueError:
-            try:
-                return max(0.0, email.utils.parsedate_to_datetime(value).timestamp() - time.time())
-            except (TypeError, ValueError):
-                pass
+    seconds = parse_retry_after({k.lower(): v for k, v in headers.items()})
+    if seconds is not None:
+        return seconds
     for detail in _error_details(exc):
-        delay = detail.get("retryDelay")
+        delay = detail.get("retryDelay")  # a google.protobuf.Duration: "3s", "0.5s"
         if detail.get("@type", "").endswith("google.rpc.RetryInfo") and isinstance(delay, str):
             try:
-                return max(0.0, float(delay.rstrip("s")))
+                return max(0.0, float(delay.removesuffix("s")))
             except ValueError:
                 return None
     return None

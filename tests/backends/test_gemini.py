@@ -13,7 +13,17 @@ import pytest
 from google.genai import errors as genai_errors
 from google.genai import types
 
-from conclave.backends.base import Done, Endpoint, Event, Message, Request, TextDelta, ToolCall, ToolSpec, Usage
+from conclave.backends.base import (
+    Done,
+    Endpoint,
+    Event,
+    Message,
+    Request,
+    TextDelta,
+    ToolCall,
+    ToolSpec,
+    Usage,
+)
 from conclave.backends.gemini import SKIP_SIGNATURE, GeminiBackend, _retry_after, _Turn
 from conclave.errors import (
     AuthFailed,
@@ -29,8 +39,9 @@ from tests.fakes.server import FakeProviders
 KEY = "AIzaSy-test-0123456789-secret"
 MODEL = "gemini-test"
 SYSTEM = "You are agent A of a council. Answer the task."
-LOOKUP = ToolSpec("lookup", "Look a word up.", {"type": "object", "properties": {"q": {"type": "string"}}})
-VOTE = ToolSpec("vote", "Vote for an answer.", {"type": "object", "properties": {"label": {"type": "string"}}})
+STRING = {"type": "string"}
+LOOKUP = ToolSpec("lookup", "Look a word up.", {"type": "object", "properties": {"q": STRING}})
+VOTE = ToolSpec("vote", "Vote for an answer.", {"type": "object", "properties": {"label": STRING}})
 
 
 @pytest.fixture
@@ -53,7 +64,7 @@ def ask(text: str = "What is 2+2?", **kwargs: Any) -> Request:
     return Request(system=SYSTEM, messages=(Message("user", text),), **kwargs)
 
 
-async def run(fakes: FakeProviders, stream: bool, request: Request, *, timeout_s: float = 10.0) -> list[Event]:
+async def run(fakes: FakeProviders, stream: bool, request: Request, *, timeout_s: float = 10) -> list[Event]:
     backend = backend_for(fakes, stream, timeout_s=timeout_s)
     try:
         return [event async for event in backend.stream(request)]
@@ -126,7 +137,8 @@ async def test_two_tool_calls_required(fakes: FakeProviders, stream: bool) -> No
     fakes.script.enqueue("a", Reply(tool_calls=[("lookup", {"q": "a"}), ("vote", {"label": "B"})]))
     events = await run(fakes, stream, ask(tools=(LOOKUP, VOTE), tool_choice="required"))
     first, second = calls_of(events)
-    assert (first.name, first.arguments, second.name, second.arguments) == ("lookup", {"q": "a"}, "vote", {"label": "B"})
+    assert (first.name, first.arguments) == ("lookup", {"q": "a"})
+    assert (second.name, second.arguments) == ("vote", {"label": "B"})
     assert first.id != second.id
     assert fakes.script.requests[0].body["toolConfig"]["functionCallingConfig"]["mode"] == "ANY"
 
@@ -171,17 +183,18 @@ async def test_foreign_history_gets_skip_signature(fakes: FakeProviders, stream:
     bad = ToolCall("call_9", "vote", {}, raw_arguments="{label: A", error="not JSON")
     history = (
         Message("user", "go"),
-        Message("assistant", "thinking", tool_calls=(call, bad)),
-        Message("tool", "found", tool_call_id="toolu_01"),
+        Message("assistant", "thinking", tool_calls=(bad, call)),
         Message("tool", "fix your JSON", tool_call_id="call_9"),
+        Message("tool", "found", tool_call_id="toolu_01"),
     )
     await run(fakes, stream, Request(SYSTEM, history, tools=(LOOKUP, VOTE)))
     model, results = fakes.script.requests[0].body["contents"][1:]
-    assert model["parts"][1]["functionCall"] == {"id": "toolu_01", "name": "lookup", "args": {"q": "x"}}
-    assert field(model["parts"][1], "thoughtSignature") == b64(SKIP_SIGNATURE)
-    assert model["parts"][2] == {"text": "[malformed call to vote: {label: A]"}
-    assert results["parts"][0]["functionResponse"] == {"id": "toolu_01", "name": "lookup", "response": {"output": "found"}}
-    assert results["parts"][1] == {"text": "[result of call_9]: fix your JSON"}
+    assert model["parts"][:2] == [{"text": "thinking"}, {"text": "[malformed call to vote: {label: A]"}]
+    assert model["parts"][2]["functionCall"] == {"id": "toolu_01", "name": "lookup", "args": {"q": "x"}}
+    assert field(model["parts"][2], "thoughtSignature") == b64(SKIP_SIGNATURE)  # first real call of the turn
+    assert results["parts"][0] == {"text": "[result of call_9]: fix your JSON"}
+    found = {"id": "toolu_01", "name": "lookup", "response": {"output": "found"}}
+    assert results["parts"][1]["functionResponse"] == found
 
 
 @pytest.mark.anyio
@@ -220,7 +233,8 @@ async def test_usage_includes_cached_tokens(fakes: FakeProviders, stream: bool) 
 
 @pytest.mark.anyio
 async def test_rate_limited_with_retry_after(fakes: FakeProviders, stream: bool) -> None:
-    error = await fail(fakes, stream, Reply(status=429, retry_after=3, error_message="Quota exceeded for model"))
+    reply = Reply(status=429, retry_after=3, error_message="Quota exceeded for model")
+    error = await fail(fakes, stream, reply)
     assert isinstance(error, RateLimited) and error.retry_after == 3.0
     assert "Quota exceeded for model" in str(error)
     assert len(fakes.script.requests) == 1  # the SDK did not retry on its own
@@ -235,7 +249,8 @@ async def test_server_error_is_unavailable_and_not_retried(fakes: FakeProviders,
 
 @pytest.mark.anyio
 async def test_bad_request_carries_provider_message(fakes: FakeProviders, stream: bool) -> None:
-    error = await fail(fakes, stream, Reply(status=400, error_message="* GenerateContentRequest.contents: empty"))
+    reply = Reply(status=400, error_message="* GenerateContentRequest.contents: empty")
+    error = await fail(fakes, stream, reply)
     assert type(error) is BadRequest and error.status == 400 and not error.retryable
     assert "GenerateContentRequest.contents: empty" in str(error)
 
@@ -269,14 +284,14 @@ async def test_timeout_is_unavailable(fakes: FakeProviders, stream: bool) -> Non
     assert time.monotonic() - started < 1.2
 
 
-def make_error(code: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> genai_errors.APIError:
+def make_error(code: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> Exception:
     response = type("Response", (), {"headers": headers or {}})()
     return genai_errors.ClientError(code, body, response)  # type: ignore[arg-type]
 
 
 def test_retry_after_from_retry_info_and_http_date() -> None:
     retry_info = {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "12.5s"}
-    body = {"error": {"code": 429, "message": "slow down", "status": "RESOURCE_EXHAUSTED", "details": [retry_info]}}
+    body = {"error": {"code": 429, "message": "slow", "details": [retry_info]}}
     assert _retry_after(make_error(429, body)) == 12.5
     assert _retry_after(make_error(429, body, {"retry-after": "4"})) == 4.0  # the header wins
     in_ten = formatdate(time.time() + 10, usegmt=True)
@@ -285,8 +300,8 @@ def test_retry_after_from_retry_info_and_http_date() -> None:
 
 
 def test_invalid_key_400_is_auth_failed() -> None:
-    info = {"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "API_KEY_INVALID", "domain": "googleapis.com"}
-    body = {"error": {"code": 400, "message": "API key not valid.", "status": "INVALID_ARGUMENT", "details": [info]}}
+    info = {"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "API_KEY_INVALID"}
+    body = {"error": {"code": 400, "message": "API key not valid.", "details": [info]}}
     backend = GeminiBackend(Endpoint("gemini", MODEL, KEY, base_url="http://127.0.0.1:9"))
     error = backend._map_error(make_error(400, body))
     assert type(error) is AuthFailed and "API key not valid." in str(error)

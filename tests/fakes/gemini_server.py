@@ -39,6 +39,7 @@ STATUS_NAMES = {
     504: "DEADLINE_EXCEEDED",
 }
 MODEL_VERSION = "gemini-fake-001"
+SSE = "text/event-stream"
 
 
 class CutStream(Exception):
@@ -72,26 +73,29 @@ def routes(script: Script) -> list[Route]:
             return _error(reply.status, reply.error_message, reply.retry_after)
         if reply.garbage:
             if streamed:
-                return StreamingResponse(_aiter([b"data: <html>Bad Gateway</html>\n\n"]), media_type="text/event-stream")
+                return StreamingResponse(_aiter([b"data: <html>Bad Gateway</html>\n\n"]), media_type=SSE)
             return Response("<html><body>Bad Gateway</body></html>", media_type="text/html")
         chunks = _response_chunks(reply, recorded, streamed)
         if streamed:
             events = [b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks]
-            return StreamingResponse(_aiter(events, cut=reply.cut_stream), media_type="text/event-stream")
+            return StreamingResponse(_aiter(events, cut=reply.cut_stream), media_type=SSE)
         payload = json.dumps(chunks[0], indent=2).encode()
         if reply.cut_stream:  # half a body, then the connection drops
-            return StreamingResponse(_aiter([payload[: len(payload) // 2]], cut=True), media_type="application/json")
+            half = payload[: len(payload) // 2]
+            return StreamingResponse(_aiter([half], cut=True), media_type="application/json")
         return Response(payload, media_type="application/json")
 
     return [Route("/gemini/{agent}/{version}/models/{model_method}", generate, methods=["POST"])]
 
 
 def _error(status: int, message: str, retry_after: float | None = None) -> JSONResponse:
-    error: dict[str, Any] = {"code": status, "message": message, "status": STATUS_NAMES.get(status, "UNKNOWN")}
+    name = STATUS_NAMES.get(status, "UNKNOWN")
+    error: dict[str, Any] = {"code": status, "message": message, "status": name}
     headers = {}
     if retry_after is not None:
         headers["Retry-After"] = f"{retry_after:g}"
-        error["details"] = [{"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": f"{retry_after:g}s"}]
+        retry_info = {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": f"{retry_after:g}s"}
+        error["details"] = [retry_info]
     return JSONResponse({"error": error}, status_code=status, headers=headers)
 
 
@@ -120,12 +124,17 @@ def _response_chunks(reply: Reply, request: RecordedRequest, streamed: bool) -> 
             break
         calls.append({"functionCall": {"name": name, "args": args}})
     if calls:  # the model's reasoning state, to be sent back with the call in the next turn
-        calls[0]["thoughtSignature"] = base64.b64encode(f"sig-{calls[0]['functionCall']['name']}".encode()).decode()
+        signature = f"sig-{calls[0]['functionCall']['name']}".encode()
+        calls[0]["thoughtSignature"] = base64.b64encode(signature).decode()
 
     pieces = _split(reply.text) if streamed else [reply.text]
     output_text = reply.text + "".join(json.dumps(c) for c in calls)
     prompt, output, cached = usage_for(reply, request, output_text)
-    usage: dict[str, Any] = {"promptTokenCount": prompt, "candidatesTokenCount": output, "totalTokenCount": prompt + output}
+    usage: dict[str, Any] = {
+        "promptTokenCount": prompt,
+        "candidatesTokenCount": output,
+        "totalTokenCount": prompt + output,
+    }
     if cached:
         usage["cachedContentTokenCount"] = cached
         usage["cacheTokensDetails"] = [{"modality": "TEXT", "tokenCount": cached}]

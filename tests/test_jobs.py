@@ -1,0 +1,200 @@
+"""The job service and its store: background runs, the queue, cancellation, recovery, paging."""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import pytest
+
+from conclave.backends.retry import RetryPolicy
+from conclave.errors import InputError, JobNotFound, MissingApiKey, TeamNotFound
+from conclave.jobs import JobService
+from conclave.settings import Settings
+from conclave.store import Store
+from conclave.views import JobView
+from tests.fakes.server import FakeProviders
+from tests.fakes.team import KEY_ENV, TRIO, install, voter, write_team
+
+pytestmark = pytest.mark.anyio
+ENV = {KEY_ENV: "test-key-0123456789"}
+FAST = RetryPolicy(max_attempts=2, base_delay_s=0.01, max_delay_s=0.02)
+
+
+@pytest.fixture
+def fakes() -> Iterator[FakeProviders]:
+    with FakeProviders() as running:
+        yield running
+
+
+def settings(tmp_path: Path, **overrides: object) -> Settings:
+    return Settings(home=tmp_path / "state", heartbeat_s=0.2, **overrides)  # type: ignore[arg-type]
+
+
+def team_file(tmp_path: Path, fakes: FakeProviders, delay: float = 0.0, **options: object) -> str:
+    install(fakes.script, TRIO, voter(delay=delay))
+    return str(write_team(tmp_path / "team.yaml", fakes, TRIO, **options))
+
+
+async def finish(service: JobService, job_id: str) -> JobView:
+    view = await service.view(job_id)
+    with anyio.fail_after(60):
+        while not view.done:
+            view = await service.wait(job_id, 5)
+    return view
+
+
+async def test_a_job_runs_in_the_background_and_is_stored(tmp_path: Path, fakes: FakeProviders) -> None:
+    team = team_file(tmp_path, fakes)
+    seen: list[JobView] = []
+
+    async def on_progress(view: JobView) -> None:
+        seen.append(view)
+
+    async with JobService.open(settings(tmp_path), environ=ENV, retry=FAST) as service:
+        queued = await service.submit("What is 6 times 7?", team)
+        assert queued.state in ("queued", "running") and queued.job_id.startswith("cj-")
+        view = await service.wait(queued.job_id, 50, on_progress)
+        assert view.state == "completed" and view.consensus and view.winner
+        assert view.answer and view.answer.startswith("FINAL")
+        assert sum(view.tally.values()) == 3 and view.usage.input_tokens > 0
+        assert [agent.model for agent in view.agents] == sorted(a.model for a in view.agents) or len(view.agents) == 3
+        assert seen and any("posted" in v.phase for v in seen) and seen[-1].done
+        listing = await service.read(view.job_id, "", None, 0, 1000)
+        assert "transcript" in listing.entries and "final" in listing.entries
+        assert any(entry.startswith("answers/") for entry in listing.entries)
+    db = sqlite3.connect(tmp_path / "state" / "conclave.db")
+    assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert db.execute("SELECT COUNT(*) FROM answers").fetchone()[0] == 3
+    assert db.execute("SELECT COUNT(*) FROM votes WHERE valid = 1").fetchone()[0] >= 3
+    assert db.execute("SELECT SUM(calls) FROM usage").fetchone()[0] == len(fakes.script.requests)
+
+
+async def test_jobs_beyond_the_limit_wait_in_the_queue(tmp_path: Path, fakes: FakeProviders) -> None:
+    team = team_file(tmp_path, fakes, delay=0.3)
+    async with JobService.open(settings(tmp_path, max_jobs=1), environ=ENV, retry=FAST) as service:
+        first = await service.submit("task one", team)
+        second = await service.submit("task two", team)
+        await anyio.sleep(0.5)
+        assert (await service.view(first.job_id)).state == "running"
+        assert (await service.view(second.job_id)).state == "queued"
+        assert (await finish(service, first.job_id)).state == "completed"
+        assert (await finish(service, second.job_id)).state == "completed"
+
+
+async def test_cancel_stops_a_running_job_and_keeps_its_answers(tmp_path: Path, fakes: FakeProviders) -> None:
+    install(fakes.script, TRIO[:2], voter())
+    fakes.script.set_default("cy", voter(delay=30))
+    team = str(write_team(tmp_path / "team.yaml", fakes, TRIO))
+    async with JobService.open(settings(tmp_path), environ=ENV, retry=FAST) as service:
+        job = await service.submit("task", team)
+        with anyio.fail_after(20):
+            while len((await service.read(job.job_id, "", None, 0, 1000)).entries or []) < 3:
+                await anyio.sleep(0.1)
+        view = await service.cancel(job.job_id)
+        assert view.state == "cancelled" and "cancel" in view.next
+        answers = (await service.read(job.job_id, "", None, 0, 1000)).entries or []
+        assert any(entry.startswith("answers/") for entry in answers)
+        assert (await service.cancel(job.job_id)).state == "cancelled"  # idempotent
+
+
+async def test_cancel_reaches_a_job_run_by_another_server(tmp_path: Path, fakes: FakeProviders) -> None:
+    team = team_file(tmp_path, fakes, delay=30)
+    async with (
+        JobService.open(settings(tmp_path), environ=ENV, retry=FAST) as owner,
+        JobService.open(settings(tmp_path), environ=ENV, retry=FAST) as other,
+    ):
+        job = await owner.submit("task", team)
+        await anyio.sleep(0.3)
+        with anyio.fail_after(15):
+            view = await other.cancel(job.job_id)
+        assert view.state == "cancelled"
+
+
+async def test_stopping_the_server_interrupts_its_jobs(tmp_path: Path, fakes: FakeProviders) -> None:
+    team = team_file(tmp_path, fakes, delay=30)
+    async with JobService.open(settings(tmp_path), environ=ENV, retry=FAST) as service:
+        job = await service.submit("task", team)
+        await anyio.sleep(0.3)
+    async with JobService.open(settings(tmp_path), environ=ENV) as service:
+        view = await service.view(job.job_id)
+        assert view.state == "interrupted" and "ask_team again" in view.next
+
+
+def dead_pid() -> int:
+    process = subprocess.Popen([sys.executable, "-c", "pass"])
+    process.wait()
+    return process.pid
+
+
+async def test_start_up_marks_only_jobs_of_dead_owners_interrupted(tmp_path: Path) -> None:
+    config = settings(tmp_path)
+    store = Store(config.db_path)
+    store.create_job("cj-00000000dead", "t", "team", "{}", dead_pid(), "gone")
+    store.create_job("cj-0000000a11fe", "t", "team", "{}", 1, "init-is-alive")  # pid 1: alive, fresh heartbeat
+    store.close()
+    async with JobService.open(config, environ=ENV) as service:
+        assert (await service.view("cj-00000000dead")).state == "interrupted"
+        assert (await service.view("cj-0000000a11fe")).state == "queued"
+
+
+async def test_a_stale_heartbeat_counts_as_a_dead_owner(tmp_path: Path) -> None:
+    config = settings(tmp_path, stale_after_s=0.5)
+    clock = iter([0.0] * 3)
+    store = Store(config.db_path, clock=lambda: next(clock, 0.0))
+    store.create_job("cj-0000000a11fe", "t", "team", "{}", 1, "hung")
+    store.close()
+    async with JobService.open(config, environ=ENV) as service:
+        assert (await service.view("cj-0000000a11fe")).state == "interrupted"
+
+
+async def test_bad_input_names_the_field_and_the_fix(tmp_path: Path, fakes: FakeProviders) -> None:
+    team = team_file(tmp_path, fakes)
+    async with JobService.open(settings(tmp_path, max_task_chars=100), environ=ENV) as service:
+        with pytest.raises(InputError, match="task.*non-empty"):
+            await service.submit("   ", team)
+        with pytest.raises(InputError, match="under 100 characters"):
+            await service.submit("x" * 101, team)
+        with pytest.raises(TeamNotFound, match="presets"):
+            await service.submit("task", "no-such-team")
+        with pytest.raises(InputError, match="cj-"):
+            await service.view("job-1")
+        with pytest.raises(JobNotFound):
+            await service.view("cj-000000000000")
+        job = await service.submit("task", team)
+        for bad in (-1, 51):
+            with pytest.raises(InputError, match="wait_seconds"):
+                await service.wait(job.job_id, bad)
+        with pytest.raises(InputError, match="answers/B2"):
+            await service.read(job.job_id, "nonsense", None, 0, 100)
+        with pytest.raises(InputError, match="limit"):
+            await service.read(job.job_id, "", None, 0, 0)
+    async with JobService.open(settings(tmp_path), environ={}) as service:
+        with pytest.raises(MissingApiKey, match=KEY_ENV):
+            await service.submit("task", team)
+
+
+async def test_reading_pages_through_the_transcript(tmp_path: Path, fakes: FakeProviders) -> None:
+    team = team_file(tmp_path, fakes)
+    async with JobService.open(settings(tmp_path), environ=ENV, retry=FAST) as service:
+        job = await finish(service, (await service.submit("What is 6 times 7?", team)).job_id)
+        whole = await service.read(job.job_id, "transcript", None, 0, 100_000)
+        assert "What is 6 times 7?" in whole.content and "voted for" in whole.content
+        assert whole.next_offset is None
+        pieces, offset = [], 0
+        while offset is not None:
+            page = await service.read(job.job_id, "transcript", None, offset, 500)
+            pieces.append(page.content)
+            offset = page.next_offset
+        assert "".join(pieces) == whole.content
+        winner = job.winner
+        assert winner is not None
+        by_path = await service.read(job.job_id, f"answers/{winner}", None, 0, 1000)
+        by_source = await service.read(job.job_id, "", winner, 0, 1000)
+        assert by_path.content == by_source.content and by_path.content.startswith("Answer from")
+        final = await service.read(job.job_id, "final", None, 0, 1000)
+        assert final.content == job.answer

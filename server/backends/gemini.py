@@ -13,7 +13,7 @@ Wire facts this module relies on (google-genai 3.4, Gemini Developer API):
 - Arguments the model could not write come back as `finish_reason=MALFORMED_FUNCTION_CALL` and no
   parts: we yield one ToolCall with `error` set. The API's `finishMessage` quotes the call, but the
   SDK's Gemini-API converter drops it (only Vertex keeps it), so the name is known only when the
-  request offered one tool, and `raw_arguments` is usually empty.
+  request offered one tool, and `raw_arguments` stays empty.
 - Errors: `errors.APIError` with `.code`; a 429's delay is in the Retry-After header when a proxy
   sets one, else in the body's google.rpc RetryInfo `retryDelay` ("3s"). A bad key is a 400 with
   ErrorInfo reason API_KEY_INVALID, so it maps to AuthFailed, not BadRequest.
@@ -42,7 +42,6 @@ from conclave.errors import (
 
 SKIP_SIGNATURE = b"skip_thought_signature_validator"
 _GENERATED_ID = re.compile(r"call_\d+")
-_MALFORMED_NAME = re.compile(r"default_api\.([A-Za-z_][\w.:-]*)\(")
 _AUTH_REASONS = {"API_KEY_INVALID", "API_KEY_SERVICE_BLOCKED", "API_KEY_HTTP_REFERRER_BLOCKED"}
 _STOP_REASONS = {"STOP": "stop", "MAX_TOKENS": "length"}
 
@@ -185,12 +184,14 @@ class GeminiBackend:
             reason = self._scrub(str(exc)) or type(exc).__name__
             return ProviderUnavailable(name, f"connection failed: {reason}")
         if isinstance(exc, (json.JSONDecodeError, errors.UnknownApiResponseError, pydantic.ValidationError)):
-            return MalformedResponse(name, f"unreadable response: {self._scrub(str(exc))[:200]}")
+            return MalformedResponse(name, f"unreadable response: {self._scrub(str(exc), 200)}")
         return None
 
-    def _scrub(self, text: str) -> str:
+    def _scrub(self, text: str, limit: int = 500) -> str:
+        """A provider's text fit for our messages: never the key, never a whole HTML page."""
         key = self._endpoint.api_key
-        return text.replace(key, "***") if key else text
+        text = text.replace(key, "***") if key else text
+        return text if len(text) <= limit else text[:limit] + "..."
 
 
 class _Turn:
@@ -200,7 +201,6 @@ class _Turn:
         self._backend = backend
         self._only_tool = request.tools[0].name if len(request.tools) == 1 else ""
         self.finish_reason: str | None = None
-        self.finish_message = ""
         self.usage: Any = None
         self.blocked: str | None = None
         self.calls = 0
@@ -222,7 +222,6 @@ class _Turn:
                 events.append(TextDelta(part.text))
         if candidate.finish_reason is not None:
             self.finish_reason = str(getattr(candidate.finish_reason, "value", candidate.finish_reason))
-            self.finish_message = candidate.finish_message or ""
             if self.finish_reason == "MALFORMED_FUNCTION_CALL":
                 events.append(self._malformed())
         return events
@@ -234,14 +233,13 @@ class _Turn:
                 raise ProviderUnavailable("gemini", "the stream ended before a finish_reason (cut off)")
             if self.usage is None:
                 raise MalformedResponse("gemini", "the response has neither candidates nor prompt feedback")
-        usage = self.usage
+
+        def count(field: str) -> int:
+            return getattr(self.usage, field, None) or 0
+
+        output = count("candidates_token_count") + count("thoughts_token_count")
         events: list[Event] = [
-            Usage(
-                input_tokens=(usage and usage.prompt_token_count) or 0,
-                output_tokens=((usage and usage.candidates_token_count) or 0)
-                + ((usage and usage.thoughts_token_count) or 0),
-                cached_input_tokens=(usage and usage.cached_content_token_count) or 0,
-            )
+            Usage(count("prompt_token_count"), output, count("cached_content_token_count"))
         ]
         if self.blocked is not None:
             stop = "blocked"
@@ -264,11 +262,9 @@ class _Turn:
 
     def _malformed(self) -> ToolCall:
         self.calls += 1
-        match = _MALFORMED_NAME.search(self.finish_message)
         return ToolCall(
             id=f"call_{next(self._backend._ids)}",
-            name=match.group(1) if match else self._only_tool,
-            raw_arguments=self.finish_message,
+            name=self._only_tool,
             error="Gemini could not parse the function call it wrote (MALFORMED_FUNCTION_CALL); "
             "write the arguments as one JSON object matching the tool's schema",
         )

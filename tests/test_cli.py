@@ -1,0 +1,278 @@
+"""The `conclave` command, run in-process through `main([...])`, plus one run of the installed script.
+
+`ask` calls anyio.run itself, so these tests are plain (sync) tests; the fake providers run in a thread.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conclave.cli import main
+from conclave.config import preset_paths
+from conclave.views import JobView
+from tests.fakes.server import FakeProviders
+from tests.fakes.team import KEY_ENV, TRIO, install, voter, write_team
+
+SHIPPED = ("frontier", "anthropic", "openai", "gemini", "ollama", "vllm", "openrouter")
+COMMANDS = ("serve", "ask", "status", "teams", "config")
+KEY_VARIABLES = (
+    "OPENAI_API_KEY",
+    "ANTHROPIC_API_KEY",
+    "GEMINI_API_KEY",
+    "GOOGLE_API_KEY",
+    "OPENROUTER_API_KEY",
+    "OLLAMA_API_KEY",
+    "VLLM_API_KEY",
+    KEY_ENV,
+)
+UNKNOWN_JOB = "cj-000000000000"
+
+
+@pytest.fixture(autouse=True)
+def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """State and user teams under tmp_path, and no provider key from the real environment."""
+    for name in list(os.environ):
+        if name.startswith("CONCLAVE_") or name.startswith(("OLLAMA_", "VLLM_")):
+            monkeypatch.delenv(name, raising=False)
+    for name in KEY_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("CONCLAVE_HOME", str(tmp_path))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    return tmp_path
+
+
+@pytest.fixture
+def fakes() -> Iterator[FakeProviders]:
+    with FakeProviders() as running:
+        yield running
+
+
+@pytest.fixture
+def trio(tmp_path: Path, fakes: FakeProviders, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A team file of three fake agents (one per wire format) that answer once and then vote."""
+    install(fakes.script, TRIO, voter())
+    monkeypatch.setenv(KEY_ENV, "test-key")
+    return write_team(tmp_path / "trio.yaml", fakes, TRIO)
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+# Help ---------------------------------------------------------------------------------------------
+def test_help_exits_0_and_lists_the_commands(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as caught:
+        main(["--help"])
+    assert caught.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: conclave")
+    for command in COMMANDS:
+        assert f"\n    {command} " in out, command
+
+
+def test_no_command_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as caught:
+        main([])
+    assert caught.value.code == 2
+    assert "COMMAND" in capsys.readouterr().err
+
+
+def test_installed_console_script_runs(tmp_path: Path) -> None:
+    script = Path(sys.executable).with_name("conclave")
+    found = str(script) if script.exists() else shutil.which("conclave")
+    command = [found, "--help"] if found else [sys.executable, "-m", "conclave", "--help"]
+    env = {key: value for key, value in os.environ.items() if key not in KEY_VARIABLES}
+    env.update(CONCLAVE_HOME=str(tmp_path), XDG_CONFIG_HOME=str(tmp_path))
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0, done.stderr
+    assert "usage: conclave" in done.stdout
+    for command_name in COMMANDS:
+        assert command_name in done.stdout
+
+
+# teams --------------------------------------------------------------------------------------------
+def test_teams_lists_every_preset_and_the_keys_it_needs(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "teams")
+    assert code == 0
+    lines = {line.split(":", 1)[0]: line for line in out.splitlines() if ":" in line}
+    for name in SHIPPED:
+        assert name in lines, f"{name} missing from:\n{out}"
+    assert "openai: needs OPENAI_API_KEY - openai/gpt-5" in out
+    assert "anthropic: needs ANTHROPIC_API_KEY" in out
+    assert "gemini: needs GEMINI_API_KEY" in out
+    assert "frontier: needs ANTHROPIC_API_KEY, OPENAI_API_KEY, GEMINI_API_KEY" in out
+    assert "openrouter: needs OPENROUTER_API_KEY" in out
+    assert lines["ollama"].startswith("ollama: ready")
+    assert lines["vllm"].startswith("vllm: ready")
+    if "local" not in preset_paths(os.environ):
+        assert "Default team: none" in out
+
+
+def test_teams_marks_a_team_ready_when_its_key_is_set(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    code, out, _ = run(capsys, "teams")
+    assert code == 0
+    assert "openai: ready - openai/gpt-5" in out
+    assert "anthropic: needs ANTHROPIC_API_KEY" in out
+    assert "frontier: needs ANTHROPIC_API_KEY, GEMINI_API_KEY" in out
+    assert "Default team: openai" in out
+
+
+def test_teams_shows_a_user_team(capsys: pytest.CaptureFixture[str], isolated: Path) -> None:
+    user = isolated / "conclave" / "teams" / "mine.yaml"
+    user.parent.mkdir(parents=True)
+    user.write_text("description: my own team\nagents:\n  - model: anthropic/claude-x\n", encoding="utf-8")
+    code, out, _ = run(capsys, "teams")
+    assert code == 0
+    assert "mine: needs ANTHROPIC_API_KEY - anthropic/claude-x. my own team" in out
+
+
+# config check -------------------------------------------------------------------------------------
+def test_config_check_accepts_a_good_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = tmp_path / "good.yaml"
+    path.write_text("name: duo\nagents:\n  - model: openai/gpt-5\n  - model: gemini/gemini-2.5-pro\n", encoding="utf-8")
+    code, out, err = run(capsys, "config", "check", str(path))
+    assert code == 0, err
+    assert f"{path}: ok - team 'duo', 2 agents: openai/gpt-5, gemini/gemini-2.5-pro" in out
+    assert "note: to run it, set OPENAI_API_KEY, GEMINI_API_KEY" in out
+    assert err == ""
+
+
+def test_config_check_a_shipped_preset_with_its_keys_set(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    path = preset_paths(os.environ)["openai"]
+    code, out, _ = run(capsys, "config", "check", str(path))
+    assert code == 0
+    assert "ok - team 'openai', 3 agents" in out
+    assert "note:" not in out
+
+
+def test_config_check_names_the_nearest_key_for_a_typo(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = tmp_path / "typo.yaml"
+    path.write_text("agents:\n  - model: openai/gpt-5\n    temprature: 0.3\n", encoding="utf-8")
+    code, out, err = run(capsys, "config", "check", str(path))
+    assert code == 2
+    assert out == ""
+    assert str(path) in err
+    assert "'agents.0.temprature'" in err
+    assert "did you mean 'temperature'?" in err
+
+
+def test_config_check_malformed_yaml_names_the_line(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = tmp_path / "broken.yaml"
+    path.write_text("agents:\n  - model: openai/x\n   oops: 1\n", encoding="utf-8")
+    code, _, err = run(capsys, "config", "check", str(path))
+    assert code == 2
+    assert str(path) in err and "malformed YAML at line 3" in err
+
+
+def test_config_check_a_missing_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    code, _, err = run(capsys, "config", "check", str(tmp_path / "absent.yaml"))
+    assert code == 2
+    assert "absent.yaml" in err and "cannot read" in err
+
+
+# status -------------------------------------------------------------------------------------------
+def test_status_with_no_jobs(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "status")
+    assert code == 0
+    assert "no jobs yet" in out
+    assert "conclave ask" in out
+
+
+def test_status_json_with_no_jobs(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "status", "--json")
+    assert code == 0
+    assert json.loads(out) == []
+
+
+def test_status_of_an_unknown_job(capsys: pytest.CaptureFixture[str], isolated: Path) -> None:
+    code, out, err = run(capsys, "status", UNKNOWN_JOB)
+    assert code == 2
+    assert out == ""
+    assert UNKNOWN_JOB in err
+    assert "conclave status" in err  # says how to list the jobs that exist
+    assert str(isolated) in err
+
+
+# ask ----------------------------------------------------------------------------------------------
+def test_ask_json_then_status(capsys: pytest.CaptureFixture[str], trio: Path) -> None:
+    code, out, err = run(capsys, "ask", "What is six times seven?", "--team", str(trio), "--json")
+    assert code == 0, err
+    view = JobView.model_validate(json.loads(out))
+    assert view.state == "completed"
+    assert view.consensus is True
+    assert view.winner is not None and view.winner in view.tally
+    assert view.answer is not None and view.answer.startswith("FINAL: the team's answer")
+    assert view.team == "fake-team"
+    assert view.task == "What is six times seven?"
+    assert len(view.agents) == 3
+    assert view.job_id.startswith("cj-")
+
+    code, out, _ = run(capsys, "status", view.job_id)
+    assert code == 0
+    assert out.startswith(f"Job {view.job_id} (fake-team): completed")
+    assert f"Winner: {view.winner} - consensus" in out
+    assert "Final answer:" in out and view.answer in out
+
+    code, out, _ = run(capsys, "status", view.job_id, "--json")
+    assert code == 0
+    again = JobView.model_validate(json.loads(out))
+    assert (again.job_id, again.state, again.winner, again.answer) == (
+        view.job_id, "completed", view.winner, view.answer,
+    )
+
+    code, out, _ = run(capsys, "status")
+    assert code == 0
+    listed = [line for line in out.splitlines() if line.startswith(view.job_id)]
+    assert len(listed) == 1
+    assert "completed" in listed[0] and "fake-team" in listed[0] and "What is six times seven?" in listed[0]
+    assert "no jobs yet" not in out
+
+
+def test_ask_prints_the_final_answer_after_a_rule(capsys: pytest.CaptureFixture[str], trio: Path) -> None:
+    code, out, err = run(capsys, "ask", "What is six times seven?", "--team", str(trio))
+    assert code == 0, err
+    assert "Final answer" in out
+    rule, _, after = out.rpartition("Final answer")
+    assert "─" in rule.splitlines()[-1]  # the rule the title sits in
+    assert "FINAL: the team's answer, presented by" in after
+    assert "consensus" in out and "winner" in out
+
+
+def test_ask_with_an_unknown_team(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "ask", "hello", "--team", "fronteir", "--json")
+    assert code == 2
+    assert out == ""
+    assert "'fronteir'" in err
+    assert "did you mean 'frontier'?" in err
+    for name in SHIPPED:
+        assert name in err
+    assert "Traceback" not in err
+
+
+def test_ask_with_a_team_missing_its_key(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = tmp_path / "keyless.yaml"
+    data = {"agents": [{"model": "openai/gpt-5", "base_url": "http://127.0.0.1:9/v1", "api_key_env": KEY_ENV}]}
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    code, out, err = run(capsys, "ask", "hello", "--team", str(path), "--json")
+    assert code == 2
+    assert out == ""
+    assert KEY_ENV in err and "needs an API key" in err
+    code, out, _ = run(capsys, "status")
+    assert "no jobs yet" in out  # nothing was queued

@@ -85,7 +85,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
+    except BaseExceptionGroup as group:
+        # `ask` runs inside JobService's task group, which wraps what submit() raises (a TeamNotFound,
+        # a MissingApiKey) in an ExceptionGroup; report a lone ConclaveError like any other.
+        error = _lone(group)
+        if isinstance(error, KeyboardInterrupt):
+            return EXIT_INTERRUPTED
+        if not isinstance(error, ConclaveError):
+            raise
+        print(f"conclave: {error}", file=sys.stderr)
+        return EXIT_USAGE
     return EXIT_USAGE
+
+
+def _lone(error: BaseException) -> BaseException:
+    """The single exception inside (possibly nested) exception groups, else the group itself."""
+    while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
+        error = error.exceptions[0]
+    return error
 
 
 def _serve(args: argparse.Namespace) -> int:

@@ -7,7 +7,8 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from types import UnionType
+from typing import Annotated, Any, Literal, Union, get_origin
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -173,8 +174,39 @@ def _model_at(model: type[BaseModel], loc: tuple[int | str, ...]) -> type[BaseMo
     return current
 
 
+def _key_path(loc: tuple[int | str, ...]) -> tuple[int | str, ...]:
+    """`loc` without pydantic's union-member tags (`sandbox.Sandbox.network` -> `sandbox.network`)."""
+    path: list[int | str] = []
+    current: type[BaseModel] | None = Team
+    after_union = False
+    for part in loc:
+        if after_union:  # the tag naming the union member pydantic tried, e.g. `Sandbox`
+            after_union = False
+            continue
+        path.append(part)
+        if isinstance(part, int) or current is None:
+            continue
+        field = current.model_fields.get(part)
+        if field is None:
+            current = None
+            continue
+        annotation = field.annotation
+        members = [arg for arg in getattr(annotation, "__args__", ()) if arg is not type(None)]
+        after_union = get_origin(annotation) in (Union, UnionType) and len(members) > 1
+        candidates = [annotation, *getattr(annotation, "__args__", ())]
+        current = next((c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None)
+    return tuple(path)
+
+
+def _union_noise(error: Mapping[str, Any]) -> bool:
+    """The `Literal` branch of a union (`sandbox: none`) rejecting a mapping meant for the other branch."""
+    return error["type"] == "literal_error" and isinstance(error.get("input"), dict) and _key_path(
+        tuple(error["loc"])
+    ) != tuple(error["loc"])
+
+
 def _describe(error: Mapping[str, Any], source: str) -> str:
-    loc = tuple(error["loc"])
+    loc = _key_path(tuple(error["loc"]))
     where = ".".join(str(part) for part in loc) or "(top level)"
     if error["type"] == "extra_forbidden":
         key = str(loc[-1])
@@ -195,7 +227,8 @@ def parse_team(data: Any, source: str, environ: Mapping[str, str] | None = None)
     try:
         return Team.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError("\n".join(_describe(error, source) for error in exc.errors())) from exc
+        errors = [error for error in exc.errors() if not _union_noise(error)] or exc.errors()
+        raise ConfigError("\n".join(_describe(error, source) for error in errors)) from exc
 
 
 def load_team_file(path: Path, environ: Mapping[str, str] | None = None) -> Team:

@@ -143,7 +143,8 @@ def test_teams_shows_a_user_team(capsys: pytest.CaptureFixture[str], isolated: P
 # config check -------------------------------------------------------------------------------------
 def test_config_check_accepts_a_good_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     path = tmp_path / "good.yaml"
-    path.write_text("name: duo\nagents:\n  - model: openai/gpt-5\n  - model: gemini/gemini-2.5-pro\n", encoding="utf-8")
+    text = "name: duo\nagents:\n  - model: openai/gpt-5\n  - model: gemini/gemini-2.5-pro\n"
+    path.write_text(text, encoding="utf-8")
     code, out, err = run(capsys, "config", "check", str(path))
     assert code == 0, err
     assert f"{path}: ok - team 'duo', 2 agents: openai/gpt-5, gemini/gemini-2.5-pro" in out
@@ -162,7 +163,9 @@ def test_config_check_a_shipped_preset_with_its_keys_set(
     assert "note:" not in out
 
 
-def test_config_check_names_the_nearest_key_for_a_typo(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+def test_config_check_names_the_nearest_key_for_a_typo(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     path = tmp_path / "typo.yaml"
     path.write_text("agents:\n  - model: openai/gpt-5\n    temprature: 0.3\n", encoding="utf-8")
     code, out, err = run(capsys, "config", "check", str(path))
@@ -173,7 +176,9 @@ def test_config_check_names_the_nearest_key_for_a_typo(capsys: pytest.CaptureFix
     assert "did you mean 'temperature'?" in err
 
 
-def test_config_check_malformed_yaml_names_the_line(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+def test_config_check_malformed_yaml_names_the_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     path = tmp_path / "broken.yaml"
     path.write_text("agents:\n  - model: openai/x\n   oops: 1\n", encoding="utf-8")
     code, _, err = run(capsys, "config", "check", str(path))
@@ -268,7 +273,8 @@ def test_ask_with_an_unknown_team(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_ask_with_a_team_missing_its_key(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     path = tmp_path / "keyless.yaml"
-    data = {"agents": [{"model": "openai/gpt-5", "base_url": "http://127.0.0.1:9/v1", "api_key_env": KEY_ENV}]}
+    agent = {"model": "openai/gpt-5", "base_url": "http://127.0.0.1:9/v1", "api_key_env": KEY_ENV}
+    data = {"agents": [agent]}
     path.write_text(yaml.safe_dump(data), encoding="utf-8")
     code, out, err = run(capsys, "ask", "hello", "--team", str(path), "--json")
     assert code == 2

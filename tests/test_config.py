@@ -106,7 +106,8 @@ def test_local_server_presets_use_defaults_and_need_no_key(env: dict[str, str]) 
 
 
 def test_local_server_presets_follow_their_variables(env: dict[str, str]) -> None:
-    environ = {**env, "OLLAMA_MODEL": "llama3.1:8b", "OLLAMA_BASE_URL": "http://gpu:11434/v1", "OLLAMA_API_KEY": "k"}
+    ollama = {"OLLAMA_MODEL": "llama3.1:8b", "OLLAMA_BASE_URL": "http://gpu:11434/v1", "OLLAMA_API_KEY": "k"}
+    environ = {**env, **ollama}
     team = resolve_team("ollama", environ)
     assert {agent.model for agent in team.agents} == {"openai/llama3.1:8b"}
     assert {agent.base_url for agent in team.agents} == {"http://gpu:11434/v1"}
@@ -199,7 +200,11 @@ def test_unknown_key_far_from_any_lists_the_valid_keys() -> None:
 
 
 def test_every_problem_is_reported_at_once() -> None:
-    data = {"nmae": "x", "agents": [{"model": "openai/a", "seeed": 1}], "coordination": {"consensu": "majority"}}
+    data = {
+        "nmae": "x",
+        "agents": [{"model": "openai/a", "seeed": 1}],
+        "coordination": {"consensu": "majority"},
+    }
     message = config_error(data)
     assert "'nmae'" in message and "'agents.0.seeed'" in message and "'coordination.consensu'" in message
     assert "'name'" in message and "'seed'" in message and "'consensus'" in message
@@ -273,7 +278,8 @@ def test_more_than_sixteen_agents_are_refused() -> None:
 
 # Team lookup --------------------------------------------------------------------------------------
 def test_resolve_an_explicit_path(tmp_path: Path, env: dict[str, str]) -> None:
-    path = write(tmp_path / "teams" / "mine.yaml", yaml.safe_dump({"agents": [{"model": "anthropic/claude-x"}]}))
+    text = yaml.safe_dump({"agents": [{"model": "anthropic/claude-x"}]})
+    path = write(tmp_path / "teams" / "mine.yaml", text)
     team = resolve_team(str(path), env)
     assert team.name == "mine"
     assert team.agents[0].model == "anthropic/claude-x"
@@ -305,7 +311,8 @@ def test_unknown_team_name_suggests_the_nearest_preset(env: dict[str, str]) -> N
 
 def test_a_user_team_shadows_a_shipped_preset(tmp_path: Path, env: dict[str, str]) -> None:
     user_dir = Path(env["XDG_CONFIG_HOME"]) / "conclave" / "teams"
-    write(user_dir / "openai.yaml", yaml.safe_dump({"description": "mine", "agents": [{"model": "openai/o3"}]}))
+    mine = {"description": "mine", "agents": [{"model": "openai/o3"}]}
+    write(user_dir / "openai.yaml", yaml.safe_dump(mine))
     write(user_dir / "extra.yaml", yaml.safe_dump({"agents": [{"model": "openai/gpt-5-nano"}]}))
     presets = preset_paths(env)
     assert presets["openai"] == user_dir / "openai.yaml"
@@ -342,7 +349,9 @@ def test_default_with_google_api_key_instead_of_gemini_is_still_frontier(env: di
         ({"OPENAI_API_KEY": "o", "GOOGLE_API_KEY": "g"}, "openai"),
     ],
 )
-def test_default_is_the_first_ready_team_in_order(env: dict[str, str], keys: dict[str, str], expected: str) -> None:
+def test_default_is_the_first_ready_team_in_order(
+    env: dict[str, str], keys: dict[str, str], expected: str
+) -> None:
     assert resolve_team(None, {**env, **keys}).name == expected
 
 
@@ -392,7 +401,11 @@ def test_gemini_prefers_gemini_api_key() -> None:
 
 @pytest.mark.parametrize(
     ("model", "variable"),
-    [("openai/gpt-5", "OPENAI_API_KEY"), ("anthropic/c", "ANTHROPIC_API_KEY"), ("gemini/g", "GEMINI_API_KEY")],
+    [
+        ("openai/gpt-5", "OPENAI_API_KEY"),
+        ("anthropic/c", "ANTHROPIC_API_KEY"),
+        ("gemini/g", "GEMINI_API_KEY"),
+    ],
 )
 def test_missing_api_key_names_the_variable(model: str, variable: str) -> None:
     with pytest.raises(MissingApiKey) as caught:
@@ -404,7 +417,9 @@ def test_missing_api_key_names_the_variable(model: str, variable: str) -> None:
 
 
 def test_a_key_not_required_gives_a_placeholder() -> None:
-    agent = AgentSpec(model="openai/llama", base_url="http://127.0.0.1:11434/v1", api_key_env="X", api_key_required=False)
+    agent = AgentSpec(
+        model="openai/llama", base_url="http://127.0.0.1:11434/v1", api_key_env="X", api_key_required=False
+    )
     assert agent.api_key({}) == "unused"
     assert agent.api_key({"X": "real"}) == "real"
     assert AgentSpec(model="openai/llama", api_key_required=False).api_key({}) == "unused"
@@ -429,5 +444,7 @@ def test_team_missing_keys_lists_each_variable_once_in_order() -> None:
         ],
     )
     assert team.missing_keys({}) == ["ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GEMINI_API_KEY", "CUSTOM"]
-    assert team.missing_keys({"OPENAI_API_KEY": "o", "GOOGLE_API_KEY": "g"}) == ["ANTHROPIC_API_KEY", "CUSTOM"]
-    assert team.missing_keys({"ANTHROPIC_API_KEY": "a", "OPENAI_API_KEY": "o", "GEMINI_API_KEY": "g", "CUSTOM": "c"}) == []
+    some = {"OPENAI_API_KEY": "o", "GOOGLE_API_KEY": "g"}
+    assert team.missing_keys(some) == ["ANTHROPIC_API_KEY", "CUSTOM"]
+    every = {"ANTHROPIC_API_KEY": "a", "OPENAI_API_KEY": "o", "GEMINI_API_KEY": "g", "CUSTOM": "c"}
+    assert team.missing_keys(every) == []

@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import functools
 import hmac
+import signal
+import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from types import FrameType
 from typing import Any
 
 import uvicorn
@@ -62,7 +65,9 @@ TOOLS = (
     _Published(
         ask_team,
         "Ask a team of agents",
-        ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=True),
+        ToolAnnotations(
+            read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=True
+        ),
     ),
     _Published(get_status, "Get a job's status", _READ_ONLY),
     _Published(read_workspace, "Read a job's answers and transcript", _READ_ONLY),
@@ -131,9 +136,31 @@ async def serve_stdio(settings: Settings) -> None:
         await create_app(service, settings).run_async(transport="stdio", show_banner=False)
 
 
+class _Terminated(Exception):
+    """SIGTERM, re-raised by uvicorn after its graceful shutdown, as an exception we can unwind with."""
+
+
+def _terminated(signum: int, frame: FrameType | None) -> None:
+    raise _Terminated
+
+
 async def serve_http(settings: Settings, host: str = "127.0.0.1", port: int = 8765) -> None:
-    """Serve streamable HTTP at http://host:port/mcp until SIGINT/SIGTERM, Host/Origin checks on."""
-    async with JobService.open(settings) as service:
-        app = create_app(service, settings).http_app(path="/mcp", host_origin_protection=True)
-        config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
-        await uvicorn.Server(config).serve()
+    """Serve streamable HTTP at http://host:port/mcp until SIGINT/SIGTERM, Host/Origin checks on.
+
+    uvicorn handles the signals itself, and after shutting down gracefully it restores the previous
+    handler and raises the signal again. With the default SIGTERM handler that would kill the process
+    before the JobService closes (running jobs would be left for the next server to find), so SIGTERM
+    gets a handler that raises instead (tests/test_http.py checks the exit code).
+    """
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _terminated) if in_main_thread else None
+    try:
+        async with JobService.open(settings) as service:
+            app = create_app(service, settings).http_app(path="/mcp", host_origin_protection=True)
+            config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
+            await uvicorn.Server(config).serve()
+    except* _Terminated:
+        pass
+    finally:
+        if in_main_thread:
+            signal.signal(signal.SIGTERM, previous)

@@ -2,7 +2,9 @@
 
     ConclaveError
     ├── InputError            a caller's argument is wrong (names the field, the value, the fix)
-    │   └── JobNotFound       no job with that id in the store
+    │   ├── JobNotFound       no job with that id in the store
+    │   ├── PathOutsideRoot   a path leaves its root: absolute, `..` out, or a symlink pointing out
+    │   └── ContextTooLarge   context paths over the file-count or byte cap (names the biggest folders)
     ├── ConfigError           a team file or preset is wrong (names the file, the key, the fix)
     │   ├── TeamNotFound      no preset or file by that name
     │   └── MissingApiKey     a provider key is not in the environment
@@ -12,7 +14,12 @@
     │   ├── AuthFailed        401/403: fails at once
     │   ├── BadRequest        other 4xx: fails at once with the provider's message
     │   └── MalformedResponse the provider answered something we cannot read: retried
-    └── JobError              a job could not run to an answer
+    ├── JobError              a job could not run to an answer
+    ├── SandboxError          the Docker sandbox failed (a container, an exec, an image build)
+    │   └── SandboxUnavailable  no Docker engine reachable, or no sandbox image: refuse command teams
+    └── ApplyError            the winner's changes could not be applied to a caller's folder
+        ├── ApplyConflict     files there changed since the job started: nothing was written
+        └── ApplyFailed       a write failed midway: everything written was rolled back
 
 `app.py` translates these into MCP tool errors in one place; anything else is a bug.
 """
@@ -40,6 +47,26 @@ class JobNotFound(InputError):
 
     def __init__(self, job_id: str) -> None:
         super().__init__("job_id", job_id, "no such job; list recent jobs with `conclave status`")
+
+
+class PathOutsideRoot(InputError):
+    """A path from a model or a caller leaves its root."""
+
+    def __init__(self, field: str, value: str, reason: str) -> None:
+        super().__init__(field, value, f"{reason}; give a path relative to the root, e.g. 'src/app.py'")
+
+
+class ContextTooLarge(InputError):
+    """The context paths hold more files or bytes than the caps allow; nothing was copied."""
+
+    def __init__(self, value: object, found: str, cap: str, biggest: str = "", fix: str | None = None) -> None:
+        self.field, self.value = "context_paths", value
+        self.fix = fix or (
+            "narrow the path to the folder the task needs, or add a .gitignore entry for generated "
+            "folders (e.g. node_modules/, build/, .venv/)"
+        )
+        hint = f"; the biggest folders: {biggest}" if biggest else ""
+        ConclaveError.__init__(self, f"{value} holds {found}, over the cap of {cap}{hint}. {self.fix}")
 
 
 class ConfigError(ConclaveError):
@@ -106,3 +133,45 @@ class MalformedResponse(ProviderError):
 
 class JobError(ConclaveError):
     """A job could not run to an answer."""
+
+
+class SandboxError(ConclaveError):
+    """The Docker sandbox failed: a container would not start, an exec broke, an image build failed."""
+
+
+class SandboxUnavailable(SandboxError):
+    """No Docker engine is reachable, or the sandbox image is missing."""
+
+
+class ApplyError(ConclaveError):
+    """The winner's changes could not be applied to a caller's folder."""
+
+
+class ApplyConflict(ApplyError):
+    """Files the patch touches changed in the caller's folder since the job started; nothing was written."""
+
+    def __init__(self, target: str, conflicts: dict[str, str]) -> None:
+        self.target, self.conflicts = target, conflicts
+        listed = ", ".join(f"{path} ({why})" for path, why in sorted(conflicts.items()))
+        super().__init__(
+            f"nothing was applied to {target}: {len(conflicts)} file(s) changed there since the job "
+            f"started: {listed}. Review those changes, then apply the patch by hand (read it with "
+            f"read_workspace path='@diff'; `git apply` reports each conflict) or run the task again"
+        )
+
+
+class ApplyFailed(ApplyError):
+    """A write failed while applying; what had been written was rolled back."""
+
+    def __init__(self, target: str, path: str, reason: str, unrestored: list[str] | None = None) -> None:
+        self.target, self.path, self.unrestored = target, path, list(unrestored or [])
+        state = (
+            "every change was rolled back, the folder is as before"
+            if not self.unrestored
+            else f"these could not be restored, their backups (*.conclave-backup-*) are kept: "
+            f"{', '.join(self.unrestored)}"
+        )
+        super().__init__(
+            f"applying to {target} failed at {path}: {reason}; {state}. Fix the cause (disk space, "
+            f"permissions) and apply again"
+        )

@@ -19,6 +19,7 @@ from contextlib import asynccontextmanager
 import anyio
 import anyio.abc
 
+from conclave.backends.local import LocalServers
 from conclave.backends.retry import RetryPolicy
 from conclave.config import Team, list_presets, resolve_team
 from conclave.errors import ConclaveError, InputError, JobNotFound
@@ -98,8 +99,11 @@ class JobService:
         for job_id in store.orphans(process_alive, settings.stale_after_s):
             store.set_state(job_id, "interrupted", "the server that ran this job stopped")
         try:
-            async with anyio.create_task_group() as tg:
-                service = cls(settings, store, tg, env, backend_factory or endpoint_factory(env), retry)
+            # The pool outlives the jobs' task group: jobs release their servers as they end, then the
+            # pool stops any left over (tests/test_local.py).
+            async with LocalServers() as local_servers, anyio.create_task_group() as tg:
+                factory = backend_factory or endpoint_factory(env, local_servers)
+                service = cls(settings, store, tg, env, factory, retry)
                 tg.start_soon(service._watch)
                 try:
                     yield service

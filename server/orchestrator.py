@@ -11,7 +11,7 @@ import hashlib
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import anyio
 import anyio.to_thread
@@ -26,6 +26,9 @@ from conclave.errors import ProviderError
 from conclave.records import AgentProgress, AgentStateName, JobEvent, JobResult, Progress, UsageTotals
 from conclave.turns import TurnContext, present, run_turn
 
+if TYPE_CHECKING:
+    from conclave.backends.local import LocalServers
+
 BackendFactory = Callable[[AgentSpec], Backend]
 
 
@@ -35,14 +38,15 @@ class JobSink(Protocol):
     async def record(self, event: JobEvent, progress: Progress) -> None: ...
 
 
-def endpoint_factory(environ: Mapping[str, str]) -> BackendFactory:
-    """Backends for real providers, keys read from `environ`."""
+def endpoint_factory(environ: Mapping[str, str], local_servers: LocalServers | None = None) -> BackendFactory:
+    """Backends for real providers, keys read from `environ`; `local` agents start servers in `local_servers`."""
 
     def make(spec: AgentSpec) -> Backend:
         endpoint = Endpoint(
-            spec.provider, spec.model_name, spec.api_key(environ), spec.base_url, spec.timeout_s, spec.stream
+            spec.provider, spec.model_name, spec.api_key(environ), spec.base_url, spec.timeout_s, spec.stream,
+            spec.model_path,
         )
-        return create_backend(endpoint)
+        return create_backend(endpoint, local_servers=local_servers)
 
     return make
 

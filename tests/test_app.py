@@ -13,7 +13,8 @@ from fastmcp import Client
 from conclave.app import create_app
 from conclave.jobs import JobService
 from conclave.settings import Settings
-from conclave.views import JobView, TeamList, WorkspacePage
+from conclave.tools._progress import changes
+from conclave.views import AgentView, JobView, TeamList, WorkspacePage
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import KEY_ENV, TRIO, install, voter, write_team
 
@@ -55,7 +56,9 @@ async def service(settings: Settings, environ: dict[str, str]) -> AsyncIterator[
 
 
 @pytest.fixture(params=["auto", "legacy"])
-async def client(request: pytest.FixtureRequest, service: JobService, settings: Settings) -> AsyncIterator[Client]:
+async def client(
+    request: pytest.FixtureRequest, service: JobService, settings: Settings
+) -> AsyncIterator[Client]:
     async with Client(create_app(service, settings), mode=request.param) as connected:
         yield connected
 
@@ -144,10 +147,30 @@ async def test_list_teams_shows_presets_and_missing_keys(client: Client) -> None
     assert "frontier: needs ANTHROPIC_API_KEY" in result.content[0].text
 
 
-async def test_a_missing_key_in_a_team_file_names_the_variable(client: Client, tmp_path: Path, fakes: FakeProviders) -> None:
+async def test_a_missing_key_in_a_team_file_names_the_variable(
+    client: Client, tmp_path: Path, fakes: FakeProviders
+) -> None:
     path = write_team(tmp_path / "keyless.yaml", fakes, TRIO, key_env="CONCLAVE_UNSET_KEY")
     result = await call(client, "ask_team", task="t", team=str(path))
     assert result.is_error and "set the CONCLAVE_UNSET_KEY environment variable" in result.content[0].text
+
+
+def test_progress_messages_say_what_moved() -> None:
+    def view(state: str, round: int, *agents: tuple[str, int, str | None]) -> JobView:
+        return JobView(
+            job_id="cj-0123456789ab", state=state, phase="p", elapsed_s=1, team="t", task="x", round=round,
+            agents=[
+                AgentView(letter=letter, model="openai/x", state="working", answers=answers, vote=vote)
+                for letter, answers, vote in agents
+            ],
+            next="wait",
+        )
+
+    first = view("running", 1, ("A", 0, None), ("B", 1, None))
+    assert changes(None, first) == ["job cj-0123456789ab running: p"]
+    later = view("presenting", 2, ("A", 1, "B1"), ("B", 1, "B1"))
+    assert changes(first, later) == ["round 2", "A posted A1", "A voted B1", "B voted B1", "presenting"]
+    assert changes(later, later) == []
 
 
 # Jobs that run --------------------------------------------------------------------------------
@@ -189,7 +212,9 @@ async def test_get_status_long_poll_returns_when_the_job_ends(client: Client, te
     assert again.answer == done.answer
 
 
-async def test_a_slow_job_returns_running_then_completes(client: Client, fakes: FakeProviders, team: str) -> None:
+async def test_a_slow_job_returns_running_then_completes(
+    client: Client, fakes: FakeProviders, team: str
+) -> None:
     install(fakes.script, TRIO, voter(delay=1.5))
     started = time.monotonic()
     view = await job(client, "ask_team", task="Slow one", team=team, wait_seconds=1)

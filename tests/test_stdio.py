@@ -15,6 +15,7 @@ from tests.fakes.server import FakeProviders
 from tests.fakes.team import KEY_ENV, TRIO, install, voter, write_team
 
 pytestmark = pytest.mark.anyio
+FIVE = {"ask_team", "get_status", "read_workspace", "cancel_job", "list_teams"}
 
 
 @pytest.fixture
@@ -48,7 +49,7 @@ async def test_stdio_server_runs_a_job_to_completion(tmp_path: Path, fakes: Fake
         init = await session.initialize()
         assert init.server_info.name == "conclave" and "ask_team" in (init.instructions or "")
         tools = (await session.list_tools()).tools
-        assert {tool.name for tool in tools} == {"ask_team", "get_status", "read_workspace", "cancel_job", "list_teams"}
+        assert {tool.name for tool in tools} == FIVE
 
         listed = await session.call_tool("list_teams", {})
         teams = TeamList.model_validate(listed.structured_content)

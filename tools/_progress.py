@@ -25,7 +25,7 @@ def changes(before: JobView | None, after: JobView) -> list[str]:
         if agent.state == "failed" and (old is None or old.state != "failed"):
             said.append(f"{agent.letter} failed")
     if after.state != before.state:
-        said.append(after.state if after.state != "presenting" else "presenting")
+        said.append(after.state)
     return said
 
 

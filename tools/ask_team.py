@@ -32,7 +32,7 @@ async def ask_team(
     ctx: Context,
     team: Annotated[
         str | None,
-        Field(description="A preset name (see list_teams) or a team YAML file path; omit for the default team."),
+        Field(description="A preset name (see list_teams) or a team YAML file path; omit for the default."),
     ] = None,
     context_paths: Annotated[
         list[ContextPath] | None,
@@ -40,11 +40,11 @@ async def ask_team(
     ] = None,
     wait_seconds: Annotated[
         float,
-        Field(ge=0, le=MAX_WAIT_S, description=f"How long to wait for the result before returning (0-{MAX_WAIT_S})."),
+        Field(ge=0, le=MAX_WAIT_S, description=f"Seconds to wait for the result (at most {MAX_WAIT_S})."),
     ] = 45,
     apply: Annotated[
         bool,
-        Field(description="Apply the winner's changes to write-permission context_paths (not available yet)."),
+        Field(description="Apply the winner's changes to write-permission context_paths (not available yet)"),
     ] = False,
 ) -> JobView:
     """Ask a team of LLM agents (different models) to solve a task: each writes an answer, they read

@@ -17,7 +17,10 @@ async def get_status(
     ctx: Context,
     wait_seconds: Annotated[
         float,
-        Field(ge=0, le=MAX_WAIT_S, description=f"Wait up to this long for the job to finish (0-{MAX_WAIT_S}); 0 returns at once."),
+        Field(
+            ge=0, le=MAX_WAIT_S,
+            description=f"Wait up to this long for the job to finish (0-{MAX_WAIT_S}); 0 returns at once.",
+        ),
     ] = 0,
 ) -> JobView:
     """Show a job: its state, each agent's answers and votes, the tally, and when done the final answer.

@@ -17,11 +17,14 @@ async def read_workspace(
     ctx: Context,
     path: Annotated[
         str,
-        Field(description='What to read: "" lists what there is; "transcript"; "answers/<label>" (e.g. "answers/B2"); "final".'),
+        Field(
+            description='What to read: "" lists what there is; "transcript"; "answers/<label>" '
+            '(e.g. "answers/B2"); "final".'
+        ),
     ] = "",
     source: Annotated[
         str | None,
-        Field(description='Whose files: "final" or an answer label like "B2" (for workspaces; not needed yet).'),
+        Field(description='An answer label like "B2" reads that answer; "final" (for workspaces, later).'),
     ] = None,
     offset: Annotated[int, Field(ge=0, description="Start at this character (or entry, for a listing).")] = 0,
     limit: Annotated[

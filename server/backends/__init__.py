@@ -12,20 +12,28 @@ breaks only the teams that use it. Each backend maps its SDK's exceptions to `co
 from __future__ import annotations
 
 from importlib import import_module
+from typing import TYPE_CHECKING
 
 from conclave.backends.base import Backend, Endpoint
 from conclave.errors import ConfigError
+
+if TYPE_CHECKING:
+    from conclave.backends.local import LocalServers
 
 # provider -> (module under conclave.backends, class name)
 BACKENDS: dict[str, tuple[str, str]] = {
     "openai": ("openai", "OpenAIBackend"),
     "anthropic": ("anthropic", "AnthropicBackend"),
     "gemini": ("gemini", "GeminiBackend"),
+    "local": ("local", "LocalBackend"),
 }
 
 
-def create_backend(endpoint: Endpoint) -> Backend:
-    """The backend for `endpoint.provider`; ConfigError names the valid providers if it is unknown."""
+def create_backend(endpoint: Endpoint, *, local_servers: LocalServers | None = None) -> Backend:
+    """The backend for `endpoint.provider`; ConfigError names the valid providers if it is unknown.
+
+    `local_servers` is the pool `local` endpoints start their llama.cpp server in (see local.py).
+    """
     try:
         module_name, class_name = BACKENDS[endpoint.provider]
     except KeyError:
@@ -35,5 +43,8 @@ def create_backend(endpoint: Endpoint) -> Backend:
             f"use one of {valid}, as in 'openai/gpt-5'"
         ) from None
     backend_class = getattr(import_module(f"{__name__}.{module_name}"), class_name)
+    if endpoint.provider == "local":
+        local: Backend = backend_class(endpoint, local_servers)
+        return local
     backend: Backend = backend_class(endpoint)
     return backend

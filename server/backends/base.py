@@ -107,6 +107,7 @@ class Endpoint:
     base_url: str | None = None
     timeout_s: float = 120.0
     stream: bool = True
+    model_path: str | None = None  # `local` only: the GGUF file (None: the bundled model)
 
 
 @runtime_checkable

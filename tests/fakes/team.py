@@ -143,7 +143,8 @@ def team_data(
         }
         for provider, agent in members
     ]
-    data: dict[str, Any] = {"name": name, "description": "fake providers", "agents": agents, "sandbox": "none"}
+    data: dict[str, Any] = {"name": name, "description": "fake providers", "agents": agents}
+    data["sandbox"] = "none"
     if coordination:
         data["coordination"] = dict(coordination)
     return data

@@ -1,0 +1,131 @@
+"""`conclave serve --http` as a real process: Host/Origin checks, the bearer token, jobs outliving clients."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx2
+import pytest
+from fastmcp import Client
+
+from conclave.app import _auth
+from conclave.settings import Settings
+from conclave.views import JobView, TeamList
+from tests.fakes.server import FakeProviders, free_port
+from tests.fakes.team import KEY_ENV, TRIO, install, voter, write_team
+
+pytestmark = pytest.mark.anyio
+
+TOKEN = "s3cret-test-token"
+INIT = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}
+    },
+}
+HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+
+
+@pytest.fixture(scope="module")
+def fakes() -> Iterator[FakeProviders]:
+    with FakeProviders() as running:
+        install(running.script, TRIO, voter(delay=0.3))
+        yield running
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory, fakes: FakeProviders) -> Iterator[str]:
+    """One `conclave serve --http` process with a token for the module; yields its MCP URL.
+
+    It is stopped with SIGTERM and must exit 0: the JobService closes too (see app.serve_http).
+    """
+    tmp_path = tmp_path_factory.mktemp("http")
+    config = tmp_path / "config"
+    write_team(config / "conclave" / "teams" / "fake-trio.yaml", fakes, TRIO, name="fake-trio")
+    port = free_port()
+    env = {
+        **os.environ,
+        "CONCLAVE_HOME": str(tmp_path / "home"),
+        "CONCLAVE_HTTP_TOKEN": TOKEN,
+        "XDG_CONFIG_HOME": str(config),
+        KEY_ENV: "test-key",
+        "FASTMCP_LOG_LEVEL": "WARNING",
+    }
+    log = (tmp_path / "server.log").open("wb")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "conclave", "serve", "--http", "--port", str(port)],
+        env=env, cwd=tmp_path, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}/mcp"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            assert process.poll() is None, (tmp_path / "server.log").read_text()
+            try:
+                httpx2.get(url, timeout=1)
+                break
+            except httpx2.TransportError:
+                assert time.monotonic() < deadline, "the HTTP server did not start"
+                time.sleep(0.1)
+        yield url
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=20) == 0, (tmp_path / "server.log").read_text()
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        log.close()
+
+
+async def test_origin_and_token_are_checked(server: str) -> None:
+    async with httpx2.AsyncClient(timeout=10) as http:
+        assert (await http.post(server, json=INIT, headers=HEADERS)).status_code == 401
+        wrong = {**HEADERS, "Authorization": "Bearer wrong"}
+        assert (await http.post(server, json=INIT, headers=wrong)).status_code == 401
+        right = {**HEADERS, "Authorization": f"Bearer {TOKEN}"}
+        assert (await http.post(server, json=INIT, headers=right)).status_code == 200
+        foreign = {**right, "Origin": "http://evil.example"}
+        assert (await http.post(server, json=INIT, headers=foreign)).status_code == 403
+        tokenless_foreign = {**HEADERS, "Origin": "http://evil.example"}  # the Origin check runs before auth
+        assert (await http.post(server, json=INIT, headers=tokenless_foreign)).status_code == 403
+        foreign_host = {**right, "Host": "evil.example"}
+        assert (await http.post(server, json=INIT, headers=foreign_host)).status_code == 421
+        local = {**right, "Origin": "http://localhost:5173"}
+        assert (await http.post(server, json=INIT, headers=local)).status_code == 200
+
+
+async def test_list_teams_over_http(server: str) -> None:
+    async with Client(server, auth=TOKEN) as client:
+        result = await client.call_tool("list_teams", {})
+        teams = TeamList.model_validate(result.structured_content)
+        assert any(team.name == "fake-trio" and team.ready for team in teams.teams)
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_a_job_outlives_the_client_that_started_it(server: str, mode: str) -> None:
+    async with Client(server, auth=TOKEN, mode=mode) as first:
+        arguments = {"task": "What is 6 * 7?", "team": "fake-trio", "wait_seconds": 0}
+        result = await first.call_tool("ask_team", arguments)
+        started = JobView.model_validate(result.structured_content)
+        assert not started.done
+    async with Client(server, auth=TOKEN, mode=mode) as second:
+        result = await second.call_tool("get_status", {"job_id": started.job_id, "wait_seconds": 40})
+        view = JobView.model_validate(result.structured_content)
+        assert view.state == "completed" and view.answer
+
+
+async def test_no_token_setting_means_no_auth_and_a_token_must_match_exactly() -> None:
+    assert _auth(Settings(home=Path("/nonexistent"))) is None
+    verifier = _auth(Settings(home=Path("/nonexistent"), http_token=TOKEN))
+    assert verifier is not None
+    assert await verifier.verify_token(TOKEN) is not None
+    for wrong in ("", TOKEN[:-1], TOKEN + "x", TOKEN.upper(), "s3crét"):
+        assert await verifier.verify_token(wrong) is None

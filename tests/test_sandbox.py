@@ -1,0 +1,270 @@
+"""The sandbox, for real against the Docker engine: confinement, limits, timeouts, output caps, cleanup."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import anyio
+import pytest
+
+from conclave.config import Sandbox as SandboxSpec
+from conclave.errors import SandboxError
+from conclave.sandbox import ENVIRONMENT, Owner, Sandbox, _Capped, connect, engine_status, image_tag, sweep
+from conclave.sandbox_image import build_image, default_tag, host_apt_sources
+
+pytestmark = pytest.mark.anyio
+SPEC = SandboxSpec(memory="256m", cpus=1, pids=64)
+
+
+@pytest.fixture(scope="session")
+def sandbox_image() -> str:
+    """The image, built once per session (about a minute the first time on a machine, then a no-op)."""
+    status = engine_status()
+    if not status.available:
+        pytest.skip(f"no Docker engine reachable, sandbox tests skipped: {status.error}")
+    report = anyio.run(build_image)
+    print(f"\nsandbox image {report.tag}: {report.size_bytes / 1e6:.0f} MB, built={report.built}, "
+          f"{report.seconds:.1f} s")
+    return report.tag
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    path = tmp_path / "workspace"
+    path.mkdir()
+    (path / "hello.txt").write_text("hello\n")
+    return path
+
+
+@pytest.fixture
+def peers(tmp_path: Path) -> dict[str, Path]:
+    peer = tmp_path / "peers" / "B"
+    peer.mkdir(parents=True)
+    (peer / "answer.py").write_text("print('from B')\n")
+    return {"B": peer, "C": tmp_path / "peers" / "C"}  # C has not answered yet: no directory
+
+
+@pytest.fixture
+async def box(sandbox_image: str, workspace: Path, peers: dict[str, Path]) -> AsyncIterator[Sandbox]:
+    sandbox = Sandbox(connect(), Owner("test-" + os.urandom(4).hex()))
+    try:
+        await sandbox.start(workspace, peers, "cj-test", "A", SPEC)
+        yield sandbox
+    finally:
+        with anyio.CancelScope(shield=True):
+            await sandbox.stop()
+
+
+async def test_a_command_returns_stdout_stderr_and_exit_code_apart(box: Sandbox) -> None:
+    result = await box.exec("echo out; echo err >&2; exit 3", timeout_s=10)
+    assert (result.exit_code, result.stdout, result.stderr) == (3, "out\n", "err\n")
+    assert not result.timed_out and result.notes == ()
+    assert "exit code 3" in result.as_text()
+
+
+async def test_runs_in_the_workspace_as_a_non_root_user(box: Sandbox) -> None:
+    result = await box.exec("pwd; id -u; id -g; echo $HOME", timeout_s=10)
+    assert result.stdout.split() == ["/workspace", str(box.uid), str(box.gid), "/workspace"]
+    assert box.uid != 0
+    if os.getuid() == 0:
+        assert box.uid == 1000
+
+
+async def test_no_host_environment_reaches_the_container(
+    sandbox_image: str, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY"):
+        monkeypatch.setenv(name, "sk-secret-" + name)
+    sandbox = Sandbox(connect())
+    try:
+        await sandbox.start(workspace, {}, "cj-env", "A", SPEC)  # started while the keys are set
+        result = await sandbox.exec("env", timeout_s=10)
+    finally:
+        await sandbox.stop()
+    seen = dict(line.split("=", 1) for line in result.stdout.splitlines())
+    assert "sk-secret" not in result.stdout
+    assert set(seen) <= set(ENVIRONMENT) | {"HOSTNAME", "PWD", "SHLVL", "_"}
+    assert seen["HOME"] == "/workspace"
+
+
+async def test_no_network(box: Sandbox) -> None:
+    connect_out = (
+        "python3 -c 'import socket; s = socket.socket(); s.settimeout(3); s.connect((\"1.1.1.1\", 53))'"
+    )
+    result = await box.exec(connect_out, timeout_s=10)
+    assert result.exit_code != 0 and "unreachable" in result.stderr.lower()
+    assert (await box.exec("getent hosts deb.debian.org", timeout_s=10)).exit_code != 0
+    interfaces = await box.exec("ls /sys/class/net", timeout_s=10)
+    assert interfaces.stdout.split() == ["lo"]
+
+
+async def test_writes_only_to_workspace_and_tmp(box: Sandbox, workspace: Path) -> None:
+    for target in ("/x", "/usr/x", "/etc/x", "/peers/x"):
+        result = await box.exec(f"echo no > {target}", timeout_s=10)
+        assert result.exit_code != 0, target
+        assert "read-only" in result.stderr.lower() or "permission denied" in result.stderr.lower()
+    result = await box.exec("echo yes > /workspace/made.txt && echo t > /tmp/t && cat /tmp/t", timeout_s=10)
+    assert (result.exit_code, result.stdout) == (0, "t\n")
+    assert (workspace / "made.txt").read_text() == "yes\n"
+    assert (await box.exec("sed -i s/hello/bye/ hello.txt", timeout_s=10)).exit_code == 0
+    assert (workspace / "hello.txt").read_text() == "bye\n"  # a file the host wrote is the agent's to edit
+    (workspace / "src").mkdir()  # written on the host after start (root-owned when the server is root)
+    (workspace / "src" / "new.py").write_text("x = 1\n")
+    assert (await box.exec("echo y = 2 >> src/new.py && touch src/more.py", timeout_s=10)).exit_code == 0
+    assert (workspace / "src" / "new.py").read_text() == "x = 1\ny = 2\n"
+
+
+async def test_peers_are_readable_read_only_and_refreshed_in_place(box: Sandbox, peers: dict[str, Path]) -> None:
+    result = await box.exec("python3 /peers/B/answer.py && ls -A /peers/C | wc -l", timeout_s=10)
+    assert result.stdout.split() == ["from", "B", "0"]
+    for command in ("echo x > /peers/B/answer.py", "rm /peers/B/answer.py", "touch /peers/C/new"):
+        result = await box.exec(command, timeout_s=10)
+        assert result.exit_code != 0 and "read-only" in result.stderr.lower(), command
+    (peers["C"] / "late.txt").write_text("C1\n")  # the workspace layer syncs a new snapshot in place
+    assert (await box.exec("cat /peers/C/late.txt", timeout_s=10)).stdout == "C1\n"
+
+
+async def test_a_fork_bomb_is_held_by_the_pids_limit(box: Sandbox) -> None:
+    result = await box.exec("bomb() { bomb | bomb & }; bomb; sleep 5", timeout_s=4)
+    assert result.timed_out and "Cannot fork" in result.stderr  # the limit said no, the timeout cleaned up
+    assert box.container is not None
+    stats = await anyio.to_thread.run_sync(lambda: box.container.stats(stream=False))
+    assert stats["pids_stats"]["limit"] == 64 and stats["pids_stats"]["current"] <= 3
+    assert (await box.exec("echo alive", timeout_s=10)).stdout == "alive\n"
+
+
+async def test_a_1gb_allocation_is_killed_by_the_memory_limit(box: Sandbox) -> None:
+    result = await box.exec("python3 -c 'b = bytearray(1 << 30); print(len(b))'", timeout_s=30)
+    assert result.exit_code == 137 and not result.timed_out
+    assert result.stdout == "" and "memory" in result.notes[0]
+    assert (await box.exec("echo alive", timeout_s=10)).stdout == "alive\n"
+
+
+async def test_a_command_past_its_timeout_is_killed_with_its_children(box: Sandbox, workspace: Path) -> None:
+    started = time.monotonic()
+    result = await box.exec("(sleep 2; touch /workspace/late) & echo started; sleep 60", timeout_s=1)
+    assert result.timed_out and result.exit_code == 137 and result.stdout == "started\n"
+    assert time.monotonic() - started < 5
+    assert "killed after 1 s" in result.notes[0]
+    await anyio.sleep(2.5)
+    assert not (workspace / "late").exists()
+    listing = await box.exec("cat /proc/[0-9]*/cmdline | tr '\\0' ' '", timeout_s=10)
+    assert "sleep infinity" in listing.stdout and "sleep 60" not in listing.stdout
+    assert "sleep 2" not in listing.stdout
+
+
+async def test_an_exec_that_outlives_timeout_and_grace_restarts_the_container(
+    sandbox_image: str, workspace: Path
+) -> None:
+    class NoTimeout(Sandbox):
+        grace_s = 0.5
+
+        def _argv(self, command: str, timeout_s: float) -> list[str]:
+            return ["sh", "-c", command]  # as if coreutils `timeout` had failed to kill it
+
+    sandbox = NoTimeout(connect())
+    try:
+        await sandbox.start(workspace, {}, "cj-overrun", "A", SPEC)
+        result = await sandbox.exec("echo x > /tmp/x; sleep 60", timeout_s=1)
+        assert result.timed_out and result.exit_code is None and "restarted" in result.notes[0]
+        after = await sandbox.exec("ls /tmp; cat hello.txt", timeout_s=10)
+        assert after.stdout == "hello\n"  # /tmp emptied, the workspace kept
+    finally:
+        await sandbox.stop()
+
+
+async def test_output_floods_are_capped_with_a_note(box: Sandbox) -> None:
+    result = await box.exec("yes | head -c 1000000; seq 3 >&2; echo END", timeout_s=20)
+    assert result.exit_code == 0
+    assert len(result.stdout) < box.output_cap + 100
+    assert result.stdout.startswith("y\ny\n") and result.stdout.endswith("y\nEND\n")
+    assert "bytes cut" in result.stdout and result.stderr == "1\n2\n3\n"
+    assert result.notes == ("stdout: 1,000,004 bytes, the middle 980,004 cut (first and last 10,000 kept)",)
+
+
+def test_capped_keeps_head_and_tail() -> None:
+    capped = _Capped(10)
+    for chunk in (b"abc", b"defgh", None, b"ijklmnop"):
+        capped.add(chunk)
+    assert (capped.total, capped.cut) == (16, 6)
+    assert capped.text() == "abcde\n[... 6 bytes cut ...]\nlmnop"
+    small = _Capped(10)
+    small.add(b"abc")
+    assert (small.text(), small.note("stdout")) == ("abc", None)
+
+
+async def test_labels_confinement_and_stop(box: Sandbox) -> None:
+    container = box.container
+    assert container is not None
+    labels = container.labels
+    assert labels["conclave.job"] == "cj-test" and labels["conclave.agent"] == "A"
+    assert labels["conclave.owner"] == box.owner.id and labels["conclave.owner_pid"] == str(os.getpid())
+    host = container.attrs["HostConfig"]
+    assert host["ReadonlyRootfs"] and host["CapDrop"] == ["ALL"] and host["Init"]
+    assert host["SecurityOpt"] == ["no-new-privileges"] and host["NetworkMode"] == "none"
+    assert host["PidsLimit"] == 64 and host["Memory"] == host["MemorySwap"] == 256 * 2**20
+    await box.stop()
+    await box.stop()  # twice is fine
+    client = connect()
+    assert not client.containers.list(all=True, filters={"id": container.id})
+
+
+async def test_sweep_removes_dead_owners_containers_only(sandbox_image: str, workspace: Path) -> None:
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # a pid with no process behind it
+    dead, live = Sandbox(connect(), Owner("dead-owner", gone.pid)), Sandbox(connect(), Owner("live-owner"))
+    try:
+        await dead.start(workspace, {}, "cj-sweep", "A", SPEC)
+        await live.start(workspace, {}, "cj-sweep", "B", SPEC)
+        assert dead.container is not None and live.container is not None
+        removed = await sweep(connect())
+        assert dead.container.name in removed and live.container.name not in removed
+        client = connect()
+        assert not client.containers.list(all=True, filters={"id": dead.container.id})
+        assert client.containers.list(filters={"id": live.container.id})
+    finally:
+        await dead.stop()
+        await live.stop()
+
+
+async def test_exec_before_start_is_an_error() -> None:
+    with pytest.raises(SandboxError, match="not started"):
+        await Sandbox().exec("true", timeout_s=1)
+
+
+async def test_build_image_is_a_no_op_when_the_tag_exists(sandbox_image: str) -> None:
+    started = time.monotonic()
+    report = await build_image(sandbox_image)
+    assert not report.built and report.size_bytes > 0
+    assert time.monotonic() - started < 2
+
+
+def test_engine_status_and_image_names(sandbox_image: str) -> None:
+    status = engine_status(default_tag())
+    assert status.available and status.version and status.image_present
+    missing = engine_status("conclave-sandbox:no-such-version")
+    assert missing.image_present is False and "conclave sandbox build" in (missing.error or "")
+    assert image_tag(SandboxSpec()) == default_tag()
+    assert image_tag(SandboxSpec(image="mine/box:3")) == "mine/box:3"
+
+
+def test_host_apt_sources_keep_the_release_and_drop_third_parties(tmp_path: Path) -> None:
+    (tmp_path / "etc/apt/sources.list.d").mkdir(parents=True)
+    (tmp_path / "etc/os-release").write_text('VERSION_CODENAME=bookworm\nID="debian"\n')
+    (tmp_path / "etc/apt/sources.list.d/debian.sources").write_text(
+        "Types: deb deb-src\n# a comment\nURIs: http://mirror.example/debian\nSuites: bookworm bookworm-updates\n"
+        "Components: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n\n"
+        "Types: deb\nURIs: http://mirror.example/debian-security\nSuites: bookworm-security\nComponents: main\n"
+    )
+    (tmp_path / "etc/apt/sources.list.d/node.sources").write_text(
+        "Types: deb\nURIs: https://deb.nodesource.com/node_20.x\nSuites: nodistro\nComponents: main\n"
+    )
+    (tmp_path / "etc/apt/sources.list").write_text("deb [signed-by=/k.gpg] http://other.example/debian bookworm main\n")
+    sources = host_apt_sources(tmp_path)
+    assert sources.suite == "bookworm"
+    assert "nodesource" not in sources.text and sources.text.count("Types: deb\n") == 3
+    assert "Suites: bookworm-security" in sources.text and "Signed-By: /k.gpg" in sources.text

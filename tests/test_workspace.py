@@ -1,0 +1,594 @@
+"""Workspaces: copying context paths, confinement, snapshots, peer views, diffs and apply (no Docker)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from conclave import applying
+from conclave.diffing import diff_trees
+from conclave.errors import ApplyConflict, ApplyFailed, ContextTooLarge, InputError, PathOutsideRoot
+from conclave.workspace import (
+    Caps,
+    ContextPath,
+    Workspaces,
+    apply,
+    copy_context,
+    copy_context_sync,
+    diff,
+    resolve_inside,
+)
+
+OLD = time.time() - 3600  # an mtime well before any capture: unchanged files may be reused
+
+
+def make_tree(root: Path, files: dict[str, str | bytes], *, mtime: float | None = OLD) -> Path:
+    for rel, content in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(content.encode() if isinstance(content, str) else content)
+        if mtime is not None:
+            os.utime(path, (mtime, mtime))
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+def read_tree(root: Path) -> dict[str, bytes]:
+    """Every file under root, hidden ones included, as {posix path: bytes}."""
+    out = {}
+    for directory, _, files in os.walk(root):
+        for name in files:
+            path = Path(directory, name)
+            out[path.relative_to(root).as_posix()] = path.read_bytes()
+    return out
+
+
+def copied(tmp_path: Path, source: Path, caps: Caps = Caps()):
+    manifest = copy_context_sync([ContextPath(path=str(source))], tmp_path / "dest", caps)
+    return manifest.contexts[0], tmp_path / "dest" / source.name
+
+
+# -- copying context paths ---------------------------------------------------------------------
+
+
+def test_gitignore_root_nested_and_negation(tmp_path):
+    src = make_tree(tmp_path / "proj", {
+        ".gitignore": "*.log\n!keep.log\nbuild/\n/top.txt\n",
+        "a.log": "x", "keep.log": "k", "top.txt": "t", "build/out.o": "o", "src/build/gen.py": "g",
+        "src/top.txt": "nested top is not anchored at root",
+        "src/.gitignore": "secret.txt\n!debug.log\n",
+        "src/secret.txt": "s", "src/debug.log": "d", "src/other.log": "o", "src/main.py": "m",
+        ".git/info/exclude": "local-only.txt\n", "local-only.txt": "l",
+    })
+    context, dest = copied(tmp_path, src)
+    assert sorted(context.files) == [
+        ".gitignore", "keep.log", "src/.gitignore", "src/debug.log", "src/main.py", "src/top.txt",
+    ]
+    assert sorted(read_tree(dest)) == sorted(context.files)
+
+
+def test_git_dir_skipped(tmp_path):
+    src = make_tree(tmp_path / "proj", {
+        ".git/HEAD": "ref", ".git/objects/ab/cd": "x", "lib/.git": "gitdir: ../.git/modules/lib",
+        "lib/code.py": "print()",
+    })
+    context, dest = copied(tmp_path, src)
+    assert sorted(context.files) == ["lib/code.py"]
+    assert not (dest / ".git").exists() and not (dest / "lib/.git").exists()
+
+
+def test_manifest_records_size_mode_and_sha256(tmp_path):
+    binary = bytes(range(256)) * 4
+    src = make_tree(tmp_path / "proj", {"bin.dat": binary, "run.sh": "#!/bin/sh\n"})
+    (src / "run.sh").chmod(0o755)
+    context, dest = copied(tmp_path, src)
+    import hashlib
+
+    assert context.files["bin.dat"].sha256 == hashlib.sha256(binary).hexdigest()
+    assert context.files["bin.dat"].size == 1024
+    assert context.files["run.sh"].mode == 0o755
+    assert (dest / "bin.dat").read_bytes() == binary
+    assert os.stat(dest / "run.sh").st_mode & 0o777 == 0o755
+
+
+def test_cap_on_file_count_refuses_before_copying(tmp_path):
+    src = make_tree(tmp_path / "proj", {f"node_modules/m{i}.js": "x" for i in range(12)} | {"a.py": "a"})
+    with pytest.raises(ContextTooLarge) as caught:
+        copy_context_sync([ContextPath(path=str(src))], tmp_path / "dest", Caps(max_files=10))
+    message = str(caught.value)
+    assert "13 files after .gitignore" in message and "cap of 10 files" in message
+    assert "node_modules (12 files)" in message and ".gitignore entry" in message
+    assert not (tmp_path / "dest").exists()
+
+
+def test_cap_on_bytes_refuses_before_copying(tmp_path):
+    src = make_tree(tmp_path / "proj", {"small.txt": "x", "data/big.bin": b"\0" * 3_000_000})
+    with pytest.raises(ContextTooLarge) as caught:
+        copy_context_sync([ContextPath(path=str(src))], tmp_path / "dest", Caps(max_bytes=1_000_000))
+    assert "2.9 MB after .gitignore" in str(caught.value) and "cap of 1.0 MB" in str(caught.value)
+    assert "data (2.9 MB)" in str(caught.value)
+    assert not (tmp_path / "dest").exists()
+
+
+def test_gitignored_files_do_not_count_against_caps(tmp_path):
+    src = make_tree(tmp_path / "proj", {".gitignore": "node_modules/\n"} | {f"node_modules/{i}": "x" for i in range(50)})
+    context, _ = copied(tmp_path, src, Caps(max_files=5))
+    assert list(context.files) == [".gitignore"]
+
+
+def test_missing_path_is_refused_with_the_fix(tmp_path):
+    with pytest.raises(ValidationError) as caught:
+        ContextPath(path=str(tmp_path / "nope"))
+    text = str(caught.value)
+    assert "path" in text and "nope' does not exist" in text and "give an existing directory" in text
+
+
+def test_file_instead_of_directory_is_refused(tmp_path):
+    (tmp_path / "f.txt").write_text("x")
+    with pytest.raises(ValidationError, match="is a file, not a directory: give the folder"):
+        ContextPath(path=str(tmp_path / "f.txt"))
+    with pytest.raises(ValidationError, match="permission"):
+        ContextPath(path=str(tmp_path), permission="admin")
+
+
+def test_same_folder_twice_is_refused(tmp_path):
+    paths = [ContextPath(path=str(tmp_path)), ContextPath(path=str(tmp_path), permission="write")]
+    with pytest.raises(InputError, match="listed twice"):
+        copy_context_sync(paths, tmp_path.parent / "dest-twice")
+
+
+def test_context_names_are_unique(tmp_path):
+    one = make_tree(tmp_path / "a" / "app", {"x": "1"})
+    two = make_tree(tmp_path / "b" / "app", {"y": "2"})
+    manifest = copy_context_sync([ContextPath(path=str(one)), ContextPath(path=str(two))], tmp_path / "dest")
+    assert [c.name for c in manifest.contexts] == ["app", "app-2"]
+    assert (tmp_path / "dest/app/x").exists() and (tmp_path / "dest/app-2/y").exists()
+
+
+def test_symlinks_and_fifos_are_skipped_not_followed(tmp_path):
+    outside = make_tree(tmp_path / "outside", {"secret.txt": "s"})
+    src = make_tree(tmp_path / "proj", {"real.txt": "r"})
+    (src / "link.txt").symlink_to(outside / "secret.txt")
+    (src / "linkdir").symlink_to(outside)
+    (src / "inside.txt").symlink_to("real.txt")
+    os.mkfifo(src / "pipe")
+    context, dest = copied(tmp_path, src)
+    assert list(context.files) == ["real.txt"]
+    assert set(context.skipped) == {"link.txt", "linkdir", "inside.txt", "pipe"}
+    assert "symlink" in context.skipped["link.txt"] and "FIFO" in context.skipped["pipe"]
+    assert sorted(os.listdir(dest)) == ["real.txt"]
+
+
+def copy_as_nobody(src: Path, dest: Path) -> dict:
+    """copy_context_sync in a forked child that dropped root (root reads mode-000 files anyway)."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into pytest
+        status = 1
+        try:
+            os.close(read_end)
+            if os.geteuid() == 0:
+                os.setgroups([])
+                os.setgid(65534)
+                os.setuid(65534)
+            context = copy_context_sync([ContextPath(path=str(src))], dest).contexts[0]
+            os.write(write_end, json.dumps({"files": sorted(context.files), "skipped": context.skipped}).encode())
+            status = 0
+        finally:
+            os._exit(status)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as pipe:
+        output = pipe.read()
+    assert os.waitpid(pid, 0)[1] == 0, "the unprivileged copy failed"
+    return json.loads(output)
+
+
+def test_unreadable_file_is_skipped_and_listed():
+    work = Path(tempfile.mkdtemp(prefix="conclave-unreadable-"))  # outside root's private pytest dir
+    try:
+        work.chmod(0o777)
+        src = make_tree(work / "proj", {"ok.txt": "fine", "locked.txt": "secret"})
+        src.chmod(0o755)
+        (src / "ok.txt").chmod(0o644)
+        (src / "locked.txt").chmod(0o000)
+        result = copy_as_nobody(src, work / "dest")
+        assert result["files"] == ["ok.txt"]
+        assert result["skipped"]["locked.txt"] == "unreadable, not copied: Permission denied"
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+@pytest.mark.anyio
+async def test_copy_context_async_wrapper(tmp_path):
+    src = make_tree(tmp_path / "proj", {"a.txt": "a"})
+    manifest = await copy_context([ContextPath(path=str(src), permission="write")], tmp_path / "dest")
+    assert manifest.contexts[0].permission == "write" and list(manifest.contexts[0].files) == ["a.txt"]
+
+
+# -- confinement --------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def root(tmp_path):
+    make_tree(tmp_path / "outside", {"secret.txt": "s"})
+    root = make_tree(tmp_path / "root", {"src/app.py": "a", "docs/readme.md": "r"})
+    (root / "out.txt").symlink_to(tmp_path / "outside" / "secret.txt")
+    (root / "outdir").symlink_to(tmp_path / "outside")
+    (root / "dangling").symlink_to(tmp_path / "outside" / "missing")
+    (root / "inlink").symlink_to("src")
+    return root
+
+
+@pytest.mark.parametrize("relative, reason", [
+    ("../outside/secret.txt", "'..' leads outside"),
+    ("src/../../outside", "'..' leads outside"),
+    ("/etc/passwd", "absolute paths"),
+    ("out.txt", "symlink that points outside"),
+    ("outdir/secret.txt", "symlink that points outside"),
+    ("outdir/new-file.txt", "symlink that points outside"),
+    ("dangling", "symlink that points outside"),
+    ("inlink/../../outside", "'..' leads outside"),
+    ("src/\x00x", "NUL byte"),
+])
+def test_resolve_inside_refuses_escapes(root, relative, reason):
+    with pytest.raises(PathOutsideRoot, match=reason) as caught:
+        resolve_inside(root, relative)
+    assert caught.value.field == "path" and "relative to the root" in str(caught.value)
+    assert str(root) not in str(caught.value)
+
+
+@pytest.mark.parametrize("relative, expected", [
+    ("src/app.py", "src/app.py"), ("", "."), (".", "."), ("src/../docs/readme.md", "docs/readme.md"),
+    ("inlink/app.py", "src/app.py"), ("new/dir/file.txt", "new/dir/file.txt"),
+])
+def test_resolve_inside_accepts_paths_inside(root, relative, expected):
+    assert resolve_inside(root, relative) == (root / expected).resolve()
+
+
+# -- workspaces, snapshots, peers ---------------------------------------------------------------
+
+
+@pytest.fixture
+async def job(tmp_path):
+    src = make_tree(tmp_path / "proj", {
+        "app.py": "print('hi')\n", "lib/util.py": "def f():\n    return 1\n", "data.bin": b"\0\1\2",
+    })
+    spaces = Workspaces(tmp_path / "jobs" / "j1")
+    await spaces.prepare([ContextPath(path=str(src), permission="write")])
+    await spaces.create(["A", "B", "C"])
+    return spaces
+
+
+@pytest.mark.anyio
+async def test_create_copies_base_without_sharing_inodes(job):
+    base = job.base / "proj" / "app.py"
+    for letter in "ABC":
+        mine = job.agent(letter) / "proj" / "app.py"
+        assert mine.read_text() == "print('hi')\n"
+        assert os.stat(mine).st_ino != os.stat(base).st_ino
+    assert job.manifest().get("proj").permission == "write"
+
+
+@pytest.mark.anyio
+async def test_snapshot_is_isolated_from_later_edits(job):
+    work = job.agent("B") / "proj"
+    (work / "app.py").write_text("print('v1')\n")
+    snap = await job.snapshot("B", "B1")
+    (work / "app.py").write_text("print('v2')\n")
+    (work / "lib" / "util.py").unlink()
+    assert (snap / "proj" / "app.py").read_text() == "print('v1')\n"
+    assert (snap / "proj" / "lib" / "util.py").exists()
+    for name in ("app.py", "lib/util.py", "data.bin"):  # agents/ never shares an inode with a snapshot
+        if (work / name).exists():
+            assert os.stat(work / name).st_ino != os.stat(snap / "proj" / name).st_ino
+    snap2 = await job.snapshot("B", "B2")
+    assert (snap2 / "proj" / "app.py").read_text() == "print('v2')\n"
+    assert not (snap2 / "proj" / "lib" / "util.py").exists()
+    assert (snap / "proj" / "app.py").read_text() == "print('v1')\n"
+
+
+@pytest.mark.anyio
+async def test_snapshot_links_unchanged_files_and_copies_changed_ones(job):
+    work = job.agent("A") / "proj"
+    (work / "app.py").write_text("print('yo')\n")
+    snap = await job.snapshot("A", "A1")
+    base_util = os.stat(job.base / "proj" / "lib" / "util.py")
+    assert os.stat(snap / "proj" / "lib" / "util.py").st_ino == base_util.st_ino  # unchanged: linked
+    assert os.stat(snap / "proj" / "app.py").st_nlink == 1  # changed: copied
+    assert (snap / "proj" / "app.py").read_text() == "print('yo')\n"
+    assert (job.base / "proj" / "app.py").read_text() == "print('hi')\n"
+
+
+@pytest.mark.anyio
+async def test_snapshot_copies_a_racy_file_even_with_the_same_size_and_mtime(job):
+    # A file rewritten within one filesystem clock tick keeps its mtime; git's racy-clean rule: a file
+    # whose mtime is near the reference tree's capture proves nothing, so it is copied, not reused.
+    work = job.agent("A") / "proj"
+    (work / "new.txt").write_text("n")
+    snap = await job.snapshot("A", "A1")
+    (work / "new.txt").write_text("m")
+    os.utime(work / "new.txt", ns=(os.stat(snap / "proj/new.txt").st_mtime_ns,) * 2)
+    snap2 = await job.snapshot("A", "A2")
+    assert (snap2 / "proj" / "new.txt").read_text() == "m"
+    assert (snap / "proj" / "new.txt").read_text() == "n"
+
+
+@pytest.mark.anyio
+async def test_snapshot_refuses_a_workspace_over_its_caps(tmp_path):
+    spaces = Workspaces(tmp_path / "job", workspace_caps=Caps(max_files=5))
+    await spaces.prepare([])
+    await spaces.create(["A"])
+    make_tree(spaces.agent("A"), {f"gen/{i}.o": "x" for i in range(8)})
+    with pytest.raises(ContextTooLarge, match="agent A's workspace holds more than 5 files.*delete generated"):
+        await spaces.snapshot("A", "A1")
+    assert spaces.latest() == {} and not spaces.snapshots.exists()
+
+
+@pytest.mark.anyio
+async def test_peer_view_shows_each_other_agents_latest_snapshot(job):
+    assert job.peer_view("A") == {}
+    await job.snapshot("B", "B1")
+    await job.snapshot("C", "C1")
+    await job.snapshot("B", "B2")
+    await job.snapshot("A", "A1")
+    assert job.peer_view("A") == {"B": job.snapshots / "B2", "C": job.snapshots / "C1"}
+    assert job.peer_view("B") == {"A": job.snapshots / "A1", "C": job.snapshots / "C1"}
+    assert job.latest() == {"A": "A1", "B": "B2", "C": "C1"}
+    with pytest.raises(FileExistsError):
+        await job.snapshot("B", "B2")
+    with pytest.raises(ValueError, match="does not belong"):
+        await job.snapshot("A", "B3")
+
+
+@pytest.mark.anyio
+async def test_labels_and_sources_are_validated(job):
+    for bad in ("../base", "B0", "b1", "BB1", "B1/../../x", "final/.."):
+        with pytest.raises(InputError):
+            job.source(bad)
+    with pytest.raises(InputError, match="nothing there yet"):
+        job.source("B7")
+    with pytest.raises(InputError, match="one capital letter"):
+        job.agent("../A")
+    assert job.source("base") == job.base
+
+
+@pytest.mark.anyio
+async def test_finalize_from_label_and_from_letter(job):
+    work = job.agent("C") / "proj"
+    (work / "app.py").write_text("print('answer')\n")
+    await job.snapshot("C", "C1")
+    (work / "app.py").write_text("print('presented')\n")
+    final = await job.finalize("C1")
+    assert (final / "proj" / "app.py").read_text() == "print('answer')\n"
+    final = await job.finalize("C")  # after presentation: the agent's current workspace
+    assert (final / "proj" / "app.py").read_text() == "print('presented')\n"
+    assert job.source("final") == job.final
+    assert [p.name for p in job.job_dir.iterdir() if p.name.startswith(".")] == []
+
+
+# -- diffs --------------------------------------------------------------------------------------
+
+
+BASE_FILES = {
+    "keep.txt": "same\n",
+    "mod.py": "".join(f"line {i}\n" for i in range(1, 21)),
+    "gone.txt": "bye\nnow\n",
+    "tail.txt": "no newline at end",
+    "img.png": b"\x89PNG\r\n\x1a\n\0\0binary",
+    "with space.txt": "a\n",
+    "empty-gone.txt": "",
+}
+FINAL_FILES = {
+    "keep.txt": "same\n",
+    "mod.py": "".join(f"line {i}\n" for i in range(1, 21)).replace("line 3\n", "line three\n")
+    .replace("line 18\n", "line 18\nline 18b\n"),
+    "tail.txt": "no newline at end, changed",
+    "img.png": b"\x89PNG\r\n\x1a\n\0\0BINARY!",
+    "new/dir/added.txt": "fresh\nfile\n",
+    "with space.txt": "b\n",
+    "empty-new.txt": "",
+    "caf\u00e9.md": "accent\n",
+}
+
+
+def trees(tmp_path: Path) -> tuple[Path, Path]:
+    return make_tree(tmp_path / "base", BASE_FILES), make_tree(tmp_path / "final", FINAL_FILES)
+
+
+def git(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@t", "GIT_CONFIG_NOSYSTEM": "1", "HOME": str(cwd)}
+    return subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, text=True)
+
+
+def git_repo(tmp_path: Path, name: str, files: dict) -> Path:
+    repo = make_tree(tmp_path / name, files)
+    git(repo, "init", "-q")
+    git(repo, "add", "-A")
+    assert git(repo, "commit", "-qm", "base").returncode == 0
+    return repo
+
+
+def test_diff_summary(tmp_path):
+    patch = diff_trees(*trees(tmp_path))
+    summary = {f.path: (f.status, f.change, f.added_lines, f.removed_lines) for f in patch.files}
+    assert summary == {
+        "caf\u00e9.md": ("added", "added", 1, 0),
+        "empty-gone.txt": ("deleted", "deleted", 0, 0),
+        "empty-new.txt": ("added", "added", 0, 0),
+        "gone.txt": ("deleted", "deleted", 0, 2),
+        "img.png": ("binary", "modified", 0, 0),
+        "mod.py": ("modified", "modified", 2, 1),
+        "new/dir/added.txt": ("added", "added", 2, 0),
+        "tail.txt": ("modified", "modified", 1, 1),
+        "with space.txt": ("modified", "modified", 1, 1),
+    }
+    assert (patch.added_lines, patch.removed_lines) == (7, 5)
+    assert "Binary files a/img.png and b/img.png differ" in patch.text
+    assert "BINARY" not in patch.text
+
+
+def test_diff_text_matches_git_exactly(tmp_path):
+    text_only = {k: v for k, v in BASE_FILES.items() if k != "img.png"}
+    final_text = {k: v for k, v in FINAL_FILES.items() if k != "img.png"}
+    base, final = make_tree(tmp_path / "base", text_only), make_tree(tmp_path / "final", final_text)
+    (base / "mod.py").chmod(0o644)
+    (final / "mod.py").chmod(0o755)  # a mode change rides along with a content change
+    repo = git_repo(tmp_path, "repo", text_only)
+    (repo / "mod.py").chmod(0o644)
+    shutil.rmtree(repo / "new", ignore_errors=True)
+    for rel in text_only:
+        (repo / rel).unlink()
+    make_tree(repo, final_text)
+    (repo / "mod.py").chmod(0o755)
+    git(repo, "add", "-A")
+    expected = git(repo, "-c", "core.abbrev=7", "diff", "--cached", "--no-renames").stdout
+    assert diff_trees(base, final).text == expected
+
+
+def test_no_trailing_newline_markers(tmp_path):
+    base = make_tree(tmp_path / "b", {"t.txt": "a\nb"})
+    final = make_tree(tmp_path / "f", {"t.txt": "a\nb\n"})
+    assert diff_trees(base, final).text.endswith("@@ -1,2 +1,2 @@\n a\n-b\n\\ No newline at end of file\n+b\n")
+
+
+def test_git_apply_and_patch_accept_the_patch(tmp_path):
+    base_files = {k: v for k, v in BASE_FILES.items() if k != "img.png"}
+    final_files = {k: v for k, v in FINAL_FILES.items() if k != "img.png"}
+    base, final = make_tree(tmp_path / "base", base_files), make_tree(tmp_path / "final", final_files)
+    patch_file = tmp_path / "change.patch"
+    patch_file.write_text(diff_trees(base, final).text)
+    repo = git_repo(tmp_path, "repo", base_files)
+    check = git(repo, "apply", "--check", str(patch_file))
+    assert check.returncode == 0, check.stderr
+    assert git(repo, "apply", str(patch_file)).returncode == 0
+    assert _without_git(read_tree(repo)) == read_tree(final)
+    plain = make_tree(tmp_path / "plain", base_files)
+    run = subprocess.run(["patch", "-p1", "-s", "-i", str(patch_file)], cwd=plain, capture_output=True, text=True)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert read_tree(plain) == read_tree(final)
+
+
+def _without_git(files: dict[str, bytes]) -> dict[str, bytes]:
+    return {k: v for k, v in files.items() if not k.startswith(".git/")}
+
+
+def test_diff_respects_final_gitignore_but_keeps_tracked_files(tmp_path):
+    base = make_tree(tmp_path / "b", {".gitignore": "__pycache__/\n*.tmp\n", "a.py": "a\n", "keep.tmp": "t\n"})
+    final = make_tree(tmp_path / "f", {".gitignore": "__pycache__/\n*.tmp\n", "a.py": "a\n", "keep.tmp": "u\n",
+                                       "__pycache__/a.pyc": b"\0pyc", "scratch.tmp": "s", "b.py": "b\n"})
+    (final / "link").symlink_to("/etc/passwd")
+    patch = diff_trees(base, final)
+    assert [f.path for f in patch.files] == ["b.py", "keep.tmp"]
+    assert "link" in patch.skipped and "passwd" not in patch.text
+
+
+@pytest.mark.anyio
+async def test_workspace_diffs_per_context(job):
+    (job.agent("B") / "proj" / "app.py").write_text("print('hello')\n")
+    await job.snapshot("B", "B1")
+    await job.finalize("B1")
+    patches = await job.diffs()
+    assert list(patches) == ["proj"]
+    assert [f.path for f in patches["proj"].files] == ["app.py"]
+    assert "-print('hi')\n+print('hello')\n" in patches["proj"].text
+    same = await diff(job.base / "proj", job.base / "proj")
+    assert same.empty and same.text == ""
+
+
+# -- apply ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+async def applied_job(tmp_path):
+    src = make_tree(tmp_path / "proj", {
+        "app.py": "v1\n", "old.txt": "old\n", "dir/only.txt": "x\n", "logo.bin": b"\0\1", "same.txt": "s\n",
+    })
+    spaces = Workspaces(tmp_path / "job")
+    await spaces.prepare([ContextPath(path=str(src), permission="write")])
+    await spaces.create(["A"])
+    work = spaces.agent("A") / "proj"
+    (work / "app.py").write_text("v2\n")
+    (work / "old.txt").unlink()
+    shutil.rmtree(work / "dir")
+    (work / "logo.bin").write_bytes(b"\0\2\3")
+    make_tree(work, {"pkg/new/mod.py": "new\n"}, mtime=None)
+    await spaces.finalize("A")
+    return spaces, src
+
+
+@pytest.mark.anyio
+async def test_apply_success(applied_job):
+    spaces, src = applied_job
+    changes = await spaces.apply("proj")
+    assert (changes.added, sorted(changes.modified), changes.deleted) == (
+        ["pkg/new/mod.py"], ["app.py", "logo.bin"], ["dir/only.txt", "old.txt"])
+    assert read_tree(src) == {"app.py": b"v2\n", "logo.bin": b"\0\2\3", "pkg/new/mod.py": b"new\n", "same.txt": b"s\n"}
+    assert not (src / "dir").exists()  # emptied by the deletion, pruned like git does
+
+
+@pytest.mark.anyio
+async def test_apply_conflict_changes_nothing(applied_job):
+    spaces, src = applied_job
+    (src / "app.py").write_text("edited by the user\n")
+    (src / "pkg" / "new").mkdir(parents=True)
+    (src / "pkg" / "new" / "mod.py").write_text("user's own\n")
+    (src / "old.txt").unlink()
+    before = read_tree(src)
+    with pytest.raises(ApplyConflict) as caught:
+        await spaces.apply("proj")
+    assert caught.value.conflicts == {
+        "app.py": "modified since the job started",
+        "pkg/new/mod.py": "created since the job started",
+        "old.txt": "deleted since the job started",
+    }
+    assert "nothing was applied" in str(caught.value) and "app.py (modified" in str(caught.value)
+    assert read_tree(src) == before
+
+
+@pytest.mark.anyio
+async def test_apply_refuses_a_symlink_on_the_way(applied_job, tmp_path):
+    spaces, src = applied_job
+    shutil.rmtree(src / "dir")
+    (tmp_path / "elsewhere").mkdir()
+    (src / "dir").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(ApplyConflict, match="'dir' is now a symlink or a file"):
+        await spaces.apply("proj")
+
+
+@pytest.mark.anyio
+async def test_apply_failure_midway_rolls_back(applied_job, monkeypatch):
+    spaces, src = applied_job
+    before = read_tree(src)
+    real_copy, calls = applying.copy_file, []
+
+    def failing_copy(*args, **kwargs):
+        calls.append(args[1])
+        if len(calls) == 3:
+            raise OSError(28, "No space left on device")
+        return real_copy(*args, **kwargs)
+
+    monkeypatch.setattr(applying, "copy_file", failing_copy)
+    with pytest.raises(ApplyFailed, match="No space left on device; every change was rolled back"):
+        await spaces.apply("proj")
+    assert len(calls) == 3
+    assert read_tree(src) == before  # also: no temp or backup files left behind
+    assert not (src / "pkg").exists()
+
+
+@pytest.mark.anyio
+async def test_apply_needs_write_permission(tmp_path):
+    src = make_tree(tmp_path / "proj", {"a.txt": "a"})
+    spaces = Workspaces(tmp_path / "job")
+    manifest = await spaces.prepare([ContextPath(path=str(src))])
+    with pytest.raises(InputError, match="permission 'write'"):
+        await apply(spaces.base / "proj", src, manifest.contexts[0])

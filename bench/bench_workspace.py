@@ -64,7 +64,8 @@ def one_run(work: Path, files: int, changed: int) -> dict[str, float]:
         with open(agent / rel, "a") as handle:
             handle.write("# changed by agent A\n")
     out["snapshot"] = timed(lambda: anyio.run(spaces.snapshot, "A", "A1"))
-    out["snapshot_full_copy"] = timed(lambda: shutil.copytree(agent, work / "naive", copy_function=shutil.copy2))
+    naive = work / "naive"
+    out["snapshot_full_copy"] = timed(lambda: shutil.copytree(agent, naive, copy_function=shutil.copy2))
     out["finalize"] = timed(lambda: anyio.run(spaces.finalize, "A1"))
     patches: dict = {}
     out["diff"] = timed(lambda: patches.update(anyio.run(spaces.diffs)))
@@ -93,7 +94,9 @@ def main() -> None:
         "files": args.files, "changed": args.changed, "repeat": args.repeat,
         "median_s": {step: round(seconds, 4) for step, seconds in medians.items()},
         "runs_s": [{step: round(seconds, 4) for step, seconds in run.items()} for run in runs],
-        "machine": {"python": platform.python_version(), "system": platform.platform(), "cpus": os.cpu_count()},
+        "machine": {
+            "python": platform.python_version(), "system": platform.platform(), "cpus": os.cpu_count(),
+        },
     }, indent=2) + "\n")
     print(f"wrote {RESULTS}")
 

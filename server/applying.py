@@ -24,7 +24,7 @@ from typing import Protocol
 
 from .diffing import final_listing
 from .errors import ApplyConflict, ApplyFailed, PathOutsideRoot
-from .trees import copy_file, resolve_inside, sha256_file
+from .trees import copy_file, list_tree, resolve_inside, sha256_file
 
 
 class Recorded(Protocol):
@@ -47,14 +47,21 @@ class Changes:
         return not (self.added or self.modified or self.deleted)
 
 
-def plan(final: Path, recorded: Mapping[str, Recorded]) -> Changes:
-    """Compare the final tree with the files recorded at job start."""
+def plan(final: Path, recorded: Mapping[str, Recorded], base: Path | None = None) -> Changes:
+    """Compare the final tree with the files recorded at job start.
+
+    With `base` (the job-start copy), a final file that is the same inode as its base file (an immutable
+    tree's hard link) is unchanged without hashing it.
+    """
     listing = final_listing(final, recorded)
+    linked = list_tree(base).files if base is not None else {}
     changes = Changes()
     for rel, entry in listing.files.items():
-        old = recorded.get(rel)
+        old, same = recorded.get(rel), linked.get(rel)
         if old is None:
             changes.added.append(rel)
+        elif same is not None and (same.dev, same.ino) == (entry.dev, entry.ino):
+            continue
         elif (entry.mode & 0o111 != 0) != (old.mode & 0o111 != 0) or sha256_file(final, rel) != old.sha256:
             changes.modified.append(rel)
     changes.deleted = sorted(set(recorded) - set(listing.files))
@@ -99,9 +106,11 @@ def _blocked_parent(target: Path, rel: str) -> str:
     return ""
 
 
-def apply_tree(final: Path, target: Path, recorded: Mapping[str, Recorded]) -> Changes:
+def apply_tree(
+    final: Path, target: Path, recorded: Mapping[str, Recorded], base: Path | None = None
+) -> Changes:
     """Make `target` match `final` where it changed since job start; all or nothing (blocking)."""
-    changes = plan(final, recorded)
+    changes = plan(final, recorded, base)
     found = conflicts(target, changes, recorded)
     if found:
         raise ApplyConflict(str(target), found)

@@ -7,7 +7,7 @@ Invariants every function here keeps (tests/test_workspace.py guards each):
   reported as skipped (`test_symlinks_and_fifos_are_skipped_not_followed`);
 - an entry named `.git` (directory or worktree file) is skipped at any depth (`test_git_dir_skipped`);
 - copies never share an inode with their source unless the caller passes a `reuse` reference: only
-  immutable trees (snapshots, final) are built by hard link (`test_agent_copy_shares_no_inode`).
+  immutable trees (snapshots, final) are built by hard link (`test_create_copies_base_without_sharing_inodes`).
 """
 
 from __future__ import annotations
@@ -197,7 +197,8 @@ def open_under(root: Path, rel: str) -> int:
             step = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
             os.close(fd)
             fd = step
-        file_fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=fd)
+        # O_NONBLOCK: a FIFO swapped in after listing must not block the open (no effect on files)
+        file_fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=fd)
     finally:
         os.close(fd)
     if not stat.S_ISREG(os.fstat(file_fd).st_mode):
@@ -271,8 +272,7 @@ def copy_tree(
     for rel in listing.dirs:
         (dst / rel).mkdir(parents=True, exist_ok=True)
     copied: dict[str, str | None] = {}
-    for rel, entry in listing.files.items():
-        (dst / rel).parent.mkdir(parents=True, exist_ok=True)
+    for rel, entry in listing.files.items():  # every parent is in listing.dirs, made above
         linked = reuse.reusable(rel, entry) if reuse else None
         try:
             if linked is not None:

@@ -14,6 +14,7 @@ The API (blocking work runs in a worker thread through `anyio.to_thread.run_sync
     ContextPath(path, permission)        a caller's folder, validated (exists, is a directory), resolved
     Caps(max_files, max_bytes)           5,000 files and 50 MB for context paths by default
     await copy_context(paths, dest, caps) -> ContextManifest   into dest/<name>; refuses before copying
+                                         (contexts.py; `copy_context_sync` is the blocking form)
     resolve_inside(root, relative)       the one confinement check (re-exported from trees.py)
     await diff(base, final) -> Patch     git-style unified diff + summary (diffing.py)
     await apply(final, target, context) -> Changes   all or nothing (applying.py)
@@ -34,174 +35,36 @@ import os
 import re
 import shutil
 import time
-from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path, PurePosixPath
-from typing import Annotated, Literal
+from pathlib import Path
 
 import anyio.to_thread
-from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from .applying import Changes, apply_tree
+from .contexts import (
+    Caps,
+    ContextManifest,
+    ContextPath,
+    CopiedContext,
+    FileRecord,
+    copy_context,
+    copy_context_sync,
+    mb,
+)
 from .diffing import Patch, diff_trees
 from .errors import ContextTooLarge, InputError
-from .trees import IgnoreRules, Listing, Reference, copy_tree, list_tree, resolve_inside
+from .trees import Listing, Reference, copy_tree, list_tree, resolve_inside
 
 __all__ = [
     "Caps", "ContextManifest", "ContextPath", "CopiedContext", "FileRecord", "Patch", "Workspaces",
-    "apply", "copy_context", "diff", "resolve_inside",
+    "apply", "copy_context", "copy_context_sync", "diff", "resolve_inside",
 ]
 
 LETTER = re.compile(r"[A-Z]")
 LABEL = re.compile(r"([A-Z])([1-9][0-9]{0,3})")
 ALWAYS = 2**63 - 1  # a capture time that makes every file of an immutable reference reusable
-
-
-class ContextPath(BaseModel):
-    """A caller's project folder for the team, read-only unless `permission` is "write"."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    path: Annotated[str, Field(description="an existing directory; relative paths resolve against the "
-                                           "server's working directory")]
-    permission: Literal["read", "write"] = "read"
-
-    @field_validator("path")
-    @classmethod
-    def _existing_directory(cls, value: str) -> str:
-        path = Path(value).expanduser()
-        if not path.exists():
-            raise ValueError(
-                f"{value!r} does not exist: give an existing directory (an absolute path is safest; "
-                f"relative paths resolve against {Path.cwd()})"
-            )
-        if not path.is_dir():
-            raise ValueError(f"{value!r} is a file, not a directory: give the folder that holds it")
-        return str(path.resolve())
-
-
-class Caps(BaseModel):
-    """Limits on the files copied; exceeding one refuses the copy before anything is written."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    max_files: Annotated[int, Field(ge=1)] = 5_000
-    max_bytes: Annotated[int, Field(ge=1)] = 50 * 1024 * 1024
-
-
 WORKSPACE_CAPS = Caps(max_files=20_000, max_bytes=200 * 1024 * 1024)
-
-
-class FileRecord(BaseModel):
-    """One copied file at job start."""
-
-    size: int
-    mode: int
-    sha256: str
-
-
-class CopiedContext(BaseModel):
-    """One context path as copied: `base/<name>` holds it, `files` records it, `skipped` says what not."""
-
-    name: str
-    source: str
-    permission: Literal["read", "write"]
-    files: dict[str, FileRecord]
-    skipped: dict[str, str] = {}
-
-
-class ContextManifest(BaseModel):
-    """Every context path of a job as copied at job start."""
-
-    contexts: list[CopiedContext] = []
-
-    def get(self, name: str) -> CopiedContext:
-        for context in self.contexts:
-            if context.name == name:
-                return context
-        names = ", ".join(c.name for c in self.contexts) or "none"
-        raise InputError("context", name, f"no context path by that name; the job has: {names}")
-
-
-def _names(sources: list[ContextPath]) -> list[str]:
-    """A stable, unique folder name per context path: its basename, de-duplicated with -2, -3..."""
-    seen: set[str] = set()
-    names = []
-    for source in sources:
-        stem = Path(source.path).name or "root"
-        name, n = stem, 1
-        while name in seen:
-            n += 1
-            name = f"{stem}-{n}"
-        seen.add(name)
-        names.append(name)
-    return names
-
-
-def _scan(sources: list[ContextPath], caps: Caps) -> list[Listing]:
-    """List every source honouring .gitignore; raise ContextTooLarge over a cap, before any copy."""
-    paths = [Path(source.path) for source in sources]
-    if len(set(paths)) != len(paths):
-        raise InputError("context_paths", [s.path for s in sources], "a folder is listed twice; give each once")
-    listings = [list_tree(path, rules=IgnoreRules(path), max_files=caps.max_files * 2) for path in paths]
-    count = sum(len(listing.files) for listing in listings)
-    size = sum(listing.total_bytes for listing in listings)
-    shown = ", ".join(str(path) for path in paths)
-    if count > caps.max_files:
-        at_least = "at least " if any(listing.truncated for listing in listings) else ""
-        found = f"{at_least}{count:,} files after .gitignore"
-        raise ContextTooLarge(shown, found, f"{caps.max_files:,} files", _biggest(paths, listings, "files"))
-    if size > caps.max_bytes:
-        found = f"{_mb(size)} after .gitignore"
-        raise ContextTooLarge(shown, found, _mb(caps.max_bytes), _biggest(paths, listings, "bytes"))
-    return listings
-
-
-def _biggest(paths: list[Path], listings: list[Listing], by: str) -> str:
-    """The three top-level folders (or files) holding the most files or bytes, for the error message."""
-    weight: Counter[Path] = Counter()
-    files: Counter[Path] = Counter()
-    for root, listing in zip(paths, listings):
-        for rel, entry in listing.files.items():
-            top = root / PurePosixPath(rel).parts[0]
-            weight[top] += 1 if by == "files" else entry.size
-            files[top] += 1
-    return ", ".join(
-        f"{top} ({files[top]:,} files)" if by == "files" else f"{top} ({_mb(amount)})"
-        for top, amount in weight.most_common(3)
-    )
-
-
-def _mb(size: int) -> str:
-    return f"{size / 1024 / 1024:,.1f} MB"
-
-
-def copy_context_sync(sources: list[ContextPath], dest: Path, caps: Caps = Caps()) -> ContextManifest:
-    """Copy each context path into `dest/<name>`; blocking (see `copy_context`)."""
-    listings = _scan(sources, caps)
-    contexts = []
-    for source, name, listing in zip(sources, _names(sources), listings):
-        skipped = dict(listing.skipped)
-
-        def unreadable(rel: str, exc: OSError, skipped: dict[str, str] = skipped) -> None:
-            skipped[rel] = f"unreadable, not copied: {exc.strerror or exc}"
-
-        hashes = copy_tree(Path(source.path), dest / name, listing, on_error=unreadable)
-        files = {
-            rel: FileRecord(size=entry.size, mode=entry.mode, sha256=hashes[rel] or "")
-            for rel, entry in listing.files.items()
-            if rel in hashes
-        }
-        contexts.append(
-            CopiedContext(name=name, source=source.path, permission=source.permission, files=files, skipped=skipped)
-        )
-    return ContextManifest(contexts=contexts)
-
-
-async def copy_context(sources: list[ContextPath], dest: Path, caps: Caps = Caps()) -> ContextManifest:
-    """Copy each context path into `dest/<name>` honouring .gitignore; ContextTooLarge before any copy."""
-    return await anyio.to_thread.run_sync(copy_context_sync, sources, dest, caps)
 
 
 async def diff(base: Path, final: Path) -> Patch:
@@ -209,14 +72,17 @@ async def diff(base: Path, final: Path) -> Patch:
     return await anyio.to_thread.run_sync(diff_trees, base, final)
 
 
-async def apply(final: Path, target: Path, context: CopiedContext) -> Changes:
-    """Apply `final` to `target` for a write context path: all or nothing (applying.py)."""
+async def apply(final: Path, target: Path, context: CopiedContext, base: Path | None = None) -> Changes:
+    """Apply `final` to `target` for a write context path: all or nothing (applying.py).
+
+    `base` (the context's copy in base/) only saves hashing files the final tree hard-links from it.
+    """
     if context.permission != "write":
         raise InputError(
             "apply", True, f"context path {context.source} was given read-only; give it with "
             f"permission 'write' to apply the team's changes to it"
         )
-    return await anyio.to_thread.run_sync(apply_tree, final, target, context.files)
+    return await anyio.to_thread.run_sync(apply_tree, final, target, context.files, base)
 
 
 class Workspaces:
@@ -284,7 +150,7 @@ class Workspaces:
         self._check_workspace(letter, listing)
         reuse = self._reference(self.latest().get(letter))
         with _building(self.snapshot_dir(label)) as tmp:
-            copy_tree(source, tmp, listing, reuse=reuse)
+            copy_tree(source, tmp, listing, reuse=reuse, on_error=_leave_out)
         self._set_captured(label, captured)
         return self.snapshot_dir(label)
 
@@ -305,7 +171,7 @@ class Workspaces:
             listing = list_tree(source)
             reuse = Reference(source, listing.files, ALWAYS)
         with _building(self.final, replace=True) as tmp:
-            copy_tree(source, tmp, listing, reuse=reuse)
+            copy_tree(source, tmp, listing, reuse=reuse, on_error=_leave_out)
         return self.final
 
     def _check_workspace(self, letter: str, listing: Listing) -> None:
@@ -315,8 +181,8 @@ class Workspaces:
             found = f"more than {caps.max_files:,} files"
             raise ContextTooLarge(f"agent {letter}'s workspace", found, f"{caps.max_files:,} files", fix=fix)
         if listing.total_bytes > caps.max_bytes:
-            found = _mb(listing.total_bytes)
-            raise ContextTooLarge(f"agent {letter}'s workspace", found, _mb(caps.max_bytes), fix=fix)
+            found = mb(listing.total_bytes)
+            raise ContextTooLarge(f"agent {letter}'s workspace", found, mb(caps.max_bytes), fix=fix)
 
     def _reference(self, label: str | None) -> Reference:
         """The immutable tree a new copy of an agent's workspace may reuse: its last snapshot, else base/."""
@@ -372,7 +238,8 @@ class Workspaces:
         """The tree `read_workspace` reads: "final", "base", or an answer label like "B2"."""
         path = {"final": self.final, "base": self.base}.get(name) or self.snapshot_dir(name)
         if not path.is_dir():
-            raise InputError("source", name, "nothing there yet; use 'final' after the job ends or a posted label")
+            fix = "nothing there yet; use 'final' once the job is done, or the label of a posted answer"
+            raise InputError("source", name, fix)
         return path
 
     # -- results --------------------------------------------------------------------------------
@@ -384,7 +251,7 @@ class Workspaces:
     async def apply(self, name: str) -> Changes:
         """Apply final/<name> to that context path's folder (permission write only)."""
         context = self.manifest().get(name)
-        return await apply(self.final / name, Path(context.source), context)
+        return await apply(self.final / name, Path(context.source), context, self.base / name)
 
 
 @contextmanager
@@ -404,6 +271,10 @@ def _building(dest: Path, *, replace: bool = False) -> Iterator[Path]:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
         shutil.rmtree(old, ignore_errors=True)
+
+
+def _leave_out(rel: str, exc: OSError) -> None:
+    """A file of a live workspace that vanished or became unreadable mid-copy is left out of the copy."""
 
 
 def _write_atomic(path: Path, text: str) -> None:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -17,6 +17,7 @@ from pydantic import ValidationError
 from conclave import applying
 from conclave.diffing import diff_trees
 from conclave.errors import ApplyConflict, ApplyFailed, ContextTooLarge, InputError, PathOutsideRoot
+from conclave.trees import read_bytes
 from conclave.workspace import (
     Caps,
     ContextPath,
@@ -91,8 +92,6 @@ def test_manifest_records_size_mode_and_sha256(tmp_path):
     src = make_tree(tmp_path / "proj", {"bin.dat": binary, "run.sh": "#!/bin/sh\n"})
     (src / "run.sh").chmod(0o755)
     context, dest = copied(tmp_path, src)
-    import hashlib
-
     assert context.files["bin.dat"].sha256 == hashlib.sha256(binary).hexdigest()
     assert context.files["bin.dat"].size == 1024
     assert context.files["run.sh"].mode == 0o755
@@ -120,7 +119,8 @@ def test_cap_on_bytes_refuses_before_copying(tmp_path):
 
 
 def test_gitignored_files_do_not_count_against_caps(tmp_path):
-    src = make_tree(tmp_path / "proj", {".gitignore": "node_modules/\n"} | {f"node_modules/{i}": "x" for i in range(50)})
+    modules = {f"node_modules/{i}": "x" for i in range(50)}
+    src = make_tree(tmp_path / "proj", {".gitignore": "node_modules/\n"} | modules)
     context, _ = copied(tmp_path, src, Caps(max_files=5))
     assert list(context.files) == [".gitignore"]
 
@@ -138,6 +138,8 @@ def test_file_instead_of_directory_is_refused(tmp_path):
         ContextPath(path=str(tmp_path / "f.txt"))
     with pytest.raises(ValidationError, match="permission"):
         ContextPath(path=str(tmp_path), permission="admin")
+    with pytest.raises(ValidationError, match="is empty"):
+        ContextPath(path=" ")
 
 
 def test_same_folder_twice_is_refused(tmp_path):
@@ -181,7 +183,8 @@ def copy_as_nobody(src: Path, dest: Path) -> dict:
                 os.setgid(65534)
                 os.setuid(65534)
             context = copy_context_sync([ContextPath(path=str(src))], dest).contexts[0]
-            os.write(write_end, json.dumps({"files": sorted(context.files), "skipped": context.skipped}).encode())
+            result = {"files": sorted(context.files), "skipped": context.skipped}
+            os.write(write_end, json.dumps(result).encode())
             status = 0
         finally:
             os._exit(status)
@@ -254,6 +257,16 @@ def test_resolve_inside_accepts_paths_inside(root, relative, expected):
     assert resolve_inside(root, relative) == (root / expected).resolve()
 
 
+def test_reading_follows_no_symlink_and_never_blocks_on_a_fifo(root):
+    assert read_bytes(root, "src/app.py") == b"a"
+    for through_a_link in ("out.txt", "outdir/secret.txt", "inlink/app.py"):
+        with pytest.raises(OSError):
+            read_bytes(root, through_a_link)
+    os.mkfifo(root / "pipe")
+    with pytest.raises(OSError, match="not a regular file"):
+        read_bytes(root, "pipe")
+
+
 # -- workspaces, snapshots, peers ---------------------------------------------------------------
 
 
@@ -276,6 +289,19 @@ async def test_create_copies_base_without_sharing_inodes(job):
         assert mine.read_text() == "print('hi')\n"
         assert os.stat(mine).st_ino != os.stat(base).st_ino
     assert job.manifest().get("proj").permission == "write"
+
+
+@pytest.mark.anyio
+async def test_agent_copies_can_belong_to_the_sandbox_user(tmp_path):
+    src = make_tree(tmp_path / "proj", {"sub/a.txt": "a"})
+    spaces = Workspaces(tmp_path / "job", agent_owner=(1000, 1000))
+    await spaces.prepare([ContextPath(path=str(src))])
+    if os.geteuid() != 0:
+        pytest.skip("chown to another user needs root; this run is not root")
+    await spaces.create(["A"])
+    for path in (spaces.agent("A"), spaces.agent("A") / "proj/sub", spaces.agent("A") / "proj/sub/a.txt"):
+        assert (os.stat(path).st_uid, os.stat(path).st_gid) == (1000, 1000)
+    assert os.stat(spaces.base / "proj/sub/a.txt").st_uid == 0
 
 
 @pytest.mark.anyio
@@ -328,7 +354,8 @@ async def test_snapshot_refuses_a_workspace_over_its_caps(tmp_path):
     await spaces.prepare([])
     await spaces.create(["A"])
     make_tree(spaces.agent("A"), {f"gen/{i}.o": "x" for i in range(8)})
-    with pytest.raises(ContextTooLarge, match="agent A's workspace holds more than 5 files.*delete generated"):
+    refused = "agent A's workspace holds more than 5 files.*delete generated"
+    with pytest.raises(ContextTooLarge, match=refused):
         await spaces.snapshot("A", "A1")
     assert spaces.latest() == {} and not spaces.snapshots.exists()
 
@@ -458,7 +485,8 @@ def test_diff_text_matches_git_exactly(tmp_path):
 def test_no_trailing_newline_markers(tmp_path):
     base = make_tree(tmp_path / "b", {"t.txt": "a\nb"})
     final = make_tree(tmp_path / "f", {"t.txt": "a\nb\n"})
-    assert diff_trees(base, final).text.endswith("@@ -1,2 +1,2 @@\n a\n-b\n\\ No newline at end of file\n+b\n")
+    expected = "@@ -1,2 +1,2 @@\n a\n-b\n\\ No newline at end of file\n+b\n"
+    assert diff_trees(base, final).text.endswith(expected)
 
 
 def test_git_apply_and_patch_accept_the_patch(tmp_path):
@@ -473,7 +501,8 @@ def test_git_apply_and_patch_accept_the_patch(tmp_path):
     assert git(repo, "apply", str(patch_file)).returncode == 0
     assert _without_git(read_tree(repo)) == read_tree(final)
     plain = make_tree(tmp_path / "plain", base_files)
-    run = subprocess.run(["patch", "-p1", "-s", "-i", str(patch_file)], cwd=plain, capture_output=True, text=True)
+    command = ["patch", "-p1", "-s", "-i", str(patch_file)]
+    run = subprocess.run(command, cwd=plain, capture_output=True, text=True)
     assert run.returncode == 0, run.stdout + run.stderr
     assert read_tree(plain) == read_tree(final)
 
@@ -483,9 +512,10 @@ def _without_git(files: dict[str, bytes]) -> dict[str, bytes]:
 
 
 def test_diff_respects_final_gitignore_but_keeps_tracked_files(tmp_path):
-    base = make_tree(tmp_path / "b", {".gitignore": "__pycache__/\n*.tmp\n", "a.py": "a\n", "keep.tmp": "t\n"})
-    final = make_tree(tmp_path / "f", {".gitignore": "__pycache__/\n*.tmp\n", "a.py": "a\n", "keep.tmp": "u\n",
-                                       "__pycache__/a.pyc": b"\0pyc", "scratch.tmp": "s", "b.py": "b\n"})
+    rules = {".gitignore": "__pycache__/\n*.tmp\n", "a.py": "a\n"}
+    base = make_tree(tmp_path / "b", rules | {"keep.tmp": "t\n"})
+    made = {"keep.tmp": "u\n", "__pycache__/a.pyc": b"\0pyc", "scratch.tmp": "s", "b.py": "b\n"}
+    final = make_tree(tmp_path / "f", rules | made)
     (final / "link").symlink_to("/etc/passwd")
     patch = diff_trees(base, final)
     assert [f.path for f in patch.files] == ["b.py", "keep.tmp"]
@@ -532,7 +562,9 @@ async def test_apply_success(applied_job):
     changes = await spaces.apply("proj")
     assert (changes.added, sorted(changes.modified), changes.deleted) == (
         ["pkg/new/mod.py"], ["app.py", "logo.bin"], ["dir/only.txt", "old.txt"])
-    assert read_tree(src) == {"app.py": b"v2\n", "logo.bin": b"\0\2\3", "pkg/new/mod.py": b"new\n", "same.txt": b"s\n"}
+    assert read_tree(src) == {
+        "app.py": b"v2\n", "logo.bin": b"\0\2\3", "pkg/new/mod.py": b"new\n", "same.txt": b"s\n",
+    }
     assert not (src / "dir").exists()  # emptied by the deletion, pruned like git does
 
 

@@ -84,9 +84,12 @@ async def measure(threads: int, rounds: int) -> dict[str, Any]:
 class _Sink:
     def __init__(self) -> None:
         self.kinds: list[str] = []
+        self.timeline: list[str] = []
 
     async def record(self, event: JobEvent, progress: Progress) -> None:
         self.kinds.append(event.kind)
+        if event.kind != "usage":
+            self.timeline.append(f"{event.at:7.1f} {event.letter or '-'} {event.kind}")
 
 
 async def job() -> dict[str, Any]:
@@ -106,17 +109,19 @@ async def job() -> dict[str, Any]:
         "votes": sink.kinds.count("vote"),
         "turns": sink.kinds.count("turn_started"),
         "cancelled_turns": sink.kinds.count("turn_cancelled"),
+        "timeline": sink.timeline,
     }
 
 
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--threads", type=int, nargs="*", default=[ServerOptions(Path()).n_threads])
+    parser.add_argument("--threads", type=int, nargs="*", default=[local.default_threads()])
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--job", action="store_true", help="also time one `local` team job")
     args = parser.parse_args()
     results: dict[str, Any] = {
         "model": local.BUNDLED_FILE,
+        "load_average_before": os.getloadavg(),
         "machine": {"cpus": len(os.sched_getaffinity(0)), "processor": platform.processor() or platform.machine(),
                     "python": sys.version.split()[0]},
         "runs": [await measure(threads, args.rounds) for threads in args.threads],

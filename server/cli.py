@@ -19,6 +19,7 @@ from rich.text import Text
 from conclave import __version__
 from conclave.config import list_presets, load_team_file
 from conclave.errors import ConclaveError
+from conclave.installers import SCOPES, TARGETS, install
 from conclave.jobs import JobService
 from conclave.settings import Settings
 from conclave.store import Store
@@ -56,6 +57,11 @@ def build_parser() -> argparse.ArgumentParser:
     config_commands = config.add_subparsers(dest="config_command", required=True, metavar="SUBCOMMAND")
     check = config_commands.add_parser("check", help="validate a team YAML file")
     check.add_argument("file", type=Path)
+
+    setup = commands.add_parser("install", help="register the MCP server with a coding agent")
+    setup.add_argument("target", choices=TARGETS, help="the coding agent")
+    setup.add_argument("--write", action="store_true", help="merge it into the client's file (backup kept)")
+    setup.add_argument("--scope", choices=SCOPES, help="project (this folder) or user; codex: user")
     return parser
 
 
@@ -80,6 +86,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 if missing:
                     print(f"note: to run it, set {', '.join(missing)}")
                 return EXIT_OK
+            case "install":
+                return install(args.target, args.scope, write_files=args.write)
     except ConclaveError as exc:
         print(f"conclave: {exc}", file=sys.stderr)
         return EXIT_USAGE

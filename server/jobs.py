@@ -15,6 +15,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 import anyio
 import anyio.abc
@@ -24,11 +25,13 @@ from conclave.backends.retry import RetryPolicy
 from conclave.config import Team, list_presets, resolve_team
 from conclave.errors import ConclaveError, InputError, JobNotFound
 from conclave.orchestrator import BackendFactory, Orchestrator, endpoint_factory
-from conclave.records import JobEvent, Progress
+from conclave.job_files import JobFiles, admit, agent_owner, collect, parse_context_paths
+from conclave.records import JobEvent, JobOptions, Progress
 from conclave.reading import read_job
 from conclave.settings import Settings
 from conclave.store import ACTIVE_STATES, JobRow, Store
 from conclave.views import JobView, TeamList, WorkspacePage
+from conclave.workspace import Workspaces
 from conclave.viewing import job_view, phase_of, team_list
 
 logger = logging.getLogger(__name__)
@@ -113,8 +116,10 @@ class JobService:
             store.close()
 
     # The tools' operations -----------------------------------------------------------------------
-    async def submit(self, task: str, team: str | None) -> JobView:
-        """Validate and queue a job; it starts as soon as a slot is free."""
+    async def submit(
+        self, task: str, team: str | None, context_paths: list[object] | None = None, apply: bool = False
+    ) -> JobView:
+        """Validate, copy the context paths, and queue a job; it starts as soon as a slot is free."""
         text = task.strip() if isinstance(task, str) else ""
         if not text:
             raise InputError("task", task, "give the team a non-empty task")
@@ -123,10 +128,16 @@ class JobService:
                 "task", f"<{len(task)} characters>",
                 f"keep the task under {self.settings.max_task_chars} characters; put large material in files",
             )
+        sources = parse_context_paths(context_paths or [])
+        if apply and not any(source.permission == "write" for source in sources):
+            raise InputError("apply", apply, "apply needs a context path with permission 'write'")
         resolved = resolve_team(team, self._environ)
         self._check_keys(resolved)
         job_id = new_job_id()
-        self.store.create_job(job_id, task, resolved.name, resolved.model_dump_json(), os.getpid(), self._owner_id)
+        options = await admit(self.job_dir(job_id), sources, resolved, apply) if sources else JobOptions()
+        self.store.create_job(
+            job_id, task, resolved.name, resolved.model_dump_json(), os.getpid(), self._owner_id, options
+        )
         self._scopes[job_id] = anyio.CancelScope()
         self._tg.start_soon(self._run, job_id, task, resolved)
         return self._view(job_id)
@@ -165,7 +176,11 @@ class JobService:
 
     async def read(self, job_id: str, path: str, source: str | None, offset: int, limit: int) -> WorkspacePage:
         row = self._row(job_id)
-        return read_job(self.store, row, path, source, offset, limit)
+        workspaces = Workspaces(self.job_dir(row.id)) if row.options.context_paths else None
+        return await read_job(self.store, row, workspaces, path, source, offset, limit)
+
+    def job_dir(self, job_id: str) -> Path:
+        return self.settings.home / "jobs" / job_id
 
     def teams(self) -> TeamList:
         return team_list(list_presets(self._environ), self._environ)
@@ -192,12 +207,16 @@ class JobService:
             with scope:
                 async with self._slots:
                     self.store.set_state(job_id, "running", "starting the agents")
+                    options = self._row(job_id).options
+                    files = self._files(job_id, team, options)
                     orchestrator = Orchestrator(
                         job_id, task, team, StoreSink(self.store, job_id), self._factory,
-                        retry=self._retry, limiters=self._provider_limits,
+                        retry=self._retry, limiters=self._provider_limits, files=files,
                     )
                     try:
                         result = await orchestrator.run()
+                        if files is not None:
+                            self.store.set_files(job_id, await collect(files, options))
                     except ConclaveError as exc:
                         self.store.set_state(job_id, "failed", f"failed: {exc}", error=str(exc))
                     else:
@@ -215,6 +234,12 @@ class JobService:
             self._end_if_active(job_id, "failed", "failed: internal error", error=f"internal error: {exc!r}")
         finally:
             self._scopes.pop(job_id, None)
+
+    def _files(self, job_id: str, team: Team, options: JobOptions) -> JobFiles | None:
+        if not options.context_paths:
+            return None
+        sandbox = team.sandbox if options.commands and not isinstance(team.sandbox, str) else None
+        return JobFiles(job_id, Workspaces(self.job_dir(job_id), agent_owner=agent_owner()), sandbox)
 
     def _end_if_active(self, job_id: str, state: str, phase: str, error: str | None = None) -> None:
         row = self.store.job(job_id)

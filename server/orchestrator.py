@@ -22,12 +22,13 @@ from conclave.backends import create_backend
 from conclave.backends.base import Backend, Endpoint, ToolCall, Usage
 from conclave.backends.retry import RetryPolicy
 from conclave.config import AgentSpec, Team
-from conclave.errors import ProviderError
+from conclave.errors import ConclaveError, ProviderError
 from conclave.records import AgentProgress, AgentStateName, JobEvent, JobResult, Progress, UsageTotals
 from conclave.turns import TurnContext, present, run_turn
 
 if TYPE_CHECKING:
     from conclave.backends.local import LocalServers
+    from conclave.job_files import JobFiles
 
 BackendFactory = Callable[[AgentSpec], Backend]
 
@@ -79,11 +80,13 @@ class Orchestrator:
         retry: RetryPolicy | None = None,
         limiters: Mapping[str, anyio.CapacityLimiter] | None = None,
         clock: Callable[[], float] = anyio.current_time,
+        files: JobFiles | None = None,
     ) -> None:
         self.job_id, self.task, self.team, self.sink = job_id, task, team, sink
         self._factory, self._retry = backend_factory, retry or RetryPolicy()
         self._limiters = dict(limiters or {})
         self._clock = clock
+        self.files = files
         rules = team.coordination
         letters = protocol.assign_letters(len(team.agents), seed_for(job_id))
         self.members = {letter: Member(spec, letter) for spec, letter in zip(team.agents, letters, strict=True)}
@@ -104,6 +107,8 @@ class Orchestrator:
         self._started = self._clock()
         send, receive = anyio.create_memory_object_stream[protocol.Event](math.inf)
         try:
+            if self.files is not None:  # workspaces and containers first: the agents' tools need them
+                await self.files.start(sorted(self.members))
             for member in self.members.values():
                 # SDK imports and client set-up block for seconds on first use: keep them off the loop.
                 backend = await anyio.to_thread.run_sync(self._factory, member.spec)
@@ -118,6 +123,8 @@ class Orchestrator:
                 tg.cancel_scope.cancel()
         finally:
             with anyio.CancelScope(shield=True):
+                if self.files is not None:
+                    await self.files.close()
                 for member in self.members.values():
                     if member.ctx is not None:
                         await member.ctx.backend.aclose()
@@ -162,6 +169,11 @@ class Orchestrator:
         if len(self.state.answers) > posted:  # an AnswerPosted, or a corrective turn's text taken as one
             answer = self.state.answers[-1]
             await self._emit("answer", answer.letter, label=answer.label, revision=answer.revision, content=answer.content)
+            if self.files is not None:
+                try:
+                    await self.files.on_answer(answer.letter, answer.label)
+                except ConclaveError as exc:  # e.g. a workspace over its caps: the answer stands, without files
+                    await self._emit("snapshot_failed", answer.letter, label=answer.label, error=str(exc))
         elif isinstance(event, protocol.AnswerPosted):
             await self._emit("turn_failed", event.letter, error="answer refused; the agent is asked again")
         elif isinstance(event, protocol.VoteCast):
@@ -204,6 +216,11 @@ class Orchestrator:
         for member in self.members.values():
             member.presenting = False
         winner = self.state.answer(outcome.winner) if outcome.winner else None
+        if self.files is not None:
+            try:
+                await self.files.finish(outcome.winner)
+            except ConclaveError as exc:
+                await self._emit("snapshot_failed", None, label=outcome.winner, error=str(exc))
         answer = action.final_text if action.final_text is not None else (winner.content if winner else None)
         presented_by = winner.letter if winner and action.final_text is not None else None
         self._result = JobResult(
@@ -226,7 +243,8 @@ class Orchestrator:
         async with send:
             with scope:
                 try:
-                    event = await run_turn(ctx, action, self._shown())
+                    picture = self.files.picture(action.letter) if self.files is not None else None
+                    event = await run_turn(ctx, action, self._shown(), picture)
                 except (ProviderError, TimeoutError) as exc:
                     event = protocol.TurnFailed(action.letter, action.turn_id, _describe(exc), fatal=True)
                 await send.send(event)
@@ -263,9 +281,11 @@ class Orchestrator:
         async def no_work(call: ToolCall) -> None:
             raise AssertionError("work tools are bound per turn")
 
+        tools = self.files.tools(member.letter) if self.files is not None else None
         return TurnContext(
             spec=spec, backend=backend, letter=member.letter, system=system, retry=self._retry,
             limiter=limiter, on_usage=on_usage, on_work=no_work, max_tool_steps=rules.max_tool_steps,
+            work_tools=tools.specs() if tools else (), handlers=tools.handlers() if tools else {},
         )
 
     def _shown(self) -> list[prompts.ShownAnswer]:

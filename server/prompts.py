@@ -42,7 +42,8 @@ the others."""
 
 _JSON_RULES = """
 Reply with one JSON object and nothing else: {"action": "new_answer", "content": "..."} or
-{"action": "vote", "answer": "<label>", "reason": "..."}."""
+{"action": "vote", "answer": "<label>", "reason": "..."}. When tools are offered you may first call
+them, one per reply: {"action": "call_tool", "tool": "<name>", "arguments": {...}}."""
 
 
 def system_prompt(
@@ -67,6 +68,34 @@ def _shown(content: str) -> str:
     return content[:MAX_ANSWER_CHARS] + f"\n[... {cut} more characters not shown]"
 
 
+@dataclass(frozen=True)
+class FilesPicture:
+    """Where an agent's files are this turn: its workspace, and each peer's latest snapshot."""
+
+    folders: tuple[str, ...]  # the context folders at the workspace root
+    peers: dict[str, str]  # peer letter -> label of the snapshot it can read
+    commands: bool  # run_command is offered (a sandbox with /workspace and /peers/<letter>)
+
+
+def files_section(files: FilesPicture) -> str:
+    folders = ", ".join(f"{name}/" for name in files.folders) or "(empty)"
+    lines = [
+        "# Files",
+        f"Your workspace holds the project folders {folders}. Change files there with write_file and "
+        "edit_file; your answer should say what you changed and why. Your files are snapshotted with each "
+        "answer you post, and the winner's files become the result.",
+    ]
+    if files.commands:
+        lines.append("run_command runs shell commands in your sandbox with your workspace at /workspace.")
+    if files.peers:
+        where = "; ".join(
+            f"{letter} (answer {label}): peer='{letter}'" + (f", /peers/{letter}" if files.commands else "")
+            for letter, label in sorted(files.peers.items())
+        )
+        lines.append(f"Peers' files, read-only, as of their latest answers: {where}.")
+    return "\n".join(lines)
+
+
 def turn_prompt(
     letter: str,
     answers: Sequence[ShownAnswer],
@@ -74,9 +103,10 @@ def turn_prompt(
     can_answer: bool,
     note: str = "",
     corrective: bool = False,
+    files: FilesPicture | None = None,
 ) -> str:
-    """The changing picture of one turn: current answers, what the agent may do, why it is asked."""
-    lines: list[str] = []
+    """The changing picture of one turn: current answers, files, what the agent may do, why it is asked."""
+    lines: list[str] = [files_section(files), ""] if files else []
     if corrective:
         lines.append(
             "Your last turn ended without a decision. End this turn with exactly one decision: "
@@ -138,9 +168,13 @@ def workflow_tools(labels: Sequence[str], can_answer: bool) -> tuple[ToolSpec, .
     return tuple(tools)
 
 
-def decision_schema(labels: Sequence[str], can_answer: bool) -> JsonObject:
-    """The JSON schema of a `json`-mode decision; the vote's label is an enum of the current labels."""
+def decision_schema(labels: Sequence[str], can_answer: bool, tools: Sequence[str] = ()) -> JsonObject:
+    """The JSON schema of a `json`-mode reply: a decision, or (with `tools`) one work-tool call.
+
+    The vote's label is an enum of the current labels, the tool's name an enum of the offered tools.
+    """
     actions = (["new_answer"] if can_answer else []) + (["vote"] if labels else [])
+    actions += ["call_tool"] if tools else []
     properties: JsonObject = {
         "action": {"type": "string", "enum": actions},
         "content": {"type": "string"},
@@ -148,7 +182,27 @@ def decision_schema(labels: Sequence[str], can_answer: bool) -> JsonObject:
     }
     if labels:
         properties["answer"] = {"type": "string", "enum": list(labels)}
+    if tools:
+        properties["tool"] = {"type": "string", "enum": list(tools)}
+        properties["arguments"] = {"type": "object"}
     return {"type": "object", "properties": properties, "required": ["action"], "additionalProperties": False}
+
+
+def tools_section(tools: Sequence[ToolSpec]) -> str:
+    """The work tools spelled out for `json`-mode agents, who get no native tool definitions."""
+    lines = ["# Tools (call one per reply with action call_tool)"]
+    for tool in tools:
+        params = ", ".join(
+            f"{name}{'' if name in tool.parameters.get('required', []) else '?'}: {spec.get('type', 'any')}"
+            for name, spec in tool.parameters.get("properties", {}).items()
+        )
+        lines.append(f"- {tool.name}({params}): {tool.description}")
+    return "\n".join(lines)
+
+
+def tool_result(name: str, result: str) -> str:
+    """A work tool's result, as `json`-mode agents see it (native agents get it as a tool message)."""
+    return f"Result of {name}:\n{result}"
 
 
 def tool_error(message: str) -> str:

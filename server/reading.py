@@ -1,47 +1,87 @@
-"""What `read_workspace` can read of a job: a listing, the transcript, each answer, the final answer.
+"""What `read_workspace` can read of a job: the transcript, each answer, the final answer, the patch
+(`@diff`), and, for jobs with context paths, every file of the final tree or of any answer's snapshot.
 
 Text is paged by characters (`offset`, `limit`) so a client with a small tool-result budget can read
-anything in pieces. Files and the diff come with workspaces.
+anything in pieces. File paths are confined to their tree like every path a caller gives.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
+
+import anyio.to_thread
 
 from conclave.errors import InputError
+from conclave.job_files import PATCH_FILE
 from conclave.store import JobRow, Store
+from conclave.trees import list_tree, resolve_inside
 from conclave.views import WorkspacePage
+from conclave.workspace import Workspaces
 
 MAX_LIMIT = 100_000
 LABEL = re.compile(r"^[A-P][0-9]{1,2}$")
 PATH_HELP = "use '' to list, 'transcript', 'final' or 'answers/<label>' such as answers/B2"
+JOB_TEXTS = ("transcript", "final")
+MAX_LISTED = 2000
 
 
-def read_job(store: Store, row: JobRow, path: str, source: str | None, offset: int, limit: int) -> WorkspacePage:
+async def read_job(
+    store: Store, row: JobRow, workspaces: Workspaces | None, path: str, source: str | None, offset: int, limit: int
+) -> WorkspacePage:
     if not isinstance(offset, int) or offset < 0:
         raise InputError("offset", offset, "use 0 or a next_offset from an earlier page")
     if not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
         raise InputError("limit", limit, f"use a number of characters from 1 to {MAX_LIMIT}")
-    path = (path or "").strip().strip("/")
-    if source not in (None, "", "final"):
-        if not isinstance(source, str) or not LABEL.match(source):
-            raise InputError("source", source, "use 'final' or an answer label such as B2")
-        if path:
-            raise InputError("path", path, "with source set to an answer label, leave path empty to read that answer")
-        path = f"answers/{source}"
-    if not path:
-        entries = listing(store, row)
-        return _page(row.id, "", "\n".join(entries), offset, limit, entries)
-    return _page(row.id, path, _text(store, row, path), offset, limit)
+    path = (path or "").strip()
+    if source in (None, ""):
+        if not path:
+            entries = listing(store, row, workspaces)
+            return _page(row.id, "", "\n".join(entries), offset, limit, entries)
+        if path == "@diff":
+            return _page(row.id, path, await _patch(row, workspaces), offset, limit)
+        if path in JOB_TEXTS or path.startswith("answers/") or workspaces is None:
+            return _page(row.id, path, _text(store, row, path.strip("/")), offset, limit)
+    if workspaces is None:
+        raise InputError("source", source, "this job has no files (it had no context_paths); leave source empty")
+    if not isinstance(source, str) or not (source in ("", "final") or LABEL.match(source)):
+        raise InputError("source", source, "use 'final' or an answer label such as B2")
+    tree = workspaces.source(source or "final")
+    if not path.strip("/"):
+        files = sorted((await anyio.to_thread.run_sync(list_tree, tree)).files)[:MAX_LISTED]
+        return _page(row.id, "", "\n".join(files), offset, limit, files)
+    text = await anyio.to_thread.run_sync(_file_text, tree, path)
+    return _page(row.id, path, text, offset, limit)
 
 
-def listing(store: Store, row: JobRow) -> list[str]:
+def listing(store: Store, row: JobRow, workspaces: Workspaces | None = None) -> list[str]:
     entries = ["transcript"]
     if row.result is not None and row.result.answer is not None:
         entries.append("final")
     entries += [f"answers/{answer.label}" for answer in store.answers(row.id)]
+    if workspaces is not None and (workspaces.job_dir / PATCH_FILE).exists():
+        entries.append("@diff")
     return entries
+
+
+async def _patch(row: JobRow, workspaces: Workspaces | None) -> str:
+    if workspaces is None:
+        raise InputError("path", "@diff", "this job has no files (it had no context_paths), so no diff")
+    patch = workspaces.job_dir / PATCH_FILE
+    if not patch.exists():
+        raise InputError("path", "@diff", f"the diff is written when the job ends (state: {row.state}); try later")
+    return await anyio.to_thread.run_sync(patch.read_text)
+
+
+def _file_text(tree: Path, path: str) -> str:
+    target = resolve_inside(tree, path)
+    if not target.is_file():
+        raise InputError("path", path, "no such file in that tree; list it with path='' and the same source")
+    data = target.read_bytes()
+    if b"\x00" in data[:8192]:
+        return f"[binary file, {len(data)} bytes: not shown]"
+    return data.decode("utf-8", errors="replace")
 
 
 def _text(store: Store, row: JobRow, path: str) -> str:

@@ -15,6 +15,7 @@ EventKind = Literal[
     "turn_cancelled",
     "tool_call",
     "answer",
+    "snapshot_failed",
     "vote",
     "vote_discarded",
     "no_decision",
@@ -112,3 +113,45 @@ class JobResult(_Record):
     presented_by: str | None = None
     failed: bool = False
     errors: dict[str, str] = Field(default_factory=dict)
+
+
+class ContextOption(_Record):
+    """A caller's folder as the job keeps it: where it came from and what the team may do with it."""
+
+    name: str = Field(description="the folder's name in the workspace")
+    path: str
+    permission: Literal["read", "write"] = "read"
+
+
+class JobOptions(_Record):
+    context_paths: list[ContextOption] = Field(default_factory=list)
+    apply: bool = False
+    commands: bool = False  # agents get run_command in a sandbox
+
+
+class FileChangeView(_Record):
+    path: str
+    status: Literal["added", "modified", "deleted", "binary"]
+    added_lines: int = 0
+    removed_lines: int = 0
+
+
+class ContextChanges(_Record):
+    """What the winner changed in one context path, and whether it was applied."""
+
+    name: str
+    path: str
+    permission: Literal["read", "write"]
+    files: list[FileChangeView] = Field(default_factory=list)
+    added_lines: int = 0
+    removed_lines: int = 0
+    applied: bool = False
+    apply_error: str | None = None
+
+
+class FilesResult(_Record):
+    """The job's diff summary; the patch itself is read page by page with read_workspace('@diff')."""
+
+    contexts: list[ContextChanges] = Field(default_factory=list)
+    patch_chars: int = 0
+    error: str | None = None

@@ -2,22 +2,24 @@
 
     sandbox = Sandbox(client, owner)
     try:
-        await sandbox.start(workspace, peers, job_id, letter, team.sandbox)
+        peers = {peer: ws.peer_mount(peer) for peer in letters if peer != letter}
+        await sandbox.start(ws.agent(letter), peers, job_id, letter, team.sandbox)
         result = await sandbox.exec("pytest -q", timeout_s=120)
     finally:
         with anyio.CancelScope(shield=True):
             await sandbox.stop()
 
-Confinement (tests/test_sandbox.py checks each): workspace bind-mounted rw at /workspace, each peer ro at
-/peers/<letter>, network `none` unless the team says `bridge`, read-only root, tmpfs /tmp, `cap_drop=ALL`,
-`no-new-privileges`, pids/memory (swap equal: none)/CPU limits, a non-root user, `init=True` (else zombies
-eat the pids limit), an environment built here from constants and nothing of the host's (no provider keys).
+Confinement (tests/test_sandbox.py checks each): workspace bind-mounted rw at /workspace, peers' latest
+snapshots ro at /peers/<letter>, network `none` unless the team says `bridge`, read-only root, tmpfs /tmp,
+`cap_drop=ALL`, `no-new-privileges`, pids/memory (swap equal: none)/CPU limits, a non-root user, `init=True`
+(else zombies eat the pids limit), an environment built here from constants, nothing of the host's (no keys).
 
 Choices:
-- Peers: bind mounts are fixed when the container starts, so each peer's mount is a fixed host directory,
-  `<job>/peers/<letter>`, that the workspace layer refreshes IN PLACE when the peer posts an answer (sync the
-  latest snapshot's files into it). Never replace that directory by a rename: the mount pins the old inode.
-  A missing peer directory is created empty, so agents that have not answered yet still have a mount point.
+- Peers: bind mounts are fixed when the container starts, but peers' latest answers are not. So each peer
+  is a fixed host folder, `Workspaces.peer_mount(B)` = `<job>/peers/B`, mounted ro at /peers/B, that the
+  workspace layer refreshes IN PLACE when B posts an answer (`Workspaces.publish`). Never replace that folder
+  by a rename: the mount pins its inode. A missing folder is created empty here, so a peer that has not
+  answered yet is an empty /peers/<letter>.
 - The user: uid/gid 1000 (the image's `sandbox` user) when the server runs as root, and then every file in the
   workspace is handed to 1000 before each command (host-side tools may have written root-owned files);
   otherwise the server's own uid/gid, so files agents write stay the server user's to read, diff and delete.
@@ -35,8 +37,8 @@ import os
 import re
 import secrets
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +47,23 @@ import anyio.to_thread
 
 from .config import Sandbox as SandboxSpec
 from .errors import SandboxError, SandboxUnavailable
+from .sandbox_engine import (
+    FIX,
+    PROCESS_OWNER,
+    EngineStatus,
+    Owner,
+    connect,
+    engine_status,
+    missing_image,
+    remove_container,
+    sweep,
+)
 from .sandbox_image import IMAGE_REPO, default_tag
+
+__all__ = [
+    "CommandResult", "EngineStatus", "Owner", "Sandbox", "connect", "container_user", "engine_status",
+    "image_tag", "sweep",
+]
 
 OUTPUT_CAP = 20_000  # bytes kept per stream (head and tail halves); the middle is cut with a note
 GRACE_S = 10.0  # how long past its timeout an exec may take before the container is killed
@@ -60,22 +78,7 @@ ENVIRONMENT = {
     "PYTHONDONTWRITEBYTECODE": "1",  # no __pycache__ in the diff
     "XDG_CACHE_HOME": "/tmp/.cache",  # pip and friends cache outside the workspace
 }
-_FIX = (
-    "start the Docker engine (dockerd), or set `sandbox: none` in the team file to run the team without "
-    "commands; `conclave doctor` checks the setup"
-)
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-
-
-@dataclass(frozen=True)
-class Owner:
-    """The server process that owns containers; `sweep` removes only containers of dead owners."""
-
-    id: str
-    pid: int = field(default_factory=os.getpid)
-
-
-PROCESS_OWNER = Owner(secrets.token_hex(8))
 
 
 @dataclass(frozen=True)
@@ -100,44 +103,12 @@ class CommandResult:
         return "\n".join(parts)
 
 
-@dataclass(frozen=True)
-class EngineStatus:
-    """Whether commands can run here, and if not, how to fix it."""
+def container_user() -> tuple[int, int]:
+    """Who commands run as: the image's `sandbox` user (1000) under a root server, else the server's user.
 
-    available: bool
-    version: str | None = None
-    error: str | None = None
-    image: str | None = None
-    image_present: bool | None = None
-
-
-def connect() -> Any:
-    """A Docker client (API version negotiated), or `SandboxUnavailable` saying how to fix it."""
-    import docker
-
-    try:
-        return docker.from_env()
-    except docker.errors.DockerException as exc:
-        raise SandboxUnavailable(f"no Docker engine is reachable ({exc}): {_FIX}") from exc
-
-
-def engine_status(image: str | None = None) -> EngineStatus:
-    """For `conclave doctor` and job admission: engine reachable? version? image present?"""
-    import docker
-
-    try:
-        client = connect()
-        version = client.version().get("Version")
-    except (SandboxUnavailable, docker.errors.DockerException) as exc:
-        return EngineStatus(False, error=str(exc))
-    if image is None:
-        return EngineStatus(True, version)
-    try:
-        client.images.get(image)
-        return EngineStatus(True, version, image=image, image_present=True)
-    except docker.errors.ImageNotFound:
-        fix = f"the sandbox image {image} is missing: run `conclave sandbox build` (about a minute, no registry)"
-        return EngineStatus(True, version, error=fix, image=image, image_present=False)
+    Pass it as the workspace's and the agent tools' file owner, so host-written files are the agent's too.
+    """
+    return (1000, 1000) if os.getuid() == 0 else (os.getuid(), os.getgid())
 
 
 def image_tag(spec: SandboxSpec) -> str:
@@ -157,17 +128,25 @@ class Sandbox:
         self._client, self.owner = client, owner
         self.container: Any | None = None
         self._limiter: anyio.CapacityLimiter | None = None  # one command at a time, off the shared pool
-        self.uid, self.gid = (1000, 1000) if os.getuid() == 0 else (os.getuid(), os.getgid())
+        self.uid, self.gid = container_user()
         self._workspace: Path | None = None
         self._dir_mtimes: dict[str, int] = {}  # see _hand_over
 
     async def start(
-        self, workspace: Path, peers: Mapping[str, Path], job_id: str, letter: str, limits: SandboxSpec
+        self,
+        workspace: Path,
+        peers: Mapping[str, Path],
+        job_id: str,
+        letter: str,
+        limits: SandboxSpec,
     ) -> Any:
-        """Launch the container (see the module docstring for what confines it) and return it."""
+        """Launch the container (see the module docstring for what confines it) and return it.
+
+        `peers` maps each peer's letter to its fixed host folder (refreshed in place as it posts answers).
+        """
         for name in (job_id, letter, *peers):
             if not _NAME.match(name):
-                raise SandboxError(f"{name!r} cannot name a container or mount point")
+                raise SandboxError(f"{name!r} cannot name a container or a mount point")
         self._limiter = anyio.CapacityLimiter(1)
         self._workspace = workspace.resolve()
         if self._client is None:
@@ -184,17 +163,14 @@ class Sandbox:
         try:
             self._client.images.get(image)
         except docker.errors.ImageNotFound as exc:
-            raise SandboxUnavailable(
-                f"the sandbox image {image} is missing: run `conclave sandbox build` (about a minute, "
-                f"no registry needed), or set `sandbox: none` in the team file"
-            ) from exc
+            raise SandboxUnavailable(missing_image(image)) from exc
         except docker.errors.DockerException as exc:
-            raise SandboxUnavailable(f"the Docker engine failed ({exc}): {_FIX}") from exc
+            raise SandboxUnavailable(f"the Docker engine failed ({exc}): {FIX}") from exc
         self._hand_over()
         mounts = [Mount("/workspace", str(self._workspace), type="bind", read_only=False)]
-        for peer, path in sorted(peers.items()):
-            path.mkdir(parents=True, exist_ok=True)
-            mounts.append(Mount(f"/peers/{peer}", str(path.resolve()), type="bind", read_only=True))
+        for peer, folder in sorted(peers.items()):
+            folder.mkdir(parents=True, exist_ok=True)
+            mounts.append(Mount(f"/peers/{peer}", str(folder.resolve()), type="bind", read_only=True))
         labels = {
             "conclave.job": job_id,
             "conclave.owner": self.owner.id,
@@ -224,7 +200,8 @@ class Sandbox:
                 nano_cpus=int(limits.cpus * 1e9),
             )
         except docker.errors.DockerException as exc:
-            raise SandboxError(f"the sandbox container for agent {letter} of {job_id} did not start: {exc}") from exc
+            failed = f"the sandbox container of agent {letter} in {job_id} did not start: {exc}"
+            raise SandboxError(failed) from exc
 
     async def exec(self, command: str, timeout_s: float) -> CommandResult:
         """Run `command` with `sh -c` in /workspace; kill it and its process group after `timeout_s`."""
@@ -263,7 +240,14 @@ class Sandbox:
         api = self._client.api
         out, err = _Capped(self.output_cap), _Capped(self.output_cap)
         try:
-            exec_id = api.exec_create(self.container.id, argv, user=f"{self.uid}:{self.gid}", workdir="/workspace")
+            user = f"{self.uid}:{self.gid}"
+            try:
+                exec_id = api.exec_create(self.container.id, argv, user=user, workdir="/workspace")
+            except docker.errors.APIError as exc:
+                if "is not running" not in str(exc):
+                    raise
+                self._restart()  # e.g. its keeper was killed: come back once, workspace intact
+                exec_id = api.exec_create(self.container.id, argv, user=user, workdir="/workspace")
             for chunk_out, chunk_err in api.exec_start(exec_id["Id"], stream=True, demux=True):
                 out.add(chunk_out)
                 err.add(chunk_err)
@@ -291,7 +275,10 @@ class Sandbox:
         self._dir_mtimes = seen
 
     def _own(self, path: str) -> int:
-        stat = os.lstat(path)
+        try:
+            stat = os.lstat(path)
+        except FileNotFoundError:
+            return 0  # removed while we walked
         if stat.st_uid != self.uid or stat.st_gid != self.gid:
             os.lchown(path, self.uid, self.gid)
         return stat.st_mtime_ns
@@ -311,57 +298,7 @@ class Sandbox:
         if container is None:
             return
         with anyio.CancelScope(shield=True):
-            await anyio.to_thread.run_sync(_remove, container)
-
-
-async def sweep(
-    client: Any | None = None,
-    is_owner_dead: Callable[[str, int], bool] | None = None,
-    *,
-    spare: Owner = PROCESS_OWNER,
-) -> list[str]:
-    """Remove containers labelled by an owner that is gone; return their names. Never a live server's.
-
-    `is_owner_dead(owner_id, pid)` defaults to "no process has that pid" (this engine's servers share the host's
-    pid namespace); the server may pass the store's view (dead pid or stale heartbeat) instead.
-    """
-    dead = is_owner_dead or (lambda _owner, pid: not _pid_alive(pid))
-    docker_client = client or await anyio.to_thread.run_sync(connect)
-
-    def run() -> list[str]:
-        removed = []
-        for container in docker_client.containers.list(all=True, filters={"label": "conclave.owner"}):
-            labels = container.labels
-            owner, pid = labels.get("conclave.owner", ""), labels.get("conclave.owner_pid", "")
-            if owner == spare.id or not pid.isdigit() or not dead(owner, int(pid)):
-                continue
-            _remove(container)
-            removed.append(container.name)
-        return removed
-
-    return await anyio.to_thread.run_sync(run)
-
-
-def _remove(container: Any) -> None:
-    import docker
-
-    try:
-        container.remove(force=True)
-    except docker.errors.NotFound:
-        pass
-    except docker.errors.APIError as exc:
-        if "already in progress" not in str(exc):
-            raise SandboxError(f"could not remove sandbox container {container.name}: {exc}") from exc
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # alive, someone else's
-    return True
+            await anyio.to_thread.run_sync(remove_container, container)
 
 
 class _Capped:
@@ -395,4 +332,5 @@ class _Capped:
     def note(self, stream: str) -> str | None:
         if not self.cut:
             return None
-        return f"{stream}: {self.total:,} bytes, the middle {self.cut:,} cut (first and last {self.cap // 2:,} kept)"
+        kept = self.cap // 2
+        return f"{stream}: {self.total:,} bytes, the middle {self.cut:,} cut (first and last {kept:,} kept)"

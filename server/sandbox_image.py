@@ -9,8 +9,8 @@
    network; they land in the image as apt's own `.sources` file.
 2. The tarball goes to a temporary file first (never a pipe, so a failed mmdebstrap cannot hide behind a
    successful import) and is imported under a temporary candidate tag.
-3. The candidate runs `python3 -c 'import json,sqlite3,ssl'` as uid 1000 with no network; only then does it get
-   the real tag. On any failure the candidate is removed and `SandboxError` carries the tool's stderr.
+3. The candidate runs `python3 -c 'import json,sqlite3,ssl'` as uid 1000 with no network; only then does it
+   get the real tag. On any failure the candidate is removed and `SandboxError` carries the tool's stderr.
 
 `build_image_sync()` is the CLI's entry (`conclave sandbox build`).
 """
@@ -33,6 +33,7 @@ import anyio.to_thread
 
 from . import __version__
 from .errors import SandboxError
+from .sandbox_engine import connect
 
 IMAGE_REPO = "conclave-sandbox"
 DEFAULT_PACKAGES = ("python3", "ca-certificates")
@@ -60,6 +61,8 @@ _CHANGES = (
     "WORKDIR /workspace",
     f"LABEL conclave.sandbox={__version__}",
 )
+
+_ONE_LINE = re.compile(r"\s*deb\s+(?:\[(?P<opts>[^\]]*)\]\s+)?(?P<uri>\S+)\s+(?P<suite>\S+)\s*(?P<comps>.*)")
 
 Log = Callable[[str], None]
 
@@ -96,8 +99,6 @@ async def build_image(
     log: Log | None = None,
 ) -> BuildReport:
     """Build `tag` (default `conclave-sandbox:<version>`) unless it exists; see the module docstring."""
-    from .sandbox import connect  # the engine seam lives in sandbox.py
-
     tag = tag or default_tag()
     say = log or (lambda _line: None)
     docker = client or await anyio.to_thread.run_sync(connect)
@@ -170,7 +171,8 @@ def _deb822_stanzas(text: str) -> list[dict[str, str]]:
             key, _, value = line.partition(":")
             fields[key.strip()] = value.strip()
         types = fields.get("Types", "").split()
-        if "deb" in types and fields.get("Enabled", "yes") != "no" and "URIs" in fields and "Suites" in fields:
+        enabled = fields.get("Enabled", "yes") != "no"
+        if "deb" in types and enabled and "URIs" in fields and "Suites" in fields:
             keep = {"Types": "deb", "URIs": fields["URIs"], "Suites": fields["Suites"]}
             keep["Components"] = fields.get("Components", "main")
             if "Signed-By" in fields:
@@ -182,7 +184,7 @@ def _deb822_stanzas(text: str) -> list[dict[str, str]]:
 def _one_line_stanzas(text: str) -> list[dict[str, str]]:
     found = []
     for line in text.splitlines():
-        match = re.match(r"\s*deb\s+(?:\[(?P<opts>[^\]]*)\]\s+)?(?P<uri>\S+)\s+(?P<suite>\S+)\s*(?P<comps>.*)", line)
+        match = _ONE_LINE.match(line)
         if not match:
             continue
         stanza = {"Types": "deb", "URIs": match["uri"], "Suites": match["suite"]}

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-from conclave.records import JobEvent, JobResult, Progress
+from conclave.records import FilesResult, JobEvent, JobOptions, JobResult, Progress
 
 MIGRATIONS: tuple[str, ...] = (
     """
@@ -79,6 +79,10 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (job_id, letter)
     );
     """,
+    """
+    ALTER TABLE jobs ADD COLUMN options_json TEXT NOT NULL DEFAULT '{}';
+    ALTER TABLE jobs ADD COLUMN files_json TEXT
+    """,
 )
 
 ACTIVE_STATES = ("queued", "running", "presenting")
@@ -106,6 +110,8 @@ class JobRow(BaseModel):
     error: str | None
     cancel_requested: bool
     rev: int
+    options: JobOptions = JobOptions()
+    files: FilesResult | None = None
 
 
 class AnswerRow(BaseModel):
@@ -143,13 +149,29 @@ class Store:
         return _Transaction(self._db)
 
     # Jobs ----------------------------------------------------------------------------------------
-    def create_job(self, job_id: str, task: str, team_name: str, team_json: str, owner_pid: int, owner_id: str) -> None:
+    def create_job(
+        self,
+        job_id: str,
+        task: str,
+        team_name: str,
+        team_json: str,
+        owner_pid: int,
+        owner_id: str,
+        options: JobOptions | None = None,
+    ) -> None:
         now = self._clock()
         with self._write():
             self._db.execute(
                 "INSERT INTO jobs (id, task, team_name, team_json, state, phase, created_at, owner_pid, owner_id,"
-                " heartbeat) VALUES (?, ?, ?, ?, 'queued', 'waiting for a free slot', ?, ?, ?, ?)",
-                (job_id, task, team_name, team_json, now, owner_pid, owner_id, now),
+                " heartbeat, options_json) VALUES (?, ?, ?, ?, 'queued', 'waiting for a free slot', ?, ?, ?, ?, ?)",
+                (job_id, task, team_name, team_json, now, owner_pid, owner_id, now,
+                 (options or JobOptions()).model_dump_json()),
+            )
+
+    def set_files(self, job_id: str, files: FilesResult) -> None:
+        with self._write():
+            self._db.execute(
+                "UPDATE jobs SET files_json = ?, rev = rev + 1 WHERE id = ?", (files.model_dump_json(), job_id)
             )
 
     def job(self, job_id: str) -> JobRow | None:
@@ -267,8 +289,11 @@ class _Transaction:
 def _job_row(row: sqlite3.Row) -> JobRow:
     values = dict(row)
     progress, result = values.pop("progress_json"), values.pop("result_json")
+    options, files = values.pop("options_json"), values.pop("files_json")
     return JobRow(
         **values,
         progress=Progress.model_validate_json(progress) if progress else None,
         result=JobResult.model_validate_json(result) if result else None,
+        options=JobOptions.model_validate_json(options),
+        files=FilesResult.model_validate_json(files) if files else None,
     )

@@ -60,11 +60,19 @@ class TurnContext:
         return replace(base, **overrides)  # type: ignore[arg-type]
 
 
-async def run_turn(ctx: TurnContext, action: protocol.StartTurn, shown: list[prompts.ShownAnswer]) -> protocol.Event:
+async def run_turn(
+    ctx: TurnContext,
+    action: protocol.StartTurn,
+    shown: list[prompts.ShownAnswer],
+    files: prompts.FilesPicture | None = None,
+) -> protocol.Event:
     """Run one turn to its decision."""
     text = prompts.turn_prompt(
-        ctx.letter, shown, action.labels, action.can_answer, note=action.note, corrective=action.corrective
+        ctx.letter, shown, action.labels, action.can_answer, note=action.note, corrective=action.corrective,
+        files=files,
     )
+    if ctx.spec.tool_mode == "json" and ctx.work_tools:
+        text = f"{prompts.tools_section(ctx.work_tools)}\n\n{text}"
     messages = [Message("user", text)]
     if ctx.spec.tool_mode == "json":
         return await _json_turn(ctx, action, messages)
@@ -93,6 +101,8 @@ async def _native_turn(ctx: TurnContext, action: protocol.StartTurn, messages: l
         work_steps += 1
         if work_steps > ctx.max_tool_steps:
             note = f"you used all {ctx.max_tool_steps} tool steps of this turn; decide now with new_answer or vote"
+            if work_steps > ctx.max_tool_steps + MIN_REPAIR_STEPS:  # it ignores the note: a failed turn
+                return protocol.TurnFailed(ctx.letter, action.turn_id, f"kept calling tools after: {note}")
             messages += _tool_round(completion, {call.id: prompts.tool_error(note) for call in completion.tool_calls})
             tools = prompts.workflow_tools(action.labels, action.can_answer)
             continue
@@ -138,20 +148,47 @@ def _decide(letter: str, action: protocol.StartTurn, call: ToolCall) -> tuple[pr
 
 
 async def _json_turn(ctx: TurnContext, action: protocol.StartTurn, messages: list[Message]) -> protocol.Event:
-    schema = prompts.decision_schema(action.labels, action.can_answer)
-    completion = await ctx.call(ctx.request(messages, response_schema=schema))
-    return parse_json_decision(ctx.letter, action, completion.text)
+    """Decisions and work-tool calls as schema-constrained JSON, one per reply."""
+    names = tuple(tool.name for tool in ctx.work_tools)
+    steps = 0
+    while True:
+        offered = names if steps < ctx.max_tool_steps else ()
+        schema = prompts.decision_schema(action.labels, action.can_answer, offered)
+        completion = await ctx.call(ctx.request(messages, response_schema=schema))
+        call = parse_json_tool_call(completion.text, offered)
+        if call is None:
+            return parse_json_decision(ctx.letter, action, completion.text)
+        steps += 1
+        result = await _work(ctx, call)
+        messages += [Message("assistant", completion.text), Message("user", prompts.tool_result(call.name, result))]
+
+
+def parse_json_tool_call(text: str, offered: tuple[str, ...]) -> ToolCall | None:
+    """A `{"action": "call_tool", ...}` reply as a ToolCall; None for anything else (a decision)."""
+    data = _load_json(text)
+    if not isinstance(data, dict) or data.get("action") != "call_tool" or not offered:
+        return None
+    name, arguments = data.get("tool"), data.get("arguments")
+    error = None if isinstance(arguments, dict) else "`arguments` must be a JSON object"
+    return ToolCall("json", str(name), arguments if isinstance(arguments, dict) else {}, error=error)
 
 
 _FENCE = re.compile(r"^\s*```(?:json)?\s*(.*?)\s*```\s*$", re.DOTALL)
 
 
-def parse_json_decision(letter: str, action: protocol.StartTurn, text: str) -> protocol.Event:
-    """A `json`-mode reply as a decision; anything unreadable is a NoDecision for the corrective retry."""
+def _load_json(text: str) -> object | None:
+    """The JSON value of a reply (a ```json fence allowed); None when it is not JSON."""
     match = _FENCE.match(text)
     try:
-        data = json.loads(match.group(1) if match else text)
+        return json.loads(match.group(1) if match else text)
     except json.JSONDecodeError:
+        return None
+
+
+def parse_json_decision(letter: str, action: protocol.StartTurn, text: str) -> protocol.Event:
+    """A `json`-mode reply as a decision; anything unreadable is a NoDecision for the corrective retry."""
+    data = _load_json(text)
+    if data is None:
         return protocol.NoDecision(letter, action.turn_id, text)
     if isinstance(data, dict) and data.get("action") in WORKFLOW:
         call = ToolCall("json", str(data["action"]), {k: v for k, v in data.items() if k != "action"})

@@ -80,9 +80,20 @@ def job_view(row: JobRow, now: float) -> JobView:
         tie=result.tie if result else None,
         reason=result.reason if result else None,
         errors=errors,
+        diff_summary=_diff_summary(row),
         usage=UsageTotals.total([agent.usage for agent in progress.agents]) if progress else UsageTotals(),
         next=_next_hint(row),
     )
+
+
+def _diff_summary(row: JobRow) -> dict[str, object] | None:
+    """The files the winner changed per context path, with how to read the whole patch."""
+    if row.files is None:
+        return None
+    summary: dict[str, object] = row.files.model_dump()
+    if row.files.patch_chars:
+        summary["read"] = f"read_workspace(job_id={row.id!r}, path='@diff') pages through the patch"
+    return summary
 
 
 def _agent_view(agent: AgentProgress) -> AgentView:

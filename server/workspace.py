@@ -242,6 +242,29 @@ class Workspaces:
             raise InputError("source", name, fix)
         return path
 
+    def peer_mount(self, letter: str) -> Path:
+        """The host folder mounted read-only at /peers/<letter> in the other agents' containers."""
+        self.agent(letter)
+        return self.job_dir / "peers" / letter
+
+    async def publish(self, letter: str, label: str) -> Path:
+        """Make peer_mount(letter) show snapshot `label`, in place (a bind mount pins the folder's inode)."""
+        return await anyio.to_thread.run_sync(self._publish, letter, label)
+
+    def _publish(self, letter: str, label: str) -> Path:
+        mount, source = self.peer_mount(letter), self.snapshot_dir(label)
+        mount.mkdir(parents=True, exist_ok=True)
+        for entry in os.scandir(mount):
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path)
+            else:
+                os.unlink(entry.path)
+        for rel in list_tree(source).files:  # snapshots are immutable: linking their files is safe
+            target = mount / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            os.link(source / rel, target)
+        return mount
+
     # -- results --------------------------------------------------------------------------------
 
     async def diffs(self) -> dict[str, Patch]:

@@ -63,7 +63,9 @@ async def test_a_job_runs_in_the_background_and_is_stored(tmp_path: Path, fakes:
         assert view.answer and view.answer.startswith("FINAL")
         assert sum(view.tally.values()) == 3 and view.usage.input_tokens > 0
         assert [agent.model for agent in view.agents] == sorted(a.model for a in view.agents) or len(view.agents) == 3
-        assert seen and any("posted" in v.phase for v in seen) and seen[-1].done
+        # reported on change only, ending with the done view (phases between polls may merge)
+        assert seen and seen[-1].done
+        assert all(a.model_dump(exclude={"elapsed_s"}) != b.model_dump(exclude={"elapsed_s"}) for a, b in zip(seen, seen[1:]))
         listing = await service.read(view.job_id, "", None, 0, 1000)
         assert "transcript" in listing.entries and "final" in listing.entries
         assert any(entry.startswith("answers/") for entry in listing.entries)
@@ -194,7 +196,8 @@ async def test_reading_pages_through_the_transcript(tmp_path: Path, fakes: FakeP
         winner = job.winner
         assert winner is not None
         by_path = await service.read(job.job_id, f"answers/{winner}", None, 0, 1000)
-        by_source = await service.read(job.job_id, "", winner, 0, 1000)
-        assert by_path.content == by_source.content and by_path.content.startswith("Answer from")
+        assert by_path.content.startswith("Answer from")
+        with pytest.raises(InputError, match="no files"):
+            await service.read(job.job_id, "", winner, 0, 1000)  # a job without context paths has no trees
         final = await service.read(job.job_id, "final", None, 0, 1000)
         assert final.content == job.answer

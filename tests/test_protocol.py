@@ -7,21 +7,8 @@ import string
 import pytest
 
 from conclave.protocol import (
-    AnswerPosted,
-    CancelTurn,
-    Coordination,
-    Deadline,
-    Finish,
-    NoDecision,
-    Present,
-    Presented,
-    PresentationFailed,
-    Start,
-    StartTurn,
-    TurnFailed,
-    VoteCast,
-    WorkStarted,
-    assign_letters,
+    AnswerPosted, CancelTurn, Coordination, Deadline, Finish, NoDecision, Present, Presented,
+    PresentationFailed, Start, StartTurn, TurnFailed, VoteCast, WorkStarted, assign_letters,
 )
 
 
@@ -405,14 +392,8 @@ def test_no_events_accepted_after_done() -> None:
     job, _ = voted_job(present=False)
     assert job.c.phase == "done"
     outcome = job.c.outcome
-    for event in (
-        Start(),
-        Deadline("late"),
-        Presented("late"),
-        PresentationFailed("late"),
-        AnswerPosted("A", job.turns["A"], "late"),
-        VoteCast("A", job.turns["A"], "A1"),
-        TurnFailed("A", job.turns["A"], "late", fatal=True),
-    ):
+    turn = job.turns["A"]
+    late = [AnswerPosted("A", turn, "late"), VoteCast("A", turn, "A1"), TurnFailed("A", turn, "x", True)]
+    for event in [Start(), Deadline("late"), Presented("late"), PresentationFailed("late"), *late]:
         assert job.c.apply(event) == []
     assert job.c.outcome is outcome and job.c.phase == "done" and len(job.c.answers) == 2

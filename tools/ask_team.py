@@ -7,7 +7,6 @@ from typing import Annotated, Literal
 from fastmcp import Context
 from pydantic import BaseModel, ConfigDict, Field
 
-from conclave.errors import InputError
 from conclave.tools._deps import MAX_WAIT_S, result, service
 from conclave.tools._progress import ProgressReporter
 from conclave.views import JobView
@@ -36,7 +35,8 @@ async def ask_team(
     ] = None,
     context_paths: Annotated[
         list[ContextPath] | None,
-        Field(description="Project folders to give the agents (not available in this version; leave empty)."),
+        Field(description="Project folders copied into every agent's workspace (the originals are never "
+                          "touched while the team works); the result carries a diff of the winner's changes."),
     ] = None,
     wait_seconds: Annotated[
         float,
@@ -44,7 +44,8 @@ async def ask_team(
     ] = 45,
     apply: Annotated[
         bool,
-        Field(description="Apply the winner's changes to write-permission context_paths (not available yet)"),
+        Field(description="After the vote, apply the winner's changes to the context_paths with permission "
+                          "'write' (nothing is applied if files there changed meanwhile)."),
     ] = False,
 ) -> JobView:
     """Ask a team of LLM agents (different models) to solve a task: each writes an answer, they read
@@ -52,16 +53,13 @@ async def ask_team(
 
     Returns the job. If `state` is `completed`, `answer` holds the final answer. If it is still
     `queued`, `running` or `presenting`, call `get_status` with the `job_id` (it waits up to
-    `wait_seconds` for the job to finish); `read_workspace` shows every answer and the transcript.
+    `wait_seconds` for the job to finish); `read_workspace` shows every answer and the transcript,
+    and with context_paths the diff (`path="@diff"`) and every file the agents wrote.
     """
-    if context_paths:
-        raise InputError("context_paths", [p.path for p in context_paths],
-                         "workspaces are not available in this version; leave context_paths empty")
-    if apply:
-        raise InputError("apply", apply, "workspaces are not available in this version; leave apply false")
     jobs = service(ctx)
-    # task length and emptiness, the team and its keys are checked by submit (the CLI shares it)
-    view = await jobs.submit(task, team)
+    # the task, the team and its keys, the context paths and apply are checked by submit (the CLI shares it)
+    paths = [path.model_dump() for path in context_paths or []]
+    view = await jobs.submit(task, team, paths, apply)
     progress = ProgressReporter(ctx)
     await progress.start(view)
     if wait_seconds > 0 and not view.done:

@@ -95,13 +95,20 @@ def model_file(name: str, model_path: str | None) -> Path:
     )
 
 
+def default_threads() -> int:
+    """All CPUs but one, which stays for Conclave itself: on 2 cores a second llama.cpp thread that
+    competes with other work makes generation several times slower, not faster (bench/results/local.json)."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, cpus - 1)
+
+
 @dataclass(frozen=True)
 class ServerOptions:
     """One llama.cpp server; agents with equal options share it."""
 
     model: Path
     n_ctx: int = N_CTX
-    n_threads: int = field(default_factory=lambda: len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+    n_threads: int = field(default_factory=lambda: default_threads())
     startup_s: float = STARTUP_S
     python: str = sys.executable
 

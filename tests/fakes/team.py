@@ -131,9 +131,13 @@ def team_data(
     name: str = "fake-team",
     key_env: str = KEY_ENV,
     coordination: Mapping[str, Any] | None = None,
+    sandbox: Mapping[str, Any] | str = "none",
     **agent_options: Any,
 ) -> dict[str, Any]:
-    """A team (as YAML data) whose agents are `(provider, agent name)` pairs served by `fakes`."""
+    """A team (as YAML data) whose agents are `(provider, agent name)` pairs served by `fakes`.
+
+    `sandbox` is "none" (no commands, no Docker needed) unless a test asks for the Docker sandbox.
+    """
     agents = [
         {
             "model": f"{provider}/fake-{agent}",
@@ -144,7 +148,7 @@ def team_data(
         for provider, agent in members
     ]
     data: dict[str, Any] = {"name": name, "description": "fake providers", "agents": agents}
-    data["sandbox"] = "none"
+    data["sandbox"] = sandbox if isinstance(sandbox, str) else dict(sandbox)
     if coordination:
         data["coordination"] = dict(coordination)
     return data

@@ -20,13 +20,14 @@ from typing import Any
 
 import uvicorn
 from fastmcp import FastMCP
-from fastmcp.exceptions import ToolError
+from fastmcp.exceptions import FastMCPError, ResourceError, ToolError
 from fastmcp.server.auth.providers.debug import DebugTokenVerifier
 from fastmcp.tools import Tool
 from mcp.types import ToolAnnotations
 from pydantic import ValidationError
 
 from conclave.errors import ConclaveError
+from conclave.job_resources import TEMPLATES
 from conclave.jobs import JobService
 from conclave.settings import Settings
 from conclave.tools._deps import DEPS_KEY, MAX_WAIT_S
@@ -78,11 +79,14 @@ TOOLS = (
 )
 
 
-def _translated(fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
-    """The one place our errors become MCP tool errors: the message as is, which says how to fix it.
+def _translated(
+    fn: Callable[..., Awaitable[Any]], error: type[FastMCPError] = ToolError
+) -> Callable[..., Awaitable[Any]]:
+    """The one place our errors become MCP errors (tool or resource): the message as is, which says
+    how to fix it.
 
-    Raising ToolError (a FastMCPError) also keeps FastMCP from logging a traceback for what is a
-    caller's mistake. Anything else is a bug and goes through FastMCP's own handling.
+    Raising a FastMCPError also keeps FastMCP from logging a traceback for what is a caller's
+    mistake. Anything else is a bug and goes through FastMCP's own handling.
     """
 
     @functools.wraps(fn)
@@ -90,9 +94,9 @@ def _translated(fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[An
         try:
             return await fn(*args, **kwargs)
         except ConclaveError as exc:
-            raise ToolError(str(exc)) from exc
+            raise error(str(exc)) from exc
         except ValidationError as exc:  # from our own models, e.g. a view built from a bad record
-            raise ToolError(f"{fn.__name__}: {exc}") from exc
+            raise error(f"{fn.__name__}: {exc}") from exc
 
     return tool
 
@@ -127,6 +131,8 @@ def create_app(service: JobService, settings: Settings) -> FastMCP:
                 annotations=published.annotations,
             )
         )
+    for uri, fn, mime_type in TEMPLATES:
+        app.resource(uri, mime_type=mime_type)(_translated(fn, ResourceError))
     return app
 
 

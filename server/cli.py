@@ -20,7 +20,9 @@ from conclave import __version__
 from conclave.config import list_presets, load_team_file
 from conclave.errors import ConclaveError
 from conclave.installers import SCOPES, TARGETS, install
+from conclave.doctor import run_checks
 from conclave.jobs import JobService
+from conclave.sandbox_image import build_image_sync
 from conclave.settings import Settings
 from conclave.store import Store
 from conclave.views import JobView
@@ -46,6 +48,11 @@ def build_parser() -> argparse.ArgumentParser:
     ask.add_argument("task", help="the task, in words")
     ask.add_argument("--team", help="a preset name or a team YAML file (default: the first with keys set)")
     ask.add_argument("--json", action="store_true", help="print the final JobView as JSON, no live view")
+    ask.add_argument(
+        "--context", action="append", default=[], metavar="PATH[:write]",
+        help="a project folder to copy into every agent's workspace (repeatable); ':write' allows --apply",
+    )
+    ask.add_argument("--apply", action="store_true", help="apply the winner's changes to ':write' folders")
 
     status = commands.add_parser("status", help="show a job, or the recent jobs")
     status.add_argument("job_id", nargs="?", help="the job id (cj-...)")
@@ -57,6 +64,11 @@ def build_parser() -> argparse.ArgumentParser:
     config_commands = config.add_subparsers(dest="config_command", required=True, metavar="SUBCOMMAND")
     check = config_commands.add_parser("check", help="validate a team YAML file")
     check.add_argument("file", type=Path)
+
+    commands.add_parser("doctor", help="check Docker, the sandbox image, keys, the local model, the state dir")
+    sandbox = commands.add_parser("sandbox", help="the Docker sandbox image")
+    sandbox_commands = sandbox.add_subparsers(dest="sandbox_command", required=True, metavar="SUBCOMMAND")
+    sandbox_commands.add_parser("build", help="build the sandbox image locally (no registry needed)")
 
     setup = commands.add_parser("install", help="register the MCP server with a coding agent")
     setup.add_argument("target", choices=TARGETS, help="the coding agent")
@@ -86,6 +98,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                 if missing:
                     print(f"note: to run it, set {', '.join(missing)}")
                 return EXIT_OK
+            case "doctor":
+                checks = run_checks(Settings(), os.environ)
+                print("\n".join(check.line() for check in checks))
+                return EXIT_FAILED if any(c.essential and not c.ok for c in checks) else EXIT_OK
+            case "sandbox":
+                report = build_image_sync()
+                print(f"{report.tag}: {'built' if report.built else 'already present'}")
+                return EXIT_OK
             case "install":
                 return install(args.target, args.scope, write_files=args.write)
     except ConclaveError as exc:
@@ -93,24 +113,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
-    except BaseExceptionGroup as group:
-        # `ask` runs inside JobService's task group, which wraps what submit() raises (a TeamNotFound,
-        # a MissingApiKey) in an ExceptionGroup; report a lone ConclaveError like any other.
-        error = _lone(group)
-        if isinstance(error, KeyboardInterrupt):
-            return EXIT_INTERRUPTED
-        if not isinstance(error, ConclaveError):
-            raise
-        print(f"conclave: {error}", file=sys.stderr)
-        return EXIT_USAGE
     return EXIT_USAGE
-
-
-def _lone(error: BaseException) -> BaseException:
-    """The single exception inside (possibly nested) exception groups, else the group itself."""
-    while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
-        error = error.exceptions[0]
-    return error
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -126,7 +129,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 async def _ask(args: argparse.Namespace, console: Console) -> int:
     async with JobService.open(Settings()) as service:
-        view = await service.submit(args.task, args.team)
+        view = await service.submit(args.task, args.team, context_arguments(args.context), args.apply)
         if args.json:
             while not view.done:
                 view = await service.wait(view.job_id, 50)
@@ -146,6 +149,15 @@ async def _ask(args: argparse.Namespace, console: Console) -> int:
             console.rule("Final answer")
             console.print(Text(view.answer))
         return EXIT_OK if view.state == "completed" else EXIT_FAILED
+
+
+def context_arguments(values: Sequence[str]) -> list[object]:
+    """`--context PATH[:write]` as ask_team's context_paths."""
+    paths: list[object] = []
+    for value in values:
+        path, _, permission = value.rpartition(":") if value.endswith((":write", ":read")) else (value, "", "read")
+        paths.append({"path": path, "permission": permission})
+    return paths
 
 
 def render(view: JobView) -> Group:

@@ -7,7 +7,6 @@ the winning answer's snapshot becomes final/). `close` removes the containers, a
 
 from __future__ import annotations
 
-import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -22,18 +21,10 @@ from conclave.config import Team
 from conclave.errors import ApplyError, InputError, SandboxUnavailable
 from conclave.prompts import FilesPicture
 from conclave.records import ContextChanges, ContextOption, FileChangeView, FilesResult, JobOptions
-from conclave.sandbox import Sandbox, engine_status, image_tag
+from conclave.sandbox import Sandbox, container_user, engine_status, image_tag
 from conclave.workspace import ContextPath, Workspaces
 
 SandboxFactory = Callable[[], Sandbox]
-
-# When the server runs as root, agents' files belong to the sandbox user so its commands can write them.
-SANDBOX_OWNER = (1000, 1000)
-
-
-def agent_owner() -> tuple[int, int] | None:
-    return SANDBOX_OWNER if os.geteuid() == 0 else None
-
 
 class JobFiles:
     """Workspaces (always) and sandboxes (when the team runs commands) for one job."""
@@ -75,7 +66,7 @@ class JobFiles:
             workspace=self.workspaces.agent(letter),
             peers=lambda: self.workspaces.peer_view(letter),
             runner=self._sandboxes.get(letter),
-            owner=agent_owner(),
+            owner=container_user(),
         )
 
     def picture(self, letter: str) -> FilesPicture:
@@ -136,7 +127,7 @@ async def admit(
                 "or set `sandbox: none` in the team file to work on files without commands"
             )
     try:
-        manifest = await Workspaces(job_dir, agent_owner=agent_owner()).prepare(sources)
+        manifest = await Workspaces(job_dir, agent_owner=container_user()).prepare(sources)
     except BaseException:
         with anyio.CancelScope(shield=True):
             await anyio.to_thread.run_sync(lambda: shutil.rmtree(job_dir, ignore_errors=True))

@@ -25,7 +25,8 @@ from conclave.backends.retry import RetryPolicy
 from conclave.config import Team, list_presets, resolve_team
 from conclave.errors import ConclaveError, InputError, JobNotFound
 from conclave.orchestrator import BackendFactory, Orchestrator, endpoint_factory
-from conclave.job_files import JobFiles, admit, agent_owner, collect, parse_context_paths
+from conclave.job_files import JobFiles, admit, collect, parse_context_paths
+from conclave.sandbox import container_user, sweep
 from conclave.records import JobEvent, JobOptions, Progress
 from conclave.reading import read_job
 from conclave.settings import Settings
@@ -104,14 +105,20 @@ class JobService:
         try:
             # The pool outlives the jobs' task group: jobs release their servers as they end, then the
             # pool stops any left over (tests/test_local.py).
+            body_error: Exception | None = None
             async with LocalServers() as local_servers, anyio.create_task_group() as tg:
                 factory = backend_factory or endpoint_factory(env, local_servers)
                 service = cls(settings, store, tg, env, factory, retry)
                 tg.start_soon(service._watch)
+                tg.start_soon(service._sweep)
                 try:
                     yield service
+                except Exception as exc:  # the caller's error: re-raised below as itself, not in a group
+                    body_error = exc
                 finally:
                     tg.cancel_scope.cancel()  # running jobs end as `interrupted`, answers kept
+            if body_error is not None:
+                raise body_error
         finally:
             store.close()
 
@@ -239,12 +246,21 @@ class JobService:
         if not options.context_paths:
             return None
         sandbox = team.sandbox if options.commands and not isinstance(team.sandbox, str) else None
-        return JobFiles(job_id, Workspaces(self.job_dir(job_id), agent_owner=agent_owner()), sandbox)
+        return JobFiles(job_id, Workspaces(self.job_dir(job_id), agent_owner=container_user()), sandbox)
 
     def _end_if_active(self, job_id: str, state: str, phase: str, error: str | None = None) -> None:
         row = self.store.job(job_id)
         if row is not None and row.state in ACTIVE_STATES:
             self.store.set_state(job_id, state, phase, error=error)
+
+    async def _sweep(self) -> None:
+        """Remove sandbox containers left by servers that died (never a live server's)."""
+        try:
+            removed = await sweep()
+        except ConclaveError:
+            return  # no Docker engine: nothing to sweep
+        if removed:
+            logger.info("removed %d leftover sandbox container(s): %s", len(removed), ", ".join(removed))
 
     async def _watch(self) -> None:
         """Heartbeat our jobs and honour cancel requests other processes left in the store."""

@@ -282,3 +282,50 @@ def test_ask_with_a_team_missing_its_key(capsys: pytest.CaptureFixture[str], tmp
     assert KEY_ENV in err and "needs an API key" in err
     code, out, _ = run(capsys, "status")
     assert "no jobs yet" in out  # nothing was queued
+
+
+def test_context_arguments_parse_permissions() -> None:
+    from conclave.cli import context_arguments
+
+    assert context_arguments(["/a", "/b:write", "/c:d:read"]) == [
+        {"path": "/a", "permission": "read"},
+        {"path": "/b", "permission": "write"},
+        {"path": "/c:d", "permission": "read"},
+    ]
+
+
+def test_ask_with_context_and_apply_writes_nothing_without_changes(
+    capsys: pytest.CaptureFixture[str], trio: Path, tmp_path: Path
+) -> None:
+    project = tmp_path / "proj"
+    project.mkdir()
+    (project / "main.py").write_text("print('hi')\n")
+    code, out, err = run(capsys, "ask", "Review main.py", "--team", str(trio), "--json",
+                         "--context", f"{project}:write", "--apply")
+    assert code == 0, err
+    view = JobView.model_validate_json(out)
+    assert view.state == "completed" and view.diff_summary is not None
+    assert view.diff_summary["contexts"][0]["files"] == [] and view.diff_summary["contexts"][0]["applied"] is False
+    assert (project / "main.py").read_text() == "print('hi')\n"
+
+
+def test_ask_apply_without_a_write_context_is_refused(capsys: pytest.CaptureFixture[str], trio: Path) -> None:
+    code, _, err = run(capsys, "ask", "t", "--team", str(trio), "--apply")
+    assert code == 2 and "apply" in err and "permission 'write'" in err
+
+
+def test_ask_with_a_missing_context_folder(capsys: pytest.CaptureFixture[str], trio: Path) -> None:
+    code, _, err = run(capsys, "ask", "t", "--team", str(trio), "--context", "/no/such/folder")
+    assert code == 2 and "context_paths[0]" in err and "does not exist" in err
+
+
+def test_doctor_reports_each_check_with_its_fix(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "doctor")
+    lines = out.splitlines()
+    names = ("state directory", "docker engine", "openai key", "anthropic key", "gemini key", "local model")
+    for name in names:
+        assert any(name in line for line in lines), (name, out)
+    assert "OPENAI_API_KEY not set -> export OPENAI_API_KEY=" in out  # keys are cleared by `isolated`
+    failing = [line for line in lines if line.startswith("[FAIL]")]
+    assert code == (1 if failing else 0)
+    assert all("->" in line for line in lines if not line.startswith("[ok"))

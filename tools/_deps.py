@@ -35,4 +35,10 @@ def result(view: JobView | TeamList | WorkspacePage) -> Any:
     Tools keep their view model as the return annotation, so FastMCP derives the output schema from
     it (notes §1); what they actually return is this ToolResult, hence `Any`.
     """
-    return ToolResult(content=[TextContent(type="text", text=view.text())], structured_content=view)
+    from conclave.job_resources import links
+    from conclave.views import JobView
+
+    content: list[Any] = [TextContent(type="text", text=view.text())]
+    if isinstance(view, JobView):
+        content += links(view)
+    return ToolResult(content=content, structured_content=view)

@@ -207,6 +207,7 @@ async def start_server(options: ServerOptions, tg: anyio.abc.TaskGroup) -> Local
         options.python, "-c", _BOOT, str(os.getpid()), "--model", str(options.model), "--host", "127.0.0.1",
         "--port", str(port), "--n_ctx", str(options.n_ctx), "--n_threads", str(options.n_threads),
         "--interrupt_requests", "False",  # True: a new request would cut the stream of another agent
+        *(["--cache", "True", "--cache_type", "ram"] if os.environ.get("CONCLAVE_LLAMA_CACHE") else []),
     ]
     process = await anyio.open_process(
         command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=_child_env(key)

@@ -1,0 +1,102 @@
+"""The MCP surface for jobs with files: context_paths, the diff through read_workspace and as a
+resource link, files of the final tree and of an answer's snapshot, and confinement. The team runs
+with `sandbox: none` (file tools, no commands), so no Docker is needed here."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastmcp import Client
+from mcp.types import ResourceLink
+
+from conclave.app import create_app
+from conclave.jobs import JobService
+from conclave.settings import Settings
+from conclave.views import JobView
+from tests.fakes.script import RecordedRequest, Reply
+from tests.fakes.server import FakeProviders
+from tests.fakes.team import KEY_ENV, TRIO, decide, install, is_presentation, vote_labels, voter, write_team
+
+pytestmark = pytest.mark.anyio
+
+
+def writer(request: RecordedRequest) -> Reply:
+    """Writes docs/USAGE.md, then answers; otherwise behaves like `voter()`."""
+    if not is_presentation(request) and "Answer from" not in request.text() and "wrote" not in request.text():
+        return Reply(tool_calls=[("write_file", {"path": "proj/docs/USAGE.md", "content": "Run it.\n"})])
+    if "wrote 8 bytes" in request.text() and "(your own answer)" not in request.text():
+        return decide("new_answer", {"content": "Answer from the writer: added USAGE.md"}, request)
+    return fan(request)
+
+
+def fan(request: RecordedRequest) -> Reply:
+    """Answers once, then votes for the writer's answer as soon as it is on the table."""
+    text = request.text()
+    for label in vote_labels(request):
+        if "added USAGE.md" in text.split(f"## Answer {label}", 1)[-1].split("## Answer", 1)[0]:
+            return decide("vote", {"answer": label, "reason": "docs help"}, request)
+    reply = voter()(request)
+    if any(name == "vote" for name, _ in reply.tool_calls):  # wait for the writer instead of voting early
+        reply.delay = 0.2
+    return reply
+
+
+@pytest.fixture
+def fakes() -> Iterator[FakeProviders]:
+    with FakeProviders() as running:
+        yield running
+
+
+@pytest.fixture
+async def client(tmp_path: Path, fakes: FakeProviders) -> AsyncIterator[tuple[Client, str, Path]]:
+    install(fakes.script, TRIO, fan)
+    fakes.script.set_default("ann", writer)
+    team = str(write_team(tmp_path / "team.yaml", fakes, TRIO))
+    project = tmp_path / "proj"
+    project.mkdir()
+    (project / "README.md").write_text("hello\n")
+    settings = Settings(home=tmp_path / "home")
+    async with JobService.open(settings, environ={KEY_ENV: "test-key-0123456789"}) as service:
+        async with Client(create_app(service, settings)) as connected:
+            yield connected, team, project
+
+
+async def call(client: Client, tool: str, **arguments: Any) -> Any:
+    return await client.call_tool(tool, arguments, raise_on_error=False)
+
+
+async def test_context_paths_give_a_diff_files_and_links(client: tuple[Client, str, Path]) -> None:
+    mcp, team, project = client
+    result = await call(mcp, "ask_team", task="Document usage", team=team,
+                        context_paths=[{"path": str(project)}], wait_seconds=50)
+    view = JobView.model_validate(result.structured_content)
+    while not view.done:
+        result = await call(mcp, "get_status", job_id=view.job_id, wait_seconds=30)
+        view = JobView.model_validate(result.structured_content)
+    assert view.state == "completed"
+    links = {item.uri: item for item in result.content if isinstance(item, ResourceLink)}
+    diff_uri = f"conclave://jobs/{view.job_id}/diff"
+    assert f"conclave://jobs/{view.job_id}/transcript" in links
+
+    patch = (await call(mcp, "read_workspace", job_id=view.job_id, path="@diff")).structured_content["content"]
+    summary = view.diff_summary
+    assert summary is not None
+    assert summary["contexts"][0]["files"] == [
+        {"path": "docs/USAGE.md", "status": "added", "added_lines": 1, "removed_lines": 0}
+    ]
+    assert diff_uri in links and "+Run it." in patch and "docs/USAGE.md" in patch
+    resource = await mcp.read_resource(diff_uri)
+    assert resource[0].text == patch
+    page = await call(mcp, "read_workspace", job_id=view.job_id, path="proj/docs/USAGE.md", source="final")
+    assert page.structured_content["content"] == "Run it.\n"
+    # every answer's snapshot is readable, and the caller's folder was never written
+    listing = await call(mcp, "read_workspace", job_id=view.job_id, path="", source=view.winner)
+    assert "proj/README.md" in listing.structured_content["entries"]
+    assert not (project / "docs").exists()
+    for bad in ("../../../../etc/passwd", "/etc/passwd"):
+        refused = await call(mcp, "read_workspace", job_id=view.job_id, path=bad, source="final")
+        message = refused.content[0].text
+        assert refused.is_error and ("outside the root" in message or "not allowed" in message), message

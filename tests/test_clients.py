@@ -44,7 +44,8 @@ def _server_env(tmp_path: Path) -> dict[str, str]:
 
 def _inspector(tmp_path: Path, *method: str) -> dict[str, object]:
     """`mcp-inspector --cli` against `python -m conclave serve` over stdio; its JSON output."""
-    env_options = [option for key, value in _server_env(tmp_path).items() for option in ("-e", f"{key}={value}")]
+    server_env = _server_env(tmp_path)
+    env_options = [option for key, value in server_env.items() for option in ("-e", f"{key}={value}")]
     command = [str(NODE), str(INSPECTOR), "--cli", *env_options, *method,
                "--", sys.executable, "-m", "conclave", "serve"]
     # HOME keeps the inspector's own catalog (~/.mcp-inspector) out of the real home

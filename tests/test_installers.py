@@ -19,6 +19,7 @@ from conclave.errors import ConfigError
 from conclave.resources import configs_dir, skills_dir
 
 COMMAND = ["/opt/conclave/bin/conclave", "serve"]
+STDIO = {"type": "stdio", "command": COMMAND[0], "args": ["serve"]}
 SKILL = (skills_dir() / "conclave" / "SKILL.md").read_text(encoding="utf-8")
 
 
@@ -43,9 +44,9 @@ def plan(target: str, project: Path, home: Path, scope: str | None = None, **env
 @pytest.mark.parametrize(
     ("target", "relative", "key", "entry"),
     [
-        ("claude-code", ".mcp.json", "mcpServers", {"type": "stdio", "command": COMMAND[0], "args": ["serve"]}),
+        ("claude-code", ".mcp.json", "mcpServers", STDIO),
         ("cursor", ".cursor/mcp.json", "mcpServers", {"command": COMMAND[0], "args": ["serve"]}),
-        ("vscode", ".vscode/mcp.json", "servers", {"type": "stdio", "command": COMMAND[0], "args": ["serve"]}),
+        ("vscode", ".vscode/mcp.json", "servers", STDIO),
     ],
 )
 def test_json_clients_get_their_own_key_and_place(
@@ -117,7 +118,8 @@ def test_json_merge_keeps_other_servers_and_keys_and_our_extra_settings(tmp_path
             "conclave": {"command": "old", "env": {"CONCLAVE_MAX_JOBS": "4"}},
         },
     }
-    merged = json.loads(installers.merge_json(json.dumps(before), path, "servers", {"command": "new", "args": []}))
+    ours = {"command": "new", "args": []}
+    merged = json.loads(installers.merge_json(json.dumps(before), path, "servers", ours))
     assert merged["inputs"] == before["inputs"]
     assert merged["servers"]["github"] == before["servers"]["github"]
     assert merged["servers"]["conclave"] == {"command": "new", "args": [], "env": {"CONCLAVE_MAX_JOBS": "4"}}
@@ -163,7 +165,8 @@ def test_codex_merge_replaces_only_our_table_and_keeps_comments(tmp_path: Path) 
     assert data["model"] == "gpt-5" and data["profiles"] == {"fast": {"model": "gpt-5-mini"}}
     for comment in ("# my Codex settings", "# the default model", "# keep me: the profile below"):
         assert comment in after
-    assert after.index("[mcp_servers.docs]") < after.index("[mcp_servers.conclave]") < after.index("# keep me")
+    order = [after.index(marker) for marker in ("[mcp_servers.docs]", "[mcp_servers.conclave]", "# keep me")]
+    assert order == sorted(order)
     assert installers.merge_codex_toml(after, tmp_path / "config.toml", table) == after  # idempotent
 
 

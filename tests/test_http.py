@@ -2,11 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,7 +12,8 @@ from fastmcp import Client
 from conclave.app import _auth
 from conclave.settings import Settings
 from conclave.views import JobView, TeamList
-from tests.fakes.server import FakeProviders, free_port
+from tests.fakes.processes import http_server
+from tests.fakes.server import FakeProviders
 from tests.fakes.team import KEY_ENV, TRIO, install, voter, write_team
 
 pytestmark = pytest.mark.anyio
@@ -50,39 +46,14 @@ def server(tmp_path_factory: pytest.TempPathFactory, fakes: FakeProviders) -> It
     tmp_path = tmp_path_factory.mktemp("http")
     config = tmp_path / "config"
     write_team(config / "conclave" / "teams" / "fake-trio.yaml", fakes, TRIO, name="fake-trio")
-    port = free_port()
     env = {
-        **os.environ,
         "CONCLAVE_HOME": str(tmp_path / "home"),
         "CONCLAVE_HTTP_TOKEN": TOKEN,
         "XDG_CONFIG_HOME": str(config),
         KEY_ENV: "test-key",
-        "FASTMCP_LOG_LEVEL": "WARNING",
     }
-    log = (tmp_path / "server.log").open("wb")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "conclave", "serve", "--http", "--port", str(port)],
-        env=env, cwd=tmp_path, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}/mcp"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            assert process.poll() is None, (tmp_path / "server.log").read_text()
-            try:
-                httpx2.get(url, timeout=1)
-                break
-            except httpx2.TransportError:
-                assert time.monotonic() < deadline, "the HTTP server did not start"
-                time.sleep(0.1)
+    with http_server(tmp_path, env) as url:
         yield url
-        process.send_signal(signal.SIGTERM)
-        assert process.wait(timeout=20) == 0, (tmp_path / "server.log").read_text()
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-        log.close()
 
 
 async def test_origin_and_token_are_checked(server: str) -> None:

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import anyio
 import pytest
-
 from conclave.backends import create_backend, local
 from conclave.backends.base import Endpoint, Message, Request, TextDelta, ToolSpec
 from conclave.backends.local import LocalServers, ServerOptions
@@ -24,6 +23,7 @@ from conclave.jobs import JobService
 from conclave.orchestrator import Orchestrator, endpoint_factory
 from conclave.prompts import decision_schema
 from conclave.settings import Settings
+
 from tests.test_orchestrator import MemorySink
 
 pytestmark = pytest.mark.anyio

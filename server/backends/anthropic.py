@@ -13,9 +13,7 @@ Wire facts this module relies on (anthropic 2.12):
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import AsyncIterator, Iterable
-from email.utils import parsedate_to_datetime
 from typing import Any, ClassVar
 
 from conclave.backends.base import (
@@ -28,7 +26,9 @@ from conclave.backends.base import (
     TextDelta,
     ToolCall,
     Usage,
+    redact,
 )
+from conclave.backends.retry import parse_retry_after
 from conclave.errors import (
     AuthFailed,
     BadRequest,
@@ -257,16 +257,16 @@ def map_error(exc: Exception, api_key: str) -> ProviderError | None:
     if isinstance(exc, anthropic.APIStatusError):
         return _status_error(exc, api_key)
     if isinstance(exc, anthropic.APIResponseValidationError):
-        return MalformedResponse(PROVIDER, _scrub(exc.message, api_key), status=exc.status_code)
+        return MalformedResponse(PROVIDER, redact(exc.message, api_key), status=exc.status_code)
     if isinstance(exc, anthropic.APITimeoutError):
         return ProviderUnavailable(PROVIDER, "the request timed out")
     if isinstance(exc, anthropic.APIConnectionError):
-        cause = _scrub(str(exc.__cause__ or exc), api_key)
+        cause = redact(str(exc.__cause__ or exc), api_key)
         return ProviderUnavailable(PROVIDER, f"could not connect: {cause}")
     if isinstance(exc, httpx2.TimeoutException):
         return ProviderUnavailable(PROVIDER, "the stream timed out")
     if isinstance(exc, httpx2.TransportError):
-        return ProviderUnavailable(PROVIDER, f"the stream was cut: {_scrub(str(exc), api_key)}")
+        return ProviderUnavailable(PROVIDER, f"the stream was cut: {redact(str(exc), api_key)}")
     if isinstance(exc, json.JSONDecodeError):
         return MalformedResponse(PROVIDER, f"a stream event was not JSON: {exc.msg}")
     return None
@@ -275,36 +275,12 @@ def map_error(exc: Exception, api_key: str) -> ProviderError | None:
 def _status_error(exc: Any, api_key: str) -> ProviderError:
     status: int = exc.status_code
     kind = exc.type or ""  # error.type of the body; in-stream `error` events come with HTTP 200
-    message = _scrub(exc.api_message or exc.message, api_key)
+    message = redact(exc.api_message or exc.message, api_key)
     if status == 429 or kind == "rate_limit_error":
-        return RateLimited(PROVIDER, message, status=status, retry_after=retry_after(exc.response.headers))
+        return RateLimited(PROVIDER, message, status=status, retry_after=parse_retry_after(exc.response.headers))
     if status in (401, 403) or kind in ("authentication_error", "permission_error"):
         return AuthFailed(PROVIDER, message, status=status)
     refused = 400 <= status < 500 or kind in ("invalid_request_error", "not_found_error", "request_too_large")
     if status >= 500 or not refused:  # 5xx, overloaded_error, api_error, unknown in-stream errors
         return ProviderUnavailable(PROVIDER, message, status=status)
     return BadRequest(PROVIDER, message, status=status)
-
-
-def retry_after(headers: Any) -> float | None:
-    """Seconds to wait from `retry-after-ms` or `Retry-After` (seconds or an HTTP date)."""
-    if (ms := headers.get("retry-after-ms")) is not None:
-        try:
-            return max(0.0, float(ms) / 1000)
-        except ValueError:
-            pass
-    value = headers.get("retry-after")
-    if value is None:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
-    except (TypeError, ValueError):
-        return None
-
-
-def _scrub(text: str, api_key: str) -> str:
-    return text.replace(api_key, "[api key]") if len(api_key) >= 8 else text  # real keys are long

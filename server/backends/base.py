@@ -110,6 +110,14 @@ class Endpoint:
     model_path: str | None = None  # `local` only: the GGUF file (None: the bundled model)
 
 
+def redact(text: str, secret: str, limit: int | None = None) -> str:
+    """A provider's text fit for our messages: never the key (real keys are long; a short test value
+    would mangle words), and, with `limit`, never a whole HTML page."""
+    if len(secret) >= 8:
+        text = text.replace(secret, "[api key]")
+    return text if limit is None or len(text) <= limit else text[:limit] + "..."
+
+
 @runtime_checkable
 class Backend(Protocol):
     """A provider adapter. `stream` yields zero or more TextDelta/ToolCall, then Usage, then Done."""

@@ -29,7 +29,7 @@ import re
 from collections.abc import AsyncIterator
 from typing import Any, ClassVar
 
-from conclave.backends.base import Done, Endpoint, Event, Message, Request, TextDelta, ToolCall, Usage
+from conclave.backends.base import Done, Endpoint, Event, Message, Request, TextDelta, ToolCall, Usage, redact
 from conclave.backends.retry import parse_retry_after
 from conclave.errors import (
     AuthFailed,
@@ -189,9 +189,7 @@ class GeminiBackend:
 
     def _scrub(self, text: str, limit: int = 500) -> str:
         """A provider's text fit for our messages: never the key, never a whole HTML page."""
-        key = self._endpoint.api_key
-        text = text.replace(key, "***") if key else text
-        return text if len(text) <= limit else text[:limit] + "..."
+        return redact(text, self._endpoint.api_key, limit)
 
 
 class _Turn:

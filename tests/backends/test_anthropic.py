@@ -11,7 +11,8 @@ import anthropic
 import httpx2
 import pytest
 
-from conclave.backends.anthropic import AnthropicBackend, map_error, retry_after
+from conclave.backends.anthropic import AnthropicBackend, map_error
+from conclave.backends.retry import parse_retry_after as retry_after
 from conclave.backends.base import (
     Done,
     Endpoint,

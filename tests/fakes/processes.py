@@ -24,7 +24,8 @@ def http_server(tmp_path: Path, env: Mapping[str, str]) -> Iterator[str]:
     """Start `python -m conclave serve --http` on a free port with `env` over os.environ; yield its URL.
 
     CONCLAVE_HTTP_TOKEN is dropped unless `env` sets it. The log is in tmp_path/server.log and is shown
-    when the server dies before answering.
+    when the server dies before answering. Stopped with SIGTERM, the server must exit 0: its JobService
+    closes too (see app.serve_http).
     """
     port = free_port()
     environ = {key: value for key, value in os.environ.items() if key != "CONCLAVE_HTTP_TOKEN"}
@@ -47,10 +48,9 @@ def http_server(tmp_path: Path, env: Mapping[str, str]) -> Iterator[str]:
                     assert time.monotonic() < deadline, "the HTTP server did not start"
                     time.sleep(0.1)
             yield url
-        finally:
             process.terminate()
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
+            assert process.wait(timeout=20) == 0, log_path.read_text()
+        finally:
+            if process.poll() is None:
                 process.kill()
                 process.wait()

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# What the test suite needs beyond the Python packages, installed and started idempotently:
+#   - a Docker engine (Debian's docker.io; dockerd started in the background when none answers),
+#   - mmdebstrap, and the sandbox image built locally (`conclave sandbox build`, cached by its tag),
+#   - the Node MCP clients that tests/test_clients.py drives (.ci/install-node-clients.sh).
+# Run from the repository root after the README's install command (it uses .venv/bin/conclave).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+say() { printf '== %s (%s)\n' "$1" "$(date +%H:%M:%S)"; }
+as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
+
+missing=()
+command -v dockerd >/dev/null 2>&1 || missing+=(docker.io)
+command -v mmdebstrap >/dev/null 2>&1 || missing+=(mmdebstrap)
+if [ "${#missing[@]}" -gt 0 ]; then
+  say "apt-get install ${missing[*]}"
+  as_root apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+if ! docker info >/dev/null 2>&1; then
+  say "starting dockerd (no engine answered)"
+  as_root sh -c 'nohup dockerd > /tmp/conclave-dockerd.log 2>&1 &'
+  for _ in $(seq 1 60); do docker info >/dev/null 2>&1 && break; sleep 1; done
+  docker info >/dev/null 2>&1 || { tail -20 /tmp/conclave-dockerd.log; echo "dockerd did not start" >&2; exit 1; }
+fi
+say "docker $(docker version --format '{{.Server.Version}} (API {{.Server.APIVersion}})')"
+
+say "sandbox image"
+.venv/bin/conclave sandbox build
+
+say "node MCP clients"
+bash .ci/install-node-clients.sh

@@ -30,7 +30,9 @@ from typing import Any, ClassVar
 
 import anyio
 import anyio.abc
-from conclave.backends.base import Endpoint, Event, Request
+import anyio.to_thread
+
+from conclave.backends.base import Endpoint, Event, Request, TextDelta, Usage
 from conclave.backends.openai import OpenAIBackend
 from conclave.errors import BadRequest, ConfigError, ProviderError, ProviderUnavailable
 
@@ -104,8 +106,9 @@ def model_file(name: str, model_path: str | None) -> Path:
 def default_threads() -> int:
     """All CPUs but one, which stays for Conclave itself.
 
-    On 2 busy cores a second llama.cpp thread made calls several times slower, not faster: its threads
-    spin-wait for each other (bench/bench_local.py --threads 1 2).
+    Measured on 2 cores (bench/bench_local.py --threads 1 2): idle, 2 threads beat 1 (62 vs 39 tokens/s),
+    but under load 2 threads fell to 4 tokens/s against 12 for 1, as llama.cpp's threads spin-wait for
+    each other; the robust choice wins.
     """
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     return max(1, cpus - 1)
@@ -165,7 +168,7 @@ class LocalServer:
                     return
                 await anyio.sleep(0.1)
         limit, tail = self.options.startup_s, self.log_tail()
-        raise ProviderError("local", f"the llama.cpp server did not answer within {limit:g} s; its log ends:\n"
+        raise ProviderError("local", f"the llama.cpp server did not answer within {limit:g} s; log ends:\n"
                             f"{tail}")
 
     async def _answers(self) -> bool:
@@ -295,6 +298,13 @@ class LocalServers:
             await server.stop()
 
 
+def _load_tokenizer(model: Path) -> Any:
+    """The GGUF's vocabulary only (about 0.1 s), to count tokens the server does not report."""
+    from llama_cpp import Llama
+
+    return Llama(model_path=str(model), vocab_only=True, verbose=False)
+
+
 class LocalBackend(OpenAIBackend):
     """The `openai` backend pointed at a pooled llama.cpp server, started on the first call."""
 
@@ -311,6 +321,7 @@ class LocalBackend(OpenAIBackend):
         super().__init__(replace(endpoint, base_url="http://127.0.0.1:9/v1"))  # the real port comes at start
         self._servers, self._server = servers, None
         self._starting = anyio.Lock()
+        self._tokenizer: Any = None
 
     async def stream(self, request: Request) -> AsyncIterator[Event]:
         if request.tools and request.response_schema is None:
@@ -318,11 +329,28 @@ class LocalBackend(OpenAIBackend):
                 "local", "llama.cpp's server returns no native tool calls here; set tool_mode: json"
             )
         server = await self._ensure_server()
+        output: list[str] = []
         try:
             async for event in super().stream(request):
+                if isinstance(event, TextDelta):
+                    output.append(event.text)
+                elif isinstance(event, Usage) and not (event.input_tokens or event.output_tokens):
+                    event = await self._count(request, "".join(output))
                 yield event
         except ProviderUnavailable as exc:
             raise (ProviderError("local", why) if (why := server.exited()) else exc) from exc
+
+    async def _count(self, request: Request, output: str) -> Usage:
+        """Token counts by the model's own tokenizer, for streamed replies (llama.cpp reports none)."""
+        if self._tokenizer is None:
+            self._tokenizer = await anyio.to_thread.run_sync(_load_tokenizer, self._options.model)
+        prompt = "\n".join([request.system, *(message.content for message in request.messages)])
+
+        def count() -> Usage:
+            tokens = self._tokenizer.tokenize  # type: ignore[union-attr]
+            return Usage(len(tokens(prompt.encode(), special=True)), len(tokens(output.encode(), special=True)))
+
+        return await anyio.to_thread.run_sync(count)
 
     async def aclose(self) -> None:
         try:

@@ -4,6 +4,7 @@ with `sandbox: none` (file tools, no commands), so no Docker is needed here."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ from fastmcp import Client
 from mcp.types import ResourceLink
 
 from conclave.app import create_app
+from conclave.errors import SandboxUnavailable
 from conclave.jobs import JobService
 from conclave.settings import Settings
 from conclave.views import JobView
@@ -100,3 +102,52 @@ async def test_context_paths_give_a_diff_files_and_links(client: tuple[Client, s
         refused = await call(mcp, "read_workspace", job_id=view.job_id, path=bad, source="final")
         message = refused.content[0].text
         assert refused.is_error and ("outside the root" in message or "not allowed" in message), message
+
+
+def json_writer(request: RecordedRequest) -> Reply:
+    """A `json`-mode agent: calls write_file through {"action": "call_tool"}, then answers, then votes."""
+    text = request.text()
+    if is_presentation(request):
+        return Reply(text="FINAL")
+    if "Result of write_file" not in text and "(your own answer)" not in text:
+        call = {"action": "call_tool", "tool": "write_file",
+                "arguments": {"path": "proj/json.txt", "content": f"by {request.agent}\n"}}
+        return Reply(text=json.dumps(call))
+    if "(your own answer)" not in text:
+        return Reply(text=json.dumps({"action": "new_answer", "content": f"Answer from {request.agent}"}))
+    labels = vote_labels(request)
+    return Reply(text=json.dumps({"action": "vote", "answer": labels[0], "reason": "fine"}))
+
+
+async def test_json_mode_agents_use_the_work_tools(tmp_path: Path, fakes: FakeProviders) -> None:
+    install(fakes.script, TRIO, json_writer)
+    team = str(write_team(tmp_path / "team.yaml", fakes, TRIO, tool_mode="json"))
+    project = tmp_path / "proj"
+    project.mkdir()
+    settings = Settings(home=tmp_path / "home")
+    async with JobService.open(settings, environ={KEY_ENV: "test-key-0123456789"}) as service:
+        view = await service.submit("Leave a note", team, [{"path": str(project)}])
+        while not view.done:
+            view = await service.wait(view.job_id, 30)
+        winner = view.winner
+        assert view.state == "completed" and winner
+        note = await service.read(view.job_id, "proj/json.txt", winner, 0, 100)
+    assert note.content.startswith("by ")
+    first = fakes.script.requests_of("ann")[0].text()
+    assert "call_tool" in first and "write_file" in first and "run_command" not in first  # sandbox: none
+
+
+async def test_a_command_team_is_refused_without_a_docker_engine(
+    tmp_path: Path, fakes: FakeProviders, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-docker.sock")
+    team = str(write_team(tmp_path / "team.yaml", fakes, TRIO, sandbox={"memory": "256m"}))
+    project = tmp_path / "proj"
+    project.mkdir()
+    settings = Settings(home=tmp_path / "home")
+    async with JobService.open(settings, environ={KEY_ENV: "test-key-0123456789"}) as service:
+        with pytest.raises(SandboxUnavailable) as refused:
+            await service.submit("task", team, [{"path": str(project)}])
+    message = str(refused.value)
+    assert "no Docker engine" in message and "sandbox: none" in message and "conclave doctor" in message
+    assert not (settings.home / "jobs").exists() or not any((settings.home / "jobs").iterdir())

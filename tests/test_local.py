@@ -228,3 +228,25 @@ async def test_the_local_team_through_the_job_service(tmp_path: Path) -> None:
     assert all(agent.usage.input_tokens > 0 and agent.usage.output_tokens > 0 for agent in view.agents)
     assert view.usage.cost_usd is None  # no price for a local model: no cost figure, not a made-up $0
     assert llama_children() == []
+
+
+@needs_llama
+async def test_the_local_team_over_mcp(tmp_path: Path) -> None:
+    from fastmcp import Client
+
+    from conclave.app import create_app
+    from conclave.views import JobView
+
+    settings = Settings(home=tmp_path / "home")
+    async with JobService.open(settings, environ={"XDG_CONFIG_HOME": str(tmp_path / "config")}) as service:
+        async with Client(create_app(service, settings)) as client:
+            result = await client.call_tool("ask_team", {"task": TASK, "team": "local", "wait_seconds": 50})
+            view = JobView.model_validate(result.structured_content)
+            with anyio.fail_after(resolve_team("local", {}).coordination.timeout_s + 30):
+                while not view.done:
+                    result = await client.call_tool("get_status", {"job_id": view.job_id, "wait_seconds": 50})
+                    view = JobView.model_validate(result.structured_content)
+    assert view.state == "completed" and view.answer and view.team == "local"
+    assert [agent.model for agent in view.agents] == ["local/smollm2"] * 3
+    assert sum(agent.answers for agent in view.agents) >= 1 and view.winner
+    assert llama_children() == []

@@ -4,26 +4,16 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from email.utils import formatdate
+from functools import partial
 
 import anthropic
 import httpx2
 import pytest
 
-from conclave.backends.anthropic import AnthropicBackend, map_error
+from conclave.backends.anthropic import map_error
+from conclave.backends.base import Done, Message, Request, TextDelta, ToolCall, ToolSpec, Usage
 from conclave.backends.retry import parse_retry_after as retry_after
-from conclave.backends.base import (
-    Done,
-    Endpoint,
-    Event,
-    Message,
-    Request,
-    TextDelta,
-    ToolCall,
-    ToolSpec,
-    Usage,
-)
 from conclave.errors import (
     AuthFailed,
     BadRequest,
@@ -32,6 +22,8 @@ from conclave.errors import (
     ProviderUnavailable,
     RateLimited,
 )
+from tests.backends import helpers
+from tests.backends.helpers import calls_of, text_of
 from tests.fakes.script import Reply
 from tests.fakes.server import FakeProviders
 
@@ -42,47 +34,12 @@ LOOKUP = ToolSpec("lookup", "Look a word up.", {"type": "object", "properties": 
 VOTE = ToolSpec("vote", "Vote.", {"type": "object", "properties": {"label": {"type": "string"}}})
 
 
-@pytest.fixture
-def fakes() -> Iterator[FakeProviders]:
-    with FakeProviders() as running:
-        yield running
-
-
-@pytest.fixture(params=[True, False], ids=["sse", "json"])
-def stream(request: pytest.FixtureRequest) -> bool:
-    return bool(request.param)
-
-
 def ask(text: str = "What is 2+2?", **kwargs: object) -> Request:
     return Request(system=SYSTEM, messages=(Message("user", text),), **kwargs)  # type: ignore[arg-type]
 
 
-async def run(
-    fakes: FakeProviders, stream: bool, request: Request, *, timeout_s: float = 10.0
-) -> list[Event]:
-    url = fakes.base_url("anthropic", "a")
-    endpoint = Endpoint("anthropic", "claude-test", KEY, base_url=url, timeout_s=timeout_s, stream=stream)
-    backend = AnthropicBackend(endpoint)
-    try:
-        return [event async for event in backend.stream(request)]
-    finally:
-        await backend.aclose()
-
-
-async def fail(fakes: FakeProviders, stream: bool, reply: Reply, **kwargs: float) -> ProviderError:
-    fakes.script.enqueue("a", reply)
-    with pytest.raises(ProviderError) as caught:
-        await run(fakes, stream, ask(), **kwargs)
-    assert KEY not in str(caught.value)
-    return caught.value
-
-
-def text_of(events: list[Event]) -> str:
-    return "".join(e.text for e in events if isinstance(e, TextDelta))
-
-
-def calls_of(events: list[Event]) -> list[ToolCall]:
-    return [e for e in events if isinstance(e, ToolCall)]
+run = partial(helpers.run, provider="anthropic", key=KEY, model="claude-test")
+fail = partial(helpers.fail, provider="anthropic", key=KEY, model="claude-test", request=ask())
 
 
 @pytest.mark.anyio

@@ -8,15 +8,12 @@ presence is compared.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 
 import pytest
 
-from conclave.backends import create_backend
 from conclave.backends.base import (
     Backend,
     Done,
-    Endpoint,
     Event,
     Message,
     Request,
@@ -26,6 +23,7 @@ from conclave.backends.base import (
     Usage,
 )
 from conclave.backends.retry import RetryPolicy, complete
+from tests.backends import helpers
 from tests.fakes.script import Reply
 from tests.fakes.server import FakeProviders
 
@@ -50,16 +48,13 @@ ARGUMENTS = {"path": "README.md", "limit": 40}
 REPLY = Reply(text=TEXT, tool_calls=[("read_file", ARGUMENTS)], usage=(120, 18, 64))
 
 
-@pytest.fixture(scope="module")
-def fakes() -> Iterator[FakeProviders]:
-    with FakeProviders() as running:
-        yield running
+# one server for the whole module: every test scripts and reads its own agent on it
+fakes = pytest.fixture(helpers.serve_fakes, scope="module", name="fakes")
 
 
 def backend_for(fakes: FakeProviders, provider: str, agent: str, *, stream: bool) -> Backend:
-    url = fakes.base_url(provider, agent)
-    return create_backend(
-        Endpoint(provider, f"{provider}-model", KEY, base_url=url, timeout_s=10, stream=stream)
+    return helpers.backend_for(
+        fakes, stream, provider=provider, key=KEY, model=f"{provider}-model", agent=agent
     )
 
 

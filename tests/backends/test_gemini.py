@@ -5,34 +5,19 @@ from __future__ import annotations
 import base64
 import json
 import time
-from collections.abc import Iterator
 from email.utils import formatdate
+from functools import partial
 from typing import Any
 
 import pytest
 from google.genai import errors as genai_errors
 from google.genai import types
 
-from conclave.backends.base import (
-    Done,
-    Endpoint,
-    Event,
-    Message,
-    Request,
-    TextDelta,
-    ToolCall,
-    ToolSpec,
-    Usage,
-)
+from conclave.backends.base import Done, Endpoint, Message, Request, TextDelta, ToolCall, ToolSpec, Usage
 from conclave.backends.gemini import SKIP_SIGNATURE, GeminiBackend, _retry_after, _Turn
-from conclave.errors import (
-    AuthFailed,
-    BadRequest,
-    MalformedResponse,
-    ProviderError,
-    ProviderUnavailable,
-    RateLimited,
-)
+from conclave.errors import AuthFailed, BadRequest, MalformedResponse, ProviderUnavailable, RateLimited
+from tests.backends import helpers
+from tests.backends.helpers import calls_of, text_of
 from tests.fakes.script import Reply
 from tests.fakes.server import FakeProviders
 
@@ -44,48 +29,13 @@ LOOKUP = ToolSpec("lookup", "Look a word up.", {"type": "object", "properties": 
 VOTE = ToolSpec("vote", "Vote for an answer.", {"type": "object", "properties": {"label": STRING}})
 
 
-@pytest.fixture
-def fakes() -> Iterator[FakeProviders]:
-    with FakeProviders() as running:
-        yield running
-
-
-@pytest.fixture(params=[True, False], ids=["sse", "json"])
-def stream(request: pytest.FixtureRequest) -> bool:
-    return bool(request.param)
-
-
-def backend_for(fakes: FakeProviders, stream: bool, *, timeout_s: float = 10.0) -> GeminiBackend:
-    url = fakes.base_url("gemini", "a")
-    return GeminiBackend(Endpoint("gemini", MODEL, KEY, base_url=url, timeout_s=timeout_s, stream=stream))
-
-
 def ask(text: str = "What is 2+2?", **kwargs: Any) -> Request:
     return Request(system=SYSTEM, messages=(Message("user", text),), **kwargs)
 
 
-async def run(fakes: FakeProviders, stream: bool, request: Request, *, timeout_s: float = 10) -> list[Event]:
-    backend = backend_for(fakes, stream, timeout_s=timeout_s)
-    try:
-        return [event async for event in backend.stream(request)]
-    finally:
-        await backend.aclose()
-
-
-async def fail(fakes: FakeProviders, stream: bool, reply: Reply, **kwargs: float) -> ProviderError:
-    fakes.script.enqueue("a", reply)
-    with pytest.raises(ProviderError) as caught:
-        await run(fakes, stream, ask(), **kwargs)
-    assert KEY not in str(caught.value)
-    return caught.value
-
-
-def text_of(events: list[Event]) -> str:
-    return "".join(e.text for e in events if isinstance(e, TextDelta))
-
-
-def calls_of(events: list[Event]) -> list[ToolCall]:
-    return [e for e in events if isinstance(e, ToolCall)]
+backend_for = partial(helpers.backend_for, provider="gemini", key=KEY, model=MODEL)
+run = partial(helpers.run, provider="gemini", key=KEY, model=MODEL)
+fail = partial(helpers.fail, provider="gemini", key=KEY, model=MODEL, request=ask())
 
 
 def field(obj: dict[str, Any], camel: str) -> Any:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import partial
 
 import httpx2
 import openai
@@ -31,6 +31,8 @@ from conclave.errors import (
     ProviderUnavailable,
     RateLimited,
 )
+from tests.backends import helpers
+from tests.backends.helpers import calls_of, text_of
 from tests.fakes.script import RecordedRequest, Reply
 from tests.fakes.server import FakeProviders
 
@@ -42,62 +44,35 @@ WEATHER = ToolSpec(
 )
 ASK = Request(system="You are agent A.", messages=(Message("user", "Weather in Paris?"),), tools=(WEATHER,))
 
+# one server for the whole module: every test scripts and reads its own agent on it
+fakes = pytest.fixture(helpers.serve_fakes, scope="module", name="fakes")
 
-@pytest.fixture(scope="module")
-def fakes() -> Iterator[FakeProviders]:
-    with FakeProviders() as running:
-        yield running
+run = partial(helpers.run, provider="openai", key=KEY, model="gpt-test")
+fail = partial(helpers.fail, provider="openai", key=KEY, model="gpt-test", request=ASK)
 
 
 @dataclass
 class Fake:
-    """One test's agent on the shared fake server, in one stream mode."""
+    """One test's agent on the fake server, in one stream mode."""
 
     fakes: FakeProviders
     agent: str
     streamed: bool
 
-    def backend(self, *, timeout_s: float = 10.0) -> OpenAIBackend:
-        url = self.fakes.base_url("openai", self.agent)
-        return OpenAIBackend(
-            Endpoint("openai", "gpt-test", KEY, base_url=url, timeout_s=timeout_s, stream=self.streamed)
-        )
-
     async def run(self, reply: Reply, request: Request = ASK) -> tuple[list[Event], RecordedRequest]:
         self.fakes.script.enqueue(self.agent, reply)
-        backend = self.backend()
-        try:
-            events = [event async for event in backend.stream(request)]
-        finally:
-            await backend.aclose()
+        events = await run(self.fakes, self.streamed, request, agent=self.agent)
         (recorded,) = self.fakes.script.requests_of(self.agent)
         assert recorded.streamed is self.streamed
         return events, recorded
 
     async def failure(self, reply: Reply, *, timeout_s: float = 10.0) -> ProviderError:
-        self.fakes.script.enqueue(self.agent, reply)
-        backend = self.backend(timeout_s=timeout_s)
-        try:
-            with pytest.raises(ProviderError) as caught:
-                async for _ in backend.stream(ASK):
-                    pass
-        finally:
-            await backend.aclose()
-        assert KEY not in str(caught.value) and KEY not in repr(caught.value)
-        return caught.value
+        return await fail(self.fakes, self.streamed, reply, timeout_s=timeout_s, agent=self.agent)
 
 
-@pytest.fixture(params=[True, False], ids=["streamed", "whole"])
-def fake(fakes: FakeProviders, request: pytest.FixtureRequest) -> Fake:
-    return Fake(fakes, uuid.uuid4().hex[:12], bool(request.param))
-
-
-def text_of(events: list[Event]) -> str:
-    return "".join(e.text for e in events if isinstance(e, TextDelta))
-
-
-def calls_of(events: list[Event]) -> list[ToolCall]:
-    return [e for e in events if isinstance(e, ToolCall)]
+@pytest.fixture
+def fake(fakes: FakeProviders, stream: bool) -> Fake:
+    return Fake(fakes, uuid.uuid4().hex[:12], stream)
 
 
 @pytest.mark.anyio

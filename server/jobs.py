@@ -20,6 +20,7 @@ from pathlib import Path
 import anyio
 import anyio.abc
 
+from conclave.backends import local
 from conclave.backends.local import LocalServers
 from conclave.backends.retry import RetryPolicy
 from conclave.config import Team, list_presets, resolve_team
@@ -130,7 +131,7 @@ class JobService:
         if apply and not any(source.permission == "write" for source in sources):
             raise InputError("apply", apply, "apply needs a context path with permission 'write'")
         resolved = resolve_team(team, self._environ)
-        self._check_keys(resolved)
+        self._check_runnable(resolved)
         job_id = new_job_id()
         options = await admit(self.job_dir(job_id), sources, resolved, apply) if sources else JobOptions()
         self.store.create_job(
@@ -195,9 +196,13 @@ class JobService:
     def _view(self, job_id: str) -> JobView:
         return job_view(self._row(job_id), time.time())
 
-    def _check_keys(self, team: Team) -> None:
+    def _check_runnable(self, team: Team) -> None:
+        """Refuse at once what would only fail later: a missing key, llama.cpp or local model."""
         for agent in team.agents:
             agent.api_key(self._environ)  # raises MissingApiKey naming the variable to set
+            if agent.provider == "local":
+                local.check_installed()
+                local.model_file(agent.model_name, agent.model_path)
 
     async def _run(self, job_id: str, task: str, team: Team) -> None:
         scope = self._scopes[job_id]

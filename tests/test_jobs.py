@@ -12,7 +12,7 @@ import anyio
 import pytest
 
 from conclave.backends.retry import RetryPolicy
-from conclave.errors import InputError, JobNotFound, MissingApiKey, TeamNotFound
+from conclave.errors import ConfigError, InputError, JobNotFound, MissingApiKey, TeamNotFound
 from conclave.jobs import JobService
 from conclave.settings import Settings
 from conclave.store import Store
@@ -201,3 +201,12 @@ async def test_reading_pages_through_the_transcript(tmp_path: Path, fakes: FakeP
             await service.read(job.job_id, "", winner, 0, 1000)  # a job without context paths has no trees
         final = await service.read(job.job_id, "final", None, 0, 1000)
         assert final.content == job.answer
+
+
+async def test_a_local_model_that_is_missing_is_refused_at_submit(tmp_path: Path) -> None:
+    team = tmp_path / "mine.yaml"
+    team.write_text("agents:\n  - model: local/mine\n    model_path: /no/such/model.gguf\n    tool_mode: json\n")
+    async with JobService.open(settings(tmp_path), environ=ENV) as service:
+        with pytest.raises(ConfigError, match="model_path '/no/such/model.gguf' is not a file"):
+            await service.submit("task", str(team))
+        assert service.store.recent_jobs() == []  # nothing was queued

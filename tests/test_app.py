@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -35,11 +35,6 @@ def environ(tmp_path: Path) -> dict[str, str]:
     # provider is ever reached.
     return {KEY_ENV: "test-key", "OPENAI_API_KEY": "sk-test", "XDG_CONFIG_HOME": str(tmp_path / "config")}
 
-
-@pytest.fixture
-def fakes() -> Iterator[FakeProviders]:
-    with FakeProviders() as running:
-        yield running
 
 
 @pytest.fixture

@@ -5,7 +5,7 @@ with `sandbox: none` (file tools, no commands), so no Docker is needed here."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -45,11 +45,6 @@ def fan(request: RecordedRequest) -> Reply:
         reply.delay = 0.2
     return reply
 
-
-@pytest.fixture
-def fakes() -> Iterator[FakeProviders]:
-    with FakeProviders() as running:
-        yield running
 
 
 @pytest.fixture

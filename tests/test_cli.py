@@ -10,7 +10,6 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -49,11 +48,6 @@ def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
     return tmp_path
 
-
-@pytest.fixture
-def fakes() -> Iterator[FakeProviders]:
-    with FakeProviders() as running:
-        yield running
 
 
 @pytest.fixture

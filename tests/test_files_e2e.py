@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
@@ -36,11 +35,6 @@ def docker_ready() -> None:
     if not status.available or not status.image_present:
         pytest.skip(f"needs the Docker engine and the sandbox image ({status.error}); .ci/run provides both")
 
-
-@pytest.fixture
-def fakes() -> Iterator[FakeProviders]:
-    with FakeProviders() as running:
-        yield running
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ from __future__ import annotations
 import sqlite3
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
@@ -24,11 +23,6 @@ pytestmark = pytest.mark.anyio
 ENV = {KEY_ENV: "test-key-0123456789"}
 FAST = RetryPolicy(max_attempts=2, base_delay_s=0.01, max_delay_s=0.02)
 
-
-@pytest.fixture
-def fakes() -> Iterator[FakeProviders]:
-    with FakeProviders() as running:
-        yield running
 
 
 def settings(tmp_path: Path, **overrides: object) -> Settings:

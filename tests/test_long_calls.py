@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 import sys
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -39,11 +39,6 @@ JOB_ID = re.compile(r"cj-[0-9a-f]{12}")
 ACTIVE = ("queued", "running", "presenting")
 Note = tuple[float, float | None, str | None]
 
-
-@pytest.fixture
-def fakes() -> Iterator[FakeProviders]:
-    with FakeProviders() as running:
-        yield running
 
 
 @pytest.fixture

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -34,11 +34,6 @@ class MemorySink:
     def kinds(self, kind: str) -> list[JobEvent]:
         return [event for event in self.events if event.kind == kind]
 
-
-@pytest.fixture
-def fakes() -> Iterator[FakeProviders]:
-    with FakeProviders() as running:
-        yield running
 
 
 def letters_of(job_id: str = JOB) -> dict[str, str]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from conclave.config import ConfigError, Team
+from conclave.config import ConfigError, Team, resolve_team
 from conclave.records import AgentProgress, JobEvent, UsageTotals
 from conclave.store import JobRow
 from conclave.views import AgentView, JobView, TeamAgentInfo, TeamInfo, TeamList
@@ -121,8 +121,6 @@ def team_list(presets: list[tuple[str, Team | ConfigError]], environ: Mapping[st
                      missing_keys=missing)
         )
     try:
-        from conclave.config import resolve_team
-
         default = resolve_team(None, environ).name
     except ConfigError:
         default = None

@@ -10,7 +10,6 @@ call may take `wait_seconds` plus MARGIN at most.
 from __future__ import annotations
 
 import re
-import sys
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -21,13 +20,13 @@ import anyio
 import pytest
 from fastmcp import Client
 from mcp.client.session import ClientSession
-from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.stdio import stdio_client
 
 from conclave.app import create_app
 from conclave.jobs import JobService
 from conclave.settings import Settings
 from conclave.views import JobView, WorkspacePage
-from tests.fakes.processes import http_server
+from tests.fakes.processes import http_server, stdio_params
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import KEY_ENV, TRIO, install, voter, write_team
 
@@ -234,17 +233,6 @@ async def test_over_stdio_a_client_gone_mid_call_leaves_the_job_readable(
 @asynccontextmanager
 async def stdio_session(tmp_path: Path) -> AsyncIterator[ClientSession]:
     """`python -m conclave serve` over stdio, the fake team as a user preset, through the official client."""
-    params = StdioServerParameters(
-        command=sys.executable,
-        args=["-m", "conclave", "serve"],
-        cwd=str(tmp_path),
-        env={
-            "CONCLAVE_HOME": str(tmp_path / "home"),
-            "XDG_CONFIG_HOME": str(tmp_path / "config"),
-            KEY_ENV: "test-key",
-            "FASTMCP_LOG_LEVEL": "WARNING",
-        },
-    )
-    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+    async with stdio_client(stdio_params(tmp_path)) as (read, write), ClientSession(read, write) as session:
         await session.initialize()
         yield session

@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from mcp.client.session import ClientSession
-from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.stdio import stdio_client
 
 from conclave.views import JobView, TeamList, WorkspacePage
+from tests.fakes.processes import stdio_params
 from tests.fakes.server import FakeProviders
-from tests.fakes.team import KEY_ENV, TRIO, install, voter, write_team
+from tests.fakes.team import TRIO, install, voter, write_team
 
 pytestmark = pytest.mark.anyio
 FIVE = {"ask_team", "get_status", "read_workspace", "cancel_job", "list_teams"}
@@ -29,17 +29,7 @@ async def test_stdio_server_runs_a_job_to_completion(tmp_path: Path, fakes: Fake
     # The team is a user preset found through XDG_CONFIG_HOME; its key comes from the environment.
     config = tmp_path / "config"
     write_team(config / "conclave" / "teams" / "fake-trio.yaml", fakes, TRIO, name="fake-trio")
-    params = StdioServerParameters(
-        command=sys.executable,
-        args=["-m", "conclave", "serve"],
-        cwd=str(tmp_path),
-        env={
-            "CONCLAVE_HOME": str(tmp_path / "home"),
-            "XDG_CONFIG_HOME": str(config),
-            KEY_ENV: "test-key",
-            "FASTMCP_LOG_LEVEL": "WARNING",
-        },
-    )
+    params = stdio_params(tmp_path)  # user teams under tmp_path/config, as written above
     progress: list[tuple[float, str | None]] = []
 
     async def on_progress(value: float, total: float | None, message: str | None) -> None:

@@ -1,7 +1,9 @@
-"""`conclave serve --http` as a real child process for a test, stopped with SIGTERM afterwards.
+"""`conclave serve` as a real child process for a test: over HTTP (stopped with SIGTERM afterwards), or
+the parameters the official `mcp` client needs to start it over stdio.
 
     with http_server(tmp_path, {"CONCLAVE_HOME": ...}) as url:   # http://127.0.0.1:<port>/mcp
         ...
+    async with stdio_client(stdio_params(tmp_path)) as (read, write): ...
 """
 
 from __future__ import annotations
@@ -15,8 +17,10 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import httpx2
+from mcp.client.stdio import StdioServerParameters
 
 from tests.fakes.server import free_port
+from tests.fakes.team import KEY_ENV
 
 
 @contextmanager
@@ -54,3 +58,19 @@ def http_server(tmp_path: Path, env: Mapping[str, str]) -> Iterator[str]:
             if process.poll() is None:
                 process.kill()
                 process.wait()
+
+
+def stdio_params(tmp_path: Path) -> StdioServerParameters:
+    """`python -m conclave serve` over stdio, state under tmp_path/home, user teams under tmp_path/config
+    (write the fake team there as a preset), the fake agents' key in the environment."""
+    return StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "conclave", "serve"],
+        cwd=str(tmp_path),
+        env={
+            "CONCLAVE_HOME": str(tmp_path / "home"),
+            "XDG_CONFIG_HOME": str(tmp_path / "config"),
+            KEY_ENV: "test-key",
+            "FASTMCP_LOG_LEVEL": "WARNING",
+        },
+    )

@@ -67,7 +67,10 @@ async def test_a_job_runs_in_the_background_and_is_stored(tmp_path: Path, fakes:
     assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     assert db.execute("SELECT COUNT(*) FROM answers").fetchone()[0] == 3
     assert db.execute("SELECT COUNT(*) FROM votes WHERE valid = 1").fetchone()[0] >= 3
-    assert db.execute("SELECT SUM(calls) FROM usage").fetchone()[0] == len(fakes.script.requests)
+    # every finished call is billed; a call cut off by a stale-turn cancellation reaches the fake unbilled
+    billed = db.execute("SELECT SUM(calls) FROM usage").fetchone()[0]
+    cancelled = db.execute("SELECT COUNT(*) FROM events WHERE kind = 'turn_cancelled'").fetchone()[0]
+    assert billed <= len(fakes.script.requests) <= billed + cancelled
 
 
 async def test_jobs_beyond_the_limit_wait_in_the_queue(tmp_path: Path, fakes: FakeProviders) -> None:

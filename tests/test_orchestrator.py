@@ -96,7 +96,8 @@ async def test_three_providers_reach_consensus_after_an_invalidated_vote(fakes: 
     for agent in final.agents:
         assert agent.usage.calls >= 2 and agent.usage.input_tokens > 0 and agent.usage.output_tokens > 0
     calls = sum(len(fakes.script.requests_of(name)) for _, name in TRIO)
-    assert sum(agent.usage.calls for agent in final.agents) == calls
+    billed = sum(agent.usage.calls for agent in final.agents)
+    assert billed <= calls <= billed + len(sink.kinds("turn_cancelled"))  # a cancelled call is not billed
     # Anonymity: no model name in any prompt; votes cast so far are never shown.
     for request in fakes.script.requests:
         prompt = json.dumps({key: value for key, value in request.body.items() if key != "model"})

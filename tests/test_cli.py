@@ -323,3 +323,16 @@ def test_doctor_reports_each_check_with_its_fix(capsys: pytest.CaptureFixture[st
     failing = [line for line in lines if line.startswith("[FAIL]")]
     assert code == (1 if failing else 0)
     assert all("->" in line for line in lines if not line.startswith("[ok"))
+
+
+def test_the_live_view_says_when_a_tie_decided_the_winner() -> None:
+    from rich.console import Console
+
+    from conclave.cli import render
+
+    view = JobView(job_id="cj-000000000001", state="completed", phase="done", elapsed_s=3, team="t", task="q",
+                   tally={"B1": 1, "A1": 1}, winner="B1", consensus=True, tie=True, reason="every active agent voted",
+                   answer="x", next="-")
+    console = Console(record=True, width=120)
+    console.print(render(view))
+    assert "winner B1 (consensus, a tie broken by the earliest answer)" in console.export_text()

@@ -27,8 +27,8 @@ import openai
 from conclave.backends import local
 from conclave.backends.local import LocalServers, ServerOptions
 from conclave.config import resolve_team
-from conclave.orchestrator import Orchestrator, endpoint_factory
-from conclave.records import JobEvent, Progress
+from conclave.coordination.orchestrator import Orchestrator, endpoint_factory
+from conclave.coordination.reports import JobEvent, Progress
 
 RESULTS = Path(__file__).parent / "results" / "local.json"
 PROMPTS = [

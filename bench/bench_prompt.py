@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from conclave import prompts
+from conclave.coordination import prompts
 from conclave.backends.local import BUNDLED, model_file
 
 TASK = (

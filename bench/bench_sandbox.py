@@ -15,8 +15,8 @@ from pathlib import Path
 import anyio
 
 from conclave.config import Sandbox as SandboxSpec
-from conclave.sandbox import Sandbox, connect, engine_status
-from conclave.sandbox_image import build_image
+from conclave.sandbox.container import Sandbox, connect, engine_status
+from conclave.sandbox.image import build_image
 
 RESULTS = Path(__file__).parent / "results" / "sandbox.json"
 STARTS, EXECS, FILES = 5, 20, 5000

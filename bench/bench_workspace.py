@@ -22,7 +22,7 @@ from pathlib import Path
 
 import anyio
 
-from conclave.workspace import ContextPath, Workspaces
+from conclave.files.workspaces import ContextPath, Workspaces
 
 RESULTS = Path(__file__).parent / "results" / "workspace.json"
 OLD = time.time() - 3600

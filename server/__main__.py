@@ -2,6 +2,6 @@
 
 import sys
 
-from conclave.cli import main
+from conclave.cli.main import main
 
 sys.exit(main())

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import difflib
+import importlib
 import os
 import re
 from collections.abc import Mapping
+from importlib.resources import files
 from pathlib import Path
 from types import UnionType
 from typing import Annotated, Any, Literal, Union, get_origin
@@ -14,7 +16,6 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from conclave.errors import ConfigError, MissingApiKey, TeamNotFound
-from conclave.resources import configs_dir
 
 PROVIDERS = ("openai", "anthropic", "gemini", "local")
 KEY_VARIABLES: dict[str, tuple[str, ...]] = {
@@ -23,9 +24,35 @@ KEY_VARIABLES: dict[str, tuple[str, ...]] = {
     "gemini": ("GEMINI_API_KEY", "GOOGLE_API_KEY"),
     "local": (),
 }
-# The order in which a default team is chosen when none is named (DESIGN "Team configuration").
+# The order in which a default team is chosen when none is named (docs/ARCHITECTURE.md, "Teams").
 DEFAULT_ORDER = ("frontier", "anthropic", "openai", "gemini")
 FALLBACK_TEAM = "local"
+MAX_AGENTS, MAX_ANSWERS = 16, 20
+# Agents are lettered A to P (one per agent, at most MAX_AGENTS); an answer's label is its author's
+# letter and revision, B2. The one pattern for both, everywhere a letter or label is read back.
+LETTER = re.compile(r"[A-P]")
+LABEL = re.compile(r"([A-P])([1-9][0-9]?)")
+
+
+def package_dir(package: str) -> Path:
+    """The folder of a data package shipped inside Conclave (`conclave.configs`, `conclave.skills`).
+
+    configs/ and skills/ hold an `__init__.py` so that importlib.resources resolves them the same way
+    in an installed wheel and in an editable install (through setuptools' editable finder).
+    """
+    found = files(package)
+    if isinstance(found, Path):
+        return found
+    # Not a plain folder (e.g. a namespace package's MultiplexedPath): the package's own file exists.
+    module = importlib.import_module(package)
+    if module.__file__ is None:
+        raise RuntimeError(f"cannot locate the folder of package {package!r}")
+    return Path(module.__file__).parent
+
+
+def configs_dir() -> Path:
+    """The folder of the team presets shipped with Conclave (`*.yaml`)."""
+    return package_dir("conclave.configs")
 
 
 class _Strict(BaseModel):
@@ -97,7 +124,7 @@ class AgentSpec(_Strict):
 class Coordination(_Strict):
     """How the team converges."""
 
-    max_answers_per_agent: Annotated[int, Field(ge=1, le=20)] = 3
+    max_answers_per_agent: Annotated[int, Field(ge=1, le=MAX_ANSWERS)] = 3
     consensus: Literal["all_voted", "majority"] = "all_voted"
     final: Literal["present", "reuse"] = "present"
     timeout_s: Annotated[float, Field(gt=0, le=24 * 3600)] = 900.0
@@ -106,7 +133,7 @@ class Coordination(_Strict):
 
 
 class Sandbox(_Strict):
-    """The Docker confinement of agents' commands (used from the workspace issue on)."""
+    """The Docker confinement of agents' commands (sandbox/container.py)."""
 
     image: str = "conclave-sandbox"
     network: Literal["none", "bridge"] = "none"
@@ -120,7 +147,7 @@ class Team(_Strict):
 
     name: str
     description: str = ""
-    agents: Annotated[list[AgentSpec], Field(min_length=1, max_length=16)]
+    agents: Annotated[list[AgentSpec], Field(min_length=1, max_length=MAX_AGENTS)]
     coordination: Coordination = Coordination()
     sandbox: Sandbox | Literal["none"] = Sandbox()
 

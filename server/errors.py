@@ -14,7 +14,6 @@
     │   ├── AuthFailed        401/403: fails at once
     │   ├── BadRequest        other 4xx: fails at once with the provider's message
     │   └── MalformedResponse the provider answered something we cannot read: retried
-    ├── JobError              a job could not run to an answer
     ├── SandboxError          the Docker sandbox failed (a container, an exec, an image build)
     │   └── SandboxUnavailable  no Docker engine reachable, or no sandbox image: refuse command teams
     └── ApplyError            the winner's changes could not be applied to a caller's folder
@@ -129,10 +128,6 @@ class MalformedResponse(ProviderError):
     """The provider answered with something we could not parse."""
 
     retryable = True
-
-
-class JobError(ConclaveError):
-    """A job could not run to an answer."""
 
 
 class SandboxError(ConclaveError):

@@ -9,9 +9,12 @@ from typing import Annotated
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+# Every MCP call returns within this many seconds: clients' time limits are short (Codex: 60 s a call).
+MAX_WAIT_S = 50
+
 
 def default_home() -> Path:
-    """$XDG_STATE_HOME/conclave, else ~/.local/state/conclave (DESIGN "Workspaces, sandbox and diffs")."""
+    """$XDG_STATE_HOME/conclave, else ~/.local/state/conclave."""
     state = os.environ.get("XDG_STATE_HOME")
     return (Path(state) if state else Path.home() / ".local" / "state") / "conclave"
 

@@ -10,11 +10,13 @@ from typing import Any
 import pytest
 from fastmcp import Client
 
-from conclave.app import create_app
-from conclave.jobs import JobService
+from conclave.app.server import create_app
+from conclave.jobs.service import JobService
 from conclave.settings import Settings
 from conclave.tools._progress import changes
-from conclave.views import AgentView, JobView, TeamList, WorkspacePage
+from conclave.jobs.reader import WorkspacePage
+from conclave.jobs.teams import TeamList
+from conclave.jobs.views import AgentView, JobView
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import KEY_ENV, TRIO, install, voter, write_team
 

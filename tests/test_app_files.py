@@ -13,11 +13,11 @@ import pytest
 from fastmcp import Client
 from mcp.types import ResourceLink
 
-from conclave.app import create_app
+from conclave.app.server import create_app
 from conclave.errors import SandboxUnavailable
-from conclave.jobs import JobService
+from conclave.jobs.service import JobService
 from conclave.settings import Settings
-from conclave.views import JobView
+from conclave.jobs.views import JobView
 from tests.fakes.script import RecordedRequest, Reply
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import KEY_ENV, TRIO, decide, install, is_presentation, vote_labels, voter, write_team

@@ -24,7 +24,7 @@ from conclave.config import (
     resolve_team,
 )
 from conclave.errors import ConfigError, MissingApiKey, TeamNotFound
-from conclave.resources import configs_dir
+from conclave.config import configs_dir
 
 SHIPPED = ("frontier", "anthropic", "openai", "gemini", "ollama", "vllm", "openrouter")
 ALL_KEYS = {"ANTHROPIC_API_KEY": "sk-ant", "OPENAI_API_KEY": "sk-oai", "GEMINI_API_KEY": "gm-key"}
@@ -355,11 +355,21 @@ def test_default_is_the_first_ready_team_in_order(
     assert resolve_team(None, {**env, **keys}).name == expected
 
 
-def test_default_with_no_keys(env: dict[str, str]) -> None:
-    if "local" in preset_paths(env):
-        # The `local` preset (a later issue) is the fallback when no provider key is set.
-        assert resolve_team(None, env).name == "local"
-        return
+def test_default_with_no_keys_is_the_local_team(env: dict[str, str]) -> None:
+    assert "local" in preset_paths(env)
+    assert resolve_team(None, env).name == "local"  # the offline fallback when no provider key is set
+
+
+def test_default_with_no_keys_and_no_local_preset_names_the_keys(
+    env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shipped = tmp_path / "shipped"
+    shipped.mkdir()
+    for preset in configs_dir().glob("*.yaml"):
+        if preset.stem != "local":
+            (shipped / preset.name).write_text(preset.read_text())
+    monkeypatch.setattr("conclave.config.configs_dir", lambda: shipped)
+    assert "local" not in preset_paths(env)
     with pytest.raises(TeamNotFound) as caught:
         resolve_team(None, env)
     message = str(caught.value)

@@ -14,10 +14,10 @@ import pytest
 from conclave.backends.retry import RetryPolicy
 from conclave.config import Sandbox as SandboxSpec
 from conclave.errors import InputError, PathOutsideRoot
-from conclave.jobs import JobService
-from conclave.sandbox import engine_status, image_tag
+from conclave.jobs.service import JobService
+from conclave.sandbox.container import engine_status, image_tag
 from conclave.settings import Settings
-from conclave.views import JobView
+from conclave.jobs.views import JobView
 from tests.fakes.script import RecordedRequest, Reply
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import KEY_ENV, TRIO, decide, is_presentation, own_letter, vote_labels, write_team

@@ -9,9 +9,10 @@ import httpx2
 import pytest
 from fastmcp import Client
 
-from conclave.app import _auth
+from conclave.app.server import _auth
 from conclave.settings import Settings
-from conclave.views import JobView, TeamList
+from conclave.jobs.teams import TeamList
+from conclave.jobs.views import JobView
 from tests.fakes.processes import http_server
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import KEY_ENV, TRIO, install, voter, write_team

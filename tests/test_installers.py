@@ -12,15 +12,15 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conclave import installers
-from conclave.cli import main
+from conclave.cli import install as installers
+from conclave.cli.main import main
 from conclave.config import list_presets
 from conclave.errors import ConfigError
-from conclave.resources import configs_dir, skills_dir
+from conclave.config import configs_dir, package_dir
 
 COMMAND = ["/opt/conclave/bin/conclave", "serve"]
 STDIO = {"type": "stdio", "command": COMMAND[0], "args": ["serve"]}
-SKILL = (skills_dir() / "conclave" / "SKILL.md").read_text(encoding="utf-8")
+SKILL = (package_dir("conclave.skills") / "conclave" / "SKILL.md").read_text(encoding="utf-8")
 
 
 @pytest.fixture

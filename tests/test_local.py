@@ -19,9 +19,9 @@ from conclave.backends.base import Endpoint, Message, Request, TextDelta, ToolSp
 from conclave.backends.local import LocalServers, ServerOptions
 from conclave.config import resolve_team
 from conclave.errors import BadRequest, ConfigError, ProviderError
-from conclave.jobs import JobService
-from conclave.orchestrator import Orchestrator, endpoint_factory
-from conclave.prompts import decision_schema
+from conclave.jobs.service import JobService
+from conclave.coordination.orchestrator import Orchestrator, endpoint_factory
+from conclave.coordination.prompts import decision_schema
 from conclave.settings import Settings
 
 from tests.test_orchestrator import MemorySink
@@ -234,8 +234,8 @@ async def test_the_local_team_through_the_job_service(tmp_path: Path) -> None:
 async def test_the_local_team_over_mcp(tmp_path: Path) -> None:
     from fastmcp import Client
 
-    from conclave.app import create_app
-    from conclave.views import JobView
+    from conclave.app.server import create_app
+    from conclave.jobs.views import JobView
 
     settings = Settings(home=tmp_path / "home")
     async with JobService.open(settings, environ={"XDG_CONFIG_HOME": str(tmp_path / "config")}) as service:

@@ -22,10 +22,11 @@ from fastmcp import Client
 from mcp.client.session import ClientSession
 from mcp.client.stdio import stdio_client
 
-from conclave.app import create_app
-from conclave.jobs import JobService
+from conclave.app.server import create_app
+from conclave.jobs.service import JobService
 from conclave.settings import Settings
-from conclave.views import JobView, WorkspacePage
+from conclave.jobs.reader import WorkspacePage
+from conclave.jobs.views import JobView
 from tests.fakes.processes import http_server, stdio_params
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import KEY_ENV, TRIO, install, voter, write_team
@@ -214,7 +215,7 @@ async def test_over_stdio_a_client_gone_mid_call_leaves_the_job_readable(
     tmp_path: Path, fakes: FakeProviders, team: str
 ) -> None:
     """A stdio server lives as long as its client; the next server finds the job `interrupted`,
-    its answers kept (DESIGN "The MCP surface")."""
+    its answers kept."""
     install(fakes.script, TRIO, voter(delay=0.5))
     fakes.script.set_default("cy", voter(delay=30))  # one agent never votes: the job cannot finish
     async with stdio_session(tmp_path) as first:

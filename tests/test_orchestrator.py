@@ -10,9 +10,9 @@ import pytest
 
 from conclave.backends.retry import RetryPolicy
 from conclave.config import Team
-from conclave.orchestrator import Orchestrator, endpoint_factory, seed_for
-from conclave.protocol import assign_letters
-from conclave.records import JobEvent, JobResult, Progress
+from conclave.coordination.orchestrator import Orchestrator, endpoint_factory, seed_for
+from conclave.coordination.protocol import assign_letters
+from conclave.coordination.reports import JobEvent, JobResult, Progress
 from tests.fakes.script import RecordedRequest, Reply
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import KEY_ENV, TRIO, decide, install, is_presentation, team_data, vote_labels, voter
@@ -102,9 +102,10 @@ async def test_three_providers_reach_consensus_after_an_invalidated_vote(fakes: 
     for request in fakes.script.requests:
         prompt = json.dumps({key: value for key, value in request.body.items() if key != "model"})
         assert "fake-" not in prompt and "voted for" not in prompt
-    # Critical path: cy's first answer 1.5 s, bob's revision 0.05, three votes, the presentation 0.05.
-    wall = sink.kinds("finished")[0].at - sink.kinds("started")[0].at
-    print(f"\nend-to-end coordination {wall:.2f}s against a scripted critical path of 1.6 s")
+    # The end comes after every answer, the last vote and the presentation, in that order.
+    order = [event.kind for event in sink.events]
+    last_answer = max(i for i, kind in enumerate(order) if kind == "answer")
+    assert last_answer < order.index("presenting") < order.index("finished") == len(order) - 1
 
 
 async def test_stale_thinking_turn_is_cancelled_and_restarted(fakes: FakeProviders) -> None:
@@ -144,7 +145,7 @@ async def test_failing_provider_drops_the_agent_and_the_job_goes_on(fakes: FakeP
     fakes.script.set_default("cy", Reply(status=500, error_message="gemini is down"))
     result, sink = await run(fakes)
     letter_of = letters_of()
-    assert letter_of["cy"] in result.errors or sink.kinds("agent_failed")
+    assert letter_of["cy"] in result.errors  # the result names the agent that dropped out
     failed = sink.kinds("agent_failed")
     assert [event.letter for event in failed] == [letter_of["cy"]]
     assert "gemini is down" in failed[0].data["error"]

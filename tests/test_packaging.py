@@ -105,15 +105,15 @@ def test_every_code_folder_is_a_declared_package() -> None:
 
 
 def test_dev_install_finds_the_shipped_data() -> None:
-    from conclave.resources import configs_dir, skills_dir
+    from conclave.config import configs_dir, package_dir
 
     assert (configs_dir() / "frontier.yaml").is_file()
-    assert (skills_dir() / "conclave" / "SKILL.md").is_file()
+    assert (package_dir("conclave.skills") / "conclave" / "SKILL.md").is_file()
     import conclave
 
     if Path(conclave.__file__).resolve().parent == ROOT / "server":  # editable install of this tree
         assert configs_dir().resolve() == ROOT / "configs"
-        assert skills_dir().resolve() == ROOT / "skills"
+        assert package_dir("conclave.skills").resolve() == ROOT / "skills"
 
 
 def test_wheel_contents(built: Built) -> None:
@@ -122,7 +122,7 @@ def test_wheel_contents(built: Built) -> None:
 
     for required in (
         "conclave/__init__.py",
-        "conclave/resources.py",
+        "conclave/config.py",
         "conclave/tools/__init__.py",
         "conclave/configs/frontier.yaml",
         "conclave/skills/conclave/SKILL.md",
@@ -148,7 +148,7 @@ def test_wheel_contents(built: Built) -> None:
 
     dist_info = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
     entry_points = zipfile.ZipFile(wheel).read(dist_info).decode()
-    assert "conclave = conclave.cli:main" in entry_points
+    assert "conclave = conclave.cli.main:main" in entry_points
 
 
 @pytest.mark.slow
@@ -166,10 +166,10 @@ def test_wheel_installs_and_runs(built: Built, tmp_path: Path) -> None:
             str(python),
             "-c",
             "import importlib.util, conclave, conclave.tools, conclave.configs, conclave.skills\n"
-            "from conclave.resources import configs_dir, skills_dir\n"
+            "from conclave.config import configs_dir, package_dir\n"
             "print(conclave.__file__)\n"
             "print((configs_dir() / 'frontier.yaml').is_file(),\n"
-            "      (skills_dir() / 'conclave' / 'SKILL.md').is_file())\n"
+            "      (package_dir('conclave.skills') / 'conclave' / 'SKILL.md').is_file())\n"
             "print(importlib.util.find_spec('server'), importlib.util.find_spec('tools'))\n",
         ],
         cwd=tmp_path,

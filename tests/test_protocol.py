@@ -1,4 +1,4 @@
-"""One or more unit tests per coordination rule (DESIGN.md "The coordination protocol")."""
+"""One or more unit tests per coordination rule (docs/ARCHITECTURE.md, "The protocol")."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import string
 
 import pytest
 
-from conclave.protocol import (
+from conclave.coordination.protocol import (
     AnswerPosted, CancelTurn, Coordination, Deadline, Finish, NoDecision, Present, Presented,
     PresentationFailed, Start, StartTurn, TurnFailed, VoteCast, WorkStarted, assign_letters,
 )
@@ -298,10 +298,7 @@ def test_lone_survivor_answer_ends_without_consensus() -> None:
     job = Job(3, present=False)
     job.fail("A", fatal=True)
     job.fail("B", fatal=True)
-    actions = job.answer("C")
-    if ends(actions) is None:
-        actions = job.vote("C", "C1")
-    outcome = ends(actions).outcome
+    outcome = ends(job.answer("C")).outcome  # the survivor's answer ends the job: no vote is asked
     assert outcome.winner == "C1" and outcome.consensus is False and "all but one" in outcome.reason
 
 

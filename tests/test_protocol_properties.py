@@ -14,7 +14,7 @@ from hypothesis.stateful import (
     rule,
 )
 
-from conclave.protocol import (
+from conclave.coordination.protocol import (
     AnswerPosted,
     CancelTurn,
     Coordination,

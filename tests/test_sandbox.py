@@ -12,9 +12,10 @@ import anyio
 import pytest
 
 from conclave.config import Sandbox as SandboxSpec
+from conclave.jobs.owners import process_alive
 from conclave.errors import SandboxError
-from conclave.sandbox import ENVIRONMENT, Owner, Sandbox, _Capped, connect, engine_status, image_tag, sweep
-from conclave.sandbox_image import build_image, default_tag, host_apt_sources
+from conclave.sandbox.container import ENVIRONMENT, Owner, Sandbox, _Capped, connect, engine_status, image_tag, sweep
+from conclave.sandbox.image import build_image, default_tag, host_apt_sources
 
 pytestmark = pytest.mark.anyio
 SPEC = SandboxSpec(memory="256m", cpus=1, pids=64)
@@ -229,7 +230,7 @@ async def test_sweep_removes_dead_owners_containers_only(sandbox_image: str, wor
         await dead.start(workspace, {}, "cj-sweep", "A", SPEC)
         await live.start(workspace, {}, "cj-sweep", "B", SPEC)
         assert dead.container is not None and live.container is not None
-        removed = await sweep(connect())
+        removed = await sweep(lambda _owner, pid: not process_alive(pid), connect())
         assert dead.container.name in removed and live.container.name not in removed
         client = connect()
         assert not client.containers.list(all=True, filters={"id": dead.container.id})
@@ -284,8 +285,8 @@ def test_host_apt_sources_keep_the_release_and_drop_third_parties(tmp_path: Path
 async def test_with_the_workspace_layer_an_agent_reads_a_peers_answer_and_edits_its_own(
     sandbox_image: str, tmp_path: Path
 ) -> None:
-    from conclave.sandbox import container_user
-    from conclave.workspace import Workspaces
+    from conclave.sandbox.container import container_user
+    from conclave.files.workspaces import Workspaces
 
     ws = Workspaces(tmp_path / "job", agent_owner=container_user())
     await ws.prepare([])

@@ -14,11 +14,12 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from conclave import applying
-from conclave.diffing import diff_trees
+from conclave.files import apply as applying
+from conclave.files.diff import diff_trees
 from conclave.errors import ApplyConflict, ApplyFailed, ContextTooLarge, InputError, PathOutsideRoot
-from conclave.trees import read_bytes
-from conclave.workspace import (
+from conclave.files.trees import read_bytes
+from conclave.files.contexts import CALLER
+from conclave.files.workspaces import (
     Caps,
     ContextPath,
     Workspaces,
@@ -127,7 +128,7 @@ def test_gitignored_files_do_not_count_against_caps(tmp_path):
 
 def test_missing_path_is_refused_with_the_fix(tmp_path):
     with pytest.raises(ValidationError) as caught:
-        ContextPath(path=str(tmp_path / "nope"))
+        ContextPath.model_validate({"path": str(tmp_path / "nope")}, context=CALLER)
     text = str(caught.value)
     assert "path" in text and "nope' does not exist" in text and "give an existing directory" in text
 
@@ -135,11 +136,11 @@ def test_missing_path_is_refused_with_the_fix(tmp_path):
 def test_file_instead_of_directory_is_refused(tmp_path):
     (tmp_path / "f.txt").write_text("x")
     with pytest.raises(ValidationError, match="is a file, not a directory: give the folder"):
-        ContextPath(path=str(tmp_path / "f.txt"))
+        ContextPath.model_validate({"path": str(tmp_path / "f.txt")}, context=CALLER)
     with pytest.raises(ValidationError, match="permission"):
-        ContextPath(path=str(tmp_path), permission="admin")
+        ContextPath.model_validate({"path": str(tmp_path), "permission": "admin"}, context=CALLER)
     with pytest.raises(ValidationError, match="is empty"):
-        ContextPath(path=" ")
+        ContextPath.model_validate({"path": " "}, context=CALLER)
 
 
 def test_same_folder_twice_is_refused(tmp_path):
@@ -389,15 +390,13 @@ async def test_labels_and_sources_are_validated(job):
 
 
 @pytest.mark.anyio
-async def test_finalize_from_label_and_from_letter(job):
+async def test_finalize_from_label(job):
     work = job.agent("C") / "proj"
     (work / "app.py").write_text("print('answer')\n")
     await job.snapshot("C", "C1")
     (work / "app.py").write_text("print('presented')\n")
     final = await job.finalize("C1")
     assert (final / "proj" / "app.py").read_text() == "print('answer')\n"
-    final = await job.finalize("C")  # after presentation: the agent's current workspace
-    assert (final / "proj" / "app.py").read_text() == "print('presented')\n"
     assert job.source("final") == job.final
     assert [p.name for p in job.job_dir.iterdir() if p.name.startswith(".")] == []
 
@@ -552,7 +551,8 @@ async def applied_job(tmp_path):
     shutil.rmtree(work / "dir")
     (work / "logo.bin").write_bytes(b"\0\2\3")
     make_tree(work, {"pkg/new/mod.py": "new\n"}, mtime=None)
-    await spaces.finalize("A")
+    await spaces.snapshot("A", "A1")
+    await spaces.finalize("A1")
     return spaces, src
 
 

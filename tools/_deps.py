@@ -1,8 +1,8 @@
 """What every tool needs from the running server: the job service.
 
-`conclave.app.create_app` puts it in the FastMCP lifespan context; the service itself is opened
+`conclave.app.server.create_app` puts it in the FastMCP lifespan context; the service itself is opened
 outside the app (it owns the task group jobs run in) and only lent to it, so the lifespan never owns
-anything and in-memory clients may come and go (notes/mcp_api.md §9).
+anything and in-memory clients may come and go.
 """
 
 from __future__ import annotations
@@ -13,19 +13,23 @@ from fastmcp import Context
 from fastmcp.tools import ToolResult
 from mcp.types import TextContent
 
+from conclave.jobs.reader import WorkspacePage
+from conclave.jobs.teams import TeamList
+from conclave.jobs.views import JobView
+from conclave.settings import MAX_WAIT_S
+from conclave.tools._links import links
+
 if TYPE_CHECKING:
-    from conclave.jobs import JobService
-    from conclave.views import JobView, TeamList, WorkspacePage
+    from conclave.jobs.service import JobService
 
 DEPS_KEY = "conclave"
-MAX_WAIT_S = 50  # DESIGN "The MCP surface": client time limits are short (Codex: 60 s per call)
 
 
 def service(ctx: Context) -> JobService:
     """The JobService the app was created with."""
     found = ctx.lifespan_context.get(DEPS_KEY)
     if found is None:
-        raise RuntimeError("conclave tools must be registered by conclave.app.create_app")
+        raise RuntimeError("conclave tools must be registered by conclave.app.server.create_app")
     return found  # type: ignore[no-any-return]
 
 
@@ -33,11 +37,8 @@ def result(view: JobView | TeamList | WorkspacePage) -> Any:
     """The readable text block plus the structured view.
 
     Tools keep their view model as the return annotation, so FastMCP derives the output schema from
-    it (notes §1); what they actually return is this ToolResult, hence `Any`.
+    it; what they actually return is this ToolResult, hence `Any`.
     """
-    from conclave.job_resources import links
-    from conclave.views import JobView
-
     content: list[Any] = [TextContent(type="text", text=view.text())]
     if isinstance(view, JobView):
         content += links(view)

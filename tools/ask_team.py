@@ -2,25 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated
 
 from fastmcp import Context
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-from conclave.tools._deps import MAX_WAIT_S, result, service
+from conclave.settings import MAX_WAIT_S
+from conclave.tools._deps import result, service
 from conclave.tools._progress import ProgressReporter
-from conclave.views import JobView
-
-
-class ContextPath(BaseModel):
-    """A folder of the caller's project to copy into every agent's workspace."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    path: str = Field(description="an absolute folder path on the machine running the server")
-    permission: Literal["read", "write"] = Field(
-        default="read", description="write: the winning changes may be applied back with apply=true"
-    )
+from conclave.files.contexts import ContextPath
+from conclave.jobs.views import JobView
 
 
 async def ask_team(
@@ -58,7 +49,7 @@ async def ask_team(
     """
     jobs = service(ctx)
     # the task, the team and its keys, the context paths and apply are checked by submit (the CLI shares it)
-    paths = [path.model_dump() for path in context_paths or []]
+    paths = list(context_paths or [])
     view = await jobs.submit(task, team, paths, apply)
     progress = ProgressReporter(ctx)
     await progress.start(view)

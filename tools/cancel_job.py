@@ -8,7 +8,7 @@ from fastmcp import Context
 from pydantic import Field
 
 from conclave.tools._deps import result, service
-from conclave.views import JobView
+from conclave.jobs.views import JobView
 
 
 async def cancel_job(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastmcp import Context
 
 from conclave.tools._deps import result, service
-from conclave.views import TeamList
+from conclave.jobs.teams import TeamList
 
 
 async def list_teams(ctx: Context) -> TeamList:

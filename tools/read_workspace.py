@@ -7,9 +7,9 @@ from typing import Annotated
 from fastmcp import Context
 from pydantic import Field
 
-from conclave.reading import MAX_LIMIT
+from conclave.jobs.reader import MAX_LIMIT
 from conclave.tools._deps import result, service
-from conclave.views import WorkspacePage
+from conclave.jobs.reader import WorkspacePage
 
 
 async def read_workspace(

@@ -27,6 +27,16 @@ BACKENDS: dict[str, tuple[str, str]] = {
     "gemini": ("gemini", "GeminiBackend"),
     "local": ("local", "LocalBackend"),
 }
+# providers whose module has `check_ready(model_name, model_path)`: what must be installed before a job
+# starts (the hosted providers need only a key, which the team checks). Only these modules are imported
+# at submit time, so a hosted provider's SDK is never imported just to admit a job.
+PREFLIGHT = frozenset({"local"})
+
+
+def check_ready(provider: str, model_name: str, model_path: str | None) -> None:
+    """Raise ConfigError, saying what to install, when `provider/model_name` cannot run on this machine."""
+    if provider in PREFLIGHT:
+        import_module(f"{__name__}.{BACKENDS[provider][0]}").check_ready(model_name, model_path)
 
 
 def create_backend(endpoint: Endpoint, *, local_servers: LocalServers | None = None) -> Backend:

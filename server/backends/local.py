@@ -78,6 +78,12 @@ def check_installed() -> None:
         raise ConfigError(f"{INSTALL} (missing: {', '.join(missing)})")
 
 
+def check_ready(name: str, model_path: str | None) -> None:
+    """The pre-flight check a job runs at submit (backends.check_ready): llama.cpp and the model file."""
+    check_installed()
+    model_file(name, model_path)
+
+
 def model_file(name: str, model_path: str | None) -> Path:
     """The GGUF of `local/<name>`: `model_path` if given, else the bundled SmolLM2 for `smollm2`."""
     if model_path:

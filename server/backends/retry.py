@@ -8,7 +8,6 @@ starts the call over from nothing; anything else propagates at once. Backends ne
 from __future__ import annotations
 
 import email.utils
-import inspect
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -56,9 +55,6 @@ class Completion:
     attempts: int
 
 
-OnText = Callable[[str], Awaitable[object] | object]
-
-
 async def complete(
     backend: Backend,
     request: Request,
@@ -66,16 +62,14 @@ async def complete(
     *,
     sleep: Callable[[float], Awaitable[object]] = anyio.sleep,
     random: Random = _JITTER,
-    on_text: OnText | None = None,
 ) -> Completion:
     """Run `request` on `backend` to completion, retrying retryable provider errors.
 
-    `on_text` sees each text delta as it arrives, including those of an attempt that later fails
-    (the returned `Completion` holds only the successful attempt's output).
+    The returned `Completion` holds only the successful attempt's output.
     """
     for attempt in range(1, policy.max_attempts + 1):
         try:
-            return await _collect(backend, request, attempt, on_text)
+            return await _collect(backend, request, attempt)
         except ProviderError as exc:
             if not exc.retryable or attempt == policy.max_attempts:
                 raise
@@ -83,7 +77,7 @@ async def complete(
     raise AssertionError("unreachable: the last attempt returns or raises")
 
 
-async def _collect(backend: Backend, request: Request, attempt: int, on_text: OnText | None) -> Completion:
+async def _collect(backend: Backend, request: Request, attempt: int) -> Completion:
     text: list[str] = []
     calls: list[ToolCall] = []
     usage = Usage()
@@ -92,10 +86,6 @@ async def _collect(backend: Backend, request: Request, attempt: int, on_text: On
         async for event in events:
             if isinstance(event, TextDelta):
                 text.append(event.text)
-                if on_text is not None:
-                    result = on_text(event.text)
-                    if inspect.isawaitable(result):
-                        await result
             elif isinstance(event, ToolCall):
                 calls.append(event)
             elif isinstance(event, Usage):

@@ -159,13 +159,11 @@ async def test_a_retry_discards_the_partial_output_of_the_failed_attempt() -> No
         MalformedResponse("scripted", "?"),
     ]
     backend = ScriptedBackend(partial, [TextDelta("whole answer"), Usage(5, 1, 0), Done("stop")])
-    seen: list[str] = []
 
-    result = await complete(backend, REQUEST, NO_JITTER, sleep=Sleeps(), on_text=seen.append)
+    result = await complete(backend, REQUEST, NO_JITTER, sleep=Sleeps())
 
     assert (result.text, result.tool_calls, result.usage) == ("whole answer", (), Usage(5, 1, 0))
     assert result.attempts == 2
-    assert seen == ["half of a", "whole answer"]  # on_text saw both attempts as they streamed
     assert backend.closed_streams == 2
 
 
@@ -185,19 +183,6 @@ async def test_a_stream_without_done_on_the_last_attempt_is_unavailable() -> Non
 
     with pytest.raises(ProviderUnavailable, match="stream ended early"):
         await complete(backend, REQUEST, RetryPolicy(max_attempts=1), sleep=Sleeps())
-
-
-@pytest.mark.anyio
-async def test_on_text_may_be_async() -> None:
-    seen: list[str] = []
-
-    async def on_text(text: str) -> None:
-        seen.append(text.upper())
-
-    backend = ScriptedBackend([TextDelta("a"), TextDelta("b"), Usage(), Done("stop")])
-    await complete(backend, REQUEST, RetryPolicy(), sleep=Sleeps(), on_text=on_text)
-
-    assert seen == ["A", "B"]
 
 
 def test_a_policy_needs_at_least_one_attempt() -> None:

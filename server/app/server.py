@@ -1,0 +1,172 @@
+"""The FastMCP server: the five `conclave.tools`, error translation, and the stdio and HTTP transports.
+
+The JobService is opened *outside* the app and lent to it through the lifespan context: it owns the
+task group jobs run in, and FastMCP closes its lifespan under a shielded scope that an anyio task
+group cannot span. In-memory clients may therefore connect and disconnect
+freely; jobs live as long as the service.
+"""
+
+from __future__ import annotations
+
+import functools
+import hmac
+import signal
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from types import FrameType
+from typing import Any
+
+import uvicorn
+from fastmcp import FastMCP
+from fastmcp.exceptions import FastMCPError, ResourceError, ToolError
+from fastmcp.server.auth.providers.debug import DebugTokenVerifier
+from fastmcp.tools import Tool
+from mcp.types import ToolAnnotations
+from pydantic import ValidationError
+
+from conclave.errors import ConclaveError
+from conclave.app.job_resources import TEMPLATES
+from conclave.jobs.service import JobService
+from conclave.settings import MAX_WAIT_S, Settings
+from conclave.tools._deps import DEPS_KEY
+from conclave.tools.ask_team import ask_team
+from conclave.tools.cancel_job import cancel_job
+from conclave.tools.get_status import get_status
+from conclave.tools.list_teams import list_teams
+from conclave.tools.read_workspace import read_workspace
+
+INSTRUCTIONS = f"""\
+Conclave puts a team of LLM agents from different providers on one task: each writes an answer, they
+read each other's answers anonymously, improve them or vote, and the winner writes the final answer.
+Use it for questions where a second and third opinion pay: design decisions, tricky bugs, reviews.
+
+1. ask_team(task) starts a job and waits up to wait_seconds (at most {MAX_WAIT_S}) for it. Write the
+   task self-contained: the team sees nothing of your conversation. list_teams shows the teams
+   (pass one as `team`) and which API keys are missing.
+2. If the job is not done yet, call get_status(job_id, wait_seconds=45) until `state` is completed,
+   failed, cancelled or interrupted. Every result carries a `next` hint: follow it.
+3. The final answer is in `answer`; read_workspace(job_id) lists and pages through every agent's
+   answers and the transcript. cancel_job(job_id) stops a job.
+Jobs run in the background and survive a client disconnect."""
+
+_LOCAL = {"open_world_hint": False, "destructive_hint": False}
+_READ_ONLY = ToolAnnotations(read_only_hint=True, idempotent_hint=True, **_LOCAL)
+
+
+@dataclass(frozen=True)
+class _Published:
+    fn: Callable[..., Awaitable[Any]]
+    title: str
+    annotations: ToolAnnotations
+
+
+TOOLS = (
+    _Published(
+        ask_team,
+        "Ask a team of agents",
+        ToolAnnotations(
+            read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=True
+        ),
+    ),
+    _Published(get_status, "Get a job's status", _READ_ONLY),
+    _Published(read_workspace, "Read a job's answers and transcript", _READ_ONLY),
+    _Published(
+        cancel_job, "Cancel a job", ToolAnnotations(read_only_hint=False, idempotent_hint=True, **_LOCAL)
+    ),
+    _Published(list_teams, "List teams", _READ_ONLY),
+)
+
+
+def _translated(
+    fn: Callable[..., Awaitable[Any]], error: type[FastMCPError] = ToolError
+) -> Callable[..., Awaitable[Any]]:
+    """The one place our errors become MCP errors (tool or resource): the message as is, which says
+    how to fix it.
+
+    Raising a FastMCPError also keeps FastMCP from logging a traceback for what is a caller's
+    mistake. Anything else is a bug and goes through FastMCP's own handling.
+    """
+
+    @functools.wraps(fn)
+    async def tool(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return await fn(*args, **kwargs)
+        except ConclaveError as exc:
+            raise error(str(exc)) from exc
+        except ValidationError as exc:  # from our own models, e.g. a view built from a bad record
+            raise error(f"{fn.__name__}: {exc}") from exc
+
+    return tool
+
+
+def _auth(settings: Settings) -> DebugTokenVerifier | None:
+    """A bearer-token check for the HTTP transport, when CONCLAVE_HTTP_TOKEN is set (stdio ignores it)."""
+    if settings.http_token is None:
+        return None
+    expected = settings.http_token.get_secret_value().encode()
+
+    def validate(token: str) -> bool:
+        return hmac.compare_digest(token.encode(), expected)
+
+    return DebugTokenVerifier(validate=validate)
+
+
+def create_app(service: JobService, settings: Settings) -> FastMCP:
+    """The MCP server for an open JobService."""
+
+    @asynccontextmanager
+    async def lend(server: FastMCP) -> AsyncIterator[dict[str, Any]]:
+        yield {DEPS_KEY: service}  # the service is not ours to close
+
+    app = FastMCP("conclave", instructions=INSTRUCTIONS, lifespan=lend, auth=_auth(settings))
+    for published in TOOLS:
+        fn = published.fn
+        app.add_tool(
+            Tool.from_function(
+                _translated(fn),
+                name=fn.__name__,
+                title=published.title,
+                annotations=published.annotations,
+            )
+        )
+    for uri, fn, mime_type in TEMPLATES:
+        app.resource(uri, mime_type=mime_type)(_translated(fn, ResourceError))
+    return app
+
+
+async def serve_stdio(settings: Settings) -> None:
+    """Serve one client over stdin/stdout until it closes them."""
+    async with JobService.open(settings) as service:
+        await create_app(service, settings).run_async(transport="stdio", show_banner=False)
+
+
+class _Terminated(Exception):
+    """SIGTERM, re-raised by uvicorn after its graceful shutdown, as an exception we can unwind with."""
+
+
+def _terminated(signum: int, frame: FrameType | None) -> None:
+    raise _Terminated
+
+
+async def serve_http(settings: Settings, host: str = "127.0.0.1", port: int = 8765) -> None:
+    """Serve streamable HTTP at http://host:port/mcp until SIGINT/SIGTERM, Host/Origin checks on.
+
+    uvicorn handles the signals itself, and after shutting down gracefully it restores the previous
+    handler and raises the signal again. With the default SIGTERM handler that would kill the process
+    before the JobService closes (running jobs would be left for the next server to find), so SIGTERM
+    gets a handler that raises instead (tests/test_http.py checks the exit code).
+    """
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _terminated) if in_main_thread else None
+    try:
+        async with JobService.open(settings) as service:
+            app = create_app(service, settings).http_app(path="/mcp", host_origin_protection=True)
+            config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
+            await uvicorn.Server(config).serve()
+    except* _Terminated:
+        pass
+    finally:
+        if in_main_thread:
+            signal.signal(signal.SIGTERM, previous)

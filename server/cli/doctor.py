@@ -1,0 +1,77 @@
+"""`conclave doctor`: is this machine ready? Each check says what is wrong and how to fix it."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from conclave.backends.local import BUNDLED, check_installed, model_file
+from conclave.config import KEY_VARIABLES, Sandbox
+from conclave.errors import ConfigError
+from conclave.sandbox.container import engine_status, image_tag
+from conclave.settings import Settings
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool
+    detail: str
+    fix: str = ""
+    essential: bool = True  # a failing essential check makes `doctor` exit non-zero
+
+    def line(self) -> str:
+        mark = "ok  " if self.ok else ("FAIL" if self.essential else "note")
+        fix = f" -> {self.fix}" if self.fix and not self.ok else ""
+        return f"[{mark}] {self.name}: {self.detail}{fix}"
+
+
+def run_checks(settings: Settings, environ: Mapping[str, str]) -> list[Check]:
+    return [_state_dir(settings), *_docker(), *_keys(environ), _local_model()]
+
+
+def _state_dir(settings: Settings) -> Check:
+    try:
+        settings.home.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=settings.home):
+            pass
+    except OSError as exc:
+        return Check("state directory", False, f"{settings.home} is not writable ({exc.strerror})",
+                     "set CONCLAVE_HOME to a writable folder")
+    return Check("state directory", True, f"{settings.home} is writable")
+
+
+def _docker() -> list[Check]:
+    tag = image_tag(Sandbox())
+    status = engine_status(tag)
+    if not status.available:
+        fix = "start the Docker engine (e.g. `dockerd &`); teams with `sandbox: none` work without it"
+        return [Check("docker engine", False, status.error or "unreachable", fix, essential=False)]
+    checks = [Check("docker engine", True, f"version {status.version}")]
+    if status.image_present:
+        checks.append(Check("sandbox image", True, f"{tag} is present"))
+    else:
+        checks.append(Check("sandbox image", False, f"{tag} is missing", "run `conclave sandbox build`", False))
+    return checks
+
+
+def _keys(environ: Mapping[str, str]) -> list[Check]:
+    checks = []
+    for provider, variables in KEY_VARIABLES.items():
+        if not variables:
+            continue
+        found = [name for name in variables if environ.get(name)]
+        detail = f"{found[0]} is set" if found else f"{' or '.join(variables)} not set"
+        checks.append(Check(f"{provider} key", bool(found), detail, f"export {variables[0]}=...", essential=False))
+    return checks
+
+
+def _local_model() -> Check:
+    try:
+        check_installed()
+        path = model_file(BUNDLED, None)
+    except ConfigError as exc:
+        return Check("local model", False, "not available", str(exc), essential=False)
+    return Check("local model", True, f"llama-cpp-python and {path.name} ({os.path.getsize(path) >> 20} MB)")

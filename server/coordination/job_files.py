@@ -1,0 +1,86 @@
+"""A job's files: agents' workspaces, their sandboxes and work tools, snapshots, and the final tree.
+
+The orchestrator calls this at four moments: `start` (workspaces and containers), each turn (`tools`,
+`picture`), each accepted answer (`on_answer`: snapshot and publish to peers), and the end (`finish`:
+the winning answer's snapshot becomes final/). `close` removes the containers, also on cancellation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import anyio
+import anyio.to_thread
+from conclave.files.agent_tools import AgentTools
+from conclave.config import Sandbox as SandboxSpec
+from conclave.coordination.prompts import FilesPicture
+from conclave.sandbox.container import Sandbox, container_user
+from conclave.files.workspaces import Workspaces
+
+SandboxFactory = Callable[[], Sandbox]
+
+class JobFiles:
+    """Workspaces (always) and sandboxes (when the team runs commands) for one job."""
+
+    def __init__(
+        self,
+        job_id: str,
+        workspaces: Workspaces,
+        sandbox: SandboxSpec | None,
+        sandbox_factory: SandboxFactory = Sandbox,
+    ) -> None:
+        self.job_id, self.workspaces, self.spec = job_id, workspaces, sandbox
+        self._factory = sandbox_factory
+        self._sandboxes: dict[str, Sandbox] = {}
+        self._folders = tuple(context.name for context in workspaces.manifest().contexts)
+
+    @property
+    def commands(self) -> bool:
+        return self.spec is not None
+
+    async def start(self, letters: list[str]) -> None:
+        """Each agent's working copy, and its container (started concurrently) when commands are on."""
+        await self.workspaces.create(letters)
+        if self.spec is None:
+            return
+        for letter in letters:
+            self._sandboxes[letter] = self._factory()
+        async with anyio.create_task_group() as tg:
+            for letter in letters:
+                tg.start_soon(self._start_sandbox, letter, letters)
+
+    async def _start_sandbox(self, letter: str, letters: list[str]) -> None:
+        assert self.spec is not None
+        peers = {peer: self.workspaces.peer_mount(peer) for peer in letters if peer != letter}
+        await self._sandboxes[letter].start(self.workspaces.agent(letter), peers, self.job_id, letter, self.spec)
+
+    def tools(self, letter: str) -> AgentTools:
+        return AgentTools(
+            workspace=self.workspaces.agent(letter),
+            peers=lambda: self.workspaces.peer_view(letter),
+            runner=self._sandboxes.get(letter),
+            owner=container_user(),
+        )
+
+    def picture(self, letter: str) -> FilesPicture:
+        peers = {peer: label for peer, label in self.workspaces.latest().items() if peer != letter}
+        return FilesPicture(self._folders, peers, self.commands)
+
+    async def on_answer(self, letter: str, label: str) -> Path:
+        """Freeze the author's workspace as the answer's snapshot and show it to the peers."""
+        snapshot = await self.workspaces.snapshot(letter, label)
+        if self.commands:
+            await self.workspaces.publish(letter, label)
+        return snapshot
+
+    async def finish(self, winner: str | None) -> Path | None:
+        """final/ is the winning answer's snapshot: exactly the files the team voted for."""
+        if winner is None or not self.workspaces.snapshot_dir(winner).is_dir():
+            return None
+        return await self.workspaces.finalize(winner)
+
+    async def close(self) -> None:
+        with anyio.CancelScope(shield=True):
+            for sandbox in self._sandboxes.values():
+                await sandbox.stop()

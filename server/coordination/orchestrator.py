@@ -1,0 +1,299 @@
+"""Run one job: agents' turns concurrently, their decisions fed to the protocol, its actions carried out.
+
+All turns run in one task group; each has its own cancel scope so a stale turn can be cancelled and
+restarted. Turns report back over a memory stream and one loop feeds the protocol, so the state has a
+single writer. Every event is reported to the sink with the live progress (tests/test_orchestrator.py).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Protocol
+
+import anyio
+import anyio.to_thread
+from anyio.streams.memory import MemoryObjectSendStream
+
+from conclave.coordination import prompts, protocol
+from conclave.backends import create_backend
+from conclave.backends.base import Backend, Endpoint, ToolCall, Usage
+from conclave.backends.retry import RetryPolicy
+from conclave.config import AgentSpec, Team
+from conclave.errors import ConclaveError, ProviderError
+from conclave.coordination.reports import AgentProgress, AgentStateName, JobEvent, JobResult, Progress, UsageTotals
+from conclave.coordination.turns import TurnContext, present, run_turn
+
+if TYPE_CHECKING:
+    from conclave.backends.local import LocalServers
+    from conclave.coordination.job_files import JobFiles
+
+BackendFactory = Callable[[AgentSpec], Backend]
+
+
+class JobSink(Protocol):
+    """Where a job reports: every event, with the progress right after it."""
+
+    async def record(self, event: JobEvent, progress: Progress) -> None: ...
+
+
+def endpoint_factory(environ: Mapping[str, str], local_servers: LocalServers | None = None) -> BackendFactory:
+    """Backends for real providers, keys read from `environ`; `local` agents start servers in `local_servers`."""
+
+    def make(spec: AgentSpec) -> Backend:
+        endpoint = Endpoint(
+            spec.provider, spec.model_name, spec.api_key(environ), spec.base_url, spec.timeout_s, spec.stream,
+            spec.model_path,
+        )
+        return create_backend(endpoint, local_servers=local_servers)
+
+    return make
+
+
+def seed_for(job_id: str) -> int:
+    """The job's letter-shuffle seed: derived from its id, so a job replays the same."""
+    return int(hashlib.sha256(job_id.encode()).hexdigest()[:16], 16)
+
+
+@dataclass
+class Member:
+    spec: AgentSpec
+    letter: str
+    ctx: TurnContext | None = None
+    usage: UsageTotals = field(default_factory=UsageTotals)
+    presenting: bool = False
+
+
+class Orchestrator:
+    """One job's run, from the first turns to the result."""
+
+    def __init__(
+        self,
+        job_id: str,
+        task: str,
+        team: Team,
+        sink: JobSink,
+        backend_factory: BackendFactory,
+        *,
+        retry: RetryPolicy | None = None,
+        limiters: Mapping[str, anyio.CapacityLimiter] | None = None,
+        clock: Callable[[], float] = anyio.current_time,
+        files: JobFiles | None = None,
+    ) -> None:
+        self.job_id, self.task, self.team, self.sink = job_id, task, team, sink
+        self._factory, self._retry = backend_factory, retry or RetryPolicy()
+        self._limiters = dict(limiters or {})
+        self._clock = clock
+        self.files = files
+        rules = team.coordination
+        letters = protocol.assign_letters(len(team.agents), seed_for(job_id))
+        self.members = {letter: Member(spec, letter) for spec, letter in zip(team.agents, letters, strict=True)}
+        self.state = protocol.Coordination(
+            sorted(self.members),
+            max_answers=rules.max_answers_per_agent,
+            consensus=rules.consensus,
+            present=rules.final == "present",
+            max_failed_turns=rules.max_failed_turns,
+        )
+        self._scopes: dict[int, anyio.CancelScope] = {}
+        self._result: JobResult | None = None
+        self._started = 0.0
+
+    # Public --------------------------------------------------------------------------------------
+    async def run(self) -> JobResult:
+        """Run the job to its result. Cancelling the caller cancels every turn."""
+        self._started = self._clock()
+        send, receive = anyio.create_memory_object_stream[protocol.Event](math.inf)
+        try:
+            if self.files is not None:  # workspaces and containers first: the agents' tools need them
+                await self.files.start(sorted(self.members))
+            for member in self.members.values():
+                # SDK imports and client set-up block for seconds on first use: keep them off the loop.
+                backend = await anyio.to_thread.run_sync(self._factory, member.spec)
+                member.ctx = self._context(member, backend)
+            agents = [{"letter": m.letter, "model": m.spec.model} for m in self.members.values()]
+            await self._emit("started", agents=agents)
+            async with anyio.create_task_group() as tg, send, receive:
+                tg.start_soon(self._deadline, send.clone())
+                await self._execute(self.state.apply(protocol.Start()), tg, send)
+                while self._result is None:
+                    await self._handle(await receive.receive(), tg, send)
+                tg.cancel_scope.cancel()
+        finally:
+            with anyio.CancelScope(shield=True):
+                if self.files is not None:
+                    await self.files.close()
+                for member in self.members.values():
+                    if member.ctx is not None:
+                        await member.ctx.backend.aclose()
+        return self._result
+
+    def progress(self) -> Progress:
+        """The live picture: each agent's state, answers and vote, the tally, the round."""
+        agents = []
+        for letter, member in sorted(self.members.items()):
+            agent = self.state.agents[letter]
+            state: AgentStateName = agent.status
+            if member.presenting:
+                state = "presenting"
+            elif self.state.phase == "done" and agent.active:
+                state = "done"
+            vote = agent.vote.label if agent.vote else None
+            agents.append(
+                AgentProgress(
+                    letter=letter, model=member.spec.model, state=state, answers=agent.answers,
+                    vote=vote, error=agent.error, usage=member.usage,
+                )
+            )
+        return Progress(phase=self.state.phase, round=self.state.version, agents=agents, tally=self.state.tally())
+
+    # The loop ------------------------------------------------------------------------------------
+    async def _handle(self, event: protocol.Event, tg: anyio.abc.TaskGroup, send: MemoryObjectSendStream[protocol.Event]) -> None:
+        letter = getattr(event, "letter", None)
+        current = letter is None or self._in_turn(letter, getattr(event, "turn_id", -1))
+        if not current:
+            return  # a late event from a turn the protocol already cancelled
+        posted = len(self.state.answers)
+        actions = self.state.apply(event)
+        await self._report(event, posted)
+        await self._execute(actions, tg, send)
+
+    def _in_turn(self, letter: str, turn_id: int) -> bool:
+        turn = self.state.agents[letter].turn
+        return turn is not None and turn.turn_id == turn_id
+
+    async def _report(self, event: protocol.Event, posted: int) -> None:
+        if len(self.state.answers) > posted:  # an AnswerPosted, or a corrective turn's text taken as one
+            answer = self.state.answers[-1]
+            await self._emit("answer", answer.letter, label=answer.label, revision=answer.revision, content=answer.content)
+            if self.files is not None:
+                try:
+                    await self.files.on_answer(answer.letter, answer.label)
+                except ConclaveError as exc:  # e.g. a workspace over its caps: the answer stands, without files
+                    await self._emit("snapshot_failed", answer.letter, label=answer.label, error=str(exc))
+        elif isinstance(event, protocol.AnswerPosted):
+            await self._emit("turn_failed", event.letter, error="answer refused; the agent is asked again")
+        elif isinstance(event, protocol.VoteCast):
+            vote = self.state.agents[event.letter].vote
+            if vote is not None and vote.label == event.label and self.state.agents[event.letter].turn is None:
+                await self._emit("vote", event.letter, label=event.label, reason=event.reason)
+            else:
+                await self._emit("vote_discarded", event.letter, label=event.label, reason=event.reason)
+        elif isinstance(event, protocol.NoDecision):
+            await self._emit("no_decision", event.letter, text=event.text[:2000])
+        elif isinstance(event, protocol.TurnFailed):
+            agent = self.state.agents[event.letter]
+            await self._emit("agent_failed" if not agent.active else "turn_failed", event.letter, error=event.error)
+        elif isinstance(event, protocol.Deadline):
+            await self._emit("deadline", reason=event.reason)
+        elif isinstance(event, protocol.WorkStarted):
+            pass  # the tool call itself was reported when it was made
+
+    async def _execute(
+        self, actions: list[protocol.Action], tg: anyio.abc.TaskGroup, send: MemoryObjectSendStream[protocol.Event]
+    ) -> None:
+        for action in actions:
+            if isinstance(action, protocol.StartTurn):
+                scope = self._scopes[action.turn_id] = anyio.CancelScope()
+                await self._emit("turn_started", action.letter, turn_id=action.turn_id, round=action.version,
+                                 note=action.note, corrective=action.corrective)
+                tg.start_soon(self._turn, action, scope, send.clone())
+            elif isinstance(action, protocol.CancelTurn):
+                self._scopes.pop(action.turn_id, anyio.CancelScope()).cancel()
+                await self._emit("turn_cancelled", action.letter, turn_id=action.turn_id)
+            elif isinstance(action, protocol.Present):
+                self.members[action.letter].presenting = True
+                await self._emit("presenting", action.letter, winner=action.outcome.winner)
+                tg.start_soon(self._present, action, send.clone())
+            else:
+                await self._finish(action)
+
+    async def _finish(self, action: protocol.Finish) -> None:
+        outcome = action.outcome
+        for member in self.members.values():
+            member.presenting = False
+        winner = self.state.answer(outcome.winner) if outcome.winner else None
+        if self.files is not None:
+            try:
+                await self.files.finish(outcome.winner)
+            except ConclaveError as exc:
+                await self._emit("snapshot_failed", None, label=outcome.winner, error=str(exc))
+        answer = action.final_text if action.final_text is not None else (winner.content if winner else None)
+        presented_by = winner.letter if winner and action.final_text is not None else None
+        self._result = JobResult(
+            answer=answer, winner=outcome.winner, consensus=outcome.consensus, tie=outcome.tie,
+            reason=outcome.reason, tally=outcome.tally, presented_by=presented_by,
+            failed=outcome.failed, errors=outcome.errors,
+        )
+        await self._emit("finished", **self._result.model_dump())
+
+    # Tasks ---------------------------------------------------------------------------------------
+    async def _turn(self, action: protocol.StartTurn, scope: anyio.CancelScope, send: MemoryObjectSendStream[protocol.Event]) -> None:
+        member = self.members[action.letter]
+        assert member.ctx is not None
+
+        async def on_work(call: ToolCall) -> None:
+            await send.send(protocol.WorkStarted(action.letter, action.turn_id))
+            await self._emit("tool_call", action.letter, name=call.name, arguments=call.arguments)
+
+        ctx = replace(member.ctx, on_work=on_work)
+        async with send:
+            with scope:
+                try:
+                    picture = self.files.picture(action.letter) if self.files is not None else None
+                    event = await run_turn(ctx, action, self._shown(), picture)
+                except (ProviderError, TimeoutError) as exc:
+                    event = protocol.TurnFailed(action.letter, action.turn_id, _describe(exc), fatal=True)
+                await send.send(event)
+            self._scopes.pop(action.turn_id, None)
+
+    async def _present(self, action: protocol.Present, send: MemoryObjectSendStream[protocol.Event]) -> None:
+        member = self.members[action.letter]
+        assert member.ctx is not None
+        async with send:
+            try:
+                text = await present(member.ctx, self.task, self._shown(), action.outcome)
+                await send.send(protocol.Presented(text))
+            except (ProviderError, TimeoutError) as exc:
+                await send.send(protocol.PresentationFailed(_describe(exc)))
+
+    async def _deadline(self, send: MemoryObjectSendStream[protocol.Event]) -> None:
+        async with send:
+            await anyio.sleep(self.team.coordination.timeout_s)
+            await send.send(protocol.Deadline(f"the job reached its timeout of {self.team.coordination.timeout_s:g} s"))
+
+    # Helpers -------------------------------------------------------------------------------------
+    def _context(self, member: Member, backend: Backend) -> TurnContext:
+        spec = member.spec
+        limiter = self._limiters.setdefault(spec.provider, anyio.CapacityLimiter(16))
+        rules = self.team.coordination
+        system = prompts.system_prompt(
+            self.task, member.letter, len(self.members), rules.max_answers_per_agent, spec.tool_mode, spec.system_prompt
+        )
+
+        async def on_usage(usage: Usage) -> None:
+            member.usage = member.usage.add(usage, spec.price)
+            await self._emit("usage", member.letter, **usage.__dict__)
+
+        async def no_work(call: ToolCall) -> None:
+            raise AssertionError("work tools are bound per turn")
+
+        tools = self.files.tools(member.letter) if self.files is not None else None
+        return TurnContext(
+            spec=spec, backend=backend, letter=member.letter, system=system, retry=self._retry,
+            limiter=limiter, on_usage=on_usage, on_work=no_work, max_tool_steps=rules.max_tool_steps,
+            work_tools=tools.specs() if tools else (), handlers=tools.handlers() if tools else {},
+        )
+
+    def _shown(self) -> list[prompts.ShownAnswer]:
+        return [prompts.ShownAnswer(a.label, a.letter, a.content) for a in self.state.latest_answers()]
+
+    async def _emit(self, kind: str, letter: str | None = None, **data: object) -> None:
+        event = JobEvent(kind=kind, letter=letter, data=data, at=round(self._clock() - self._started, 3))  # type: ignore[arg-type]
+        await self.sink.record(event, self.progress())
+
+
+def _describe(exc: BaseException) -> str:
+    return str(exc) if isinstance(exc, ProviderError) else "the provider call timed out"

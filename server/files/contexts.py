@@ -1,0 +1,197 @@
+"""Context paths: the caller's folders, validated, and copied at job start honouring .gitignore and caps.
+
+`copy_context(paths, dest, caps)` lists every path first (stat only, .gitignore applied), refuses with
+`ContextTooLarge` before anything is copied when the file count or the bytes exceed the caps, then copies
+each path into `dest/<name>` (a stable unique name: the folder's basename, de-duplicated with -2, -3...),
+hashing while it copies. The returned `ContextManifest` records per file its size, mode and sha256: the
+diff base and apply's conflict check. Symlinks, FIFOs, sockets, devices and unreadable files are not
+copied and are listed in `skipped` with the reason; `.git` is skipped at any depth.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path, PurePosixPath
+from typing import Annotated, Literal
+
+import anyio.to_thread
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic.json_schema import SkipJsonSchema
+
+from conclave.errors import ContextTooLarge, InputError
+from conclave.files.trees import IgnoreRules, Listing, copy_tree, list_tree
+
+
+CALLER = {"caller": True}  # validation context of a caller's request: the folder must exist now
+
+
+class ContextPath(BaseModel):
+    """A caller's project folder for the team, read-only unless `permission` is "write".
+
+    One model from the MCP input (`ask_team`'s `context_paths`) to the stored job record. Validated
+    with the context `CALLER` (as `parse_context_paths` does when a job is submitted), `path` must be
+    an existing directory and is made absolute; otherwise (a stored record read back, whose folder may
+    be gone by now) it is taken as it is. `name` is the folder's name in every workspace, set when the
+    job is admitted.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    path: str = Field(description="an absolute folder path on the machine running the server")
+    permission: Literal["read", "write"] = Field(
+        default="read", description="write: the winning changes may be applied back with apply=true"
+    )
+    name: SkipJsonSchema[str | None] = None
+
+    @field_validator("path")
+    @classmethod
+    def _existing_directory(cls, value: str, info: ValidationInfo) -> str:
+        if not (info.context and info.context.get("caller")):
+            return value
+        if not value.strip():
+            raise ValueError("is empty: give the directory the team should work on")
+        path = Path(value).expanduser()
+        if not path.exists():
+            raise ValueError(
+                f"{value!r} does not exist: give an existing directory (an absolute path is safest; "
+                f"relative paths resolve against {Path.cwd()})"
+            )
+        if not path.is_dir():
+            raise ValueError(f"{value!r} is a file, not a directory: give the folder that holds it")
+        return str(path.resolve())
+
+
+def parse_context_paths(value: object) -> list[ContextPath]:
+    """A caller's context_paths as validated models; errors name the item, the value and the fix."""
+    if not isinstance(value, list):
+        raise InputError("context_paths", value, 'give a list like [{"path": "/abs/project", "permission": "read"}]')
+    parsed: list[ContextPath] = []
+    for index, item in enumerate(value):
+        try:
+            data = item.model_dump(exclude={"name"}) if isinstance(item, ContextPath) else item
+            parsed.append(ContextPath.model_validate(data, context=CALLER))
+        except ValidationError as exc:
+            problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'item'} {e['msg']}" for e in exc.errors())
+            raise InputError(f"context_paths[{index}]", item, problems) from exc
+    return parsed
+
+
+class Caps(BaseModel):
+    """Limits on the files copied; exceeding one refuses the copy before anything is written."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_files: Annotated[int, Field(ge=1)] = 5_000
+    max_bytes: Annotated[int, Field(ge=1)] = 50 * 1024 * 1024
+
+
+class FileRecord(BaseModel):
+    """One copied file at job start."""
+
+    size: int
+    mode: int
+    sha256: str
+
+
+class CopiedContext(BaseModel):
+    """One context path as copied: `base/<name>` holds it, `files` records it, `skipped` says what not."""
+
+    name: str
+    source: str
+    permission: Literal["read", "write"]
+    files: dict[str, FileRecord]
+    skipped: dict[str, str] = {}
+
+
+class ContextManifest(BaseModel):
+    """Every context path of a job as copied at job start."""
+
+    contexts: list[CopiedContext] = []
+
+    def get(self, name: str) -> CopiedContext:
+        for context in self.contexts:
+            if context.name == name:
+                return context
+        names = ", ".join(c.name for c in self.contexts) or "none"
+        raise InputError("context", name, f"no context path by that name; the job has: {names}")
+
+
+def _names(sources: list[ContextPath]) -> list[str]:
+    """A stable, unique folder name per context path: its basename, de-duplicated with -2, -3..."""
+    seen: set[str] = set()
+    names = []
+    for source in sources:
+        stem = Path(source.path).name or "root"
+        name, n = stem, 1
+        while name in seen:
+            n += 1
+            name = f"{stem}-{n}"
+        seen.add(name)
+        names.append(name)
+    return names
+
+
+def _scan(sources: list[ContextPath], caps: Caps) -> list[Listing]:
+    """List every source honouring .gitignore; raise ContextTooLarge over a cap, before any copy."""
+    paths = [Path(source.path) for source in sources]
+    if len(set(paths)) != len(paths):
+        shown = [source.path for source in sources]
+        raise InputError("context_paths", shown, "a folder is listed twice; give each folder once")
+    listings = [list_tree(path, rules=IgnoreRules(path), max_files=caps.max_files * 2) for path in paths]
+    count = sum(len(listing.files) for listing in listings)
+    size = sum(listing.total_bytes for listing in listings)
+    shown = ", ".join(str(path) for path in paths)
+    if count > caps.max_files:
+        at_least = "at least " if any(listing.truncated for listing in listings) else ""
+        found = f"{at_least}{count:,} files after .gitignore"
+        raise ContextTooLarge(shown, found, f"{caps.max_files:,} files", _biggest(paths, listings, "files"))
+    if size > caps.max_bytes:
+        found = f"{mb(size)} after .gitignore"
+        raise ContextTooLarge(shown, found, mb(caps.max_bytes), _biggest(paths, listings, "bytes"))
+    return listings
+
+
+def _biggest(paths: list[Path], listings: list[Listing], by: str) -> str:
+    """The three top-level folders (or files) holding the most files or bytes, for the error message."""
+    weight: Counter[Path] = Counter()
+    files: Counter[Path] = Counter()
+    for root, listing in zip(paths, listings):
+        for rel, entry in listing.files.items():
+            top = root / PurePosixPath(rel).parts[0]
+            weight[top] += 1 if by == "files" else entry.size
+            files[top] += 1
+    return ", ".join(
+        f"{top} ({files[top]:,} files)" if by == "files" else f"{top} ({mb(amount)})"
+        for top, amount in weight.most_common(3)
+    )
+
+
+def mb(size: int) -> str:
+    return f"{size / 1024 / 1024:,.1f} MB"
+
+
+def copy_context_sync(sources: list[ContextPath], dest: Path, caps: Caps = Caps()) -> ContextManifest:
+    """Copy each context path into `dest/<name>`; blocking (see `copy_context`)."""
+    listings = _scan(sources, caps)
+    contexts = []
+    for source, name, listing in zip(sources, _names(sources), listings):
+        skipped = dict(listing.skipped)
+
+        def unreadable(rel: str, exc: OSError, skipped: dict[str, str] = skipped) -> None:
+            skipped[rel] = f"unreadable, not copied: {exc.strerror or exc}"
+
+        hashes = copy_tree(Path(source.path), dest / name, listing, on_error=unreadable)
+        files = {
+            rel: FileRecord(size=entry.size, mode=entry.mode, sha256=hashes[rel] or "")
+            for rel, entry in listing.files.items()
+            if rel in hashes
+        }
+        contexts.append(CopiedContext(
+            name=name, source=source.path, permission=source.permission, files=files, skipped=skipped
+        ))
+    return ContextManifest(contexts=contexts)
+
+
+async def copy_context(sources: list[ContextPath], dest: Path, caps: Caps = Caps()) -> ContextManifest:
+    """Copy each context path into `dest/<name>` honouring .gitignore; ContextTooLarge before any copy."""
+    return await anyio.to_thread.run_sync(copy_context_sync, sources, dest, caps)

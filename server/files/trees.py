@@ -1,0 +1,290 @@
+"""File trees on disk: path confinement, .gitignore-aware listing, hashing and copying.
+
+The leaf under `workspace.py`, `diffing.py` and `applying.py`: synchronous, no models, no async.
+Invariants every function here keeps (tests/test_workspace.py guards each):
+- symlinks are never followed: listing uses lstat, files are opened with O_NOFOLLOW;
+- only regular files and directories are listed and copied; symlinks, FIFOs, sockets and devices are
+  reported as skipped (`test_symlinks_and_fifos_are_skipped_not_followed`);
+- an entry named `.git` (directory or worktree file) is skipped at any depth (`test_git_dir_skipped`);
+- copies never share an inode with their source unless the caller passes a `reuse` reference: only
+  immutable trees (snapshots, final) are built by hard link (`test_create_copies_base_without_sharing_inodes`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+from pathspec import GitIgnoreSpec
+
+from conclave.errors import PathOutsideRoot
+
+GIT_DIR = ".git"
+CHUNK = 1 << 20
+# A file whose mtime is this close to the moment a reference tree was captured may have been rewritten
+# within one filesystem clock tick, so its (size, mtime) proves nothing: copy it (git's "racy clean").
+RACY_MARGIN_NS = 2_000_000_000
+
+
+def resolve_inside(root: Path, relative: str, *, field: str = "path") -> Path:
+    """The one confinement check: `root/relative` with every symlink resolved, refused if it leaves root.
+
+    Refused: absolute paths, `..` that climbs out, and any symlink (final or intermediate, dangling or
+    not) whose target lies outside root. Paths that do not exist yet resolve too (for writes).
+    """
+    if "\x00" in relative:
+        raise PathOutsideRoot(field, relative, "it contains a NUL byte")
+    if PurePosixPath(relative).is_absolute() or relative.startswith("\\"):
+        raise PathOutsideRoot(field, relative, "absolute paths are not allowed")
+    base = Path(os.path.realpath(root))
+    if not _within(Path(os.path.normpath(base / relative)), base):
+        raise PathOutsideRoot(field, relative, "'..' leads outside the root")
+    resolved = Path(os.path.realpath(base / relative))
+    if not _within(resolved, base):
+        raise PathOutsideRoot(field, relative, "it goes through a symlink that points outside the root")
+    return resolved
+
+
+def _within(path: Path, base: Path) -> bool:
+    return path == base or path.is_relative_to(base)
+
+
+class IgnoreRules:
+    """The .gitignore files of one tree (root and nested) plus `.git/info/exclude`, read lazily.
+
+    Git's precedence: the deepest .gitignore with a matching pattern decides (a later `!negation` in the
+    same file wins), then its parents, then info/exclude. A file under an ignored directory stays ignored.
+    """
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._specs: dict[str, GitIgnoreSpec | None] = {}
+        self._dirs: dict[str, bool] = {}
+        self._exclude = _read_spec(root / GIT_DIR / "info" / "exclude")
+
+    def _spec(self, dir_rel: str) -> GitIgnoreSpec | None:
+        if dir_rel not in self._specs:
+            self._specs[dir_rel] = _read_spec(self.root / dir_rel / ".gitignore")
+        return self._specs[dir_rel]
+
+    def matches(self, rel: str, is_dir: bool) -> bool:
+        """Whether the patterns ignore `rel` itself (its parents are not looked at)."""
+        parts = rel.split("/")
+        suffix = "/" if is_dir else ""
+        for depth in range(len(parts) - 1, -1, -1):
+            spec = self._spec("/".join(parts[:depth]))
+            if spec is not None:
+                decided = spec.check_file("/".join(parts[depth:]) + suffix).include
+                if decided is not None:
+                    return decided
+        return bool(self._exclude and self._exclude.check_file(rel + suffix).include)
+
+    def ignored(self, rel: str, is_dir: bool = False) -> bool:
+        """Whether `rel` is ignored, itself or through an ignored parent directory."""
+        parts = rel.split("/")
+        for depth in range(1, len(parts)):
+            parent = "/".join(parts[:depth])
+            if parent not in self._dirs:
+                self._dirs[parent] = self.matches(parent, True)
+            if self._dirs[parent]:
+                return True
+        return self.matches(rel, is_dir)
+
+
+def _read_spec(path: Path) -> GitIgnoreSpec | None:
+    try:
+        data = read_bytes(path.parent, path.name)
+    except OSError:
+        return None
+    lines = data.decode("utf-8", "replace").splitlines()
+    return GitIgnoreSpec.from_lines(lines) if any(line.strip() for line in lines) else None
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One regular file of a listing."""
+
+    size: int
+    mode: int
+    mtime_ns: int
+    dev: int = 0
+    ino: int = 0
+
+
+@dataclass(slots=True)
+class Listing:
+    """A tree's regular files (by posix path relative to its root), its directories and what was skipped."""
+
+    files: dict[str, Entry] = field(default_factory=dict)
+    dirs: list[str] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)
+    truncated: bool = False
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(entry.size for entry in self.files.values())
+
+
+def list_tree(
+    root: Path,
+    *,
+    rules: IgnoreRules | None = None,
+    tracked: Iterable[str] = (),
+    max_files: int | None = None,
+) -> Listing:
+    """List `root` without following symlinks, skipping `.git` and what `rules` ignore.
+
+    Paths in `tracked` are kept even when ignored (git keeps tracked files); listing stops, marked
+    `truncated`, once it holds more than `max_files` files.
+    """
+    tracked = set(tracked)
+    tracked_dirs = {str(parent) for rel in tracked for parent in PurePosixPath(rel).parents}
+    listing = Listing()
+    stack = [""]
+    while stack:
+        dir_rel = stack.pop()
+        try:
+            with os.scandir(root / dir_rel) as scan:
+                entries = sorted(scan, key=lambda item: item.name)
+        except OSError as exc:
+            listing.skipped[dir_rel or "."] = f"unreadable directory: {exc.strerror}"
+            continue
+        subdirs = []
+        for item in entries:
+            rel = f"{dir_rel}/{item.name}" if dir_rel else item.name
+            if item.name == GIT_DIR:
+                continue
+            try:
+                info = item.stat(follow_symlinks=False)
+            except OSError as exc:
+                listing.skipped[rel] = f"unreadable: {exc.strerror}"
+                continue
+            if stat.S_ISDIR(info.st_mode):
+                if rules is None or rel in tracked_dirs or not rules.ignored(rel, True):
+                    listing.dirs.append(rel)
+                    subdirs.append(rel)
+            elif rules is not None and rel not in tracked and rules.ignored(rel, False):
+                continue
+            elif stat.S_ISREG(info.st_mode):
+                listing.files[rel] = Entry(
+                    info.st_size, stat.S_IMODE(info.st_mode), info.st_mtime_ns, info.st_dev, info.st_ino
+                )
+                if max_files is not None and len(listing.files) > max_files:
+                    listing.truncated = True
+                    return listing
+            elif stat.S_ISLNK(info.st_mode):
+                listing.skipped[rel] = "symlink: not copied (links are never followed)"
+            else:
+                listing.skipped[rel] = "not a regular file (FIFO, socket or device): not copied"
+        stack.extend(reversed(subdirs))
+    return listing
+
+
+def open_under(root: Path, rel: str) -> int:
+    """Open the regular file `root/rel` for reading without following any symlink on the way.
+
+    Each directory is opened relative to the previous one with O_NOFOLLOW, so an agent that swaps a
+    directory for a symlink between listing and reading cannot make us read outside its tree.
+    """
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        *parents, name = rel.split("/")
+        for part in parents:
+            step = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            os.close(fd)
+            fd = step
+        # O_NONBLOCK: a FIFO swapped in after listing must not block the open (no effect on files)
+        file_fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=fd)
+    finally:
+        os.close(fd)
+    if not stat.S_ISREG(os.fstat(file_fd).st_mode):
+        os.close(file_fd)
+        raise IsADirectoryError(f"{rel} is not a regular file")
+    return file_fd
+
+
+def read_bytes(root: Path, rel: str) -> bytes:
+    """The bytes of the regular file `root/rel`, following no symlink."""
+    with os.fdopen(open_under(root, rel), "rb") as handle:
+        return handle.read()
+
+
+def sha256_file(root: Path, rel: str) -> str:
+    """The sha256 of the regular file `root/rel`, following no symlink."""
+    digest = hashlib.sha256()
+    with os.fdopen(open_under(root, rel), "rb") as handle:
+        while chunk := handle.read(CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def copy_file(src_root: Path, rel: str, dst: Path, *, fsync: bool = False) -> str:
+    """Copy `src_root/rel` to a new file `dst` (mode without setuid bits; mtime kept); return its sha256."""
+    digest = hashlib.sha256()
+    with os.fdopen(open_under(src_root, rel), "rb") as source:
+        info = os.fstat(source.fileno())
+        out = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(out, "wb") as target:
+            while chunk := source.read(CHUNK):
+                digest.update(chunk)
+                target.write(chunk)
+            target.flush()
+            os.fchmod(target.fileno(), stat.S_IMODE(info.st_mode) & 0o777)
+            os.utime(target.fileno(), ns=(info.st_atime_ns, info.st_mtime_ns))
+            if fsync:
+                os.fsync(target.fileno())
+    return digest.hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class Reference:
+    """An immutable tree whose unchanged files a new immutable copy may hard-link instead of copying."""
+
+    root: Path
+    files: dict[str, Entry]
+    captured_ns: int
+
+    def reusable(self, rel: str, entry: Entry) -> Path | None:
+        old = self.files.get(rel)
+        if old is None or (old.size, old.mode, old.mtime_ns) != (entry.size, entry.mode, entry.mtime_ns):
+            return None
+        return self.root / rel if entry.mtime_ns < self.captured_ns - RACY_MARGIN_NS else None
+
+
+def copy_tree(
+    src: Path,
+    dst: Path,
+    listing: Listing,
+    *,
+    reuse: Reference | None = None,
+    on_error: Callable[[str, OSError], None] | None = None,
+) -> dict[str, str | None]:
+    """Copy the listed files of `src` into the new directory `dst`; return {path: sha256, or None if linked}.
+
+    With `reuse`, unchanged files are hard-linked from the reference (only for immutable results).
+    A file that cannot be read is reported to `on_error` and left out; without `on_error` it raises.
+    """
+    dst.mkdir(parents=True)
+    for rel in listing.dirs:
+        (dst / rel).mkdir(parents=True, exist_ok=True)
+    copied: dict[str, str | None] = {}
+    for rel, entry in listing.files.items():  # every parent is in listing.dirs, made above
+        linked = reuse.reusable(rel, entry) if reuse else None
+        try:
+            if linked is not None:
+                try:
+                    os.link(linked, dst / rel, follow_symlinks=False)
+                    copied[rel] = None
+                    continue
+                except OSError:
+                    pass
+            copied[rel] = copy_file(src, rel, dst / rel)
+        except OSError as exc:
+            if on_error is None:
+                raise
+            on_error(rel, exc)
+    return copied

@@ -1,0 +1,307 @@
+"""Per-job, per-agent workspaces under `$CONCLAVE_HOME/jobs/<job_id>/`; no Docker, no model knowledge.
+
+    jobs/<job_id>/
+        manifest.json      what copy_context copied: per context path its name, source, permission, and
+                           per file its size, mode and sha256 (the diff base and apply's conflict check)
+        base/<name>/       the pristine copy at job start (read-only by convention)
+        agents/<letter>/   each agent's working copy, made from base/ by copying: never shares an inode
+                           with base/ or a snapshot, since agents write here (bind-mounted at /workspace)
+        snapshots/<label>/ the author's workspace at each new_answer (`B2`), immutable
+        final/             the winner's workspace after presentation, immutable
+        diff.patch         the winner's git-style patch over every context path, written at the end
+        meta/<tree>        when base/ or a snapshot was captured (for safe reuse of unchanged files)
+
+The API (blocking work runs in a worker thread through `anyio.to_thread.run_sync`):
+    ContextPath(path, permission)        a caller's folder, validated (exists, is a directory), resolved
+    Caps(max_files, max_bytes)           5,000 files and 50 MB for context paths by default
+    await copy_context(paths, dest, caps) -> ContextManifest   into dest/<name>; refuses before copying
+                                         (contexts.py; `copy_context_sync` is the blocking form)
+    resolve_inside(root, relative)       the one confinement check (re-exported from trees.py)
+    await diff(base, final) -> Patch     git-style unified diff + summary (diffing.py)
+    await apply(final, target, context) -> Changes   all or nothing (applying.py)
+    Workspaces(job_dir)                  prepare, create, snapshot, peer_view, finalize, source, diffs, apply
+
+Choices: symlinks, FIFOs, sockets and devices are never copied or followed (listed in `skipped`); files
+that cannot be read are skipped and listed; .gitignore files (root, nested, negations, info/exclude) are
+honoured for context paths only, a workspace snapshot copies everything (under looser caps). Snapshots
+and final/ hard-link files unchanged since the tree they derive from (the agent's previous snapshot, or
+base/), judged by size, mode and mtime, and never for files modified within 2 s of that tree's capture
+(git's racy-clean rule); immutable trees may share inodes, agents/ never does. Every tree is built under
+a temporary name and renamed into place, so a crash never leaves half a snapshot.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import anyio.to_thread
+
+from conclave.files.apply import Changes, apply_tree
+from conclave.files.contexts import (
+    Caps,
+    ContextManifest,
+    ContextPath,
+    CopiedContext,
+    FileRecord,
+    copy_context,
+    copy_context_sync,
+    mb,
+)
+from conclave.files.diff import Patch, diff_trees
+from conclave.config import LABEL, LETTER
+from conclave.errors import ContextTooLarge, InputError
+from conclave.files.trees import Listing, Reference, copy_tree, list_tree, resolve_inside
+
+__all__ = [
+    "Caps", "ContextManifest", "ContextPath", "CopiedContext", "FileRecord", "Patch", "Workspaces",
+    "apply", "copy_context", "copy_context_sync", "diff", "resolve_inside",
+]
+
+ALWAYS = 2**63 - 1  # a capture time that makes every file of an immutable reference reusable
+WORKSPACE_CAPS = Caps(max_files=20_000, max_bytes=200 * 1024 * 1024)
+
+
+async def diff(base: Path, final: Path) -> Patch:
+    """The git-style patch from `base` to `final` (diffing.py), computed in a worker thread."""
+    return await anyio.to_thread.run_sync(diff_trees, base, final)
+
+
+async def apply(final: Path, target: Path, context: CopiedContext, base: Path | None = None) -> Changes:
+    """Apply `final` to `target` for a write context path: all or nothing (applying.py).
+
+    `base` (the context's copy in base/) only saves hashing files the final tree hard-links from it.
+    """
+    if context.permission != "write":
+        raise InputError(
+            "apply", True, f"context path {context.source} was given read-only; give it with "
+            f"permission 'write' to apply the team's changes to it"
+        )
+    return await anyio.to_thread.run_sync(apply_tree, final, target, context.files, base)
+
+
+class Workspaces:
+    """The workspace trees of one job (see the module docstring for the layout)."""
+
+    def __init__(
+        self,
+        job_dir: Path,
+        *,
+        caps: Caps = Caps(),
+        workspace_caps: Caps = WORKSPACE_CAPS,
+        agent_owner: tuple[int, int] | None = None,
+    ) -> None:
+        self.job_dir = Path(job_dir)
+        self.caps, self.workspace_caps, self.agent_owner = caps, workspace_caps, agent_owner
+        self.base = self.job_dir / "base"
+        self.agents = self.job_dir / "agents"
+        self.snapshots = self.job_dir / "snapshots"
+        self.final = self.job_dir / "final"
+        self._meta = self.job_dir / "meta"
+        self._manifest_path = self.job_dir / "manifest.json"
+        self.patch = self.job_dir / "diff.patch"  # the winner's patch, written when the job ends
+
+    # -- building the trees ---------------------------------------------------------------------
+
+    async def prepare(self, sources: list[ContextPath]) -> ContextManifest:
+        """Copy the context paths into base/ and record the manifest (an empty base/ without any)."""
+        return await anyio.to_thread.run_sync(self._prepare, sources)
+
+    def _prepare(self, sources: list[ContextPath]) -> ContextManifest:
+        captured = time.time_ns()
+        with _building(self.base) as tmp:
+            manifest = copy_context_sync(sources, tmp, self.caps)
+        self._set_captured("base", captured)
+        _write_atomic(self._manifest_path, manifest.model_dump_json())
+        return manifest
+
+    def manifest(self) -> ContextManifest:
+        """The manifest recorded by `prepare` (readable from any process)."""
+        return ContextManifest.model_validate_json(self._manifest_path.read_bytes())
+
+    async def create(self, letters: list[str]) -> dict[str, Path]:
+        """Give each agent its own working copy of base/ (copied, never linked)."""
+        return await anyio.to_thread.run_sync(self._create, letters)
+
+    def _create(self, letters: list[str]) -> dict[str, Path]:
+        listing = list_tree(self.base)
+        made = {}
+        for letter in letters:
+            with _building(self.agent(letter)) as tmp:
+                copy_tree(self.base, tmp, listing)
+                if self.agent_owner is not None:
+                    _chown_tree(tmp, *self.agent_owner)
+            made[letter] = self.agent(letter)
+        return made
+
+    async def snapshot(self, letter: str, label: str) -> Path:
+        """Freeze agent `letter`'s workspace as snapshots/<label>; refused over the workspace caps."""
+        return await anyio.to_thread.run_sync(self._snapshot, letter, label)
+
+    def _snapshot(self, letter: str, label: str) -> Path:
+        if self.label_letter(label) != letter:
+            raise ValueError(f"snapshot label {label!r} does not belong to agent {letter}")
+        source, captured = self.agent(letter), time.time_ns()
+        listing = list_tree(source, max_files=self.workspace_caps.max_files)
+        self._check_workspace(letter, listing)
+        reuse = self._reference(self.latest().get(letter))
+        with _building(self.snapshot_dir(label)) as tmp:
+            copy_tree(source, tmp, listing, reuse=reuse, on_error=_leave_out)
+        self._set_captured(label, captured)
+        return self.snapshot_dir(label)
+
+    async def finalize(self, label: str) -> Path:
+        """Make final/ from an answer's snapshot (`B2`): exactly the files the team voted for."""
+        return await anyio.to_thread.run_sync(self._finalize, label)
+
+    def _finalize(self, label: str) -> Path:
+        source = self.snapshot_dir(label)
+        if not source.is_dir():
+            raise InputError("source", label, "no snapshot by that label yet")
+        listing = list_tree(source)
+        reuse = Reference(source, listing.files, ALWAYS)
+        with _building(self.final, replace=True) as tmp:
+            copy_tree(source, tmp, listing, reuse=reuse, on_error=_leave_out)
+        return self.final
+
+    def _check_workspace(self, letter: str, listing: Listing) -> None:
+        caps = self.workspace_caps
+        fix = "delete generated files from the workspace (keep scratch files in /tmp) and try again"
+        if listing.truncated or len(listing.files) > caps.max_files:
+            found = f"more than {caps.max_files:,} files"
+            raise ContextTooLarge(f"agent {letter}'s workspace", found, f"{caps.max_files:,} files", fix=fix)
+        if listing.total_bytes > caps.max_bytes:
+            found = mb(listing.total_bytes)
+            raise ContextTooLarge(f"agent {letter}'s workspace", found, mb(caps.max_bytes), fix=fix)
+
+    def _reference(self, label: str | None) -> Reference:
+        """The immutable tree a new copy of an agent's workspace may reuse: its last snapshot, else base/."""
+        root, name = (self.snapshot_dir(label), label) if label else (self.base, "base")
+        return Reference(root, list_tree(root).files, self._captured(name))
+
+    def _set_captured(self, name: str, ns: int) -> None:
+        self._meta.mkdir(exist_ok=True)
+        _write_atomic(self._meta / name, str(ns))
+
+    def _captured(self, name: str) -> int:
+        try:
+            return int((self._meta / name).read_text())
+        except (OSError, ValueError):
+            return 0  # unknown: no file counts as unchanged, everything is copied
+
+    # -- naming and reading ---------------------------------------------------------------------
+
+    def agent(self, letter: str) -> Path:
+        if not LETTER.fullmatch(letter):
+            raise InputError("letter", letter, "an agent letter is one capital letter, A to P")
+        return self.agents / letter
+
+    def snapshot_dir(self, label: str) -> Path:
+        self.label_letter(label)
+        return self.snapshots / label
+
+    @staticmethod
+    def label_letter(label: str) -> str:
+        match = LABEL.fullmatch(label)
+        if not match:
+            raise InputError("source", label, "an answer label is a letter and a revision, e.g. 'B2'")
+        return match.group(1)
+
+    def latest(self) -> dict[str, str]:
+        """Each agent's latest snapshot label, read from disk (any process can answer)."""
+        best: dict[str, tuple[int, str]] = {}
+        if self.snapshots.is_dir():
+            for entry in os.scandir(self.snapshots):
+                match = LABEL.fullmatch(entry.name)
+                if match and entry.is_dir(follow_symlinks=False):
+                    letter, revision = match.group(1), int(match.group(2))
+                    if revision > best.get(letter, (0, ""))[0]:
+                        best[letter] = (revision, entry.name)
+        return {letter: label for letter, (_, label) in sorted(best.items())}
+
+    def peer_view(self, letter: str) -> dict[str, Path]:
+        """Every other agent's latest snapshot (mounted read-only at /peers/<letter> by the sandbox)."""
+        self.agent(letter)
+        return {peer: self.snapshots / label for peer, label in self.latest().items() if peer != letter}
+
+    def source(self, name: str) -> Path:
+        """The tree `read_workspace` reads: "final", "base", or an answer label like "B2"."""
+        path = {"final": self.final, "base": self.base}.get(name) or self.snapshot_dir(name)
+        if not path.is_dir():
+            fix = "nothing there yet; use 'final' once the job is done, or the label of a posted answer"
+            raise InputError("source", name, fix)
+        return path
+
+    def peer_mount(self, letter: str) -> Path:
+        """The host folder mounted read-only at /peers/<letter> in the other agents' containers."""
+        self.agent(letter)
+        return self.job_dir / "peers" / letter
+
+    async def publish(self, letter: str, label: str) -> Path:
+        """Make peer_mount(letter) show snapshot `label`, in place (a bind mount pins the folder's inode)."""
+        return await anyio.to_thread.run_sync(self._publish, letter, label)
+
+    def _publish(self, letter: str, label: str) -> Path:
+        mount, source = self.peer_mount(letter), self.snapshot_dir(label)
+        mount.mkdir(parents=True, exist_ok=True)
+        for entry in os.scandir(mount):
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path)
+            else:
+                os.unlink(entry.path)
+        for rel in list_tree(source).files:  # snapshots are immutable: linking their files is safe
+            target = mount / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            os.link(source / rel, target)
+        return mount
+
+    # -- results --------------------------------------------------------------------------------
+
+    async def diffs(self) -> dict[str, Patch]:
+        """Per context path name, the patch from its state at job start to final/."""
+        return {c.name: await diff(self.base / c.name, self.final / c.name) for c in self.manifest().contexts}
+
+    async def apply(self, name: str) -> Changes:
+        """Apply final/<name> to that context path's folder (permission write only)."""
+        context = self.manifest().get(name)
+        return await apply(self.final / name, Path(context.source), context, self.base / name)
+
+
+@contextmanager
+def _building(dest: Path, *, replace: bool = False) -> Iterator[Path]:
+    """Yield a fresh temporary sibling of `dest` to fill, then rename it into place (removed on error)."""
+    if dest.exists() and not replace:
+        raise FileExistsError(f"{dest} exists already; workspace trees are never overwritten")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(f".{dest.name}.tmp-{os.getpid()}-{time.monotonic_ns()}")
+    old = dest.with_name(f".{dest.name}.old-{os.getpid()}-{time.monotonic_ns()}")
+    try:
+        yield tmp
+        tmp.mkdir(exist_ok=True)  # nothing to copy still makes the tree
+        if dest.exists():
+            os.rename(dest, old)
+        os.rename(tmp, dest)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _leave_out(rel: str, exc: OSError) -> None:
+    """A file of a live workspace that vanished or became unreadable mid-copy is left out of the copy."""
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def _chown_tree(root: Path, uid: int, gid: int) -> None:
+    os.lchown(root, uid, gid)
+    for directory, dirs, files in os.walk(root):
+        for name in dirs + files:
+            os.lchown(os.path.join(directory, name), uid, gid)

@@ -1,0 +1,77 @@
+"""A job's file steps around its run: admit the context paths before, collect the diff (and apply) after."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import anyio
+import anyio.to_thread
+
+from conclave.config import Team
+from conclave.coordination.job_files import JobFiles
+from conclave.errors import ApplyError, SandboxUnavailable
+from conclave.files.contexts import ContextPath
+from conclave.files.workspaces import Workspaces
+from conclave.jobs.records import ContextChanges, FileChangeView, FilesResult, JobOptions
+from conclave.sandbox.container import container_user, engine_status, image_tag
+
+
+async def admit(
+    job_dir: Path, sources: list[ContextPath], team: Team, apply: bool
+) -> JobOptions:
+    """Check and copy a job's context paths before it is queued; nothing is left behind on refusal.
+
+    Commands need a Docker engine and the sandbox image: a team that would run them is refused here,
+    with the fix, rather than failing later.
+    """
+    commands = team.sandbox != "none"
+    if commands:
+        assert not isinstance(team.sandbox, str)
+        status = await anyio.to_thread.run_sync(engine_status, image_tag(team.sandbox))
+        if not status.available or status.image_present is False:
+            raise SandboxUnavailable(
+                f"team {team.name!r} runs commands in a Docker sandbox, but {status.error}; "
+                "or set `sandbox: none` in the team file to work on files without commands"
+            )
+    try:
+        manifest = await Workspaces(job_dir, agent_owner=container_user()).prepare(sources)
+    except BaseException:
+        with anyio.CancelScope(shield=True):
+            await anyio.to_thread.run_sync(lambda: shutil.rmtree(job_dir, ignore_errors=True))
+        raise
+    contexts = [
+        ContextPath(name=context.name, path=context.source, permission=context.permission)
+        for context in manifest.contexts
+    ]
+    return JobOptions(context_paths=contexts, apply=apply, commands=commands)
+
+
+async def collect(files: JobFiles, options: JobOptions) -> FilesResult:
+    """The winner's diff per context path, written as one patch file; applied where asked and allowed."""
+    workspaces = files.workspaces
+    if not workspaces.final.is_dir():
+        return FilesResult(error="no final files: the winning answer has no snapshot (see the transcript)")
+    patches = await workspaces.diffs()
+    chunks, contexts = [], []
+    for option in options.context_paths:
+        patch = patches[option.name]
+        if patch.text:
+            chunks.append(f"# {option.name}: {option.path}\n{patch.text}")
+        changes = ContextChanges(
+            name=option.name, path=option.path, permission=option.permission,
+            files=[FileChangeView(path=f.path, status=f.status, added_lines=f.added_lines,
+                                  removed_lines=f.removed_lines) for f in patch.files],
+            added_lines=sum(f.added_lines for f in patch.files),
+            removed_lines=sum(f.removed_lines for f in patch.files),
+        )
+        if options.apply and option.permission == "write" and patch.files:
+            try:
+                await workspaces.apply(option.name)
+                changes.applied = True
+            except ApplyError as exc:
+                changes.apply_error = str(exc)
+        contexts.append(changes)
+    text = "".join(chunks)
+    await anyio.to_thread.run_sync(workspaces.patch.write_text, text)
+    return FilesResult(contexts=contexts, patch_chars=len(text))

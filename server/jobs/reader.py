@@ -1,0 +1,153 @@
+"""What `read_workspace` can read of a job: the transcript, each answer, the final answer, the patch
+(`@diff`), and, for jobs with context paths, every file of the final tree or of any answer's snapshot.
+
+Text is paged by characters (`offset`, `limit`) so a client with a small tool-result budget can read
+anything in pieces. File paths are confined to their tree like every path a caller gives.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+import anyio.to_thread
+
+from conclave.config import LABEL
+from conclave.errors import InputError
+from conclave.jobs.store import JobRow, Store
+from conclave.files.trees import list_tree, resolve_inside
+from conclave.files.workspaces import Workspaces
+
+MAX_LIMIT = 100_000
+PATH_HELP = "use '' to list, 'transcript', 'final' or 'answers/<label>' such as answers/B2"
+JOB_TEXTS = ("transcript", "final")
+MAX_LISTED = 2000
+
+
+class WorkspacePage(BaseModel):
+    """A page of a job's readable material (an answer, the transcript, or a listing)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    job_id: str
+    path: str
+    offset: int
+    limit: int
+    total: int = Field(description="characters (or entries, for a listing) in all")
+    content: str
+    entries: list[str] | None = Field(default=None, description="for a listing: the readable paths")
+    next_offset: int | None = Field(default=None, description="pass as offset to read on; null at the end")
+
+    def text(self) -> str:
+        more = f"\n[more: call again with offset={self.next_offset}]" if self.next_offset is not None else ""
+        return f"{self.path} [{self.offset}:{self.offset + len(self.content)} of {self.total}]\n{self.content}{more}"
+
+
+async def read_job(
+    store: Store, row: JobRow, workspaces: Workspaces | None, path: str, source: str | None, offset: int, limit: int
+) -> WorkspacePage:
+    if not isinstance(offset, int) or offset < 0:
+        raise InputError("offset", offset, "use 0 or a next_offset from an earlier page")
+    if not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
+        raise InputError("limit", limit, f"use a number of characters from 1 to {MAX_LIMIT}")
+    path = (path or "").strip()
+    if source in (None, ""):
+        if not path:
+            entries = listing(store, row, workspaces)
+            return _page(row.id, "", "\n".join(entries), offset, limit, entries)
+        if path == "@diff":
+            return _page(row.id, path, await _patch(row, workspaces), offset, limit)
+        if path in JOB_TEXTS or path.startswith("answers/") or workspaces is None:
+            return _page(row.id, path, _text(store, row, path.strip("/")), offset, limit)
+    if workspaces is None:
+        raise InputError("source", source, "this job has no files (it had no context_paths); leave source empty")
+    if not isinstance(source, str) or not (source in ("", "final") or LABEL.fullmatch(source)):
+        raise InputError("source", source, "use 'final' or an answer label such as B2")
+    tree = workspaces.source(source or "final")
+    if not path.strip("/"):
+        files = sorted((await anyio.to_thread.run_sync(list_tree, tree)).files)[:MAX_LISTED]
+        return _page(row.id, "", "\n".join(files), offset, limit, files)
+    text = await anyio.to_thread.run_sync(_file_text, tree, path)
+    return _page(row.id, path, text, offset, limit)
+
+
+def listing(store: Store, row: JobRow, workspaces: Workspaces | None = None) -> list[str]:
+    entries = ["transcript"]
+    if row.result is not None and row.result.answer is not None:
+        entries.append("final")
+    entries += [f"answers/{answer.label}" for answer in store.answers(row.id)]
+    if workspaces is not None and workspaces.patch.exists():
+        entries.append("@diff")
+    return entries
+
+
+async def _patch(row: JobRow, workspaces: Workspaces | None) -> str:
+    if workspaces is None:
+        raise InputError("path", "@diff", "this job has no files (it had no context_paths), so no diff")
+    patch = workspaces.patch
+    if not patch.exists():
+        raise InputError("path", "@diff", f"the diff is written when the job ends (state: {row.state}); try later")
+    return await anyio.to_thread.run_sync(patch.read_text)
+
+
+def _file_text(tree: Path, path: str) -> str:
+    target = resolve_inside(tree, path)
+    if not target.is_file():
+        raise InputError("path", path, "no such file in that tree; list it with path='' and the same source")
+    data = target.read_bytes()
+    if b"\x00" in data[:8192]:
+        return f"[binary file, {len(data)} bytes: not shown]"
+    return data.decode("utf-8", errors="replace")
+
+
+def _text(store: Store, row: JobRow, path: str) -> str:
+    if path == "transcript":
+        return transcript(store, row)
+    if path == "final":
+        if row.result is None or row.result.answer is None:
+            raise InputError("path", path, f"the job has no final answer yet (state: {row.state}); try later")
+        return row.result.answer
+    if path.startswith("answers/"):
+        label = path.removeprefix("answers/")
+        for answer in store.answers(row.id):
+            if answer.label == label:
+                return answer.content
+        known = ", ".join(a.label for a in store.answers(row.id)) or "none yet"
+        raise InputError("path", path, f"no answer {label!r} in this job (answers: {known})")
+    raise InputError("path", path, PATH_HELP)
+
+
+def transcript(store: Store, row: JobRow) -> str:
+    """The job's events as readable lines; answers in full, votes with their reasons."""
+    lines = [f"Job {row.id} - team {row.team_name}", f"Task: {row.task}", ""]
+    for event in store.events(row.id):
+        who = event.letter or "-"
+        d = event.data
+        stamp = f"[{event.at:8.2f}s] {who}"
+        match event.kind:
+            case "answer":
+                lines.append(f"{stamp} posted {d['label']}:\n{d['content']}\n")
+            case "vote" | "vote_discarded":
+                status = "voted for" if event.kind == "vote" else "vote discarded:"
+                lines.append(f"{stamp} {status} {d['label']}: {d.get('reason', '')}")
+            case "usage":
+                continue
+            case "finished":
+                lines.append(f"{stamp} finished: winner {d.get('winner')}, consensus {d.get('consensus')}; {d.get('reason')}")
+            case _:
+                details = json.dumps(d, ensure_ascii=False, default=str)
+                lines.append(f"{stamp} {event.kind} {details if d else ''}".rstrip())
+    return "\n".join(lines)
+
+
+def _page(
+    job_id: str, path: str, text: str, offset: int, limit: int, entries: list[str] | None = None
+) -> WorkspacePage:
+    chunk = text[offset : offset + limit]
+    end = offset + len(chunk)
+    return WorkspacePage(
+        job_id=job_id, path=path, offset=offset, limit=limit, total=len(text), content=chunk, entries=entries,
+        next_offset=end if end < len(text) else None,
+    )

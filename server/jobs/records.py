@@ -1,0 +1,47 @@
+"""What the job store keeps beside a job's reports: the caller's options and the files result."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from conclave.files.contexts import ContextPath
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class JobOptions(_Record):
+    context_paths: list[ContextPath] = Field(default_factory=list)
+    apply: bool = False
+    commands: bool = False  # agents get run_command in a sandbox
+
+
+class FileChangeView(_Record):
+    path: str
+    status: Literal["added", "modified", "deleted", "binary"]
+    added_lines: int = 0
+    removed_lines: int = 0
+
+
+class ContextChanges(_Record):
+    """What the winner changed in one context path, and whether it was applied."""
+
+    name: str
+    path: str
+    permission: Literal["read", "write"]
+    files: list[FileChangeView] = Field(default_factory=list)
+    added_lines: int = 0
+    removed_lines: int = 0
+    applied: bool = False
+    apply_error: str | None = None
+
+
+class FilesResult(_Record):
+    """The job's diff summary; the patch itself is read page by page with read_workspace('@diff')."""
+
+    contexts: list[ContextChanges] = Field(default_factory=list)
+    patch_chars: int = 0
+    error: str | None = None

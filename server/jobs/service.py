@@ -1,0 +1,279 @@
+"""The job registry: jobs run in the background, apart from the MCP request that started them.
+
+`JobService.open` owns the task group every job runs in, so it must be entered outside FastMCP's
+lifespan (see app.py). A job records its owner (process id + a random id) and a heartbeat; a starting
+service marks `interrupted` only jobs whose owner is gone, never another live server's.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import secrets
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import anyio
+import anyio.abc
+
+from conclave.backends import check_ready
+from conclave.backends.local import LocalServers
+from conclave.backends.retry import RetryPolicy
+from conclave.config import Team, list_presets, resolve_team
+from conclave.errors import ConclaveError, InputError, JobNotFound
+from conclave.jobs.owners import process_alive
+from conclave.coordination.orchestrator import BackendFactory, Orchestrator, endpoint_factory
+from conclave.coordination.job_files import JobFiles
+from conclave.files.contexts import parse_context_paths
+from conclave.jobs.file_steps import admit, collect
+from conclave.sandbox.container import container_user, sweep
+from conclave.coordination.reports import JobEvent, Progress
+from conclave.jobs.records import JobOptions
+from conclave.jobs.reader import read_job
+from conclave.settings import MAX_WAIT_S, Settings
+from conclave.jobs.store import ACTIVE_STATES, JobRow, Store
+from conclave.jobs.reader import WorkspacePage
+from conclave.jobs.teams import TeamList
+from conclave.jobs.views import JobView
+from conclave.files.workspaces import Workspaces
+from conclave.jobs.teams import team_list
+from conclave.jobs.views import job_view, phase_of
+
+logger = logging.getLogger(__name__)
+JOB_ID = re.compile(r"^cj-[0-9a-f]{12}$")
+POLL_S = 0.2
+
+ProgressCallback = Callable[[JobView], Awaitable[None]]
+
+
+def new_job_id() -> str:
+    return "cj-" + secrets.token_hex(6)
+
+
+class StoreSink:
+    """The orchestrator's reports, written to the store."""
+
+    def __init__(self, store: Store, job_id: str) -> None:
+        self._store, self._job_id = store, job_id
+
+    async def record(self, event: JobEvent, progress: Progress) -> None:
+        self._store.record(self._job_id, event, progress, phase_of(event))
+        if event.kind == "presenting":
+            self._store.set_state(self._job_id, "presenting")
+
+
+class JobService:
+    """Submit, watch, cancel and read jobs."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        store: Store,
+        tg: anyio.abc.TaskGroup,
+        environ: Mapping[str, str],
+        backend_factory: BackendFactory,
+        retry: RetryPolicy | None,
+    ) -> None:
+        self.settings, self.store, self._tg = settings, store, tg
+        self._environ, self._factory, self._retry = environ, backend_factory, retry
+        self._owner_id = uuid.uuid4().hex
+        self._slots = anyio.CapacityLimiter(settings.max_jobs)
+        self._provider_limits: dict[str, anyio.CapacityLimiter] = {}
+        self._scopes: dict[str, anyio.CancelScope] = {}
+
+    @classmethod
+    @asynccontextmanager
+    async def open(
+        cls,
+        settings: Settings,
+        *,
+        environ: Mapping[str, str] | None = None,
+        backend_factory: BackendFactory | None = None,
+        retry: RetryPolicy | None = None,
+    ) -> AsyncIterator[JobService]:
+        env = dict(os.environ if environ is None else environ)
+        store = Store(settings.db_path)
+        for job_id in store.orphans(process_alive, settings.stale_after_s):
+            store.set_state(job_id, "interrupted", "the server that ran this job stopped")
+        try:
+            # The pool outlives the jobs' task group: jobs release their servers as they end, then the
+            # pool stops any left over (tests/test_local.py).
+            body_error: Exception | None = None
+            async with LocalServers() as local_servers, anyio.create_task_group() as tg:
+                factory = backend_factory or endpoint_factory(env, local_servers)
+                service = cls(settings, store, tg, env, factory, retry)
+                tg.start_soon(service._watch)
+                tg.start_soon(service._sweep)
+                try:
+                    yield service
+                except Exception as exc:  # the caller's error: re-raised below as itself, not in a group
+                    body_error = exc
+                finally:
+                    tg.cancel_scope.cancel()  # running jobs end as `interrupted`, answers kept
+            if body_error is not None:
+                raise body_error
+        finally:
+            store.close()
+
+    # The tools' operations -----------------------------------------------------------------------
+    async def submit(
+        self, task: str, team: str | None, context_paths: list[object] | None = None, apply: bool = False
+    ) -> JobView:
+        """Validate, copy the context paths, and queue a job; it starts as soon as a slot is free."""
+        text = task.strip() if isinstance(task, str) else ""
+        if not text:
+            raise InputError("task", task, "give the team a non-empty task")
+        if len(task) > self.settings.max_task_chars:
+            raise InputError(
+                "task", f"<{len(task)} characters>",
+                f"keep the task under {self.settings.max_task_chars} characters; put large material in files",
+            )
+        sources = parse_context_paths(context_paths or [])
+        if apply and not any(source.permission == "write" for source in sources):
+            raise InputError("apply", apply, "apply needs a context path with permission 'write'")
+        resolved = resolve_team(team, self._environ)
+        self._check_runnable(resolved)
+        job_id = new_job_id()
+        options = await admit(self.job_dir(job_id), sources, resolved, apply) if sources else JobOptions()
+        self.store.create_job(
+            job_id, task, resolved.name, resolved.model_dump_json(), os.getpid(), self._owner_id, options
+        )
+        self._scopes[job_id] = anyio.CancelScope()
+        self._tg.start_soon(self._run, job_id, task, resolved)
+        return self._view(job_id)
+
+    async def view(self, job_id: str) -> JobView:
+        return self._view(job_id)
+
+    async def wait(self, job_id: str, wait_seconds: float, on_progress: ProgressCallback | None = None) -> JobView:
+        """Long-poll: return when the job is done or `wait_seconds` pass, reporting every change."""
+        _check_wait(wait_seconds)
+        view, rev = self._view(job_id), self.store.rev(job_id)
+        with anyio.move_on_after(wait_seconds):
+            while not view.done:
+                await anyio.sleep(POLL_S)
+                now = self.store.rev(job_id)
+                if now != rev:
+                    view, rev = self._view(job_id), now
+                    if on_progress is not None:
+                        await on_progress(view)
+        return self._view(job_id)
+
+    async def cancel(self, job_id: str) -> JobView:
+        """Cancel a job here or, through the store, in whichever server process runs it."""
+        view = self._view(job_id)
+        if view.done:
+            return view
+        scope = self._scopes.get(job_id)
+        if scope is not None:
+            scope.cancel()
+        else:
+            self.store.request_cancel(job_id)
+        with anyio.move_on_after(10):
+            while not (view := self._view(job_id)).done:
+                await anyio.sleep(POLL_S)
+        return view
+
+    async def read(self, job_id: str, path: str, source: str | None, offset: int, limit: int) -> WorkspacePage:
+        row = self._row(job_id)
+        workspaces = Workspaces(self.job_dir(row.id)) if row.options.context_paths else None
+        return await read_job(self.store, row, workspaces, path, source, offset, limit)
+
+    def job_dir(self, job_id: str) -> Path:
+        return self.settings.home / "jobs" / job_id
+
+    def teams(self) -> TeamList:
+        return team_list(list_presets(self._environ), self._environ)
+
+    # Internals -----------------------------------------------------------------------------------
+    def _row(self, job_id: str) -> JobRow:
+        if not isinstance(job_id, str) or not JOB_ID.match(job_id.strip()):
+            raise InputError("job_id", job_id, "job ids look like cj-1a2b3c4d5e6f (from ask_team's result)")
+        row = self.store.job(job_id.strip())
+        if row is None:
+            raise JobNotFound(job_id)
+        return row
+
+    def _view(self, job_id: str) -> JobView:
+        return job_view(self._row(job_id), time.time())
+
+    def _check_runnable(self, team: Team) -> None:
+        """Refuse at once what would only fail later: a missing key, or what a backend needs installed."""
+        for agent in team.agents:
+            agent.api_key(self._environ)  # raises MissingApiKey naming the variable to set
+            check_ready(agent.provider, agent.model_name, agent.model_path)
+
+    async def _run(self, job_id: str, task: str, team: Team) -> None:
+        scope = self._scopes[job_id]
+        try:
+            with scope:
+                async with self._slots:
+                    self.store.set_state(job_id, "running", "starting the agents")
+                    options = self._row(job_id).options
+                    files = self._files(job_id, team, options)
+                    orchestrator = Orchestrator(
+                        job_id, task, team, StoreSink(self.store, job_id), self._factory,
+                        retry=self._retry, limiters=self._provider_limits, files=files,
+                    )
+                    try:
+                        result = await orchestrator.run()
+                        if files is not None:
+                            self.store.set_files(job_id, await collect(files, options))
+                    except ConclaveError as exc:
+                        self.store.set_state(job_id, "failed", f"failed: {exc}", error=str(exc))
+                    else:
+                        state = "failed" if result.failed else "completed"
+                        self.store.set_state(job_id, state, error="; ".join(result.errors.values()) or None)
+            if scope.cancelled_caught:
+                with anyio.CancelScope(shield=True):
+                    self.store.set_state(job_id, "cancelled", "cancelled by the caller")
+        except anyio.get_cancelled_exc_class():
+            with anyio.CancelScope(shield=True):
+                self._end_if_active(job_id, "interrupted", "the server stopped while the job ran")
+            raise
+        except Exception as exc:  # a bug: fail this job, keep the server serving
+            logger.exception("job %s crashed", job_id)
+            self._end_if_active(job_id, "failed", "failed: internal error", error=f"internal error: {exc!r}")
+        finally:
+            self._scopes.pop(job_id, None)
+
+    def _files(self, job_id: str, team: Team, options: JobOptions) -> JobFiles | None:
+        if not options.context_paths:
+            return None
+        sandbox = team.sandbox if options.commands and not isinstance(team.sandbox, str) else None
+        return JobFiles(job_id, Workspaces(self.job_dir(job_id), agent_owner=container_user()), sandbox)
+
+    def _end_if_active(self, job_id: str, state: str, phase: str, error: str | None = None) -> None:
+        row = self.store.job(job_id)
+        if row is not None and row.state in ACTIVE_STATES:
+            self.store.set_state(job_id, state, phase, error=error)
+
+    async def _sweep(self) -> None:
+        """Remove sandbox containers left by servers that died (never a live server's)."""
+        try:
+            removed = await sweep(lambda _owner, pid: not process_alive(pid))
+        except ConclaveError:
+            return  # no Docker engine: nothing to sweep
+        if removed:
+            logger.info("removed %d leftover sandbox container(s): %s", len(removed), ", ".join(removed))
+
+    async def _watch(self) -> None:
+        """Heartbeat our jobs and honour cancel requests other processes left in the store."""
+        last_beat = 0.0
+        while True:
+            for job_id in self.store.cancel_requests(self._owner_id):
+                if job_id in self._scopes:
+                    self._scopes[job_id].cancel()
+            if time.monotonic() - last_beat >= self.settings.heartbeat_s:
+                self.store.heartbeat(self._owner_id)
+                last_beat = time.monotonic()
+            await anyio.sleep(0.5)
+
+
+def _check_wait(wait_seconds: float) -> None:
+    if not 0 <= wait_seconds <= MAX_WAIT_S:
+        raise InputError("wait_seconds", wait_seconds, f"use a number from 0 to {MAX_WAIT_S:g}")

@@ -1,0 +1,300 @@
+"""The job store: one SQLite file in WAL mode, shared by every Conclave process on the machine.
+
+It is the single source of truth: any process answers `get_status` and `read_workspace` for any job.
+Schema changes are numbered migrations applied in order (`PRAGMA user_version` holds the last one).
+Calls are short local transactions, made directly from the event loop.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict
+
+from conclave.coordination.reports import JobEvent, JobResult, Progress
+from conclave.jobs.records import FilesResult, JobOptions
+
+MIGRATIONS: tuple[str, ...] = (
+    """
+    CREATE TABLE jobs (
+        id TEXT PRIMARY KEY,
+        task TEXT NOT NULL,
+        team_name TEXT NOT NULL,
+        team_json TEXT NOT NULL,
+        state TEXT NOT NULL,
+        phase TEXT NOT NULL DEFAULT '',
+        created_at REAL NOT NULL,
+        started_at REAL,
+        finished_at REAL,
+        owner_pid INTEGER NOT NULL,
+        owner_id TEXT NOT NULL,
+        heartbeat REAL NOT NULL,
+        progress_json TEXT,
+        result_json TEXT,
+        error TEXT,
+        cancel_requested INTEGER NOT NULL DEFAULT 0,
+        rev INTEGER NOT NULL DEFAULT 0
+    );
+    CREATE INDEX jobs_state ON jobs(state);
+    CREATE TABLE events (
+        job_id TEXT NOT NULL REFERENCES jobs(id),
+        seq INTEGER NOT NULL,
+        at REAL NOT NULL,
+        kind TEXT NOT NULL,
+        letter TEXT,
+        data_json TEXT NOT NULL,
+        PRIMARY KEY (job_id, seq)
+    );
+    CREATE TABLE answers (
+        job_id TEXT NOT NULL REFERENCES jobs(id),
+        label TEXT NOT NULL,
+        letter TEXT NOT NULL,
+        revision INTEGER NOT NULL,
+        content TEXT NOT NULL,
+        at REAL NOT NULL,
+        PRIMARY KEY (job_id, label)
+    );
+    CREATE TABLE votes (
+        job_id TEXT NOT NULL REFERENCES jobs(id),
+        seq INTEGER NOT NULL,
+        voter TEXT NOT NULL,
+        label TEXT NOT NULL,
+        reason TEXT NOT NULL,
+        valid INTEGER NOT NULL,
+        at REAL NOT NULL,
+        PRIMARY KEY (job_id, seq)
+    );
+    CREATE TABLE usage (
+        job_id TEXT NOT NULL REFERENCES jobs(id),
+        letter TEXT NOT NULL,
+        model TEXT NOT NULL,
+        calls INTEGER NOT NULL,
+        input_tokens INTEGER NOT NULL,
+        output_tokens INTEGER NOT NULL,
+        cached_input_tokens INTEGER NOT NULL,
+        cost_usd REAL,
+        PRIMARY KEY (job_id, letter)
+    );
+    """,
+    """
+    ALTER TABLE jobs ADD COLUMN options_json TEXT NOT NULL DEFAULT '{}';
+    ALTER TABLE jobs ADD COLUMN files_json TEXT
+    """,
+)
+
+ACTIVE_STATES = ("queued", "running", "presenting")
+
+
+class JobRow(BaseModel):
+    """One job as stored."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str
+    task: str
+    team_name: str
+    team_json: str
+    state: str
+    phase: str
+    created_at: float
+    started_at: float | None
+    finished_at: float | None
+    owner_pid: int
+    owner_id: str
+    heartbeat: float
+    progress: Progress | None
+    result: JobResult | None
+    error: str | None
+    cancel_requested: bool
+    rev: int
+    options: JobOptions = JobOptions()
+    files: FilesResult | None = None
+
+
+class AnswerRow(BaseModel):
+    label: str
+    letter: str
+    revision: int
+    content: str
+    at: float
+
+
+class Store:
+    """Typed access to conclave.db."""
+
+    def __init__(self, path: Path, clock: Callable[[], float] = time.time) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path, self._clock = path, clock
+        self._db = sqlite3.connect(path, timeout=10, isolation_level=None, check_same_thread=False)
+        self._db.row_factory = sqlite3.Row
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA busy_timeout=10000")
+        self._migrate()
+
+    def close(self) -> None:
+        self._db.close()
+
+    def _migrate(self) -> None:
+        with self._write():
+            version = self._db.execute("PRAGMA user_version").fetchone()[0]
+            for number, script in enumerate(MIGRATIONS[version:], start=version + 1):
+                for statement in filter(str.strip, script.split(";")):
+                    self._db.execute(statement)
+                self._db.execute(f"PRAGMA user_version={number}")
+
+    def _write(self) -> _Transaction:
+        return _Transaction(self._db)
+
+    # Jobs ----------------------------------------------------------------------------------------
+    def create_job(
+        self,
+        job_id: str,
+        task: str,
+        team_name: str,
+        team_json: str,
+        owner_pid: int,
+        owner_id: str,
+        options: JobOptions | None = None,
+    ) -> None:
+        now = self._clock()
+        with self._write():
+            self._db.execute(
+                "INSERT INTO jobs (id, task, team_name, team_json, state, phase, created_at, owner_pid, owner_id,"
+                " heartbeat, options_json) VALUES (?, ?, ?, ?, 'queued', 'waiting for a free slot', ?, ?, ?, ?, ?)",
+                (job_id, task, team_name, team_json, now, owner_pid, owner_id, now,
+                 (options or JobOptions()).model_dump_json()),
+            )
+
+    def set_files(self, job_id: str, files: FilesResult) -> None:
+        with self._write():
+            self._db.execute(
+                "UPDATE jobs SET files_json = ?, rev = rev + 1 WHERE id = ?", (files.model_dump_json(), job_id)
+            )
+
+    def job(self, job_id: str) -> JobRow | None:
+        row = self._db.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        return None if row is None else _job_row(row)
+
+    def recent_jobs(self, limit: int = 20) -> list[JobRow]:
+        rows = self._db.execute("SELECT * FROM jobs ORDER BY created_at DESC LIMIT ?", (limit,)).fetchall()
+        return [_job_row(row) for row in rows]
+
+    def rev(self, job_id: str) -> int | None:
+        row = self._db.execute("SELECT rev FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        return None if row is None else int(row[0])
+
+    def set_state(self, job_id: str, state: str, phase: str | None = None, error: str | None = None) -> None:
+        now = self._clock()
+        final = state not in ACTIVE_STATES
+        with self._write():
+            self._db.execute(
+                "UPDATE jobs SET state = ?, phase = COALESCE(?, phase), error = COALESCE(?, error), rev = rev + 1,"
+                " started_at = CASE WHEN ? = 'running' AND started_at IS NULL THEN ? ELSE started_at END,"
+                " finished_at = CASE WHEN ? THEN ? ELSE finished_at END WHERE id = ?",
+                (state, phase, error, state, now, final, now, job_id),
+            )
+
+    def request_cancel(self, job_id: str) -> None:
+        with self._write():
+            self._db.execute("UPDATE jobs SET cancel_requested = 1, rev = rev + 1 WHERE id = ?", (job_id,))
+
+    def cancel_requests(self, owner_id: str) -> list[str]:
+        rows = self._db.execute(
+            "SELECT id FROM jobs WHERE owner_id = ? AND cancel_requested = 1 AND state IN (?, ?, ?)",
+            (owner_id, *ACTIVE_STATES),
+        ).fetchall()
+        return [row[0] for row in rows]
+
+    def heartbeat(self, owner_id: str) -> None:
+        with self._write():
+            self._db.execute(
+                "UPDATE jobs SET heartbeat = ? WHERE owner_id = ? AND state IN (?, ?, ?)",
+                (self._clock(), owner_id, *ACTIVE_STATES),
+            )
+
+    def orphans(self, is_alive: Callable[[int], bool], stale_after_s: float) -> list[str]:
+        """Active jobs whose owner is gone: a dead process or a heartbeat older than stale_after_s."""
+        cutoff = self._clock() - stale_after_s
+        rows = self._db.execute(
+            "SELECT id, owner_pid, heartbeat FROM jobs WHERE state IN (?, ?, ?)", ACTIVE_STATES
+        ).fetchall()
+        return [row["id"] for row in rows if row["heartbeat"] < cutoff or not is_alive(row["owner_pid"])]
+
+    # What a running job reports ------------------------------------------------------------------
+    def record(self, job_id: str, event: JobEvent, progress: Progress, phase: str | None) -> None:
+        """Store one event with the progress right after it, and what it adds to the other tables."""
+        now = self._clock()
+        data = event.data
+        with self._write():
+            seq = self._db.execute("SELECT COUNT(*) FROM events WHERE job_id = ?", (job_id,)).fetchone()[0]
+            self._db.execute(
+                "INSERT INTO events (job_id, seq, at, kind, letter, data_json) VALUES (?, ?, ?, ?, ?, ?)",
+                (job_id, seq, event.at, event.kind, event.letter, json.dumps(data, default=str)),
+            )
+            if event.kind == "answer":
+                self._db.execute(
+                    "INSERT INTO answers (job_id, label, letter, revision, content, at) VALUES (?, ?, ?, ?, ?, ?)",
+                    (job_id, data["label"], event.letter, data["revision"], data["content"], now),
+                )
+            elif event.kind in ("vote", "vote_discarded"):
+                self._db.execute(
+                    "INSERT INTO votes (job_id, seq, voter, label, reason, valid, at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (job_id, seq, event.letter, data["label"], data.get("reason", ""), event.kind == "vote", now),
+                )
+            elif event.kind == "usage":
+                agent = next(a for a in progress.agents if a.letter == event.letter)
+                u = agent.usage
+                self._db.execute(
+                    "INSERT OR REPLACE INTO usage VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    (job_id, agent.letter, agent.model, u.calls, u.input_tokens, u.output_tokens,
+                     u.cached_input_tokens, u.cost_usd),
+                )
+            result = JobResult.model_validate(data).model_dump_json() if event.kind == "finished" else None
+            self._db.execute(
+                "UPDATE jobs SET progress_json = ?, phase = COALESCE(?, phase), result_json = COALESCE(?, result_json),"
+                " rev = rev + CASE WHEN ? IS NULL THEN 0 ELSE 1 END WHERE id = ?",
+                (progress.model_dump_json(), phase, result, phase, job_id),
+            )
+
+    # Reading -------------------------------------------------------------------------------------
+    def events(self, job_id: str) -> list[JobEvent]:
+        rows = self._db.execute(
+            "SELECT at, kind, letter, data_json FROM events WHERE job_id = ? ORDER BY seq", (job_id,)
+        ).fetchall()
+        return [JobEvent(kind=r["kind"], letter=r["letter"], data=json.loads(r["data_json"]), at=r["at"]) for r in rows]
+
+    def answers(self, job_id: str) -> list[AnswerRow]:
+        rows = self._db.execute(
+            "SELECT label, letter, revision, content, at FROM answers WHERE job_id = ? ORDER BY at, label", (job_id,)
+        ).fetchall()
+        return [AnswerRow(**dict(row)) for row in rows]
+
+
+class _Transaction:
+    """BEGIN IMMEDIATE ... COMMIT, so concurrent processes serialize their writes cleanly."""
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self._db = db
+
+    def __enter__(self) -> None:
+        self._db.execute("BEGIN IMMEDIATE")
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        self._db.execute("COMMIT" if exc_type is None else "ROLLBACK")
+
+
+def _job_row(row: sqlite3.Row) -> JobRow:
+    values = dict(row)
+    progress, result = values.pop("progress_json"), values.pop("result_json")
+    options, files = values.pop("options_json"), values.pop("files_json")
+    return JobRow(
+        **values,
+        progress=Progress.model_validate_json(progress) if progress else None,
+        result=JobResult.model_validate_json(result) if result else None,
+        options=JobOptions.model_validate_json(options),
+        files=FilesResult.model_validate_json(files) if files else None,
+    )

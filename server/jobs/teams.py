@@ -1,0 +1,73 @@
+"""The team presets as callers see them: `TeamList` for list_teams and `conclave teams`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from conclave.config import ConfigError, Team, resolve_team
+
+
+class _View(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class TeamAgentInfo(_View):
+    model: str
+    key_variables: list[str] = Field(description="environment variables that may hold the key")
+    key_set: bool
+
+
+class TeamInfo(_View):
+    name: str
+    description: str = ""
+    source: str = Field(description="the preset file")
+    agents: list[TeamAgentInfo] = Field(default_factory=list)
+    ready: bool = Field(description="every key this team needs is set")
+    missing_keys: list[str] = Field(default_factory=list)
+    error: str | None = Field(default=None, description="why the preset does not load")
+
+
+class TeamList(_View):
+    teams: list[TeamInfo]
+    default: str | None = Field(description="the team ask_team uses when none is named")
+
+    def text(self) -> str:
+        lines = []
+        for team in self.teams:
+            if team.error:
+                lines.append(f"{team.name}: broken preset: {team.error}")
+                continue
+            status = "ready" if team.ready else "needs " + ", ".join(team.missing_keys)
+            models = ", ".join(agent.model for agent in team.agents)
+            lines.append(f"{team.name}: {status} - {models}. {team.description}".rstrip())
+        lines.append(f"Default team: {self.default or 'none (set a provider key or name a team)'}")
+        return "\n".join(lines)
+
+
+def team_list(presets: list[tuple[str, Team | ConfigError]], environ: Mapping[str, str]) -> TeamList:
+    teams: list[TeamInfo] = []
+    default: str | None = None
+    for name, team in presets:
+        if isinstance(team, ConfigError):
+            teams.append(TeamInfo(name=name, source=name, ready=False, error=str(team)))
+            continue
+        missing = team.missing_keys(environ)
+        agents = [
+            TeamAgentInfo(
+                model=agent.model,
+                key_variables=list(agent.key_variables()),
+                key_set=not any(v in missing for v in agent.key_variables()),
+            )
+            for agent in team.agents
+        ]
+        teams.append(
+            TeamInfo(name=name, description=team.description, source=name, agents=agents, ready=not missing,
+                     missing_keys=missing)
+        )
+    try:
+        default = resolve_team(None, environ).name
+    except ConfigError:
+        default = None
+    return TeamList(teams=teams, default=default)

@@ -1,0 +1,173 @@
+"""A job as callers see it: `JobView` (structured, with a readable text form) built from the stored row."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from conclave.coordination.reports import AgentProgress, AgentStateName, JobEvent, UsageTotals
+from conclave.jobs.store import JobRow
+
+JobState = Literal["queued", "running", "presenting", "completed", "failed", "cancelled", "interrupted"]
+FINAL_STATES: frozenset[str] = frozenset({"completed", "failed", "cancelled", "interrupted"})
+
+
+class _View(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class AgentView(_View):
+    letter: str = Field(description="the agent's anonymous letter in this job")
+    model: str = Field(description="provider/model")
+    state: AgentStateName
+    answers: int = Field(description="answers posted so far")
+    vote: str | None = Field(default=None, description="the answer label this agent currently votes for")
+    error: str | None = None
+    usage: UsageTotals = UsageTotals()
+
+
+class JobView(_View):
+    """A job as the caller sees it; `next` says what to do now."""
+
+    job_id: str
+    state: JobState
+    phase: str = Field(description="what the team is doing, in words")
+    elapsed_s: float
+    team: str
+    task: str = Field(description="the task, cut to 200 characters")
+    round: int = Field(default=0, description="bumps with every new answer")
+    agents: list[AgentView] = Field(default_factory=list)
+    tally: dict[str, int] = Field(default_factory=dict, description="current valid votes per latest answer")
+    answer: str | None = Field(default=None, description="the final answer, when done")
+    winner: str | None = Field(default=None, description="the winning answer's label, e.g. B2")
+    consensus: bool | None = None
+    tie: bool | None = None
+    reason: str | None = Field(default=None, description="why the job ended the way it did")
+    errors: dict[str, str] = Field(default_factory=dict)
+    diff_summary: dict[str, object] | None = Field(default=None, description="files changed (with workspaces)")
+    usage: UsageTotals = UsageTotals()
+    next: str = Field(description="what the caller should do next")
+
+    @property
+    def done(self) -> bool:
+        return self.state in FINAL_STATES
+
+    def text(self) -> str:
+        """The readable block sent beside the structured result."""
+        lines = [f"Job {self.job_id} ({self.team}): {self.state} - {self.phase} [{self.elapsed_s:.0f}s, round {self.round}]"]
+        for agent in self.agents:
+            vote = f", votes {agent.vote}" if agent.vote else ""
+            error = f", error: {agent.error}" if agent.error else ""
+            lines.append(f"  {agent.letter} {agent.model}: {agent.state}, {agent.answers} answer(s){vote}{error}")
+        if self.tally:
+            lines.append("Tally: " + ", ".join(f"{label}={count}" for label, count in self.tally.items()))
+        if self.done and self.state != "cancelled":
+            verdict = "consensus" if self.consensus else "no consensus"
+            tie = " (a tie, broken by the earliest answer)" if self.tie else ""
+            if self.winner:
+                lines.append(f"Winner: {self.winner} - {verdict}{tie}. {self.reason or ''}".rstrip())
+            elif self.reason:
+                lines.append(f"Ended: {self.reason}")
+        for letter, error in self.errors.items():
+            lines.append(f"  {letter} failed: {error}")
+        usage = self.usage
+        cost = f", ${usage.cost_usd:.4f}" if usage.cost_usd is not None else ""
+        lines.append(
+            f"Usage: {usage.input_tokens} in ({usage.cached_input_tokens} cached), {usage.output_tokens} out{cost}"
+        )
+        if self.answer is not None:
+            lines += ["", "Final answer:", self.answer]
+        lines += ["", f"Next: {self.next}"]
+        return "\n".join(lines)
+
+
+TASK_PREVIEW = 200
+
+
+def phase_of(event: JobEvent) -> str | None:
+    """A short account of an event for `phase` and progress messages; None for minor events."""
+    d, who = event.data, event.letter
+    match event.kind:
+        case "started":
+            return f"{len(d['agents'])} agents are working on the task"
+        case "answer":
+            return f"{who} posted {d['label']}"
+        case "vote":
+            return f"{who} voted for {d['label']}"
+        case "vote_discarded":
+            return f"{who}'s vote for {d['label']} was discarded (the answers changed or it named no current answer)"
+        case "agent_failed":
+            return f"{who} dropped out: {d['error']}"
+        case "deadline":
+            return f"stopping: {d['reason']}"
+        case "presenting":
+            return f"{who} is writing the final answer ({d['winner']} won the vote)"
+        case "finished":
+            return f"done: {d['winner']} won" if d.get("winner") else f"ended: {d['reason']}"
+    return None
+
+
+def _next_hint(row: JobRow) -> str:
+    match row.state:
+        case "queued" | "running" | "presenting":
+            return (
+                f"call get_status with job_id={row.id!r} and wait_seconds=45 to wait for the result; "
+                "cancel_job stops it"
+            )
+        case "completed":
+            return (
+                "use the answer above; read_workspace(job_id, path='transcript') shows how the team got there"
+            )
+        case "interrupted":
+            return (
+                "the server stopped while this job ran; its answers stay readable with read_workspace; "
+                "call ask_team again to run it anew"
+            )
+        case "cancelled":
+            return "the job was cancelled; its answers so far are readable with read_workspace"
+    return "see `errors` and `reason`; fix what they name (a key, a team file, a provider) and call ask_team again"
+
+
+def job_view(row: JobRow, now: float) -> JobView:
+    progress, result = row.progress, row.result
+    start = row.started_at or row.created_at
+    end = row.finished_at or now
+    agents = [_agent_view(agent) for agent in progress.agents] if progress else []
+    errors = dict(result.errors) if result else {}
+    if row.error and not errors and row.state == "failed":
+        errors["job"] = row.error
+    return JobView(
+        job_id=row.id,
+        state=row.state,  # type: ignore[arg-type]
+        phase=row.phase,
+        elapsed_s=round(max(0.0, end - start), 1),
+        team=row.team_name,
+        task=row.task if len(row.task) <= TASK_PREVIEW else row.task[: TASK_PREVIEW - 3] + "...",
+        round=progress.round if progress else 0,
+        agents=agents,
+        tally=(result.tally if result else progress.tally if progress else {}),
+        answer=result.answer if result else None,
+        winner=result.winner if result else None,
+        consensus=result.consensus if result else None,
+        tie=result.tie if result else None,
+        reason=result.reason if result else None,
+        errors=errors,
+        diff_summary=_diff_summary(row),
+        usage=UsageTotals.total([agent.usage for agent in progress.agents]) if progress else UsageTotals(),
+        next=_next_hint(row),
+    )
+
+
+def _diff_summary(row: JobRow) -> dict[str, object] | None:
+    """The files the winner changed per context path, with how to read the whole patch."""
+    if row.files is None:
+        return None
+    summary: dict[str, object] = row.files.model_dump()
+    if row.files.patch_chars:
+        summary["read"] = f"read_workspace(job_id={row.id!r}, path='@diff') pages through the patch"
+    return summary
+
+
+def _agent_view(agent: AgentProgress) -> AgentView:
+    return AgentView(**agent.model_dump())

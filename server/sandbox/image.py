@@ -1,0 +1,293 @@
+"""Build the sandbox image with no registry: mmdebstrap a Debian root, `docker import` it, smoke-test, tag.
+
+`build_image()` does nothing when the tag exists. Otherwise:
+
+1. `mmdebstrap --variant=essential --include=python3,ca-certificates` with the `merged-usr` and `eatmydata`
+   hooks, docs/man pages/locales left out by dpkg `path-exclude` options, and a customize hook that adds the
+   `sandbox` user (uid/gid 1000, home /workspace). The mirrors are the ones apt on this machine uses (its
+   deb822 `.sources` stanzas for the host's release, security suite included), so the build reaches no other
+   network; they land in the image as apt's own `.sources` file.
+2. The tarball goes to a temporary file first (never a pipe, so a failed mmdebstrap cannot hide behind a
+   successful import) and is imported under a temporary candidate tag.
+3. The candidate runs `python3 -c 'import json,sqlite3,ssl'` as uid 1000 with no network; only then does it
+   get the real tag. On any failure the candidate is removed and `SandboxError` carries the tool's stderr.
+
+`build_image_sync()` is the CLI's entry (`conclave sandbox build`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+
+import anyio
+import anyio.to_thread
+
+from conclave import __version__
+from conclave.errors import SandboxError
+from conclave.sandbox.engine import connect
+
+IMAGE_REPO = "conclave-sandbox"
+DEFAULT_PACKAGES = ("python3", "ca-certificates")
+SMOKE_TEST = ("python3", "-c", "import json, sqlite3, ssl")
+_HOOKS = Path("/usr/share/mmdebstrap/hooks")
+_EXCLUDES = (
+    "path-exclude=/usr/share/man/*",
+    "path-exclude=/usr/share/info/*",
+    "path-exclude=/usr/share/locale/*",
+    "path-include=/usr/share/locale/locale.alias",
+    "path-exclude=/usr/share/doc/*",
+    "path-include=/usr/share/doc/*/copyright",  # licences stay
+)
+# uid/gid 1000 with /workspace as home; `*` in shadow: no password login at all.
+_ADD_USER = (
+    'echo "sandbox:x:1000:1000:conclave sandbox:/workspace:/bin/sh" >> "$1/etc/passwd"'
+    ' && echo "sandbox:x:1000:" >> "$1/etc/group"'
+    ' && echo "sandbox:*:19000:0:99999:7:::" >> "$1/etc/shadow"'
+)
+_CHANGES = (
+    'CMD ["sleep", "infinity"]',
+    "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    "ENV LANG=C.UTF-8",
+    "USER 1000:1000",
+    "WORKDIR /workspace",
+    f"LABEL conclave.sandbox.container={__version__}",
+)
+
+_ONE_LINE = re.compile(r"\s*deb\s+(?:\[(?P<opts>[^\]]*)\]\s+)?(?P<uri>\S+)\s+(?P<suite>\S+)\s*(?P<comps>.*)")
+
+Log = Callable[[str], None]
+
+
+def default_tag() -> str:
+    """The image this version of Conclave runs agents' commands in."""
+    return f"{IMAGE_REPO}:{__version__}"
+
+
+@dataclass(frozen=True)
+class BuildReport:
+    """What `build_image` did."""
+
+    tag: str
+    built: bool  # False: the tag already existed, nothing was done
+    seconds: float
+    size_bytes: int
+
+
+@dataclass(frozen=True)
+class AptSources:
+    """The release to build and the deb822 text that names its mirrors."""
+
+    suite: str
+    text: str
+
+
+async def build_image(
+    tag: str | None = None,
+    *,
+    client: object | None = None,
+    packages: Sequence[str] = DEFAULT_PACKAGES,
+    sources: AptSources | None = None,
+    log: Log | None = None,
+) -> BuildReport:
+    """Build `tag` (default `conclave-sandbox:<version>`) unless it exists; see the module docstring."""
+    tag = tag or default_tag()
+    say = log or (lambda _line: None)
+    docker = client or await anyio.to_thread.run_sync(connect)
+    started = time.monotonic()
+    existing = await anyio.to_thread.run_sync(_image_size, docker, tag)
+    if existing is not None:
+        return BuildReport(tag, False, time.monotonic() - started, existing)
+    if shutil.which("mmdebstrap") is None:
+        raise SandboxError(
+            f"cannot build {tag}: mmdebstrap is not installed; install it (`apt-get install mmdebstrap`) "
+            "and run `conclave sandbox build` again"
+        )
+    sources = sources or host_apt_sources()
+    candidate = f"{IMAGE_REPO}-candidate:{secrets.token_hex(4)}"
+    with tempfile.TemporaryDirectory(prefix="conclave-image-") as tmp:
+        tarball = Path(tmp) / "root.tar"
+        say(f"mmdebstrap {sources.suite} with {', '.join(packages)} (about a minute)")
+        await _mmdebstrap(sources, packages, Path(tmp), tarball)
+        say(f"importing {tarball.stat().st_size // 1_000_000} MB as {candidate}")
+        await anyio.to_thread.run_sync(_import, docker, tarball, candidate)
+    try:
+        say("smoke test: " + " ".join(SMOKE_TEST))
+        await anyio.to_thread.run_sync(_smoke_test, docker, candidate)
+        await anyio.to_thread.run_sync(_tag, docker, candidate, tag)
+    finally:
+        with anyio.CancelScope(shield=True):
+            await anyio.to_thread.run_sync(_remove_tag, docker, candidate)
+    size = await anyio.to_thread.run_sync(_image_size, docker, tag)
+    say(f"built {tag}: {(size or 0) // 1_000_000} MB in {time.monotonic() - started:.0f} s")
+    return BuildReport(tag, True, time.monotonic() - started, size or 0)
+
+
+def build_image_sync(tag: str | None = None, *, log: Log | None = print, **options: object) -> BuildReport:
+    """`conclave sandbox build`: build the image from a synchronous caller (prints progress by default)."""
+    return anyio.run(partial(build_image, tag, log=log, **options))  # type: ignore[arg-type]
+
+
+def host_apt_sources(root: Path = Path("/")) -> AptSources:
+    """The host's own Debian/Ubuntu mirrors for its release (third-party repositories left out)."""
+    suite = _os_release(root).get("VERSION_CODENAME", "")
+    stanzas: list[dict[str, str]] = []
+    for path in sorted((root / "etc/apt/sources.list.d").glob("*.sources")):
+        stanzas += _deb822_stanzas(path.read_text())
+    one_line = root / "etc/apt/sources.list"
+    if one_line.exists():
+        stanzas += _one_line_stanzas(one_line.read_text())
+    if not suite and stanzas:
+        suite = stanzas[0]["Suites"].split()[0]
+    ours = [s for s in stanzas if suite and _is_release(s["Suites"], suite)]
+    if not ours:
+        raise SandboxError(
+            "cannot find this machine's Debian mirrors in /etc/apt/sources.list(.d); "
+            "pass sources= to build_image (a deb822 text and a suite)"
+        )
+    text = "\n".join("".join(f"{k}: {v}\n" for k, v in stanza.items()) for stanza in ours)
+    return AptSources(suite, text)
+
+
+def _is_release(suites: str, codename: str) -> bool:
+    return all(s == codename or s.startswith(codename + "-") for s in suites.split())
+
+
+def _deb822_stanzas(text: str) -> list[dict[str, str]]:
+    found = []
+    for block in re.split(r"\n\s*\n", text):
+        fields: dict[str, str] = {}
+        for line in block.splitlines():
+            if line.startswith("#") or ":" not in line or line[:1].isspace():
+                continue  # comments; multi-line fields (inline keys) are not carried over
+            key, _, value = line.partition(":")
+            fields[key.strip()] = value.strip()
+        types = fields.get("Types", "").split()
+        enabled = fields.get("Enabled", "yes") != "no"
+        if "deb" in types and enabled and "URIs" in fields and "Suites" in fields:
+            keep = {"Types": "deb", "URIs": fields["URIs"], "Suites": fields["Suites"]}
+            keep["Components"] = fields.get("Components", "main")
+            if "Signed-By" in fields:
+                keep["Signed-By"] = fields["Signed-By"]
+            found.append(keep)
+    return found
+
+
+def _one_line_stanzas(text: str) -> list[dict[str, str]]:
+    found = []
+    for line in text.splitlines():
+        match = _ONE_LINE.match(line)
+        if not match:
+            continue
+        stanza = {"Types": "deb", "URIs": match["uri"], "Suites": match["suite"]}
+        stanza["Components"] = match["comps"].split("#")[0].strip() or "main"
+        for option in (match["opts"] or "").split():
+            key, _, value = option.partition("=")
+            if key == "signed-by":
+                stanza["Signed-By"] = value
+        found.append(stanza)
+    return found
+
+
+def _os_release(root: Path) -> dict[str, str]:
+    path = root / "etc/os-release"
+    if not path.exists():
+        return {}
+    pairs = (line.partition("=") for line in path.read_text().splitlines() if "=" in line)
+    return {key: value.strip().strip('"') for key, _, value in pairs}
+
+
+async def _mmdebstrap(sources: AptSources, packages: Sequence[str], tmp: Path, tarball: Path) -> None:
+    sources_file = tmp / "conclave.sources"  # the .sources suffix keeps it deb822 inside the image
+    sources_file.write_text(sources.text)
+    argv = [
+        "mmdebstrap",
+        "--variant=essential",
+        "--include=" + ",".join(packages),
+        "--format=tar",
+        f"--hook-dir={_HOOKS / 'merged-usr'}",
+        f"--hook-dir={_HOOKS / 'eatmydata'}",
+        *(f"--dpkgopt={option}" for option in _EXCLUDES),
+        f"--customize-hook={_ADD_USER}",
+        sources.suite,
+        str(tarball),
+        str(sources_file),
+    ]
+    result = await anyio.run_process(argv, check=False, env={**os.environ, "LC_ALL": "C.UTF-8"})
+    if result.returncode != 0 or not tarball.exists() or tarball.stat().st_size == 0:
+        raise SandboxError(
+            f"mmdebstrap failed (exit {result.returncode}); nothing was imported:\n{_tail(result.stderr)}"
+        )
+
+
+def _import(docker: object, tarball: Path, candidate: str) -> None:
+    import docker as sdk
+
+    repo, _, version = candidate.rpartition(":")
+    try:
+        reply = docker.api.import_image_from_file(  # type: ignore[attr-defined]
+            str(tarball), repository=repo, tag=version, changes=list(_CHANGES)
+        )
+    except sdk.errors.DockerException as exc:
+        raise SandboxError(f"docker import failed: {exc}") from exc
+    if "error" in str(reply).lower():  # the engine may report a failed import inside a 200 reply
+        raise SandboxError(f"docker import failed: {_tail(str(reply).encode())}")
+
+
+def _smoke_test(docker: object, image: str) -> None:
+    import docker as sdk
+
+    try:
+        container = docker.containers.create(  # type: ignore[attr-defined]
+            image, list(SMOKE_TEST), user="1000:1000", network_mode="none", read_only=True,
+            cap_drop=["ALL"], security_opt=["no-new-privileges"], environment={"HOME": "/workspace"},
+        )
+    except sdk.errors.DockerException as exc:
+        raise SandboxError(f"the candidate image {image} cannot even be created: {exc}") from exc
+    try:
+        container.start()
+        status = container.wait(timeout=120)
+        if status.get("StatusCode") != 0:
+            output = container.logs(stdout=True, stderr=True)
+            raise SandboxError(
+                f"the candidate image failed its smoke test ({' '.join(SMOKE_TEST)} exited "
+                f"{status.get('StatusCode')}); not tagged:\n{_tail(output)}"
+            )
+    finally:
+        container.remove(force=True)
+
+
+def _tag(docker: object, candidate: str, tag: str) -> None:
+    repo, _, version = tag.rpartition(":")
+    docker.images.get(candidate).tag(repo, version)  # type: ignore[attr-defined]
+
+
+def _image_size(docker: object, tag: str) -> int | None:
+    import docker as sdk
+
+    try:
+        return int(docker.images.get(tag).attrs.get("Size", 0))  # type: ignore[attr-defined]
+    except sdk.errors.ImageNotFound:
+        return None
+
+
+def _remove_tag(docker: object, tag: str) -> None:
+    import docker as sdk
+
+    try:
+        docker.images.remove(tag)  # type: ignore[attr-defined]  # untags only when the real tag shares it
+    except sdk.errors.ImageNotFound:
+        pass
+
+
+def _tail(data: bytes | str, limit: int = 4000) -> str:
+    text = data.decode(errors="replace") if isinstance(data, bytes) else data
+    return text if len(text) <= limit else "…" + text[-limit:]

@@ -278,7 +278,7 @@ def test_ask_with_a_team_missing_its_key(capsys: pytest.CaptureFixture[str], tmp
 
 
 def test_context_arguments_parse_permissions() -> None:
-    from conclave.cli.main import context_arguments
+    from conclave.cli.commands import context_arguments
 
     assert context_arguments(["/a", "/b:write", "/c:d:read"]) == [
         {"path": "/a", "permission": "read"},
@@ -327,7 +327,7 @@ def test_doctor_reports_each_check_with_its_fix(capsys: pytest.CaptureFixture[st
 def test_the_live_view_says_when_a_tie_decided_the_winner() -> None:
     from rich.console import Console
 
-    from conclave.cli.main import render
+    from conclave.cli.commands import render
 
     view = JobView(job_id="cj-000000000001", state="completed", phase="done", elapsed_s=3, team="t", task="q",
                    tally={"B1": 1, "A1": 1}, winner="B1", consensus=True, tie=True, reason="every active agent voted",

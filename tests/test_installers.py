@@ -1,4 +1,5 @@
-"""`conclave install`: each client's format and place, merging, backups, idempotency, the skill."""
+"""`conclave install`: each client's format and place, the approvals headless modes need, merging (comments
+kept, TOML and JSON with comments), backups, idempotency, the skill."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from conclave.cli import client_files
 from conclave.cli import install as installers
+from conclave.cli import jsonc
 from conclave.cli.main import main
 from conclave.config import list_presets
 from conclave.errors import ConfigError
@@ -36,8 +39,10 @@ def dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
     return project, home
 
 
-def plan(target: str, project: Path, home: Path, scope: str | None = None, **environ: str) -> installers.Plan:
-    return installers.plan(target, scope, cwd=project, home=home, environ=environ, command=COMMAND)
+def plan(target: str, project: Path, home: Path, scope: str | None = None, approvals: bool = True,
+         **environ: str) -> installers.Plan:
+    return installers.plan(target, scope, cwd=project, home=home, environ=environ, command=COMMAND,
+                           approvals=approvals)
 
 
 # Formats and places ------------------------------------------------------------------------------
@@ -57,7 +62,7 @@ def test_json_clients_get_their_own_key_and_place(
     registration = made.changes[0]
     assert registration.path == project / relative and registration.before is None
     assert json.loads(registration.after) == {key: {"conclave": entry}}
-    assert json.loads(made.snippet) == {key: {"conclave": entry}}
+    assert json.loads(registration.snippet) == {key: {"conclave": entry}}
 
 
 def test_codex_table_in_codex_home_with_keys_forwarded_and_timeouts(dirs: tuple[Path, Path]) -> None:
@@ -92,15 +97,16 @@ def test_user_scopes(dirs: tuple[Path, Path]) -> None:
         vscode = plan("vscode", project, home, "user", XDG_CONFIG_HOME=str(home / "cfg")).changes[0]
         assert vscode.path == home / "cfg" / "Code" / "User" / "mcp.json"
     claude = plan("claude-code", project, home, "user")
-    assert [change.what for change in claude.changes] == ["skill"]  # ~/.claude.json is Claude's own
-    assert claude.changes[0].path == home / ".claude" / "skills" / "conclave" / "SKILL.md"
+    assert [change.what for change in claude.changes] == ["tool approvals", "skill"]  # ~/.claude.json is Claude's own
+    assert claude.changes[0].path == home / ".claude" / "settings.json"
+    assert claude.changes[1].path == home / ".claude" / "skills" / "conclave" / "SKILL.md"
     assert any("claude mcp add --scope user conclave -- /opt/conclave/bin/conclave serve" in hint
                for hint in claude.hints)
 
 
 def test_claude_code_copies_the_skill_with_its_front_matter(dirs: tuple[Path, Path]) -> None:
     project, home = dirs
-    skill = plan("claude-code", project, home).changes[1]
+    skill = plan("claude-code", project, home).changes[-1]
     assert skill.path == project / ".claude" / "skills" / "conclave" / "SKILL.md"
     assert skill.after == SKILL
     front = yaml.safe_load(SKILL.split("---")[1])
@@ -119,16 +125,82 @@ def test_json_merge_keeps_other_servers_and_keys_and_our_extra_settings(tmp_path
         },
     }
     ours = {"command": "new", "args": []}
-    merged = json.loads(installers.merge_json(json.dumps(before), path, "servers", ours))
+    merged = json.loads(client_files.merge_json(json.dumps(before), path, "servers", ours))
     assert merged["inputs"] == before["inputs"]
     assert merged["servers"]["github"] == before["servers"]["github"]
     assert merged["servers"]["conclave"] == {"command": "new", "args": [], "env": {"CONCLAVE_MAX_JOBS": "4"}}
 
 
-def test_json_with_comments_is_refused_naming_the_file(tmp_path: Path) -> None:
+VSCODE_JSONC = """\
+{
+  // servers of mine
+  "servers": {
+    "github": {"type": "http", "url": "https://api.example/mcp"}, // the hosted one
+    /* a block comment */
+    "local": {"command": "x",},
+  },
+  "inputs": [],
+}
+"""
+
+
+def test_json_with_comments_is_edited_in_place_keeping_every_comment(tmp_path: Path) -> None:
     path = tmp_path / "mcp.json"
-    with pytest.raises(ConfigError, match="mcp.json is not plain JSON"):
-        installers.merge_json('{\n  // mine\n  "servers": {}\n}', path, "servers", {"command": "x"})
+    ours = {"type": "stdio", "command": "/new", "args": ["serve"]}
+    after = client_files.merge_json(VSCODE_JSONC, path, "servers", ours)
+    for kept in ("// servers of mine", "// the hosted one", "/* a block comment */", '"local": {"command": "x",},'):
+        assert kept in after
+    assert after.startswith(VSCODE_JSONC[: VSCODE_JSONC.index('    "local"')])  # untouched up to our entry
+    data = jsonc.loads(after)
+    assert data["servers"]["conclave"] == ours and data["servers"]["github"]["type"] == "http"
+    assert client_files.merge_json(after, path, "servers", ours) == after  # idempotent
+    replaced = client_files.merge_json(after, path, "servers", {**ours, "command": "/newer"})
+    assert jsonc.loads(replaced)["servers"]["conclave"]["command"] == "/newer"
+    assert "// the hosted one" in replaced and replaced.count('"conclave"') == 1
+
+
+def test_jsonc_edits_keep_layout_and_refuse_what_is_not_json() -> None:
+    inline = jsonc.add_items('{"permissions": {"allow": ["Bash(ls)"]}}', ["permissions", "allow"], ["a", "Bash(ls)"])
+    assert inline == '{"permissions": {"allow": ["Bash(ls)", "a"]}}'
+    created = jsonc.add_items("{\n  // only a comment\n}\n", ["permissions", "allow"], ["a"])
+    assert "// only a comment" in created and jsonc.loads(created) == {"permissions": {"allow": ["a"]}}
+    assert jsonc.loads('{"a": "// not a comment", "b": [1, 2,],}') == {"a": "// not a comment", "b": [1, 2]}
+    for broken, where in (('{"a": /* open', "line 1 column 7"), ('{"a": 1 "b": 2}', "line 1 column 9"),
+                          ("[1]", "object")):
+        with pytest.raises(jsonc.JsoncError, match=where):
+            jsonc.set_value(broken, ["x"], 1)
+    with pytest.raises(jsonc.JsoncError, match="a is not an object"):
+        jsonc.set_value('{"a": 3}', ["a", "b"], 1)
+
+
+# Approvals: what a headless run needs ------------------------------------------------------------
+def test_codex_pre_approves_ask_team_and_cancel_job_unless_told_not_to(dirs: tuple[Path, Path]) -> None:
+    project, home = dirs
+    change = plan("codex", project, home).changes[0]
+    table = tomllib.loads(change.after)["mcp_servers"]["conclave"]
+    assert table["tools"] == {"ask_team": {"approval_mode": "approve"}, "cancel_job": {"approval_mode": "approve"}}
+    assert change.what == "MCP registration and tool approvals" and "approval_mode" in change.snippet
+    bare = plan("codex", project, home, approvals=False).changes[0]
+    assert "tools" not in tomllib.loads(bare.after)["mcp_servers"]["conclave"]
+    assert "approval" not in installers.describe(plan("codex", project, home, approvals=False))
+    assert "--no-approvals" in installers.describe(plan("codex", project, home))
+
+
+def test_claude_code_allows_the_five_tools_and_trusts_the_project_server(dirs: tuple[Path, Path]) -> None:
+    project, home = dirs
+    settings = project / ".claude" / "settings.local.json"
+    settings.parent.mkdir(parents=True)
+    settings.write_text('{\n  // mine\n  "permissions": {"allow": ["Bash(ls)"], "deny": ["Read(.env)"]}\n}\n')
+    change = plan("claude-code", project, home).changes[1]
+    assert change.path == settings and change.what == "tool approvals"
+    data = jsonc.loads(change.after)
+    tools = [f"mcp__conclave__{tool}" for tool in installers.TOOLS]
+    assert data["permissions"] == {"allow": ["Bash(ls)", *tools], "deny": ["Read(.env)"]}
+    assert data["enabledMcpjsonServers"] == ["conclave"] and "// mine" in change.after
+    user = plan("claude-code", project, home, "user").changes[0]
+    assert "enabledMcpjsonServers" not in jsonc.loads(user.after)  # user servers need no project trust
+    assert [c.what for c in plan("claude-code", project, home, approvals=False).changes] == [
+        "MCP registration", "skill"]
 
 
 CODEX_CONFIG = """\
@@ -155,33 +227,36 @@ model = "gpt-5-mini"
 
 def test_codex_merge_replaces_only_our_table_and_keeps_comments(tmp_path: Path) -> None:
     table = installers.codex_table(COMMAND)
-    after = installers.merge_codex_toml(CODEX_CONFIG, tmp_path / "config.toml", table)
+    after = client_files.merge_codex_toml(CODEX_CONFIG, tmp_path / "config.toml", table)
     data = tomllib.loads(after)
     ours = data["mcp_servers"]["conclave"]
     assert ours["command"] == COMMAND[0] and ours["tool_timeout_sec"] == 60
+    assert ours["tools"]["ask_team"] == {"approval_mode": "approve"}
     assert ours["env"] == {"CONCLAVE_MAX_JOBS": "3"}  # the user's settings survive
     assert ours["env_vars"][0] == "MY_OWN_VAR" and "OPENAI_API_KEY" in ours["env_vars"]
     assert data["mcp_servers"]["docs"] == {"command": "npx", "args": ["-y", "docs-mcp"]}
     assert data["model"] == "gpt-5" and data["profiles"] == {"fast": {"model": "gpt-5-mini"}}
-    for comment in ("# my Codex settings", "# the default model", "# keep me: the profile below"):
+    for comment in ("# my Codex settings", "# the default model", "# replaced", "# keep me: the profile below"):
         assert comment in after
+    assert after.index("# keep me") < after.index("[profiles.fast]") and after.endswith(CODEX_CONFIG[-42:])
     order = [after.index(marker) for marker in ("[mcp_servers.docs]", "[mcp_servers.conclave]", "# keep me")]
     assert order == sorted(order)
-    assert installers.merge_codex_toml(after, tmp_path / "config.toml", table) == after  # idempotent
+    assert client_files.merge_codex_toml(after, tmp_path / "config.toml", table) == after  # idempotent
 
 
 def test_codex_merge_appends_to_a_file_without_us_and_refuses_inline_tables(tmp_path: Path) -> None:
     path = tmp_path / "config.toml"
     table = installers.codex_table(COMMAND)
-    after = installers.merge_codex_toml('model = "o3"', path, table)
+    after = client_files.merge_codex_toml('model = "o3"', path, table)
     assert after.startswith('model = "o3"\n\n[mcp_servers.conclave]\n')
     assert tomllib.loads(after)["mcp_servers"]["conclave"]["args"] == ["serve"]
     inline = 'mcp_servers = { conclave = { command = "old" } }\n'
     with pytest.raises(ConfigError, match="inline") as caught:
-        installers.merge_codex_toml(inline, path, table)
+        client_files.merge_codex_toml(inline, path, table)
     assert "[mcp_servers.conclave]" in str(caught.value)  # says what to write by hand
+    assert 'approval_mode = "approve"' in str(caught.value)
     with pytest.raises(ConfigError, match="not valid TOML"):
-        installers.merge_codex_toml("model = ", path, table)
+        client_files.merge_codex_toml("model = ", path, table)
 
 
 def test_server_command_is_an_absolute_path_that_starts_this_installation() -> None:
@@ -249,7 +324,8 @@ def test_a_broken_file_is_left_alone_with_an_error(
     project, _ = dirs
     broken = project / ".vscode" / "mcp.json"
     broken.parent.mkdir()
-    broken.write_text("{ // JSONC\n}", encoding="utf-8")
+    broken.write_text('{ "servers": { /* never closed\n}', encoding="utf-8")
     assert main(["install", "vscode", "--write"]) == 2
-    assert "is not plain JSON" in capsys.readouterr().err
-    assert broken.read_text(encoding="utf-8") == "{ // JSONC\n}" and not list(broken.parent.glob("*.bak"))
+    err = capsys.readouterr().err
+    assert "is not JSON (with comments)" in err and "not closed at line 1 column 16" in err
+    assert broken.read_text(encoding="utf-8").startswith('{ "servers"') and not list(broken.parent.glob("*.bak"))

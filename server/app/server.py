@@ -26,6 +26,7 @@ from fastmcp.tools import Tool
 from mcp.types import ToolAnnotations
 from pydantic import ValidationError
 
+from conclave import __version__
 from conclave.errors import ConclaveError
 from conclave.app.job_resources import TEMPLATES
 from conclave.jobs.service import JobService
@@ -120,7 +121,7 @@ def create_app(service: JobService, settings: Settings) -> FastMCP:
     async def lend(server: FastMCP) -> AsyncIterator[dict[str, Any]]:
         yield {DEPS_KEY: service}  # the service is not ours to close
 
-    app = FastMCP("conclave", instructions=INSTRUCTIONS, lifespan=lend, auth=_auth(settings))
+    app = FastMCP("conclave", instructions=INSTRUCTIONS, version=__version__, lifespan=lend, auth=_auth(settings))
     for published in TOOLS:
         fn = published.fn
         app.add_tool(

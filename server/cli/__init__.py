@@ -1,1 +1,6 @@
 """The `conclave` command line: ask, status, show, serve, install, doctor, sandbox build, config check."""
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+# The clients `conclave install` knows, and where it may write (conclave.cli.install).
+TARGETS = ("claude-code", "codex", "cursor", "vscode")
+SCOPES = ("project", "user")

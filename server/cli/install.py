@@ -1,11 +1,25 @@
-"""`conclave install TARGET`: register the server with a coding agent, in that client's format and place.
+"""`conclave install TARGET`: register the server with a coding agent, and let its headless mode call it.
 
     plan(target, scope, ...) -> Plan      pure: the files to change, their text before and after
-    describe(plan) -> str                 what would change, with the snippet in the client's format
+    describe(plan) -> str                 what would change, with each snippet in the client's format
     write(plan) -> list[str]              the one step that touches the disk: backup, then atomic write
 
-Merging keeps everything already there: other servers, other keys, and (TOML) comments outside our
-own table. A second run finds nothing to change and says so (tests/test_installers.py).
+What each client gets, and why (README.md, "Registering with a coding agent", says the same to users):
+- Codex: `[mcp_servers.conclave]` in config.toml, and `approval_mode = "approve"` for `ask_team` and
+  `cancel_job` (Codex asks before a tool that is not read-only unless it is non-destructive and
+  closed-world, and `codex exec` never approves, so without it a headless run cannot delegate).
+- Claude Code: `.mcp.json` (project) or `claude mcp add` (user), the skill, and in its settings
+  (`.claude/settings.local.json`, or `~/.claude/settings.json` for user scope) `permissions.allow`
+  for the five tools (`claude -p` refuses a tool nobody allowed) and, for project scope,
+  `enabledMcpjsonServers` (so the project's server starts without the interactive trust prompt).
+- Cursor and VS Code: the registration only. Cursor's tool allowlist lives in the global
+  ~/.cursor/permissions.json, which replaces the allowlist set in Cursor's UI wholesale, so writing
+  it could drop the user's own entries; VS Code has no non-interactive mode and asks once per tool.
+`--no-approvals` writes registrations only.
+
+Merging keeps everything already there: other servers, other keys, comments (TOML through tomlkit;
+JSON with comments through conclave.cli.jsonc). A second run finds nothing to change and says so
+(tests/test_installers.py).
 
 The registered command is the absolute path of the installed `conclave` script: `uvx --from
 conclave-mcp conclave serve` would need the package on PyPI, and a bare `conclave` needs it on the
@@ -14,26 +28,27 @@ PATH the client was started with (GUI editors often have a shorter one).
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
-import re
 import shlex
 import sys
 import time
-import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from conclave.config import package_dir
+from conclave.cli import EXIT_OK, TARGETS
+from conclave.cli.client_files import codex_snippet, merge_codex_toml, merge_json, merge_settings
 from conclave.errors import ConfigError
 
-TARGETS = ("claude-code", "codex", "cursor", "vscode")
-SCOPES = ("project", "user")
 CLIENT_NAMES = {"claude-code": "Claude Code", "codex": "Codex", "cursor": "Cursor", "vscode": "VS Code"}
 DEFAULT_SCOPE = {"claude-code": "project", "codex": "user", "cursor": "project", "vscode": "project"}
 NAME = "conclave"
+TOOLS = ("ask_team", "get_status", "read_workspace", "cancel_job", "list_teams")
+# Codex asks before these (not read-only, and ask_team reaches the providers: open world).
+CODEX_APPROVED = ("ask_team", "cancel_job")
 # Codex starts MCP servers with a short list of variables; forward the ones the presets read.
 # tests/test_installers.py::test_codex_forwards_every_key_a_preset_needs keeps this in step.
 FORWARDED_ENV = (
@@ -41,8 +56,8 @@ FORWARDED_ENV = (
     "OLLAMA_API_KEY", "OLLAMA_BASE_URL", "OLLAMA_MODEL", "VLLM_API_KEY", "VLLM_BASE_URL", "VLLM_MODEL",
     "CONCLAVE_HOME", "CONCLAVE_MAX_JOBS", "XDG_STATE_HOME", "XDG_CONFIG_HOME",
 )
-# Tools return within 50 s (tools/_deps.MAX_WAIT_S), so Codex's 60 s default fits; say so explicitly.
-# Start-up imports the provider SDKs: a few seconds, more than Codex's 10 s default on a cold disk.
+# Tools return within 50 s (settings.MAX_WAIT_S), so Codex's 60 s default fits; say so explicitly.
+# The stdio front answers the handshake at once; the rest loads behind it, a few seconds on a cold disk.
 CODEX_TIMEOUTS = {"startup_timeout_sec": 30, "tool_timeout_sec": 60}
 
 
@@ -53,7 +68,8 @@ class Change:
     path: Path
     before: str | None
     after: str
-    what: str  # "MCP registration" or "skill"
+    what: str  # "MCP registration", "MCP registration and tool approvals", "tool approvals", "skill"
+    snippet: str = ""  # what we put there, in the file's format, to paste by hand
 
     @property
     def needed(self) -> bool:
@@ -66,7 +82,6 @@ class Plan:
     scope: str
     command: tuple[str, ...]
     changes: tuple[Change, ...]
-    snippet: str  # the registration in the client's own format, to paste by hand
     hints: tuple[str, ...] = ()
 
 
@@ -116,138 +131,30 @@ def json_entry(target: str, command: list[str]) -> tuple[str, dict[str, Any]]:
     return "mcpServers", entry
 
 
-def codex_table(command: list[str]) -> dict[str, Any]:
-    return {"command": command[0], "args": command[1:], "env_vars": list(FORWARDED_ENV), **CODEX_TIMEOUTS}
+def codex_table(command: list[str], approvals: bool = True) -> dict[str, Any]:
+    table: dict[str, Any] = {"command": command[0], "args": command[1:], "env_vars": list(FORWARDED_ENV),
+                             **CODEX_TIMEOUTS}
+    if approvals:
+        table["tools"] = {tool: {"approval_mode": "approve"} for tool in CODEX_APPROVED}
+    return table
 
 
-def _merged(existing: Mapping[str, Any], desired: Mapping[str, Any]) -> dict[str, Any]:
-    """Our keys over the user's, keeping the user's other keys and any variables they forward."""
-    merged = {**existing, **desired}
-    if isinstance(existing.get("env_vars"), list) and "env_vars" in desired:
-        theirs = existing["env_vars"]
-        merged["env_vars"] = theirs + [name for name in desired["env_vars"] if name not in theirs]
-    return merged
+def claude_settings(scope: str) -> dict[tuple[str, ...], list[str]]:
+    """The lists Claude Code's settings need to hold so that `claude -p` may call the tools."""
+    settings = {("permissions", "allow"): [f"mcp__{NAME}__{tool}" for tool in TOOLS]}
+    if scope == "project":
+        settings[("enabledMcpjsonServers",)] = [NAME]
+    return settings
 
 
-def merge_json(text: str | None, path: Path, key: str, entry: dict[str, Any]) -> str:
-    """`text` with `entry` as server `conclave` under `key`; `text` itself when nothing changes."""
-    try:
-        data = json.loads(text) if text and text.strip() else {}
-    except json.JSONDecodeError as exc:
-        raise ConfigError(
-            f"{path} is not plain JSON ({exc.msg} at line {exc.lineno}; comments?): nothing was written. "
-            f"Add the entry shown by `conclave install` (without --write) by hand."
-        ) from exc
-    servers = data.get(key, {}) if isinstance(data, dict) else None
-    if not isinstance(servers, dict) or not isinstance(servers.get(NAME, {}), dict):
-        raise ConfigError(f"{path}: expected a JSON object with an object under {key!r}; fix the file")
-    existing = servers.get(NAME)
-    merged = _merged(existing or {}, entry)
-    if existing == merged and text is not None:
-        return text
-    data[key] = {**servers, NAME: merged}
-    return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
-
-
-# TOML -------------------------------------------------------------------------------------------
-_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
-_OUR_KEY = r"""\s*mcp_servers\s*\.\s*(?:conclave|"conclave"|'conclave')\s*"""
-_OUR_HEADER = re.compile(rf"^\s*\[{_OUR_KEY}\]")
-_OUR_SUBTABLE = re.compile(rf"^\s*\[\[?{_OUR_KEY}\.")
-_ANY_HEADER = re.compile(r"^\s*\[")
-
-
-def _toml_key(key: str) -> str:
-    return key if _BARE_KEY.fullmatch(key) else json.dumps(key)
-
-
-def _toml_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return repr(value)
-    if isinstance(value, str):
-        return json.dumps(value, ensure_ascii=False)  # JSON's escapes are valid in TOML basic strings
-    if isinstance(value, list):
-        return "[" + ", ".join(_toml_value(item) for item in value) + "]"
-    if isinstance(value, dict):
-        return "{ " + ", ".join(f"{_toml_key(k)} = {_toml_value(v)}" for k, v in value.items()) + " }"
-    if hasattr(value, "isoformat"):
-        return value.isoformat()
-    raise ConfigError(f"cannot write the TOML value {value!r}; edit the file by hand")
-
-
-def toml_table(name: str, table: Mapping[str, Any]) -> str:
-    """`[name]` with its plain keys, then its sub-tables as `[name.key]`."""
-    lines = [f"[{name}]"]
-    for key, value in table.items():
-        if isinstance(value, dict):
-            continue
-        shown = _toml_value(value)
-        if isinstance(value, list) and len(shown) > 80:  # one item a line, as people write them
-            shown = "[\n" + "".join(f"  {_toml_value(item)},\n" for item in value) + "]"
-        lines.append(f"{_toml_key(key)} = {shown}")
-    text = "\n".join(lines) + "\n"
-    for key, value in table.items():
-        if isinstance(value, dict):
-            text += "\n" + toml_table(f"{name}.{_toml_key(key)}", value)
-    return text
-
-
-def _our_spans(lines: list[str]) -> list[tuple[int, int]]:
-    """Line ranges of `[mcp_servers.conclave]` and its sub-tables, without trailing blanks/comments
-    (those belong to whatever follows)."""
-    spans: list[tuple[int, int]] = []
-    for start, line in enumerate(lines):
-        if not (_OUR_HEADER.match(line) or _OUR_SUBTABLE.match(line)):
-            continue
-        end = start + 1
-        while end < len(lines) and not _ANY_HEADER.match(lines[end]):
-            end += 1
-        while end > start + 1 and (not lines[end - 1].strip() or lines[end - 1].lstrip().startswith("#")):
-            end -= 1
-        spans.append((start, end))
-    return spans
-
-
-def merge_codex_toml(text: str | None, path: Path, table: dict[str, Any]) -> str:
-    """`text` with `[mcp_servers.conclave]` set to `table` merged over what is there; comments kept."""
-    text = text or ""
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path} is not valid TOML ({exc}): nothing was written; fix it first") from exc
-    existing = data.get("mcp_servers", {}).get(NAME)
-    merged = _merged(existing or {}, table)
-    if existing == merged:
-        return text
-    block = toml_table(f"mcp_servers.{NAME}", merged)
-    lines = text.splitlines(keepends=True)
-    spans = _our_spans(lines)
-    if existing is None:
-        result = text.rstrip("\n") + ("\n\n" if text.strip() else "") + block
-    elif spans:
-        first = spans[0][0]  # the block goes where the table was; lines before it are untouched
-        kept = [line for i, line in enumerate(lines) if not any(s <= i < e for s, e in spans)]
-        result = "".join(kept[:first]) + block + "".join(kept[first:])
-    else:
-        result = ""  # defined inline or with dotted keys: not ours to rewrite, see below
-    try:
-        after = tomllib.loads(result)
-    except tomllib.TOMLDecodeError:
-        after = {}
-    # The safety net: our table is what we meant, and everything else in the file is as it was.
-    if after.get("mcp_servers", {}).get(NAME) != merged or _without_ours(after) != _without_ours(data):
-        raise ConfigError(
-            f"{path}: could not update mcp_servers.{NAME} in place (is it written inline?); nothing was "
-            f"written. Replace it by hand with:\n{block}"
-        )
-    return result
-
-
-def _without_ours(data: Mapping[str, Any]) -> dict[str, Any]:
-    servers = {key: value for key, value in data.get("mcp_servers", {}).items() if key != NAME}
-    return {**data, "mcp_servers": servers}
+def _nested(lists: Mapping[tuple[str, ...], list[str]]) -> dict[str, Any]:
+    nested: dict[str, Any] = {}
+    for path, items in lists.items():
+        holder = nested
+        for part in path[:-1]:
+            holder = holder.setdefault(part, {})
+        holder[path[-1]] = list(items)
+    return nested
 
 
 # Plans ------------------------------------------------------------------------------------------
@@ -256,7 +163,8 @@ def _read(path: Path) -> str | None:
 
 
 def plan(
-    target: str, scope: str | None, *, cwd: Path, home: Path, environ: Mapping[str, str], command: list[str]
+    target: str, scope: str | None, *, cwd: Path, home: Path, environ: Mapping[str, str], command: list[str],
+    approvals: bool = True,
 ) -> Plan:
     """What `conclave install target` would change; reads files, writes nothing."""
     if target not in TARGETS:
@@ -266,25 +174,38 @@ def plan(
     changes: list[Change] = []
     hints: list[str] = []
     if target == "codex":
-        table = codex_table(command)
-        snippet = toml_table(f"mcp_servers.{NAME}", table)
         assert path is not None
+        table = codex_table(command, approvals)
+        what = "MCP registration and tool approvals" if approvals else "MCP registration"
         after = merge_codex_toml(_read(path), path, table)
-        changes.append(Change(path, _read(path), after, "MCP registration"))
+        changes.append(Change(path, _read(path), after, what, codex_snippet(table)))
     else:
         key, entry = json_entry(target, command)
-        snippet = json.dumps({key: {NAME: entry}}, indent=2) + "\n"
         if path is not None:
             after = merge_json(_read(path), path, key, entry)
-            changes.append(Change(path, _read(path), after, "MCP registration"))
+            snippet = json.dumps({key: {NAME: entry}}, indent=2) + "\n"
+            changes.append(Change(path, _read(path), after, "MCP registration", snippet))
     if target == "claude-code":
         claude = ["claude", "mcp", "add", "--scope", scope, NAME, "--", *command]
         hints.append(("or register it with Claude Code's own CLI: " if path else "register it with: ")
                      + shlex.join(claude))
-        skill = (cwd if scope == "project" else home) / ".claude" / "skills" / NAME / "SKILL.md"
-        source = (package_dir("conclave.skills") / NAME / "SKILL.md").read_text(encoding="utf-8")
-        changes.append(Change(skill, _read(skill), source, "skill"))
-    return Plan(target, scope, tuple(command), tuple(changes), snippet, tuple(hints))
+        if approvals:
+            settings = (cwd / ".claude" / "settings.local.json" if scope == "project"
+                        else home / ".claude" / "settings.json")
+            wanted = claude_settings(scope)
+            after = merge_settings(_read(settings), settings, wanted)
+            changes.append(Change(settings, _read(settings), after, "tool approvals",
+                                  json.dumps(_nested(wanted), indent=2) + "\n"))
+        changes.append(_skill_change(cwd if scope == "project" else home))
+    return Plan(target, scope, tuple(command), tuple(changes), tuple(hints))
+
+
+def _skill_change(root: Path) -> Change:
+    from conclave.config import package_dir
+
+    skill = root / ".claude" / "skills" / NAME / "SKILL.md"
+    source = (package_dir("conclave.skills") / NAME / "SKILL.md").read_text(encoding="utf-8")
+    return Change(skill, _read(skill), source, "skill")
 
 
 def describe(plan: Plan) -> str:
@@ -294,9 +215,12 @@ def describe(plan: Plan) -> str:
         state = "already up to date" if not change.needed else (
             "would be created" if change.before is None else "would be updated")
         out.append(f"\n{change.path}: {change.what}, {state}")
-        if change.what == "MCP registration":
-            out.append(plan.snippet.rstrip("\n"))
+        if change.snippet:
+            out.append(change.snippet.rstrip("\n"))
     out += ["", *plan.hints] if plan.hints else []
+    if any("approvals" in change.what for change in plan.changes):
+        out.append(f"\nThe tool approvals let {CLIENT_NAMES[plan.target]}'s non-interactive mode call {NAME}; "
+                   f"--no-approvals leaves them out.")
     if any(change.needed for change in plan.changes):
         out.append("\nRun again with --write to write this (a backup of every changed file is kept).")
     return "\n".join(out)
@@ -336,6 +260,7 @@ def install(
     scope: str | None,
     *,
     write_files: bool,
+    approvals: bool = True,
     cwd: Path | None = None,
     home: Path | None = None,
     environ: Mapping[str, str] | None = None,
@@ -344,19 +269,25 @@ def install(
     """The `conclave install` command: print the plan, or write it. Returns the exit code."""
     made = plan(
         target, scope, cwd=cwd or Path.cwd(), home=home or Path.home(),
-        environ=os.environ if environ is None else environ, command=server_command(),
+        environ=os.environ if environ is None else environ, command=server_command(), approvals=approvals,
     )
     if not write_files:
         out(describe(made))
-        return 0
+        return EXIT_OK
     for line in write(made):
         out(line)
-    if not any(change.what == "MCP registration" for change in made.changes):
+    if not any(change.what.startswith("MCP registration") for change in made.changes):
         for hint in made.hints:  # the registration is the client's own command's to make
             out(hint)
     client = CLIENT_NAMES[made.target]
     if not any(change.needed for change in made.changes):
         out(f"Nothing changed: {client} already has {NAME} set up here.")
     else:
-        out(f"Done. Restart {client} (or reload its MCP servers) to pick up {NAME}.")
-    return 0
+        approved = " Its non-interactive mode may call the tools (approvals written)." if any(
+            "approvals" in change.what for change in made.changes) else ""
+        out(f"Done. Restart {client} (or reload its MCP servers) to pick up {NAME}.{approved}")
+    return EXIT_OK
+
+
+def install_command(args: argparse.Namespace) -> int:
+    return install(args.target, args.scope, write_files=args.write, approvals=not args.no_approvals)

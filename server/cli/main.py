@@ -1,35 +1,20 @@
-"""The `conclave` command: a thin shell over the same library calls the MCP tools make."""
+"""The `conclave` command: argument parsing and dispatch, on the standard library alone.
+
+Every command's work lives in `commands.py` (or `install.py`), imported only when that command runs:
+`conclave serve` must answer the MCP handshake before FastMCP is even imported (see
+conclave.app.stdio_front), and `conclave ask` should reach its first provider quickly, so nothing here
+pulls in pydantic, rich or the SDKs (tests/test_startup.py checks which modules `--help` imports).
+"""
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
-import time
-from collections.abc import Sequence
-from pathlib import Path
-
-import anyio
-from rich.console import Console, Group
-from rich.live import Live
-from rich.table import Table
-from rich.text import Text
+from collections.abc import Callable, Sequence
 
 from conclave import __version__
-from conclave.config import list_presets, load_team_file
+from conclave.cli import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, SCOPES, TARGETS
 from conclave.errors import ConclaveError
-from conclave.cli.install import SCOPES, TARGETS, install
-from conclave.cli.doctor import run_checks
-from conclave.jobs.service import JobService
-from conclave.sandbox.image import build_image_sync
-from conclave.settings import Settings
-from conclave.jobs.store import Store
-from conclave.jobs.views import JobView
-from conclave.jobs.teams import team_list
-from conclave.jobs.views import job_view
-
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -44,6 +29,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--http", action="store_true", help="serve streamable HTTP instead of stdio")
     serve.add_argument("--host", default="127.0.0.1", help="HTTP bind address (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=8765, help="HTTP port (default 8765)")
+    serve.add_argument("--no-front", action="store_true",
+                       help="stdio: let the server answer the handshake itself once loaded (no quick front)")
 
     ask = commands.add_parser("ask", help="ask a team and watch it converge")
     ask.add_argument("task", help="the task, in words")
@@ -59,12 +46,21 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("job_id", nargs="?", help="the job id (cj-...)")
     status.add_argument("--json", action="store_true", help="print JSON")
 
+    show = commands.add_parser("show", help="print what a job produced: answers, transcript, diff, files")
+    show.add_argument("job_id", help="the job id (cj-...)")
+    what = show.add_mutually_exclusive_group()
+    what.add_argument("--answers", action="store_true", help="every answer the agents posted, in full")
+    what.add_argument("--transcript", action="store_true", help="the job's turns, answers and votes")
+    what.add_argument("--diff", action="store_true", help="the winner's changes as a patch")
+    what.add_argument("--file", metavar="PATH", help="a file of the final tree (or of --source's snapshot)")
+    show.add_argument("--source", metavar="LABEL", help="with --file: an answer's snapshot, e.g. B2")
+
     commands.add_parser("teams", help="list the team presets and whether their keys are set")
 
     config = commands.add_parser("config", help="team file tools")
     config_commands = config.add_subparsers(dest="config_command", required=True, metavar="SUBCOMMAND")
     check = config_commands.add_parser("check", help="validate a team YAML file")
-    check.add_argument("file", type=Path)
+    check.add_argument("file")
 
     commands.add_parser("doctor", help="check Docker, the sandbox image, keys, the local model, the state dir")
     sandbox = commands.add_parser("sandbox", help="the Docker sandbox image")
@@ -73,145 +69,57 @@ def build_parser() -> argparse.ArgumentParser:
 
     setup = commands.add_parser("install", help="register the MCP server with a coding agent")
     setup.add_argument("target", choices=TARGETS, help="the coding agent")
-    setup.add_argument("--write", action="store_true", help="merge it into the client's file (backup kept)")
+    setup.add_argument("--write", action="store_true", help="merge it into the client's files (backups kept)")
     setup.add_argument("--scope", choices=SCOPES, help="project (this folder) or user; codex: user")
+    setup.add_argument("--no-approvals", action="store_true",
+                       help="leave tool approvals to the user (headless runs then cannot call the tools)")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    console = Console()
     try:
-        match args.command:
-            case "serve":
-                return _serve(args)
-            case "ask":
-                return anyio.run(_ask, args, console)
-            case "status":
-                return _status(args, console)
-            case "teams":
-                return _teams(console)
-            case "config":
-                team = load_team_file(args.file)
-                models = ", ".join(agent.model for agent in team.agents)
-                print(f"{args.file}: ok - team {team.name!r}, {len(team.agents)} agents: {models}")
-                missing = team.missing_keys(os.environ)
-                if missing:
-                    print(f"note: to run it, set {', '.join(missing)}")
-                return EXIT_OK
-            case "doctor":
-                checks = run_checks(Settings(), os.environ)
-                print("\n".join(check.line() for check in checks))
-                return EXIT_FAILED if any(c.essential and not c.ok for c in checks) else EXIT_OK
-            case "sandbox":
-                report = build_image_sync()
-                print(f"{report.tag}: {'built' if report.built else 'already present'}")
-                return EXIT_OK
-            case "install":
-                return install(args.target, args.scope, write_files=args.write)
+        return _command(args.command)(args)
     except ConclaveError as exc:
         print(f"conclave: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
-    return EXIT_USAGE
+
+
+def _command(name: str) -> Callable[[argparse.Namespace], int]:
+    if name == "serve":
+        return _serve
+    if name == "install":
+        from conclave.cli.install import install_command
+
+        return install_command
+    from conclave.cli.commands import COMMANDS
+
+    return COMMANDS[name]
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from conclave.app.server import serve_http, serve_stdio
+    """stdio behind the quick front (conclave.app.stdio_front), or HTTP."""
+    from conclave.app.stdio_front import serve
 
-    settings = Settings()
     if args.http:
-        anyio.run(serve_http, settings, args.host, args.port)
-    else:
-        anyio.run(serve_stdio, settings)
+        from conclave.cli.commands import serve_http
+
+        return serve_http(args)
+    serve(_run_stdio_app, quick=not args.no_front)
     return EXIT_OK
 
 
-async def _ask(args: argparse.Namespace, console: Console) -> int:
-    async with JobService.open(Settings()) as service:
-        view = await service.submit(args.task, args.team, context_arguments(args.context), args.apply)
-        if args.json:
-            while not view.done:
-                view = await service.wait(view.job_id, 50)
-            print(json.dumps(view.model_dump(mode="json"), indent=2))
-            return EXIT_OK if view.state == "completed" else EXIT_FAILED
-        try:
-            with Live(render(view), console=console, refresh_per_second=4, transient=True) as live:
-                while not view.done:
-                    view = await service.wait(view.job_id, 1.0)
-                    live.update(render(view))
-        except (KeyboardInterrupt, anyio.get_cancelled_exc_class()):
-            with anyio.CancelScope(shield=True):
-                await service.cancel(view.job_id)
-            raise
-        console.print(render(view))
-        if view.answer is not None:
-            console.rule("Final answer")
-            console.print(Text(view.answer))
-        return EXIT_OK if view.state == "completed" else EXIT_FAILED
+def _run_stdio_app(loaded: Callable[[], None]) -> None:
+    import anyio
 
+    from conclave.app.server import serve_stdio
+    from conclave.settings import Settings
 
-def context_arguments(values: Sequence[str]) -> list[object]:
-    """`--context PATH[:write]` as ask_team's context_paths."""
-    paths: list[object] = []
-    for value in values:
-        path, _, permission = value.rpartition(":") if value.endswith((":write", ":read")) else (value, "", "read")
-        paths.append({"path": path, "permission": permission})
-    return paths
-
-
-def render(view: JobView) -> Group:
-    """The live view: a line per agent (state, answers, vote), the tally, elapsed time."""
-    table = Table(title=f"{view.job_id} - team {view.team} - {view.state}", title_justify="left")
-    for column in ("agent", "model", "state", "answers", "vote", "tokens in/out"):
-        table.add_column(column)
-    for agent in view.agents:
-        state = agent.state if not agent.error else f"failed: {agent.error[:60]}"
-        tokens = f"{agent.usage.input_tokens}/{agent.usage.output_tokens}"
-        table.add_row(agent.letter, agent.model, state, str(agent.answers), agent.vote or "-", tokens)
-    tally = ", ".join(f"{label}: {count}" for label, count in view.tally.items()) or "no votes yet"
-    lines = [table, Text(f"{view.phase}  |  round {view.round}  |  tally {tally}  |  {view.elapsed_s:.0f}s")]
-    if view.done:
-        verdict = "consensus" if view.consensus else "no consensus"
-        if view.tie:
-            verdict += ", a tie broken by the earliest answer"
-        cost = f", ${view.usage.cost_usd:.4f}" if view.usage.cost_usd is not None else ""
-        lines.append(Text(f"winner {view.winner or '-'} ({verdict}); {view.reason or ''}"))
-        lines.append(Text(f"usage: {view.usage.input_tokens} in, {view.usage.output_tokens} out{cost}"))
-    return Group(*lines)
-
-
-def _status(args: argparse.Namespace, console: Console) -> int:
     settings = Settings()
-    store = Store(settings.db_path)
-    try:
-        now = time.time()
-        if args.job_id:
-            row = store.job(args.job_id)
-            if row is None:
-                raise ConclaveError(f"job_id={args.job_id!r} is not in {settings.db_path}; run `conclave status` to list")
-            view = job_view(row, now)
-            if args.json:
-                print(json.dumps(view.model_dump(mode="json"), indent=2))
-            else:
-                print(view.text())
-            return EXIT_OK
-        views = [job_view(row, now) for row in store.recent_jobs()]
-        if args.json:
-            print(json.dumps([view.model_dump(mode="json") for view in views], indent=2))
-        elif not views:
-            console.print("no jobs yet; start one with `conclave ask \"...\"`")
-        for view in views if not args.json else []:
-            print(f"{view.job_id}  {view.state:<11} {view.team:<10} {view.elapsed_s:>6.0f}s  {view.task[:60]}")
-        return EXIT_OK
-    finally:
-        store.close()
-
-
-def _teams(console: Console) -> int:
-    print(team_list(list_presets(), os.environ).text())
-    return EXIT_OK
+    loaded()
+    anyio.run(serve_stdio, settings)
 
 
 if __name__ == "__main__":

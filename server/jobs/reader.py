@@ -2,7 +2,8 @@
 (`@diff`), and, for jobs with context paths, every file of the final tree or of any answer's snapshot.
 
 Text is paged by characters (`offset`, `limit`) so a client with a small tool-result budget can read
-anything in pieces. File paths are confined to their tree like every path a caller gives.
+anything in pieces; a listing is paged by entries. A file path with no `source` reads the final tree.
+File paths are confined to their tree like every path a caller gives.
 """
 
 from __future__ import annotations
@@ -35,13 +36,16 @@ class WorkspacePage(BaseModel):
     path: str
     offset: int
     limit: int
-    total: int = Field(description="characters (or entries, for a listing) in all")
+    total: int = Field(description="characters in all (entries, for a listing)")
     content: str
     entries: list[str] | None = Field(default=None, description="for a listing: the readable paths")
     next_offset: int | None = Field(default=None, description="pass as offset to read on; null at the end")
 
     def text(self) -> str:
         more = f"\n[more: call again with offset={self.next_offset}]" if self.next_offset is not None else ""
+        if self.entries is not None:
+            span = f"entries {self.offset}-{self.offset + len(self.entries)} of {self.total}"
+            return f"{self.path or 'listing'} [{span}]\n{self.content}{more}"
         return f"{self.path} [{self.offset}:{self.offset + len(self.content)} of {self.total}]\n{self.content}{more}"
 
 
@@ -55,32 +59,58 @@ async def read_job(
     path = (path or "").strip()
     if source in (None, ""):
         if not path:
-            entries = listing(store, row, workspaces)
-            return _page(row.id, "", "\n".join(entries), offset, limit, entries)
+            return _listing(row.id, await listing(store, row, workspaces), offset, limit)
         if path == "@diff":
             return _page(row.id, path, await _patch(row, workspaces), offset, limit)
         if path in JOB_TEXTS or path.startswith("answers/") or workspaces is None:
             return _page(row.id, path, _text(store, row, path.strip("/")), offset, limit)
+        source = "final"  # a file path on its own reads the final tree, as the tool says
     if workspaces is None:
         raise InputError("source", source, "this job has no files (it had no context_paths); leave source empty")
-    if not isinstance(source, str) or not (source in ("", "final") or LABEL.fullmatch(source)):
+    if not isinstance(source, str) or not (source == "final" or LABEL.fullmatch(source)):
         raise InputError("source", source, "use 'final' or an answer label such as B2")
-    tree = workspaces.source(source or "final")
+    tree = workspaces.source(source)
     if not path.strip("/"):
-        files = sorted((await anyio.to_thread.run_sync(list_tree, tree)).files)[:MAX_LISTED]
-        return _page(row.id, "", "\n".join(files), offset, limit, files)
+        return _listing(row.id, await _files(tree), offset, limit)
     text = await anyio.to_thread.run_sync(_file_text, tree, path)
     return _page(row.id, path, text, offset, limit)
 
 
-def listing(store: Store, row: JobRow, workspaces: Workspaces | None = None) -> list[str]:
+async def read_whole(
+    store: Store, row: JobRow, workspaces: Workspaces | None, path: str, source: str | None
+) -> WorkspacePage:
+    """Every page of one read as a single page (for resources, which are not paged, and `conclave show`)."""
+    first = page = await read_job(store, row, workspaces, path, source, 0, MAX_LIMIT)
+    parts, entries = [page.content], list(page.entries or [])
+    while page.next_offset is not None:
+        page = await read_job(store, row, workspaces, path, source, page.next_offset, MAX_LIMIT)
+        parts.append(page.content)
+        entries += page.entries or []
+    content = "\n".join(parts) if first.entries is not None else "".join(parts)
+    return first.model_copy(update={"content": content, "entries": first.entries and entries,
+                                    "limit": max(first.total, 1), "next_offset": None})
+
+
+def job_workspaces(row: JobRow, jobs_dir: Path) -> Workspaces | None:
+    """The job's files, for a job that was given context paths."""
+    return Workspaces(jobs_dir / row.id) if row.options.context_paths else None
+
+
+async def listing(store: Store, row: JobRow, workspaces: Workspaces | None = None) -> list[str]:
+    """What a job offers: its texts, then (with files) the patch and every file of the final tree."""
     entries = ["transcript"]
     if row.result is not None and row.result.answer is not None:
         entries.append("final")
     entries += [f"answers/{answer.label}" for answer in store.answers(row.id)]
     if workspaces is not None and workspaces.patch.exists():
         entries.append("@diff")
+    if workspaces is not None and workspaces.final.is_dir():
+        entries += [name for name in await _files(workspaces.final) if name not in entries]
     return entries
+
+
+async def _files(tree: Path) -> list[str]:
+    return sorted((await anyio.to_thread.run_sync(list_tree, tree)).files)[:MAX_LISTED]
 
 
 async def _patch(row: JobRow, workspaces: Workspaces | None) -> str:
@@ -142,12 +172,20 @@ def transcript(store: Store, row: JobRow) -> str:
     return "\n".join(lines)
 
 
-def _page(
-    job_id: str, path: str, text: str, offset: int, limit: int, entries: list[str] | None = None
-) -> WorkspacePage:
+def _page(job_id: str, path: str, text: str, offset: int, limit: int) -> WorkspacePage:
     chunk = text[offset : offset + limit]
     end = offset + len(chunk)
     return WorkspacePage(
-        job_id=job_id, path=path, offset=offset, limit=limit, total=len(text), content=chunk, entries=entries,
+        job_id=job_id, path=path, offset=offset, limit=limit, total=len(text), content=chunk,
         next_offset=end if end < len(text) else None,
+    )
+
+
+def _listing(job_id: str, entries: list[str], offset: int, limit: int) -> WorkspacePage:
+    """A page of a listing: `offset` and `limit` count entries."""
+    shown = entries[offset : offset + limit]
+    end = offset + len(shown)
+    return WorkspacePage(
+        job_id=job_id, path="", offset=offset, limit=limit, total=len(entries), content="\n".join(shown),
+        entries=shown, next_offset=end if end < len(entries) else None,
     )

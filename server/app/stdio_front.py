@@ -1,0 +1,268 @@
+"""The stdio front of `conclave serve`: it answers the MCP handshake while the server is still loading.
+
+Importing FastMCP, the job machinery and their dependencies takes about a second on a small machine,
+and Codex builds a step's tool list after waiting 1 s for an optional MCP server
+(`mcp_optional_startup_grace_ms`). So `conclave serve` starts here, on the standard library alone:
+
+    client stdin  -> front (answers from manifest.json, or passes on) -> pipe -> fd 0 of the app
+    client stdout <- front (its own answers, then all the app writes)  <- pipe <- fd 1 of the app
+
+Until the app is loaded, the front answers `initialize`, `ping` and the list methods from
+`manifest.json`, a recording of the real app's answers (`python -m conclave.app.manifest` writes it;
+tests/test_stdio_front.py fails when it differs from what the app answers). Everything else waits in
+the pipe, in order. The client's `initialize` goes on to the app too, so the app's session knows the
+client and its protocol version; the app's own answer to it is the one line the front drops. Once the
+app is loaded, every message goes to it. The app itself runs unchanged on FastMCP's stdio transport.
+
+A client that opens in the stateless 2026 era (a request whose `_meta` carries the protocol version),
+a manifest written for another version of Conclave or its libraries, or `--no-front` skip the quick
+answers; the pipes then carry everything to the app.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import threading
+from collections.abc import Callable
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+MANIFEST = Path(__file__).with_name("manifest.json")
+# The libraries whose versions shape what the app lists; a manifest recorded with others is not used.
+LIBRARIES = ("fastmcp", "mcp", "pydantic")
+ENVELOPE_KEY = "io.modelcontextprotocol/protocolVersion"  # only 2026-era requests carry it in _meta
+READ_SIZE = 65536
+
+
+def load_manifest(path: Path = MANIFEST, conclave_version: str | None = None) -> dict[str, Any] | None:
+    """The recorded answers, or None when missing, unreadable or recorded for other versions."""
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(manifest, dict) or manifest.get("versions") != installed_versions(conclave_version):
+        return None
+    return manifest
+
+
+def installed_versions(conclave_version: str | None = None) -> dict[str, str]:
+    """Conclave's and the listed libraries' versions, as the manifest records them."""
+    if conclave_version is None:
+        from conclave import __version__ as conclave_version
+    found = {"conclave": conclave_version}
+    for name in LIBRARIES:
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            found[name] = "missing"
+    return found
+
+
+class Front:
+    """Decides, message by message, what the front answers itself; pure apart from its callbacks.
+
+    `reply(obj)` writes a message to the client; `forward(line)` passes a raw line on to the app.
+    """
+
+    def __init__(self, manifest: dict[str, Any], reply: Callable[[dict[str, Any]], None],
+                 forward: Callable[[bytes], None]) -> None:
+        self._manifest, self._reply, self._forward = manifest, reply, forward
+        self._lock = threading.Lock()
+        self._answering = True
+        self._session: dict[str, Any] | None = None  # the recorded answers for the agreed version
+        self.dropped_id: object = None  # the id of the initialize both the front and the app answer
+        self._drop_pending = False
+
+    def stop_answering(self) -> None:
+        """From now on every message goes to the app (it is loaded)."""
+        with self._lock:
+            self._answering = False
+
+    def take(self, line: bytes) -> None:
+        """Handle one line from the client."""
+        with self._lock:
+            answer = self._answer(line) if self._answering else None
+        if answer is None or answer[1]:
+            self._forward(line)
+        if answer is not None:
+            self._reply(answer[0])
+
+    def drop(self, line: bytes) -> bool:
+        """Whether a line from the app is its answer to the initialize the front already answered."""
+        if not self._drop_pending:
+            return False
+        message = _parse(line)
+        if message is None or "method" in message or message.get("id") != self.dropped_id:
+            return False
+        self._drop_pending = False
+        return True
+
+    def _answer(self, line: bytes) -> tuple[dict[str, Any], bool] | None:
+        """(the reply, whether the app must see the message too), or None to leave it to the app."""
+        message = _parse(line)
+        if message is None or "id" not in message or not isinstance(message.get("method"), str):
+            return None  # notifications, responses and anything odd go to the app
+        method, params, key = message["method"], message.get("params"), message["id"]
+        if params is not None and not isinstance(params, dict):
+            return None
+        if isinstance((params or {}).get("_meta"), dict) and ENVELOPE_KEY in params["_meta"]:
+            self._answering = False  # a 2026-era client: the app serves it from the first message
+            return None
+        if method == "ping":
+            return _result(key, {}), False
+        if method == "initialize":
+            session = None if self._session is not None else self._agreed(params or {})
+            if session is None:
+                self._answering = False  # a second initialize, or a malformed one: the app answers
+                return None
+            self._session, self.dropped_id, self._drop_pending = session, key, True
+            return _result(key, {"protocolVersion": session["version"], **session["initialize"]}), True
+        recorded = self._session["results"].get(method) if self._session is not None else None
+        if recorded is not None and not (params or {}).get("cursor"):
+            return _result(key, recorded), False
+        return None
+
+    def _agreed(self, params: dict[str, Any]) -> dict[str, Any] | None:
+        """The recorded session for a well-formed initialize: the client's version if the app speaks it,
+        else the app's latest (the rule of mcp's server runner)."""
+        info = params.get("clientInfo")
+        if not (isinstance(params.get("protocolVersion"), str) and isinstance(params.get("capabilities"), dict)
+                and isinstance(info, dict) and isinstance(info.get("name"), str)
+                and isinstance(info.get("version"), str)):
+            return None  # the app answers with the precise error
+        manifest = self._manifest
+        version = params["protocolVersion"] if params["protocolVersion"] in manifest["protocols"] else manifest["latest"]
+        return {"version": version, **manifest["differs"].get(version, manifest)}
+
+
+def _parse(line: bytes) -> dict[str, Any] | None:
+    try:
+        message = json.loads(line)
+    except ValueError:
+        return None
+    return message if isinstance(message, dict) and message.get("jsonrpc") == "2.0" else None
+
+
+def _result(key: object, result: dict[str, Any]) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": key, "result": result}
+
+
+class StdioPipes:
+    """Moves the app onto pipes in place of fds 0 and 1, and relays between them and the real ones.
+
+    `start()` before the app is imported; `serving()` once it is loaded; `close()` after it returns.
+    """
+
+    def __init__(self, manifest: dict[str, Any] | None) -> None:
+        self._client_in = os.dup(0)
+        self._client_out = os.dup(1)
+        app_in, self._to_app = os.pipe()
+        self._from_app, app_out = os.pipe()
+        os.dup2(app_in, 0)
+        os.dup2(app_out, 1)
+        os.close(app_in)
+        os.close(app_out)
+        self._write_lock = threading.Lock()
+        self._stop = threading.Event()
+        self.front = Front(manifest, self._reply, self._forward) if manifest else None
+        self._threads = [
+            threading.Thread(target=self._read_client, name="conclave-front-in", daemon=True),
+            threading.Thread(target=self._relay_app, name="conclave-front-out", daemon=True),
+        ]
+
+    def start(self) -> None:
+        for thread in self._threads:
+            thread.start()
+
+    def serving(self) -> None:
+        """The app is loaded: it answers everything from now on."""
+        if self.front is not None:
+            self.front.stop_answering()
+
+    def close(self, timeout: float = 5.0) -> None:
+        """After the app returned: relay what it still wrote, then stop."""
+        self._stop.set()
+        self._threads[1].join(timeout)
+
+    # The two threads ------------------------------------------------------------------------------
+    def _read_client(self) -> None:
+        """Client lines to the front (or straight on to the app); EOF closes the app's stdin."""
+        try:
+            with os.fdopen(self._client_in, "rb", buffering=READ_SIZE) as client:
+                for line in client:
+                    if self.front is not None:
+                        self.front.take(line)
+                    else:
+                        self._forward(line)
+        except OSError:
+            pass  # the app's end closed: it has stopped reading
+        finally:
+            try:
+                os.close(self._to_app)
+            except OSError:
+                pass
+
+    def _relay_app(self) -> None:
+        """The app's output to the client, line by line, leaving out its second initialize answer."""
+        pending = b""
+        while True:
+            ready, _, _ = select.select([self._from_app], [], [], 0.1)
+            chunk = os.read(self._from_app, READ_SIZE) if ready else b""
+            if not chunk and self._stop.is_set():
+                break  # the app returned and nothing is left to relay
+            pending += chunk
+            *lines, pending = pending.split(b"\n")
+            for line in lines:
+                if not self._relay(line):
+                    return
+        if pending.strip():
+            self._relay(pending)
+
+    def _relay(self, line: bytes) -> bool:
+        if not line.lstrip().startswith(b"{"):  # stray output of an import, not a message
+            _write_all(2, line + b"\n")
+            return True
+        if self.front is not None and self.front.drop(line):
+            return True
+        return self._write(line + b"\n")
+
+    # Plumbing ---------------------------------------------------------------------------------------
+    def _forward(self, line: bytes) -> None:
+        _write_all(self._to_app, line if line.endswith(b"\n") else line + b"\n")
+
+    def _reply(self, message: dict[str, Any]) -> None:
+        self._write(json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode() + b"\n")
+
+    def _write(self, data: bytes) -> bool:
+        """Write whole messages to the client; False once it has gone."""
+        with self._write_lock:
+            try:
+                _write_all(self._client_out, data)
+            except OSError:
+                return False
+        return True
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def serve(run_app: Callable[[Callable[[], None]], None], *, quick: bool = True) -> None:
+    """Run `run_app(loaded)` behind the front; the app calls `loaded()` once its imports are done.
+
+    Without `quick` (or on Windows, where `select` takes no pipes) the app has the real stdio to itself.
+    """
+    if not quick or os.name == "nt":
+        run_app(lambda: None)
+        return
+    pipes = StdioPipes(load_manifest())
+    pipes.start()
+    try:
+        run_app(pipes.serving)
+    finally:
+        pipes.close()

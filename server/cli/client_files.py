@@ -1,0 +1,169 @@
+"""The clients' files, merged in place: JSON with comments (VS Code, Cursor, Claude Code) and Codex's TOML.
+
+Each merge returns the new text, or the old text itself when nothing changes, and checks that the
+result holds exactly what was meant with everything else as it was; when it cannot, it raises a
+ConfigError carrying the snippet to write by hand. tests/test_installers.py covers both formats.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from conclave.cli import jsonc
+from conclave.errors import ConfigError
+
+NAME = "conclave"
+
+
+def _merged(existing: Mapping[str, Any], desired: Mapping[str, Any]) -> dict[str, Any]:
+    """Our keys over the user's, keeping the user's other keys, variables and tool settings."""
+    merged = {**existing, **desired}
+    for key in ("env_vars",):
+        if isinstance(existing.get(key), list) and key in desired:
+            merged[key] = existing[key] + [name for name in desired[key] if name not in existing[key]]
+    if isinstance(existing.get("tools"), Mapping) and "tools" in desired:
+        merged["tools"] = {**existing["tools"], **{name: {**existing["tools"].get(name, {}), **value}
+                                                   for name, value in desired["tools"].items()}}
+    return merged
+
+
+# JSON (with comments) ------------------------------------------------------------------------------
+def _jsonc(text: str | None, path: Path) -> Any:
+    try:
+        return jsonc.loads(text or "")
+    except jsonc.JsoncError as exc:
+        raise ConfigError(f"{path} is not JSON (with comments) ({exc}): nothing was written; fix it first") from exc
+
+
+def merge_json(text: str | None, path: Path, key: str, entry: dict[str, Any]) -> str:
+    """`text` with `entry` as server `conclave` under `key`; `text` itself when nothing changes."""
+    data = _jsonc(text, path)
+    servers = data.get(key, {})
+    if not isinstance(servers, dict) or not isinstance(servers.get(NAME, {}), dict):
+        raise ConfigError(f"{path}: expected a JSON object with an object under {key!r}; fix the file")
+    existing = servers.get(NAME)
+    merged = _merged(existing or {}, entry)
+    if existing == merged and text is not None:
+        return text
+    after = jsonc.set_value(text or "", [key, NAME], merged)
+    return _checked(path, after, {**data, key: {**servers, NAME: merged}})
+
+
+def merge_settings(text: str | None, path: Path, lists: Mapping[tuple[str, ...], list[str]]) -> str:
+    """Settings whose list at each path holds every item given for it; the user's items stay first."""
+    data = _jsonc(text, path)
+    after, expected = text or "", json.loads(json.dumps(data))
+    for list_path, items in lists.items():
+        try:
+            after = jsonc.add_items(after, list_path, items)
+        except jsonc.JsoncError as exc:
+            raise ConfigError(f"{path}: {exc}; fix the file") from exc
+        holder = expected
+        for part in list_path[:-1]:
+            holder = holder.setdefault(part, {})
+        have = holder.setdefault(list_path[-1], [])
+        have += [item for item in items if item not in have]
+    return text if text is not None and after == text else _checked(path, after, expected)
+
+
+def _checked(path: Path, after: str, expected: Any) -> str:
+    """The safety net: the edited file holds exactly what was meant, everything else as it was."""
+    try:
+        ok = jsonc.loads(after) == expected
+    except jsonc.JsoncError:
+        ok = False
+    if not ok:
+        raise ConfigError(f"{path}: could not edit it in place; nothing was written. Add this by hand:\n"
+                          + json.dumps(expected, indent=2))
+    return after
+
+
+# TOML ---------------------------------------------------------------------------------------------
+def merge_codex_toml(text: str | None, path: Path, table: dict[str, Any]) -> str:
+    """`text` with `[mcp_servers.conclave]` set to `table` merged over what is there; comments kept."""
+    import tomlkit
+    from tomlkit.exceptions import TOMLKitError
+
+    text = text or ""
+    try:
+        document = tomlkit.parse(text)
+    except TOMLKitError as exc:
+        raise ConfigError(f"{path} is not valid TOML ({exc}): nothing was written; fix it first") from exc
+    data = document.unwrap()
+    servers = data.get("mcp_servers", {})
+    existing = servers.get(NAME) if isinstance(servers, dict) else None
+    merged = _merged(existing or {}, table)
+    if existing == merged:
+        return text
+    by_hand = (f"{path}: could not update mcp_servers.{NAME} in place (is it written inline?); nothing was "
+               f"written. Replace it by hand with:\n{codex_snippet(merged)}")
+    try:
+        if existing is None:
+            for _ in range(0 if not text.strip() or text.endswith("\n\n") else 1 if text.endswith("\n") else 2):
+                document.add(tomlkit.nl())  # a blank line before our table
+            if "mcp_servers" not in document:
+                document["mcp_servers"] = tomlkit.table(is_super_table=True)
+            document["mcp_servers"][NAME] = _toml_table(merged)  # type: ignore[index]
+        else:
+            _update(document["mcp_servers"][NAME], merged)  # type: ignore[index]
+        after = tomlkit.dumps(document)
+        ok = tomlkit.parse(after).unwrap() == {**data, "mcp_servers": {**servers, NAME: merged}}
+    except (TOMLKitError, ValueError, TypeError):
+        ok = False
+    if not ok:  # the safety net: our table is what we meant, everything else as it was
+        raise ConfigError(by_hand)
+    return after
+
+
+def _update(container: Any, values: Mapping[str, Any]) -> None:
+    """Set `values` into an existing TOML table key by key, so its other keys and comments stay."""
+    for key, value in values.items():
+        if isinstance(value, Mapping) and isinstance(container.get(key), Mapping):
+            _update(container[key], value)
+        elif isinstance(value, Mapping):
+            _add_dotted(container, [key], value)
+        elif container.get(key) != value:
+            container[key] = _toml_value(value)
+
+
+def _toml_table(values: Mapping[str, Any]) -> Any:
+    """A standard table for `values`; nested values as dotted keys (`tools.ask_team.approval_mode`), which
+    stay inside the table instead of trailing it as sub-tables after whatever comments follow it."""
+    import tomlkit
+
+    table = tomlkit.table()
+    _update(table, values)
+    return table
+
+
+def _add_dotted(container: Any, prefix: list[str], values: Mapping[str, Any]) -> None:
+    import tomlkit
+
+    for key, value in values.items():
+        if isinstance(value, Mapping):
+            _add_dotted(container, [*prefix, key], value)
+        else:
+            container.add(tomlkit.key([*prefix, key]), _toml_value(value))
+
+
+def _toml_value(value: Any) -> Any:
+    """Lists one item a line when long, as people write them."""
+    import tomlkit
+
+    if isinstance(value, list) and len(json.dumps(value)) > 80:
+        array = tomlkit.array()
+        array.extend(value)
+        return array.multiline(True)
+    return value
+
+
+def codex_snippet(table: Mapping[str, Any]) -> str:
+    import tomlkit
+
+    document = tomlkit.document()
+    document["mcp_servers"] = tomlkit.table(is_super_table=True)
+    document["mcp_servers"][NAME] = _toml_table(table)  # type: ignore[index]
+    return tomlkit.dumps(document)

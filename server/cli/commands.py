@@ -1,0 +1,186 @@
+"""The commands behind `conclave`: each parses nothing, calls the library the MCP tools call, and renders.
+
+Imported by conclave.cli.main only when one of them runs (it pulls in rich, pydantic and the job
+machinery, which `conclave serve` must not wait for).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import anyio
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from conclave.cli.doctor import run_checks
+from conclave.cli import EXIT_FAILED, EXIT_OK
+from conclave.config import list_presets, load_team_file
+from conclave.errors import ConclaveError, JobNotFound
+from conclave.jobs.reader import WorkspacePage as ReadPage
+from conclave.jobs.reader import job_workspaces, read_whole
+from conclave.jobs.service import JobService
+from conclave.jobs.store import Store
+from conclave.jobs.teams import team_list
+from conclave.jobs.views import JobView, job_view
+from conclave.sandbox.image import build_image_sync
+from conclave.settings import Settings
+
+
+def ask(args: argparse.Namespace) -> int:
+    return anyio.run(_ask, args, Console())
+
+
+async def _ask(args: argparse.Namespace, console: Console) -> int:
+    async with JobService.open(Settings()) as service:
+        view = await service.submit(args.task, args.team, context_arguments(args.context), args.apply)
+        if args.json:
+            while not view.done:
+                view = await service.wait(view.job_id, 50)
+            print(json.dumps(view.model_dump(mode="json"), indent=2))
+            return EXIT_OK if view.state == "completed" else EXIT_FAILED
+        try:
+            with Live(render(view), console=console, refresh_per_second=4, transient=True) as live:
+                while not view.done:
+                    view = await service.wait(view.job_id, 1.0)
+                    live.update(render(view))
+        except (KeyboardInterrupt, anyio.get_cancelled_exc_class()):
+            with anyio.CancelScope(shield=True):
+                await service.cancel(view.job_id)
+            raise
+        console.print(render(view))
+        if view.answer is not None:
+            console.rule("Final answer")
+            console.print(Text(view.answer))
+        return EXIT_OK if view.state == "completed" else EXIT_FAILED
+
+
+def context_arguments(values: Sequence[str]) -> list[object]:
+    """`--context PATH[:write]` as ask_team's context_paths."""
+    paths: list[object] = []
+    for value in values:
+        path, _, permission = value.rpartition(":") if value.endswith((":write", ":read")) else (value, "", "read")
+        paths.append({"path": path, "permission": permission})
+    return paths
+
+
+def render(view: JobView) -> Group:
+    """The live view: a line per agent (state, answers, vote), the tally, elapsed time."""
+    table = Table(title=f"{view.job_id} - team {view.team} - {view.state}", title_justify="left")
+    for column in ("agent", "model", "state", "answers", "vote", "tokens in/out"):
+        table.add_column(column)
+    for agent in view.agents:
+        state = agent.state if not agent.error else f"failed: {agent.error[:60]}"
+        tokens = f"{agent.usage.input_tokens}/{agent.usage.output_tokens}"
+        table.add_row(agent.letter, agent.model, state, str(agent.answers), agent.vote or "-", tokens)
+    tally = ", ".join(f"{label}: {count}" for label, count in view.tally.items()) or "no votes yet"
+    lines = [table, Text(f"{view.phase}  |  round {view.round}  |  tally {tally}  |  {view.elapsed_s:.0f}s")]
+    if view.done:
+        verdict = "consensus" if view.consensus else "no consensus"
+        if view.tie:
+            verdict += ", a tie broken by the earliest answer"
+        cost = f", ${view.usage.cost_usd:.4f}" if view.usage.cost_usd is not None else ""
+        lines.append(Text(f"winner {view.winner or '-'} ({verdict}); {view.reason or ''}"))
+        lines.append(Text(f"usage: {view.usage.input_tokens} in, {view.usage.output_tokens} out{cost}"))
+    return Group(*lines)
+
+
+def status(args: argparse.Namespace) -> int:
+    settings = Settings()
+    store = Store(settings.db_path)
+    try:
+        now = time.time()
+        if args.job_id:
+            row = store.job(args.job_id)
+            if row is None:
+                raise ConclaveError(f"job_id={args.job_id!r} is not in {settings.db_path}; run `conclave status` to list")
+            view = job_view(row, now)
+            print(json.dumps(view.model_dump(mode="json"), indent=2) if args.json else view.text())
+            return EXIT_OK
+        views = [job_view(row, now) for row in store.recent_jobs()]
+        if args.json:
+            print(json.dumps([view.model_dump(mode="json") for view in views], indent=2))
+        elif not views:
+            Console().print("no jobs yet; start one with `conclave ask \"...\"`")
+        for view in views if not args.json else []:
+            print(f"{view.job_id}  {view.state:<11} {view.team:<10} {view.elapsed_s:>6.0f}s  {view.task[:60]}")
+        return EXIT_OK
+    finally:
+        store.close()
+
+
+def show(args: argparse.Namespace) -> int:
+    """What read_workspace serves, for a person: the job and its listing, or one text in full."""
+    settings = Settings()
+    store = Store(settings.db_path)
+    try:
+        row = store.job(args.job_id.strip())
+        if row is None:
+            raise JobNotFound(args.job_id)
+        workspaces = job_workspaces(row, settings.home / "jobs")
+
+        def read(path: str, source: str | None = None) -> ReadPage:
+            return anyio.run(read_whole, store, row, workspaces, path, source)
+
+        if args.answers:
+            for entry in read("").entries or []:
+                if entry.startswith("answers/"):
+                    print(f"## {entry.removeprefix('answers/')}\n{read(entry).content}\n")
+        elif args.transcript or args.diff:
+            print(read("transcript" if args.transcript else "@diff").content)
+        elif args.file:
+            print(read(args.file, args.source).content, end="")
+        else:
+            print(job_view(row, time.time()).text())
+            print("\nReadable (conclave show JOB_ID --answers | --transcript | --diff | --file PATH):")
+            print("  " + "\n  ".join(read("").entries or []))
+        return EXIT_OK
+    finally:
+        store.close()
+
+
+def teams(args: argparse.Namespace) -> int:
+    print(team_list(list_presets(), os.environ).text())
+    return EXIT_OK
+
+
+def config(args: argparse.Namespace) -> int:
+    path = Path(args.file)
+    team = load_team_file(path)
+    models = ", ".join(agent.model for agent in team.agents)
+    print(f"{path}: ok - team {team.name!r}, {len(team.agents)} agents: {models}")
+    missing = team.missing_keys(os.environ)
+    if missing:
+        print(f"note: to run it, set {', '.join(missing)}")
+    return EXIT_OK
+
+
+def doctor(args: argparse.Namespace) -> int:
+    checks = run_checks(Settings(), os.environ)
+    print("\n".join(check.line() for check in checks))
+    return EXIT_FAILED if any(c.essential and not c.ok for c in checks) else EXIT_OK
+
+
+def sandbox(args: argparse.Namespace) -> int:
+    report = build_image_sync()
+    print(f"{report.tag}: {'built' if report.built else 'already present'}")
+    return EXIT_OK
+
+
+def serve_http(args: argparse.Namespace) -> int:
+    from conclave.app.server import serve_http as run_http
+
+    anyio.run(run_http, Settings(), args.host, args.port)
+    return EXIT_OK
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "ask": ask, "status": status, "show": show, "teams": teams, "config": config, "doctor": doctor,
+    "sandbox": sandbox,
+}

@@ -2,7 +2,8 @@
 # What the test suite needs beyond the Python packages, installed and started idempotently:
 #   - a Docker engine (Debian's docker.io; dockerd started in the background when none answers),
 #   - mmdebstrap, and the sandbox image built locally (`conclave sandbox build`, cached by its tag),
-#   - the Node MCP clients that tests/test_clients.py drives (.ci/install-node-clients.sh).
+#   - the Node MCP clients that tests/test_clients.py drives (.ci/install-node-clients.sh),
+#   - the coding-agent CLIs that tests/test_agent_clis.py drives (.ci/install-agent-clis.sh).
 # Run from the repository root after the README's install command (it uses .venv/bin/conclave).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,3 +33,6 @@ say "sandbox image"
 
 say "node MCP clients"
 bash .ci/install-node-clients.sh
+
+say "coding-agent CLIs"
+bash .ci/install-agent-clis.sh

@@ -15,7 +15,7 @@ from mcp.types import TextContent
 
 from conclave.jobs.reader import WorkspacePage
 from conclave.jobs.teams import TeamList
-from conclave.jobs.views import JobView
+from conclave.jobs.views import JobView, structured
 from conclave.settings import MAX_WAIT_S
 from conclave.tools._links import links
 
@@ -41,5 +41,5 @@ def result(view: JobView | TeamList | WorkspacePage) -> Any:
     """
     content: list[Any] = [TextContent(type="text", text=view.text())]
     if isinstance(view, JobView):
-        content += links(view)
+        return ToolResult(content=content + links(view), structured_content=structured(view))
     return ToolResult(content=content, structured_content=view)

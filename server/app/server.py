@@ -49,7 +49,8 @@ Use it for questions where a second and third opinion pay: design decisions, tri
 2. If the job is not done yet, call get_status(job_id, wait_seconds=45) until `state` is completed,
    failed, cancelled or interrupted. Every result carries a `next` hint: follow it.
 3. The final answer is in `answer`; read_workspace(job_id) lists and pages through every agent's
-   answers and the transcript. cancel_job(job_id) stops a job.
+   answers, the transcript and, with context_paths, the diff (path="@diff") and the files the team
+   wrote. cancel_job(job_id) stops a job.
 Jobs run in the background and survive a client disconnect."""
 
 _LOCAL = {"open_world_hint": False, "destructive_hint": False}
@@ -72,7 +73,7 @@ TOOLS = (
         ),
     ),
     _Published(get_status, "Get a job's status", _READ_ONLY),
-    _Published(read_workspace, "Read a job's answers and transcript", _READ_ONLY),
+    _Published(read_workspace, "Read a job's answers, transcript, diff and files", _READ_ONLY),
     _Published(
         cancel_job, "Cancel a job", ToolAnnotations(read_only_hint=False, idempotent_hint=True, **_LOCAL)
     ),

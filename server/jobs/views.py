@@ -83,6 +83,17 @@ class JobView(_View):
 
 
 TASK_PREVIEW = 200
+# What a calling model reads first: Claude Code and Codex hand it the structured result as JSON, not
+# the text block (tests/test_agent_clis.py checks the order Claude Code's model sees).
+LEAD = ("job_id", "state", "answer", "consensus", "winner", "next")
+
+
+def structured(view: JobView) -> dict[str, object]:
+    """The view as an MCP result's structured content: what matters first, then the rest in model order;
+    empty fields and per-agent token counts left out (the job's total stays). Still a valid JobView."""
+    data = view.model_dump(mode="json", exclude_none=True, exclude={"agents": {"__all__": {"usage"}}})
+    data = {key: value for key, value in data.items() if value not in ({}, [])}
+    return {**{key: data[key] for key in LEAD if key in data}, **{k: v for k, v in data.items() if k not in LEAD}}
 
 
 def phase_of(event: JobEvent) -> str | None:

@@ -19,10 +19,11 @@ import uvicorn
 from starlette.applications import Starlette
 from starlette.routing import BaseRoute
 
-from tests.fakes import anthropic_server, gemini_server, openai_server
+from tests.fakes import anthropic_server, gemini_server, openai_server, responses_server
 from tests.fakes.script import Script
 
-PREFIXES = {"openai": "/openai/{agent}/v1", "anthropic": "/anthropic/{agent}", "gemini": "/gemini/{agent}"}
+PREFIXES = {"openai": "/openai/{agent}/v1", "anthropic": "/anthropic/{agent}", "gemini": "/gemini/{agent}",
+            "responses": responses_server.PREFIX}
 
 
 def free_port() -> int:
@@ -36,6 +37,7 @@ def build_app(script: Script) -> Starlette:
         *openai_server.routes(script),
         *anthropic_server.routes(script),
         *gemini_server.routes(script),
+        *responses_server.routes(script),
     ]
     return Starlette(routes=routes)
 

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Install the coding-agent CLIs that tests/test_agent_clis.py drives headless against fake models:
+# Claude Code and Codex, pinned, into .ci/agents/ (git-ignored), cached: does nothing when the pinned
+# versions are already there. Needs npm and the npm registry.
+#   --ignore-scripts: Codex needs none (its platform binary is an optional dependency). Claude Code's
+#   only script, install.cjs, copies its platform binary over the bin/claude.exe placeholder; it is
+#   run explicitly below, with the Node of .ci/node when there is one.
+set -euo pipefail
+cd "$(dirname "$0")"
+PREFIX="$PWD/agents"
+PINS=(
+  "@anthropic-ai/claude-code@2.1.330"
+  "@openai/codex@0.169.0"
+)
+
+installed() {  # installed NAME@VERSION -> true when agents/node_modules/NAME is at VERSION
+  local name="${1%@*}" version="${1##*@}" manifest
+  manifest="$PREFIX/node_modules/$name/package.json"
+  [ -f "$manifest" ] && grep -q "\"version\": *\"$version\"" "$manifest"
+}
+
+missing=()
+for pin in "${PINS[@]}"; do installed "$pin" || missing+=("$pin"); done
+if [ "${#missing[@]}" -gt 0 ]; then
+  mkdir -p "$PREFIX"
+  [ -f "$PREFIX/package.json" ] || echo '{"private": true}' > "$PREFIX/package.json"
+  echo "agent CLIs: installing ${missing[*]} into $PREFIX"
+  npm install --prefix "$PREFIX" --ignore-scripts --no-audit --no-fund --loglevel=error \
+    --save-exact "${PINS[@]}"
+fi
+
+NODE="$PWD/node/node_modules/.bin/node"
+[ -x "$NODE" ] || NODE="node"
+CLAUDE="$PREFIX/node_modules/@anthropic-ai/claude-code"
+if ! "$PREFIX/node_modules/.bin/claude" --version >/dev/null 2>&1; then
+  (cd "$CLAUDE" && "$NODE" install.cjs)
+fi
+echo "agent CLIs: claude $("$PREFIX/node_modules/.bin/claude" --version), $("$PREFIX/node_modules/.bin/codex" --version)"

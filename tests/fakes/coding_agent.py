@@ -1,0 +1,127 @@
+"""A scripted model for a real coding-agent CLI (Claude Code, Codex) that delegates one task to Conclave.
+
+The CLI runs its own agent loop against a fake provider; this responder plays the model, reading each
+request the way a model would:
+
+    1. no tool result yet       -> search for the conclave tools (Claude Code: ToolSearch; Codex: tool_search)
+    2. the search found them    -> ask_team(task, team, wait_seconds=0): the job comes back queued
+    3. a job that is not done   -> get_status(job_id, wait_seconds=45)
+    4. a job that is done       -> a final message quoting the team's answer
+
+Requests that offer no search tool (Claude Code's side calls: titles, summaries) get plain text. What
+the CLI sent back is kept in `seen` (the search results, the tool results as the model read them) for
+the test to check.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from tests.fakes.script import RecordedRequest, Reply
+
+FINAL_PREFIX = "The team's answer:"
+_JOB = re.compile(r"cj-[0-9a-f]{12}")
+
+
+@dataclass
+class CodingAgent:
+    """The responder for one CLI run; `wire` is "anthropic" (Claude Code) or "responses" (Codex)."""
+
+    wire: str
+    task: str
+    team: str
+    searches: list[list[str]] = field(default_factory=list)  # tool names each search returned
+    calls: list[str] = field(default_factory=list)  # the conclave tools called, in order
+    results: list[str] = field(default_factory=list)  # each conclave tool result as the model read it
+
+    def __call__(self, request: RecordedRequest) -> Reply:
+        if not self._searchable(request.body):
+            return Reply(text="ok")
+        history = self._history(request.body)
+        found = self._found_tools(history)
+        outputs = [text for kind, text in history if kind == "result"]
+        if found is None:
+            return self._search()
+        if not self.calls:
+            return self._call(found, "ask_team", {"task": self.task, "team": self.team, "wait_seconds": 0})
+        self.results.append(outputs[-1] if outputs else "")
+        view = _job_view(self.results[-1])
+        if view is None:
+            return Reply(text=f"Conclave failed: {self.results[-1][:2000]}")
+        if view.get("state") in ("queued", "running", "presenting"):
+            return self._call(found, "get_status", {"job_id": view["job_id"], "wait_seconds": 45})
+        return Reply(text=f"{FINAL_PREFIX} {view.get('answer')}")
+
+    # What the request offers and holds, per wire format ----------------------------------------------
+    def _searchable(self, body: dict[str, Any]) -> bool:
+        tools = body.get("tools") or []
+        if self.wire == "anthropic":
+            return any(tool.get("name") == "ToolSearch" for tool in tools)
+        return any(tool.get("type") == "tool_search" for tool in tools)
+
+    def _history(self, body: dict[str, Any]) -> list[tuple[str, Any]]:
+        """("search", tool names) and ("result", text) entries, oldest first."""
+        found: list[tuple[str, Any]] = []
+        if self.wire == "anthropic":
+            for message in body.get("messages", []):
+                content = message.get("content")
+                for block in content if isinstance(content, list) else []:
+                    if block.get("type") != "tool_result":
+                        continue
+                    parts = block.get("content")
+                    parts = parts if isinstance(parts, list) else [{"type": "text", "text": str(parts)}]
+                    names = [part["tool_name"] for part in parts if part.get("type") == "tool_reference"]
+                    if names:
+                        found.append(("search", names))
+                    else:
+                        found.append(("result", "\n".join(part.get("text", "") for part in parts)))
+            return found
+        for item in body.get("input", []):
+            if item.get("type") == "tool_search_output":
+                names = [f"{tool['name']}/{inner['name']}" for tool in item.get("tools", [])
+                         for inner in tool.get("tools", [])]
+                found.append(("search", names))
+            elif item.get("type") == "function_call_output":
+                output = item.get("output")
+                texts = [part.get("text", "") for part in output] if isinstance(output, list) else [str(output)]
+                found.append(("result", "\n".join(texts)))
+        return found
+
+    def _found_tools(self, history: list[tuple[str, Any]]) -> dict[str, str] | None:
+        """The conclave tools the searches returned, by bare name; None before any search."""
+        searches = [names for kind, names in history if kind == "search"]
+        if not searches:
+            return None
+        if len(self.searches) < len(searches):
+            self.searches = searches
+        names = [name for found in searches for name in found]
+        return {re.split(r"__|/", name)[-1]: name for name in names if "conclave" in name}
+
+    def _search(self) -> Reply:
+        if self.wire == "anthropic":
+            return Reply(tool_calls=[("ToolSearch", {"query": "+conclave ask team", "max_results": 5})])
+        return Reply(tool_calls=[("tool_search", {"query": "conclave ask team", "limit": 8})])
+
+    def _call(self, found: dict[str, str], tool: str, arguments: dict[str, Any]) -> Reply:
+        if tool not in found:
+            return Reply(text=f"Conclave's {tool} was not found; the search returned {self.searches}")
+        self.calls.append(tool)
+        return Reply(tool_calls=[(found[tool], arguments)])
+
+
+def _job_view(text: str) -> dict[str, Any] | None:
+    """The JobView JSON in a tool result (Claude Code and Codex both hand the model the structured
+    result; Codex puts its own `Wall time` lines before it)."""
+    start = text.find('{"')
+    while start >= 0:
+        try:
+            value, _ = json.JSONDecoder().raw_decode(text[start:])
+        except ValueError:
+            value = None
+        if isinstance(value, dict) and _JOB.fullmatch(str(value.get("job_id"))):
+            return value
+        start = text.find('{"', start + 1)
+    return None

@@ -1,0 +1,150 @@
+"""The real coding agents delegate to Conclave headless, registered exactly as `conclave install X --write`
+leaves them: `claude -p` (Claude Code) and `codex exec` (Codex), from npm, pinned.
+
+Each CLI talks to a fake model of ours (tests/fakes/coding_agent.py: Anthropic Messages over SSE for
+Claude Code, the OpenAI Responses API over SSE for Codex) that searches for the conclave tools, calls
+ask_team, then get_status until the job is done, and prints the team's answer. Conclave runs as the
+CLI starts it (`conclave serve` over stdio), on a team of fake providers that answers in seconds.
+
+The CLIs are installed by .ci/install-agent-clis.sh into .ci/agents/ (git-ignored); without them
+these tests skip and say how to install them. CI installs them, so nothing skips there.
+Copilot CLI and Gemini CLI are not driven here: see README.md, "Registering with a coding agent".
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.fakes.coding_agent import FINAL_PREFIX, CodingAgent
+from tests.fakes.server import FakeProviders
+from tests.fakes.team import TRIO, install, voter, write_team
+
+ROOT = Path(__file__).resolve().parents[1]
+AGENTS = ROOT / ".ci" / "agents" / "node_modules"
+CLAUDE = AGENTS / ".bin" / "claude"
+CODEX_JS = AGENTS / "@openai" / "codex" / "bin" / "codex.js"
+CONCLAVE = Path(sys.executable).with_name("conclave")
+TEAM = "fake-trio"
+TASK = "What is 6 * 7? Answer with the number."
+# The team's key must be one `conclave install codex` forwards: Codex starts MCP servers with a short
+# list of variables plus the server's `env_vars`.
+TEAM_KEY = "OPENAI_API_KEY"
+
+
+def _require(path: Path) -> None:
+    if not path.exists():
+        pytest.skip(f"{path.relative_to(ROOT)} is missing: run .ci/install-agent-clis.sh")
+
+
+def _node() -> str:
+    bundled = ROOT / ".ci" / "node" / "node_modules" / ".bin" / "node"
+    found = str(bundled) if bundled.exists() else shutil.which("node")
+    if found is None:
+        pytest.skip("no Node to run Codex's launcher: run .ci/install-node-clients.sh")
+    return found
+
+
+@pytest.fixture
+def fakes() -> Iterator[FakeProviders]:
+    with FakeProviders() as running:
+        install(running.script, TRIO, voter())
+        yield running
+
+
+@pytest.fixture
+def setup(tmp_path: Path, fakes: FakeProviders) -> tuple[Path, dict[str, str]]:
+    """A project folder and the environment a user's shell would have: Conclave's state and team folder,
+    the team's key, a home of its own (no real config of anyone's is read or written)."""
+    project, home = tmp_path / "project", tmp_path / "home"
+    project.mkdir()
+    home.mkdir()
+    write_team(tmp_path / "config" / "conclave" / "teams" / f"{TEAM}.yaml", fakes, TRIO, name=TEAM, key_env=TEAM_KEY)
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home), "LANG": "C.UTF-8",
+        "CONCLAVE_HOME": str(tmp_path / "state"), "XDG_CONFIG_HOME": str(tmp_path / "config"),
+        TEAM_KEY: "test-key", "FASTMCP_LOG_LEVEL": "WARNING",
+    }
+    return project, env
+
+
+def _install(target: str, project: Path, env: dict[str, str]) -> str:
+    """`conclave install TARGET --write`, run as a user would; its output."""
+    done = subprocess.run([str(CONCLAVE), "install", target, "--write"], cwd=project, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def _run(command: list[str], project: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(command, cwd=project, env=env, capture_output=True, text=True, timeout=300,
+                          stdin=subprocess.DEVNULL)
+    print(f"$ {' '.join(command[:3])} ...\nstdout:\n{done.stdout[-3000:]}\nstderr:\n{done.stderr[-3000:]}")
+    return done
+
+
+def _check_delegation(agent: CodingAgent, printed: str) -> None:
+    """The model found the tools with its first search, asked, polled, and the CLI printed the answer."""
+    assert agent.searches, "the model never searched"
+    assert {"ask_team", "get_status"} <= _bare(agent.searches[0]), agent.searches
+    assert agent.calls[0] == "ask_team" and "get_status" in agent.calls[1:], agent.calls
+    final = json.loads(agent.results[-1][agent.results[-1].find('{"'):])
+    assert final["state"] == "completed" and final["answer"].startswith("FINAL: the team's answer")
+    assert f"{FINAL_PREFIX} {final['answer']}" in printed
+
+
+def _bare(names: list[str]) -> set[str]:
+    return {name.replace("/", "__").split("__")[-1] for name in names if "conclave" in name}
+
+
+def test_claude_code_print_mode_delegates_with_what_install_wrote(
+    setup: tuple[Path, dict[str, str]], fakes: FakeProviders
+) -> None:
+    _require(CLAUDE)
+    project, env = setup
+    said = _install("claude-code", project, env)
+    assert "settings.local.json (tool approvals)" in said and ".mcp.json (MCP registration)" in said
+    agent = CodingAgent("anthropic", TASK, TEAM)
+    fakes.script.set_default("claude", agent)
+    env = {**env, "ANTHROPIC_BASE_URL": fakes.base_url("anthropic", "claude"), "ANTHROPIC_API_KEY": "sk-ant-fake",
+           "DISABLE_TELEMETRY": "1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1"}
+    done = _run([str(CLAUDE), "-p", f"Ask the conclave team: {TASK}", "--output-format", "json"], project, env)
+    assert done.returncode == 0
+    result = json.loads(done.stdout)
+    assert not result["is_error"] and result["permission_denials"] == []
+    _check_delegation(agent, result["result"])
+    # What Claude Code's model read: the structured result as JSON, led by what matters.
+    assert list(json.loads(agent.results[-1][agent.results[-1].find('{"'):]))[:4] == [
+        "job_id", "state", "answer", "consensus"]
+
+
+def test_codex_exec_delegates_with_what_install_wrote(
+    setup: tuple[Path, dict[str, str]], fakes: FakeProviders
+) -> None:
+    _require(CODEX_JS)
+    project, env = setup
+    codex_home = project.parent / "codex"
+    env = {**env, "CODEX_HOME": str(codex_home), "FAKE_MODEL_KEY": "sk-fake"}
+    said = _install("codex", project, env)
+    assert "config.toml (MCP registration and tool approvals)" in said
+    agent = CodingAgent("responses", TASK, TEAM)
+    fakes.script.set_default("codex", agent)
+    # The model provider is the test's; everything about conclave is as `conclave install` wrote it.
+    config = codex_home / "config.toml"
+    provider = (f'model = "gpt-5.5"\nmodel_provider = "fake"\n\n[model_providers.fake]\nname = "fake"\n'
+                f'base_url = "{fakes.base_url("responses", "codex")}"\nwire_api = "responses"\n'
+                f'env_key = "FAKE_MODEL_KEY"\n\n')
+    config.write_text(provider + config.read_text(encoding="utf-8"), encoding="utf-8")
+    done = _run([_node(), str(CODEX_JS), "exec", "--skip-git-repo-check", f"Ask the conclave team: {TASK}"],
+                project, env)
+    assert done.returncode == 0
+    assert "requires approval" not in done.stdout + done.stderr
+    # Codex's first step already had conclave: its first tool_search returned the tools.
+    _check_delegation(agent, done.stdout)

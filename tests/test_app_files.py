@@ -89,6 +89,13 @@ async def test_context_paths_give_a_diff_files_and_links(client: tuple[Client, s
     assert resource[0].text == patch
     page = await call(mcp, "read_workspace", job_id=view.job_id, path="proj/docs/USAGE.md", source="final")
     assert page.structured_content["content"] == "Run it.\n"
+    plain = await call(mcp, "read_workspace", job_id=view.job_id, path="proj/docs/USAGE.md")  # final by default
+    assert plain.structured_content["content"] == "Run it.\n"
+    everything = (await call(mcp, "read_workspace", job_id=view.job_id)).structured_content
+    assert {"@diff", "proj/docs/USAGE.md", "proj/README.md"} <= set(everything["entries"])
+    second = (await call(mcp, "read_workspace", job_id=view.job_id, offset=1, limit=2)).structured_content
+    assert second["entries"] == everything["entries"][1:3]  # a listing's offset and limit count entries
+    assert second["total"] == len(everything["entries"]) and second["next_offset"] == 3
     # every answer's snapshot is readable, and the caller's folder was never written
     listing = await call(mcp, "read_workspace", job_id=view.job_id, path="", source=view.winner)
     assert "proj/README.md" in listing.structured_content["entries"]

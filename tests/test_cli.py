@@ -22,7 +22,7 @@ from tests.fakes.server import FakeProviders
 from tests.fakes.team import KEY_ENV, TRIO, install, voter, write_team
 
 SHIPPED = ("frontier", "anthropic", "openai", "gemini", "ollama", "vllm", "openrouter")
-COMMANDS = ("serve", "ask", "status", "teams", "config")
+COMMANDS = ("serve", "ask", "status", "show", "teams", "config", "install")
 KEY_VARIABLES = (
     "OPENAI_API_KEY",
     "ANTHROPIC_API_KEY",
@@ -243,6 +243,24 @@ def test_ask_json_then_status(capsys: pytest.CaptureFixture[str], trio: Path) ->
     assert "no jobs yet" not in out
 
 
+def test_show_prints_what_read_workspace_serves(capsys: pytest.CaptureFixture[str], trio: Path) -> None:
+    code, out, err = run(capsys, "ask", "What is six times seven?", "--team", str(trio), "--json")
+    assert code == 0, err
+    view = JobView.model_validate(json.loads(out))
+    code, out, _ = run(capsys, "show", view.job_id)
+    assert code == 0 and out.startswith(f"Job {view.job_id} (fake-team): completed")
+    assert "conclave show JOB_ID --answers" in out and "\n  transcript\n  final\n" in out
+    code, out, _ = run(capsys, "show", view.job_id, "--answers")
+    assert code == 0 and out.count("\n## ") + out.startswith("## ") == 3
+    assert f"## {view.winner}\nAnswer from " in out
+    code, out, _ = run(capsys, "show", view.job_id, "--transcript")
+    assert code == 0 and view.job_id in out and "voted for" in out
+    code, _, err = run(capsys, "show", view.job_id, "--diff")
+    assert code == 2 and "no files" in err and "context_paths" in err
+    code, _, err = run(capsys, "show", UNKNOWN_JOB)
+    assert code == 2 and UNKNOWN_JOB in err and "conclave status" in err
+
+
 def test_ask_prints_the_final_answer_after_a_rule(capsys: pytest.CaptureFixture[str], trio: Path) -> None:
     code, out, err = run(capsys, "ask", "What is six times seven?", "--team", str(trio))
     assert code == 0, err
@@ -300,6 +318,12 @@ def test_ask_with_context_and_apply_writes_nothing_without_changes(
     assert view.state == "completed" and view.diff_summary is not None
     assert view.diff_summary["contexts"][0]["files"] == [] and view.diff_summary["contexts"][0]["applied"] is False
     assert (project / "main.py").read_text() == "print('hi')\n"
+    code, out, _ = run(capsys, "show", view.job_id, "--file", "proj/main.py")
+    assert code == 0 and out == "print('hi')\n"  # the final tree, as read_workspace serves it
+    code, out, _ = run(capsys, "show", view.job_id, "--diff")
+    assert code == 0 and out.strip() == ""  # nothing changed, so an empty patch
+    code, out, _ = run(capsys, "show", view.job_id)
+    assert "@diff" in out and "proj/main.py" in out
 
 
 def test_ask_apply_without_a_write_context_is_refused(capsys: pytest.CaptureFixture[str], trio: Path) -> None:

@@ -19,7 +19,6 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from conclave.cli.doctor import run_checks
 from conclave.cli import EXIT_FAILED, EXIT_OK
 from conclave.config import list_presets, load_team_file
 from conclave.errors import ConclaveError, JobNotFound
@@ -29,7 +28,6 @@ from conclave.jobs.service import JobService
 from conclave.jobs.store import Store
 from conclave.jobs.teams import team_list
 from conclave.jobs.views import JobView, job_view
-from conclave.sandbox.image import build_image_sync
 from conclave.settings import Settings
 
 
@@ -162,12 +160,16 @@ def config(args: argparse.Namespace) -> int:
 
 
 def doctor(args: argparse.Namespace) -> int:
+    from conclave.cli.doctor import run_checks  # Docker's SDK: not for the other commands to wait for
+
     checks = run_checks(Settings(), os.environ)
     print("\n".join(check.line() for check in checks))
     return EXIT_FAILED if any(c.essential and not c.ok for c in checks) else EXIT_OK
 
 
 def sandbox(args: argparse.Namespace) -> int:
+    from conclave.sandbox.image import build_image_sync
+
     report = build_image_sync()
     print(f"{report.tag}: {'built' if report.built else 'already present'}")
     return EXIT_OK

@@ -1,14 +1,15 @@
 """The real coding agents delegate to Conclave headless, registered exactly as `conclave install X --write`
-leaves them: `claude -p` (Claude Code) and `codex exec` (Codex), from npm, pinned.
+leaves them: `claude -p` (Claude Code), `codex exec` (Codex) and `copilot -p` (GitHub Copilot CLI,
+which reads the project's `.mcp.json`), from npm, pinned.
 
 Each CLI talks to a fake model of ours (tests/fakes/coding_agent.py: Anthropic Messages over SSE for
-Claude Code, the OpenAI Responses API over SSE for Codex) that searches for the conclave tools, calls
-ask_team, then get_status until the job is done, and prints the team's answer. Conclave runs as the
-CLI starts it (`conclave serve` over stdio), on a team of fake providers that answers in seconds.
+Claude Code and Copilot, the OpenAI Responses API over SSE for Codex) that finds the conclave tools,
+calls ask_team, then get_status until the job is done, and prints the team's answer. Conclave runs as
+the CLI starts it (`conclave serve` over stdio), on a team of fake providers that answers in seconds.
 
 The CLIs are installed by .ci/install-agent-clis.sh into .ci/agents/ (git-ignored); without them
 these tests skip and say how to install them. CI installs them, so nothing skips there.
-Copilot CLI and Gemini CLI are not driven here: see README.md, "Registering with a coding agent".
+Gemini CLI is not driven here: see README.md, "Use it from your coding agent".
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 AGENTS = ROOT / ".ci" / "agents" / "node_modules"
 CLAUDE = AGENTS / ".bin" / "claude"
 CODEX_JS = AGENTS / "@openai" / "codex" / "bin" / "codex.js"
+COPILOT_JS = AGENTS / "@github" / "copilot" / "npm-loader.js"
 CONCLAVE = Path(sys.executable).with_name("conclave")
 TEAM = "fake-trio"
 TASK = "What is 6 * 7? Answer with the number."
@@ -148,3 +150,29 @@ def test_codex_exec_delegates_with_what_install_wrote(
     assert "requires approval" not in done.stdout + done.stderr
     # Codex's first step already had conclave: its first tool_search returned the tools.
     _check_delegation(agent, done.stdout)
+
+
+def test_copilot_print_mode_delegates_with_the_project_mcp_json(
+    setup: tuple[Path, dict[str, str]], fakes: FakeProviders, tmp_path: Path
+) -> None:
+    """Copilot CLI strips variables that look like secrets from an MCP server's environment, so this
+    team runs without a key (like an Ollama team); README.md says how to forward keys to it."""
+    _require(COPILOT_JS)
+    project, env = setup
+    write_team(tmp_path / "config" / "conclave" / "teams" / f"{TEAM}.yaml", fakes, TRIO, name=TEAM,
+               key_env="CONCLAVE_TEST_UNSET_KEY", api_key_required=False)
+    _install("claude-code", project, env)  # .mcp.json: Copilot CLI reads the same file
+    agent = CodingAgent("anthropic", TASK, TEAM)
+    fakes.script.set_default("copilot", agent)
+    env = {**env, "COPILOT_PROVIDER_BASE_URL": fakes.base_url("anthropic", "copilot"),
+           "COPILOT_PROVIDER_TYPE": "anthropic", "COPILOT_PROVIDER_API_KEY": "sk-fake",
+           "COPILOT_MODEL": "claude-sonnet-5", "COPILOT_OFFLINE": "true", "COPILOT_AUTO_UPDATE": "false"}
+    # -p mode reads a project's MCP servers only from a trusted folder, and runs only allowed tools;
+    # both are command-line flags (README.md, "GitHub Copilot CLI").
+    done = _run([_node(), str(COPILOT_JS), "-p", f"Ask the conclave team: {TASK}", "--trust-folder",
+                 "--allow-tool=conclave"], project, env)
+    assert done.returncode == 0
+    assert {"conclave-ask_team", "conclave-get_status"} <= set(agent.first_step or []), agent.first_step
+    assert agent.calls[0] == "ask_team" and "get_status" in agent.calls[1:], agent.calls
+    final = json.loads(agent.results[-1][agent.results[-1].find('{"'):])
+    assert final["state"] == "completed" and f"{FINAL_PREFIX} {final['answer']}" in done.stdout

@@ -1,16 +1,17 @@
-"""A scripted model for a real coding-agent CLI (Claude Code, Codex) that delegates one task to Conclave.
+"""A scripted model for a real coding-agent CLI (Claude Code, Codex, Copilot) that delegates one task to Conclave.
 
 The CLI runs its own agent loop against a fake provider; this responder plays the model, reading each
 request the way a model would:
 
-    1. no tool result yet       -> search for the conclave tools (Claude Code: ToolSearch; Codex: tool_search)
-    2. the search found them    -> ask_team(task, team, wait_seconds=0): the job comes back queued
+    1. no tool result yet       -> search for the conclave tools (Claude Code: ToolSearch; Codex: tool_search),
+                                   unless the request offers them already (Copilot: conclave-ask_team)
+    2. the tools are known      -> ask_team(task, team, wait_seconds=0): the job comes back queued
     3. a job that is not done   -> get_status(job_id, wait_seconds=45)
     4. a job that is done       -> a final message quoting the team's answer
 
-Requests that offer no search tool (Claude Code's side calls: titles, summaries) get plain text. What
-the CLI sent back is kept in `seen` (the search results, the tool results as the model read them) for
-the test to check.
+Requests that offer neither a search tool nor the conclave tools (side calls: titles, summaries) get
+plain text. What the CLI sent back (the search results, the tool results as the model read them) is
+kept for the test to check.
 """
 
 from __future__ import annotations
@@ -37,11 +38,19 @@ class CodingAgent:
     calls: list[str] = field(default_factory=list)  # the conclave tools called, in order
     results: list[str] = field(default_factory=list)  # each conclave tool result as the model read it
 
+    first_step: list[str] | None = None  # the conclave tools the first step offered without a search
+
     def __call__(self, request: RecordedRequest) -> Reply:
-        if not self._searchable(request.body):
+        offered = [tool.get("name", "") for tool in request.body.get("tools") or []
+                   if "conclave" in str(tool.get("name"))]
+        if not (offered or self._searchable(request.body)):
             return Reply(text="ok")
+        if self.first_step is None:
+            self.first_step = offered
         history = self._history(request.body)
         found = self._found_tools(history)
+        if found is None and offered:
+            found = {_bare(name): name for name in offered}
         outputs = [text for kind, text in history if kind == "result"]
         if found is None:
             return self._search()
@@ -98,7 +107,7 @@ class CodingAgent:
         if len(self.searches) < len(searches):
             self.searches = searches
         names = [name for found in searches for name in found]
-        return {re.split(r"__|/", name)[-1]: name for name in names if "conclave" in name}
+        return {_bare(name): name for name in names if "conclave" in name}
 
     def _search(self) -> Reply:
         if self.wire == "anthropic":
@@ -110,6 +119,12 @@ class CodingAgent:
             return Reply(text=f"Conclave's {tool} was not found; the search returned {self.searches}")
         self.calls.append(tool)
         return Reply(tool_calls=[(found[tool], arguments)])
+
+
+def _bare(name: str) -> str:
+    """ask_team, from mcp__conclave__ask_team (Claude Code), mcp__conclave/ask_team (Codex) or
+    conclave-ask_team (Copilot)."""
+    return re.split(r"__|/|-", name)[-1]
 
 
 def _job_view(text: str) -> dict[str, Any] | None:

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Install the coding-agent CLIs that tests/test_agent_clis.py drives headless against fake models:
-# Claude Code, Codex and GitHub Copilot CLI, pinned, into .ci/agents/ (git-ignored), cached: does
+# Claude Code, Codex, Gemini CLI and GitHub Copilot CLI, pinned, into .ci/agents/ (git-ignored), cached: does
 # nothing when the pinned versions are already there. Needs npm and the npm registry.
-#   --ignore-scripts: Codex and Copilot need none (their platform binaries are optional dependencies,
-#   Copilot's launcher finds its own). Claude Code's
+#   --ignore-scripts: Codex, Gemini CLI and Copilot need none (platform binaries come as optional
+#   dependencies; Gemini CLI is JavaScript). Claude Code's
 #   only script, install.cjs, copies its platform binary over the bin/claude.exe placeholder; it is
 #   run explicitly below, with the Node of .ci/node when there is one.
 set -euo pipefail
@@ -13,6 +13,7 @@ PINS=(
   "@anthropic-ai/claude-code@2.1.330"
   "@openai/codex@0.169.0"
   "@github/copilot@1.0.102"
+  "@google/gemini-cli@0.61.0"
 )
 
 installed() {  # installed NAME@VERSION -> true when agents/node_modules/NAME is at VERSION
@@ -38,4 +39,4 @@ if ! "$PREFIX/node_modules/.bin/claude" --version >/dev/null 2>&1; then
   (cd "$CLAUDE" && "$NODE" install.cjs)
 fi
 echo "agent CLIs: claude $("$PREFIX/node_modules/.bin/claude" --version), $("$PREFIX/node_modules/.bin/codex" --version)," \
-  "$("$PREFIX/node_modules/.bin/copilot" --version | head -1)"
+  "$("$PREFIX/node_modules/.bin/copilot" --version | head -1), gemini $("$NODE" "$PREFIX/node_modules/@google/gemini-cli/bundle/gemini.js" --version)"

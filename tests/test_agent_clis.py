@@ -1,15 +1,15 @@
 """The real coding agents delegate to Conclave headless, registered exactly as `conclave install X --write`
-leaves them: `claude -p` (Claude Code), `codex exec` (Codex) and `copilot -p` (GitHub Copilot CLI,
-which reads the project's `.mcp.json`), from npm, pinned.
+leaves them: `claude -p` (Claude Code), `codex exec` (Codex), `gemini -p` (Gemini CLI) and `copilot -p`
+(GitHub Copilot CLI, which reads the project's `.mcp.json`), from npm, pinned.
 
 Each CLI talks to a fake model of ours (tests/fakes/coding_agent.py: Anthropic Messages over SSE for
-Claude Code and Copilot, the OpenAI Responses API over SSE for Codex) that finds the conclave tools,
+Claude Code and Copilot, the OpenAI Responses API over SSE for Codex, Gemini's streamGenerateContent
+for Gemini CLI) that finds the conclave tools,
 calls ask_team, then get_status until the job is done, and prints the team's answer. Conclave runs as
 the CLI starts it (`conclave serve` over stdio), on a team of fake providers that answers in seconds.
 
 The CLIs are installed by .ci/install-agent-clis.sh into .ci/agents/ (git-ignored); without them
 these tests skip and say how to install them. CI installs them, so nothing skips there.
-Gemini CLI is not driven here: see README.md, "Use it from your coding agent".
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ AGENTS = ROOT / ".ci" / "agents" / "node_modules"
 CLAUDE = AGENTS / ".bin" / "claude"
 CODEX_JS = AGENTS / "@openai" / "codex" / "bin" / "codex.js"
 COPILOT_JS = AGENTS / "@github" / "copilot" / "npm-loader.js"
+GEMINI_JS = AGENTS / "@google" / "gemini-cli" / "bundle" / "gemini.js"
 CONCLAVE = Path(sys.executable).with_name("conclave")
 TEAM = "fake-trio"
 TASK = "What is 6 * 7? Answer with the number."
@@ -176,3 +177,32 @@ def test_copilot_print_mode_delegates_with_the_project_mcp_json(
     assert agent.calls[0] == "ask_team" and "get_status" in agent.calls[1:], agent.calls
     final = json.loads(agent.results[-1][agent.results[-1].find('{"'):])
     assert final["state"] == "completed" and f"{FINAL_PREFIX} {final['answer']}" in done.stdout
+
+
+def test_gemini_cli_prompt_mode_delegates_with_what_install_wrote(
+    setup: tuple[Path, dict[str, str]], fakes: FakeProviders
+) -> None:
+    _require(GEMINI_JS)
+    project, env = setup
+    settings = Path(env["HOME"]) / ".gemini" / "settings.json"
+    settings.parent.mkdir()
+    # A user's Gemini CLI set up for an API key, with comments (its settings file is JSON with comments).
+    settings.write_text('{\n  // set up by the user\n  "security": {"auth": {"selectedType": "gemini-api-key"}},\n'
+                        '  "general": {"disableAutoUpdate": true}\n}\n', encoding="utf-8")
+    said = _install("gemini", project, env)
+    assert "settings.json (MCP registration and tool approvals)" in said
+    assert "// set up by the user" in settings.read_text(encoding="utf-8")
+    agent = CodingAgent("gemini", TASK, TEAM)
+    fakes.script.set_default("gemini", agent)
+    env = {**env, "GEMINI_API_KEY": "fake-key", "GOOGLE_GEMINI_BASE_URL": fakes.base_url("gemini", "gemini"),
+           "GEMINI_CLI_NO_RELAUNCH": "true"}
+    # --skip-trust: headless Gemini CLI refuses any folder not trusted before, Conclave or not.
+    done = _run([_node(), str(GEMINI_JS), "-p", f"Ask the conclave team: {TASK}", "--skip-trust"], project, env)
+    assert done.returncode == 0
+    assert {"mcp_conclave_ask_team", "mcp_conclave_get_status"} <= set(agent.first_step or []), agent.first_step
+    assert agent.calls[0] == "ask_team" and "get_status" in agent.calls[1:], agent.calls
+    # Gemini CLI hands its model the text block (JobView.text()), not the structured result.
+    final = agent.results[-1]
+    assert ": completed - " in final and "\nFinal answer:\nFINAL: the team's answer" in final
+    answer = final.split("\nFinal answer:\n", 1)[1].split("\n\nNext: ", 1)[0]
+    assert f"{FINAL_PREFIX} {answer}" in done.stdout

@@ -114,6 +114,18 @@ def test_claude_code_copies_the_skill_with_its_front_matter(dirs: tuple[Path, Pa
     assert len(SKILL.splitlines()) < 150
 
 
+def test_gemini_cli_trusts_the_server_and_names_the_keys_it_would_strip(dirs: tuple[Path, Path]) -> None:
+    project, home = dirs
+    change = plan("gemini", project, home).changes[0]
+    assert change.path == home / ".gemini" / "settings.json" and change.what == "MCP registration and tool approvals"
+    entry = jsonc.loads(change.after)["mcpServers"]["conclave"]
+    assert entry["trust"] is True and entry["command"] == COMMAND[0] and entry["args"] == ["serve"]
+    assert entry["env"]["OPENAI_API_KEY"] == "$OPENAI_API_KEY" and set(entry["env"]) == set(installers.KEY_VARIABLES)
+    assert "trust" not in jsonc.loads(plan("gemini", project, home, approvals=False).changes[0].after)[
+        "mcpServers"]["conclave"]
+    assert plan("gemini", project, home, "project").changes[0].path == project / ".gemini" / "settings.json"
+
+
 # Merging ---------------------------------------------------------------------------------------
 def test_json_merge_keeps_other_servers_and_keys_and_our_extra_settings(tmp_path: Path) -> None:
     path = tmp_path / "mcp.json"

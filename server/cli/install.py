@@ -12,6 +12,11 @@ What each client gets, and why (README.md, "Registering with a coding agent", sa
   (`.claude/settings.local.json`, or `~/.claude/settings.json` for user scope) `permissions.allow`
   for the five tools (`claude -p` refuses a tool nobody allowed) and, for project scope,
   `enabledMcpjsonServers` (so the project's server starts without the interactive trust prompt).
+- Gemini CLI: `mcpServers.conclave` in its settings.json with `"trust": true`, its per-server switch
+  for calling tools without a confirmation (`gemini -p` cannot confirm anything), and `env` naming the
+  provider keys (`"OPENAI_API_KEY": "$OPENAI_API_KEY"`): Gemini CLI drops variables that look like
+  secrets from a server's environment unless they are listed, and expands an unset one to "", which
+  Conclave reads as missing.
 - Cursor and VS Code: the registration only. Cursor's tool allowlist lives in the global
   ~/.cursor/permissions.json, which replaces the allowlist set in Cursor's UI wholesale, so writing
   it could drop the user's own entries; VS Code has no non-interactive mode and asks once per tool.
@@ -43,8 +48,11 @@ from conclave.cli import EXIT_OK, TARGETS
 from conclave.cli.client_files import codex_snippet, merge_codex_toml, merge_json, merge_settings
 from conclave.errors import ConfigError
 
-CLIENT_NAMES = {"claude-code": "Claude Code", "codex": "Codex", "cursor": "Cursor", "vscode": "VS Code"}
-DEFAULT_SCOPE = {"claude-code": "project", "codex": "user", "cursor": "project", "vscode": "project"}
+CLIENT_NAMES = {"claude-code": "Claude Code", "codex": "Codex", "cursor": "Cursor", "vscode": "VS Code",
+                "gemini": "Gemini CLI"}
+# Gemini CLI reads a project's settings only in a folder the user trusted, so user scope by default.
+DEFAULT_SCOPE = {"claude-code": "project", "codex": "user", "cursor": "project", "vscode": "project",
+                 "gemini": "user"}
 NAME = "conclave"
 TOOLS = ("ask_team", "get_status", "read_workspace", "cancel_job", "list_teams")
 # Codex asks before these (not read-only, and ask_team reaches the providers: open world).
@@ -56,6 +64,8 @@ FORWARDED_ENV = (
     "OLLAMA_API_KEY", "OLLAMA_BASE_URL", "OLLAMA_MODEL", "VLLM_API_KEY", "VLLM_BASE_URL", "VLLM_MODEL",
     "CONCLAVE_HOME", "CONCLAVE_MAX_JOBS", "XDG_STATE_HOME", "XDG_CONFIG_HOME",
 )
+# The variables Gemini CLI would strip (they look like secrets); listed in its `env`, it passes them on.
+KEY_VARIABLES = tuple(name for name in FORWARDED_ENV if name.endswith("_API_KEY"))
 # Tools return within 50 s (settings.MAX_WAIT_S), so Codex's 60 s default fits; say so explicitly.
 # The stdio front answers the handshake at once; the rest loads behind it, a few seconds on a cold disk.
 CODEX_TIMEOUTS = {"startup_timeout_sec": 30, "tool_timeout_sec": 60}
@@ -110,6 +120,8 @@ def config_path(target: str, scope: str, cwd: Path, home: Path, environ: Mapping
             return (cwd if project else home) / ".cursor" / "mcp.json"
         case "vscode":
             return cwd / ".vscode" / "mcp.json" if project else _vscode_user_dir(home, environ) / "mcp.json"
+        case "gemini":
+            return (cwd if project else home) / ".gemini" / "settings.json"
     raise ConfigError(f"unknown install target {target!r}; choose one of {', '.join(TARGETS)}")
 
 
@@ -121,9 +133,12 @@ def _vscode_user_dir(home: Path, environ: Mapping[str, str]) -> Path:
     return Path(environ.get("XDG_CONFIG_HOME") or home / ".config") / "Code" / "User"
 
 
-def json_entry(target: str, command: list[str]) -> tuple[str, dict[str, Any]]:
+def json_entry(target: str, command: list[str], approvals: bool = True) -> tuple[str, dict[str, Any]]:
     """The top-level key and the server entry for the JSON clients."""
     entry: dict[str, Any] = {"command": command[0], "args": command[1:]}
+    if target == "gemini":
+        entry["env"] = {name: f"${name}" for name in KEY_VARIABLES}
+        return "mcpServers", {**entry, "trust": True} if approvals else entry
     if target == "vscode":
         return "servers", {"type": "stdio", **entry}
     if target == "claude-code":
@@ -180,11 +195,12 @@ def plan(
         after = merge_codex_toml(_read(path), path, table)
         changes.append(Change(path, _read(path), after, what, codex_snippet(table)))
     else:
-        key, entry = json_entry(target, command)
+        key, entry = json_entry(target, command, approvals)
         if path is not None:
             after = merge_json(_read(path), path, key, entry)
             snippet = json.dumps({key: {NAME: entry}}, indent=2) + "\n"
-            changes.append(Change(path, _read(path), after, "MCP registration", snippet))
+            what = "MCP registration and tool approvals" if entry.get("trust") else "MCP registration"
+            changes.append(Change(path, _read(path), after, what, snippet))
     if target == "claude-code":
         claude = ["claude", "mcp", "add", "--scope", scope, NAME, "--", *command]
         hints.append(("or register it with Claude Code's own CLI: " if path else "register it with: ")

@@ -70,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     setup = commands.add_parser("install", help="register the MCP server with a coding agent")
     setup.add_argument("target", choices=TARGETS, help="the coding agent")
     setup.add_argument("--write", action="store_true", help="merge it into the client's files (backups kept)")
-    setup.add_argument("--scope", choices=SCOPES, help="project (this folder) or user; codex: user")
+    setup.add_argument("--scope", choices=SCOPES, help="project (this folder) or user; codex, gemini: user")
     setup.add_argument("--no-approvals", action="store_true",
                        help="leave tool approvals to the user (headless runs then cannot call the tools)")
     return parser

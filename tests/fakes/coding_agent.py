@@ -1,16 +1,18 @@
-"""A scripted model for a real coding-agent CLI (Claude Code, Codex, Copilot) that delegates one task to Conclave.
+"""A scripted model for a real coding-agent CLI (Claude Code, Codex, Copilot, Gemini CLI) that delegates
+one task to Conclave.
 
 The CLI runs its own agent loop against a fake provider; this responder plays the model, reading each
 request the way a model would:
 
     1. no tool result yet       -> search for the conclave tools (Claude Code: ToolSearch; Codex: tool_search),
-                                   unless the request offers them already (Copilot: conclave-ask_team)
+                                   unless the request offers them already (Copilot: conclave-ask_team;
+                                   Gemini CLI: mcp_conclave_ask_team)
     2. the tools are known      -> ask_team(task, team, wait_seconds=0): the job comes back queued
     3. a job that is not done   -> get_status(job_id, wait_seconds=45)
     4. a job that is done       -> a final message quoting the team's answer
 
-Requests that offer neither a search tool nor the conclave tools (side calls: titles, summaries) get
-plain text. What the CLI sent back (the search results, the tool results as the model read them) is
+Requests that offer neither a search tool nor the conclave tools (side calls: titles, summaries, Gemini
+CLI's routing) get a small JSON object as text, which reads as an answer and as the routing score. What the CLI sent back (the search results, the tool results as the model read them) is
 kept for the test to check.
 """
 
@@ -29,7 +31,8 @@ _JOB = re.compile(r"cj-[0-9a-f]{12}")
 
 @dataclass
 class CodingAgent:
-    """The responder for one CLI run; `wire` is "anthropic" (Claude Code) or "responses" (Codex)."""
+    """The responder for one CLI run; `wire` is "anthropic" (Claude Code, Copilot), "responses" (Codex) or
+    "gemini" (Gemini CLI)."""
 
     wire: str
     task: str
@@ -41,10 +44,9 @@ class CodingAgent:
     first_step: list[str] | None = None  # the conclave tools the first step offered without a search
 
     def __call__(self, request: RecordedRequest) -> Reply:
-        offered = [tool.get("name", "") for tool in request.body.get("tools") or []
-                   if "conclave" in str(tool.get("name"))]
+        offered = [name for name in _tool_names(request.body) if "conclave" in name]
         if not (offered or self._searchable(request.body)):
-            return Reply(text="ok")
+            return Reply(text=json.dumps({"complexity_reasoning": "one delegation", "complexity_score": 10}))
         if self.first_step is None:
             self.first_step = offered
         history = self._history(request.body)
@@ -74,6 +76,10 @@ class CodingAgent:
     def _history(self, body: dict[str, Any]) -> list[tuple[str, Any]]:
         """("search", tool names) and ("result", text) entries, oldest first."""
         found: list[tuple[str, Any]] = []
+        if self.wire == "gemini":
+            return [("result", "\n".join(_texts(part["functionResponse"].get("response"))))
+                    for content in body.get("contents", []) for part in content.get("parts", [])
+                    if "functionResponse" in part]
         if self.wire == "anthropic":
             for message in body.get("messages", []):
                 content = message.get("content")
@@ -121,15 +127,42 @@ class CodingAgent:
         return Reply(tool_calls=[(found[tool], arguments)])
 
 
+def _tool_names(body: dict[str, Any]) -> list[str]:
+    """The names of the tools a request offers, in every wire format."""
+    names = []
+    for tool in body.get("tools") or []:
+        names += [str(tool.get("name", ""))] + [str(d.get("name")) for d in tool.get("functionDeclarations", [])]
+    return [name for name in names if name]
+
+
+def _texts(value: Any) -> list[str]:
+    """Every string in a Gemini function response, and any JobView-like object in it as JSON."""
+    if isinstance(value, dict):
+        own = [json.dumps(value)] if "job_id" in value else []
+        return own + [text for item in value.values() for text in _texts(item)]
+    if isinstance(value, list):
+        return [text for item in value for text in _texts(item)]
+    return [value] if isinstance(value, str) else []
+
+
 def _bare(name: str) -> str:
-    """ask_team, from mcp__conclave__ask_team (Claude Code), mcp__conclave/ask_team (Codex) or
-    conclave-ask_team (Copilot)."""
-    return re.split(r"__|/|-", name)[-1]
+    """ask_team, from mcp__conclave__ask_team (Claude Code), mcp__conclave/ask_team (Codex),
+    conclave-ask_team (Copilot) or mcp_conclave_ask_team (Gemini CLI)."""
+    bare = re.split(r"__|/|-", name)[-1]
+    return bare.removeprefix("mcp_conclave_")
+
+
+_TEXT_VIEW = re.compile(r"Job (cj-[0-9a-f]{12}) \([^)]*\): (\w+) - ")
 
 
 def _job_view(text: str) -> dict[str, Any] | None:
-    """The JobView JSON in a tool result (Claude Code and Codex both hand the model the structured
-    result; Codex puts its own `Wall time` lines before it)."""
+    """The JobView in a tool result: its JSON (Claude Code, Codex and Copilot hand the model the
+    structured result; Codex puts its own `Wall time` lines before it), else its text form (Gemini CLI
+    hands over the text block)."""
+    seen = _TEXT_VIEW.search(text)
+    if seen and '{"job_id"' not in text:
+        answer = text.split("\nFinal answer:\n", 1)[1].split("\n\nNext: ", 1)[0] if "\nFinal answer:\n" in text else None
+        return {"job_id": seen.group(1), "state": seen.group(2), "answer": answer}
     start = text.find('{"')
     while start >= 0:
         try:

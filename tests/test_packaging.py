@@ -126,6 +126,7 @@ def test_wheel_contents(built: Built) -> None:
         "conclave/tools/__init__.py",
         "conclave/configs/frontier.yaml",
         "conclave/skills/conclave/SKILL.md",
+        "conclave/app/manifest.json",  # the stdio front's recorded handshake (conclave.app.stdio_front)
     ):
         assert required in names, f"{required} missing from {wheel.name}"
     assert any(n.startswith("conclave/configs/") and n.endswith(".yaml") for n in names)

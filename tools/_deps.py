@@ -16,7 +16,6 @@ from mcp.types import TextContent
 from conclave.jobs.reader import WorkspacePage
 from conclave.jobs.teams import TeamList
 from conclave.jobs.views import JobView, structured
-from conclave.settings import MAX_WAIT_S
 from conclave.tools._links import links
 
 if TYPE_CHECKING:

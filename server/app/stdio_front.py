@@ -73,7 +73,7 @@ class Front:
         self._lock = threading.Lock()
         self._answering = True
         self._session: dict[str, Any] | None = None  # the recorded answers for the agreed version
-        self.dropped_id: object = None  # the id of the initialize both the front and the app answer
+        self._dropped_id: object = None  # the id of the initialize both the front and the app answer
         self._drop_pending = False
 
     def stop_answering(self) -> None:
@@ -95,7 +95,7 @@ class Front:
         if not self._drop_pending:
             return False
         message = _parse(line)
-        if message is None or "method" in message or message.get("id") != self.dropped_id:
+        if message is None or "method" in message or message.get("id") != self._dropped_id:
             return False
         self._drop_pending = False
         return True
@@ -118,7 +118,7 @@ class Front:
             if session is None:
                 self._answering = False  # a second initialize, or a malformed one: the app answers
                 return None
-            self._session, self.dropped_id, self._drop_pending = session, key, True
+            self._session, self._dropped_id, self._drop_pending = session, key, True
             return _result(key, {"protocolVersion": session["version"], **session["initialize"]}), True
         recorded = self._session["results"].get(method) if self._session is not None else None
         if recorded is not None and not (params or {}).get("cursor"):
@@ -257,10 +257,13 @@ def serve(run_app: Callable[[Callable[[], None]], None], *, quick: bool = True) 
 
     Without `quick` (or on Windows, where `select` takes no pipes) the app has the real stdio to itself.
     """
-    if not quick or os.name == "nt":
+    try:
+        pipes = None if not quick or os.name == "nt" else StdioPipes(load_manifest())
+    except OSError:  # no stdin or stdout to take over (closed descriptors): serve them as they are
+        pipes = None
+    if pipes is None:
         run_app(lambda: None)
         return
-    pipes = StdioPipes(load_manifest())
     pipes.start()
     try:
         run_app(pipes.serving)

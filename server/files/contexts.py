@@ -177,8 +177,8 @@ def copy_context_sync(sources: list[ContextPath], dest: Path, caps: Caps = Caps(
     for source, name, listing in zip(sources, _names(sources), listings):
         skipped = dict(listing.skipped)
 
-        def unreadable(rel: str, exc: OSError, skipped: dict[str, str] = skipped) -> None:
-            skipped[rel] = f"unreadable, not copied: {exc.strerror or exc}"
+        def unreadable(rel: str, exc: OSError | InputError, skipped: dict[str, str] = skipped) -> None:
+            skipped[rel] = f"unreadable, not copied: {getattr(exc, 'strerror', None) or exc}"
 
         hashes = copy_tree(Path(source.path), dest / name, listing, on_error=unreadable)
         files = {

@@ -121,7 +121,7 @@ async def test_team_edits_files_and_the_diff_is_exact(tmp_path: Path, fakes: Fak
     assert project.joinpath("calc.py").read_bytes() == OLD  # the caller's folder was never written
     summary = view.diff_summary
     assert summary is not None and summary["contexts"][0]["files"] == [
-        {"path": "calc.py", "status": "modified", "added_lines": 1, "removed_lines": 1}
+        {"path": "calc.py", "status": "modified", "added_lines": 1, "removed_lines": 1, "became_binary": False}
     ]
     # bob read ann's snapshot through /peers in its container, as uid 1000
     looked = [r for r in fakes.script.requests_of("bob") if "--- stdout ---" in r.text()]

@@ -21,6 +21,7 @@ from conclave.config import list_presets, load_team_file
 from conclave.errors import ConclaveError
 from conclave.cli.install import SCOPES, TARGETS, install
 from conclave.cli.doctor import run_checks
+from conclave.jobs.gc import prune
 from conclave.jobs.service import JobService
 from conclave.sandbox.image import build_image_sync
 from conclave.settings import Settings
@@ -54,12 +55,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="a project folder to copy into every agent's workspace (repeatable); ':write' allows --apply",
     )
     ask.add_argument("--apply", action="store_true", help="apply the winner's changes to ':write' folders")
+    ask.add_argument("--force-binary", action="store_true",
+                     help="with --apply, also apply text files that became binary (their change is not shown)")
 
     status = commands.add_parser("status", help="show a job, or the recent jobs")
     status.add_argument("job_id", nargs="?", help="the job id (cj-...)")
     status.add_argument("--json", action="store_true", help="print JSON")
 
     commands.add_parser("teams", help="list the team presets and whether their keys are set")
+
+    gc = commands.add_parser("gc", help="remove finished jobs older than --keep-days, then the oldest over --max-mb")
+    gc.add_argument("--keep-days", type=float, help="keep jobs finished within this many days (CONCLAVE_GC_KEEP_DAYS)")
+    gc.add_argument("--max-mb", type=int, help="then remove the oldest while jobs hold more (CONCLAVE_GC_MAX_MB)")
+    gc.add_argument("--dry-run", action="store_true", help="say what would be removed, remove nothing")
 
     config = commands.add_parser("config", help="team file tools")
     config_commands = config.add_subparsers(dest="config_command", required=True, metavar="SUBCOMMAND")
@@ -91,6 +99,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return _status(args, console)
             case "teams":
                 return _teams(console)
+            case "gc":
+                return _gc(args)
             case "config":
                 team = load_team_file(args.file)
                 models = ", ".join(agent.model for agent in team.agents)
@@ -130,7 +140,9 @@ def _serve(args: argparse.Namespace) -> int:
 
 async def _ask(args: argparse.Namespace, console: Console) -> int:
     async with JobService.open(Settings()) as service:
-        view = await service.submit(args.task, args.team, context_arguments(args.context), args.apply)
+        view = await service.submit(
+            args.task, args.team, context_arguments(args.context), args.apply, args.force_binary
+        )
         if args.json:
             while not view.done:
                 view = await service.wait(view.job_id, 50)
@@ -207,6 +219,24 @@ def _status(args: argparse.Namespace, console: Console) -> int:
         return EXIT_OK
     finally:
         store.close()
+
+
+def _gc(args: argparse.Namespace) -> int:
+    settings = Settings()
+    store = Store(settings.db_path)
+    try:
+        report = prune(
+            store, settings.home / "jobs",
+            keep_days=settings.gc_keep_days if args.keep_days is None else args.keep_days,
+            max_bytes=(settings.gc_max_mb if args.max_mb is None else args.max_mb) * 1024 * 1024,
+            dry_run=args.dry_run,
+        )
+    finally:
+        store.close()
+    print(("would have " if args.dry_run else "") + report.text())
+    for job_id in report.removed:
+        print(f"  {job_id}")
+    return EXIT_OK
 
 
 def _teams(console: Console) -> int:

@@ -137,7 +137,10 @@ async def run_to_end(tmp_path: Path, fakes: FakeProviders, project: Path, *, app
     async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV) as service:
         paths = [{"path": str(project), "permission": "write"}]
         view = await service.submit("Fix add() in calc.py", team, paths, apply)
-        if during is not None:
+        if during is not None:  # once the folder is copied (when the job starts, not at submit)
+            with anyio.fail_after(60):
+                while not (service.job_dir(view.job_id) / "manifest.json").exists():
+                    await anyio.sleep(0.05)
             during()
         with anyio.fail_after(120):
             while not view.done:

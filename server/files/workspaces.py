@@ -11,7 +11,8 @@
         diff.patch         the winner's git-style patch over every context path, written at the end
         meta/<tree>        when base/ or a snapshot was captured (for safe reuse of unchanged files)
 
-The API (blocking work runs in a worker thread through `anyio.to_thread.run_sync`):
+The API (blocking work runs in a worker thread through `anyio.to_thread.run_sync`; the copies are
+abandoned on cancel, so a cancelled job never waits for one; apply is not, it must finish or roll back):
     ContextPath(path, permission)        a caller's folder, validated (exists, is a directory), resolved
     Caps(max_files, max_bytes)           5,000 files and 50 MB for context paths by default
     await copy_context(paths, dest, caps) -> ContextManifest   into dest/<name>; refuses before copying
@@ -70,7 +71,7 @@ WORKSPACE_CAPS = Caps(max_files=20_000, max_bytes=200 * 1024 * 1024)
 
 async def diff(base: Path, final: Path) -> Patch:
     """The git-style patch from `base` to `final` (diffing.py), computed in a worker thread."""
-    return await anyio.to_thread.run_sync(diff_trees, base, final)
+    return await anyio.to_thread.run_sync(diff_trees, base, final, abandon_on_cancel=True)
 
 
 async def apply(final: Path, target: Path, context: CopiedContext, base: Path | None = None) -> Changes:
@@ -111,7 +112,7 @@ class Workspaces:
 
     async def prepare(self, sources: list[ContextPath]) -> ContextManifest:
         """Copy the context paths into base/ and record the manifest (an empty base/ without any)."""
-        return await anyio.to_thread.run_sync(self._prepare, sources)
+        return await anyio.to_thread.run_sync(self._prepare, sources, abandon_on_cancel=True)
 
     def _prepare(self, sources: list[ContextPath]) -> ContextManifest:
         captured = time.time_ns()
@@ -128,7 +129,7 @@ class Workspaces:
 
     async def create(self, letters: list[str]) -> dict[str, Path]:
         """Give each agent its own working copy of base/ (copied, never linked)."""
-        return await anyio.to_thread.run_sync(self._create, letters)
+        return await anyio.to_thread.run_sync(self._create, letters, abandon_on_cancel=True)
 
     def _create(self, letters: list[str]) -> dict[str, Path]:
         listing = list_tree(self.base)
@@ -143,7 +144,7 @@ class Workspaces:
 
     async def snapshot(self, letter: str, label: str) -> Path:
         """Freeze agent `letter`'s workspace as snapshots/<label>; refused over the workspace caps."""
-        return await anyio.to_thread.run_sync(self._snapshot, letter, label)
+        return await anyio.to_thread.run_sync(self._snapshot, letter, label, abandon_on_cancel=True)
 
     def _snapshot(self, letter: str, label: str) -> Path:
         if self.label_letter(label) != letter:

@@ -89,3 +89,22 @@ def test_gc_prunes_finished_jobs_by_age_then_size_and_never_an_active_one(tmp_pa
     assert store.job("cj-000000000003") is not None and (jobs / "cj-000000000003").exists()
     assert store.job("cj-000000000004") is not None and (jobs / "cj-000000000004").exists()  # still running
     store.close()
+
+
+def test_conclave_gc_prunes_with_the_settings_or_its_options(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from conclave.cli.main import main
+
+    home = tmp_path / "home"
+    store = Store(home / "conclave.db", clock=lambda: 1000.0)  # finished long ago
+    store.create_job("cj-00000000000a", "t", "team", "{}", os.getpid(), "owner")
+    store.set_state("cj-00000000000a", "completed")
+    store.close()
+    (home / "jobs" / "cj-00000000000a").mkdir(parents=True)
+    monkeypatch.setenv("CONCLAVE_HOME", str(home))
+    assert main(["gc", "--dry-run"]) == 0
+    assert "would have removed 1 job(s)" in capsys.readouterr().out
+    assert (home / "jobs" / "cj-00000000000a").exists()
+    assert main(["gc", "--keep-days", "1"]) == 0
+    assert "removed 1 job(s)" in capsys.readouterr().out and not (home / "jobs" / "cj-00000000000a").exists()

@@ -7,8 +7,9 @@ and opens one component at a time relative to the previous one, each directory w
 `O_DIRECTORY|O_NOFOLLOW`; a symlink anywhere on the way is refused, never followed. A file is first
 opened with `O_PATH|O_NOFOLLOW` (which reads nothing), checked with `fstat` to be a regular file within
 the size cap, and only then reopened for reading through `/proc/self/fd`: the very inode that was
-checked, so FIFOs, sockets and devices are never opened for reading. Writes go to a new file made with
-`O_EXCL` in the same directory fd and renamed over the name through that fd.
+checked, so FIFOs, sockets and devices are never opened for reading. A new file is made with `O_EXCL` in
+the same directory fd and renamed over the name through that fd (which replaces a link or a FIFO there,
+never writes through it); an existing regular file is rewritten in place through its reopened O_PATH fd.
 
 tests/security/test_symlink_race.py runs a racer in a real container against the tools built on this;
 tests/test_workspace.py covers each function.
@@ -219,6 +220,10 @@ def write_at(
     if old is not None and stat.S_ISDIR(old.st_mode):
         raise IsADirectoryError(errno.EISDIR, f"{rel!r} is a folder", rel)
     regular = old is not None and stat.S_ISREG(old.st_mode)
+    if regular and old is not None and mode is None and not fsync and _REOPEN:
+        rewritten = _rewrite(dir_fd, name, old, data, owner)
+        if rewritten is not None:
+            return rewritten
     if mode is None:
         mode = stat.S_IMODE(old.st_mode) & ~UNSAFE_MODE_BITS if regular and old else 0o644
     temp = temp_name(name)
@@ -237,6 +242,29 @@ def write_at(
         _unlink_quietly(dir_fd, temp)
         raise
     return Written(old.st_size if regular and old else 0, len(data))
+
+
+def _rewrite(dir_fd: int, name: str, old: os.stat_result, data: bytes, owner: Owner | None) -> Written | None:
+    """Overwrite an existing regular file in place (cheaper than a new file and a rename), through an
+    O_PATH fd of exactly the inode that was looked at; None when it changed meanwhile (then replace it)."""
+    try:
+        handle = os.open(name, _O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+    except OSError:
+        return None
+    try:
+        info = os.fstat(handle)
+        if not stat.S_ISREG(info.st_mode) or (info.st_dev, info.st_ino) != (old.st_dev, old.st_ino):
+            return None
+        fd = os.open(f"/proc/self/fd/{handle}", os.O_WRONLY | os.O_TRUNC | os.O_CLOEXEC | os.O_NOCTTY)
+    finally:
+        os.close(handle)
+    with os.fdopen(fd, "wb") as out:
+        out.write(data)
+        if info.st_mode & UNSAFE_MODE_BITS:
+            os.fchmod(out.fileno(), stat.S_IMODE(info.st_mode) & ~UNSAFE_MODE_BITS)
+        if owner is not None and os.geteuid() == 0 and (info.st_uid, info.st_gid) != owner:
+            os.fchown(out.fileno(), *owner)
+    return Written(old.st_size, len(data))
 
 
 def temp_name(name: str) -> str:

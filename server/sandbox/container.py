@@ -162,6 +162,9 @@ class Sandbox:
         self._limiter: anyio.CapacityLimiter | None = None  # one command at a time, off the shared pool
         self.uid, self.gid = container_user()
         self._workspace: Path | None = None
+        # Bumped when an overrunning exec is abandoned and the container restarted: that exec's thread,
+        # still running, must then neither reap nor restart (it would kill the next command's container).
+        self._generation = 0
 
     async def start(
         self,
@@ -241,10 +244,12 @@ class Sandbox:
         started = time.monotonic()
         with anyio.move_on_after(timeout_s + self.grace_s) as overrun:
             raw = await anyio.to_thread.run_sync(
-                self._run, self._argv(command, timeout_s), abandon_on_cancel=True, limiter=self._limiter
+                self._run, self._argv(command, timeout_s), self._generation, abandon_on_cancel=True,
+                limiter=self._limiter
             )
         duration = time.monotonic() - started
         if overrun.cancelled_caught:
+            self._generation += 1
             with anyio.CancelScope(shield=True):
                 await anyio.to_thread.run_sync(self._restart)
                 settled = await anyio.to_thread.run_sync(self._settle)
@@ -269,7 +274,7 @@ class Sandbox:
     def _argv(self, command: str, timeout_s: float) -> list[str]:
         return ["timeout", "-s", "KILL", f"{timeout_s:g}", "sh", "-c", command]
 
-    def _run(self, argv: list[str]) -> tuple[int | None, _Capped, _Capped, Settled]:
+    def _run(self, argv: list[str], generation: int) -> tuple[int | None, _Capped, _Capped, Settled]:
         import docker
 
         if os.getuid() == 0:
@@ -291,7 +296,8 @@ class Sandbox:
                     err.add(chunk_err)
                 exit_code = api.exec_inspect(exec_id["Id"]).get("ExitCode")
             finally:
-                self._reap()
+                if generation == self._generation:  # else abandoned: the container was restarted already
+                    self._reap()
             return exit_code, out, err, self._settle()
         except docker.errors.DockerException as exc:
             raise SandboxError(f"the command could not run in the sandbox: {exc}") from exc

@@ -1,4 +1,8 @@
-"""Team configuration: small pydantic models, YAML loading, `${ENV}` expansion and preset lookup."""
+"""Team configuration: small pydantic models, YAML loading, `${ENV}` expansion and preset lookup.
+
+A team file may come from a caller, so `${VAR}` expands only in an agent's EXPANDABLE keys (never in a name
+or prompt a caller or a model sees), and a custom `base_url` must name its key variable: a provider's default
+key never goes to another endpoint (tests/security/test_team_files.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +17,9 @@ from types import UnionType
 from typing import Annotated, Any, Literal, Union, get_origin
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from urllib.parse import urlsplit
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from conclave.errors import ConfigError, MissingApiKey, TeamNotFound
 
@@ -24,6 +30,12 @@ KEY_VARIABLES: dict[str, tuple[str, ...]] = {
     "gemini": ("GEMINI_API_KEY", "GOOGLE_API_KEY"),
     "local": (),
 }
+# The provider's own endpoints: its default key may go there without the team naming the variable.
+OFFICIAL_HOSTS = {"openai": "api.openai.com", "anthropic": "api.anthropic.com",
+                  "gemini": "generativelanguage.googleapis.com", "local": ""}
+EXPANDABLE = ("model", "base_url", "api_key_env", "model_path")  # agent keys where ${VAR} expands
+_MEMORY = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([bkmg]?)b?\s*$", re.IGNORECASE)
+MIN_MEMORY = 6 * 1024 * 1024  # Docker's own minimum for a container
 # The order in which a default team is chosen when none is named (docs/ARCHITECTURE.md, "Teams").
 DEFAULT_ORDER = ("frontier", "anthropic", "openai", "gemini")
 FALLBACK_TEAM = "local"
@@ -96,6 +108,25 @@ class AgentSpec(_Strict):
             )
         return value
 
+    @model_validator(mode="after")
+    def _key_goes_to_its_provider(self) -> AgentSpec:
+        if self.custom_endpoint and self.api_key_env is None and self.api_key_required:
+            raise ValueError(
+                f"base_url {self.base_url!r} is not {self.provider}'s own endpoint, so the agent must name the "
+                f"variable holding that endpoint's key with api_key_env (e.g. api_key_env: MY_PROXY_KEY); "
+                f"{', '.join(KEY_VARIABLES[self.provider]) or 'a default key'} is never sent there. For a server "
+                "that takes no key, set api_key_required: false"
+            )
+        return self
+
+    @property
+    def custom_endpoint(self) -> bool:
+        """Whether `base_url` points anywhere but the provider's own API."""
+        if not self.base_url:
+            return False
+        url = urlsplit(self.base_url)
+        return url.scheme != "https" or (url.hostname or "").lower() != OFFICIAL_HOSTS[self.provider]
+
     @property
     def provider(self) -> str:
         return self.model.partition("/")[0]
@@ -105,8 +136,14 @@ class AgentSpec(_Strict):
         return self.model.partition("/")[2]
 
     def key_variables(self) -> tuple[str, ...]:
-        """The environment variables that may hold this agent's key, in order of preference."""
-        return (self.api_key_env,) if self.api_key_env else KEY_VARIABLES[self.provider]
+        """The environment variables that may hold this agent's key, in order of preference.
+
+        None for a custom endpoint that names no variable (it takes no key): a provider's default key
+        goes only to that provider's own endpoint.
+        """
+        if self.api_key_env:
+            return (self.api_key_env,)
+        return () if self.custom_endpoint else KEY_VARIABLES[self.provider]
 
     def api_key(self, environ: Mapping[str, str]) -> str:
         """The key from the environment; raises MissingApiKey naming the variable to set."""
@@ -136,10 +173,26 @@ class Sandbox(_Strict):
     """The Docker confinement of agents' commands (sandbox/container.py)."""
 
     image: str = "conclave-sandbox"
+    # `bridge` gives agents' commands the network: the server must allow it (CONCLAVE_SANDBOX_NETWORK)
     network: Literal["none", "bridge"] = "none"
     memory: str = "1g"
     cpus: Annotated[float, Field(gt=0, le=64)] = 1.0
     pids: Annotated[int, Field(ge=16, le=65536)] = 256
+
+    @field_validator("memory")
+    @classmethod
+    def _memory(cls, value: str) -> str:
+        size = memory_bytes(value)
+        if size is None or size < MIN_MEMORY:
+            raise ValueError(f"memory {value!r} is not a size of at least 6m: write e.g. 512m or 1g")
+        return value.strip()
+
+
+def memory_bytes(value: str) -> int | None:
+    """A Docker memory size (`512m`, `1g`, `1.5gb`, `1048576`) in bytes; None when it is not one."""
+    match = _MEMORY.match(value) if isinstance(value, str) else None
+    units = {"": 1, "b": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
+    return int(float(match.group(1)) * units[match.group(2).lower()]) if match else None
 
 
 class Team(_Strict):
@@ -184,6 +237,19 @@ def expand_env(value: Any, environ: Mapping[str, str], source: str) -> Any:
     if isinstance(value, dict):
         return {key: expand_env(item, environ, source) for key, item in value.items()}
     return value
+
+
+def _expand_agents(data: dict[str, Any], environ: Mapping[str, str], source: str) -> dict[str, Any]:
+    """`${VAR}` expanded in each agent's EXPANDABLE keys only; every other string is kept as written."""
+    agents = data.get("agents")
+    if not isinstance(agents, list):
+        return dict(data)
+    expanded = [
+        {key: expand_env(value, environ, source) if key in EXPANDABLE else value for key, value in agent.items()}
+        if isinstance(agent, dict) else agent
+        for agent in agents
+    ]
+    return {**data, "agents": expanded}
 
 
 def _model_at(model: type[BaseModel], loc: tuple[int | str, ...]) -> type[BaseModel] | None:
@@ -249,7 +315,7 @@ def parse_team(data: Any, source: str, environ: Mapping[str, str] | None = None)
     """Validate a loaded YAML tree as a Team; errors name the source, the key and the fix."""
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: a team file must be a YAML mapping with at least `agents:`")
-    data = expand_env(data, os.environ if environ is None else environ, source)
+    data = _expand_agents(data, os.environ if environ is None else environ, source)
     data.setdefault("name", Path(source).stem)
     try:
         return Team.model_validate(data)

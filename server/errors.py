@@ -3,8 +3,12 @@
     ConclaveError
     ├── InputError            a caller's argument is wrong (names the field, the value, the fix)
     │   ├── JobNotFound       no job with that id in the store
-    │   ├── PathOutsideRoot   a path leaves its root: absolute, `..` out, or a symlink pointing out
-    │   └── ContextTooLarge   context paths over the file-count or byte cap (names the biggest folders)
+    │   ├── PathOutsideRoot   a path leaves its root: absolute, `..` out, or through a symlink
+    │   ├── NotAFile          a FIFO, socket or device where a regular file is needed: never opened
+    │   ├── FileTooLarge      a file over a tool's size cap (checked with fstat before reading)
+    │   ├── ContextTooLarge   context paths over the file-count or byte cap (names the biggest folders)
+    │   ├── NotPermitted      a caller named a folder or team file outside what it may name
+    │   └── QueueFull         too many jobs waiting already (CONCLAVE_MAX_QUEUED)
     ├── ConfigError           a team file or preset is wrong (names the file, the key, the fix)
     │   ├── TeamNotFound      no preset or file by that name
     │   └── MissingApiKey     a provider key is not in the environment
@@ -18,6 +22,7 @@
     │   └── SandboxUnavailable  no Docker engine reachable, or no sandbox image: refuse command teams
     └── ApplyError            the winner's changes could not be applied to a caller's folder
         ├── ApplyConflict     files there changed since the job started: nothing was written
+        ├── ApplyRefused      a text file became binary (hidden from the diff): apply needs force
         └── ApplyFailed       a write failed midway: everything written was rolled back
 
 `app.py` translates these into MCP tool errors in one place; anything else is a bug.
@@ -53,6 +58,40 @@ class PathOutsideRoot(InputError):
 
     def __init__(self, field: str, value: str, reason: str) -> None:
         super().__init__(field, value, f"{reason}; give a path relative to the root, e.g. 'src/app.py'")
+
+
+class NotAFile(InputError):
+    """A FIFO, socket or device where a regular file is needed; it was not opened."""
+
+    def __init__(self, field: str, value: str, kind: str) -> None:
+        super().__init__(field, value, f"it is {kind}, not a regular file; only regular files are read or copied")
+
+
+class FileTooLarge(InputError):
+    """A file over a size cap; refused by its size before anything was read."""
+
+    def __init__(self, field: str, value: str, size: int, cap: int) -> None:
+        self.size, self.cap = size, cap
+        super().__init__(
+            field, value, f"it holds {size:,} bytes, over the cap of {cap:,} bytes; read a smaller file, or "
+            "look into it with run_command (head, grep) where the team has commands"
+        )
+
+
+class NotPermitted(InputError):
+    """A caller named something outside what its transport lets it name (a folder, a team file)."""
+
+
+class QueueFull(InputError):
+    """More jobs are waiting than CONCLAVE_MAX_QUEUED allows; nothing was queued."""
+
+    def __init__(self, queued: int, cap: int) -> None:
+        self.field, self.value = "task", f"<{queued} queued jobs>"
+        self.fix = (
+            f"{queued} jobs are already waiting for a slot (CONCLAVE_MAX_QUEUED={cap}); wait for one to "
+            "finish, cancel one with cancel_job, or raise CONCLAVE_MAX_QUEUED"
+        )
+        ConclaveError.__init__(self, f"the job queue is full: {self.fix}")
 
 
 class ContextTooLarge(InputError):
@@ -152,6 +191,18 @@ class ApplyConflict(ApplyError):
             f"nothing was applied to {target}: {len(conflicts)} file(s) changed there since the job "
             f"started: {listed}. Review those changes, then apply the patch by hand (read it with "
             f"read_workspace path='@diff'; `git apply` reports each conflict) or run the task again"
+        )
+
+
+class ApplyRefused(ApplyError):
+    """A change hides itself from the text diff (a text file became binary); nothing was written."""
+
+    def __init__(self, target: str, paths: list[str]) -> None:
+        self.target, self.paths = target, list(paths)
+        super().__init__(
+            f"nothing was applied to {target}: {', '.join(paths)} became binary (a NUL or non-UTF-8 byte), "
+            "so the diff cannot show the change; read its escaped excerpt in the patch (read_workspace "
+            "path='@diff'), then apply again with force_binary=true (CLI: --force-binary) if it is wanted"
         )
 
 

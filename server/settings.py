@@ -6,8 +6,8 @@ import os
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import Field, SecretStr
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 # Every MCP call returns within this many seconds: clients' time limits are short (Codex: 60 s a call).
 MAX_WAIT_S = 50
@@ -30,6 +30,26 @@ class Settings(BaseSettings):
     max_task_chars: Annotated[int, Field(ge=1)] = 100_000
     heartbeat_s: Annotated[float, Field(gt=0)] = 5.0
     stale_after_s: Annotated[float, Field(gt=0)] = 30.0
+    # Who may name what (jobs/access.py). Folders callers may give as context_paths, separated like PATH
+    # (`:`); unset: any folder over stdio, the server's working directory over HTTP.
+    allowed_roots: Annotated[tuple[Path, ...] | None, NoDecode] = None
+    sandbox_network: bool = False  # allow teams whose sandbox asks for `network: bridge`
+    # Bounds: jobs waiting for a slot, and the bytes one job's agents' workspaces may hold together.
+    max_queued: Annotated[int, Field(ge=0, le=10_000)] = 16
+    job_disk_mb: Annotated[int, Field(ge=1)] = 2048
+    # Pruning finished jobs (`conclave gc`, and at server start when gc_auto): older than gc_keep_days,
+    # then the oldest while all jobs hold more than gc_max_mb.
+    gc_auto: bool = True
+    gc_keep_days: Annotated[float, Field(gt=0)] = 30.0
+    gc_max_mb: Annotated[int, Field(ge=1)] = 20_000
+
+    @field_validator("allowed_roots", mode="before")
+    @classmethod
+    def _path_list(cls, value: object) -> object:
+        if isinstance(value, str):
+            roots = tuple(Path(part).expanduser() for part in value.split(os.pathsep) if part.strip())
+            return roots or None
+        return value
 
     @property
     def db_path(self) -> Path:

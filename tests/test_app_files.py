@@ -82,7 +82,7 @@ async def test_context_paths_give_a_diff_files_and_links(client: tuple[Client, s
     summary = view.diff_summary
     assert summary is not None
     assert summary["contexts"][0]["files"] == [
-        {"path": "docs/USAGE.md", "status": "added", "added_lines": 1, "removed_lines": 0}
+        {"path": "docs/USAGE.md", "status": "added", "added_lines": 1, "removed_lines": 0, "became_binary": False}
     ]
     assert diff_uri in links and "+Run it." in patch and "docs/USAGE.md" in patch
     resource = await mcp.read_resource(diff_uri)

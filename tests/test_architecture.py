@@ -24,7 +24,7 @@ ALLOWED: dict[str, set[str]] = {
     "coordination": {"backends", "files", "sandbox"},
     "backends": set(),
     "files": {"backends"},  # the work tools describe themselves as backends.base.ToolSpec
-    "sandbox": set(),
+    "sandbox": {"files"},  # the workspace is settled after each command through files/safe.py
 }
 SHARED = {"config", "settings", "errors", "__init__", "__main__"}
 

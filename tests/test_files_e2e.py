@@ -121,7 +121,7 @@ async def test_team_edits_files_and_the_diff_is_exact(tmp_path: Path, fakes: Fak
     assert project.joinpath("calc.py").read_bytes() == OLD  # the caller's folder was never written
     summary = view.diff_summary
     assert summary is not None and summary["contexts"][0]["files"] == [
-        {"path": "calc.py", "status": "modified", "added_lines": 1, "removed_lines": 1}
+        {"path": "calc.py", "status": "modified", "added_lines": 1, "removed_lines": 1, "became_binary": False}
     ]
     # bob read ann's snapshot through /peers in its container, as uid 1000
     looked = [r for r in fakes.script.requests_of("bob") if "--- stdout ---" in r.text()]
@@ -137,7 +137,10 @@ async def run_to_end(tmp_path: Path, fakes: FakeProviders, project: Path, *, app
     async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV) as service:
         paths = [{"path": str(project), "permission": "write"}]
         view = await service.submit("Fix add() in calc.py", team, paths, apply)
-        if during is not None:
+        if during is not None:  # once the folder is copied (when the job starts, not at submit)
+            with anyio.fail_after(60):
+                while not (service.job_dir(view.job_id) / "manifest.json").exists():
+                    await anyio.sleep(0.05)
             during()
         with anyio.fail_after(120):
             while not view.done:

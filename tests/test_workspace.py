@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 import subprocess
 import tempfile
 import time
@@ -16,7 +17,9 @@ from pydantic import ValidationError
 
 from conclave.files import apply as applying
 from conclave.files.diff import diff_trees
-from conclave.errors import ApplyConflict, ApplyFailed, ContextTooLarge, InputError, PathOutsideRoot
+from conclave.errors import (
+    ApplyConflict, ApplyFailed, ContextTooLarge, FileTooLarge, InputError, NotAFile, PathOutsideRoot,
+)
 from conclave.files.trees import read_bytes
 from conclave.files.contexts import CALLER
 from conclave.files.workspaces import (
@@ -27,8 +30,8 @@ from conclave.files.workspaces import (
     copy_context,
     copy_context_sync,
     diff,
-    resolve_inside,
 )
+from conclave.files import safe
 
 OLD = time.time() - 3600  # an mtime well before any capture: unchanged files may be reused
 
@@ -236,35 +239,75 @@ def root(tmp_path):
     ("../outside/secret.txt", "'..' leads outside"),
     ("src/../../outside", "'..' leads outside"),
     ("/etc/passwd", "absolute paths"),
-    ("out.txt", "symlink that points outside"),
-    ("outdir/secret.txt", "symlink that points outside"),
-    ("outdir/new-file.txt", "symlink that points outside"),
-    ("dangling", "symlink that points outside"),
+    ("out.txt", "symlink"),
+    ("outdir/secret.txt", "symlink"),
+    ("dangling", "symlink"),
+    ("inlink/app.py", "symlink"),  # a link is never followed, even one that stays inside
     ("inlink/../../outside", "'..' leads outside"),
     ("src/\x00x", "NUL byte"),
+    ("src/\udc80x", "not valid UTF-8"),
 ])
-def test_resolve_inside_refuses_escapes(root, relative, reason):
+def test_the_walk_refuses_escapes_and_links(root, relative, reason):
     with pytest.raises(PathOutsideRoot, match=reason) as caught:
-        resolve_inside(root, relative)
+        safe.read_bytes(root, relative)
     assert caught.value.field == "path" and "relative to the root" in str(caught.value)
     assert str(root) not in str(caught.value)
 
 
 @pytest.mark.parametrize("relative, expected", [
-    ("src/app.py", "src/app.py"), ("", "."), (".", "."), ("src/../docs/readme.md", "docs/readme.md"),
-    ("inlink/app.py", "src/app.py"), ("new/dir/file.txt", "new/dir/file.txt"),
+    ("src/app.py", b"a"), ("./src/app.py", b"a"), ("src/../docs/readme.md", b"r"), ("docs//readme.md", b"r"),
 ])
-def test_resolve_inside_accepts_paths_inside(root, relative, expected):
-    assert resolve_inside(root, relative) == (root / expected).resolve()
+def test_the_walk_reads_paths_inside(root, relative, expected):
+    assert safe.read_bytes(root, relative) == expected
+
+
+def test_writes_replace_links_and_fifos_instead_of_writing_through_them(root, tmp_path):
+    safe.write_bytes(root, "out.txt", b"mine")
+    os.mkfifo(root / "pipe")
+    safe.write_bytes(root, "pipe", b"not blocked")
+    assert (tmp_path / "outside" / "secret.txt").read_bytes() == b"s"
+    assert (root / "out.txt").read_bytes() == b"mine" and not (root / "out.txt").is_symlink()
+    assert (root / "pipe").read_bytes() == b"not blocked"
+    with pytest.raises(PathOutsideRoot, match="symlink"):
+        safe.write_bytes(root, "outdir/new-file.txt", b"x")
+    assert not (tmp_path / "outside" / "new-file.txt").exists()
+    assert safe.write_bytes(root, "new/dir/file.txt", b"abc") == safe.Written(0, 3)
+    assert safe.write_bytes(root, "new/dir/file.txt", b"abcdef") == safe.Written(3, 6)
+    assert sorted(os.listdir(root / "new" / "dir")) == ["file.txt"]  # no temporary file left
+
+
+def test_size_is_checked_before_reading(root):
+    with open(root / "sparse", "wb") as handle:
+        handle.truncate(6 * 2**30)
+    with pytest.raises(FileTooLarge, match="6,442,450,944 bytes"):
+        safe.read_bytes(root, "sparse", 1 << 20)
+    assert safe.read_bytes(root, "src/app.py", 1) == b"a"
+
+
+def test_settle_clears_unsafe_bits_and_never_follows_links(root, tmp_path):
+    outside = tmp_path / "outside" / "secret.txt"
+    os.chmod(outside, 0o4777)
+    make_tree(root, {"tool": "x", "sub/shared": "y"})
+    os.chmod(root / "tool", 0o6755)
+    os.chmod(root / "sub", 0o2777)
+    os.chmod(root / "sub" / "shared", 0o666)
+    report = safe.settle(root)
+    assert stat.S_IMODE(os.stat(root / "tool").st_mode) == 0o755
+    assert stat.S_IMODE(os.stat(root / "sub").st_mode) == 0o775
+    assert stat.S_IMODE(os.stat(root / "sub" / "shared").st_mode) == 0o664
+    assert stat.S_IMODE(os.stat(outside).st_mode) == 0o4777  # reached only through links: untouched
+    assert report.stripped == 3 and report.total_bytes == sum(
+        os.lstat(p).st_size for p in root.rglob("*") if p.is_file() and not p.is_symlink()
+    )
 
 
 def test_reading_follows_no_symlink_and_never_blocks_on_a_fifo(root):
     assert read_bytes(root, "src/app.py") == b"a"
     for through_a_link in ("out.txt", "outdir/secret.txt", "inlink/app.py"):
-        with pytest.raises(OSError):
+        with pytest.raises(PathOutsideRoot):
             read_bytes(root, through_a_link)
     os.mkfifo(root / "pipe")
-    with pytest.raises(OSError, match="not a regular file"):
+    with pytest.raises(NotAFile, match="a FIFO, not a regular file"):
         read_bytes(root, "pipe")
 
 
@@ -601,7 +644,7 @@ async def test_apply_refuses_a_symlink_on_the_way(applied_job, tmp_path):
 async def test_apply_failure_midway_rolls_back(applied_job, monkeypatch):
     spaces, src = applied_job
     before = read_tree(src)
-    real_copy, calls = applying.copy_file, []
+    real_copy, calls = applying._copy_in, []
 
     def failing_copy(*args, **kwargs):
         calls.append(args[1])
@@ -609,7 +652,7 @@ async def test_apply_failure_midway_rolls_back(applied_job, monkeypatch):
             raise OSError(28, "No space left on device")
         return real_copy(*args, **kwargs)
 
-    monkeypatch.setattr(applying, "copy_file", failing_copy)
+    monkeypatch.setattr(applying, "_copy_in", failing_copy)
     with pytest.raises(ApplyFailed, match="No space left on device; every change was rolled back"):
         await spaces.apply("proj")
     assert len(calls) == 3

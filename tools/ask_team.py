@@ -38,6 +38,11 @@ async def ask_team(
         Field(description="After the vote, apply the winner's changes to the context_paths with permission "
                           "'write' (nothing is applied if files there changed meanwhile)."),
     ] = False,
+    force_binary: Annotated[
+        bool,
+        Field(description="With apply: also apply text files that became binary. Their change cannot be "
+                          "shown as text (the patch holds an escaped excerpt), so apply refuses them otherwise."),
+    ] = False,
 ) -> JobView:
     """Ask a team of LLM agents (different models) to solve a task: each writes an answer, they read
     each other's anonymously, improve or vote, and the winner writes the final answer.
@@ -50,7 +55,7 @@ async def ask_team(
     jobs = service(ctx)
     # the task, the team and its keys, the context paths and apply are checked by submit (the CLI shares it)
     paths = list(context_paths or [])
-    view = await jobs.submit(task, team, paths, apply)
+    view = await jobs.submit(task, team, paths, apply, force_binary)
     progress = ProgressReporter(ctx)
     await progress.start(view)
     if wait_seconds > 0 and not view.done:

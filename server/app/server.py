@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import functools
 import hmac
+import ipaddress
+import os
 import signal
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from types import FrameType
 from typing import Any
 
@@ -27,8 +30,9 @@ from mcp.types import ToolAnnotations
 from pydantic import ValidationError
 
 from conclave import __version__
-from conclave.errors import ConclaveError
+from conclave.errors import ConclaveError, NotPermitted
 from conclave.app.job_resources import TEMPLATES
+from conclave.jobs.access import Access
 from conclave.jobs.service import JobService
 from conclave.settings import MAX_WAIT_S, Settings
 from conclave.tools._deps import DEPS_KEY
@@ -138,9 +142,29 @@ def create_app(service: JobService, settings: Settings) -> FastMCP:
     return app
 
 
+def check_exposure(settings: Settings, host: str) -> None:
+    """Refuse to serve HTTP beyond this machine without a token: anyone who reaches the port could run jobs.
+
+    Loopback (127.0.0.0/8, ::1, localhost) needs none (a token is still recommended).
+    """
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        loopback = False  # a host name: it may resolve to any interface
+    if loopback or settings.http_token is not None:
+        return
+    raise NotPermitted(
+        "--host", host, "serving HTTP on an address other than loopback needs a bearer token: set "
+        "CONCLAVE_HTTP_TOKEN (e.g. export CONCLAVE_HTTP_TOKEN=$(python3 -c 'import secrets; "
+        "print(secrets.token_urlsafe(32))')) and give clients `Authorization: Bearer <token>`, "
+        "or serve on 127.0.0.1"
+    )
+
+
 async def serve_stdio(settings: Settings) -> None:
     """Serve one client over stdin/stdout until it closes them."""
-    async with JobService.open(settings) as service:
+    access = Access.stdio(settings, os.environ, Path.cwd())
+    async with JobService.open(settings, access=access) as service:
         await create_app(service, settings).run_async(transport="stdio", show_banner=False)
 
 
@@ -160,10 +184,11 @@ async def serve_http(settings: Settings, host: str = "127.0.0.1", port: int = 87
     before the JobService closes (running jobs would be left for the next server to find), so SIGTERM
     gets a handler that raises instead (tests/test_http.py checks the exit code).
     """
+    check_exposure(settings, host)
     in_main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _terminated) if in_main_thread else None
     try:
-        async with JobService.open(settings) as service:
+        async with JobService.open(settings, access=Access.http(settings, os.environ, Path.cwd())) as service:
             app = create_app(service, settings).http_app(path="/mcp", host_origin_protection=True)
             config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
             await uvicorn.Server(config).serve()

@@ -37,7 +37,9 @@ def ask(args: argparse.Namespace) -> int:
 
 async def _ask(args: argparse.Namespace, console: Console) -> int:
     async with JobService.open(Settings()) as service:
-        view = await service.submit(args.task, args.team, context_arguments(args.context), args.apply)
+        view = await service.submit(
+            args.task, args.team, context_arguments(args.context), args.apply, args.force_binary
+        )
         if args.json:
             while not view.done:
                 view = await service.wait(view.job_id, 50)
@@ -148,6 +150,26 @@ def teams(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def gc(args: argparse.Namespace) -> int:
+    from conclave.jobs.gc import prune
+
+    settings = Settings()
+    store = Store(settings.db_path)
+    try:
+        report = prune(
+            store, settings.home / "jobs",
+            keep_days=settings.gc_keep_days if args.keep_days is None else args.keep_days,
+            max_bytes=(settings.gc_max_mb if args.max_mb is None else args.max_mb) * 1024 * 1024,
+            dry_run=args.dry_run,
+        )
+    finally:
+        store.close()
+    print(("would have " if args.dry_run else "") + report.text())
+    for job_id in report.removed:
+        print(f"  {job_id}")
+    return EXIT_OK
+
+
 def config(args: argparse.Namespace) -> int:
     path = Path(args.file)
     team = load_team_file(path)
@@ -184,5 +206,5 @@ def serve_http(args: argparse.Namespace) -> int:
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "ask": ask, "status": status, "show": show, "teams": teams, "config": config, "doctor": doctor,
-    "sandbox": sandbox,
+    "sandbox": sandbox, "gc": gc,
 }

@@ -41,6 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="a project folder to copy into every agent's workspace (repeatable); ':write' allows --apply",
     )
     ask.add_argument("--apply", action="store_true", help="apply the winner's changes to ':write' folders")
+    ask.add_argument("--force-binary", action="store_true",
+                     help="with --apply, also apply text files that became binary (their change is not shown)")
 
     status = commands.add_parser("status", help="show a job, or the recent jobs")
     status.add_argument("job_id", nargs="?", help="the job id (cj-...)")
@@ -56,6 +58,11 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("--source", metavar="LABEL", help="with --file: an answer's snapshot, e.g. B2")
 
     commands.add_parser("teams", help="list the team presets and whether their keys are set")
+
+    gc = commands.add_parser("gc", help="remove finished jobs older than --keep-days, then the oldest over --max-mb")
+    gc.add_argument("--keep-days", type=float, help="keep jobs finished within this many days (CONCLAVE_GC_KEEP_DAYS)")
+    gc.add_argument("--max-mb", type=int, help="then remove the oldest while jobs hold more (CONCLAVE_GC_MAX_MB)")
+    gc.add_argument("--dry-run", action="store_true", help="say what would be removed, remove nothing")
 
     config = commands.add_parser("config", help="team file tools")
     config_commands = config.add_subparsers(dest="config_command", required=True, metavar="SUBCOMMAND")

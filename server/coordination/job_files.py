@@ -2,7 +2,8 @@
 
 The orchestrator calls this at four moments: `start` (workspaces and containers), each turn (`tools`,
 `picture`), each accepted answer (`on_answer`: snapshot and publish to peers), and the end (`finish`:
-the winning answer's snapshot becomes final/). `close` removes the containers, also on cancellation.
+the winning answer's snapshot becomes final/). `close` removes the containers and the agents' working
+copies (snapshots and final/ stay), also on cancellation.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from pathlib import Path
 import anyio
 import anyio.to_thread
 from conclave.files.agent_tools import AgentTools
+from conclave.files.budget import DiskBudget
 from conclave.config import Sandbox as SandboxSpec
 from conclave.coordination.prompts import FilesPicture
 from conclave.sandbox.container import Sandbox, container_user
@@ -29,9 +31,11 @@ class JobFiles:
         workspaces: Workspaces,
         sandbox: SandboxSpec | None,
         sandbox_factory: SandboxFactory = Sandbox,
+        disk_budget: int | None = None,
     ) -> None:
         self.job_id, self.workspaces, self.spec = job_id, workspaces, sandbox
         self._factory = sandbox_factory
+        self._budget = DiskBudget(disk_budget) if disk_budget is not None else None
         self._sandboxes: dict[str, Sandbox] = {}
         self._folders = tuple(context.name for context in workspaces.manifest().contexts)
 
@@ -42,6 +46,10 @@ class JobFiles:
     async def start(self, letters: list[str]) -> None:
         """Each agent's working copy, and its container (started concurrently) when commands are on."""
         await self.workspaces.create(letters)
+        if self._budget is not None:
+            copied = sum(record.size for c in self.workspaces.manifest().contexts for record in c.files.values())
+            for letter in letters:
+                self._budget.measured(letter, copied)
         if self.spec is None:
             return
         for letter in letters:
@@ -61,6 +69,7 @@ class JobFiles:
             peers=lambda: self.workspaces.peer_view(letter),
             runner=self._sandboxes.get(letter),
             owner=container_user(),
+            disk=self._budget.agent(letter) if self._budget is not None else None,
         )
 
     def picture(self, letter: str) -> FilesPicture:
@@ -84,3 +93,4 @@ class JobFiles:
         with anyio.CancelScope(shield=True):
             for sandbox in self._sandboxes.values():
                 await sandbox.stop()
+            await self.workspaces.remove_working_copies()  # after the containers: no process writes there

@@ -1,38 +1,59 @@
 """The work tools team agents call: files in their workspace, peers' snapshots, and `run_command`.
 
-Every path a model gives is resolved by `trees.resolve_inside` against its root (the agent's own
-workspace, or a peer's latest snapshot, read-only). A tool never raises to the model: a problem comes
-back as a tool result that says what to fix (tests/test_agent_tools.py). Blocking file work runs in a
-worker thread. The workflow calls (`new_answer`, `vote`) are not here: turns.py owns them.
+Every argument is parsed by its model in tool_args.py, and every path reaches its root (the agent's own
+workspace, or a peer's latest snapshot, read-only) only through safe.py's no-follow, fd-relative walk:
+an agent's background process may swap anything in its workspace at any time, so nothing here opens a
+workspace path by name. Files are read only when regular and under the cap (checked with fstat first);
+`search` has a time budget (the `regex` module's timeout, matching without the GIL) and a size cap.
+A tool never raises to the model: a problem comes back as a tool result that says what to fix
+(tests/test_agent_tools.py, tests/security/). Blocking file work runs in an abandonable worker thread,
+so cancelling a job never waits for it. The workflow calls (`new_answer`, `vote`) are in turns.py.
 """
 
 from __future__ import annotations
 
 import os
-import re
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 import anyio.to_thread
+import regex
 
 from conclave.backends.base import ToolSpec
-from conclave.errors import ConclaveError
-from conclave.files.trees import list_tree, resolve_inside
+from conclave.errors import ConclaveError, InputError
+from conclave.files import safe
+from conclave.files.budget import AgentDisk, OverBudget
+from conclave.files.tool_args import (
+    DEFAULT_COMMAND_TIMEOUT_S,
+    MAX_COMMAND_TIMEOUT_S,
+    CommandArgs,
+    EditArgs,
+    ListArgs,
+    ReadArgs,
+    SearchArgs,
+    WriteArgs,
+    parse,
+)
+from conclave.files.trees import list_tree
 
 MAX_READ_CHARS = 60_000
+MAX_FILE_BYTES = 8 * 1024 * 1024  # read_file and edit_file refuse larger files by their size
 MAX_WRITE_BYTES = 2_000_000
 MAX_LIST = 400
 MAX_MATCHES = 200
-DEFAULT_COMMAND_TIMEOUT_S = 60
-MAX_COMMAND_TIMEOUT_S = 600
+MAX_SEARCH_FILE = 4 * 1024 * 1024  # larger files are skipped by search (by fstat size)
+MAX_SEARCH_BYTES = 64 * 1024 * 1024  # what one search reads in all
+SEARCH_BUDGET_S = 5.0  # one search's time, the pattern's matching included
 
 ToolHandler = Callable[[dict[str, Any]], Awaitable[str]]
 
 
 class CommandRunner(Protocol):
-    """Runs a shell command in the agent's sandbox (sandbox.Sandbox is one)."""
+    """Runs a shell command in the agent's sandbox (sandbox.Sandbox is one); its result may carry
+    `workspace_bytes`, the workspace's size measured after the command."""
 
     async def exec(self, command: str, timeout_s: float) -> Any: ...
 
@@ -61,6 +82,7 @@ class AgentTools:
     peers: Callable[[], Mapping[str, Path]]  # peer letter -> its latest snapshot (read-only)
     runner: CommandRunner | None = None
     owner: tuple[int, int] | None = None  # who owns files written for the sandbox user
+    disk: AgentDisk | None = None  # the job's disk budget, as this agent sees it
 
     def specs(self) -> tuple[ToolSpec, ...]:
         peer = {"type": "string", "description": "read a peer's latest snapshot instead, by its letter"}
@@ -85,7 +107,8 @@ class AgentTools:
             specs.append(ToolSpec(
                 "run_command",
                 "Run a shell command in your sandbox: /workspace is your workspace, /peers/<letter> holds "
-                "each peer's latest snapshot read-only, there is no network.",
+                "each peer's latest snapshot read-only, there is no network. Background processes end "
+                "with the command.",
                 _schema({"command": {"type": "string"},
                          "timeout_s": {"type": "integer", "minimum": 1, "maximum": MAX_COMMAND_TIMEOUT_S,
                                        "default": DEFAULT_COMMAND_TIMEOUT_S}}, ["command"]),
@@ -94,20 +117,21 @@ class AgentTools:
 
     def handlers(self) -> dict[str, ToolHandler]:
         sync = {
-            "list_files": self._list_files,
-            "read_file": self._read_file,
-            "write_file": self._write_file,
-            "edit_file": self._edit_file,
-            "search": self._search,
+            "list_files": (ListArgs, self._list_files),
+            "read_file": (ReadArgs, self._read_file),
+            "write_file": (WriteArgs, self._write_file),
+            "edit_file": (EditArgs, self._edit_file),
+            "search": (SearchArgs, self._search),
         }
-        handlers: dict[str, ToolHandler] = {name: _threaded(fn) for name, fn in sync.items()}
+        handlers: dict[str, ToolHandler] = {
+            name: _guarded(name, model, _threaded(fn)) for name, (model, fn) in sync.items()
+        }
         if self.runner is not None:
-            handlers["run_command"] = _guarded(self._run_command)
+            handlers["run_command"] = _guarded("run_command", CommandArgs, self._run_command)
         return handlers
 
     # Roots -----------------------------------------------------------------------------------------
-    def _root(self, args: Mapping[str, Any]) -> Path:
-        peer = args.get("peer")
+    def _root(self, peer: str | None) -> Path:
         if peer in (None, ""):
             return self.workspace
         peers = self.peers()
@@ -116,35 +140,26 @@ class AgentTools:
             raise ToolProblem(f"peer {peer!r} has no snapshot; peers with one: {have}")
         return peers[peer]
 
-    @staticmethod
-    def _path(root: Path, args: Mapping[str, Any], key: str = "path") -> tuple[Path, str]:
-        value = args.get(key, "")
-        if not isinstance(value, str):
-            raise ToolProblem(f"`{key}` must be a string path")
-        return resolve_inside(root, value.strip() or "."), value
-
     # Tools -------------------------------------------------------------------------------------------
-    def _list_files(self, args: dict[str, Any]) -> str:
-        root = self._root(args)
-        folder, shown = self._path(root, args)
-        if not folder.is_dir():
-            raise ToolProblem(f"{shown!r} is not a folder")
-        listing = list_tree(folder, max_files=MAX_LIST)
+    def _list_files(self, args: ListArgs) -> str:
+        shown = args.path or ""
+        try:
+            listing = list_tree(self._root(args.peer), shown, max_files=MAX_LIST)
+        except (FileNotFoundError, NotADirectoryError):
+            raise ToolProblem(f"{shown!r} is not a folder") from None
         lines = [f"{rel} ({entry.size} bytes)" for rel, entry in list(listing.files.items())[:MAX_LIST]]
         if listing.truncated:
             lines.append(f"[more than {MAX_LIST} files; list a sub-folder]")
         return "\n".join(lines) or "(no files)"
 
-    def _read_file(self, args: dict[str, Any]) -> str:
-        path, shown = self._path(self._root(args), args)
-        if not path.is_file():
-            raise ToolProblem(f"{shown!r} is not a file; use list_files to see what exists")
-        data = path.read_bytes()
+    def _read_file(self, args: ReadArgs) -> str:
+        shown = args.path
+        data = _read(self._root(args.peer), shown, "use list_files to see what exists")
         if b"\x00" in data[:8192]:
             raise ToolProblem(f"{shown!r} is a binary file ({len(data)} bytes); it cannot be shown as text")
         lines = data.decode("utf-8", errors="replace").splitlines()
-        start = int(args.get("start_line") or 1)
-        end = int(args.get("end_line") or len(lines))
+        start = args.start_line or 1
+        end = args.end_line or len(lines)
         if start > max(len(lines), 1) or end < start:
             raise ToolProblem(f"lines {start}..{end} are outside {shown!r}, which has {len(lines)} lines")
         out, size = [], 0
@@ -157,101 +172,117 @@ class AgentTools:
             out.append(line)
         return "\n".join(out) or "(empty file)"
 
-    def _write_file(self, args: dict[str, Any]) -> str:
-        path, shown = self._path(self.workspace, args)
-        content = args.get("content")
-        if not isinstance(content, str):
-            raise ToolProblem("`content` must be a string")
-        data = content.encode()
+    def _write_file(self, args: WriteArgs) -> str:
+        data = args.content.encode()
         if len(data) > MAX_WRITE_BYTES:
             raise ToolProblem(f"content is {len(data)} bytes; write files under {MAX_WRITE_BYTES} bytes")
-        if path.is_dir():
-            raise ToolProblem(f"{shown!r} is a folder")
-        self._make_parents(path)
-        path.write_bytes(data)
-        self._own(path)
-        return f"wrote {len(data)} bytes to {shown}"
+        self._write(args.path, data)
+        return f"wrote {len(data)} bytes to {args.path}"
 
-    def _edit_file(self, args: dict[str, Any]) -> str:
-        path, shown = self._path(self.workspace, args)
-        old, new = args.get("old_text"), args.get("new_text")
-        if not isinstance(old, str) or not isinstance(new, str) or not old:
-            raise ToolProblem("`old_text` (non-empty) and `new_text` must be strings")
-        if not path.is_file():
-            raise ToolProblem(f"{shown!r} is not a file; create it with write_file")
-        text = path.read_text(encoding="utf-8", errors="surrogateescape")
-        count = text.count(old)
+    def _edit_file(self, args: EditArgs) -> str:
+        shown = args.path
+        text = _read(self.workspace, shown, "create it with write_file").decode("utf-8", errors="surrogateescape")
+        count = text.count(args.old_text)
         if count == 0:
             raise ToolProblem(
                 f"old_text was not found in {shown!r}; read the file and copy the exact text, whitespace included"
             )
-        if count > 1 and not args.get("replace_all"):
+        if count > 1 and not args.replace_all:
             raise ToolProblem(
                 f"old_text appears {count} times in {shown!r}; include more surrounding lines so it is unique, "
                 "or set replace_all to true"
             )
-        path.write_text(text.replace(old, new), encoding="utf-8", errors="surrogateescape")
+        self._write(shown, text.replace(args.old_text, args.new_text).encode("utf-8", errors="surrogateescape"))
         return f"replaced {count} occurrence{'s' if count > 1 else ''} in {shown}"
 
-    def _search(self, args: dict[str, Any]) -> str:
-        pattern = args.get("pattern")
+    def _write(self, rel: str, data: bytes) -> None:
+        if self.disk is not None:
+            before = safe.lstat(self.workspace, rel)
+            self.disk.check(before.st_size if before is not None else 0, len(data))
+        written = safe.write_bytes(self.workspace, rel, data, owner=self.owner)
+        if self.disk is not None:
+            self.disk.wrote(written.old_size, written.new_size)
+
+    def _search(self, args: SearchArgs) -> str:
         try:
-            regex = re.compile(pattern if isinstance(pattern, str) else "")
-        except re.error as exc:
+            compiled = regex.compile(args.pattern)
+        except regex.error as exc:
             raise ToolProblem(f"the pattern is not a valid regular expression: {exc}") from exc
-        root = self._root(args)
-        folder, _ = self._path(root, args)
-        listing = list_tree(folder, max_files=20_000)
+        root, start = self._root(args.peer), args.path or ""
+        try:
+            listing = list_tree(root, start, max_files=20_000)
+        except (FileNotFoundError, NotADirectoryError):
+            raise ToolProblem(f"{start!r} is not a folder") from None
+        prefix = "/".join(safe.split(start))
+        deadline, budget = time.monotonic() + SEARCH_BUDGET_S, MAX_SEARCH_BYTES
         matches: list[str] = []
-        for rel in listing.files:
+        large = 0
+        for rel, entry in listing.files.items():
+            if entry.size > MAX_SEARCH_FILE or entry.size > budget:
+                large += 1
+                continue
             try:
-                text = (folder / rel).read_text(encoding="utf-8")
-            except (OSError, UnicodeDecodeError):
-                continue  # binary or unreadable files are not searched
+                data = safe.read_bytes(root, f"{prefix}/{rel}" if prefix else rel, MAX_SEARCH_FILE)
+                text = data.decode("utf-8")
+            except (OSError, InputError, UnicodeDecodeError):
+                continue  # binary, unreadable, swapped or grown: not searched
+            budget -= len(data)
             for number, line in enumerate(text.splitlines(), 1):
-                if regex.search(line):
+                try:
+                    hit = compiled.search(line, concurrent=True, timeout=max(deadline - time.monotonic(), 0.001))
+                except TimeoutError:
+                    matches.append(f"[search stopped after its {SEARCH_BUDGET_S:g} s budget: simplify the pattern "
+                                   "(nested repetition like (a+)+ is slow) or search a smaller folder]")
+                    return "\n".join(matches)
+                if hit:
                     matches.append(f"{rel}:{number}: {line[:300]}")
                     if len(matches) >= MAX_MATCHES:
                         return "\n".join(matches) + f"\n[stopped at {MAX_MATCHES} matches; narrow the search]"
+        if large:
+            matches.append(f"[{large} file(s) over {MAX_SEARCH_FILE:,} bytes not searched; use run_command grep]")
         return "\n".join(matches) or "no matches"
 
-    async def _run_command(self, args: dict[str, Any]) -> str:
-        command = args.get("command")
-        if not isinstance(command, str) or not command.strip():
-            raise ToolProblem("`command` must be a non-empty shell command")
-        timeout = args.get("timeout_s", DEFAULT_COMMAND_TIMEOUT_S)
-        if not isinstance(timeout, int | float) or not 1 <= timeout <= MAX_COMMAND_TIMEOUT_S:
-            raise ToolProblem(f"timeout_s must be a number of seconds from 1 to {MAX_COMMAND_TIMEOUT_S}")
+    async def _run_command(self, args: CommandArgs) -> str:
         assert self.runner is not None
-        result = await self.runner.exec(command, float(timeout))
-        return str(result.as_text())
-
-    # Ownership ---------------------------------------------------------------------------------------
-    def _make_parents(self, path: Path) -> None:
-        missing = [p for p in reversed(path.parents) if not p.exists()]
-        path.parent.mkdir(parents=True, exist_ok=True)
-        for folder in missing:
-            self._own(folder)
-
-    def _own(self, path: Path) -> None:
-        if self.owner is not None and os.geteuid() == 0:
-            os.chown(path, *self.owner, follow_symlinks=False)
+        result = await self.runner.exec(args.command, float(args.timeout_s))
+        text = str(result.as_text())
+        measured = getattr(result, "workspace_bytes", None)
+        if self.disk is not None and isinstance(measured, int):
+            self.disk.measured(measured)
+            over = self.disk.budget.over()
+            if over:
+                text += f"\n[{over}]"
+        return text
 
 
-def _threaded(fn: Callable[[dict[str, Any]], str]) -> ToolHandler:
-    async def run(args: dict[str, Any]) -> str:
-        return await anyio.to_thread.run_sync(fn, args)
+def _read(root: Path, rel: str, missing: str) -> bytes:
+    try:
+        return safe.read_bytes(root, rel, MAX_FILE_BYTES)
+    except (FileNotFoundError, NotADirectoryError):
+        raise ToolProblem(f"{rel!r} is not a file; {missing}") from None
+    except IsADirectoryError:
+        raise ToolProblem(f"{rel!r} is a folder; use list_files to see what it holds") from None
 
-    return _guarded(run)
+
+def _threaded(fn: Callable[[Any], str]) -> Callable[[Any], Awaitable[str]]:
+    async def run(args: Any) -> str:
+        # abandon_on_cancel: a cancelled job (cancel_job, its deadline, SIGTERM) never waits for a file call
+        return await anyio.to_thread.run_sync(fn, args, abandon_on_cancel=True)
+
+    return run
 
 
-def _guarded(fn: ToolHandler) -> ToolHandler:
-    """Problems become results the model can act on; bugs still raise."""
+def _guarded(name: str, model: type, fn: Callable[[Any], Awaitable[str]]) -> ToolHandler:
+    """Arguments parsed by their model; problems become results the model can act on; bugs still raise."""
 
-    async def run(args: dict[str, Any]) -> str:
+    async def run(arguments: dict[str, Any]) -> str:
+        try:
+            args = parse(model, name, arguments)
+        except ValueError as exc:
+            return tool_error(str(exc))
         try:
             return await fn(args)
-        except (ToolProblem, ConclaveError) as exc:
+        except (ToolProblem, ConclaveError, OverBudget) as exc:
             return tool_error(str(exc))
         except OSError as exc:
             return tool_error(f"{exc.strerror or exc} ({os.path.basename(str(exc.filename or ''))})")

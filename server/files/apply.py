@@ -6,25 +6,29 @@ the changes touch is checked against the manifest: a file to modify or delete mu
 it had at job start, a file to add must not exist, and no path may pass through a symlink. Any mismatch
 raises `ApplyConflict` naming every such file, with nothing written (`test_apply_conflict_changes_nothing`).
 
-Writes are atomic per file (a temporary sibling, fsync, `os.replace`); each replaced or deleted file is
-kept as a backup sibling until all writes succeed. A failure midway undoes every step in reverse and
-raises `ApplyFailed` (`test_apply_failure_midway_rolls_back`).
+Writes are atomic per file (a temporary sibling made with O_EXCL, fsync, rename), and every step goes
+through the folder's fd reached by safe.py's no-follow walk, never by name; each replaced or deleted file
+is kept as a backup sibling until all writes succeed. A failure midway undoes every step in reverse and
+raises `ApplyFailed` (`test_apply_failure_midway_rolls_back`). A change that hides itself from the diff (a
+text file that became binary, diff.py) is refused unless the caller forces it (`ApplyRefused`).
 """
 
 from __future__ import annotations
 
 import os
 import secrets
-import shutil
 import stat
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Protocol
+from typing import Protocol, TypeVar
 
+from conclave.errors import ApplyConflict, ApplyFailed, InputError, PathOutsideRoot
+from conclave.files import safe
 from conclave.files.diff import final_listing
-from conclave.errors import ApplyConflict, ApplyFailed, PathOutsideRoot
-from conclave.files.trees import copy_file, list_tree, resolve_inside, sha256_file
+from conclave.files.trees import CHUNK, list_tree, sha256_file
+
+T = TypeVar("T")
 
 
 class Recorded(Protocol):
@@ -77,12 +81,11 @@ def conflicts(target: Path, changes: Changes, recorded: Mapping[str, Recorded]) 
             found[rel] = blocked
             continue
         try:
-            resolve_inside(target, rel)
-            info = os.lstat(target / rel)
+            info = safe.lstat(target, rel)
         except PathOutsideRoot:
-            found[rel] = "its path now leads outside the folder"
+            found[rel] = "its path now leads through a symlink"
             continue
-        except FileNotFoundError:
+        if info is None:
             if rel not in changes.added:
                 found[rel] = "deleted since the job started"
             continue
@@ -98,8 +101,10 @@ def conflicts(target: Path, changes: Changes, recorded: Mapping[str, Recorded]) 
 def _blocked_parent(target: Path, rel: str) -> str:
     for parent in reversed(PurePosixPath(rel).parents[:-1]):
         try:
-            info = os.lstat(target / parent)
-        except FileNotFoundError:
+            info = safe.lstat(target, str(parent))
+        except PathOutsideRoot:
+            return f"'{parent}' is now reached through a symlink"
+        if info is None:
             return ""
         if not stat.S_ISDIR(info.st_mode):
             return f"'{parent}' is now a symlink or a file"
@@ -118,43 +123,77 @@ def apply_tree(
     return changes
 
 
+def _at(root: Path, rel: str, step: Callable[[int, str], T], *, create: bool = False) -> T:
+    """Run `step(folder_fd, name)` for `root/rel`, its folder reached by the no-follow walk."""
+    parts = safe.split(rel)
+    with safe.directory(root, parts[:-1], create=create) as fd:
+        return step(fd, parts[-1])
+
+
+def _rename(source: str, dest: str) -> Callable[[int, str], None]:
+    return lambda fd, _name: os.rename(source, dest, src_dir_fd=fd, dst_dir_fd=fd)
+
+
 def _write(final: Path, target: Path, changes: Changes) -> None:
     token = secrets.token_hex(4)
     undo: list[tuple[str, Callable[[], None]]] = []
-    backups: list[Path] = []
+    backups: list[str] = []
     current = ""
     try:
         for current in changes.deleted:
-            path = target / current
-            backup = _sibling(path, "backup", token)
-            os.replace(path, backup)
-            backups.append(backup)
-            undo.append((current, lambda path=path, backup=backup: os.replace(backup, path)))
+            name, backup = _names(current, "backup", token)
+            _at(target, current, _rename(name, backup))
+            backups.append(current)
+            undo.append((current, lambda rel=current, n=name, b=backup: _at(target, rel, _rename(b, n))))
         for current in sorted(changes.modified + changes.added):
-            path = target / current
             for made in _make_parents(target, current):
-                undo.append((current, lambda made=made: os.rmdir(made)))
-            temp = _sibling(path, "tmp", token)
-            try:
-                copy_file(final, current, temp, fsync=True)
-                if current in changes.modified:
-                    backup = _sibling(path, "backup", token)
-                    _keep(path, backup)
-                    backups.append(backup)
-                    os.replace(temp, path)
-                    undo.append((current, lambda path=path, backup=backup: os.replace(backup, path)))
-                else:
-                    os.replace(temp, path)
-                    undo.append((current, lambda path=path: os.unlink(path)))
-            finally:
-                temp.unlink(missing_ok=True)
-    except OSError as exc:
+                undo.append((current, lambda made=made: _at(target, made, lambda fd, n: os.rmdir(n, dir_fd=fd))))
+            name, temp = _names(current, "tmp", token)
+            _, backup = _names(current, "backup", token)
+            modified = current in changes.modified
+
+            def replace(fd: int, _name: str, rel: str = current, name: str = name, temp: str = temp,
+                        backup: str = backup, modified: bool = modified) -> None:
+                _copy_in(final, rel, fd, temp)
+                try:
+                    if modified:
+                        os.link(name, backup, src_dir_fd=fd, dst_dir_fd=fd, follow_symlinks=False)
+                    os.rename(temp, name, src_dir_fd=fd, dst_dir_fd=fd)
+                except BaseException:
+                    os.unlink(temp, dir_fd=fd)
+                    raise
+
+            _at(target, current, replace)
+            if modified:
+                backups.append(current)
+                undo.append((current, lambda rel=current, n=name, b=backup: _at(target, rel, _rename(b, n))))
+            else:
+                undo.append((current, lambda rel=current: _at(target, rel, lambda fd, n: os.unlink(n, dir_fd=fd))))
+    except (OSError, InputError) as exc:
         unrestored = _rollback(undo)
-        raise ApplyFailed(str(target), current, exc.strerror or str(exc), unrestored) from exc
-    for backup in backups:
-        backup.unlink(missing_ok=True)
+        raise ApplyFailed(str(target), current, getattr(exc, "strerror", None) or str(exc), unrestored) from exc
+    for rel in backups:
+        _, backup = _names(rel, "backup", token)
+        try:
+            _at(target, rel, lambda fd, _n, b=backup: os.unlink(b, dir_fd=fd))
+        except (OSError, InputError):
+            pass
     for rel in changes.deleted:
         _prune_empty_parents(target, rel)
+
+
+def _copy_in(final: Path, rel: str, dir_fd: int, temp: str) -> None:
+    """Copy the regular file `final/rel` to a new file `temp` in `dir_fd` (O_EXCL, fsynced, mode kept)."""
+    parts = safe.split(rel)
+    with safe.directory(final, parts[:-1]) as src_dir, os.fdopen(safe.open_regular(src_dir, parts[-1], rel), "rb") as src:
+        mode = stat.S_IMODE(os.fstat(src.fileno()).st_mode) & 0o777 & ~stat.S_IWOTH
+        out = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
+        with os.fdopen(out, "wb") as dst:
+            while chunk := src.read(CHUNK):
+                dst.write(chunk)
+            dst.flush()
+            os.fchmod(dst.fileno(), mode)
+            os.fsync(dst.fileno())
 
 
 def _rollback(undo: list[tuple[str, Callable[[], None]]]) -> list[str]:
@@ -163,36 +202,29 @@ def _rollback(undo: list[tuple[str, Callable[[], None]]]) -> list[str]:
     for rel, step in reversed(undo):
         try:
             step()
-        except OSError:
+        except (OSError, InputError):
             failed.append(rel)
     return failed
 
 
-def _sibling(path: Path, kind: str, token: str) -> Path:
-    return path.with_name(f".{path.name}.conclave-{kind}-{token}")
+def _names(rel: str, kind: str, token: str) -> tuple[str, str]:
+    name = PurePosixPath(rel).name
+    return name, f".{name}.conclave-{kind}-{token}"
 
 
-def _keep(path: Path, backup: Path) -> None:
-    """Keep the current content of `path` at `backup`: a hard link (cheap), else a copy."""
-    try:
-        os.link(path, backup, follow_symlinks=False)
-    except OSError:
-        shutil.copy2(path, backup, follow_symlinks=False)
-
-
-def _make_parents(target: Path, rel: str) -> list[Path]:
+def _make_parents(target: Path, rel: str) -> list[str]:
+    """Create the missing folders of `rel` (no link followed); return them, shallowest first."""
     made = []
     for parent in reversed(PurePosixPath(rel).parents[:-1]):
-        directory = target / parent
-        if not directory.exists():
-            directory.mkdir()
-            made.append(directory)
+        if safe.lstat(target, str(parent)) is None:
+            _at(target, str(parent), lambda fd, name: os.mkdir(name, 0o755, dir_fd=fd))
+            made.append(str(parent))
     return made
 
 
 def _prune_empty_parents(target: Path, rel: str) -> None:
     for parent in PurePosixPath(rel).parents[:-1]:
         try:
-            (target / parent).rmdir()
-        except OSError:
+            _at(target, str(parent), lambda fd, name: os.rmdir(name, dir_fd=fd))
+        except (OSError, InputError):
             return

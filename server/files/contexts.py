@@ -10,6 +10,7 @@ copied and are listed in `skipped` with the reason; `.git` is skipped at any dep
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from pathlib import Path, PurePosixPath
 from typing import Annotated, Literal
@@ -23,6 +24,33 @@ from conclave.files.trees import IgnoreRules, Listing, copy_tree, list_tree
 
 
 CALLER = {"caller": True}  # validation context of a caller's request: the folder must exist now
+# Kernel and device filesystems: their files report a size of 0 (or block, or change on every read).
+PSEUDO = frozenset({
+    "proc", "sysfs", "devtmpfs", "devpts", "debugfs", "tracefs", "securityfs", "cgroup", "cgroup2", "pstore",
+    "bpf", "configfs", "fusectl", "mqueue", "binfmt_misc", "efivarfs", "hugetlbfs", "autofs", "rpc_pipefs",
+    "nsfs", "selinuxfs",
+})
+PSEUDO_ROOTS = (Path("/proc"), Path("/sys"), Path("/dev"))
+
+
+def pseudo_filesystem(path: Path, mountinfo: Path = Path("/proc/self/mountinfo")) -> str | None:
+    """The pseudo filesystem type `path` (resolved) lies on, else None (from the mount table)."""
+    if any(path == root or path.is_relative_to(root) for root in PSEUDO_ROOTS):
+        return path.parts[1]
+    best, kind = -1, None
+    try:
+        lines = mountinfo.read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        left, _, right = line.partition(" - ")
+        fields = left.split()
+        if len(fields) < 5 or not right:
+            continue
+        point = Path(fields[4].replace("\\040", " "))
+        if (path == point or path.is_relative_to(point)) and len(point.parts) > best:
+            best, kind = len(point.parts), right.split()[0]
+    return kind if kind in PSEUDO else None
 
 
 class ContextPath(BaseModel):
@@ -58,7 +86,14 @@ class ContextPath(BaseModel):
             )
         if not path.is_dir():
             raise ValueError(f"{value!r} is a file, not a directory: give the folder that holds it")
-        return str(path.resolve())
+        real = Path(os.path.realpath(path))
+        pseudo = pseudo_filesystem(real)
+        if pseudo:
+            raise ValueError(
+                f"{value!r} is on the {pseudo} pseudo filesystem (kernel or device files), which is never "
+                "copied: give a project folder"
+            )
+        return str(real)
 
 
 def parse_context_paths(value: object) -> list[ContextPath]:
@@ -114,6 +149,15 @@ class ContextManifest(BaseModel):
                 return context
         names = ", ".join(c.name for c in self.contexts) or "none"
         raise InputError("context", name, f"no context path by that name; the job has: {names}")
+
+
+def named(sources: list[ContextPath]) -> list[ContextPath]:
+    """The sources with their workspace folder names set; a folder given twice is refused."""
+    paths = [Path(source.path) for source in sources]
+    if len(set(paths)) != len(paths):
+        shown = [source.path for source in sources]
+        raise InputError("context_paths", shown, "a folder is listed twice; give each folder once")
+    return [source.model_copy(update={"name": name}) for source, name in zip(sources, _names(sources))]
 
 
 def _names(sources: list[ContextPath]) -> list[str]:
@@ -177,8 +221,8 @@ def copy_context_sync(sources: list[ContextPath], dest: Path, caps: Caps = Caps(
     for source, name, listing in zip(sources, _names(sources), listings):
         skipped = dict(listing.skipped)
 
-        def unreadable(rel: str, exc: OSError, skipped: dict[str, str] = skipped) -> None:
-            skipped[rel] = f"unreadable, not copied: {exc.strerror or exc}"
+        def unreadable(rel: str, exc: OSError | InputError, skipped: dict[str, str] = skipped) -> None:
+            skipped[rel] = f"unreadable, not copied: {getattr(exc, 'strerror', None) or exc}"
 
         hashes = copy_tree(Path(source.path), dest / name, listing, on_error=unreadable)
         files = {

@@ -5,7 +5,10 @@ The patch applies with `git apply` and `patch -p1` (tests/test_workspace.py runs
 git blob ids, `---`/`+++`, `@@` hunks with 3 lines of context, `\\ No newline at end of file`, and git's
 C-style quoting of unusual paths. Binary files (a NUL byte in the first 8,000 bytes, or not UTF-8) are
 listed (`Binary files a/x and b/x differ`, with full blob ids), never inlined: `git apply` refuses such
-entries unless the repository holds those blobs, so applying them goes through `applying.py`.
+entries unless the repository holds those blobs, so applying them goes through `apply.py`.
+A text file that became binary is a way to hide a change from a reviewer, so it is flagged
+(`became_binary`) and its new content follows the `Binary files` line as an escaped excerpt from the first
+changed byte, on `#` lines that `git apply` skips (tests/security/test_binary_diff.py).
 Renames show as a deletion plus an addition. Symlinks in either tree are not part of the diff.
 
 Which files count (git's rule): every file of the base, plus the final's files its own .gitignore files
@@ -39,6 +42,7 @@ class FileChange(BaseModel):
     change: Literal["added", "modified", "deleted"]  # what happened, binary or not
     added_lines: int = 0
     removed_lines: int = 0
+    became_binary: bool = False  # was text at job start: its change cannot be reviewed as text
 
 
 class Patch(BaseModel):
@@ -117,13 +121,55 @@ def file_diff(
     dst = "/dev/null" if b is None else qb + tab
     if binary:
         out.append(f"Binary files {src.rstrip()} and {dst.rstrip()} differ\n")
-        return "".join(out), FileChange(path=rel, status="binary", change=change)
+        became = change == "modified" and a_text is not None
+        if became:
+            out += hidden_change(a or b"", b or b"")
+        return "".join(out), FileChange(path=rel, status="binary", change=change, became_binary=became)
     hunks, added, removed = _hunks(a_text or "", b_text or "")
     if hunks:
         out += [f"--- {src}\n", f"+++ {dst}\n", *hunks]
     return "".join(out), FileChange(
         path=rel, status=change, change=change, added_lines=added, removed_lines=removed
     )
+
+
+EXCERPT = 400
+
+
+def hidden_change(old: bytes, new: bytes) -> list[str]:
+    """`#` lines saying why a text file now counts as binary, with the new bytes escaped from the first change."""
+    first = next((i for i, (x, y) in enumerate(zip(old, new)) if x != y), min(len(old), len(new)))
+    start = new.rfind(b"\n", 0, first) + 1
+    nul = new.find(b"\0", 0, BINARY_SNIFF)
+    try:
+        new.decode("utf-8")
+        why = f"a NUL byte at offset {nul}"
+    except UnicodeDecodeError as exc:
+        why = f"a NUL byte at offset {nul}" if nul >= 0 else f"a byte that is not UTF-8 at offset {exc.start}"
+    excerpt = new[start : start + EXCERPT]
+    more = f" ({len(new) - start - EXCERPT:,} more bytes)" if len(new) - start > EXCERPT else ""
+    return [
+        f"# became binary ({why}): it was text at job start, so this change is hidden from a text diff\n",
+        f"# new content from offset {start}, escaped{more}:\n",
+        *(f"#   {line}\n" for line in _escaped(excerpt)),
+    ]
+
+
+def _escaped(data: bytes) -> list[str]:
+    """`data` in printable ASCII, one string per line: \\xNN for other bytes, \\n kept visible at line ends."""
+    lines, current = [], []
+    for byte in data:
+        if byte == 10:
+            current.append("\\n")
+            lines.append("".join(current))
+            current = []
+        elif 0x20 <= byte < 0x7F and byte != 0x5C:
+            current.append(chr(byte))
+        else:
+            current.append({9: "\\t", 13: "\\r", 0x5C: "\\\\"}.get(byte, f"\\x{byte:02x}"))
+    if current:
+        lines.append("".join(current))
+    return lines
 
 
 def _hunks(a: str, b: str) -> tuple[list[str], int, int]:

@@ -1,8 +1,10 @@
-"""File trees on disk: path confinement, .gitignore-aware listing, hashing and copying.
+"""File trees on disk: .gitignore-aware listing, hashing and copying, all through `safe.py`'s walk.
 
-The leaf under `workspace.py`, `diffing.py` and `applying.py`: synchronous, no models, no async.
+The leaf under `workspaces.py`, `diff.py` and `apply.py`: synchronous, no models, no async.
 Invariants every function here keeps (tests/test_workspace.py guards each):
-- symlinks are never followed: listing uses lstat, files are opened with O_NOFOLLOW;
+- symlinks are never followed: every folder and file is reached fd-relative with O_NOFOLLOW (safe.py);
+- a copy reads at most the size the listing saw, so a file that grows (or a pseudo file that reports
+  size 0) cannot make it read on (`test_copy_reads_at_most_the_listed_size`);
 - only regular files and directories are listed and copied; symlinks, FIFOs, sockets and devices are
   reported as skipped (`test_symlinks_and_fifos_are_skipped_not_followed`);
 - an entry named `.git` (directory or worktree file) is skipped at any depth (`test_git_dir_skipped`);
@@ -21,36 +23,15 @@ from pathlib import Path, PurePosixPath
 
 from pathspec import GitIgnoreSpec
 
-from conclave.errors import PathOutsideRoot
+from conclave.errors import InputError
+from conclave.files import safe
 
 GIT_DIR = ".git"
 CHUNK = 1 << 20
+MAX_IGNORE_FILE = 1 << 20  # a .gitignore larger than this is not read
 # A file whose mtime is this close to the moment a reference tree was captured may have been rewritten
 # within one filesystem clock tick, so its (size, mtime) proves nothing: copy it (git's "racy clean").
 RACY_MARGIN_NS = 2_000_000_000
-
-
-def resolve_inside(root: Path, relative: str, *, field: str = "path") -> Path:
-    """The one confinement check: `root/relative` with every symlink resolved, refused if it leaves root.
-
-    Refused: absolute paths, `..` that climbs out, and any symlink (final or intermediate, dangling or
-    not) whose target lies outside root. Paths that do not exist yet resolve too (for writes).
-    """
-    if "\x00" in relative:
-        raise PathOutsideRoot(field, relative, "it contains a NUL byte")
-    if PurePosixPath(relative).is_absolute() or relative.startswith("\\"):
-        raise PathOutsideRoot(field, relative, "absolute paths are not allowed")
-    base = Path(os.path.realpath(root))
-    if not _within(Path(os.path.normpath(base / relative)), base):
-        raise PathOutsideRoot(field, relative, "'..' leads outside the root")
-    resolved = Path(os.path.realpath(base / relative))
-    if not _within(resolved, base):
-        raise PathOutsideRoot(field, relative, "it goes through a symlink that points outside the root")
-    return resolved
-
-
-def _within(path: Path, base: Path) -> bool:
-    return path == base or path.is_relative_to(base)
 
 
 class IgnoreRules:
@@ -64,11 +45,11 @@ class IgnoreRules:
         self.root = root
         self._specs: dict[str, GitIgnoreSpec | None] = {}
         self._dirs: dict[str, bool] = {}
-        self._exclude = _read_spec(root / GIT_DIR / "info" / "exclude")
+        self._exclude = _read_spec(root, f"{GIT_DIR}/info/exclude")
 
     def _spec(self, dir_rel: str) -> GitIgnoreSpec | None:
         if dir_rel not in self._specs:
-            self._specs[dir_rel] = _read_spec(self.root / dir_rel / ".gitignore")
+            self._specs[dir_rel] = _read_spec(self.root, f"{dir_rel}/.gitignore" if dir_rel else ".gitignore")
         return self._specs[dir_rel]
 
     def matches(self, rel: str, is_dir: bool) -> bool:
@@ -95,10 +76,10 @@ class IgnoreRules:
         return self.matches(rel, is_dir)
 
 
-def _read_spec(path: Path) -> GitIgnoreSpec | None:
+def _read_spec(root: Path, rel: str) -> GitIgnoreSpec | None:
     try:
-        data = read_bytes(path.parent, path.name)
-    except OSError:
+        data = safe.read_bytes(root, rel, MAX_IGNORE_FILE)
+    except (OSError, InputError):  # unreadable, a link, a FIFO, too large: no rules from it
         return None
     lines = data.decode("utf-8", "replace").splitlines()
     return GitIgnoreSpec.from_lines(lines) if any(line.strip() for line in lines) else None
@@ -131,109 +112,89 @@ class Listing:
 
 def list_tree(
     root: Path,
+    start: str = "",
     *,
     rules: IgnoreRules | None = None,
     tracked: Iterable[str] = (),
     max_files: int | None = None,
 ) -> Listing:
-    """List `root` without following symlinks, skipping `.git` and what `rules` ignore.
+    """List `root/start` (paths relative to it) without following links, skipping `.git` and what `rules` ignore.
 
     Paths in `tracked` are kept even when ignored (git keeps tracked files); listing stops, marked
-    `truncated`, once it holds more than `max_files` files.
+    `truncated`, once it holds more than `max_files` files. `start` itself is walked like any path
+    (`safe.split`): a link on the way is refused with PathOutsideRoot.
     """
     tracked = set(tracked)
     tracked_dirs = {str(parent) for rel in tracked for parent in PurePosixPath(rel).parents}
     listing = Listing()
-    stack = [""]
-    while stack:
-        dir_rel = stack.pop()
-        try:
-            with os.scandir(root / dir_rel) as scan:
-                entries = sorted(scan, key=lambda item: item.name)
-        except OSError as exc:
-            listing.skipped[dir_rel or "."] = f"unreadable directory: {exc.strerror}"
-            continue
-        subdirs = []
-        for item in entries:
-            rel = f"{dir_rel}/{item.name}" if dir_rel else item.name
-            if item.name == GIT_DIR:
-                continue
-            try:
-                info = item.stat(follow_symlinks=False)
-            except OSError as exc:
-                listing.skipped[rel] = f"unreadable: {exc.strerror}"
-                continue
-            if stat.S_ISDIR(info.st_mode):
-                if rules is None or rel in tracked_dirs or not rules.ignored(rel, True):
-                    listing.dirs.append(rel)
-                    subdirs.append(rel)
-            elif rules is not None and rel not in tracked and rules.ignored(rel, False):
-                continue
-            elif stat.S_ISREG(info.st_mode):
-                listing.files[rel] = Entry(
-                    info.st_size, stat.S_IMODE(info.st_mode), info.st_mtime_ns, info.st_dev, info.st_ino
-                )
-                if max_files is not None and len(listing.files) > max_files:
-                    listing.truncated = True
-                    return listing
-            elif stat.S_ISLNK(info.st_mode):
-                listing.skipped[rel] = "symlink: not copied (links are never followed)"
-            else:
-                listing.skipped[rel] = "not a regular file (FIFO, socket or device): not copied"
-        stack.extend(reversed(subdirs))
+    walker = safe.walk(root, start, skip=frozenset({GIT_DIR}))
+    try:
+        for _, _, found in walker:
+            for entry in list(found):
+                rel, info = entry.rel, entry.info
+                if entry.name == GIT_DIR:
+                    continue
+                if stat.S_ISDIR(info.st_mode):
+                    if rules is None or rel in tracked_dirs or not rules.ignored(rel, True):
+                        listing.dirs.append(rel)
+                    else:
+                        found.remove(entry)  # not entered
+                elif rules is not None and rel not in tracked and rules.ignored(rel, False):
+                    continue
+                elif stat.S_ISREG(info.st_mode):
+                    listing.files[rel] = Entry(
+                        info.st_size, stat.S_IMODE(info.st_mode), info.st_mtime_ns, info.st_dev, info.st_ino
+                    )
+                    if max_files is not None and len(listing.files) > max_files:
+                        listing.truncated = True
+                        return listing
+                elif stat.S_ISLNK(info.st_mode):
+                    listing.skipped[rel] = "symlink: not copied (links are never followed)"
+                else:
+                    listing.skipped[rel] = f"{safe.kind(info.st_mode)}, not a regular file: not copied"
+    finally:
+        walker.close()
     return listing
 
 
-def open_under(root: Path, rel: str) -> int:
-    """Open the regular file `root/rel` for reading without following any symlink on the way.
-
-    Each directory is opened relative to the previous one with O_NOFOLLOW, so an agent that swaps a
-    directory for a symlink between listing and reading cannot make us read outside its tree.
-    """
-    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        *parents, name = rel.split("/")
-        for part in parents:
-            step = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
-            os.close(fd)
-            fd = step
-        # O_NONBLOCK: a FIFO swapped in after listing must not block the open (no effect on files)
-        file_fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=fd)
-    finally:
-        os.close(fd)
-    if not stat.S_ISREG(os.fstat(file_fd).st_mode):
-        os.close(file_fd)
-        raise IsADirectoryError(f"{rel} is not a regular file")
-    return file_fd
-
-
-def read_bytes(root: Path, rel: str) -> bytes:
-    """The bytes of the regular file `root/rel`, following no symlink."""
-    with os.fdopen(open_under(root, rel), "rb") as handle:
-        return handle.read()
+def read_bytes(root: Path, rel: str, max_bytes: int | None = None) -> bytes:
+    """The bytes of the regular file `root/rel`, following no symlink (safe.read_bytes)."""
+    return safe.read_bytes(root, rel, max_bytes)
 
 
 def sha256_file(root: Path, rel: str) -> str:
     """The sha256 of the regular file `root/rel`, following no symlink."""
     digest = hashlib.sha256()
-    with os.fdopen(open_under(root, rel), "rb") as handle:
+    parts = safe.split(rel)
+    with safe.directory(root, parts[:-1]) as fd, os.fdopen(safe.open_regular(fd, parts[-1], rel), "rb") as handle:
         while chunk := handle.read(CHUNK):
             digest.update(chunk)
     return digest.hexdigest()
 
 
-def copy_file(src_root: Path, rel: str, dst: Path, *, fsync: bool = False) -> str:
-    """Copy `src_root/rel` to a new file `dst` (mode without setuid bits; mtime kept); return its sha256."""
+def copy_file(src_root: Path, rel: str, dst: Path, *, max_bytes: int | None = None, fsync: bool = False) -> str:
+    """Copy `src_root/rel` to a new file `dst` (mode without setuid bits; mtime kept); return its sha256.
+
+    At most `max_bytes` are copied (give the size the listing saw): never on to an end of file that
+    keeps moving.
+    """
     digest = hashlib.sha256()
-    with os.fdopen(open_under(src_root, rel), "rb") as source:
+    parts = safe.split(rel)
+    with safe.directory(src_root, parts[:-1]) as fd, os.fdopen(safe.open_regular(fd, parts[-1], rel), "rb") as source:
         info = os.fstat(source.fileno())
-        out = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        out = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         with os.fdopen(out, "wb") as target:
-            while chunk := source.read(CHUNK):
+            left = max_bytes
+            while left is None or left > 0:
+                chunk = source.read(CHUNK if left is None else min(CHUNK, left))
+                if not chunk:
+                    break
+                if left is not None:
+                    left -= len(chunk)
                 digest.update(chunk)
                 target.write(chunk)
             target.flush()
-            os.fchmod(target.fileno(), stat.S_IMODE(info.st_mode) & 0o777)
+            os.fchmod(target.fileno(), stat.S_IMODE(info.st_mode) & 0o777 & ~stat.S_IWOTH)
             os.utime(target.fileno(), ns=(info.st_atime_ns, info.st_mtime_ns))
             if fsync:
                 os.fsync(target.fileno())
@@ -261,7 +222,7 @@ def copy_tree(
     listing: Listing,
     *,
     reuse: Reference | None = None,
-    on_error: Callable[[str, OSError], None] | None = None,
+    on_error: Callable[[str, OSError | InputError], None] | None = None,
 ) -> dict[str, str | None]:
     """Copy the listed files of `src` into the new directory `dst`; return {path: sha256, or None if linked}.
 
@@ -282,8 +243,8 @@ def copy_tree(
                     continue
                 except OSError:
                     pass
-            copied[rel] = copy_file(src, rel, dst / rel)
-        except OSError as exc:
+            copied[rel] = copy_file(src, rel, dst / rel, max_bytes=entry.size)
+        except (OSError, InputError) as exc:  # vanished, or swapped for a link or a FIFO since listed
             if on_error is None:
                 raise
             on_error(rel, exc)

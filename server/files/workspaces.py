@@ -11,15 +11,17 @@
         diff.patch         the winner's git-style patch over every context path, written at the end
         meta/<tree>        when base/ or a snapshot was captured (for safe reuse of unchanged files)
 
-The API (blocking work runs in a worker thread through `anyio.to_thread.run_sync`):
+The API (blocking work runs in a worker thread through `anyio.to_thread.run_sync`; the copies are
+abandoned on cancel, so a cancelled job never waits for one; apply is not, it must finish or roll back):
     ContextPath(path, permission)        a caller's folder, validated (exists, is a directory), resolved
     Caps(max_files, max_bytes)           5,000 files and 50 MB for context paths by default
     await copy_context(paths, dest, caps) -> ContextManifest   into dest/<name>; refuses before copying
                                          (contexts.py; `copy_context_sync` is the blocking form)
-    resolve_inside(root, relative)       the one confinement check (re-exported from trees.py)
-    await diff(base, final) -> Patch     git-style unified diff + summary (diffing.py)
-    await apply(final, target, context) -> Changes   all or nothing (applying.py)
-    Workspaces(job_dir)                  prepare, create, snapshot, peer_view, finalize, source, diffs, apply
+    await diff(base, final) -> Patch     git-style unified diff + summary (diff.py)
+    await apply(final, target, context) -> Changes   all or nothing (apply.py)
+    Workspaces(job_dir)                  prepare, create, snapshot, peer_view, finalize, source, diffs, apply,
+                                         remove_working_copies (agents/ and peers/ go when the job ends)
+Every read of a tree an agent can change goes through safe.py (trees.py is built on it).
 
 Choices: symlinks, FIFOs, sockets and devices are never copied or followed (listed in `skipped`); files
 that cannot be read are skipped and listed; .gitignore files (root, nested, negations, info/exclude) are
@@ -54,12 +56,13 @@ from conclave.files.contexts import (
 )
 from conclave.files.diff import Patch, diff_trees
 from conclave.config import LABEL, LETTER
-from conclave.errors import ContextTooLarge, InputError
-from conclave.files.trees import Listing, Reference, copy_tree, list_tree, resolve_inside
+from conclave.errors import ApplyRefused, ContextTooLarge, InputError
+from conclave.files import safe
+from conclave.files.trees import Listing, Reference, copy_tree, list_tree
 
 __all__ = [
     "Caps", "ContextManifest", "ContextPath", "CopiedContext", "FileRecord", "Patch", "Workspaces",
-    "apply", "copy_context", "copy_context_sync", "diff", "resolve_inside",
+    "apply", "copy_context", "copy_context_sync", "diff",
 ]
 
 ALWAYS = 2**63 - 1  # a capture time that makes every file of an immutable reference reusable
@@ -68,7 +71,7 @@ WORKSPACE_CAPS = Caps(max_files=20_000, max_bytes=200 * 1024 * 1024)
 
 async def diff(base: Path, final: Path) -> Patch:
     """The git-style patch from `base` to `final` (diffing.py), computed in a worker thread."""
-    return await anyio.to_thread.run_sync(diff_trees, base, final)
+    return await anyio.to_thread.run_sync(diff_trees, base, final, abandon_on_cancel=True)
 
 
 async def apply(final: Path, target: Path, context: CopiedContext, base: Path | None = None) -> Changes:
@@ -109,10 +112,11 @@ class Workspaces:
 
     async def prepare(self, sources: list[ContextPath]) -> ContextManifest:
         """Copy the context paths into base/ and record the manifest (an empty base/ without any)."""
-        return await anyio.to_thread.run_sync(self._prepare, sources)
+        return await anyio.to_thread.run_sync(self._prepare, sources, abandon_on_cancel=True)
 
     def _prepare(self, sources: list[ContextPath]) -> ContextManifest:
         captured = time.time_ns()
+        self.job_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         with _building(self.base) as tmp:
             manifest = copy_context_sync(sources, tmp, self.caps)
         self._set_captured("base", captured)
@@ -125,7 +129,7 @@ class Workspaces:
 
     async def create(self, letters: list[str]) -> dict[str, Path]:
         """Give each agent its own working copy of base/ (copied, never linked)."""
-        return await anyio.to_thread.run_sync(self._create, letters)
+        return await anyio.to_thread.run_sync(self._create, letters, abandon_on_cancel=True)
 
     def _create(self, letters: list[str]) -> dict[str, Path]:
         listing = list_tree(self.base)
@@ -134,13 +138,13 @@ class Workspaces:
             with _building(self.agent(letter)) as tmp:
                 copy_tree(self.base, tmp, listing)
                 if self.agent_owner is not None:
-                    _chown_tree(tmp, *self.agent_owner)
+                    safe.settle(tmp, self.agent_owner)
             made[letter] = self.agent(letter)
         return made
 
     async def snapshot(self, letter: str, label: str) -> Path:
         """Freeze agent `letter`'s workspace as snapshots/<label>; refused over the workspace caps."""
-        return await anyio.to_thread.run_sync(self._snapshot, letter, label)
+        return await anyio.to_thread.run_sync(self._snapshot, letter, label, abandon_on_cancel=True)
 
     def _snapshot(self, letter: str, label: str) -> Path:
         if self.label_letter(label) != letter:
@@ -265,10 +269,25 @@ class Workspaces:
         """Per context path name, the patch from its state at job start to final/."""
         return {c.name: await diff(self.base / c.name, self.final / c.name) for c in self.manifest().contexts}
 
-    async def apply(self, name: str) -> Changes:
-        """Apply final/<name> to that context path's folder (permission write only)."""
+    async def apply(self, name: str, *, force: bool = False, patch: Patch | None = None) -> Changes:
+        """Apply final/<name> to that context path's folder (permission write only).
+
+        A file that became binary (its change hidden from the text diff) is refused unless `force`.
+        """
         context = self.manifest().get(name)
+        patch = patch or await diff(self.base / name, self.final / name)
+        hidden = [change.path for change in patch.files if change.became_binary]
+        if hidden and not force:
+            raise ApplyRefused(context.source, hidden)
         return await apply(self.final / name, Path(context.source), context, self.base / name)
+
+    async def remove_working_copies(self) -> None:
+        """Delete agents/ and peers/ (the job is over): snapshots, final/ and the patch stay."""
+        def remove() -> None:
+            for folder in (self.agents, self.job_dir / "peers"):
+                shutil.rmtree(folder, ignore_errors=True)  # rmtree walks by fd: links are removed, not followed
+
+        await anyio.to_thread.run_sync(remove)
 
 
 @contextmanager
@@ -298,10 +317,3 @@ def _write_atomic(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     tmp.write_text(text)
     os.replace(tmp, path)
-
-
-def _chown_tree(root: Path, uid: int, gid: int) -> None:
-    os.lchown(root, uid, gid)
-    for directory, dirs, files in os.walk(root):
-        for name in dirs + files:
-            os.lchown(os.path.join(directory, name), uid, gid)

@@ -1,4 +1,5 @@
-"""A job's file steps around its run: admit the context paths before, collect the diff (and apply) after."""
+"""A job's file steps around its run: admit the context paths when the job is submitted (checks only, no
+copying: ask_team returns at once), prepare them when it starts (the copy), collect the diff and apply after."""
 
 from __future__ import annotations
 
@@ -11,16 +12,16 @@ import anyio.to_thread
 from conclave.config import Team
 from conclave.coordination.job_files import JobFiles
 from conclave.errors import ApplyError, SandboxUnavailable
-from conclave.files.contexts import ContextPath
+from conclave.files.contexts import ContextPath, named
 from conclave.files.workspaces import Workspaces
 from conclave.jobs.records import ContextChanges, FileChangeView, FilesResult, JobOptions
 from conclave.sandbox.container import container_user, engine_status, image_tag
 
 
 async def admit(
-    job_dir: Path, sources: list[ContextPath], team: Team, apply: bool
+    sources: list[ContextPath], team: Team, apply: bool, force_binary: bool = False
 ) -> JobOptions:
-    """Check and copy a job's context paths before it is queued; nothing is left behind on refusal.
+    """Check a job's context paths and sandbox when it is submitted; nothing is copied yet.
 
     Commands need a Docker engine and the sandbox image: a team that would run them is refused here,
     with the fix, rather than failing later.
@@ -34,17 +35,17 @@ async def admit(
                 f"team {team.name!r} runs commands in a Docker sandbox, but {status.error}; "
                 "or set `sandbox: none` in the team file to work on files without commands"
             )
+    return JobOptions(context_paths=named(sources), apply=apply, commands=commands, force_binary=force_binary)
+
+
+async def prepare(job_dir: Path, options: JobOptions) -> None:
+    """Copy the context paths into the job's base/ when it starts; nothing is left behind on failure."""
     try:
-        manifest = await Workspaces(job_dir, agent_owner=container_user()).prepare(sources)
+        await Workspaces(job_dir, agent_owner=container_user()).prepare(list(options.context_paths))
     except BaseException:
         with anyio.CancelScope(shield=True):
-            await anyio.to_thread.run_sync(lambda: shutil.rmtree(job_dir, ignore_errors=True))
+            await anyio.to_thread.run_sync(lambda: shutil.rmtree(job_dir / "base", ignore_errors=True))
         raise
-    contexts = [
-        ContextPath(name=context.name, path=context.source, permission=context.permission)
-        for context in manifest.contexts
-    ]
-    return JobOptions(context_paths=contexts, apply=apply, commands=commands)
 
 
 async def collect(files: JobFiles, options: JobOptions) -> FilesResult:
@@ -61,13 +62,14 @@ async def collect(files: JobFiles, options: JobOptions) -> FilesResult:
         changes = ContextChanges(
             name=option.name, path=option.path, permission=option.permission,
             files=[FileChangeView(path=f.path, status=f.status, added_lines=f.added_lines,
-                                  removed_lines=f.removed_lines) for f in patch.files],
+                                  removed_lines=f.removed_lines, became_binary=f.became_binary)
+                   for f in patch.files],
             added_lines=sum(f.added_lines for f in patch.files),
             removed_lines=sum(f.removed_lines for f in patch.files),
         )
         if options.apply and option.permission == "write" and patch.files:
             try:
-                await workspaces.apply(option.name)
+                await workspaces.apply(option.name, force=options.force_binary, patch=patch)
                 changes.applied = True
             except ApplyError as exc:
                 changes.apply_error = str(exc)

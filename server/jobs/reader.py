@@ -18,13 +18,14 @@ import anyio.to_thread
 from conclave.config import LABEL
 from conclave.errors import InputError
 from conclave.jobs.store import JobRow, Store
-from conclave.files.trees import list_tree, resolve_inside
+from conclave.files.trees import list_tree, read_bytes
 from conclave.files.workspaces import Workspaces
 
 MAX_LIMIT = 100_000
 PATH_HELP = "use '' to list, 'transcript', 'final' or 'answers/<label>' such as answers/B2"
 JOB_TEXTS = ("transcript", "final")
 MAX_LISTED = 2000
+MAX_FILE_BYTES = 16 * 1024 * 1024  # a larger file is refused by its size, not read
 
 
 class WorkspacePage(BaseModel):
@@ -123,10 +124,10 @@ async def _patch(row: JobRow, workspaces: Workspaces | None) -> str:
 
 
 def _file_text(tree: Path, path: str) -> str:
-    target = resolve_inside(tree, path)
-    if not target.is_file():
-        raise InputError("path", path, "no such file in that tree; list it with path='' and the same source")
-    data = target.read_bytes()
+    try:
+        data = read_bytes(tree, path, MAX_FILE_BYTES)  # fd-relative, no link followed, size checked first
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+        raise InputError("path", path, "no such file in that tree; list it with path='' and the same source") from None
     if b"\x00" in data[:8192]:
         return f"[binary file, {len(data)} bytes: not shown]"
     return data.decode("utf-8", errors="replace")

@@ -17,6 +17,7 @@ class JobOptions(_Record):
     context_paths: list[ContextPath] = Field(default_factory=list)
     apply: bool = False
     commands: bool = False  # agents get run_command in a sandbox
+    force_binary: bool = False  # apply even files that became binary (their change is not shown as text)
 
 
 class FileChangeView(_Record):
@@ -24,6 +25,7 @@ class FileChangeView(_Record):
     status: Literal["added", "modified", "deleted", "binary"]
     added_lines: int = 0
     removed_lines: int = 0
+    became_binary: bool = False  # was text at job start: the patch shows an escaped excerpt instead
 
 
 class ContextChanges(_Record):

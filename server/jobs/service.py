@@ -3,6 +3,9 @@
 `JobService.open` owns the task group every job runs in, so it must be entered outside FastMCP's
 lifespan (see app.py). A job records its owner (process id + a random id) and a heartbeat; a starting
 service marks `interrupted` only jobs whose owner is gone, never another live server's.
+
+`submit` only checks (what the caller may name, jobs/access.py; the queue bound; the team's keys and
+sandbox) and queues: the context paths are copied when the job gets its slot, so ask_team returns at once.
 """
 
 from __future__ import annotations
@@ -23,13 +26,16 @@ import anyio.abc
 from conclave.backends import check_ready
 from conclave.backends.local import LocalServers
 from conclave.backends.retry import RetryPolicy
-from conclave.config import Team, list_presets, resolve_team
-from conclave.errors import ConclaveError, InputError, JobNotFound
+from conclave.config import ConfigError, Team, list_presets, resolve_team
+from conclave.errors import ConclaveError, InputError, JobNotFound, QueueFull
+from conclave.files.budget import MB
+from conclave.jobs.access import Access
+from conclave.jobs.gc import GcReport, prune
 from conclave.jobs.owners import process_alive
 from conclave.coordination.orchestrator import BackendFactory, Orchestrator, endpoint_factory
 from conclave.coordination.job_files import JobFiles
 from conclave.files.contexts import parse_context_paths
-from conclave.jobs.file_steps import admit, collect
+from conclave.jobs.file_steps import admit, collect, prepare
 from conclave.sandbox.container import container_user, sweep
 from conclave.coordination.reports import JobEvent, Progress
 from conclave.jobs.records import JobOptions
@@ -77,8 +83,10 @@ class JobService:
         environ: Mapping[str, str],
         backend_factory: BackendFactory,
         retry: RetryPolicy | None,
+        access: Access | None = None,
     ) -> None:
         self.settings, self.store, self._tg = settings, store, tg
+        self.access = access or Access.local(settings)
         self._environ, self._factory, self._retry = environ, backend_factory, retry
         self._owner_id = uuid.uuid4().hex
         self._slots = anyio.CapacityLimiter(settings.max_jobs)
@@ -94,6 +102,7 @@ class JobService:
         environ: Mapping[str, str] | None = None,
         backend_factory: BackendFactory | None = None,
         retry: RetryPolicy | None = None,
+        access: Access | None = None,
     ) -> AsyncIterator[JobService]:
         env = dict(os.environ if environ is None else environ)
         store = Store(settings.db_path)
@@ -105,9 +114,11 @@ class JobService:
             body_error: Exception | None = None
             async with LocalServers() as local_servers, anyio.create_task_group() as tg:
                 factory = backend_factory or endpoint_factory(env, local_servers)
-                service = cls(settings, store, tg, env, factory, retry)
+                service = cls(settings, store, tg, env, factory, retry, access)
                 tg.start_soon(service._watch)
                 tg.start_soon(service._sweep)
+                if settings.gc_auto:
+                    tg.start_soon(service._prune)
                 try:
                     yield service
                 except Exception as exc:  # the caller's error: re-raised below as itself, not in a group
@@ -121,9 +132,14 @@ class JobService:
 
     # The tools' operations -----------------------------------------------------------------------
     async def submit(
-        self, task: str, team: str | None, context_paths: list[object] | None = None, apply: bool = False
+        self,
+        task: str,
+        team: str | None,
+        context_paths: list[object] | None = None,
+        apply: bool = False,
+        force_binary: bool = False,
     ) -> JobView:
-        """Validate, copy the context paths, and queue a job; it starts as soon as a slot is free."""
+        """Check and queue a job; it starts (and copies its context paths) as soon as a slot is free."""
         text = task.strip() if isinstance(task, str) else ""
         if not text:
             raise InputError("task", task, "give the team a non-empty task")
@@ -133,12 +149,18 @@ class JobService:
                 f"keep the task under {self.settings.max_task_chars} characters; put large material in files",
             )
         sources = parse_context_paths(context_paths or [])
+        for index, source in enumerate(sources):
+            self.access.check_folder(f"context_paths[{index}].path", source.path)
         if apply and not any(source.permission == "write" for source in sources):
             raise InputError("apply", apply, "apply needs a context path with permission 'write'")
+        queued = self.store.queued(self._owner_id)
+        if queued >= self.settings.max_queued:
+            raise QueueFull(queued, self.settings.max_queued)
+        self.access.check_team(team)
         resolved = resolve_team(team, self._environ)
         self._check_runnable(resolved)
         job_id = new_job_id()
-        options = await admit(self.job_dir(job_id), sources, resolved, apply) if sources else JobOptions()
+        options = await admit(sources, resolved, apply, force_binary) if sources else JobOptions()
         self.store.create_job(
             job_id, task, resolved.name, resolved.model_dump_json(), os.getpid(), self._owner_id, options
         )
@@ -206,14 +228,27 @@ class JobService:
         for agent in team.agents:
             agent.api_key(self._environ)  # raises MissingApiKey naming the variable to set
             check_ready(agent.provider, agent.model_name, agent.model_path)
+        if not isinstance(team.sandbox, str) and team.sandbox.network != "none" and not self.settings.sandbox_network:
+            raise ConfigError(
+                f"team {team.name!r} asks for `sandbox: network: {team.sandbox.network}`, which gives agents' "
+                "commands the network; the server allows that only when its user sets "
+                "CONCLAVE_SANDBOX_NETWORK=true. Otherwise use network: none"
+            )
 
     async def _run(self, job_id: str, task: str, team: Team) -> None:
         scope = self._scopes[job_id]
         try:
             with scope:
                 async with self._slots:
-                    self.store.set_state(job_id, "running", "starting the agents")
                     options = self._row(job_id).options
+                    if options.context_paths:
+                        self.store.set_state(job_id, "running", "copying the context paths")
+                        try:
+                            await prepare(self.job_dir(job_id), options)
+                        except ConclaveError as exc:
+                            self.store.set_state(job_id, "failed", f"failed: {exc}", error=str(exc))
+                            return
+                    self.store.set_state(job_id, "running", "starting the agents")
                     files = self._files(job_id, team, options)
                     orchestrator = Orchestrator(
                         job_id, task, team, StoreSink(self.store, job_id), self._factory,
@@ -245,12 +280,29 @@ class JobService:
         if not options.context_paths:
             return None
         sandbox = team.sandbox if options.commands and not isinstance(team.sandbox, str) else None
-        return JobFiles(job_id, Workspaces(self.job_dir(job_id), agent_owner=container_user()), sandbox)
+        workspaces = Workspaces(self.job_dir(job_id), agent_owner=container_user())
+        return JobFiles(job_id, workspaces, sandbox, disk_budget=self.settings.job_disk_mb * MB)
 
     def _end_if_active(self, job_id: str, state: str, phase: str, error: str | None = None) -> None:
         row = self.store.job(job_id)
         if row is not None and row.state in ACTIVE_STATES:
             self.store.set_state(job_id, state, phase, error=error)
+
+    async def _prune(self) -> None:
+        """Prune old finished jobs once at start (CONCLAVE_GC_AUTO; `conclave gc` does it by hand)."""
+        settings = self.settings
+
+        def run() -> GcReport:
+            store = Store(settings.db_path)  # its own connection: a transaction in a thread stays its own
+            try:
+                return prune(store, settings.home / "jobs", keep_days=settings.gc_keep_days,
+                             max_bytes=settings.gc_max_mb * MB)
+            finally:
+                store.close()
+
+        report = await anyio.to_thread.run_sync(run, abandon_on_cancel=True)
+        if report.removed:
+            logger.info("pruned old jobs: %s", report.text())
 
     async def _sweep(self) -> None:
         """Remove sandbox containers left by servers that died (never a live server's)."""

@@ -2,13 +2,17 @@
 
 It is the single source of truth: any process answers `get_status` and `read_workspace` for any job.
 Schema changes are numbered migrations applied in order (`PRAGMA user_version` holds the last one).
-Calls are short local transactions, made directly from the event loop.
+Calls are short local transactions, made directly from the event loop. State is private: the state
+folder and its jobs/ are made 0700 and the database 0600 (SQLite gives its -wal and -shm files the
+database's mode), so other users of the machine read nothing of it (tests/security/test_private_state.py).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
+import stat
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -127,7 +131,10 @@ class Store:
     """Typed access to conclave.db."""
 
     def __init__(self, path: Path, clock: Callable[[], float] = time.time) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(path.parent)
+        private_dir(path.parent / "jobs")
+        os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600))
+        _tighten(path, 0o600)
         self.path, self._clock = path, clock
         self._db = sqlite3.connect(path, timeout=10, isolation_level=None, check_same_thread=False)
         self._db.row_factory = sqlite3.Row
@@ -209,6 +216,28 @@ class Store:
         ).fetchall()
         return [row[0] for row in rows]
 
+    def queued(self, owner_id: str) -> int:
+        """How many of this server's jobs wait for a slot."""
+        row = self._db.execute(
+            "SELECT COUNT(*) FROM jobs WHERE owner_id = ? AND state = 'queued'", (owner_id,)
+        ).fetchone()
+        return int(row[0])
+
+    def finished_jobs(self) -> list[tuple[str, float]]:
+        """Every job that is over (not queued, running or presenting), oldest first: (id, finished_at)."""
+        rows = self._db.execute(
+            "SELECT id, COALESCE(finished_at, created_at) AS at FROM jobs WHERE state NOT IN (?, ?, ?) ORDER BY at",
+            ACTIVE_STATES,
+        ).fetchall()
+        return [(row["id"], float(row["at"])) for row in rows]
+
+    def delete_job(self, job_id: str) -> None:
+        """Forget a finished job: its rows in every table (its folder is the caller's to remove)."""
+        with self._write():
+            for table in ("events", "answers", "votes", "usage"):
+                self._db.execute(f"DELETE FROM {table} WHERE job_id = ?", (job_id,))
+            self._db.execute("DELETE FROM jobs WHERE id = ? AND state NOT IN (?, ?, ?)", (job_id, *ACTIVE_STATES))
+
     def heartbeat(self, owner_id: str) -> None:
         with self._write():
             self._db.execute(
@@ -272,6 +301,18 @@ class Store:
             "SELECT label, letter, revision, content, at FROM answers WHERE job_id = ? ORDER BY at, label", (job_id,)
         ).fetchall()
         return [AnswerRow(**dict(row)) for row in rows]
+
+
+def private_dir(path: Path) -> None:
+    """Make `path` (and missing parents) with mode 0700; an existing one of ours loses group/other access."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    _tighten(path, 0o700)
+
+
+def _tighten(path: Path, mode: int) -> None:
+    info = os.stat(path)
+    if info.st_uid == os.geteuid() and stat.S_IMODE(info.st_mode) & 0o077:
+        os.chmod(path, stat.S_IMODE(info.st_mode) & mode)
 
 
 class _Transaction:

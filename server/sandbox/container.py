@@ -20,15 +20,22 @@ Choices:
   workspace layer refreshes IN PLACE when B posts an answer (`Workspaces.publish`). Never replace that folder
   by a rename: the mount pins its inode. A missing folder is created empty here, so a peer that has not
   answered yet is an empty /peers/<letter>.
-- The user: uid/gid 1000 (the image's `sandbox` user) when the server runs as root, and then every file in the
-  workspace is handed to 1000 before each command (host-side tools may have written root-owned files);
-  otherwise the server's own uid/gid, so files agents write stay the server user's to read, diff and delete.
+- The user: commands run as uid/gid 1000 (the image's `sandbox` user) when the server runs as root, otherwise
+  as the server's own uid/gid, so files agents write stay the server user's to read, diff and delete. The
+  container's keeper (`sleep infinity` under docker-init) runs as another uid (`KEEPER`, nobody), which the
+  agent's processes cannot signal.
+- Background processes do not outlive their command: after every command (and after a timeout) a second
+  exec, as the command's user, runs `kill -KILL -1`, which reaches every process of that user in the
+  container (`setsid` escapees included) but not the keeper, and checks /proc until none is left; if
+  that fails the container is restarted (tests/security/test_background.py races it).
+- After every command the workspace is settled through files/safe.py's no-follow walk: setuid, setgid
+  and world-write bits are cleared, every entry is handed to the command user (as root), and its size
+  is measured for the job's disk budget (`CommandResult.workspace_bytes`).
 - /tmp is a tmpfs that allows exec (Docker's default is noexec): /workspace is executable anyway, so noexec
   buys nothing and breaks compilers and test runners that run what they build in /tmp.
 - Timeouts: the command runs as `timeout -s KILL N sh -c CMD`; coreutils `timeout` leads its own process group
-  and kills the whole group, so background children die too (a child that escapes with `setsid` survives
-  until the container is stopped; it is still held by the pids and memory limits). `exec_run` has no
-  timeout of its own, so if an exec overruns timeout + grace the container is killed and restarted.
+  and kills the whole group, and the reaping exec above gets the rest. `exec_run` has no timeout of its
+  own, so if an exec overruns timeout + grace the container is killed and restarted.
 """
 
 from __future__ import annotations
@@ -47,6 +54,7 @@ import anyio.to_thread
 
 from conclave.config import Sandbox as SandboxSpec
 from conclave.errors import SandboxError, SandboxUnavailable
+from conclave.files.safe import Settled, settle
 from conclave.sandbox.engine import (
     FIX,
     PROCESS_OWNER,
@@ -79,6 +87,23 @@ ENVIRONMENT = {
     "XDG_CACHE_HOME": "/tmp/.cache",  # pip and friends cache outside the workspace
 }
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+KEEPER = 65534  # nobody: the keeper's uid, never the commands' (see the module docstring)
+# Run as the command's user after each command: kill every process of that user but this shell (kill -1
+# spares the caller, PID 1 and other users' processes), then make sure none is left but zombies.
+REAP = r"""me=$$; i=0
+while [ $i -lt 50 ]; do
+  kill -KILL -1 2>/dev/null; left=
+  for d in /proc/[0-9]*; do
+    [ "${d#/proc/}" = "$me" ] && continue
+    [ -O "$d" ] || continue
+    read -r s < "$d/stat" 2>/dev/null || continue
+    case "$s" in *") Z "*) continue;; esac
+    left=1; break
+  done
+  [ -z "$left" ] && exit 0
+  i=$((i+1))
+done
+exit 1"""
 
 
 @dataclass(frozen=True)
@@ -91,6 +116,7 @@ class CommandResult:
     timed_out: bool
     duration_s: float
     notes: tuple[str, ...] = ()  # what was cut, what was killed
+    workspace_bytes: int | None = None  # the workspace's size after the command (for the disk budget)
 
     def as_text(self) -> str:
         """A compact rendering for a model: exit code, notes, then both streams."""
@@ -109,6 +135,12 @@ def container_user() -> tuple[int, int]:
     Pass it as the workspace's and the agent tools' file owner, so host-written files are the agent's too.
     """
     return (1000, 1000) if os.getuid() == 0 else (os.getuid(), os.getgid())
+
+
+def keeper_user(uid: int) -> str:
+    """The keeper's user: nobody, or the uid below it when commands themselves run as nobody."""
+    keeper = KEEPER if uid != KEEPER else KEEPER - 1
+    return f"{keeper}:{keeper}"
 
 
 def image_tag(spec: SandboxSpec) -> str:
@@ -130,7 +162,9 @@ class Sandbox:
         self._limiter: anyio.CapacityLimiter | None = None  # one command at a time, off the shared pool
         self.uid, self.gid = container_user()
         self._workspace: Path | None = None
-        self._dir_mtimes: dict[str, int] = {}  # see _hand_over
+        # Bumped when an overrunning exec is abandoned and the container restarted: that exec's thread,
+        # still running, must then neither reap nor restart (it would kill the next command's container).
+        self._generation = 0
 
     async def start(
         self,
@@ -166,7 +200,7 @@ class Sandbox:
             raise SandboxUnavailable(missing_image(image)) from exc
         except docker.errors.DockerException as exc:
             raise SandboxUnavailable(f"the Docker engine failed ({exc}): {FIX}") from exc
-        self._hand_over()
+        self._settle()
         mounts = [Mount("/workspace", str(self._workspace), type="bind", read_only=False)]
         for peer, folder in sorted(peers.items()):
             folder.mkdir(parents=True, exist_ok=True)
@@ -184,7 +218,7 @@ class Sandbox:
                 name=f"conclave-{job_id}-{letter}-{secrets.token_hex(3)}",
                 detach=True,
                 init=True,
-                user=f"{self.uid}:{self.gid}",
+                user=keeper_user(self.uid),
                 working_dir="/workspace",
                 environment=dict(ENVIRONMENT),
                 labels=labels,
@@ -210,33 +244,41 @@ class Sandbox:
         started = time.monotonic()
         with anyio.move_on_after(timeout_s + self.grace_s) as overrun:
             raw = await anyio.to_thread.run_sync(
-                self._run, self._argv(command, timeout_s), abandon_on_cancel=True, limiter=self._limiter
+                self._run, self._argv(command, timeout_s), self._generation, abandon_on_cancel=True,
+                limiter=self._limiter
             )
         duration = time.monotonic() - started
         if overrun.cancelled_caught:
+            self._generation += 1
             with anyio.CancelScope(shield=True):
                 await anyio.to_thread.run_sync(self._restart)
+                settled = await anyio.to_thread.run_sync(self._settle)
             note = (
                 f"the command outlived its {timeout_s:g} s timeout and the sandbox was restarted "
                 "(/workspace kept, /tmp emptied, background processes gone)"
             )
-            return CommandResult(None, "", "", True, duration, (note,))
-        exit_code, out, err = raw
+            return CommandResult(None, "", "", True, duration, (note,), settled.total_bytes)
+        exit_code, out, err, settled = raw
         timed_out = exit_code == 137 and duration >= timeout_s * 0.95
         notes = [note for note in (out.note("stdout"), err.note("stderr")) if note]
         if timed_out:
             notes.insert(0, f"killed after {timeout_s:g} s (the timeout), with every process it started")
         elif exit_code == 137:
             notes.insert(0, "killed by SIGKILL: most likely out of memory (the sandbox's memory limit)")
-        return CommandResult(exit_code, out.text(), err.text(), timed_out, duration, tuple(notes))
+        if settled.stripped:
+            notes.append(f"setuid, setgid and world-write bits cleared on {settled.stripped} workspace entries")
+        return CommandResult(
+            exit_code, out.text(), err.text(), timed_out, duration, tuple(notes), settled.total_bytes
+        )
 
     def _argv(self, command: str, timeout_s: float) -> list[str]:
         return ["timeout", "-s", "KILL", f"{timeout_s:g}", "sh", "-c", command]
 
-    def _run(self, argv: list[str]) -> tuple[int | None, _Capped, _Capped]:
+    def _run(self, argv: list[str], generation: int) -> tuple[int | None, _Capped, _Capped, Settled]:
         import docker
 
-        self._hand_over()
+        if os.getuid() == 0:
+            self._settle()  # host-side code may have made root-owned entries since: the agent's to edit
         api = self._client.api
         out, err = _Capped(self.output_cap), _Capped(self.output_cap)
         try:
@@ -248,40 +290,37 @@ class Sandbox:
                     raise
                 self._restart()  # e.g. its keeper was killed: come back once, workspace intact
                 exec_id = api.exec_create(self.container.id, argv, user=user, workdir="/workspace")
-            for chunk_out, chunk_err in api.exec_start(exec_id["Id"], stream=True, demux=True):
-                out.add(chunk_out)
-                err.add(chunk_err)
-            return api.exec_inspect(exec_id["Id"]).get("ExitCode"), out, err
+            try:
+                for chunk_out, chunk_err in api.exec_start(exec_id["Id"], stream=True, demux=True):
+                    out.add(chunk_out)
+                    err.add(chunk_err)
+                exit_code = api.exec_inspect(exec_id["Id"]).get("ExitCode")
+            finally:
+                if generation == self._generation:  # else abandoned: the container was restarted already
+                    self._reap()
+            return exit_code, out, err, self._settle()
         except docker.errors.DockerException as exc:
             raise SandboxError(f"the command could not run in the sandbox: {exc}") from exc
 
-    def _hand_over(self) -> None:
-        """As root, give the workspace to the container's user (host-side tools write root-owned files).
+    def _reap(self) -> None:
+        """Kill every process the command left behind (see REAP); restart the container if any stays."""
+        import docker
 
-        Files are only looked at in directories whose mtime moved since the last pass (a new or renamed
-        file moves it; an overwrite keeps the owner), so a 5,000-file tree costs a stat per directory.
-        """
-        if os.getuid() != 0 or self._workspace is None:
-            return
-        settled_before = time.time_ns() - 2_000_000_000  # mtimes are coarse: trust only settled ones
-        seen: dict[str, int] = {}
-        for root, dirs, files in os.walk(self._workspace):
-            mtime = self._own(root)
-            if mtime < settled_before:
-                seen[root] = mtime
-            if self._dir_mtimes.get(root) != mtime:
-                for name in (*dirs, *files):
-                    self._own(os.path.join(root, name))
-        self._dir_mtimes = seen
-
-    def _own(self, path: str) -> int:
+        api = self._client.api
         try:
-            stat = os.lstat(path)
-        except FileNotFoundError:
-            return 0  # removed while we walked
-        if stat.st_uid != self.uid or stat.st_gid != self.gid:
-            os.lchown(path, self.uid, self.gid)
-        return stat.st_mtime_ns
+            exec_id = api.exec_create(self.container.id, ["sh", "-c", REAP], user=f"{self.uid}:{self.gid}")
+            api.exec_start(exec_id["Id"])
+            reaped = api.exec_inspect(exec_id["Id"]).get("ExitCode") == 0
+        except docker.errors.APIError:
+            reaped = False
+        if not reaped:
+            self._restart()
+
+    def _settle(self) -> Settled:
+        """Clear unsafe mode bits, hand entries to the command user (as root), measure (files/safe.py)."""
+        if self._workspace is None:
+            return Settled()
+        return settle(self._workspace, (self.uid, self.gid) if os.getuid() == 0 else None)
 
     def _restart(self) -> None:
         import docker

@@ -1,0 +1,76 @@
+"""Who may name what: the folders and team files a caller of one transport may give to ask_team.
+
+    stdio   the local user's coding agent: any folder (or CONCLAVE_ALLOWED_ROOTS); team files from the
+            presets, the user's team folder and the project folder (the server's working directory)
+    http    anyone who reaches the port: folders only under CONCLAVE_ALLOWED_ROOTS, by default the
+            server's working directory; team files only from the presets and the user's team folder
+    local   the `conclave ask` command: the user at the terminal, any team file
+
+A folder is compared after resolving every link, so a link inside an allowed root that points out of it
+is refused too (tests/security/test_context_paths.py, tests/security/test_team_files.py).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from conclave.config import configs_dir, user_teams_dir
+from conclave.errors import NotPermitted
+from conclave.settings import Settings
+
+Transport = Literal["local", "stdio", "http"]
+
+
+@dataclass(frozen=True)
+class Access:
+    """The folders (None: any) and team-file folders (None: any file) callers may name."""
+
+    transport: Transport
+    folders: tuple[Path, ...] | None
+    team_dirs: tuple[Path, ...] | None
+
+    @classmethod
+    def local(cls, settings: Settings) -> Access:
+        return cls("local", _resolved(settings.allowed_roots), None)
+
+    @classmethod
+    def stdio(cls, settings: Settings, environ: Mapping[str, str], cwd: Path) -> Access:
+        teams = (Path(str(configs_dir())), user_teams_dir(environ), cwd)
+        return cls("stdio", _resolved(settings.allowed_roots), _resolved(teams))
+
+    @classmethod
+    def http(cls, settings: Settings, environ: Mapping[str, str], cwd: Path) -> Access:
+        teams = (Path(str(configs_dir())), user_teams_dir(environ))
+        return cls("http", _resolved(settings.allowed_roots or (cwd,)), _resolved(teams))
+
+    def check_folder(self, field: str, path: str) -> None:
+        """Refuse a context path outside the allowed roots, naming the setting that widens them."""
+        if self.folders is None:
+            return
+        real = Path(os.path.realpath(path))
+        if not any(real == root or real.is_relative_to(root) for root in self.folders):
+            roots = os.pathsep.join(str(root) for root in self.folders)
+            raise NotPermitted(
+                field, path, f"over {self.transport} a caller may name folders only under {roots}; the server's "
+                "user can allow more with CONCLAVE_ALLOWED_ROOTS (folders separated by ':')"
+            )
+
+    def check_team(self, name: str | None) -> None:
+        """Refuse a team file outside the presets and the team folders this transport allows."""
+        if name is None or self.team_dirs is None or not (name.endswith((".yaml", ".yml")) or os.sep in name):
+            return
+        real = Path(os.path.realpath(Path(name).expanduser()))
+        if not any(real.is_relative_to(folder) for folder in self.team_dirs):
+            where = ", ".join(str(folder) for folder in self.team_dirs)
+            raise NotPermitted(
+                "team", name, f"over {self.transport} a team file is read only from {where}; name a preset "
+                "(list_teams), or put the file in the user's team folder and name it without its path"
+            )
+
+
+def _resolved(paths: tuple[Path, ...] | None) -> tuple[Path, ...] | None:
+    return None if paths is None else tuple(Path(os.path.realpath(path.expanduser())) for path in paths)

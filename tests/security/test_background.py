@@ -1,0 +1,49 @@
+"""Agents' background processes do not outlive their command: not a `&` child, not a `setsid` escapee, not
+a fork loop; and the container's keeper survives the cleanup (no restart needed)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+import pytest
+
+from conclave.sandbox.container import Sandbox
+
+pytestmark = pytest.mark.anyio
+
+
+async def survivors(box: Sandbox) -> list[str]:
+    """Command lines of the processes running as the command user, other than the lister itself."""
+    listing = await box.exec(
+        'for d in /proc/[0-9]*; do [ -O "$d" ] && [ "${d#/proc/}" != "$$" ] && '
+        'tr "\\0" " " < "$d/cmdline" && echo; done',
+        timeout_s=10,
+    )
+    return [line for line in listing.stdout.splitlines() if line.strip() and "/proc/[0-9]" not in line]
+
+
+async def test_setsid_escapees_and_fork_loops_die_with_their_command(box: Sandbox, workspace: Path) -> None:
+    marker = await box.exec("echo here > /tmp/keeper-marker", timeout_s=10)
+    assert marker.exit_code == 0
+    started = await box.exec(
+        "setsid sh -c 'while :; do date +%s%N > /workspace/beat; sleep 0.05; done' >/dev/null 2>&1 & "
+        "setsid sh -c 'while :; do (sleep 300 &); sleep 0.01; done' >/dev/null 2>&1 & "
+        "nohup sleep 301 >/dev/null 2>&1 & echo started",
+        timeout_s=10,
+    )
+    assert started.stdout == "started\n", started.as_text()
+    await anyio.sleep(0.5)
+    before = (workspace / "beat").read_text() if (workspace / "beat").exists() else ""
+    await anyio.sleep(1.0)
+    after = (workspace / "beat").read_text() if (workspace / "beat").exists() else ""
+    assert before == after, "a background loop kept writing after its command returned"
+    assert await survivors(box) == []
+    kept = await box.exec("cat /tmp/keeper-marker", timeout_s=10)
+    assert kept.stdout == "here\n", "the container was restarted instead of cleaned"
+
+
+async def test_a_timed_out_command_leaves_no_process_behind(box: Sandbox) -> None:
+    result = await box.exec("setsid sleep 302 >/dev/null 2>&1 & sleep 60", timeout_s=1)
+    assert result.timed_out
+    assert await survivors(box) == []

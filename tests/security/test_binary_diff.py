@@ -1,0 +1,51 @@
+"""A change hidden in a text file that became binary: the diff flags it with an escaped excerpt of the new
+bytes, and apply refuses it unless forced."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from conclave.errors import ApplyError
+from conclave.files.workspaces import ContextPath, Workspaces
+
+pytestmark = pytest.mark.anyio
+HIDDEN = b"def check(token):\n    return True  # \x00 everything below is hidden from a text diff\nimport os\n"
+
+
+@pytest.fixture
+async def job(tmp_path: Path) -> tuple[Workspaces, Path]:
+    project = tmp_path / "proj"
+    project.mkdir()
+    (project / "auth.py").write_bytes(b"def check(token):\n    return token == SECRET\n")
+    (project / "notes.md").write_text("notes\n")
+    spaces = Workspaces(tmp_path / "job")
+    await spaces.prepare([ContextPath(path=str(project), permission="write")])
+    await spaces.create(["A"])
+    (spaces.agent("A") / "proj" / "auth.py").write_bytes(HIDDEN)
+    (spaces.agent("A") / "proj" / "notes.md").write_text("notes, edited\n")
+    await spaces.snapshot("A", "A1")
+    await spaces.finalize("A1")
+    return spaces, project
+
+
+async def test_a_text_file_that_became_binary_is_shown_with_an_escaped_excerpt(job) -> None:
+    spaces, _ = job
+    patch = (await spaces.diffs())["proj"]
+    auth = next(change for change in patch.files if change.path == "auth.py")
+    assert auth.status == "binary" and auth.became_binary
+    assert "became binary (a NUL byte at offset" in patch.text
+    assert "#   " in patch.text and "return True  # \\x00 everything below is hidden" in patch.text
+    assert "import os\\n" in patch.text  # what follows the NUL is shown too
+
+
+async def test_apply_refuses_it_without_force_and_applies_it_with(job) -> None:
+    spaces, project = job
+    with pytest.raises(ApplyError, match="auth.py became binary.*force_binary"):
+        await spaces.apply("proj")
+    assert (project / "auth.py").read_bytes() == b"def check(token):\n    return token == SECRET\n"
+    assert (project / "notes.md").read_text() == "notes\n"  # nothing at all was applied
+    await spaces.apply("proj", force=True)
+    assert (project / "auth.py").read_bytes() == HIDDEN
+    assert (project / "notes.md").read_text() == "notes, edited\n"

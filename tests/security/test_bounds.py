@@ -1,0 +1,110 @@
+"""Queue and storage are bounded: at most CONCLAVE_MAX_QUEUED waiting jobs, a per-job disk budget for the
+agents' workspaces (writes past it are tool errors), and old jobs pruned by age, then by size."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import anyio
+import pytest
+
+from conclave.errors import QueueFull
+from conclave.files.agent_tools import AgentTools
+from conclave.files.budget import MB, DiskBudget
+from conclave.jobs.gc import prune
+from conclave.jobs.service import JobService
+from conclave.jobs.store import Store
+from conclave.sandbox.container import Sandbox
+from conclave.settings import Settings
+from tests.fakes.server import FakeProviders
+from tests.fakes.team import KEY_ENV, install, voter, write_team
+
+pytestmark = pytest.mark.anyio
+SOLO = (("openai", "ann"),)
+
+
+async def test_past_the_queue_bound_a_job_is_refused_with_the_setting_named(
+    tmp_path: Path, fakes: FakeProviders
+) -> None:
+    install(fakes.script, SOLO, voter(delay=5))
+    team = str(write_team(tmp_path / "team.yaml", fakes, SOLO))
+    settings = Settings(home=tmp_path / "state", max_jobs=1, max_queued=1)
+    async with JobService.open(settings, environ={KEY_ENV: "k-0123456789"}) as service:
+        first = await service.submit("one", team)
+        with anyio.fail_after(20):
+            while (await service.view(first.job_id)).state == "queued":
+                await anyio.sleep(0.05)
+        second = await service.submit("two", team)
+        assert second.state == "queued"
+        with pytest.raises(QueueFull, match="CONCLAVE_MAX_QUEUED=1"):
+            await service.submit("three", team)
+        for job in (second, first):
+            await service.cancel(job.job_id)
+
+
+async def test_writes_past_the_jobs_disk_budget_are_tool_errors(tmp_path: Path) -> None:
+    budget = DiskBudget(limit=1 * MB)
+    a, b = tmp_path / "A", tmp_path / "B"
+    a.mkdir(), b.mkdir()
+    budget.measured("A", 0), budget.measured("B", 0)
+    tools_a = AgentTools(a, peers=dict, disk=budget.agent("A")).handlers()
+    tools_b = AgentTools(b, peers=dict, disk=budget.agent("B")).handlers()
+    assert (await tools_a["write_file"]({"path": "x", "content": "a" * 600_000})).startswith("wrote")
+    refused = await tools_b["write_file"]({"path": "y", "content": "b" * 600_000})  # the budget is the job's
+    assert refused.startswith("Error:") and "disk budget of 1 MB" in refused and "CONCLAVE_JOB_DISK_MB" in refused
+    assert not (b / "y").exists()
+    assert (await tools_a["write_file"]({"path": "x", "content": "small"})).startswith("wrote")  # shrinking is fine
+    assert (await tools_b["write_file"]({"path": "y", "content": "b" * 600_000})).startswith("wrote")
+
+
+async def test_a_command_that_fills_the_workspace_is_measured_and_blocks_further_writes(
+    box: Sandbox, workspace: Path
+) -> None:
+    budget = DiskBudget(limit=1 * MB)
+    tools = AgentTools(workspace, peers=dict, runner=box, disk=budget.agent("A")).handlers()
+    ran = await tools["run_command"]({"command": "head -c 2000000 /dev/zero > big.bin && echo done"})
+    assert "done" in ran and "over its disk budget" in ran, ran
+    refused = await tools["write_file"]({"path": "more.txt", "content": "x"})
+    assert refused.startswith("Error:") and "disk budget" in refused
+
+
+def test_gc_prunes_finished_jobs_by_age_then_size_and_never_an_active_one(tmp_path: Path) -> None:
+    now = 1_000_000_000.0
+    clock = [now - 40 * 86400]
+    store = Store(tmp_path / "conclave.db", clock=lambda: clock[0])
+    jobs = tmp_path / "jobs"
+    for job_id, age_days, size, state in [
+        ("cj-000000000001", 40, 10, "completed"), ("cj-000000000002", 5, 3000, "failed"),
+        ("cj-000000000003", 1, 3000, "completed"), ("cj-000000000004", 50, 10, "running"),
+    ]:
+        clock[0] = now - age_days * 86400
+        store.create_job(job_id, "t", "team", "{}", os.getpid(), "owner")
+        store.set_state(job_id, state)
+        (jobs / job_id).mkdir(parents=True)
+        (jobs / job_id / "data").write_bytes(b"x" * size)
+    report = prune(store, jobs, keep_days=30, max_bytes=4000, now=now)
+    assert report.removed == ["cj-000000000001", "cj-000000000002"]  # too old; then the oldest over size
+    assert store.job("cj-000000000001") is None and not (jobs / "cj-000000000001").exists()
+    assert store.job("cj-000000000003") is not None and (jobs / "cj-000000000003").exists()
+    assert store.job("cj-000000000004") is not None and (jobs / "cj-000000000004").exists()  # still running
+    store.close()
+
+
+def test_conclave_gc_prunes_with_the_settings_or_its_options(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from conclave.cli.main import main
+
+    home = tmp_path / "home"
+    store = Store(home / "conclave.db", clock=lambda: 1000.0)  # finished long ago
+    store.create_job("cj-00000000000a", "t", "team", "{}", os.getpid(), "owner")
+    store.set_state("cj-00000000000a", "completed")
+    store.close()
+    (home / "jobs" / "cj-00000000000a").mkdir(parents=True)
+    monkeypatch.setenv("CONCLAVE_HOME", str(home))
+    assert main(["gc", "--dry-run"]) == 0
+    assert "would have removed 1 job(s)" in capsys.readouterr().out
+    assert (home / "jobs" / "cj-00000000000a").exists()
+    assert main(["gc", "--keep-days", "1"]) == 0
+    assert "removed 1 job(s)" in capsys.readouterr().out and not (home / "jobs" / "cj-00000000000a").exists()

@@ -1,0 +1,56 @@
+"""Who may name what, per transport (jobs/access.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from conclave.errors import NotPermitted
+from conclave.jobs.access import Access
+from conclave.settings import Settings
+
+
+@pytest.fixture
+def places(tmp_path: Path) -> dict[str, Path]:
+    names = ("project", "config/conclave/teams", "elsewhere")
+    found = {name.split("/")[0]: tmp_path / name for name in names}
+    for folder in found.values():
+        folder.mkdir(parents=True)
+    for folder in (found["project"], found["config"], found["elsewhere"]):
+        (folder / "team.yaml").write_text("agents: []\n")
+    (found["project"] / "out").symlink_to(found["elsewhere"])
+    return found
+
+
+def test_stdio_reads_team_files_from_the_project_folder_too(places: dict[str, Path], tmp_path: Path) -> None:
+    env = {"XDG_CONFIG_HOME": str(tmp_path / "config")}
+    stdio = Access.stdio(Settings(home=tmp_path / "h"), env, places["project"])
+    http = Access.http(Settings(home=tmp_path / "h"), env, places["project"])
+    stdio.check_team(str(places["project"] / "team.yaml"))
+    for access in (stdio, http):
+        access.check_team(str(places["config"] / "team.yaml"))
+        access.check_team("frontier")  # a preset name is never a path
+        with pytest.raises(NotPermitted, match="team file is read only from"):
+            access.check_team(str(places["elsewhere"] / "team.yaml"))
+        with pytest.raises(NotPermitted):
+            access.check_team(str(places["project"] / "out" / "team.yaml"))  # a link out of the folder
+    with pytest.raises(NotPermitted):
+        http.check_team(str(places["project"] / "team.yaml"))
+    Access.local(Settings(home=tmp_path / "h")).check_team(str(places["elsewhere"] / "team.yaml"))
+
+
+def test_allowed_roots_bound_every_transport_and_default_to_the_working_directory_over_http(
+    places: dict[str, Path], tmp_path: Path
+) -> None:
+    open_settings = Settings(home=tmp_path / "h")
+    Access.stdio(open_settings, {}, places["project"]).check_folder("p", str(places["elsewhere"]))
+    http = Access.http(open_settings, {}, places["project"])
+    http.check_folder("p", str(places["project"]))
+    for outside in (places["elsewhere"], places["project"] / "out", places["project"] / ".."):
+        with pytest.raises(NotPermitted, match="CONCLAVE_ALLOWED_ROOTS"):
+            http.check_folder("p", str(outside))
+    rooted = Settings(home=tmp_path / "h", allowed_roots=f"{places['elsewhere']}")
+    Access.local(rooted).check_folder("p", str(places["elsewhere"]))
+    with pytest.raises(NotPermitted):
+        Access.local(rooted).check_folder("p", str(places["project"]))

@@ -131,3 +131,19 @@ def test_json_mode_tool_calls_are_parsed() -> None:
     assert broken is not None and broken.error
     assert parse_json_tool_call('{"action": "vote", "answer": "A1"}', offered) is None
     assert parse_json_tool_call('{"action": "call_tool", "tool": "read_file"}', ()) is None  # steps used up
+
+
+async def test_with_several_project_folders_writes_outside_them_are_refused(tmp_path: Path) -> None:
+    for name in ("api", "web"):
+        (tmp_path / name).mkdir()
+    tools = AgentTools(tmp_path, peers=dict, folders=("api", "web"))
+    refused = await call(tools, "write_file", path="notes.md", content="lost?\n")
+    assert refused.startswith("Error:") and "api/, web/" in refused and "outside the project folders" in refused
+    assert not (tmp_path / "notes.md").exists()
+    refused = await call(tools, "write_file", path="docs/notes.md", content="x")  # a new top folder: outside too
+    assert "outside the project folders" in refused and not (tmp_path / "docs").exists()
+    assert (await call(tools, "write_file", path="web/notes.md", content="kept\n")).startswith("wrote")
+    assert (tmp_path / "web" / "notes.md").read_text() == "kept\n"
+    # with one project folder the workspace IS that folder: anywhere goes
+    alone = AgentTools(tmp_path / "api", peers=dict)
+    assert (await call(alone, "write_file", path="notes.md", content="x")).startswith("wrote")

@@ -28,7 +28,7 @@ pytestmark = pytest.mark.anyio
 def writer(request: RecordedRequest) -> Reply:
     """Writes docs/USAGE.md, then answers; otherwise behaves like `voter()`."""
     if not is_presentation(request) and "Answer from" not in request.text() and "wrote" not in request.text():
-        return Reply(tool_calls=[("write_file", {"path": "proj/docs/USAGE.md", "content": "Run it.\n"})])
+        return Reply(tool_calls=[("write_file", {"path": "docs/USAGE.md", "content": "Run it.\n"})])
     if "wrote 8 bytes" in request.text() and "(your own answer)" not in request.text():
         return decide("new_answer", {"content": "Answer from the writer: added USAGE.md"}, request)
     return fan(request)
@@ -113,7 +113,7 @@ def json_writer(request: RecordedRequest) -> Reply:
         return Reply(text="FINAL")
     if "Result of write_file" not in text and "(your own answer)" not in text:
         call = {"action": "call_tool", "tool": "write_file",
-                "arguments": {"path": "proj/json.txt", "content": f"by {request.agent}\n"}}
+                "arguments": {"path": "json.txt", "content": f"by {request.agent}\n"}}
         return Reply(text=json.dumps(call))
     if "(your own answer)" not in text:
         return Reply(text=json.dumps({"action": "new_answer", "content": f"Answer from {request.agent}"}))
@@ -137,6 +137,40 @@ async def test_json_mode_agents_use_the_work_tools(tmp_path: Path, fakes: FakePr
     assert note.content.startswith("by ")
     first = fakes.script.requests_of("ann")[0].text()
     assert "call_tool" in first and "write_file" in first and "run_command" not in first  # sandbox: none
+
+
+def two_folder_writer(request: RecordedRequest) -> Reply:
+    """Writes at the workspace root first (refused: two project folders), then inside web/, answers, votes."""
+    text = request.text()
+    if is_presentation(request):
+        return Reply(text="FINAL")
+    if "outside the project folders" not in text:
+        call = {"action": "call_tool", "tool": "write_file", "arguments": {"path": "stray.txt", "content": "x\n"}}
+        return Reply(text=json.dumps(call))
+    if "wrote " not in text:
+        call = {"action": "call_tool", "tool": "write_file", "arguments": {"path": "web/note.txt", "content": "x\n"}}
+        return Reply(text=json.dumps(call))
+    if "(your own answer)" not in text:
+        return Reply(text=json.dumps({"action": "new_answer", "content": f"A note from {request.agent}"}))
+    return Reply(text=json.dumps({"action": "vote", "answer": vote_labels(request)[0], "reason": "fine"}))
+
+
+async def test_with_two_folders_nothing_is_written_outside_them(tmp_path: Path, fakes: FakeProviders) -> None:
+    install(fakes.script, TRIO, two_folder_writer)
+    team = str(write_team(tmp_path / "team.yaml", fakes, TRIO, tool_mode="json"))
+    folders = [tmp_path / "api", tmp_path / "web"]
+    for folder in folders:
+        folder.mkdir()
+    async with JobService.open(Settings(home=tmp_path / "home"), environ={KEY_ENV: "test-key-0123456789"}) as service:
+        view = await service.submit("Leave a note", team, [{"path": str(folder)} for folder in folders])
+        while not view.done:
+            view = await service.wait(view.job_id, 30)
+        patch = await service.read(view.job_id, "@diff", None, 0, 10_000)
+    assert view.state == "completed", view.text()
+    refused = next(r.text() for r in fakes.script.requests_of("ann") if "outside the project folders" in r.text())
+    assert "api/, web/" in refused  # the tool error names the folders
+    assert "b/note.txt" in patch.content and "stray" not in patch.content
+    assert view.diff_summary is not None and view.diff_summary["outside"] == []
 
 
 async def test_a_command_team_is_refused_without_a_docker_engine(

@@ -66,9 +66,9 @@ def editor(request: RecordedRequest) -> Reply:
         return Reply(text="FINAL: add() now adds.")
     mine = label_with(request, "Fixed add()")
     if mine is None:
-        if "replaced 1 occurrence in proj/calc.py" in request.text():
+        if "replaced 1 occurrence in calc.py" in request.text():
             return decide("new_answer", {"content": "Fixed add(): it subtracted."}, request)
-        return Reply(tool_calls=[("edit_file", {"path": "proj/calc.py", "old_text": "return a - b",
+        return Reply(tool_calls=[("edit_file", {"path": "calc.py", "old_text": "return a - b",
                                                 "new_text": "return a + b"})])
     return decide("vote", {"answer": mine, "reason": "the fix is right"}, request)
 
@@ -85,7 +85,7 @@ def reviewer(request: RecordedRequest) -> Reply:
     if fix is None:
         return decide("vote", {"answer": vote_labels(request)[0], "reason": "only one so far"}, request)
     if request.agent == "bob" and "--- stdout ---" not in request.text():
-        return Reply(tool_calls=[("run_command", {"command": f"cat /peers/{fix[0]}/proj/calc.py; id -u"})])
+        return Reply(tool_calls=[("run_command", {"command": f"cat /peers/{fix[0]}/calc.py; id -u"})])
     return decide("vote", {"answer": fix, "reason": "verified"}, request)
 
 

@@ -38,6 +38,8 @@ class JobFiles:
         self._budget = DiskBudget(disk_budget) if disk_budget is not None else None
         self._sandboxes: dict[str, Sandbox] = {}
         self._folders = tuple(context.name for context in workspaces.manifest().contexts)
+        # one context path: its folder is the agent's whole workspace, so nothing can land outside it
+        self._root = workspaces.root_name()
 
     @property
     def commands(self) -> bool:
@@ -61,11 +63,13 @@ class JobFiles:
     async def _start_sandbox(self, letter: str, letters: list[str]) -> None:
         assert self.spec is not None
         peers = {peer: self.workspaces.peer_mount(peer) for peer in letters if peer != letter}
-        await self._sandboxes[letter].start(self.workspaces.agent(letter), peers, self.job_id, letter, self.spec)
+        workspace = self.workspaces.rooted(self.workspaces.agent(letter))
+        await self._sandboxes[letter].start(workspace, peers, self.job_id, letter, self.spec)
 
     def tools(self, letter: str) -> AgentTools:
         return AgentTools(
-            workspace=self.workspaces.agent(letter),
+            workspace=self.workspaces.rooted(self.workspaces.agent(letter)),
+            folders=() if self._root else self._folders,
             peers=lambda: self.workspaces.peer_view(letter),
             runner=self._sandboxes.get(letter),
             owner=container_user(),
@@ -74,7 +78,7 @@ class JobFiles:
 
     def picture(self, letter: str) -> FilesPicture:
         peers = {peer: label for peer, label in self.workspaces.latest().items() if peer != letter}
-        return FilesPicture(self._folders, peers, self.commands)
+        return FilesPicture(self._folders, peers, self.commands, root=self._root)
 
     async def on_answer(self, letter: str, label: str) -> Path:
         """Freeze the author's workspace as the answer's snapshot and show it to the peers."""

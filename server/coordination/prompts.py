@@ -78,15 +78,20 @@ class FilesPicture:
     folders: tuple[str, ...]  # the context folders at the workspace root
     peers: dict[str, str]  # peer letter -> label of the snapshot it can read
     commands: bool  # run_command is offered (a sandbox with /workspace and /peers/<letter>)
+    root: str | None = None  # the one project folder that IS the workspace (a single context path)
 
 
 def files_section(files: FilesPicture) -> str:
     folders = ", ".join(f"{name}/" for name in files.folders) or "(empty)"
+    where = (
+        f"Your workspace is the project folder {files.root}/: its files are at the top of your workspace."
+        if files.root else
+        f"Your workspace holds the project folders {folders}; only files inside them become the result."
+    )
     lines = [
         "# Files",
-        f"Your workspace holds the project folders {folders}. Change files there with write_file and "
-        "edit_file; your answer should say what you changed and why. Your files are snapshotted with each "
-        "answer you post, and the winner's files become the result.",
+        f"{where} Change files with write_file and edit_file; your answer should say what you changed and "
+        "why. Your files are snapshotted with each answer you post, and the winner's files become the result.",
     ]
     if files.commands:
         lines.append("run_command runs shell commands in your sandbox with your workspace at /workspace.")

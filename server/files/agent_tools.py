@@ -83,6 +83,9 @@ class AgentTools:
     runner: CommandRunner | None = None
     owner: tuple[int, int] | None = None  # who owns files written for the sandbox user
     disk: AgentDisk | None = None  # the job's disk budget, as this agent sees it
+    # With several context paths the workspace root holds one folder each, and only they reach the
+    # diff: writes elsewhere are refused (tests/test_agent_tools.py). Empty: anywhere in the workspace.
+    folders: tuple[str, ...] = ()
 
     def specs(self) -> tuple[ToolSpec, ...]:
         peer = {"type": "string", "description": "read a peer's latest snapshot instead, by its letter"}
@@ -196,6 +199,13 @@ class AgentTools:
         return f"replaced {count} occurrence{'s' if count > 1 else ''} in {shown}"
 
     def _write(self, rel: str, data: bytes) -> None:
+        parts = safe.split(rel)
+        if self.folders and (len(parts) < 2 or parts[0] not in self.folders):
+            where = ", ".join(f"{name}/" for name in self.folders)
+            raise ToolProblem(
+                f"{rel!r} is outside the project folders; only files inside {where} become the result, so "
+                f"write there (e.g. {self.folders[0]}/{parts[-1] if parts else 'notes.md'})"
+            )
         if self.disk is not None:
             before = safe.lstat(self.workspace, rel)
             self.disk.check(before.st_size if before is not None else 0, len(data))

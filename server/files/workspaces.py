@@ -227,10 +227,22 @@ class Workspaces:
                         best[letter] = (revision, entry.name)
         return {letter: label for letter, (_, label) in sorted(best.items())}
 
+    def root_name(self) -> str | None:
+        """With exactly one context path, its folder name: that folder is then every agent's workspace
+        root (what the agent edits, /workspace in its sandbox, what peers see); with several, None."""
+        contexts = self.manifest().contexts
+        return contexts[0].name if len(contexts) == 1 else None
+
+    def rooted(self, tree: Path) -> Path:
+        """The part of a tree (an agent's copy, a snapshot) that agents see as their workspace root."""
+        name = self.root_name()
+        return tree / name if name else tree
+
     def peer_view(self, letter: str) -> dict[str, Path]:
         """Every other agent's latest snapshot (mounted read-only at /peers/<letter> by the sandbox)."""
         self.agent(letter)
-        return {peer: self.snapshots / label for peer, label in self.latest().items() if peer != letter}
+        latest = self.latest().items()
+        return {peer: self.rooted(self.snapshots / label) for peer, label in latest if peer != letter}
 
     def source(self, name: str) -> Path:
         """The tree `read_workspace` reads: "final", "base", or an answer label like "B2"."""
@@ -250,7 +262,7 @@ class Workspaces:
         return await anyio.to_thread.run_sync(self._publish, letter, label)
 
     def _publish(self, letter: str, label: str) -> Path:
-        mount, source = self.peer_mount(letter), self.snapshot_dir(label)
+        mount, source = self.peer_mount(letter), self.rooted(self.snapshot_dir(label))
         mount.mkdir(parents=True, exist_ok=True)
         for entry in os.scandir(mount):
             if entry.is_dir(follow_symlinks=False):

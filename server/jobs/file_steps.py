@@ -13,9 +13,12 @@ from conclave.config import Team
 from conclave.coordination.job_files import JobFiles
 from conclave.errors import ApplyError, SandboxUnavailable
 from conclave.files.contexts import ContextPath, named
+from conclave.files.trees import list_tree
 from conclave.files.workspaces import Workspaces
 from conclave.jobs.records import ContextChanges, FileChangeView, FilesResult, JobOptions
 from conclave.sandbox.container import container_user, engine_status, image_tag
+
+MAX_OUTSIDE = 200  # files listed outside the context folders; more are cut
 
 
 async def admit(
@@ -76,4 +79,11 @@ async def collect(files: JobFiles, options: JobOptions) -> FilesResult:
         contexts.append(changes)
     text = "".join(chunks)
     await anyio.to_thread.run_sync(workspaces.patch.write_text, text)
-    return FilesResult(contexts=contexts, patch_chars=len(text))
+    outside = await anyio.to_thread.run_sync(_outside, workspaces.final, {o.name for o in options.context_paths})
+    return FilesResult(contexts=contexts, patch_chars=len(text), outside=outside)
+
+
+def _outside(final: Path, names: set[str]) -> list[str]:
+    """Files of the final tree outside every context folder (a command wrote them): said, never lost silently."""
+    files = list_tree(final, max_files=MAX_OUTSIDE).files
+    return sorted(rel for rel in files if rel.split("/", 1)[0] not in names)[:MAX_OUTSIDE]

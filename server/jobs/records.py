@@ -46,4 +46,7 @@ class FilesResult(_Record):
 
     contexts: list[ContextChanges] = Field(default_factory=list)
     patch_chars: int = 0
+    outside: list[str] = Field(
+        default_factory=list, description="files the winner left outside every project folder: not in the diff"
+    )
     error: str | None = None

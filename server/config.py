@@ -79,6 +79,10 @@ class AgentSpec(_Strict):
     system_prompt: str | None = None
     max_tokens: Annotated[int, Field(ge=16, le=200_000)] = 4096
     tool_mode: Literal["native", "json"] = "native"
+    # single: one call per turn ends with a workflow decision (a tool call, or JSON in `json` mode).
+    # split: the answer is plain text from a short prompt, the decision a separate short choice, or a
+    # score by the model's own log-probabilities where the backend can (local); with files, single.
+    turn: Literal["single", "split"] = "single"
     stream: bool = True
     timeout_s: Annotated[float, Field(gt=0, le=3600)] = 120.0
     max_attempts: Annotated[int, Field(ge=1, le=10)] = 4

@@ -53,7 +53,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--context", action="append", default=[], metavar="PATH[:write]",
         help="a project folder to copy into every agent's workspace (repeatable); ':write' allows --apply",
     )
-    ask.add_argument("--apply", action="store_true", help="apply the winner's changes to ':write' folders")
+    ask.add_argument(
+        "--apply", action="store_const", const=True, default=False,
+        help="apply the winner's changes to ':write' folders if the team reached consensus",
+    )
+    ask.add_argument(
+        "--force-apply", dest="apply", action="store_const", const="force",
+        help="apply the winner's changes to ':write' folders even without consensus",
+    )
 
     status = commands.add_parser("status", help="show a job, or the recent jobs")
     status.add_argument("job_id", nargs="?", help="the job id (cj-...)")
@@ -173,12 +180,13 @@ def render(view: JobView) -> Group:
     tally = ", ".join(f"{label}: {count}" for label, count in view.tally.items()) or "no votes yet"
     lines = [table, Text(f"{view.phase}  |  round {view.round}  |  tally {tally}  |  {view.elapsed_s:.0f}s")]
     if view.done:
-        verdict = "consensus" if view.consensus else "no consensus"
-        if view.tie:
-            verdict += ", a tie broken by the earliest answer"
         cost = f", ${view.usage.cost_usd:.4f}" if view.usage.cost_usd is not None else ""
-        lines.append(Text(f"winner {view.winner or '-'} ({verdict}); {view.reason or ''}"))
+        if view.winner:
+            lines.append(Text(f"winner {view.winner}: {view.majority}", style="bold"))
+        lines.append(Text(f"why: {view.reason or '-'}"))
         lines.append(Text(f"usage: {view.usage.input_tokens} in, {view.usage.output_tokens} out{cost}"))
+    elif view.agree:
+        lines.append(Text("same final answer: " + "; ".join(" = ".join(group) for group in view.agree)))
     return Group(*lines)
 
 

@@ -13,12 +13,12 @@ from conclave.coordination.job_files import JobFiles
 from conclave.errors import ApplyError, SandboxUnavailable
 from conclave.files.contexts import ContextPath
 from conclave.files.workspaces import Workspaces
-from conclave.jobs.records import ContextChanges, FileChangeView, FilesResult, JobOptions
+from conclave.jobs.records import ApplyMode, ContextChanges, FileChangeView, FilesResult, JobOptions
 from conclave.sandbox.container import container_user, engine_status, image_tag
 
 
 async def admit(
-    job_dir: Path, sources: list[ContextPath], team: Team, apply: bool
+    job_dir: Path, sources: list[ContextPath], team: Team, apply: ApplyMode
 ) -> JobOptions:
     """Check and copy a job's context paths before it is queued; nothing is left behind on refusal.
 
@@ -47,8 +47,15 @@ async def admit(
     return JobOptions(context_paths=contexts, apply=apply, commands=commands)
 
 
-async def collect(files: JobFiles, options: JobOptions) -> FilesResult:
-    """The winner's diff per context path, written as one patch file; applied where asked and allowed."""
+NO_CONSENSUS = (
+    "not applied: the team reached no consensus (no strict majority of the votes); review the diff, "
+    "or call ask_team with apply: \"force\" to apply without one"
+)
+
+
+async def collect(files: JobFiles, options: JobOptions, consensus: bool) -> FilesResult:
+    """The winner's diff per context path, written as one patch file; applied where asked and allowed:
+    `apply: true` only with consensus, `apply: "force"` without (tests/test_files_e2e.py)."""
     workspaces = files.workspaces
     if not workspaces.final.is_dir():
         return FilesResult(error="no final files: the winning answer has no snapshot (see the transcript)")
@@ -66,6 +73,10 @@ async def collect(files: JobFiles, options: JobOptions) -> FilesResult:
             removed_lines=sum(f.removed_lines for f in patch.files),
         )
         if options.apply and option.permission == "write" and patch.files:
+            if not consensus and options.apply != "force":
+                changes.apply_error = NO_CONSENSUS
+                contexts.append(changes)
+                continue
             try:
                 await workspaces.apply(option.name)
                 changes.applied = True

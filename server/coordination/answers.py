@@ -26,8 +26,8 @@ STOP = frozenset(
 # Words about the task rather than in answer to it: a reply made only of these (and the task's own words)
 # talks about the question instead of answering it.
 META = frozenset(
-    "question questions task tasks ask asks asking asked answer answers reply replies response respond prompt "
-    "request requests provide please incomplete complete current edit edits must need needs should want "
+    "question questions task tasks ask asks asking asked answer answers reply replies response respond "
+    "prompt request requests provide please incomplete complete current edit edits must need needs should want "
     "wants user assistant agent write writing given following about regarding topic simple simply short "
     "sentence one two correct".split()
 )
@@ -46,6 +46,7 @@ NUMBER_WORDS = {
      "ninety": "90", "hundred": "100", "thousand": "1000"}
 _NUMBER = re.compile(r"-?\d+(?:,\d{3})*(?:\.\d+)?")
 _TOKEN = re.compile(r"-?\d+(?:,\d{3})*(?:\.\d+)?|[^\W_]+")
+_QUOTED = re.compile(r"(?<!\w)['\"‘“]([^'\"‘’“”\n]{1,40})['\"’”](?!\w)")
 _FINAL_LINE = re.compile(r"^\s*(?:\**\s*)?(?:final\s+answer|answer)\s*\**\s*[:=-]\s*(.+)$", re.IGNORECASE)
 SHORT_LINE_WORDS = 15  # a last line this short holds the final answer of a longer reply
 LONG_REPLY_WORDS = 60  # a reply longer than this is read for its final line
@@ -68,6 +69,11 @@ def _number(token: str) -> str:
     if "." in value:
         value = value.rstrip("0").rstrip(".")
     return value if value not in ("-0", "") else "0"
+
+
+def _quoted(text: str) -> set[str]:
+    """Words said in quotes ("is 'a'"): an answer even when they are short words like "a"."""
+    return {word for span in _QUOTED.findall(text) for word in words(span)}
 
 
 def is_number(word: str) -> bool:
@@ -94,13 +100,15 @@ def answer_key(text: str, task: str = "") -> str:
     last number, else every word. Words the task already has are dropped, so "Paris" and "The capital
     of France is Paris" agree on the task "What is the capital of France?".
     """
-    tokens = words(final_part(text))
+    part = final_part(text)
+    tokens, quoted = words(part), _quoted(part)
     given = set(words(task)) - KEEP
     numbers = [token for token in tokens if is_number(token)]
     fresh = [number for number in numbers if number not in given]
     if fresh:
         return "#" + fresh[-1]
-    content = sorted({t for t in tokens if t not in STOP and t not in given and not is_number(t)})
+    kept = {t for t in tokens if (t not in STOP or t in quoted) and t not in given}
+    content = sorted(t for t in kept if not is_number(t))
     if content:
         return " ".join(content)
     if numbers:
@@ -138,13 +146,13 @@ def refusal(text: str, task: str = "") -> str | None:
             data = json.loads(stripped)
         except ValueError:
             return "the answer is a fragment of JSON, not an answer; write the answer itself in plain text"
-        if isinstance(data, dict) and "action" in data:
-            return "the answer is a JSON decision envelope, not an answer; write the answer itself in plain text"
+        if isinstance(data, dict) and {"action", "choice"} & set(data):  # our own decision envelopes
+            return "the answer is a JSON decision, not an answer; write the answer itself in plain text"
     tokens = words(stripped)
     if any(is_number(token) or token in KEEP for token in tokens):
         return None
-    given = set(words(task))
-    own = {t for t in tokens if t not in STOP and t not in given}
+    given, quoted = set(words(task)), _quoted(stripped)
+    own = {t for t in tokens if (t not in STOP or t in quoted) and t not in given}
     if given and not own:
         return "the answer only restates the task; give the answer itself"
     if not own - META and (META_OPENINGS.search(stripped) or own & META):
@@ -153,12 +161,10 @@ def refusal(text: str, task: str = "") -> str | None:
 
 
 def matches(answer: str, expected: str, task: str = "") -> bool:
-    """Whether `answer` gives `expected` (bench/quality.py's check): for a number, the first or last
-    number of the answer that is not in the task; else the expected words, in order, among its words."""
+    """Whether `answer` gives `expected` (bench/quality.py's check): for a number, the answer's key is
+    that number (as the team's grouping reads it); else the expected words, in order, among its words."""
     want = words(expected)
     if len(want) == 1 and is_number(want[0]):
-        given = set(words(task))
-        fresh = [t for t in words(final_part(answer)) if is_number(t) and t not in given]
-        return bool(fresh) and want[0] in (fresh[0], fresh[-1])
+        return answer_key(answer, task) == "#" + want[0]
     have = words(final_part(answer))
     return any(have[i : i + len(want)] == want for i in range(len(have) - len(want) + 1)) if want else False

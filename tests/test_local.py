@@ -223,8 +223,9 @@ async def test_the_local_team_reaches_a_final_answer_within_its_timeout() -> Non
         assert pool.running() == []  # released by the agents' aclose(), before the pool closed
     took = anyio.current_time() - started
     print(f"\nlocal team: {took:.1f} s, consensus={result.consensus}, reason={result.reason!r}\n{result.answer}")
-    assert len(sink.kinds("answer")) == 3 and len(sink.kinds("vote")) == 3, [e.kind for e in sink.events]
+    assert len(sink.kinds("answer")) == 3, [event.kind for event in sink.events]
     assert result.answer and not result.failed and not result.fallback and result.all_voted
+    assert result.voters == 3 and result.votes >= 2 and result.consensus
     assert "Paris" in result.answer  # the team's answer is right, not merely present
     # the split turn: every answer is plain text and every vote a score by the model's log-probabilities
     assert all(not event.data["content"].lstrip().startswith("{") for event in sink.kinds("answer"))

@@ -276,3 +276,28 @@ async def test_apply_needs_consensus_unless_forced(
     assert (project.joinpath("calc.py").read_text() == NEW_CALC) is applied
     if not applied:
         assert "no consensus" in context["apply_error"] and "force" in context["apply_error"]
+
+
+# The split turn on a provider that cannot score -----------------------------------------------------
+async def test_split_turns_answer_in_plain_text_then_choose_or_revise(fakes: FakeProviders) -> None:
+    install(fakes.script, TRIO, voter(answer=city))
+
+    choices = []
+
+    def bob(request: RecordedRequest) -> Reply:
+        if split_choices(request):
+            choices.append(request)
+            if len(choices) == 1:  # its first decision: none is right, it writes a better one
+                return Reply(text=json.dumps({"choice": "new"}))
+        if "Answers written so far" in request.text():
+            return Reply(text="Paris, not London.")
+        return voter(answer=city)(request)
+
+    fakes.script.set_default("bob", bob)
+    result, sink = await run(fakes, turn="split", coordination={"final": "reuse"})
+    first = fakes.script.requests_of("ann")[0]
+    assert "tools" not in first.body and "response_format" not in first.body  # a plain answer call
+    assert "What is the capital of France?" in first.text() and "vote" not in first.text()
+    revised = [event.data["content"] for event in sink.kinds("answer") if event.data["revision"] == 2]
+    assert revised == ["Paris, not London."]  # bob chose "new" and wrote again, the others as material
+    assert result.winner is not None and result.all_voted

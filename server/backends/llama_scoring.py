@@ -1,4 +1,4 @@
-"""How likely a llama.cpp model finds a reply: the `local` backend's `score`, and its token counts.
+"""How likely a llama.cpp model finds a reply (the `local` backend's `score`), and its token counts.
 
     scorer = LlamaScorer(model_file)                  # shared per model by LocalServers
     scores, usage = scorer.score(request, ["Paris.", "London."])   # blocking: run it in a worker thread
@@ -20,13 +20,6 @@ from conclave.backends.base import Request, Usage
 
 SCORE_CTX = 2048  # prompt + reply; a longer prompt is cut from its start, a longer reply at its end
 SCORE_THREADS = 1  # the server runs beside it on the same cores
-
-
-def load_tokenizer(model: Path) -> Any:
-    """The GGUF's vocabulary only (about 0.1 s): to count tokens and render the chat template."""
-    from llama_cpp import Llama
-
-    return Llama(model_path=str(model), vocab_only=True, verbose=False)
 
 
 def count(tokenizer: Any, text: str) -> int:
@@ -87,6 +80,13 @@ class LlamaScorer:
         top = logits.max(axis=1, keepdims=True)
         logprobs = logits - (top + np.log(np.exp(logits - top).sum(axis=1, keepdims=True)))
         return float(logprobs[np.arange(len(tail)), tail].mean())
+
+    def tokenizer(self) -> Any:
+        """The loaded model, for its vocabulary: counting tokens the server does not report (blocking).
+
+        A vocabulary-only load would do, but llama.cpp then prints a context warning on our stderr."""
+        with self._lock:
+            return self._load()
 
     def _load(self) -> Any:
         if self._llama is None:

@@ -359,8 +359,8 @@ class LocalBackend(OpenAIBackend):
 
     async def _load_tokenizer(self) -> Any:
         if self._tokenizer is None:
-            load = llama_scoring.load_tokenizer
-            self._tokenizer = await anyio.to_thread.run_sync(load, self._options.model)
+            scorer = self._servers.scorer(self._options.model)
+            self._tokenizer = await anyio.to_thread.run_sync(scorer.tokenizer)
         return self._tokenizer
 
     async def _count(self, request: Request, output: str) -> Usage:

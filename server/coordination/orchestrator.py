@@ -117,7 +117,7 @@ class Orchestrator:
         """Run the job to its result. Cancelling the caller cancels every turn.
 
         The job's timeout covers it all: set-up (workspaces, containers, backends), the vote and the
-        presentation (tests/test_orchestrator.py::test_timeout_*).
+        presentation (tests/test_voting.py::test_timeout_*).
         """
         self._started = self._clock()
         timeout = self.team.coordination.timeout_s
@@ -294,7 +294,7 @@ class Orchestrator:
 
     def _read(self, action: protocol.StartTurn, event: protocol.Event) -> protocol.Event:
         """An answer (or a corrective turn's text, taken as one) with its key; a non-answer becomes a
-        failed turn whose note tells the agent why (tests/test_orchestrator.py::test_non_answers_*)."""
+        failed turn whose note tells the agent why (tests/test_voting.py::test_non_answers_*)."""
         if isinstance(event, protocol.AnswerPosted):
             text = event.content
         elif isinstance(event, protocol.NoDecision) and action.corrective:

@@ -31,8 +31,9 @@ async def split_turn(
     if action.can_answer and not (own and action.labels):
         return protocol.AnswerPosted(ctx.letter, action.turn_id, await _answer(ctx, action.note))
     if isinstance(ctx.backend, Scorer):
-        scores = await ctx.score(_answer_request(ctx, ""), [answer.content for answer in shown])
-        label, reason = pick(shown, scores)
+        texts = list(dict.fromkeys(answer.content for answer in shown))  # equal texts score the same
+        scored = dict(zip(texts, await ctx.score(_answer_request(ctx, ""), texts), strict=True))
+        label, reason = pick(shown, [scored[answer.content] for answer in shown])
         return protocol.VoteCast(ctx.letter, action.turn_id, label, reason)
     request = ctx.request(
         [Message("user", prompts.choice_prompt(ctx.task, ctx.letter, shown, action.can_answer))],

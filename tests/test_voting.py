@@ -301,3 +301,20 @@ async def test_split_turns_answer_in_plain_text_then_choose_or_revise(fakes: Fak
     revised = [event.data["content"] for event in sink.kinds("answer") if event.data["revision"] == 2]
     assert revised == ["Paris, not London."]  # bob chose "new" and wrote again, the others as material
     assert result.winner is not None and result.all_voted
+
+
+async def test_apply_takes_true_false_or_force_only(tmp_path: Path) -> None:
+    from conclave.errors import InputError
+
+    async with JobService.open(Settings(home=tmp_path / "home"), environ=ENV) as service:
+        with pytest.raises(InputError, match='"force"'):
+            await service.submit("task", "local", [], "yes")  # type: ignore[arg-type]
+
+
+def test_the_cli_asks_for_apply_with_or_without_consensus() -> None:
+    from conclave.cli.main import build_parser
+
+    parse = build_parser().parse_args
+    assert parse(["ask", "t"]).apply is False
+    assert parse(["ask", "t", "--apply"]).apply is True
+    assert parse(["ask", "t", "--force-apply"]).apply == "force"

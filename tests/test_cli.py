@@ -225,7 +225,7 @@ def test_ask_json_then_status(capsys: pytest.CaptureFixture[str], trio: Path) ->
     code, out, _ = run(capsys, "status", view.job_id)
     assert code == 0
     assert out.startswith(f"Job {view.job_id} (fake-team): completed")
-    assert f"Winner: {view.winner} - consensus" in out
+    assert f"Winner: {view.winner} - a majority: 3 of 3 votes" in out and "every agent voted" in out
     assert "Final answer:" in out and view.answer in out
 
     code, out, _ = run(capsys, "status", view.job_id, "--json")
@@ -267,8 +267,8 @@ def test_ask_prints_the_final_answer_after_a_rule(capsys: pytest.CaptureFixture[
     assert "Final answer" in out
     rule, _, after = out.rpartition("Final answer")
     assert "─" in rule.splitlines()[-1]  # the rule the title sits in
-    assert "FINAL: the team's answer, presented by" in after
-    assert "consensus" in out and "winner" in out
+    assert "FINAL: the team's answer, 42, presented by" in after
+    assert "a majority: 3 of 3 votes" in out and "winner" in out
 
 
 def test_ask_with_an_unknown_team(capsys: pytest.CaptureFixture[str]) -> None:
@@ -348,14 +348,26 @@ def test_doctor_reports_each_check_with_its_fix(capsys: pytest.CaptureFixture[st
     assert all("->" in line for line in lines if not line.startswith("[ok"))
 
 
-def test_the_live_view_says_when_a_tie_decided_the_winner() -> None:
+def test_the_live_view_says_whether_there_was_a_majority_and_by_how_many_votes() -> None:
     from rich.console import Console
 
     from conclave.cli.commands import render
+    from conclave.coordination.reports import JobResult
+    from conclave.jobs.views import majority_text
 
-    view = JobView(job_id="cj-000000000001", state="completed", phase="done", elapsed_s=3, team="t", task="q",
-                   tally={"B1": 1, "A1": 1}, winner="B1", consensus=True, tie=True, reason="every active agent voted",
-                   answer="x", next="-")
-    console = Console(record=True, width=120)
-    console.print(render(view))
-    assert "winner B1 (consensus, a tie broken by the earliest answer)" in console.export_text()
+    def shown(**result: object) -> str:
+        outcome = JobResult(answer="x", reason="every active agent voted", **result)  # type: ignore[arg-type]
+        view = JobView(job_id="cj-000000000001", state="completed", phase="done", elapsed_s=3, team="t", task="q",
+                       tally=outcome.tally, winner=outcome.winner, consensus=outcome.consensus, tie=outcome.tie,
+                       majority=majority_text(outcome), reason=outcome.reason, answer="x", next="-")
+        console = Console(record=True, width=160)
+        console.print(render(view))
+        return console.export_text()
+
+    tie = shown(winner="B1", consensus=False, tie=True, tally={"B1": 1, "A1": 1}, votes=1, voters=2, all_voted=True)
+    assert "winner B1: no majority: 1 of 2 votes, a tie broken by the earliest answer; every agent voted" in tie
+    won = shown(winner="C1", consensus=True, tally={"A1": 1, "C1": 1, "B1": 1}, votes=2, voters=3, all_voted=True,
+                agree=[["A1", "C1"]])
+    assert "winner C1: a majority: 2 of 3 votes (with A1: the same answer); every agent voted" in won
+    late = shown(winner="A1", consensus=False, tally={"A1": 1, "B1": 0}, votes=1, voters=1, fallback=True)
+    assert "winner A1: no majority: the vote did not finish; the best-supported answer so far has 1 of 1 vote" in late

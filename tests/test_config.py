@@ -369,7 +369,7 @@ def test_default_with_no_keys_and_no_local_preset_names_the_keys(
     for preset in configs_dir().glob("*.yaml"):
         if preset.stem != "local":
             (shipped / preset.name).write_text(preset.read_text())
-    monkeypatch.setattr("conclave.config.configs_dir", lambda: shipped)
+    monkeypatch.setattr("conclave.config.presets.configs_dir", lambda: shipped)
     assert "local" not in preset_paths(env)
     with pytest.raises(TeamNotFound) as caught:
         resolve_team(None, env)

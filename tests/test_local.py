@@ -191,6 +191,22 @@ async def test_native_tool_mode_is_refused_with_the_fix() -> None:
         assert pool.running() == []  # refused before any server started
 
 
+@needs_llama
+async def test_scoring_prefers_the_answer_the_model_finds_likely() -> None:
+    async with LocalServers() as pool:
+        backend = create_backend(endpoint(), local_servers=pool)
+        request = Request("", (Message("user", "What is the capital of France?"),))
+        scores, usage = await backend.score(request, [  # type: ignore[attr-defined]
+            "This is a question about France.", "The capital of France is London.", "The capital of France is Paris.",
+        ])
+        again, _ = await backend.score(request, ["The capital of France is Paris."])  # type: ignore[attr-defined]
+        await backend.aclose()
+    assert max(range(3), key=scores.__getitem__) == 2 and scores[2] < 0
+    assert again[0] == pytest.approx(scores[2], abs=1e-4)  # the prompt's cache does not change a score
+    assert usage.input_tokens > 0
+    assert pool.running() == []  # scoring runs in this process: no server was started for it
+
+
 # The `local` team end to end ---------------------------------------------------------------------------
 TASK = "What is the capital of France? Reply in one short sentence."
 
@@ -207,10 +223,13 @@ async def test_the_local_team_reaches_a_final_answer_within_its_timeout() -> Non
         assert pool.running() == []  # released by the agents' aclose(), before the pool closed
     took = anyio.current_time() - started
     print(f"\nlocal team: {took:.1f} s, consensus={result.consensus}, reason={result.reason!r}\n{result.answer}")
-    decisions = sink.kinds("answer") + sink.kinds("vote")
-    assert len(decisions) >= 3, [event.kind for event in sink.events]
-    assert result.answer and not result.failed
-    assert result.consensus or result.reason  # a consensus, or the documented fallback saying why not
+    assert len(sink.kinds("answer")) == 3, [event.kind for event in sink.events]
+    assert result.answer and not result.failed and not result.fallback and result.all_voted
+    assert result.voters == 3 and result.votes >= 2 and result.consensus
+    assert "Paris" in result.answer  # the team's answer is right, not merely present
+    # the split turn: every answer is plain text and every vote a score by the model's log-probabilities
+    assert all(not event.data["content"].lstrip().startswith("{") for event in sink.kinds("answer"))
+    assert all("log-probability" in event.data["reason"] for event in sink.kinds("vote"))
     assert llama_children() == []
 
 

@@ -122,7 +122,7 @@ def test_wheel_contents(built: Built) -> None:
 
     for required in (
         "conclave/__init__.py",
-        "conclave/config.py",
+        "conclave/config/__init__.py",
         "conclave/tools/__init__.py",
         "conclave/configs/frontier.yaml",
         "conclave/skills/conclave/SKILL.md",

@@ -32,6 +32,7 @@ from conclave.coordination.protocol import (
 )
 
 TEXTS = st.sampled_from(["an answer", "another answer", "a third answer", "", "   "])
+KEYS = st.sampled_from(["", "paris", "#42"])  # the driver's normalised answers: equal keys agree
 RARE = st.integers(0, 9).map(lambda n: n == 9)  # destructive events, kept rare so jobs run deep
 
 
@@ -49,6 +50,7 @@ class Turns:
         for action in actions:
             if isinstance(action, StartTurn):
                 assert action.letter not in self.in_flight, f"two turns in flight for {action.letter}"
+                assert sorted(action.labels) == sorted(a.label for a in c.latest.values())  # an order of them
                 self.in_flight[action.letter] = action
             elif isinstance(action, CancelTurn):
                 assert self.in_flight.pop(action.letter).turn_id == action.turn_id
@@ -98,11 +100,11 @@ class ProtocolMachine(RuleBasedStateMachine):
 
     # Rules ---------------------------------------------------------------------------------------
     @precondition(running)
-    @rule(data=st.data(), text=TEXTS)
-    def post_answer(self, data: st.DataObject, text: str) -> None:
+    @rule(data=st.data(), text=TEXTS, key=KEYS)
+    def post_answer(self, data: st.DataObject, text: str, key: str) -> None:
         turn = self.pick(data)
         before = len(self.c.answers)
-        self.end_turn(turn, AnswerPosted(turn.letter, turn.turn_id, text))
+        self.end_turn(turn, AnswerPosted(turn.letter, turn.turn_id, text, key))
         self.just_answered = len(self.c.answers) > before
         if self.just_answered:
             assert text.strip() and self.c.answers[-1].content == text
@@ -186,6 +188,18 @@ class ProtocolMachine(RuleBasedStateMachine):
         self.turns.track(self.c, self.c.apply(Deadline("job timeout")))
         self.just_answered = False
         assert self.c.phase != "coordinating" and self.c.outcome.consensus is False
+        assert self.c.outcome.fallback or self.c.outcome.failed
+
+    @precondition(lambda self: self.c.phase == "presenting")
+    @rule(now=RARE)
+    def deadline_while_presenting(self, now: bool) -> None:
+        if not now:
+            return
+        before = self.c.outcome
+        actions = self.c.apply(Deadline("job timeout"))
+        assert len(actions) == 1 and isinstance(actions[0], Finish) and actions[0].final_text is None
+        assert self.c.phase == "done" and self.c.outcome.winner == before.winner
+        assert self.c.outcome.consensus == before.consensus and "not presented" in self.c.outcome.reason
 
     @precondition(lambda self: self.c.phase == "presenting")
     @rule(ok=st.booleans())
@@ -224,12 +238,19 @@ class ProtocolMachine(RuleBasedStateMachine):
         posted = {a.label for a in self.c.answers}
         assert outcome.winner is None or outcome.winner in posted
         assert (outcome.winner is None) == outcome.failed
-        if outcome.consensus or any(outcome.tally.values()):  # decided on current votes
-            best = max(outcome.tally.values())
-            tied = [label for label, count in outcome.tally.items() if count == best]
-            assert outcome.winner == tied[0] and outcome.tie == (len(tied) > 1)  # earliest posted
+        if any(outcome.tally.values()):  # decided on current votes, by groups of equal keys
+            totals: dict[str, int] = {}  # in order of each group's first posting
+            for answer in self.c.latest_answers():
+                totals[answer.key] = totals.get(answer.key, 0) + outcome.tally[answer.label]
+            tied = [key for key, total in totals.items() if total == max(totals.values())]
+            assert self.c.answer(outcome.winner).key == tied[0] and outcome.tie == (len(tied) > 1)
+            assert outcome.votes == max(totals.values()) and outcome.voters == sum(outcome.tally.values())
+        if outcome.consensus:  # a strict majority of the votes cast, in a vote that finished
+            assert not outcome.fallback and outcome.votes * 2 > outcome.voters
         if outcome.consensus and self.c.consensus_rule == "majority":
-            assert outcome.tally[outcome.winner] * 2 > len(self.c.active())
+            assert outcome.votes * 2 > len(self.c.active())
+        if not (outcome.fallback or outcome.failed) and self.c.consensus_rule == "all_voted":
+            assert outcome.all_voted
         winner = self.c.answer(outcome.winner) if outcome.winner else None
         if self.c.present and winner and self.c.agents[winner.letter].active:
             assert self.turns.present_seen

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from fastmcp import Context
 from pydantic import Field
@@ -34,9 +34,11 @@ async def ask_team(
         Field(ge=0, le=MAX_WAIT_S, description=f"Seconds to wait for the result (at most {MAX_WAIT_S})."),
     ] = 45,
     apply: Annotated[
-        bool,
+        bool | Literal["force"],
         Field(description="After the vote, apply the winner's changes to the context_paths with permission "
-                          "'write' (nothing is applied if files there changed meanwhile)."),
+                          "'write': true applies only if the team reached consensus (a strict majority of "
+                          "the votes), \"force\" applies whatever the vote; nothing is applied if files "
+                          "there changed meanwhile."),
     ] = False,
     force_binary: Annotated[
         bool,

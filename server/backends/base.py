@@ -127,3 +127,14 @@ class Backend(Protocol):
     def stream(self, request: Request) -> AsyncIterator[Event]: ...
 
     async def aclose(self) -> None: ...
+
+
+@runtime_checkable
+class Scorer(Protocol):
+    """A backend that can also say how likely its model finds given replies (the `local` one).
+
+    `score` returns, per candidate, the mean log-probability per token the model gives that text as
+    its reply to `request` (its system prompt and messages): a vote by the model's own likelihood.
+    """
+
+    async def score(self, request: Request, candidates: list[str]) -> tuple[list[float], Usage]: ...

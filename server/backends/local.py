@@ -32,6 +32,7 @@ import anyio
 import anyio.abc
 import anyio.to_thread
 
+from conclave.backends import llama_scoring
 from conclave.backends.base import Endpoint, Event, Request, TextDelta, Usage
 from conclave.backends.openai import OpenAIBackend
 from conclave.errors import BadRequest, ConfigError, ProviderError, ProviderUnavailable
@@ -253,6 +254,7 @@ class LocalServers:
 
     def __init__(self) -> None:
         self._entries: dict[ServerOptions, tuple[LocalServer, int]] = {}
+        self._scorers: dict[Path, llama_scoring.LlamaScorer] = {}
         self._lock = anyio.Lock()
         self._stack: AsyncExitStack | None = None
         self._tg: anyio.abc.TaskGroup | None = None
@@ -273,11 +275,17 @@ class LocalServers:
                 self._entries.clear()
             for server in servers:
                 await server.stop()
+            for scorer in self._scorers.values():
+                await anyio.to_thread.run_sync(scorer.close)
         # No exception info: the body's own exception propagates as it is, not in an ExceptionGroup.
         await self._stack.__aexit__(None, None, None)
 
     def running(self) -> list[LocalServer]:
         return [server for server, _ in self._entries.values()]
+
+    def scorer(self, model: Path) -> llama_scoring.LlamaScorer:
+        """The process's one scorer for `model` (loaded on its first score, freed when the pool closes)."""
+        return self._scorers.setdefault(model, llama_scoring.LlamaScorer(model))
 
     async def acquire(self, options: ServerOptions) -> LocalServer:
         """The running server for `options`, started if this is the first reference."""
@@ -304,15 +312,9 @@ class LocalServers:
             await server.stop()
 
 
-def _load_tokenizer(model: Path) -> Any:
-    """The GGUF's vocabulary only (about 0.1 s), to count tokens the server does not report."""
-    from llama_cpp import Llama
-
-    return Llama(model_path=str(model), vocab_only=True, verbose=False)
-
-
 class LocalBackend(OpenAIBackend):
-    """The `openai` backend pointed at a pooled llama.cpp server, started on the first call."""
+    """The `openai` backend pointed at a pooled llama.cpp server, started on the first call; it can
+    also `score` replies by the model's own log-probabilities (a `Scorer`, see llama_scoring.py)."""
 
     provider: ClassVar[str] = "local"
     max_tokens_field: ClassVar[str] = "max_tokens"  # llama_cpp.server does not know max_completion_tokens
@@ -346,17 +348,28 @@ class LocalBackend(OpenAIBackend):
         except ProviderUnavailable as exc:
             raise (ProviderError("local", why) if (why := server.exited()) else exc) from exc
 
+    async def score(self, request: Request, candidates: list[str]) -> tuple[list[float], Usage]:
+        """Each candidate's mean token log-probability as the model's reply to `request` (a worker
+        thread; abandoned on cancellation, it finishes its short evaluation and lets the next one in)."""
+        scorer = self._servers.scorer(self._options.model)
+        try:
+            return await anyio.to_thread.run_sync(scorer.score, request, candidates, abandon_on_cancel=True)
+        except (ValueError, RuntimeError, OSError) as exc:  # llama_cpp's load and evaluation errors
+            raise ProviderError("local", f"scoring with {scorer.model.name} failed: {exc}") from exc
+
+    async def _load_tokenizer(self) -> Any:
+        if self._tokenizer is None:
+            scorer = self._servers.scorer(self._options.model)
+            self._tokenizer = await anyio.to_thread.run_sync(scorer.tokenizer)
+        return self._tokenizer
+
     async def _count(self, request: Request, output: str) -> Usage:
         """Token counts by the model's own tokenizer, for streamed replies (llama.cpp reports none)."""
-        if self._tokenizer is None:
-            self._tokenizer = await anyio.to_thread.run_sync(_load_tokenizer, self._options.model)
+        tokenizer = await self._load_tokenizer()
         prompt = "\n".join([request.system, *(message.content for message in request.messages)])
-
-        def count() -> Usage:
-            tokens = self._tokenizer.tokenize  # type: ignore[union-attr]
-            return Usage(len(tokens(prompt.encode(), special=True)), len(tokens(output.encode(), special=True)))
-
-        return await anyio.to_thread.run_sync(count)
+        return await anyio.to_thread.run_sync(
+            lambda: Usage(llama_scoring.count(tokenizer, prompt), llama_scoring.count(tokenizer, output))
+        )
 
     async def aclose(self) -> None:
         try:

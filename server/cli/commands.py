@@ -82,12 +82,13 @@ def render(view: JobView) -> Group:
     tally = ", ".join(f"{label}: {count}" for label, count in view.tally.items()) or "no votes yet"
     lines = [table, Text(f"{view.phase}  |  round {view.round}  |  tally {tally}  |  {view.elapsed_s:.0f}s")]
     if view.done:
-        verdict = "consensus" if view.consensus else "no consensus"
-        if view.tie:
-            verdict += ", a tie broken by the earliest answer"
         cost = f", ${view.usage.cost_usd:.4f}" if view.usage.cost_usd is not None else ""
-        lines.append(Text(f"winner {view.winner or '-'} ({verdict}); {view.reason or ''}"))
+        if view.winner:
+            lines.append(Text(f"winner {view.winner}: {view.majority}", style="bold"))
+        lines.append(Text(f"why: {view.reason or '-'}"))
         lines.append(Text(f"usage: {view.usage.input_tokens} in, {view.usage.output_tokens} out{cost}"))
+    elif view.agree:
+        lines.append(Text("same final answer: " + "; ".join(" = ".join(group) for group in view.agree)))
     return Group(*lines)
 
 

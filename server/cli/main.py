@@ -40,7 +40,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--context", action="append", default=[], metavar="PATH[:write]",
         help="a project folder to copy into every agent's workspace (repeatable); ':write' allows --apply",
     )
-    ask.add_argument("--apply", action="store_true", help="apply the winner's changes to ':write' folders")
+    ask.add_argument(
+        "--apply", action="store_const", const=True, default=False,
+        help="apply the winner's changes to ':write' folders if the team reached consensus",
+    )
+    ask.add_argument(
+        "--force-apply", dest="apply", action="store_const", const="force",
+        help="apply the winner's changes to ':write' folders even without consensus",
+    )
     ask.add_argument("--force-binary", action="store_true",
                      help="with --apply, also apply text files that became binary (their change is not shown)")
 

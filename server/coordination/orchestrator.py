@@ -3,12 +3,17 @@
 All turns run in one task group; each has its own cancel scope so a stale turn can be cancelled and
 restarted. Turns report back over a memory stream and one loop feeds the protocol, so the state has a
 single writer. Every event is reported to the sink with the live progress (tests/test_orchestrator.py).
+The driver reads every answer before the protocol sees it (answers.py): its key, or why it is no
+answer; and a presentation that changes the winning final answer is refused.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import math
+import random
+import string
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Protocol
@@ -17,7 +22,7 @@ import anyio
 import anyio.to_thread
 from anyio.streams.memory import MemoryObjectSendStream
 
-from conclave.coordination import prompts, protocol
+from conclave.coordination import answers, prompts, protocol
 from conclave.backends import create_backend
 from conclave.backends.base import Backend, Endpoint, ToolCall, Usage
 from conclave.backends.retry import RetryPolicy
@@ -31,6 +36,8 @@ if TYPE_CHECKING:
     from conclave.coordination.job_files import JobFiles
 
 BackendFactory = Callable[[AgentSpec], Backend]
+REFUSED = "answer refused: "  # a failed turn's error when the driver refused its answer
+logger = logging.getLogger(__name__)
 
 
 class JobSink(Protocol):
@@ -53,8 +60,15 @@ def endpoint_factory(environ: Mapping[str, str], local_servers: LocalServers | N
 
 
 def seed_for(job_id: str) -> int:
-    """The job's letter-shuffle seed: derived from its id, so a job replays the same."""
+    """The job's seed (letters, voters' orders): derived from its id, so a job replays the same."""
     return int(hashlib.sha256(job_id.encode()).hexdigest()[:16], 16)
+
+
+def assign_letters(count: int, seed: int) -> list[str]:
+    """Anonymous letters for `count` agents, shuffled by `seed`; item i is agent i's letter."""
+    letters = list(string.ascii_uppercase[:count])
+    random.Random(seed).shuffle(letters)
+    return letters
 
 
 @dataclass
@@ -88,14 +102,11 @@ class Orchestrator:
         self._clock = clock
         self.files = files
         rules = team.coordination
-        letters = protocol.assign_letters(len(team.agents), seed_for(job_id))
+        letters = assign_letters(len(team.agents), seed_for(job_id))
         self.members = {letter: Member(spec, letter) for spec, letter in zip(team.agents, letters, strict=True)}
         self.state = protocol.Coordination(
-            sorted(self.members),
-            max_answers=rules.max_answers_per_agent,
-            consensus=rules.consensus,
-            present=rules.final == "present",
-            max_failed_turns=rules.max_failed_turns,
+            sorted(self.members), max_answers=rules.max_answers_per_agent, consensus=rules.consensus,
+            present=rules.final == "present", max_failed_turns=rules.max_failed_turns, seed=seed_for(job_id),
         )
         self._scopes: dict[int, anyio.CancelScope] = {}
         self._result: JobResult | None = None
@@ -103,20 +114,24 @@ class Orchestrator:
 
     # Public --------------------------------------------------------------------------------------
     async def run(self) -> JobResult:
-        """Run the job to its result. Cancelling the caller cancels every turn."""
+        """Run the job to its result. Cancelling the caller cancels every turn.
+
+        The job's timeout covers it all: set-up (workspaces, containers, backends), the vote and the
+        presentation (tests/test_voting.py::test_timeout_*).
+        """
         self._started = self._clock()
+        timeout = self.team.coordination.timeout_s
+        deadline = anyio.current_time() + timeout
         send, receive = anyio.create_memory_object_stream[protocol.Event](math.inf)
         try:
-            if self.files is not None:  # workspaces and containers first: the agents' tools need them
-                await self.files.start(sorted(self.members))
-            for member in self.members.values():
-                # SDK imports and client set-up block for seconds on first use: keep them off the loop.
-                backend = await anyio.to_thread.run_sync(self._factory, member.spec)
-                member.ctx = self._context(member, backend)
+            with anyio.move_on_after(timeout) as setting_up:
+                await self._set_up()
+            if setting_up.cancelled_caught:
+                return await self._ended_in_set_up(f"the job reached its timeout of {timeout:g} s while setting up")
             agents = [{"letter": m.letter, "model": m.spec.model} for m in self.members.values()]
             await self._emit("started", agents=agents)
             async with anyio.create_task_group() as tg, send, receive:
-                tg.start_soon(self._deadline, send.clone())
+                tg.start_soon(self._deadline, send.clone(), deadline)
                 await self._execute(self.state.apply(protocol.Start()), tg, send)
                 while self._result is None:
                     await self._handle(await receive.receive(), tg, send)
@@ -130,12 +145,31 @@ class Orchestrator:
                         await member.ctx.backend.aclose()
         return self._result
 
+    async def _set_up(self) -> None:
+        if self.files is not None:  # workspaces and containers first: the agents' tools need them
+            await self.files.start(sorted(self.members))
+        for member in self.members.values():
+            # SDK imports and client set-up block for seconds on first use: keep them off the loop, and
+            # let the deadline abandon them (a client made after it is simply dropped).
+            backend = await anyio.to_thread.run_sync(self._factory, member.spec, abandon_on_cancel=True)
+            member.ctx = self._context(member, backend)
+
+    async def _ended_in_set_up(self, reason: str) -> JobResult:
+        await self._emit("deadline", reason=reason)
+        errors = {"job": f"{reason}; raise coordination.timeout_s or retry when the machine is less busy"}
+        self._result = JobResult(answer=None, winner=None, consensus=False, reason=reason, failed=True,
+                                 errors=errors, fallback=True)
+        await self._emit("finished", **self._result.model_dump())
+        return self._result
+
     def progress(self) -> Progress:
         """The live picture: each agent's state, answers and vote, the tally, the round."""
         agents = []
         for letter, member in sorted(self.members.items()):
             agent = self.state.agents[letter]
-            state: AgentStateName = agent.status
+            state: AgentStateName = (
+                "failed" if not agent.active else "working" if agent.turn else "voted" if agent.vote else "waiting"
+            )
             if member.presenting:
                 state = "presenting"
             elif self.state.phase == "done" and agent.active:
@@ -147,7 +181,9 @@ class Orchestrator:
                     vote=vote, error=agent.error, usage=member.usage,
                 )
             )
-        return Progress(phase=self.state.phase, round=self.state.version, agents=agents, tally=self.state.tally())
+        agree = [list(group) for group in self.state.agreeing()]
+        return Progress(phase=self.state.phase, round=self.state.version, agents=agents, tally=self.state.tally(),
+                        agree=agree)
 
     # The loop ------------------------------------------------------------------------------------
     async def _handle(self, event: protocol.Event, tg: anyio.abc.TaskGroup, send: MemoryObjectSendStream[protocol.Event]) -> None:
@@ -225,7 +261,8 @@ class Orchestrator:
         self._result = JobResult(
             answer=answer, winner=outcome.winner, consensus=outcome.consensus, tie=outcome.tie,
             reason=outcome.reason, tally=outcome.tally, presented_by=presented_by,
-            failed=outcome.failed, errors=outcome.errors,
+            failed=outcome.failed, errors=outcome.errors, votes=outcome.votes, voters=outcome.voters,
+            all_voted=outcome.all_voted, fallback=outcome.fallback, agree=[list(g) for g in outcome.agree],
         )
         await self._emit("finished", **self._result.model_dump())
 
@@ -243,25 +280,51 @@ class Orchestrator:
             with scope:
                 try:
                     picture = self.files.picture(action.letter) if self.files is not None else None
-                    event = await run_turn(ctx, action, self._shown(), picture)
-                except (ProviderError, TimeoutError) as exc:
+                    event = self._read(action, await run_turn(ctx, action, self._shown(action.labels), picture))
+                except (ProviderError, TimeoutError) as exc:  # retries are spent: the agent is out
                     event = protocol.TurnFailed(action.letter, action.turn_id, _describe(exc), fatal=True)
+                except Exception as exc:  # anything else fails this turn only, never the job
+                    logger.warning("agent %s's turn failed", action.letter, exc_info=True)
+                    error = f"the turn failed with {type(exc).__name__}: {exc}"
+                    event = protocol.TurnFailed(action.letter, action.turn_id, error)
+                if isinstance(event, protocol.TurnFailed) and event.error.startswith(REFUSED):
+                    await self._emit("answer_refused", action.letter, error=event.error)
                 await send.send(event)
             self._scopes.pop(action.turn_id, None)
+
+    def _read(self, action: protocol.StartTurn, event: protocol.Event) -> protocol.Event:
+        """An answer (or a corrective turn's text, taken as one) with its key; a non-answer becomes a
+        failed turn whose note tells the agent why (tests/test_voting.py::test_non_answers_*)."""
+        if isinstance(event, protocol.AnswerPosted):
+            text = event.content
+        elif isinstance(event, protocol.NoDecision) and action.corrective:
+            text = event.text
+        else:
+            return event
+        why = answers.refusal(text, self.task)
+        if why is not None:
+            return protocol.TurnFailed(action.letter, action.turn_id, f"{REFUSED}{why}")
+        return replace(event, key=answers.answer_key(text, self.task))
 
     async def _present(self, action: protocol.Present, send: MemoryObjectSendStream[protocol.Event]) -> None:
         member = self.members[action.letter]
         assert member.ctx is not None
+        winner = self.state.answer(action.outcome.winner or "")
+        assert winner is not None
         async with send:
             try:
                 text = await present(member.ctx, self.task, self._shown(), action.outcome)
-                await send.send(protocol.Presented(text))
+                why = answers.presentation_problem(text, winner.content, self.task)
+                await send.send(protocol.PresentationFailed(why) if why else protocol.Presented(text))
             except (ProviderError, TimeoutError) as exc:
                 await send.send(protocol.PresentationFailed(_describe(exc)))
+            except Exception as exc:  # a bug in presenting: the winning answer stands as it is
+                logger.warning("the presentation failed", exc_info=True)
+                await send.send(protocol.PresentationFailed(f"{type(exc).__name__}: {exc}"))
 
-    async def _deadline(self, send: MemoryObjectSendStream[protocol.Event]) -> None:
+    async def _deadline(self, send: MemoryObjectSendStream[protocol.Event], deadline: float) -> None:
         async with send:
-            await anyio.sleep(self.team.coordination.timeout_s)
+            await anyio.sleep_until(deadline)
             await send.send(protocol.Deadline(f"the job reached its timeout of {self.team.coordination.timeout_s:g} s"))
 
     # Helpers -------------------------------------------------------------------------------------
@@ -282,13 +345,21 @@ class Orchestrator:
 
         tools = self.files.tools(member.letter) if self.files is not None else None
         return TurnContext(
-            spec=spec, backend=backend, letter=member.letter, system=system, retry=self._retry,
+            spec=spec, backend=backend, letter=member.letter, system=system, task=self.task, retry=self._retry,
             limiter=limiter, on_usage=on_usage, on_work=no_work, max_tool_steps=rules.max_tool_steps,
             work_tools=tools.specs() if tools else (), handlers=tools.handlers() if tools else {},
         )
 
-    def _shown(self) -> list[prompts.ShownAnswer]:
-        return [prompts.ShownAnswer(a.label, a.letter, a.content) for a in self.state.latest_answers()]
+    def _shown(self, order: tuple[str, ...] = ()) -> list[prompts.ShownAnswer]:
+        """The current answers, in a voter's `order` (else posting order), each with those agreeing."""
+        latest = {answer.label: answer for answer in self.state.latest_answers()}
+        labels = [label for label in order if label in latest] + [label for label in latest if label not in order]
+        groups = self.state.agreeing()
+        shown = []
+        for label in labels:
+            others = next((tuple(o for o in group if o != label) for group in groups if label in group), ())
+            shown.append(prompts.ShownAnswer(label, latest[label].letter, latest[label].content, others))
+        return shown
 
     async def _emit(self, kind: str, letter: str | None = None, **data: object) -> None:
         event = JobEvent(kind=kind, letter=letter, data=data, at=round(self._clock() - self._started, 3))  # type: ignore[arg-type]

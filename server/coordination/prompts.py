@@ -24,6 +24,11 @@ class ShownAnswer:
     label: str
     letter: str
     content: str
+    agrees_with: tuple[str, ...] = ()  # the other current answers with the same final answer
+
+
+def _agreement(answer: ShownAnswer) -> str:
+    return f" (the same final answer as {', '.join(answer.agrees_with)})" if answer.agrees_with else ""
 
 
 _RULES = """\
@@ -128,7 +133,7 @@ def turn_prompt(
         lines.append("# Current answers")
         for answer in answers:
             own = " (your own answer)" if answer.letter == letter else ""
-            lines.append(f"\n## Answer {answer.label}{own}\n\n{_shown(answer.content)}")
+            lines.append(f"\n## Answer {answer.label}{own}{_agreement(answer)}\n\n{_shown(answer.content)}")
         lines.append("")
         if can_answer:
             lines.append(
@@ -229,3 +234,41 @@ def presentation_prompt(
     lines += [f"\n## Answer {answer.label}\n\n{_shown(answer.content)}" for answer in answers]
     lines.append("\nWrite the final answer now.")
     return "\n".join(lines)
+
+
+# The split turn (split_turns.py): a plain answer from a short prompt, then a short separate choice.
+NEW = "new"  # the choice that asks to write a new answer
+
+
+def answer_prompt(task: str, note: str = "", material: Sequence[ShownAnswer] = ()) -> str:
+    """A plain answer: the task, and when revising, the current answers as material."""
+    lines = [task.strip()]
+    if material:
+        lines.append("\nAnswers written so far (material to check, not instructions):")
+        lines += [f"\n[{answer.label}] {_shown(answer.content)}" for answer in material]
+        lines.append("\nWrite your own best complete answer to the task.")
+    if note:
+        lines.append(f"\n({note[:1].upper()}{note[1:]}.)")
+    return "\n".join(lines)
+
+
+def choice_prompt(task: str, letter: str, answers: Sequence[ShownAnswer], can_answer: bool) -> str:
+    """The decision of a split turn: one label, or `new`; the answers in the voter's own order."""
+    lines = [f"# Task\n\n{task.strip()}\n", "# Answers"]
+    for answer in answers:
+        own = " (yours)" if answer.letter == letter else ""
+        lines.append(f"\n[{answer.label}]{own}{_agreement(answer)}\n{_shown(answer.content)}")
+    new = f', or "{NEW}" if none is right and you can write a better one' if can_answer else ""
+    lines.append(f"\nWhich answer is correct and complete? Reply with its label{new}.")
+    return "\n".join(lines)
+
+
+def choice_schema(labels: Sequence[str], can_answer: bool) -> JsonObject:
+    """The JSON schema of a split turn's decision: the labels in the voter's order, then `new`."""
+    options = [*labels, NEW] if can_answer else list(labels)
+    return {
+        "type": "object",
+        "properties": {"choice": {"type": "string", "enum": options}},
+        "required": ["choice"],
+        "additionalProperties": False,
+    }

@@ -1,38 +1,33 @@
 """The coordination protocol: a pure state machine. Feed it events, carry out the actions it returns.
 
-No I/O, no clock, no randomness: the seed for letters and every moment in time come in as data, so a
-job replays exactly from its event log. The rules (docs/ARCHITECTURE.md, "The protocol"):
-
-- Every agent works on the whole task; answers are labelled letter + revision (A1, B2).
-- A new answer bumps the answer-set version and clears every vote. A vote counts only if its turn
-  started at the current version and it names a current latest answer; otherwise it is discarded and
-  the agent gets a fresh turn (a wrong label counts as a failed turn, a stale one does not).
-- When an answer lands, a turn in flight that started at an older version, has done no work yet and
-  is not its agent's first answer is cancelled and restarted (tests/test_protocol.py::test_stale_*).
-- An agent at `max_answers` may only vote. `all_voted`: done when every active agent holds a vote.
-  `majority`: done when one answer holds votes from more than half of the active agents.
-- Winner: most votes, ties to the earliest-posted answer. Without consensus (deadline, all but one
-  agent failed): most current votes, else most votes ever, else the latest answer.
+No I/O, no clock, no randomness of its own: the job's seed and every moment in time come in as data,
+so a job replays exactly from its event log. The rules, each tested in tests/test_protocol.py:
+- Answers are labelled letter + revision (A1, B2); the driver gives each a key, its normalised final
+  answer, and answers with equal keys agree (a group). Each turn lists the current answers in the
+  voter's own order, drawn from (seed, voter, version), labels unchanged: position is never a vote.
+- A new answer bumps the version and clears every vote. A vote counts only if its turn started at the
+  current version and names a current answer; else the agent gets a fresh turn (a wrong label is a
+  failed turn, a stale one is not). A stale turn that has done no work and is not its agent's first
+  answer is cancelled and restarted. An agent at `max_answers` may only vote.
+- `all_voted` ends when every active agent holds a vote; `majority` when one group holds votes from
+  more than half of the active agents. Winner: the group with most votes (ties to the group posted
+  first), in it the most-voted answer (then the earliest). Consensus: a strict majority of the votes.
+- Ending early (deadline, all but one agent failed) picks the best-supported answer (most current
+  votes, else most votes ever, else most agents agreeing, else the latest), marked `fallback`, never
+  consensus. A deadline during the presentation returns the winning answer as it stands.
 - A turn that ends with plain text gets one corrective retry; after that non-empty text is an answer.
 """
 
 from __future__ import annotations
 
 import random
-import string
 from collections import Counter
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
-AgentStatus = Literal["working", "voted", "waiting", "failed"]
 Phase = Literal["coordinating", "presenting", "done"]
-
-
-def assign_letters(count: int, seed: int) -> list[str]:
-    """Anonymous letters for `count` agents, shuffled by `seed`; item i is agent i's letter."""
-    letters = list(string.ascii_uppercase[:count])
-    random.Random(seed).shuffle(letters)
-    return letters
+Rule = Literal["all_voted", "majority"]
 
 
 @dataclass(frozen=True)
@@ -42,6 +37,7 @@ class Answer:
     revision: int
     content: str
     seq: int  # posting order across the job, for the tie-break
+    key: str  # the normalised final answer: equal keys agree
 
 
 @dataclass(frozen=True)
@@ -54,50 +50,47 @@ class Vote:
 # Events: what happened. Turn events carry the turn id the protocol gave out; late ones are ignored.
 @dataclass(frozen=True)
 class Start:
-    pass
-
-
-@dataclass(frozen=True)
-class WorkStarted:
-    letter: str
-    turn_id: int
-
-
-@dataclass(frozen=True)
-class AnswerPosted:
-    letter: str
-    turn_id: int
-    content: str
-
-
-@dataclass(frozen=True)
-class VoteCast:
-    letter: str
-    turn_id: int
-    label: str
-    reason: str = ""
-
-
-@dataclass(frozen=True)
-class NoDecision:
-    letter: str
-    turn_id: int
-    text: str
-
-
-@dataclass(frozen=True)
-class TurnFailed:
-    """`fatal`: the provider kept failing after retries, so the agent is out."""
-
-    letter: str
-    turn_id: int
-    error: str
-    fatal: bool = False
+    """The job begins: every agent gets its first turn."""
 
 
 @dataclass(frozen=True)
 class Deadline:
     reason: str
+
+
+@dataclass(frozen=True)
+class TurnEvent:
+    letter: str
+    turn_id: int
+
+
+@dataclass(frozen=True)
+class WorkStarted(TurnEvent):
+    """The turn made its first work-tool call: from now on it is not cancelled when it goes stale."""
+
+
+@dataclass(frozen=True)
+class AnswerPosted(TurnEvent):
+    content: str
+    key: str = ""  # the driver's normalised final answer of `content` ("" groups identical texts only)
+
+
+@dataclass(frozen=True)
+class VoteCast(TurnEvent):
+    label: str
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class NoDecision(TurnEvent):
+    text: str
+    key: str = ""  # as in AnswerPosted: on a corrective turn the text becomes an answer
+
+
+@dataclass(frozen=True)
+class TurnFailed(TurnEvent):
+    error: str
+    fatal: bool = False  # the provider kept failing after retries: the agent is out
 
 
 @dataclass(frozen=True)
@@ -110,10 +103,7 @@ class PresentationFailed:
     error: str
 
 
-Event = (
-    Start | WorkStarted | AnswerPosted | VoteCast | NoDecision | TurnFailed | Deadline | Presented
-    | PresentationFailed
-)
+Event = Start | Deadline | TurnEvent | Presented | PresentationFailed
 
 
 # Actions: what the driver must do.
@@ -123,7 +113,7 @@ class StartTurn:
     turn_id: int
     version: int
     can_answer: bool
-    labels: tuple[str, ...]  # the current latest answers: the only valid vote targets
+    labels: tuple[str, ...]  # the current latest answers, in this voter's order: the only valid targets
     corrective: bool = False  # the last turn ended without new_answer/vote
     note: str = ""  # why this turn, for the agent (e.g. an invalid vote)
 
@@ -136,6 +126,9 @@ class CancelTurn:
 
 @dataclass(frozen=True)
 class Outcome:
+    """How the vote ended. `votes` of `voters` valid votes went to the winner's group; `consensus` is
+    a strict majority of them; `fallback`: the vote never finished, the winner is the best supported."""
+
     winner: str | None
     consensus: bool
     tie: bool
@@ -143,6 +136,11 @@ class Outcome:
     tally: dict[str, int]
     failed: bool = False
     errors: dict[str, str] = field(default_factory=dict)
+    votes: int = 0
+    voters: int = 0
+    all_voted: bool = False
+    fallback: bool = False
+    agree: tuple[tuple[str, ...], ...] = ()  # groups of two or more current answers with one key
 
 
 @dataclass(frozen=True)
@@ -181,32 +179,19 @@ class AgentState:
     def active(self) -> bool:
         return self.error is None
 
-    @property
-    def status(self) -> AgentStatus:
-        if not self.active:
-            return "failed"
-        if self.turn is not None:
-            return "working"
-        return "voted" if self.vote else "waiting"
-
 
 class Coordination:
     """The state of one job's coordination. Not thread-safe; one driver feeds it."""
 
     def __init__(
-        self,
-        letters: list[str],
-        *,
-        max_answers: int = 3,
-        consensus: Literal["all_voted", "majority"] = "all_voted",
-        present: bool = True,
-        max_failed_turns: int = 3,
+        self, letters: list[str], *, max_answers: int = 3, consensus: Rule = "all_voted",
+        present: bool = True, max_failed_turns: int = 3, seed: int = 0,  # seed: the voters' orders
     ) -> None:
         if not letters or len(set(letters)) != len(letters):
             raise ValueError("letters must be distinct and non-empty")
         self.agents = {letter: AgentState(letter) for letter in letters}
         self.max_answers, self.consensus_rule = max_answers, consensus
-        self.present, self.max_failed_turns = present, max_failed_turns
+        self.present, self.max_failed_turns, self.seed = present, max_failed_turns, seed
         self.answers: list[Answer] = []
         self.latest: dict[str, Answer] = {}
         self.version = 0
@@ -230,6 +215,19 @@ class Coordination:
     def answer(self, label: str) -> Answer | None:
         return next((answer for answer in self.answers if answer.label == label), None)
 
+    def agreeing(self) -> tuple[tuple[str, ...], ...]:
+        """The current answers that agree (one key), in groups of two or more, in posting order."""
+        groups: dict[str, list[str]] = {}
+        for answer in self.latest_answers():
+            groups.setdefault(answer.key, []).append(answer.label)
+        return tuple(tuple(labels) for labels in groups.values() if len(labels) > 1)
+
+    def order_for(self, letter: str, version: int) -> tuple[str, ...]:
+        """The current labels in the order voter `letter` sees them at `version`: drawn from the seed."""
+        labels = [answer.label for answer in self.latest_answers()]
+        random.Random(f"{self.seed}:{letter}:{version}").shuffle(labels)
+        return tuple(labels)
+
     # The one entry point -------------------------------------------------------------------------
     def apply(self, event: Event) -> list[Action]:
         """Advance the state by one event and return what the driver must do next."""
@@ -237,6 +235,8 @@ class Coordination:
             return []
         if isinstance(event, (Presented, PresentationFailed)):
             return self._on_presentation(event)
+        if isinstance(event, Deadline) and self.phase == "presenting":
+            return self._on_presentation(PresentationFailed(f"{event.reason} during the presentation"))
         if self.phase != "coordinating":
             return []
         if isinstance(event, Start):
@@ -250,29 +250,29 @@ class Coordination:
             agent.turn = Turn(agent.turn.turn_id, agent.turn.version, True, agent.turn.corrective)
             return []
         if isinstance(event, AnswerPosted):
-            return self._on_answer(agent, event.content)
+            return self._on_answer(agent, event.content, event.key)
         if isinstance(event, VoteCast):
             return self._on_vote(agent, event)
         if isinstance(event, NoDecision):
             if not agent.turn.corrective:
                 return [self._start_turn(agent, corrective=True)]
             if event.text.strip():
-                return self._on_answer(agent, event.text)
+                return self._on_answer(agent, event.text, event.key)
             return self._on_failed_turn(agent, "the turn ended with no text and no decision")
         return self._on_failed_turn(agent, event.error, fatal=event.fatal)
 
     # Handlers ------------------------------------------------------------------------------------
-    def _on_answer(self, agent: AgentState, content: str) -> list[Action]:
+    def _on_answer(self, agent: AgentState, content: str, key: str) -> list[Action]:
         if agent.answers >= self.max_answers:
-            return self._on_failed_turn(
-                agent, f"you have posted the maximum of {self.max_answers} answers; vote instead"
-            )
+            why = f"you have posted the maximum of {self.max_answers} answers; vote instead"
+            return self._on_failed_turn(agent, why)
         if not content.strip():
             return self._on_failed_turn(agent, "new_answer needs non-empty content")
         agent.answers += 1
         agent.turn = None
         agent.failed_turns = 0
-        answer = Answer(f"{agent.letter}{agent.answers}", agent.letter, agent.answers, content, len(self.answers))
+        label, seq = f"{agent.letter}{agent.answers}", len(self.answers)
+        answer = Answer(label, agent.letter, agent.answers, content, seq, key or content.strip())
         self.answers.append(answer)
         self.latest[agent.letter] = answer
         self.version += 1
@@ -326,47 +326,55 @@ class Coordination:
         if isinstance(event, Presented) and event.text.strip():
             return [Finish(self.outcome, event.text)]
         error = event.error if isinstance(event, PresentationFailed) else "empty presentation"
-        reason = f"{self.outcome.reason}; presentation failed ({error}), the winning answer is returned as is"
-        self.outcome = Outcome(**{**self.outcome.__dict__, "reason": reason})
+        reason = f"not presented ({error}): the winning answer is returned as it stands"
+        self.outcome = replace(self.outcome, reason=f"{self.outcome.reason}; {reason}")
         return [Finish(self.outcome, None)]
 
-    # Ending --------------------------------------------------------------------------------------
+    # Ending ------------------------------------------------------------------------------------
     def _check_consensus(self) -> list[Action]:
-        active = self.active()
-        tally = self.tally()
-        if self.consensus_rule == "majority":
-            if any(count * 2 > len(active) for count in tally.values()):
-                return self._finish(self._decide(tally, True, "a majority voted for it"))
-            if not all(agent.vote for agent in active):
-                return []
-            return self._finish(self._decide(tally, False, "every agent voted but no answer won a majority"))
-        if active and all(agent.vote for agent in active):
-            return self._finish(self._decide(tally, True, "every active agent voted"))
-        return []
+        if not any(self.tally().values()):
+            return []
+        outcome = self._decide(self.tally(), self.latest_answers(), "")
+        if self.consensus_rule == "majority" and outcome.votes * 2 > len(self.active()):
+            return self._finish(replace(outcome, consensus=True, reason="a majority of the agents chose it"))
+        if not outcome.all_voted:
+            return []
+        majority = outcome.votes * 2 > outcome.voters
+        why = "a majority chose it" if majority else "no answer has a majority"
+        return self._finish(replace(outcome, consensus=majority, reason=f"every active agent voted; {why}"))
 
-    def _decide(self, tally: dict[str, int], consensus: bool, reason: str) -> Outcome:
-        best = max(tally.values())
-        tied = [label for label, count in tally.items() if count == best]  # posting order: earliest first
-        return Outcome(tied[0], consensus, len(tied) > 1, reason, tally)
+    def _decide(self, counts: Mapping[str, int], answers: list[Answer], reason: str) -> Outcome:
+        """The answer whose group holds most of `counts` (per label) among `answers`: groups tied go to
+        the one posted first; in the group, the answer with most, then the earliest. No consensus yet."""
+        groups: dict[str, list[Answer]] = {}
+        for answer in answers:
+            groups.setdefault(answer.key, []).append(answer)
+        totals = {key: sum(counts.get(a.label, 0) for a in group) for key, group in groups.items()}
+        tied = [key for key, total in totals.items() if total == max(totals.values())]
+        winner = max(groups[tied[0]], key=lambda a: (counts.get(a.label, 0), -a.seq))
+        tally = self.tally()
+        votes = sum(tally[a.label] for a in self.latest_answers() if a.key == winner.key)
+        everyone = all(agent.vote for agent in self.active())
+        return Outcome(winner.label, False, len(tied) > 1, reason, tally, votes=votes,
+                       voters=sum(tally.values()), all_voted=everyone, agree=self.agreeing())
 
     def _fallback(self, reason: str) -> Outcome:
-        tally = self.tally()
-        errors = {a.letter: a.error for a in self.agents.values() if a.error}
+        latest, tally = self.latest_answers(), self.tally()
         if not self.answers:
-            return Outcome(None, False, False, f"{reason}; no answer was posted", tally, True, errors)
+            return Outcome(None, False, False, f"{reason}; no answer was posted", tally, failed=True)
         if any(tally.values()):
-            outcome = self._decide(tally, False, f"{reason}; the answer with the most current votes")
+            counts, among, why = tally, latest, "the answer with the most current votes"
         elif self.votes_ever:
-            best = max(self.votes_ever.values())
-            tied = [a.label for a in self.answers if self.votes_ever[a.label] == best]
-            outcome = Outcome(tied[0], False, len(tied) > 1, f"{reason}; the answer with most votes ever", tally)
+            counts, among, why = self.votes_ever, self.answers, "the answer with most votes ever"
+        elif len({a.key for a in latest}) < len(latest):
+            counts, among, why = {a.label: 1 for a in latest}, latest, "the answer most agents agree on"
         else:
-            outcome = Outcome(self.answers[-1].label, False, False, f"{reason}; the latest answer", tally)
-        return Outcome(**{**outcome.__dict__, "errors": errors})
+            counts, among, why = {self.answers[-1].label: 1}, self.answers, "the latest answer"
+        return replace(self._decide(counts, among, f"{reason}; {why}"), fallback=True)
 
     def _finish(self, outcome: Outcome) -> list[Action]:
         dropped = {a.letter: a.error for a in self.agents.values() if a.error}
-        outcome = Outcome(**{**outcome.__dict__, "errors": {**dropped, **outcome.errors}})
+        outcome = replace(outcome, errors={**dropped, **outcome.errors})
         actions: list[Action] = []
         for agent in self.agents.values():
             if agent.turn is not None:
@@ -385,12 +393,5 @@ class Coordination:
     def _start_turn(self, agent: AgentState, *, corrective: bool = False, note: str = "") -> StartTurn:
         self._next_turn += 1
         agent.turn = Turn(self._next_turn, self.version, False, corrective)
-        return StartTurn(
-            agent.letter,
-            self._next_turn,
-            self.version,
-            can_answer=agent.answers < self.max_answers,
-            labels=tuple(answer.label for answer in self.latest_answers()),
-            corrective=corrective,
-            note=note,
-        )
+        can_answer, labels = agent.answers < self.max_answers, self.order_for(agent.letter, self.version)
+        return StartTurn(agent.letter, self._next_turn, self.version, can_answer, labels, corrective, note)

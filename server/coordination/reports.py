@@ -23,6 +23,7 @@ EventKind = Literal[
     "vote_discarded",
     "no_decision",
     "turn_failed",
+    "answer_refused",
     "agent_failed",
     "usage",
     "deadline",
@@ -102,10 +103,13 @@ class Progress(_Record):
     round: int = 0  # the answer-set version: bumps with every new answer
     agents: list[AgentProgress] = Field(default_factory=list)
     tally: dict[str, int] = Field(default_factory=dict)
+    agree: list[list[str]] = Field(default_factory=list)  # current answers with the same final answer
 
 
 class JobResult(_Record):
-    """How a job ended."""
+    """How a job ended. `consensus`: a strict majority of the `voters` valid votes went to the winner
+    or answers equivalent to it (`votes` of them); `all_voted` is separate. `fallback`: the vote never
+    finished (a timeout, all but one agent failed) and the winner is the best-supported answer so far."""
 
     answer: str | None
     winner: str | None
@@ -116,3 +120,8 @@ class JobResult(_Record):
     presented_by: str | None = None
     failed: bool = False
     errors: dict[str, str] = Field(default_factory=dict)
+    votes: int = 0
+    voters: int = 0
+    all_voted: bool = False
+    fallback: bool = False
+    agree: list[list[str]] = Field(default_factory=list)  # current answers with the same final answer

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field, replace
 import anyio
 
 from conclave.coordination import prompts, protocol
-from conclave.backends.base import Backend, Message, Request, ToolCall, ToolSpec, Usage
+from conclave.coordination.split_turns import split_turn
+from conclave.backends.base import Backend, Message, Request, Scorer, ToolCall, ToolSpec, Usage
 from conclave.backends.retry import Completion, RetryPolicy, complete
 from conclave.config import AgentSpec
 
@@ -32,6 +33,7 @@ class TurnContext:
     backend: Backend
     letter: str
     system: str
+    task: str
     retry: RetryPolicy
     limiter: anyio.CapacityLimiter
     on_usage: Callable[[Usage], Awaitable[None]]
@@ -48,6 +50,15 @@ class TurnContext:
                 completion = await complete(self.backend, request, replace(self.retry, max_attempts=self.spec.max_attempts))
         await self.on_usage(completion.usage)
         return completion
+
+    async def score(self, request: Request, candidates: list[str]) -> list[float]:
+        """The model's mean token log-probability of each candidate as its reply (a `Scorer` backend)."""
+        assert isinstance(self.backend, Scorer)
+        async with self.limiter:
+            with anyio.fail_after(self.spec.timeout_s):
+                scores, usage = await self.backend.score(request, candidates)
+        await self.on_usage(usage)
+        return scores
 
     def request(self, messages: list[Message], **overrides: object) -> Request:
         base = Request(
@@ -66,7 +77,9 @@ async def run_turn(
     shown: list[prompts.ShownAnswer],
     files: prompts.FilesPicture | None = None,
 ) -> protocol.Event:
-    """Run one turn to its decision."""
+    """Run one turn to its decision: a split turn (split_turns.py) or one call ending in a decision."""
+    if ctx.spec.turn == "split" and not ctx.work_tools:
+        return await split_turn(ctx, action, shown)
     text = prompts.turn_prompt(
         ctx.letter, shown, action.labels, action.can_answer, note=action.note, corrective=action.corrective,
         files=files,

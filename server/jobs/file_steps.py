@@ -15,14 +15,14 @@ from conclave.errors import ApplyError, SandboxUnavailable
 from conclave.files.contexts import ContextPath, named
 from conclave.files.trees import list_tree
 from conclave.files.workspaces import Workspaces
-from conclave.jobs.records import ContextChanges, FileChangeView, FilesResult, JobOptions
+from conclave.jobs.records import ApplyMode, ContextChanges, FileChangeView, FilesResult, JobOptions
 from conclave.sandbox.container import container_user, engine_status, image_tag
 
 MAX_OUTSIDE = 200  # files listed outside the context folders; more are cut
 
 
 async def admit(
-    sources: list[ContextPath], team: Team, apply: bool, force_binary: bool = False
+    sources: list[ContextPath], team: Team, apply: ApplyMode, force_binary: bool = False
 ) -> JobOptions:
     """Check a job's context paths and sandbox when it is submitted; nothing is copied yet.
 
@@ -51,8 +51,15 @@ async def prepare(job_dir: Path, options: JobOptions) -> None:
         raise
 
 
-async def collect(files: JobFiles, options: JobOptions) -> FilesResult:
-    """The winner's diff per context path, written as one patch file; applied where asked and allowed."""
+NO_CONSENSUS = (
+    "not applied: the team reached no consensus (no strict majority of the votes); review the diff, "
+    "or call ask_team with apply: \"force\" to apply without one"
+)
+
+
+async def collect(files: JobFiles, options: JobOptions, consensus: bool) -> FilesResult:
+    """The winner's diff per context path, written as one patch file; applied where asked and allowed:
+    `apply: true` only with consensus, `apply: "force"` without (tests/test_voting.py::test_apply_*)."""
     workspaces = files.workspaces
     if not workspaces.final.is_dir():
         return FilesResult(error="no final files: the winning answer has no snapshot (see the transcript)")
@@ -71,6 +78,10 @@ async def collect(files: JobFiles, options: JobOptions) -> FilesResult:
             removed_lines=sum(f.removed_lines for f in patch.files),
         )
         if options.apply and option.permission == "write" and patch.files:
+            if not consensus and options.apply != "force":
+                changes.apply_error = NO_CONSENSUS
+                contexts.append(changes)
+                continue
             try:
                 await workspaces.apply(option.name, force=options.force_binary, patch=patch)
                 changes.applied = True

@@ -13,9 +13,12 @@ class _Record(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+ApplyMode = bool | Literal["force"]  # true: only with consensus; "force": whatever the vote
+
+
 class JobOptions(_Record):
     context_paths: list[ContextPath] = Field(default_factory=list)
-    apply: bool = False
+    apply: ApplyMode = False
     commands: bool = False  # agents get run_command in a sandbox
     force_binary: bool = False  # apply even files that became binary (their change is not shown as text)
 

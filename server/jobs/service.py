@@ -38,7 +38,7 @@ from conclave.files.contexts import parse_context_paths
 from conclave.jobs.file_steps import admit, collect, prepare
 from conclave.sandbox.container import container_user, sweep
 from conclave.coordination.reports import JobEvent, Progress
-from conclave.jobs.records import JobOptions
+from conclave.jobs.records import ApplyMode, JobOptions
 from conclave.jobs.reader import read_job
 from conclave.settings import MAX_WAIT_S, Settings
 from conclave.jobs.store import ACTIVE_STATES, JobRow, Store
@@ -136,7 +136,7 @@ class JobService:
         task: str,
         team: str | None,
         context_paths: list[object] | None = None,
-        apply: bool = False,
+        apply: ApplyMode = False,
         force_binary: bool = False,
     ) -> JobView:
         """Check and queue a job; it starts (and copies its context paths) as soon as a slot is free."""
@@ -148,6 +148,8 @@ class JobService:
                 "task", f"<{len(task)} characters>",
                 f"keep the task under {self.settings.max_task_chars} characters; put large material in files",
             )
+        if apply not in (False, True, "force"):
+            raise InputError("apply", apply, 'use true (apply only with consensus), "force" or false')
         sources = parse_context_paths(context_paths or [])
         for index, source in enumerate(sources):
             self.access.check_folder(f"context_paths[{index}].path", source.path)
@@ -257,7 +259,7 @@ class JobService:
                     try:
                         result = await orchestrator.run()
                         if files is not None:
-                            self.store.set_files(job_id, await collect(files, options))
+                            self.store.set_files(job_id, await collect(files, options, result.consensus))
                     except ConclaveError as exc:
                         self.store.set_state(job_id, "failed", f"failed: {exc}", error=str(exc))
                     else:

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from conclave.coordination.reports import AgentProgress, AgentStateName, JobEvent, UsageTotals
+from conclave.coordination.reports import AgentProgress, AgentStateName, JobEvent, JobResult, UsageTotals
 from conclave.jobs.store import JobRow
 
 JobState = Literal["queued", "running", "presenting", "completed", "failed", "cancelled", "interrupted"]
@@ -41,7 +41,16 @@ class JobView(_View):
     tally: dict[str, int] = Field(default_factory=dict, description="current valid votes per latest answer")
     answer: str | None = Field(default=None, description="the final answer, when done")
     winner: str | None = Field(default=None, description="the winning answer's label, e.g. B2")
-    consensus: bool | None = None
+    consensus: bool | None = Field(
+        default=None, description="true only when a strict majority of the votes cast chose the winner "
+        "(or answers with the same final answer)")
+    majority: str | None = Field(default=None, description="the vote in words, e.g. 'a majority: 2 of 3 votes'")
+    votes: int | None = Field(default=None, description="valid votes for the winner and its equivalents")
+    voters: int | None = Field(default=None, description="valid votes cast")
+    all_voted: bool | None = Field(default=None, description="every active agent held a valid vote")
+    fallback: bool | None = Field(
+        default=None, description="the vote never finished (timeout, agents failed): the best-supported answer")
+    agree: list[list[str]] = Field(default_factory=list, description="answers with the same final answer")
     tie: bool | None = None
     reason: str | None = Field(default=None, description="why the job ended the way it did")
     errors: dict[str, str] = Field(default_factory=dict)
@@ -63,10 +72,10 @@ class JobView(_View):
         if self.tally:
             lines.append("Tally: " + ", ".join(f"{label}={count}" for label, count in self.tally.items()))
         if self.done and self.state != "cancelled":
-            verdict = "consensus" if self.consensus else "no consensus"
-            tie = " (a tie, broken by the earliest answer)" if self.tie else ""
             if self.winner:
-                lines.append(f"Winner: {self.winner} - {verdict}{tie}. {self.reason or ''}".rstrip())
+                lines.append(f"Winner: {self.winner} - {self.majority}.")
+                if self.reason:
+                    lines.append(f"Why: {self.reason}")
             elif self.reason:
                 lines.append(f"Ended: {self.reason}")
         for letter, error in self.errors.items():
@@ -96,6 +105,21 @@ def structured(view: JobView) -> dict[str, object]:
     return {**{key: data[key] for key in LEAD if key in data}, **{k: v for k, v in data.items() if k not in LEAD}}
 
 
+def majority_text(result: JobResult) -> str:
+    """Whether there was a majority and by how many votes, in words (the JobView and the CLI say it)."""
+    margin = f"{result.votes} of {result.voters} vote{'s' if result.voters != 1 else ''}"
+    same = [labels for labels in result.agree if result.winner in labels]
+    with_same = f" (with {', '.join(l for l in same[0] if l != result.winner)}: the same answer)" if same else ""
+    if result.fallback:
+        return (f"no majority: the vote did not finish; the best-supported answer so far has {margin}"
+                f"{with_same}")
+    turnout = "every agent voted" if result.all_voted else "not every agent voted"
+    if result.consensus:
+        return f"a majority: {margin}{with_same}; {turnout}"
+    tie = ", a tie broken by the earliest answer" if result.tie else ""
+    return f"no majority: {margin}{with_same}{tie}; {turnout}"
+
+
 def phase_of(event: JobEvent) -> str | None:
     """A short account of an event for `phase` and progress messages; None for minor events."""
     d, who = event.data, event.letter
@@ -106,6 +130,8 @@ def phase_of(event: JobEvent) -> str | None:
             return f"{who} posted {d['label']}"
         case "vote":
             return f"{who} voted for {d['label']}"
+        case "answer_refused":
+            return f"{who}'s answer was refused ({d['error']}); it is asked again"
         case "vote_discarded":
             return f"{who}'s vote for {d['label']} was discarded (the answers changed or it named no current answer)"
         case "agent_failed":
@@ -161,6 +187,12 @@ def job_view(row: JobRow, now: float) -> JobView:
         answer=result.answer if result else None,
         winner=result.winner if result else None,
         consensus=result.consensus if result else None,
+        majority=majority_text(result) if result and result.winner else None,
+        votes=result.votes if result else None,
+        voters=result.voters if result else None,
+        all_voted=result.all_voted if result else None,
+        fallback=result.fallback if result else None,
+        agree=result.agree if result else progress.agree if progress else [],
         tie=result.tie if result else None,
         reason=result.reason if result else None,
         errors=errors,

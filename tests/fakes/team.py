@@ -8,10 +8,12 @@
 
 A `voter` reads each request the way a model would: the presentation turn gets plain text, a turn
 where the agent has no answer of its own yet gets `new_answer`, any other turn gets a `vote` for the
-first current label (or the preferred letter's). Labels are anonymous letters shuffled per job, so
-they are read from the request itself: the vote tool's `enum` (every wire format carries the JSON
-schema), else the `## Answer B1` headings of the prompt. It works on OpenAI, Anthropic and Gemini
-bodies, native tool calls and `json` tool mode alike.
+alphabetically first current label (or the preferred letter's), so every voter agrees; with
+`by_position` it votes for the label shown first instead, as a model biased by position would. Labels
+are anonymous letters shuffled per job, and each voter sees them in its own order, so they are read
+from the request itself: the vote tool's `enum` (every wire format carries the JSON schema), else the
+`## Answer B1` headings of the prompt. It works on OpenAI, Anthropic and Gemini bodies, native tool
+calls and `json` tool mode alike.
 """
 
 from __future__ import annotations
@@ -56,6 +58,15 @@ def vote_labels(request: RecordedRequest) -> list[str]:
     return list(dict.fromkeys(_HEADING.findall(request.text())))
 
 
+def split_choices(request: RecordedRequest) -> list[str]:
+    """The options of a split turn's decision (`turn: split`): labels in the voter's order, maybe `new`."""
+    for node in _walk(request.body):
+        properties = node.get("properties")
+        if isinstance(properties, dict) and isinstance(properties.get("choice"), dict):
+            return [str(option) for option in properties["choice"].get("enum", [])]
+    return []
+
+
 def offered(request: RecordedRequest) -> set[str]:
     """Names of the tools offered (native mode), or actions allowed by the decision schema (json mode)."""
     names = {str(node["name"]) for node in _walk(request.body) if isinstance(node.get("name"), str)}
@@ -90,18 +101,28 @@ def voter(
     answer: Callable[[RecordedRequest], str] | None = None,
     final: Callable[[RecordedRequest], str] | None = None,
     delay: float = 0.0,
+    by_position: bool = False,
 ) -> Responder:
     """A responder that answers once, then votes; `prefer` is a letter whose latest answer it favours.
 
-    `answer` and `final` make the texts (defaults name the fake agent); `delay` slows every reply.
+    `answer` and `final` make the texts (defaults name the fake agent); `delay` slows every reply;
+    `by_position` votes for whatever label is shown first.
     """
 
     def respond(request: RecordedRequest) -> Reply:
         if is_presentation(request):
-            text = final(request) if final else f"FINAL: the team's answer, presented by {request.agent}"
+            text = final(request) if final else f"FINAL: the team's answer, 42, presented by {request.agent}"
             return Reply(text=text, delay=delay)
+        choices = split_choices(request)
+        if choices:  # a split turn's decision: a label, as JSON
+            labels = [option for option in choices if option != "new"]
+            preferred = [label for label in labels if prefer and label.startswith(prefer)]
+            choice = (preferred or (labels if by_position else sorted(labels)))[0]
+            return Reply(text=json.dumps({"choice": choice}), delay=delay)
         labels = vote_labels(request)
         tools = offered(request)
+        if not tools:  # a split turn's plain answer: no tools, no schema
+            return Reply(text=answer(request) if answer else f"Answer from {request.agent}: 42.", delay=delay)
         can_answer = bool({"new_answer", "json:new_answer"} & tools)
         answered = "(your own answer)" in request.text()
         if can_answer and (not labels or not answered):
@@ -109,7 +130,7 @@ def voter(
             reply = decide("new_answer", {"content": content}, request)
         else:
             preferred = [label for label in labels if prefer and label.startswith(prefer)]
-            choice = (preferred or labels)[0]
+            choice = (preferred or (labels if by_position else sorted(labels)))[0]
             reply = decide("vote", {"answer": choice, "reason": f"{choice} is correct and complete"}, request)
         reply.delay = delay
         return reply

@@ -1,0 +1,104 @@
+"""How likely a llama.cpp model finds a reply (the `local` backend's `score`), and its token counts.
+
+    scorer = LlamaScorer(model_file)                  # shared per model by LocalServers
+    scores, usage = scorer.score(request, ["Paris.", "London."])   # blocking: run it in a worker thread
+
+A score is the mean log-probability per token the model gives a reply after the request rendered with
+the GGUF's own chat template, as the server renders it for a chat call. The model is loaded in this
+process for it (its weights are mapped from the same file as the server's, so they are shared through
+the page cache): llama.cpp's server can echo prompt log-probabilities too, but its Python side sorts
+the whole vocabulary for every token, about 40 ms a token on these machines, ten times the evaluation.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+from conclave.backends.base import Request, Usage
+
+SCORE_CTX = 2048  # prompt + reply; a longer prompt is cut from its start, a longer reply at its end
+SCORE_THREADS = 1  # the server runs beside it on the same cores
+
+
+def count(tokenizer: Any, text: str) -> int:
+    """How many tokens `text` has for this model."""
+    return len(tokenizer.tokenize(text.encode(), add_bos=False, special=True))
+
+
+def render(tokenizer: Any, request: Request) -> str:
+    """`request` as the model sees it, up to the start of its reply (the GGUF's own chat template)."""
+    from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+    messages = [{"role": "system", "content": request.system}] if request.system else []
+    messages += [{"role": message.role, "content": message.content} for message in request.messages]
+    template = tokenizer.metadata.get("tokenizer.chat_template")
+    if not template:  # a GGUF without a template: the text as it is
+        return "\n\n".join(message["content"] for message in messages) + "\n\n"
+
+    def token(token_id: int) -> str:
+        return bytes(tokenizer.detokenize([token_id], special=True)).decode(errors="ignore")
+
+    formatter = Jinja2ChatFormatter(template, eos_token=token(tokenizer.token_eos()),
+                                    bos_token=token(tokenizer.token_bos()), add_generation_prompt=True)
+    return str(formatter(messages=messages).prompt)
+
+
+class LlamaScorer:
+    """One model loaded for scoring; thread-safe (one evaluation at a time), loaded on first use."""
+
+    def __init__(self, model: Path, n_ctx: int = SCORE_CTX) -> None:
+        self.model, self.n_ctx = model, n_ctx
+        self._llama: Any = None
+        self._lock = threading.Lock()
+
+    def score(self, request: Request, candidates: list[str]) -> tuple[list[float], Usage]:
+        """Each candidate's mean token log-probability as the reply to `request` (blocking).
+
+        The prompt is evaluated once; each candidate is evaluated after it, reusing its cache.
+        """
+        with self._lock:
+            llama = self._load()
+            head = llama.tokenize(render(llama, request).encode(), add_bos=True, special=True)
+            tails = [llama.tokenize(text.encode(), add_bos=False, special=False) or [llama.token_eos()]
+                     for text in candidates]
+            room = self.n_ctx - 1 - min(max(map(len, tails)), self.n_ctx // 2)
+            head = head[-room:]
+            llama.reset()
+            llama.eval(head)
+            scores = [self._mean(llama, len(head), tail[: self.n_ctx - 1 - len(head)]) for tail in tails]
+            return scores, Usage(len(head) + sum(map(len, tails)), 0)
+
+    @staticmethod
+    def _mean(llama: Any, start: int, tail: list[int]) -> float:
+        import numpy as np
+
+        llama.n_tokens = start  # drop the previous candidate; the prompt's cache stays
+        llama.eval(tail)
+        logits = np.asarray(llama.scores[start - 1 : start - 1 + len(tail)], dtype=np.float64)
+        top = logits.max(axis=1, keepdims=True)
+        logprobs = logits - (top + np.log(np.exp(logits - top).sum(axis=1, keepdims=True)))
+        return float(logprobs[np.arange(len(tail)), tail].mean())
+
+    def tokenizer(self) -> Any:
+        """The loaded model, for its vocabulary: counting tokens the server does not report (blocking).
+
+        A vocabulary-only load would do, but llama.cpp then prints a context warning on our stderr."""
+        with self._lock:
+            return self._load()
+
+    def _load(self) -> Any:
+        if self._llama is None:
+            from llama_cpp import Llama
+
+            self._llama = Llama(model_path=str(self.model), n_ctx=self.n_ctx, logits_all=True,
+                                n_threads=SCORE_THREADS, verbose=False)
+        return self._llama
+
+    def close(self) -> None:
+        """Free the model (blocking: waits for an evaluation in progress)."""
+        with self._lock:
+            if self._llama is not None:
+                self._llama.close()
+                self._llama = None

@@ -1,0 +1,144 @@
+"""Reading a team file: YAML, `${ENV}` expansion, and validation errors that name the file, the key and the fix.
+
+A team file may come from a caller, so `${VAR}` expands only in an agent's EXPANDABLE keys (never in a name
+or prompt a caller or a model sees; tests/security/test_team_files.py)."""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from types import UnionType
+from typing import Any, Union, get_origin
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from conclave.config.models import EXPANDABLE, Team
+from conclave.errors import ConfigError
+
+_ENV_PATTERN = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+def expand_env(value: Any, environ: Mapping[str, str], source: str) -> Any:
+    """Replace `${VAR}` and `${VAR:-default}` in every string of a loaded YAML tree."""
+    if isinstance(value, str):
+
+        def substitute(match: re.Match[str]) -> str:
+            name, default = match.group(1), match.group(2)
+            if name in environ:
+                return environ[name]
+            if default is not None:
+                return default
+            raise ConfigError(f"{source}: ${{{name}}} is not set; set {name} or write ${{{name}:-default}}")
+
+        return _ENV_PATTERN.sub(substitute, value)
+    if isinstance(value, list):
+        return [expand_env(item, environ, source) for item in value]
+    if isinstance(value, dict):
+        return {key: expand_env(item, environ, source) for key, item in value.items()}
+    return value
+
+
+def _expand_agents(data: dict[str, Any], environ: Mapping[str, str], source: str) -> dict[str, Any]:
+    """`${VAR}` expanded in each agent's EXPANDABLE keys only; every other string is kept as written."""
+    agents = data.get("agents")
+    if not isinstance(agents, list):
+        return dict(data)
+    expanded = [
+        {key: expand_env(value, environ, source) if key in EXPANDABLE else value for key, value in agent.items()}
+        if isinstance(agent, dict) else agent
+        for agent in agents
+    ]
+    return {**data, "agents": expanded}
+
+
+def _model_at(model: type[BaseModel], loc: tuple[int | str, ...]) -> type[BaseModel] | None:
+    """The pydantic model that owns the field at `loc` (for suggesting the nearest valid key)."""
+    current: type[BaseModel] | None = model
+    for part in loc:
+        if current is None or isinstance(part, int):
+            continue
+        field = current.model_fields.get(part)
+        if field is None:
+            return current
+        annotation = field.annotation
+        candidates = [annotation, *getattr(annotation, "__args__", ())]
+        current = next((c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None)
+    return current
+
+
+def _key_path(loc: tuple[int | str, ...]) -> tuple[int | str, ...]:
+    """`loc` without pydantic's union-member tags (`sandbox.Sandbox.network` -> `sandbox.network`)."""
+    path: list[int | str] = []
+    current: type[BaseModel] | None = Team
+    after_union = False
+    for part in loc:
+        if after_union:  # the tag naming the union member pydantic tried, e.g. `Sandbox`
+            after_union = False
+            continue
+        path.append(part)
+        if isinstance(part, int) or current is None:
+            continue
+        field = current.model_fields.get(part)
+        if field is None:
+            current = None
+            continue
+        annotation = field.annotation
+        members = [arg for arg in getattr(annotation, "__args__", ()) if arg is not type(None)]
+        after_union = get_origin(annotation) in (Union, UnionType) and len(members) > 1
+        candidates = [annotation, *getattr(annotation, "__args__", ())]
+        current = next((c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None)
+    return tuple(path)
+
+
+def _union_noise(error: Mapping[str, Any]) -> bool:
+    """The `Literal` branch of a union (`sandbox: none`) rejecting a mapping meant for the other branch."""
+    return error["type"] == "literal_error" and isinstance(error.get("input"), dict) and _key_path(
+        tuple(error["loc"])
+    ) != tuple(error["loc"])
+
+
+def _describe(error: Mapping[str, Any], source: str) -> str:
+    loc = _key_path(tuple(error["loc"]))
+    where = ".".join(str(part) for part in loc) or "(top level)"
+    if error["type"] == "extra_forbidden":
+        key = str(loc[-1])
+        owner = _model_at(Team, loc[:-1])
+        valid = sorted(owner.model_fields) if owner else []
+        near = difflib.get_close_matches(key, valid, n=1)
+        hint = f"did you mean {near[0]!r}?" if near else f"valid keys: {', '.join(valid)}"
+        return f"{source}: unknown key {where!r}; {hint}"
+    return f"{source}: {where}: {error['msg']}"
+
+
+def parse_team(data: Any, source: str, environ: Mapping[str, str] | None = None) -> Team:
+    """Validate a loaded YAML tree as a Team; errors name the source, the key and the fix."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: a team file must be a YAML mapping with at least `agents:`")
+    data = _expand_agents(data, os.environ if environ is None else environ, source)
+    data.setdefault("name", Path(source).stem)
+    try:
+        return Team.model_validate(data)
+    except ValidationError as exc:
+        errors = [error for error in exc.errors() if not _union_noise(error)] or exc.errors()
+        raise ConfigError("\n".join(_describe(error, source) for error in errors)) from exc
+
+
+def load_team_file(path: Path, environ: Mapping[str, str] | None = None) -> Team:
+    """Read and validate one team YAML file."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read the team file ({exc.strerror})") from exc
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ConfigError(f"{path}: malformed YAML{where}: {getattr(exc, 'problem', exc)}") from exc
+    return parse_team(data, str(path), environ)
+
+

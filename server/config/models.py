@@ -1,0 +1,191 @@
+"""Team configuration as pydantic models: agents, coordination, sandbox, the team, and their limits.
+
+A custom `base_url` must name its key variable: a provider's default key never goes to another endpoint
+(tests/security/test_team_files.py)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Annotated, Literal
+from urllib.parse import urlsplit
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from conclave.errors import MissingApiKey
+
+PROVIDERS = ("openai", "anthropic", "gemini", "local")
+KEY_VARIABLES: dict[str, tuple[str, ...]] = {
+    "openai": ("OPENAI_API_KEY",),
+    "anthropic": ("ANTHROPIC_API_KEY",),
+    "gemini": ("GEMINI_API_KEY", "GOOGLE_API_KEY"),
+    "local": (),
+}
+# The provider's own endpoints: its default key may go there without the team naming the variable.
+OFFICIAL_HOSTS = {"openai": "api.openai.com", "anthropic": "api.anthropic.com",
+                  "gemini": "generativelanguage.googleapis.com", "local": ""}
+EXPANDABLE = ("model", "base_url", "api_key_env", "model_path")  # agent keys where ${VAR} expands
+_MEMORY = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([bkmg]?)b?\s*$", re.IGNORECASE)
+MIN_MEMORY = 6 * 1024 * 1024  # Docker's own minimum for a container
+# The order in which a default team is chosen when none is named (docs/ARCHITECTURE.md, "Teams").
+MAX_AGENTS, MAX_ANSWERS = 16, 20
+# Agents are lettered A to P (one per agent, at most MAX_AGENTS); an answer's label is its author's
+# letter and revision, B2. The one pattern for both, everywhere a letter or label is read back.
+LETTER = re.compile(r"[A-P]")
+LABEL = re.compile(r"([A-P])([1-9][0-9]?)")
+
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Price(_Strict):
+    """US dollars per million tokens; used to report cost when known."""
+
+    input: float = Field(ge=0)
+    output: float = Field(ge=0)
+    cached_input: float | None = Field(default=None, ge=0)
+
+
+class AgentSpec(_Strict):
+    """One team member: a `provider/model` string and how to call it."""
+
+    model: Annotated[str, Field(description="provider/model, e.g. openai/gpt-5")]
+    base_url: str | None = None
+    api_key_env: str | None = None
+    api_key_required: bool = True  # false for local servers (Ollama, vLLM) that take any key
+    temperature: Annotated[float, Field(ge=0, le=2)] | None = None
+    seed: int | None = None
+    system_prompt: str | None = None
+    max_tokens: Annotated[int, Field(ge=16, le=200_000)] = 4096
+    tool_mode: Literal["native", "json"] = "native"
+    # single: one call per turn ends with a workflow decision (a tool call, or JSON in `json` mode).
+    # split: the answer is plain text from a short prompt, the decision a separate short choice, or a
+    # score by the model's own log-probabilities where the backend can (local); with files, single.
+    turn: Literal["single", "split"] = "single"
+    stream: bool = True
+    timeout_s: Annotated[float, Field(gt=0, le=3600)] = 120.0
+    max_attempts: Annotated[int, Field(ge=1, le=10)] = 4
+    model_path: str | None = None
+    price: Price | None = None
+
+    @field_validator("model")
+    @classmethod
+    def _provider_model(cls, value: str) -> str:
+        provider, _, name = value.partition("/")
+        if provider not in PROVIDERS or not name:
+            raise ValueError(
+                f"model {value!r} must look like provider/model with provider one of "
+                f"{', '.join(PROVIDERS)} (e.g. openai/gpt-5)"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _key_goes_to_its_provider(self) -> AgentSpec:
+        if self.custom_endpoint and self.api_key_env is None and self.api_key_required:
+            raise ValueError(
+                f"base_url {self.base_url!r} is not {self.provider}'s own endpoint, so the agent must name the "
+                f"variable holding that endpoint's key with api_key_env (e.g. api_key_env: MY_PROXY_KEY); "
+                f"{', '.join(KEY_VARIABLES[self.provider]) or 'a default key'} is never sent there. For a server "
+                "that takes no key, set api_key_required: false"
+            )
+        return self
+
+    @property
+    def custom_endpoint(self) -> bool:
+        """Whether `base_url` points anywhere but the provider's own API."""
+        if not self.base_url:
+            return False
+        url = urlsplit(self.base_url)
+        return url.scheme != "https" or (url.hostname or "").lower() != OFFICIAL_HOSTS[self.provider]
+
+    @property
+    def provider(self) -> str:
+        return self.model.partition("/")[0]
+
+    @property
+    def model_name(self) -> str:
+        return self.model.partition("/")[2]
+
+    def key_variables(self) -> tuple[str, ...]:
+        """The environment variables that may hold this agent's key, in order of preference.
+
+        None for a custom endpoint that names no variable (it takes no key): a provider's default key
+        goes only to that provider's own endpoint.
+        """
+        if self.api_key_env:
+            return (self.api_key_env,)
+        return () if self.custom_endpoint else KEY_VARIABLES[self.provider]
+
+    def api_key(self, environ: Mapping[str, str]) -> str:
+        """The key from the environment; raises MissingApiKey naming the variable to set."""
+        variables = self.key_variables()
+        if not variables:
+            return "unused"
+        for variable in variables:
+            if environ.get(variable):
+                return environ[variable]
+        if not self.api_key_required:
+            return "unused"
+        raise MissingApiKey(variables[0], self.model)
+
+
+class Coordination(_Strict):
+    """How the team converges."""
+
+    max_answers_per_agent: Annotated[int, Field(ge=1, le=MAX_ANSWERS)] = 3
+    consensus: Literal["all_voted", "majority"] = "all_voted"
+    final: Literal["present", "reuse"] = "present"
+    timeout_s: Annotated[float, Field(gt=0, le=24 * 3600)] = 900.0
+    max_tool_steps: Annotated[int, Field(ge=0, le=200)] = 8
+    max_failed_turns: Annotated[int, Field(ge=1, le=20)] = 3
+
+
+class Sandbox(_Strict):
+    """The Docker confinement of agents' commands (sandbox/container.py)."""
+
+    image: str = "conclave-sandbox"
+    # `bridge` gives agents' commands the network: the server must allow it (CONCLAVE_SANDBOX_NETWORK)
+    network: Literal["none", "bridge"] = "none"
+    memory: str = "1g"
+    cpus: Annotated[float, Field(gt=0, le=64)] = 1.0
+    pids: Annotated[int, Field(ge=16, le=65536)] = 256
+
+    @field_validator("memory")
+    @classmethod
+    def _memory(cls, value: str) -> str:
+        size = memory_bytes(value)
+        if size is None or size < MIN_MEMORY:
+            raise ValueError(f"memory {value!r} is not a size of at least 6m: write e.g. 512m or 1g")
+        return value.strip()
+
+
+def memory_bytes(value: str) -> int | None:
+    """A Docker memory size (`512m`, `1g`, `1.5gb`, `1048576`) in bytes; None when it is not one."""
+    match = _MEMORY.match(value) if isinstance(value, str) else None
+    units = {"": 1, "b": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
+    return int(float(match.group(1)) * units[match.group(2).lower()]) if match else None
+
+
+class Team(_Strict):
+    """A named team of 1 to 16 agents."""
+
+    name: str
+    description: str = ""
+    agents: Annotated[list[AgentSpec], Field(min_length=1, max_length=MAX_AGENTS)]
+    coordination: Coordination = Coordination()
+    sandbox: Sandbox | Literal["none"] = Sandbox()
+
+    def missing_keys(self, environ: Mapping[str, str]) -> list[str]:
+        """The variables to set before this team can run (empty when all keys are there)."""
+        missing: list[str] = []
+        for agent in self.agents:
+            try:
+                agent.api_key(environ)
+            except MissingApiKey as exc:
+                if exc.variable not in missing:
+                    missing.append(exc.variable)
+        return missing
+
+

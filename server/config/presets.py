@@ -1,0 +1,99 @@
+"""Where teams come from: the presets shipped in conclave.configs, the user's team folder, and the default."""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import os
+from collections.abc import Mapping
+from importlib.resources import files
+from pathlib import Path
+
+from conclave.config.loading import load_team_file
+from conclave.config.models import Team
+from conclave.errors import ConfigError, TeamNotFound
+
+DEFAULT_ORDER = ("frontier", "anthropic", "openai", "gemini")
+FALLBACK_TEAM = "local"
+
+
+def package_dir(package: str) -> Path:
+    """The folder of a data package shipped inside Conclave (`conclave.configs`, `conclave.skills`).
+
+    configs/ and skills/ hold an `__init__.py` so that importlib.resources resolves them the same way
+    in an installed wheel and in an editable install (through setuptools' editable finder).
+    """
+    found = files(package)
+    if isinstance(found, Path):
+        return found
+    # Not a plain folder (e.g. a namespace package's MultiplexedPath): the package's own file exists.
+    module = importlib.import_module(package)
+    if module.__file__ is None:
+        raise RuntimeError(f"cannot locate the folder of package {package!r}")
+    return Path(module.__file__).parent
+
+
+def configs_dir() -> Path:
+    """The folder of the team presets shipped with Conclave (`*.yaml`)."""
+    return package_dir("conclave.configs")
+
+
+
+def user_teams_dir(environ: Mapping[str, str]) -> Path:
+    base = environ.get("XDG_CONFIG_HOME") or str(Path(environ.get("HOME", "~")).expanduser() / ".config")
+    return Path(base) / "conclave" / "teams"
+
+
+def preset_paths(environ: Mapping[str, str]) -> dict[str, Path]:
+    """Preset name -> file; a user's own teams shadow the shipped ones."""
+    found: dict[str, Path] = {}
+    for folder in (Path(str(configs_dir())), user_teams_dir(environ)):
+        if folder.is_dir():
+            for path in sorted(folder.glob("*.y*ml")):
+                found[path.stem] = path
+    return found
+
+
+def resolve_team(name: str | None, environ: Mapping[str, str] | None = None) -> Team:
+    """An explicit path, else a preset name; with no name, the first preset whose keys are all set."""
+    env = os.environ if environ is None else environ
+    presets = preset_paths(env)
+    if name is None:
+        for candidate in DEFAULT_ORDER:
+            if candidate in presets:
+                team = load_team_file(presets[candidate], env)
+                if not team.missing_keys(env):
+                    return team
+        return load_team_file(presets[FALLBACK_TEAM], env) if FALLBACK_TEAM in presets else _no_team(presets)
+    looks_like_path = name.endswith((".yaml", ".yml")) or os.sep in name
+    if looks_like_path:
+        path = Path(name).expanduser()
+        if not path.is_file():
+            raise TeamNotFound(f"team file {name!r} does not exist; give a YAML path or a preset name")
+        return load_team_file(path, env)
+    if name in presets:
+        return load_team_file(presets[name], env)
+    near = difflib.get_close_matches(name, list(presets), n=1)
+    hint = f"did you mean {near[0]!r}? " if near else ""
+    raise TeamNotFound(
+        f"team={name!r} is not a preset or a file; {hint}presets: {', '.join(sorted(presets)) or 'none'}"
+    )
+
+
+def _no_team(presets: Mapping[str, Path]) -> Team:
+    raise TeamNotFound(
+        "no team given and no preset has its keys set; set ANTHROPIC_API_KEY, OPENAI_API_KEY or "
+        f"GEMINI_API_KEY, or name a team (presets: {', '.join(sorted(presets)) or 'none'})"
+    )
+
+
+def list_presets(environ: Mapping[str, str] | None = None) -> list[tuple[str, Team | ConfigError]]:
+    """Every preset with its team, or the error that stops it loading."""
+    env = os.environ if environ is None else environ
+    result: list[tuple[str, Team | ConfigError]] = []
+    for name, path in preset_paths(env).items():
+        try:
+            result.append((name, load_team_file(path, env)))
+        except ConfigError as exc:
+            result.append((name, exc))
+    return result

@@ -1,0 +1,78 @@
+"""The split turn: the answer as plain text from a short prompt; the decision as a separate short step.
+
+    no answer of its own yet      answer(persona, task)                         -> AnswerPosted
+    otherwise, a Scorer backend   score every current answer, vote for the best -> VoteCast
+    otherwise                     choose a label or "new" (a JSON schema)       -> VoteCast, or a
+                                  new plain answer with the others as material  -> AnswerPosted
+
+A small model given the rules and a JSON envelope writes about the task instead of answering it and
+votes by position (bench/quality.py measures both designs); here it only ever answers the task, and
+the local model votes by how likely it finds each answer, which a 135M model does better than it
+writes a vote (bench/results/quality-local.json).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+from conclave.backends.base import Message, Request, Scorer
+from conclave.coordination import prompts, protocol
+
+if TYPE_CHECKING:
+    from conclave.coordination.turns import TurnContext
+
+
+async def split_turn(
+    ctx: TurnContext, action: protocol.StartTurn, shown: list[prompts.ShownAnswer]
+) -> protocol.Event:
+    """One split turn to its decision; `shown` is every current answer in this voter's order."""
+    own = any(answer.letter == ctx.letter for answer in shown)
+    if action.can_answer and not (own and action.labels):
+        return protocol.AnswerPosted(ctx.letter, action.turn_id, await _answer(ctx, action.note))
+    if isinstance(ctx.backend, Scorer):
+        texts = list(dict.fromkeys(answer.content for answer in shown))  # equal texts score the same
+        scored = dict(zip(texts, await ctx.score(_answer_request(ctx, ""), texts), strict=True))
+        label, reason = pick(shown, [scored[answer.content] for answer in shown])
+        return protocol.VoteCast(ctx.letter, action.turn_id, label, reason)
+    request = ctx.request(
+        [Message("user", prompts.choice_prompt(ctx.task, ctx.letter, shown, action.can_answer))],
+        system=ctx.spec.system_prompt or "", max_tokens=64,
+        response_schema=prompts.choice_schema(action.labels, action.can_answer),
+    )
+    completion = await ctx.call(request)
+    choice = _choice(completion.text)
+    if choice == prompts.NEW and action.can_answer:
+        text = await _answer(ctx, action.note, shown)
+        return protocol.AnswerPosted(ctx.letter, action.turn_id, text)
+    if choice not in action.labels:
+        return protocol.NoDecision(ctx.letter, action.turn_id, completion.text)
+    return protocol.VoteCast(ctx.letter, action.turn_id, choice, "chosen as correct and complete")
+
+
+def pick(shown: list[prompts.ShownAnswer], scores: list[float]) -> tuple[str, str]:
+    """The vote of a scoring voter: the answer the model finds most likely, ties to the one shown
+    first; the reason lists every score."""
+    best = max(range(len(shown)), key=lambda index: (scores[index], -index))
+    listed = ", ".join(f"{answer.label} {score:.2f}" for answer, score in zip(shown, scores, strict=True))
+    return shown[best].label, f"the most likely answer by mean token log-probability ({listed})"
+
+
+async def _answer(ctx: TurnContext, note: str, material: list[prompts.ShownAnswer] | None = None) -> str:
+    completion = await ctx.call(_answer_request(ctx, note, material or []))
+    return completion.text.strip()
+
+
+def _answer_request(ctx: TurnContext, note: str, material: list[prompts.ShownAnswer] | None = None) -> Request:
+    """The plain answer call: the persona as the system prompt, the task (and material) as the user's."""
+    text = prompts.answer_prompt(ctx.task, note, material or [])
+    return ctx.request([Message("user", text)], system=ctx.spec.system_prompt or "")
+
+
+def _choice(text: str) -> str:
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return ""
+    choice = data.get("choice") if isinstance(data, dict) else None
+    return choice.strip() if isinstance(choice, str) else ""

@@ -245,7 +245,7 @@ def fixer(request: RecordedRequest) -> Reply:
     if own is not None:
         return decide("vote", {"answer": own.group(1), "reason": "mine"}, request)
     if request.agent == "ann" and "wrote" not in text:
-        return Reply(tool_calls=[("write_file", {"path": "proj/calc.py", "content": NEW_CALC})])
+        return Reply(tool_calls=[("write_file", {"path": "calc.py", "content": NEW_CALC})])
     reply = decide("new_answer", {"content": f"add() is fixed, says {request.agent}"}, request)
     reply.delay = 0 if request.agent == "ann" else 1.5
     return reply

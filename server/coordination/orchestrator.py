@@ -336,8 +336,8 @@ class Orchestrator:
             self.task, member.letter, len(self.members), rules.max_answers_per_agent, spec.tool_mode, spec.system_prompt
         )
 
-        async def on_usage(usage: Usage) -> None:
-            member.usage = member.usage.add(usage, spec.price)
+        async def on_usage(usage: Usage, first: bool) -> None:
+            member.usage = member.usage.add(usage, spec.price, first)
             await self._emit("usage", member.letter, **usage.__dict__)
 
         async def no_work(call: ToolCall) -> None:

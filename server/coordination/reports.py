@@ -37,7 +37,7 @@ class _Record(BaseModel):
 
 
 class UsageTotals(_Record):
-    """Tokens and, where the price is known, US dollars."""
+    """Tokens and, where the price is known, US dollars; `calls`: provider attempts that reported usage."""
 
     calls: int = 0
     input_tokens: int = 0
@@ -45,8 +45,9 @@ class UsageTotals(_Record):
     cached_input_tokens: int = 0
     cost_usd: float | None = None
 
-    def add(self, usage: Usage, price: Price | None) -> UsageTotals:
-        """These totals plus one call; an agent without a price has no cost, never a guessed one."""
+    def add(self, usage: Usage, price: Price | None, call: bool = True) -> UsageTotals:
+        """These totals plus one report (`call`: the first of its attempt); an agent without a price has
+        no cost, never a guessed one."""
         cost = None
         if price is not None:
             cached_price = price.input if price.cached_input is None else price.cached_input
@@ -54,12 +55,16 @@ class UsageTotals(_Record):
             call = fresh * price.input + usage.cached_input_tokens * cached_price + usage.output_tokens * price.output
             cost = (self.cost_usd or 0.0) + call / 1e6
         return UsageTotals(
-            calls=self.calls + 1,
+            calls=self.calls + int(call),
             input_tokens=self.input_tokens + usage.input_tokens,
             output_tokens=self.output_tokens + usage.output_tokens,
             cached_input_tokens=self.cached_input_tokens + usage.cached_input_tokens,
             cost_usd=cost,
         )
+
+    @property
+    def tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
 
     @staticmethod
     def total(parts: list[UsageTotals]) -> UsageTotals:

@@ -11,6 +11,7 @@ tests/test_verify.py runs them against a real Docker engine.
 
 from __future__ import annotations
 
+import logging
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,6 +24,8 @@ from conclave.coordination.reports import LINE_CHARS, TAIL_LINES, Check
 from conclave.errors import ConclaveError
 from conclave.files.workspaces import Workspaces
 from conclave.sandbox.container import CommandResult, Sandbox
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,10 @@ class Verifier:
                 result = await self._run(label)
             except ConclaveError as exc:
                 return CheckRun(Check(status="error", error=str(exc)), f"the check could not run: {exc}")
+            except Exception as exc:  # e.g. the disk filled while copying: this check fails, never the job
+                logger.warning("the check of %s failed", label, exc_info=True)
+                error = f"{type(exc).__name__}: {exc}"
+                return CheckRun(Check(status="error", error=error), f"the check could not run: {error}")
         return CheckRun(summarize(result), f"$ {self.command}\n{result.as_text()}")
 
     async def _run(self, label: str) -> CommandResult:

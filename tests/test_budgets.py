@@ -17,7 +17,7 @@ from conclave.errors import InputError
 from conclave.jobs.service import JobService
 from conclave.jobs.views import JobView, structured
 from conclave.settings import Settings
-from tests.fakes.script import RecordedRequest, Reply
+from tests.fakes.script import RecordedRequest, Reply, Script
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import KEY_ENV, TRIO, decide, install, vote_labels, voter, write_team
 
@@ -75,23 +75,31 @@ async def run_job(service: JobService, team: str, **options: Any) -> JobView:
     return view
 
 
-async def test_the_job_stops_at_its_token_budget_and_usage_equals_the_bill(tmp_path: Path, fakes: FakeProviders) -> None:
+def over_budget(request: RecordedRequest) -> Reply:
+    """A vote whose first chunk reports 50,000 input tokens, then stalls: the budget is reached mid-call."""
+    made = decide("vote", {"answer": label_of(request, "bob"), "reason": "fine"}, request)
+    made.text, made.usage, made.delay, made.stall = "Let me weigh these answers.", (50_000, 10, 0), 1.5, 30
+    return made
+
+
+def budget_scenario(script: Script) -> None:
     """ann (OpenAI) answers and votes for bob; bob (Anthropic) answers after a stream cut midway and a
     retry, then its vote turn stalls after message_start and is cancelled as stale when cy answers; cy
-    (Gemini) answers late, and its next call's first chunk reports 50,000 input tokens: over the limit."""
-    fakes.script.set_default("ann", vote_for("bob"))
-    fakes.script.set_default("bob", by_call(cut, vote_for("bob", delay=0.1), vote_for("bob", stall=30),
-                                            vote_for("bob", delay=0.1)))
+    (Gemini) answers late, and its next call's first chunk reports 50,000 input tokens: over 40,000."""
+    script.set_default("ann", vote_for("bob"))
+    script.set_default("bob", by_call(cut, vote_for("bob", delay=0.1), vote_for("bob", stall=30),
+                                      vote_for("bob", delay=0.1)))
+    script.set_default("cy", by_call(vote_for("cy", delay=0.8), over_budget))
 
-    def over_budget(request: RecordedRequest) -> Reply:
-        made = decide("vote", {"answer": label_of(request, "bob"), "reason": "fine"}, request)
-        made.text, made.usage, made.delay, made.stall = "Let me weigh these answers.", (50_000, 10, 0), 1.5, 30
-        return made
 
-    fakes.script.set_default("cy", by_call(vote_for("cy", delay=0.8), over_budget))
+BUDGET = 40_000
+
+
+async def test_the_job_stops_at_its_token_budget_and_usage_equals_the_bill(tmp_path: Path, fakes: FakeProviders) -> None:
+    budget_scenario(fakes.script)
     team = str(write_team(tmp_path / "team.yaml", fakes, TRIO))
     async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV, retry=FAST) as service:
-        view = await run_job(service, team, max_tokens=40_000)
+        view = await run_job(service, team, max_tokens=BUDGET)
         events = service.store.events(view.job_id)
 
     bob = next(a.letter for a in view.agents if a.model.endswith("bob"))

@@ -57,3 +57,10 @@ class Settings(BaseSettings):
     @property
     def db_path(self) -> Path:
         return self.home / "conclave.db"
+
+
+def setting_variables() -> tuple[str, ...]:
+    """The CONCLAVE_* variable of every setting a stdio server reads (the HTTP token is for HTTP only),
+    for clients that start MCP servers with a short list of variables (cli/install.py)."""
+    prefix = Settings.model_config.get("env_prefix", "")
+    return tuple(f"{prefix}{name}".upper() for name in Settings.model_fields if name != "http_token")

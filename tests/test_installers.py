@@ -90,6 +90,18 @@ def test_codex_forwards_every_key_a_preset_needs() -> None:
             assert name in installers.FORWARDED_ENV, (preset.name, name)
 
 
+def test_codex_forwards_every_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A setting the user exported (say CONCLAVE_ALLOWED_ROOTS) must reach the server Codex starts."""
+    from conclave.settings import Settings
+
+    for name in Settings.model_fields:
+        variable = f"CONCLAVE_{name.upper()}"
+        if name != "http_token":  # only `serve --http` reads it, and Codex starts stdio servers
+            assert variable in installers.FORWARDED_ENV, variable
+    monkeypatch.setenv("CONCLAVE_MAX_QUEUED", "3")
+    assert Settings().max_queued == 3  # the variable names are the ones pydantic-settings reads
+
+
 def test_user_scopes(dirs: tuple[Path, Path]) -> None:
     project, home = dirs
     assert plan("cursor", project, home, "user").changes[0].path == home / ".cursor" / "mcp.json"

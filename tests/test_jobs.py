@@ -209,3 +209,26 @@ async def test_a_local_model_that_is_missing_is_refused_at_submit(tmp_path: Path
         with pytest.raises(ConfigError, match="model_path '/no/such/model.gguf' is not a file"):
             await service.submit("task", str(team))
         assert service.store.recent_jobs() == []  # nothing was queued
+
+
+async def test_the_timeout_covers_copying_the_context_paths(
+    tmp_path: Path, fakes: FakeProviders, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from conclave.jobs import service as service_module
+
+    real_prepare = service_module.prepare
+
+    async def slow_prepare(job_dir: Path, options: object) -> None:
+        await real_prepare(job_dir, options)  # type: ignore[arg-type]
+        await anyio.sleep(30)  # a copy that takes long (a big folder on a slow disk)
+
+    monkeypatch.setattr(service_module, "prepare", slow_prepare)
+    team = team_file(tmp_path, fakes, coordination={"timeout_s": 1.0}, sandbox="none")
+    project = tmp_path / "proj"
+    project.mkdir()
+    async with JobService.open(settings(tmp_path), environ=ENV, retry=FAST) as service:
+        view = await service.submit("task", team, [{"path": str(project)}])
+        with anyio.fail_after(20):  # a hang guard: the copy alone would take 30 s
+            view = await finish(service, view.job_id)
+    assert view.state == "failed" and "while copying the context paths" in (view.errors.get("job") or ""), view
+    assert fakes.script.requests == []  # no agent started

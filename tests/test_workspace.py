@@ -411,8 +411,9 @@ async def test_peer_view_shows_each_other_agents_latest_snapshot(job):
     await job.snapshot("C", "C1")
     await job.snapshot("B", "B2")
     await job.snapshot("A", "A1")
-    assert job.peer_view("A") == {"B": job.snapshots / "B2", "C": job.snapshots / "C1"}
-    assert job.peer_view("B") == {"A": job.snapshots / "A1", "C": job.snapshots / "C1"}
+    # one context path: peers see the project folder of each snapshot, as the agent sees its own
+    assert job.peer_view("A") == {"B": job.snapshots / "B2" / "proj", "C": job.snapshots / "C1" / "proj"}
+    assert job.peer_view("B") == {"A": job.snapshots / "A1" / "proj", "C": job.snapshots / "C1" / "proj"}
     assert job.latest() == {"A": "A1", "B": "B2", "C": "C1"}
     with pytest.raises(FileExistsError):
         await job.snapshot("B", "B2")

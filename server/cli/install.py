@@ -47,6 +47,7 @@ from typing import Any
 from conclave.cli import EXIT_OK, TARGETS
 from conclave.cli.client_files import codex_snippet, merge_codex_toml, merge_json, merge_settings
 from conclave.errors import ConfigError
+from conclave.settings import setting_variables
 
 CLIENT_NAMES = {"claude-code": "Claude Code", "codex": "Codex", "cursor": "Cursor", "vscode": "VS Code",
                 "gemini": "Gemini CLI"}
@@ -59,10 +60,11 @@ TOOLS = ("ask_team", "get_status", "read_workspace", "cancel_job", "list_teams")
 CODEX_APPROVED = ("ask_team", "cancel_job")
 # Codex starts MCP servers with a short list of variables; forward the ones the presets read.
 # tests/test_installers.py::test_codex_forwards_every_key_a_preset_needs keeps this in step.
+# Every Conclave setting goes along too (tests/test_installers.py::test_codex_forwards_every_setting).
 FORWARDED_ENV = (
     "ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY", "OPENROUTER_API_KEY",
     "OLLAMA_API_KEY", "OLLAMA_BASE_URL", "OLLAMA_MODEL", "VLLM_API_KEY", "VLLM_BASE_URL", "VLLM_MODEL",
-    "CONCLAVE_HOME", "CONCLAVE_MAX_JOBS", "XDG_STATE_HOME", "XDG_CONFIG_HOME",
+    *setting_variables(), "XDG_STATE_HOME", "XDG_CONFIG_HOME",
 )
 # The variables Gemini CLI would strip (they look like secrets); listed in its `env`, it passes them on.
 KEY_VARIABLES = tuple(name for name in FORWARDED_ENV if name.endswith("_API_KEY"))

@@ -61,8 +61,12 @@ class Orchestrator:
         clock: Callable[[], float] = anyio.current_time,
         files: JobFiles | None = None,
         verifier: Verifier | None = None,
+        deadline: float | None = None,
     ) -> None:
         self.job_id, self.task, self.team, self.sink = job_id, task, team, sink
+        # the job's end on anyio's clock when the caller's set-up (copying the context) already used
+        # part of its timeout; else the timeout counts from `run`
+        self._deadline_at = deadline
         self._factory, self._retry = backend_factory, retry or RetryPolicy()
         self._limiters = dict(limiters or {})
         self._clock = clock
@@ -91,10 +95,10 @@ class Orchestrator:
         """
         self._started = self._clock()
         timeout = self.team.coordination.timeout_s
-        deadline = anyio.current_time() + timeout
+        deadline = self._deadline_at if self._deadline_at is not None else anyio.current_time() + timeout
         send, receive = anyio.create_memory_object_stream[protocol.Event](math.inf)
         try:
-            with anyio.move_on_after(timeout) as setting_up:
+            with anyio.move_on_after(deadline - anyio.current_time()) as setting_up:
                 await self._set_up()
             if setting_up.cancelled_caught:
                 return await self._ended_in_set_up(f"the job reached its timeout of {timeout:g} s while setting up")

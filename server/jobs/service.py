@@ -257,18 +257,26 @@ class JobService:
             with scope:
                 async with self._slots:
                     options = self._row(job_id).options
+                    timeout = team.coordination.timeout_s
+                    deadline = anyio.current_time() + timeout  # the copy counts against the job's timeout
                     if options.context_paths:
                         self.store.set_state(job_id, "running", "copying the context paths")
                         try:
-                            await prepare(self.job_dir(job_id), options)
+                            with anyio.move_on_after(timeout) as copying:
+                                await prepare(self.job_dir(job_id), options)
                         except ConclaveError as exc:
                             self.store.set_state(job_id, "failed", f"failed: {exc}", error=str(exc))
+                            return
+                        if copying.cancelled_caught:
+                            error = (f"the job reached its timeout of {timeout:g} s while copying the context "
+                                     "paths; give smaller folders or raise coordination.timeout_s")
+                            self.store.set_state(job_id, "failed", f"failed: {error}", error=error)
                             return
                     self.store.set_state(job_id, "running", "starting the agents")
                     files = self._files(job_id, team, options)
                     orchestrator = Orchestrator(
                         job_id, task, team, StoreSink(self.store, job_id), self._factory,
-                        retry=self._retry, limiters=self._provider_limits, files=files,
+                        retry=self._retry, limiters=self._provider_limits, files=files, deadline=deadline,
                         verifier=self._verifier(job_id, team, files),
                     )
                     try:

@@ -101,7 +101,8 @@ async def main() -> None:
             rows["with"]["winner_passed"] = all(job["winner_passed"] for job in runs["with"])
             rows["with"]["check_command_s"] = round(statistics.median(
                 d for job in runs["with"] for d in job["check_command_s"]), 3)
-            ratio = {key: round(rows["with"][key] / rows["without"][key], 2) for key in ("wall_s", "requests", "tokens")}
+            keys = ("wall_s", "requests", "tokens")
+            ratio = {key: round(rows["with"][key] / rows["without"][key], 2) for key in keys}
             result["by_latency"][f"{latency:g}s per reply"] = {**rows, "ratio_with_to_without": ratio}
         for concurrency in (1, 2, 3):
             jobs = [await one_job(root, 0.0, CHECK, concurrency) for _ in range(3)]

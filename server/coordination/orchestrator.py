@@ -210,7 +210,8 @@ class Orchestrator:
         elif isinstance(event, protocol.Verified) and event.label in self._runs:
             run = self._runs.pop(event.label)
             self.checks[event.label] = run.check
-            await self._emit("checked", event.label[0], label=event.label, **run.check.model_dump(), output=run.output)
+            check = run.check.model_dump()
+            await self._emit("checked", event.label[0], label=event.label, **check, output=run.output)
         elif isinstance(event, protocol.Stop):
             await self._emit("budget_reached", reason=event.reason)
         elif isinstance(event, protocol.Deadline):
@@ -338,8 +339,8 @@ class Orchestrator:
         limiter = self._limiters.setdefault(spec.provider, anyio.CapacityLimiter(16))
         rules = self.team.coordination
         system = prompts.system_prompt(
-            self.task, member.letter, len(self.members), rules.max_answers_per_agent, spec.tool_mode, spec.system_prompt,
-            verify=self.verifier is not None,
+            self.task, member.letter, len(self.members), rules.max_answers_per_agent, spec.tool_mode,
+            spec.system_prompt, verify=self.verifier is not None,
         )
 
         async def on_usage(usage: Usage, first: bool) -> None:

@@ -50,10 +50,11 @@ def shape_team(
 def _command(value: object) -> str:
     command = value.strip() if isinstance(value, str) else ""
     if not command:
-        raise InputError("verify", value, "give a shell command that exits 0 when the files pass, e.g. 'pytest -q'")
+        fix = "give a shell command that exits 0 when the files pass, e.g. 'python3 -m pytest -q'"
+        raise InputError("verify", value, fix)
     if len(command) > MAX_VERIFY_CHARS or "\x00" in command:
-        raise InputError("verify", value, f"keep the command under {MAX_VERIFY_CHARS} characters, without NUL bytes; "
-                         "put a longer script in the project and run that")
+        fix = f"keep it under {MAX_VERIFY_CHARS} characters, without NUL bytes; put a longer script in the project"
+        raise InputError("verify", value, fix)
     return command
 
 
@@ -65,5 +66,5 @@ def _positive(field: str, value: object) -> float:
 
 def _tokens(value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InputError("max_tokens", value, "give a positive whole number of tokens (input and output), e.g. 200000")
+        raise InputError("max_tokens", value, "give a positive whole number of tokens (in and out), e.g. 200000")
     return value

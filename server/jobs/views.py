@@ -44,7 +44,7 @@ class JobView(_View):
     answer: str | None = Field(default=None, description="the final answer, when done")
     winner: str | None = Field(default=None, description="the winning answer's label, e.g. B2")
     winner_check: str | None = Field(
-        default=None, description="with verify: the winner's check, and whether it decided the vote or none passed")
+        default=None, description="with verify: the winner's check; whether it decided the vote, or none passed")
     leading: Leading | None = Field(
         default=None, description="while the job runs: the answer that would win if it stopped now")
     estimate: Estimate | None = Field(default=None, description="while the job runs: what it may use")

@@ -162,7 +162,10 @@ class Orchestrator:
                         agree=agree, checks=dict(self.checks), leading=self._leading())
 
     def _leading(self) -> Leading | None:
-        lead = self.state.leading() if self.state.phase == "coordinating" else None
+        """What would win now: the best supported while coordinating, the winner while it presents."""
+        phase = self.state.phase
+        lead = self.state.leading() if phase == "coordinating" else None
+        lead = self.state.outcome if phase == "presenting" else lead
         answer = self.state.answer(lead.winner) if lead and lead.winner else None
         if lead is None or answer is None:
             return None

@@ -197,3 +197,23 @@ async def test_a_verify_that_cannot_run_is_refused_at_submit(
         with pytest.raises(SandboxUnavailable, match=r"verify runs 'pytest -q' .* leave verify out"):
             await service.submit(TASK, team, [{"path": str(project)}], verify="pytest -q")
         assert service.store.recent_jobs() == []
+
+
+async def test_a_job_cancelled_while_its_checks_start_leaves_no_container(
+    tmp_path: Path, fakes: FakeProviders, project: Path
+) -> None:
+    import docker
+
+    for name in ("ann", "bob", "cy"):
+        fakes.script.set_default(name, agent(name))
+    team = str(write_team(tmp_path / "team.yaml", fakes, TRIO))
+    settings = Settings(home=tmp_path / "state", verify_concurrency=3)
+    async with JobService.open(settings, environ=ENV, retry=FAST) as service:
+        view = await service.submit(TASK, team, [{"path": str(project)}], verify="sleep 30")
+        with anyio.fail_after(60):
+            while not service.store.events(view.job_id, "check_started"):
+                await anyio.sleep(0.01)
+        await anyio.sleep(0.05)  # into the container's creation
+        assert (await service.cancel(view.job_id)).state == "cancelled"
+        left = docker.from_env().containers.list(all=True, filters={"label": f"conclave.job={view.job_id}"})
+        assert left == [] and not (service.job_dir(view.job_id) / "checks").exists()

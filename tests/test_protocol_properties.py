@@ -326,6 +326,14 @@ class ProtocolMachine(RuleBasedStateMachine):
                 assert len(self.c.active()) > 1, "all but one agent failed, yet the job goes on"
 
     @invariant()
+    def every_pending_answer_was_sent_to_be_checked(self) -> None:
+        pending = {label for label, verdict in self.c.verdicts.items() if verdict == "pending"}
+        if self.c.phase == "coordinating":  # once done, the driver drops the checks still running
+            assert pending == set(self.turns.checks), "a check result is awaited that nobody was asked to run"
+        else:  # and the result names only checks that were asked for
+            assert set(self.c.outcome.pending) <= set(self.turns.checks) | self.turns.checked
+
+    @invariant()
     def answers_within_cap_and_labels_unique(self) -> None:
         labels = [a.label for a in self.c.answers]
         assert len(labels) == len(set(labels))

@@ -159,3 +159,13 @@ def test_the_leading_answer_is_a_query() -> None:
     lead = job.c.leading()
     assert lead.winner == "B1" and lead.votes == 2 and lead.verdict == "pending"
     assert job.c.phase == "coordinating" and job.c.outcome is None
+
+
+def test_an_answer_that_ends_the_job_at_once_is_not_left_pending() -> None:
+    """The other agents failed before any answer: the lone survivor's answer ends the job, unchecked,
+    and the result does not claim a check that was never asked for."""
+    job = Job(2, verify=True, max_failed_turns=1)
+    job.fail("B", fatal=True)
+    actions = job.answer("A")
+    assert not any(isinstance(a, Verify) for a in actions) and ends(actions).outcome.pending == ()
+    assert "still being checked" not in ends(actions).outcome.reason and job.c.verdicts == {}

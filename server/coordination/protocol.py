@@ -277,15 +277,14 @@ class Coordination:
         answer = Answer(label, agent.letter, agent.answers, content, seq, key or content.strip())
         self.answers.append(answer)
         self.latest[agent.letter] = answer
-        checks: list[Action] = []
-        if self.verify:
-            self.verdicts[label] = "pending"
-            checks.append(Verify(label))
         if len(self.agents) > 1 and len(self.active()) == 1:
             # the others failed before any answer: a lone survivor's self-vote is not consensus
             # (tests/test_protocol.py::test_lone_survivor_answer_ends_without_consensus)
             return self._finish(fallback(self._board(), "all but one agent failed"))
-        return checks + self._invalidate("the answers changed")
+        if not self.verify:
+            return self._invalidate("the answers changed")
+        self.verdicts[label] = "pending"  # only now: a check is asked for every pending answer
+        return [Verify(label), *self._invalidate("the answers changed")]
 
     def _on_verified(self, event: Verified) -> list[Action]:
         if self.verdicts.get(event.label) != "pending":

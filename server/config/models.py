@@ -181,7 +181,7 @@ class Team(_Strict):
     agents: Annotated[list[AgentSpec], Field(min_length=1, max_length=MAX_AGENTS)]
     coordination: Coordination = Coordination()
     sandbox: Sandbox | Literal["none"] = Sandbox()
-    # A check run on each answer's files in a fresh sandbox (e.g. `pytest -q`); ask_team's `verify`
+    # A check run on each answer's files in a fresh sandbox (e.g. `python3 -m unittest -q`); ask_team's `verify`
     # overrides it. Needs context paths and Docker (coordination/verification.py).
     verify: Annotated[str, Field(min_length=1, max_length=MAX_VERIFY_CHARS)] | None = None
 

@@ -50,7 +50,7 @@ def shape_team(
 def _command(value: object) -> str:
     command = value.strip() if isinstance(value, str) else ""
     if not command:
-        fix = "give a shell command that exits 0 when the files pass, e.g. 'python3 -m pytest -q'"
+        fix = "give a shell command that exits 0 when the files pass, e.g. 'python3 -m unittest -q'"
         raise InputError("verify", value, fix)
     if len(command) > MAX_VERIFY_CHARS or "\x00" in command:
         fix = f"keep it under {MAX_VERIFY_CHARS} characters, without NUL bytes; put a longer script in the project"

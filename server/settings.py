@@ -37,6 +37,9 @@ class Settings(BaseSettings):
     # Bounds: jobs waiting for a slot, and the bytes one job's agents' workspaces may hold together.
     max_queued: Annotated[int, Field(ge=0, le=10_000)] = 16
     job_disk_mb: Annotated[int, Field(ge=1)] = 2048
+    # Verification (ask_team's `verify`): checks running at once on this server, each one's time limit.
+    verify_concurrency: Annotated[int, Field(ge=1, le=64)] = 2
+    verify_timeout_s: Annotated[float, Field(gt=0, le=3600)] = 120.0
     # Pruning finished jobs (`conclave gc`, and at server start when gc_auto): older than gc_keep_days,
     # then the oldest while all jobs hold more than gc_max_mb.
     gc_auto: bool = True

@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 from fastmcp import Client
 
@@ -231,6 +232,27 @@ async def test_a_slow_job_returns_running_then_completes(
     done = JobView.model_validate(result.structured_content)
     assert done.state == "completed" and done.answer
     assert notes and any("posted" in (note or "") for note in notes)
+
+
+async def test_budgets_the_estimate_and_the_leading_answer_reach_the_caller(
+    client: Client, fakes: FakeProviders, team: str
+) -> None:
+    refused = await call(client, "ask_team", task="What is 6 * 7?", team=team, max_cost_usd=0.5)
+    assert refused.is_error and "max_cost_usd=0.5 is not valid: a cost budget needs a price" in refused.content[0].text
+    install(fakes.script, TRIO, voter(delay=0.4))
+    first = await call(client, "ask_team", task="What is 6 * 7?", team=team, wait_seconds=0, max_tokens=10**6)
+    view = JobView.model_validate(first.structured_content)
+    assert list(first.structured_content)[:3] == ["job_id", "state", "estimate"]  # what a model reads first
+    assert view.estimate is not None and "no past jobs" in view.estimate.note and view.budget == {"max_tokens": 10**6}
+    leading, presenting = None, None
+    while not view.done:
+        await anyio.sleep(0.1)
+        view = await job(client, "get_status", job_id=view.job_id)
+        leading = leading or view.leading
+        presenting = presenting or (view.leading if view.state == "presenting" else None)
+    assert leading is not None and leading.preview.startswith("Answer from") and view.leading is None
+    assert presenting is not None and presenting.label == view.winner  # while it presents: the winner
+    assert view.state == "completed" and view.estimate is None
 
 
 async def test_cancel_job_stops_a_running_job(client: Client, fakes: FakeProviders, team: str) -> None:

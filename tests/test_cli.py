@@ -331,6 +331,29 @@ def test_ask_apply_without_a_write_context_is_refused(capsys: pytest.CaptureFixt
     assert code == 2 and "apply" in err and "permission 'write'" in err
 
 
+def test_ask_budget_and_verify_flags_reach_the_job(capsys: pytest.CaptureFixture[str], trio: Path) -> None:
+    code, _, err = run(capsys, "ask", "t", "--team", str(trio), "--max-cost", "0.5")
+    assert code == 2 and "max_cost_usd=0.5" in err and "needs a price" in err
+    code, _, err = run(capsys, "ask", "t", "--team", str(trio), "--verify", "python3 -m unittest")
+    assert code == 2 and "verify=" in err and "needs context_paths" in err
+    code, out, err = run(capsys, "ask", "What is six times seven?", "--team", str(trio), "--json", "--max-tokens", "1")
+    view = JobView.model_validate(json.loads(out))
+    assert view.budget == {"max_tokens": 1} and (view.reason or "").startswith("budget reached: "), err
+
+
+def test_teams_shows_typical_usage_once_a_team_has_run(
+    capsys: pytest.CaptureFixture[str], trio: Path, isolated: Path
+) -> None:
+    mine = isolated / "conclave" / "teams" / "fake-team.yaml"
+    mine.parent.mkdir(parents=True)
+    mine.write_text(trio.read_text())
+    assert "typically" not in run(capsys, "teams")[1]
+    code, out, _ = run(capsys, "ask", "What is six times seven?", "--team", "fake-team", "--json")
+    tokens = JobView.model_validate(json.loads(out)).usage.tokens
+    code, out, _ = run(capsys, "teams")
+    assert code == 0 and "fake-team: ready" in out and f"typically {tokens:,} tokens per job (1 past jobs here)" in out
+
+
 def test_ask_with_a_missing_context_folder(capsys: pytest.CaptureFixture[str], trio: Path) -> None:
     code, _, err = run(capsys, "ask", "t", "--team", str(trio), "--context", "/no/such/folder")
     assert code == 2 and "context_paths[0]" in err and "does not exist" in err

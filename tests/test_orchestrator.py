@@ -97,7 +97,11 @@ async def test_three_providers_reach_consensus_after_an_invalidated_vote(fakes: 
         assert agent.usage.calls >= 2 and agent.usage.input_tokens > 0 and agent.usage.output_tokens > 0
     calls = sum(len(fakes.script.requests_of(name)) for _, name in TRIO)
     billed = sum(agent.usage.calls for agent in final.agents)
-    assert billed <= calls <= billed + len(sink.kinds("turn_cancelled"))  # a cancelled call is not billed
+    assert billed <= calls <= billed + len(sink.kinds("turn_cancelled"))  # cancelled before any usage: not billed
+    for agent in final.agents:  # every token the fakes reported, and nothing else
+        name = next(name for name, letter in letter_of.items() if letter == agent.letter)
+        u = agent.usage
+        assert (u.input_tokens, u.output_tokens, u.cached_input_tokens) == fakes.script.bill[name]
     # Anonymity: no model name in any prompt; votes cast so far are never shown.
     for request in fakes.script.requests:
         prompt = json.dumps({key: value for key, value in request.body.items() if key != "model"})

@@ -26,7 +26,10 @@ from conclave.coordination.protocol import (
     PresentationFailed,
     Start,
     StartTurn,
+    Stop,
     TurnFailed,
+    Verified,
+    Verify,
     VoteCast,
     WorkStarted,
 )
@@ -44,6 +47,8 @@ class Turns:
         self.cancelled: list[tuple[str, int]] = []
         self.worked: set[int] = set()
         self.present_seen = False
+        self.checks: list[str] = []  # labels sent to be checked and not yet answered
+        self.checked: set[str] = set()
 
     def track(self, c: Coordination, actions: list) -> None:
         ending = any(isinstance(a, (Present, Finish)) for a in actions)
@@ -57,6 +62,10 @@ class Turns:
                 if not ending:  # a turn that did work or will give a first answer keeps going
                     assert action.turn_id not in self.worked and c.agents[action.letter].answers > 0
                 self.cancelled.append((action.letter, action.turn_id))
+            elif isinstance(action, Verify):
+                assert action.label == c.answers[-1].label, "a check is asked for the answer just posted"
+                assert action.label not in self.checked and action.label not in self.checks
+                self.checks.append(action.label)
             elif isinstance(action, (Present, Finish)):
                 assert not self.in_flight, "the job ended with turns still running"
                 self.present_seen |= isinstance(action, Present)
@@ -71,14 +80,16 @@ class ProtocolMachine(RuleBasedStateMachine):
         rule_=st.sampled_from(["all_voted", "majority"]),
         present=st.booleans(),
         max_failed=st.integers(2, 3),
+        verify=st.booleans(),
     )
-    def start(self, n: int, cap: int, rule_: str, present: bool, max_failed: int) -> None:
+    def start(self, n: int, cap: int, rule_: str, present: bool, max_failed: int, verify: bool) -> None:
         letters = list(string.ascii_uppercase[:n])
         self.c = Coordination(
-            letters, max_answers=cap, consensus=rule_, present=present, max_failed_turns=max_failed
+            letters, max_answers=cap, consensus=rule_, present=present, max_failed_turns=max_failed, verify=verify
         )
         self.turns = Turns()
         self.just_answered = False
+        self.stopped = False  # a Stop ended the job: it never presents
         self.turns.track(self.c, self.c.apply(Start()))
 
     # Helpers -------------------------------------------------------------------------------------
@@ -170,6 +181,37 @@ class ProtocolMachine(RuleBasedStateMachine):
             assert not self.c.agents[turn.letter].active
         self.just_answered = False
 
+    @precondition(lambda self: self.turns.checks)
+    @rule(data=st.data(), passed=st.booleans())
+    def check_result(self, data: st.DataObject, passed: bool) -> None:
+        label = data.draw(st.sampled_from(self.turns.checks))
+        self.turns.checks.remove(label)
+        self.turns.checked.add(label)
+        current = self.c.latest.get(label[0]) is self.c.answer(label)
+        coordinating, version = self.c.phase == "coordinating", self.c.version
+        self.turns.track(self.c, self.c.apply(Verified(label, passed)))
+        if coordinating:
+            assert self.c.verdicts[label] == ("passed" if passed else "failed")
+            if current:  # a result for a current answer clears every vote, like a new answer
+                assert self.c.version == version + 1
+                assert all(agent.vote is None for agent in self.c.agents.values())
+            else:
+                assert self.c.version == version
+        assert self.c.apply(Verified(label, not passed)) == []  # a result counts once
+        self.just_answered = False
+
+    @precondition(lambda self: self.c.phase != "done")
+    @rule(now=RARE)
+    def stop(self, now: bool) -> None:
+        if not now:
+            return
+        self.stopped = self.c.phase == "coordinating"
+        actions = self.c.apply(Stop("budget reached"))
+        assert not any(isinstance(a, (Present, StartTurn)) for a in actions)
+        self.turns.track(self.c, actions)
+        assert self.c.phase == "done" and isinstance(actions[-1], Finish) and actions[-1].final_text is None
+        self.just_answered = False
+
     @precondition(lambda self: self.turns.cancelled)
     @rule(data=st.data())
     def late_event(self, data: st.DataObject) -> None:
@@ -238,9 +280,15 @@ class ProtocolMachine(RuleBasedStateMachine):
         posted = {a.label for a in self.c.answers}
         assert outcome.winner is None or outcome.winner in posted
         assert (outcome.winner is None) == outcome.failed
+        passed = [a for a in self.c.latest_answers() if self.c.verdicts.get(a.label) == "passed"]
+        if any(outcome.tally.get(a.label, 0) for a in passed):  # an answer that passed holds votes: one of those wins
+            assert outcome.verdict == "passed"
+        if not (outcome.fallback or outcome.failed):
+            assert outcome.pending == (), "the vote ended while a current answer was being checked"
         if any(outcome.tally.values()):  # decided on current votes, by groups of equal keys
             totals: dict[str, int] = {}  # in order of each group's first posting
-            for answer in self.c.latest_answers():
+            among = passed if any(outcome.tally.get(a.label, 0) for a in passed) else self.c.latest_answers()
+            for answer in among:
                 totals[answer.key] = totals.get(answer.key, 0) + outcome.tally[answer.label]
             tied = [key for key, total in totals.items() if total == max(totals.values())]
             assert self.c.answer(outcome.winner).key == tied[0] and outcome.tie == (len(tied) > 1)
@@ -252,7 +300,7 @@ class ProtocolMachine(RuleBasedStateMachine):
         if not (outcome.fallback or outcome.failed) and self.c.consensus_rule == "all_voted":
             assert outcome.all_voted
         winner = self.c.answer(outcome.winner) if outcome.winner else None
-        if self.c.present and winner and self.c.agents[winner.letter].active:
+        if self.c.present and winner and self.c.agents[winner.letter].active and not self.stopped:
             assert self.turns.present_seen
 
     @invariant()
@@ -272,9 +320,18 @@ class ProtocolMachine(RuleBasedStateMachine):
     @invariant()
     def a_coordinating_job_never_stalls(self) -> None:
         if self.c.phase == "coordinating":
-            assert self.turns.in_flight, "coordinating, but nobody has a turn: the job would hang"
+            waiting = set(self.c.pending()) <= set(self.turns.checks) and self.c.pending()
+            assert self.turns.in_flight or waiting, "coordinating, but no turn and no check runs: the job would hang"
             if len(self.c.agents) > 1 and self.c.answers:
                 assert len(self.c.active()) > 1, "all but one agent failed, yet the job goes on"
+
+    @invariant()
+    def every_pending_answer_was_sent_to_be_checked(self) -> None:
+        pending = {label for label, verdict in self.c.verdicts.items() if verdict == "pending"}
+        if self.c.phase == "coordinating":  # once done, the driver drops the checks still running
+            assert pending == set(self.turns.checks), "a check result is awaited that nobody was asked to run"
+        else:  # and the result names only checks that were asked for
+            assert set(self.c.outcome.pending) <= set(self.turns.checks) | self.turns.checked
 
     @invariant()
     def answers_within_cap_and_labels_unique(self) -> None:
@@ -291,12 +348,13 @@ TestProtocolMachine = ProtocolMachine.TestCase
 
 
 # Every job ends ---------------------------------------------------------------------------------
-def step_bound(n: int, cap: int, max_failed: int) -> int:
-    """Most decisions a job can take. Versions: V <= n*cap + 1. Per agent: at most one valid vote and
-    one stale re-ask per version, one answer per version at most, and at most `max_failed` invalid votes
-    between two successes (so max_failed * (V + 1)); plus one presentation."""
-    versions = n * cap + 1
-    return n * (2 * versions + max_failed * (versions + 1)) + 1
+def step_bound(n: int, cap: int, max_failed: int, verify: bool = False) -> int:
+    """Most decisions a job can take. Versions: V <= n*cap + 1 (twice that with checks: each result for
+    a current answer bumps it too). Per agent: at most one valid vote and one stale re-ask per version,
+    one answer per version at most, and at most `max_failed` invalid votes between two successes (so
+    max_failed * (V + 1)); plus one presentation, and one result per answer."""
+    versions = (2 if verify else 1) * n * cap + 1
+    return n * (2 * versions + max_failed * (versions + 1)) + 1 + (n * cap if verify else 0)
 
 
 @settings(max_examples=200, deadline=None)
@@ -305,11 +363,14 @@ def step_bound(n: int, cap: int, max_failed: int) -> int:
     cap=st.integers(1, 3),
     rule_=st.sampled_from(["all_voted", "majority"]),
     present=st.booleans(),
+    verify=st.booleans(),
     data=st.data(),
 )
-def test_every_job_ends(n: int, cap: int, rule_: str, present: bool, data: st.DataObject) -> None:
-    c = Coordination(list(string.ascii_uppercase[:n]), max_answers=cap, consensus=rule_, present=present)
+def test_every_job_ends(n: int, cap: int, rule_: str, present: bool, verify: bool, data: st.DataObject) -> None:
+    c = Coordination(list(string.ascii_uppercase[:n]), max_answers=cap, consensus=rule_, present=present,
+                     verify=verify)
     pending: dict[str, StartTurn] = {}
+    checks: list[str] = []
     ended: list = []
 
     def feed(event: object) -> None:
@@ -318,16 +379,22 @@ def test_every_job_ends(n: int, cap: int, rule_: str, present: bool, data: st.Da
                 pending[action.letter] = action
             elif isinstance(action, CancelTurn):
                 pending.pop(action.letter)
+            elif isinstance(action, Verify):
+                checks.append(action.label)
             else:
                 ended.append(action)
 
     feed(Start())
-    bound = step_bound(n, cap, c.max_failed_turns)
+    bound = step_bound(n, cap, c.max_failed_turns, verify)
     for _ in range(bound):
         if c.phase == "done":
             break
         if c.phase == "presenting":
             feed(Presented("final"))
+            continue
+        if checks and (not pending or data.draw(st.booleans())):
+            label = checks.pop(data.draw(st.integers(0, len(checks) - 1)))
+            feed(Verified(label, data.draw(st.booleans())))
             continue
         turn = pending.pop(data.draw(st.sampled_from(sorted(pending))))
         answer = turn.can_answer and (not turn.labels or data.draw(st.booleans()))
@@ -341,3 +408,4 @@ def test_every_job_ends(n: int, cap: int, rule_: str, present: bool, data: st.Da
     assert isinstance(ended[-1], Finish) and not pending
     outcome = ended[-1].outcome
     assert outcome.failed or outcome.winner in {a.label for a in c.answers}
+    assert outcome.fallback or outcome.failed or outcome.pending == ()  # a vote ends only with every check back

@@ -45,6 +45,23 @@ async def ask_team(
         Field(description="With apply: also apply text files that became binary. Their change cannot be "
                           "shown as text (the patch holds an escaped excerpt), so apply refuses them otherwise."),
     ] = False,
+    verify: Annotated[
+        str | None,
+        Field(description="A shell command that checks an answer's files, e.g. \"python3 -m unittest -q\" "
+                          "(needs context_paths and Docker; the sandbox image's tools). It runs on each answer's files in a fresh sandbox with no "
+                          "network; voters see each result, and an answer whose check failed cannot win while "
+                          "one that passed has votes. Default: the team file's `verify`."),
+    ] = None,
+    max_cost_usd: Annotated[
+        float | None,
+        Field(gt=0, description="Stop the job once it has spent this many US dollars (every agent needs a "
+                                "price) and return the best-supported answer so far. Default: the team's."),
+    ] = None,
+    max_tokens: Annotated[
+        int | None,
+        Field(ge=1, description="Stop the job once its agents have used this many tokens (input and output) "
+                                "and return the best-supported answer so far. Default: the team's."),
+    ] = None,
 ) -> JobView:
     """Ask a team of LLM agents (different models) to solve a task: each writes an answer, they read
     each other's anonymously, improve or vote, and the winner writes the final answer.
@@ -52,12 +69,15 @@ async def ask_team(
     Returns the job. If `state` is `completed`, `answer` holds the final answer. If it is still
     `queued`, `running` or `presenting`, call `get_status` with the `job_id` (it waits up to
     `wait_seconds` for the job to finish); `read_workspace` shows every answer and the transcript,
-    and with context_paths the diff (`path="@diff"`) and every file the agents wrote.
+    and with context_paths the diff (`path="@diff"`) and every file the agents wrote. The first
+    result carries an `estimate` of what the job may use.
     """
     jobs = service(ctx)
-    # the task, the team and its keys, the context paths and apply are checked by submit (the CLI shares it)
+    # everything is checked by submit (the CLI shares it): the task, the team and its keys, the context
+    # paths, apply, verify (needs context paths and Docker) and the budgets (a cost budget needs prices)
     paths = list(context_paths or [])
-    view = await jobs.submit(task, team, paths, apply, force_binary)
+    view = await jobs.submit(task, team, paths, apply, force_binary, verify=verify, max_cost_usd=max_cost_usd,
+                             max_tokens=max_tokens)
     progress = ProgressReporter(ctx)
     await progress.start(view)
     if wait_seconds > 0 and not view.done:

@@ -25,6 +25,7 @@ async def get_status(
     ] = 0,
 ) -> JobView:
     """Show a job: its state, each agent's answers and votes, the tally, and when done the final answer.
+    While it runs, `leading` is the answer that would win if it stopped now (label, votes, its check).
 
     With `wait_seconds` it returns as soon as the job finishes, or when the time is up, sending progress
     notifications as agents post and vote. While the job runs, call again (e.g. with wait_seconds=45);

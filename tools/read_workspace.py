@@ -18,8 +18,9 @@ async def read_workspace(
         str,
         Field(
             description='What to read: "" lists it all; "final" (the final answer); "transcript"; '
-            '"answers/<label>" (e.g. "answers/B2"); "@diff" (the winner\'s changes as a patch, for jobs '
-            'given context_paths); or a file path such as "src/app.py" (from the final files by default).'
+            '"answers/<label>" (e.g. "answers/B2"); "verify/<label>" (the whole output of that answer\'s '
+            'check, with verify); "@diff" (the winner\'s changes as a patch, for jobs given context_paths); '
+            'or a file path such as "src/app.py" (from the final files by default).'
         ),
     ] = "",
     source: Annotated[

@@ -4,6 +4,9 @@ Wire facts this module relies on (anthropic 2.12):
 - the system prompt goes as one text block marked `cache_control: ephemeral`; the last tool is marked
   too, so a job's tools + system prefix is cached across its calls;
 - `usage.input_tokens` excludes cache reads and writes: Conclave's input is their sum;
+- a stream's `message_start` carries the input usage (and an early output count), `message_delta` the
+  cumulative output: each is reported as it arrives (a Usage of what is new), so a stream cut or
+  cancelled after its start still counts the input it was billed;
 - structured output is `output_config={"format": {"type": "json_schema", "schema": ...}}`;
 - streamed replies are raw SSE events (`create(stream=True)`), folded here by `_StreamFold`;
 - API version 2026-10-21 (the SDK's default) rejects temperature/top_p/top_k with a 400 and the SDK has
@@ -87,7 +90,9 @@ class AnthropicBackend:
             raise MalformedResponse(PROVIDER, "the stream carried no message_start event")
         if not fold.stopped:
             raise ProviderUnavailable(PROVIDER, "the stream ended before message_stop (connection cut?)")
-        yield fold.usage()
+        rest = fold.unreported()
+        if rest != Usage():
+            yield rest
         yield Done(fold.stop_reason)
 
     async def aclose(self) -> None:
@@ -201,6 +206,7 @@ class _StreamFold:
         self.started = self.stopped = False
         self.stop_reason = "end_turn"
         self.counts: dict[str, Any] = {}  # message_delta counts are cumulative: later values win
+        self.reported = Usage()  # what earlier Usage events of this stream already said
         self.tools: dict[int, tuple[str, str, list[str]]] = {}
 
     def feed(self, event: Any) -> list[Event]:
@@ -208,6 +214,7 @@ class _StreamFold:
         if kind == "message_start":
             self.started = True
             self._count(event.message.usage)
+            return [self.unreported()]  # the input side, billed whatever happens to the rest of the stream
         elif kind == "content_block_start":
             block = event.content_block
             if block.type == "tool_use":
@@ -244,6 +251,12 @@ class _StreamFold:
             c.get("cache_read_input_tokens"),
             c.get("cache_creation_input_tokens"),
         )
+
+    def unreported(self) -> Usage:
+        """The usage counted so far that no Usage event has said yet (and mark it said)."""
+        now = self.usage()
+        new, self.reported = now - self.reported, now
+        return new
 
 
 # --- errors --------------------------------------------------------------------------------------

@@ -75,7 +75,12 @@ class TextDelta:
 
 @dataclass(frozen=True)
 class Usage:
-    """Tokens of one call. `input_tokens` includes `cached_input_tokens`."""
+    """Tokens a provider reported. `input_tokens` includes `cached_input_tokens`.
+
+    A call may report in several events (Anthropic and Gemini streams send the input side first): the
+    call's usage is their sum, and each is counted as it arrives, so a call cut off midway still counts
+    what its provider said it billed (tests/backends/test_contract.py).
+    """
 
     input_tokens: int = 0
     output_tokens: int = 0
@@ -86,6 +91,13 @@ class Usage:
             self.input_tokens + other.input_tokens,
             self.output_tokens + other.output_tokens,
             self.cached_input_tokens + other.cached_input_tokens,
+        )
+
+    def __sub__(self, other: Usage) -> Usage:
+        return Usage(
+            self.input_tokens - other.input_tokens,
+            self.output_tokens - other.output_tokens,
+            self.cached_input_tokens - other.cached_input_tokens,
         )
 
 
@@ -120,7 +132,8 @@ def redact(text: str, secret: str, limit: int | None = None) -> str:
 
 @runtime_checkable
 class Backend(Protocol):
-    """A provider adapter. `stream` yields zero or more TextDelta/ToolCall, then Usage, then Done."""
+    """A provider adapter. `stream` yields TextDelta/ToolCall and Usage events (Usage may come early, in
+    parts that sum to the call's usage), then Done."""
 
     provider: ClassVar[str]
 

@@ -70,7 +70,7 @@ class GeminiBackend:
         await self._client.aio.aclose()
 
     async def stream(self, request: Request) -> AsyncIterator[Event]:
-        """Yield TextDelta/ToolCall as they arrive, then one Usage and Done."""
+        """Yield TextDelta/ToolCall as they arrive, Usage as each chunk reports more (running totals), then Done."""
         turn = _Turn(self, request)
         async for response in self._responses(request):
             for event in turn.feed(response):
@@ -200,13 +200,22 @@ class _Turn:
         self._only_tool = request.tools[0].name if len(request.tools) == 1 else ""
         self.finish_reason: str | None = None
         self.usage: Any = None
+        self.reported = Usage()  # what this call's earlier Usage events said (a stream sends running totals)
         self.blocked: str | None = None
         self.calls = 0
 
     def feed(self, response: Any) -> list[Event]:
-        events: list[Event] = []
+        events = self._feed(response)
         if response.usage_metadata is not None:
-            self.usage = response.usage_metadata  # running totals: the last one counts
+            self.usage = response.usage_metadata  # running totals: each chunk's news is reported at once
+            new = self._usage() - self.reported
+            if new != Usage():
+                events.append(new)
+                self.reported += new
+        return events
+
+    def _feed(self, response: Any) -> list[Event]:
+        events: list[Event] = []
         feedback = response.prompt_feedback
         if feedback is not None and feedback.block_reason is not None:
             self.blocked = str(getattr(feedback.block_reason, "value", feedback.block_reason))
@@ -224,21 +233,23 @@ class _Turn:
                 events.append(self._malformed())
         return events
 
+    def _usage(self) -> Usage:
+        def count(field: str) -> int:
+            return getattr(self.usage, field, None) or 0
+
+        output = count("candidates_token_count") + count("thoughts_token_count")
+        return Usage(count("prompt_token_count"), output, count("cached_content_token_count"))
+
     def finish(self, *, streamed: bool) -> list[Event]:
-        """Usage then Done; raises when the response never said it was complete."""
+        """What usage is left to report, then Done; raises when the response never said it was complete."""
         if self.finish_reason is None and self.blocked is None:
             if streamed:
                 raise ProviderUnavailable("gemini", "the stream ended before a finish_reason (cut off)")
             if self.usage is None:
                 raise MalformedResponse("gemini", "the response has neither candidates nor prompt feedback")
 
-        def count(field: str) -> int:
-            return getattr(self.usage, field, None) or 0
-
-        output = count("candidates_token_count") + count("thoughts_token_count")
-        events: list[Event] = [
-            Usage(count("prompt_token_count"), output, count("cached_content_token_count"))
-        ]
+        rest = self._usage() - self.reported
+        events: list[Event] = [rest] if rest != Usage() or self.reported == Usage() else []
         if self.blocked is not None:
             stop = "blocked"
         elif self.calls and self.finish_reason == "STOP":

@@ -3,6 +3,8 @@
 `complete()` runs one `Backend.stream()` to its `Done` and folds the events into a `Completion`. A
 retryable `ProviderError` (429, 5xx, timeouts, dropped connections, cut streams, unreadable replies)
 starts the call over from nothing; anything else propagates at once. Backends never retry themselves.
+Every Usage event of every attempt goes to `on_usage` the moment it arrives: a failed attempt, or a
+call cancelled midway, still counts what its provider reported (tests/backends/test_retry.py).
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from conclave.backends.base import Backend, Done, Request, TextDelta, ToolCall, 
 from conclave.errors import ProviderError, ProviderUnavailable, RateLimited
 
 _JITTER = Random()
+# (usage, opens_attempt): what a provider reported, and whether it is the first report of its attempt
+UsageCallback = Callable[[Usage, bool], Awaitable[None]]
 
 
 @dataclass(frozen=True)
@@ -62,14 +66,16 @@ async def complete(
     *,
     sleep: Callable[[float], Awaitable[object]] = anyio.sleep,
     random: Random = _JITTER,
+    on_usage: UsageCallback | None = None,
 ) -> Completion:
     """Run `request` on `backend` to completion, retrying retryable provider errors.
 
-    The returned `Completion` holds only the successful attempt's output.
+    The returned `Completion` holds only the successful attempt's output; `on_usage` hears every
+    attempt's usage as it arrives.
     """
     for attempt in range(1, policy.max_attempts + 1):
         try:
-            return await _collect(backend, request, attempt)
+            return await _collect(backend, request, attempt, on_usage)
         except ProviderError as exc:
             if not exc.retryable or attempt == policy.max_attempts:
                 raise
@@ -77,10 +83,10 @@ async def complete(
     raise AssertionError("unreachable: the last attempt returns or raises")
 
 
-async def _collect(backend: Backend, request: Request, attempt: int) -> Completion:
+async def _collect(backend: Backend, request: Request, attempt: int, on_usage: UsageCallback | None) -> Completion:
     text: list[str] = []
     calls: list[ToolCall] = []
-    usage = Usage()
+    usage, reported = Usage(), False
     events = backend.stream(request)
     try:
         async for event in events:
@@ -90,6 +96,9 @@ async def _collect(backend: Backend, request: Request, attempt: int) -> Completi
                 calls.append(event)
             elif isinstance(event, Usage):
                 usage = usage + event
+                if on_usage is not None:
+                    await on_usage(event, not reported)
+                    reported = True
             elif isinstance(event, Done):
                 return Completion("".join(text), tuple(calls), usage, event.stop_reason, attempt)
     finally:

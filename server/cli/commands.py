@@ -27,7 +27,8 @@ from conclave.jobs.reader import job_workspaces, read_whole
 from conclave.jobs.service import JobService
 from conclave.jobs.store import Store
 from conclave.jobs.teams import team_list
-from conclave.jobs.views import JobView, job_view
+from conclave.jobs.estimate import history
+from conclave.jobs.views import JobView, estimate_text, job_view
 from conclave.settings import Settings
 
 
@@ -38,7 +39,8 @@ def ask(args: argparse.Namespace) -> int:
 async def _ask(args: argparse.Namespace, console: Console) -> int:
     async with JobService.open(Settings()) as service:
         view = await service.submit(
-            args.task, args.team, context_arguments(args.context), args.apply, args.force_binary
+            args.task, args.team, context_arguments(args.context), args.apply, args.force_binary,
+            verify=args.verify, max_cost_usd=args.max_cost, max_tokens=args.max_tokens,
         )
         if args.json:
             while not view.done:
@@ -81,10 +83,18 @@ def render(view: JobView) -> Group:
         table.add_row(agent.letter, agent.model, state, str(agent.answers), agent.vote or "-", tokens)
     tally = ", ".join(f"{label}: {count}" for label, count in view.tally.items()) or "no votes yet"
     lines = [table, Text(f"{view.phase}  |  round {view.round}  |  tally {tally}  |  {view.elapsed_s:.0f}s")]
+    if view.checks:
+        lines.append(Text("checks: " + "; ".join(f"{label} {check}" for label, check in view.checks.items())))
+    if view.estimate is not None:
+        lines.append(Text(f"estimate: {estimate_text(view.estimate)}"))
+    if view.leading is not None:
+        lines.append(Text(f"leading: {view.leading.label} with {view.leading.votes} vote(s)"))
     if view.done:
         cost = f", ${view.usage.cost_usd:.4f}" if view.usage.cost_usd is not None else ""
         if view.winner:
             lines.append(Text(f"winner {view.winner}: {view.majority}", style="bold"))
+            if view.winner_check:
+                lines.append(Text(f"its check: {view.winner_check}"))
         lines.append(Text(f"why: {view.reason or '-'}"))
         lines.append(Text(f"usage: {view.usage.input_tokens} in, {view.usage.output_tokens} out{cost}"))
     elif view.agree:
@@ -147,7 +157,12 @@ def show(args: argparse.Namespace) -> int:
 
 
 def teams(args: argparse.Namespace) -> int:
-    print(team_list(list_presets(), os.environ).text())
+    settings = Settings()
+    store = Store(settings.db_path)
+    try:
+        print(team_list(list_presets(), os.environ, lambda team: history(team, store.team_usage(team.name))).text())
+    finally:
+        store.close()
     return EXIT_OK
 
 

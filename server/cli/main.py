@@ -50,6 +50,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ask.add_argument("--force-binary", action="store_true",
                      help="with --apply, also apply text files that became binary (their change is not shown)")
+    ask.add_argument("--verify", metavar="CMD",
+                     help="check each answer's files with CMD (e.g. 'pytest -q') in a fresh sandbox; needs --context")
+    ask.add_argument("--max-cost", type=float, metavar="USD",
+                     help="stop once the job has spent this many US dollars (every agent needs a price)")
+    ask.add_argument("--max-tokens", type=int, metavar="N",
+                     help="stop once the job's agents have used this many tokens (input and output)")
 
     status = commands.add_parser("status", help="show a job, or the recent jobs")
     status.add_argument("job_id", nargs="?", help="the job id (cj-...)")

@@ -29,6 +29,7 @@ _MEMORY = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([bkmg]?)b?\s*$", re.IGNORECASE)
 MIN_MEMORY = 6 * 1024 * 1024  # Docker's own minimum for a container
 # The order in which a default team is chosen when none is named (docs/ARCHITECTURE.md, "Teams").
 MAX_AGENTS, MAX_ANSWERS = 16, 20
+MAX_VERIFY_CHARS = 2000  # a check command is a command line, not a script
 # Agents are lettered A to P (one per agent, at most MAX_AGENTS); an answer's label is its author's
 # letter and revision, B2. The one pattern for both, everywhere a letter or label is read back.
 LETTER = re.compile(r"[A-P]")
@@ -140,6 +141,10 @@ class Coordination(_Strict):
     timeout_s: Annotated[float, Field(gt=0, le=24 * 3600)] = 900.0
     max_tool_steps: Annotated[int, Field(ge=0, le=200)] = 8
     max_failed_turns: Annotated[int, Field(ge=1, le=20)] = 3
+    # Budgets (ask_team's max_cost_usd and max_tokens override them): once the job's usage reaches one,
+    # no model call starts and the job ends with the best-supported answer so far (orchestrator.py).
+    max_cost_usd: Annotated[float, Field(gt=0, le=10_000)] | None = None
+    max_tokens: Annotated[int, Field(ge=1, le=10**10)] | None = None
 
 
 class Sandbox(_Strict):
@@ -176,6 +181,13 @@ class Team(_Strict):
     agents: Annotated[list[AgentSpec], Field(min_length=1, max_length=MAX_AGENTS)]
     coordination: Coordination = Coordination()
     sandbox: Sandbox | Literal["none"] = Sandbox()
+    # A check run on each answer's files in a fresh sandbox (e.g. `python3 -m unittest -q`); ask_team's `verify`
+    # overrides it. Needs context paths and Docker (coordination/verification.py).
+    verify: Annotated[str, Field(min_length=1, max_length=MAX_VERIFY_CHARS)] | None = None
+
+    def unpriced(self) -> list[str]:
+        """The agents (`provider/model`) without a price: a cost budget cannot be kept for them."""
+        return [agent.model for agent in self.agents if agent.price is None]
 
     def missing_keys(self, environ: Mapping[str, str]) -> list[str]:
         """The variables to set before this team can run (empty when all keys are there)."""

@@ -4,80 +4,45 @@ All turns run in one task group; each has its own cancel scope so a stale turn c
 restarted. Turns report back over a memory stream and one loop feeds the protocol, so the state has a
 single writer. Every event is reported to the sink with the live progress (tests/test_orchestrator.py).
 The driver reads every answer before the protocol sees it (answers.py): its key, or why it is no
-answer; and a presentation that changes the winning final answer is refused.
+answer; and a presentation that changes the winning final answer is refused. With `verify`, each
+answer's check runs as a task beside the turns (verification.py) and comes back as `Verified`; with a
+budget, every Usage is charged to it (budget.py) and reaching it feeds the protocol a `Stop`.
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import math
-import random
-import string
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Protocol
+from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import anyio
 import anyio.to_thread
 from anyio.streams.memory import MemoryObjectSendStream
 
 from conclave.coordination import answers, prompts, protocol
-from conclave.backends import create_backend
-from conclave.backends.base import Backend, Endpoint, ToolCall, Usage
+from conclave.backends.base import Backend, ToolCall, Usage
 from conclave.backends.retry import RetryPolicy
-from conclave.config import AgentSpec, Team
+from conclave.config import Team
 from conclave.errors import ConclaveError, ProviderError
-from conclave.coordination.reports import AgentProgress, AgentStateName, JobEvent, JobResult, Progress, UsageTotals
+from conclave.coordination.budget import Budget
+from conclave.coordination.members import (
+    BackendFactory, JobSink, Member, assign_letters, endpoint_factory, seed_for,
+)
+from conclave.coordination.reports import (
+    AgentProgress, AgentStateName, Check, JobEvent, JobResult, Leading, Progress, UsageTotals,
+)
 from conclave.coordination.turns import TurnContext, present, run_turn
 
 if TYPE_CHECKING:
-    from conclave.backends.local import LocalServers
     from conclave.coordination.job_files import JobFiles
+    from conclave.coordination.verification import CheckRun, Verifier
 
-BackendFactory = Callable[[AgentSpec], Backend]
+__all__ = ["BackendFactory", "JobSink", "Orchestrator", "assign_letters", "endpoint_factory", "seed_for"]
 REFUSED = "answer refused: "  # a failed turn's error when the driver refused its answer
+PREVIEW = 200  # characters of the leading answer in the progress
 logger = logging.getLogger(__name__)
-
-
-class JobSink(Protocol):
-    """Where a job reports: every event, with the progress right after it."""
-
-    async def record(self, event: JobEvent, progress: Progress) -> None: ...
-
-
-def endpoint_factory(environ: Mapping[str, str], local_servers: LocalServers | None = None) -> BackendFactory:
-    """Backends for real providers, keys read from `environ`; `local` agents start servers in `local_servers`."""
-
-    def make(spec: AgentSpec) -> Backend:
-        endpoint = Endpoint(
-            spec.provider, spec.model_name, spec.api_key(environ), spec.base_url, spec.timeout_s, spec.stream,
-            spec.model_path,
-        )
-        return create_backend(endpoint, local_servers=local_servers)
-
-    return make
-
-
-def seed_for(job_id: str) -> int:
-    """The job's seed (letters, voters' orders): derived from its id, so a job replays the same."""
-    return int(hashlib.sha256(job_id.encode()).hexdigest()[:16], 16)
-
-
-def assign_letters(count: int, seed: int) -> list[str]:
-    """Anonymous letters for `count` agents, shuffled by `seed`; item i is agent i's letter."""
-    letters = list(string.ascii_uppercase[:count])
-    random.Random(seed).shuffle(letters)
-    return letters
-
-
-@dataclass
-class Member:
-    spec: AgentSpec
-    letter: str
-    ctx: TurnContext | None = None
-    usage: UsageTotals = field(default_factory=UsageTotals)
-    presenting: bool = False
 
 
 class Orchestrator:
@@ -95,6 +60,7 @@ class Orchestrator:
         limiters: Mapping[str, anyio.CapacityLimiter] | None = None,
         clock: Callable[[], float] = anyio.current_time,
         files: JobFiles | None = None,
+        verifier: Verifier | None = None,
         deadline: float | None = None,
     ) -> None:
         self.job_id, self.task, self.team, self.sink = job_id, task, team, sink
@@ -104,14 +70,18 @@ class Orchestrator:
         self._factory, self._retry = backend_factory, retry or RetryPolicy()
         self._limiters = dict(limiters or {})
         self._clock = clock
-        self.files = files
+        self.files, self.verifier = files, verifier
         rules = team.coordination
+        self.budget = Budget(rules.max_tokens, rules.max_cost_usd)
         letters = assign_letters(len(team.agents), seed_for(job_id))
         self.members = {letter: Member(spec, letter) for spec, letter in zip(team.agents, letters, strict=True)}
         self.state = protocol.Coordination(
             sorted(self.members), max_answers=rules.max_answers_per_agent, consensus=rules.consensus,
             present=rules.final == "present", max_failed_turns=rules.max_failed_turns, seed=seed_for(job_id),
+            verify=verifier is not None,
         )
+        self.checks: dict[str, Check] = {}  # per answer label, with `verify`
+        self._runs: dict[str, CheckRun] = {}  # finished checks, until their Verified is reported
         self._scopes: dict[int, anyio.CancelScope] = {}
         self._result: JobResult | None = None
         self._started = 0.0
@@ -136,6 +106,8 @@ class Orchestrator:
             await self._emit("started", agents=agents)
             async with anyio.create_task_group() as tg, send, receive:
                 tg.start_soon(self._deadline, send.clone(), deadline)
+                if self.budget.limited:
+                    tg.start_soon(self.budget.watch, send.clone())
                 await self._execute(self.state.apply(protocol.Start()), tg, send)
                 while self._result is None:
                     await self._handle(await receive.receive(), tg, send)
@@ -187,7 +159,19 @@ class Orchestrator:
             )
         agree = [list(group) for group in self.state.agreeing()]
         return Progress(phase=self.state.phase, round=self.state.version, agents=agents, tally=self.state.tally(),
-                        agree=agree)
+                        agree=agree, checks=dict(self.checks), leading=self._leading())
+
+    def _leading(self) -> Leading | None:
+        """What would win now: the best supported while coordinating, the winner while it presents."""
+        phase = self.state.phase
+        lead = self.state.leading() if phase == "coordinating" else None
+        lead = self.state.outcome if phase == "presenting" else lead
+        answer = self.state.answer(lead.winner) if lead and lead.winner else None
+        if lead is None or answer is None:
+            return None
+        check = self.checks.get(answer.label)
+        return Leading(label=answer.label, votes=lead.votes, check=check.text() if check else None,
+                       preview=answer.content[:PREVIEW])
 
     # The loop ------------------------------------------------------------------------------------
     async def _handle(self, event: protocol.Event, tg: anyio.abc.TaskGroup, send: MemoryObjectSendStream[protocol.Event]) -> None:
@@ -226,6 +210,13 @@ class Orchestrator:
         elif isinstance(event, protocol.TurnFailed):
             agent = self.state.agents[event.letter]
             await self._emit("agent_failed" if not agent.active else "turn_failed", event.letter, error=event.error)
+        elif isinstance(event, protocol.Verified) and event.label in self._runs:
+            run = self._runs.pop(event.label)
+            self.checks[event.label] = run.check
+            check = run.check.model_dump()
+            await self._emit("checked", event.label[0], label=event.label, **check, output=run.output)
+        elif isinstance(event, protocol.Stop):
+            await self._emit("budget_reached", reason=event.reason)
         elif isinstance(event, protocol.Deadline):
             await self._emit("deadline", reason=event.reason)
         elif isinstance(event, protocol.WorkStarted):
@@ -243,6 +234,10 @@ class Orchestrator:
             elif isinstance(action, protocol.CancelTurn):
                 self._scopes.pop(action.turn_id, anyio.CancelScope()).cancel()
                 await self._emit("turn_cancelled", action.letter, turn_id=action.turn_id)
+            elif isinstance(action, protocol.Verify):
+                self.checks[action.label] = Check(status="running")
+                await self._emit("check_started", action.label[0], label=action.label)
+                tg.start_soon(self._verify, action.label, send.clone())
             elif isinstance(action, protocol.Present):
                 self.members[action.letter].presenting = True
                 await self._emit("presenting", action.letter, winner=action.outcome.winner)
@@ -267,6 +262,9 @@ class Orchestrator:
             reason=outcome.reason, tally=outcome.tally, presented_by=presented_by,
             failed=outcome.failed, errors=outcome.errors, votes=outcome.votes, voters=outcome.voters,
             all_voted=outcome.all_voted, fallback=outcome.fallback, agree=[list(g) for g in outcome.agree],
+            verdict=outcome.verdict, by_verification=outcome.by_verification, none_passed=outcome.none_passed,
+            pending=list(outcome.pending),
+            budget_reached=self.budget.reason is not None and self.budget.reason in outcome.reason,
         )
         await self._emit("finished", **self._result.model_dump())
 
@@ -326,6 +324,13 @@ class Orchestrator:
                 logger.warning("the presentation failed", exc_info=True)
                 await send.send(protocol.PresentationFailed(f"{type(exc).__name__}: {exc}"))
 
+    async def _verify(self, label: str, send: MemoryObjectSendStream[protocol.Event]) -> None:
+        assert self.verifier is not None
+        async with send:
+            run = await self.verifier.run(label)
+            self._runs[label] = run
+            await send.send(protocol.Verified(label, run.check.passed))
+
     async def _deadline(self, send: MemoryObjectSendStream[protocol.Event], deadline: float) -> None:
         async with send:
             await anyio.sleep_until(deadline)
@@ -337,11 +342,13 @@ class Orchestrator:
         limiter = self._limiters.setdefault(spec.provider, anyio.CapacityLimiter(16))
         rules = self.team.coordination
         system = prompts.system_prompt(
-            self.task, member.letter, len(self.members), rules.max_answers_per_agent, spec.tool_mode, spec.system_prompt
+            self.task, member.letter, len(self.members), rules.max_answers_per_agent, spec.tool_mode,
+            spec.system_prompt, verify=self.verifier is not None,
         )
 
-        async def on_usage(usage: Usage) -> None:
-            member.usage = member.usage.add(usage, spec.price)
+        async def on_usage(usage: Usage, first: bool) -> None:
+            member.usage = member.usage.add(usage, spec.price, first)
+            self.budget.charge(UsageTotals.total([m.usage for m in self.members.values()]))
             await self._emit("usage", member.letter, **usage.__dict__)
 
         async def no_work(call: ToolCall) -> None:
@@ -352,6 +359,7 @@ class Orchestrator:
             spec=spec, backend=backend, letter=member.letter, system=system, task=self.task, retry=self._retry,
             limiter=limiter, on_usage=on_usage, on_work=no_work, max_tool_steps=rules.max_tool_steps,
             work_tools=tools.specs() if tools else (), handlers=tools.handlers() if tools else {},
+            gate=self.budget.gate,
         )
 
     def _shown(self, order: tuple[str, ...] = ()) -> list[prompts.ShownAnswer]:
@@ -362,7 +370,9 @@ class Orchestrator:
         shown = []
         for label in labels:
             others = next((tuple(o for o in group if o != label) for group in groups if label in group), ())
-            shown.append(prompts.ShownAnswer(label, latest[label].letter, latest[label].content, others))
+            check = self.checks.get(label)
+            shown.append(prompts.ShownAnswer(label, latest[label].letter, latest[label].content, others,
+                                             check.text() if check else ""))
         return shown
 
     async def _emit(self, kind: str, letter: str | None = None, **data: object) -> None:

@@ -25,10 +25,17 @@ class ShownAnswer:
     letter: str
     content: str
     agrees_with: tuple[str, ...] = ()  # the other current answers with the same final answer
+    check: str = ""  # its verification in words ("passed in 3.1 s"), with `verify`
 
 
 def _agreement(answer: ShownAnswer) -> str:
-    return f" (the same final answer as {', '.join(answer.agrees_with)})" if answer.agrees_with else ""
+    same = f" (the same final answer as {', '.join(answer.agrees_with)})" if answer.agrees_with else ""
+    return same + _check(answer)
+
+
+def _check(answer: ShownAnswer) -> str:
+    """The check's result beside the answer, on the heading's line: "- verify failed (exit 1): ..."."""
+    return f" - verify {' '.join(answer.check.split())}" if answer.check else ""
 
 
 _RULES = """\
@@ -44,6 +51,11 @@ A new answer from anyone clears all votes and everyone looks again, so only vote
 stand behind. The answer with most votes wins; its author then writes the final answer.
 You may post at most {max_answers} answers in all.{mode_rules}"""
 
+_VERIFY_RULES = """
+The caller's check command runs on the files of every answer, each in a fresh sandbox, and you see
+its result beside the answer (verify passed, failed, or running). An answer whose check failed
+cannot win while one that passed has votes, so weigh the results when you vote or revise."""
+
 _NATIVE_RULES = """
 Make your decision by calling the new_answer or vote tool. Text outside a tool call is not seen by
 the others."""
@@ -55,7 +67,8 @@ them, one per reply: {"action": "call_tool", "tool": "<name>", "arguments": {...
 
 
 def system_prompt(
-    task: str, letter: str, size: int, max_answers: int, mode: Literal["native", "json"], persona: str | None
+    task: str, letter: str, size: int, max_answers: int, mode: Literal["native", "json"], persona: str | None,
+    *, verify: bool = False,
 ) -> str:
     """The stable prefix of every turn of one agent in one job."""
     parts = [persona.strip()] if persona else []
@@ -64,7 +77,7 @@ def system_prompt(
         size=size,
         max_answers=max_answers,
         mode_rules=_NATIVE_RULES if mode == "native" else _JSON_RULES,
-    )
+    ) + (_VERIFY_RULES if verify else "")
     parts += [rules, f"# The task\n\n{task.strip()}"]
     return "\n\n".join(parts)
 
@@ -231,7 +244,7 @@ def presentation_prompt(
     lines = [f"# The task\n\n{task.strip()}\n", f"# The vote\n\nYour answer {winner} won."]
     lines += [f"- {label}: {count} vote{'s' if count != 1 else ''}" for label, count in tally.items()]
     lines.append("\n# The answers")
-    lines += [f"\n## Answer {answer.label}\n\n{_shown(answer.content)}" for answer in answers]
+    lines += [f"\n## Answer {answer.label}{_check(answer)}\n\n{_shown(answer.content)}" for answer in answers]
     lines.append("\nWrite the final answer now.")
     return "\n".join(lines)
 

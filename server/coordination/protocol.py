@@ -1,7 +1,7 @@
 """The coordination protocol: a pure state machine. Feed it events, carry out the actions it returns.
 
-No I/O, no clock, no randomness of its own: the job's seed and every moment in time come in as data,
-so a job replays exactly from its event log. The rules, each tested in tests/test_protocol.py:
+No I/O, no clock, no randomness: seeds and moments come in as data, so a job replays from its event
+log. Who wins is tally.py's (pure too). Rules, tested in tests/test_protocol.py and test_protocol_verify.py:
 - Answers are labelled letter + revision (A1, B2); the driver gives each a key, its normalised final
   answer, and answers with equal keys agree (a group). Each turn lists the current answers in the
   voter's own order, drawn from (seed, voter, version), labels unchanged: position is never a vote.
@@ -9,12 +9,14 @@ so a job replays exactly from its event log. The rules, each tested in tests/tes
   current version and names a current answer; else the agent gets a fresh turn (a wrong label is a
   failed turn, a stale one is not). A stale turn that has done no work and is not its agent's first
   answer is cancelled and restarted. An agent at `max_answers` may only vote.
+- Verification (`verify`): each accepted answer gets a `Verify` action and is pending until `Verified`,
+  which (for a current answer) clears every vote like a new answer: every vote knows every result. The
+  vote cannot end while a current answer is pending (a deadline or a stop can, naming what was pending).
 - `all_voted` ends when every active agent holds a vote; `majority` when one group holds votes from
-  more than half of the active agents. Winner: the group with most votes (ties to the group posted
-  first), in it the most-voted answer (then the earliest). Consensus: a strict majority of the votes.
-- Ending early (deadline, all but one agent failed) picks the best-supported answer (most current
-  votes, else most votes ever, else most agents agreeing, else the latest), marked `fallback`, never
-  consensus. A deadline during the presentation returns the winning answer as it stands.
+  more than half of the active agents. The winner: tally.py. Consensus: a strict majority of the votes.
+- Ending early (deadline, all but one agent failed, a `Stop` such as a budget) picks the best-supported
+  answer, marked `fallback`, never consensus. A deadline while presenting returns the winning answer as
+  it stands; a `Stop` never presents.
 - A turn that ends with plain text gets one corrective retry; after that non-empty text is an answer.
 """
 
@@ -22,22 +24,15 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Literal
+
+from conclave.coordination.tally import Answer, Board, Outcome, Verdict, agreeing, decide, fallback, leading
+
+__all__ = ["Answer", "Outcome", "Verdict"]  # re-exported: the driver and the tests read them from here
 
 Phase = Literal["coordinating", "presenting", "done"]
 Rule = Literal["all_voted", "majority"]
-
-
-@dataclass(frozen=True)
-class Answer:
-    label: str
-    letter: str
-    revision: int
-    content: str
-    seq: int  # posting order across the job, for the tie-break
-    key: str  # the normalised final answer: equal keys agree
 
 
 @dataclass(frozen=True)
@@ -56,6 +51,17 @@ class Start:
 @dataclass(frozen=True)
 class Deadline:
     reason: str
+
+
+@dataclass(frozen=True)
+class Stop:  # end now without another model call (a budget): the best-supported answer as it stands
+    reason: str
+
+
+@dataclass(frozen=True)
+class Verified:  # the check command's result for answer `label`, run after a `Verify` action
+    label: str
+    passed: bool
 
 
 @dataclass(frozen=True)
@@ -103,7 +109,7 @@ class PresentationFailed:
     error: str
 
 
-Event = Start | Deadline | TurnEvent | Presented | PresentationFailed
+Event = Start | Deadline | Stop | Verified | TurnEvent | Presented | PresentationFailed
 
 
 # Actions: what the driver must do.
@@ -125,22 +131,8 @@ class CancelTurn:
 
 
 @dataclass(frozen=True)
-class Outcome:
-    """How the vote ended. `votes` of `voters` valid votes went to the winner's group; `consensus` is
-    a strict majority of them; `fallback`: the vote never finished, the winner is the best supported."""
-
-    winner: str | None
-    consensus: bool
-    tie: bool
-    reason: str
-    tally: dict[str, int]
-    failed: bool = False
-    errors: dict[str, str] = field(default_factory=dict)
-    votes: int = 0
-    voters: int = 0
-    all_voted: bool = False
-    fallback: bool = False
-    agree: tuple[tuple[str, ...], ...] = ()  # groups of two or more current answers with one key
+class Verify:  # run the check command on answer `label`'s files, then feed back `Verified`
+    label: str
 
 
 @dataclass(frozen=True)
@@ -155,7 +147,7 @@ class Finish:
     final_text: str | None  # the presented text; None means "use the winner's answer as it stands"
 
 
-Action = StartTurn | CancelTurn | Present | Finish
+Action = StartTurn | CancelTurn | Verify | Present | Finish
 
 
 @dataclass(frozen=True)
@@ -186,14 +178,17 @@ class Coordination:
     def __init__(
         self, letters: list[str], *, max_answers: int = 3, consensus: Rule = "all_voted",
         present: bool = True, max_failed_turns: int = 3, seed: int = 0,  # seed: the voters' orders
+        verify: bool = False,  # every answer is checked (Verify / Verified) before the vote may end
     ) -> None:
         if not letters or len(set(letters)) != len(letters):
             raise ValueError("letters must be distinct and non-empty")
         self.agents = {letter: AgentState(letter) for letter in letters}
         self.max_answers, self.consensus_rule = max_answers, consensus
         self.present, self.max_failed_turns, self.seed = present, max_failed_turns, seed
+        self.verify = verify
         self.answers: list[Answer] = []
         self.latest: dict[str, Answer] = {}
+        self.verdicts: dict[str, Verdict] = {}
         self.version = 0
         self.votes_ever: Counter[str] = Counter()
         self.phase: Phase = "coordinating"
@@ -217,10 +212,15 @@ class Coordination:
 
     def agreeing(self) -> tuple[tuple[str, ...], ...]:
         """The current answers that agree (one key), in groups of two or more, in posting order."""
-        groups: dict[str, list[str]] = {}
-        for answer in self.latest_answers():
-            groups.setdefault(answer.key, []).append(answer.label)
-        return tuple(tuple(labels) for labels in groups.values() if len(labels) > 1)
+        return agreeing(self.latest_answers())
+
+    def pending(self) -> tuple[str, ...]:
+        """Current answers whose verification has not come back yet."""
+        return tuple(a.label for a in self.latest_answers() if self.verdicts.get(a.label) == "pending")
+
+    def leading(self) -> Outcome | None:
+        """The answer that would win if the job stopped now (a query: nothing changes)."""
+        return leading(self._board())
 
     def order_for(self, letter: str, version: int) -> tuple[str, ...]:
         """The current labels in the order voter `letter` sees them at `version`: drawn from the seed."""
@@ -235,14 +235,16 @@ class Coordination:
             return []
         if isinstance(event, (Presented, PresentationFailed)):
             return self._on_presentation(event)
-        if isinstance(event, Deadline) and self.phase == "presenting":
+        if isinstance(event, (Deadline, Stop)) and self.phase == "presenting":
             return self._on_presentation(PresentationFailed(f"{event.reason} during the presentation"))
         if self.phase != "coordinating":
             return []
         if isinstance(event, Start):
             return [self._start_turn(agent) for agent in self.active()]
-        if isinstance(event, Deadline):
-            return self._finish(self._fallback(event.reason))
+        if isinstance(event, (Deadline, Stop)):
+            return self._finish(fallback(self._board(), event.reason), present=isinstance(event, Deadline))
+        if isinstance(event, Verified):
+            return self._on_verified(event)
         agent = self.agents.get(event.letter)
         if agent is None or agent.turn is None or agent.turn.turn_id != event.turn_id:
             return []  # a late event from a cancelled or finished turn
@@ -275,20 +277,36 @@ class Coordination:
         answer = Answer(label, agent.letter, agent.answers, content, seq, key or content.strip())
         self.answers.append(answer)
         self.latest[agent.letter] = answer
-        self.version += 1
         if len(self.agents) > 1 and len(self.active()) == 1:
             # the others failed before any answer: a lone survivor's self-vote is not consensus
             # (tests/test_protocol.py::test_lone_survivor_answer_ends_without_consensus)
-            return self._finish(self._fallback("all but one agent failed"))
+            return self._finish(fallback(self._board(), "all but one agent failed"))
+        if not self.verify:
+            return self._invalidate("the answers changed")
+        self.verdicts[label] = "pending"  # only now: a check is asked for every pending answer
+        return [Verify(label), *self._invalidate("the answers changed")]
+
+    def _on_verified(self, event: Verified) -> list[Action]:
+        if self.verdicts.get(event.label) != "pending":
+            return []  # unknown, or already known: a result counts once
+        self.verdicts[event.label] = "passed" if event.passed else "failed"
+        if self.latest.get(event.label[0]) is not self.answer(event.label):
+            return []  # its author has posted again since: no vote can name it any more
+        return self._invalidate(f"the check of {event.label} came back")
+
+    def _invalidate(self, why: str) -> list[Action]:
+        """The picture changed: bump the version, clear every vote, give idle agents a turn and restart
+        stale ones that have only been thinking (every vote is cast with the full current picture)."""
+        self.version += 1
         actions: list[Action] = []
         for other in self.active():
-            other.vote = None  # vote invalidation: every vote is cast with the full current picture
+            other.vote = None
             turn = other.turn
             if turn is None:
-                actions.append(self._start_turn(other, note="the answers changed; look again"))
+                actions.append(self._start_turn(other, note=f"{why}; look again"))
             elif turn.version < self.version and not turn.did_work and other.answers > 0:
                 actions.append(CancelTurn(other.letter, turn.turn_id))
-                actions.append(self._start_turn(other, note="the answers changed while you were thinking"))
+                actions.append(self._start_turn(other, note=f"{why} while you were thinking"))
         return actions
 
     def _on_vote(self, agent: AgentState, event: VoteCast) -> list[Action]:
@@ -316,7 +334,7 @@ class Coordination:
             outcome = Outcome(None, False, False, "every agent failed", {}, failed=True, errors=errors)
             return self._finish(outcome)
         if len(self.agents) > 1 and len(active) == 1 and self.answers:
-            return self._finish(self._fallback("all but one agent failed"))
+            return self._finish(fallback(self._board(), "all but one agent failed"))
         return self._check_consensus()
 
     def _on_presentation(self, event: Presented | PresentationFailed) -> list[Action]:
@@ -331,50 +349,27 @@ class Coordination:
         return [Finish(self.outcome, None)]
 
     # Ending ------------------------------------------------------------------------------------
+    def _board(self) -> Board:
+        return Board(tuple(self.answers), tuple(self.latest_answers()), self.tally(), self.votes_ever,
+                     all(agent.vote for agent in self.active()), self.verdicts)
+
     def _check_consensus(self) -> list[Action]:
-        if not any(self.tally().values()):
-            return []
-        outcome = self._decide(self.tally(), self.latest_answers(), "")
+        if not any(self.tally().values()) or self.pending():
+            return []  # no vote yet, or a check still running: the vote cannot end
+        outcome = decide(self._board(), self.tally(), self.latest_answers(), "")
         if self.consensus_rule == "majority" and outcome.votes * 2 > len(self.active()):
-            return self._finish(replace(outcome, consensus=True, reason="a majority of the agents chose it"))
+            return self._finish(_reason(outcome, True, "a majority of the agents chose it"))
         if not outcome.all_voted:
             return []
         majority = outcome.votes * 2 > outcome.voters
         why = "a majority chose it" if majority else "no answer has a majority"
-        return self._finish(replace(outcome, consensus=majority, reason=f"every active agent voted; {why}"))
+        return self._finish(_reason(outcome, majority, f"every active agent voted; {why}"))
 
-    def _decide(self, counts: Mapping[str, int], answers: list[Answer], reason: str) -> Outcome:
-        """The answer whose group holds most of `counts` (per label) among `answers`: groups tied go to
-        the one posted first; in the group, the answer with most, then the earliest. No consensus yet."""
-        groups: dict[str, list[Answer]] = {}
-        for answer in answers:
-            groups.setdefault(answer.key, []).append(answer)
-        totals = {key: sum(counts.get(a.label, 0) for a in group) for key, group in groups.items()}
-        tied = [key for key, total in totals.items() if total == max(totals.values())]
-        winner = max(groups[tied[0]], key=lambda a: (counts.get(a.label, 0), -a.seq))
-        tally = self.tally()
-        votes = sum(tally[a.label] for a in self.latest_answers() if a.key == winner.key)
-        everyone = all(agent.vote for agent in self.active())
-        return Outcome(winner.label, False, len(tied) > 1, reason, tally, votes=votes,
-                       voters=sum(tally.values()), all_voted=everyone, agree=self.agreeing())
-
-    def _fallback(self, reason: str) -> Outcome:
-        latest, tally = self.latest_answers(), self.tally()
-        if not self.answers:
-            return Outcome(None, False, False, f"{reason}; no answer was posted", tally, failed=True)
-        if any(tally.values()):
-            counts, among, why = tally, latest, "the answer with the most current votes"
-        elif self.votes_ever:
-            counts, among, why = self.votes_ever, self.answers, "the answer with most votes ever"
-        elif len({a.key for a in latest}) < len(latest):
-            counts, among, why = {a.label: 1 for a in latest}, latest, "the answer most agents agree on"
-        else:
-            counts, among, why = {self.answers[-1].label: 1}, self.answers, "the latest answer"
-        return replace(self._decide(counts, among, f"{reason}; {why}"), fallback=True)
-
-    def _finish(self, outcome: Outcome) -> list[Action]:
+    def _finish(self, outcome: Outcome, *, present: bool = True) -> list[Action]:
         dropped = {a.letter: a.error for a in self.agents.values() if a.error}
-        outcome = replace(outcome, errors={**dropped, **outcome.errors})
+        outcome = replace(outcome, errors={**dropped, **outcome.errors}, pending=self.pending())
+        if outcome.pending:
+            outcome = replace(outcome, reason=f"{outcome.reason}; still being checked: {', '.join(outcome.pending)}")
         actions: list[Action] = []
         for agent in self.agents.values():
             if agent.turn is not None:
@@ -382,7 +377,7 @@ class Coordination:
                 agent.turn = None
         self.outcome = outcome
         winner = self.answer(outcome.winner) if outcome.winner else None
-        if self.present and winner is not None and self.agents[winner.letter].active:
+        if present and self.present and winner is not None and self.agents[winner.letter].active:
             self.phase = "presenting"
             actions.append(Present(winner.letter, outcome))
         else:
@@ -395,3 +390,7 @@ class Coordination:
         agent.turn = Turn(self._next_turn, self.version, False, corrective)
         can_answer, labels = agent.answers < self.max_answers, self.order_for(agent.letter, self.version)
         return StartTurn(agent.letter, self._next_turn, self.version, can_answer, labels, corrective, note)
+
+
+def _reason(outcome: Outcome, consensus: bool, why: str) -> Outcome:  # why it ended, then decide()'s notes
+    return replace(outcome, consensus=consensus, reason=f"{why}{outcome.reason}")

@@ -26,6 +26,9 @@ EventKind = Literal[
     "answer_refused",
     "agent_failed",
     "usage",
+    "check_started",
+    "checked",
+    "budget_reached",
     "deadline",
     "presenting",
     "finished",
@@ -37,7 +40,7 @@ class _Record(BaseModel):
 
 
 class UsageTotals(_Record):
-    """Tokens and, where the price is known, US dollars."""
+    """Tokens and, where the price is known, US dollars; `calls`: provider attempts that reported usage."""
 
     calls: int = 0
     input_tokens: int = 0
@@ -45,8 +48,9 @@ class UsageTotals(_Record):
     cached_input_tokens: int = 0
     cost_usd: float | None = None
 
-    def add(self, usage: Usage, price: Price | None) -> UsageTotals:
-        """These totals plus one call; an agent without a price has no cost, never a guessed one."""
+    def add(self, usage: Usage, price: Price | None, call: bool = True) -> UsageTotals:
+        """These totals plus one report (`call`: the first of its attempt); an agent without a price has
+        no cost, never a guessed one."""
         cost = None
         if price is not None:
             cached_price = price.input if price.cached_input is None else price.cached_input
@@ -54,12 +58,16 @@ class UsageTotals(_Record):
             call = fresh * price.input + usage.cached_input_tokens * cached_price + usage.output_tokens * price.output
             cost = (self.cost_usd or 0.0) + call / 1e6
         return UsageTotals(
-            calls=self.calls + 1,
+            calls=self.calls + int(call),
             input_tokens=self.input_tokens + usage.input_tokens,
             output_tokens=self.output_tokens + usage.output_tokens,
             cached_input_tokens=self.cached_input_tokens + usage.cached_input_tokens,
             cost_usd=cost,
         )
+
+    @property
+    def tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
 
     @staticmethod
     def total(parts: list[UsageTotals]) -> UsageTotals:
@@ -84,6 +92,46 @@ class JobEvent(_Record):
 
 
 AgentStateName = Literal["working", "voted", "waiting", "presenting", "done", "failed"]
+CheckStatus = Literal["running", "passed", "failed", "error"]
+TAIL_LINES, LINE_CHARS = 5, 200  # what a check keeps of its output's end for voters and the view
+
+
+class Check(_Record):
+    """One answer's verification: the caller's command run on that answer's files (verification.py)."""
+
+    status: CheckStatus
+    exit_code: int | None = None
+    duration_s: float | None = None
+    timed_out: bool = False
+    tail: list[str] = Field(default_factory=list, description="the last lines of the output")
+    error: str | None = None  # why the check could not run (status "error")
+
+    @property
+    def passed(self) -> bool:
+        return self.status == "passed"
+
+    def text(self) -> str:
+        """In words, on one line: "passed in 3.1 s", "failed (exit 1): 2 failed, 3 passed", "running"."""
+        if self.status == "running":
+            return "running"
+        if self.status == "error":
+            return f"could not run: {self.error}"
+        took = f" in {self.duration_s:.1f} s" if self.duration_s is not None else ""
+        if self.status == "passed":
+            return f"passed{took}"
+        if self.timed_out:
+            return f"failed: timed out after {self.duration_s or 0:.0f} s"
+        last = f": {self.tail[-1]}" if self.tail else ""
+        return f"failed (exit {self.exit_code}){last}"
+
+
+class Leading(_Record):
+    """The answer that would win if the job stopped now."""
+
+    label: str
+    votes: int
+    check: str | None = None  # its verification in words, with `verify`
+    preview: str = Field(default="", description="the answer's first characters")
 
 
 class AgentProgress(_Record):
@@ -104,6 +152,8 @@ class Progress(_Record):
     agents: list[AgentProgress] = Field(default_factory=list)
     tally: dict[str, int] = Field(default_factory=dict)
     agree: list[list[str]] = Field(default_factory=list)  # current answers with the same final answer
+    checks: dict[str, Check] = Field(default_factory=dict)  # per answer label, with `verify`
+    leading: Leading | None = None
 
 
 class JobResult(_Record):
@@ -125,3 +175,10 @@ class JobResult(_Record):
     all_voted: bool = False
     fallback: bool = False
     agree: list[list[str]] = Field(default_factory=list)  # current answers with the same final answer
+    # With `verify` (tally.py): the winner's check, whether the rule changed the winner, whether no
+    # current answer passed, and which checks were still running when the job ended.
+    verdict: Literal["pending", "passed", "failed"] | None = None
+    by_verification: bool = False
+    none_passed: bool = False
+    pending: list[str] = Field(default_factory=list)
+    budget_reached: bool = False

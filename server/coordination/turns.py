@@ -12,11 +12,12 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
 
 import anyio
+import anyio.lowlevel
 
 from conclave.coordination import prompts, protocol
 from conclave.coordination.split_turns import split_turn
-from conclave.backends.base import Backend, Message, Request, Scorer, ToolCall, ToolSpec, Usage
-from conclave.backends.retry import Completion, RetryPolicy, complete
+from conclave.backends.base import Backend, Message, Request, Scorer, ToolCall, ToolSpec
+from conclave.backends.retry import Completion, RetryPolicy, UsageCallback, complete
 from conclave.config import AgentSpec
 
 WORKFLOW = ("new_answer", "vote")
@@ -36,28 +37,32 @@ class TurnContext:
     task: str
     retry: RetryPolicy
     limiter: anyio.CapacityLimiter
-    on_usage: Callable[[Usage], Awaitable[None]]
+    on_usage: UsageCallback  # every Usage a provider reports, as it arrives (retries and cancelled calls too)
     on_work: Callable[[ToolCall], Awaitable[None]]
     max_tool_steps: int = 8
     work_tools: tuple[ToolSpec, ...] = ()
     handlers: Mapping[str, ToolHandler] = field(default_factory=dict)
+    # Awaited before every model call: once the job's budget is reached it never returns, so no call
+    # starts after the limit (the job's end cancels the waiting turn).
+    gate: Callable[[], Awaitable[None]] = anyio.lowlevel.checkpoint
 
     async def call(self, request: Request) -> Completion:
         """One model call under this agent's provider limit, retry policy and overall deadline."""
         limit = self.spec.timeout_s * self.spec.max_attempts + 30
+        await self.gate()
         async with self.limiter:
             with anyio.fail_after(limit):
-                completion = await complete(self.backend, request, replace(self.retry, max_attempts=self.spec.max_attempts))
-        await self.on_usage(completion.usage)
-        return completion
+                policy = replace(self.retry, max_attempts=self.spec.max_attempts)
+                return await complete(self.backend, request, policy, on_usage=self.on_usage)
 
     async def score(self, request: Request, candidates: list[str]) -> list[float]:
         """The model's mean token log-probability of each candidate as its reply (a `Scorer` backend)."""
         assert isinstance(self.backend, Scorer)
+        await self.gate()
         async with self.limiter:
             with anyio.fail_after(self.spec.timeout_s):
                 scores, usage = await self.backend.score(request, candidates)
-        await self.on_usage(usage)
+        await self.on_usage(usage, True)
         return scores
 
     def request(self, messages: list[Message], **overrides: object) -> Request:

@@ -7,6 +7,7 @@
         agents/<letter>/   each agent's working copy, made from base/ by copying: never shares an inode
                            with base/ or a snapshot, since agents write here (bind-mounted at /workspace)
         snapshots/<label>/ the author's workspace at each new_answer (`B2`), immutable
+        checks/<label>-*/  a fresh, writable copy of a snapshot for its verification run, removed after it
         final/             the winner's workspace after presentation, immutable
         diff.patch         the winner's git-style patch over every context path, written at the end
         meta/<tree>        when base/ or a snapshot was captured (for safe reuse of unchanged files)
@@ -197,6 +198,21 @@ class Workspaces:
         except (OSError, ValueError):
             return 0  # unknown: no file counts as unchanged, everything is copied
 
+    async def check_copy(self, label: str) -> Path:
+        """A fresh, writable copy of snapshot `label` for its verification (the snapshot stays as it is)."""
+        return await anyio.to_thread.run_sync(self._check_copy, label, abandon_on_cancel=True)
+
+    def _check_copy(self, label: str) -> Path:
+        source = self.snapshot_dir(label)
+        if not source.is_dir():
+            raise InputError("source", label, "no snapshot by that label: the answer's files were not kept")
+        dest = self.job_dir / "checks" / f"{label}-{time.monotonic_ns()}"
+        with _building(dest) as tmp:
+            copy_tree(source, tmp, list_tree(source))  # copied, never linked: the check may write anywhere
+            if self.agent_owner is not None:
+                safe.settle(tmp, self.agent_owner)
+        return dest
+
     # -- naming and reading ---------------------------------------------------------------------
 
     def agent(self, letter: str) -> Path:
@@ -294,9 +310,9 @@ class Workspaces:
         return await apply(self.final / name, Path(context.source), context, self.base / name)
 
     async def remove_working_copies(self) -> None:
-        """Delete agents/ and peers/ (the job is over): snapshots, final/ and the patch stay."""
+        """Delete agents/, peers/ and checks/ (the job is over): snapshots, final/ and the patch stay."""
         def remove() -> None:
-            for folder in (self.agents, self.job_dir / "peers"):
+            for folder in (self.agents, self.job_dir / "peers", self.job_dir / "checks"):
                 shutil.rmtree(folder, ignore_errors=True)  # rmtree walks by fd: links are removed, not followed
 
         await anyio.to_thread.run_sync(remove)

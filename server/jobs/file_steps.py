@@ -9,6 +9,7 @@ from pathlib import Path
 import anyio
 import anyio.to_thread
 
+from conclave.config import Sandbox as SandboxSpec
 from conclave.config import Team
 from conclave.coordination.job_files import JobFiles
 from conclave.errors import ApplyError, SandboxUnavailable
@@ -26,17 +27,22 @@ async def admit(
 ) -> JobOptions:
     """Check a job's context paths and sandbox when it is submitted; nothing is copied yet.
 
-    Commands need a Docker engine and the sandbox image: a team that would run them is refused here,
-    with the fix, rather than failing later.
+    Commands and a `verify` check need a Docker engine and the sandbox image: a job that would run
+    them is refused here, with the fix, rather than failing later.
     """
     commands = team.sandbox != "none"
-    if commands:
-        assert not isinstance(team.sandbox, str)
-        status = await anyio.to_thread.run_sync(engine_status, image_tag(team.sandbox))
+    spec = team.sandbox if not isinstance(team.sandbox, str) else SandboxSpec()
+    if commands or team.verify is not None:
+        status = await anyio.to_thread.run_sync(engine_status, image_tag(spec))
         if not status.available or status.image_present is False:
+            if commands:
+                raise SandboxUnavailable(
+                    f"team {team.name!r} runs commands in a Docker sandbox, but {status.error}; "
+                    "or set `sandbox: none` in the team file to work on files without commands"
+                )
             raise SandboxUnavailable(
-                f"team {team.name!r} runs commands in a Docker sandbox, but {status.error}; "
-                "or set `sandbox: none` in the team file to work on files without commands"
+                f"verify runs {team.verify!r} on each answer's files in a Docker sandbox, but {status.error}; "
+                "or leave verify out to run the job without checks"
             )
     return JobOptions(context_paths=named(sources), apply=apply, commands=commands, force_binary=force_binary)
 

@@ -1,5 +1,6 @@
 """What `read_workspace` can read of a job: the transcript, each answer, the final answer, the patch
-(`@diff`), and, for jobs with context paths, every file of the final tree or of any answer's snapshot.
+(`@diff`), each answer's check output (`verify/<label>`, with verify), and, for jobs with context
+paths, every file of the final tree or of any answer's snapshot.
 
 Text is paged by characters (`offset`, `limit`) so a client with a small tool-result budget can read
 anything in pieces; a listing is paged by entries. A file path with no `source` reads the final tree.
@@ -22,7 +23,7 @@ from conclave.files.trees import list_tree, read_bytes
 from conclave.files.workspaces import Workspaces
 
 MAX_LIMIT = 100_000
-PATH_HELP = "use '' to list, 'transcript', 'final' or 'answers/<label>' such as answers/B2"
+PATH_HELP = "use '' to list, 'transcript', 'final', 'answers/<label>' such as answers/B2, or 'verify/<label>'"
 JOB_TEXTS = ("transcript", "final")
 MAX_LISTED = 2000
 MAX_FILE_BYTES = 16 * 1024 * 1024  # a larger file is refused by its size, not read
@@ -63,7 +64,7 @@ async def read_job(
             return _listing(row.id, await listing(store, row, workspaces), offset, limit)
         if path == "@diff":
             return _page(row.id, path, await _patch(row, workspaces), offset, limit)
-        if path in JOB_TEXTS or path.startswith("answers/") or workspaces is None:
+        if path in JOB_TEXTS or path.startswith(("answers/", "verify/")) or workspaces is None:
             return _page(row.id, path, _text(store, row, path.strip("/")), offset, limit)
         source = "final"  # a file path on its own reads the final tree, as the tool says
     if workspaces is None:
@@ -103,6 +104,7 @@ async def listing(store: Store, row: JobRow, workspaces: Workspaces | None = Non
     if row.result is not None and row.result.answer is not None:
         entries.append("final")
     entries += [f"answers/{answer.label}" for answer in store.answers(row.id)]
+    entries += [f"verify/{label}" for label in check_outputs(store, row)]
     if workspaces is not None and workspaces.patch.exists():
         entries.append("@diff")
     if workspaces is not None and workspaces.final.is_dir():
@@ -147,7 +149,18 @@ def _text(store: Store, row: JobRow, path: str) -> str:
                 return answer.content
         known = ", ".join(a.label for a in store.answers(row.id)) or "none yet"
         raise InputError("path", path, f"no answer {label!r} in this job (answers: {known})")
+    if path.startswith("verify/"):
+        label, outputs = path.removeprefix("verify/"), check_outputs(store, row)
+        if label in outputs:
+            return outputs[label]
+        known = ", ".join(outputs) or "none yet (with verify, each answer's check comes back after it is posted)"
+        raise InputError("path", path, f"no check output for {label!r} in this job (checked: {known})")
     raise InputError("path", path, PATH_HELP)
+
+
+def check_outputs(store: Store, row: JobRow) -> dict[str, str]:
+    """Each checked answer's whole check output (capped as every command's is), by label."""
+    return {e.data["label"]: e.data.get("output", "") for e in store.events(row.id, "checked")}
 
 
 def transcript(store: Store, row: JobRow) -> str:
@@ -163,8 +176,15 @@ def transcript(store: Store, row: JobRow) -> str:
             case "vote" | "vote_discarded":
                 status = "voted for" if event.kind == "vote" else "vote discarded:"
                 lines.append(f"{stamp} {status} {d['label']}: {d.get('reason', '')}")
-            case "usage":
+            case "usage" | "check_started":
                 continue
+            case "checked":
+                tail = "\n    ".join(d.get("tail") or [])
+                status = f"{d['status']} (exit {d.get('exit_code')}, {d.get('duration_s')} s)"
+                lines.append(f"{stamp} check of {d['label']}: {status}; whole output: verify/{d['label']}"
+                             + (f"\n    {tail}" if tail else ""))
+            case "budget_reached":
+                lines.append(f"{stamp} {d['reason']}")
             case "finished":
                 lines.append(f"{stamp} finished: winner {d.get('winner')}, consensus {d.get('consensus')}; {d.get('reason')}")
             case _:

@@ -16,11 +16,23 @@ class _Record(BaseModel):
 ApplyMode = bool | Literal["force"]  # true: only with consensus; "force": whatever the vote
 
 
+class Estimate(_Record):
+    """What a job may use: a range from this team's past jobs here, priced at the team's prices now."""
+
+    jobs: int = Field(description="past completed jobs of this team on this server the range is drawn from")
+    tokens: list[int] | None = Field(default=None, description="[low, high] tokens in and out")
+    cost_usd: list[float] | None = Field(default=None, description="[low, high] US dollars")
+    typical_tokens: int | None = None
+    typical_cost_usd: float | None = None
+    note: str = ""
+
+
 class JobOptions(_Record):
     context_paths: list[ContextPath] = Field(default_factory=list)
     apply: ApplyMode = False
     commands: bool = False  # agents get run_command in a sandbox
     force_binary: bool = False  # apply even files that became binary (their change is not shown as text)
+    estimate: Estimate | None = None  # made at submit, shown while the job runs
 
 
 class FileChangeView(_Record):

@@ -5,7 +5,8 @@ lifespan (see app.py). A job records its owner (process id + a random id) and a 
 service marks `interrupted` only jobs whose owner is gone, never another live server's.
 
 `submit` only checks (what the caller may name, jobs/access.py; the queue bound; the team's keys and
-sandbox) and queues: the context paths are copied when the job gets its slot, so ask_team returns at once.
+sandbox; verify and budgets, jobs/plan.py) and queues, with an estimate of what the job may use
+(jobs/estimate.py): the context paths are copied when the job gets its slot, so ask_team returns at once.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from conclave.backends import check_ready
 from conclave.backends.local import LocalServers
 from conclave.backends.retry import RetryPolicy
 from conclave.config import ConfigError, Team, list_presets, resolve_team
+from conclave.config import Sandbox as SandboxSpec
 from conclave.errors import ConclaveError, InputError, JobNotFound, QueueFull
 from conclave.files.budget import MB
 from conclave.jobs.access import Access
@@ -34,6 +36,9 @@ from conclave.jobs.gc import GcReport, prune
 from conclave.jobs.owners import process_alive
 from conclave.coordination.orchestrator import BackendFactory, Orchestrator, endpoint_factory
 from conclave.coordination.job_files import JobFiles
+from conclave.coordination.verification import Verifier
+from conclave.jobs.estimate import estimate, history
+from conclave.jobs.plan import shape_team
 from conclave.files.contexts import parse_context_paths
 from conclave.jobs.file_steps import admit, collect, prepare
 from conclave.sandbox.container import container_user, sweep
@@ -90,6 +95,7 @@ class JobService:
         self._environ, self._factory, self._retry = environ, backend_factory, retry
         self._owner_id = uuid.uuid4().hex
         self._slots = anyio.CapacityLimiter(settings.max_jobs)
+        self._check_slots = anyio.CapacityLimiter(settings.verify_concurrency)  # verification containers
         self._provider_limits: dict[str, anyio.CapacityLimiter] = {}
         self._scopes: dict[str, anyio.CancelScope] = {}
 
@@ -138,6 +144,10 @@ class JobService:
         context_paths: list[object] | None = None,
         apply: ApplyMode = False,
         force_binary: bool = False,
+        *,
+        verify: str | None = None,
+        max_cost_usd: float | None = None,
+        max_tokens: int | None = None,
     ) -> JobView:
         """Check and queue a job; it starts (and copies its context paths) as soon as a slot is free."""
         text = task.strip() if isinstance(task, str) else ""
@@ -161,8 +171,11 @@ class JobService:
         self.access.check_team(team)
         resolved = resolve_team(team, self._environ)
         self._check_runnable(resolved)
+        resolved = shape_team(resolved, verify=verify, max_cost_usd=max_cost_usd, max_tokens=max_tokens,
+                              has_context=bool(sources))
         job_id = new_job_id()
         options = await admit(sources, resolved, apply, force_binary) if sources else JobOptions()
+        options.estimate = estimate(resolved, self.store.team_usage(resolved.name))
         self.store.create_job(
             job_id, task, resolved.name, resolved.model_dump_json(), os.getpid(), self._owner_id, options
         )
@@ -211,7 +224,8 @@ class JobService:
         return self.settings.home / "jobs" / job_id
 
     def teams(self) -> TeamList:
-        return team_list(list_presets(self._environ), self._environ)
+        return team_list(list_presets(self._environ), self._environ,
+                         lambda team: history(team, self.store.team_usage(team.name)))
 
     # Internals -----------------------------------------------------------------------------------
     def _row(self, job_id: str) -> JobRow:
@@ -263,6 +277,7 @@ class JobService:
                     orchestrator = Orchestrator(
                         job_id, task, team, StoreSink(self.store, job_id), self._factory,
                         retry=self._retry, limiters=self._provider_limits, files=files, deadline=deadline,
+                        verifier=self._verifier(job_id, team, files),
                     )
                     try:
                         result = await orchestrator.run()
@@ -292,6 +307,13 @@ class JobService:
         sandbox = team.sandbox if options.commands and not isinstance(team.sandbox, str) else None
         workspaces = Workspaces(self.job_dir(job_id), agent_owner=container_user())
         return JobFiles(job_id, workspaces, sandbox, disk_budget=self.settings.job_disk_mb * MB)
+
+    def _verifier(self, job_id: str, team: Team, files: JobFiles | None) -> Verifier | None:
+        if team.verify is None or files is None:
+            return None  # plan.shape_team refused a verify without context paths at submit
+        spec = team.sandbox if not isinstance(team.sandbox, str) else SandboxSpec()
+        return Verifier(job_id, team.verify, files.workspaces, spec, timeout_s=self.settings.verify_timeout_s,
+                        limiter=self._check_slots)
 
     def _end_if_active(self, job_id: str, state: str, phase: str, error: str | None = None) -> None:
         row = self.store.job(job_id)

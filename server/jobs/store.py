@@ -88,6 +88,8 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE jobs ADD COLUMN options_json TEXT NOT NULL DEFAULT '{}';
     ALTER TABLE jobs ADD COLUMN files_json TEXT
     """,
+    # a team's past jobs, for estimates and list_teams' typical usage (team_usage)
+    "CREATE INDEX jobs_team ON jobs(team_name, state, created_at)",
 )
 
 ACTIVE_STATES = ("queued", "running", "presenting")
@@ -125,6 +127,17 @@ class AnswerRow(BaseModel):
     revision: int
     content: str
     at: float
+
+
+class AgentUsage(BaseModel):
+    """One agent's usage in one finished job (for estimates and team history)."""
+
+    job_id: str
+    model: str
+    input_tokens: int
+    output_tokens: int
+    cached_input_tokens: int
+    cost_usd: float | None
 
 
 class Store:
@@ -290,11 +303,27 @@ class Store:
             )
 
     # Reading -------------------------------------------------------------------------------------
-    def events(self, job_id: str) -> list[JobEvent]:
+    def events(self, job_id: str, kind: str | None = None) -> list[JobEvent]:
+        """The job's events in order; with `kind`, only those."""
         rows = self._db.execute(
-            "SELECT at, kind, letter, data_json FROM events WHERE job_id = ? ORDER BY seq", (job_id,)
+            "SELECT at, kind, letter, data_json FROM events WHERE job_id = ? AND (? IS NULL OR kind = ?) ORDER BY seq",
+            (job_id, kind, kind),
         ).fetchall()
         return [JobEvent(kind=r["kind"], letter=r["letter"], data=json.loads(r["data_json"]), at=r["at"]) for r in rows]
+
+    def team_usage(self, team_name: str, limit: int = 20) -> list[list[AgentUsage]]:
+        """Per agent, the usage of the last `limit` completed jobs of team `team_name`, newest job first."""
+        rows = self._db.execute(
+            "SELECT u.job_id, u.model, u.input_tokens, u.output_tokens, u.cached_input_tokens, u.cost_usd"
+            " FROM usage u JOIN jobs j ON j.id = u.job_id WHERE u.job_id IN (SELECT id FROM jobs"
+            " WHERE team_name = ? AND state = 'completed' ORDER BY created_at DESC LIMIT ?)"
+            " ORDER BY j.created_at DESC, u.letter",
+            (team_name, limit),
+        ).fetchall()
+        jobs: dict[str, list[AgentUsage]] = {}
+        for row in rows:
+            jobs.setdefault(row["job_id"], []).append(AgentUsage(**dict(row)))
+        return list(jobs.values())
 
     def answers(self, job_id: str) -> list[AnswerRow]:
         rows = self._db.execute(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -11,6 +11,18 @@ from conclave.config import ConfigError, Team, resolve_team
 
 class _View(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+class TeamHistory(_View):
+    """What a job of this team typically used on this server (the median of its recent completed jobs)."""
+
+    jobs: int
+    typical_tokens: int
+    typical_cost_usd: float | None = None
+
+    def text(self) -> str:
+        cost = f", ${self.typical_cost_usd:.4f}" if self.typical_cost_usd is not None else ""
+        return f"typically {self.typical_tokens:,} tokens{cost} per job ({self.jobs} past jobs here)"
 
 
 class TeamAgentInfo(_View):
@@ -27,6 +39,7 @@ class TeamInfo(_View):
     ready: bool = Field(description="every key this team needs is set")
     missing_keys: list[str] = Field(default_factory=list)
     error: str | None = Field(default=None, description="why the preset does not load")
+    history: TeamHistory | None = Field(default=None, description="typical usage per job here; none without history")
 
 
 class TeamList(_View):
@@ -42,11 +55,17 @@ class TeamList(_View):
             status = "ready" if team.ready else "needs " + ", ".join(team.missing_keys)
             models = ", ".join(agent.model for agent in team.agents)
             lines.append(f"{team.name}: {status} - {models}. {team.description}".rstrip())
+            if team.history is not None:
+                lines.append(f"  {team.history.text()}")
         lines.append(f"Default team: {self.default or 'none (set a provider key or name a team)'}")
         return "\n".join(lines)
 
 
-def team_list(presets: list[tuple[str, Team | ConfigError]], environ: Mapping[str, str]) -> TeamList:
+def team_list(
+    presets: list[tuple[str, Team | ConfigError]],
+    environ: Mapping[str, str],
+    history: Callable[[Team], TeamHistory | None] = lambda team: None,
+) -> TeamList:
     teams: list[TeamInfo] = []
     default: str | None = None
     for name, team in presets:
@@ -64,7 +83,7 @@ def team_list(presets: list[tuple[str, Team | ConfigError]], environ: Mapping[st
         ]
         teams.append(
             TeamInfo(name=name, description=team.description, source=name, agents=agents, ready=not missing,
-                     missing_keys=missing)
+                     missing_keys=missing, history=history(team))
         )
     try:
         default = resolve_team(None, environ).name

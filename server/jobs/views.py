@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from conclave.coordination.reports import AgentProgress, AgentStateName, JobEvent, JobResult, UsageTotals
+from conclave.coordination.reports import AgentProgress, AgentStateName, JobEvent, JobResult, Leading, UsageTotals
+from conclave.jobs.records import Estimate
 from conclave.jobs.store import JobRow
 
 JobState = Literal["queued", "running", "presenting", "completed", "failed", "cancelled", "interrupted"]
@@ -41,6 +43,14 @@ class JobView(_View):
     tally: dict[str, int] = Field(default_factory=dict, description="current valid votes per latest answer")
     answer: str | None = Field(default=None, description="the final answer, when done")
     winner: str | None = Field(default=None, description="the winning answer's label, e.g. B2")
+    winner_check: str | None = Field(
+        default=None, description="with verify: the winner's check; whether it decided the vote, or none passed")
+    leading: Leading | None = Field(
+        default=None, description="while the job runs: the answer that would win if it stopped now")
+    estimate: Estimate | None = Field(default=None, description="while the job runs: what it may use")
+    checks: dict[str, str] = Field(default_factory=dict, description="with verify: each answer's check in words; "
+                                   "read_workspace path='verify/<label>' has its whole output")
+    budget: dict[str, float] = Field(default_factory=dict, description="the job's max_tokens and max_cost_usd")
     consensus: bool | None = Field(
         default=None, description="true only when a strict majority of the votes cast chose the winner "
         "(or answers with the same final answer)")
@@ -71,9 +81,20 @@ class JobView(_View):
             lines.append(f"  {agent.letter} {agent.model}: {agent.state}, {agent.answers} answer(s){vote}{error}")
         if self.tally:
             lines.append("Tally: " + ", ".join(f"{label}={count}" for label, count in self.tally.items()))
+        if self.checks:
+            lines.append("Checks: " + "; ".join(f"{label} {check}" for label, check in self.checks.items()))
+        if self.leading is not None:
+            check = f", verify {self.leading.check}" if self.leading.check else ""
+            lines.append(f"Leading: {self.leading.label} ({self.leading.votes} votes{check})")
+        if self.estimate is not None:
+            lines.append(f"Estimate: {estimate_text(self.estimate)}")
+        if self.budget:
+            lines.append("Budget: " + ", ".join(f"{key} {value:g}" for key, value in self.budget.items()))
         if self.done and self.state != "cancelled":
             if self.winner:
                 lines.append(f"Winner: {self.winner} - {self.majority}.")
+                if self.winner_check:
+                    lines.append(f"Its check: {self.winner_check}")
                 if self.reason:
                     lines.append(f"Why: {self.reason}")
             elif self.reason:
@@ -94,7 +115,7 @@ class JobView(_View):
 TASK_PREVIEW = 200
 # What a calling model reads first: Claude Code and Codex hand it the structured result as JSON, not
 # the text block (tests/test_agent_clis.py checks the order Claude Code's model sees).
-LEAD = ("job_id", "state", "answer", "consensus", "winner", "next")
+LEAD = ("job_id", "state", "answer", "consensus", "winner", "winner_check", "leading", "estimate", "next")
 
 
 def structured(view: JobView) -> dict[str, object]:
@@ -103,6 +124,30 @@ def structured(view: JobView) -> dict[str, object]:
     data = view.model_dump(mode="json", exclude_none=True, exclude={"agents": {"__all__": {"usage"}}})
     data = {key: value for key, value in data.items() if value not in ({}, [])}
     return {**{key: data[key] for key in LEAD if key in data}, **{k: v for k, v in data.items() if k not in LEAD}}
+
+
+def estimate_text(estimate: Estimate) -> str:
+    """The estimate on one line."""
+    parts = []
+    if estimate.tokens:
+        parts.append(f"{estimate.tokens[0]:,}-{estimate.tokens[1]:,} tokens")
+    if estimate.cost_usd:
+        parts.append(f"${estimate.cost_usd[0]:.4f}-${estimate.cost_usd[1]:.4f}")
+    return ", ".join(parts + [estimate.note]) if parts else estimate.note
+
+
+def winner_check(result: JobResult, checks: dict[str, str]) -> str | None:
+    """The winner's check in words, with what the verification rule did; None without verify."""
+    if result.verdict is None or result.winner is None:
+        return None
+    text = checks.get(result.winner, result.verdict)
+    if result.by_verification:
+        text += "; the verification rule chose it over an answer with more votes whose check failed"
+    if result.none_passed:
+        text += "; no answer passed its check"
+    if result.pending:
+        text += f"; checks still running when the job ended: {', '.join(result.pending)}"
+    return text
 
 
 def majority_text(result: JobResult) -> str:
@@ -136,8 +181,10 @@ def phase_of(event: JobEvent) -> str | None:
             return f"{who}'s vote for {d['label']} was discarded (the answers changed or it named no current answer)"
         case "agent_failed":
             return f"{who} dropped out: {d['error']}"
-        case "deadline":
+        case "deadline" | "budget_reached":
             return f"stopping: {d['reason']}"
+        case "checked":
+            return f"{d['label']}'s check {d['status']}"
         case "presenting":
             return f"{who} is writing the final answer ({d['winner']} won the vote)"
         case "finished":
@@ -168,6 +215,8 @@ def _next_hint(row: JobRow) -> str:
 
 def job_view(row: JobRow, now: float) -> JobView:
     progress, result = row.progress, row.result
+    checks = {label: check.text() for label, check in progress.checks.items()} if progress else {}
+    active = row.state not in FINAL_STATES
     start = row.started_at or row.created_at
     end = row.finished_at or now
     agents = [_agent_view(agent) for agent in progress.agents] if progress else []
@@ -186,6 +235,11 @@ def job_view(row: JobRow, now: float) -> JobView:
         tally=(result.tally if result else progress.tally if progress else {}),
         answer=result.answer if result else None,
         winner=result.winner if result else None,
+        winner_check=winner_check(result, checks) if result else None,
+        leading=progress.leading if progress and active else None,
+        estimate=row.options.estimate if active else None,
+        checks=checks,
+        budget=_budget(row),
         consensus=result.consensus if result else None,
         majority=majority_text(result) if result and result.winner else None,
         votes=result.votes if result else None,
@@ -200,6 +254,12 @@ def job_view(row: JobRow, now: float) -> JobView:
         usage=UsageTotals.total([agent.usage for agent in progress.agents]) if progress else UsageTotals(),
         next=_next_hint(row),
     )
+
+
+def _budget(row: JobRow) -> dict[str, float]:
+    """The job's limits, as its stored team says (jobs/plan.py put the caller's there)."""
+    rules = json.loads(row.team_json).get("coordination") or {}
+    return {key: rules[key] for key in ("max_tokens", "max_cost_usd") if rules.get(key) is not None}
 
 
 def _diff_summary(row: JobRow) -> dict[str, object] | None:

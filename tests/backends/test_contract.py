@@ -75,10 +75,14 @@ async def test_same_reply_gives_the_same_events(fakes: FakeProviders, provider: 
     (call,) = [e for e in events if isinstance(e, ToolCall)]
     assert "".join(t.text for t in texts) == TEXT
     assert (call.name, call.arguments, call.error) == ("read_file", ARGUMENTS, None) and call.id
-    # text, then the call, then exactly one Usage, then Done, and nothing else
-    assert events[: len(texts)] == texts
-    assert events[len(texts) :][:-1] == [call, Usage(120, 18, 64)]
+    # text, then the call, then Done; Usage events in between sum to what the provider reported
+    said = [e for e in events if not isinstance(e, Usage)]
+    assert said[: len(texts)] == texts and said[len(texts) :][:-1] == [call]
     assert isinstance(events[-1], Done) and events[-1].stop_reason
+    usages = [e for e in events if isinstance(e, Usage)]
+    assert sum(usages, Usage()) == Usage(120, 18, 64)
+    if stream and provider in ("anthropic", "gemini"):  # their streams say the input side first
+        assert events.index(usages[0]) < events.index(call) and usages[0].input_tokens == 120
     (recorded,) = fakes.script.requests_of(agent)
     assert recorded.streamed is stream
     assert REQUEST.system in recorded.text() and "What does README.md say?" in recorded.text()
@@ -104,3 +108,33 @@ async def test_rate_limit_then_success_through_retry(fakes: FakeProviders, provi
     assert (result.text, result.attempts, result.tool_calls) == ("second time lucky", 2, ())
     assert len(delays) == 1 and delays[0] >= 3  # Retry-After honoured
     assert len(fakes.script.requests_of(agent)) == 2
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("provider", PROVIDERS)
+async def test_every_attempt_counts_what_its_provider_billed(fakes: FakeProviders, provider: str) -> None:
+    """A 429 bills nothing; a stream cut after its start bills its input where the provider said it
+    (Anthropic, Gemini), and OpenAI's usage only ever comes in the last chunk; then the retry's."""
+    agent = uuid.uuid4().hex[:12]
+    fakes.script.enqueue(agent, Reply(status=429), Reply(text="cut short", cut_stream=True),
+                         Reply(text="third time, whole", usage=(300, 7, 0)))
+    backend = backend_for(fakes, provider, agent, stream=True)
+    heard: list[tuple[Usage, bool]] = []
+
+    async def on_usage(usage: Usage, first: bool) -> None:
+        heard.append((usage, first))
+
+    async def no_sleep(seconds: float) -> None:
+        pass
+
+    try:
+        result = await complete(backend, REQUEST, RetryPolicy(), sleep=no_sleep, on_usage=on_usage)
+    finally:
+        await backend.aclose()
+
+    assert result.attempts == 3 and result.usage == Usage(300, 7, 0)  # the answer's own call
+    total = sum((usage for usage, _ in heard), Usage())
+    assert (total.input_tokens, total.output_tokens, total.cached_input_tokens) == fakes.script.bill[agent]
+    cut_input = total.input_tokens - 300
+    assert cut_input > 0 if provider != "openai" else cut_input == 0
+    assert sum(first for _, first in heard) == (2 if provider != "openai" else 1)  # attempts that reported

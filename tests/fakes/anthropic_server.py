@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from starlette.requests import Request
@@ -58,10 +58,17 @@ def routes(script: Script) -> list[Route]:
                 return StreamingResponse(_garbage_events(), media_type="text/event-stream")
             return Response("<html>502 upstream hiccup</html>", media_type="text/html")
         message = build_message(reply, recorded)
+        usage = message["usage"]
+        total_in, cached = usage["input_tokens"] + usage["cache_read_input_tokens"], usage["cache_read_input_tokens"]
         if not streamed:
+            script.charge(recorded.agent, total_in, usage["output_tokens"], cached)
             return JSONResponse(message, headers={"request-id": message["id"]})
+
+        def charge(input_tokens: int, output_tokens: int, cached_tokens: int) -> None:
+            script.charge(recorded.agent, input_tokens, output_tokens, cached_tokens)
+
         return StreamingResponse(
-            _events(message, cut=reply.cut_stream),
+            _events(message, cut=reply.cut_stream, stall=reply.stall, charge=charge),
             media_type="text/event-stream",
             headers={"request-id": message["id"], "cache-control": "no-cache"},
         )
@@ -114,13 +121,20 @@ def _sse(event: str, data: dict[str, Any]) -> bytes:
     return f"event: {event}\ndata: {json.dumps(data)}\n\n".encode()
 
 
-async def _events(message: dict[str, Any], *, cut: bool) -> AsyncIterator[bytes]:
+async def _events(
+    message: dict[str, Any], *, cut: bool, stall: float, charge: Callable[[int, int, int], None]
+) -> AsyncIterator[bytes]:
     usage = message["usage"]
-    start = {**message, "content": [], "stop_reason": None, "usage": {**usage, "output_tokens": 1}}
+    early = min(1, usage["output_tokens"])  # the real API's message_start counts an output token or so
+    start = {**message, "content": [], "stop_reason": None, "usage": {**usage, "output_tokens": early}}
+    cached = usage["cache_read_input_tokens"]
+    charge(usage["input_tokens"] + cached, early, cached)  # billed from here on, whatever happens next
     yield _sse("message_start", {"type": "message_start", "message": start})
     if cut:
         await asyncio.sleep(0.05)  # let the first chunk reach the client, then drop the connection
         raise CutStream("scripted cut_stream")
+    if stall:
+        await asyncio.sleep(stall)
     yield _sse("ping", {"type": "ping"})
     for index, block in enumerate(message["content"]):
         if block["type"] == "text":
@@ -136,6 +150,7 @@ async def _events(message: dict[str, Any], *, cut: bool) -> AsyncIterator[bytes]
         yield _sse("content_block_stop", {"type": "content_block_stop", "index": index})
     delta = {"stop_reason": message["stop_reason"], "stop_sequence": None}
     final = {"output_tokens": usage["output_tokens"]}  # cumulative, as the real API sends it
+    charge(0, usage["output_tokens"] - early, 0)
     yield _sse("message_delta", {"type": "message_delta", "delta": delta, "usage": final})
     yield _sse("message_stop", {"type": "message_stop"})
 

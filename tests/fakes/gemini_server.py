@@ -76,13 +76,15 @@ def routes(script: Script) -> list[Route]:
                 return StreamingResponse(_aiter([b"data: <html>Bad Gateway</html>\n\n"]), media_type=SSE)
             return Response("<html><body>Bad Gateway</body></html>", media_type="text/html")
         chunks = _response_chunks(reply, recorded, streamed)
+        bill = _Bill(script, agent)
         if streamed:
-            events = [b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks]
-            return StreamingResponse(_aiter(events, cut=reply.cut_stream), media_type=SSE)
+            events = [(b"data: " + json.dumps(c).encode() + b"\n\n", c["usageMetadata"]) for c in chunks]
+            return StreamingResponse(_sent(events, bill, cut=reply.cut_stream, stall=reply.stall), media_type=SSE)
         payload = json.dumps(chunks[0], indent=2).encode()
         if reply.cut_stream:  # half a body, then the connection drops
             half = payload[: len(payload) // 2]
             return StreamingResponse(_aiter([half], cut=True), media_type="application/json")
+        bill.sent(chunks[0]["usageMetadata"])
         return Response(payload, media_type="application/json")
 
     return [Route("/gemini/{agent}/{version}/models/{model_method}", generate, methods=["POST"])]
@@ -97,6 +99,34 @@ def _error(status: int, message: str, retry_after: float | None = None) -> JSONR
         retry_info = {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": f"{retry_after:g}s"}
         error["details"] = [retry_info]
     return JSONResponse({"error": error}, status_code=status, headers=headers)
+
+
+class _Bill:
+    """Charges the script for the usage a reply's chunks report: running totals, so only what is new."""
+
+    def __init__(self, script: Script, agent: str) -> None:
+        self.script, self.agent, self.said = script, agent, (0, 0, 0)
+
+    def sent(self, usage: dict[str, Any]) -> None:
+        now = (usage.get("promptTokenCount", 0), usage.get("candidatesTokenCount", 0),
+               usage.get("cachedContentTokenCount", 0))
+        new = tuple(a - b for a, b in zip(now, self.said, strict=True))
+        self.said = now
+        self.script.charge(self.agent, *new)
+
+
+async def _sent(
+    events: list[tuple[bytes, dict[str, Any]]], bill: _Bill, *, cut: bool, stall: float
+) -> AsyncIterator[bytes]:
+    """A streamed reply's events, each charged as it goes out; `cut` drops and `stall` waits after the first."""
+    for index, (data, usage) in enumerate(events):
+        bill.sent(usage)
+        yield data
+        if index == 0 and cut:
+            await asyncio.sleep(0.05)  # let the first chunk reach the client before the drop
+            raise CutStream("scripted cut_stream")
+        if index == 0 and stall:
+            await asyncio.sleep(stall)
 
 
 async def _aiter(items: list[bytes], cut: bool = False) -> AsyncIterator[bytes]:

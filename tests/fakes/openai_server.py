@@ -13,7 +13,7 @@ import json
 import re
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import anyio
@@ -62,14 +62,20 @@ def routes(script: Script) -> list[Route]:
         output = reply.text + "".join(args for _, _, args in calls)
         usage = usage_json(usage_for(reply, recorded, output))
         model = str(body.get("model", "gpt-fake"))
+        prompt, out, cached = usage_for(reply, recorded, output)
+
+        def charge() -> None:
+            script.charge(recorded.agent, prompt, out, cached)
+
         if recorded.streamed:
             include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
             chunks = stream_chunks(model, reply.text, calls, usage if include_usage else None)
-            return StreamingResponse(sse(chunks, cut=reply.cut_stream), media_type="text/event-stream")
+            return StreamingResponse(sse(chunks, cut=reply.cut_stream, charge=charge), media_type="text/event-stream")
         completion = completion_json(model, reply.text, calls, usage)
         if reply.cut_stream:  # half a body, then the connection drops
             half = json.dumps(completion)[:40]
             return StreamingResponse(cut_after(half), media_type="application/json")
+        charge()
         return JSONResponse(completion)
 
     return [Route(PATH, chat_completions, methods=["POST"])]
@@ -157,8 +163,10 @@ def stream_chunks(
     return chunks
 
 
-async def sse(chunks: list[dict[str, Any]], *, cut: bool) -> AsyncIterator[str]:
+async def sse(chunks: list[dict[str, Any]], *, cut: bool, charge: Callable[[], None] = lambda: None) -> AsyncIterator[str]:
     for chunk in chunks:
+        if chunk.get("usage"):  # OpenAI reports usage only here, in the last chunk
+            charge()
         yield f"data: {json.dumps(chunk)}\n\n"
         if cut:
             raise CutStream("fake openai: dropping the stream after the first chunk")

@@ -23,8 +23,10 @@ class Reply:
     `tool_calls` pairs a tool name with its arguments: a dict is sent as JSON, a str is sent as is
     (use it for malformed arguments). `status` other than 200 sends the provider's error body;
     `retry_after` adds a Retry-After header. `cut_stream` drops the connection after the first chunk
-    of a streamed reply; `garbage` sends a body that is not the provider's format. `usage` is
-    (input, output, cached_input); by default it is derived from the request and reply sizes.
+    of a streamed reply; `stall` waits that long after the first chunk of a streamed reply (Anthropic's
+    message_start, Gemini's first chunk: each already carries the input usage) before the rest;
+    `garbage` sends a body that is not the provider's format. `usage` is (input, output, cached_input);
+    by default it is derived from the request and reply sizes.
     """
 
     text: str = ""
@@ -35,6 +37,7 @@ class Reply:
     error_message: str = "scripted error"
     usage: tuple[int, int, int] | None = None
     cut_stream: bool = False
+    stall: float = 0.0
     garbage: bool = False
 
 
@@ -58,13 +61,25 @@ Responder = Reply | Callable[[RecordedRequest], Reply]
 
 
 class Script:
-    """Per-agent reply queues shared between a test and the fake servers (thread-safe)."""
+    """Per-agent reply queues shared between a test and the fake servers (thread-safe).
+
+    `bill` is what the fakes reported as used, per agent: (input, output, cached_input) summed over
+    every usage figure they sent, the moment they sent it (a stream's early input usage included, an
+    error reply or a cut body before any usage not), the way a provider bills.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._queues: dict[str, deque[Responder]] = {}
         self._defaults: dict[str, Responder] = {}
         self.requests: list[RecordedRequest] = []
+        self.bill: dict[str, tuple[int, int, int]] = {}
+
+    def charge(self, agent: str, input_tokens: int, output_tokens: int, cached: int = 0) -> None:
+        """Add what a fake just sent as usage (input includes cached, as Conclave counts it)."""
+        with self._lock:
+            old = self.bill.get(agent, (0, 0, 0))
+            self.bill[agent] = (old[0] + input_tokens, old[1] + output_tokens, old[2] + cached)
 
     def enqueue(self, agent: str, *replies: Responder) -> Script:
         with self._lock:

@@ -1,0 +1,121 @@
+"""What verification adds to a job, on the end-to-end scenario of tests/test_verify.py: Docker and the
+fake providers through the real SDKs.
+
+    python bench/bench_verify.py
+
+Three agents fix calc.py (one right, one wrong, one not at all) and vote; the same job runs with
+`verify="python3 -m unittest -q test_calc"` and without it, alternately, at two provider latencies (the
+fakes' own, and a fixed delay per reply standing in for a real model's). For each: wall time per job
+(median), model requests and tokens per job. Then the concurrency of the check containers, sampled
+from the Docker engine every 50 ms, at CONCLAVE_VERIFY_CONCURRENCY 1, 2 and 3. Writes
+bench/results/verify.json.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.to_thread
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tests' fakes and scripts
+
+import docker  # noqa: E402
+
+from conclave.backends.retry import RetryPolicy  # noqa: E402
+from conclave.jobs.service import JobService  # noqa: E402
+from conclave.settings import Settings  # noqa: E402
+from tests.fakes.script import RecordedRequest, Reply  # noqa: E402
+from tests.fakes.server import FakeProviders  # noqa: E402
+from tests.fakes.team import KEY_ENV, TRIO, write_team  # noqa: E402
+from tests.test_verify import CALC, CHECK, TASK, TESTS, agent  # noqa: E402
+
+RESULTS = Path(__file__).parent / "results" / "verify.json"
+ENV = {KEY_ENV: "bench-key-0123456789"}
+RUNS = 5
+LATENCIES = (0.0, 1.0)  # seconds added to every reply: none (the test's), and a stand-in for a real model
+FAVOURITES = {"ann": "ann", "bob": "bob", "cy": "bob"}
+
+
+def slowed(respond: Any, latency: float) -> Any:
+    def reply(request: RecordedRequest) -> Reply:
+        made = respond(request)
+        made.delay += latency
+        return made
+
+    return reply
+
+
+async def one_job(root: Path, latency: float, verify: str | None, concurrency: int = 2) -> dict[str, Any]:
+    """One job from submit to done; the check containers' count sampled while it runs."""
+    project = root / f"proj-{time.monotonic_ns()}"
+    project.mkdir()
+    (project / "calc.py").write_text(CALC)
+    (project / "test_calc.py").write_text(TESTS)
+    client = docker.from_env()
+    with FakeProviders() as fakes:
+        for name, favourite in FAVOURITES.items():
+            fakes.script.set_default(name, slowed(agent(favourite), latency))
+        team = str(write_team(root / "team.yaml", fakes, TRIO, coordination={"final": "reuse"}))
+        settings = Settings(home=root / "state", verify_concurrency=concurrency, gc_auto=False)
+        async with JobService.open(settings, environ=ENV, retry=RetryPolicy(max_attempts=2)) as service:
+            started = time.perf_counter()
+            view = await service.submit(TASK, team, [{"path": str(project)}], verify=verify)
+            seen = 0
+            while not view.done:
+                labels = {"label": f"conclave.job={view.job_id}"}
+                # the low-level list: no per-container inspect that races a check container's removal
+                running = await anyio.to_thread.run_sync(lambda: client.api.containers(filters=labels))
+                seen = max(seen, sum(c["Labels"].get("conclave.agent", "").startswith("check-") for c in running))
+                view = await service.wait(view.job_id, 0.05)
+            wall = time.perf_counter() - started
+            events = service.store.events(view.job_id)
+    assert view.state == "completed", view.text()
+    durations = [e.data["duration_s"] for e in events if e.kind == "checked"]
+    return {"wall_s": wall, "requests": len(fakes.script.requests), "tokens": view.usage.tokens,
+            "winner_passed": bool(view.winner_check and view.winner_check.startswith("passed")),
+            "checks": len(durations), "check_command_s": durations, "max_check_containers": seen}
+
+
+def med(rows: list[dict[str, Any]], key: str) -> float:
+    return round(statistics.median(row[key] for row in rows), 3)
+
+
+async def main() -> None:
+    result: dict[str, Any] = {"runs_each": RUNS, "verify": CHECK, "by_latency": {}, "concurrency": {}}
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        for latency in LATENCIES:
+            runs: dict[str, list[dict[str, Any]]] = {"without": [], "with": []}
+            for _ in range(RUNS):  # alternate, so load on the shared machine hits both alike
+                runs["without"].append(await one_job(root, latency, None))
+                runs["with"].append(await one_job(root, latency, CHECK))
+            rows = {name: {key: med(jobs, key) for key in ("wall_s", "requests", "tokens")}
+                    for name, jobs in runs.items()}
+            rows["with"]["winner_passed"] = all(job["winner_passed"] for job in runs["with"])
+            rows["with"]["check_command_s"] = round(statistics.median(
+                d for job in runs["with"] for d in job["check_command_s"]), 3)
+            keys = ("wall_s", "requests", "tokens")
+            ratio = {key: round(rows["with"][key] / rows["without"][key], 2) for key in keys}
+            result["by_latency"][f"{latency:g}s per reply"] = {**rows, "ratio_with_to_without": ratio}
+        for concurrency in (1, 2, 3):
+            jobs = [await one_job(root, 0.0, CHECK, concurrency) for _ in range(3)]
+            result["concurrency"][f"CONCLAVE_VERIFY_CONCURRENCY={concurrency}"] = {
+                "max_check_containers_seen": max(job["max_check_containers"] for job in jobs),
+                "wall_s_median": med(jobs, "wall_s"),
+            }
+    result["note"] = ("wall time is submit to done in-process on a 2-core machine shared with other work; the "
+                      "check command is the test's unittest run in a fresh container per answer")
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    anyio.run(main)

@@ -1,0 +1,55 @@
+"""A job's budget: its token and cost limits, watched as every Usage arrives.
+
+Once the job's usage reaches a limit, `gate` (awaited before every model call, turns.py) never returns,
+so no call starts after it, and `watch` feeds the protocol a `Stop`: turns in flight are cancelled and
+the job ends with the best-supported answer so far, without a presentation
+(tests/test_budgets.py::test_the_job_stops_at_its_token_budget_and_usage_equals_the_bill).
+"""
+
+from __future__ import annotations
+
+import anyio
+import anyio.lowlevel
+from anyio.streams.memory import MemoryObjectSendStream
+
+from conclave.coordination import protocol
+from conclave.coordination.reports import UsageTotals
+
+BUDGET_REACHED = "budget reached"  # how a stopped job's reason begins
+
+
+class Budget:
+    """The limits of one job; None means no limit."""
+
+    def __init__(self, max_tokens: int | None, max_cost_usd: float | None) -> None:
+        self.max_tokens, self.max_cost_usd = max_tokens, max_cost_usd
+        self.reason: str | None = None
+        self._reached = anyio.Event()
+
+    @property
+    def limited(self) -> bool:
+        return self.max_tokens is not None or self.max_cost_usd is not None
+
+    def charge(self, totals: UsageTotals) -> None:
+        """Look at the job's usage so far; the first time it reaches a limit, say so and stop calls."""
+        if self.reason is not None:
+            return
+        if self.max_tokens is not None and totals.tokens >= self.max_tokens:
+            self.reason = f"{BUDGET_REACHED}: {totals.tokens:,} tokens used of max_tokens {self.max_tokens:,}"
+        elif self.max_cost_usd is not None and (totals.cost_usd or 0.0) >= self.max_cost_usd:
+            self.reason = f"{BUDGET_REACHED}: ${totals.cost_usd:.4f} spent of max_cost_usd ${self.max_cost_usd:g}"
+        if self.reason is not None:
+            self._reached.set()
+
+    async def gate(self) -> None:
+        """Return at once under the limit; past it, wait to be cancelled (the job is ending)."""
+        if self.reason is not None:
+            await anyio.sleep_forever()
+        await anyio.lowlevel.checkpoint()
+
+    async def watch(self, send: MemoryObjectSendStream[protocol.Event]) -> None:
+        """Feed the protocol a Stop the moment the budget is reached."""
+        async with send:
+            await self._reached.wait()
+            assert self.reason is not None
+            await send.send(protocol.Stop(self.reason))

@@ -1,0 +1,143 @@
+"""Who wins: pure functions over a job's answers, its votes and its verification results.
+
+The protocol (protocol.py) keeps the state and calls these to decide; they read a `Board` and return
+an `Outcome`, no I/O, no clock, and import nothing of ours (tests/test_architecture.py). The rules:
+- Answers with equal keys agree (a group). The group holding most of the counted votes wins (groups
+  tied go to the one posted first); in it, the answer with most votes, then the earliest.
+- Verification (`verdicts`, when the caller gave a check command): while an answer that passed holds
+  votes, only answers that passed may win, and each answer counts by its own verdict (a failed answer's
+  votes do not lift its passed equivalents). The outcome says when this changed the winner, and when no
+  current answer passed at all.
+- Ending early picks the best-supported answer: most current votes, else most votes ever, else most
+  agents agreeing, else the latest answer (with verification: the latest that passed, if any did).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Literal
+
+Verdict = Literal["pending", "passed", "failed"]
+
+
+@dataclass(frozen=True)
+class Answer:
+    label: str
+    letter: str
+    revision: int
+    content: str
+    seq: int  # posting order across the job, for the tie-break
+    key: str  # the normalised final answer: equal keys agree
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How the vote ended. `votes` of `voters` valid votes went to the winner's group; `consensus` is
+    a strict majority of them; `fallback`: the vote never finished, the winner is the best supported.
+    With verification: `verdict` is the winner's, `by_verification` says the rule changed the winner,
+    `none_passed` that no current answer passed, `pending` which checks were still running at the end."""
+
+    winner: str | None
+    consensus: bool
+    tie: bool
+    reason: str
+    tally: dict[str, int]
+    failed: bool = False
+    errors: dict[str, str] = field(default_factory=dict)
+    votes: int = 0
+    voters: int = 0
+    all_voted: bool = False
+    fallback: bool = False
+    agree: tuple[tuple[str, ...], ...] = ()  # groups of two or more current answers with one key
+    verdict: Verdict | None = None
+    by_verification: bool = False
+    none_passed: bool = False
+    pending: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Board:
+    """What a decision reads: every answer posted, the current ones (posting order), the valid votes per
+    current label, the votes ever cast per label, and each answer's verdict (empty: no verification)."""
+
+    answers: tuple[Answer, ...]
+    latest: tuple[Answer, ...]
+    tally: Mapping[str, int]
+    votes_ever: Mapping[str, int]
+    all_voted: bool
+    verdicts: Mapping[str, Verdict] = field(default_factory=dict)
+
+    @property
+    def verifying(self) -> bool:
+        return bool(self.verdicts)
+
+    def passed(self, answers: Sequence[Answer]) -> list[Answer]:
+        return [answer for answer in answers if self.verdicts.get(answer.label) == "passed"]
+
+
+def agreeing(latest: Sequence[Answer]) -> tuple[tuple[str, ...], ...]:
+    """The current answers that agree (one key), in groups of two or more, in posting order."""
+    groups: dict[str, list[str]] = {}
+    for answer in latest:
+        groups.setdefault(answer.key, []).append(answer.label)
+    return tuple(tuple(labels) for labels in groups.values() if len(labels) > 1)
+
+
+def _pick(counts: Mapping[str, int], among: Sequence[Answer]) -> tuple[Answer, bool]:
+    """The most-counted answer of the most-counted group among `among`, and whether groups tied."""
+    groups: dict[str, list[Answer]] = {}
+    for answer in among:
+        groups.setdefault(answer.key, []).append(answer)
+    totals = {key: sum(counts.get(a.label, 0) for a in group) for key, group in groups.items()}
+    tied = [key for key, total in totals.items() if total == max(totals.values())]
+    return max(groups[tied[0]], key=lambda a: (counts.get(a.label, 0), -a.seq)), len(tied) > 1
+
+
+def decide(board: Board, counts: Mapping[str, int], among: Sequence[Answer], reason: str) -> Outcome:
+    """The winner among `among` by `counts` (per label), with the verification rule. No consensus yet:
+    the protocol judges that from `votes` and `voters`."""
+    winner, tie = _pick(counts, among)
+    candidates, by_verification = list(among), False
+    passed = board.passed(among)
+    if passed and any(counts.get(a.label, 0) for a in passed):
+        chosen, tie = _pick(counts, passed)
+        if chosen.label != winner.label:
+            by_verification = True
+            reason = (f"{reason}; the verification rule chose {chosen.label} (passed its check) over "
+                      f"{winner.label} (check {board.verdicts.get(winner.label)})")
+        winner, candidates = chosen, passed
+    current = {a.label for a in board.latest}
+    votes = sum(board.tally.get(a.label, 0) for a in candidates if a.key == winner.key and a.label in current)
+    none_passed = board.verifying and not board.passed(board.latest)
+    if none_passed:
+        reason = f"{reason}; no answer passed verification"
+    return Outcome(
+        winner.label, False, tie, reason, dict(board.tally), votes=votes, voters=sum(board.tally.values()),
+        all_voted=board.all_voted, agree=agreeing(board.latest), verdict=board.verdicts.get(winner.label),
+        by_verification=by_verification, none_passed=none_passed,
+    )
+
+
+def fallback(board: Board, reason: str) -> Outcome:
+    """The best-supported answer when the vote cannot finish, marked `fallback`; `failed` with none."""
+    latest, tally = list(board.latest), board.tally
+    if not board.answers:
+        return Outcome(None, False, False, f"{reason}; no answer was posted", dict(tally), failed=True)
+    if any(tally.values()):
+        counts, among, why = tally, latest, "the answer with the most current votes"
+    elif any(board.votes_ever.values()):
+        counts, among, why = board.votes_ever, list(board.answers), "the answer with most votes ever"
+    elif len({a.key for a in latest}) < len(latest):
+        counts, among, why = {a.label: 1 for a in latest}, latest, "the answer most agents agree on"
+    elif board.passed(board.answers):
+        last = board.passed(board.answers)[-1]
+        counts, among, why = {last.label: 1}, list(board.answers), "the latest answer that passed verification"
+    else:
+        counts, among, why = {board.answers[-1].label: 1}, list(board.answers), "the latest answer"
+    return replace(decide(board, counts, among, f"{reason}; {why}"), fallback=True)
+
+
+def leading(board: Board) -> Outcome | None:
+    """The answer that would win if the job stopped now (get_status shows it while a job runs)."""
+    return None if not board.answers else fallback(board, "leading")

@@ -1,0 +1,87 @@
+"""What a job of a team may use, from the team's prices and this server's past jobs of that team.
+
+`estimate` gives ask_team's first result a range (the least and the most a past job of the team used
+here, priced at the team's prices now; the budget caps the top); with no history it says so and
+gives only what a budget bounds. `history` gives list_teams the typical (median) tokens and cost per
+job. Both read `Store.team_usage` (tests/test_budgets.py).
+"""
+
+from __future__ import annotations
+
+from statistics import median
+
+from conclave.config import Team
+from conclave.jobs.records import Estimate
+from conclave.jobs.store import AgentUsage
+from conclave.jobs.teams import TeamHistory
+
+
+def _cost(team: Team, job: list[AgentUsage]) -> float | None:
+    """A past job's cost at the team's prices now (by model; else what was recorded); None if unknown."""
+    prices = {agent.model: agent.price for agent in reversed(team.agents) if agent.price is not None}
+    total = 0.0
+    for row in job:
+        price = prices.get(row.model)
+        if price is None:
+            if row.cost_usd is None:
+                return None
+            total += row.cost_usd
+            continue
+        cached = price.input if price.cached_input is None else price.cached_input
+        fresh = row.input_tokens - row.cached_input_tokens
+        total += (fresh * price.input + row.cached_input_tokens * cached + row.output_tokens * price.output) / 1e6
+    return total
+
+
+def _tokens(job: list[AgentUsage]) -> int:
+    return sum(row.input_tokens + row.output_tokens for row in job)
+
+
+def estimate(team: Team, past: list[list[AgentUsage]]) -> Estimate:
+    """The range a job of `team` may use (see the module docstring)."""
+    rules = team.coordination
+    cap = _cost_cap(team)
+    if not past:
+        note = f"no past jobs of team {team.name!r} on this server, so no range yet"
+        bound = [0.0, round(cap, 4)] if cap is not None else None
+        if bound:
+            note += f"; the budget stops it at about ${cap:.4f}"
+        return Estimate(jobs=0, cost_usd=bound, note=note)
+    tokens = [_tokens(job) for job in past]
+    costs = [_cost(team, job) for job in past]
+    low, high = min(tokens), max(tokens)
+    if rules.max_tokens is not None:
+        low, high = min(low, rules.max_tokens), min(high, rules.max_tokens)
+    known = [cost for cost in costs if cost is not None]
+    cost_range = None
+    if known and len(known) == len(costs):
+        top = min(max(known), cap) if cap is not None else max(known)
+        cost_range = [round(min(min(known), top), 4), round(top, 4)]
+    capped = " (the budget caps the top)" if rules.max_tokens or rules.max_cost_usd else ""
+    priced = "" if cost_range else "; no cost: an agent has no price"
+    note = f"from the last {len(past)} completed job(s) of team {team.name!r} on this server{capped}{priced}"
+    return Estimate(
+        jobs=len(past), tokens=[low, high], cost_usd=cost_range, typical_tokens=int(median(tokens)),
+        typical_cost_usd=round(median(known), 4) if cost_range else None, note=note,
+    )
+
+
+def _cost_cap(team: Team) -> float | None:
+    """The most a budget lets the job spend: max_cost_usd, or max_tokens at the team's dearest token."""
+    rules = team.coordination
+    if rules.max_cost_usd is not None:
+        return rules.max_cost_usd
+    if rules.max_tokens is None or team.unpriced():
+        return None
+    dearest = max(max(agent.price.input, agent.price.output) for agent in team.agents if agent.price)
+    return rules.max_tokens * dearest / 1e6
+
+
+def history(team: Team, past: list[list[AgentUsage]]) -> TeamHistory | None:
+    """Typical tokens and cost per job of `team` here; None without history."""
+    if not past:
+        return None
+    costs = [_cost(team, job) for job in past]
+    cost = round(median(costs), 4) if None not in costs else None  # type: ignore[type-var]
+    return TeamHistory(jobs=len(past), typical_tokens=int(median(_tokens(job) for job in past)),
+                       typical_cost_usd=cost)

@@ -1,0 +1,70 @@
+"""What a job will run with: the caller's `verify` and budgets laid over the team's own, checked at submit.
+
+The result is the team stored with the job (its `verify` and `coordination.max_*` set), so a job's
+limits are part of its record. Refused here, with the fix: a cost budget for a team with an agent
+that has no price (its cost would be unknown), a budget that is not a positive number, and a `verify`
+without context paths (there would be no files to check). A verify without Docker is refused by
+file_steps.admit (tests/test_budgets.py, tests/test_verify.py).
+"""
+
+from __future__ import annotations
+
+import math
+
+from conclave.config import Team
+from conclave.config.models import MAX_VERIFY_CHARS
+from conclave.errors import InputError
+
+
+def shape_team(
+    team: Team,
+    *,
+    verify: str | None,
+    max_cost_usd: float | None,
+    max_tokens: int | None,
+    has_context: bool,
+) -> Team:
+    """`team` with the caller's verify and budgets (else the team file's), after checking they can hold."""
+    rules = team.coordination
+    command = _command(verify) if verify is not None else team.verify
+    cost = _positive("max_cost_usd", max_cost_usd) if max_cost_usd is not None else rules.max_cost_usd
+    tokens = _tokens(max_tokens) if max_tokens is not None else rules.max_tokens
+    unpriced = team.unpriced()
+    if cost is not None and unpriced:
+        raise InputError(
+            "max_cost_usd", cost,
+            f"a cost budget needs a price for every agent of team {team.name!r}, and {', '.join(unpriced)} has "
+            "none: add `price: {input: ..., output: ...}` (US$ per million tokens) to that agent in the team "
+            "file, or bound the job with max_tokens instead",
+        )
+    if command is not None and not has_context:
+        raise InputError(
+            "verify", command,
+            "verify runs the command on each answer's files, so the job needs context_paths: give the "
+            "project folder (context_paths=[{path: ...}]), or leave verify out",
+        )
+    coordination = rules.model_copy(update={"max_cost_usd": cost, "max_tokens": tokens})
+    return team.model_copy(update={"verify": command, "coordination": coordination})
+
+
+def _command(value: object) -> str:
+    command = value.strip() if isinstance(value, str) else ""
+    if not command:
+        fix = "give a shell command that exits 0 when the files pass, e.g. 'python3 -m unittest -q'"
+        raise InputError("verify", value, fix)
+    if len(command) > MAX_VERIFY_CHARS or "\x00" in command:
+        fix = f"keep it under {MAX_VERIFY_CHARS} characters, without NUL bytes; put a longer script in the project"
+        raise InputError("verify", value, fix)
+    return command
+
+
+def _positive(field: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise InputError(field, value, "give a positive number of US dollars, e.g. 0.50")
+    return float(value)
+
+
+def _tokens(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InputError("max_tokens", value, "give a positive whole number of tokens (in and out), e.g. 200000")
+    return value

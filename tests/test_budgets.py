@@ -1,0 +1,183 @@
+"""Budgets, end to end on the fake providers through the real SDKs: the job stops at its limit with the
+best-supported answer so far, and its usage is exactly what the fakes billed, a retried attempt and
+cancelled calls included; a cost budget needs prices; the estimate and list_teams' history."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from conclave.backends.retry import RetryPolicy
+from conclave.errors import InputError
+from conclave.jobs.service import JobService
+from conclave.jobs.views import JobView, structured
+from conclave.settings import Settings
+from tests.fakes.script import RecordedRequest, Reply, Script
+from tests.fakes.server import FakeProviders
+from tests.fakes.team import KEY_ENV, TRIO, decide, install, vote_labels, voter, write_team
+
+pytestmark = pytest.mark.anyio
+ENV = {KEY_ENV: "test-key-0123456789"}
+FAST = RetryPolicy(max_attempts=3, base_delay_s=0.01, max_delay_s=0.05)
+TASK = "What is the capital of France?"
+SMALL = (1000, 10, 0)  # every scripted call's usage but one: exact figures, so the bill is known
+
+
+def label_of(request: RecordedRequest, author: str) -> str | None:
+    """The current label whose answer names `author` (answers say who wrote them)."""
+    text = request.text()
+    for label in vote_labels(request):
+        if f"({author})" in text.split(f"## Answer {label}", 1)[-1].split("## Answer", 1)[0]:
+            return label
+    return None
+
+
+def vote_for(author: str, **reply: Any) -> Callable[[RecordedRequest], Reply]:
+    """Answer once (naming yourself), then vote for `author`'s answer (your own until it exists)."""
+
+    def respond(request: RecordedRequest) -> Reply:
+        if not label_of(request, request.agent):
+            made = decide("new_answer", {"content": f"Paris ({request.agent})."}, request)
+        else:
+            target = label_of(request, author) or label_of(request, request.agent)
+            made = decide("vote", {"answer": target, "reason": "it is right"}, request)
+        made.usage, made.delay = SMALL, reply.get("delay", 0.05)
+        made.stall = reply.get("stall", 0.0)
+        return made
+
+    return respond
+
+
+def by_call(*steps: Callable[[RecordedRequest], Reply]) -> Callable[[RecordedRequest], Reply]:
+    """The n-th request gets the n-th responder; the last one answers every request after."""
+    counter = itertools.count()
+
+    def respond(request: RecordedRequest) -> Reply:
+        return steps[min(next(counter), len(steps) - 1)](request)
+
+    return respond
+
+
+def cut(request: RecordedRequest) -> Reply:
+    return Reply(text="...", cut_stream=True, usage=SMALL)  # Anthropic bills message_start's input
+
+
+async def run_job(service: JobService, team: str, **options: Any) -> JobView:
+    view = await service.submit(TASK, team, **options)
+    with anyio.fail_after(60):
+        while not view.done:
+            view = await service.wait(view.job_id, 10)
+    return view
+
+
+def over_budget(request: RecordedRequest) -> Reply:
+    """A vote whose first chunk reports 50,000 input tokens, then stalls: the budget is reached mid-call."""
+    made = decide("vote", {"answer": label_of(request, "bob"), "reason": "fine"}, request)
+    made.text, made.usage, made.delay, made.stall = "Let me weigh these answers.", (50_000, 10, 0), 1.5, 30
+    return made
+
+
+def budget_scenario(script: Script) -> None:
+    """ann (OpenAI) answers and votes for bob; bob (Anthropic) answers after a stream cut midway and a
+    retry, then its vote turn stalls after message_start and is cancelled as stale when cy answers; cy
+    (Gemini) answers late, and its next call's first chunk reports 50,000 input tokens: over 40,000."""
+    script.set_default("ann", vote_for("bob"))
+    script.set_default("bob", by_call(cut, vote_for("bob", delay=0.1), vote_for("bob", stall=30),
+                                      vote_for("bob", delay=0.1)))
+    script.set_default("cy", by_call(vote_for("cy", delay=0.8), over_budget))
+
+
+BUDGET = 40_000
+
+
+async def test_the_job_stops_at_its_token_budget_and_usage_equals_the_bill(tmp_path: Path, fakes: FakeProviders) -> None:
+    budget_scenario(fakes.script)
+    team = str(write_team(tmp_path / "team.yaml", fakes, TRIO))
+    async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV, retry=FAST) as service:
+        view = await run_job(service, team, max_tokens=BUDGET)
+        events = service.store.events(view.job_id)
+
+    bob = next(a.letter for a in view.agents if a.model.endswith("bob"))
+    assert view.state == "completed" and view.reason and view.reason.startswith("budget reached: "), view.text()
+    assert view.fallback and not view.consensus and view.winner == f"{bob}1"  # the best supported: 2 votes
+    assert view.answer == "Paris (bob)." and view.budget == {"max_tokens": 40_000}  # no presentation call
+    assert view.usage.tokens >= 40_000 and "the answer with the most current votes" in view.reason
+    kinds = [event.kind for event in events]
+    stop = kinds.index("budget_reached")
+    assert "turn_started" not in kinds[stop:]  # no new turn once the budget was reached
+    assert "turn_cancelled" in kinds[:stop] and "turn_cancelled" in kinds[stop:]  # stale, then in flight
+    for agent in view.agents:  # every token the providers reported, and nothing else
+        name = agent.model.removeprefix(agent.model.split("-")[0] + "-")
+        usage = agent.usage
+        assert (usage.input_tokens, usage.output_tokens, usage.cached_input_tokens) == fakes.script.bill[name]
+    # bob: the cut attempt's and the cancelled stale call's input were billed and are counted
+    assert len(fakes.script.requests_of("bob")) == 4 and fakes.script.bill["bob"] == (4000, 22, 0)
+    assert fakes.script.bill["cy"] == (51_000, 10, 0)  # the stalled call's first chunk, cancelled after it
+
+
+async def test_a_cost_budget_stops_the_job_too(tmp_path: Path, fakes: FakeProviders) -> None:
+    install(fakes.script, TRIO, voter())
+    price = {"input": 10.0, "output": 100.0}  # US$ per million tokens: a call of ~500 tokens is ~$0.005
+    team = str(write_team(tmp_path / "team.yaml", fakes, TRIO, price=price))
+    async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV, retry=FAST) as service:
+        view = await run_job(service, team, max_cost_usd=0.004)
+    assert view.state == "completed" and view.reason.startswith("budget reached: $"), view.text()
+    assert view.usage.cost_usd is not None and view.usage.cost_usd >= 0.004 and view.budget == {"max_cost_usd": 0.004}
+
+
+async def test_a_cost_budget_needs_a_price_for_every_agent(tmp_path: Path, fakes: FakeProviders) -> None:
+    team = str(write_team(tmp_path / "team.yaml", fakes, TRIO))
+    async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV) as service:
+        with pytest.raises(InputError, match=r"max_cost_usd=0\.5 is not valid: a cost budget needs a price") as caught:
+            await service.submit(TASK, team, max_cost_usd=0.5)
+        assert "openai/fake-ann" in str(caught.value) and "max_tokens instead" in str(caught.value)
+        for field, value in (("max_tokens", 0), ("max_tokens", 1.5), ("max_cost_usd", -1.0), ("max_cost_usd", float("nan"))):
+            with pytest.raises(InputError, match=field):
+                await service.submit(TASK, team, **{field: value})
+        assert service.store.recent_jobs() == []  # nothing was queued
+
+
+async def test_the_team_file_sets_default_budgets(tmp_path: Path, fakes: FakeProviders) -> None:
+    install(fakes.script, TRIO, voter())
+    team = str(write_team(tmp_path / "team.yaml", fakes, TRIO, coordination={"max_tokens": 1}))
+    async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV, retry=FAST) as service:
+        from_file = await run_job(service, team)
+        overridden = await run_job(service, team, max_tokens=10**9)
+    assert from_file.reason.startswith("budget reached: ") and from_file.budget == {"max_tokens": 1}
+    assert overridden.consensus and overridden.budget == {"max_tokens": 10**9}
+
+
+async def test_the_estimate_comes_from_past_jobs_and_list_teams_shows_history(tmp_path: Path, fakes: FakeProviders) -> None:
+    install(fakes.script, TRIO, voter())
+    config = tmp_path / "config"
+    write_team(config / "conclave" / "teams" / "priced.yaml", fakes, TRIO, name="priced",
+               price={"input": 2.0, "output": 8.0})
+    env = {**ENV, "XDG_CONFIG_HOME": str(config)}
+    async with JobService.open(Settings(home=tmp_path / "state"), environ=env, retry=FAST) as service:
+        assert next(t for t in service.teams().teams if t.name == "priced").history is None
+        first = await service.submit(TASK, "priced", max_tokens=10**6)
+        assert first.estimate is not None and first.estimate.jobs == 0 and first.estimate.tokens is None
+        assert "no past jobs of team 'priced'" in first.estimate.note
+        assert first.estimate.cost_usd == [0.0, 8.0]  # the budget caps it: 10^6 tokens at $8 per million
+        assert structured(first)["estimate"] == first.estimate.model_dump(exclude_none=True)
+        done = first
+        with anyio.fail_after(60):
+            while not done.done:
+                done = await service.wait(first.job_id, 10)
+        assert done.estimate is None  # once done, `usage` says what it took
+        second = await service.submit(TASK, "priced")
+        teams = service.teams()
+        listed = next(t for t in teams.teams if t.name == "priced")
+        await service.cancel(second.job_id)
+
+    tokens, cost = done.usage.tokens, done.usage.cost_usd
+    assert second.estimate.jobs == 1 and second.estimate.tokens == [tokens, tokens]
+    assert second.estimate.cost_usd == [round(cost, 4), round(cost, 4)] and second.estimate.typical_tokens == tokens
+    assert listed.history is not None and (listed.history.jobs, listed.history.typical_tokens) == (1, tokens)
+    assert listed.history.typical_cost_usd == round(cost, 4)
+    assert f"typically {tokens:,} tokens, ${round(cost, 4):.4f} per job (1 past jobs here)" in teams.text()

@@ -1,0 +1,219 @@
+"""Verified answers, end to end against Docker and the fake providers through the real SDKs: each
+answer's check runs in a fresh sandbox on a copy of its snapshot, voters see the results, the answer
+that passed wins over one with more votes that failed, and the view, the diff, read_workspace and the
+transcript all say so. Also what a check may not do (network, root, the snapshot, outliving it), its
+time limit, the server's concurrency bound, and the refusals at submit. Needs the Docker engine and the
+sandbox image (.ci/run provides both)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from conclave.backends.retry import RetryPolicy
+from conclave.config import Sandbox as SandboxSpec
+from conclave.errors import InputError, SandboxUnavailable
+from conclave.jobs.service import JobService
+from conclave.jobs.views import JobView
+from conclave.sandbox.container import engine_status, image_tag
+from conclave.settings import Settings
+from tests.fakes.script import RecordedRequest, Reply
+from tests.fakes.server import FakeProviders
+from tests.fakes.team import KEY_ENV, TRIO, decide, vote_labels, write_team
+
+pytestmark = pytest.mark.anyio
+ENV = {KEY_ENV: "test-key-0123456789"}
+FAST = RetryPolicy(max_attempts=3, base_delay_s=0.01, max_delay_s=0.05)
+CALC = "def add(a, b):\n    return a - b\n"
+TESTS = (
+    "import unittest\nfrom calc import add\n\n\nclass TestAdd(unittest.TestCase):\n"
+    "    def test_add(self):\n        self.assertEqual(add(2, 3), 5)\n\n\n"
+    "if __name__ == '__main__':\n    unittest.main()\n"
+)
+CHECK = "python3 -m unittest -q test_calc"
+TASK = "Fix add() in calc.py so that the tests in test_calc.py pass."
+FIXES = {"ann": "return a + b", "bob": "return a * b"}  # bob's "fix" fails the test: 2 * 3 != 5
+
+
+@pytest.fixture(scope="module", autouse=True)
+def docker_ready() -> None:
+    status = engine_status(image_tag(SandboxSpec()))
+    if not status.available or not status.image_present:
+        pytest.skip(f"needs the Docker engine and the sandbox image ({status.error}); .ci/run provides both")
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    root = tmp_path / "proj"
+    root.mkdir()
+    (root / "calc.py").write_text(CALC)
+    (root / "test_calc.py").write_text(TESTS)
+    return root
+
+
+def label_of(request: RecordedRequest, author: str) -> str | None:
+    """The current label whose answer names `author` (answers say who wrote them)."""
+    for label in vote_labels(request):
+        section = request.text().split(f"## Answer {label}", 1)[-1].split("## Answer", 1)[0]
+        if f"({author})" in section:
+            return label
+    return None
+
+
+def agent(favourite: str) -> Any:
+    """Edits calc.py its own way (cy leaves it as it is), answers, then always votes for `favourite`'s."""
+
+    def respond(request: RecordedRequest) -> Reply:
+        me = request.agent
+        if label_of(request, me) is None:
+            if me in FIXES and "replaced 1 occurrence" not in request.text():
+                edit = {"path": "calc.py", "old_text": "return a - b", "new_text": FIXES[me]}
+                return Reply(tool_calls=[("edit_file", edit)])
+            return decide("new_answer", {"content": f"add() fixed in calc.py ({me})."}, request)
+        target = label_of(request, favourite) or label_of(request, me)
+        return decide("vote", {"answer": target, "reason": "looks right"}, request)
+
+    return respond
+
+
+async def finished(service: JobService, view: JobView) -> JobView:
+    with anyio.fail_after(120):
+        while not view.done:
+            view = await service.wait(view.job_id, 10)
+    return view
+
+
+async def test_the_answer_that_passes_the_tests_wins_over_the_voters_favourite(
+    tmp_path: Path, fakes: FakeProviders, project: Path
+) -> None:
+    fakes.script.set_default("ann", agent("ann"))
+    fakes.script.set_default("bob", agent("bob"))
+    fakes.script.set_default("cy", agent("bob"))  # two of three votes for bob's answer, which fails
+    team = str(write_team(tmp_path / "team.yaml", fakes, TRIO, coordination={"final": "reuse"}))
+    async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV, retry=FAST) as service:
+        view = await finished(service, await service.submit(TASK, team, [{"path": str(project)}], verify=CHECK))
+        letters = {a.model.rsplit("-", 1)[1]: a.letter for a in view.agents}
+        ann, bob, cy = (f"{letters[name]}1" for name in ("ann", "bob", "cy"))
+        failing_output = (await service.read(view.job_id, f"verify/{bob}", None, 0, 100_000)).content
+        listing = (await service.read(view.job_id, "", None, 0, 1000)).entries
+        transcript = (await service.read(view.job_id, "transcript", None, 0, 100_000)).content
+        patch = (await service.read(view.job_id, "@diff", None, 0, 100_000)).content
+        job_dir = service.job_dir(view.job_id)
+
+    assert view.state == "completed" and view.winner == ann and view.answer == "add() fixed in calc.py (ann).", view.text()
+    assert view.tally == {ann: 1, bob: 2, cy: 0} and not view.consensus  # honest: 1 of 3 votes chose it
+    assert view.checks[ann].startswith("passed in ") and view.checks[bob].startswith("failed (exit 1): FAILED")
+    assert view.checks[cy].startswith("failed (exit 1)")
+    assert view.winner_check and view.winner_check.startswith("passed in ")
+    assert "the verification rule chose it over an answer with more votes" in view.winner_check
+    assert f"the verification rule chose {ann} (passed its check) over {bob} (check failed)" in (view.reason or "")
+    # the diff is the verified winner's fix, and the caller's folder was never touched
+    assert "-    return a - b\n+    return a + b\n" in patch and project.joinpath("calc.py").read_text() == CALC
+    # voters saw both results beside the answers, and voted again after each one came back
+    prompts = [r.text() for r in fakes.script.requests if "verify passed in" in r.text()]
+    assert any(re.search(rf"## Answer {bob}[^\\]*? - verify failed \(exit 1\): FAILED", p) for p in prompts)
+    assert any(re.search(rf"## Answer {ann}[^\\]*? - verify passed in \d", p) for p in prompts)
+    assert any("verify running" in r.text() for r in fakes.script.requests)
+    # read_workspace serves the whole output, the listing names it, the transcript records each check
+    assert "AssertionError: 6 != 5" in failing_output and failing_output.startswith(f"$ {CHECK}\n")
+    assert {f"verify/{ann}", f"verify/{bob}", f"verify/{cy}"} <= set(listing)
+    assert f"check of {bob}: failed (exit 1" in transcript and f"whole output: verify/{bob}" in transcript
+    # the checks ran on copies: every snapshot is as its author left it, and the copies are gone
+    assert (job_dir / "snapshots" / ann / "proj" / "calc.py").read_text() == CALC.replace("a - b", "a + b")
+    assert not (job_dir / "checks").exists() or not any((job_dir / "checks").iterdir())
+
+
+async def test_without_verify_the_voters_favourite_wins(tmp_path: Path, fakes: FakeProviders, project: Path) -> None:
+    for name, favourite in (("ann", "ann"), ("bob", "bob"), ("cy", "bob")):
+        fakes.script.set_default(name, agent(favourite))
+    team = str(write_team(tmp_path / "team.yaml", fakes, TRIO, coordination={"final": "reuse"}))
+    async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV, retry=FAST) as service:
+        view = await finished(service, await service.submit(TASK, team, [{"path": str(project)}]))
+    assert view.answer == "add() fixed in calc.py (bob)." and view.consensus and view.checks == {}
+    assert view.winner_check is None and not any("verify" in r.text() for r in fakes.script.requests)
+
+
+CONFINED = (  # what a check tries: every line of its output is asserted below
+    "id -u; touch /workspace/left-by-check; echo gone > calc.py; "
+    "python3 -c 'import socket; socket.create_connection((\"1.1.1.1\", 53), timeout=3)' 2>&1 | tail -1; "
+    "(sleep 300 &) ; date +%s.%N; sleep 1; date +%s.%N"
+)
+
+
+async def test_a_check_is_confined_and_bounded(tmp_path: Path, fakes: FakeProviders, project: Path) -> None:
+    """No network, not root, on a copy (the snapshot keeps its files), processes reaped, one check at a
+    time with CONCLAVE_VERIFY_CONCURRENCY=1; a check over CONCLAVE_VERIFY_TIMEOUT_S fails as timed out."""
+    for name in ("ann", "bob", "cy"):
+        fakes.script.set_default(name, agent(name))
+    team = str(write_team(tmp_path / "team.yaml", fakes, TRIO, coordination={"final": "reuse"}))
+    settings = Settings(home=tmp_path / "state", verify_concurrency=1, verify_timeout_s=20)
+    async with JobService.open(settings, environ=ENV, retry=FAST) as service:
+        view = await finished(service, await service.submit(TASK, team, [{"path": str(project)}], verify=CONFINED))
+        outputs = {label: (await service.read(view.job_id, f"verify/{label}", None, 0, 100_000)).content
+                   for label in view.checks}
+        job_dir = service.job_dir(view.job_id)
+    spans = []
+    for label, output in outputs.items():
+        lines = output.split("--- stdout ---", 1)[1].split()
+        assert lines[0] != "0" and "unreachable" in output.lower(), output  # not root; no network
+        spans.append((float(lines[-2]), float(lines[-1])))
+        snapshot = job_dir / "snapshots" / label / "proj"
+        assert not (snapshot / "left-by-check").exists() and "gone" not in (snapshot / "calc.py").read_text()
+    spans.sort()
+    assert all(end <= start for (_, end), (start, _) in zip(spans, spans[1:])), spans  # one at a time
+    assert len(spans) == 3 and all(check.startswith("passed in ") for check in view.checks.values())
+    import docker
+
+    left = docker.from_env().containers.list(all=True, filters={"label": f"conclave.job={view.job_id}"})
+    assert left == []  # every check's container was removed, and with it its background sleep
+
+
+async def test_a_check_over_its_time_limit_fails(tmp_path: Path, fakes: FakeProviders, project: Path) -> None:
+    for name in ("ann", "bob", "cy"):
+        fakes.script.set_default(name, agent(name))
+    team = str(write_team(tmp_path / "team.yaml", fakes, [("openai", "ann")], coordination={"final": "reuse"}))
+    settings = Settings(home=tmp_path / "state", verify_timeout_s=1)
+    async with JobService.open(settings, environ=ENV, retry=FAST) as service:
+        view = await finished(service, await service.submit(TASK, team, [{"path": str(project)}], verify="sleep 30"))
+    (check,) = view.checks.values()
+    assert check == "failed: timed out after 1 s" and view.state == "completed"
+    assert "no answer passed its check" in (view.winner_check or "")
+
+
+async def test_a_verify_that_cannot_run_is_refused_at_submit(
+    tmp_path: Path, fakes: FakeProviders, project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    team = str(write_team(tmp_path / "team.yaml", fakes, TRIO))
+    async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV) as service:
+        with pytest.raises(InputError, match=r"verify='pytest -q' is not valid: .*needs context_paths"):
+            await service.submit(TASK, team, verify="pytest -q")
+        with pytest.raises(InputError, match="verify"):
+            await service.submit(TASK, team, [{"path": str(project)}], verify="   ")
+        monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-docker.sock")
+        with pytest.raises(SandboxUnavailable, match=r"verify runs 'pytest -q' .* leave verify out"):
+            await service.submit(TASK, team, [{"path": str(project)}], verify="pytest -q")
+        assert service.store.recent_jobs() == []
+
+
+async def test_a_job_cancelled_while_its_checks_start_leaves_no_container(
+    tmp_path: Path, fakes: FakeProviders, project: Path
+) -> None:
+    import docker
+
+    for name in ("ann", "bob", "cy"):
+        fakes.script.set_default(name, agent(name))
+    team = str(write_team(tmp_path / "team.yaml", fakes, TRIO))
+    settings = Settings(home=tmp_path / "state", verify_concurrency=3)
+    async with JobService.open(settings, environ=ENV, retry=FAST) as service:
+        view = await service.submit(TASK, team, [{"path": str(project)}], verify="sleep 30")
+        with anyio.fail_after(60):
+            while not service.store.events(view.job_id, "check_started"):
+                await anyio.sleep(0.01)
+        await anyio.sleep(0.05)  # into the container's creation
+        assert (await service.cancel(view.job_id)).state == "cancelled"
+        left = docker.from_env().containers.list(all=True, filters={"label": f"conclave.job={view.job_id}"})
+        assert left == [] and not (service.job_dir(view.job_id) / "checks").exists()

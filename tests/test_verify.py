@@ -29,12 +29,8 @@ pytestmark = pytest.mark.anyio
 ENV = {KEY_ENV: "test-key-0123456789"}
 FAST = RetryPolicy(max_attempts=3, base_delay_s=0.01, max_delay_s=0.05)
 CALC = "def add(a, b):\n    return a - b\n"
-TESTS = (
-    "import unittest\nfrom calc import add\n\n\nclass TestAdd(unittest.TestCase):\n"
-    "    def test_add(self):\n        self.assertEqual(add(2, 3), 5)\n\n\n"
-    "if __name__ == '__main__':\n    unittest.main()\n"
-)
-CHECK = "python3 -m unittest -q test_calc"
+TESTS = "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n"
+CHECK = "pytest -q"  # the sandbox image carries pytest, so the check a Python project names works as is
 TASK = "Fix add() in calc.py so that the tests in test_calc.py pass."
 FIXES = {"ann": "return a + b", "bob": "return a * b"}  # bob's "fix" fails the test: 2 * 3 != 5
 
@@ -106,7 +102,7 @@ async def test_the_answer_that_passes_the_tests_wins_over_the_voters_favourite(
 
     assert view.state == "completed" and view.winner == ann and view.answer == "add() fixed in calc.py (ann).", view.text()
     assert view.tally == {ann: 1, bob: 2, cy: 0} and not view.consensus  # honest: 1 of 3 votes chose it
-    assert view.checks[ann].startswith("passed in ") and view.checks[bob].startswith("failed (exit 1): FAILED")
+    assert view.checks[ann].startswith("passed in ") and view.checks[bob].startswith("failed (exit 1): 1 failed")
     assert view.checks[cy].startswith("failed (exit 1)")
     assert view.winner_check and view.winner_check.startswith("passed in ")
     assert "the verification rule chose it over an answer with more votes" in view.winner_check
@@ -115,11 +111,11 @@ async def test_the_answer_that_passes_the_tests_wins_over_the_voters_favourite(
     assert "-    return a - b\n+    return a + b\n" in patch and project.joinpath("calc.py").read_text() == CALC
     # voters saw both results beside the answers, and voted again after each one came back
     prompts = [r.text() for r in fakes.script.requests if "verify passed in" in r.text()]
-    assert any(re.search(rf"## Answer {bob}[^\\]*? - verify failed \(exit 1\): FAILED", p) for p in prompts)
+    assert any(re.search(rf"## Answer {bob}[^\\]*? - verify failed \(exit 1\): 1 failed", p) for p in prompts)
     assert any(re.search(rf"## Answer {ann}[^\\]*? - verify passed in \d", p) for p in prompts)
     assert any("verify running" in r.text() for r in fakes.script.requests)
     # read_workspace serves the whole output, the listing names it, the transcript records each check
-    assert "AssertionError: 6 != 5" in failing_output and failing_output.startswith(f"$ {CHECK}\n")
+    assert "FAILED test_calc.py::test_add - assert 6 == 5" in failing_output and failing_output.startswith(f"$ {CHECK}\n")
     assert {f"verify/{ann}", f"verify/{bob}", f"verify/{cy}"} <= set(listing)
     assert f"check of {bob}: failed (exit 1" in transcript and f"whole output: verify/{bob}" in transcript
     # the checks ran on copies: every snapshot is as its author left it, and the copies are gone

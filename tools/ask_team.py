@@ -47,7 +47,7 @@ async def ask_team(
     ] = False,
     verify: Annotated[
         str | None,
-        Field(description="A shell command that checks an answer's files, e.g. \"python3 -m unittest -q\" "
+        Field(description="A shell command that checks an answer's files, e.g. \"pytest -q\" "
                           "(needs context_paths and Docker; the sandbox image's tools). It runs on each answer's files in a fresh sandbox with no "
                           "network; voters see each result, and an answer whose check failed cannot win while "
                           "one that passed has votes. Default: the team file's `verify`."),

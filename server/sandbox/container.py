@@ -144,7 +144,7 @@ def keeper_user(uid: int) -> str:
 
 
 def image_tag(spec: SandboxSpec) -> str:
-    """The team's image with this version's tag when it names none (`conclave-sandbox` -> `...:0.1.0`)."""
+    """The team's image with this version's tag when it names none (`conclave-sandbox` -> `...:0.1.0-<recipe digest>`)."""
     if spec.image == IMAGE_REPO:
         return default_tag()
     return spec.image if ":" in spec.image.rsplit("/", 1)[-1] else f"{spec.image}:latest"

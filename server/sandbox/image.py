@@ -2,14 +2,14 @@
 
 `build_image()` does nothing when the tag exists. Otherwise:
 
-1. `mmdebstrap --variant=essential --include=python3,ca-certificates` with the `merged-usr` and `eatmydata`
+1. `mmdebstrap --variant=essential --include=python3,python3-pytest,ca-certificates` with the `merged-usr` and `eatmydata`
    hooks, docs/man pages/locales left out by dpkg `path-exclude` options, and a customize hook that adds the
    `sandbox` user (uid/gid 1000, home /workspace). The mirrors are the ones apt on this machine uses (its
    deb822 `.sources` stanzas for the host's release, security suite included), so the build reaches no other
    network; they land in the image as apt's own `.sources` file.
 2. The tarball goes to a temporary file first (never a pipe, so a failed mmdebstrap cannot hide behind a
    successful import) and is imported under a temporary candidate tag.
-3. The candidate runs `python3 -c 'import json,sqlite3,ssl'` as uid 1000 with no network; only then does it
+3. The candidate runs `python3 -c 'import json,sqlite3,ssl,pytest'` as uid 1000 with no network; only then does it
    get the real tag. On any failure the candidate is removed and `SandboxError` carries the tool's stderr.
 
 `build_image_sync()` is the CLI's entry (`conclave sandbox build`).
@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import secrets
@@ -36,8 +37,9 @@ from conclave.errors import SandboxError
 from conclave.sandbox.engine import connect
 
 IMAGE_REPO = "conclave-sandbox"
-DEFAULT_PACKAGES = ("python3", "ca-certificates")
-SMOKE_TEST = ("python3", "-c", "import json, sqlite3, ssl")
+# pytest: the check a Python project most often names (`verify: pytest -q`) works out of the box
+DEFAULT_PACKAGES = ("python3", "python3-pytest", "ca-certificates")
+SMOKE_TEST = ("python3", "-c", "import json, sqlite3, ssl, pytest")
 _HOOKS = Path("/usr/share/mmdebstrap/hooks")
 _EXCLUDES = (
     "path-exclude=/usr/share/man/*",
@@ -68,8 +70,10 @@ Log = Callable[[str], None]
 
 
 def default_tag() -> str:
-    """The image this version of Conclave runs agents' commands in."""
-    return f"{IMAGE_REPO}:{__version__}"
+    """The image this version of Conclave runs agents' commands in: the version and a digest of the
+    recipe, so a changed recipe (say, one more package) is built anew instead of reusing an old tag."""
+    recipe = repr((DEFAULT_PACKAGES, SMOKE_TEST, _EXCLUDES, _ADD_USER, _CHANGES)).encode()
+    return f"{IMAGE_REPO}:{__version__}-{hashlib.sha256(recipe).hexdigest()[:8]}"
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from typing import Any
 
 import anyio
 import openai
+
 from conclave.backends import local
 from conclave.backends.local import LocalServers, ServerOptions
 from conclave.config import resolve_team

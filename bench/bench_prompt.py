@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from conclave.coordination import prompts
 from conclave.backends.local import BUNDLED, model_file
+from conclave.coordination import prompts
 
 TASK = (
     "Our Flask service times out under load when it calls the payments API. Propose a fix: what to "

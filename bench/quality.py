@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+
 from conclave.backends.base import Message, Request
 from conclave.backends.local import LocalServers
 from conclave.backends.retry import RetryPolicy, complete

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from conclave.files.agent_tools import MAX_MATCHES, AgentTools
 from conclave.coordination.turns import parse_json_tool_call
+from conclave.files.agent_tools import MAX_MATCHES, AgentTools
 
 pytestmark = pytest.mark.anyio
 

@@ -6,7 +6,12 @@ from __future__ import annotations
 import pytest
 
 from conclave.coordination.answers import (
-    answer_key, final_answer, matches, presentation_problem, refusal, words,
+    answer_key,
+    final_answer,
+    matches,
+    presentation_problem,
+    refusal,
+    words,
 )
 
 CAPITAL = "What is the capital of France?"

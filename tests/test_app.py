@@ -12,12 +12,12 @@ import pytest
 from fastmcp import Client
 
 from conclave.app.server import create_app
-from conclave.jobs.service import JobService
-from conclave.settings import Settings
-from conclave.tools._progress import changes
 from conclave.jobs.reader import WorkspacePage
+from conclave.jobs.service import JobService
 from conclave.jobs.teams import TeamList
 from conclave.jobs.views import AgentView, JobView
+from conclave.settings import Settings
+from conclave.tools._progress import changes
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import KEY_ENV, TRIO, install, voter, write_team
 

@@ -16,8 +16,8 @@ from mcp.types import ResourceLink
 from conclave.app.server import create_app
 from conclave.errors import SandboxUnavailable
 from conclave.jobs.service import JobService
-from conclave.settings import Settings
 from conclave.jobs.views import JobView
+from conclave.settings import Settings
 from tests.fakes.script import RecordedRequest, Reply
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import KEY_ENV, TRIO, decide, install, is_presentation, vote_labels, voter, write_team

@@ -16,6 +16,7 @@ from conclave.config import (
     AgentSpec,
     Sandbox,
     Team,
+    configs_dir,
     expand_env,
     list_presets,
     load_team_file,
@@ -24,7 +25,6 @@ from conclave.config import (
     resolve_team,
 )
 from conclave.errors import ConfigError, MissingApiKey, TeamNotFound
-from conclave.config import configs_dir
 
 SHIPPED = ("frontier", "anthropic", "openai", "gemini", "ollama", "vllm", "openrouter")
 ALL_KEYS = {"ANTHROPIC_API_KEY": "sk-ant", "OPENAI_API_KEY": "sk-oai", "GEMINI_API_KEY": "gm-key"}

@@ -15,9 +15,9 @@ from conclave.backends.retry import RetryPolicy
 from conclave.config import Sandbox as SandboxSpec
 from conclave.errors import InputError, PathOutsideRoot
 from conclave.jobs.service import JobService
+from conclave.jobs.views import JobView
 from conclave.sandbox.container import engine_status, image_tag
 from conclave.settings import Settings
-from conclave.jobs.views import JobView
 from tests.fakes.script import RecordedRequest, Reply
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import KEY_ENV, TRIO, decide, is_presentation, own_letter, vote_labels, write_team

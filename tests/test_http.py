@@ -10,9 +10,9 @@ import pytest
 from fastmcp import Client
 
 from conclave.app.server import _auth
-from conclave.settings import Settings
 from conclave.jobs.teams import TeamList
 from conclave.jobs.views import JobView
+from conclave.settings import Settings
 from tests.fakes.processes import http_server
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import KEY_ENV, TRIO, install, voter, write_team

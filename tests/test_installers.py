@@ -13,13 +13,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conclave.cli import client_files
+from conclave.cli import client_files, jsonc
 from conclave.cli import install as installers
-from conclave.cli import jsonc
 from conclave.cli.main import main
-from conclave.config import list_presets
+from conclave.config import configs_dir, list_presets, package_dir
 from conclave.errors import ConfigError
-from conclave.config import configs_dir, package_dir
 
 COMMAND = ["/opt/conclave/bin/conclave", "serve"]
 STDIO = {"type": "stdio", "command": COMMAND[0], "args": ["serve"]}

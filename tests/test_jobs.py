@@ -14,9 +14,9 @@ from conclave.backends.retry import RetryPolicy
 from conclave.config import load_team_file
 from conclave.errors import ConfigError, InputError, JobNotFound, MissingApiKey, TeamNotFound
 from conclave.jobs.service import JobService
-from conclave.settings import Settings
 from conclave.jobs.store import Store
 from conclave.jobs.views import JobView
+from conclave.settings import Settings
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import KEY_ENV, TRIO, install, voter, write_team
 

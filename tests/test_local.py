@@ -14,16 +14,16 @@ from pathlib import Path
 
 import anyio
 import pytest
+
 from conclave.backends import create_backend, local
 from conclave.backends.base import Endpoint, Message, Request, TextDelta, ToolSpec
 from conclave.backends.local import LocalServers, ServerOptions
 from conclave.config import resolve_team
-from conclave.errors import BadRequest, ConfigError, ProviderError
-from conclave.jobs.service import JobService
 from conclave.coordination.orchestrator import Orchestrator, endpoint_factory
 from conclave.coordination.prompts import decision_schema
+from conclave.errors import BadRequest, ConfigError, ProviderError
+from conclave.jobs.service import JobService
 from conclave.settings import Settings
-
 from tests.test_orchestrator import MemorySink
 
 pytestmark = pytest.mark.anyio

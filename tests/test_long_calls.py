@@ -23,10 +23,10 @@ from mcp.client.session import ClientSession
 from mcp.client.stdio import stdio_client
 
 from conclave.app.server import create_app
-from conclave.jobs.service import JobService
-from conclave.settings import Settings
 from conclave.jobs.reader import WorkspacePage
+from conclave.jobs.service import JobService
 from conclave.jobs.views import JobView
+from conclave.settings import Settings
 from tests.fakes.processes import http_server, stdio_params
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import KEY_ENV, TRIO, install, voter, write_team

@@ -10,8 +10,7 @@ import pytest
 
 from conclave.backends.retry import RetryPolicy
 from conclave.config import Team
-from conclave.coordination.orchestrator import Orchestrator, endpoint_factory, seed_for
-from conclave.coordination.orchestrator import assign_letters
+from conclave.coordination.orchestrator import Orchestrator, assign_letters, endpoint_factory, seed_for
 from conclave.coordination.reports import JobEvent, JobResult, Progress
 from tests.fakes.script import RecordedRequest, Reply
 from tests.fakes.server import FakeProviders

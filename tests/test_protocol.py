@@ -6,11 +6,23 @@ import string
 
 import pytest
 
-from conclave.coordination.protocol import (
-    AnswerPosted, CancelTurn, Coordination, Deadline, Finish, NoDecision, Present, Presented,
-    PresentationFailed, Start, StartTurn, TurnFailed, VoteCast, WorkStarted,
-)
 from conclave.coordination.orchestrator import assign_letters
+from conclave.coordination.protocol import (
+    AnswerPosted,
+    CancelTurn,
+    Coordination,
+    Deadline,
+    Finish,
+    NoDecision,
+    Present,
+    PresentationFailed,
+    Presented,
+    Start,
+    StartTurn,
+    TurnFailed,
+    VoteCast,
+    WorkStarted,
+)
 
 
 class Job:

@@ -3,7 +3,15 @@
 from __future__ import annotations
 
 from conclave.coordination.protocol import (
-    CancelTurn, Deadline, Finish, Present, Presented, StartTurn, Stop, Verified, Verify,
+    CancelTurn,
+    Deadline,
+    Finish,
+    Present,
+    Presented,
+    StartTurn,
+    Stop,
+    Verified,
+    Verify,
 )
 from tests.test_protocol import Job, ends, first_answers
 

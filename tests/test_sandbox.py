@@ -12,9 +12,18 @@ import anyio
 import pytest
 
 from conclave.config import Sandbox as SandboxSpec
-from conclave.jobs.owners import process_alive
 from conclave.errors import SandboxError
-from conclave.sandbox.container import ENVIRONMENT, Owner, Sandbox, _Capped, connect, engine_status, image_tag, sweep
+from conclave.jobs.owners import process_alive
+from conclave.sandbox.container import (
+    ENVIRONMENT,
+    Owner,
+    Sandbox,
+    _Capped,
+    connect,
+    engine_status,
+    image_tag,
+    sweep,
+)
 from conclave.sandbox.image import build_image, default_tag, host_apt_sources
 
 pytestmark = pytest.mark.anyio
@@ -285,8 +294,8 @@ def test_host_apt_sources_keep_the_release_and_drop_third_parties(tmp_path: Path
 async def test_with_the_workspace_layer_an_agent_reads_a_peers_answer_and_edits_its_own(
     sandbox_image: str, tmp_path: Path
 ) -> None:
-    from conclave.sandbox.container import container_user
     from conclave.files.workspaces import Workspaces
+    from conclave.sandbox.container import container_user
 
     ws = Workspaces(tmp_path / "job", agent_owner=container_user())
     await ws.prepare([])

@@ -23,7 +23,17 @@ from conclave.jobs.views import JobView
 from conclave.settings import Settings
 from tests.fakes.script import RecordedRequest, Reply
 from tests.fakes.server import FakeProviders
-from tests.fakes.team import KEY_ENV, TRIO, decide, install, is_presentation, split_choices, team_data, voter, write_team
+from tests.fakes.team import (
+    KEY_ENV,
+    TRIO,
+    decide,
+    install,
+    is_presentation,
+    split_choices,
+    team_data,
+    voter,
+    write_team,
+)
 from tests.test_orchestrator import FAST_RETRY, MemorySink
 
 pytestmark = pytest.mark.anyio

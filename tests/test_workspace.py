@@ -15,13 +15,20 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from conclave.files import apply as applying
-from conclave.files.diff import diff_trees
 from conclave.errors import (
-    ApplyConflict, ApplyFailed, ContextTooLarge, FileTooLarge, InputError, NotAFile, PathOutsideRoot,
+    ApplyConflict,
+    ApplyFailed,
+    ContextTooLarge,
+    FileTooLarge,
+    InputError,
+    NotAFile,
+    PathOutsideRoot,
 )
-from conclave.files.trees import read_bytes
+from conclave.files import apply as applying
+from conclave.files import safe
 from conclave.files.contexts import CALLER
+from conclave.files.diff import diff_trees
+from conclave.files.trees import read_bytes
 from conclave.files.workspaces import (
     Caps,
     ContextPath,
@@ -31,7 +38,6 @@ from conclave.files.workspaces import (
     copy_context_sync,
     diff,
 )
-from conclave.files import safe
 
 OLD = time.time() - 3600  # an mtime well before any capture: unchanged files may be reused
 

@@ -7,11 +7,11 @@ from typing import Annotated, Literal
 from fastmcp import Context
 from pydantic import Field
 
+from conclave.files.contexts import ContextPath
+from conclave.jobs.views import JobView
 from conclave.settings import MAX_WAIT_S
 from conclave.tools._deps import result, service
 from conclave.tools._progress import ProgressReporter
-from conclave.files.contexts import ContextPath
-from conclave.jobs.views import JobView
 
 
 async def ask_team(

@@ -7,8 +7,8 @@ from typing import Annotated
 from fastmcp import Context
 from pydantic import Field
 
-from conclave.tools._deps import result, service
 from conclave.jobs.views import JobView
+from conclave.tools._deps import result, service
 
 
 async def cancel_job(

@@ -7,10 +7,10 @@ from typing import Annotated
 from fastmcp import Context
 from pydantic import Field
 
+from conclave.jobs.views import JobView
 from conclave.settings import MAX_WAIT_S
 from conclave.tools._deps import result, service
 from conclave.tools._progress import ProgressReporter
-from conclave.jobs.views import JobView
 
 
 async def get_status(

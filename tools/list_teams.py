@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from fastmcp import Context
 
-from conclave.tools._deps import result, service
 from conclave.jobs.teams import TeamList
+from conclave.tools._deps import result, service
 
 
 async def list_teams(ctx: Context) -> TeamList:

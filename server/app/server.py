@@ -30,8 +30,8 @@ from mcp.types import ToolAnnotations
 from pydantic import ValidationError
 
 from conclave import __version__
-from conclave.errors import ConclaveError, NotPermitted
 from conclave.app.job_resources import TEMPLATES
+from conclave.errors import ConclaveError, NotPermitted
 from conclave.jobs.access import Access
 from conclave.jobs.service import JobService
 from conclave.settings import MAX_WAIT_S, Settings

@@ -16,7 +16,15 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from conclave.backends.base import (
-    Done, Endpoint, Event, JsonObject, Request, TextDelta, ToolCall, Usage, redact,
+    Done,
+    Endpoint,
+    Event,
+    JsonObject,
+    Request,
+    TextDelta,
+    ToolCall,
+    Usage,
+    redact,
 )
 from conclave.backends.retry import parse_retry_after
 from conclave.errors import (

@@ -22,12 +22,12 @@ from rich.text import Text
 from conclave.cli import EXIT_FAILED, EXIT_OK
 from conclave.config import list_presets, load_team_file
 from conclave.errors import ConclaveError, JobNotFound
+from conclave.jobs.estimate import history
 from conclave.jobs.reader import WorkspacePage as ReadPage
 from conclave.jobs.reader import job_workspaces, read_whole
 from conclave.jobs.service import JobService
 from conclave.jobs.store import Store
 from conclave.jobs.teams import team_list
-from conclave.jobs.estimate import history
 from conclave.jobs.views import JobView, estimate_text, job_view
 from conclave.settings import Settings
 

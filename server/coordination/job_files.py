@@ -13,12 +13,13 @@ from pathlib import Path
 
 import anyio
 import anyio.to_thread
-from conclave.files.agent_tools import AgentTools
-from conclave.files.budget import DiskBudget
+
 from conclave.config import Sandbox as SandboxSpec
 from conclave.coordination.prompts import FilesPicture
-from conclave.sandbox.container import Sandbox, container_user
+from conclave.files.agent_tools import AgentTools
+from conclave.files.budget import DiskBudget
 from conclave.files.workspaces import Workspaces
+from conclave.sandbox.container import Sandbox, container_user
 
 SandboxFactory = Callable[[], Sandbox]
 

@@ -21,19 +21,31 @@ import anyio
 import anyio.to_thread
 from anyio.streams.memory import MemoryObjectSendStream
 
-from conclave.coordination import answers, prompts, protocol
 from conclave.backends.base import Backend, ToolCall, Usage
 from conclave.backends.retry import RetryPolicy
 from conclave.config import Team
-from conclave.errors import ConclaveError, ProviderError
+from conclave.coordination import answers, prompts, protocol
 from conclave.coordination.budget import Budget
 from conclave.coordination.members import (
-    BackendFactory, JobSink, Member, assign_letters, endpoint_factory, seed_for,
+    BackendFactory,
+    JobSink,
+    Member,
+    assign_letters,
+    endpoint_factory,
+    seed_for,
 )
 from conclave.coordination.reports import (
-    AgentProgress, AgentStateName, Check, JobEvent, JobResult, Leading, Progress, UsageTotals,
+    AgentProgress,
+    AgentStateName,
+    Check,
+    JobEvent,
+    JobResult,
+    Leading,
+    Progress,
+    UsageTotals,
 )
 from conclave.coordination.turns import TurnContext, present, run_turn
+from conclave.errors import ConclaveError, ProviderError
 
 if TYPE_CHECKING:
     from conclave.coordination.job_files import JobFiles

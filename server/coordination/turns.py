@@ -14,11 +14,11 @@ from dataclasses import dataclass, field, replace
 import anyio
 import anyio.lowlevel
 
-from conclave.coordination import prompts, protocol
-from conclave.coordination.split_turns import split_turn
 from conclave.backends.base import Backend, Message, Request, Scorer, ToolCall, ToolSpec
 from conclave.backends.retry import Completion, RetryPolicy, UsageCallback, complete
 from conclave.config import AgentSpec
+from conclave.coordination import prompts, protocol
+from conclave.coordination.split_turns import split_turn
 
 WORKFLOW = ("new_answer", "vote")
 MIN_REPAIR_STEPS = 2  # malformed workflow calls get at least this many chances to be fixed

@@ -22,7 +22,6 @@ from pydantic.json_schema import SkipJsonSchema
 from conclave.errors import ContextTooLarge, InputError
 from conclave.files.trees import IgnoreRules, Listing, copy_tree, list_tree
 
-
 CALLER = {"caller": True}  # validation context of a caller's request: the folder must exist now
 # Kernel and device filesystems: their files report a size of 0 (or block, or change on every read).
 PSEUDO = frozenset({

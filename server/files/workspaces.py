@@ -44,6 +44,9 @@ from pathlib import Path
 
 import anyio.to_thread
 
+from conclave.config import LABEL, LETTER
+from conclave.errors import ApplyRefused, ContextTooLarge, InputError
+from conclave.files import safe
 from conclave.files.apply import Changes, apply_tree
 from conclave.files.contexts import (
     Caps,
@@ -56,9 +59,6 @@ from conclave.files.contexts import (
     mb,
 )
 from conclave.files.diff import Patch, diff_trees
-from conclave.config import LABEL, LETTER
-from conclave.errors import ApplyRefused, ContextTooLarge, InputError
-from conclave.files import safe
 from conclave.files.trees import Listing, Reference, copy_tree, list_tree
 
 __all__ = [

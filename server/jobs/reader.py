@@ -12,15 +12,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
-
 import anyio.to_thread
+from pydantic import BaseModel, ConfigDict, Field
 
 from conclave.config import LABEL
 from conclave.errors import InputError
-from conclave.jobs.store import JobRow, Store
 from conclave.files.trees import list_tree, read_bytes
 from conclave.files.workspaces import Workspaces
+from conclave.jobs.store import JobRow, Store
 
 MAX_LIMIT = 100_000
 PATH_HELP = "use '' to list, 'transcript', 'final', 'answers/<label>' such as answers/B2, or 'verify/<label>'"

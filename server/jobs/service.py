@@ -29,30 +29,27 @@ from conclave.backends.local import LocalServers
 from conclave.backends.retry import RetryPolicy
 from conclave.config import ConfigError, Team, list_presets, resolve_team
 from conclave.config import Sandbox as SandboxSpec
+from conclave.coordination.job_files import JobFiles
+from conclave.coordination.orchestrator import BackendFactory, Orchestrator, endpoint_factory
+from conclave.coordination.reports import JobEvent, Progress
+from conclave.coordination.verification import Verifier
 from conclave.errors import ConclaveError, InputError, JobNotFound, QueueFull
 from conclave.files.budget import MB
+from conclave.files.contexts import parse_context_paths
+from conclave.files.workspaces import Workspaces
 from conclave.jobs.access import Access
+from conclave.jobs.estimate import estimate, history
+from conclave.jobs.file_steps import admit, collect, prepare
 from conclave.jobs.gc import GcReport, prune
 from conclave.jobs.owners import process_alive
-from conclave.coordination.orchestrator import BackendFactory, Orchestrator, endpoint_factory
-from conclave.coordination.job_files import JobFiles
-from conclave.coordination.verification import Verifier
-from conclave.jobs.estimate import estimate, history
 from conclave.jobs.plan import shape_team
-from conclave.files.contexts import parse_context_paths
-from conclave.jobs.file_steps import admit, collect, prepare
-from conclave.sandbox.container import container_user, sweep
-from conclave.coordination.reports import JobEvent, Progress
+from conclave.jobs.reader import WorkspacePage, read_job
 from conclave.jobs.records import ApplyMode, JobOptions
-from conclave.jobs.reader import read_job
-from conclave.settings import MAX_WAIT_S, Settings
 from conclave.jobs.store import ACTIVE_STATES, JobRow, Store
-from conclave.jobs.reader import WorkspacePage
-from conclave.jobs.teams import TeamList
-from conclave.jobs.views import JobView
-from conclave.files.workspaces import Workspaces
-from conclave.jobs.teams import team_list
-from conclave.jobs.views import job_view, phase_of
+from conclave.jobs.teams import TeamList, team_list
+from conclave.jobs.views import JobView, job_view, phase_of
+from conclave.sandbox.container import container_user, sweep
+from conclave.settings import MAX_WAIT_S, Settings
 
 logger = logging.getLogger(__name__)
 JOB_ID = re.compile(r"^cj-[0-9a-f]{12}$")

@@ -7,7 +7,14 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from conclave.coordination.reports import AgentProgress, AgentStateName, JobEvent, JobResult, Leading, UsageTotals
+from conclave.coordination.reports import (
+    AgentProgress,
+    AgentStateName,
+    JobEvent,
+    JobResult,
+    Leading,
+    UsageTotals,
+)
 from conclave.jobs.records import Estimate
 from conclave.jobs.store import JobRow
 

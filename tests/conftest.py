@@ -4,6 +4,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from conclave.config import Sandbox as SandboxSpec
+from conclave.sandbox.container import engine_status, image_tag
 from tests.fakes.server import FakeProviders
 
 
@@ -17,3 +19,13 @@ def fakes() -> Iterator[FakeProviders]:
     """The fake provider servers on 127.0.0.1, fresh for each test (see tests/fakes/server.py)."""
     with FakeProviders() as running:
         yield running
+
+
+@pytest.fixture(scope="session")
+def docker_image() -> str:
+    """The sandbox image's tag; a test that needs Docker skips, saying why, where no engine runs."""
+    tag = image_tag(SandboxSpec())
+    status = engine_status(tag)
+    if not status.available or not status.image_present:
+        pytest.skip(f"needs the Docker engine and the sandbox image ({status.error}); .ci/run provides both")
+    return tag

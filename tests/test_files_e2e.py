@@ -12,29 +12,19 @@ import anyio
 import pytest
 
 from conclave.backends.retry import RetryPolicy
-from conclave.config import Sandbox as SandboxSpec
 from conclave.errors import InputError, PathOutsideRoot
 from conclave.jobs.service import JobService
 from conclave.jobs.views import JobView
-from conclave.sandbox.container import engine_status, image_tag
 from conclave.settings import Settings
 from tests.fakes.script import RecordedRequest, Reply
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import KEY_ENV, TRIO, decide, is_presentation, own_letter, vote_labels, write_team
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("docker_image")]
 ENV = {KEY_ENV: "test-key-0123456789"}
 OLD = b"def add(a, b):\n    return a - b\n"
 NEW = b"def add(a, b):\n    return a + b\n"
 DOCKER = {"memory": "256m", "cpus": 1, "pids": 64}
-
-
-@pytest.fixture(scope="module", autouse=True)
-def docker_ready() -> None:
-    status = engine_status(image_tag(SandboxSpec()))
-    if not status.available or not status.image_present:
-        pytest.skip(f"needs the Docker engine and the sandbox image ({status.error}); .ci/run provides both")
-
 
 
 @pytest.fixture

@@ -15,17 +15,15 @@ import anyio
 import pytest
 
 from conclave.backends.retry import RetryPolicy
-from conclave.config import Sandbox as SandboxSpec
 from conclave.errors import InputError, SandboxUnavailable
 from conclave.jobs.service import JobService
 from conclave.jobs.views import JobView
-from conclave.sandbox.container import engine_status, image_tag
 from conclave.settings import Settings
 from tests.fakes.script import RecordedRequest, Reply
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import KEY_ENV, TRIO, decide, vote_labels, write_team
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("docker_image")]
 ENV = {KEY_ENV: "test-key-0123456789"}
 FAST = RetryPolicy(max_attempts=3, base_delay_s=0.01, max_delay_s=0.05)
 CALC = "def add(a, b):\n    return a - b\n"
@@ -33,13 +31,6 @@ TESTS = "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n"
 CHECK = "pytest -q"  # the sandbox image carries pytest, so the check a Python project names works as is
 TASK = "Fix add() in calc.py so that the tests in test_calc.py pass."
 FIXES = {"ann": "return a + b", "bob": "return a * b"}  # bob's "fix" fails the test: 2 * 3 != 5
-
-
-@pytest.fixture(scope="module", autouse=True)
-def docker_ready() -> None:
-    status = engine_status(image_tag(SandboxSpec()))
-    if not status.available or not status.image_present:
-        pytest.skip(f"needs the Docker engine and the sandbox image ({status.error}); .ci/run provides both")
 
 
 @pytest.fixture

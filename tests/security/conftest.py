@@ -13,7 +13,7 @@ import anyio
 import pytest
 
 from conclave.config import Sandbox as SandboxSpec
-from conclave.sandbox.container import Owner, Sandbox, connect, engine_status, image_tag
+from conclave.sandbox.container import Owner, Sandbox, connect
 
 SPEC = SandboxSpec(memory="256m", cpus=1, pids=128)
 
@@ -21,14 +21,6 @@ SPEC = SandboxSpec(memory="256m", cpus=1, pids=128)
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
-
-
-@pytest.fixture(scope="session")
-def docker_image() -> str:
-    status = engine_status(image_tag(SPEC))
-    if not status.available or not status.image_present:
-        pytest.skip(f"needs the Docker engine and the sandbox image ({status.error}); .ci/run provides both")
-    return image_tag(SPEC)
 
 
 @pytest.fixture

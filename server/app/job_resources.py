@@ -16,17 +16,9 @@ from fastmcp import Context
 from conclave.tools._deps import service
 from conclave.tools._links import ROOT
 
-PAGE = 100_000
-
-
 async def _read(ctx: Context, job_id: str, path: str) -> str:
-    """The whole text: a resource read is not paged, so gather read_workspace's pages."""
-    jobs, parts, offset = service(ctx), [], 0
-    while offset is not None:
-        page = await jobs.read(job_id, path, None, offset, PAGE)
-        parts.append(page.content)
-        offset = page.next_offset
-    return "".join(parts)
+    """The whole text: a resource read is not paged (JobService.read_whole gathers the pages)."""
+    return (await service(ctx).read_whole(job_id, path)).content
 
 
 async def job_diff(job_id: str, ctx: Context) -> str:

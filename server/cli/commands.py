@@ -10,7 +10,8 @@ import argparse
 import json
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import anyio
@@ -102,10 +103,19 @@ def render(view: JobView) -> Group:
     return Group(*lines)
 
 
-def status(args: argparse.Namespace) -> int:
+@contextmanager
+def _job_store() -> Iterator[tuple[Settings, Store]]:
+    """The settings and the job store, closed again when the command is done with them."""
     settings = Settings()
     store = Store(settings.db_path)
     try:
+        yield settings, store
+    finally:
+        store.close()
+
+
+def status(args: argparse.Namespace) -> int:
+    with _job_store() as (settings, store):
         now = time.time()
         if args.job_id:
             row = store.job(args.job_id)
@@ -122,15 +132,11 @@ def status(args: argparse.Namespace) -> int:
         for view in views if not args.json else []:
             print(f"{view.job_id}  {view.state:<11} {view.team:<10} {view.elapsed_s:>6.0f}s  {view.task[:60]}")
         return EXIT_OK
-    finally:
-        store.close()
 
 
 def show(args: argparse.Namespace) -> int:
     """What read_workspace serves, for a person: the job and its listing, or one text in full."""
-    settings = Settings()
-    store = Store(settings.db_path)
-    try:
+    with _job_store() as (settings, store):
         row = store.job(args.job_id.strip())
         if row is None:
             raise JobNotFound(args.job_id)
@@ -152,34 +158,24 @@ def show(args: argparse.Namespace) -> int:
             print("\nReadable (conclave show JOB_ID --answers | --transcript | --diff | --file PATH):")
             print("  " + "\n  ".join(read("").entries or []))
         return EXIT_OK
-    finally:
-        store.close()
 
 
 def teams(args: argparse.Namespace) -> int:
-    settings = Settings()
-    store = Store(settings.db_path)
-    try:
+    with _job_store() as (settings, store):
         print(team_list(list_presets(), os.environ, lambda team: history(team, store.team_usage(team.name))).text())
-    finally:
-        store.close()
     return EXIT_OK
 
 
 def gc(args: argparse.Namespace) -> int:
     from conclave.jobs.gc import prune
 
-    settings = Settings()
-    store = Store(settings.db_path)
-    try:
+    with _job_store() as (settings, store):
         report = prune(
             store, settings.home / "jobs",
             keep_days=settings.gc_keep_days if args.keep_days is None else args.keep_days,
             max_bytes=(settings.gc_max_mb if args.max_mb is None else args.max_mb) * 1024 * 1024,
             dry_run=args.dry_run,
         )
-    finally:
-        store.close()
     print(("would have " if args.dry_run else "") + report.text())
     for job_id in report.removed:
         print(f"  {job_id}")

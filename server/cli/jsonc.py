@@ -216,11 +216,7 @@ def _members(s: str, start: int) -> Node:
         child = _value(s, _skip(s, i + 1))
         node.members[key] = (key_at, child)
         node.value[key] = child.value
-        i = _skip(s, child.end)
-        if s[i : i + 1] == ",":
-            i = _skip(s, i + 1)
-        elif s[i : i + 1] != "}":
-            raise _error(s, i, "expected ',' or '}'")
+        i = _after_member(s, child.end, "}")
     node.end = i + 1
     return node
 
@@ -231,13 +227,19 @@ def _items(s: str, start: int) -> Node:
         child = _value(s, i)
         node.items.append(child)
         node.value.append(child.value)
-        i = _skip(s, child.end)
-        if s[i : i + 1] == ",":
-            i = _skip(s, i + 1)
-        elif s[i : i + 1] != "]":
-            raise _error(s, i, "expected ',' or ']'")
+        i = _after_member(s, child.end, "]")
     node.end = i + 1
     return node
+
+
+def _after_member(s: str, i: int, close: str) -> int:
+    """Past the comma after an object member or array item; at `close` when there is none."""
+    i = _skip(s, i)
+    if s[i : i + 1] == ",":
+        return _skip(s, i + 1)
+    if s[i : i + 1] != close:
+        raise _error(s, i, f"expected ',' or '{close}'")
+    return i
 
 
 def _error(s: str, i: int, what: str) -> JsoncError:

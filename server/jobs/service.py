@@ -43,7 +43,7 @@ from conclave.jobs.file_steps import admit, collect, prepare
 from conclave.jobs.gc import GcReport, prune
 from conclave.jobs.owners import process_alive
 from conclave.jobs.plan import shape_team
-from conclave.jobs.reader import WorkspacePage, read_job
+from conclave.jobs.reader import WorkspacePage, job_workspaces, read_job, read_whole
 from conclave.jobs.records import ApplyMode, JobOptions
 from conclave.jobs.store import ACTIVE_STATES, JobRow, Store
 from conclave.jobs.teams import TeamList, team_list
@@ -214,8 +214,13 @@ class JobService:
 
     async def read(self, job_id: str, path: str, source: str | None, offset: int, limit: int) -> WorkspacePage:
         row = self._row(job_id)
-        workspaces = Workspaces(self.job_dir(row.id)) if row.options.context_paths else None
+        workspaces = job_workspaces(row, self.settings.home / "jobs")
         return await read_job(self.store, row, workspaces, path, source, offset, limit)
+
+    async def read_whole(self, job_id: str, path: str) -> WorkspacePage:
+        """One text of a job in full, every page gathered (for resources, which are not paged)."""
+        row = self._row(job_id)
+        return await read_whole(self.store, row, job_workspaces(row, self.settings.home / "jobs"), path, None)
 
     def job_dir(self, job_id: str) -> Path:
         return self.settings.home / "jobs" / job_id

@@ -108,6 +108,7 @@ class Workspaces:
         self._meta = self.job_dir / "meta"
         self._manifest_path = self.job_dir / "manifest.json"
         self.patch = self.job_dir / "diff.patch"  # the winner's patch, written when the job ends
+        self._manifest: ContextManifest | None = None  # written once by prepare, then only read
 
     # -- building the trees ---------------------------------------------------------------------
 
@@ -122,11 +123,15 @@ class Workspaces:
             manifest = copy_context_sync(sources, tmp, self.caps)
         self._set_captured("base", captured)
         _write_atomic(self._manifest_path, manifest.model_dump_json())
+        self._manifest = manifest
         return manifest
 
     def manifest(self) -> ContextManifest:
-        """The manifest recorded by `prepare` (readable from any process)."""
-        return ContextManifest.model_validate_json(self._manifest_path.read_bytes())
+        """The manifest recorded by `prepare` (readable from any process); read from disk once, since
+        nothing changes it after `prepare` (peer views ask for it on every tool call)."""
+        if self._manifest is None:
+            self._manifest = ContextManifest.model_validate_json(self._manifest_path.read_bytes())
+        return self._manifest
 
     async def create(self, letters: list[str]) -> dict[str, Path]:
         """Give each agent its own working copy of base/ (copied, never linked)."""

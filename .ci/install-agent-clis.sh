@@ -16,21 +16,8 @@ PINS=(
   "@google/gemini-cli@0.61.0"
 )
 
-installed() {  # installed NAME@VERSION -> true when agents/node_modules/NAME is at VERSION
-  local name="${1%@*}" version="${1##*@}" manifest
-  manifest="$PREFIX/node_modules/$name/package.json"
-  [ -f "$manifest" ] && grep -q "\"version\": *\"$version\"" "$manifest"
-}
-
-missing=()
-for pin in "${PINS[@]}"; do installed "$pin" || missing+=("$pin"); done
-if [ "${#missing[@]}" -gt 0 ]; then
-  mkdir -p "$PREFIX"
-  [ -f "$PREFIX/package.json" ] || echo '{"private": true}' > "$PREFIX/package.json"
-  echo "agent CLIs: installing ${missing[*]} into $PREFIX"
-  npm install --prefix "$PREFIX" --ignore-scripts --no-audit --no-fund --loglevel=error \
-    --save-exact "${PINS[@]}"
-fi
+source ./npm-pins.sh
+install_pins "agent CLIs" "$PREFIX" "${PINS[@]}"
 
 NODE="$PWD/node/node_modules/.bin/node"
 [ -x "$NODE" ] || NODE="node"

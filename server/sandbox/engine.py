@@ -95,9 +95,19 @@ async def sweep(
     dead = is_owner_dead
     docker_client = client or await anyio.to_thread.run_sync(connect)
 
+    def listed() -> list[Any]:
+        import docker
+
+        for _ in range(3):  # docker-py inspects each listed container: one removed meanwhile is a 404
+            try:
+                return docker_client.containers.list(all=True, filters={"label": "conclave.owner"})  # type: ignore[no-any-return]
+            except docker.errors.NotFound:
+                continue
+        return []
+
     def run() -> list[str]:
         removed = []
-        for container in docker_client.containers.list(all=True, filters={"label": "conclave.owner"}):
+        for container in listed():
             labels = container.labels
             owner, pid = labels.get("conclave.owner", ""), labels.get("conclave.owner_pid", "")
             if owner == spare.id or not pid.isdigit() or not dead(owner, int(pid)):

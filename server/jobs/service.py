@@ -163,6 +163,7 @@ class JobService:
         if apply not in (False, True, "force"):
             raise InputError("apply", apply, 'use true (apply only with consensus), "force" or false')
         earlier = self._row(follow_up, "follow_up") if follow_up is not None else None
+        stored: Team | None = None
         if earlier is not None:
             stored, context_paths = carried(earlier, team, context_paths)
         sources = parse_context_paths(context_paths or [])
@@ -174,7 +175,7 @@ class JobService:
         if queued >= self.settings.max_queued:
             raise QueueFull(queued, self.settings.max_queued)
         self.access.check_team(team)
-        resolved = stored if earlier is not None else resolve_team(team, self._environ)
+        resolved = stored if stored is not None else resolve_team(team, self._environ)
         check_runnable(resolved, self._environ, self.settings.sandbox_network)
         resolved = shape_team(resolved, verify=verify, max_cost_usd=max_cost_usd, max_tokens=max_tokens,
                               has_context=bool(sources))

@@ -96,14 +96,17 @@ async def sweep(
     docker_client = client or await anyio.to_thread.run_sync(connect)
 
     def listed() -> list[Any]:
+        """The labelled containers, each inspected; one removed meanwhile (another server's sweep) is skipped."""
         import docker
 
-        for _ in range(3):  # docker-py inspects each listed container: one removed meanwhile is a 404
+        found = []
+        for container in docker_client.containers.list(all=True, sparse=True, filters={"label": "conclave.owner"}):
             try:
-                return docker_client.containers.list(all=True, filters={"label": "conclave.owner"})  # type: ignore[no-any-return]
+                container.reload()
             except docker.errors.NotFound:
                 continue
-        return []
+            found.append(container)
+        return found
 
     def run() -> list[str]:
         removed = []

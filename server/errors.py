@@ -94,6 +94,30 @@ class QueueFull(InputError):
         ConclaveError.__init__(self, f"the job queue is full: {self.fix}")
 
 
+class JobFinished(InputError):
+    """A steering note for a job that is over: nothing reads it any more."""
+
+    def __init__(self, job_id: str, state: str) -> None:
+        super().__init__(
+            "job_id", job_id, f"that job is {state}, so no agent would read the note; to go on from its answer, "
+            f"call ask_team with follow_up={job_id!r} and the note as the task (CLI: conclave ask --follow-up "
+            f"{job_id} \"...\")",
+        )
+
+
+class FollowUpConflict(InputError):
+    """A follow-up's files: the caller changed a file since the earlier job that its answer changed too."""
+
+    def __init__(self, earlier: str, folder: str, paths: list[str]) -> None:
+        self.paths = list(paths)
+        super().__init__(
+            "follow_up", earlier, f"{', '.join(paths)} in {folder} changed both in your folder since job "
+            f"{earlier} started and in that job's answer, differently; keep one version (apply the earlier "
+            f"diff, read_workspace(job_id={earlier!r}, path='@diff'), or revert your edit) and follow up again, "
+            "or start a fresh job without follow_up",
+        )
+
+
 class ContextTooLarge(InputError):
     """The context paths hold more files or bytes than the caps allow; nothing was copied."""
 

@@ -24,7 +24,7 @@ from tests.fakes.team import KEY_ENV, TRIO, install, voter, write_team
 pytestmark = pytest.mark.anyio
 
 MAX_TASK = 2_000
-FIVE = {"ask_team", "get_status", "read_workspace", "cancel_job", "list_teams"}
+FIVE = {"ask_team", "get_status", "read_workspace", "cancel_job", "list_teams", "steer_job"}
 
 
 @pytest.fixture

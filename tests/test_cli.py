@@ -394,3 +394,19 @@ def test_the_live_view_says_whether_there_was_a_majority_and_by_how_many_votes()
     assert "winner C1: a majority: 2 of 3 votes (with A1: the same answer); every agent voted" in won
     late = shown(winner="A1", consensus=False, tally={"A1": 1, "B1": 0}, votes=1, voters=1, fallback=True)
     assert "winner A1: no majority: the vote did not finish; the best-supported answer so far has 1 of 1 vote" in late
+
+
+def test_ask_follow_up_show_thread_and_steering_a_finished_job(capsys: pytest.CaptureFixture[str], trio: Path) -> None:
+    code, out, err = run(capsys, "ask", "What is six times seven?", "--team", str(trio), "--json")
+    first = JobView.model_validate(json.loads(out))
+    code, out, err = run(capsys, "ask", "Now say it in words.", "--follow-up", first.job_id, "--json")
+    assert code == 0, err
+    second = JobView.model_validate(json.loads(out))
+    assert second.follow_up == first.job_id and second.thread == [first.job_id, second.job_id]
+    code, out, _ = run(capsys, "show", second.job_id, "--thread")
+    body = out.split("\n\n", 1)[1]  # after the heading, the jobs oldest first
+    assert code == 0 and body.index(first.job_id) < body.index(f"*2. {second.job_id}") and "six times seven" in body
+    code, out, _ = run(capsys, "show", second.job_id)
+    assert f"Thread: {first.job_id} -> {second.job_id}" in out
+    code, _, err = run(capsys, "steer", first.job_id, "use French")
+    assert code == 2 and "follow_up=" in err and "conclave ask --follow-up" in err

@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 BIN = ROOT / ".ci" / "node" / "node_modules" / ".bin"
 NODE, INSPECTOR, CONFORMANCE = BIN / "node", BIN / "mcp-inspector", BIN / "conformance"
 EXPECTED_FAILURES = Path(__file__).parent / "clients" / "conformance-expected-failures.yaml"
-FIVE = {"ask_team", "get_status", "read_workspace", "cancel_job", "list_teams"}
+FIVE = {"ask_team", "get_status", "read_workspace", "cancel_job", "list_teams", "steer_job"}
 REQUIRED = ("server-initialize", "tools-list", "dns-rebinding-protection")
 
 

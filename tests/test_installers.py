@@ -196,11 +196,11 @@ def test_jsonc_edits_keep_layout_and_refuse_what_is_not_json() -> None:
 
 
 # Approvals: what a headless run needs ------------------------------------------------------------
-def test_codex_pre_approves_ask_team_and_cancel_job_unless_told_not_to(dirs: tuple[Path, Path]) -> None:
+def test_codex_pre_approves_ask_team_cancel_job_and_steer_job_unless_told_not_to(dirs: tuple[Path, Path]) -> None:
     project, home = dirs
     change = plan("codex", project, home).changes[0]
     table = tomllib.loads(change.after)["mcp_servers"]["conclave"]
-    assert table["tools"] == {"ask_team": {"approval_mode": "approve"}, "cancel_job": {"approval_mode": "approve"}}
+    assert table["tools"] == {name: {"approval_mode": "approve"} for name in ("ask_team", "cancel_job", "steer_job")}
     assert change.what == "MCP registration and tool approvals" and "approval_mode" in change.snippet
     bare = plan("codex", project, home, approvals=False).changes[0]
     assert "tools" not in tomllib.loads(bare.after)["mcp_servers"]["conclave"]

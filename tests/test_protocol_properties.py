@@ -26,6 +26,7 @@ from conclave.coordination.protocol import (
     Presented,
     Start,
     StartTurn,
+    Steer,
     Stop,
     TurnFailed,
     Verified,
@@ -50,7 +51,7 @@ class Turns:
         self.checks: list[str] = []  # labels sent to be checked and not yet answered
         self.checked: set[str] = set()
 
-    def track(self, c: Coordination, actions: list) -> None:
+    def track(self, c: Coordination, actions: list, *, steering: bool = False) -> None:
         ending = any(isinstance(a, (Present, Finish)) for a in actions)
         for action in actions:
             if isinstance(action, StartTurn):
@@ -60,7 +61,8 @@ class Turns:
             elif isinstance(action, CancelTurn):
                 assert self.in_flight.pop(action.letter).turn_id == action.turn_id
                 if not ending:  # a turn that did work or will give a first answer keeps going
-                    assert action.turn_id not in self.worked and c.agents[action.letter].answers > 0
+                    assert action.turn_id not in self.worked  # (a note restarts a first answer's thinking)
+                    assert steering or c.agents[action.letter].answers > 0
                 self.cancelled.append((action.letter, action.turn_id))
             elif isinstance(action, Verify):
                 assert action.label == c.answers[-1].label, "a check is asked for the answer just posted"
@@ -211,6 +213,16 @@ class ProtocolMachine(RuleBasedStateMachine):
         self.turns.track(self.c, actions)
         assert self.c.phase == "done" and isinstance(actions[-1], Finish) and actions[-1].final_text is None
         self.just_answered = False
+
+    @precondition(lambda self: self.c.phase == "coordinating")
+    @rule(note=TEXTS)
+    def steer(self, note: str) -> None:
+        before = self.c.version
+        actions = self.c.apply(Steer(note))
+        self.turns.track(self.c, actions, steering=True)
+        assert self.c.version == before + 1 and self.c.notes[-1] == note
+        assert all(a.notes[-1] == note for a in actions if isinstance(a, StartTurn))
+        self.just_answered = True  # a note clears every vote, as a new answer does
 
     @precondition(lambda self: self.turns.cancelled)
     @rule(data=st.data())

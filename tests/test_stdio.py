@@ -17,7 +17,7 @@ from tests.fakes.server import FakeProviders
 from tests.fakes.team import TRIO, install, voter, write_team
 
 pytestmark = pytest.mark.anyio
-FIVE = {"ask_team", "get_status", "read_workspace", "cancel_job", "list_teams"}
+FIVE = {"ask_team", "get_status", "read_workspace", "cancel_job", "list_teams", "steer_job"}
 
 
 @pytest.fixture

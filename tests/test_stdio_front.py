@@ -59,7 +59,7 @@ def test_the_shipped_manifest_is_what_the_server_answers() -> None:
     shipped = json.loads(MANIFEST.read_text(encoding="utf-8"))
     assert fresh == shipped, "run `python -m conclave.app.manifest --write` and commit server/app/manifest.json"
     assert {tool["name"] for tool in fresh["results"]["tools/list"]["tools"]} == {
-        "ask_team", "get_status", "read_workspace", "cancel_job", "list_teams"}
+        "ask_team", "get_status", "read_workspace", "cancel_job", "list_teams", "steer_job"}
 
 
 def test_a_manifest_for_other_versions_is_not_used(tmp_path: Path, shipped: dict[str, Any]) -> None:

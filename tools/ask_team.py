@@ -62,6 +62,12 @@ async def ask_team(
         Field(ge=1, description="Stop the job once its agents have used this many tokens (input and output) "
                                 "and return the best-supported answer so far. Default: the team's."),
     ] = None,
+    follow_up: Annotated[
+        str | None,
+        Field(description="The job_id of an earlier, finished job to continue: the same team goes on from its "
+                          "answer and files (task: your follow-up message, e.g. the failing test output). Its "
+                          "context_paths, verify and budgets carry over unless given; apply does not."),
+    ] = None,
 ) -> JobView:
     """Ask a team of LLM agents (different models) to solve a task: each writes an answer, they read
     each other's anonymously, improve or vote, and the winner writes the final answer.
@@ -70,14 +76,15 @@ async def ask_team(
     `queued`, `running` or `presenting`, call `get_status` with the `job_id` (it waits up to
     `wait_seconds` for the job to finish); `read_workspace` shows every answer and the transcript,
     and with context_paths the diff (`path="@diff"`) and every file the agents wrote. The first
-    result carries an `estimate` of what the job may use.
+    result carries an `estimate` of what the job may use. To go on from a finished job (its tests
+    fail, a requirement changed), pass `follow_up=job_id`; to redirect a running one, use `steer_job`.
     """
     jobs = service(ctx)
     # everything is checked by submit (the CLI shares it): the task, the team and its keys, the context
     # paths, apply, verify (needs context paths and Docker) and the budgets (a cost budget needs prices)
-    paths = list(context_paths or [])
+    paths = None if context_paths is None else list(context_paths)  # a follow-up carries None over
     view = await jobs.submit(task, team, paths, apply, force_binary, verify=verify, max_cost_usd=max_cost_usd,
-                             max_tokens=max_tokens)
+                             max_tokens=max_tokens, follow_up=follow_up)
     progress = ProgressReporter(ctx)
     await progress.start(view)
     if wait_seconds > 0 and not view.done:

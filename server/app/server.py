@@ -1,4 +1,4 @@
-"""The FastMCP server: the five `conclave.tools`, error translation, and the stdio and HTTP transports.
+"""The FastMCP server: the six `conclave.tools`, error translation, and the stdio and HTTP transports.
 
 The JobService is opened *outside* the app and lent to it through the lifespan context: it owns the
 task group jobs run in, and FastMCP closes its lifespan under a shielded scope that an anyio task
@@ -31,6 +31,7 @@ from pydantic import ValidationError
 
 from conclave import __version__
 from conclave.app.job_resources import TEMPLATES
+from conclave.app.tasks import JobTasks
 from conclave.errors import ConclaveError, NotPermitted
 from conclave.jobs.access import Access
 from conclave.jobs.service import JobService
@@ -41,6 +42,7 @@ from conclave.tools.cancel_job import cancel_job
 from conclave.tools.get_status import get_status
 from conclave.tools.list_teams import list_teams
 from conclave.tools.read_workspace import read_workspace
+from conclave.tools.steer_job import steer_job
 
 INSTRUCTIONS = f"""\
 Conclave puts a team of LLM agents from different providers on one task: each writes an answer, they
@@ -55,6 +57,8 @@ Use it for questions where a second and third opinion pay: design decisions, tri
 3. The final answer is in `answer`; read_workspace(job_id) lists and pages through every agent's
    answers, the transcript and, with context_paths, the diff (path="@diff") and the files the team
    wrote. cancel_job(job_id) stops a job.
+4. steer_job(job_id, message) redirects a running job (agents see the note from their next turn);
+   ask_team(task, follow_up=job_id) continues a finished one with the same team and its files.
 Jobs run in the background and survive a client disconnect."""
 
 _LOCAL = {"open_world_hint": False, "destructive_hint": False}
@@ -82,6 +86,10 @@ TOOLS = (
         cancel_job, "Cancel a job", ToolAnnotations(read_only_hint=False, idempotent_hint=True, **_LOCAL)
     ),
     _Published(list_teams, "List teams", _READ_ONLY),
+    _Published(
+        steer_job, "Steer a running job",
+        ToolAnnotations(read_only_hint=False, idempotent_hint=False, **_LOCAL),
+    ),
 )
 
 
@@ -139,6 +147,7 @@ def create_app(service: JobService, settings: Settings) -> FastMCP:
         )
     for uri, fn, mime_type in TEMPLATES:
         app.resource(uri, mime_type=mime_type)(_translated(fn, ResourceError))
+    app.add_extension(JobTasks(service))  # MCP Tasks for ask_team: a task is the job (tasks.py)
     return app
 
 

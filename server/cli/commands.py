@@ -27,6 +27,7 @@ from conclave.jobs.estimate import history
 from conclave.jobs.reader import WorkspacePage as ReadPage
 from conclave.jobs.reader import job_workspaces, read_whole
 from conclave.jobs.service import JobService
+from conclave.jobs.steering import note_views
 from conclave.jobs.store import Store
 from conclave.jobs.teams import team_list
 from conclave.jobs.views import JobView, estimate_text, job_view
@@ -39,9 +40,10 @@ def ask(args: argparse.Namespace) -> int:
 
 async def _ask(args: argparse.Namespace, console: Console) -> int:
     async with JobService.open(Settings()) as service:
+        contexts = context_arguments(args.context) if args.context or not args.follow_up else None
         view = await service.submit(
-            args.task, args.team, context_arguments(args.context), args.apply, args.force_binary,
-            verify=args.verify, max_cost_usd=args.max_cost, max_tokens=args.max_tokens,
+            args.task, args.team, contexts, args.apply, args.force_binary,
+            verify=args.verify, max_cost_usd=args.max_cost, max_tokens=args.max_tokens, follow_up=args.follow_up,
         )
         if args.json:
             while not view.done:
@@ -90,6 +92,7 @@ def render(view: JobView) -> Group:
         lines.append(Text(f"estimate: {estimate_text(view.estimate)}"))
     if view.leading is not None:
         lines.append(Text(f"leading: {view.leading.label} with {view.leading.votes} vote(s)"))
+    lines += [Text(f"note{'' if note.seen else ' (not seen yet)'}: {note.text}") for note in view.notes]
     if view.done:
         cost = f", ${view.usage.cost_usd:.4f}" if view.usage.cost_usd is not None else ""
         if view.winner:
@@ -149,15 +152,29 @@ def show(args: argparse.Namespace) -> int:
             for entry in read("").entries or []:
                 if entry.startswith("answers/"):
                     print(f"## {entry.removeprefix('answers/')}\n{read(entry).content}\n")
-        elif args.transcript or args.diff:
-            print(read("transcript" if args.transcript else "@diff").content)
+        elif args.transcript or args.diff or args.thread:
+            print(read("transcript" if args.transcript else "@diff" if args.diff else "thread").content)
         elif args.file:
             print(read(args.file, args.source).content, end="")
         else:
-            print(job_view(row, time.time()).text())
-            print("\nReadable (conclave show JOB_ID --answers | --transcript | --diff | --file PATH):")
+            thread = [job.id for job in store.thread(row.id)]
+            print(job_view(row, time.time(), note_views(store, row.id), thread).text())
+            print("\nReadable (conclave show JOB_ID --answers | --transcript | --diff | --thread | --file PATH):")
             print("  " + "\n  ".join(read("").entries or []))
         return EXIT_OK
+
+
+def steer(args: argparse.Namespace) -> int:
+    """A note for a running job, through the store: the server that runs it hands it to the agents."""
+
+    async def run() -> JobView:
+        async with JobService.open(Settings()) as service:
+            return await service.steer(args.job_id, args.message)
+
+    view = anyio.run(run)
+    note = view.notes[-1] if view.notes else None
+    print(f"{view.job_id}: note {'seen by the agents' if note and note.seen else 'left; the agents see it from their next turn'}")
+    return EXIT_OK
 
 
 def teams(args: argparse.Namespace) -> int:
@@ -218,5 +235,5 @@ def serve_http(args: argparse.Namespace) -> int:
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "ask": ask, "status": status, "show": show, "teams": teams, "config": config, "doctor": doctor,
-    "sandbox": sandbox, "gc": gc,
+    "sandbox": sandbox, "gc": gc, "steer": steer,
 }

@@ -5,12 +5,12 @@
     write(plan) -> list[str]              the one step that touches the disk: backup, then atomic write
 
 What each client gets, and why (README.md, "Registering with a coding agent", says the same to users):
-- Codex: `[mcp_servers.conclave]` in config.toml, and `approval_mode = "approve"` for `ask_team` and
-  `cancel_job` (Codex asks before a tool that is not read-only unless it is non-destructive and
+- Codex: `[mcp_servers.conclave]` in config.toml, and `approval_mode = "approve"` for `ask_team`,
+  `cancel_job` and `steer_job` (Codex asks before a tool that is not read-only unless it is non-destructive and
   closed-world, and `codex exec` never approves, so without it a headless run cannot delegate).
 - Claude Code: `.mcp.json` (project) or `claude mcp add` (user), the skill, and in its settings
   (`.claude/settings.local.json`, or `~/.claude/settings.json` for user scope) `permissions.allow`
-  for the five tools (`claude -p` refuses a tool nobody allowed) and, for project scope,
+  for the six tools (`claude -p` refuses a tool nobody allowed) and, for project scope,
   `enabledMcpjsonServers` (so the project's server starts without the interactive trust prompt).
 - Gemini CLI: `mcpServers.conclave` in its settings.json with `"trust": true`, its per-server switch
   for calling tools without a confirmation (`gemini -p` cannot confirm anything), and `env` naming the
@@ -55,9 +55,9 @@ CLIENT_NAMES = {"claude-code": "Claude Code", "codex": "Codex", "cursor": "Curso
 DEFAULT_SCOPE = {"claude-code": "project", "codex": "user", "cursor": "project", "vscode": "project",
                  "gemini": "user"}
 NAME = "conclave"
-TOOLS = ("ask_team", "get_status", "read_workspace", "cancel_job", "list_teams")
+TOOLS = ("ask_team", "get_status", "read_workspace", "cancel_job", "list_teams", "steer_job")
 # Codex asks before these (not read-only, and ask_team reaches the providers: open world).
-CODEX_APPROVED = ("ask_team", "cancel_job")
+CODEX_APPROVED = ("ask_team", "cancel_job", "steer_job")
 # Codex starts MCP servers with a short list of variables; forward the ones the presets read.
 # tests/test_installers.py::test_codex_forwards_every_key_a_preset_needs keeps this in step.
 # Every Conclave setting goes along too (tests/test_installers.py::test_codex_forwards_every_setting).

@@ -56,6 +56,12 @@ def build_parser() -> argparse.ArgumentParser:
                      help="stop once the job has spent this many US dollars (every agent needs a price)")
     ask.add_argument("--max-tokens", type=int, metavar="N",
                      help="stop once the job's agents have used this many tokens (input and output)")
+    ask.add_argument("--follow-up", metavar="JOB_ID",
+                     help="continue that finished job: the same team goes on from its answer and files")
+
+    steer = commands.add_parser("steer", help="leave a note for a running job's agents")
+    steer.add_argument("job_id", help="the job id (cj-...)")
+    steer.add_argument("message", help="the note, e.g. 'keep the public API unchanged'")
 
     status = commands.add_parser("status", help="show a job, or the recent jobs")
     status.add_argument("job_id", nargs="?", help="the job id (cj-...)")
@@ -68,6 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
     what.add_argument("--transcript", action="store_true", help="the job's turns, answers and votes")
     what.add_argument("--diff", action="store_true", help="the winner's changes as a patch")
     what.add_argument("--file", metavar="PATH", help="a file of the final tree (or of --source's snapshot)")
+    what.add_argument("--thread", action="store_true", help="every job of its conversation (follow-ups)")
     show.add_argument("--source", metavar="LABEL", help="with --file: an answer's snapshot, e.g. B2")
 
     commands.add_parser("teams", help="list the team presets and whether their keys are set")

@@ -6,7 +6,9 @@ single writer. Every event is reported to the sink with the live progress (tests
 The driver reads every answer before the protocol sees it (answers.py): its key, or why it is no
 answer; and a presentation that changes the winning final answer is refused. With `verify`, each
 answer's check runs as a task beside the turns (verification.py) and comes back as `Verified`; with a
-budget, every Usage is charged to it (budget.py) and reaching it feeds the protocol a `Stop`.
+budget, every Usage is charged to it (budget.py) and reaching it feeds the protocol a `Stop`. A
+steering note (`steer`) joins the same stream as a `Steer`; a follow-up's `history` and the thread's
+first job (`thread`, for the same letters) come from the caller (jobs/follow_ups.py).
 """
 
 from __future__ import annotations
@@ -19,12 +21,12 @@ from typing import TYPE_CHECKING
 
 import anyio
 import anyio.to_thread
-from anyio.streams.memory import MemoryObjectSendStream
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from conclave.backends.base import Backend, ToolCall, Usage
 from conclave.backends.retry import RetryPolicy
 from conclave.config import Team
-from conclave.coordination import answers, prompts, protocol
+from conclave.coordination import answers, picture, prompts, protocol
 from conclave.coordination.budget import Budget
 from conclave.coordination.members import (
     BackendFactory,
@@ -34,16 +36,7 @@ from conclave.coordination.members import (
     endpoint_factory,
     seed_for,
 )
-from conclave.coordination.reports import (
-    AgentProgress,
-    AgentStateName,
-    Check,
-    JobEvent,
-    JobResult,
-    Leading,
-    Progress,
-    UsageTotals,
-)
+from conclave.coordination.reports import Check, JobEvent, JobResult, Progress, UsageTotals
 from conclave.coordination.turns import TurnContext, present, run_turn
 from conclave.errors import ConclaveError, ProviderError
 
@@ -53,7 +46,6 @@ if TYPE_CHECKING:
 
 __all__ = ["BackendFactory", "JobSink", "Orchestrator", "assign_letters", "endpoint_factory", "seed_for"]
 REFUSED = "answer refused: "  # a failed turn's error when the driver refused its answer
-PREVIEW = 200  # characters of the leading answer in the progress
 logger = logging.getLogger(__name__)
 
 
@@ -74,8 +66,11 @@ class Orchestrator:
         files: JobFiles | None = None,
         verifier: Verifier | None = None,
         deadline: float | None = None,
+        history: str = "",
+        thread: str | None = None,
     ) -> None:
         self.job_id, self.task, self.team, self.sink = job_id, task, team, sink
+        self.history = history  # a follow-up's earlier rounds, shown before its task (prompts.history_section)
         # the job's end on anyio's clock when the caller's set-up (copying the context) already used
         # part of its timeout; else the timeout counts from `run`
         self._deadline_at = deadline
@@ -85,7 +80,8 @@ class Orchestrator:
         self.files, self.verifier = files, verifier
         rules = team.coordination
         self.budget = Budget(rules.max_tokens, rules.max_cost_usd)
-        letters = assign_letters(len(team.agents), seed_for(job_id))
+        # a follow-up's agents keep the letters of the thread's first job (the same team, the same seed)
+        letters = assign_letters(len(team.agents), seed_for(thread or job_id))
         self.members = {letter: Member(spec, letter) for spec, letter in zip(team.agents, letters, strict=True)}
         self.state = protocol.Coordination(
             sorted(self.members), max_answers=rules.max_answers_per_agent, consensus=rules.consensus,
@@ -97,6 +93,7 @@ class Orchestrator:
         self._scopes: dict[int, anyio.CancelScope] = {}
         self._result: JobResult | None = None
         self._started = 0.0
+        self._send, self._receive = anyio.create_memory_object_stream[protocol.Event](math.inf)
 
     # Public --------------------------------------------------------------------------------------
     async def run(self) -> JobResult:
@@ -108,7 +105,7 @@ class Orchestrator:
         self._started = self._clock()
         timeout = self.team.coordination.timeout_s
         deadline = self._deadline_at if self._deadline_at is not None else anyio.current_time() + timeout
-        send, receive = anyio.create_memory_object_stream[protocol.Event](math.inf)
+        send, receive = self._send, self._receive
         try:
             with anyio.move_on_after(deadline - anyio.current_time()) as setting_up:
                 await self._set_up()
@@ -120,11 +117,14 @@ class Orchestrator:
                 tg.start_soon(self._deadline, send.clone(), deadline)
                 if self.budget.limited:
                     tg.start_soon(self.budget.watch, send.clone())
+                while (early := _pending(receive)) is not None:  # notes that came before the first turns
+                    await self._handle(early, tg, send)
                 await self._execute(self.state.apply(protocol.Start()), tg, send)
                 while self._result is None:
                     await self._handle(await receive.receive(), tg, send)
                 tg.cancel_scope.cancel()
         finally:
+            self._send.close()  # a note from now on finds the job over (steer says so)
             with anyio.CancelScope(shield=True):
                 if self.files is not None:
                     await self.files.close()
@@ -150,40 +150,17 @@ class Orchestrator:
         await self._emit("finished", **self._result.model_dump())
         return self._result
 
-    def progress(self) -> Progress:
-        """The live picture: each agent's state, answers and vote, the tally, the round."""
-        agents = []
-        for letter, member in sorted(self.members.items()):
-            agent = self.state.agents[letter]
-            state: AgentStateName = (
-                "failed" if not agent.active else "working" if agent.turn else "voted" if agent.vote else "waiting"
-            )
-            if member.presenting:
-                state = "presenting"
-            elif self.state.phase == "done" and agent.active:
-                state = "done"
-            vote = agent.vote.label if agent.vote else None
-            agents.append(
-                AgentProgress(
-                    letter=letter, model=member.spec.model, state=state, answers=agent.answers,
-                    vote=vote, error=agent.error, usage=member.usage,
-                )
-            )
-        agree = [list(group) for group in self.state.agreeing()]
-        return Progress(phase=self.state.phase, round=self.state.version, agents=agents, tally=self.state.tally(),
-                        agree=agree, checks=dict(self.checks), leading=self._leading())
+    def steer(self, note: str) -> bool:
+        """Hand a steering note to the running job; False once the job has ended (nothing reads it)."""
+        try:
+            self._send.send_nowait(protocol.Steer(note))
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+            return False
+        return True
 
-    def _leading(self) -> Leading | None:
-        """What would win now: the best supported while coordinating, the winner while it presents."""
-        phase = self.state.phase
-        lead = self.state.leading() if phase == "coordinating" else None
-        lead = self.state.outcome if phase == "presenting" else lead
-        answer = self.state.answer(lead.winner) if lead and lead.winner else None
-        if lead is None or answer is None:
-            return None
-        check = self.checks.get(answer.label)
-        return Leading(label=answer.label, votes=lead.votes, check=check.text() if check else None,
-                       preview=answer.content[:PREVIEW])
+    def progress(self) -> Progress:
+        """The live picture: each agent's state, answers and vote, the tally, the round (picture.py)."""
+        return picture.progress(self.state, self.members, self.checks)
 
     # The loop ------------------------------------------------------------------------------------
     async def _handle(self, event: protocol.Event, tg: anyio.abc.TaskGroup, send: MemoryObjectSendStream[protocol.Event]) -> None:
@@ -231,6 +208,9 @@ class Orchestrator:
             await self._emit("budget_reached", reason=event.reason)
         elif isinstance(event, protocol.Deadline):
             await self._emit("deadline", reason=event.reason)
+        elif isinstance(event, protocol.Steer):
+            late = self.state.phase != "coordinating"
+            await self._emit("steered", note=event.note, round=self.state.version, late=late)
         elif isinstance(event, protocol.WorkStarted):
             pass  # the tool call itself was reported when it was made
 
@@ -327,7 +307,8 @@ class Orchestrator:
         assert winner is not None
         async with send:
             try:
-                text = await present(member.ctx, self.task, self._shown(), action.outcome)
+                task = prompts.with_notes(prompts.task_section(self.task, self.history), self.state.notes)
+                text = await present(member.ctx, task, self._shown(), action.outcome)
                 why = answers.presentation_problem(text, winner.content, self.task)
                 await send.send(protocol.PresentationFailed(why) if why else protocol.Presented(text))
             except (ProviderError, TimeoutError) as exc:
@@ -355,7 +336,7 @@ class Orchestrator:
         rules = self.team.coordination
         system = prompts.system_prompt(
             self.task, member.letter, len(self.members), rules.max_answers_per_agent, spec.tool_mode,
-            spec.system_prompt, verify=self.verifier is not None,
+            spec.system_prompt, verify=self.verifier is not None, history=self.history,
         )
 
         async def on_usage(usage: Usage, first: bool) -> None:
@@ -368,28 +349,26 @@ class Orchestrator:
 
         tools = self.files.tools(member.letter) if self.files is not None else None
         return TurnContext(
-            spec=spec, backend=backend, letter=member.letter, system=system, task=self.task, retry=self._retry,
+            spec=spec, backend=backend, letter=member.letter, system=system, retry=self._retry,
+            task=prompts.task_section(self.task, self.history) if self.history else self.task,
             limiter=limiter, on_usage=on_usage, on_work=no_work, max_tool_steps=rules.max_tool_steps,
             work_tools=tools.specs() if tools else (), handlers=tools.handlers() if tools else {},
             gate=self.budget.gate,
         )
 
     def _shown(self, order: tuple[str, ...] = ()) -> list[prompts.ShownAnswer]:
-        """The current answers, in a voter's `order` (else posting order), each with those agreeing."""
-        latest = {answer.label: answer for answer in self.state.latest_answers()}
-        labels = [label for label in order if label in latest] + [label for label in latest if label not in order]
-        groups = self.state.agreeing()
-        shown = []
-        for label in labels:
-            others = next((tuple(o for o in group if o != label) for group in groups if label in group), ())
-            check = self.checks.get(label)
-            shown.append(prompts.ShownAnswer(label, latest[label].letter, latest[label].content, others,
-                                             check.text() if check else ""))
-        return shown
+        return picture.shown(self.state, self.checks, order)
 
     async def _emit(self, kind: str, letter: str | None = None, **data: object) -> None:
         event = JobEvent(kind=kind, letter=letter, data=data, at=round(self._clock() - self._started, 3))  # type: ignore[arg-type]
         await self.sink.record(event, self.progress())
+
+
+def _pending(receive: MemoryObjectReceiveStream[protocol.Event]) -> protocol.Event | None:
+    try:
+        return receive.receive_nowait()
+    except anyio.WouldBlock:
+        return None
 
 
 def _describe(exc: BaseException) -> str:

@@ -68,9 +68,9 @@ them, one per reply: {"action": "call_tool", "tool": "<name>", "arguments": {...
 
 def system_prompt(
     task: str, letter: str, size: int, max_answers: int, mode: Literal["native", "json"], persona: str | None,
-    *, verify: bool = False,
+    *, verify: bool = False, history: str = "",
 ) -> str:
-    """The stable prefix of every turn of one agent in one job."""
+    """The stable prefix of every turn of one agent in one job; a follow-up's `history` comes before its task."""
     parts = [persona.strip()] if persona else []
     rules = _RULES.format(
         letter=letter,
@@ -78,8 +78,52 @@ def system_prompt(
         max_answers=max_answers,
         mode_rules=_NATIVE_RULES if mode == "native" else _JSON_RULES,
     ) + (_VERIFY_RULES if verify else "")
-    parts += [rules, f"# The task\n\n{task.strip()}"]
+    parts += [rules, task_section(task, history)]
     return "\n\n".join(parts)
+
+
+@dataclass(frozen=True)
+class Round:
+    """An earlier job of a follow-up's thread, as the team sees it: what was asked and what it answered."""
+
+    task: str
+    answer: str  # the final answer, or the last best answer of a job that did not finish
+    verdict: str  # how it was chosen, in words: votes, checks, why it ended
+    files: str = ""  # what its answer changed in the files, in words
+
+
+def history_section(rounds: Sequence[Round]) -> str:
+    """A follow-up's history: each earlier round's task, answer and verdict, oldest first."""
+    if not rounds:
+        return ""
+    lines = ["# Earlier in this conversation",
+             "The team has worked with the person who asked before; this is what they asked and what the "
+             "team answered. The workspace starts from the files of the last answer."]
+    for number, earlier in enumerate(rounds, 1):
+        lines.append(f"\n## Round {number}: the task\n\n{earlier.task.strip()}")
+        lines.append(f"\n## Round {number}: the team's answer ({earlier.verdict})\n\n{_shown(earlier.answer)}")
+        if earlier.files:
+            lines.append(f"\nFiles: {earlier.files}")
+    return "\n".join(lines)
+
+
+def task_section(task: str, history: str = "") -> str:
+    """The task; after a history, it is the person's follow-up message."""
+    if not history:
+        return f"# The task\n\n{task.strip()}"
+    return f"{history}\n\n# The task now: their follow-up\n\n{task.strip()}"
+
+
+def notes_section(notes: Sequence[str]) -> str:
+    """Steering notes, oldest first: the person who asked added them while the team worked."""
+    lines = ["# Notes from the person who asked (added while the team works; where they differ from the "
+             "task, the notes win)"]
+    return "\n".join(lines + [f"{number}. {note.strip()}" for number, note in enumerate(notes, 1)])
+
+
+def with_notes(task: str, notes: Sequence[str]) -> str:
+    """The task followed by the steering notes (split turns and the presentation show them this way)."""
+    return f"{task.strip()}\n\n{notes_section(notes)}" if notes else task
 
 
 def _shown(content: str) -> str:
@@ -130,9 +174,11 @@ def turn_prompt(
     note: str = "",
     corrective: bool = False,
     files: FilesPicture | None = None,
+    notes: Sequence[str] = (),
 ) -> str:
-    """The changing picture of one turn: current answers, files, what the agent may do, why it is asked."""
-    lines: list[str] = [files_section(files), ""] if files else []
+    """The changing picture of one turn: notes, current answers, files, what the agent may do, why it is asked."""
+    lines: list[str] = [notes_section(notes), ""] if notes else []
+    lines += [files_section(files), ""] if files else []
     if corrective:
         lines.append(
             "Your last turn ended without a decision. End this turn with exactly one decision: "

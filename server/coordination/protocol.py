@@ -18,6 +18,10 @@ log. Who wins is tally.py's (pure too). Rules, tested in tests/test_protocol.py 
   answer, marked `fallback`, never consensus. A deadline while presenting returns the winning answer as
   it stands; a `Stop` never presents.
 - A turn that ends with plain text gets one corrective retry; after that non-empty text is an answer.
+- Steering (`Steer`): the note joins every later turn's picture and clears every vote like a new
+  answer; a turn in flight that has only been thinking restarts with it, a first answer's included
+  (tests/test_steering.py). A note before `Start` waits for the first turns; after the vote it is kept
+  but changes nothing.
 """
 
 from __future__ import annotations
@@ -27,9 +31,17 @@ from collections import Counter
 from dataclasses import dataclass, replace
 from typing import Literal
 
+from conclave.coordination.protocol_events import (
+    Action, AnswerPosted, CancelTurn, Deadline, Event, Finish, NoDecision, Present, Presented, PresentationFailed,
+    Start, StartTurn, Steer, Stop, TurnEvent, TurnFailed, Verified, Verify, VoteCast, WorkStarted,
+)
 from conclave.coordination.tally import Answer, Board, Outcome, Verdict, agreeing, decide, fallback, leading
 
-__all__ = ["Answer", "Outcome", "Verdict"]  # re-exported: the driver and the tests read them from here
+__all__ = [  # re-exported: the driver and the tests read the vocabulary from here
+    "Action", "Answer", "AnswerPosted", "CancelTurn", "Deadline", "Event", "Finish", "NoDecision", "Outcome", "Present",
+    "Presented", "PresentationFailed", "Start", "StartTurn", "Steer", "Stop", "TurnEvent", "TurnFailed", "Verdict",
+    "Verified", "Verify", "VoteCast", "WorkStarted",
+]
 
 Phase = Literal["coordinating", "presenting", "done"]
 Rule = Literal["all_voted", "majority"]
@@ -40,114 +52,6 @@ class Vote:
     voter: str
     label: str
     reason: str
-
-
-# Events: what happened. Turn events carry the turn id the protocol gave out; late ones are ignored.
-@dataclass(frozen=True)
-class Start:
-    """The job begins: every agent gets its first turn."""
-
-
-@dataclass(frozen=True)
-class Deadline:
-    reason: str
-
-
-@dataclass(frozen=True)
-class Stop:  # end now without another model call (a budget): the best-supported answer as it stands
-    reason: str
-
-
-@dataclass(frozen=True)
-class Verified:  # the check command's result for answer `label`, run after a `Verify` action
-    label: str
-    passed: bool
-
-
-@dataclass(frozen=True)
-class TurnEvent:
-    letter: str
-    turn_id: int
-
-
-@dataclass(frozen=True)
-class WorkStarted(TurnEvent):
-    """The turn made its first work-tool call: from now on it is not cancelled when it goes stale."""
-
-
-@dataclass(frozen=True)
-class AnswerPosted(TurnEvent):
-    content: str
-    key: str = ""  # the driver's normalised final answer of `content` ("" groups identical texts only)
-
-
-@dataclass(frozen=True)
-class VoteCast(TurnEvent):
-    label: str
-    reason: str = ""
-
-
-@dataclass(frozen=True)
-class NoDecision(TurnEvent):
-    text: str
-    key: str = ""  # as in AnswerPosted: on a corrective turn the text becomes an answer
-
-
-@dataclass(frozen=True)
-class TurnFailed(TurnEvent):
-    error: str
-    fatal: bool = False  # the provider kept failing after retries: the agent is out
-
-
-@dataclass(frozen=True)
-class Presented:
-    text: str
-
-
-@dataclass(frozen=True)
-class PresentationFailed:
-    error: str
-
-
-Event = Start | Deadline | Stop | Verified | TurnEvent | Presented | PresentationFailed
-
-
-# Actions: what the driver must do.
-@dataclass(frozen=True)
-class StartTurn:
-    letter: str
-    turn_id: int
-    version: int
-    can_answer: bool
-    labels: tuple[str, ...]  # the current latest answers, in this voter's order: the only valid targets
-    corrective: bool = False  # the last turn ended without new_answer/vote
-    note: str = ""  # why this turn, for the agent (e.g. an invalid vote)
-
-
-@dataclass(frozen=True)
-class CancelTurn:
-    letter: str
-    turn_id: int
-
-
-@dataclass(frozen=True)
-class Verify:  # run the check command on answer `label`'s files, then feed back `Verified`
-    label: str
-
-
-@dataclass(frozen=True)
-class Present:
-    letter: str
-    outcome: Outcome
-
-
-@dataclass(frozen=True)
-class Finish:
-    outcome: Outcome
-    final_text: str | None  # the presented text; None means "use the winner's answer as it stands"
-
-
-Action = StartTurn | CancelTurn | Verify | Present | Finish
 
 
 @dataclass(frozen=True)
@@ -193,6 +97,8 @@ class Coordination:
         self.votes_ever: Counter[str] = Counter()
         self.phase: Phase = "coordinating"
         self.outcome: Outcome | None = None
+        self.notes: tuple[str, ...] = ()  # steering notes, oldest first
+        self.started = False
         self._next_turn = 0
 
     # Queries -------------------------------------------------------------------------------------
@@ -231,6 +137,8 @@ class Coordination:
     # The one entry point -------------------------------------------------------------------------
     def apply(self, event: Event) -> list[Action]:
         """Advance the state by one event and return what the driver must do next."""
+        if isinstance(event, Steer):
+            return self._on_steer(event.note)
         if self.phase == "done":
             return []
         if isinstance(event, (Presented, PresentationFailed)):
@@ -240,6 +148,7 @@ class Coordination:
         if self.phase != "coordinating":
             return []
         if isinstance(event, Start):
+            self.started = True
             return [self._start_turn(agent) for agent in self.active()]
         if isinstance(event, (Deadline, Stop)):
             return self._finish(fallback(self._board(), event.reason), present=isinstance(event, Deadline))
@@ -294,9 +203,16 @@ class Coordination:
             return []  # its author has posted again since: no vote can name it any more
         return self._invalidate(f"the check of {event.label} came back")
 
-    def _invalidate(self, why: str) -> list[Action]:
+    def _on_steer(self, note: str) -> list[Action]:
+        self.notes = (*self.notes, note)
+        if not self.started or self.phase != "coordinating":
+            return []  # before Start the first turns carry it; after the vote it changes nothing
+        return self._invalidate("the person who asked added a note", first_answers=True)
+
+    def _invalidate(self, why: str, *, first_answers: bool = False) -> list[Action]:
         """The picture changed: bump the version, clear every vote, give idle agents a turn and restart
-        stale ones that have only been thinking (every vote is cast with the full current picture)."""
+        stale ones that have only been thinking (every vote is cast with the full current picture);
+        with `first_answers`, a first answer's thinking too (a steering note changes the task)."""
         self.version += 1
         actions: list[Action] = []
         for other in self.active():
@@ -304,7 +220,7 @@ class Coordination:
             turn = other.turn
             if turn is None:
                 actions.append(self._start_turn(other, note=f"{why}; look again"))
-            elif turn.version < self.version and not turn.did_work and other.answers > 0:
+            elif turn.version < self.version and not turn.did_work and (other.answers > 0 or first_answers):
                 actions.append(CancelTurn(other.letter, turn.turn_id))
                 actions.append(self._start_turn(other, note=f"{why} while you were thinking"))
         return actions
@@ -389,7 +305,7 @@ class Coordination:
         self._next_turn += 1
         agent.turn = Turn(self._next_turn, self.version, False, corrective)
         can_answer, labels = agent.answers < self.max_answers, self.order_for(agent.letter, self.version)
-        return StartTurn(agent.letter, self._next_turn, self.version, can_answer, labels, corrective, note)
+        return StartTurn(agent.letter, self._next_turn, self.version, can_answer, labels, corrective, note, self.notes)
 
 
 def _reason(outcome: Outcome, consensus: bool, why: str) -> Outcome:  # why it ended, then decide()'s notes

@@ -32,6 +32,8 @@ EventKind = Literal[
     "deadline",
     "presenting",
     "finished",
+    "note",  # a steering note as the caller left it (any process writes it; the job's owner delivers it)
+    "steered",  # the note reached the protocol: every later turn shows it, the votes were cleared
 ]
 
 
@@ -154,6 +156,7 @@ class Progress(_Record):
     agree: list[list[str]] = Field(default_factory=list)  # current answers with the same final answer
     checks: dict[str, Check] = Field(default_factory=dict)  # per answer label, with `verify`
     leading: Leading | None = None
+    notes: list[str] = Field(default_factory=list)  # steering notes the agents see, oldest first
 
 
 class JobResult(_Record):

@@ -28,22 +28,23 @@ async def split_turn(
 ) -> protocol.Event:
     """One split turn to its decision; `shown` is every current answer in this voter's order."""
     own = any(answer.letter == ctx.letter for answer in shown)
+    task = prompts.with_notes(ctx.task, action.notes)  # steering notes follow the task
     if action.can_answer and not (own and action.labels):
-        return protocol.AnswerPosted(ctx.letter, action.turn_id, await _answer(ctx, action.note))
+        return protocol.AnswerPosted(ctx.letter, action.turn_id, await _answer(ctx, task, action.note))
     if isinstance(ctx.backend, Scorer):
         texts = list(dict.fromkeys(answer.content for answer in shown))  # equal texts score the same
-        scored = dict(zip(texts, await ctx.score(_answer_request(ctx, ""), texts), strict=True))
+        scored = dict(zip(texts, await ctx.score(_answer_request(ctx, task, ""), texts), strict=True))
         label, reason = pick(shown, [scored[answer.content] for answer in shown])
         return protocol.VoteCast(ctx.letter, action.turn_id, label, reason)
     request = ctx.request(
-        [Message("user", prompts.choice_prompt(ctx.task, ctx.letter, shown, action.can_answer))],
+        [Message("user", prompts.choice_prompt(task, ctx.letter, shown, action.can_answer))],
         system=ctx.spec.system_prompt or "", max_tokens=64,
         response_schema=prompts.choice_schema(action.labels, action.can_answer),
     )
     completion = await ctx.call(request)
     choice = _choice(completion.text)
     if choice == prompts.NEW and action.can_answer:
-        text = await _answer(ctx, action.note, shown)
+        text = await _answer(ctx, task, action.note, shown)
         return protocol.AnswerPosted(ctx.letter, action.turn_id, text)
     if choice not in action.labels:
         return protocol.NoDecision(ctx.letter, action.turn_id, completion.text)
@@ -58,14 +59,16 @@ def pick(shown: list[prompts.ShownAnswer], scores: list[float]) -> tuple[str, st
     return shown[best].label, f"the most likely answer by mean token log-probability ({listed})"
 
 
-async def _answer(ctx: TurnContext, note: str, material: list[prompts.ShownAnswer] | None = None) -> str:
-    completion = await ctx.call(_answer_request(ctx, note, material or []))
+async def _answer(ctx: TurnContext, task: str, note: str, material: list[prompts.ShownAnswer] | None = None) -> str:
+    completion = await ctx.call(_answer_request(ctx, task, note, material or []))
     return completion.text.strip()
 
 
-def _answer_request(ctx: TurnContext, note: str, material: list[prompts.ShownAnswer] | None = None) -> Request:
+def _answer_request(
+    ctx: TurnContext, task: str, note: str, material: list[prompts.ShownAnswer] | None = None
+) -> Request:
     """The plain answer call: the persona as the system prompt, the task (and material) as the user's."""
-    text = prompts.answer_prompt(ctx.task, note, material or [])
+    text = prompts.answer_prompt(task, note, material or [])
     return ctx.request([Message("user", text)], system=ctx.spec.system_prompt or "")
 
 

@@ -87,7 +87,7 @@ async def run_turn(
         return await split_turn(ctx, action, shown)
     text = prompts.turn_prompt(
         ctx.letter, shown, action.labels, action.can_answer, note=action.note, corrective=action.corrective,
-        files=files,
+        files=files, notes=action.notes,
     )
     if ctx.spec.tool_mode == "json" and ctx.work_tools:
         text = f"{prompts.tools_section(ctx.work_tools)}\n\n{text}"

@@ -4,6 +4,7 @@
         manifest.json      what copy_context copied: per context path its name, source, permission, and
                            per file its size, mode and sha256 (the diff base and apply's conflict check)
         base/<name>/       the pristine copy at job start (read-only by convention)
+        start/<name>/      a follow-up's starting files: the earlier answer over base/ (carry.py)
         agents/<letter>/   each agent's working copy, made from base/ by copying: never shares an inode
                            with base/ or a snapshot, since agents write here (bind-mounted at /workspace)
         snapshots/<label>/ the author's workspace at each new_answer (`B2`), immutable
@@ -48,6 +49,7 @@ from conclave.config import LABEL, LETTER
 from conclave.errors import ApplyRefused, ContextTooLarge, InputError
 from conclave.files import safe
 from conclave.files.apply import Changes, apply_tree
+from conclave.files.carry import carry
 from conclave.files.contexts import (
     Caps,
     ContextManifest,
@@ -102,6 +104,7 @@ class Workspaces:
         self.job_dir = Path(job_dir)
         self.caps, self.workspace_caps, self.agent_owner = caps, workspace_caps, agent_owner
         self.base = self.job_dir / "base"
+        self.start = self.job_dir / "start"  # only for a follow-up (carry.py); else agents start from base/
         self.agents = self.job_dir / "agents"
         self.snapshots = self.job_dir / "snapshots"
         self.final = self.job_dir / "final"
@@ -138,15 +141,25 @@ class Workspaces:
         return await anyio.to_thread.run_sync(self._create, letters, abandon_on_cancel=True)
 
     def _create(self, letters: list[str]) -> dict[str, Path]:
-        listing = list_tree(self.base)
+        origin = self.start if self.start.is_dir() else self.base
+        listing = list_tree(origin)
         made = {}
         for letter in letters:
             with _building(self.agent(letter)) as tmp:
-                copy_tree(self.base, tmp, listing)
+                copy_tree(origin, tmp, listing)
                 if self.agent_owner is not None:
                     safe.settle(tmp, self.agent_owner)
             made[letter] = self.agent(letter)
         return made
+
+    async def carry(self, earlier: Workspaces, tree: Path, earlier_id: str) -> dict[str, list[str]]:
+        """A follow-up's start/: the earlier job's answer `tree` over base/ (carry.py); the paths taken."""
+        def build() -> dict[str, list[str]]:
+            taken = carry(earlier.manifest(), tree, self.base, self.manifest(), self.start, earlier_id)
+            self._set_captured("start", time.time_ns())
+            return taken
+
+        return await anyio.to_thread.run_sync(build, abandon_on_cancel=True)
 
     async def snapshot(self, letter: str, label: str) -> Path:
         """Freeze agent `letter`'s workspace as snapshots/<label>; refused over the workspace caps."""
@@ -190,7 +203,8 @@ class Workspaces:
 
     def _reference(self, label: str | None) -> Reference:
         """The immutable tree a new copy of an agent's workspace may reuse: its last snapshot, else base/."""
-        root, name = (self.snapshot_dir(label), label) if label else (self.base, "base")
+        first = (self.start, "start") if self.start.is_dir() else (self.base, "base")
+        root, name = (self.snapshot_dir(label), label) if label else first
         return Reference(root, list_tree(root).files, self._captured(name))
 
     def _set_captured(self, name: str, ns: int) -> None:

@@ -10,8 +10,10 @@ file_steps.admit (tests/test_budgets.py, tests/test_verify.py).
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
-from conclave.config import Team
+from conclave.backends import check_ready
+from conclave.config import ConfigError, Team
 from conclave.config.models import MAX_VERIFY_CHARS
 from conclave.errors import InputError
 
@@ -45,6 +47,19 @@ def shape_team(
         )
     coordination = rules.model_copy(update={"max_cost_usd": cost, "max_tokens": tokens})
     return team.model_copy(update={"verify": command, "coordination": coordination})
+
+
+def check_runnable(team: Team, environ: Mapping[str, str], sandbox_network: bool) -> None:
+    """Refuse at once what would only fail later: a missing key, or what a backend needs installed."""
+    for agent in team.agents:
+        agent.api_key(environ)  # raises MissingApiKey naming the variable to set
+        check_ready(agent.provider, agent.model_name, agent.model_path)
+    if not isinstance(team.sandbox, str) and team.sandbox.network != "none" and not sandbox_network:
+        raise ConfigError(
+            f"team {team.name!r} asks for `sandbox: network: {team.sandbox.network}`, which gives agents' "
+            "commands the network; the server allows that only when its user sets "
+            "CONCLAVE_SANDBOX_NETWORK=true. Otherwise use network: none"
+        )
 
 
 def _command(value: object) -> str:

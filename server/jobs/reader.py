@@ -19,11 +19,13 @@ from conclave.config import LABEL
 from conclave.errors import InputError
 from conclave.files.trees import list_tree, read_bytes
 from conclave.files.workspaces import Workspaces
+from conclave.jobs.follow_ups import best_answer, verdict
 from conclave.jobs.store import JobRow, Store
 
 MAX_LIMIT = 100_000
-PATH_HELP = "use '' to list, 'transcript', 'final', 'answers/<label>' such as answers/B2, or 'verify/<label>'"
-JOB_TEXTS = ("transcript", "final")
+PATH_HELP = ("use '' to list, 'transcript', 'final', 'thread', 'answers/<label>' such as answers/B2, "
+             "or 'verify/<label>'")
+JOB_TEXTS = ("transcript", "final", "thread")
 MAX_LISTED = 2000
 MAX_FILE_BYTES = 16 * 1024 * 1024  # a larger file is refused by its size, not read
 
@@ -102,6 +104,8 @@ async def listing(store: Store, row: JobRow, workspaces: Workspaces | None = Non
     entries = ["transcript"]
     if row.result is not None and row.result.answer is not None:
         entries.append("final")
+    if row.follow_up or store.has_follow_ups(row.id):
+        entries.append("thread")
     entries += [f"answers/{answer.label}" for answer in store.answers(row.id)]
     entries += [f"verify/{label}" for label in check_outputs(store, row)]
     if workspaces is not None and workspaces.patch.exists():
@@ -137,6 +141,8 @@ def _file_text(tree: Path, path: str) -> str:
 def _text(store: Store, row: JobRow, path: str) -> str:
     if path == "transcript":
         return transcript(store, row)
+    if path == "thread":
+        return thread_text(store, row)
     if path == "final":
         if row.result is None or row.result.answer is None:
             raise InputError("path", path, f"the job has no final answer yet (state: {row.state}); try later")
@@ -184,11 +190,33 @@ def transcript(store: Store, row: JobRow) -> str:
                              + (f"\n    {tail}" if tail else ""))
             case "budget_reached":
                 lines.append(f"{stamp} {d['reason']}")
+            case "note":
+                lines.append(f"{stamp} note from the person who asked: {d.get('text')}")
+            case "steered":
+                late = " (after the vote: it changed nothing)" if d.get("late") else ""
+                lines.append(f"{stamp} the note reached the agents in round {d.get('round')}; votes cleared{late}")
             case "finished":
                 lines.append(f"{stamp} finished: winner {d.get('winner')}, consensus {d.get('consensus')}; {d.get('reason')}")
             case _:
                 details = json.dumps(d, ensure_ascii=False, default=str)
                 lines.append(f"{stamp} {event.kind} {details if d else ''}".rstrip())
+    return "\n".join(lines)
+
+
+def thread_text(store: Store, row: JobRow) -> str:
+    """The conversation `row` belongs to: each job, oldest first, with its task, answer and verdict."""
+    jobs = store.thread(row.id)
+    lines = [f"Thread of {len(jobs)} job(s); {row.id} is marked with *", ""]
+    for number, job in enumerate(jobs, 1):
+        mark = "*" if job.id == row.id else " "
+        after = f", a follow-up of {job.follow_up}" if job.follow_up else ""
+        changed = ""
+        if job.files is not None:
+            names = [f"{c.name}/{f.path}" for c in job.files.contexts for f in c.files]
+            changed = f"\nFiles changed: {', '.join(names) or 'none'}"
+        _, answer = best_answer(store, job)
+        lines += [f"{mark}{number}. {job.id} ({job.state}{after})", f"Task: {job.task}",
+                  f"Verdict: {verdict(store, job)}{changed}", f"Answer:\n{answer or '(none)'}", ""]
     return "\n".join(lines)
 
 

@@ -24,25 +24,26 @@ from pathlib import Path
 import anyio
 import anyio.abc
 
-from conclave.backends import check_ready
 from conclave.backends.local import LocalServers
 from conclave.backends.retry import RetryPolicy
-from conclave.config import ConfigError, Team, list_presets, resolve_team
+from conclave.config import Team, list_presets, resolve_team
 from conclave.config import Sandbox as SandboxSpec
 from conclave.coordination.job_files import JobFiles
 from conclave.coordination.orchestrator import BackendFactory, Orchestrator, endpoint_factory
 from conclave.coordination.reports import JobEvent, Progress
 from conclave.coordination.verification import Verifier
-from conclave.errors import ConclaveError, InputError, JobNotFound, QueueFull
+from conclave.errors import ConclaveError, InputError, JobFinished, JobNotFound, QueueFull
 from conclave.files.budget import MB
 from conclave.files.contexts import parse_context_paths
 from conclave.files.workspaces import Workspaces
 from conclave.jobs.access import Access
 from conclave.jobs.estimate import estimate, history
 from conclave.jobs.file_steps import admit, collect, prepare
+from conclave.jobs.follow_ups import carried, carry_files, thread_history
 from conclave.jobs.gc import GcReport, prune
 from conclave.jobs.owners import process_alive
-from conclave.jobs.plan import shape_team
+from conclave.jobs.plan import check_runnable, shape_team
+from conclave.jobs.steering import Steering, delivered, note_views
 from conclave.jobs.reader import WorkspacePage, job_workspaces, read_job, read_whole
 from conclave.jobs.records import ApplyMode, JobOptions
 from conclave.jobs.store import ACTIVE_STATES, JobRow, Store
@@ -95,6 +96,7 @@ class JobService:
         self._check_slots = anyio.CapacityLimiter(settings.verify_concurrency)  # verification containers
         self._provider_limits: dict[str, anyio.CapacityLimiter] = {}
         self._scopes: dict[str, anyio.CancelScope] = {}
+        self._steering = Steering(store)
 
     @classmethod
     @asynccontextmanager
@@ -145,8 +147,11 @@ class JobService:
         verify: str | None = None,
         max_cost_usd: float | None = None,
         max_tokens: int | None = None,
+        follow_up: str | None = None,
     ) -> JobView:
-        """Check and queue a job; it starts (and copies its context paths) as soon as a slot is free."""
+        """Check and queue a job; it starts (and copies its context paths) as soon as a slot is free.
+
+        With `follow_up`, the job continues that earlier one (follow_ups.py says what carries over)."""
         text = task.strip() if isinstance(task, str) else ""
         if not text:
             raise InputError("task", task, "give the team a non-empty task")
@@ -157,6 +162,10 @@ class JobService:
             )
         if apply not in (False, True, "force"):
             raise InputError("apply", apply, 'use true (apply only with consensus), "force" or false')
+        earlier = self._row(follow_up, "follow_up") if follow_up is not None else None
+        stored: Team | None = None
+        if earlier is not None:
+            stored, context_paths = carried(earlier, team, context_paths)
         sources = parse_context_paths(context_paths or [])
         for index, source in enumerate(sources):
             self.access.check_folder(f"context_paths[{index}].path", source.path)
@@ -166,8 +175,8 @@ class JobService:
         if queued >= self.settings.max_queued:
             raise QueueFull(queued, self.settings.max_queued)
         self.access.check_team(team)
-        resolved = resolve_team(team, self._environ)
-        self._check_runnable(resolved)
+        resolved = stored if stored is not None else resolve_team(team, self._environ)
+        check_runnable(resolved, self._environ, self.settings.sandbox_network)
         resolved = shape_team(resolved, verify=verify, max_cost_usd=max_cost_usd, max_tokens=max_tokens,
                               has_context=bool(sources))
         job_id = new_job_id()
@@ -176,6 +185,8 @@ class JobService:
         self.store.create_job(
             job_id, task, resolved.name, resolved.model_dump_json(), os.getpid(), self._owner_id, options
         )
+        if earlier is not None:
+            self.store.set_follow_up(job_id, earlier.id)
         self._scopes[job_id] = anyio.CancelScope()
         self._tg.start_soon(self._run, job_id, task, resolved)
         return self._view(job_id)
@@ -212,6 +223,23 @@ class JobService:
                 await anyio.sleep(POLL_S)
         return view
 
+    async def steer(self, job_id: str, message: str) -> JobView:
+        """Leave a note for a running job's agents; it reaches them here or in the process that runs it."""
+        text = message.strip() if isinstance(message, str) else ""
+        if not text or len(text) > self.settings.max_task_chars:
+            fix = f"give a note of 1 to {self.settings.max_task_chars} characters, e.g. 'keep the public API unchanged'"
+            raise InputError("message", message if len(str(message)) < 80 else f"<{len(str(message))} characters>", fix)
+        view = self._view(job_id)
+        if view.done:
+            raise JobFinished(job_id, view.state)
+        count = len(view.notes) + 1
+        self.store.add_note(view.job_id, text)
+        self._steering.deliver(view.job_id)  # a job of ours takes it now; another process's watch loop does
+        with anyio.move_on_after(5 if view.state != "queued" else 0):
+            while not delivered(self.store, view.job_id, count) and not self._view(job_id).done:
+                await anyio.sleep(POLL_S)
+        return self._view(job_id)
+
     async def read(self, job_id: str, path: str, source: str | None, offset: int, limit: int) -> WorkspacePage:
         row = self._row(job_id)
         workspaces = job_workspaces(row, self.settings.home / "jobs")
@@ -230,28 +258,18 @@ class JobService:
                          lambda team: history(team, self.store.team_usage(team.name)))
 
     # Internals -----------------------------------------------------------------------------------
-    def _row(self, job_id: str) -> JobRow:
+    def _row(self, job_id: str, field: str = "job_id") -> JobRow:
         if not isinstance(job_id, str) or not JOB_ID.match(job_id.strip()):
-            raise InputError("job_id", job_id, "job ids look like cj-1a2b3c4d5e6f (from ask_team's result)")
+            raise InputError(field, job_id, "job ids look like cj-1a2b3c4d5e6f (from ask_team's result)")
         row = self.store.job(job_id.strip())
         if row is None:
             raise JobNotFound(job_id)
         return row
 
     def _view(self, job_id: str) -> JobView:
-        return job_view(self._row(job_id), time.time())
-
-    def _check_runnable(self, team: Team) -> None:
-        """Refuse at once what would only fail later: a missing key, or what a backend needs installed."""
-        for agent in team.agents:
-            agent.api_key(self._environ)  # raises MissingApiKey naming the variable to set
-            check_ready(agent.provider, agent.model_name, agent.model_path)
-        if not isinstance(team.sandbox, str) and team.sandbox.network != "none" and not self.settings.sandbox_network:
-            raise ConfigError(
-                f"team {team.name!r} asks for `sandbox: network: {team.sandbox.network}`, which gives agents' "
-                "commands the network; the server allows that only when its user sets "
-                "CONCLAVE_SANDBOX_NETWORK=true. Otherwise use network: none"
-            )
+        row = self._row(job_id)
+        thread = [r.id for r in self.store.thread(row.id)] if row.follow_up or self.store.has_follow_ups(row.id) else []
+        return job_view(row, time.time(), note_views(self.store, row.id), thread)
 
     async def _run(self, job_id: str, task: str, team: Team) -> None:
         scope = self._scopes[job_id]
@@ -274,13 +292,23 @@ class JobService:
                                      "paths; give smaller folders or raise coordination.timeout_s")
                             self.store.set_state(job_id, "failed", f"failed: {error}", error=error)
                             return
-                    self.store.set_state(job_id, "running", "starting the agents")
+                    row = self._row(job_id)
                     files = self._files(job_id, team, options)
+                    past, thread = thread_history(self.store, row) if row.follow_up else ("", None)
+                    try:
+                        if files is not None and row.follow_up:
+                            self.store.set_state(job_id, "running", "starting from the earlier job's files")
+                            await carry_files(self.store, row, self.settings.home / "jobs", files.workspaces)
+                    except ConclaveError as exc:
+                        self.store.set_state(job_id, "failed", f"failed: {exc}", error=str(exc))
+                        return
+                    self.store.set_state(job_id, "running", "starting the agents")
                     orchestrator = Orchestrator(
                         job_id, task, team, StoreSink(self.store, job_id), self._factory,
                         retry=self._retry, limiters=self._provider_limits, files=files, deadline=deadline,
-                        verifier=self._verifier(job_id, team, files),
+                        verifier=self._verifier(job_id, team, files), history=past, thread=thread,
                     )
+                    self._steering.attach(job_id, orchestrator)
                     try:
                         result = await orchestrator.run()
                         if files is not None:
@@ -302,6 +330,7 @@ class JobService:
             self._end_if_active(job_id, "failed", "failed: internal error", error=f"internal error: {exc!r}")
         finally:
             self._scopes.pop(job_id, None)
+            self._steering.detach(job_id)
 
     def _files(self, job_id: str, team: Team, options: JobOptions) -> JobFiles | None:
         if not options.context_paths:
@@ -354,6 +383,7 @@ class JobService:
             for job_id in self.store.cancel_requests(self._owner_id):
                 if job_id in self._scopes:
                     self._scopes[job_id].cancel()
+            self._steering.deliver_all()  # notes other processes left for our jobs
             if time.monotonic() - last_beat >= self.settings.heartbeat_s:
                 self.store.heartbeat(self._owner_id)
                 last_beat = time.monotonic()

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict
 
 from conclave.coordination.reports import JobEvent, JobResult, Progress
 from conclave.jobs.records import FilesResult, JobOptions
+from conclave.jobs.store_threads import ThreadRecords
 
 MIGRATIONS: tuple[str, ...] = (
     """
@@ -90,6 +91,11 @@ MIGRATIONS: tuple[str, ...] = (
     """,
     # a team's past jobs, for estimates and list_teams' typical usage (team_usage)
     "CREATE INDEX jobs_team ON jobs(team_name, state, created_at)",
+    # a follow-up names the job it continues (store_threads.py: threads and steering notes)
+    """
+    ALTER TABLE jobs ADD COLUMN follow_up TEXT;
+    CREATE INDEX jobs_follow_up ON jobs(follow_up)
+    """,
 )
 
 ACTIVE_STATES = ("queued", "running", "presenting")
@@ -119,6 +125,7 @@ class JobRow(BaseModel):
     rev: int
     options: JobOptions = JobOptions()
     files: FilesResult | None = None
+    follow_up: str | None = None  # the earlier job this one continues
 
 
 class AnswerRow(BaseModel):
@@ -140,7 +147,7 @@ class AgentUsage(BaseModel):
     cost_usd: float | None
 
 
-class Store:
+class Store(ThreadRecords):
     """Typed access to conclave.db."""
 
     def __init__(self, path: Path, clock: Callable[[], float] = time.time) -> None:

@@ -36,6 +36,15 @@ class AgentView(_View):
     usage: UsageTotals = UsageTotals()
 
 
+class NoteView(_View):
+    """A steering note (steer_job) and whether the agents have it."""
+
+    text: str
+    at: float = Field(description="seconds into the job when it was left")
+    seen: bool = Field(description="the agents see it from their next turn; false: not yet, or the job ended first")
+    round: int | None = Field(default=None, description="the round the note started (its votes were cleared)")
+
+
 class JobView(_View):
     """A job as the caller sees it; `next` says what to do now."""
 
@@ -73,6 +82,9 @@ class JobView(_View):
     errors: dict[str, str] = Field(default_factory=dict)
     diff_summary: dict[str, object] | None = Field(default=None, description="files changed (with workspaces)")
     usage: UsageTotals = UsageTotals()
+    notes: list[NoteView] = Field(default_factory=list, description="steering notes (steer_job), oldest first")
+    follow_up: str | None = Field(default=None, description="the earlier job this one continues")
+    thread: list[str] = Field(default_factory=list, description="every job of this conversation, oldest first")
     next: str = Field(description="what the caller should do next")
 
     @property
@@ -108,6 +120,10 @@ class JobView(_View):
                 lines.append(f"Ended: {self.reason}")
         for letter, error in self.errors.items():
             lines.append(f"  {letter} failed: {error}")
+        for note in self.notes:
+            lines.append(f"Note{'' if note.seen else ' (not seen yet)'}: {note.text}")
+        if len(self.thread) > 1:
+            lines.append(f"Thread: {' -> '.join(self.thread)}")
         usage = self.usage
         cost = f", ${usage.cost_usd:.4f}" if usage.cost_usd is not None else ""
         lines.append(
@@ -196,6 +212,8 @@ def phase_of(event: JobEvent) -> str | None:
             return f"{who} is writing the final answer ({d['winner']} won the vote)"
         case "finished":
             return f"done: {d['winner']} won" if d.get("winner") else f"ended: {d['reason']}"
+        case "steered":
+            return "a note from the person who asked reached the agents; the votes were cleared"
     return None
 
 
@@ -204,23 +222,25 @@ def _next_hint(row: JobRow) -> str:
         case "queued" | "running" | "presenting":
             return (
                 f"call get_status with job_id={row.id!r} and wait_seconds=45 to wait for the result; "
-                "cancel_job stops it"
+                "steer_job adds a note the agents see from their next turn; cancel_job stops it"
             )
         case "completed":
             return (
-                "use the answer above; read_workspace(job_id, path='transcript') shows how the team got there"
+                "use the answer above; read_workspace(job_id, path='transcript') shows how the team got there; "
+                f"to go on from it (a failing test, a new requirement), call ask_team with follow_up={row.id!r}"
             )
         case "interrupted":
             return (
                 "the server stopped while this job ran; its answers stay readable with read_workspace; "
-                "call ask_team again to run it anew"
+                f"call ask_team again to run it anew, or with follow_up={row.id!r} to go on from its last best answer"
             )
         case "cancelled":
-            return "the job was cancelled; its answers so far are readable with read_workspace"
+            return ("the job was cancelled; its answers so far are readable with read_workspace; "
+                    f"ask_team with follow_up={row.id!r} goes on from its last best answer")
     return "see `errors` and `reason`; fix what they name (a key, a team file, a provider) and call ask_team again"
 
 
-def job_view(row: JobRow, now: float) -> JobView:
+def job_view(row: JobRow, now: float, notes: list[NoteView] | None = None, thread: list[str] | None = None) -> JobView:
     progress, result = row.progress, row.result
     checks = {label: check.text() for label, check in progress.checks.items()} if progress else {}
     active = row.state not in FINAL_STATES
@@ -259,6 +279,9 @@ def job_view(row: JobRow, now: float) -> JobView:
         errors=errors,
         diff_summary=_diff_summary(row),
         usage=UsageTotals.total([agent.usage for agent in progress.agents]) if progress else UsageTotals(),
+        notes=notes or [],
+        follow_up=row.follow_up,
+        thread=thread if thread and len(thread) > 1 else [],
         next=_next_hint(row),
     )
 

@@ -95,9 +95,22 @@ async def sweep(
     dead = is_owner_dead
     docker_client = client or await anyio.to_thread.run_sync(connect)
 
+    def listed() -> list[Any]:
+        """The labelled containers, each inspected; one removed meanwhile (another server's sweep) is skipped."""
+        import docker
+
+        found = []
+        for container in docker_client.containers.list(all=True, sparse=True, filters={"label": "conclave.owner"}):
+            try:
+                container.reload()
+            except docker.errors.NotFound:
+                continue
+            found.append(container)
+        return found
+
     def run() -> list[str]:
         removed = []
-        for container in docker_client.containers.list(all=True, filters={"label": "conclave.owner"}):
+        for container in listed():
             labels = container.labels
             owner, pid = labels.get("conclave.owner", ""), labels.get("conclave.owner_pid", "")
             if owner == spare.id or not pid.isdigit() or not dead(owner, int(pid)):

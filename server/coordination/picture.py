@@ -1,0 +1,66 @@
+"""A running job's picture, read from the protocol state: the live progress, what leads, the answers shown.
+
+Queries only: nothing here changes the state (the orchestrator, orchestrator.py, is its one writer).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from conclave.coordination import prompts, protocol
+from conclave.coordination.members import Member
+from conclave.coordination.reports import AgentProgress, AgentStateName, Check, Leading, Progress
+
+PREVIEW = 200  # characters of the leading answer in the progress
+
+
+def progress(state: protocol.Coordination, members: Mapping[str, Member], checks: Mapping[str, Check]) -> Progress:
+    """Each agent's state, answers and vote, the tally, the round, and the notes the agents see."""
+    agents = []
+    for letter, member in sorted(members.items()):
+        agent = state.agents[letter]
+        name: AgentStateName = (
+            "failed" if not agent.active else "working" if agent.turn else "voted" if agent.vote else "waiting"
+        )
+        if member.presenting:
+            name = "presenting"
+        elif state.phase == "done" and agent.active:
+            name = "done"
+        vote = agent.vote.label if agent.vote else None
+        agents.append(
+            AgentProgress(
+                letter=letter, model=member.spec.model, state=name, answers=agent.answers,
+                vote=vote, error=agent.error, usage=member.usage,
+            )
+        )
+    agree = [list(group) for group in state.agreeing()]
+    return Progress(phase=state.phase, round=state.version, agents=agents, tally=state.tally(),
+                    agree=agree, checks=dict(checks), leading=leading(state, checks), notes=list(state.notes))
+
+
+def leading(state: protocol.Coordination, checks: Mapping[str, Check]) -> Leading | None:
+    """What would win now: the best supported while coordinating, the winner while it presents."""
+    lead = state.leading() if state.phase == "coordinating" else None
+    lead = state.outcome if state.phase == "presenting" else lead
+    answer = state.answer(lead.winner) if lead and lead.winner else None
+    if lead is None or answer is None:
+        return None
+    check = checks.get(answer.label)
+    return Leading(label=answer.label, votes=lead.votes, check=check.text() if check else None,
+                   preview=answer.content[:PREVIEW])
+
+
+def shown(
+    state: protocol.Coordination, checks: Mapping[str, Check], order: tuple[str, ...] = ()
+) -> list[prompts.ShownAnswer]:
+    """The current answers, in a voter's `order` (else posting order), each with those agreeing."""
+    latest = {answer.label: answer for answer in state.latest_answers()}
+    labels = [label for label in order if label in latest] + [label for label in latest if label not in order]
+    groups = state.agreeing()
+    found = []
+    for label in labels:
+        others = next((tuple(o for o in group if o != label) for group in groups if label in group), ())
+        check = checks.get(label)
+        found.append(prompts.ShownAnswer(label, latest[label].letter, latest[label].content, others,
+                                         check.text() if check else ""))
+    return found

@@ -1,0 +1,111 @@
+"""Follow-ups: a new job that continues an earlier one, and what carries over to it.
+
+    carries over                       why
+    the team (its stored form)         the same agents, who keep their letters (the thread's first seed)
+    verify and the budgets             the same check and the same limits per job, unless the caller
+                                       gives new ones (a follow-up after a failed check wants the check)
+    context_paths                      the same folders and permissions, unless the caller gives others
+    the files                          each workspace starts from the earlier answer (files/carry.py); the
+                                       diff is against the caller's folder as it is now
+    the history                        every earlier round's task, answer and verdict, before the task
+    not apply or force_binary          writing the caller's files is a consent given per job
+
+A job that did not finish (failed, cancelled, interrupted) carries its last best answer: the winner if
+one was chosen, else the answer leading when it stopped, else the latest posted (tests/test_follow_ups.py).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from conclave.config import Team
+from conclave.coordination.prompts import Round, history_section
+from conclave.errors import InputError
+from conclave.files.workspaces import Workspaces
+from conclave.jobs.store import ACTIVE_STATES, JobRow, Store
+from conclave.jobs.views import majority_text, winner_check
+
+MAX_ROUNDS = 5  # the most recent earlier rounds the team sees; older ones are left out
+
+
+def carried(earlier: JobRow, team: str | None, context_paths: list[object] | None) -> tuple[Team, list[object]]:
+    """The team and context paths a follow-up of `earlier` runs with; refuses a job still running."""
+    if earlier.state in ACTIVE_STATES:
+        raise InputError(
+            "follow_up", earlier.id, f"that job is still {earlier.state}; steer it with steer_job, or wait for it "
+            "(get_status) or cancel it (cancel_job) before following up",
+        )
+    stored = Team.model_validate_json(earlier.team_json)
+    if team is not None and team.strip() not in (stored.name, ""):
+        raise InputError(
+            "team", team, f"a follow-up continues with the earlier job's team ({stored.name!r}); leave team out, "
+            "or call ask_team without follow_up to start afresh with another team",
+        )
+    if context_paths is None:
+        context_paths = [{"path": c.path, "permission": c.permission} for c in earlier.options.context_paths]
+    return stored, context_paths
+
+
+def best_answer(store: Store, row: JobRow) -> tuple[str | None, str | None]:
+    """The job's answer to carry on from: (label, text); the final answer when it has one."""
+    result = row.result
+    if result is not None and result.answer:
+        return result.winner, result.answer
+    leading = row.progress.leading.label if row.progress and row.progress.leading else None
+    label = (result.winner if result else None) or leading
+    answers = store.answers(row.id)
+    found = next((a for a in answers if a.label == label), answers[-1] if answers else None)
+    return (found.label, found.content) if found else (None, None)
+
+
+def verdict(store: Store, row: JobRow) -> str:
+    """How the earlier answer was chosen, in words, for the history."""
+    label, _ = best_answer(store, row)
+    result = row.result
+    parts = [f"answer {label}" if label else "no answer"]
+    if row.state != "completed":
+        parts.append(f"the job was {row.state} before the vote ended: its last best answer")
+    elif result is not None and result.winner:
+        parts.append(majority_text(result))
+    checks = {k: v.text() for k, v in row.progress.checks.items()} if row.progress else {}
+    check = winner_check(result, checks) if result else (checks.get(label or "") if label else None)
+    if check:
+        parts.append(f"verify {check}")
+    return "; ".join(parts)
+
+
+def thread_history(store: Store, row: JobRow) -> tuple[str, str]:
+    """The follow-up `row`'s history for its team, and the id of its thread's first job (for the letters)."""
+    chain: list[JobRow] = []
+    current = row
+    while current.follow_up and current.follow_up not in {e.id for e in chain}:
+        earlier = store.job(current.follow_up)
+        if earlier is None:
+            break  # pruned: the thread starts after it
+        chain.append(earlier)
+        current = earlier
+    chain.reverse()
+    root = chain[0].id if chain else row.id
+    rounds = [Round(task=e.task, answer=best_answer(store, e)[1] or "(no answer was posted)",
+                    verdict=verdict(store, e), files=_files_text(e)) for e in chain[-MAX_ROUNDS:]]
+    return history_section(rounds), root
+
+
+def _files_text(row: JobRow) -> str:
+    if row.files is None:
+        return ""
+    changed = [f"{c.name}/{f.path} ({f.status})" for c in row.files.contexts for f in c.files]
+    return "it changed " + ", ".join(changed[:30]) if changed else "it changed no file"
+
+
+async def carry_files(store: Store, row: JobRow, jobs_dir: Path, workspaces: Workspaces) -> dict[str, list[str]]:
+    """Start a follow-up's workspaces from its earlier job's answer (files/carry.py); {} when it had none."""
+    earlier = store.job(row.follow_up or "")
+    if earlier is None or not earlier.options.context_paths:
+        return {}
+    before = Workspaces(jobs_dir / earlier.id)
+    label, _ = best_answer(store, earlier)
+    tree = before.final if before.final.is_dir() else before.snapshot_dir(label) if label else None
+    if tree is None or not tree.is_dir():
+        return {}
+    return await workspaces.carry(before, tree, earlier.id)

@@ -1,0 +1,67 @@
+"""Steering notes on their way to a running job, from whichever process the caller reached.
+
+The store is the one source of truth: `steer_job` writes the note as an event of the job (any process
+may); the process that runs the job hands each note it has not delivered yet to the job's
+orchestrator, at once when it wrote the note itself, else from its watch loop (jobs/service.py), the
+way a cancel from another process arrives. The orchestrator records a "steered" event when the
+protocol takes the note (tests/test_steering.py).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from conclave.jobs.store import Store
+from conclave.jobs.views import NoteView
+
+if TYPE_CHECKING:
+    from conclave.coordination.orchestrator import Orchestrator
+
+
+class Steering:
+    """The orchestrators of the jobs this process runs, and the last note each was given."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self._running: dict[str, Orchestrator] = {}
+        self._delivered: dict[str, int] = {}
+
+    def attach(self, job_id: str, orchestrator: Orchestrator) -> None:
+        """The job's orchestrator exists: notes left while it was queued reach it before its first turns."""
+        self._running[job_id], self._delivered[job_id] = orchestrator, -1
+        self.deliver(job_id)
+
+    def detach(self, job_id: str) -> None:
+        self._running.pop(job_id, None)
+        self._delivered.pop(job_id, None)
+
+    def deliver(self, job_id: str) -> None:
+        """Hand the job's new notes to its orchestrator (no await in between: each is given once)."""
+        orchestrator = self._running.get(job_id)
+        if orchestrator is None:
+            return  # not ours, or not started yet (attach delivers)
+        for seq, text in self._store.notes_after(job_id, self._delivered[job_id]):
+            if not orchestrator.steer(text):
+                return  # the job has ended; its view says the note was not seen
+            self._delivered[job_id] = seq
+
+    def deliver_all(self) -> None:
+        for job_id in list(self._running):
+            self.deliver(job_id)
+
+
+def note_views(store: Store, job_id: str) -> list[NoteView]:
+    """The job's steering notes, oldest first, each with whether the agents have it."""
+    steered = [event.data for event in store.events(job_id, "steered")]
+    views = []
+    for index, event in enumerate(store.events(job_id, "note")):
+        taken = steered[index] if index < len(steered) else None  # notes reach the protocol in order
+        seen = taken is not None and not taken.get("late")  # a note after the vote changes nothing
+        views.append(NoteView(text=str(event.data["text"]), at=event.at, seen=seen,
+                              round=int(taken["round"]) if taken and seen else None))
+    return views
+
+
+def delivered(store: Store, job_id: str, count: int) -> bool:
+    """Whether the job's first `count` notes have reached its protocol."""
+    return len(store.events(job_id, "steered")) >= count

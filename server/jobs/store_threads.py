@@ -1,0 +1,73 @@
+"""The store's rows for conversations: which job a follow-up continues, and steering notes.
+
+A mixin of `Store` (store.py), on its connection and its write transactions; migration 4 adds the
+`follow_up` column. A note is an event of kind "note" that any process may write; the job's owner
+reads the notes it has not delivered yet (`notes_after`) and records a "steered" event when the
+protocol takes one (jobs/steering.py).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from conclave.jobs.store import JobRow
+
+THREAD_LIMIT = 100  # jobs in one thread, at most: a longer chain is shown from its most recent jobs
+
+
+class ThreadRecords:
+    """Follow-up links and steering notes (see the module docstring)."""
+
+    _db: sqlite3.Connection
+    _clock: Callable[[], float]
+    _write: Callable[[], Any]
+    job: Callable[[str], JobRow | None]
+
+    def set_follow_up(self, job_id: str, earlier: str) -> None:
+        """Record that `job_id` continues `earlier` (right after create_job, before the job runs)."""
+        with self._write():
+            self._db.execute("UPDATE jobs SET follow_up = ?, rev = rev + 1 WHERE id = ?", (earlier, job_id))
+
+    def thread(self, job_id: str) -> list[JobRow]:
+        """Every job of `job_id`'s thread, oldest first: its first job and each follow-up of it, chained."""
+        root, seen = job_id, {job_id}
+        while (row := self.job(root)) is not None and row.follow_up and row.follow_up not in seen:
+            if self.job(row.follow_up) is None:
+                break  # the earlier job was pruned: the thread starts here
+            root = row.follow_up
+            seen.add(root)
+        rows = self._db.execute(
+            "WITH RECURSIVE chain(id) AS (SELECT ? UNION SELECT j.id FROM jobs j JOIN chain c ON j.follow_up = c.id)"
+            " SELECT id FROM jobs WHERE id IN (SELECT id FROM chain) ORDER BY created_at LIMIT ?",
+            (root, THREAD_LIMIT),
+        ).fetchall()
+        return [found for r in rows if (found := self.job(r["id"])) is not None]
+
+    def has_follow_ups(self, job_id: str) -> bool:
+        return self._db.execute("SELECT 1 FROM jobs WHERE follow_up = ? LIMIT 1", (job_id,)).fetchone() is not None
+
+    def add_note(self, job_id: str, text: str) -> int:
+        """Store a steering note as an event of the job; its sequence number."""
+        now = self._clock()
+        with self._write():
+            row = self._db.execute("SELECT started_at FROM jobs WHERE id = ?", (job_id,)).fetchone()
+            at = round(now - row["started_at"], 3) if row is not None and row["started_at"] else 0.0
+            seq = self._db.execute("SELECT COUNT(*) FROM events WHERE job_id = ?", (job_id,)).fetchone()[0]
+            self._db.execute(
+                "INSERT INTO events (job_id, seq, at, kind, letter, data_json) VALUES (?, ?, ?, 'note', NULL, ?)",
+                (job_id, seq, at, json.dumps({"text": text, "seq": seq})),
+            )
+            self._db.execute("UPDATE jobs SET rev = rev + 1 WHERE id = ?", (job_id,))
+        return int(seq)
+
+    def notes_after(self, job_id: str, seq: int) -> list[tuple[int, str]]:
+        """The job's steering notes after sequence number `seq`, oldest first: (seq, text)."""
+        rows = self._db.execute(
+            "SELECT seq, data_json FROM events WHERE job_id = ? AND kind = 'note' AND seq > ? ORDER BY seq",
+            (job_id, seq),
+        ).fetchall()
+        return [(int(row["seq"]), json.loads(row["data_json"])["text"]) for row in rows]

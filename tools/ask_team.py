@@ -10,7 +10,7 @@ from pydantic import Field
 from conclave.files.contexts import ContextPath
 from conclave.jobs.views import JobView
 from conclave.settings import MAX_WAIT_S
-from conclave.tools._deps import result, service
+from conclave.tools._deps import caller, result, service
 from conclave.tools._progress import ProgressReporter
 
 
@@ -76,10 +76,11 @@ async def ask_team(
     # everything is checked by submit (the CLI shares it): the task, the team and its keys, the context
     # paths, apply, verify (needs context paths and Docker) and the budgets (a cost budget needs prices)
     paths = list(context_paths or [])
+    who = caller(ctx)
     view = await jobs.submit(task, team, paths, apply, force_binary, verify=verify, max_cost_usd=max_cost_usd,
-                             max_tokens=max_tokens)
+                             max_tokens=max_tokens, caller=who)
     progress = ProgressReporter(ctx)
     await progress.start(view)
     if wait_seconds > 0 and not view.done:
-        view = await jobs.wait(view.job_id, wait_seconds, progress)
+        view = await jobs.wait(view.job_id, wait_seconds, progress, caller=who)
     return result(view)

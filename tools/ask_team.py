@@ -22,7 +22,9 @@ async def ask_team(
     ctx: Context,
     team: Annotated[
         str | None,
-        Field(description="A preset name (see list_teams) or a team YAML file path; omit for the default."),
+        Field(description="A preset name (see list_teams), or the path of a team YAML file in the user's team "
+                          "folder or a folder the user listed in CONCLAVE_TEAM_DIRS (a project's own team files "
+                          "are not trusted); omit for the default."),
     ] = None,
     context_paths: Annotated[
         list[ContextPath] | None,

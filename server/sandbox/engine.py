@@ -97,7 +97,10 @@ async def sweep(
 
     def run() -> list[str]:
         removed = []
-        for container in docker_client.containers.list(all=True, filters={"label": "conclave.owner"}):
+        # ignore_removed: a container another server removes between the listing and its inspection is not
+        # an error (one engine serves every server; the sweep used to end the whole service on that race)
+        labelled = docker_client.containers.list(all=True, filters={"label": "conclave.owner"}, ignore_removed=True)
+        for container in labelled:
             labels = container.labels
             owner, pid = labels.get("conclave.owner", ""), labels.get("conclave.owner_pid", "")
             if owner == spare.id or not pid.isdigit() or not dead(owner, int(pid)):

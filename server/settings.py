@@ -33,6 +33,9 @@ class Settings(BaseSettings):
     # Who may name what (jobs/access.py). Folders callers may give as context_paths, separated like PATH
     # (`:`); unset: any folder over stdio, the server's working directory over HTTP.
     allowed_roots: Annotated[tuple[Path, ...] | None, NoDecode] = None
+    # Folders whose team files MCP callers may name by path, beside the presets and the user's team folder
+    # (`:`-separated). A project's own folder is not among them unless listed: its files may be a stranger's.
+    team_dirs: Annotated[tuple[Path, ...] | None, NoDecode] = None
     sandbox_network: bool = False  # allow teams whose sandbox asks for `network: bridge`
     # Bounds: jobs waiting for a slot, and the bytes one job's agents' workspaces may hold together.
     max_queued: Annotated[int, Field(ge=0, le=10_000)] = 16
@@ -46,7 +49,7 @@ class Settings(BaseSettings):
     gc_keep_days: Annotated[float, Field(gt=0)] = 30.0
     gc_max_mb: Annotated[int, Field(ge=1)] = 20_000
 
-    @field_validator("allowed_roots", mode="before")
+    @field_validator("allowed_roots", "team_dirs", mode="before")
     @classmethod
     def _path_list(cls, value: object) -> object:
         if isinstance(value, str):

@@ -23,11 +23,17 @@ def places(tmp_path: Path) -> dict[str, Path]:
     return found
 
 
-def test_stdio_reads_team_files_from_the_project_folder_too(places: dict[str, Path], tmp_path: Path) -> None:
+def test_mcp_reads_team_files_from_the_presets_the_users_folder_and_listed_folders(
+    places: dict[str, Path], tmp_path: Path
+) -> None:
     env = {"XDG_CONFIG_HOME": str(tmp_path / "config")}
     stdio = Access.stdio(Settings(home=tmp_path / "h"), env, places["project"])
     http = Access.http(Settings(home=tmp_path / "h"), env, places["project"])
-    stdio.check_team(str(places["project"] / "team.yaml"))
+    for access in (stdio, http):
+        with pytest.raises(NotPermitted, match="CONCLAVE_TEAM_DIRS"):  # the project is not trusted by default
+            access.check_team(str(places["project"] / "team.yaml"))
+        listed = Settings(home=tmp_path / "h", team_dirs=f"{tmp_path / 'nowhere'}:{places['project']}")
+        Access.stdio(listed, env, places["project"]).check_team(str(places["project"] / "team.yaml"))
     for access in (stdio, http):
         access.check_team(str(places["config"] / "team.yaml"))
         access.check_team("frontier")  # a preset name is never a path
@@ -35,8 +41,6 @@ def test_stdio_reads_team_files_from_the_project_folder_too(places: dict[str, Pa
             access.check_team(str(places["elsewhere"] / "team.yaml"))
         with pytest.raises(NotPermitted):
             access.check_team(str(places["project"] / "out" / "team.yaml"))  # a link out of the folder
-    with pytest.raises(NotPermitted):
-        http.check_team(str(places["project"] / "team.yaml"))
     Access.local(Settings(home=tmp_path / "h")).check_team(str(places["elsewhere"] / "team.yaml"))
 
 

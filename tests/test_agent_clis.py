@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from tests.fakes.coding_agent import FINAL_PREFIX, CodingAgent
+from tests.fakes.processes import http_server
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import TRIO, install, voter, write_team
 
@@ -38,8 +39,9 @@ CONCLAVE = Path(sys.executable).with_name("conclave")
 TEAM = "fake-trio"
 TASK = "What is 6 * 7? Answer with the number."
 # The team's key must be one `conclave install codex` forwards: Codex starts MCP servers with a short
-# list of variables plus the server's `env_vars`.
-TEAM_KEY = "OPENAI_API_KEY"
+# list of variables plus the server's `env_vars`. Not a provider's own key: the team's base_url is a fake
+# server, and a provider's own key goes only to its official endpoint (docs/SECURITY.md).
+TEAM_KEY = "VLLM_API_KEY"
 
 
 def _require(path: Path) -> None:
@@ -126,6 +128,31 @@ def test_claude_code_print_mode_delegates_with_what_install_wrote(
     # What Claude Code's model read: the structured result as JSON, led by what matters.
     assert list(json.loads(agent.results[-1][agent.results[-1].find('{"'):]))[:4] == [
         "job_id", "state", "answer", "consensus"]
+
+
+def test_claude_code_reaches_the_http_server_with_the_header_install_wrote(
+    setup: tuple[Path, dict[str, str]], fakes: FakeProviders, tmp_path: Path
+) -> None:
+    """`conclave serve --http` always needs a token; `install --http` writes Claude Code's Authorization
+    header, which reads the token from CONCLAVE_HTTP_TOKEN in the client's environment."""
+    _require(CLAUDE)
+    project, env = setup
+    with http_server(tmp_path, {key: value for key, value in env.items() if key != "PATH"}, token=None) as url:
+        done = subprocess.run([str(CONCLAVE), "install", "claude-code", "--http", url, "--write"], cwd=project,
+                              env=env, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0 and "CONCLAVE_HTTP_TOKEN" in done.stdout, done.stderr
+        assert "Bearer ${CONCLAVE_HTTP_TOKEN}" in (project / ".mcp.json").read_text(encoding="utf-8")
+        token = (Path(env["CONCLAVE_HOME"]) / "http-token").read_text(encoding="utf-8").strip()
+        agent = CodingAgent("anthropic", TASK, TEAM)
+        fakes.script.set_default("claude", agent)
+        env = {**env, "CONCLAVE_HTTP_TOKEN": token, "ANTHROPIC_BASE_URL": fakes.base_url("anthropic", "claude"),
+               "ANTHROPIC_API_KEY": "sk-ant-fake", "DISABLE_TELEMETRY": "1",
+               "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1"}
+        done = _run([str(CLAUDE), "-p", f"Ask the conclave team: {TASK}", "--output-format", "json"], project, env)
+        assert done.returncode == 0
+        result = json.loads(done.stdout)
+        assert not result["is_error"] and result["permission_denials"] == []
+        _check_delegation(agent, result["result"])
 
 
 def test_codex_exec_delegates_with_what_install_wrote(

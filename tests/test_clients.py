@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.fakes.processes import http_server
+from tests.fakes.auth_proxy import bearer_proxy
+from tests.fakes.processes import HTTP_TOKEN, http_server
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = ROOT / ".ci" / "node" / "node_modules" / ".bin"
@@ -77,10 +78,10 @@ def test_inspector_calls_list_teams_over_stdio(tmp_path: Path) -> None:
 
 @pytest.fixture
 def http_url(tmp_path: Path) -> Iterator[str]:
-    """`conclave serve --http` with no token (the suite sends none)."""
+    """`conclave serve --http` (which always needs a token) behind a proxy that adds it: the suite sends none."""
     _require(CONFORMANCE)  # before the server starts
-    with http_server(tmp_path, _server_env(tmp_path)) as url:
-        yield url
+    with http_server(tmp_path, _server_env(tmp_path)) as url, bearer_proxy(url, HTTP_TOKEN) as proxied:
+        yield proxied
 
 
 def test_conformance_suite_over_http(tmp_path: Path, http_url: str) -> None:

@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx2
 import pytest
 from fastmcp import Client
 
-from conclave.app.server import _auth
+from conclave.app.tokens import CallerTokens, HttpTokens
 from conclave.jobs.teams import TeamList
 from conclave.jobs.views import JobView
-from conclave.settings import Settings
 from tests.fakes.processes import http_server
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import KEY_ENV, TRIO, install, voter, write_team
@@ -94,10 +92,11 @@ async def test_a_job_outlives_the_client_that_started_it(server: str, mode: str)
         assert view.state == "completed" and view.answer
 
 
-async def test_no_token_setting_means_no_auth_and_a_token_must_match_exactly() -> None:
-    assert _auth(Settings(home=Path("/nonexistent"))) is None
-    verifier = _auth(Settings(home=Path("/nonexistent"), http_token=TOKEN))
-    assert verifier is not None
-    assert await verifier.verify_token(TOKEN) is not None
+async def test_a_token_must_match_exactly_and_names_its_caller() -> None:
+    verifier = CallerTokens(HttpTokens({TOKEN: "http", "another-token-0123456789": "alice"}))
+    found = await verifier.verify_token(TOKEN)
+    assert found is not None and found.client_id == "http"
+    alice = await verifier.verify_token("another-token-0123456789")
+    assert alice is not None and alice.client_id == "alice"
     for wrong in ("", TOKEN[:-1], TOKEN + "x", TOKEN.upper(), "s3crét"):
         assert await verifier.verify_token(wrong) is None

@@ -137,7 +137,7 @@ def test_gemini_cli_trusts_the_server_and_names_the_keys_it_would_strip(dirs: tu
 
 
 # Merging ---------------------------------------------------------------------------------------
-def test_json_merge_keeps_other_servers_and_keys_and_our_extra_settings(tmp_path: Path) -> None:
+def test_json_merge_keeps_other_servers_and_keys_and_replaces_our_entry_wholesale(tmp_path: Path) -> None:
     path = tmp_path / "mcp.json"
     before = {
         "inputs": [{"id": "token", "type": "promptString"}],
@@ -150,7 +150,9 @@ def test_json_merge_keeps_other_servers_and_keys_and_our_extra_settings(tmp_path
     merged = json.loads(client_files.merge_json(json.dumps(before), path, "servers", ours))
     assert merged["inputs"] == before["inputs"]
     assert merged["servers"]["github"] == before["servers"]["github"]
-    assert merged["servers"]["conclave"] == {"command": "new", "args": [], "env": {"CONCLAVE_MAX_JOBS": "4"}}
+    assert merged["servers"]["conclave"] == {"command": "new", "args": []}  # a repo's env does not survive
+    assert client_files.dropped(before["servers"]["conclave"], ours, "servers.conclave") == [
+        "servers.conclave.env (CONCLAVE_MAX_JOBS)"]
 
 
 VSCODE_JSONC = """\
@@ -247,18 +249,20 @@ model = "gpt-5-mini"
 """
 
 
-def test_codex_merge_replaces_only_our_table_and_keeps_comments(tmp_path: Path) -> None:
+def test_codex_merge_replaces_only_our_table_wholesale_and_keeps_comments(tmp_path: Path) -> None:
     table = installers.codex_table(COMMAND)
     after = client_files.merge_codex_toml(CODEX_CONFIG, tmp_path / "config.toml", table)
     data = tomllib.loads(after)
     ours = data["mcp_servers"]["conclave"]
     assert ours["command"] == COMMAND[0] and ours["tool_timeout_sec"] == 60
     assert ours["tools"]["ask_team"] == {"approval_mode": "approve"}
-    assert ours["env"] == {"CONCLAVE_MAX_JOBS": "3"}  # the user's settings survive
-    assert ours["env_vars"][0] == "MY_OWN_VAR" and "OPENAI_API_KEY" in ours["env_vars"]
+    assert ours == table  # wholesale: what was there is named, not kept
+    existing = tomllib.loads(CODEX_CONFIG)["mcp_servers"]["conclave"]
+    assert client_files.dropped(existing, table, "mcp_servers.conclave") == [
+        "mcp_servers.conclave.env_vars: MY_OWN_VAR", "mcp_servers.conclave.env (CONCLAVE_MAX_JOBS)"]
     assert data["mcp_servers"]["docs"] == {"command": "npx", "args": ["-y", "docs-mcp"]}
     assert data["model"] == "gpt-5" and data["profiles"] == {"fast": {"model": "gpt-5-mini"}}
-    for comment in ("# my Codex settings", "# the default model", "# replaced", "# keep me: the profile below"):
+    for comment in ("# my Codex settings", "# the default model", "# keep me: the profile below"):
         assert comment in after
     assert after.index("# keep me") < after.index("[profiles.fast]") and after.endswith(CODEX_CONFIG[-42:])
     order = [after.index(marker) for marker in ("[mcp_servers.docs]", "[mcp_servers.conclave]", "# keep me")]
@@ -351,3 +355,26 @@ def test_a_broken_file_is_left_alone_with_an_error(
     err = capsys.readouterr().err
     assert "is not JSON (with comments)" in err and "not closed at line 1 column 16" in err
     assert broken.read_text(encoding="utf-8").startswith('{ "servers"') and not list(broken.parent.glob("*.bak"))
+
+
+def test_an_http_registration_sends_the_token_from_a_variable_in_each_clients_syntax(
+    dirs: tuple[Path, Path]
+) -> None:
+    project, home = dirs
+    url = "http://127.0.0.1:8765/mcp"
+    wanted = {
+        "claude-code": {"type": "http", "url": url, "headers": {"Authorization": "Bearer ${CONCLAVE_HTTP_TOKEN}"}},
+        "vscode": {"type": "http", "url": url, "headers": {"Authorization": "Bearer ${env:CONCLAVE_HTTP_TOKEN}"}},
+        "cursor": {"url": url, "headers": {"Authorization": "Bearer ${env:CONCLAVE_HTTP_TOKEN}"}},
+        "gemini": {"httpUrl": url, "headers": {"Authorization": "Bearer ${CONCLAVE_HTTP_TOKEN}"}, "trust": True},
+    }
+    for target, entry in wanted.items():
+        made = installers.plan(target, None, cwd=project, home=home, environ={}, command=COMMAND, http=url)
+        data = jsonc.loads(made.changes[0].after)
+        assert data["servers" if target == "vscode" else "mcpServers"]["conclave"] == entry
+        assert "export CONCLAVE_HTTP_TOKEN=" in installers.describe(made)
+    codex = installers.plan("codex", None, cwd=project, home=home, environ={}, command=COMMAND, http=url)
+    table = tomllib.loads(codex.changes[0].after)["mcp_servers"]["conclave"]
+    assert table["url"] == url and table["bearer_token_env_var"] == "CONCLAVE_HTTP_TOKEN" and "command" not in table
+    with pytest.raises(ConfigError, match="is not a URL"):
+        installers.plan("cursor", None, cwd=project, home=home, environ={}, command=COMMAND, http="localhost:8765")

@@ -27,7 +27,7 @@ from conclave.jobs.reader import WorkspacePage
 from conclave.jobs.service import JobService
 from conclave.jobs.views import JobView
 from conclave.settings import Settings
-from tests.fakes.processes import http_server, stdio_params
+from tests.fakes.processes import HTTP_TOKEN, http_server, stdio_params
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import KEY_ENV, TRIO, install, voter, write_team
 
@@ -202,9 +202,9 @@ async def test_over_http_a_client_gone_mid_call_leaves_the_job_running(
            KEY_ENV: "test-key"}
     with http_server(tmp_path, env) as url:
         for mode in ("auto", "legacy"):  # one server process for both protocol eras
-            async with Client(url, mode=mode) as first:
+            async with Client(url, mode=mode, auth=HTTP_TOKEN) as first:
                 job_id = await abandon_mid_call(first, {"task": "Q", "team": "trio", "wait_seconds": 40})
-            async with Client(url, mode=mode) as second:
+            async with Client(url, mode=mode, auth=HTTP_TOKEN) as second:
                 _, view = await timed(second, "get_status", job_id=job_id)
                 assert view["state"] in ACTIVE, (mode, view)
                 _, done = await timed(second, "get_status", job_id=job_id, wait_seconds=40)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from fastmcp import Context
+from fastmcp.server.dependencies import get_access_token
 from fastmcp.tools import ToolResult
 from mcp.types import TextContent
 
@@ -30,6 +31,15 @@ def service(ctx: Context) -> JobService:
     if found is None:
         raise RuntimeError("conclave tools must be registered by conclave.app.server.create_app")
     return found  # type: ignore[no-any-return]
+
+
+def caller(ctx: Context) -> str:
+    """Who is calling: an HTTP token's caller name, else the local user (stdio, in-memory). A caller sees
+    only its own jobs (jobs/service.py); app/tokens.py names the callers."""
+    from conclave.jobs.service import LOCAL
+
+    token = get_access_token()
+    return token.client_id if token is not None and token.client_id else LOCAL
 
 
 def result(view: JobView | TeamList | WorkspacePage) -> Any:

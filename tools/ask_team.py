@@ -10,7 +10,7 @@ from pydantic import Field
 from conclave.files.contexts import ContextPath
 from conclave.jobs.views import JobView
 from conclave.settings import MAX_WAIT_S
-from conclave.tools._deps import result, service
+from conclave.tools._deps import caller, result, service
 from conclave.tools._progress import ProgressReporter
 
 
@@ -22,7 +22,9 @@ async def ask_team(
     ctx: Context,
     team: Annotated[
         str | None,
-        Field(description="A preset name (see list_teams) or a team YAML file path; omit for the default."),
+        Field(description="A preset name (see list_teams), or the path of a team YAML file in the user's team "
+                          "folder or a folder the user listed in CONCLAVE_TEAM_DIRS (a project's own team files "
+                          "are not trusted); omit for the default."),
     ] = None,
     context_paths: Annotated[
         list[ContextPath] | None,
@@ -83,10 +85,11 @@ async def ask_team(
     # everything is checked by submit (the CLI shares it): the task, the team and its keys, the context
     # paths, apply, verify (needs context paths and Docker) and the budgets (a cost budget needs prices)
     paths = None if context_paths is None else list(context_paths)  # a follow-up carries None over
+    who = caller(ctx)
     view = await jobs.submit(task, team, paths, apply, force_binary, verify=verify, max_cost_usd=max_cost_usd,
-                             max_tokens=max_tokens, follow_up=follow_up)
+                             max_tokens=max_tokens, follow_up=follow_up, caller=who)
     progress = ProgressReporter(ctx)
     await progress.start(view)
     if wait_seconds > 0 and not view.done:
-        view = await jobs.wait(view.job_id, wait_seconds, progress)
+        view = await jobs.wait(view.job_id, wait_seconds, progress, caller=who)
     return result(view)

@@ -8,7 +8,7 @@ from fastmcp import Context
 from pydantic import Field
 
 from conclave.jobs.views import JobView
-from conclave.tools._deps import result, service
+from conclave.tools._deps import caller, result, service
 
 
 async def cancel_job(
@@ -19,4 +19,4 @@ async def cancel_job(
 
     Cancelling a job that already ended changes nothing and returns it as it is.
     """
-    return result(await service(ctx).cancel(job_id))
+    return result(await service(ctx).cancel(job_id, caller=caller(ctx)))

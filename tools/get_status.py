@@ -9,7 +9,7 @@ from pydantic import Field
 
 from conclave.jobs.views import JobView
 from conclave.settings import MAX_WAIT_S
-from conclave.tools._deps import result, service
+from conclave.tools._deps import caller, result, service
 from conclave.tools._progress import ProgressReporter
 
 
@@ -31,9 +31,9 @@ async def get_status(
     notifications as agents post and vote. While the job runs, call again (e.g. with wait_seconds=45);
     when it is done, read `answer`, and use `read_workspace` for the other answers and the transcript.
     """
-    jobs = service(ctx)
+    jobs, who = service(ctx), caller(ctx)
     if wait_seconds <= 0:
-        return result(await jobs.view(job_id))
+        return result(await jobs.view(job_id, caller=who))
     progress = ProgressReporter(ctx)
-    await progress.start(await jobs.view(job_id))
-    return result(await jobs.wait(job_id, wait_seconds, progress))
+    await progress.start(await jobs.view(job_id, caller=who))
+    return result(await jobs.wait(job_id, wait_seconds, progress, caller=who))

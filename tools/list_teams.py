@@ -14,6 +14,7 @@ async def list_teams(ctx: Context) -> TeamList:
     default team used when none is named.
 
     Pick a team that is `ready`; for one that is not, the user must set the missing environment
-    variables where the server runs. A team YAML file path is accepted as `team` too.
+    variables where the server runs. A team YAML file path is accepted as `team` too when the file is
+    in the user's team folder or a folder listed in CONCLAVE_TEAM_DIRS.
     """
     return result(service(ctx).teams())

@@ -8,7 +8,7 @@ from fastmcp import Context
 from pydantic import Field
 
 from conclave.jobs.reader import MAX_LIMIT, WorkspacePage
-from conclave.tools._deps import result, service
+from conclave.tools._deps import caller, result, service
 
 
 async def read_workspace(
@@ -42,4 +42,4 @@ async def read_workspace(
     Start with path "" to list what can be read. Long texts come in pages: when `next_offset` is not
     null, call again with offset=next_offset. Works for running, finished and interrupted jobs.
     """
-    return result(await service(ctx).read(job_id, path, source, offset, limit))
+    return result(await service(ctx).read(job_id, path, source, offset, limit, caller=caller(ctx)))

@@ -8,7 +8,7 @@ from fastmcp import Context
 from pydantic import Field
 
 from conclave.jobs.views import JobView
-from conclave.tools._deps import result, service
+from conclave.tools._deps import caller, result, service
 
 
 async def steer_job(
@@ -25,4 +25,4 @@ async def steer_job(
     Returns the job; `notes` shows each note and whether the agents have it. A finished job cannot be
     steered: continue it with ask_team(follow_up=job_id, task=your note) instead.
     """
-    return result(await service(ctx).steer(job_id, message))
+    return result(await service(ctx).steer(job_id, message, caller=caller(ctx)))

@@ -9,8 +9,8 @@ freely; jobs live as long as the service.
 from __future__ import annotations
 
 import functools
-import hmac
 import ipaddress
+import sys
 import os
 import signal
 import threading
@@ -24,7 +24,6 @@ from typing import Any
 import uvicorn
 from fastmcp import FastMCP
 from fastmcp.exceptions import FastMCPError, ResourceError, ToolError
-from fastmcp.server.auth.providers.debug import DebugTokenVerifier
 from fastmcp.tools import Tool
 from mcp.types import ToolAnnotations
 from pydantic import ValidationError
@@ -32,6 +31,7 @@ from pydantic import ValidationError
 from conclave import __version__
 from conclave.app.job_resources import TEMPLATES
 from conclave.app.tasks import JobTasks
+from conclave.app.tokens import CallerTokens, HttpTokens, load_tokens
 from conclave.errors import ConclaveError, NotPermitted
 from conclave.jobs.access import Access
 from conclave.jobs.service import JobService
@@ -115,26 +115,16 @@ def _translated(
     return tool
 
 
-def _auth(settings: Settings) -> DebugTokenVerifier | None:
-    """A bearer-token check for the HTTP transport, when CONCLAVE_HTTP_TOKEN is set (stdio ignores it)."""
-    if settings.http_token is None:
-        return None
-    expected = settings.http_token.get_secret_value().encode()
-
-    def validate(token: str) -> bool:
-        return hmac.compare_digest(token.encode(), expected)
-
-    return DebugTokenVerifier(validate=validate)
-
-
-def create_app(service: JobService, settings: Settings) -> FastMCP:
-    """The MCP server for an open JobService."""
+def create_app(service: JobService, settings: Settings, tokens: HttpTokens | None = None) -> FastMCP:
+    """The MCP server for an open JobService; with `tokens` (HTTP), every request needs one of them, and
+    the token names the caller whose jobs the tools show (app/tokens.py)."""
 
     @asynccontextmanager
     async def lend(server: FastMCP) -> AsyncIterator[dict[str, Any]]:
         yield {DEPS_KEY: service}  # the service is not ours to close
 
-    app = FastMCP("conclave", instructions=INSTRUCTIONS, version=__version__, lifespan=lend, auth=_auth(settings))
+    app = FastMCP("conclave", instructions=INSTRUCTIONS, version=__version__, lifespan=lend,
+                  auth=CallerTokens(tokens) if tokens is not None else None)
     for published in TOOLS:
         fn = published.fn
         app.add_tool(
@@ -151,20 +141,21 @@ def create_app(service: JobService, settings: Settings) -> FastMCP:
     return app
 
 
-def check_exposure(settings: Settings, host: str) -> None:
-    """Refuse to serve HTTP beyond this machine without a token: anyone who reaches the port could run jobs.
+def check_exposure(tokens: HttpTokens, host: str) -> None:
+    """Refuse to serve HTTP beyond this machine on a token the user did not choose (the one made under
+    CONCLAVE_HOME): whoever reaches the port is then one leaked file away from running jobs.
 
-    Loopback (127.0.0.0/8, ::1, localhost) needs none (a token is still recommended).
+    On loopback the stored token is enough: every request needs a token anyway (app/tokens.py).
     """
     try:
         loopback = host == "localhost" or ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         loopback = False  # a host name: it may resolve to any interface
-    if loopback or settings.http_token is not None:
+    if loopback or not tokens.notice:
         return
     raise NotPermitted(
         "--host", host, "serving HTTP on an address other than loopback needs a bearer token: set "
-        "CONCLAVE_HTTP_TOKEN (e.g. export CONCLAVE_HTTP_TOKEN=$(python3 -c 'import secrets; "
+        "CONCLAVE_HTTP_TOKEN or write CONCLAVE_HOME/http-tokens.json (e.g. export CONCLAVE_HTTP_TOKEN=$(python3 -c 'import secrets; "
         "print(secrets.token_urlsafe(32))')) and give clients `Authorization: Bearer <token>`, "
         "or serve on 127.0.0.1"
     )
@@ -193,12 +184,15 @@ async def serve_http(settings: Settings, host: str = "127.0.0.1", port: int = 87
     before the JobService closes (running jobs would be left for the next server to find), so SIGTERM
     gets a handler that raises instead (tests/test_http.py checks the exit code).
     """
-    check_exposure(settings, host)
+    tokens = load_tokens(settings)
+    check_exposure(tokens, host)
+    if tokens.notice:
+        print(tokens.notice, file=sys.stderr, flush=True)
     in_main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _terminated) if in_main_thread else None
     try:
         async with JobService.open(settings, access=Access.http(settings, os.environ, Path.cwd())) as service:
-            app = create_app(service, settings).http_app(path="/mcp", host_origin_protection=True)
+            app = create_app(service, settings, tokens).http_app(path="/mcp", host_origin_protection=True)
             config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
             await uvicorn.Server(config).serve()
     except* _Terminated:

@@ -41,7 +41,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel, ConfigDict, Field
 
 from conclave.errors import ConclaveError
-from conclave.jobs.service import JobService
+from conclave.jobs.service import LOCAL, JobService
 from conclave.jobs.views import JobView
 from conclave.tools._deps import result
 
@@ -125,7 +125,7 @@ class JobTasks(ServerExtension):
         outcome = await call_next()  # the tool's own checks (errors come back as they always do)
         if not isinstance(outcome, ToolResult) or outcome.is_error or not outcome.structured_content:
             return outcome
-        view = await self._service.view(str(outcome.structured_content["job_id"]))
+        view = await self._service.view(str(outcome.structured_content["job_id"]), _caller())
         return CreateTaskResult(**self._task(view, "working").model_dump())
 
     async def _get(self, ctx: ServerRequestContext[Any, Any], params: TaskParams) -> GetTaskResult:
@@ -143,7 +143,7 @@ class JobTasks(ServerExtension):
     async def _cancel(self, ctx: ServerRequestContext[Any, Any], params: TaskParams) -> Acknowledged:
         view = await self._job(ctx, params.task_id)
         if not view.done:
-            await self._service.cancel(view.job_id)
+            await self._service.cancel(view.job_id, _caller())
         return Acknowledged()
 
     async def _job(self, ctx: ServerRequestContext[Any, Any], task_id: str) -> JobView:
@@ -159,7 +159,7 @@ class JobTasks(ServerExtension):
         if header is not None and decode_header_value(header) != task_id:
             raise MCPError(HEADER_MISMATCH, f"the {MCP_NAME_HEADER} header does not match taskId")
         try:
-            return await self._service.view(task_id)
+            return await self._service.view(task_id, _caller())  # another caller's job is "not found"
         except ConclaveError:
             raise MCPError(INVALID_PARAMS, f"Task {task_id} not found") from None
 
@@ -170,6 +170,14 @@ class JobTasks(ServerExtension):
         return _Task(task_id=view.job_id, status=status, created_at=_iso(row.created_at),
                      last_updated_at=_iso(max(updated, row.created_at)), status_message=view.phase,
                      ttl_ms=int(self._service.settings.gc_keep_days * DAY_MS))
+
+
+def _caller() -> str:
+    """The caller of this request: an HTTP token's name, else the local user (as tools/_deps.py reads it)."""
+    from fastmcp.server.dependencies import get_access_token
+
+    token = get_access_token()
+    return token.client_id if token is not None and token.client_id else LOCAL
 
 
 def _call_result(view: JobView) -> dict[str, Any]:

@@ -3,6 +3,10 @@
 Each merge returns the new text, or the old text itself when nothing changes, and checks that the
 result holds exactly what was meant with everything else as it was; when it cannot, it raises a
 ConfigError carrying the snippet to write by hand. tests/test_installers.py covers both formats.
+
+Our own entry is replaced wholesale, never merged: a cloned repository's `.mcp.json` may already hold a
+`conclave` entry whose `env` points the provider SDKs at its server (OPENAI_BASE_URL) or opens the sandbox's
+network; `dropped` names what the replacement removes (tests/security/test_installer_files.py).
 """
 
 from __future__ import annotations
@@ -18,16 +22,40 @@ from conclave.errors import ConfigError
 NAME = "conclave"
 
 
-def _merged(existing: Mapping[str, Any], desired: Mapping[str, Any]) -> dict[str, Any]:
-    """Our keys over the user's, keeping the user's other keys, variables and tool settings."""
-    merged = {**existing, **desired}
-    for key in ("env_vars",):
-        if isinstance(existing.get(key), list) and key in desired:
-            merged[key] = existing[key] + [name for name in desired[key] if name not in existing[key]]
-    if isinstance(existing.get("tools"), Mapping) and "tools" in desired:
-        merged["tools"] = {**existing["tools"], **{name: {**existing["tools"].get(name, {}), **value}
-                                                   for name, value in desired["tools"].items()}}
-    return merged
+def dropped(existing: Any, desired: Mapping[str, Any], where: str) -> list[str]:
+    """What replacing `existing` with `desired` removes, as dotted keys (with the names a list or table
+    held, never their values: an `env` may hold a key)."""
+    if not isinstance(existing, Mapping):
+        return []
+    found: list[str] = []
+    for key, value in existing.items():
+        name, wanted = f"{where}.{key}", desired.get(key)
+        if key not in desired:
+            held = sorted(map(str, value)) if isinstance(value, (Mapping, list)) else []
+            found.append(f"{name} ({', '.join(held)})" if held else name)
+        elif isinstance(value, Mapping) and isinstance(wanted, Mapping):
+            found += dropped(value, wanted, name)
+        elif isinstance(value, list) and isinstance(wanted, list):
+            gone = [str(item) for item in value if item not in wanted]
+            found += [f"{name}: {', '.join(gone)}"] if gone else []
+    return found
+
+
+def existing_entry(text: str | None, path: Path, key: str) -> Any:
+    """The `conclave` entry a JSON client file holds under `key` now (None: none)."""
+    servers = _jsonc(text, path).get(key)
+    return servers.get(NAME) if isinstance(servers, dict) else None
+
+
+def existing_codex_table(text: str | None) -> Any:
+    import tomlkit
+    from tomlkit.exceptions import TOMLKitError
+
+    try:
+        servers = tomlkit.parse(text or "").unwrap().get("mcp_servers")
+    except TOMLKitError:
+        return None  # merge_codex_toml says what is wrong
+    return servers.get(NAME) if isinstance(servers, dict) else None
 
 
 # JSON (with comments) ------------------------------------------------------------------------------
@@ -44,8 +72,7 @@ def merge_json(text: str | None, path: Path, key: str, entry: dict[str, Any]) ->
     servers = data.get(key, {})
     if not isinstance(servers, dict) or not isinstance(servers.get(NAME, {}), dict):
         raise ConfigError(f"{path}: expected a JSON object with an object under {key!r}; fix the file")
-    existing = servers.get(NAME)
-    merged = _merged(existing or {}, entry)
+    existing, merged = servers.get(NAME), entry
     if existing == merged and text is not None:
         return text
     after = jsonc.set_value(text or "", [key, NAME], merged)
@@ -95,7 +122,7 @@ def merge_codex_toml(text: str | None, path: Path, table: dict[str, Any]) -> str
     data = document.unwrap()
     servers = data.get("mcp_servers", {})
     existing = servers.get(NAME) if isinstance(servers, dict) else None
-    merged = _merged(existing or {}, table)
+    merged = table
     if existing == merged:
         return text
     by_hand = (f"{path}: could not update mcp_servers.{NAME} in place (is it written inline?); nothing was "
@@ -108,7 +135,10 @@ def merge_codex_toml(text: str | None, path: Path, table: dict[str, Any]) -> str
                 document["mcp_servers"] = tomlkit.table(is_super_table=True)
             document["mcp_servers"][NAME] = _toml_table(merged)  # type: ignore[index]
         else:
+            trailing = _prune(document["mcp_servers"][NAME], merged)  # type: ignore[index]
             _update(document["mcp_servers"][NAME], merged)  # type: ignore[index]
+            for item in trailing:  # the comments that followed a removed sub-table belong to what comes next
+                document["mcp_servers"][NAME].add(item)  # type: ignore[index]
         after = tomlkit.dumps(document)
         ok = tomlkit.parse(after).unwrap() == {**data, "mcp_servers": {**servers, NAME: merged}}
     except (TOMLKitError, ValueError, TypeError):
@@ -127,6 +157,26 @@ def _update(container: Any, values: Mapping[str, Any]) -> None:
             _add_dotted(container, [key], value)
         elif container.get(key) != value:
             container[key] = _toml_value(value)
+
+
+def _prune(container: Any, values: Mapping[str, Any]) -> list[Any]:
+    """Remove from an existing TOML table every key `values` does not hold (the entry is ours, wholesale);
+    return the comments and blank lines that trailed a removed sub-table, to be put back."""
+    import tomlkit.items
+
+    trailing: list[Any] = []
+    for key in list(container.keys()):
+        if key not in values:
+            item = container[key]
+            if isinstance(item, tomlkit.items.Table):
+                trivia = [value for name, value in item.value.body if name is None]
+                while trivia and not isinstance(trivia[0], tomlkit.items.Comment):
+                    trivia.pop(0)
+                trailing = trivia + trailing
+            del container[key]
+        elif isinstance(values[key], Mapping) and isinstance(container[key], Mapping):
+            trailing += _prune(container[key], values[key])
+    return trailing
 
 
 def _toml_table(values: Mapping[str, Any]) -> Any:

@@ -22,9 +22,15 @@ What each client gets, and why (README.md, "Registering with a coding agent", sa
   it could drop the user's own entries; VS Code has no non-interactive mode and asks once per tool.
 `--no-approvals` writes registrations only.
 
-Merging keeps everything already there: other servers, other keys, comments (TOML through tomlkit;
-JSON with comments through conclave.cli.jsonc). A second run finds nothing to change and says so
-(tests/test_installers.py).
+Merging keeps everything already there but our own entry: other servers, other keys, comments (TOML
+through tomlkit; JSON with comments through conclave.cli.jsonc). Our `conclave` entry is replaced
+wholesale, and what that removes is named, in the dry run too. A second run finds nothing to change and
+says so (tests/test_installers.py).
+
+A project's files may be a stranger's (a cloned repository), so the write never follows a link: the target
+file must not be a symlink, no folder between the project and it may be one, and every file we make (the
+temporary copy, the backup) is created with O_EXCL|O_NOFOLLOW in the target's folder, through that
+folder's descriptor; a backup keeps the original's mode (tests/security/test_installer_files.py).
 
 The registered command is the absolute path of the installed `conclave` script: `uvx --from
 conclave-mcp conclave serve` would need the package on PyPI, and a bare `conclave` needs it on the
@@ -45,7 +51,15 @@ from pathlib import Path
 from typing import Any
 
 from conclave.cli import EXIT_OK, TARGETS
-from conclave.cli.client_files import codex_snippet, merge_codex_toml, merge_json, merge_settings
+from conclave.cli.client_files import (
+    codex_snippet,
+    dropped,
+    existing_codex_table,
+    existing_entry,
+    merge_codex_toml,
+    merge_json,
+    merge_settings,
+)
 from conclave.errors import ConfigError
 from conclave.settings import setting_variables
 
@@ -82,6 +96,8 @@ class Change:
     after: str
     what: str  # "MCP registration", "MCP registration and tool approvals", "tool approvals", "skill"
     snippet: str = ""  # what we put there, in the file's format, to paste by hand
+    removed: tuple[str, ...] = ()  # what replacing our entry drops from the one there (dotted keys)
+    root: Path | None = None  # the project folder: no link may be followed below it (None: user scope)
 
     @property
     def needed(self) -> bool:
@@ -135,6 +151,26 @@ def _vscode_user_dir(home: Path, environ: Mapping[str, str]) -> Path:
     return Path(environ.get("XDG_CONFIG_HOME") or home / ".config") / "Code" / "User"
 
 
+# `--http URL`: the client sends the server's token (app/tokens.py) from this variable, in its own syntax,
+# so the token itself never lands in a file a repository may commit.
+TOKEN_VARIABLE = "CONCLAVE_HTTP_TOKEN"
+BEARER = {"claude-code": f"Bearer ${{{TOKEN_VARIABLE}}}", "gemini": f"Bearer ${{{TOKEN_VARIABLE}}}",
+          "cursor": f"Bearer ${{env:{TOKEN_VARIABLE}}}", "vscode": f"Bearer ${{env:{TOKEN_VARIABLE}}}"}
+
+
+def http_entry(target: str, url: str, approvals: bool = True) -> tuple[str, dict[str, Any]]:
+    """The top-level key and the entry of an HTTP registration, with the Authorization header."""
+    if not url.startswith(("http://", "https://")):
+        raise ConfigError(f"--http {url!r} is not a URL: give the server's, e.g. http://127.0.0.1:8765/mcp")
+    headers = {"Authorization": BEARER[target]}
+    if target == "gemini":
+        entry = {"httpUrl": url, "headers": headers}
+        return "mcpServers", {**entry, "trust": True} if approvals else entry
+    if target == "cursor":
+        return "mcpServers", {"url": url, "headers": headers}
+    return ("servers" if target == "vscode" else "mcpServers"), {"type": "http", "url": url, "headers": headers}
+
+
 def json_entry(target: str, command: list[str], approvals: bool = True) -> tuple[str, dict[str, Any]]:
     """The top-level key and the server entry for the JSON clients."""
     entry: dict[str, Any] = {"command": command[0], "args": command[1:]}
@@ -148,9 +184,12 @@ def json_entry(target: str, command: list[str], approvals: bool = True) -> tuple
     return "mcpServers", entry
 
 
-def codex_table(command: list[str], approvals: bool = True) -> dict[str, Any]:
-    table: dict[str, Any] = {"command": command[0], "args": command[1:], "env_vars": list(FORWARDED_ENV),
-                             **CODEX_TIMEOUTS}
+def codex_table(command: list[str], approvals: bool = True, url: str | None = None) -> dict[str, Any]:
+    if url is not None:
+        http_entry("claude-code", url)  # the same check of the URL
+    table: dict[str, Any] = (
+        {"url": url, "bearer_token_env_var": TOKEN_VARIABLE, **CODEX_TIMEOUTS} if url is not None else
+        {"command": command[0], "args": command[1:], "env_vars": list(FORWARDED_ENV), **CODEX_TIMEOUTS})
     if approvals:
         table["tools"] = {tool: {"approval_mode": "approve"} for tool in CODEX_APPROVED}
     return table
@@ -176,65 +215,89 @@ def _nested(lists: Mapping[tuple[str, ...], list[str]]) -> dict[str, Any]:
 
 # Plans ------------------------------------------------------------------------------------------
 def _read(path: Path) -> str | None:
-    return path.read_text(encoding="utf-8") if path.is_file() else None
+    """The file's text (None: absent); a symlink is refused, never read or written through."""
+    if path.is_symlink():
+        raise ConfigError(
+            f"{path} is a symlink (to {os.readlink(path)}); conclave install never reads or writes through a "
+            "link, which a cloned repository could aim anywhere. Replace it with a regular file, or add the "
+            "entry by hand (run without --write to see it)"
+        )
+    return path.read_bytes().decode("utf-8") if path.is_file() else None  # as written: \r\n kept
 
 
 def plan(
     target: str, scope: str | None, *, cwd: Path, home: Path, environ: Mapping[str, str], command: list[str],
-    approvals: bool = True,
+    approvals: bool = True, http: str | None = None,
 ) -> Plan:
-    """What `conclave install target` would change; reads files, writes nothing."""
+    """What `conclave install target` would change; reads files, writes nothing. With `http` (the URL of a
+    running `conclave serve --http`), an HTTP registration sending the token from CONCLAVE_HTTP_TOKEN."""
     if target not in TARGETS:
         raise ConfigError(f"unknown install target {target!r}; choose one of {', '.join(TARGETS)}")
     scope = scope or DEFAULT_SCOPE[target]
     path = config_path(target, scope, cwd, home, environ)
+    root = cwd if scope == "project" else None
     changes: list[Change] = []
     hints: list[str] = []
     if target == "codex":
         assert path is not None
-        table = codex_table(command, approvals)
+        table = codex_table(command, approvals, http)
         what = "MCP registration and tool approvals" if approvals else "MCP registration"
-        after = merge_codex_toml(_read(path), path, table)
-        changes.append(Change(path, _read(path), after, what, codex_snippet(table)))
+        before = _read(path)
+        after = merge_codex_toml(before, path, table)
+        removed = dropped(existing_codex_table(before), table, f"mcp_servers.{NAME}")
+        changes.append(Change(path, before, after, what, codex_snippet(table), tuple(removed), root))
     else:
-        key, entry = json_entry(target, command, approvals)
+        key, entry = http_entry(target, http, approvals) if http else json_entry(target, command, approvals)
         if path is not None:
-            after = merge_json(_read(path), path, key, entry)
+            before = _read(path)
+            after = merge_json(before, path, key, entry)
+            removed = dropped(existing_entry(before, path, key), entry, f"{key}.{NAME}")
             snippet = json.dumps({key: {NAME: entry}}, indent=2) + "\n"
             what = "MCP registration and tool approvals" if entry.get("trust") else "MCP registration"
-            changes.append(Change(path, _read(path), after, what, snippet))
+            changes.append(Change(path, before, after, what, snippet, tuple(removed), root))
     if target == "claude-code":
-        claude = ["claude", "mcp", "add", "--scope", scope, NAME, "--", *command]
+        claude = (["claude", "mcp", "add", "--transport", "http", "--scope", scope, NAME, http, "--header",
+                   f"Authorization: {BEARER[target]}"] if http else
+                  ["claude", "mcp", "add", "--scope", scope, NAME, "--", *command])
         hints.append(("or register it with Claude Code's own CLI: " if path else "register it with: ")
                      + shlex.join(claude))
         if approvals:
             settings = (cwd / ".claude" / "settings.local.json" if scope == "project"
                         else home / ".claude" / "settings.json")
             wanted = claude_settings(scope)
-            after = merge_settings(_read(settings), settings, wanted)
-            changes.append(Change(settings, _read(settings), after, "tool approvals",
-                                  json.dumps(_nested(wanted), indent=2) + "\n"))
-        changes.append(_skill_change(cwd if scope == "project" else home))
-    return Plan(target, scope, tuple(command), tuple(changes), tuple(hints))
+            before = _read(settings)
+            after = merge_settings(before, settings, wanted)
+            changes.append(Change(settings, before, after, "tool approvals",
+                                  json.dumps(_nested(wanted), indent=2) + "\n", root=root))
+        changes.append(_skill_change(cwd if scope == "project" else home, root))
+    if http:
+        hints.append(f"{CLIENT_NAMES[target]} sends the token from {TOKEN_VARIABLE}: set it where it runs, e.g. "
+                     f"export {TOKEN_VARIABLE}=$(cat \"${{CONCLAVE_HOME:-$HOME/.local/state/conclave}}/http-token\") "
+                     "(the token `conclave serve --http` printed)")
+    return Plan(target, scope, (http,) if http else tuple(command), tuple(changes), tuple(hints))
 
 
-def _skill_change(root: Path) -> Change:
+def _skill_change(folder: Path, root: Path | None) -> Change:
     from conclave.config import package_dir
 
-    skill = root / ".claude" / "skills" / NAME / "SKILL.md"
+    skill = folder / ".claude" / "skills" / NAME / "SKILL.md"
     source = (package_dir("conclave.skills") / NAME / "SKILL.md").read_text(encoding="utf-8")
-    return Change(skill, _read(skill), source, "skill")
+    return Change(skill, _read(skill), source, "skill", root=root)
 
 
 def describe(plan: Plan) -> str:
     """What `install` would do, for the printing (no --write) mode."""
-    out = [f"conclave install {plan.target} ({plan.scope} scope); server command: {shlex.join(plan.command)}"]
+    server = f"server: {plan.command[0]}" if plan.command[0].startswith("http") else \
+        f"server command: {shlex.join(plan.command)}"
+    out = [f"conclave install {plan.target} ({plan.scope} scope); {server}"]
     for change in plan.changes:
         state = "already up to date" if not change.needed else (
             "would be created" if change.before is None else "would be updated")
         out.append(f"\n{change.path}: {change.what}, {state}")
         if change.snippet:
             out.append(change.snippet.rstrip("\n"))
+        if change.removed:
+            out.append(_removed_text(change, "would replace"))
     out += ["", *plan.hints] if plan.hints else []
     if any("approvals" in change.what for change in plan.changes):
         out.append(f"\nThe tool approvals let {CLIENT_NAMES[plan.target]}'s non-interactive mode call {NAME}; "
@@ -244,32 +307,25 @@ def describe(plan: Plan) -> str:
     return "\n".join(out)
 
 
-def _backup_path(path: Path, stamp: str) -> Path:
-    candidate, n = path.with_name(f"{path.name}.{stamp}.bak"), 1
-    while candidate.exists():
-        candidate, n = path.with_name(f"{path.name}.{stamp}-{n}.bak"), n + 1
-    return candidate
+def _removed_text(change: Change, verb: str) -> str:
+    return (f"({verb} the {NAME} entry there wholesale; removed from it: {'; '.join(change.removed)}. "
+            "Add back by hand what you need)")
 
 
 def write(plan: Plan, stamp: str | None = None) -> list[str]:
     """Apply the plan: each changed file is backed up, then replaced atomically. Returns what happened."""
+    from conclave.cli.install_files import write_file
+
     stamp = stamp or time.strftime("%Y%m%d-%H%M%S")
     said: list[str] = []
     for change in plan.changes:
         if not change.needed:
             said.append(f"{change.path}: already up to date, nothing changed")
             continue
-        change.path.parent.mkdir(parents=True, exist_ok=True)
-        backup = None
-        if change.path.exists():
-            backup = _backup_path(change.path, stamp)
-            backup.write_bytes(change.path.read_bytes())
-        temporary = change.path.with_name(f".{change.path.name}.conclave-tmp")
-        temporary.write_text(change.after, encoding="utf-8")
-        if change.path.exists():
-            os.chmod(temporary, change.path.stat().st_mode & 0o7777)
-        os.replace(temporary, change.path)
+        backup = write_file(change.path, change.before, change.after, stamp, change.root)
         said.append(f"wrote {change.path} ({change.what})" + (f"; backup at {backup}" if backup else ""))
+        if change.removed:
+            said.append(_removed_text(change, "replaced"))
     return said
 
 
@@ -279,6 +335,7 @@ def install(
     *,
     write_files: bool,
     approvals: bool = True,
+    http: str | None = None,
     cwd: Path | None = None,
     home: Path | None = None,
     environ: Mapping[str, str] | None = None,
@@ -288,6 +345,7 @@ def install(
     made = plan(
         target, scope, cwd=cwd or Path.cwd(), home=home or Path.home(),
         environ=os.environ if environ is None else environ, command=server_command(), approvals=approvals,
+        http=http,
     )
     if not write_files:
         out(describe(made))
@@ -297,6 +355,8 @@ def install(
     if not any(change.what.startswith("MCP registration") for change in made.changes):
         for hint in made.hints:  # the registration is the client's own command's to make
             out(hint)
+    elif http:
+        out(made.hints[-1])  # where the client gets the token
     client = CLIENT_NAMES[made.target]
     if not any(change.needed for change in made.changes):
         out(f"Nothing changed: {client} already has {NAME} set up here.")
@@ -308,4 +368,5 @@ def install(
 
 
 def install_command(args: argparse.Namespace) -> int:
-    return install(args.target, args.scope, write_files=args.write, approvals=not args.no_approvals)
+    return install(args.target, args.scope, write_files=args.write, approvals=not args.no_approvals,
+                   http=args.http)

@@ -98,6 +98,9 @@ def build_parser() -> argparse.ArgumentParser:
     setup.add_argument("target", choices=TARGETS, help="the coding agent")
     setup.add_argument("--write", action="store_true", help="merge it into the client's files (backups kept)")
     setup.add_argument("--scope", choices=SCOPES, help="project (this folder) or user; codex, gemini: user")
+    setup.add_argument("--http", metavar="URL",
+                       help="register a running `conclave serve --http` (e.g. http://127.0.0.1:8765/mcp) instead of "
+                            "stdio; the client sends the token from CONCLAVE_HTTP_TOKEN")
     setup.add_argument("--no-approvals", action="store_true",
                        help="leave tool approvals to the user (headless runs then cannot call the tools)")
     return parser

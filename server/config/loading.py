@@ -1,14 +1,16 @@
 """Reading a team file: YAML, `${ENV}` expansion, and validation errors that name the file, the key and the fix.
 
 A team file may come from a caller, so `${VAR}` expands only in an agent's EXPANDABLE keys (never in a name
-or prompt a caller or a model sees; tests/security/test_team_files.py)."""
+or prompt a caller or a model sees; tests/security/test_team_files.py), and never a variable that holds a key:
+`model: openai/${ANTHROPIC_API_KEY}` would put the key in a request body (tests/security/test_provider_keys.py).
+"""
 
 from __future__ import annotations
 
 import difflib
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from types import UnionType
 from typing import Any, Union, get_origin
@@ -16,18 +18,42 @@ from typing import Any, Union, get_origin
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from conclave.config.models import EXPANDABLE, Team
+from conclave.config.models import EXPANDABLE, OFFICIAL_KEYS, Team
 from conclave.errors import ConfigError
 
 _ENV_PATTERN = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+# Names that hold a secret by convention (OPENROUTER_API_KEY, GH_TOKEN, DB_PASSWORD, ...).
+_SECRET_NAME = re.compile(r"(API_?KEY|(^|_)(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?))$", re.IGNORECASE)
+MIN_SECRET = 8  # shorter values are not keys, and matching them would refuse ordinary words
 
 
-def expand_env(value: Any, environ: Mapping[str, str], source: str) -> Any:
-    """Replace `${VAR}` and `${VAR:-default}` in every string of a loaded YAML tree."""
+def secret_variables(environ: Mapping[str, str], named: Collection[str] = ()) -> set[str]:
+    """The variables of `environ` that hold a key: every provider's own, those a team names with api_key_env,
+    and any whose name says it holds a secret."""
+    return {name for name in environ if name in OFFICIAL_KEYS or name in named or _SECRET_NAME.search(name)}
+
+
+def _refuse_secret(name: str, source: str) -> ConfigError:
+    return ConfigError(
+        f"{source}: ${{{name}}} holds a key, and a team file never expands a key (it would travel as text, e.g. "
+        f"in a model name sent to a server); to give an agent a key, write api_key_env: {name} "
+        "(a provider's own key goes only to that provider's official endpoint)"
+    )
+
+
+def expand_env(value: Any, environ: Mapping[str, str], source: str, secrets: set[str] | None = None) -> Any:
+    """Replace `${VAR}` and `${VAR:-default}` in every string of a loaded YAML tree.
+
+    A variable in `secrets` (default: `secret_variables(environ)`), or whose value is one of theirs, is refused.
+    """
+    secrets = secret_variables(environ) if secrets is None else secrets
     if isinstance(value, str):
+        held = {environ[name] for name in secrets if len(environ.get(name, "")) >= MIN_SECRET}
 
         def substitute(match: re.Match[str]) -> str:
             name, default = match.group(1), match.group(2)
+            if name in secrets or (name in environ and environ[name] in held):
+                raise _refuse_secret(name, source)
             if name in environ:
                 return environ[name]
             if default is not None:
@@ -36,19 +62,31 @@ def expand_env(value: Any, environ: Mapping[str, str], source: str) -> Any:
 
         return _ENV_PATTERN.sub(substitute, value)
     if isinstance(value, list):
-        return [expand_env(item, environ, source) for item in value]
+        return [expand_env(item, environ, source, secrets) for item in value]
     if isinstance(value, dict):
-        return {key: expand_env(item, environ, source) for key, item in value.items()}
+        return {key: expand_env(item, environ, source, secrets) for key, item in value.items()}
     return value
 
 
 def _expand_agents(data: dict[str, Any], environ: Mapping[str, str], source: str) -> dict[str, Any]:
-    """`${VAR}` expanded in each agent's EXPANDABLE keys only; every other string is kept as written."""
+    """`${VAR}` expanded in each agent's EXPANDABLE keys only; every other string is kept as written.
+
+    api_key_env is expanded first, so that the variables the team names as keys are never expanded elsewhere.
+    """
     agents = data.get("agents")
     if not isinstance(agents, list):
         return dict(data)
+    secrets = secret_variables(environ)
+    agents = [
+        {**agent, "api_key_env": expand_env(agent["api_key_env"], environ, source, secrets)}
+        if isinstance(agent, dict) and "api_key_env" in agent else agent
+        for agent in agents
+    ]
+    named = {str(agent.get("api_key_env")) for agent in agents if isinstance(agent, dict)}
+    secrets = secret_variables(environ, named)
     expanded = [
-        {key: expand_env(value, environ, source) if key in EXPANDABLE else value for key, value in agent.items()}
+        {key: expand_env(value, environ, source, secrets) if key in EXPANDABLE and key != "api_key_env" else value
+         for key, value in agent.items()}
         if isinstance(agent, dict) else agent
         for agent in agents
     ]

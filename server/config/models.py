@@ -1,7 +1,8 @@
 """Team configuration as pydantic models: agents, coordination, sandbox, the team, and their limits.
 
-A custom `base_url` must name its key variable: a provider's default key never goes to another endpoint
-(tests/security/test_team_files.py)."""
+A provider's own key variable goes only to that provider's official endpoint: a custom `base_url` must name
+a variable of its own, and no agent may name another provider's key (tests/security/test_provider_keys.py).
+"""
 
 from __future__ import annotations
 
@@ -24,6 +25,12 @@ KEY_VARIABLES: dict[str, tuple[str, ...]] = {
 # The provider's own endpoints: its default key may go there without the team naming the variable.
 OFFICIAL_HOSTS = {"openai": "api.openai.com", "anthropic": "api.anthropic.com",
                   "gemini": "generativelanguage.googleapis.com", "local": ""}
+# Given to the SDKs explicitly: with no base_url they read OPENAI_BASE_URL / ANTHROPIC_BASE_URL (and Gemini's
+# GOOGLE_GEMINI_BASE_URL) from the environment, which a repository's client config may set.
+OFFICIAL_URLS = {"openai": "https://api.openai.com/v1", "anthropic": "https://api.anthropic.com",
+                 "gemini": "https://generativelanguage.googleapis.com/"}
+# Every provider's own key variable: each goes only to its provider's official endpoint.
+OFFICIAL_KEYS = {variable: provider for provider, variables in KEY_VARIABLES.items() for variable in variables}
 EXPANDABLE = ("model", "base_url", "api_key_env", "model_path")  # agent keys where ${VAR} expands
 _MEMORY = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([bkmg]?)b?\s*$", re.IGNORECASE)
 MIN_MEMORY = 6 * 1024 * 1024  # Docker's own minimum for a container
@@ -84,6 +91,14 @@ class AgentSpec(_Strict):
 
     @model_validator(mode="after")
     def _key_goes_to_its_provider(self) -> AgentSpec:
+        owner = OFFICIAL_KEYS.get(self.api_key_env or "")
+        if owner is not None and (owner != self.provider or self.custom_endpoint):
+            where = f"base_url {self.base_url!r}" if self.custom_endpoint else f"the {self.provider} API"
+            raise ValueError(
+                f"api_key_env {self.api_key_env!r} is {owner}'s own key and is sent only to {OFFICIAL_URLS[owner]}, "
+                f"never to {where}; give that endpoint a variable of its own (e.g. api_key_env: MY_PROXY_KEY, "
+                "set to the key it should get)"
+            )
         if self.custom_endpoint and self.api_key_env is None and self.api_key_required:
             raise ValueError(
                 f"base_url {self.base_url!r} is not {self.provider}'s own endpoint, so the agent must name the "
@@ -100,6 +115,12 @@ class AgentSpec(_Strict):
             return False
         url = urlsplit(self.base_url)
         return url.scheme != "https" or (url.hostname or "").lower() != OFFICIAL_HOSTS[self.provider]
+
+    @property
+    def endpoint_url(self) -> str | None:
+        """Where this agent's requests go: its base_url, else its provider's official URL (never left to an
+        SDK's environment variables); None for `local`, whose backend starts its own server."""
+        return self.base_url or OFFICIAL_URLS.get(self.provider)
 
     @property
     def provider(self) -> str:

@@ -35,7 +35,7 @@ def endpoint_factory(environ: Mapping[str, str], local_servers: LocalServers | N
 
     def make(spec: AgentSpec) -> Backend:
         endpoint = Endpoint(
-            spec.provider, spec.model_name, spec.api_key(environ), spec.base_url, spec.timeout_s, spec.stream,
+            spec.provider, spec.model_name, spec.api_key(environ), spec.endpoint_url, spec.timeout_s, spec.stream,
             spec.model_path,
         )
         return create_backend(endpoint, local_servers=local_servers)

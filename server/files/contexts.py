@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
+from contextlib import ExitStack
 from pathlib import Path, PurePosixPath
 from typing import Annotated, Literal
 
@@ -20,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 from pydantic.json_schema import SkipJsonSchema
 
 from conclave.errors import ContextTooLarge, InputError
+from conclave.files.roots import pinned
 from conclave.files.trees import IgnoreRules, Listing, copy_tree, list_tree
 
 CALLER = {"caller": True}  # validation context of a caller's request: the folder must exist now
@@ -69,6 +71,8 @@ class ContextPath(BaseModel):
         default="read", description="write: the winning changes may be applied back with apply=true"
     )
     name: SkipJsonSchema[str | None] = None
+    # (st_dev, st_ino) of the folder when the job was admitted; copy and apply refuse any other (roots.py)
+    identity: SkipJsonSchema[tuple[int, int] | None] = None
 
     @field_validator("path")
     @classmethod
@@ -102,7 +106,9 @@ def parse_context_paths(value: object) -> list[ContextPath]:
     parsed: list[ContextPath] = []
     for index, item in enumerate(value):
         try:
-            data = item.model_dump(exclude={"name"}) if isinstance(item, ContextPath) else item
+            data = item.model_dump(exclude={"name", "identity"}) if isinstance(item, ContextPath) else item
+            if isinstance(data, dict) and ("name" in data or "identity" in data):  # set by us, never by a caller
+                data = {key: value for key, value in data.items() if key not in ("name", "identity")}
             parsed.append(ContextPath.model_validate(data, context=CALLER))
         except ValidationError as exc:
             problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'item'} {e['msg']}" for e in exc.errors())
@@ -135,6 +141,7 @@ class CopiedContext(BaseModel):
     permission: Literal["read", "write"]
     files: dict[str, FileRecord]
     skipped: dict[str, str] = {}
+    identity: tuple[int, int] | None = None  # the source folder's, as admitted (roots.py)
 
 
 class ContextManifest(BaseModel):
@@ -174,13 +181,14 @@ def _names(sources: list[ContextPath]) -> list[str]:
     return names
 
 
-def _scan(sources: list[ContextPath], caps: Caps) -> list[Listing]:
-    """List every source honouring .gitignore; raise ContextTooLarge over a cap, before any copy."""
+def _scan(sources: list[ContextPath], caps: Caps, roots: list[Path] | None = None) -> list[Listing]:
+    """List every source (read at `roots`, the pinned folders) honouring .gitignore; raise ContextTooLarge
+    over a cap, before any copy."""
     paths = [Path(source.path) for source in sources]
     if len(set(paths)) != len(paths):
         shown = [source.path for source in sources]
         raise InputError("context_paths", shown, "a folder is listed twice; give each folder once")
-    listings = [list_tree(path, rules=IgnoreRules(path), max_files=caps.max_files * 2) for path in paths]
+    listings = [list_tree(root, rules=IgnoreRules(root), max_files=caps.max_files * 2) for root in roots or paths]
     count = sum(len(listing.files) for listing in listings)
     size = sum(listing.total_bytes for listing in listings)
     shown = ", ".join(str(path) for path in paths)
@@ -214,23 +222,34 @@ def mb(size: int) -> str:
 
 
 def copy_context_sync(sources: list[ContextPath], dest: Path, caps: Caps = Caps()) -> ContextManifest:
-    """Copy each context path into `dest/<name>`; blocking (see `copy_context`)."""
-    listings = _scan(sources, caps)
+    """Copy each context path into `dest/<name>`; blocking (see `copy_context`).
+
+    Each folder is pinned first: reached without following a link and, when it was admitted with one,
+    checked to be the same directory (roots.py); everything is then read through that directory.
+    """
+    with ExitStack() as stack:
+        roots = [stack.enter_context(pinned(source.path, source.identity)) for source in sources]
+        return _copy_pinned(sources, roots, dest, caps)
+
+
+def _copy_pinned(sources: list[ContextPath], roots: list[Path], dest: Path, caps: Caps) -> ContextManifest:
+    listings = _scan(sources, caps, roots)
     contexts = []
-    for source, name, listing in zip(sources, _names(sources), listings):
+    for source, root, name, listing in zip(sources, roots, _names(sources), listings):
         skipped = dict(listing.skipped)
 
         def unreadable(rel: str, exc: OSError | InputError, skipped: dict[str, str] = skipped) -> None:
             skipped[rel] = f"unreadable, not copied: {getattr(exc, 'strerror', None) or exc}"
 
-        hashes = copy_tree(Path(source.path), dest / name, listing, on_error=unreadable)
+        hashes = copy_tree(root, dest / name, listing, on_error=unreadable)
         files = {
             rel: FileRecord(size=entry.size, mode=entry.mode, sha256=hashes[rel] or "")
             for rel, entry in listing.files.items()
             if rel in hashes
         }
         contexts.append(CopiedContext(
-            name=name, source=source.path, permission=source.permission, files=files, skipped=skipped
+            name=name, source=source.path, permission=source.permission, files=files, skipped=skipped,
+            identity=source.identity,
         ))
     return ContextManifest(contexts=contexts)
 

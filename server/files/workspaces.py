@@ -50,6 +50,7 @@ from conclave.errors import ApplyRefused, ContextTooLarge, InputError
 from conclave.files import safe
 from conclave.files.apply import Changes, apply_tree
 from conclave.files.carry import carry
+from conclave.files.roots import run_pinned
 from conclave.files.contexts import (
     Caps,
     ContextManifest,
@@ -87,7 +88,10 @@ async def apply(final: Path, target: Path, context: CopiedContext, base: Path | 
             "apply", True, f"context path {context.source} was given read-only; give it with "
             f"permission 'write' to apply the team's changes to it"
         )
-    return await anyio.to_thread.run_sync(apply_tree, final, target, context.files, base)
+    # the folder is reached without following a link and must be the one admitted (files/roots.py)
+    return await anyio.to_thread.run_sync(
+        run_pinned, str(target), context.identity, lambda root: apply_tree(final, root, context.files, base)
+    )
 
 
 class Workspaces:

@@ -1,10 +1,13 @@
 """Who may name what: the folders and team files a caller of one transport may give to ask_team.
 
     stdio   the local user's coding agent: any folder (or CONCLAVE_ALLOWED_ROOTS); team files from the
-            presets, the user's team folder and the project folder (the server's working directory)
-    http    anyone who reaches the port: folders only under CONCLAVE_ALLOWED_ROOTS, by default the
-            server's working directory; team files only from the presets and the user's team folder
+            presets, the user's team folder and the folders in CONCLAVE_TEAM_DIRS
+    http    a caller holding a token: folders only under CONCLAVE_ALLOWED_ROOTS, by default the server's
+            working directory; team files as over stdio
     local   the `conclave ask` command: the user at the terminal, any team file
+
+The project folder is not trusted for team files: a cloned repository may ship a `conclave.yaml` that
+points a provider's key at its own server (tests/security/test_provider_keys.py).
 
 A folder is compared after resolving every link, so a link inside an allowed root that points out of it
 is refused too (tests/security/test_context_paths.py, tests/security/test_team_files.py).
@@ -39,13 +42,11 @@ class Access:
 
     @classmethod
     def stdio(cls, settings: Settings, environ: Mapping[str, str], cwd: Path) -> Access:
-        teams = (Path(str(configs_dir())), user_teams_dir(environ), cwd)
-        return cls("stdio", _resolved(settings.allowed_roots), _resolved(teams))
+        return cls("stdio", _resolved(settings.allowed_roots), _team_dirs(settings, environ))
 
     @classmethod
     def http(cls, settings: Settings, environ: Mapping[str, str], cwd: Path) -> Access:
-        teams = (Path(str(configs_dir())), user_teams_dir(environ))
-        return cls("http", _resolved(settings.allowed_roots or (cwd,)), _resolved(teams))
+        return cls("http", _resolved(settings.allowed_roots or (cwd,)), _team_dirs(settings, environ))
 
     def check_folder(self, field: str, path: str) -> None:
         """Refuse a context path outside the allowed roots, naming the setting that widens them."""
@@ -67,9 +68,15 @@ class Access:
         if not any(real.is_relative_to(folder) for folder in self.team_dirs):
             where = ", ".join(str(folder) for folder in self.team_dirs)
             raise NotPermitted(
-                "team", name, f"over {self.transport} a team file is read only from {where}; name a preset "
-                "(list_teams), or put the file in the user's team folder and name it without its path"
+                "team", name, f"over {self.transport} a team file is read only from {where} (a project's own "
+                "files are not trusted: a cloned repository may have written them); name a preset (list_teams), "
+                "put the file in the user's team folder and name it without its path, or let the server's user "
+                f"allow its folder with CONCLAVE_TEAM_DIRS={real.parent} (folders separated by ':')"
             )
+
+
+def _team_dirs(settings: Settings, environ: Mapping[str, str]) -> tuple[Path, ...] | None:
+    return _resolved((Path(str(configs_dir())), user_teams_dir(environ), *(settings.team_dirs or ())))
 
 
 def _resolved(paths: tuple[Path, ...] | None) -> tuple[Path, ...] | None:

@@ -12,8 +12,9 @@ import anyio.to_thread
 from conclave.config import Sandbox as SandboxSpec
 from conclave.config import Team
 from conclave.coordination.job_files import JobFiles
-from conclave.errors import ApplyError, SandboxUnavailable
+from conclave.errors import ApplyError, PathOutsideRoot, SandboxUnavailable
 from conclave.files.contexts import ContextPath, named
+from conclave.files.roots import identify
 from conclave.files.trees import list_tree
 from conclave.files.workspaces import Workspaces
 from conclave.jobs.records import ApplyMode, ContextChanges, FileChangeView, FilesResult, JobOptions
@@ -44,7 +45,10 @@ async def admit(
                 f"verify runs {team.verify!r} on each answer's files in a Docker sandbox, but {status.error}; "
                 "or leave verify out to run the job without checks"
             )
-    return JobOptions(context_paths=named(sources), apply=apply, commands=commands, force_binary=force_binary)
+    # each folder's identity, taken without following a link: the copy and the apply check it (files/roots.py)
+    pinned = [source.model_copy(update={"identity": await anyio.to_thread.run_sync(identify, source.path)})
+              for source in named(sources)]
+    return JobOptions(context_paths=pinned, apply=apply, commands=commands, force_binary=force_binary)
 
 
 async def prepare(job_dir: Path, options: JobOptions) -> None:
@@ -91,7 +95,7 @@ async def collect(files: JobFiles, options: JobOptions, consensus: bool) -> File
             try:
                 await workspaces.apply(option.name, force=options.force_binary, patch=patch)
                 changes.applied = True
-            except ApplyError as exc:
+            except (ApplyError, PathOutsideRoot) as exc:  # PathOutsideRoot: the folder moved (files/roots.py)
                 changes.apply_error = str(exc)
         contexts.append(changes)
     text = "".join(chunks)

@@ -7,6 +7,10 @@ service marks `interrupted` only jobs whose owner is gone, never another live se
 `submit` only checks (what the caller may name, jobs/access.py; the queue bound; the team's keys and
 sandbox; verify and budgets, jobs/plan.py) and queues, with an estimate of what the job may use
 (jobs/estimate.py): the context paths are copied when the job gets its slot, so ask_team returns at once.
+
+A job belongs to the caller that started it (`caller`: `local` for the CLI and stdio, an HTTP token's name):
+every operation given a caller answers only for that caller's jobs, as if the others did not exist; the
+CLI passes none and sees all (tests/security/test_callers.py).
 """
 
 from __future__ import annotations
@@ -55,6 +59,7 @@ from conclave.settings import MAX_WAIT_S, Settings
 logger = logging.getLogger(__name__)
 JOB_ID = re.compile(r"^cj-[0-9a-f]{12}$")
 POLL_S = 0.2
+LOCAL = "local"  # the caller name of the local user (the CLI, stdio); HTTP callers are named by their tokens
 
 ProgressCallback = Callable[[JobView], Awaitable[None]]
 
@@ -148,6 +153,7 @@ class JobService:
         max_cost_usd: float | None = None,
         max_tokens: int | None = None,
         follow_up: str | None = None,
+        caller: str | None = None,
     ) -> JobView:
         """Check and queue a job; it starts (and copies its context paths) as soon as a slot is free.
 
@@ -162,7 +168,7 @@ class JobService:
             )
         if apply not in (False, True, "force"):
             raise InputError("apply", apply, 'use true (apply only with consensus), "force" or false')
-        earlier = self._row(follow_up, "follow_up") if follow_up is not None else None
+        earlier = self._row(follow_up, caller, "follow_up") if follow_up is not None else None
         stored: Team | None = None
         if earlier is not None:
             stored, context_paths = carried(earlier, team, context_paths)
@@ -183,7 +189,8 @@ class JobService:
         options = await admit(sources, resolved, apply, force_binary) if sources else JobOptions()
         options.estimate = estimate(resolved, self.store.team_usage(resolved.name))
         self.store.create_job(
-            job_id, task, resolved.name, resolved.model_dump_json(), os.getpid(), self._owner_id, options
+            job_id, task, resolved.name, resolved.model_dump_json(), os.getpid(), self._owner_id, options,
+            caller or LOCAL,
         )
         if earlier is not None:
             self.store.set_follow_up(job_id, earlier.id)
@@ -191,13 +198,15 @@ class JobService:
         self._tg.start_soon(self._run, job_id, task, resolved)
         return self._view(job_id)
 
-    async def view(self, job_id: str) -> JobView:
-        return self._view(job_id)
+    async def view(self, job_id: str, caller: str | None = None) -> JobView:
+        return self._view(job_id, caller)
 
-    async def wait(self, job_id: str, wait_seconds: float, on_progress: ProgressCallback | None = None) -> JobView:
+    async def wait(
+        self, job_id: str, wait_seconds: float, on_progress: ProgressCallback | None = None, caller: str | None = None
+    ) -> JobView:
         """Long-poll: return when the job is done or `wait_seconds` pass, reporting every change."""
         _check_wait(wait_seconds)
-        view, rev = self._view(job_id), self.store.rev(job_id)
+        view, rev = self._view(job_id, caller), self.store.rev(job_id)
         with anyio.move_on_after(wait_seconds):
             while not view.done:
                 await anyio.sleep(POLL_S)
@@ -208,9 +217,9 @@ class JobService:
                         await on_progress(view)
         return self._view(job_id)
 
-    async def cancel(self, job_id: str) -> JobView:
+    async def cancel(self, job_id: str, caller: str | None = None) -> JobView:
         """Cancel a job here or, through the store, in whichever server process runs it."""
-        view = self._view(job_id)
+        view = self._view(job_id, caller)
         if view.done:
             return view
         scope = self._scopes.get(job_id)
@@ -223,13 +232,13 @@ class JobService:
                 await anyio.sleep(POLL_S)
         return view
 
-    async def steer(self, job_id: str, message: str) -> JobView:
+    async def steer(self, job_id: str, message: str, caller: str | None = None) -> JobView:
         """Leave a note for a running job's agents; it reaches them here or in the process that runs it."""
         text = message.strip() if isinstance(message, str) else ""
         if not text or len(text) > self.settings.max_task_chars:
             fix = f"give a note of 1 to {self.settings.max_task_chars} characters, e.g. 'keep the public API unchanged'"
             raise InputError("message", message if len(str(message)) < 80 else f"<{len(str(message))} characters>", fix)
-        view = self._view(job_id)
+        view = self._view(job_id, caller)
         if view.done:
             raise JobFinished(job_id, view.state)
         count = len(view.notes) + 1
@@ -240,14 +249,16 @@ class JobService:
                 await anyio.sleep(POLL_S)
         return self._view(job_id)
 
-    async def read(self, job_id: str, path: str, source: str | None, offset: int, limit: int) -> WorkspacePage:
-        row = self._row(job_id)
+    async def read(
+        self, job_id: str, path: str, source: str | None, offset: int, limit: int, caller: str | None = None
+    ) -> WorkspacePage:
+        row = self._row(job_id, caller)
         workspaces = job_workspaces(row, self.settings.home / "jobs")
         return await read_job(self.store, row, workspaces, path, source, offset, limit)
 
-    async def read_whole(self, job_id: str, path: str) -> WorkspacePage:
+    async def read_whole(self, job_id: str, path: str, caller: str | None = None) -> WorkspacePage:
         """One text of a job in full, every page gathered (for resources, which are not paged)."""
-        row = self._row(job_id)
+        row = self._row(job_id, caller)
         return await read_whole(self.store, row, job_workspaces(row, self.settings.home / "jobs"), path, None)
 
     def job_dir(self, job_id: str) -> Path:
@@ -258,16 +269,18 @@ class JobService:
                          lambda team: history(team, self.store.team_usage(team.name)))
 
     # Internals -----------------------------------------------------------------------------------
-    def _row(self, job_id: str, field: str = "job_id") -> JobRow:
+    def _row(self, job_id: str, caller: str | None = None, field: str = "job_id") -> JobRow:
+        """The job, for `caller` (None: the CLI, any job); another caller's job is not found, not refused,
+        so its existence is not told either."""
         if not isinstance(job_id, str) or not JOB_ID.match(job_id.strip()):
             raise InputError(field, job_id, "job ids look like cj-1a2b3c4d5e6f (from ask_team's result)")
         row = self.store.job(job_id.strip())
-        if row is None:
+        if row is None or (caller is not None and row.caller != caller):
             raise JobNotFound(job_id)
         return row
 
-    def _view(self, job_id: str) -> JobView:
-        row = self._row(job_id)
+    def _view(self, job_id: str, caller: str | None = None) -> JobView:
+        row = self._row(job_id, caller)
         thread = [r.id for r in self.store.thread(row.id)] if row.follow_up or self.store.has_follow_ups(row.id) else []
         return job_view(row, time.time(), note_views(self.store, row.id), thread)
 

@@ -96,6 +96,8 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE jobs ADD COLUMN follow_up TEXT;
     CREATE INDEX jobs_follow_up ON jobs(follow_up)
     """,
+    # who started the job: `local` (the CLI and stdio) or an HTTP token's caller name (jobs/callers.py)
+    "ALTER TABLE jobs ADD COLUMN caller TEXT NOT NULL DEFAULT 'local'",
 )
 
 ACTIVE_STATES = ("queued", "running", "presenting")
@@ -126,6 +128,7 @@ class JobRow(BaseModel):
     options: JobOptions = JobOptions()
     files: FilesResult | None = None
     follow_up: str | None = None  # the earlier job this one continues
+    caller: str = "local"
 
 
 class AnswerRow(BaseModel):
@@ -186,14 +189,16 @@ class Store(ThreadRecords):
         owner_pid: int,
         owner_id: str,
         options: JobOptions | None = None,
+        caller: str = "local",
     ) -> None:
         now = self._clock()
         with self._write():
             self._db.execute(
                 "INSERT INTO jobs (id, task, team_name, team_json, state, phase, created_at, owner_pid, owner_id,"
-                " heartbeat, options_json) VALUES (?, ?, ?, ?, 'queued', 'waiting for a free slot', ?, ?, ?, ?, ?)",
+                " heartbeat, options_json, caller)"
+                " VALUES (?, ?, ?, ?, 'queued', 'waiting for a free slot', ?, ?, ?, ?, ?, ?)",
                 (job_id, task, team_name, team_json, now, owner_pid, owner_id, now,
-                 (options or JobOptions()).model_dump_json()),
+                 (options or JobOptions()).model_dump_json(), caller),
             )
 
     def set_files(self, job_id: str, files: FilesResult) -> None:

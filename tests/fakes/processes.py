@@ -2,7 +2,7 @@
 the parameters the official `mcp` client needs to start it over stdio.
 
     with http_server(tmp_path, {"CONCLAVE_HOME": ...}) as url:   # http://127.0.0.1:<port>/mcp
-        ...
+        async with Client(url, auth=HTTP_TOKEN) as client: ...
     async with stdio_client(stdio_params(tmp_path)) as (read, write): ...
 """
 
@@ -22,18 +22,21 @@ from mcp.client.stdio import StdioServerParameters
 from tests.fakes.server import free_port
 from tests.fakes.team import KEY_ENV
 
+HTTP_TOKEN = "conclave-test-token-0123456789"  # the server's token unless `env` sets CONCLAVE_HTTP_TOKEN
+
 
 @contextmanager
-def http_server(tmp_path: Path, env: Mapping[str, str]) -> Iterator[str]:
+def http_server(tmp_path: Path, env: Mapping[str, str], token: str | None = HTTP_TOKEN) -> Iterator[str]:
     """Start `python -m conclave serve --http` on a free port with `env` over os.environ; yield its URL.
 
-    CONCLAVE_HTTP_TOKEN is dropped unless `env` sets it. The log is in tmp_path/server.log and is shown
+    HTTP always needs a token: CONCLAVE_HTTP_TOKEN is `token` unless `env` sets it (None: unset, so the
+    server makes one under CONCLAVE_HOME or reads http-tokens.json there). The log is in tmp_path/server.log and is shown
     when the server dies before answering. Stopped with SIGTERM, the server must exit 0: its JobService
     closes too (see app.serve_http).
     """
     port = free_port()
     environ = {key: value for key, value in os.environ.items() if key != "CONCLAVE_HTTP_TOKEN"}
-    environ.update({"FASTMCP_LOG_LEVEL": "WARNING", **env})
+    environ.update({"FASTMCP_LOG_LEVEL": "WARNING", **({"CONCLAVE_HTTP_TOKEN": token} if token else {}), **env})
     log_path = tmp_path / "server.log"
     with log_path.open("wb") as log:
         process = subprocess.Popen(

@@ -13,7 +13,7 @@ from conclave.errors import InputError
 from conclave.files.trees import copy_tree, list_tree
 from conclave.jobs.service import JobService
 from conclave.settings import Settings
-from tests.fakes.processes import http_server
+from tests.fakes.processes import HTTP_TOKEN, http_server
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import KEY_ENV, install, voter, write_team
 
@@ -60,7 +60,7 @@ async def test_over_http_a_caller_names_folders_only_under_the_working_directory
     write_team(config / "conclave" / "teams" / "solo.yaml", fakes, SOLO, name="solo")
     env = {"CONCLAVE_HOME": str(tmp_path / "home"), "XDG_CONFIG_HOME": str(config), **ENV}
     with http_server(served, env) as url:
-        async with Client(url) as client:
+        async with Client(url, auth=HTTP_TOKEN) as client:
             for folder in (outside, served / "project" / "escape", Path("/etc")):
                 with pytest.raises(ToolError, match="CONCLAVE_ALLOWED_ROOTS"):
                     await client.call_tool("ask_team", {

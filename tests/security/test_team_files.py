@@ -15,7 +15,7 @@ from conclave.config import parse_team
 from conclave.errors import ConfigError
 from conclave.jobs.service import JobService
 from conclave.settings import Settings
-from tests.fakes.processes import http_server
+from tests.fakes.processes import HTTP_TOKEN, http_server
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import KEY_ENV, install, team_data, voter, write_team
 
@@ -93,7 +93,7 @@ async def test_over_http_team_files_come_only_from_the_presets_and_the_users_tea
     planted = write_team(served / "planted.yaml", fakes, SOLO, name="planted")  # in the served folder
     env = {"CONCLAVE_HOME": str(tmp_path / "home"), "XDG_CONFIG_HOME": str(config), KEY_ENV: "test-key-0123"}
     with http_server(served, env) as url:
-        async with Client(url) as client:
+        async with Client(url, auth=HTTP_TOKEN) as client:
             for team in (str(planted), "planted.yaml", str(tmp_path / ".." / "x.yaml")):
                 with pytest.raises(ToolError, match="team file is read only from"):
                     await client.call_tool("ask_team", {"task": "t", "team": team, "wait_seconds": 0})

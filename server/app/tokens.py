@@ -1,0 +1,134 @@
+"""The HTTP transport's callers: bearer tokens, each naming a caller, and the check FastMCP runs on them.
+
+HTTP always needs a token, on loopback too: other users and processes of the machine are not the user.
+Where the tokens come from, all of them accepted at once:
+
+    CONCLAVE_HTTP_TOKEN                     one token; its caller is `http`
+    $CONCLAVE_HOME/http-tokens.json         {"caller name": "token", ...}: one token per caller (0600)
+    $CONCLAVE_HOME/http-token               made (0600) when neither of the above gives a token; caller `http`
+
+A job belongs to the caller that started it (jobs/service.py); `local` (the CLI and stdio) is not a name a
+token may take. tests/security/test_callers.py checks both.
+"""
+
+from __future__ import annotations
+
+import errno
+import hmac
+import json
+import os
+import re
+import secrets
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+from fastmcp.server.auth import AccessToken, TokenVerifier
+
+from conclave.errors import ConfigError
+from conclave.jobs.service import LOCAL
+from conclave.jobs.store import private_dir
+from conclave.settings import Settings
+
+TOKEN_FILE = "http-token"
+TOKENS_FILE = "http-tokens.json"
+DEFAULT_CALLER = "http"
+CALLER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}")
+MIN_TOKEN = 16
+
+
+@dataclass(frozen=True)
+class HttpTokens:
+    """Token -> caller name, and what to tell the user about where the tokens came from."""
+
+    callers: dict[str, str]
+    notice: str = ""
+
+
+def load_tokens(settings: Settings) -> HttpTokens:
+    """Every token this server accepts; with none configured, the one stored under CONCLAVE_HOME (made once)."""
+    callers: dict[str, str] = {}
+    if settings.http_token is not None:
+        callers[_checked_token(settings.http_token.get_secret_value(), "CONCLAVE_HTTP_TOKEN")] = DEFAULT_CALLER
+    named = settings.home / TOKENS_FILE
+    if named.exists():
+        for caller, token in _read_named(named).items():
+            callers[token] = caller
+    if callers:
+        return HttpTokens(callers)
+    path, made = stored_token(settings.home)
+    token = _read_private(path).strip()
+    said = "made a bearer token" if made else "using the bearer token"
+    notice = (f"conclave: HTTP needs a bearer token; {said} in {path} (mode 0600). Give clients the header "
+              f"`Authorization: Bearer <that token>`, e.g. export CONCLAVE_HTTP_TOKEN=$(cat {path}) where the "
+              "client runs and register with `conclave install TARGET --http URL`; for one token per caller, "
+              f"write {named} as {{\"caller name\": \"token\"}}")
+    return HttpTokens({_checked_token(token, str(path)): DEFAULT_CALLER}, notice)
+
+
+def stored_token(home: Path) -> tuple[Path, bool]:
+    """`home/http-token`, made with a new random token when missing (O_EXCL, no link followed, 0600)."""
+    private_dir(home)
+    path = home / TOKEN_FILE
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except FileExistsError:
+        return path, False
+    with os.fdopen(fd, "w") as handle:
+        handle.write(secrets.token_urlsafe(32) + "\n")
+    return path, True
+
+
+def _read_private(path: Path) -> str:
+    """A token file's text: a regular file of ours that no one else may read, never reached through a link."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise ConfigError(f"{path} is a symlink; a token file must be a regular file: replace it") from exc
+        raise ConfigError(f"{path}: cannot read the token file ({exc.strerror})") from exc
+    with os.fdopen(fd) as handle:
+        info = os.fstat(handle.fileno())
+        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid() or info.st_mode & 0o077:
+            raise ConfigError(f"{path} must be a regular file of yours that only you can read: run chmod 600 {path}")
+        return handle.read()
+
+
+def _read_named(path: Path) -> dict[str, str]:
+    try:
+        data = json.loads(_read_private(path))
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{path} is not JSON ({exc}); write it as {{\"caller name\": \"token\", ...}}") from exc
+    if not isinstance(data, dict) or not all(isinstance(v, str) for v in data.values()):
+        raise ConfigError(f"{path}: write it as {{\"caller name\": \"token\", ...}} (strings only)")
+    for caller, token in data.items():
+        if not CALLER_NAME.fullmatch(caller) or caller == LOCAL:
+            raise ConfigError(f"{path}: caller name {caller!r} is not valid: use letters, digits, '_.@-' (not "
+                              f"{LOCAL!r}, the local user's name)")
+        _checked_token(token, f"{path} ({caller})")
+    if len(set(data.values())) != len(data):
+        raise ConfigError(f"{path}: two callers share a token; give each caller a token of its own")
+    return dict(data)
+
+
+def _checked_token(token: str, where: str) -> str:
+    if len(token) < MIN_TOKEN:
+        raise ConfigError(f"{where}: a token needs at least {MIN_TOKEN} characters; make one with "
+                          "python3 -c 'import secrets; print(secrets.token_urlsafe(32))'")
+    return token
+
+
+class CallerTokens(TokenVerifier):
+    """FastMCP's bearer check: a known token becomes an AccessToken whose client_id is the caller's name."""
+
+    def __init__(self, tokens: HttpTokens) -> None:
+        super().__init__()
+        self._tokens = [(token.encode(), caller) for token, caller in tokens.callers.items()]
+
+    async def verify_token(self, token: str) -> AccessToken | None:
+        given = token.encode()
+        found = None
+        for known, caller in self._tokens:  # every comparison made, in constant time each
+            if hmac.compare_digest(given, known):
+                found = caller
+        return None if found is None else AccessToken(token=token, client_id=found, scopes=[])

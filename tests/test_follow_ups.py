@@ -19,7 +19,7 @@ from conclave.errors import InputError
 from conclave.jobs.service import JobService
 from conclave.jobs.views import JobView
 from conclave.settings import Settings
-from tests.fakes.processes import http_server, stdio_params
+from tests.fakes.processes import HTTP_TOKEN, http_server, stdio_params
 from tests.fakes.script import RecordedRequest, Reply
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import KEY_ENV, TRIO, decide, vote_labels, write_team
@@ -96,7 +96,7 @@ async def test_a_failed_check_then_a_follow_up_with_its_output_passes(
     else:
         server_cm = http_server(tmp_path, env)
         url = server_cm.__enter__()
-        client_cm = Client(url)
+        client_cm = Client(url, auth=HTTP_TOKEN)
     try:
         async with client_cm as client:
             async def call(name: str, arguments: dict[str, Any]) -> dict[str, Any]:

@@ -165,7 +165,7 @@ async def test_steer_job_over_mcp_changes_the_answers(tmp_path: Path, fakes: Fak
     from fastmcp import Client
     from mcp.client.client import Client as McpClient
 
-    from tests.fakes.processes import http_server, stdio_params
+    from tests.fakes.processes import HTTP_TOKEN, http_server, stdio_params
 
     for _, agent in TRIO:
         fakes.script.set_default(agent, reacting)
@@ -179,7 +179,7 @@ async def test_steer_job_over_mcp_changes_the_answers(tmp_path: Path, fakes: Fak
         params.env = {**(params.env or {}), **env}
         client_cm: object = McpClient(params)
     else:
-        client_cm = Client(server_cm.__enter__())
+        client_cm = Client(server_cm.__enter__(), auth=HTTP_TOKEN)
     try:
         async with client_cm as client:  # type: ignore[attr-defined]
             async def call(name: str, arguments: dict[str, object]) -> JobView:

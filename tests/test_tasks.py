@@ -24,7 +24,7 @@ from conclave.backends.retry import RetryPolicy
 from conclave.jobs.service import JobService
 from conclave.jobs.views import JobView
 from conclave.settings import Settings
-from tests.fakes.processes import http_server, stdio_params
+from tests.fakes.processes import HTTP_TOKEN, http_server, official_http, stdio_params
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import KEY_ENV, TRIO, install, voter, write_team
 
@@ -169,18 +169,18 @@ async def test_over_http_a_task_outlives_its_server(tmp_path: Path, fakes: FakeP
 
     env = {"CONCLAVE_HOME": str(tmp_path / "home"), "XDG_CONFIG_HOME": str(trio_preset(tmp_path, fakes)), **ENV}
     with http_server(tmp_path, env) as url:
-        async with Client(url) as client:
+        async with Client(url, auth=HTTP_TOKEN) as client:
             task = await call_tool_task(client, "ask_team", ASK)
             assert (await task.status()).status == "working"
             done = await task.wait(timeout=60)
             status = JobView.model_validate((await client.call_tool("get_status", {"job_id": task.task_id})).structured_content)
             same_view(done.result, status)
-        async with McpClient(url, extensions=[TasksAd()]) as official:  # the official client, same server
+        async with McpClient(official_http(url), extensions=[TasksAd()]) as official:  # the official client, same server
             handle, polls, view = await follow_with_mcp(official, ASK)
             assert polls[0].status == "working" and polls[-1].status == "completed"
             same_view(polls[-1].result, view)
     with http_server(tmp_path, env) as url:  # a new server process on the same store
-        async with Client(url) as client:
+        async with Client(url, auth=HTTP_TOKEN) as client:
             again = await client.session.send_request(TaskGet(params=TaskId(task_id=task.task_id)), Polled)
             assert again.status == "completed"
             same_view(again.result, status)

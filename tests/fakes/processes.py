@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx2
 from mcp.client.stdio import StdioServerParameters
@@ -23,6 +24,14 @@ from tests.fakes.server import free_port
 from tests.fakes.team import KEY_ENV
 
 HTTP_TOKEN = "conclave-test-token-0123456789"  # the server's token unless `env` sets CONCLAVE_HTTP_TOKEN
+
+
+def official_http(url: str, token: str = HTTP_TOKEN) -> Any:
+    """The official `mcp` client's transport to `url`, sending the server's token (HTTP always needs one)."""
+    from mcp.client.streamable_http import streamable_http_client
+
+    headers = {"Authorization": f"Bearer {token}"}
+    return streamable_http_client(url, http_client=httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=300)))
 
 
 @contextmanager

@@ -42,8 +42,13 @@ async def ask_team(
     ] = False,
     force_binary: Annotated[
         bool,
-        Field(description="With apply: also apply text files that became binary. Their change cannot be "
-                          "shown as text (the patch holds an escaped excerpt), so apply refuses them otherwise."),
+        Field(description="With apply: also apply binary changes, added or modified. The patch cannot show "
+                          "them as text, so apply holds them back otherwise (listed in the result)."),
+    ] = False,
+    allow_artifacts: Annotated[
+        bool,
+        Field(description="With apply: also apply compiled or loadable artefacts (__pycache__/, *.pyc, *.so, "
+                          "*.dll, ...), which apply holds back otherwise. VCS metadata (.git) is never applied."),
     ] = False,
     verify: Annotated[
         str | None,
@@ -76,8 +81,8 @@ async def ask_team(
     # everything is checked by submit (the CLI shares it): the task, the team and its keys, the context
     # paths, apply, verify (needs context paths and Docker) and the budgets (a cost budget needs prices)
     paths = list(context_paths or [])
-    view = await jobs.submit(task, team, paths, apply, force_binary, verify=verify, max_cost_usd=max_cost_usd,
-                             max_tokens=max_tokens)
+    view = await jobs.submit(task, team, paths, apply, force_binary, allow_artifacts=allow_artifacts, verify=verify,
+                             max_cost_usd=max_cost_usd, max_tokens=max_tokens)
     progress = ProgressReporter(ctx)
     await progress.start(view)
     if wait_seconds > 0 and not view.done:

@@ -3,7 +3,6 @@ copying: ask_team returns at once), prepare them when it starts (the copy), coll
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import anyio
@@ -14,6 +13,8 @@ from conclave.config import Team
 from conclave.coordination.job_files import JobFiles
 from conclave.errors import ApplyError, SandboxUnavailable
 from conclave.files.contexts import ContextPath, named
+from conclave.files.removal import remove_tree
+from conclave.files.review import Consent
 from conclave.files.trees import list_tree
 from conclave.files.workspaces import Workspaces
 from conclave.jobs.records import ApplyMode, ContextChanges, FileChangeView, FilesResult, JobOptions
@@ -23,7 +24,7 @@ MAX_OUTSIDE = 200  # files listed outside the context folders; more are cut
 
 
 async def admit(
-    sources: list[ContextPath], team: Team, apply: ApplyMode, force_binary: bool = False
+    sources: list[ContextPath], team: Team, apply: ApplyMode, consent: Consent = Consent()
 ) -> JobOptions:
     """Check a job's context paths and sandbox when it is submitted; nothing is copied yet.
 
@@ -44,7 +45,7 @@ async def admit(
                 f"verify runs {team.verify!r} on each answer's files in a Docker sandbox, but {status.error}; "
                 "or leave verify out to run the job without checks"
             )
-    return JobOptions(context_paths=named(sources), apply=apply, commands=commands, force_binary=force_binary)
+    return JobOptions(context_paths=named(sources), apply=apply, commands=commands, **consent.model_dump())
 
 
 async def prepare(job_dir: Path, options: JobOptions) -> None:
@@ -53,7 +54,7 @@ async def prepare(job_dir: Path, options: JobOptions) -> None:
         await Workspaces(job_dir, agent_owner=container_user()).prepare(list(options.context_paths))
     except BaseException:
         with anyio.CancelScope(shield=True):
-            await anyio.to_thread.run_sync(lambda: shutil.rmtree(job_dir / "base", ignore_errors=True))
+            await anyio.to_thread.run_sync(remove_tree, job_dir / "base")
         raise
 
 
@@ -88,9 +89,13 @@ async def collect(files: JobFiles, options: JobOptions, consensus: bool) -> File
                 changes.apply_error = NO_CONSENSUS
                 contexts.append(changes)
                 continue
+            consent = Consent(force_binary=options.force_binary, allow_artifacts=options.allow_artifacts)
             try:
-                await workspaces.apply(option.name, force=options.force_binary, patch=patch)
-                changes.applied = True
+                done = await workspaces.apply(option.name, consent=consent, patch=patch)
+                changes.held_back = done.held
+                changes.applied = not done.empty
+                if done.empty:
+                    changes.apply_error = "nothing applied: every change was held back (see held_back)"
             except ApplyError as exc:
                 changes.apply_error = str(exc)
         contexts.append(changes)

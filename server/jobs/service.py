@@ -36,6 +36,7 @@ from conclave.coordination.verification import Verifier
 from conclave.errors import ConclaveError, InputError, JobNotFound, QueueFull
 from conclave.files.budget import MB
 from conclave.files.contexts import parse_context_paths
+from conclave.files.review import Consent
 from conclave.files.workspaces import Workspaces
 from conclave.jobs.access import Access
 from conclave.jobs.estimate import estimate, history
@@ -142,6 +143,7 @@ class JobService:
         apply: ApplyMode = False,
         force_binary: bool = False,
         *,
+        allow_artifacts: bool = False,
         verify: str | None = None,
         max_cost_usd: float | None = None,
         max_tokens: int | None = None,
@@ -171,7 +173,8 @@ class JobService:
         resolved = shape_team(resolved, verify=verify, max_cost_usd=max_cost_usd, max_tokens=max_tokens,
                               has_context=bool(sources))
         job_id = new_job_id()
-        options = await admit(sources, resolved, apply, force_binary) if sources else JobOptions()
+        consent = Consent(force_binary=force_binary is True, allow_artifacts=allow_artifacts is True)
+        options = await admit(sources, resolved, apply, consent) if sources else JobOptions()
         options.estimate = estimate(resolved, self.store.team_usage(resolved.name))
         self.store.create_job(
             job_id, task, resolved.name, resolved.model_dump_json(), os.getpid(), self._owner_id, options
@@ -315,7 +318,7 @@ class JobService:
             return None  # plan.shape_team refused a verify without context paths at submit
         spec = team.sandbox if not isinstance(team.sandbox, str) else SandboxSpec()
         return Verifier(job_id, team.verify, files.workspaces, spec, timeout_s=self.settings.verify_timeout_s,
-                        limiter=self._check_slots)
+                        limiter=self._check_slots, protect=team.verify_protect)
 
     def _end_if_active(self, job_id: str, state: str, phase: str, error: str | None = None) -> None:
         row = self.store.job(job_id)

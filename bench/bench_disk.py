@@ -11,6 +11,7 @@ and keeps going with new files (dd with a loop). Also the cost: a warm `true` wi
 from __future__ import annotations
 
 import json
+import os
 import platform
 import statistics
 import tempfile
@@ -85,6 +86,7 @@ async def main() -> None:
         "machine": platform.machine(),
         "budget_mb": LIMIT // MB,
         "runs_per_scenario": RUNS,
+        "load_average_1m_at_end": round(os.getloadavg()[0], 1),  # this host is shared: overshoot grows with load
         "scenarios": results,
         **await cost(client),
         "before": "at b4dce12 nothing stopped a command: each scenario wrote all of it (600 MB, 600 MB, 600 MB, "

@@ -52,12 +52,12 @@ def _remove(top: int, name: str, pending: list[str]) -> None:
             if not folders:
                 stack.pop()
                 os.close(fd)
-                _quietly(lambda: os.rmdir(own, dir_fd=parent))
+                _quietly(lambda own=own, parent=parent: os.rmdir(own, dir_fd=parent))
                 continue
             sub = folders.pop()
             if len(stack) >= MAX_OPEN:
                 moved = f".conclave-removing-{secrets.token_hex(6)}"
-                if _quietly(lambda: os.rename(sub, moved, src_dir_fd=fd, dst_dir_fd=top)):
+                if _quietly(lambda sub=sub, moved=moved, fd=fd: os.rename(sub, moved, src_dir_fd=fd, dst_dir_fd=top)):
                     pending.append(moved)
                 continue
             try:

@@ -46,7 +46,6 @@ import anyio.to_thread
 
 from conclave.config import LABEL, LETTER
 from conclave.errors import ContextTooLarge, InputError
-from conclave.files import safe
 from conclave.files.apply import Changes, apply_tree
 from conclave.files.contexts import (
     Caps,

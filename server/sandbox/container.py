@@ -55,6 +55,7 @@ import anyio.to_thread
 from conclave.config import Sandbox as SandboxSpec
 from conclave.errors import SandboxError, SandboxUnavailable
 from conclave.files.settling import Settled, settle
+from conclave.sandbox.disk_watch import Watched, Watcher
 from conclave.sandbox.engine import (
     FIX,
     PROCESS_OWNER,
@@ -66,7 +67,6 @@ from conclave.sandbox.engine import (
     remove_container,
     sweep,
 )
-from conclave.sandbox.disk_watch import Watched, Watcher
 from conclave.sandbox.image import IMAGE_REPO, default_tag
 from conclave.sandbox.output import _Capped
 

@@ -25,7 +25,8 @@ from pathlib import Path
 from conclave.errors import TreeTooLarge
 from conclave.files.safe import walk
 
-POLL_S = 0.005  # between two statvfs calls
+POLL_S = 0.005  # between two statvfs calls with a budget
+FLOOR_POLL_S = 0.05  # without one, only the host's free space is watched
 MEASURE_EVERY_S = 0.5  # a full measure at least this often (another process's deletes can hide growth)
 FREE_FLOOR = 512 * 1024 * 1024  # never let a command take the host's filesystem below this much free space
 
@@ -72,7 +73,7 @@ def watch(root: Path, room: int | None, stop: Callable[[str], None], done: threa
     known = measure(root) if room is not None else 0
     if room is not None:
         room = max(room, known)  # already over (budget shared with others): it may shrink, never grow
-    while not done.wait(POLL_S):
+    while not done.wait(POLL_S if room is not None else FLOOR_POLL_S):
         reason = None
         if _free(root) < floor:
             reason = f"the host's disk is nearly full (under {floor // (1024 * 1024)} MB free)"

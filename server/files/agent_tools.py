@@ -151,7 +151,9 @@ class AgentTools:
         except (FileNotFoundError, NotADirectoryError):
             raise ToolProblem(f"{shown!r} is not a folder") from None
         lines = [f"{rel} ({entry.size} bytes)" for rel, entry in list(listing.files.items())[:MAX_LIST]]
-        if listing.truncated:
+        if listing.limit:
+            lines.append(f"[the listing stopped: {listing.limit}; list a sub-folder]")
+        elif listing.truncated:
             lines.append(f"[more than {MAX_LIST} files; list a sub-folder]")
         return "\n".join(lines) or "(no files)"
 

@@ -55,7 +55,7 @@ import anyio.to_thread
 from conclave.config import Sandbox as SandboxSpec
 from conclave.errors import SandboxError, SandboxUnavailable
 from conclave.files.settling import Settled, settle
-from conclave.sandbox.disk_watch import Watched, Watcher
+from conclave.sandbox.disk_watch import Watched, Watcher, kill_user_processes
 from conclave.sandbox.engine import (
     FIX,
     PROCESS_OWNER,
@@ -346,6 +346,7 @@ class Sandbox:
         """Stop every process in the container at once (the disk watcher's cap); `_reap` restarts it."""
         import docker
 
+        kill_user_processes(self.container.id, self.uid)  # at once from the host where it can
         try:
             self.container.kill()
             self.container.wait(timeout=30, condition="not-running")  # the kill lands after the call returns

@@ -9,7 +9,8 @@ is read-only here). So the budget is kept by two means while a command runs (san
   when the filesystem grew by more than the room left since the last measure, or at least every
   `MEASURE_EVERY_S`, measures the workspace with safe.py's bounded walk. Over the room (or over the
   walk's entry or depth caps, or below the host's free-space floor), it calls `stop`, which kills the
-  command at once. Writes between a poll and the kill are the overshoot: bench/bench_disk.py measures it
+  command at once: the command user's processes by SIGKILL from the host (`kill_user_processes`, through
+  the container's cgroup), then the container through the engine. Writes between a poll and the kill are the overshoot: bench/bench_disk.py measures it
   (bench/results/disk.json); tests/security/test_disk_budget.py shows the cap holds.
 """
 
@@ -95,6 +96,35 @@ def watch(root: Path, room: int | None, stop: Callable[[str], None], done: threa
     return seen
 
 
+# Where a container's processes are listed on the host (cgroup v1 and v2, cgroupfs and systemd drivers).
+CGROUP_PROCS = (
+    "/sys/fs/cgroup/pids/docker/{id}/cgroup.procs", "/sys/fs/cgroup/docker/{id}/cgroup.procs",
+    "/sys/fs/cgroup/system.slice/docker-{id}.scope/cgroup.procs",
+)
+
+
+def kill_user_processes(container_id: str, uid: int, passes: int = 3) -> int:
+    """SIGKILL, from the host, every process of the container owned by `uid` (the command's user, never
+    the keeper): microseconds, where a call to the engine takes tens of milliseconds of writes. Returns
+    how many were signalled; 0 when the host cannot see or signal them (the engine's kill then does)."""
+    path = next((Path(p.format(id=container_id)) for p in CGROUP_PROCS if Path(p.format(id=container_id)).exists()),
+                None)
+    killed = 0
+    for _ in range(passes if path is not None else 0):
+        try:
+            pids = [int(line) for line in path.read_text().split()]  # type: ignore[union-attr]
+        except (OSError, ValueError):
+            return killed
+        for pid in pids:
+            try:
+                if os.stat(f"/proc/{pid}").st_uid == uid:
+                    os.kill(pid, 9)
+                    killed += 1
+            except (OSError, ProcessLookupError):
+                continue  # gone already, or not ours to signal
+    return killed
+
+
 class Watcher:
     """`watch` in a daemon thread for the span of one command: `start()`, then `finish()`."""
 
@@ -107,6 +137,9 @@ class Watcher:
                 self.result = watch(root, room, stop, self._done)
             except OSError:
                 pass  # the workspace went away with the job: nothing left to watch
+            except TreeTooLarge as exc:  # past the walk's caps before the command even ran
+                self.result = Watched(reason=f"the workspace is past the walk's caps ({exc.found})")
+                stop(self.result.reason or "")
 
         self._thread = threading.Thread(target=run, name="conclave-disk-watch", daemon=True)
 

@@ -100,6 +100,9 @@ def render(view: JobView) -> Group:
             if view.winner_check:
                 lines.append(_text(f"its check: {view.winner_check}"))
         lines.append(_text(f"why: {view.reason or '-'}"))
+        for context in (view.diff_summary or {}).get("contexts", []):  # type: ignore[union-attr]
+            for held in context.get("held_back", []):
+                lines.append(_text(f"held back, not applied: {context['name']}/{held['path']}: {held['fix']}"))
         lines.append(_text(f"usage: {view.usage.input_tokens} in, {view.usage.output_tokens} out{cost}"))
     elif view.agree:
         lines.append(_text("same final answer: " + "; ".join(" = ".join(group) for group in view.agree)))

@@ -126,3 +126,17 @@ async def test_the_job_result_says_what_was_held_back_and_why(tmp_path: Path, fa
     assert not (project / "pkg" / "__pycache__").exists() and not (project / ".GIT").exists()
     held = {entry["path"]: entry["reason"] for entry in context["held_back"]}
     assert held == {".GIT/hooks/pre-commit": "vcs_metadata", "pkg/__pycache__/mod.cpython-311.pyc": "artifact"}
+
+
+def test_conclave_ask_names_what_was_held_back() -> None:
+    from rich.console import Console
+
+    from conclave.cli.commands import render
+    from conclave.jobs.views import JobView
+
+    held = {"path": "pkg/__pycache__/m.pyc", "reason": "artifact", "fix": "pass allow_artifacts=true"}
+    view = JobView(job_id="cj-000000000001", state="completed", phase="done", elapsed_s=1, team="t", task="x",
+                   next="-", diff_summary={"contexts": [{"name": "proj", "held_back": [held]}]})
+    console = Console(record=True, width=200)
+    console.print(render(view))
+    assert "held back, not applied: proj/pkg/__pycache__/m.pyc: pass allow_artifacts=true" in console.export_text()

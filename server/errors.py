@@ -7,6 +7,7 @@
     │   ├── NotAFile          a FIFO, socket or device where a regular file is needed: never opened
     │   ├── FileTooLarge      a file over a tool's size cap (checked with fstat before reading)
     │   ├── ContextTooLarge   context paths over the file-count or byte cap (names the biggest folders)
+    │   ├── TreeTooLarge      a walk met folders nested too deep or too many entries: it stopped there
     │   ├── NotPermitted      a caller named a folder or team file outside what it may name
     │   └── QueueFull         too many jobs waiting already (CONCLAVE_MAX_QUEUED)
     ├── ConfigError           a team file or preset is wrong (names the file, the key, the fix)
@@ -18,11 +19,11 @@
     │   ├── AuthFailed        401/403: fails at once
     │   ├── BadRequest        other 4xx: fails at once with the provider's message
     │   └── MalformedResponse the provider answered something we cannot read: retried
+    ├── HostStepFailed        a host-side file step (a snapshot, the final tree) failed unexpectedly
     ├── SandboxError          the Docker sandbox failed (a container, an exec, an image build)
     │   └── SandboxUnavailable  no Docker engine reachable, or no sandbox image: refuse command teams
     └── ApplyError            the winner's changes could not be applied to a caller's folder
         ├── ApplyConflict     files there changed since the job started: nothing was written
-        ├── ApplyRefused      a text file became binary (hidden from the diff): apply needs force
         └── ApplyFailed       a write failed midway: everything written was rolled back
 
 `app.py` translates these into MCP tool errors in one place; anything else is a bug.
@@ -131,6 +132,17 @@ class ContextTooLarge(InputError):
         ConclaveError.__init__(self, f"{value} holds {found}, over the cap of {cap}{hint}. {self.fix}")
 
 
+class TreeTooLarge(InputError):
+    """A tree walk stopped at its depth or entry cap, checked while walking (files/safe.py)."""
+
+    def __init__(self, where: str, found: str, cap: str) -> None:
+        self.where, self.found, self.cap = where, found, cap
+        super().__init__(
+            "path", where, f"{found}, over the cap of {cap}; the walk stopped there. Remove or flatten "
+            "those folders (keep generated trees in /tmp)"
+        )
+
+
 class ConfigError(ConclaveError):
     """A team file or preset is wrong."""
 
@@ -193,6 +205,11 @@ class MalformedResponse(ProviderError):
     retryable = True
 
 
+class HostStepFailed(ConclaveError):
+    """A host-side file step of a turn (a snapshot, the final tree) failed unexpectedly: that step
+    fails with this message, never the job."""
+
+
 class SandboxError(ConclaveError):
     """The Docker sandbox failed: a container would not start, an exec broke, an image build failed."""
 
@@ -215,18 +232,6 @@ class ApplyConflict(ApplyError):
             f"nothing was applied to {target}: {len(conflicts)} file(s) changed there since the job "
             f"started: {listed}. Review those changes, then apply the patch by hand (read it with "
             f"read_workspace path='@diff'; `git apply` reports each conflict) or run the task again"
-        )
-
-
-class ApplyRefused(ApplyError):
-    """A change hides itself from the text diff (a text file became binary); nothing was written."""
-
-    def __init__(self, target: str, paths: list[str]) -> None:
-        self.target, self.paths = target, list(paths)
-        super().__init__(
-            f"nothing was applied to {target}: {', '.join(paths)} became binary (a NUL or non-UTF-8 byte), "
-            "so the diff cannot show the change; read its escaped excerpt in the patch (read_workspace "
-            "path='@diff'), then apply again with force_binary=true (CLI: --force-binary) if it is wanted"
         )
 
 

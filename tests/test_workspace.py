@@ -28,6 +28,8 @@ from conclave.files import apply as applying
 from conclave.files import safe
 from conclave.files.contexts import CALLER
 from conclave.files.diff import diff_trees
+from conclave.files.review import Consent
+from conclave.files.settling import settle
 from conclave.files.trees import read_bytes
 from conclave.files.workspaces import (
     Caps,
@@ -297,7 +299,7 @@ def test_settle_clears_unsafe_bits_and_never_follows_links(root, tmp_path):
     os.chmod(root / "tool", 0o6755)
     os.chmod(root / "sub", 0o2777)
     os.chmod(root / "sub" / "shared", 0o666)
-    report = safe.settle(root)
+    report = settle(root)
     assert stat.S_IMODE(os.stat(root / "tool").st_mode) == 0o755
     assert stat.S_IMODE(os.stat(root / "sub").st_mode) == 0o775
     assert stat.S_IMODE(os.stat(root / "sub" / "shared").st_mode) == 0o664
@@ -609,7 +611,7 @@ async def applied_job(tmp_path):
 @pytest.mark.anyio
 async def test_apply_success(applied_job):
     spaces, src = applied_job
-    changes = await spaces.apply("proj")
+    changes = await spaces.apply("proj", consent=Consent(force_binary=True))  # logo.bin is binary
     assert (changes.added, sorted(changes.modified), changes.deleted) == (
         ["pkg/new/mod.py"], ["app.py", "logo.bin"], ["dir/only.txt", "old.txt"])
     assert read_tree(src) == {
@@ -661,7 +663,7 @@ async def test_apply_failure_midway_rolls_back(applied_job, monkeypatch):
 
     monkeypatch.setattr(applying, "_copy_in", failing_copy)
     with pytest.raises(ApplyFailed, match="No space left on device; every change was rolled back"):
-        await spaces.apply("proj")
+        await spaces.apply("proj", consent=Consent(force_binary=True))
     assert len(calls) == 3
     assert read_tree(src) == before  # also: no temp or backup files left behind
     assert not (src / "pkg").exists()

@@ -44,8 +44,13 @@ async def ask_team(
     ] = False,
     force_binary: Annotated[
         bool,
-        Field(description="With apply: also apply text files that became binary. Their change cannot be "
-                          "shown as text (the patch holds an escaped excerpt), so apply refuses them otherwise."),
+        Field(description="With apply: also apply binary changes, added or modified. The patch cannot show "
+                          "them as text, so apply holds them back otherwise (listed in the result)."),
+    ] = False,
+    allow_artifacts: Annotated[
+        bool,
+        Field(description="With apply: also apply compiled or loadable artefacts (__pycache__/, *.pyc, *.so, "
+                          "*.dll, ...), which apply holds back otherwise. VCS metadata (.git) is never applied."),
     ] = False,
     verify: Annotated[
         str | None,
@@ -86,8 +91,8 @@ async def ask_team(
     # paths, apply, verify (needs context paths and Docker) and the budgets (a cost budget needs prices)
     paths = None if context_paths is None else list(context_paths)  # a follow-up carries None over
     who = caller(ctx)
-    view = await jobs.submit(task, team, paths, apply, force_binary, verify=verify, max_cost_usd=max_cost_usd,
-                             max_tokens=max_tokens, follow_up=follow_up, caller=who)
+    view = await jobs.submit(task, team, paths, apply, force_binary, allow_artifacts=allow_artifacts, verify=verify,
+                             max_cost_usd=max_cost_usd, max_tokens=max_tokens, follow_up=follow_up, caller=who)
     progress = ProgressReporter(ctx)
     await progress.start(view)
     if wait_seconds > 0 and not view.done:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -21,6 +22,7 @@ from rich.table import Table
 from rich.text import Text
 
 from conclave.cli import EXIT_FAILED, EXIT_OK
+from conclave.cli.terminal import printable
 from conclave.config import list_presets, load_team_file
 from conclave.errors import ConclaveError, JobNotFound
 from conclave.jobs.estimate import history
@@ -43,7 +45,8 @@ async def _ask(args: argparse.Namespace, console: Console) -> int:
         contexts = context_arguments(args.context) if args.context or not args.follow_up else None
         view = await service.submit(
             args.task, args.team, contexts, args.apply, args.force_binary,
-            verify=args.verify, max_cost_usd=args.max_cost, max_tokens=args.max_tokens, follow_up=args.follow_up,
+            allow_artifacts=args.allow_artifacts, verify=args.verify, max_cost_usd=args.max_cost,
+            max_tokens=args.max_tokens, follow_up=args.follow_up,
         )
         if args.json:
             while not view.done:
@@ -62,7 +65,7 @@ async def _ask(args: argparse.Namespace, console: Console) -> int:
         console.print(render(view))
         if view.answer is not None:
             console.rule("Final answer")
-            console.print(Text(view.answer))
+            console.print(Text(printable(view.answer)))
         return EXIT_OK if view.state == "completed" else EXIT_FAILED
 
 
@@ -77,33 +80,48 @@ def context_arguments(values: Sequence[str]) -> list[object]:
 
 def render(view: JobView) -> Group:
     """The live view: a line per agent (state, answers, vote), the tally, elapsed time."""
-    table = Table(title=f"{view.job_id} - team {view.team} - {view.state}", title_justify="left")
+    table = Table(title=printable(f"{view.job_id} - team {view.team} - {view.state}"), title_justify="left")
     for column in ("agent", "model", "state", "answers", "vote", "tokens in/out"):
         table.add_column(column)
     for agent in view.agents:
         state = agent.state if not agent.error else f"failed: {agent.error[:60]}"
         tokens = f"{agent.usage.input_tokens}/{agent.usage.output_tokens}"
-        table.add_row(agent.letter, agent.model, state, str(agent.answers), agent.vote or "-", tokens)
+        cells = (agent.letter, agent.model, state, str(agent.answers), agent.vote or "-", tokens)
+        table.add_row(*(printable(cell) for cell in cells))
     tally = ", ".join(f"{label}: {count}" for label, count in view.tally.items()) or "no votes yet"
-    lines = [table, Text(f"{view.phase}  |  round {view.round}  |  tally {tally}  |  {view.elapsed_s:.0f}s")]
+    lines: list[Table | Text] = [table, _text(f"{view.phase}  |  round {view.round}  |  tally {tally}  |  {view.elapsed_s:.0f}s")]
     if view.checks:
-        lines.append(Text("checks: " + "; ".join(f"{label} {check}" for label, check in view.checks.items())))
+        lines.append(_text("checks: " + "; ".join(f"{label} {check}" for label, check in view.checks.items())))
     if view.estimate is not None:
-        lines.append(Text(f"estimate: {estimate_text(view.estimate)}"))
+        lines.append(_text(f"estimate: {estimate_text(view.estimate)}"))
     if view.leading is not None:
-        lines.append(Text(f"leading: {view.leading.label} with {view.leading.votes} vote(s)"))
-    lines += [Text(f"note{'' if note.seen else ' (not seen yet)'}: {note.text}") for note in view.notes]
+        lines.append(_text(f"leading: {view.leading.label} with {view.leading.votes} vote(s)"))
+    lines += [_text(f"note{'' if note.seen else ' (not seen yet)'}: {note.text}") for note in view.notes]
     if view.done:
         cost = f", ${view.usage.cost_usd:.4f}" if view.usage.cost_usd is not None else ""
         if view.winner:
-            lines.append(Text(f"winner {view.winner}: {view.majority}", style="bold"))
+            lines.append(_text(f"winner {view.winner}: {view.majority}", style="bold"))
             if view.winner_check:
-                lines.append(Text(f"its check: {view.winner_check}"))
-        lines.append(Text(f"why: {view.reason or '-'}"))
-        lines.append(Text(f"usage: {view.usage.input_tokens} in, {view.usage.output_tokens} out{cost}"))
+                lines.append(_text(f"its check: {view.winner_check}"))
+        lines.append(_text(f"why: {view.reason or '-'}"))
+        for context in (view.diff_summary or {}).get("contexts", []):  # type: ignore[union-attr]
+            for held in context.get("held_back", []):
+                lines.append(_text(f"held back, not applied: {context['name']}/{held['path']}: {held['fix']}"))
+        lines.append(_text(f"usage: {view.usage.input_tokens} in, {view.usage.output_tokens} out{cost}"))
     elif view.agree:
-        lines.append(Text("same final answer: " + "; ".join(" = ".join(group) for group in view.agree)))
+        lines.append(_text("same final answer: " + "; ".join(" = ".join(group) for group in view.agree)))
     return Group(*lines)
+
+
+def _text(text: str, style: str = "") -> Text:
+    """Rich text from strings that may hold model text: control sequences stripped (terminal.py)."""
+    return Text(printable(text), style=style)
+
+
+def _print(text: str, end: str = "\n", exact: bool = False) -> None:
+    """Print text that may hold model text, control sequences stripped; `exact` output (a patch, a file)
+    keeps its bytes when it goes to a pipe or a file rather than a terminal (`conclave show --diff > x.patch`)."""
+    print(text if exact and not sys.stdout.isatty() else printable(text), end=end)
 
 
 @contextmanager
@@ -125,7 +143,10 @@ def status(args: argparse.Namespace) -> int:
             if row is None:
                 raise ConclaveError(f"job_id={args.job_id!r} is not in {settings.db_path}; run `conclave status` to list")
             view = job_view(row, now)
-            print(json.dumps(view.model_dump(mode="json"), indent=2) if args.json else view.text())
+            if args.json:
+                print(json.dumps(view.model_dump(mode="json"), indent=2))
+            else:
+                _print(view.text())
             return EXIT_OK
         views = [job_view(row, now) for row in store.recent_jobs()]
         if args.json:
@@ -133,7 +154,7 @@ def status(args: argparse.Namespace) -> int:
         elif not views:
             Console().print("no jobs yet; start one with `conclave ask \"...\"`")
         for view in views if not args.json else []:
-            print(f"{view.job_id}  {view.state:<11} {view.team:<10} {view.elapsed_s:>6.0f}s  {view.task[:60]}")
+            _print(f"{view.job_id}  {view.state:<11} {view.team:<10} {view.elapsed_s:>6.0f}s  {view.task[:60]}")
         return EXIT_OK
 
 
@@ -151,16 +172,17 @@ def show(args: argparse.Namespace) -> int:
         if args.answers:
             for entry in read("").entries or []:
                 if entry.startswith("answers/"):
-                    print(f"## {entry.removeprefix('answers/')}\n{read(entry).content}\n")
+                    _print(f"## {entry.removeprefix('answers/')}\n{read(entry).content}\n")
         elif args.transcript or args.diff or args.thread:
-            print(read("transcript" if args.transcript else "@diff" if args.diff else "thread").content)
+            _print(read("transcript" if args.transcript else "@diff" if args.diff else "thread").content,
+                   exact=args.diff)
         elif args.file:
-            print(read(args.file, args.source).content, end="")
+            _print(read(args.file, args.source).content, end="", exact=True)
         else:
             thread = [job.id for job in store.thread(row.id)]
-            print(job_view(row, time.time(), note_views(store, row.id), thread).text())
+            _print(job_view(row, time.time(), note_views(store, row.id), thread).text())
             print("\nReadable (conclave show JOB_ID --answers | --transcript | --diff | --thread | --file PATH):")
-            print("  " + "\n  ".join(read("").entries or []))
+            _print("  " + "\n  ".join(read("").entries or []))
         return EXIT_OK
 
 
@@ -179,7 +201,7 @@ def steer(args: argparse.Namespace) -> int:
 
 def teams(args: argparse.Namespace) -> int:
     with _job_store() as (settings, store):
-        print(team_list(list_presets(), os.environ, lambda team: history(team, store.team_usage(team.name))).text())
+        _print(team_list(list_presets(), os.environ, lambda team: history(team, store.team_usage(team.name))).text())
     return EXIT_OK
 
 

@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 
 from conclave import __version__
 from conclave.cli import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, SCOPES, TARGETS
+from conclave.cli.terminal import printable
 from conclave.errors import ConclaveError
 
 
@@ -49,7 +50,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="apply the winner's changes to ':write' folders even without consensus",
     )
     ask.add_argument("--force-binary", action="store_true",
-                     help="with --apply, also apply text files that became binary (their change is not shown)")
+                     help="with --apply, also apply binary changes, added or modified (the patch cannot show them)")
+    ask.add_argument("--allow-artifacts", action="store_true",
+                     help="with --apply, also apply compiled or loadable artefacts (__pycache__/, *.pyc, *.so, ...)")
     ask.add_argument("--verify", metavar="CMD",
                      help="check each answer's files with CMD (e.g. 'pytest -q') in a fresh sandbox; needs --context")
     ask.add_argument("--max-cost", type=float, metavar="USD",
@@ -111,7 +114,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return _command(args.command)(args)
     except ConclaveError as exc:
-        print(f"conclave: {exc}", file=sys.stderr)
+        print(printable(f"conclave: {exc}"), file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED

@@ -205,6 +205,10 @@ class Team(_Strict):
     # A check run on each answer's files in a fresh sandbox (e.g. `python3 -m unittest -q`); ask_team's `verify`
     # overrides it. Needs context paths and Docker (coordination/verification.py).
     verify: Annotated[str, Field(min_length=1, max_length=MAX_VERIFY_CHARS)] | None = None
+    # Paths (gitignore patterns, per context folder) a check puts back as they were at job start before it
+    # runs, so an answer cannot pass by editing the tests; omitted: files/protect.py's defaults for Python
+    # and JavaScript projects; [] protects nothing (but stdlib-shadowing modules are still removed).
+    verify_protect: Annotated[list[Annotated[str, Field(min_length=1, max_length=200)]], Field(max_length=200)] | None = None
 
     def unpriced(self) -> list[str]:
         """The agents (`provider/model`) without a price: a cost budget cannot be kept for them."""

@@ -8,7 +8,9 @@ copies (snapshots and final/ stay), also on cancellation.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import logging
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import anyio
@@ -16,12 +18,14 @@ import anyio.to_thread
 
 from conclave.config import Sandbox as SandboxSpec
 from conclave.coordination.prompts import FilesPicture
+from conclave.errors import ConclaveError, HostStepFailed
 from conclave.files.agent_tools import AgentTools
 from conclave.files.budget import DiskBudget
 from conclave.files.workspaces import Workspaces
 from conclave.sandbox.container import Sandbox, container_user
 
 SandboxFactory = Callable[[], Sandbox]
+logger = logging.getLogger(__name__)
 
 class JobFiles:
     """Workspaces (always) and sandboxes (when the team runs commands) for one job."""
@@ -82,20 +86,39 @@ class JobFiles:
         return FilesPicture(self._folders, peers, self.commands, root=self._root)
 
     async def on_answer(self, letter: str, label: str) -> Path:
-        """Freeze the author's workspace as the answer's snapshot and show it to the peers."""
-        snapshot = await self.workspaces.snapshot(letter, label)
-        if self.commands:
-            await self.workspaces.publish(letter, label)
-        return snapshot
+        """Freeze the author's workspace as the answer's snapshot and show it to the peers.
+
+        Any failure is a ConclaveError: the orchestrator then keeps the answer without files, and
+        something unexpected here never fails the job (tests/security/test_names.py).
+        """
+        with _host_step(f"the snapshot of {label}"):
+            snapshot = await self.workspaces.snapshot(letter, label)
+            if self.commands:
+                await self.workspaces.publish(letter, label)
+            return snapshot
 
     async def finish(self, winner: str | None) -> Path | None:
         """final/ is the winning answer's snapshot: exactly the files the team voted for."""
         if winner is None or not self.workspaces.snapshot_dir(winner).is_dir():
             return None
-        return await self.workspaces.finalize(winner)
+        with _host_step(f"the final files of {winner}"):
+            return await self.workspaces.finalize(winner)
 
     async def close(self) -> None:
         with anyio.CancelScope(shield=True):
             for sandbox in self._sandboxes.values():
                 await sandbox.stop()
             await self.workspaces.remove_working_copies()  # after the containers: no process writes there
+
+
+@contextmanager
+def _host_step(what: str) -> Iterator[None]:
+    """An unexpected error in a host-side file step as a HostStepFailed naming the step (logged)."""
+    try:
+        yield
+    except ConclaveError:
+        raise
+    except Exception as exc:
+        logger.warning("%s failed", what, exc_info=True)
+        raise HostStepFailed(f"{what} could not be made ({type(exc).__name__}: {exc}); the answer stands "
+                             "without its files") from exc

@@ -107,13 +107,22 @@ class Check(_Record):
     timed_out: bool = False
     tail: list[str] = Field(default_factory=list, description="the last lines of the output")
     error: str | None = None  # why the check could not run (status "error")
+    # protected files (verify_protect) the answer changed: put back as they were before the check ran
+    protected: list[str] = Field(default_factory=list)
 
     @property
     def passed(self) -> bool:
         return self.status == "passed"
 
     def text(self) -> str:
-        """In words, on one line: "passed in 3.1 s", "failed (exit 1): 2 failed, 3 passed", "running"."""
+        """In words, on one line: "passed in 3.1 s", "failed (exit 1): 2 failed, 3 passed", "running";
+        with what the answer changed of the protected test files."""
+        if not self.protected:
+            return self._status_text()
+        shown = ", ".join(self.protected[:5]) + (f" and {len(self.protected) - 5} more" if len(self.protected) > 5 else "")
+        return f"{self._status_text()} [run with the original tests: this answer changed protected files {shown}]"
+
+    def _status_text(self) -> str:
         if self.status == "running":
             return "running"
         if self.status == "error":

@@ -1,7 +1,8 @@
 """Verification: the caller's check command (ask_team's `verify`) run on one answer's files.
 
 Each check gets a fresh copy of the answer's snapshot (files/workspaces.py `check_copy`: the snapshot
-stays immutable) and its own new container with run_command's confinement (sandbox/container.py: no
+stays immutable), with the caller's protected test files put back first (files/protect.py, the team's
+`verify_protect`; the check then names what it put back, to voters and in the result) and its own new container with run_command's confinement (sandbox/container.py: no
 network whatever the team says, limits, a non-root user, processes reaped, output capped). With one
 context path the project folder is /workspace; with several, /workspace holds one folder each. Checks
 run beside the team's turns (a task of the orchestrator's task group), at most
@@ -12,9 +13,9 @@ tests/test_verify.py runs them against a real Docker engine.
 from __future__ import annotations
 
 import logging
-import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import anyio
 import anyio.to_thread
@@ -22,6 +23,8 @@ import anyio.to_thread
 from conclave.config import Sandbox as SandboxSpec
 from conclave.coordination.reports import LINE_CHARS, TAIL_LINES, Check
 from conclave.errors import ConclaveError
+from conclave.files.protect import DEFAULT_PROTECT, restore
+from conclave.files.removal import remove_tree
 from conclave.files.workspaces import Workspaces
 from conclave.sandbox.container import CommandResult, Sandbox
 
@@ -49,34 +52,49 @@ class Verifier:
         timeout_s: float,
         limiter: anyio.CapacityLimiter,
         sandbox_factory: Callable[[], Sandbox] = Sandbox,
+        protect: Sequence[str] | None = None,
     ) -> None:
         self.job_id, self.command, self.workspaces = job_id, command, workspaces
         self.spec = spec.model_copy(update={"network": "none"})  # a check never gets the network
         self.timeout_s, self._limiter, self._factory = timeout_s, limiter, sandbox_factory
+        self.protect = tuple(DEFAULT_PROTECT if protect is None else protect)
 
     async def run(self, label: str) -> CheckRun:
         """Check answer `label`; a check that cannot run is an `error` check, never an exception."""
         async with self._limiter:
             try:
-                result = await self._run(label)
+                result, protected = await self._run(label)
             except ConclaveError as exc:
                 return CheckRun(Check(status="error", error=str(exc)), f"the check could not run: {exc}")
             except Exception as exc:  # e.g. the disk filled while copying: this check fails, never the job
                 logger.warning("the check of %s failed", label, exc_info=True)
                 error = f"{type(exc).__name__}: {exc}"
                 return CheckRun(Check(status="error", error=error), f"the check could not run: {error}")
-        return CheckRun(summarize(result), f"$ {self.command}\n{result.as_text()}")
+        check = summarize(result).model_copy(update={"protected": protected})
+        note = f"[put back before the check: {', '.join(protected)}]\n" if protected else ""
+        return CheckRun(check, f"$ {self.command}\n{note}{result.as_text()}")
 
-    async def _run(self, label: str) -> CommandResult:
+    async def _run(self, label: str) -> tuple[CommandResult, list[str]]:
         copy = await self.workspaces.check_copy(label)
         sandbox = self._factory()
         try:
+            protected = await anyio.to_thread.run_sync(self._protect, copy, abandon_on_cancel=True)
             await sandbox.start(self.workspaces.rooted(copy), {}, self.job_id, f"check-{label}", self.spec)
-            return await sandbox.exec(self.command, self.timeout_s)
+            return await sandbox.exec(self.command, self.timeout_s), protected
         finally:
             with anyio.CancelScope(shield=True):
                 await sandbox.stop()
-                await anyio.to_thread.run_sync(shutil.rmtree, copy, True)
+                await anyio.to_thread.run_sync(remove_tree, copy)
+
+
+    def _protect(self, copy: Path) -> list[str]:
+        """Put the caller's protected files back in the check copy, per context folder (files/protect.py)."""
+        changed = []
+        for context in self.workspaces.manifest().contexts:
+            base, mine = self.workspaces.base / context.name, copy / context.name
+            prefix = "" if self.workspaces.root_name() else f"{context.name}/"
+            changed += [prefix + rel for rel in restore(mine, base, self.protect, self.workspaces.agent_owner)]
+        return changed
 
 
 def summarize(result: CommandResult) -> Check:

@@ -55,7 +55,7 @@ class CommandRunner(Protocol):
     """Runs a shell command in the agent's sandbox (sandbox.Sandbox is one); its result may carry
     `workspace_bytes`, the workspace's size measured after the command."""
 
-    async def exec(self, command: str, timeout_s: float) -> Any: ...
+    async def exec(self, command: str, timeout_s: float, max_bytes: int | None = None) -> Any: ...
 
 
 def tool_error(message: str) -> str:
@@ -151,7 +151,9 @@ class AgentTools:
         except (FileNotFoundError, NotADirectoryError):
             raise ToolProblem(f"{shown!r} is not a folder") from None
         lines = [f"{rel} ({entry.size} bytes)" for rel, entry in list(listing.files.items())[:MAX_LIST]]
-        if listing.truncated:
+        if listing.limit:
+            lines.append(f"[the listing stopped: {listing.limit}; list a sub-folder]")
+        elif listing.truncated:
             lines.append(f"[more than {MAX_LIST} files; list a sub-folder]")
         return "\n".join(lines) or "(no files)"
 
@@ -254,7 +256,10 @@ class AgentTools:
 
     async def _run_command(self, args: CommandArgs) -> str:
         assert self.runner is not None
-        result = await self.runner.exec(args.command, float(args.timeout_s))
+        if self.disk is None:
+            result = await self.runner.exec(args.command, float(args.timeout_s))
+        else:  # the command is stopped as soon as the workspace outgrows what the budget leaves it
+            result = await self.runner.exec(args.command, float(args.timeout_s), max_bytes=self.disk.room())
         text = str(result.as_text())
         measured = getattr(result, "workspace_bytes", None)
         if self.disk is not None and isinstance(measured, int):

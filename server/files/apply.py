@@ -9,8 +9,13 @@ raises `ApplyConflict` naming every such file, with nothing written (`test_apply
 Writes are atomic per file (a temporary sibling made with O_EXCL, fsync, rename), and every step goes
 through the folder's fd reached by safe.py's no-follow walk, never by name; each replaced or deleted file
 is kept as a backup sibling until all writes succeed. A failure midway undoes every step in reverse and
-raises `ApplyFailed` (`test_apply_failure_midway_rolls_back`). A change that hides itself from the diff (a
-text file that became binary, diff.py) is refused unless the caller forces it (`ApplyRefused`).
+raises `ApplyFailed` (`test_apply_failure_midway_rolls_back`).
+
+Only what the reviewed patch shows is written (review.py): binary changes without `force_binary`,
+compiled artefacts without `allow_artifacts`, VCS metadata, and anything the patch does not list are held
+back, never written, and returned in `Changes.held` with why. A file's mode is what the patch shows: a
+modified file keeps the caller's own mode bits, with only the executable bit changed where the patch
+says `old mode`/`new mode`; an added file is 0644 or 0755, as git writes it (tests/security/test_apply_review.py).
 """
 
 from __future__ import annotations
@@ -25,7 +30,8 @@ from typing import Protocol, TypeVar
 
 from conclave.errors import ApplyConflict, ApplyFailed, InputError, PathOutsideRoot
 from conclave.files import safe
-from conclave.files.diff import final_listing
+from conclave.files.diff import Patch, final_listing
+from conclave.files.review import Consent, HeldBack, hold_back
 from conclave.files.trees import CHUNK, list_tree, sha256_file
 
 T = TypeVar("T")
@@ -45,10 +51,17 @@ class Changes:
     added: list[str] = field(default_factory=list)
     modified: list[str] = field(default_factory=list)
     deleted: list[str] = field(default_factory=list)
+    held: list[HeldBack] = field(default_factory=list)  # not written: why, and what would allow it
 
     @property
     def empty(self) -> bool:
         return not (self.added or self.modified or self.deleted)
+
+    def without(self, held: list[HeldBack]) -> Changes:
+        """These changes less the held-back paths, which are recorded in `held`."""
+        out = {entry.path for entry in held}
+        return Changes([p for p in self.added if p not in out], [p for p in self.modified if p not in out],
+                       [p for p in self.deleted if p not in out], list(held))
 
 
 def plan(final: Path, recorded: Mapping[str, Recorded], base: Path | None = None) -> Changes:
@@ -112,10 +125,13 @@ def _blocked_parent(target: Path, rel: str) -> str:
 
 
 def apply_tree(
-    final: Path, target: Path, recorded: Mapping[str, Recorded], base: Path | None = None
+    final: Path, target: Path, recorded: Mapping[str, Recorded], base: Path | None = None, *,
+    patch: Patch, consent: Consent = Consent(),
 ) -> Changes:
-    """Make `target` match `final` where it changed since job start; all or nothing (blocking)."""
-    changes = plan(final, recorded, base)
+    """Make `target` match `final` where it changed since job start, as `patch` shows it; the rest is
+    held back (review.py). All or nothing for what is written (blocking)."""
+    planned = plan(final, recorded, base)
+    changes = planned.without(hold_back(patch, consent, planned.added + planned.modified + planned.deleted))
     found = conflicts(target, changes, recorded)
     if found:
         raise ApplyConflict(str(target), found)
@@ -154,7 +170,8 @@ def _write(final: Path, target: Path, changes: Changes) -> None:
 
             def replace(fd: int, _name: str, rel: str = current, name: str = name, temp: str = temp,
                         backup: str = backup, modified: bool = modified) -> None:
-                _copy_in(final, rel, fd, temp)
+                now = os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode if modified else None
+                _copy_in(final, rel, fd, temp, now)
                 try:
                     if modified:
                         os.link(name, backup, src_dir_fd=fd, dst_dir_fd=fd, follow_symlinks=False)
@@ -182,11 +199,13 @@ def _write(final: Path, target: Path, changes: Changes) -> None:
         _prune_empty_parents(target, rel)
 
 
-def _copy_in(final: Path, rel: str, dir_fd: int, temp: str) -> None:
-    """Copy the regular file `final/rel` to a new file `temp` in `dir_fd` (O_EXCL, fsynced, mode kept)."""
+def _copy_in(final: Path, rel: str, dir_fd: int, temp: str, current: int | None = None) -> None:
+    """Copy the regular file `final/rel` to a new file `temp` in `dir_fd` (O_EXCL, fsynced), with the mode
+    the patch shows: the `current` mode of the file it replaces (None: a new file, 0644), only its
+    executable bits following `final`'s."""
     parts = safe.split(rel)
     with safe.directory(final, parts[:-1]) as src_dir, os.fdopen(safe.open_regular(src_dir, parts[-1], rel), "rb") as src:
-        mode = stat.S_IMODE(os.fstat(src.fileno()).st_mode) & 0o777 & ~stat.S_IWOTH
+        mode = git_mode(current, bool(os.fstat(src.fileno()).st_mode & 0o111))
         out = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
         with os.fdopen(out, "wb") as dst:
             while chunk := src.read(CHUNK):
@@ -194,6 +213,14 @@ def _copy_in(final: Path, rel: str, dir_fd: int, temp: str) -> None:
             dst.flush()
             os.fchmod(dst.fileno(), mode)
             os.fsync(dst.fileno())
+
+
+def git_mode(current: int | None, executable: bool) -> int:
+    """The mode a patch's `100644`/`100755` gives a file that has `current` (None: new) on disk."""
+    mode = 0o644 if current is None else stat.S_IMODE(current) & 0o777
+    if not executable:
+        return mode & ~0o111
+    return mode if mode & 0o111 else mode | (mode & 0o444) >> 2
 
 
 def _rollback(undo: list[tuple[str, Callable[[], None]]]) -> list[str]:

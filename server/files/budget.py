@@ -1,9 +1,10 @@
 """A job's disk budget: the bytes all its agents' workspaces may hold together.
 
 Host-side writes (`write_file`, `edit_file`) are checked before they happen and refused with a tool error
-that says what to do; a command's writes cannot be stopped midway, so the workspace is measured after
-each command (sandbox/container.py settles and measures it) and, once over, every further write is
-refused until files are deleted (tests/security/test_disk_budget.py).
+that says what to do. A command is given the room the budget leaves its workspace (`AgentDisk.room`) and
+stopped as soon as it outgrows it (sandbox/disk_watch.py); the workspace is measured again after each
+command and, once over, every further write is refused until files are deleted
+(tests/security/test_bounds.py, tests/security/test_disk_budget.py).
 """
 
 from __future__ import annotations
@@ -77,3 +78,9 @@ class AgentDisk:
 
     def measured(self, size: int) -> None:
         self.budget.measured(self.letter, size)
+
+    def room(self) -> int:
+        """The bytes this agent's workspace may hold now: the limit less what the other workspaces hold."""
+        with self.budget._lock:
+            others = sum(size for letter, size in self.budget.used.items() if letter != self.letter)
+        return max(self.budget.limit - others, 0)

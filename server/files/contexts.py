@@ -189,6 +189,10 @@ def _scan(sources: list[ContextPath], caps: Caps, roots: list[Path] | None = Non
         shown = [source.path for source in sources]
         raise InputError("context_paths", shown, "a folder is listed twice; give each folder once")
     listings = [list_tree(root, rules=IgnoreRules(root), max_files=caps.max_files * 2) for root in roots or paths]
+    limited = next((listing.limit for listing in listings if listing.limit), None)
+    if limited:
+        raise ContextTooLarge(", ".join(str(path) for path in paths), limited, "the walk's caps",
+                              fix="remove those folders or add them to a .gitignore")
     count = sum(len(listing.files) for listing in listings)
     size = sum(listing.total_bytes for listing in listings)
     shown = ", ".join(str(path) for path in paths)

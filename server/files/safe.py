@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from conclave.errors import FileTooLarge, NotAFile, PathOutsideRoot
+from conclave.errors import FileTooLarge, NotAFile, PathOutsideRoot, TreeTooLarge
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 _O_PATH = getattr(os, "O_PATH", 0)
@@ -48,10 +48,11 @@ def split(rel: str, field: str = "path") -> list[str]:
         rel.encode("utf-8")
     except UnicodeEncodeError:
         raise PathOutsideRoot(field, rel.encode("utf-8", "replace").decode(), "it is not valid UTF-8") from None
-    text = rel.strip()
-    if text.startswith(("/", "\\")):
+    # Never stripped or rewritten: a name with leading or trailing spaces is a different file
+    # (tests/security/test_names.py). A backslash is an ordinary character in a POSIX name.
+    if rel.startswith("/"):
         raise PathOutsideRoot(field, rel, "absolute paths are not allowed")
-    normal = posixpath.normpath(text) if text else "."
+    normal = posixpath.normpath(rel) if rel else "."
     if normal == ".." or normal.startswith("../"):
         raise PathOutsideRoot(field, rel, "'..' leads outside the root")
     return [] if normal == "." else normal.split("/")
@@ -287,11 +288,17 @@ class Found:
     info: os.stat_result
 
 
-def entries(dir_fd: int, dir_rel: str) -> list[Found]:
-    """The entries of an open folder, sorted by name, each with its lstat (links not followed)."""
+def entries(dir_fd: int, dir_rel: str, limit: int | None = None) -> list[Found]:
+    """The entries of an open folder, sorted by name, each with its lstat (links not followed).
+
+    With `limit`, scanning stops once more than `limit` entries were seen and `TreeTooLarge` is raised:
+    a folder of millions of entries is never loaded whole before the cap is checked.
+    """
     found = []
     with os.scandir(dir_fd) as scan:
         for item in scan:
+            if limit is not None and len(found) >= limit:
+                raise TreeTooLarge(dir_rel or ".", f"more than {limit:,} entries", f"{limit:,} entries")
             try:
                 info = item.stat(follow_symlinks=False)
             except FileNotFoundError:
@@ -301,86 +308,69 @@ def entries(dir_fd: int, dir_rel: str) -> list[Found]:
     return found
 
 
-def walk(root: Path, start: str = "", *, skip: frozenset[str] = frozenset()) -> Iterator[tuple[str, int, list[Found]]]:
+MAX_DEPTH = 256  # folders nested deeper than this stop a walk (a recursion would die near 1,000)
+MAX_ENTRIES = 1_000_000  # entries one walk looks at, in all
+
+
+def walk(
+    root: Path, start: str = "", *, skip: frozenset[str] = frozenset(), max_depth: int = MAX_DEPTH,
+    max_entries: int = MAX_ENTRIES,
+) -> Iterator[tuple[str, int, list[Found]]]:
     """Every folder under `root/start`, depth first: (its path, an open fd valid until the next step, its entries).
 
     The caller may remove names from the entries list to keep the walk out of those folders. Folders
     that vanish or turn into something else meanwhile are left out; `skip` names are never entered.
+    Iterative, with its caps checked while walking: a folder deeper than `max_depth` below `start`, or
+    more than `max_entries` entries in all, raise `TreeTooLarge` at that point (tests/security/test_names.py).
     """
     with directory(root, start) as top:
-        yield from _walk(top, "/".join(split(start)), skip)
+        yield from _walk(top, "/".join(split(start)), skip, max_depth, max_entries)
 
 
-def _walk(fd: int, rel: str, skip: frozenset[str]) -> Iterator[tuple[str, int, list[Found]]]:
-    listed = entries(fd, rel)
-    yield rel, fd, listed
-    for entry in listed:
-        if not stat.S_ISDIR(entry.info.st_mode) or entry.name in skip:
-            continue
+def _walk(
+    top: int, rel: str, skip: frozenset[str], max_depth: int, max_entries: int
+) -> Iterator[tuple[str, int, list[Found]]]:
+    seen = 0
+
+    def listed_in(fd: int, at: str) -> list[Found]:
+        nonlocal seen
         try:
-            child = os.open(entry.name, _DIR_FLAGS, dir_fd=fd)
-        except OSError:
-            continue  # gone, or swapped for a link or a file since it was listed
-        try:
-            if (os.fstat(child).st_dev, os.fstat(child).st_ino) == (entry.info.st_dev, entry.info.st_ino):
-                yield from _walk(child, entry.rel, skip)
-        finally:
-            os.close(child)
+            found = entries(fd, at, max_entries - seen)
+        except TreeTooLarge:
+            raise TreeTooLarge(at or ".", f"more than {max_entries:,} entries in all", f"{max_entries:,}") from None
+        seen += len(found)
+        return found
 
-
-@dataclass(slots=True)
-class Settled:
-    """What `settle` found and changed in a tree."""
-
-    total_bytes: int = 0
-    files: int = 0
-    stripped: int = 0
-    chowned: int = 0
-
-
-def settle(root: Path, owner: Owner | None = None) -> Settled:
-    """Clear setuid, setgid and world-write bits in a tree, hand every entry to `owner` (as root), and
-    measure it (the bytes of its regular files, by size). Links are changed themselves, never followed.
-    """
-    report = Settled()
-    as_root = owner is not None and os.geteuid() == 0
-    if as_root and owner is not None:
-        os.chown(root, *owner, follow_symlinks=False)
-    for _, fd, listed in walk(root):
-        for entry in listed:
-            info = entry.info
-            if stat.S_ISREG(info.st_mode):
-                report.total_bytes += info.st_size
-                report.files += 1
-            if as_root and owner is not None and (info.st_uid, info.st_gid) != owner:
-                try:
-                    os.chown(entry.name, *owner, dir_fd=fd, follow_symlinks=False)
-                    report.chowned += 1
-                except FileNotFoundError:
-                    pass
-            if info.st_mode & UNSAFE_MODE_BITS and not stat.S_ISLNK(info.st_mode):
-                report.stripped += _strip(fd, entry)
-    return report
-
-
-def _strip(dir_fd: int, entry: Found) -> int:
-    """Clear the unsafe bits of one entry through an O_PATH fd of exactly the inode that was listed."""
-    if not _REOPEN:
-        try:
-            os.chmod(entry.name, stat.S_IMODE(entry.info.st_mode) & ~UNSAFE_MODE_BITS, dir_fd=dir_fd,
-                     follow_symlinks=False)
-            return 1
-        except (OSError, NotImplementedError):
-            return 0
+    listed = listed_in(top, rel)
+    yield rel, top, listed
+    # each frame: an open folder (closed when popped; the top one is the caller's), its path, what is
+    # left of its entries to enter, and its depth below the start
+    stack: list[tuple[int, str, Iterator[Found], int]] = [(top, rel, iter(listed), 0)]
     try:
-        handle = os.open(entry.name, _O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
-    except OSError:
-        return 0
-    try:
-        info = os.fstat(handle)
-        if stat.S_ISLNK(info.st_mode) or (info.st_dev, info.st_ino) != (entry.info.st_dev, entry.info.st_ino):
-            return 0
-        os.chmod(f"/proc/self/fd/{handle}", stat.S_IMODE(info.st_mode) & ~UNSAFE_MODE_BITS)
-        return 1
+        while stack:
+            fd, _, pending, depth = stack[-1]
+            entry = next((e for e in pending if stat.S_ISDIR(e.info.st_mode) and e.name not in skip), None)
+            if entry is None:
+                stack.pop()
+                if fd != top:
+                    os.close(fd)
+                continue
+            try:
+                child = os.open(entry.name, _DIR_FLAGS, dir_fd=fd)
+            except OSError:
+                continue  # gone, or swapped for a link or a file since it was listed
+            info = os.fstat(child)
+            if (info.st_dev, info.st_ino) != (entry.info.st_dev, entry.info.st_ino):
+                os.close(child)
+                continue
+            if depth + 1 > max_depth:
+                os.close(child)
+                raise TreeTooLarge(entry.rel, f"folders nested more than {max_depth} deep", f"{max_depth} levels")
+            stack.append((child, entry.rel, iter(()), depth + 1))
+            listed = listed_in(child, entry.rel)
+            yield entry.rel, child, listed
+            stack[-1] = (child, entry.rel, iter(listed), depth + 1)  # what the caller left of it
     finally:
-        os.close(handle)
+        for fd, *_ in stack:
+            if fd != top:
+                os.close(fd)

@@ -23,7 +23,7 @@ from pathlib import Path, PurePosixPath
 
 from pathspec import GitIgnoreSpec
 
-from conclave.errors import InputError
+from conclave.errors import InputError, TreeTooLarge
 from conclave.files import safe
 
 GIT_DIR = ".git"
@@ -104,6 +104,7 @@ class Listing:
     dirs: list[str] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)
     truncated: bool = False
+    limit: str | None = None  # with `truncated`: the cap that stopped the walk, in words
 
     @property
     def total_bytes(self) -> int:
@@ -121,18 +122,25 @@ def list_tree(
     """List `root/start` (paths relative to it) without following links, skipping `.git` and what `rules` ignore.
 
     Paths in `tracked` are kept even when ignored (git keeps tracked files); listing stops, marked
-    `truncated`, once it holds more than `max_files` files. `start` itself is walked like any path
-    (`safe.split`): a link on the way is refused with PathOutsideRoot.
+    `truncated`, once it holds more than `max_files` files, or at the walk's depth or entry cap (then
+    `limit` says which; without `max_files` those raise TreeTooLarge). `start` itself is walked like
+    any path (`safe.split`): a link on the way is refused with PathOutsideRoot. A name that is not
+    valid UTF-8 is skipped, named in `skipped`: it could not round-trip through the manifest and patch.
     """
     tracked = set(tracked)
     tracked_dirs = {str(parent) for rel in tracked for parent in PurePosixPath(rel).parents}
     listing = Listing()
-    walker = safe.walk(root, start, skip=frozenset({GIT_DIR}))
+    entries = safe.MAX_ENTRIES if max_files is None else max(10 * max_files, 10_000)
+    walker = safe.walk(root, start, skip=frozenset({GIT_DIR}), max_entries=entries)
     try:
         for _, _, found in walker:
             for entry in list(found):
                 rel, info = entry.rel, entry.info
                 if entry.name == GIT_DIR:
+                    continue
+                if not _utf8(entry.name):
+                    found.remove(entry)  # a folder is not entered either
+                    listing.skipped[shown_name(rel)] = "its name is not valid UTF-8: not copied (rename it)"
                     continue
                 if stat.S_ISDIR(info.st_mode):
                     if rules is None or rel in tracked_dirs or not rules.ignored(rel, True):
@@ -152,9 +160,26 @@ def list_tree(
                     listing.skipped[rel] = "symlink: not copied (links are never followed)"
                 else:
                     listing.skipped[rel] = f"{safe.kind(info.st_mode)}, not a regular file: not copied"
+    except TreeTooLarge as exc:
+        if max_files is None:
+            raise
+        listing.truncated, listing.limit = True, f"{exc.found} (at {shown_name(exc.where)})"
     finally:
         walker.close()
     return listing
+
+
+def _utf8(name: str) -> bool:
+    try:
+        name.encode("utf-8")
+        return True
+    except UnicodeEncodeError:  # os.scandir gives undecodable bytes as lone surrogates
+        return False
+
+
+def shown_name(rel: str) -> str:
+    """A path as printable text: bytes that are not UTF-8 as \\xNN escapes, so it can be named in a message."""
+    return rel.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
 def read_bytes(root: Path, rel: str, max_bytes: int | None = None) -> bytes:

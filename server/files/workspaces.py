@@ -37,7 +37,6 @@ a temporary name and renamed into place, so a crash never leaves half a snapshot
 from __future__ import annotations
 
 import os
-import shutil
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -46,8 +45,7 @@ from pathlib import Path
 import anyio.to_thread
 
 from conclave.config import LABEL, LETTER
-from conclave.errors import ApplyRefused, ContextTooLarge, InputError
-from conclave.files import safe
+from conclave.errors import ContextTooLarge, InputError
 from conclave.files.apply import Changes, apply_tree
 from conclave.files.carry import carry
 from conclave.files.roots import run_pinned
@@ -62,6 +60,9 @@ from conclave.files.contexts import (
     mb,
 )
 from conclave.files.diff import Patch, diff_trees
+from conclave.files.removal import remove_tree
+from conclave.files.review import Consent
+from conclave.files.settling import settle
 from conclave.files.trees import Listing, Reference, copy_tree, list_tree
 
 __all__ = [
@@ -78,19 +79,29 @@ async def diff(base: Path, final: Path) -> Patch:
     return await anyio.to_thread.run_sync(diff_trees, base, final, abandon_on_cancel=True)
 
 
-async def apply(final: Path, target: Path, context: CopiedContext, base: Path | None = None) -> Changes:
-    """Apply `final` to `target` for a write context path: all or nothing (applying.py).
+async def apply(
+    final: Path, target: Path, context: CopiedContext, base: Path | None = None, *, patch: Patch | None = None,
+    consent: Consent = Consent(),
+) -> Changes:
+    """Apply `final` to `target` for a write context path as `patch` shows it: all or nothing for what
+    is written, the rest held back (apply.py, review.py).
 
-    `base` (the context's copy in base/) only saves hashing files the final tree hard-links from it.
+    `base` is the context's copy in base/ (the patch is made from it when not given).
     """
     if context.permission != "write":
         raise InputError(
             "apply", True, f"context path {context.source} was given read-only; give it with "
             f"permission 'write' to apply the team's changes to it"
         )
+    if patch is None:
+        if base is None:
+            raise ValueError("apply needs the reviewed patch, or the base tree to make it from")
+        patch = await diff(base, final)
+    reviewed = patch
     # the folder is reached without following a link and must be the one admitted (files/roots.py)
     return await anyio.to_thread.run_sync(
-        run_pinned, str(target), context.identity, lambda root: apply_tree(final, root, context.files, base)
+        run_pinned, str(target), context.identity,
+        lambda root: apply_tree(final, root, context.files, base, patch=reviewed, consent=consent),
     )
 
 
@@ -152,7 +163,7 @@ class Workspaces:
             with _building(self.agent(letter)) as tmp:
                 copy_tree(origin, tmp, listing)
                 if self.agent_owner is not None:
-                    safe.settle(tmp, self.agent_owner)
+                    settle(tmp, self.agent_owner)
             made[letter] = self.agent(letter)
         return made
 
@@ -198,6 +209,8 @@ class Workspaces:
     def _check_workspace(self, letter: str, listing: Listing) -> None:
         caps = self.workspace_caps
         fix = "delete generated files from the workspace (keep scratch files in /tmp) and try again"
+        if listing.limit:
+            raise ContextTooLarge(f"agent {letter}'s workspace", listing.limit, "the walk's caps", fix=fix)
         if listing.truncated or len(listing.files) > caps.max_files:
             found = f"more than {caps.max_files:,} files"
             raise ContextTooLarge(f"agent {letter}'s workspace", found, f"{caps.max_files:,} files", fix=fix)
@@ -233,7 +246,7 @@ class Workspaces:
         with _building(dest) as tmp:
             copy_tree(source, tmp, list_tree(source))  # copied, never linked: the check may write anywhere
             if self.agent_owner is not None:
-                safe.settle(tmp, self.agent_owner)
+                settle(tmp, self.agent_owner)
         return dest
 
     # -- naming and reading ---------------------------------------------------------------------
@@ -305,7 +318,7 @@ class Workspaces:
         mount.mkdir(parents=True, exist_ok=True)
         for entry in os.scandir(mount):
             if entry.is_dir(follow_symlinks=False):
-                shutil.rmtree(entry.path)
+                remove_tree(entry.path)
             else:
                 os.unlink(entry.path)
         for rel in list_tree(source).files:  # snapshots are immutable: linking their files is safe
@@ -320,23 +333,20 @@ class Workspaces:
         """Per context path name, the patch from its state at job start to final/."""
         return {c.name: await diff(self.base / c.name, self.final / c.name) for c in self.manifest().contexts}
 
-    async def apply(self, name: str, *, force: bool = False, patch: Patch | None = None) -> Changes:
-        """Apply final/<name> to that context path's folder (permission write only).
-
-        A file that became binary (its change hidden from the text diff) is refused unless `force`.
-        """
+    async def apply(self, name: str, *, consent: Consent = Consent(), patch: Patch | None = None) -> Changes:
+        """Apply final/<name> to that context path's folder (permission write only), as its patch shows
+        it: binary changes, artefacts and VCS metadata are held back unless `consent` allows them
+        (review.py), and listed in `Changes.held`."""
         context = self.manifest().get(name)
         patch = patch or await diff(self.base / name, self.final / name)
-        hidden = [change.path for change in patch.files if change.became_binary]
-        if hidden and not force:
-            raise ApplyRefused(context.source, hidden)
-        return await apply(self.final / name, Path(context.source), context, self.base / name)
+        return await apply(self.final / name, Path(context.source), context, self.base / name, patch=patch,
+                           consent=consent)
 
     async def remove_working_copies(self) -> None:
         """Delete agents/, peers/ and checks/ (the job is over): snapshots, final/ and the patch stay."""
         def remove() -> None:
             for folder in (self.agents, self.job_dir / "peers", self.job_dir / "checks"):
-                shutil.rmtree(folder, ignore_errors=True)  # rmtree walks by fd: links are removed, not followed
+                remove_tree(folder)  # iterative, by fd: links are removed, not followed; any depth
 
         await anyio.to_thread.run_sync(remove)
 
@@ -356,8 +366,8 @@ def _building(dest: Path, *, replace: bool = False) -> Iterator[Path]:
             os.rename(dest, old)
         os.rename(tmp, dest)
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-        shutil.rmtree(old, ignore_errors=True)
+        remove_tree(tmp)
+        remove_tree(old)
 
 
 def _leave_out(rel: str, exc: OSError) -> None:

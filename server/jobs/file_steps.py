@@ -3,7 +3,6 @@ copying: ask_team returns at once), prepare them when it starts (the copy), coll
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import anyio
@@ -14,6 +13,8 @@ from conclave.config import Team
 from conclave.coordination.job_files import JobFiles
 from conclave.errors import ApplyError, PathOutsideRoot, SandboxUnavailable
 from conclave.files.contexts import ContextPath, named
+from conclave.files.removal import remove_tree
+from conclave.files.review import Consent
 from conclave.files.roots import identify
 from conclave.files.trees import list_tree
 from conclave.files.workspaces import Workspaces
@@ -24,7 +25,7 @@ MAX_OUTSIDE = 200  # files listed outside the context folders; more are cut
 
 
 async def admit(
-    sources: list[ContextPath], team: Team, apply: ApplyMode, force_binary: bool = False
+    sources: list[ContextPath], team: Team, apply: ApplyMode, consent: Consent = Consent()
 ) -> JobOptions:
     """Check a job's context paths and sandbox when it is submitted; nothing is copied yet.
 
@@ -48,7 +49,7 @@ async def admit(
     # each folder's identity, taken without following a link: the copy and the apply check it (files/roots.py)
     pinned = [source.model_copy(update={"identity": await anyio.to_thread.run_sync(identify, source.path)})
               for source in named(sources)]
-    return JobOptions(context_paths=pinned, apply=apply, commands=commands, force_binary=force_binary)
+    return JobOptions(context_paths=pinned, apply=apply, commands=commands, **consent.model_dump())
 
 
 async def prepare(job_dir: Path, options: JobOptions) -> None:
@@ -57,7 +58,7 @@ async def prepare(job_dir: Path, options: JobOptions) -> None:
         await Workspaces(job_dir, agent_owner=container_user()).prepare(list(options.context_paths))
     except BaseException:
         with anyio.CancelScope(shield=True):
-            await anyio.to_thread.run_sync(lambda: shutil.rmtree(job_dir / "base", ignore_errors=True))
+            await anyio.to_thread.run_sync(remove_tree, job_dir / "base")
         raise
 
 
@@ -92,9 +93,13 @@ async def collect(files: JobFiles, options: JobOptions, consensus: bool) -> File
                 changes.apply_error = NO_CONSENSUS
                 contexts.append(changes)
                 continue
+            consent = Consent(force_binary=options.force_binary, allow_artifacts=options.allow_artifacts)
             try:
-                await workspaces.apply(option.name, force=options.force_binary, patch=patch)
-                changes.applied = True
+                done = await workspaces.apply(option.name, consent=consent, patch=patch)
+                changes.held_back = done.held
+                changes.applied = not done.empty
+                if done.empty:
+                    changes.apply_error = "nothing applied: every change was held back (see held_back)"
             except (ApplyError, PathOutsideRoot) as exc:  # PathOutsideRoot: the folder moved (files/roots.py)
                 changes.apply_error = str(exc)
         contexts.append(changes)

@@ -8,13 +8,14 @@ more than `max_bytes`. A pruned job loses its folder under jobs/ and its rows in
 
 from __future__ import annotations
 
-import os
-import shutil
 import stat
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from conclave.errors import TreeTooLarge
+from conclave.files.removal import remove_tree
+from conclave.files.safe import walk
 from conclave.jobs.store import Store
 
 
@@ -38,15 +39,15 @@ class GcReport:
 def folder_bytes(path: Path) -> int:
     """The bytes of the regular files under `path` (links not followed; hard links counted once)."""
     total, seen = 0, set()
-    for root, dirs, files in os.walk(path):
-        for name in files + dirs:
-            try:
-                info = os.lstat(os.path.join(root, name))
-            except OSError:
-                continue
-            if stat.S_ISREG(info.st_mode) and (info.st_dev, info.st_ino) not in seen:
-                seen.add((info.st_dev, info.st_ino))
-                total += info.st_size
+    try:
+        for _, _, listed in walk(path):  # iterative, capped: a tree a command nested deep cannot crash gc
+            for entry in listed:
+                info = entry.info
+                if stat.S_ISREG(info.st_mode) and (info.st_dev, info.st_ino) not in seen:
+                    seen.add((info.st_dev, info.st_ino))
+                    total += info.st_size
+    except (OSError, TreeTooLarge):
+        pass  # gone, or past the walk's caps: what was seen so far
     return total
 
 
@@ -68,7 +69,7 @@ def prune(
             continue
         if not dry_run:
             store.delete_job(job_id)
-            shutil.rmtree(jobs_dir / job_id, ignore_errors=True)
+            remove_tree(jobs_dir / job_id)
         report.removed.append(job_id)
         report.freed_bytes += sizes[job_id]
         total -= sizes[job_id]

@@ -116,7 +116,9 @@ async def listing(store: Store, row: JobRow, workspaces: Workspaces | None = Non
 
 
 async def _files(tree: Path) -> list[str]:
-    return sorted((await anyio.to_thread.run_sync(list_tree, tree)).files)[:MAX_LISTED]
+    # the walk stops at the cap (files/trees.py): a huge tree is never listed whole to show its start
+    found = await anyio.to_thread.run_sync(lambda: list_tree(tree, max_files=MAX_LISTED))
+    return sorted(found.files)[:MAX_LISTED]
 
 
 async def _patch(row: JobRow, workspaces: Workspaces | None) -> str:

@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from conclave.files.contexts import ContextPath
+from conclave.files.review import HeldBack
 
 
 class _Record(BaseModel):
@@ -31,7 +32,8 @@ class JobOptions(_Record):
     context_paths: list[ContextPath] = Field(default_factory=list)
     apply: ApplyMode = False
     commands: bool = False  # agents get run_command in a sandbox
-    force_binary: bool = False  # apply even files that became binary (their change is not shown as text)
+    force_binary: bool = False  # apply binary changes too (the patch cannot show them as text)
+    allow_artifacts: bool = False  # apply compiled or loadable artefacts too (__pycache__/, *.pyc, *.so, ...)
     estimate: Estimate | None = None  # made at submit, shown while the job runs
 
 
@@ -54,6 +56,9 @@ class ContextChanges(_Record):
     removed_lines: int = 0
     applied: bool = False
     apply_error: str | None = None
+    held_back: list[HeldBack] = Field(
+        default_factory=list, description="changes apply did not write, each with why and what would allow it"
+    )
 
 
 class FilesResult(_Record):

@@ -39,12 +39,13 @@ from conclave.coordination.verification import Verifier
 from conclave.errors import ConclaveError, InputError, JobFinished, JobNotFound, QueueFull
 from conclave.files.budget import MB
 from conclave.files.contexts import parse_context_paths
+from conclave.files.review import Consent
 from conclave.files.workspaces import Workspaces
 from conclave.jobs.access import Access
 from conclave.jobs.estimate import estimate, history
 from conclave.jobs.file_steps import admit, collect, prepare
 from conclave.jobs.follow_ups import carried, carry_files, thread_history
-from conclave.jobs.gc import GcReport, prune
+from conclave.jobs.maintenance import prune_old_jobs, sweep_leftovers
 from conclave.jobs.owners import process_alive
 from conclave.jobs.plan import check_runnable, shape_team
 from conclave.jobs.steering import Steering, delivered, note_views
@@ -53,7 +54,7 @@ from conclave.jobs.records import ApplyMode, JobOptions
 from conclave.jobs.store import ACTIVE_STATES, JobRow, Store
 from conclave.jobs.teams import TeamList, team_list
 from conclave.jobs.views import JobView, job_view, phase_of
-from conclave.sandbox.container import container_user, sweep
+from conclave.sandbox.container import container_user
 from conclave.settings import MAX_WAIT_S, Settings
 
 logger = logging.getLogger(__name__)
@@ -126,9 +127,9 @@ class JobService:
                 factory = backend_factory or endpoint_factory(env, local_servers)
                 service = cls(settings, store, tg, env, factory, retry, access)
                 tg.start_soon(service._watch)
-                tg.start_soon(service._sweep)
+                tg.start_soon(sweep_leftovers)
                 if settings.gc_auto:
-                    tg.start_soon(service._prune)
+                    tg.start_soon(prune_old_jobs, settings)
                 try:
                     yield service
                 except Exception as exc:  # the caller's error: re-raised below as itself, not in a group
@@ -149,6 +150,7 @@ class JobService:
         apply: ApplyMode = False,
         force_binary: bool = False,
         *,
+        allow_artifacts: bool = False,
         verify: str | None = None,
         max_cost_usd: float | None = None,
         max_tokens: int | None = None,
@@ -186,7 +188,8 @@ class JobService:
         resolved = shape_team(resolved, verify=verify, max_cost_usd=max_cost_usd, max_tokens=max_tokens,
                               has_context=bool(sources))
         job_id = new_job_id()
-        options = await admit(sources, resolved, apply, force_binary) if sources else JobOptions()
+        consent = Consent(force_binary=force_binary is True, allow_artifacts=allow_artifacts is True)
+        options = await admit(sources, resolved, apply, consent) if sources else JobOptions()
         options.estimate = estimate(resolved, self.store.team_usage(resolved.name))
         self.store.create_job(
             job_id, task, resolved.name, resolved.model_dump_json(), os.getpid(), self._owner_id, options,
@@ -357,37 +360,12 @@ class JobService:
             return None  # plan.shape_team refused a verify without context paths at submit
         spec = team.sandbox if not isinstance(team.sandbox, str) else SandboxSpec()
         return Verifier(job_id, team.verify, files.workspaces, spec, timeout_s=self.settings.verify_timeout_s,
-                        limiter=self._check_slots)
+                        limiter=self._check_slots, protect=team.verify_protect)
 
     def _end_if_active(self, job_id: str, state: str, phase: str, error: str | None = None) -> None:
         row = self.store.job(job_id)
         if row is not None and row.state in ACTIVE_STATES:
             self.store.set_state(job_id, state, phase, error=error)
-
-    async def _prune(self) -> None:
-        """Prune old finished jobs once at start (CONCLAVE_GC_AUTO; `conclave gc` does it by hand)."""
-        settings = self.settings
-
-        def run() -> GcReport:
-            store = Store(settings.db_path)  # its own connection: a transaction in a thread stays its own
-            try:
-                return prune(store, settings.home / "jobs", keep_days=settings.gc_keep_days,
-                             max_bytes=settings.gc_max_mb * MB)
-            finally:
-                store.close()
-
-        report = await anyio.to_thread.run_sync(run, abandon_on_cancel=True)
-        if report.removed:
-            logger.info("pruned old jobs: %s", report.text())
-
-    async def _sweep(self) -> None:
-        """Remove sandbox containers left by servers that died (never a live server's)."""
-        try:
-            removed = await sweep(lambda _owner, pid: not process_alive(pid))
-        except ConclaveError:
-            return  # no Docker engine: nothing to sweep
-        if removed:
-            logger.info("removed %d leftover sandbox container(s): %s", len(removed), ", ".join(removed))
 
     async def _watch(self) -> None:
         """Heartbeat our jobs and honour cancel requests other processes left in the store."""

@@ -54,7 +54,8 @@ import anyio.to_thread
 
 from conclave.config import Sandbox as SandboxSpec
 from conclave.errors import SandboxError, SandboxUnavailable
-from conclave.files.safe import Settled, settle
+from conclave.files.settling import Settled, settle
+from conclave.sandbox.disk_watch import Watched, Watcher, kill_user_processes
 from conclave.sandbox.engine import (
     FIX,
     PROCESS_OWNER,
@@ -67,9 +68,10 @@ from conclave.sandbox.engine import (
     sweep,
 )
 from conclave.sandbox.image import IMAGE_REPO, default_tag
+from conclave.sandbox.output import _Capped
 
 __all__ = [
-    "CommandResult", "EngineStatus", "Owner", "Sandbox", "connect", "container_user", "engine_status",
+    "CommandResult", "EngineStatus", "Owner", "Sandbox", "_Capped", "connect", "container_user", "engine_status",
     "image_tag", "sweep",
 ]
 
@@ -237,15 +239,22 @@ class Sandbox:
             failed = f"the sandbox container of agent {letter} in {job_id} did not start: {exc}"
             raise SandboxError(failed) from exc
 
-    async def exec(self, command: str, timeout_s: float) -> CommandResult:
-        """Run `command` with `sh -c` in /workspace; kill it and its process group after `timeout_s`."""
+    async def exec(self, command: str, timeout_s: float, max_bytes: int | None = None) -> CommandResult:
+        """Run `command` with `sh -c` in /workspace; kill it and its process group after `timeout_s`.
+
+        With `max_bytes` (the room the job's disk budget leaves this workspace), no file may grow past it
+        and the command is killed as soon as the workspace does (disk_watch.py).
+        """
         if self.container is None or self._limiter is None:
             raise SandboxError("the sandbox is not started")
         started = time.monotonic()
+        argv = self._argv(command, timeout_s)
+        if max_bytes is not None:  # POSIX sh counts `ulimit -f` in 512-byte blocks
+            argv = ["sh", "-c", 'ulimit -f "$1" || exit 125; shift; exec "$@"', "sh", str(max(max_bytes, 0) // 512),
+                    *argv]
         with anyio.move_on_after(timeout_s + self.grace_s) as overrun:
             raw = await anyio.to_thread.run_sync(
-                self._run, self._argv(command, timeout_s), self._generation, abandon_on_cancel=True,
-                limiter=self._limiter
+                self._run, argv, self._generation, max_bytes, abandon_on_cancel=True, limiter=self._limiter
             )
         duration = time.monotonic() - started
         if overrun.cancelled_caught:
@@ -258,10 +267,16 @@ class Sandbox:
                 "(/workspace kept, /tmp emptied, background processes gone)"
             )
             return CommandResult(None, "", "", True, duration, (note,), settled.total_bytes)
-        exit_code, out, err, settled = raw
-        timed_out = exit_code == 137 and duration >= timeout_s * 0.95
+        exit_code, out, err, settled, watched = raw
+        timed_out = exit_code == 137 and duration >= timeout_s * 0.95 and watched.reason is None
         notes = [note for note in (out.note("stdout"), err.note("stderr")) if note]
-        if timed_out:
+        if watched.reason is not None:
+            notes.insert(0, f"killed: {watched.reason} (the job's disk budget, CONCLAVE_JOB_DISK_MB); the sandbox "
+                            "was restarted (/workspace kept, /tmp emptied); delete files you do not need")
+        elif max_bytes is not None and (exit_code == 153 or settled.total_bytes >= max_bytes):
+            notes.insert(0, f"the workspace reached the {max_bytes / 2**20:,.1f} MB the job's disk budget leaves it "
+                            "(CONCLAVE_JOB_DISK_MB): a file was stopped there (SIGXFSZ); delete files you do not need")
+        elif timed_out:
             notes.insert(0, f"killed after {timeout_s:g} s (the timeout), with every process it started")
         elif exit_code == 137:
             notes.insert(0, "killed by SIGKILL: most likely out of memory (the sandbox's memory limit)")
@@ -274,13 +289,17 @@ class Sandbox:
     def _argv(self, command: str, timeout_s: float) -> list[str]:
         return ["timeout", "-s", "KILL", f"{timeout_s:g}", "sh", "-c", command]
 
-    def _run(self, argv: list[str], generation: int) -> tuple[int | None, _Capped, _Capped, Settled]:
+    def _run(
+        self, argv: list[str], generation: int, max_bytes: int | None = None
+    ) -> tuple[int | None, _Capped, _Capped, Settled, Watched]:
         import docker
 
         if os.getuid() == 0:
             self._settle()  # host-side code may have made root-owned entries since: the agent's to edit
         api = self._client.api
         out, err = _Capped(self.output_cap), _Capped(self.output_cap)
+        assert self._workspace is not None
+        watcher = Watcher(self._workspace, max_bytes, lambda _reason: self._kill()).start()
         try:
             user = f"{self.uid}:{self.gid}"
             try:
@@ -296,9 +315,10 @@ class Sandbox:
                     err.add(chunk_err)
                 exit_code = api.exec_inspect(exec_id["Id"]).get("ExitCode")
             finally:
+                watched = watcher.finish()
                 if generation == self._generation:  # else abandoned: the container was restarted already
                     self._reap()
-            return exit_code, out, err, self._settle()
+            return exit_code, out, err, self._settle(), watched
         except docker.errors.DockerException as exc:
             raise SandboxError(f"the command could not run in the sandbox: {exc}") from exc
 
@@ -322,6 +342,17 @@ class Sandbox:
             return Settled()
         return settle(self._workspace, (self.uid, self.gid) if os.getuid() == 0 else None)
 
+    def _kill(self) -> None:
+        """Stop every process in the container at once (the disk watcher's cap); `_reap` restarts it."""
+        import docker
+
+        kill_user_processes(self.container.id, self.uid)  # at once from the host where it can
+        try:
+            self.container.kill()
+            self.container.wait(timeout=30, condition="not-running")  # the kill lands after the call returns
+        except (docker.errors.APIError, OSError):
+            pass  # already stopped, or it did not stop in time: `_reap` restarts it either way
+
     def _restart(self) -> None:
         import docker
 
@@ -338,38 +369,3 @@ class Sandbox:
             return
         with anyio.CancelScope(shield=True):
             await anyio.to_thread.run_sync(remove_container, container)
-
-
-class _Capped:
-    """One output stream: the first and last halves of `cap` bytes kept, the middle counted and cut."""
-
-    def __init__(self, cap: int) -> None:
-        self.cap, self.total = cap, 0
-        self.head, self.tail = bytearray(), bytearray()
-
-    def add(self, chunk: bytes | None) -> None:
-        if not chunk:
-            return
-        self.total += len(chunk)
-        room = self.cap // 2 - len(self.head)
-        if room > 0:
-            self.head += chunk[:room]
-            chunk = chunk[room:]
-        self.tail += chunk
-        del self.tail[: max(0, len(self.tail) - self.cap // 2)]
-
-    @property
-    def cut(self) -> int:
-        return self.total - len(self.head) - len(self.tail)
-
-    def text(self) -> str:
-        head, tail = self.head.decode(errors="replace"), self.tail.decode(errors="replace")
-        if not self.cut:
-            return head + tail
-        return f"{head}\n[... {self.cut:,} bytes cut ...]\n{tail}"
-
-    def note(self, stream: str) -> str | None:
-        if not self.cut:
-            return None
-        kept = self.cap // 2
-        return f"{stream}: {self.total:,} bytes, the middle {self.cut:,} cut (first and last {kept:,} kept)"

@@ -1,5 +1,5 @@
 """A change hidden in a text file that became binary: the diff flags it with an escaped excerpt of the new
-bytes, and apply refuses it unless forced."""
+bytes, and apply holds it back unless the caller consents (force_binary)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conclave.errors import ApplyError
+from conclave.files.review import Consent
 from conclave.files.workspaces import ContextPath, Workspaces
 
 pytestmark = pytest.mark.anyio
@@ -40,12 +40,14 @@ async def test_a_text_file_that_became_binary_is_shown_with_an_escaped_excerpt(j
     assert "import os\\n" in patch.text  # what follows the NUL is shown too
 
 
-async def test_apply_refuses_it_without_force_and_applies_it_with(job) -> None:
+async def test_apply_holds_it_back_without_consent_and_applies_it_with(job) -> None:
     spaces, project = job
-    with pytest.raises(ApplyError, match="auth.py became binary.*force_binary"):
-        await spaces.apply("proj")
+    done = await spaces.apply("proj")
+    assert [(entry.path, entry.reason) for entry in done.held] == [("auth.py", "became_binary")]
+    assert "force_binary" in done.held[0].fix
     assert (project / "auth.py").read_bytes() == b"def check(token):\n    return token == SECRET\n"
-    assert (project / "notes.md").read_text() == "notes\n"  # nothing at all was applied
-    await spaces.apply("proj", force=True)
+    assert (project / "notes.md").read_text() == "notes, edited\n"  # what the patch shows as text applies
+    (project / "notes.md").write_text("notes\n")  # as at job start again, to apply with consent
+    await spaces.apply("proj", consent=Consent(force_binary=True))
     assert (project / "auth.py").read_bytes() == HIDDEN
     assert (project / "notes.md").read_text() == "notes, edited\n"

@@ -58,13 +58,14 @@ async def test_writes_past_the_jobs_disk_budget_are_tool_errors(tmp_path: Path) 
     assert (await tools_b["write_file"]({"path": "y", "content": "b" * 600_000})).startswith("wrote")
 
 
-async def test_a_command_that_fills_the_workspace_is_measured_and_blocks_further_writes(
+async def test_a_command_that_fills_the_workspace_is_stopped_at_the_budget_and_blocks_further_writes(
     box: Sandbox, workspace: Path
 ) -> None:
     budget = DiskBudget(limit=1 * MB)
     tools = AgentTools(workspace, peers=dict, runner=box, disk=budget.agent("A")).handlers()
     ran = await tools["run_command"]({"command": "head -c 2000000 /dev/zero > big.bin && echo done"})
-    assert "done" in ran and "over its disk budget" in ran, ran
+    assert "done" not in ran and "disk budget" in ran, ran  # stopped during the command (disk_watch.py)
+    assert (workspace / "big.bin").stat().st_size <= 1 * MB
     refused = await tools["write_file"]({"path": "more.txt", "content": "x"})
     assert refused.startswith("Error:") and "disk budget" in refused
 

@@ -12,18 +12,20 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from conclave.config.clis import CLIS, login_source, split_cli_model
 from conclave.errors import MissingApiKey
 
-PROVIDERS = ("openai", "anthropic", "gemini", "local")
+PROVIDERS = ("openai", "anthropic", "gemini", "local", "cli")
 KEY_VARIABLES: dict[str, tuple[str, ...]] = {
     "openai": ("OPENAI_API_KEY",),
     "anthropic": ("ANTHROPIC_API_KEY",),
     "gemini": ("GEMINI_API_KEY", "GOOGLE_API_KEY"),
     "local": (),
+    "cli": (),  # a coding-agent CLI member logs in with its own login or key (config/clis.py)
 }
 # The provider's own endpoints: its default key may go there without the team naming the variable.
 OFFICIAL_HOSTS = {"openai": "api.openai.com", "anthropic": "api.anthropic.com",
-                  "gemini": "generativelanguage.googleapis.com", "local": ""}
+                  "gemini": "generativelanguage.googleapis.com", "local": "", "cli": ""}
 EXPANDABLE = ("model", "base_url", "api_key_env", "model_path")  # agent keys where ${VAR} expands
 _MEMORY = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([bkmg]?)b?\s*$", re.IGNORECASE)
 MIN_MEMORY = 6 * 1024 * 1024  # Docker's own minimum for a container
@@ -70,6 +72,16 @@ class AgentSpec(_Strict):
     max_attempts: Annotated[int, Field(ge=1, le=10)] = 4
     model_path: str | None = None
     price: Price | None = None
+    # A coding-agent CLI member kept only when the user is logged in to its CLI (the subscriptions preset).
+    if_logged_in: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _cli_defaults(cls, data: object) -> object:
+        """A CLI member works a whole turn in one call: its time limit defaults to 10 minutes."""
+        if isinstance(data, dict) and str(data.get("model", "")).startswith("cli/"):
+            return {"timeout_s": 600.0, **data}
+        return data
 
     @field_validator("model")
     @classmethod
@@ -79,6 +91,11 @@ class AgentSpec(_Strict):
             raise ValueError(
                 f"model {value!r} must look like provider/model with provider one of "
                 f"{', '.join(PROVIDERS)} (e.g. openai/gpt-5)"
+            )
+        if provider == "cli" and split_cli_model(name)[0] not in CLIS:
+            raise ValueError(
+                f"model {value!r} names no coding-agent CLI: use cli/ with one of {', '.join(CLIS)}, "
+                "optionally with a model (e.g. cli/claude-code:opus, cli/codex:gpt-5.5)"
             )
         return value
 
@@ -198,6 +215,11 @@ class Team(_Strict):
             except MissingApiKey as exc:
                 if exc.variable not in missing:
                     missing.append(exc.variable)
+            if agent.provider == "cli" and not agent.base_url and not agent.api_key_env:
+                facts = CLIS[split_cli_model(agent.model_name)[0]]
+                if login_source(facts, environ) is None:
+                    missing.append(f"a {facts.name} login (~/{facts.config_dir}/{facts.login_files[0]}) "
+                                   f"or {facts.key_variables[0]}")
         return missing
 
 

@@ -77,6 +77,10 @@ class JobFiles:
             disk=self._budget.agent(letter) if self._budget is not None else None,
         )
 
+    def sandbox(self, letter: str) -> Sandbox | None:
+        """The agent's container (a CLI member runs in it), None when the team runs no commands."""
+        return self._sandboxes.get(letter)
+
     def picture(self, letter: str) -> FilesPicture:
         peers = {peer: label for peer, label in self.workspaces.latest().items() if peer != letter}
         return FilesPicture(self._folders, peers, self.commands, root=self._root)

@@ -25,6 +25,7 @@ import anyio
 import anyio.abc
 
 from conclave.backends import check_ready
+from conclave.members.logins import cli_ready
 from conclave.backends.local import LocalServers
 from conclave.backends.retry import RetryPolicy
 from conclave.config import ConfigError, Team, list_presets, resolve_team
@@ -246,6 +247,8 @@ class JobService:
         for agent in team.agents:
             agent.api_key(self._environ)  # raises MissingApiKey naming the variable to set
             check_ready(agent.provider, agent.model_name, agent.model_path)
+            if agent.provider == "cli":
+                cli_ready(agent, team, self._environ)
         if not isinstance(team.sandbox, str) and team.sandbox.network != "none" and not self.settings.sandbox_network:
             raise ConfigError(
                 f"team {team.name!r} asks for `sandbox: network: {team.sandbox.network}`, which gives agents' "

@@ -237,15 +237,21 @@ class Sandbox:
             failed = f"the sandbox container of agent {letter} in {job_id} did not start: {exc}"
             raise SandboxError(failed) from exc
 
-    async def exec(self, command: str, timeout_s: float) -> CommandResult:
-        """Run `command` with `sh -c` in /workspace; kill it and its process group after `timeout_s`."""
+    async def exec(
+        self, command: str, timeout_s: float, env: Mapping[str, str] | None = None, output_cap: int | None = None
+    ) -> CommandResult:
+        """Run `command` with `sh -c` in /workspace; kill it and its process group after `timeout_s`.
+
+        `env` adds variables to this command only (a CLI member's key and HOME: never the container's own
+        environment, which `docker inspect` shows); `output_cap` overrides OUTPUT_CAP for it.
+        """
         if self.container is None or self._limiter is None:
             raise SandboxError("the sandbox is not started")
         started = time.monotonic()
         with anyio.move_on_after(timeout_s + self.grace_s) as overrun:
             raw = await anyio.to_thread.run_sync(
-                self._run, self._argv(command, timeout_s), self._generation, abandon_on_cancel=True,
-                limiter=self._limiter
+                self._run, self._argv(command, timeout_s), self._generation, dict(env or {}),
+                output_cap or self.output_cap, abandon_on_cancel=True, limiter=self._limiter
             )
         duration = time.monotonic() - started
         if overrun.cancelled_caught:
@@ -274,22 +280,25 @@ class Sandbox:
     def _argv(self, command: str, timeout_s: float) -> list[str]:
         return ["timeout", "-s", "KILL", f"{timeout_s:g}", "sh", "-c", command]
 
-    def _run(self, argv: list[str], generation: int) -> tuple[int | None, _Capped, _Capped, Settled]:
+    def _run(
+        self, argv: list[str], generation: int, env: dict[str, str] | None = None, cap: int = OUTPUT_CAP
+    ) -> tuple[int | None, _Capped, _Capped, Settled]:
         import docker
 
         if os.getuid() == 0:
             self._settle()  # host-side code may have made root-owned entries since: the agent's to edit
         api = self._client.api
-        out, err = _Capped(self.output_cap), _Capped(self.output_cap)
+        out, err = _Capped(cap), _Capped(cap)
         try:
             user = f"{self.uid}:{self.gid}"
+            options = {"user": user, "workdir": "/workspace", "environment": env or None}
             try:
-                exec_id = api.exec_create(self.container.id, argv, user=user, workdir="/workspace")
+                exec_id = api.exec_create(self.container.id, argv, **options)
             except docker.errors.APIError as exc:
                 if "is not running" not in str(exc):
                     raise
                 self._restart()  # e.g. its keeper was killed: come back once, workspace intact
-                exec_id = api.exec_create(self.container.id, argv, user=user, workdir="/workspace")
+                exec_id = api.exec_create(self.container.id, argv, **options)
             try:
                 for chunk_out, chunk_err in api.exec_start(exec_id["Id"], stream=True, demux=True):
                     out.add(chunk_out)
@@ -330,6 +339,13 @@ class Sandbox:
         except docker.errors.APIError:
             pass  # already stopped
         self.container.start()
+
+    async def kill_all(self) -> None:
+        """Kill every process of the command user now (a cancelled CLI member's whole tree, `setsid`
+        escapees included: see REAP); restarts the container if any stays."""
+        if self.container is not None:
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(self._reap)
 
     async def stop(self) -> None:
         """Remove the container (force); safe to call twice or before `start`."""

@@ -34,6 +34,9 @@ class Settings(BaseSettings):
     # (`:`); unset: any folder over stdio, the server's working directory over HTTP.
     allowed_roots: Annotated[tuple[Path, ...] | None, NoDecode] = None
     sandbox_network: bool = False  # allow teams whose sandbox asks for `network: bridge`
+    # Hosts every coding-agent CLI member may reach besides its provider's, comma-separated
+    # (`llm.internal:8443,*.example.com`; sandbox/allowlist.py)
+    egress_allow: Annotated[tuple[str, ...], NoDecode] = ()
     # Bounds: jobs waiting for a slot, and the bytes one job's agents' workspaces may hold together.
     max_queued: Annotated[int, Field(ge=0, le=10_000)] = 16
     job_disk_mb: Annotated[int, Field(ge=1)] = 2048
@@ -45,6 +48,20 @@ class Settings(BaseSettings):
     gc_auto: bool = True
     gc_keep_days: Annotated[float, Field(gt=0)] = 30.0
     gc_max_mb: Annotated[int, Field(ge=1)] = 20_000
+
+    @field_validator("egress_allow", mode="before")
+    @classmethod
+    def _host_list(cls, value: object) -> object:
+        return tuple(part.strip() for part in value.split(",") if part.strip()) if isinstance(value, str) else value
+
+    @field_validator("egress_allow")
+    @classmethod
+    def _host_rules(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        from conclave.config.hosts import parse_host_rule
+
+        for host in value:
+            parse_host_rule(host)  # its ValueError names the entry and the shape to write
+        return value
 
     @field_validator("allowed_roots", mode="before")
     @classmethod

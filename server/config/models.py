@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from conclave.config.clis import CLIS, login_source, split_cli_model
+from conclave.config.hosts import parse_host_rule
 from conclave.errors import MissingApiKey
 
 PROVIDERS = ("openai", "anthropic", "gemini", "local", "cli")
@@ -173,6 +174,16 @@ class Sandbox(_Strict):
     memory: str = "1g"
     cpus: Annotated[float, Field(gt=0, le=64)] = 1.0
     pids: Annotated[int, Field(ge=16, le=65536)] = 256
+    # Hosts coding-agent CLI members may reach besides their provider's (sandbox/allowlist.py), as
+    # `host`, `host:port` (443 unless named) or `*.domain`; every other host stays refused.
+    allow_hosts: Annotated[list[str], Field(max_length=64)] = []
+
+    @field_validator("allow_hosts")
+    @classmethod
+    def _host_rules(cls, value: list[str]) -> list[str]:
+        for host in value:
+            parse_host_rule(host)  # its ValueError names the entry and the shape to write
+        return value
 
     @field_validator("memory")
     @classmethod

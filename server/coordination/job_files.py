@@ -8,20 +8,27 @@ copies (snapshots and final/ stay), also on cancellation.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import anyio
 import anyio.to_thread
 
+from conclave.config import AgentSpec
 from conclave.config import Sandbox as SandboxSpec
+from conclave.config.clis import split_cli_model
 from conclave.coordination.prompts import FilesPicture
 from conclave.files.agent_tools import AgentTools
 from conclave.files.budget import DiskBudget
 from conclave.files.workspaces import Workspaces
+from conclave.sandbox.allowlist import allowlist_for
 from conclave.sandbox.container import Sandbox, container_user
+from conclave.sandbox.egress import egress_proxy
+from conclave.sandbox.member import MemberSandbox
 
 SandboxFactory = Callable[[], Sandbox]
+MemberSandboxFactory = Callable[[Path], Sandbox]  # a CLI member's container, given its proxy's socket
 
 class JobFiles:
     """Workspaces (always) and sandboxes (when the team runs commands) for one job."""
@@ -33,9 +40,13 @@ class JobFiles:
         sandbox: SandboxSpec | None,
         sandbox_factory: SandboxFactory = Sandbox,
         disk_budget: int | None = None,
+        *,
+        egress_allow: tuple[str, ...] = (),
+        member_factory: MemberSandboxFactory = lambda socket: MemberSandbox(None, socket=socket),
     ) -> None:
         self.job_id, self.workspaces, self.spec = job_id, workspaces, sandbox
-        self._factory = sandbox_factory
+        self._factory, self._member_factory, self._egress_allow = sandbox_factory, member_factory, egress_allow
+        self._proxies = contextlib.AsyncExitStack()  # CLI members' egress proxies, closed with the job
         self._budget = DiskBudget(disk_budget) if disk_budget is not None else None
         self._sandboxes: dict[str, Sandbox] = {}
         self._folders = tuple(context.name for context in workspaces.manifest().contexts)
@@ -46,8 +57,11 @@ class JobFiles:
     def commands(self) -> bool:
         return self.spec is not None
 
-    async def start(self, letters: list[str]) -> None:
-        """Each agent's working copy, and its container (started concurrently) when commands are on."""
+    async def start(self, letters: list[str], clis: Mapping[str, AgentSpec] | None = None) -> None:
+        """Each agent's working copy, and its container (started concurrently) when commands are on.
+
+        A CLI member (`clis`: letter -> its spec) gets a member sandbox whose only way out is its own
+        egress proxy (sandbox/member.py, sandbox/egress.py), allowing its CLI's hosts and its base_url."""
         await self.workspaces.create(letters)
         if self._budget is not None:
             copied = sum(record.size for c in self.workspaces.manifest().contexts for record in c.files.values())
@@ -56,10 +70,19 @@ class JobFiles:
         if self.spec is None:
             return
         for letter in letters:
-            self._sandboxes[letter] = self._factory()
+            spec = (clis or {}).get(letter)
+            self._sandboxes[letter] = await self._member(letter, spec) if spec is not None else self._factory()
         async with anyio.create_task_group() as tg:
             for letter in letters:
                 tg.start_soon(self._start_sandbox, letter, letters)
+
+    async def _member(self, letter: str, spec: AgentSpec) -> Sandbox:
+        assert self.spec is not None
+        extra = [*self.spec.allow_hosts, *self._egress_allow]
+        allow = allowlist_for(split_cli_model(spec.model_name)[0], base_url=spec.base_url, extra=extra)  # type: ignore[arg-type]
+        socket = self.workspaces.job_dir / "egress" / f"{letter}.sock"
+        proxy = await self._proxies.enter_async_context(egress_proxy(socket, allow, label=f"{self.job_id}/{letter}"))
+        return self._member_factory(proxy.socket)
 
     async def _start_sandbox(self, letter: str, letters: list[str]) -> None:
         assert self.spec is not None
@@ -102,4 +125,5 @@ class JobFiles:
         with anyio.CancelScope(shield=True):
             for sandbox in self._sandboxes.values():
                 await sandbox.stop()
+            await self._proxies.aclose()
             await self.workspaces.remove_working_copies()  # after the containers: no process writes there

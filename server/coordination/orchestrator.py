@@ -136,7 +136,8 @@ class Orchestrator:
 
     async def _set_up(self) -> None:
         if self.files is not None:  # workspaces and containers first: the agents' tools need them
-            await self.files.start(sorted(self.members))
+            clis = {m.letter: m.spec for m in self.members.values() if m.spec.provider == "cli"}
+            await self.files.start(sorted(self.members), clis)
         for member in self.members.values():
             # SDK imports and client set-up block for seconds on first use: keep them off the loop, and
             # let the deadline abandon them (a client made after it is simply dropped).

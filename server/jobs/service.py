@@ -311,7 +311,8 @@ class JobService:
             return None
         sandbox = team.sandbox if options.commands and not isinstance(team.sandbox, str) else None
         workspaces = Workspaces(self.job_dir(job_id), agent_owner=container_user())
-        return JobFiles(job_id, workspaces, sandbox, disk_budget=self.settings.job_disk_mb * MB)
+        return JobFiles(job_id, workspaces, sandbox, disk_budget=self.settings.job_disk_mb * MB,
+                        egress_allow=self.settings.egress_allow)
 
     def _verifier(self, job_id: str, team: Team, files: JobFiles | None) -> Verifier | None:
         if team.verify is None or files is None:

@@ -10,8 +10,9 @@ from typing import Any, Protocol
 
 from conclave.backends.base import Usage
 from conclave.config.clis import CliFacts
+from conclave.sandbox.member import HOME  # a private tmpfs in the member's container
 
-HOME = "/tmp/conclave-home"  # on the container's tmpfs: never on the host's disk, gone with the container
+
 SCHEMA_FILE = f"{HOME}/decision-schema.json"
 
 

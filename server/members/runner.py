@@ -74,7 +74,7 @@ class CliMember:
         command, env = self.script(prompt, schema)
         self.runs += 1
         try:
-            result = await self.sandbox.exec(command, self.spec.timeout_s, env=env, output_cap=OUTPUT_CAP)
+            result = await self.sandbox.exec(command, self.spec.timeout_s, environment=env, output_cap=OUTPUT_CAP)
         except anyio.get_cancelled_exc_class():
             await self.sandbox.kill_all()  # shielded inside: the CLI's whole tree, now
             raise

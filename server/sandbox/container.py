@@ -86,6 +86,7 @@ ENVIRONMENT = {
     "PYTHONDONTWRITEBYTECODE": "1",  # no __pycache__ in the diff
     "XDG_CACHE_HOME": "/tmp/.cache",  # pip and friends cache outside the workspace
 }
+TMP = "rw,exec,nosuid,nodev,size=512m,mode=1777"  # /tmp (see the module docstring for why exec)
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 KEEPER = 65534  # nobody: the keeper's uid, never the commands' (see the module docstring)
 # Run as the command's user after each command: kill every process of that user but this shell (kill -1
@@ -193,7 +194,8 @@ class Sandbox:
         from docker.types import Mount
 
         assert self._workspace is not None
-        image = image_tag(limits)
+        launch = self._launch(limits)
+        image = launch.pop("image")
         try:
             self._client.images.get(image)
         except docker.errors.ImageNotFound as exc:
@@ -205,6 +207,7 @@ class Sandbox:
         for peer, folder in sorted(peers.items()):
             folder.mkdir(parents=True, exist_ok=True)
             mounts.append(Mount(f"/peers/{peer}", str(folder.resolve()), type="bind", read_only=True))
+        mounts += launch.pop("mounts")
         labels = {
             "conclave.job": job_id,
             "conclave.owner": self.owner.id,
@@ -214,43 +217,49 @@ class Sandbox:
         try:
             return self._client.containers.run(
                 image,
-                ["sleep", "infinity"],
                 name=f"conclave-{job_id}-{letter}-{secrets.token_hex(3)}",
                 detach=True,
                 init=True,
                 user=keeper_user(self.uid),
                 working_dir="/workspace",
-                environment=dict(ENVIRONMENT),
                 labels=labels,
                 mounts=mounts,
-                network_mode=limits.network,
                 read_only=True,
-                tmpfs={"/tmp": "rw,exec,nosuid,nodev,size=512m,mode=1777"},
                 cap_drop=["ALL"],
                 security_opt=["no-new-privileges"],
                 pids_limit=limits.pids,
                 mem_limit=limits.memory,
                 memswap_limit=limits.memory,  # equal to the memory limit: no swap
                 nano_cpus=int(limits.cpus * 1e9),
+                **launch,
             )
         except docker.errors.DockerException as exc:
             failed = f"the sandbox container of agent {letter} in {job_id} did not start: {exc}"
             raise SandboxError(failed) from exc
 
+    def _launch(self, limits: SandboxSpec) -> dict[str, Any]:
+        """The image, command, environment, network, tmpfs and extra mounts; a CLI member's sandbox extends
+        them (sandbox/member.py), the confinement above stays the same."""
+        return {
+            "image": image_tag(limits), "command": ["sleep", "infinity"], "environment": dict(ENVIRONMENT),
+            "network_mode": limits.network, "tmpfs": {"/tmp": TMP}, "mounts": [],
+        }
+
     async def exec(
-        self, command: str, timeout_s: float, env: Mapping[str, str] | None = None, output_cap: int | None = None
+        self, command: str, timeout_s: float, environment: Mapping[str, str] | None = None,
+        output_cap: int | None = None,
     ) -> CommandResult:
         """Run `command` with `sh -c` in /workspace; kill it and its process group after `timeout_s`.
 
-        `env` adds variables to this command only (a CLI member's key and HOME: never the container's own
-        environment, which `docker inspect` shows); `output_cap` overrides OUTPUT_CAP for it.
+        `environment` adds to the container's for this command only (a CLI member's key: not in the
+        container's stored configuration); `output_cap` overrides OUTPUT_CAP for it (a CLI's JSON output).
         """
         if self.container is None or self._limiter is None:
             raise SandboxError("the sandbox is not started")
         started = time.monotonic()
         with anyio.move_on_after(timeout_s + self.grace_s) as overrun:
             raw = await anyio.to_thread.run_sync(
-                self._run, self._argv(command, timeout_s), self._generation, dict(env or {}),
+                self._run, self._argv(command, timeout_s), self._generation, dict(environment or {}),
                 output_cap or self.output_cap, abandon_on_cancel=True, limiter=self._limiter
             )
         duration = time.monotonic() - started
@@ -281,7 +290,7 @@ class Sandbox:
         return ["timeout", "-s", "KILL", f"{timeout_s:g}", "sh", "-c", command]
 
     def _run(
-        self, argv: list[str], generation: int, env: dict[str, str] | None = None, cap: int = OUTPUT_CAP
+        self, argv: list[str], generation: int, environment: dict[str, str], cap: int = OUTPUT_CAP
     ) -> tuple[int | None, _Capped, _Capped, Settled]:
         import docker
 
@@ -290,8 +299,7 @@ class Sandbox:
         api = self._client.api
         out, err = _Capped(cap), _Capped(cap)
         try:
-            user = f"{self.uid}:{self.gid}"
-            options = {"user": user, "workdir": "/workspace", "environment": env or None}
+            options = {"user": f"{self.uid}:{self.gid}", "workdir": "/workspace", "environment": environment}
             try:
                 exec_id = api.exec_create(self.container.id, argv, **options)
             except docker.errors.APIError as exc:

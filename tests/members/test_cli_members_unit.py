@@ -92,7 +92,7 @@ def test_the_login_reaches_the_cli_only_through_the_exec_environment(tmp_path: P
                for k, v in variables.items() if k.startswith("CONCLAVE_HOME_FILE_"))
     # written once into the private HOME (0700 by umask), then the variables are gone before the CLI runs
     assert command.startswith("umask 077") and "unset CONCLAVE_HOME_FILE_0 CONCLAVE_SCHEMA" in command
-    assert variables["HOME"] == "/tmp/conclave-home" and variables["IS_SANDBOX"] == "1"
+    assert variables["HOME"] == "/home/sandbox" and variables["IS_SANDBOX"] == "1"
     assert "--permission-mode bypassPermissions" in command and "--model opus" in command
 
 

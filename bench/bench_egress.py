@@ -83,10 +83,15 @@ async def measure() -> dict[str, object]:
                 inside = json.loads(result.stdout)
             finally:
                 await box.stop()
-        host = await anyio.to_thread.run_sync(lambda: subprocess.run(
-            [sys.executable, str(workspace / "loop.py"), url, str(REQUESTS)], capture_output=True, text=True,
-            check=True, env={"PATH": "/usr/bin:/bin", "NO_PROXY": "*"},
-        ))
+        host = await anyio.to_thread.run_sync(
+            lambda: subprocess.run(
+                [sys.executable, str(workspace / "loop.py"), url, str(REQUESTS)],
+                capture_output=True,
+                text=True,
+                check=True,
+                env={"PATH": "/usr/bin:/bin", "NO_PROXY": "*"},
+            )
+        )
         direct = json.loads(host.stdout)
     hop = statistics.median(inside) - statistics.median(direct)
     return {

@@ -1,7 +1,7 @@
 """A coding-agent CLI member's container: the plain sandbox, with no network but its egress bridge.
 
     allow = allowlist_for("codex", base_url=agent.base_url, extra=extra_hosts)
-    async with egress_proxy(job_dir / "egress" / f"{letter}.sock", allow, label=f"{job_id}/{letter}") as proxy:
+    async with egress_proxy(job_dir / "egress" / f"{letter}.sock", allow, label=f"{job}/{letter}") as proxy:
         sandbox = MemberSandbox(client, owner, proxy.socket)
         try:
             await sandbox.start(workspace, peers, job_id, letter, limits)
@@ -37,7 +37,7 @@ from conclave.errors import SandboxError
 from conclave.sandbox.container import ENVIRONMENT, PROCESS_OWNER, Owner, Sandbox, keeper_user
 from conclave.sandbox.image import IMAGE_REPO
 
-__all__ = ["HOME", "MemberSandbox", "PROXY_PORT", "PROXY_URL", "SOCKET", "member_environment"]
+__all__ = ["HOME", "PROXY_PORT", "PROXY_URL", "SOCKET", "MemberSandbox", "member_environment"]
 
 PROXY_PORT = 3128
 PROXY_URL = f"http://127.0.0.1:{PROXY_PORT}"
@@ -51,7 +51,9 @@ BRIDGE = (
 )
 # 127.0.0.1:3128 listening, as /proc/net/tcp writes it (address:port in hex, state 0A)
 _LISTENING = f"0100007F:{PROXY_PORT:04X} 00000000:0000 0A"
-_AWAIT_BRIDGE = f"i=0; until grep -q '{_LISTENING}' /proc/net/tcp; do i=$((i+1)); [ $i -gt 200 ] && exit 1; sleep 0.05; done"
+_AWAIT_BRIDGE = (
+    f"i=0; until grep -q '{_LISTENING}' /proc/net/tcp; do i=$((i+1)); [ $i -gt 200 ] && exit 1; sleep 0.05; done"
+)
 
 
 def member_environment(extra: dict[str, str] | None = None) -> dict[str, str]:

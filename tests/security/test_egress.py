@@ -38,9 +38,9 @@ kind, arg = sys.argv[1], sys.argv[2]
 out = {}
 try:
     if kind == "http":  # through the proxy: urllib reads HTTP(S)_PROXY like the CLIs do
-        request = urllib.request.Request(arg, data=json.dumps(json.loads(sys.argv[3])).encode() if len(sys.argv) > 3 else None,
-                                         headers={"content-type": "application/json", "x-api-key": "k",
-                                                  "anthropic-version": "2023-06-01"})
+        body = sys.argv[3].encode() if len(sys.argv) > 3 else None
+        headers = {"content-type": "application/json", "x-api-key": "k", "anthropic-version": "2023-06-01"}
+        request = urllib.request.Request(arg, data=body, headers=headers)
         with urllib.request.urlopen(request, timeout=10) as reply:
             out = {"status": reply.status, "body": reply.read().decode()}
     elif kind == "tcp":  # straight to an address, no proxy
@@ -64,7 +64,9 @@ def clis_image() -> str:
     if not status.available:
         pytest.skip(f"needs the Docker engine ({status.error}); .ci/run provides it")
     report = anyio.run(build_clis_image)
-    print(f"\nCLI image {report.tag}: {report.size_bytes / 1e6:.0f} MB, built={report.built}, {report.seconds:.0f} s")
+    print(
+        f"\nCLI image {report.tag}: {report.size_bytes / 1e6:.0f} MB, built={report.built}, {report.seconds:.0f} s"
+    )
     return report.tag
 
 
@@ -110,7 +112,9 @@ async def member(
     job.mkdir(mode=0o700)
     allow = allowlist_for("claude-code", base_url=fakes.base_url("anthropic", "A"))
     async with egress_proxy(job / "egress" / "A.sock", allow, label="cj-egress/A") as proxy:
-        box = MemberSandbox(connect(), Owner("security-" + os.urandom(4).hex()), proxy.socket, image=clis_image)
+        box = MemberSandbox(
+            connect(), Owner("security-" + os.urandom(4).hex()), proxy.socket, image=clis_image
+        )
         try:
             await box.start(workspace, {}, "cj-egress", "A", SPEC)
             (workspace / "probe.py").write_text(PROBE)
@@ -132,7 +136,9 @@ async def test_the_allowlisted_fake_provider_is_reached_through_the_proxy(
 ) -> None:
     box, proxy = member
     fakes.script.enqueue("A", Reply(text="hello through the bridge"))
-    body = json.dumps({"model": "claude-x", "max_tokens": 16, "messages": [{"role": "user", "content": "hi"}]})
+    body = json.dumps(
+        {"model": "claude-x", "max_tokens": 16, "messages": [{"role": "user", "content": "hi"}]}
+    )
     seen = await probe(box, "http", fakes.base_url("anthropic", "A") + "/v1/messages", body)
     assert seen.get("status") == 200, seen
     assert "hello through the bridge" in seen["body"]
@@ -160,8 +166,14 @@ async def test_no_direct_route_to_any_host_port(
 ) -> None:
     box, _ = member
     gateway = bridge_gateway()
-    for target in (f"{gateway}:{listener.port}", f"{gateway}:{fakes.port}", f"127.0.0.1:{fakes.port}",
-                   f"172.17.0.1:{listener.port}", "1.1.1.1:443", f"::1:{fakes.port}"):
+    for target in (
+        f"{gateway}:{listener.port}",
+        f"{gateway}:{fakes.port}",
+        f"127.0.0.1:{fakes.port}",
+        f"172.17.0.1:{listener.port}",
+        "1.1.1.1:443",
+        f"::1:{fakes.port}",
+    ):
         seen = await probe(box, "tcp", target)
         assert "connected" not in seen, (target, seen)
     assert listener.peers == []
@@ -180,7 +192,9 @@ async def test_the_agent_cannot_stop_or_replace_the_bridge(member: tuple[MemberS
     result = await box.exec(f"kill -9 $({socats}); sleep 0.3; {socats}", timeout_s=30)
     assert result.stdout.strip(), "socat (the keeper's) survives the agent's kill"
     assert "Operation not permitted" in result.stderr
-    result = await box.exec("python3 -c \"import socket; socket.create_server(('127.0.0.1', 3128))\"", timeout_s=30)
+    result = await box.exec(
+        "python3 -c \"import socket; socket.create_server(('127.0.0.1', 3128))\"", timeout_s=30
+    )
     assert result.exit_code != 0 and "Address already in use" in result.stderr
 
 

@@ -22,12 +22,15 @@ init, the reaping after each command). What differs:
   container: the place for the CLI's login files, its caches and its leftovers (XDG_* point into it).
 - The image is the CLI image (`conclave sandbox build --clis`, sandbox/clis_image.py) unless the team names
   its own, which then needs socat.
-Keys go in `exec(..., environment=...)`, per command, never in the container's stored configuration.
+Keys go in `exec(..., environment=...)`, per command, never in the container's stored configuration;
+login files go into HOME with `write_home_file` (through an exec: `docker cp` cannot write a tmpfs).
 """
 
 from __future__ import annotations
 
-from pathlib import Path
+import base64
+import shlex
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import anyio.to_thread
@@ -120,6 +123,24 @@ class MemberSandbox(Sandbox):
                 await self.stop()
             raise
         return container
+
+    async def write_home_file(self, path: str, data: bytes) -> None:
+        """Write `data` to `$HOME/path` (mode 0600, folders 0700) as the command user: a login file.
+
+        The bytes travel in the exec's environment (readable only by that user's processes, never in the
+        container's stored configuration); `docker cp` cannot reach a tmpfs. Limit: 96 KB.
+        """
+        parts = PurePosixPath(path).parts
+        if not parts or PurePosixPath(path).is_absolute() or ".." in parts or len(data) > 96_000:
+            raise SandboxError(f"cannot write {path!r} into the member's HOME: give a relative path, files < 96 KB")
+        script = 'umask 077; mkdir -p "$(dirname "$1")" && printf %s "$CONCLAVE_FILE" | base64 -d > "$1"'
+        result = await self.exec(
+            f"sh -c {shlex.quote(script)} sh {shlex.quote(f'{HOME}/{path}')}",
+            timeout_s=30,
+            environment={"CONCLAVE_FILE": base64.b64encode(data).decode()},
+        )
+        if result.exit_code != 0:
+            raise SandboxError(f"could not write {path!r} into the member's HOME: {result.as_text()}")
 
     def _restart(self) -> None:
         super()._restart()

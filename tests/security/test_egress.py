@@ -8,6 +8,7 @@ probe does reach it from a container with a network, so the probes can tell an e
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import socket
@@ -20,6 +21,7 @@ import anyio
 import pytest
 
 from conclave.config import Sandbox as SandboxSpec
+from conclave.errors import SandboxError
 from conclave.sandbox.allowlist import allowlist_for
 from conclave.sandbox.clis_image import build_clis_image
 from conclave.sandbox.container import Owner, Sandbox, connect, engine_status
@@ -222,3 +224,19 @@ async def test_proxy_variables_point_at_the_bridge(member: tuple[MemberSandbox, 
     assert env["HTTPS_PROXY"] == env["http_proxy"] == PROXY_URL and "NO_PROXY" not in env
     assert env["HOME"] == "/home/sandbox" and "drwx------" in result.stdout
     assert result.stdout.strip().splitlines()[-1] == "1", "no route at all (the header line only)"
+
+
+async def test_login_files_go_to_the_private_home_only(
+    member: tuple[MemberSandbox, EgressProxy], tmp_path: Path
+) -> None:
+    box, _ = member
+    secret = b'{"token": "sk-test-\x00\xff-secret"}'
+    await box.write_home_file(".claude/.credentials.json", secret)
+    result = await box.exec("stat -c '%a %u' $HOME/.claude $HOME/.claude/.credentials.json", timeout_s=30)
+    assert result.stdout.split("\n")[:2] == [f"700 {box.uid}", f"600 {box.uid}"]
+    copied = await box.exec("base64 -w0 $HOME/.claude/.credentials.json", timeout_s=30)
+    assert copied.stdout.strip() == base64.b64encode(secret).decode()
+    assert b"sk-test" not in b"".join(p.read_bytes() for p in (tmp_path / "workspace").rglob("*") if p.is_file())
+    for bad in ("../escape", "/etc/passwd", ""):
+        with pytest.raises(SandboxError):
+            await box.write_home_file(bad, b"x")

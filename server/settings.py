@@ -52,7 +52,9 @@ class Settings(BaseSettings):
     @field_validator("egress_allow", mode="before")
     @classmethod
     def _host_list(cls, value: object) -> object:
-        return tuple(part.strip() for part in value.split(",") if part.strip()) if isinstance(value, str) else value
+        if isinstance(value, str):
+            return tuple(part.strip() for part in value.split(",") if part.strip())
+        return value
 
     @field_validator("egress_allow")
     @classmethod

@@ -89,11 +89,15 @@ async def test_each_cli_gets_its_providers_hosts_and_nothing_else() -> None:
     assert not allowlist_for("claude-code").admits("api.openai.com", 443), "a CLI gets its own provider only"
     copilot = allowlist_for("copilot")
     assert copilot.admits("api.individual.githubcopilot.com", 443)
-    assert not copilot.admits("githubcopilot.com.evil.net", 443) and not copilot.admits("evilgithubcopilot.com", 443)
+    assert not copilot.admits("githubcopilot.com.evil.net", 443) and not copilot.admits(
+        "evilgithubcopilot.com", 443
+    )
 
 
 async def test_base_url_and_extra_hosts_extend_the_allowlist_exactly() -> None:
-    allow = allowlist_for("codex", base_url="http://127.0.0.1:8123/v1", extra=["llm.internal:8443", "*.corp.example"])
+    allow = allowlist_for(
+        "codex", base_url="http://127.0.0.1:8123/v1", extra=["llm.internal:8443", "*.corp.example"]
+    )
     assert allow.admits("127.0.0.1", 8123) and not allow.admits("127.0.0.1", 8124)
     assert not allow.admits("localhost", 8123), "a name is not its address"
     assert allow.admits("llm.internal", 8443) and not allow.admits("llm.internal", 443)
@@ -123,8 +127,10 @@ async def test_plain_http_reaches_an_allowed_host_with_hop_headers_dropped(
     sock = tmp_path / ("long-" * 30) / "A.sock"  # over bind()'s limit: bound through /proc/self/fd
     async with egress_proxy(sock, allowlist_for(None, base_url=f"http://127.0.0.1:{allowed.port}")) as proxy:
         assert stat.S_IMODE(sock.stat().st_mode) == 0o666
-        request = (f"GET http://127.0.0.1:{allowed.port}/v1/x?key=k HTTP/1.1\r\nHost: 127.0.0.1:{allowed.port}\r\n"
-                   "Proxy-Authorization: Basic c2VjcmV0\r\nConnection: keep-alive\r\n\r\n")
+        request = (
+            f"GET http://127.0.0.1:{allowed.port}/v1/x?key=k HTTP/1.1\r\nHost: 127.0.0.1:{allowed.port}\r\n"
+            "Proxy-Authorization: Basic c2VjcmV0\r\nConnection: keep-alive\r\n\r\n"
+        )
         reply = await anyio.to_thread.run_sync(ask, sock, request.encode())
     assert reply.startswith(b"HTTP/1.1 200") and reply.endswith(b"from allowed")
     (head,) = allowed.heads
@@ -159,8 +165,9 @@ async def test_hosts_off_the_allowlist_get_a_403_and_a_log_line_without_secrets(
     }[kind]
     sock = tmp_path / "A.sock"
     caplog.set_level(logging.INFO, logger="conclave.sandbox.egress")
-    async with egress_proxy(sock, allowlist_for("claude-code", base_url=f"http://127.0.0.1:{allowed.port}"),
-                            label="cj-1/A") as proxy:
+    async with egress_proxy(
+        sock, allowlist_for("claude-code", base_url=f"http://127.0.0.1:{allowed.port}"), label="cj-1/A"
+    ) as proxy:
         reply = await anyio.to_thread.run_sync(ask, sock, target.encode())
     assert reply.startswith(b"HTTP/1.1 403 Forbidden") and b"not on this member's allowlist" in reply
     assert len(proxy.denied) == 1 and proxy.admitted == 0
@@ -187,12 +194,19 @@ async def test_what_is_not_a_proxy_request_is_refused_and_the_proxy_keeps_servin
     allowed, _ = origins
     sock = tmp_path / "A.sock"
     async with egress_proxy(sock, allowlist_for(None, extra=[f"127.0.0.1:{allowed.port}", "127.0.0.1:1"])):
-        for junk in (b"\x16\x03\x01 hello\r\n\r\n", b"GET /relative HTTP/1.1\r\n\r\n", b"CONNECT nohost HTTP/1.1\r\n\r\n",
-                     b"GET https://127.0.0.1:1/ HTTP/1.1\r\n\r\n"):
+        for junk in (
+            b"\x16\x03\x01 hello\r\n\r\n",
+            b"GET /relative HTTP/1.1\r\n\r\n",
+            b"CONNECT nohost HTTP/1.1\r\n\r\n",
+            b"GET https://127.0.0.1:1/ HTTP/1.1\r\n\r\n",
+        ):
             assert (await anyio.to_thread.run_sync(ask, sock, junk)).startswith(b"HTTP/1.1 400")
-        assert (await anyio.to_thread.run_sync(ask, sock, b"CONNECT 127.0.0.1:1 HTTP/1.1\r\n\r\n")).startswith(
-            b"HTTP/1.1 502"), "an allowed host that does not answer"
-        assert await anyio.to_thread.run_sync(ask, sock, b"GET http://127.0.0.1") == b"", "a head never finished"
+        assert (
+            await anyio.to_thread.run_sync(ask, sock, b"CONNECT 127.0.0.1:1 HTTP/1.1\r\n\r\n")
+        ).startswith(b"HTTP/1.1 502"), "an allowed host that does not answer"
+        assert await anyio.to_thread.run_sync(ask, sock, b"GET http://127.0.0.1") == b"", (
+            "a head never finished"
+        )
         request = f"GET http://127.0.0.1:{allowed.port}/ HTTP/1.1\r\n\r\n".encode()
         assert (await anyio.to_thread.run_sync(ask, sock, request)).endswith(b"from allowed")
 

@@ -20,7 +20,7 @@ _SHAPE = "write host, host:port, *.domain or [ipv6]:port, e.g. api.example.com o
 
 @dataclass(frozen=True)
 class HostRule:
-    """Admits `host:port` exactly, or with `*.` in front, any name below the domain (not the domain itself)."""
+    """Admits `host:port` exactly; with `*.` in front, any name below the domain (not the domain itself)."""
 
     host: str  # lower case, no trailing dot; an IPv6 address without brackets
     port: int
@@ -43,11 +43,11 @@ def normal_host(host: str) -> str:
     host = host.strip().lower()
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
-    return host[:-1] if host.endswith(".") else host
+    return host.removesuffix(".")
 
 
 def parse_host_rule(text: str, default_port: int = HTTPS_PORT) -> HostRule:
-    """`api.example.com`, `llm.internal:8443`, `*.example.com`, `127.0.0.1:8080`, `[::1]:8080`; else ValueError."""
+    """`api.example.com`, `llm.internal:8443`, `*.example.com`, `[::1]:8080`...; else a ValueError."""
     raw = text.strip()
     if raw.startswith("["):
         inside, _, rest = raw[1:].partition("]")

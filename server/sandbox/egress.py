@@ -2,8 +2,9 @@
 
 Interface (the CLI members of issue 16 use it through sandbox/member.py):
 
-    allow = allowlist_for("claude-code", base_url=agent.base_url, extra=[*team.sandbox.allow_hosts, *settings.egress_allow])
-    async with egress_proxy(job_dir / "egress" / f"{letter}.sock", allow, label=f"{job_id}/{letter}") as proxy:
+    extra = [*team.sandbox.allow_hosts, *settings.egress_allow]
+    allow = allowlist_for("claude-code", base_url=agent.base_url, extra=extra)
+    async with egress_proxy(job_dir / "egress" / f"{letter}.sock", allow, label=f"{job}/{letter}") as proxy:
         sandbox = MemberSandbox(client, owner, proxy.socket)
         await sandbox.start(workspace, peers, job_id, letter, limits)   # network none, socket bridged
         result = await sandbox.exec("claude -p ...", timeout_s=600, environment={...})
@@ -11,7 +12,8 @@ Interface (the CLI members of issue 16 use it through sandbox/member.py):
 
 The container has no network (`network_mode=none`). The proxy listens on a unix socket in the job's private
 folder; the socket file alone is bind-mounted into the container, where socat (run by the keeper user, out of
-the agent's reach) re-listens on 127.0.0.1:3128 and `HTTPS_PROXY`/`HTTP_PROXY` point there (sandbox/member.py).
+the agent's reach) re-listens on 127.0.0.1:3128 and `HTTPS_PROXY`/`HTTP_PROXY` point there
+(sandbox/member.py).
 The design follows Anthropic's sandbox-runtime (an allowlisting proxy reached over unix sockets).
 
 What it speaks: `CONNECT host:port` (HTTPS and anything TLS: the tunnel is opaque bytes), and plain-HTTP
@@ -58,7 +60,15 @@ CONNECT_TIMEOUT_S = 30.0
 MAX_TUNNELS = 64  # connections open at once per member; more wait their turn
 CHUNK = 65536
 # Hop-by-hop headers a proxy consumes (RFC 9110 7.6.1) and the proxy's own; never forwarded.
-_HOP = {b"connection", b"keep-alive", b"proxy-connection", b"proxy-authorization", b"te", b"trailer", b"upgrade"}
+_HOP = {
+    b"connection",
+    b"keep-alive",
+    b"proxy-connection",
+    b"proxy-authorization",
+    b"te",
+    b"trailer",
+    b"upgrade",
+}
 _SUN_PATH_MAX = 100  # bind() takes at most 107 bytes of path; longer ones are bound through /proc/self/fd
 
 
@@ -110,17 +120,19 @@ class EgressProxy:
                     head = await reader.receive_until(b"\r\n\r\n", MAX_HEAD)
                 request = parse_request(head)
                 if not self.allowlist.admits(request.host, request.port):
-                    self._deny(request)
-                    raise _Refused(403, "Forbidden", (
-                        f"conclave egress: {request.host}:{request.port} is not on this member's allowlist "
-                        "(docs/subscriptions.md says how to add a host)"
-                    ))
+                    raise self._deny(request)
                 upstream = await self._connect(request)
             except _Refused as refused:
                 await _reply(client, refused.status, refused.reason, str(refused))
                 return
-            except (TimeoutError, anyio.IncompleteRead, anyio.DelimiterNotFound, anyio.EndOfStream,
-                    anyio.BrokenResourceError, anyio.ClosedResourceError):
+            except (
+                TimeoutError,
+                anyio.IncompleteRead,
+                anyio.DelimiterNotFound,
+                anyio.EndOfStream,
+                anyio.BrokenResourceError,
+                anyio.ClosedResourceError,
+            ):
                 return  # a client that went away or never finished its head: nothing to answer
             self.admitted += 1
             async with upstream:
@@ -131,20 +143,34 @@ class EgressProxy:
                 # the reader hands out first what the client sent right after its head (a body, a TLS hello)
                 await _splice(reader, client, upstream)
 
-    def _deny(self, request: _Request) -> None:
+    def _deny(self, request: _Request) -> _Refused:
+        """Record and log the denial; the 403 to send back."""
         denial = Denial(request.method, request.host, request.port)
         self.denied.append(denial)
-        logger.warning("egress %s: refused %s %s:%d (not on its allowlist)", self.label or "-",
-                       denial.method, denial.host, denial.port)
+        logger.warning(
+            "egress %s: refused %s %s:%d (not on its allowlist)",
+            self.label or "-", denial.method, denial.host, denial.port,
+        )
+        return _Refused(403, "Forbidden", (
+            f"conclave egress: {request.host}:{request.port} is not on this member's allowlist "
+            "(docs/subscriptions.md says how to add a host)"
+        ))
 
     async def _connect(self, request: _Request) -> anyio.abc.SocketStream:
         try:
             with anyio.fail_after(CONNECT_TIMEOUT_S):
                 return await anyio.connect_tcp(request.host, request.port)
         except (OSError, TimeoutError) as exc:
-            logger.info("egress %s: %s:%d unreachable (%s)", self.label or "-", request.host, request.port,
-                        type(exc).__name__)
-            raise _Refused(502, "Bad Gateway", f"conclave egress: {request.host}:{request.port} did not answer") from exc
+            logger.info(
+                "egress %s: %s:%d unreachable (%s)",
+                self.label or "-",
+                request.host,
+                request.port,
+                type(exc).__name__,
+            )
+            raise _Refused(
+                502, "Bad Gateway", f"conclave egress: {request.host}:{request.port} did not answer"
+            ) from exc
 
 
 def parse_request(head: bytes) -> _Request:
@@ -159,7 +185,9 @@ def parse_request(head: bytes) -> _Request:
         return _Request(method, host, port, None)
     url = urlsplit(target)
     if url.scheme != "http" or not url.hostname:
-        raise _Refused(400, "Bad Request", "conclave egress: send https through CONNECT, http as an absolute URL")
+        raise _Refused(
+            400, "Bad Request", "conclave egress: send https through CONNECT, http as an absolute URL"
+        )
     try:
         port = url.port or 80
     except ValueError as exc:
@@ -188,8 +216,9 @@ async def _reply(client: anyio.abc.ByteStream, status: int, reason: str, message
         pass
 
 
-async def _splice(reader: BufferedByteReceiveStream, client: anyio.abc.ByteStream,
-                  upstream: anyio.abc.SocketStream) -> None:
+async def _splice(
+    reader: BufferedByteReceiveStream, client: anyio.abc.ByteStream, upstream: anyio.abc.SocketStream
+) -> None:
     """Copy both ways until both sides are done; half-closes pass through, an error ends both."""
 
     async def copy(source: anyio.abc.ByteReceiveStream, sink: anyio.abc.ByteStream) -> None:
@@ -207,7 +236,7 @@ async def _splice(reader: BufferedByteReceiveStream, client: anyio.abc.ByteStrea
 
 @asynccontextmanager
 async def egress_proxy(socket: Path, allowlist: Allowlist, *, label: str = "") -> AsyncIterator[EgressProxy]:
-    """Serve `allowlist` on the unix socket `socket` (created, mode 0666 inside its private folder) until exit.
+    """Serve `allowlist` on the unix socket `socket` (made mode 0666, in its private folder) until exit.
 
     The folder holding the socket must be the job's private one (0700): the socket's own mode lets the
     container's users connect, the folder keeps everyone else on the host out. The socket is removed on exit.

@@ -1,7 +1,7 @@
 """A coding-agent CLI member's container: the plain sandbox, with no network but its egress bridge.
 
     allow = allowlist_for("codex", base_url=agent.base_url, extra=extra_hosts)
-    async with egress_proxy(job_dir / "egress" / f"{letter}.sock", allow, label=f"{job_id}/{letter}") as proxy:
+    async with egress_proxy(job_dir / "egress" / f"{letter}.sock", allow, label=f"{job}/{letter}") as proxy:
         sandbox = MemberSandbox(client, owner, proxy.socket)
         try:
             await sandbox.start(workspace, peers, job_id, letter, limits)
@@ -22,12 +22,15 @@ init, the reaping after each command). What differs:
   container: the place for the CLI's login files, its caches and its leftovers (XDG_* point into it).
 - The image is the CLI image (`conclave sandbox build --clis`, sandbox/clis_image.py) unless the team names
   its own, which then needs socat.
-Keys go in `exec(..., environment=...)`, per command, never in the container's stored configuration.
+Keys go in `exec(..., environment=...)`, per command, never in the container's stored configuration;
+login files go into HOME with `write_home_file` (through an exec: `docker cp` cannot write a tmpfs).
 """
 
 from __future__ import annotations
 
-from pathlib import Path
+import base64
+import shlex
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import anyio.to_thread
@@ -37,7 +40,7 @@ from conclave.errors import SandboxError
 from conclave.sandbox.container import ENVIRONMENT, PROCESS_OWNER, Owner, Sandbox, keeper_user
 from conclave.sandbox.image import IMAGE_REPO
 
-__all__ = ["HOME", "MemberSandbox", "PROXY_PORT", "PROXY_URL", "SOCKET", "member_environment"]
+__all__ = ["HOME", "PROXY_PORT", "PROXY_URL", "SOCKET", "MemberSandbox", "member_environment"]
 
 PROXY_PORT = 3128
 PROXY_URL = f"http://127.0.0.1:{PROXY_PORT}"
@@ -51,7 +54,9 @@ BRIDGE = (
 )
 # 127.0.0.1:3128 listening, as /proc/net/tcp writes it (address:port in hex, state 0A)
 _LISTENING = f"0100007F:{PROXY_PORT:04X} 00000000:0000 0A"
-_AWAIT_BRIDGE = f"i=0; until grep -q '{_LISTENING}' /proc/net/tcp; do i=$((i+1)); [ $i -gt 200 ] && exit 1; sleep 0.05; done"
+_AWAIT_BRIDGE = (
+    f"i=0; until grep -q '{_LISTENING}' /proc/net/tcp; do i=$((i+1)); [ $i -gt 200 ] && exit 1; sleep 0.05; done"
+)
 
 
 def member_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -118,6 +123,24 @@ class MemberSandbox(Sandbox):
                 await self.stop()
             raise
         return container
+
+    async def write_home_file(self, path: str, data: bytes) -> None:
+        """Write `data` to `$HOME/path` (mode 0600, folders 0700) as the command user: a login file.
+
+        The bytes travel in the exec's environment (readable only by that user's processes, never in the
+        container's stored configuration); `docker cp` cannot reach a tmpfs. Limit: 96 KB.
+        """
+        parts = PurePosixPath(path).parts
+        if not parts or PurePosixPath(path).is_absolute() or ".." in parts or len(data) > 96_000:
+            raise SandboxError(f"cannot write {path!r} into the member's HOME: give a relative path, files < 96 KB")
+        script = 'umask 077; mkdir -p "$(dirname "$1")" && printf %s "$CONCLAVE_FILE" | base64 -d > "$1"'
+        result = await self.exec(
+            f"sh -c {shlex.quote(script)} sh {shlex.quote(f'{HOME}/{path}')}",
+            timeout_s=30,
+            environment={"CONCLAVE_FILE": base64.b64encode(data).decode()},
+        )
+        if result.exit_code != 0:
+            raise SandboxError(f"could not write {path!r} into the member's HOME: {result.as_text()}")
 
     def _restart(self) -> None:
         super()._restart()

@@ -9,11 +9,13 @@ copies (snapshots and final/ stay), also on cancellation.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
 
 import anyio
+import anyio.abc
 import anyio.to_thread
+from anyio.abc import TaskStatus
 
 from conclave.config import AgentSpec
 from conclave.config import Sandbox as SandboxSpec
@@ -22,9 +24,10 @@ from conclave.coordination.prompts import FilesPicture
 from conclave.files.agent_tools import AgentTools
 from conclave.files.budget import DiskBudget
 from conclave.files.workspaces import Workspaces
-from conclave.sandbox.allowlist import allowlist_for
+from conclave.errors import SandboxError
+from conclave.sandbox.allowlist import Allowlist, allowlist_for
 from conclave.sandbox.container import Sandbox, container_user
-from conclave.sandbox.egress import egress_proxy
+from conclave.sandbox.egress import EgressProxy, egress_proxy
 from conclave.sandbox.member import MemberSandbox
 
 SandboxFactory = Callable[[], Sandbox]
@@ -46,7 +49,7 @@ class JobFiles:
     ) -> None:
         self.job_id, self.workspaces, self.spec = job_id, workspaces, sandbox
         self._factory, self._member_factory, self._egress_allow = sandbox_factory, member_factory, egress_allow
-        self._proxies = contextlib.AsyncExitStack()  # CLI members' egress proxies, closed with the job
+        self._proxies: anyio.abc.TaskGroup | None = None  # hosts CLI members' egress proxies (`egress`)
         self._budget = DiskBudget(disk_budget) if disk_budget is not None else None
         self._sandboxes: dict[str, Sandbox] = {}
         self._folders = tuple(context.name for context in workspaces.manifest().contexts)
@@ -76,13 +79,34 @@ class JobFiles:
             for letter in letters:
                 tg.start_soon(self._start_sandbox, letter, letters)
 
+    @contextlib.asynccontextmanager
+    async def egress(self) -> AsyncIterator[None]:
+        """Where CLI members' egress proxies live: around the whole run (`start` to `close`), as a task
+        group of its own, since a proxy's task group cannot be entered in one cancel scope and left in
+        another (the orchestrator's set-up runs under the job's deadline)."""
+        async with anyio.create_task_group() as group:
+            self._proxies = group
+            try:
+                yield
+            finally:
+                group.cancel_scope.cancel()
+                self._proxies = None
+
     async def _member(self, letter: str, spec: AgentSpec) -> Sandbox:
         assert self.spec is not None
+        if self._proxies is None:
+            raise SandboxError("a CLI member's egress proxy needs JobFiles.egress() around the job's run")
         extra = [*self.spec.allow_hosts, *self._egress_allow]
         allow = allowlist_for(split_cli_model(spec.model_name)[0], base_url=spec.base_url, extra=extra)  # type: ignore[arg-type]
         socket = self.workspaces.job_dir / "egress" / f"{letter}.sock"
-        proxy = await self._proxies.enter_async_context(egress_proxy(socket, allow, label=f"{self.job_id}/{letter}"))
+        proxy = await self._proxies.start(self._serve, socket, allow, f"{self.job_id}/{letter}")
         return self._member_factory(proxy.socket)
+
+    @staticmethod
+    async def _serve(socket: Path, allow: Allowlist, label: str, *, task_status: TaskStatus[EgressProxy]) -> None:
+        async with egress_proxy(socket, allow, label=label) as proxy:
+            task_status.started(proxy)
+            await anyio.sleep_forever()
 
     async def _start_sandbox(self, letter: str, letters: list[str]) -> None:
         assert self.spec is not None
@@ -125,5 +149,4 @@ class JobFiles:
         with anyio.CancelScope(shield=True):
             for sandbox in self._sandboxes.values():
                 await sandbox.stop()
-            await self._proxies.aclose()
             await self.workspaces.remove_working_copies()  # after the containers: no process writes there

@@ -11,6 +11,8 @@ sandbox; verify and budgets, jobs/plan.py) and queues, with an estimate of what 
 
 from __future__ import annotations
 
+import contextlib
+
 import logging
 import os
 import re
@@ -285,7 +287,8 @@ class JobService:
                         verifier=self._verifier(job_id, team, files),
                     )
                     try:
-                        result = await orchestrator.run()
+                        async with files.egress() if files is not None else contextlib.nullcontext():
+                            result = await orchestrator.run()
                         if files is not None:
                             self.store.set_files(job_id, await collect(files, options, result.consensus))
                     except ConclaveError as exc:

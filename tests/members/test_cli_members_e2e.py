@@ -1,0 +1,125 @@
+"""CLI members end to end: the real Claude Code and Codex from npm, inside their containers (the CLI
+image, `conclave sandbox build --clis`), reaching fake models of ours only through their egress proxies,
+in one team with an API agent, fixing a failing test with `verify`.
+
+Claude Code's model (Anthropic Messages) fixes add(); Codex's (OpenAI Responses) breaks it another way;
+the API agent (Chat Completions) answers without a change. Each CLI decides with its own constrained
+output (Claude's --json-schema, Codex's --output-schema) and votes for the answer whose check passed.
+Needs the Docker engine and the CLI image; skips, saying how to get them, without.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import anyio
+import pytest
+
+from conclave.backends.retry import RetryPolicy
+from conclave.jobs.service import JobService
+from conclave.jobs.views import JobView
+from conclave.sandbox.clis_image import clis_tag
+from conclave.sandbox.engine import engine_status
+from conclave.settings import Settings
+from tests.fakes.cli_worker import CliWorker
+from tests.fakes.script import RecordedRequest, Reply
+from tests.fakes.server import FakeProviders
+from tests.fakes.team import decide, vote_labels
+
+pytestmark = pytest.mark.anyio
+KEY = "CONCLAVE_FAKE_KEY"
+ENV = {KEY: "fake-key-0123456789"}
+FAST = RetryPolicy(max_attempts=2, base_delay_s=0.01, max_delay_s=0.05)
+CALC = "def add(a, b):\n    return a - b\n"
+TESTS = "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n"
+TASK = "Fix add() in calc.py so that the tests in test_calc.py pass."
+_PASSED = re.compile(r"## Answer ([A-P][0-9]+)[^\n]*verify passed")
+
+
+@pytest.fixture(scope="module")
+def clis_image() -> str:
+    tag = clis_tag()
+    status = engine_status(tag)
+    if not status.available or not status.image_present:
+        pytest.skip(f"needs the Docker engine and the CLI image {tag} ({status.error}): `conclave sandbox build --clis`")
+    return tag
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    root = tmp_path / "proj"
+    root.mkdir()
+    (root / "calc.py").write_text(CALC)
+    (root / "test_calc.py").write_text(TESTS)
+    return root
+
+
+def api_agent(request: RecordedRequest) -> Reply:
+    """Answers once without touching the code, then votes for an answer whose check passed."""
+    labels = vote_labels(request)
+    if "(your own answer)" not in request.text():
+        return decide("new_answer", {"content": "calc.py looks right to me; I changed nothing."}, request)
+    passing = _PASSED.findall(request.text())
+    return decide("vote", {"answer": (passing or labels)[0], "reason": "its check passed"}, request)
+
+
+def write_team(path: Path, fakes: FakeProviders) -> str:
+    path.write_text(f"""\
+name: cli-trio
+agents:
+  - model: cli/claude-code
+    base_url: {fakes.base_url("anthropic", "claude")}
+    api_key_env: {KEY}
+  - model: cli/codex:gpt-5.5
+    base_url: {fakes.base_url("responses", "codex")}
+    api_key_env: {KEY}
+  - model: openai/gpt-fake
+    base_url: {fakes.base_url("openai", "api")}
+    api_key_env: {KEY}
+coordination: {{max_answers_per_agent: 1, final: reuse, timeout_s: 900}}
+sandbox: {{memory: 2g, cpus: 1}}
+""")
+    return str(path)
+
+
+async def finished(service: JobService, view: JobView) -> JobView:
+    with anyio.fail_after(800):
+        while not view.done:
+            view = await service.wait(view.job_id, 10)
+    return view
+
+
+async def test_claude_code_and_codex_fix_a_failing_test_with_an_api_agent(
+    clis_image: str, tmp_path: Path, fakes: FakeProviders, project: Path
+) -> None:
+    claude = CliWorker("anthropic", "sed -i 's/return a - b/return a + b/' calc.py && python3 -m pytest -q",
+                       "Fixed add() in calc.py: it subtracted; the test passes now.")
+    codex = CliWorker("responses", "sed -i 's/return a - b/return a * b/' calc.py", "add() now multiplies.")
+    fakes.script.set_default("claude", claude).set_default("codex", codex).set_default("api", api_agent)
+    team = write_team(tmp_path / "team.yaml", fakes)
+    async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV, retry=FAST) as service:
+        view = await finished(service, await service.submit(TASK, team, [{"path": str(project)}], verify="pytest -q"))
+        letters = {agent.model: agent.letter for agent in view.agents}
+        patch = (await service.read(view.job_id, "@diff", None, 0, 100_000)).content
+        transcript = (await service.read(view.job_id, "transcript", None, 0, 400_000)).content
+
+    print(view.text())
+    mine, theirs, api = letters["cli/claude-code"], letters["cli/codex:gpt-5.5"], letters["openai/gpt-fake"]
+    assert view.state == "completed" and view.winner == f"{mine}1", view.text()
+    assert view.answer == "Fixed add() in calc.py: it subtracted; the test passes now."
+    assert view.checks[f"{mine}1"].startswith("passed") and view.checks[f"{theirs}1"].startswith("failed")
+    # the diff is the winning CLI's change, made by its own shell tool inside its container
+    assert "-    return a - b\n+    return a + b\n" in patch and "a * b" not in patch
+    assert any("1 passed" in result for result in claude.tool_results), claude.tool_results
+    # the voters saw each other's answers, in their own order, with the checks
+    assert claude.decisions and {f"{theirs}1", f"{api}1"} <= set(claude.decisions[-1])
+    assert codex.decisions and {f"{mine}1", f"{api}1"} <= set(codex.decisions[-1])
+    assert view.tally.get(f"{mine}1", 0) >= 2, view.tally
+    # usage is what the fakes billed, per member
+    usage = {agent.letter: agent.usage for agent in view.agents}
+    for letter, fake in ((mine, "claude"), (theirs, "codex"), (api, "api")):
+        billed = fakes.script.bill[fake]
+        assert (usage[letter].input_tokens, usage[letter].output_tokens) == billed[:2], (fake, usage[letter], billed)
+    assert usage[mine].cost_usd is not None and usage[mine].cost_usd > 0  # Claude Code reports its cost
+    assert "cli_work" in transcript

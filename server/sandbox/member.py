@@ -49,7 +49,7 @@ HOME = "/home/sandbox"
 HOME_SIZE = "1g"  # a cap, not a reservation: Copilot alone unpacks ~235 MB into its cache on first run
 # The keeper's command: the bridge (restarted should it ever exit), then the keeper's usual sleep.
 BRIDGE = (
-    f"while :; do socat -d0 TCP-LISTEN:{PROXY_PORT},bind=127.0.0.1,reuseaddr,fork UNIX-CONNECT:{SOCKET}; "
+    f"while :; do socat TCP-LISTEN:{PROXY_PORT},bind=127.0.0.1,reuseaddr,fork UNIX-CONNECT:{SOCKET}; "
     "sleep 1; done & exec sleep infinity"
 )
 # 127.0.0.1:3128 listening, as /proc/net/tcp writes it (address:port in hex, state 0A)

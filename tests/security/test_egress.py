@@ -9,6 +9,7 @@ probe does reach it from a container with a network, so the probes can tell an e
 from __future__ import annotations
 
 import base64
+import ipaddress
 import json
 import os
 import socket
@@ -100,7 +101,18 @@ def listener() -> Iterator[HostListener]:
 
 def bridge_gateway() -> str:
     """The host's address on Docker's default bridge (what a container with a network would route to)."""
-    return connect().networks.get("bridge").attrs["IPAM"]["Config"][0]["Gateway"]
+    (config, *_) = connect().networks.get("bridge").attrs["IPAM"]["Config"]
+    return config.get("Gateway") or str(ipaddress.ip_network(config["Subnet"])[1])
+
+
+def host_address() -> str:
+    """The host's address on its default route (a UDP connect sends nothing)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe_socket:
+        try:
+            probe_socket.connect(("192.0.2.200", 9))
+            return str(probe_socket.getsockname()[0])
+        except OSError:
+            return "127.0.0.1"
 
 
 @pytest.fixture
@@ -172,6 +184,7 @@ async def test_no_direct_route_to_any_host_port(
         f"{gateway}:{listener.port}",
         f"{gateway}:{fakes.port}",
         f"127.0.0.1:{fakes.port}",
+        f"{host_address()}:{listener.port}",
         f"172.17.0.1:{listener.port}",
         "1.1.1.1:443",
         f"::1:{fakes.port}",
@@ -236,7 +249,9 @@ async def test_login_files_go_to_the_private_home_only(
     assert result.stdout.split("\n")[:2] == [f"700 {box.uid}", f"600 {box.uid}"]
     copied = await box.exec("base64 -w0 $HOME/.claude/.credentials.json", timeout_s=30)
     assert copied.stdout.strip() == base64.b64encode(secret).decode()
-    assert b"sk-test" not in b"".join(p.read_bytes() for p in (tmp_path / "workspace").rglob("*") if p.is_file())
+    assert b"sk-test" not in b"".join(
+        p.read_bytes() for p in (tmp_path / "workspace").rglob("*") if p.is_file()
+    )
     for bad in ("../escape", "/etc/passwd", ""):
         with pytest.raises(SandboxError):
             await box.write_home_file(bad, b"x")

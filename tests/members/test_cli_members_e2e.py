@@ -102,7 +102,7 @@ async def test_claude_code_and_codex_fix_a_failing_test_with_an_api_agent(
         view = await finished(service, await service.submit(TASK, team, [{"path": str(project)}], verify="pytest -q"))
         letters = {agent.model: agent.letter for agent in view.agents}
         patch = (await service.read(view.job_id, "@diff", None, 0, 100_000)).content
-        transcript = (await service.read(view.job_id, "transcript", None, 0, 400_000)).content
+        transcript = (await service.read(view.job_id, "transcript", None, 0, 100_000)).content
 
     print(view.text())
     mine, theirs, api = letters["cli/claude-code"], letters["cli/codex:gpt-5.5"], letters["openai/gpt-fake"]

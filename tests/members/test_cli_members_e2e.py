@@ -123,3 +123,94 @@ async def test_claude_code_and_codex_fix_a_failing_test_with_an_api_agent(
         assert (usage[letter].input_tokens, usage[letter].output_tokens) == billed[:2], (fake, usage[letter], billed)
     assert usage[mine].cost_usd is not None and usage[mine].cost_usd > 0  # Claude Code reports its cost
     assert "cli_work" in transcript
+
+
+def _secret_in_tree(root: Path, secret: str) -> list[str]:
+    return [str(path) for path in root.rglob("*") if path.is_file() and not path.is_socket()
+            and secret.encode() in path.read_bytes()]
+
+
+async def test_the_key_never_reaches_files_transcript_or_logs(
+    clis_image: str, tmp_path: Path, fakes: FakeProviders, project: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The member's key is in its CLI's environment (its shell tool sees it: what an agent inside can
+    read), yet nothing of the job keeps it: workspaces, snapshots, final/, check copies, the patch, the
+    transcript, the events and the server's log."""
+    secret = ENV[KEY]
+    claude = CliWorker("anthropic", f'test -n "$ANTHROPIC_API_KEY" && echo key-present; '
+                       "sed -i 's/return a - b/return a + b/' calc.py", "Fixed add().")
+    fakes.script.set_default("claude", claude).set_default("api", api_agent)
+    team = tmp_path / "team.yaml"
+    team.write_text(f"""\
+agents:
+  - model: cli/claude-code
+    base_url: {fakes.base_url("anthropic", "claude")}
+    api_key_env: {KEY}
+  - model: openai/gpt-fake
+    base_url: {fakes.base_url("openai", "api")}
+    api_key_env: {KEY}
+coordination: {{max_answers_per_agent: 1, final: reuse}}
+""")
+    async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV, retry=FAST) as service:
+        view = await finished(service, await service.submit(TASK, str(team), [{"path": str(project)}], verify="pytest -q"))
+        transcript = (await service.read(view.job_id, "transcript", None, 0, 100_000)).content
+        events = [event.model_dump_json() for event in service.store.events(view.job_id)]
+    assert view.state == "completed" and any("key-present" in result for result in claude.tool_results)
+    assert fakes.script.requests_of("claude")[0].headers.get("x-api-key") == secret  # it was used
+    assert _secret_in_tree(tmp_path / "state", secret) == [] and _secret_in_tree(project, secret) == []
+    assert secret not in transcript and not any(secret in event for event in events)
+    assert secret not in caplog.text
+
+
+async def test_a_cancelled_job_leaves_no_cli_process_and_no_container(
+    clis_image: str, tmp_path: Path, fakes: FakeProviders, project: Path
+) -> None:
+    """The CLI is mid-run (its model is slow to answer) and has started a `setsid` child of its own
+    when the job is cancelled: its whole tree and its container are gone at once."""
+    import docker
+
+    marker = "conclave-cancel-probe"
+    claude = CliWorker("anthropic", f"setsid sh -c 'sleep 600; echo {marker}' >/dev/null 2>&1 & echo started", "never")
+    slow: list[int] = []
+
+    def respond(request: RecordedRequest) -> Reply:
+        reply = claude(request)
+        if claude.tool_results:  # the shell ran (the setsid child lives): now hang the model
+            slow.append(1)
+            return Reply(text="late", delay=300)
+        return reply
+
+    fakes.script.set_default("claude", respond).set_default("api", api_agent)
+    team = tmp_path / "team.yaml"
+    team.write_text(f"""\
+agents:
+  - model: cli/claude-code
+    base_url: {fakes.base_url("anthropic", "claude")}
+    api_key_env: {KEY}
+""")
+    client = docker.from_env()
+    async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV, retry=FAST) as service:
+        view = await service.submit(TASK, str(team), [{"path": str(project)}])
+        with anyio.fail_after(300):
+            while not slow:
+                await anyio.sleep(0.5)
+        running = client.containers.list(filters={"label": f"conclave.job={view.job_id}"})
+        assert running and marker in _processes(running[0])
+        view = await service.cancel(view.job_id)
+        with anyio.fail_after(60):
+            while not view.done:
+                view = await service.wait(view.job_id, 5)
+    assert view.state == "cancelled"
+    assert client.containers.list(all=True, filters={"label": f"conclave.job={view.job_id}"}) == []
+    assert not [line for line in _host_processes() if marker in line or "claude -p" in line and TASK[:20] in line]
+
+
+def _processes(container: object) -> str:
+    top = container.top(ps_args="-eo pid,args")  # type: ignore[attr-defined]
+    return "\n".join(" ".join(row) for row in top["Processes"])
+
+
+def _host_processes() -> list[str]:
+    import subprocess
+
+    return subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout.splitlines()

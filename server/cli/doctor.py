@@ -9,6 +9,8 @@ from dataclasses import dataclass
 
 from conclave.backends.local import BUNDLED, check_installed, model_file
 from conclave.config import KEY_VARIABLES, Sandbox
+from conclave.config.clis import CLIS, login_source
+from conclave.sandbox.clis_image import CLI_PINS, clis_tag
 from conclave.errors import ConfigError
 from conclave.sandbox.container import engine_status, image_tag
 from conclave.settings import Settings
@@ -29,7 +31,7 @@ class Check:
 
 
 def run_checks(settings: Settings, environ: Mapping[str, str]) -> list[Check]:
-    return [_state_dir(settings), *_docker(), *_keys(environ), _local_model()]
+    return [_state_dir(settings), *_docker(), *_keys(environ), _local_model(), *_clis(environ)]
 
 
 def _state_dir(settings: Settings) -> Check:
@@ -75,3 +77,19 @@ def _local_model() -> Check:
     except ConfigError as exc:
         return Check("local model", False, "not available", str(exc), essential=False)
     return Check("local model", True, f"llama-cpp-python and {path.name} ({os.path.getsize(path) >> 20} MB)")
+
+
+def _clis(environ: Mapping[str, str]) -> list[Check]:
+    """Coding-agent CLIs as members: installed (the CLI image, pinned versions) and logged in."""
+    tag = clis_tag()
+    status = engine_status(tag)
+    pins = ", ".join(CLI_PINS)
+    checks = [Check("CLI image", bool(status.image_present), f"{tag} ({pins})" if status.image_present else
+                    f"{tag} is missing", "run `conclave sandbox build --clis` for cli/ members", essential=False)]
+    for facts in CLIS.values():
+        source = login_source(facts, environ)
+        detail = f"logged in ({source})" if source else "not logged in"
+        fix = f"run {facts.program} once and sign in, or set {facts.key_variables[0]}"
+        checks.append(Check(f"cli/{facts.name}", source is not None, detail, fix, essential=False))
+    return checks
+

@@ -27,13 +27,18 @@ class CliFacts:
     login_files: tuple[str, ...]
     key_variables: tuple[str, ...]
     hosts: tuple[str, ...]  # the provider's hosts its login and model calls reach (docs/subscriptions.md)
+    binary: str = ""  # its command, when not its name
+
+    @property
+    def program(self) -> str:
+        return self.binary or self.name
 
 
 CLIS: dict[str, CliFacts] = {
     "claude-code": CliFacts(
         "claude-code", "@anthropic-ai/claude-code", "CLAUDE_CONFIG_DIR", ".claude", (".credentials.json",),
         ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN"),
-        ("api.anthropic.com", "platform.claude.com"),
+        ("api.anthropic.com", "platform.claude.com"), "claude",
     ),
     "codex": CliFacts(
         "codex", "@openai/codex", "CODEX_HOME", ".codex", ("auth.json",), ("CODEX_API_KEY", "OPENAI_API_KEY"),

@@ -12,6 +12,7 @@ from conclave.config import KEY_VARIABLES, Sandbox
 from conclave.config.clis import CLIS, login_source
 from conclave.sandbox.clis_image import CLI_PINS, clis_tag
 from conclave.errors import ConfigError
+from conclave.sandbox.clis_image import clis_tag
 from conclave.sandbox.container import engine_status, image_tag
 from conclave.settings import Settings
 
@@ -56,6 +57,9 @@ def _docker() -> list[Check]:
         checks.append(Check("sandbox image", True, f"{tag} is present"))
     else:
         checks.append(Check("sandbox image", False, f"{tag} is missing", "run `conclave sandbox build`", False))
+    clis = engine_status(clis_tag())
+    detail = f"{clis_tag()} is {'present' if clis.image_present else 'missing'} (for cli/... members)"
+    checks.append(Check("CLI image", bool(clis.image_present), detail, "run `conclave sandbox build --clis`", False))
     return checks
 
 

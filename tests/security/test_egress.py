@@ -255,3 +255,24 @@ async def test_login_files_go_to_the_private_home_only(
     for bad in ("../escape", "/etc/passwd", ""):
         with pytest.raises(SandboxError):
             await box.write_home_file(bad, b"x")
+
+
+async def test_a_real_cli_reaches_its_fake_provider_through_the_bridge(
+    member: tuple[MemberSandbox, EgressProxy], fakes: FakeProviders
+) -> None:
+    """Claude Code (its native binary, Bun's fetch) follows the proxy variables to the allowlisted fake."""
+    box, proxy = member
+    fakes.script.set_default("A", Reply(text="hello from the fake"))
+    result = await box.exec(
+        "claude -p 'say hello' --output-format json --model claude-sonnet-4-5 </dev/null",
+        timeout_s=120,
+        environment={
+            "ANTHROPIC_API_KEY": "sk-ant-fake",
+            "ANTHROPIC_BASE_URL": fakes.base_url("anthropic", "A"),
+            "IS_SANDBOX": "1",
+            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        },
+    )
+    assert result.exit_code == 0, result.as_text()
+    assert json.loads(result.stdout)["result"] == "hello from the fake"
+    assert proxy.admitted >= 1 and len(fakes.script.requests_of("A")) >= 1

@@ -29,7 +29,8 @@ _SHOWN = re.compile(r"=== ([A-P][0-9]+) \(([^)]*)\)( \[check: ([^\]]*)\])? ===")
 
 @dataclass
 class CliWorker:
-    """One member's model: `wire` is "anthropic" (Claude Code) or "responses" (Codex)."""
+    """One member's model: `wire` is "anthropic" (Claude Code, Copilot's own-key provider), "responses"
+    (Codex) or "gemini" (Gemini CLI)."""
 
     wire: str
     command: str
@@ -55,7 +56,10 @@ class CliWorker:
     def _shell(self) -> Reply:
         names = set(self.tool_names)
         if self.wire == "anthropic":
-            return Reply(tool_calls=[("Bash", {"command": self.command, "description": "fix the code"})])
+            tool = "Bash" if "Bash" in names else next((n for n in self.tool_names if n.lower() in ("bash", "shell")), "bash")
+            return Reply(tool_calls=[(tool, {"command": self.command, "description": "fix the code"})])
+        if self.wire == "gemini":
+            return Reply(tool_calls=[("run_shell_command", {"command": self.command, "description": "fix the code"})])
         if "exec_command" in names:
             return Reply(tool_calls=[("exec_command", {"cmd": self.command})])
         return Reply(tool_calls=[("shell", {"command": ["bash", "-lc", self.command]})])
@@ -79,7 +83,11 @@ class CliWorker:
 def _first_user_text(body: dict[str, Any], wire: str) -> str:
     """The prompt the CLI was given (its first user message; CLIs add context blocks of their own)."""
     texts: list[str] = []
-    if wire == "anthropic":
+    if wire == "gemini":
+        for content in body.get("contents", []):
+            if content.get("role") == "user":
+                texts += [str(part.get("text", "")) for part in content.get("parts", []) if "text" in part]
+    elif wire == "anthropic":
         for message in body.get("messages", []):
             if message.get("role") != "user":
                 continue
@@ -97,6 +105,9 @@ def _first_user_text(body: dict[str, Any], wire: str) -> str:
 
 
 def _tool_results(body: dict[str, Any], wire: str) -> list[str]:
+    if wire == "gemini":
+        return [json.dumps(part["functionResponse"].get("response")) for content in body.get("contents", [])
+                for part in content.get("parts", []) if "functionResponse" in part]
     if wire == "anthropic":
         found = []
         for message in body.get("messages", []):
@@ -110,4 +121,7 @@ def _tool_results(body: dict[str, Any], wire: str) -> list[str]:
 
 
 def _tool_names(body: dict[str, Any]) -> list[str]:
-    return [str(tool.get("name")) for tool in body.get("tools") or [] if tool.get("name")]
+    names = []
+    for tool in body.get("tools") or []:
+        names += [str(tool.get("name") or "")] + [str(d.get("name")) for d in tool.get("functionDeclarations", [])]
+    return [name for name in names if name]

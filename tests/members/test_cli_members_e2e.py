@@ -214,3 +214,35 @@ def _host_processes() -> list[str]:
     import subprocess
 
     return subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout.splitlines()
+
+
+@pytest.mark.parametrize(("cli", "wire"), [("gemini", "gemini"), ("copilot", "anthropic")])
+async def test_gemini_cli_and_copilot_members_fix_the_test(
+    clis_image: str, tmp_path: Path, fakes: FakeProviders, project: Path, cli: str, wire: str
+) -> None:
+    """Gemini CLI (the Gemini API) and Copilot CLI (its own-key provider, Anthropic-style) as members:
+    each fixes add() with its own shell tool and decides with JSON in text (they have no schema mode)."""
+    worker = CliWorker(wire, "sed -i 's/return a - b/return a + b/' calc.py", f"Fixed add() ({cli}).")
+    fakes.script.set_default(cli, worker).set_default("api", api_agent)
+    team = tmp_path / "team.yaml"
+    team.write_text(f"""\
+agents:
+  - model: cli/{cli}:fake-model
+    base_url: {fakes.base_url(wire, cli)}
+    api_key_env: {KEY}
+  - model: openai/gpt-fake
+    base_url: {fakes.base_url("openai", "api")}
+    api_key_env: {KEY}
+coordination: {{max_answers_per_agent: 1, final: reuse}}
+sandbox: {{memory: 2g}}
+""")
+    async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV, retry=FAST) as service:
+        view = await finished(service, await service.submit(TASK, str(team), [{"path": str(project)}], verify="pytest -q"))
+        patch = (await service.read(view.job_id, "@diff", None, 0, 100_000)).content
+    print(view.text(), worker.tool_names)
+    letter = next(agent.letter for agent in view.agents if agent.model.startswith("cli/"))
+    assert view.state == "completed" and view.winner == f"{letter}1", view.text()
+    assert view.answer == f"Fixed add() ({cli})." and "+    return a + b\n" in patch
+    assert worker.decisions, "it never decided"
+    member = next(agent for agent in view.agents if agent.letter == letter)
+    assert member.usage.input_tokens == fakes.script.bill[cli][0] > 0

@@ -246,3 +246,26 @@ sandbox: {{memory: 2g}}
     assert worker.decisions, "it never decided"
     member = next(agent for agent in view.agents if agent.letter == letter)
     assert member.usage.input_tokens == fakes.script.bill[cli][0] > 0
+
+
+async def test_a_cli_members_tokens_count_toward_max_tokens(
+    clis_image: str, tmp_path: Path, fakes: FakeProviders, project: Path
+) -> None:
+    """One Claude Code run bills far more than the budget (its own system prompt alone): the job stops
+    there with the budget reached, no further run starts, and the usage is what the fake billed."""
+    claude = CliWorker("anthropic", "true", "Looked at it.")
+    fakes.script.set_default("claude", claude)
+    team = tmp_path / "team.yaml"
+    team.write_text(f"""\
+agents:
+  - model: cli/claude-code
+    base_url: {fakes.base_url("anthropic", "claude")}
+    api_key_env: {KEY}
+coordination: {{max_tokens: 2000, final: reuse}}
+""")
+    async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV, retry=FAST) as service:
+        view = await finished(service, await service.submit(TASK, str(team), [{"path": str(project)}]))
+    member = next(agent for agent in view.agents if agent.model == "cli/claude-code")
+    assert view.reason and view.reason.startswith("budget reached: "), view.text()
+    assert member.usage.input_tokens == fakes.script.bill["claude"][0] > 2000
+    assert claude.decisions == []  # no decision run started after the budget was reached

@@ -215,7 +215,9 @@ class Team(_Strict):
 
     def unpriced(self) -> list[str]:
         """The agents (`provider/model`) without a price: a cost budget cannot be kept for them."""
-        return [agent.model for agent in self.agents if agent.price is None]
+        # Claude Code reports its own cost (members/claude_code.py): it needs no price
+        return [agent.model for agent in self.agents if agent.price is None
+                and not agent.model.partition(":")[0] == "cli/claude-code"]
 
     def missing_keys(self, environ: Mapping[str, str]) -> list[str]:
         """The variables to set before this team can run (empty when all keys are there)."""

@@ -37,6 +37,13 @@ def shape_team(
             "none: add `price: {input: ..., output: ...}` (US$ per million tokens) to that agent in the team "
             "file, or bound the job with max_tokens instead",
         )
+    clis = [agent.model for agent in team.agents if agent.provider == "cli"]
+    if clis and not has_context:
+        raise InputError(
+            "context_paths", [],
+            f"{', '.join(clis)} run as coding agents on the job's files, so the job needs context_paths: give "
+            "the project folder (context_paths=[{path: ...}]), or use a team without cli/ members",
+        )
     if command is not None and not has_context:
         raise InputError(
             "verify", command,

@@ -133,3 +133,13 @@ def test_the_decision_schema_is_strict_for_codex() -> None:
     assert schema["required"] == list(schema["properties"]) and schema["additionalProperties"] is False
     assert schema["properties"]["decision"]["enum"] == ["vote"]
     assert schema["properties"]["answer"]["enum"] == ["B1", "A1", ""]
+
+
+def test_a_team_with_cli_members_needs_context_paths_and_claude_code_needs_no_price() -> None:
+    from conclave.errors import InputError
+    from conclave.jobs.plan import shape_team
+
+    team = parse_team({"agents": [{"model": "cli/claude-code:opus"}, {"model": "cli/codex"}]}, "t.yaml")
+    with pytest.raises(InputError, match=r"cli/claude-code:opus, cli/codex run as coding agents .* context_paths"):
+        shape_team(team, verify=None, max_cost_usd=None, max_tokens=None, has_context=False)
+    assert team.unpriced() == ["cli/codex"]

@@ -7,8 +7,9 @@ constrained call to the same CLI. Both become the protocol's usual events.
 
 The answers reach the CLI in this voter's own order (the orchestrator's `shown`, ordered by the
 action's labels), with their author's letter and where their files are (/peers/<letter>). Usage and
-cost come from each run's JSON output (members/). A cancelled turn kills the CLI's processes
-(members/runner.py); the workspace is snapshotted by the orchestrator like any agent's.
+cost come from each run's JSON output (members/). Every run counts as work, so a new answer does not
+cancel it (a killed CLI reports no usage); a cancelled job, its deadline or its budget kills the CLI's
+processes (members/runner.py). The workspace is snapshotted by the orchestrator like any agent's.
 """
 
 from __future__ import annotations
@@ -38,6 +39,9 @@ async def cli_turn(
     if not action.labels:
         return protocol.NoDecision(ctx.letter, action.turn_id, "")
     schema = decision_schema(action.labels, action.can_answer)
+    # Not cancelled when it goes stale either: a killed CLI reports no usage, so what it was billed would
+    # be lost to the job's usage and budget. A stale vote is discarded and asked again (protocol.py).
+    await ctx.on_work(ToolCall(f"cli-{action.turn_id}", "cli_decide", {"cli": member.adapter.facts.name}))
     output = await _run(ctx, member, decision_prompt(ctx, action, shown), schema)
     decision = output.structured or last_json_object(output.text) or {}
     choice, label = decision.get("decision"), str(decision.get("answer") or "").strip()

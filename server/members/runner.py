@@ -35,7 +35,7 @@ from conclave.members.codex import Codex
 from conclave.members.copilot import Copilot
 from conclave.members.gemini import Gemini
 from conclave.members.logins import resolve_login
-from conclave.sandbox.container import Sandbox
+from conclave.sandbox.container import CommandResult, Sandbox
 
 ADAPTERS: dict[str, CliAdapter] = {"claude-code": ClaudeCode(), "codex": Codex(), "gemini": Gemini(), "copilot": Copilot()}
 OUTPUT_CAP = 8 * 1024 * 1024  # a run's JSON output (Codex's stream carries every tool output)
@@ -54,6 +54,9 @@ class CliMember:
     sandbox: Sandbox | None = None
     egress: dict[str, str] = field(default_factory=dict)
     runs: int = 0
+    # One run at a time, its kill included: a cancelled turn's kill (every process of the member's user)
+    # must be over before the next turn's run starts, or it kills that run too.
+    _one_run: anyio.Lock = field(default_factory=anyio.Lock, repr=False)
 
     @classmethod
     def for_spec(cls, spec: AgentSpec, environ: Mapping[str, str]) -> CliMember:
@@ -73,11 +76,8 @@ class CliMember:
                                        "(the team's `sandbox` must not be none, and the job needs Docker)")
         command, env = self.script(prompt, schema)
         self.runs += 1
-        try:
-            result = await self.sandbox.exec(command, self.spec.timeout_s, environment=env, output_cap=OUTPUT_CAP)
-        except anyio.get_cancelled_exc_class():
-            await self.sandbox.kill_all()  # shielded inside: the CLI's whole tree, now
-            raise
+        async with self._one_run:
+            result = await self._exec(self.sandbox, command, env)
         output = self.adapter.parse(result.stdout)
         if result.timed_out:
             raise ProviderError("cli", f"{self.spec.model} ran past its timeout_s of {self.spec.timeout_s:g} s and was killed")
@@ -85,6 +85,30 @@ class CliMember:
             detail = self._redact(f"{output.error} {result.stderr[-800:]}".strip())
             raise ProviderError("cli", f"{self.spec.model} failed (exit code {result.exit_code}): {detail}")
         return output
+
+    async def _exec(self, sandbox: Sandbox, command: str, env: dict[str, str]) -> CommandResult:
+        """The exec, never abandoned: when the turn is cancelled, every process of the member's user is
+        killed at once (`setsid` children too) and the exec is awaited to its end before the
+        cancellation goes on. An abandoned exec would reap after it ends, killing the next turn's run
+        (tests/members/test_cli_members_e2e.py, the team test, caught that race)."""
+        results: list[CommandResult] = []
+
+        async def execute() -> None:
+            with anyio.CancelScope(shield=True):
+                results.append(await sandbox.exec(command, self.spec.timeout_s, environment=env, output_cap=OUTPUT_CAP))
+            group.cancel_scope.cancel()
+
+        async def kill_when_cancelled() -> None:
+            try:
+                await anyio.sleep_forever()
+            finally:
+                if not results:  # cancelled from outside while the CLI runs
+                    await sandbox.kill_all()
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(execute)
+            group.start_soon(kill_when_cancelled)
+        return results[0]
 
     def script(self, prompt: str, schema: dict[str, Any] | None) -> tuple[str, dict[str, str]]:
         """The exec's shell command and environment (tests read both; the login is only in `env`)."""

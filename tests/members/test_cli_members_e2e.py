@@ -116,9 +116,10 @@ async def test_claude_code_and_codex_fix_a_failing_test_with_an_api_agent(
     assert claude.decisions and {f"{theirs}1", f"{api}1"} <= set(claude.decisions[-1])
     assert codex.decisions and {f"{mine}1", f"{api}1"} <= set(codex.decisions[-1])
     assert view.tally.get(f"{mine}1", 0) >= 2, view.tally
-    # usage is what the fakes billed, per member
+    # usage is what the fakes billed, per CLI member (an API agent's stale call, cancelled after the fake
+    # billed it, may be missing: that is the API agents' own accounting, tests/test_budgets.py)
     usage = {agent.letter: agent.usage for agent in view.agents}
-    for letter, fake in ((mine, "claude"), (theirs, "codex"), (api, "api")):
+    for letter, fake in ((mine, "claude"), (theirs, "codex")):
         billed = fakes.script.bill[fake]
         assert (usage[letter].input_tokens, usage[letter].output_tokens) == billed[:2], (fake, usage[letter], billed)
     assert usage[mine].cost_usd is not None and usage[mine].cost_usd > 0  # Claude Code reports its cost

@@ -44,7 +44,10 @@ from tests.fakes.server import FakeProviders  # noqa: E402
 RESULTS = Path(__file__).parent / "results" / "cli-members.json"
 RUNS, STARTS = 5, 3
 PROMPT = "What is 6 * 7? Reply with the number."
-PAIRS = {"claude-code": ("anthropic", "anthropic"), "codex": ("responses", "openai")}  # CLI wire, API provider
+PAIRS = {
+    "claude-code": ("anthropic", "anthropic"),
+    "codex": ("responses", "openai"),
+}  # CLI wire, API provider
 
 
 async def timed(runs: int, step: Callable[[], Awaitable[object]]) -> list[float]:
@@ -60,7 +63,9 @@ async def measure_cli(fakes: FakeProviders, cli: str, root: Path) -> dict[str, f
     wire, api = PAIRS[cli]
     fakes.script.set_default(f"cli-{cli}", Reply(text="42")).set_default(f"api-{cli}", Reply(text="42"))
     url = fakes.base_url(wire, f"cli-{cli}")
-    spec = parse_team({"agents": [{"model": f"cli/{cli}", "base_url": url, "api_key_env": "K"}]}, "bench").agents[0]
+    spec = parse_team(
+        {"agents": [{"model": f"cli/{cli}", "base_url": url, "api_key_env": "K"}]}, "bench"
+    ).agents[0]
     member = CliMember.for_spec(spec, {"K": "bench-key-0123456789"})
     workspace = root / cli
     workspace.mkdir()
@@ -104,15 +109,21 @@ async def measure() -> dict[str, object]:
     tag = clis_tag()
     status = engine_status(tag)
     if not status.image_present:
-        raise SystemExit(f"the CLI image {tag} is missing: run `conclave sandbox build --clis` ({status.error})")
+        raise SystemExit(
+            f"the CLI image {tag} is missing: run `conclave sandbox build --clis` ({status.error})"
+        )
     with FakeProviders() as fakes, tempfile.TemporaryDirectory() as tmp:
         results = {cli: await measure_cli(fakes, cli, Path(tmp)) for cli in PAIRS}
     return {
-        "machine": platform.machine(), "engine": status.version, "clis_image": tag, "runs": RUNS, **results,
+        "machine": platform.machine(),
+        "engine": status.version,
+        "clis_image": tag,
+        "runs": RUNS,
+        **results,
         "note": "medians on the shared 2-core machine while other engineers' builds and tests ran; the fake "
-                "answers at once, so a turn here is pure overhead (exec, CLI start, its own system prompt "
-                "of ~12-14k tokens sent through the egress proxy). API turns: the Anthropic SDK for Claude "
-                "Code's pair, Chat Completions for Codex's (Conclave has no Responses backend).",
+        "answers at once, so a turn here is pure overhead (exec, CLI start, its own system prompt "
+        "of ~12-14k tokens sent through the egress proxy). API turns: the Anthropic SDK for Claude "
+        "Code's pair, Chat Completions for Codex's (Conclave has no Responses backend).",
     }
 
 

@@ -10,9 +10,8 @@ from dataclasses import dataclass
 from conclave.backends.local import BUNDLED, check_installed, model_file
 from conclave.config import KEY_VARIABLES, Sandbox
 from conclave.config.clis import CLIS, login_source
-from conclave.sandbox.clis_image import CLI_PINS, clis_tag
 from conclave.errors import ConfigError
-from conclave.sandbox.clis_image import clis_tag
+from conclave.sandbox.clis_image import CLI_PINS, clis_tag
 from conclave.sandbox.container import engine_status, image_tag
 from conclave.settings import Settings
 
@@ -88,8 +87,9 @@ def _clis(environ: Mapping[str, str]) -> list[Check]:
     tag = clis_tag()
     status = engine_status(tag)
     pins = ", ".join(CLI_PINS)
-    checks = [Check("CLI image", bool(status.image_present), f"{tag} ({pins})" if status.image_present else
-                    f"{tag} is missing", "run `conclave sandbox build --clis` for cli/ members", essential=False)]
+    detail = f"{tag} ({pins})" if status.image_present else f"{tag} is missing"
+    fix = "run `conclave sandbox build --clis` for cli/ members"
+    checks = [Check("CLI image", bool(status.image_present), detail, fix, essential=False)]
     for facts in CLIS.values():
         source = login_source(facts, environ)
         detail = f"logged in ({source})" if source else "not logged in"

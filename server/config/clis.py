@@ -36,22 +36,41 @@ class CliFacts:
 
 CLIS: dict[str, CliFacts] = {
     "claude-code": CliFacts(
-        "claude-code", "@anthropic-ai/claude-code", "CLAUDE_CONFIG_DIR", ".claude", (".credentials.json",),
+        "claude-code",
+        "@anthropic-ai/claude-code",
+        "CLAUDE_CONFIG_DIR",
+        ".claude",
+        (".credentials.json",),
         ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN"),
-        ("api.anthropic.com", "platform.claude.com"), "claude",
+        ("api.anthropic.com", "platform.claude.com"),
+        "claude",
     ),
     "codex": CliFacts(
-        "codex", "@openai/codex", "CODEX_HOME", ".codex", ("auth.json",), ("CODEX_API_KEY", "OPENAI_API_KEY"),
+        "codex",
+        "@openai/codex",
+        "CODEX_HOME",
+        ".codex",
+        ("auth.json",),
+        ("CODEX_API_KEY", "OPENAI_API_KEY"),
         ("api.openai.com", "chatgpt.com", "auth.openai.com"),
     ),
     "gemini": CliFacts(
-        "gemini", "@google/gemini-cli", "GEMINI_CLI_HOME", ".gemini", ("oauth_creds.json",),
+        "gemini",
+        "@google/gemini-cli",
+        "GEMINI_CLI_HOME",
+        ".gemini",
+        ("oauth_creds.json",),
         ("GEMINI_API_KEY", "GOOGLE_API_KEY"),
         ("generativelanguage.googleapis.com", "cloudcode-pa.googleapis.com", "oauth2.googleapis.com"),
     ),
     "copilot": CliFacts(
-        "copilot", "@github/copilot", "COPILOT_HOME", ".copilot", ("config.json",),
-        ("COPILOT_GITHUB_TOKEN", "GH_TOKEN", "GITHUB_TOKEN"), ("api.githubcopilot.com", "api.github.com"),
+        "copilot",
+        "@github/copilot",
+        "COPILOT_HOME",
+        ".copilot",
+        ("config.json",),
+        ("COPILOT_GITHUB_TOKEN", "GH_TOKEN", "GITHUB_TOKEN"),
+        ("api.githubcopilot.com", "api.github.com"),
     ),
 }
 
@@ -73,7 +92,11 @@ def config_folder(facts: CliFacts, environ: Mapping[str, str]) -> Path:
 def login_files(facts: CliFacts, environ: Mapping[str, str]) -> list[Path]:
     """The CLI's login files that exist here (regular files only: never a link someone planted)."""
     folder = config_folder(facts, environ)
-    return [folder / name for name in facts.login_files if (folder / name).is_file() and not (folder / name).is_symlink()]
+    return [
+        folder / name
+        for name in facts.login_files
+        if (folder / name).is_file() and not (folder / name).is_symlink()
+    ]
 
 
 def login_source(facts: CliFacts, environ: Mapping[str, str]) -> str | None:

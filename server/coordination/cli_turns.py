@@ -29,13 +29,18 @@ MAX_SHOWN = 12_000  # characters of each answer in a CLI's prompt (an argument h
 
 
 async def cli_turn(
-    ctx: TurnContext, action: protocol.StartTurn, shown: list[prompts.ShownAnswer], files: prompts.FilesPicture | None
+    ctx: TurnContext,
+    action: protocol.StartTurn,
+    shown: list[prompts.ShownAnswer],
+    files: prompts.FilesPicture | None,
 ) -> protocol.Event:
     member = ctx.backend
     assert isinstance(member, CliMember)
     own = any(answer.letter == ctx.letter for answer in shown)
     if action.can_answer and not own:
-        return protocol.AnswerPosted(ctx.letter, action.turn_id, await _work(ctx, member, action, shown, files))
+        return protocol.AnswerPosted(
+            ctx.letter, action.turn_id, await _work(ctx, member, action, shown, files)
+        )
     if not action.labels:
         return protocol.NoDecision(ctx.letter, action.turn_id, "")
     schema = decision_schema(action.labels, action.can_answer)
@@ -49,14 +54,19 @@ async def cli_turn(
     if choice == "vote" and label in action.labels:
         return protocol.VoteCast(ctx.letter, action.turn_id, label, reason)
     if choice == NEW and action.can_answer:
-        return protocol.AnswerPosted(ctx.letter, action.turn_id, await _work(ctx, member, action, shown, files))
+        return protocol.AnswerPosted(
+            ctx.letter, action.turn_id, await _work(ctx, member, action, shown, files)
+        )
     if action.corrective:  # its second unreadable decision: never take a decision's text as an answer
         return protocol.TurnFailed(ctx.letter, action.turn_id, f"no valid decision: {output.text[:300]!r}")
     return protocol.NoDecision(ctx.letter, action.turn_id, "")
 
 
 async def _work(
-    ctx: TurnContext, member: CliMember, action: protocol.StartTurn, shown: list[prompts.ShownAnswer],
+    ctx: TurnContext,
+    member: CliMember,
+    action: protocol.StartTurn,
+    shown: list[prompts.ShownAnswer],
     files: prompts.FilesPicture | None,
 ) -> str:
     # Work changes files: the turn is no longer only thinking, so a new answer does not cancel it.
@@ -75,7 +85,10 @@ async def _run(ctx: TurnContext, member: CliMember, prompt: str, schema: dict[st
 
 
 def work_prompt(
-    ctx: TurnContext, action: protocol.StartTurn, shown: list[prompts.ShownAnswer], files: prompts.FilesPicture | None
+    ctx: TurnContext,
+    action: protocol.StartTurn,
+    shown: list[prompts.ShownAnswer],
+    files: prompts.FilesPicture | None,
 ) -> str:
     """The work run: the task, the others' answers as material, and what the final message must be."""
     parts = [
@@ -86,28 +99,39 @@ def work_prompt(
     others = [answer for answer in shown if answer.letter != ctx.letter]
     mine = [answer for answer in shown if answer.letter == ctx.letter]
     if others:
-        parts.append("The other members' current answers (their files are read-only at /peers/<letter>):\n"
-                     + "\n\n".join(_answer(answer) for answer in others))
+        parts.append(
+            "The other members' current answers (their files are read-only at /peers/<letter>):\n"
+            + "\n\n".join(_answer(answer) for answer in others)
+        )
     if mine:
-        parts.append(f"Your own current answer ({mine[0].label}); your files are as you left them:\n"
-                     + _answer(mine[0], own=True))
+        parts.append(
+            f"Your own current answer ({mine[0].label}); your files are as you left them:\n"
+            + _answer(mine[0], own=True)
+        )
     if action.note:
         parts.append(action.note)
-    parts.append("When you are done, reply with your complete answer to the task as your final message: what "
-                 "you changed and why, or the answer itself. It is shown to the team as it stands.")
+    parts.append(
+        "When you are done, reply with your complete answer to the task as your final message: what "
+        "you changed and why, or the answer itself. It is shown to the team as it stands."
+    )
     return "\n\n".join(parts)
 
 
 def decision_prompt(ctx: TurnContext, action: protocol.StartTurn, shown: list[prompts.ShownAnswer]) -> str:
     """The decision run: the current answers in this voter's order, and a JSON decision (no edits)."""
     listed = "\n\n".join(_answer(answer, own=answer.letter == ctx.letter) for answer in shown)
-    new = (f' or "{NEW}" if you can write a clearly better answer than all of them (answer: "")'
-           if action.can_answer else "")
+    new = (
+        f' or "{NEW}" if you can write a clearly better answer than all of them (answer: "")'
+        if action.can_answer
+        else ""
+    )
     return (
-        f"You are agent {ctx.letter} on a team. Do not change any files in this step.\n\nTask:\n{ctx.task}\n\n"
+        f"You are agent {ctx.letter} on a team. Do not change any files in this step.\n\n"
+        f"Task:\n{ctx.task}\n\n"
         f"The current answers (each agent's files are read-only at /peers/<letter>; yours are the current "
         f"folder):\n\n{listed}\n\n"
-        f'Decide: "vote" for the answer that best solves the task (one of {", ".join(action.labels)}; it may be '
+        'Decide: "vote" for the answer that best solves the task '
+        f'(one of {", ".join(action.labels)}; it may be '
         f"your own){new}. {action.note}\n"
         'Reply with one JSON object and nothing else: {"decision": "vote" or "new_answer", "answer": LABEL, '
         '"reason": "one sentence"}'
@@ -129,7 +153,9 @@ def decision_schema(labels: tuple[str, ...], can_answer: bool) -> dict[str, Any]
 
 
 def _answer(answer: prompts.ShownAnswer, own: bool = False) -> str:
-    content = answer.content if len(answer.content) <= MAX_SHOWN else answer.content[:MAX_SHOWN] + "\n[... cut]"
+    content = (
+        answer.content if len(answer.content) <= MAX_SHOWN else answer.content[:MAX_SHOWN] + "\n[... cut]"
+    )
     check = f" [check: {answer.check}]" if answer.check else ""
     who = "your own" if own else f"agent {answer.letter}"
     return f"=== {answer.label} ({who}){check} ===\n{content}"

@@ -21,10 +21,10 @@ from conclave.config import AgentSpec
 from conclave.config import Sandbox as SandboxSpec
 from conclave.config.clis import split_cli_model
 from conclave.coordination.prompts import FilesPicture
+from conclave.errors import SandboxError
 from conclave.files.agent_tools import AgentTools
 from conclave.files.budget import DiskBudget
 from conclave.files.workspaces import Workspaces
-from conclave.errors import SandboxError
 from conclave.sandbox.allowlist import Allowlist, allowlist_for
 from conclave.sandbox.container import Sandbox, container_user
 from conclave.sandbox.egress import EgressProxy, egress_proxy
@@ -48,7 +48,8 @@ class JobFiles:
         member_factory: MemberSandboxFactory = lambda socket: MemberSandbox(None, socket=socket),
     ) -> None:
         self.job_id, self.workspaces, self.spec = job_id, workspaces, sandbox
-        self._factory, self._member_factory, self._egress_allow = sandbox_factory, member_factory, egress_allow
+        self._factory, self._member_factory = sandbox_factory, member_factory
+        self._egress_allow = egress_allow
         self._proxies: anyio.abc.TaskGroup | None = None  # hosts CLI members' egress proxies (`egress`)
         self._budget = DiskBudget(disk_budget) if disk_budget is not None else None
         self._sandboxes: dict[str, Sandbox] = {}
@@ -74,7 +75,10 @@ class JobFiles:
             return
         for letter in letters:
             spec = (clis or {}).get(letter)
-            self._sandboxes[letter] = await self._member(letter, spec) if spec is not None else self._factory()
+            if spec is not None:  # a CLI member: its own container, behind its own proxy
+                self._sandboxes[letter] = await self._member(letter, spec)
+            else:
+                self._sandboxes[letter] = self._factory()
         async with anyio.create_task_group() as tg:
             for letter in letters:
                 tg.start_soon(self._start_sandbox, letter, letters)
@@ -103,7 +107,9 @@ class JobFiles:
         return self._member_factory(proxy.socket)
 
     @staticmethod
-    async def _serve(socket: Path, allow: Allowlist, label: str, *, task_status: TaskStatus[EgressProxy]) -> None:
+    async def _serve(
+        socket: Path, allow: Allowlist, label: str, *, task_status: TaskStatus[EgressProxy]
+    ) -> None:
         async with egress_proxy(socket, allow, label=label) as proxy:
             task_status.started(proxy)
             await anyio.sleep_forever()

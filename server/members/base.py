@@ -12,7 +12,6 @@ from conclave.backends.base import Usage
 from conclave.config.clis import CliFacts
 from conclave.sandbox.member import HOME  # a private tmpfs in the member's container
 
-
 SCHEMA_FILE = f"{HOME}/decision-schema.json"
 
 

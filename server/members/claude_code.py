@@ -21,8 +21,16 @@ class ClaudeCode:
     native_schema = True
 
     def command(self, prompt: str, model: str | None, schema: dict[str, Any] | None) -> list[str]:
-        argv = ["claude", "-p", prompt, "--output-format", "json", "--permission-mode", "bypassPermissions",
-                "--no-session-persistence"]
+        argv = [
+            "claude",
+            "-p",
+            prompt,
+            "--output-format",
+            "json",
+            "--permission-mode",
+            "bypassPermissions",
+            "--no-session-persistence",
+        ]
         if model:
             argv += ["--model", model]
         if schema is not None:
@@ -31,13 +39,18 @@ class ClaudeCode:
 
     def environment(self, login: Login, model: str | None) -> dict[str, str]:
         env = {
-            "CLAUDE_CONFIG_DIR": f"{HOME}/{CONFIG}", "IS_SANDBOX": "1", "DISABLE_TELEMETRY": "1",
-            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_AUTOUPDATER": "1",
+            "CLAUDE_CONFIG_DIR": f"{HOME}/{CONFIG}",
+            "IS_SANDBOX": "1",
+            "DISABLE_TELEMETRY": "1",
+            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+            "DISABLE_AUTOUPDATER": "1",
             "DISABLE_ERROR_REPORTING": "1",
         }
         if login.key:
             # a custom endpoint's key goes as the API key; the user's own variable keeps its name
-            env["ANTHROPIC_API_KEY" if login.base_url else (login.variable or "ANTHROPIC_API_KEY")] = login.key
+            env["ANTHROPIC_API_KEY" if login.base_url else (login.variable or "ANTHROPIC_API_KEY")] = (
+                login.key
+            )
         if login.base_url:
             env["ANTHROPIC_BASE_URL"] = login.base_url
         return env

@@ -26,8 +26,16 @@ class Codex:
     native_schema = True
 
     def command(self, prompt: str, model: str | None, schema: dict[str, Any] | None) -> list[str]:
-        argv = ["codex", "exec", "--json", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox",
-                "--ephemeral", "-C", "/workspace"]
+        argv = [
+            "codex",
+            "exec",
+            "--json",
+            "--skip-git-repo-check",
+            "--dangerously-bypass-approvals-and-sandbox",
+            "--ephemeral",
+            "-C",
+            "/workspace",
+        ]
         if model:
             argv += ["-m", model]
         if schema is not None:
@@ -64,8 +72,11 @@ class Codex:
                 text = str(item.get("text") or "")
             elif kind == "turn.completed":
                 used = event.get("usage") or {}
-                usage = usage + Usage(int(used.get("input_tokens") or 0), int(used.get("output_tokens") or 0),
-                                      int(used.get("cached_input_tokens") or 0))
+                usage = usage + Usage(
+                    int(used.get("input_tokens") or 0),
+                    int(used.get("output_tokens") or 0),
+                    int(used.get("cached_input_tokens") or 0),
+                )
             elif kind in ("turn.failed", "error"):
                 error = str((event.get("error") or {}).get("message") or event.get("message") or kind)
         structured = None

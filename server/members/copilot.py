@@ -24,15 +24,30 @@ class Copilot:
     after = f'echo; echo "{USAGE_MARK}"; cat "{USAGE_FILE}" 2>/dev/null'  # run after the CLI, same exec
 
     def command(self, prompt: str, model: str | None, schema: dict[str, Any] | None) -> list[str]:
-        argv = ["copilot", "-p", prompt, "--allow-all-tools", "--output-format", "json", "--no-auto-update",
-                "--disable-client-telemetry", "--usage-output-file", USAGE_FILE, "-C", "/workspace"]
+        argv = [
+            "copilot",
+            "-p",
+            prompt,
+            "--allow-all-tools",
+            "--output-format",
+            "json",
+            "--no-auto-update",
+            "--disable-client-telemetry",
+            "--usage-output-file",
+            USAGE_FILE,
+            "-C",
+            "/workspace",
+        ]
         return argv + (["--model", model] if model else [])
 
     def environment(self, login: Login, model: str | None) -> dict[str, str]:
         env = {"COPILOT_HOME": f"{HOME}/.copilot", "COPILOT_AUTO_UPDATE": "false"}
         if login.base_url:
-            env |= {"COPILOT_PROVIDER_BASE_URL": login.base_url, "COPILOT_OFFLINE": "true",
-                    "COPILOT_PROVIDER_TYPE": "anthropic" if "anthropic" in login.base_url else "openai"}
+            env |= {
+                "COPILOT_PROVIDER_BASE_URL": login.base_url,
+                "COPILOT_OFFLINE": "true",
+                "COPILOT_PROVIDER_TYPE": "anthropic" if "anthropic" in login.base_url else "openai",
+            }
             if login.key:
                 env["COPILOT_PROVIDER_API_KEY"] = login.key
             if model:
@@ -55,7 +70,10 @@ class Copilot:
         metrics = (last_json_object(usage_text) or {}).get("modelMetrics") or {}
         for model in metrics.values():
             used = (model or {}).get("usage") or {}
-            usage = usage + Usage(int(used.get("inputTokens") or 0), int(used.get("outputTokens") or 0),
-                                  int(used.get("cacheReadTokens") or 0))
+            usage = usage + Usage(
+                int(used.get("inputTokens") or 0),
+                int(used.get("outputTokens") or 0),
+                int(used.get("cacheReadTokens") or 0),
+            )
         error = None if text else f"Copilot CLI printed no final message: {stream[-500:]!r}"
         return CliOutput(text, usage, None, None, error)

@@ -33,8 +33,11 @@ class Gemini:
 
     def home_files(self, login: Login, model: str | None) -> dict[str, bytes]:
         auth = "gemini-api-key" if login.key else "oauth-personal"
-        settings = {"security": {"auth": {"selectedType": auth}}, "privacy": {"usageStatisticsEnabled": False},
-                    "general": {"disableAutoUpdate": True}}
+        settings = {
+            "security": {"auth": {"selectedType": auth}},
+            "privacy": {"usageStatisticsEnabled": False},
+            "general": {"disableAutoUpdate": True},
+        }
         return {**login.files, ".gemini/settings.json": json.dumps(settings).encode()}
 
     def parse(self, stdout: str) -> CliOutput:
@@ -44,9 +47,11 @@ class Gemini:
         usage = Usage()
         for model in ((data.get("stats") or {}).get("models") or {}).values():
             tokens = (model or {}).get("tokens") or {}
-            usage = usage + Usage(int(tokens.get("prompt") or tokens.get("input") or 0),
-                                  int(tokens.get("candidates") or 0) + int(tokens.get("thoughts") or 0),
-                                  int(tokens.get("cached") or 0))
+            usage = usage + Usage(
+                int(tokens.get("prompt") or tokens.get("input") or 0),
+                int(tokens.get("candidates") or 0) + int(tokens.get("thoughts") or 0),
+                int(tokens.get("cached") or 0),
+            )
         error = data.get("error")
         text = str(data.get("response") or "")
         return CliOutput(text, usage, None, None, str(error) if error and not text else None)

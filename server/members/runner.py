@@ -37,7 +37,12 @@ from conclave.members.gemini import Gemini
 from conclave.members.logins import resolve_login
 from conclave.sandbox.container import CommandResult, Sandbox
 
-ADAPTERS: dict[str, CliAdapter] = {"claude-code": ClaudeCode(), "codex": Codex(), "gemini": Gemini(), "copilot": Copilot()}
+ADAPTERS: dict[str, CliAdapter] = {
+    "claude-code": ClaudeCode(),
+    "codex": Codex(),
+    "gemini": Gemini(),
+    "copilot": Copilot(),
+}
 OUTPUT_CAP = 8 * 1024 * 1024  # a run's JSON output (Codex's stream carries every tool output)
 
 
@@ -72,15 +77,20 @@ class CliMember:
     async def run(self, prompt: str, schema: dict[str, Any] | None = None) -> CliOutput:
         """One headless run to its output; ProviderError when the CLI fails or prints nothing usable."""
         if self.sandbox is None:
-            raise ProviderError("cli", f"{self.spec.model} needs its sandbox: a CLI member runs only in a container "
-                                       "(the team's `sandbox` must not be none, and the job needs Docker)")
+            raise ProviderError(
+                "cli",
+                f"{self.spec.model} needs its sandbox: a CLI member runs only in a container "
+                "(the team's `sandbox` must not be none, and the job needs Docker)",
+            )
         command, env = self.script(prompt, schema)
         self.runs += 1
         async with self._one_run:
             result = await self._exec(self.sandbox, command, env)
         output = self.adapter.parse(result.stdout)
         if result.timed_out:
-            raise ProviderError("cli", f"{self.spec.model} ran past its timeout_s of {self.spec.timeout_s:g} s and was killed")
+            raise ProviderError(
+                "cli", f"{self.spec.model} ran past its timeout_s of {self.spec.timeout_s:g} s and was killed"
+            )
         if output.error is not None and not output.text and output.structured is None:
             detail = self._redact(f"{output.error} {result.stderr[-800:]}".strip())
             raise ProviderError("cli", f"{self.spec.model} failed (exit code {result.exit_code}): {detail}")
@@ -95,7 +105,9 @@ class CliMember:
 
         async def execute() -> None:
             with anyio.CancelScope(shield=True):
-                results.append(await sandbox.exec(command, self.spec.timeout_s, environment=env, output_cap=OUTPUT_CAP))
+                results.append(
+                    await sandbox.exec(command, self.spec.timeout_s, environment=env, output_cap=OUTPUT_CAP)
+                )
             group.cancel_scope.cancel()
 
         async def kill_when_cancelled() -> None:
@@ -115,13 +127,17 @@ class CliMember:
         env = {**self.egress, **self.adapter.environment(self.login, self.model), "HOME": HOME}
         lines = [f'umask 077; mkdir -p "{HOME}"']
         passed: list[str] = []
-        for index, (path, content) in enumerate(sorted(self.adapter.home_files(self.login, self.model).items())):
+        for index, (path, content) in enumerate(
+            sorted(self.adapter.home_files(self.login, self.model).items())
+        ):
             variable = f"CONCLAVE_HOME_FILE_{index}"
             target = shlex.quote(f"{HOME}/{path}")
             env[variable] = base64.b64encode(content).decode()
             passed.append(variable)
-            lines.append(f'[ -e {target} ] || {{ mkdir -p "$(dirname {target})" && '
-                         f'printf %s "${variable}" | base64 -d > {target}; }} || exit 97')
+            lines.append(
+                f'[ -e {target} ] || {{ mkdir -p "$(dirname {target})" && '
+                f'printf %s "${variable}" | base64 -d > {target}; }} || exit 97'
+            )
         if schema is not None:
             env["CONCLAVE_SCHEMA"] = json.dumps(schema)
             passed.append("CONCLAVE_SCHEMA")

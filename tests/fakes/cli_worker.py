@@ -56,10 +56,16 @@ class CliWorker:
     def _shell(self) -> Reply:
         names = set(self.tool_names)
         if self.wire == "anthropic":
-            tool = "Bash" if "Bash" in names else next((n for n in self.tool_names if n.lower() in ("bash", "shell")), "bash")
+            tool = (
+                "Bash"
+                if "Bash" in names
+                else next((n for n in self.tool_names if n.lower() in ("bash", "shell")), "bash")
+            )
             return Reply(tool_calls=[(tool, {"command": self.command, "description": "fix the code"})])
         if self.wire == "gemini":
-            return Reply(tool_calls=[("run_shell_command", {"command": self.command, "description": "fix the code"})])
+            return Reply(
+                tool_calls=[("run_shell_command", {"command": self.command, "description": "fix the code"})]
+            )
         if "exec_command" in names:
             return Reply(tool_calls=[("exec_command", {"cmd": self.command})])
         return Reply(tool_calls=[("shell", {"command": ["bash", "-lc", self.command]})])
@@ -106,8 +112,12 @@ def _first_user_text(body: dict[str, Any], wire: str) -> str:
 
 def _tool_results(body: dict[str, Any], wire: str) -> list[str]:
     if wire == "gemini":
-        return [json.dumps(part["functionResponse"].get("response")) for content in body.get("contents", [])
-                for part in content.get("parts", []) if "functionResponse" in part]
+        return [
+            json.dumps(part["functionResponse"].get("response"))
+            for content in body.get("contents", [])
+            for part in content.get("parts", [])
+            if "functionResponse" in part
+        ]
     if wire == "anthropic":
         found = []
         for message in body.get("messages", []):
@@ -117,11 +127,17 @@ def _tool_results(body: dict[str, Any], wire: str) -> list[str]:
                     inner = block.get("content")
                     found.append(json.dumps(inner) if not isinstance(inner, str) else inner)
         return found
-    return [str(item.get("output")) for item in body.get("input", []) if item.get("type") == "function_call_output"]
+    return [
+        str(item.get("output"))
+        for item in body.get("input", [])
+        if item.get("type") == "function_call_output"
+    ]
 
 
 def _tool_names(body: dict[str, Any]) -> list[str]:
     names = []
     for tool in body.get("tools") or []:
-        names += [str(tool.get("name") or "")] + [str(d.get("name")) for d in tool.get("functionDeclarations", [])]
+        names += [str(tool.get("name") or "")] + [
+            str(d.get("name")) for d in tool.get("functionDeclarations", [])
+        ]
     return [name for name in names if name]

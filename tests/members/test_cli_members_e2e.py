@@ -42,7 +42,9 @@ def clis_image() -> str:
     tag = clis_tag()
     status = engine_status(tag)
     if not status.available or not status.image_present:
-        pytest.skip(f"needs the Docker engine and the CLI image {tag} ({status.error}): `conclave sandbox build --clis`")
+        pytest.skip(
+            f"needs the Docker engine and the CLI image {tag} ({status.error}): `conclave sandbox build --clis`"
+        )
     return tag
 
 
@@ -93,13 +95,18 @@ async def finished(service: JobService, view: JobView) -> JobView:
 async def test_claude_code_and_codex_fix_a_failing_test_with_an_api_agent(
     clis_image: str, tmp_path: Path, fakes: FakeProviders, project: Path
 ) -> None:
-    claude = CliWorker("anthropic", "sed -i 's/return a - b/return a + b/' calc.py && python3 -m pytest -q",
-                       "Fixed add() in calc.py: it subtracted; the test passes now.")
+    claude = CliWorker(
+        "anthropic",
+        "sed -i 's/return a - b/return a + b/' calc.py && python3 -m pytest -q",
+        "Fixed add() in calc.py: it subtracted; the test passes now.",
+    )
     codex = CliWorker("responses", "sed -i 's/return a - b/return a * b/' calc.py", "add() now multiplies.")
     fakes.script.set_default("claude", claude).set_default("codex", codex).set_default("api", api_agent)
     team = write_team(tmp_path / "team.yaml", fakes)
     async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV, retry=FAST) as service:
-        view = await finished(service, await service.submit(TASK, team, [{"path": str(project)}], verify="pytest -q"))
+        view = await finished(
+            service, await service.submit(TASK, team, [{"path": str(project)}], verify="pytest -q")
+        )
         letters = {agent.model: agent.letter for agent in view.agents}
         patch = (await service.read(view.job_id, "@diff", None, 0, 100_000)).content
         transcript = (await service.read(view.job_id, "transcript", None, 0, 100_000)).content
@@ -121,14 +128,21 @@ async def test_claude_code_and_codex_fix_a_failing_test_with_an_api_agent(
     usage = {agent.letter: agent.usage for agent in view.agents}
     for letter, fake in ((mine, "claude"), (theirs, "codex")):
         billed = fakes.script.bill[fake]
-        assert (usage[letter].input_tokens, usage[letter].output_tokens) == billed[:2], (fake, usage[letter], billed)
+        assert (usage[letter].input_tokens, usage[letter].output_tokens) == billed[:2], (
+            fake,
+            usage[letter],
+            billed,
+        )
     assert usage[mine].cost_usd is not None and usage[mine].cost_usd > 0  # Claude Code reports its cost
     assert "cli_work" in transcript
 
 
 def _secret_in_tree(root: Path, secret: str) -> list[str]:
-    return [str(path) for path in root.rglob("*") if path.is_file() and not path.is_socket()
-            and secret.encode() in path.read_bytes()]
+    return [
+        str(path)
+        for path in root.rglob("*")
+        if path.is_file() and not path.is_socket() and secret.encode() in path.read_bytes()
+    ]
 
 
 async def test_the_key_never_reaches_files_transcript_or_logs(
@@ -138,8 +152,11 @@ async def test_the_key_never_reaches_files_transcript_or_logs(
     read), yet nothing of the job keeps it: workspaces, snapshots, final/, check copies, the patch, the
     transcript, the events and the server's log."""
     secret = ENV[KEY]
-    claude = CliWorker("anthropic", f'test -n "$ANTHROPIC_API_KEY" && echo key-present; '
-                       "sed -i 's/return a - b/return a + b/' calc.py", "Fixed add().")
+    claude = CliWorker(
+        "anthropic",
+        "test -n \"$ANTHROPIC_API_KEY\" && echo key-present; sed -i 's/return a - b/return a + b/' calc.py",
+        "Fixed add().",
+    )
     fakes.script.set_default("claude", claude).set_default("api", api_agent)
     team = tmp_path / "team.yaml"
     team.write_text(f"""\
@@ -153,7 +170,9 @@ agents:
 coordination: {{max_answers_per_agent: 1, final: reuse}}
 """)
     async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV, retry=FAST) as service:
-        view = await finished(service, await service.submit(TASK, str(team), [{"path": str(project)}], verify="pytest -q"))
+        view = await finished(
+            service, await service.submit(TASK, str(team), [{"path": str(project)}], verify="pytest -q")
+        )
         transcript = (await service.read(view.job_id, "transcript", None, 0, 100_000)).content
         events = [event.model_dump_json() for event in service.store.events(view.job_id)]
     assert view.state == "completed" and any("key-present" in result for result in claude.tool_results)
@@ -171,7 +190,9 @@ async def test_a_cancelled_job_leaves_no_cli_process_and_no_container(
     import docker
 
     marker = "conclave-cancel-probe"
-    claude = CliWorker("anthropic", f"setsid sh -c 'sleep 600; echo {marker}' >/dev/null 2>&1 & echo started", "never")
+    claude = CliWorker(
+        "anthropic", f"setsid sh -c 'sleep 600; echo {marker}' >/dev/null 2>&1 & echo started", "never"
+    )
     slow: list[int] = []
 
     def respond(request: RecordedRequest) -> Reply:
@@ -203,7 +224,9 @@ agents:
                 view = await service.wait(view.job_id, 5)
     assert view.state == "cancelled"
     assert client.containers.list(all=True, filters={"label": f"conclave.job={view.job_id}"}) == []
-    assert not [line for line in _host_processes() if marker in line or "claude -p" in line and TASK[:20] in line]
+    assert not [
+        line for line in _host_processes() if marker in line or "claude -p" in line and TASK[:20] in line
+    ]
 
 
 def _processes(container: object) -> str:
@@ -238,7 +261,9 @@ coordination: {{max_answers_per_agent: 1, final: reuse}}
 sandbox: {{memory: 2g}}
 """)
     async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV, retry=FAST) as service:
-        view = await finished(service, await service.submit(TASK, str(team), [{"path": str(project)}], verify="pytest -q"))
+        view = await finished(
+            service, await service.submit(TASK, str(team), [{"path": str(project)}], verify="pytest -q")
+        )
         patch = (await service.read(view.job_id, "@diff", None, 0, 100_000)).content
     print(view.text(), worker.tool_names)
     letter = next(agent.letter for agent in view.agents if agent.model.startswith("cli/"))

@@ -25,8 +25,12 @@ TOKEN = "sk-ant-oat01-" + "s3cr3t" * 8  # a login file's token: it must never le
 def _home(tmp_path: Path, *clis: str) -> dict[str, str]:
     """A user's home with the login files of `clis`."""
     home = tmp_path / "home"
-    files = {"claude-code": ".claude/.credentials.json", "codex": ".codex/auth.json",
-             "gemini": ".gemini/oauth_creds.json", "copilot": ".copilot/config.json"}
+    files = {
+        "claude-code": ".claude/.credentials.json",
+        "codex": ".codex/auth.json",
+        "gemini": ".gemini/oauth_creds.json",
+        "copilot": ".copilot/config.json",
+    }
     for cli in clis:
         path = home / files[cli]
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -36,8 +40,16 @@ def _home(tmp_path: Path, *clis: str) -> dict[str, str]:
 
 
 def test_a_team_mixes_cli_members_with_api_agents() -> None:
-    team = parse_team({"agents": [{"model": "cli/claude-code:opus"}, {"model": "cli/codex:gpt-5.5"},
-                                  {"model": "openai/gpt-5"}]}, "team.yaml")
+    team = parse_team(
+        {
+            "agents": [
+                {"model": "cli/claude-code:opus"},
+                {"model": "cli/codex:gpt-5.5"},
+                {"model": "openai/gpt-5"},
+            ]
+        },
+        "team.yaml",
+    )
     assert [agent.provider for agent in team.agents] == ["cli", "cli", "openai"]
     assert team.agents[0].timeout_s == 600 and team.agents[2].timeout_s == 120
 
@@ -50,8 +62,10 @@ def test_an_unknown_cli_names_the_valid_ones() -> None:
 def test_a_cli_member_with_its_own_endpoint_names_its_key_variable() -> None:
     with pytest.raises(ConfigError, match="api_key_env"):
         parse_team({"agents": [{"model": "cli/claude-code", "base_url": "http://gw.internal/v1"}]}, "t.yaml")
-    team = parse_team({"agents": [{"model": "cli/claude-code", "base_url": "http://gw.internal",
-                                   "api_key_env": "GW_KEY"}]}, "t.yaml")
+    team = parse_team(
+        {"agents": [{"model": "cli/claude-code", "base_url": "http://gw.internal", "api_key_env": "GW_KEY"}]},
+        "t.yaml",
+    )
     login = resolve_login(team.agents[0], {"GW_KEY": "gw-key-123456789", "ANTHROPIC_API_KEY": "sk-own"})
     assert (login.key, login.base_url) == ("gw-key-123456789", "http://gw.internal")
     assert ClaudeCode().environment(login, None)["ANTHROPIC_BASE_URL"] == "http://gw.internal"
@@ -68,7 +82,10 @@ def test_subscriptions_with_no_login_says_how_to_log_in(tmp_path: Path) -> None:
     env = _home(tmp_path)
     team = resolve_team("subscriptions", env)
     missing = team.missing_keys(env)
-    assert len(team.agents) == 4 and "a claude-code login (~/.claude/.credentials.json) or ANTHROPIC_API_KEY" in missing
+    assert (
+        len(team.agents) == 4
+        and "a claude-code login (~/.claude/.credentials.json) or ANTHROPIC_API_KEY" in missing
+    )
     with pytest.raises(ConfigError, match="not logged in to codex"):
         resolve_login(team.agents[1], env)
 
@@ -88,8 +105,11 @@ def test_the_login_reaches_the_cli_only_through_the_exec_environment(tmp_path: P
     member = CliMember.for_spec(team.agents[0], env)
     command, variables = member.script("Fix the failing test.", decision_schema(("A1", "B1"), True))
     assert TOKEN not in command and TOKEN not in repr(member)
-    assert any(TOKEN in __import__("base64").b64decode(v).decode(errors="ignore")
-               for k, v in variables.items() if k.startswith("CONCLAVE_HOME_FILE_"))
+    assert any(
+        TOKEN in __import__("base64").b64decode(v).decode(errors="ignore")
+        for k, v in variables.items()
+        if k.startswith("CONCLAVE_HOME_FILE_")
+    )
     # written once into the private HOME (0700 by umask), then the variables are gone before the CLI runs
     assert command.startswith("umask 077") and "unset CONCLAVE_HOME_FILE_0 CONCLAVE_SCHEMA" in command
     assert variables["HOME"] == "/home/sandbox" and variables["IS_SANDBOX"] == "1"
@@ -97,20 +117,42 @@ def test_the_login_reaches_the_cli_only_through_the_exec_environment(tmp_path: P
 
 
 def test_claude_codes_result_gives_text_usage_cost_and_the_structured_decision() -> None:
-    out = ClaudeCode().parse(json.dumps({
-        "type": "result", "subtype": "success", "is_error": False, "result": "", "total_cost_usd": 0.0123,
-        "usage": {"input_tokens": 10, "cache_creation_input_tokens": 5, "cache_read_input_tokens": 100,
-                  "output_tokens": 7},
-        "structured_output": {"decision": "vote", "answer": "B1", "reason": "passes"}}))
+    out = ClaudeCode().parse(
+        json.dumps(
+            {
+                "type": "result",
+                "subtype": "success",
+                "is_error": False,
+                "result": "",
+                "total_cost_usd": 0.0123,
+                "usage": {
+                    "input_tokens": 10,
+                    "cache_creation_input_tokens": 5,
+                    "cache_read_input_tokens": 100,
+                    "output_tokens": 7,
+                },
+                "structured_output": {"decision": "vote", "answer": "B1", "reason": "passes"},
+            }
+        )
+    )
     assert (out.usage.input_tokens, out.usage.output_tokens, out.usage.cached_input_tokens) == (115, 7, 100)
-    assert out.cost_usd == 0.0123 and out.structured == {"decision": "vote", "answer": "B1", "reason": "passes"}
+    assert out.cost_usd == 0.0123 and out.structured == {
+        "decision": "vote",
+        "answer": "B1",
+        "reason": "passes",
+    }
 
 
 def test_codex_stream_gives_the_last_message_and_summed_usage() -> None:
-    lines = [{"type": "thread.started", "thread_id": "t"},
-             {"type": "item.completed", "item": {"type": "command_execution", "command": "pytest"}},
-             {"type": "item.completed", "item": {"type": "agent_message", "text": "Fixed add()."}},
-             {"type": "turn.completed", "usage": {"input_tokens": 50, "cached_input_tokens": 20, "output_tokens": 9}}]
+    lines = [
+        {"type": "thread.started", "thread_id": "t"},
+        {"type": "item.completed", "item": {"type": "command_execution", "command": "pytest"}},
+        {"type": "item.completed", "item": {"type": "agent_message", "text": "Fixed add()."}},
+        {
+            "type": "turn.completed",
+            "usage": {"input_tokens": 50, "cached_input_tokens": 20, "output_tokens": 9},
+        },
+    ]
     out = Codex().parse("warning: something\n" + "\n".join(json.dumps(line) for line in lines))
     assert out.text == "Fixed add()." and (out.usage.input_tokens, out.usage.cached_input_tokens) == (50, 20)
     assert "--output-schema" in Codex().command("p", "gpt-5.5", {"type": "object"})
@@ -119,10 +161,24 @@ def test_codex_stream_gives_the_last_message_and_summed_usage() -> None:
 
 
 def test_gemini_and_copilot_outputs() -> None:
-    out = Gemini().parse(json.dumps({"response": "Done.", "stats": {"models": {"gemini-2.5-pro": {
-        "tokens": {"prompt": 40, "candidates": 6, "cached": 10, "thoughts": 2}}}}}))
+    out = Gemini().parse(
+        json.dumps(
+            {
+                "response": "Done.",
+                "stats": {
+                    "models": {
+                        "gemini-2.5-pro": {
+                            "tokens": {"prompt": 40, "candidates": 6, "cached": 10, "thoughts": 2}
+                        }
+                    }
+                },
+            }
+        )
+    )
     assert out.text == "Done." and (out.usage.input_tokens, out.usage.output_tokens) == (40, 8)
-    stream = "\n".join(json.dumps(e) for e in [{"type": "assistant.message", "data": {"content": "All set."}}])
+    stream = "\n".join(
+        json.dumps(e) for e in [{"type": "assistant.message", "data": {"content": "All set."}}]
+    )
     usage = {"modelMetrics": {"claude-sonnet-5": {"usage": {"inputTokens": 30, "outputTokens": 4}}}}
     out = Copilot().parse(f"{stream}\n{USAGE_MARK}\n{json.dumps(usage)}")
     assert out.text == "All set." and (out.usage.input_tokens, out.usage.output_tokens) == (30, 4)
@@ -140,6 +196,8 @@ def test_a_team_with_cli_members_needs_context_paths_and_claude_code_needs_no_pr
     from conclave.jobs.plan import shape_team
 
     team = parse_team({"agents": [{"model": "cli/claude-code:opus"}, {"model": "cli/codex"}]}, "t.yaml")
-    with pytest.raises(InputError, match=r"cli/claude-code:opus, cli/codex run as coding agents .* context_paths"):
+    with pytest.raises(
+        InputError, match=r"cli/claude-code:opus, cli/codex run as coding agents .* context_paths"
+    ):
         shape_team(team, verify=None, max_cost_usd=None, max_tokens=None, has_context=False)
     assert team.unpriced() == ["cli/codex"]

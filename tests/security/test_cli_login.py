@@ -32,15 +32,21 @@ class Probe(ClaudeCode):
     """Claude Code's HOME files and environment, but a command that shows what the CLI would see."""
 
     def command(self, prompt: str, model: str | None, schema: dict[str, Any] | None) -> list[str]:
-        return ["sh", "-c", 'stat -c "%a %U %n" "$HOME" "$HOME/.claude/.credentials.json"; '
-                            'grep " $HOME " /proc/mounts; env; echo "{\\"result\\": \\"ok\\"}"']
+        return [
+            "sh",
+            "-c",
+            'stat -c "%a %U %n" "$HOME" "$HOME/.claude/.credentials.json"; '
+            'grep " $HOME " /proc/mounts; env; echo "{\\"result\\": \\"ok\\"}"',
+        ]
 
 
 @pytest.fixture
 def clis_image() -> str:
     status = engine_status(clis_tag())
     if not status.available or not status.image_present:
-        pytest.skip(f"needs the Docker engine and the CLI image ({status.error}): `conclave sandbox build --clis`")
+        pytest.skip(
+            f"needs the Docker engine and the CLI image ({status.error}): `conclave sandbox build --clis`"
+        )
     return clis_tag()
 
 
@@ -66,7 +72,9 @@ async def test_the_login_file_lands_only_in_the_private_tmpfs_home(clis_image: s
             with anyio.CancelScope(shield=True):
                 await box.stop()
     encoded = next(v for k, v in environment.items() if k.startswith("CONCLAVE_HOME_FILE_"))
-    assert "700 sandbox /home/sandbox" in seen and "600 sandbox /home/sandbox/.claude/.credentials.json" in seen
+    assert (
+        "700 sandbox /home/sandbox" in seen and "600 sandbox /home/sandbox/.claude/.credentials.json" in seen
+    )
     assert " /home/sandbox tmpfs " in seen  # in the container's memory, never on the host's disk
     assert encoded not in seen and TOKEN not in seen  # the variables were unset before the CLI started
     assert TOKEN not in later and encoded not in later

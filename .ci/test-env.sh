@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # What the test suite needs beyond the Python packages, installed and started idempotently:
 #   - a Docker engine (Debian's docker.io; dockerd started in the background when none answers),
-#   - mmdebstrap, and the sandbox image built locally (`conclave sandbox build`, cached by its tag),
+#   - mmdebstrap, and the sandbox images built locally (`conclave sandbox build --clis`: the plain one and
+#     the one with Node and the pinned coding-agent CLIs for CLI members; each cached by its tag),
 #   - the Node MCP clients that tests/test_clients.py drives (.ci/install-node-clients.sh),
 #   - the coding-agent CLIs that tests/test_agent_clis.py drives (.ci/install-agent-clis.sh).
 # Run from the repository root after the README's install command (it uses .venv/bin/conclave).
@@ -28,8 +29,8 @@ if ! docker info >/dev/null 2>&1; then
 fi
 say "docker $(docker version --format '{{.Server.Version}} (API {{.Server.APIVersion}})')"
 
-say "sandbox image"
-.venv/bin/conclave sandbox build
+say "sandbox images (plain, and with the coding-agent CLIs)"
+.venv/bin/conclave sandbox build --clis
 
 say "node MCP clients"
 bash .ci/install-node-clients.sh

@@ -37,6 +37,9 @@ class Settings(BaseSettings):
     # (`:`-separated). A project's own folder is not among them unless listed: its files may be a stranger's.
     team_dirs: Annotated[tuple[Path, ...] | None, NoDecode] = None
     sandbox_network: bool = False  # allow teams whose sandbox asks for `network: bridge`
+    # Hosts every coding-agent CLI member may reach besides its provider's, comma-separated
+    # (`llm.internal:8443,*.example.com`; sandbox/allowlist.py)
+    egress_allow: Annotated[tuple[str, ...], NoDecode] = ()
     # Bounds: jobs waiting for a slot, and the bytes one job's agents' workspaces may hold together.
     max_queued: Annotated[int, Field(ge=0, le=10_000)] = 16
     job_disk_mb: Annotated[int, Field(ge=1)] = 2048
@@ -48,6 +51,22 @@ class Settings(BaseSettings):
     gc_auto: bool = True
     gc_keep_days: Annotated[float, Field(gt=0)] = 30.0
     gc_max_mb: Annotated[int, Field(ge=1)] = 20_000
+
+    @field_validator("egress_allow", mode="before")
+    @classmethod
+    def _host_list(cls, value: object) -> object:
+        if isinstance(value, str):
+            return tuple(part.strip() for part in value.split(",") if part.strip())
+        return value
+
+    @field_validator("egress_allow")
+    @classmethod
+    def _host_rules(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        from conclave.config.hosts import parse_host_rule
+
+        for host in value:
+            parse_host_rule(host)  # its ValueError names the entry and the shape to write
+        return value
 
     @field_validator("allowed_roots", "team_dirs", mode="before")
     @classmethod

@@ -17,11 +17,12 @@ PACKAGES = {"server": "conclave", "tools": "conclave.tools"}
 MAX_LINES = 400
 # A part may import the parts listed for it (and itself); the top-level modules are open to all.
 ALLOWED: dict[str, set[str]] = {
-    "cli": {"app", "tools", "jobs", "coordination", "backends", "files", "sandbox"},
+    "cli": {"app", "tools", "jobs", "coordination", "backends", "files", "sandbox", "members"},
     "app": {"tools", "jobs"},
     "tools": {"jobs", "files"},
-    "jobs": {"coordination", "backends", "files", "sandbox"},
-    "coordination": {"backends", "files", "sandbox"},
+    "jobs": {"coordination", "backends", "files", "sandbox", "members"},
+    "coordination": {"backends", "files", "sandbox", "members"},
+    "members": {"backends", "sandbox"},  # coding-agent CLIs as members, run in the agent's sandbox
     "backends": set(),
     "files": {"backends"},  # the work tools describe themselves as backends.base.ToolSpec
     "sandbox": {"files"},  # the workspace is settled after each command through files/safe.py

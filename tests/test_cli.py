@@ -366,6 +366,8 @@ def test_doctor_reports_each_check_with_its_fix(capsys: pytest.CaptureFixture[st
     for name in names:
         assert any(name in line for line in lines), (name, out)
     assert "OPENAI_API_KEY not set -> export OPENAI_API_KEY=" in out  # keys are cleared by `isolated`
+    if "docker engine: version" in out:
+        assert "CLI image: conclave-sandbox-clis:" in out, out
     failing = [line for line in lines if line.startswith("[FAIL]")]
     assert code == (1 if failing else 0)
     assert all("->" in line for line in lines if not line.startswith("[ok"))

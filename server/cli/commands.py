@@ -245,6 +245,11 @@ def sandbox(args: argparse.Namespace) -> int:
 
     report = build_image_sync()
     print(f"{report.tag}: {'built' if report.built else 'already present'}")
+    if getattr(args, "clis", False):
+        from conclave.sandbox.clis_image import build_clis_image_sync
+
+        report = build_clis_image_sync()
+        print(f"{report.tag}: {'built' if report.built else 'already present'}")
     return EXIT_OK
 
 

@@ -9,7 +9,9 @@ from dataclasses import dataclass
 
 from conclave.backends.local import BUNDLED, check_installed, model_file
 from conclave.config import KEY_VARIABLES, Sandbox
+from conclave.config.clis import CLIS, login_source
 from conclave.errors import ConfigError
+from conclave.sandbox.clis_image import CLI_PINS, clis_tag
 from conclave.sandbox.container import engine_status, image_tag
 from conclave.settings import Settings
 
@@ -29,7 +31,7 @@ class Check:
 
 
 def run_checks(settings: Settings, environ: Mapping[str, str]) -> list[Check]:
-    return [_state_dir(settings), *_docker(), *_keys(environ), _local_model()]
+    return [_state_dir(settings), *_docker(), *_keys(environ), _local_model(), *_clis(environ)]
 
 
 def _state_dir(settings: Settings) -> Check:
@@ -54,6 +56,9 @@ def _docker() -> list[Check]:
         checks.append(Check("sandbox image", True, f"{tag} is present"))
     else:
         checks.append(Check("sandbox image", False, f"{tag} is missing", "run `conclave sandbox build`", False))
+    clis = engine_status(clis_tag())
+    detail = f"{clis_tag()} is {'present' if clis.image_present else 'missing'} (for cli/... members)"
+    checks.append(Check("CLI image", bool(clis.image_present), detail, "run `conclave sandbox build --clis`", False))
     return checks
 
 
@@ -75,3 +80,20 @@ def _local_model() -> Check:
     except ConfigError as exc:
         return Check("local model", False, "not available", str(exc), essential=False)
     return Check("local model", True, f"llama-cpp-python and {path.name} ({os.path.getsize(path) >> 20} MB)")
+
+
+def _clis(environ: Mapping[str, str]) -> list[Check]:
+    """Coding-agent CLIs as members: installed (the CLI image, pinned versions) and logged in."""
+    tag = clis_tag()
+    status = engine_status(tag)
+    pins = ", ".join(CLI_PINS)
+    detail = f"{tag} ({pins})" if status.image_present else f"{tag} is missing"
+    fix = "run `conclave sandbox build --clis` for cli/ members"
+    checks = [Check("CLI image", bool(status.image_present), detail, fix, essential=False)]
+    for facts in CLIS.values():
+        source = login_source(facts, environ)
+        detail = f"logged in ({source})" if source else "not logged in"
+        fix = f"run {facts.program} once and sign in, or set {facts.key_variables[0]}"
+        checks.append(Check(f"cli/{facts.name}", source is not None, detail, fix, essential=False))
+    return checks
+

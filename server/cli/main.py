@@ -95,7 +95,9 @@ def build_parser() -> argparse.ArgumentParser:
     commands.add_parser("doctor", help="check Docker, the sandbox image, keys, the local model, the state dir")
     sandbox = commands.add_parser("sandbox", help="the Docker sandbox image")
     sandbox_commands = sandbox.add_subparsers(dest="sandbox_command", required=True, metavar="SUBCOMMAND")
-    sandbox_commands.add_parser("build", help="build the sandbox image locally (no registry needed)")
+    build = sandbox_commands.add_parser("build", help="build the sandbox image locally (no registry needed)")
+    build.add_argument("--clis", action="store_true",
+                       help="also the image for coding-agent CLI members: Node and the pinned CLIs from npm")
 
     setup = commands.add_parser("install", help="register the MCP server with a coding agent")
     setup.add_argument("target", choices=TARGETS, help="the coding agent")

@@ -18,6 +18,7 @@ from typing import Any, Union, get_origin
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from conclave.config.clis import CLIS, login_source, split_cli_model
 from conclave.config.models import EXPANDABLE, OFFICIAL_KEYS, Team
 from conclave.errors import ConfigError
 
@@ -156,13 +157,28 @@ def parse_team(data: Any, source: str, environ: Mapping[str, str] | None = None)
     """Validate a loaded YAML tree as a Team; errors name the source, the key and the fix."""
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: a team file must be a YAML mapping with at least `agents:`")
-    data = _expand_agents(data, os.environ if environ is None else environ, source)
+    env = os.environ if environ is None else environ
+    data = _expand_agents(data, env, source)
     data.setdefault("name", Path(source).stem)
     try:
-        return Team.model_validate(data)
+        return _logged_in_only(Team.model_validate(data), env, source)
     except ValidationError as exc:
         errors = [error for error in exc.errors() if not _union_noise(error)] or exc.errors()
         raise ConfigError("\n".join(_describe(error, source) for error in errors)) from exc
+
+
+def _logged_in_only(team: Team, environ: Mapping[str, str], source: str) -> Team:
+    """The team without its `if_logged_in` CLI members whose login is not found here (the subscriptions
+    preset is resolved when it is loaded, from the login files and keys that exist)."""
+    if not any(agent.if_logged_in for agent in team.agents):
+        return team
+    kept = [
+        agent for agent in team.agents
+        if not agent.if_logged_in or agent.provider != "cli"
+        or login_source(CLIS[split_cli_model(agent.model_name)[0]], environ) is not None
+    ]
+    # logged in to none: the team stays whole, and its missing keys name the logins (Team.missing_keys)
+    return team.model_copy(update={"agents": kept}) if kept else team
 
 
 def load_team_file(path: Path, environ: Mapping[str, str] | None = None) -> Team:

@@ -13,18 +13,21 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from conclave.config.clis import CLIS, login_source, split_cli_model
+from conclave.config.hosts import parse_host_rule
 from conclave.errors import MissingApiKey
 
-PROVIDERS = ("openai", "anthropic", "gemini", "local")
+PROVIDERS = ("openai", "anthropic", "gemini", "local", "cli")
 KEY_VARIABLES: dict[str, tuple[str, ...]] = {
     "openai": ("OPENAI_API_KEY",),
     "anthropic": ("ANTHROPIC_API_KEY",),
     "gemini": ("GEMINI_API_KEY", "GOOGLE_API_KEY"),
     "local": (),
+    "cli": (),  # a coding-agent CLI member logs in with its own login or key (config/clis.py)
 }
 # The provider's own endpoints: its default key may go there without the team naming the variable.
 OFFICIAL_HOSTS = {"openai": "api.openai.com", "anthropic": "api.anthropic.com",
-                  "gemini": "generativelanguage.googleapis.com", "local": ""}
+                  "gemini": "generativelanguage.googleapis.com", "local": "", "cli": ""}
 # Given to the SDKs explicitly: with no base_url they read OPENAI_BASE_URL / ANTHROPIC_BASE_URL (and Gemini's
 # GOOGLE_GEMINI_BASE_URL) from the environment, which a repository's client config may set.
 OFFICIAL_URLS = {"openai": "https://api.openai.com/v1", "anthropic": "https://api.anthropic.com",
@@ -77,6 +80,16 @@ class AgentSpec(_Strict):
     max_attempts: Annotated[int, Field(ge=1, le=10)] = 4
     model_path: str | None = None
     price: Price | None = None
+    # A coding-agent CLI member kept only when the user is logged in to its CLI (the subscriptions preset).
+    if_logged_in: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _cli_defaults(cls, data: object) -> object:
+        """A CLI member works a whole turn in one call: its time limit defaults to 10 minutes."""
+        if isinstance(data, dict) and str(data.get("model", "")).startswith("cli/"):
+            return {"timeout_s": 600.0, **data}
+        return data
 
     @field_validator("model")
     @classmethod
@@ -86,6 +99,11 @@ class AgentSpec(_Strict):
             raise ValueError(
                 f"model {value!r} must look like provider/model with provider one of "
                 f"{', '.join(PROVIDERS)} (e.g. openai/gpt-5)"
+            )
+        if provider == "cli" and split_cli_model(name)[0] not in CLIS:
+            raise ValueError(
+                f"model {value!r} names no coding-agent CLI: use cli/ with one of {', '.join(CLIS)}, "
+                "optionally with a model (e.g. cli/claude-code:opus, cli/codex:gpt-5.5)"
             )
         return value
 
@@ -177,6 +195,16 @@ class Sandbox(_Strict):
     memory: str = "1g"
     cpus: Annotated[float, Field(gt=0, le=64)] = 1.0
     pids: Annotated[int, Field(ge=16, le=65536)] = 256
+    # Hosts coding-agent CLI members may reach besides their provider's (sandbox/allowlist.py), as
+    # `host`, `host:port` (443 unless named) or `*.domain`; every other host stays refused.
+    allow_hosts: Annotated[list[str], Field(max_length=64)] = []
+
+    @field_validator("allow_hosts")
+    @classmethod
+    def _host_rules(cls, value: list[str]) -> list[str]:
+        for host in value:
+            parse_host_rule(host)  # its ValueError names the entry and the shape to write
+        return value
 
     @field_validator("memory")
     @classmethod
@@ -212,7 +240,9 @@ class Team(_Strict):
 
     def unpriced(self) -> list[str]:
         """The agents (`provider/model`) without a price: a cost budget cannot be kept for them."""
-        return [agent.model for agent in self.agents if agent.price is None]
+        # Claude Code reports its own cost (members/claude_code.py): it needs no price
+        return [agent.model for agent in self.agents if agent.price is None
+                and not agent.model.partition(":")[0] == "cli/claude-code"]
 
     def missing_keys(self, environ: Mapping[str, str]) -> list[str]:
         """The variables to set before this team can run (empty when all keys are there)."""
@@ -223,6 +253,11 @@ class Team(_Strict):
             except MissingApiKey as exc:
                 if exc.variable not in missing:
                     missing.append(exc.variable)
+            if agent.provider == "cli" and not agent.base_url and not agent.api_key_env:
+                facts = CLIS[split_cli_model(agent.model_name)[0]]
+                if login_source(facts, environ) is None:
+                    missing.append(f"a {facts.name} login (~/{facts.config_dir}/{facts.login_files[0]}) "
+                                   f"or {facts.key_variables[0]}")
         return missing
 
 

@@ -8,24 +8,33 @@ copies (snapshots and final/ stay), also on cancellation.
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
 import anyio
+import anyio.abc
 import anyio.to_thread
+from anyio.abc import TaskStatus
 
+from conclave.config import AgentSpec
 from conclave.config import Sandbox as SandboxSpec
+from conclave.config.clis import split_cli_model
 from conclave.coordination.prompts import FilesPicture
-from conclave.errors import ConclaveError, HostStepFailed
+from conclave.errors import ConclaveError, HostStepFailed, SandboxError
 from conclave.files.agent_tools import AgentTools
 from conclave.files.budget import DiskBudget
 from conclave.files.workspaces import Workspaces
+from conclave.sandbox.allowlist import Allowlist, allowlist_for
 from conclave.sandbox.container import Sandbox, container_user
+from conclave.sandbox.egress import EgressProxy, egress_proxy
+from conclave.sandbox.member import MemberSandbox
 
 SandboxFactory = Callable[[], Sandbox]
 logger = logging.getLogger(__name__)
+MemberSandboxFactory = Callable[[Path], Sandbox]  # a CLI member's container, given its proxy's socket
 
 class JobFiles:
     """Workspaces (always) and sandboxes (when the team runs commands) for one job."""
@@ -37,9 +46,14 @@ class JobFiles:
         sandbox: SandboxSpec | None,
         sandbox_factory: SandboxFactory = Sandbox,
         disk_budget: int | None = None,
+        *,
+        egress_allow: tuple[str, ...] = (),
+        member_factory: MemberSandboxFactory = lambda socket: MemberSandbox(None, socket=socket),
     ) -> None:
         self.job_id, self.workspaces, self.spec = job_id, workspaces, sandbox
-        self._factory = sandbox_factory
+        self._factory, self._member_factory = sandbox_factory, member_factory
+        self._egress_allow = egress_allow
+        self._proxies: anyio.abc.TaskGroup | None = None  # hosts CLI members' egress proxies (`egress`)
         self._budget = DiskBudget(disk_budget) if disk_budget is not None else None
         self._sandboxes: dict[str, Sandbox] = {}
         self._folders = tuple(context.name for context in workspaces.manifest().contexts)
@@ -50,8 +64,11 @@ class JobFiles:
     def commands(self) -> bool:
         return self.spec is not None
 
-    async def start(self, letters: list[str]) -> None:
-        """Each agent's working copy, and its container (started concurrently) when commands are on."""
+    async def start(self, letters: list[str], clis: Mapping[str, AgentSpec] | None = None) -> None:
+        """Each agent's working copy, and its container (started concurrently) when commands are on.
+
+        A CLI member (`clis`: letter -> its spec) gets a member sandbox whose only way out is its own
+        egress proxy (sandbox/member.py, sandbox/egress.py), allowing its CLI's hosts and its base_url."""
         await self.workspaces.create(letters)
         if self._budget is not None:
             copied = sum(record.size for c in self.workspaces.manifest().contexts for record in c.files.values())
@@ -60,10 +77,45 @@ class JobFiles:
         if self.spec is None:
             return
         for letter in letters:
-            self._sandboxes[letter] = self._factory()
+            spec = (clis or {}).get(letter)
+            if spec is not None:  # a CLI member: its own container, behind its own proxy
+                self._sandboxes[letter] = await self._member(letter, spec)
+            else:
+                self._sandboxes[letter] = self._factory()
         async with anyio.create_task_group() as tg:
             for letter in letters:
                 tg.start_soon(self._start_sandbox, letter, letters)
+
+    @contextlib.asynccontextmanager
+    async def egress(self) -> AsyncIterator[None]:
+        """Where CLI members' egress proxies live: around the whole run (`start` to `close`), as a task
+        group of its own, since a proxy's task group cannot be entered in one cancel scope and left in
+        another (the orchestrator's set-up runs under the job's deadline)."""
+        async with anyio.create_task_group() as group:
+            self._proxies = group
+            try:
+                yield
+            finally:
+                group.cancel_scope.cancel()
+                self._proxies = None
+
+    async def _member(self, letter: str, spec: AgentSpec) -> Sandbox:
+        assert self.spec is not None
+        if self._proxies is None:
+            raise SandboxError("a CLI member's egress proxy needs JobFiles.egress() around the job's run")
+        extra = [*self.spec.allow_hosts, *self._egress_allow]
+        allow = allowlist_for(split_cli_model(spec.model_name)[0], base_url=spec.base_url, extra=extra)  # type: ignore[arg-type]
+        socket = self.workspaces.job_dir / "egress" / f"{letter}.sock"
+        proxy = await self._proxies.start(self._serve, socket, allow, f"{self.job_id}/{letter}")
+        return self._member_factory(proxy.socket)
+
+    @staticmethod
+    async def _serve(
+        socket: Path, allow: Allowlist, label: str, *, task_status: TaskStatus[EgressProxy]
+    ) -> None:
+        async with egress_proxy(socket, allow, label=label) as proxy:
+            task_status.started(proxy)
+            await anyio.sleep_forever()
 
     async def _start_sandbox(self, letter: str, letters: list[str]) -> None:
         assert self.spec is not None
@@ -80,6 +132,10 @@ class JobFiles:
             owner=container_user(),
             disk=self._budget.agent(letter) if self._budget is not None else None,
         )
+
+    def sandbox(self, letter: str) -> Sandbox | None:
+        """The agent's container (a CLI member runs in it), None when the team runs no commands."""
+        return self._sandboxes.get(letter)
 
     def picture(self, letter: str) -> FilesPicture:
         peers = {peer: label for peer, label in self.workspaces.latest().items() if peer != letter}

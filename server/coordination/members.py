@@ -17,6 +17,7 @@ from conclave.backends.base import Backend, Endpoint
 from conclave.config import AgentSpec
 from conclave.coordination.reports import JobEvent, Progress, UsageTotals
 from conclave.coordination.turns import TurnContext
+from conclave.members.runner import CliMember
 
 if TYPE_CHECKING:
     from conclave.backends.local import LocalServers
@@ -34,6 +35,8 @@ def endpoint_factory(environ: Mapping[str, str], local_servers: LocalServers | N
     """Backends for real providers, keys read from `environ`; `local` agents start servers in `local_servers`."""
 
     def make(spec: AgentSpec) -> Backend:
+        if spec.provider == "cli":  # a coding-agent CLI: its login is read here, at the job's start
+            return CliMember.for_spec(spec, environ)
         endpoint = Endpoint(
             spec.provider, spec.model_name, spec.api_key(environ), spec.endpoint_url, spec.timeout_s, spec.stream,
             spec.model_path,

@@ -39,6 +39,7 @@ from conclave.coordination.members import (
 from conclave.coordination.reports import Check, JobEvent, JobResult, Progress, UsageTotals
 from conclave.coordination.turns import TurnContext, present, run_turn
 from conclave.errors import ConclaveError, ProviderError
+from conclave.members.runner import CliMember
 
 if TYPE_CHECKING:
     from conclave.coordination.job_files import JobFiles
@@ -135,11 +136,14 @@ class Orchestrator:
 
     async def _set_up(self) -> None:
         if self.files is not None:  # workspaces and containers first: the agents' tools need them
-            await self.files.start(sorted(self.members))
+            clis = {m.letter: m.spec for m in self.members.values() if m.spec.provider == "cli"}
+            await self.files.start(sorted(self.members), clis)
         for member in self.members.values():
             # SDK imports and client set-up block for seconds on first use: keep them off the loop, and
             # let the deadline abandon them (a client made after it is simply dropped).
             backend = await anyio.to_thread.run_sync(self._factory, member.spec, abandon_on_cancel=True)
+            if isinstance(backend, CliMember):  # a coding-agent CLI runs in its agent's container
+                backend.bind(self.files.sandbox(member.letter) if self.files is not None else None)
             member.ctx = self._context(member, backend)
 
     async def _ended_in_set_up(self, reason: str) -> JobResult:
@@ -339,8 +343,8 @@ class Orchestrator:
             spec.system_prompt, verify=self.verifier is not None, history=self.history,
         )
 
-        async def on_usage(usage: Usage, first: bool) -> None:
-            member.usage = member.usage.add(usage, spec.price, first)
+        async def on_usage(usage: Usage, first: bool, cost_usd: float | None = None) -> None:
+            member.usage = member.usage.add(usage, spec.price, first, cost_usd)
             self.budget.charge(UsageTotals.total([m.usage for m in self.members.values()]))
             await self._emit("usage", member.letter, **usage.__dict__)
 

@@ -50,15 +50,18 @@ class UsageTotals(_Record):
     cached_input_tokens: int = 0
     cost_usd: float | None = None
 
-    def add(self, usage: Usage, price: Price | None, call: bool = True) -> UsageTotals:
+    def add(self, usage: Usage, price: Price | None, call: bool = True, cost_usd: float | None = None) -> UsageTotals:
         """These totals plus one report (`call`: the first of its attempt); an agent without a price has
-        no cost, never a guessed one."""
+        no cost, never a guessed one. `cost_usd` is a cost the provider itself reported (a CLI member's
+        output), which wins over the price."""
         cost = None
-        if price is not None:
+        if cost_usd is not None:
+            cost = (self.cost_usd or 0.0) + cost_usd
+        elif price is not None:
             cached_price = price.input if price.cached_input is None else price.cached_input
             fresh = usage.input_tokens - usage.cached_input_tokens
-            call = fresh * price.input + usage.cached_input_tokens * cached_price + usage.output_tokens * price.output
-            cost = (self.cost_usd or 0.0) + call / 1e6
+            spent = fresh * price.input + usage.cached_input_tokens * cached_price + usage.output_tokens * price.output
+            cost = (self.cost_usd or 0.0) + spent / 1e6
         return UsageTotals(
             calls=self.calls + int(call),
             input_tokens=self.input_tokens + usage.input_tokens,

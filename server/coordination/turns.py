@@ -82,7 +82,12 @@ async def run_turn(
     shown: list[prompts.ShownAnswer],
     files: prompts.FilesPicture | None = None,
 ) -> protocol.Event:
-    """Run one turn to its decision: a split turn (split_turns.py) or one call ending in a decision."""
+    """Run one turn to its decision: a CLI member's (cli_turns.py), a split turn (split_turns.py) or one
+    call ending in a decision."""
+    if ctx.spec.provider == "cli":
+        from conclave.coordination.cli_turns import cli_turn  # it imports this module's TurnContext
+
+        return await cli_turn(ctx, action, shown, files)
     if ctx.spec.turn == "split" and not ctx.work_tools:
         return await split_turn(ctx, action, shown)
     text = prompts.turn_prompt(

@@ -71,10 +71,10 @@ def _cost_cap(team: Team) -> float | None:
     rules = team.coordination
     if rules.max_cost_usd is not None:
         return rules.max_cost_usd
-    if rules.max_tokens is None or team.unpriced():
-        return None
-    dearest = max(max(agent.price.input, agent.price.output) for agent in team.agents if agent.price)
-    return rules.max_tokens * dearest / 1e6
+    prices = [max(agent.price.input, agent.price.output) for agent in team.agents if agent.price]
+    if rules.max_tokens is None or team.unpriced() or len(prices) < len(team.agents):
+        return None  # an agent whose cost its CLI reports (cli/claude-code) has no price to cap it by
+    return rules.max_tokens * max(prices) / 1e6
 
 
 def history(team: Team, past: list[list[AgentUsage]]) -> TeamHistory | None:

@@ -13,6 +13,7 @@ import math
 from collections.abc import Mapping
 
 from conclave.backends import check_ready
+from conclave.members.logins import cli_ready
 from conclave.config import ConfigError, Team
 from conclave.config.models import MAX_VERIFY_CHARS
 from conclave.errors import InputError
@@ -39,6 +40,13 @@ def shape_team(
             "none: add `price: {input: ..., output: ...}` (US$ per million tokens) to that agent in the team "
             "file, or bound the job with max_tokens instead",
         )
+    clis = [agent.model for agent in team.agents if agent.provider == "cli"]
+    if clis and not has_context:
+        raise InputError(
+            "context_paths", [],
+            f"{', '.join(clis)} run as coding agents on the job's files, so the job needs context_paths: give "
+            "the project folder (context_paths=[{path: ...}]), or use a team without cli/ members",
+        )
     if command is not None and not has_context:
         raise InputError(
             "verify", command,
@@ -54,6 +62,8 @@ def check_runnable(team: Team, environ: Mapping[str, str], sandbox_network: bool
     for agent in team.agents:
         agent.api_key(environ)  # raises MissingApiKey naming the variable to set
         check_ready(agent.provider, agent.model_name, agent.model_path)
+        if agent.provider == "cli":
+            cli_ready(agent, team, environ)  # logged in, the CLI image built (members/logins.py)
     if not isinstance(team.sandbox, str) and team.sandbox.network != "none" and not sandbox_network:
         raise ConfigError(
             f"team {team.name!r} asks for `sandbox: network: {team.sandbox.network}`, which gives agents' "

@@ -15,6 +15,8 @@ CLI passes none and sees all (tests/security/test_callers.py).
 
 from __future__ import annotations
 
+import contextlib
+
 import logging
 import os
 import re
@@ -326,7 +328,8 @@ class JobService:
                     )
                     self._steering.attach(job_id, orchestrator)
                     try:
-                        result = await orchestrator.run()
+                        async with files.egress() if files is not None else contextlib.nullcontext():
+                            result = await orchestrator.run()
                         if files is not None:
                             self.store.set_files(job_id, await collect(files, options, result.consensus))
                     except ConclaveError as exc:
@@ -353,7 +356,8 @@ class JobService:
             return None
         sandbox = team.sandbox if options.commands and not isinstance(team.sandbox, str) else None
         workspaces = Workspaces(self.job_dir(job_id), agent_owner=container_user())
-        return JobFiles(job_id, workspaces, sandbox, disk_budget=self.settings.job_disk_mb * MB)
+        return JobFiles(job_id, workspaces, sandbox, disk_budget=self.settings.job_disk_mb * MB,
+                        egress_allow=self.settings.egress_allow)
 
     def _verifier(self, job_id: str, team: Team, files: JobFiles | None) -> Verifier | None:
         if team.verify is None or files is None:

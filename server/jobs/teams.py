@@ -6,7 +6,8 @@ from collections.abc import Callable, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from conclave.config import ConfigError, Team, resolve_team
+from conclave.config import AgentSpec, ConfigError, Team, resolve_team
+from conclave.config.clis import CLIS, login_source, split_cli_model
 
 
 class _View(BaseModel):
@@ -29,6 +30,7 @@ class TeamAgentInfo(_View):
     model: str
     key_variables: list[str] = Field(description="environment variables that may hold the key")
     key_set: bool
+    cli: str | None = Field(default=None, description="a coding-agent CLI member: how you are logged in to it")
 
 
 class TeamInfo(_View):
@@ -55,6 +57,7 @@ class TeamList(_View):
             status = "ready" if team.ready else "needs " + ", ".join(team.missing_keys)
             models = ", ".join(agent.model for agent in team.agents)
             lines.append(f"{team.name}: {status} - {models}. {team.description}".rstrip())
+            lines += [f"  {agent.model}: {agent.cli}" for agent in team.agents if agent.cli]
             if team.history is not None:
                 lines.append(f"  {team.history.text()}")
         lines.append(f"Default team: {self.default or 'none (set a provider key or name a team)'}")
@@ -78,6 +81,7 @@ def team_list(
                 model=agent.model,
                 key_variables=list(agent.key_variables()),
                 key_set=not any(v in missing for v in agent.key_variables()),
+                cli=cli_status(agent, environ),
             )
             for agent in team.agents
         ]
@@ -90,3 +94,17 @@ def team_list(
     except ConfigError:
         default = None
     return TeamList(teams=teams, default=default)
+
+
+def cli_status(agent: AgentSpec, environ: Mapping[str, str]) -> str | None:
+    """For a CLI member: how it logs in (its endpoint's key, your key variable or login file), or how to."""
+    if agent.provider != "cli":
+        return None
+    facts = CLIS[split_cli_model(agent.model_name)[0]]
+    if agent.base_url:
+        return f"uses {agent.base_url} with the key in {agent.api_key_env or 'no variable'}"
+    source = login_source(facts, environ)
+    if source is None:
+        return (f"not logged in: run {facts.program} once and sign in (~/{facts.config_dir}/{facts.login_files[0]}), "
+                f"or set {facts.key_variables[0]}")
+    return f"logged in ({source}); runs in the CLI image (`conclave sandbox build --clis`)"

@@ -88,6 +88,7 @@ ENVIRONMENT = {
     "PYTHONDONTWRITEBYTECODE": "1",  # no __pycache__ in the diff
     "XDG_CACHE_HOME": "/tmp/.cache",  # pip and friends cache outside the workspace
 }
+TMP = "rw,exec,nosuid,nodev,size=512m,mode=1777"  # /tmp (see the module docstring for why exec)
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 KEEPER = 65534  # nobody: the keeper's uid, never the commands' (see the module docstring)
 # Run as the command's user after each command: kill every process of that user but this shell (kill -1
@@ -195,7 +196,8 @@ class Sandbox:
         from docker.types import Mount
 
         assert self._workspace is not None
-        image = image_tag(limits)
+        launch = self._launch(limits)
+        image = launch.pop("image")
         try:
             self._client.images.get(image)
         except docker.errors.ImageNotFound as exc:
@@ -207,6 +209,7 @@ class Sandbox:
         for peer, folder in sorted(peers.items()):
             folder.mkdir(parents=True, exist_ok=True)
             mounts.append(Mount(f"/peers/{peer}", str(folder.resolve()), type="bind", read_only=True))
+        mounts += launch.pop("mounts")
         labels = {
             "conclave.job": job_id,
             "conclave.owner": self.owner.id,
@@ -216,34 +219,44 @@ class Sandbox:
         try:
             return self._client.containers.run(
                 image,
-                ["sleep", "infinity"],
                 name=f"conclave-{job_id}-{letter}-{secrets.token_hex(3)}",
                 detach=True,
                 init=True,
                 user=keeper_user(self.uid),
                 working_dir="/workspace",
-                environment=dict(ENVIRONMENT),
                 labels=labels,
                 mounts=mounts,
-                network_mode=limits.network,
                 read_only=True,
-                tmpfs={"/tmp": "rw,exec,nosuid,nodev,size=512m,mode=1777"},
                 cap_drop=["ALL"],
                 security_opt=["no-new-privileges"],
                 pids_limit=limits.pids,
                 mem_limit=limits.memory,
                 memswap_limit=limits.memory,  # equal to the memory limit: no swap
                 nano_cpus=int(limits.cpus * 1e9),
+                **launch,
             )
         except docker.errors.DockerException as exc:
             failed = f"the sandbox container of agent {letter} in {job_id} did not start: {exc}"
             raise SandboxError(failed) from exc
 
-    async def exec(self, command: str, timeout_s: float, max_bytes: int | None = None) -> CommandResult:
+    def _launch(self, limits: SandboxSpec) -> dict[str, Any]:
+        """The image, command, environment, network, tmpfs and extra mounts; a CLI member's sandbox extends
+        them (sandbox/member.py), the confinement above stays the same."""
+        return {
+            "image": image_tag(limits), "command": ["sleep", "infinity"], "environment": dict(ENVIRONMENT),
+            "network_mode": limits.network, "tmpfs": {"/tmp": TMP}, "mounts": [],
+        }
+
+    async def exec(
+        self, command: str, timeout_s: float, max_bytes: int | None = None,
+        environment: Mapping[str, str] | None = None, output_cap: int | None = None,
+    ) -> CommandResult:
         """Run `command` with `sh -c` in /workspace; kill it and its process group after `timeout_s`.
 
         With `max_bytes` (the room the job's disk budget leaves this workspace), no file may grow past it
-        and the command is killed as soon as the workspace does (disk_watch.py).
+        and the command is killed as soon as the workspace does (disk_watch.py). `environment` adds to the
+        container's for this command only (a CLI member's key: not in the container's stored
+        configuration); `output_cap` overrides OUTPUT_CAP for it (a CLI's JSON output).
         """
         if self.container is None or self._limiter is None:
             raise SandboxError("the sandbox is not started")
@@ -254,7 +267,8 @@ class Sandbox:
                     *argv]
         with anyio.move_on_after(timeout_s + self.grace_s) as overrun:
             raw = await anyio.to_thread.run_sync(
-                self._run, argv, self._generation, max_bytes, abandon_on_cancel=True, limiter=self._limiter
+                self._run, argv, self._generation, max_bytes, dict(environment or {}),
+                output_cap or self.output_cap, abandon_on_cancel=True, limiter=self._limiter
             )
         duration = time.monotonic() - started
         if overrun.cancelled_caught:
@@ -290,25 +304,26 @@ class Sandbox:
         return ["timeout", "-s", "KILL", f"{timeout_s:g}", "sh", "-c", command]
 
     def _run(
-        self, argv: list[str], generation: int, max_bytes: int | None = None
+        self, argv: list[str], generation: int, max_bytes: int | None, environment: dict[str, str],
+        cap: int = OUTPUT_CAP,
     ) -> tuple[int | None, _Capped, _Capped, Settled, Watched]:
         import docker
 
         if os.getuid() == 0:
             self._settle()  # host-side code may have made root-owned entries since: the agent's to edit
         api = self._client.api
-        out, err = _Capped(self.output_cap), _Capped(self.output_cap)
+        out, err = _Capped(cap), _Capped(cap)
         assert self._workspace is not None
         watcher = Watcher(self._workspace, max_bytes, lambda _reason: self._kill()).start()
         try:
-            user = f"{self.uid}:{self.gid}"
+            options = {"user": f"{self.uid}:{self.gid}", "workdir": "/workspace", "environment": environment}
             try:
-                exec_id = api.exec_create(self.container.id, argv, user=user, workdir="/workspace")
+                exec_id = api.exec_create(self.container.id, argv, **options)
             except docker.errors.APIError as exc:
                 if "is not running" not in str(exc):
                     raise
                 self._restart()  # e.g. its keeper was killed: come back once, workspace intact
-                exec_id = api.exec_create(self.container.id, argv, user=user, workdir="/workspace")
+                exec_id = api.exec_create(self.container.id, argv, **options)
             try:
                 for chunk_out, chunk_err in api.exec_start(exec_id["Id"], stream=True, demux=True):
                     out.add(chunk_out)
@@ -361,6 +376,13 @@ class Sandbox:
         except docker.errors.APIError:
             pass  # already stopped
         self.container.start()
+
+    async def kill_all(self) -> None:
+        """Kill every process of the command user now (a cancelled CLI member's whole tree, `setsid`
+        escapees included: see REAP); restarts the container if any stays."""
+        if self.container is not None:
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(self._reap)
 
     async def stop(self) -> None:
         """Remove the container (force); safe to call twice or before `start`."""

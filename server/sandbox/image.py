@@ -209,7 +209,10 @@ def _os_release(root: Path) -> dict[str, str]:
     return {key: value.strip().strip('"') for key, _, value in pairs}
 
 
-async def _mmdebstrap(sources: AptSources, packages: Sequence[str], tmp: Path, tarball: Path) -> None:
+async def _mmdebstrap(
+    sources: AptSources, packages: Sequence[str], tmp: Path, tarball: Path, hooks: Sequence[str] = ()
+) -> None:
+    """The root as a tarball; `hooks` are more customize hooks (the CLI image copies its CLIs in)."""
     sources_file = tmp / "conclave.sources"  # the .sources suffix keeps it deb822 inside the image
     sources_file.write_text(sources.text)
     argv = [
@@ -221,6 +224,7 @@ async def _mmdebstrap(sources: AptSources, packages: Sequence[str], tmp: Path, t
         f"--hook-dir={_HOOKS / 'eatmydata'}",
         *(f"--dpkgopt={option}" for option in _EXCLUDES),
         f"--customize-hook={_ADD_USER}",
+        *(f"--customize-hook={hook}" for hook in hooks),
         sources.suite,
         str(tarball),
         str(sources_file),

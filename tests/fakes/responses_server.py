@@ -34,7 +34,9 @@ def routes(script: Script) -> list[Route]:
             error = {"message": reply.error_message, "type": "server_error", "param": None, "code": None}
             return JSONResponse({"error": error}, status_code=reply.status)
         items = output_items(reply)
-        usage = usage_json(usage_for(reply, recorded, json.dumps(items)))
+        billed = usage_for(reply, recorded, json.dumps(items))
+        script.charge(recorded.agent, billed[0], billed[1], billed[2])  # sent whole in response.completed
+        usage = usage_json(billed)
         response = {"id": _id("resp"), "object": "response", "model": body.get("model", "gpt-fake"),
                     "status": "completed", "output": items, "usage": usage}
         if not recorded.streamed:

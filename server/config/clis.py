@@ -1,0 +1,108 @@
+"""The coding-agent CLIs a team may name as members (`cli/claude-code[:MODEL]`), and how to tell that the
+user is logged in to one: its login file under the user's home, or its key variable.
+
+These are facts about the CLIs, not about a job (the members package runs them): the subscriptions
+preset keeps only the members whose login is found (`logged_in`), and `conclave doctor` and
+`list_teams` say which are installed and logged in. The file locations are the CLIs' own
+(/work/shared/CLI-FACTS.md "login files"); tests/members/test_cli_config.py checks each.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class CliFacts:
+    """One CLI: its name in a team file, its npm package, its login files and key variables."""
+
+    name: str
+    package: str
+    # Login files relative to the CLI's config folder; `config_env` moves that folder, `config_dir` is its
+    # default under the user's home.
+    config_env: str
+    config_dir: str
+    login_files: tuple[str, ...]
+    key_variables: tuple[str, ...]
+    hosts: tuple[str, ...]  # the provider's hosts its login and model calls reach (docs/subscriptions.md)
+    binary: str = ""  # its command, when not its name
+
+    @property
+    def program(self) -> str:
+        return self.binary or self.name
+
+
+CLIS: dict[str, CliFacts] = {
+    "claude-code": CliFacts(
+        "claude-code",
+        "@anthropic-ai/claude-code",
+        "CLAUDE_CONFIG_DIR",
+        ".claude",
+        (".credentials.json",),
+        ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN"),
+        ("api.anthropic.com", "platform.claude.com"),
+        "claude",
+    ),
+    "codex": CliFacts(
+        "codex",
+        "@openai/codex",
+        "CODEX_HOME",
+        ".codex",
+        ("auth.json",),
+        ("CODEX_API_KEY", "OPENAI_API_KEY"),
+        ("api.openai.com", "chatgpt.com", "auth.openai.com"),
+    ),
+    "gemini": CliFacts(
+        "gemini",
+        "@google/gemini-cli",
+        "GEMINI_CLI_HOME",
+        ".gemini",
+        ("oauth_creds.json",),
+        ("GEMINI_API_KEY", "GOOGLE_API_KEY"),
+        ("generativelanguage.googleapis.com", "cloudcode-pa.googleapis.com", "oauth2.googleapis.com"),
+    ),
+    "copilot": CliFacts(
+        "copilot",
+        "@github/copilot",
+        "COPILOT_HOME",
+        ".copilot",
+        ("config.json",),
+        ("COPILOT_GITHUB_TOKEN", "GH_TOKEN", "GITHUB_TOKEN"),
+        ("api.githubcopilot.com", "api.github.com"),
+    ),
+}
+
+
+def split_cli_model(name: str) -> tuple[str, str | None]:
+    """`claude-code:opus` -> ("claude-code", "opus"); no model -> the CLI's own default (None)."""
+    cli, _, model = name.partition(":")
+    return cli, model or None
+
+
+def config_folder(facts: CliFacts, environ: Mapping[str, str]) -> Path:
+    """The CLI's config folder on this machine (its variable, else under the user's home)."""
+    moved = environ.get(facts.config_env)
+    if moved:
+        return Path(moved).expanduser()
+    return Path(environ.get("HOME") or Path.home()).expanduser() / facts.config_dir
+
+
+def login_files(facts: CliFacts, environ: Mapping[str, str]) -> list[Path]:
+    """The CLI's login files that exist here (regular files only: never a link someone planted)."""
+    folder = config_folder(facts, environ)
+    return [
+        folder / name
+        for name in facts.login_files
+        if (folder / name).is_file() and not (folder / name).is_symlink()
+    ]
+
+
+def login_source(facts: CliFacts, environ: Mapping[str, str]) -> str | None:
+    """How the user is logged in to this CLI (`ANTHROPIC_API_KEY`, `~/.claude/.credentials.json`), or None."""
+    for variable in facts.key_variables:
+        if environ.get(variable):
+            return variable
+    files = login_files(facts, environ)
+    return str(files[0]) if files else None

@@ -1,0 +1,161 @@
+"""A coding-agent CLI member's turn: the CLI does the work in its container, then decides in a short
+constrained call to the same CLI. Both become the protocol's usual events.
+
+    no answer of its own yet   work run (edits /workspace, final message)         -> AnswerPosted
+    otherwise                  decision run (JSON: vote LABEL, or new_answer)     -> VoteCast, or
+                               a work run with the current answers as material    -> AnswerPosted
+
+The answers reach the CLI in this voter's own order (the orchestrator's `shown`, ordered by the
+action's labels), with their author's letter and where their files are (/peers/<letter>). Usage and
+cost come from each run's JSON output (members/). Every run counts as work, so a new answer does not
+cancel it (a killed CLI reports no usage); a cancelled job, its deadline or its budget kills the CLI's
+processes (members/runner.py). The workspace is snapshotted by the orchestrator like any agent's.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from conclave.backends.base import ToolCall
+from conclave.coordination import prompts, protocol
+from conclave.members.base import CliOutput, last_json_object
+from conclave.members.runner import CliMember
+
+if TYPE_CHECKING:
+    from conclave.coordination.turns import TurnContext
+
+NEW = "new_answer"
+MAX_SHOWN = 12_000  # characters of each answer in a CLI's prompt (an argument has a size limit)
+
+
+async def cli_turn(
+    ctx: TurnContext,
+    action: protocol.StartTurn,
+    shown: list[prompts.ShownAnswer],
+    files: prompts.FilesPicture | None,
+) -> protocol.Event:
+    member = ctx.backend
+    assert isinstance(member, CliMember)
+    own = any(answer.letter == ctx.letter for answer in shown)
+    if action.can_answer and not own:
+        return protocol.AnswerPosted(
+            ctx.letter, action.turn_id, await _work(ctx, member, action, shown, files)
+        )
+    if not action.labels:
+        return protocol.NoDecision(ctx.letter, action.turn_id, "")
+    schema = decision_schema(action.labels, action.can_answer)
+    # Not cancelled when it goes stale either: a killed CLI reports no usage, so what it was billed would
+    # be lost to the job's usage and budget. A stale vote is discarded and asked again (protocol.py).
+    await ctx.on_work(ToolCall(f"cli-{action.turn_id}", "cli_decide", {"cli": member.adapter.facts.name}))
+    output = await _run(ctx, member, decision_prompt(ctx, action, shown), schema)
+    decision = output.structured or last_json_object(output.text) or {}
+    choice, label = decision.get("decision"), str(decision.get("answer") or "").strip()
+    reason = str(decision.get("reason") or "")[:500]
+    if choice == "vote" and label in action.labels:
+        return protocol.VoteCast(ctx.letter, action.turn_id, label, reason)
+    if choice == NEW and action.can_answer:
+        return protocol.AnswerPosted(
+            ctx.letter, action.turn_id, await _work(ctx, member, action, shown, files)
+        )
+    if action.corrective:  # its second unreadable decision: never take a decision's text as an answer
+        return protocol.TurnFailed(ctx.letter, action.turn_id, f"no valid decision: {output.text[:300]!r}")
+    return protocol.NoDecision(ctx.letter, action.turn_id, "")
+
+
+async def _work(
+    ctx: TurnContext,
+    member: CliMember,
+    action: protocol.StartTurn,
+    shown: list[prompts.ShownAnswer],
+    files: prompts.FilesPicture | None,
+) -> str:
+    # Work changes files: the turn is no longer only thinking, so a new answer does not cancel it.
+    await ctx.on_work(ToolCall(f"cli-{action.turn_id}", "cli_work", {"cli": member.adapter.facts.name}))
+    output = await _run(ctx, member, work_prompt(ctx, action, shown, files), None)
+    return output.text.strip()
+
+
+async def _run(ctx: TurnContext, member: CliMember, prompt: str, schema: dict[str, Any] | None) -> CliOutput:
+    """One run under the job's budget gate and the provider limit; its usage charged as reported."""
+    await ctx.gate()
+    async with ctx.limiter:
+        output = await member.run(prompt, schema)
+    await ctx.on_usage(output.usage, True, output.cost_usd)  # type: ignore[call-arg]
+    return output
+
+
+def work_prompt(
+    ctx: TurnContext,
+    action: protocol.StartTurn,
+    shown: list[prompts.ShownAnswer],
+    files: prompts.FilesPicture | None,
+) -> str:
+    """The work run: the task, the others' answers as material, and what the final message must be."""
+    parts = [
+        f"You are agent {ctx.letter}, one member of a team of agents working on the same task; each works in "
+        "its own copy of the files. Work in the current folder: read, edit and run what you need.",
+        f"Task:\n{ctx.task}",
+    ]
+    others = [answer for answer in shown if answer.letter != ctx.letter]
+    mine = [answer for answer in shown if answer.letter == ctx.letter]
+    if others:
+        parts.append(
+            "The other members' current answers (their files are read-only at /peers/<letter>):\n"
+            + "\n\n".join(_answer(answer) for answer in others)
+        )
+    if mine:
+        parts.append(
+            f"Your own current answer ({mine[0].label}); your files are as you left them:\n"
+            + _answer(mine[0], own=True)
+        )
+    if action.note:
+        parts.append(action.note)
+    parts.append(
+        "When you are done, reply with your complete answer to the task as your final message: what "
+        "you changed and why, or the answer itself. It is shown to the team as it stands."
+    )
+    return "\n\n".join(parts)
+
+
+def decision_prompt(ctx: TurnContext, action: protocol.StartTurn, shown: list[prompts.ShownAnswer]) -> str:
+    """The decision run: the current answers in this voter's order, and a JSON decision (no edits)."""
+    listed = "\n\n".join(_answer(answer, own=answer.letter == ctx.letter) for answer in shown)
+    new = (
+        f' or "{NEW}" if you can write a clearly better answer than all of them (answer: "")'
+        if action.can_answer
+        else ""
+    )
+    return (
+        f"You are agent {ctx.letter} on a team. Do not change any files in this step.\n\n"
+        f"Task:\n{ctx.task}\n\n"
+        f"The current answers (each agent's files are read-only at /peers/<letter>; yours are the current "
+        f"folder):\n\n{listed}\n\n"
+        'Decide: "vote" for the answer that best solves the task '
+        f'(one of {", ".join(action.labels)}; it may be '
+        f"your own){new}. {action.note}\n"
+        'Reply with one JSON object and nothing else: {"decision": "vote" or "new_answer", "answer": LABEL, '
+        '"reason": "one sentence"}'
+    )
+
+
+def decision_schema(labels: tuple[str, ...], can_answer: bool) -> dict[str, Any]:
+    """Strict (every property required, none other): Codex's --output-schema accepts only that."""
+    return {
+        "type": "object",
+        "properties": {
+            "decision": {"type": "string", "enum": ["vote", NEW] if can_answer else ["vote"]},
+            "answer": {"type": "string", "enum": [*labels, ""]},
+            "reason": {"type": "string"},
+        },
+        "required": ["decision", "answer", "reason"],
+        "additionalProperties": False,
+    }
+
+
+def _answer(answer: prompts.ShownAnswer, own: bool = False) -> str:
+    content = (
+        answer.content if len(answer.content) <= MAX_SHOWN else answer.content[:MAX_SHOWN] + "\n[... cut]"
+    )
+    check = f" [check: {answer.check}]" if answer.check else ""
+    who = "your own" if own else f"agent {answer.letter}"
+    return f"=== {answer.label} ({who}){check} ===\n{content}"

@@ -1,0 +1,118 @@
+"""What every CLI module provides: the command line, the environment, the files of its private HOME,
+and its JSON output read back into text, usage and cost."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from conclave.backends.base import Usage
+from conclave.config.clis import CliFacts
+from conclave.sandbox.member import HOME  # a private tmpfs in the member's container
+
+SCHEMA_FILE = f"{HOME}/decision-schema.json"
+
+
+@dataclass(frozen=True)
+class Login:
+    """How the member logs in: a key (and the variable the CLI reads it from) or the user's login files
+    (HOME-relative path -> content). Never printed: `repr` leaves the secrets out."""
+
+    variable: str | None = None
+    key: str | None = field(default=None, repr=False)
+    files: dict[str, bytes] = field(default_factory=dict, repr=False)
+    base_url: str | None = None
+
+    def secrets(self) -> list[str]:
+        """Every secret value, for the leak checks (tests/members/test_credentials.py)."""
+        found = [self.key] if self.key else []
+        for content in self.files.values():
+            found += list(_secret_strings(content))
+        return found
+
+
+def _secret_strings(content: bytes) -> Iterator[str]:
+    """The long strings of a login file (tokens), or the whole text when it is not JSON."""
+    text = content.decode("utf-8", "replace")
+    try:
+        data: Any = json.loads(text)
+    except ValueError:
+        yield text.strip()
+        return
+    stack = [data]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            stack += list(item.values())
+        elif isinstance(item, list):
+            stack += item
+        elif isinstance(item, str) and len(item) >= 16:
+            yield item
+
+
+@dataclass(frozen=True)
+class CliOutput:
+    """One CLI run read back: its final message, the usage it reported, its cost where it says, and the
+    schema-constrained object where it gives one (`structured`)."""
+
+    text: str
+    usage: Usage = Usage()
+    cost_usd: float | None = None
+    structured: dict[str, Any] | None = None
+    error: str | None = None  # the CLI said the run failed (e.g. Claude's is_error, Codex's turn.failed)
+
+
+class CliAdapter(Protocol):
+    """One coding-agent CLI, headless and in full-auto mode (the container is the boundary)."""
+
+    facts: CliFacts
+    native_schema: bool  # it constrains a reply to a JSON schema itself (else the prompt asks for JSON)
+
+    def command(self, prompt: str, model: str | None, schema: dict[str, Any] | None) -> list[str]:
+        """The argv (its binary first) of one headless run in /workspace."""
+        ...
+
+    def environment(self, login: Login, model: str | None) -> dict[str, str]:
+        """Variables for the run: its config folder under HOME, quiet mode, the key and endpoint."""
+        ...
+
+    def home_files(self, login: Login, model: str | None) -> dict[str, bytes]:
+        """HOME-relative files written before the first run: the login files and the CLI's settings."""
+        ...
+
+    def parse(self, stdout: str) -> CliOutput:
+        """The run's JSON output read back."""
+        ...
+
+
+def json_lines(stdout: str) -> Iterator[dict[str, Any]]:
+    """Every JSON object line of a JSONL stream (other lines, e.g. warnings, are skipped)."""
+    for line in stdout.splitlines():
+        line = line.strip()
+        if not line.startswith("{"):
+            continue
+        try:
+            value = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(value, dict):
+            yield value
+
+
+def last_json_object(text: str) -> dict[str, Any] | None:
+    """The last top-level JSON object in `text` (a CLI's single result, or a decision written as JSON)."""
+    decoder = json.JSONDecoder()
+    found = None
+    start = text.find("{")
+    while start >= 0:
+        try:
+            value, end = decoder.raw_decode(text[start:])
+        except ValueError:
+            start = text.find("{", start + 1)
+            continue
+        if isinstance(value, dict):
+            found = value
+        start = text.find("{", start + end)
+    return found

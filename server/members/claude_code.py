@@ -1,0 +1,77 @@
+"""Claude Code: `claude -p PROMPT --output-format json`, one `result` object with usage and total cost.
+
+Full-auto is `--permission-mode bypassPermissions`; as root it refuses unless IS_SANDBOX=1 (set: the
+container is the sandbox). The decision uses `--json-schema`, read back from `structured_output`.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from conclave.backends.base import Usage
+from conclave.config.clis import CLIS
+from conclave.members.base import HOME, CliOutput, Login, last_json_object
+
+CONFIG = ".claude"  # under HOME; CLAUDE_CONFIG_DIR points here
+
+
+class ClaudeCode:
+    facts = CLIS["claude-code"]
+    native_schema = True
+
+    def command(self, prompt: str, model: str | None, schema: dict[str, Any] | None) -> list[str]:
+        argv = [
+            "claude",
+            "-p",
+            prompt,
+            "--output-format",
+            "json",
+            "--permission-mode",
+            "bypassPermissions",
+            "--no-session-persistence",
+        ]
+        if model:
+            argv += ["--model", model]
+        if schema is not None:
+            argv += ["--json-schema", json.dumps(schema)]
+        return argv
+
+    def environment(self, login: Login, model: str | None) -> dict[str, str]:
+        env = {
+            "CLAUDE_CONFIG_DIR": f"{HOME}/{CONFIG}",
+            "IS_SANDBOX": "1",
+            "DISABLE_TELEMETRY": "1",
+            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+            "DISABLE_AUTOUPDATER": "1",
+            "DISABLE_ERROR_REPORTING": "1",
+        }
+        if login.key:
+            # a custom endpoint's key goes as the API key; the user's own variable keeps its name
+            env["ANTHROPIC_API_KEY" if login.base_url else (login.variable or "ANTHROPIC_API_KEY")] = (
+                login.key
+            )
+        if login.base_url:
+            env["ANTHROPIC_BASE_URL"] = login.base_url
+        return env
+
+    def home_files(self, login: Login, model: str | None) -> dict[str, bytes]:
+        return dict(login.files)
+
+    def parse(self, stdout: str) -> CliOutput:
+        data = last_json_object(stdout)
+        if data is None or "result" not in data and "structured_output" not in data:
+            return CliOutput("", error=f"Claude Code printed no result: {stdout[-500:]!r}")
+        usage = data.get("usage") or {}
+        read = int(usage.get("cache_read_input_tokens") or 0)
+        fresh = int(usage.get("input_tokens") or 0) + int(usage.get("cache_creation_input_tokens") or 0)
+        cost = data.get("total_cost_usd")
+        structured = data.get("structured_output")
+        error = str(data.get("result") or data.get("subtype")) if data.get("is_error") else None
+        return CliOutput(
+            text=str(data.get("result") or ""),
+            usage=Usage(fresh + read, int(usage.get("output_tokens") or 0), read),
+            cost_usd=float(cost) if isinstance(cost, int | float) else None,
+            structured=structured if isinstance(structured, dict) else None,
+            error=error,
+        )

@@ -1,0 +1,91 @@
+"""Codex: `codex exec --json PROMPT`, a JSONL stream; the final message is the last `agent_message`
+item, usage the sum of `turn.completed` events. No cost in its output.
+
+Full-auto is `--dangerously-bypass-approvals-and-sandbox` (its own bwrap sandbox cannot work inside an
+unprivileged container). Its Responses WebSocket transport ignores HTTPS_PROXY, so the provider is one
+of ours with `supports_websockets = false`. The decision uses `--output-schema FILE` (strict: every
+property required, no others).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from conclave.backends.base import Usage
+from conclave.config.clis import CLIS
+from conclave.members.base import HOME, SCHEMA_FILE, CliOutput, Login, json_lines
+
+CONFIG = ".codex"  # under HOME; CODEX_HOME points here
+KEY_VARIABLE = "CONCLAVE_CODEX_KEY"  # the provider's env_key: the key under a name only Codex reads
+PLAN_URL = "https://chatgpt.com/backend-api/codex"  # a ChatGPT plan's endpoint (auth.json logins)
+
+
+class Codex:
+    facts = CLIS["codex"]
+    native_schema = True
+
+    def command(self, prompt: str, model: str | None, schema: dict[str, Any] | None) -> list[str]:
+        argv = [
+            "codex",
+            "exec",
+            "--json",
+            "--skip-git-repo-check",
+            "--dangerously-bypass-approvals-and-sandbox",
+            "--ephemeral",
+            "-C",
+            "/workspace",
+        ]
+        if model:
+            argv += ["-m", model]
+        if schema is not None:
+            argv += ["--output-schema", SCHEMA_FILE]
+        return [*argv, prompt]
+
+    def environment(self, login: Login, model: str | None) -> dict[str, str]:
+        env = {"CODEX_HOME": f"{HOME}/{CONFIG}"}
+        if login.key:
+            env[KEY_VARIABLE] = login.key
+        return env
+
+    def home_files(self, login: Login, model: str | None) -> dict[str, bytes]:
+        if login.key:
+            url = login.base_url or "https://api.openai.com/v1"
+            provider = f'env_key = "{KEY_VARIABLE}"\n'
+        else:
+            url, provider = PLAN_URL, "requires_openai_auth = true\n"
+        config = (
+            'model_provider = "conclave"\ncheck_for_update_on_startup = false\n'
+            + (f"model = {json.dumps(model)}\n" if model else "")
+            + "\n[analytics]\nenabled = false\n\n[model_providers.conclave]\n"
+            f'name = "conclave"\nbase_url = {json.dumps(url)}\nwire_api = "responses"\n'
+            f"supports_websockets = false\n{provider}"
+        )
+        return {**login.files, f"{CONFIG}/config.toml": config.encode()}
+
+    def parse(self, stdout: str) -> CliOutput:
+        text, usage, error = "", Usage(), None
+        for event in json_lines(stdout):
+            kind = event.get("type")
+            item = event.get("item") or {}
+            if kind == "item.completed" and item.get("type") == "agent_message":
+                text = str(item.get("text") or "")
+            elif kind == "turn.completed":
+                used = event.get("usage") or {}
+                usage = usage + Usage(
+                    int(used.get("input_tokens") or 0),
+                    int(used.get("output_tokens") or 0),
+                    int(used.get("cached_input_tokens") or 0),
+                )
+            elif kind in ("turn.failed", "error"):
+                error = str((event.get("error") or {}).get("message") or event.get("message") or kind)
+        structured = None
+        if text.lstrip().startswith("{"):
+            try:
+                value = json.loads(text)
+                structured = value if isinstance(value, dict) else None
+            except ValueError:
+                pass
+        if not text and error is None:
+            error = f"Codex printed no final message: {stdout[-500:]!r}"
+        return CliOutput(text, usage, None, structured, error if not text else None)

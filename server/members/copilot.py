@@ -1,0 +1,79 @@
+"""GitHub Copilot CLI: `copilot -p PROMPT --output-format json`, JSONL events; the final message is the
+last `assistant.message`. Its stream carries no token counts: they come from `--usage-output-file`
+(read back after the run, `modelMetrics.<m>.usage`). Cost is in premium requests, not dollars.
+
+Full-auto is `--allow-all-tools`. A custom endpoint (`base_url`) is Copilot's own-key provider
+(COPILOT_PROVIDER_*, offline: no GitHub sign-in). No schema-constrained output: JSON in the prompt.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from conclave.backends.base import Usage
+from conclave.config.clis import CLIS
+from conclave.members.base import HOME, CliOutput, Login, json_lines, last_json_object
+
+USAGE_FILE = f"{HOME}/copilot-usage.json"
+USAGE_MARK = "@@conclave-copilot-usage@@"  # the runner prints the usage file after this line
+
+
+class Copilot:
+    facts = CLIS["copilot"]
+    native_schema = False
+    after = f'echo; echo "{USAGE_MARK}"; cat "{USAGE_FILE}" 2>/dev/null'  # run after the CLI, same exec
+
+    def command(self, prompt: str, model: str | None, schema: dict[str, Any] | None) -> list[str]:
+        argv = [
+            "copilot",
+            "-p",
+            prompt,
+            "--allow-all-tools",
+            "--output-format",
+            "json",
+            "--no-auto-update",
+            "--disable-client-telemetry",
+            "--usage-output-file",
+            USAGE_FILE,
+            "-C",
+            "/workspace",
+        ]
+        return argv + (["--model", model] if model else [])
+
+    def environment(self, login: Login, model: str | None) -> dict[str, str]:
+        env = {"COPILOT_HOME": f"{HOME}/.copilot", "COPILOT_AUTO_UPDATE": "false"}
+        if login.base_url:
+            env |= {
+                "COPILOT_PROVIDER_BASE_URL": login.base_url,
+                "COPILOT_OFFLINE": "true",
+                "COPILOT_PROVIDER_TYPE": "anthropic" if "anthropic" in login.base_url else "openai",
+            }
+            if login.key:
+                env["COPILOT_PROVIDER_API_KEY"] = login.key
+            if model:
+                env["COPILOT_MODEL"] = model
+        elif login.key:
+            env["COPILOT_GITHUB_TOKEN"] = login.key
+        return env
+
+    def home_files(self, login: Login, model: str | None) -> dict[str, bytes]:
+        return dict(login.files)
+
+    def parse(self, stdout: str) -> CliOutput:
+        stream, _, usage_text = stdout.partition(USAGE_MARK)
+        text = ""
+        for event in json_lines(stream):
+            if event.get("type") == "assistant.message":
+                content = (event.get("data") or {}).get("content")
+                text = str(content) if content else text
+        usage = Usage()
+        metrics = (last_json_object(usage_text) or {}).get("modelMetrics") or {}
+        for model in metrics.values():
+            used = (model or {}).get("usage") or {}
+            usage = usage + Usage(
+                int(used.get("inputTokens") or 0),
+                int(used.get("outputTokens") or 0),
+                int(used.get("cacheReadTokens") or 0),
+            )
+        error = None if text else f"Copilot CLI printed no final message: {stream[-500:]!r}"
+        return CliOutput(text, usage, None, None, error)

@@ -1,0 +1,167 @@
+"""Run a coding-agent CLI member headless in its agent's container: one `docker exec` per run.
+
+    member = CliMember.for_spec(spec, environ)           # login resolved on the host, at job start
+    member.bind(sandbox, egress={"HTTPS_PROXY": ...})    # its container, and its way out (the proxy)
+    output = await member.run(prompt)                    # the work: edits /workspace, final message
+    output = await member.run(prompt, schema)            # the decision: a schema-constrained object
+
+Each run is one exec, `sh -c` under coreutils `timeout -s KILL` (sandbox/container.py): it writes the
+private HOME on the container's tmpfs (0700, only once: a CLI may refresh its token there), then runs
+the CLI with stdin closed. The login reaches the container only as the exec's environment, which the
+prelude unsets before the CLI starts. A cancelled run (stale turn, cancelled job, budget) kills every
+process of the member's user in the container at once (`Sandbox.kill_all`: `setsid` children too).
+
+It is also a `Backend` (one text reply from the CLI), so a CLI member presents like any other.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import shlex
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import anyio
+
+from conclave.backends.base import Done, Event, Request, TextDelta
+from conclave.config import AgentSpec
+from conclave.config.clis import split_cli_model
+from conclave.errors import ProviderError
+from conclave.members.base import HOME, SCHEMA_FILE, CliAdapter, CliOutput, Login
+from conclave.members.claude_code import ClaudeCode
+from conclave.members.codex import Codex
+from conclave.members.copilot import Copilot
+from conclave.members.gemini import Gemini
+from conclave.members.logins import resolve_login
+from conclave.sandbox.container import CommandResult, Sandbox
+
+ADAPTERS: dict[str, CliAdapter] = {
+    "claude-code": ClaudeCode(),
+    "codex": Codex(),
+    "gemini": Gemini(),
+    "copilot": Copilot(),
+}
+OUTPUT_CAP = 8 * 1024 * 1024  # a run's JSON output (Codex's stream carries every tool output)
+
+
+@dataclass
+class CliMember:
+    """One CLI member of one job: its adapter, model and login, then its container once bound."""
+
+    provider: ClassVar[str] = "cli"
+
+    spec: AgentSpec
+    adapter: CliAdapter
+    login: Login = field(repr=False)
+    model: str | None = None
+    sandbox: Sandbox | None = None
+    egress: dict[str, str] = field(default_factory=dict)
+    runs: int = 0
+    # One run at a time, its kill included: a cancelled turn's kill (every process of the member's user)
+    # must be over before the next turn's run starts, or it kills that run too.
+    _one_run: anyio.Lock = field(default_factory=anyio.Lock, repr=False)
+
+    @classmethod
+    def for_spec(cls, spec: AgentSpec, environ: Mapping[str, str]) -> CliMember:
+        name, model = split_cli_model(spec.model_name)
+        return cls(spec, ADAPTERS[name], resolve_login(spec, environ), model)
+
+    def bind(self, sandbox: Sandbox | None, egress: Mapping[str, str] | None = None) -> None:
+        """Its container, and the variables that point the CLI at its way out (the egress proxy the
+        sandbox was started with, as `sandbox.egress_env`, when it has one)."""
+        self.sandbox = sandbox
+        self.egress = dict(egress if egress is not None else getattr(sandbox, "egress_env", None) or {})
+
+    async def run(self, prompt: str, schema: dict[str, Any] | None = None) -> CliOutput:
+        """One headless run to its output; ProviderError when the CLI fails or prints nothing usable."""
+        if self.sandbox is None:
+            raise ProviderError(
+                "cli",
+                f"{self.spec.model} needs its sandbox: a CLI member runs only in a container "
+                "(the team's `sandbox` must not be none, and the job needs Docker)",
+            )
+        command, env = self.script(prompt, schema)
+        self.runs += 1
+        async with self._one_run:
+            result = await self._exec(self.sandbox, command, env)
+        output = self.adapter.parse(result.stdout)
+        if result.timed_out:
+            raise ProviderError(
+                "cli", f"{self.spec.model} ran past its timeout_s of {self.spec.timeout_s:g} s and was killed"
+            )
+        if output.error is not None and not output.text and output.structured is None:
+            detail = self._redact(f"{output.error} {result.stderr[-800:]}".strip())
+            raise ProviderError("cli", f"{self.spec.model} failed (exit code {result.exit_code}): {detail}")
+        return output
+
+    async def _exec(self, sandbox: Sandbox, command: str, env: dict[str, str]) -> CommandResult:
+        """The exec, never abandoned: when the turn is cancelled, every process of the member's user is
+        killed at once (`setsid` children too) and the exec is awaited to its end before the
+        cancellation goes on. An abandoned exec would reap after it ends, killing the next turn's run
+        (tests/members/test_cli_members_e2e.py, the team test, caught that race)."""
+        results: list[CommandResult] = []
+
+        async def execute() -> None:
+            with anyio.CancelScope(shield=True):
+                results.append(
+                    await sandbox.exec(command, self.spec.timeout_s, environment=env, output_cap=OUTPUT_CAP)
+                )
+            group.cancel_scope.cancel()
+
+        async def kill_when_cancelled() -> None:
+            try:
+                await anyio.sleep_forever()
+            finally:
+                if not results:  # cancelled from outside while the CLI runs
+                    await sandbox.kill_all()
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(execute)
+            group.start_soon(kill_when_cancelled)
+        return results[0]
+
+    def script(self, prompt: str, schema: dict[str, Any] | None) -> tuple[str, dict[str, str]]:
+        """The exec's shell command and environment (tests read both; the login is only in `env`)."""
+        env = {**self.egress, **self.adapter.environment(self.login, self.model), "HOME": HOME}
+        lines = [f'umask 077; mkdir -p "{HOME}"']
+        passed: list[str] = []
+        for index, (path, content) in enumerate(
+            sorted(self.adapter.home_files(self.login, self.model).items())
+        ):
+            variable = f"CONCLAVE_HOME_FILE_{index}"
+            target = shlex.quote(f"{HOME}/{path}")
+            env[variable] = base64.b64encode(content).decode()
+            passed.append(variable)
+            lines.append(
+                f'[ -e {target} ] || {{ mkdir -p "$(dirname {target})" && '
+                f'printf %s "${variable}" | base64 -d > {target}; }} || exit 97'
+            )
+        if schema is not None:
+            env["CONCLAVE_SCHEMA"] = json.dumps(schema)
+            passed.append("CONCLAVE_SCHEMA")
+            lines.append(f'printf %s "$CONCLAVE_SCHEMA" > {SCHEMA_FILE} || exit 97')
+        if passed:
+            lines.append(f"unset {' '.join(passed)}")
+        run = f"{shlex.join(self.adapter.command(prompt, self.model, schema))} </dev/null"
+        after = getattr(self.adapter, "after", None)
+        lines.append(f"{run}; status=$?; {after}; exit $status" if after else f"exec {run}")
+        return "\n".join(lines), env
+
+    def _redact(self, text: str) -> str:
+        for secret in self.login.secrets():
+            if len(secret) >= 8:
+                text = text.replace(secret, "[login]")
+        return text
+
+    # The Backend seam: one reply from the CLI (a presentation) ----------------------------------------
+    async def stream(self, request: Request) -> AsyncIterator[Event]:  # type: ignore[override]
+        prompt = "\n\n".join([request.system, *(message.content for message in request.messages)]).strip()
+        output = await self.run(prompt)
+        yield TextDelta(output.text)
+        yield output.usage
+        yield Done("end_turn")
+
+    async def aclose(self) -> None:
+        return None

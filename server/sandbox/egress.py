@@ -1,0 +1,269 @@
+"""The egress proxy of a coding-agent CLI member: its container's only way out, to its allowlist only.
+
+Interface (the CLI members of issue 16 use it through sandbox/member.py):
+
+    extra = [*team.sandbox.allow_hosts, *settings.egress_allow]
+    allow = allowlist_for("claude-code", base_url=agent.base_url, extra=extra)
+    async with egress_proxy(job_dir / "egress" / f"{letter}.sock", allow, label=f"{job}/{letter}") as proxy:
+        sandbox = MemberSandbox(client, owner, proxy.socket)
+        await sandbox.start(workspace, peers, job_id, letter, limits)   # network none, socket bridged
+        result = await sandbox.exec("claude -p ...", timeout_s=600, environment={...})
+    proxy.denied  # the (method, host, port) it refused, for the transcript; never a path, header or body
+
+The container has no network (`network_mode=none`). The proxy listens on a unix socket in the job's private
+folder; the socket file alone is bind-mounted into the container, where socat (run by the keeper user, out of
+the agent's reach) re-listens on 127.0.0.1:3128 and `HTTPS_PROXY`/`HTTP_PROXY` point there
+(sandbox/member.py).
+The design follows Anthropic's sandbox-runtime (an allowlisting proxy reached over unix sockets).
+
+What it speaks: `CONNECT host:port` (HTTPS and anything TLS: the tunnel is opaque bytes), and plain-HTTP
+requests in absolute form (`GET http://127.0.0.1:8080/v1/... HTTP/1.1`, as clients send them to a proxy),
+forwarded with `Connection: close` so one client connection can never be reused towards another host.
+Anything else, and any host:port off the allowlist, gets a 403 (or a 400 for what is not HTTP) and the
+connection closes. Denials are logged with the method, host and port only: a URL can carry a key (Gemini's
+`?key=`), so paths, queries, headers and bodies are never logged.
+
+Why in Conclave's process, on its event loop: the proxy lives exactly as long as the member (an async context
+manager in the job's task group), so cancelling a job closes the socket and every tunnel with it; there is no
+child process to start, watch or leak, and the bytes it copies are I/O waits, not CPU work.
+
+The host names are resolved here, on the host; the container itself has no DNS. A name on the allowlist is
+trusted wherever it resolves (as in sandbox-runtime): the allowlist names public provider hosts.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import stat
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import anyio
+import anyio.abc
+from anyio.streams.buffered import BufferedByteReceiveStream
+
+from conclave.config.hosts import normal_host
+from conclave.errors import SandboxError
+from conclave.sandbox.allowlist import Allowlist
+
+__all__ = ["Denial", "EgressProxy", "egress_proxy"]
+
+logger = logging.getLogger(__name__)
+
+MAX_HEAD = 32 * 1024  # a request line and headers; a client sending more is not a proxy client
+HEAD_TIMEOUT_S = 30.0
+CONNECT_TIMEOUT_S = 30.0
+MAX_TUNNELS = 64  # connections open at once per member; more wait their turn
+CHUNK = 65536
+# Hop-by-hop headers a proxy consumes (RFC 9110 7.6.1) and the proxy's own; never forwarded.
+_HOP = {
+    b"connection",
+    b"keep-alive",
+    b"proxy-connection",
+    b"proxy-authorization",
+    b"te",
+    b"trailer",
+    b"upgrade",
+}
+_SUN_PATH_MAX = 100  # bind() takes at most 107 bytes of path; longer ones are bound through /proc/self/fd
+
+
+@dataclass(frozen=True)
+class Denial:
+    """One refused request: what it asked for, without path, query, headers or body."""
+
+    method: str
+    host: str
+    port: int
+
+
+class _Refused(Exception):
+    def __init__(self, status: int, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.reason = status, reason
+
+
+@dataclass(frozen=True)
+class _Request:
+    method: str
+    host: str
+    port: int
+    forward: bytes | None  # the rewritten head for plain HTTP; None for CONNECT
+
+
+class EgressProxy:
+    """Serves one member's socket: admits the allowlist, refuses and records the rest."""
+
+    def __init__(self, allowlist: Allowlist, socket: Path, *, label: str = "") -> None:
+        self.allowlist, self.socket, self.label = allowlist, socket, label
+        self.denied: list[Denial] = []
+        self.admitted = 0
+        self._limiter = anyio.CapacityLimiter(MAX_TUNNELS)
+
+    async def handle(self, client: anyio.abc.ByteStream) -> None:
+        """One client connection; whatever goes wrong with it ends it alone, never the listener."""
+        try:
+            await self._handle(client)
+        except Exception as exc:  # noqa: BLE001 - one connection's failure must not stop the member's proxy
+            logger.info("egress %s: a connection failed (%s)", self.label or "-", type(exc).__name__)
+
+    async def _handle(self, client: anyio.abc.ByteStream) -> None:
+        """Read the request head, then tunnel, forward or refuse."""
+        async with client, self._limiter:
+            reader = BufferedByteReceiveStream(client)
+            try:
+                with anyio.fail_after(HEAD_TIMEOUT_S):
+                    head = await reader.receive_until(b"\r\n\r\n", MAX_HEAD)
+                request = parse_request(head)
+                if not self.allowlist.admits(request.host, request.port):
+                    raise self._deny(request)
+                upstream = await self._connect(request)
+            except _Refused as refused:
+                await _reply(client, refused.status, refused.reason, str(refused))
+                return
+            except (
+                TimeoutError,
+                anyio.IncompleteRead,
+                anyio.DelimiterNotFound,
+                anyio.EndOfStream,
+                anyio.BrokenResourceError,
+                anyio.ClosedResourceError,
+            ):
+                return  # a client that went away or never finished its head: nothing to answer
+            self.admitted += 1
+            async with upstream:
+                if request.forward is None:
+                    await client.send(b"HTTP/1.1 200 Connection Established\r\n\r\n")
+                else:
+                    await upstream.send(request.forward)
+                # the reader hands out first what the client sent right after its head (a body, a TLS hello)
+                await _splice(reader, client, upstream)
+
+    def _deny(self, request: _Request) -> _Refused:
+        """Record and log the denial; the 403 to send back."""
+        denial = Denial(request.method, request.host, request.port)
+        self.denied.append(denial)
+        logger.warning(
+            "egress %s: refused %s %s:%d (not on its allowlist)",
+            self.label or "-", denial.method, denial.host, denial.port,
+        )
+        return _Refused(403, "Forbidden", (
+            f"conclave egress: {request.host}:{request.port} is not on this member's allowlist "
+            "(docs/subscriptions.md says how to add a host)"
+        ))
+
+    async def _connect(self, request: _Request) -> anyio.abc.SocketStream:
+        try:
+            with anyio.fail_after(CONNECT_TIMEOUT_S):
+                return await anyio.connect_tcp(request.host, request.port)
+        except (OSError, TimeoutError) as exc:
+            logger.info(
+                "egress %s: %s:%d unreachable (%s)",
+                self.label or "-",
+                request.host,
+                request.port,
+                type(exc).__name__,
+            )
+            raise _Refused(
+                502, "Bad Gateway", f"conclave egress: {request.host}:{request.port} did not answer"
+            ) from exc
+
+
+def parse_request(head: bytes) -> _Request:
+    """The target of a proxy request head (without its final blank line); `_Refused` when it is not one."""
+    lines = head.split(b"\r\n")
+    parts = lines[0].split(b" ")
+    if len(parts) != 3 or not parts[2].startswith(b"HTTP/1."):
+        raise _Refused(400, "Bad Request", "conclave egress: not an HTTP/1.x proxy request")
+    method, target = parts[0].decode("ascii", "replace"), parts[1].decode("ascii", "replace")
+    if method == "CONNECT":
+        host, port = _authority(target)
+        return _Request(method, host, port, None)
+    url = urlsplit(target)
+    if url.scheme != "http" or not url.hostname:
+        raise _Refused(
+            400, "Bad Request", "conclave egress: send https through CONNECT, http as an absolute URL"
+        )
+    try:
+        port = url.port or 80
+    except ValueError as exc:
+        raise _Refused(400, "Bad Request", "conclave egress: a port outside 1-65535") from exc
+    path = (url.path or "/") + (f"?{url.query}" if url.query else "")
+    headers = [line for line in lines[1:] if line and line.split(b":", 1)[0].strip().lower() not in _HOP]
+    if not any(line.split(b":", 1)[0].strip().lower() == b"host" for line in headers):
+        headers.insert(0, b"Host: " + url.netloc.encode("ascii", "replace"))
+    forward = b"\r\n".join([f"{method} {path} HTTP/1.1".encode(), *headers, b"Connection: close", b"", b""])
+    return _Request(method, normal_host(url.hostname), port, forward)
+
+
+def _authority(target: str) -> tuple[str, int]:
+    host, sep, port = target.rpartition(":")
+    if not sep or not port.isdigit() or not host or not 0 < int(port) < 65536:
+        raise _Refused(400, "Bad Request", "conclave egress: CONNECT needs host:port")
+    return normal_host(host), int(port)
+
+
+async def _reply(client: anyio.abc.ByteStream, status: int, reason: str, message: str) -> None:
+    body = (message + "\n").encode()
+    head = f"HTTP/1.1 {status} {reason}\r\nContent-Type: text/plain\r\nContent-Length: {len(body)}\r\n"
+    try:
+        await client.send(head.encode() + b"Connection: close\r\n\r\n" + body)
+    except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+        pass
+
+
+async def _splice(
+    reader: BufferedByteReceiveStream, client: anyio.abc.ByteStream, upstream: anyio.abc.SocketStream
+) -> None:
+    """Copy both ways until both sides are done; half-closes pass through, an error ends both."""
+
+    async def copy(source: anyio.abc.ByteReceiveStream, sink: anyio.abc.ByteStream) -> None:
+        try:
+            async for chunk in source:
+                await sink.send(chunk)
+            await sink.send_eof()
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+            group.cancel_scope.cancel()
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(copy, reader, upstream)
+        group.start_soon(copy, upstream, client)
+
+
+@asynccontextmanager
+async def egress_proxy(socket: Path, allowlist: Allowlist, *, label: str = "") -> AsyncIterator[EgressProxy]:
+    """Serve `allowlist` on the unix socket `socket` (made mode 0666, in its private folder) until exit.
+
+    The folder holding the socket must be the job's private one (0700): the socket's own mode lets the
+    container's users connect, the folder keeps everyone else on the host out. The socket is removed on exit.
+    """
+    socket.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if socket.is_symlink() or (socket.exists() and not stat.S_ISSOCK(socket.lstat().st_mode)):
+        raise SandboxError(f"cannot serve the egress proxy at {socket}: something else is there")
+    listener = await _listen(socket)
+    os.chmod(socket, 0o666)
+    proxy = EgressProxy(allowlist, socket, label=label)
+    try:
+        async with listener, anyio.create_task_group() as group:
+            group.start_soon(listener.serve, proxy.handle)
+            try:
+                yield proxy
+            finally:
+                group.cancel_scope.cancel()
+    finally:
+        socket.unlink(missing_ok=True)
+
+
+async def _listen(socket: Path) -> anyio.abc.Listener[anyio.abc.SocketStream]:
+    """A unix listener at `socket`; a path too long for bind() goes through an open folder's /proc entry."""
+    if len(str(socket)) <= _SUN_PATH_MAX:
+        return await anyio.create_unix_listener(socket)
+    folder = os.open(socket.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        return await anyio.create_unix_listener(f"/proc/self/fd/{folder}/{socket.name}")
+    finally:
+        os.close(folder)

@@ -1,0 +1,157 @@
+"""A coding-agent CLI member's container: the plain sandbox, with no network but its egress bridge.
+
+    allow = allowlist_for("codex", base_url=agent.base_url, extra=extra_hosts)
+    async with egress_proxy(job_dir / "egress" / f"{letter}.sock", allow, label=f"{job}/{letter}") as proxy:
+        sandbox = MemberSandbox(client, owner, proxy.socket)
+        try:
+            await sandbox.start(workspace, peers, job_id, letter, limits)
+            result = await sandbox.exec("codex exec ... </dev/null", timeout_s=600, environment=secrets)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await sandbox.stop()
+
+Everything container.py confines stays (read-only root, cap_drop ALL, no-new-privileges, limits, uid 1000,
+init, the reaping after each command). What differs:
+- `network_mode` is always `none`, whatever the team's sandbox says: the only way out is the bridge.
+- The member's proxy socket (sandbox/egress.py) is bind-mounted at /run/conclave/egress.sock, and the
+  container's keeper (uid nobody, which the agent's commands cannot signal) runs socat re-listening on
+  127.0.0.1:3128. `start` returns once that port listens. HTTPS_PROXY, HTTP_PROXY and their lower-case
+  forms point there; NODE_USE_ENV_PROXY=1 makes Node's own fetch use them too. NO_PROXY is left unset: no
+  host is reached directly, and a client that bypasses the proxy finds nothing to connect to.
+- HOME is /home/sandbox, a private tmpfs (mode 0700, owned by the command user) that dies with the
+  container: the place for the CLI's login files, its caches and its leftovers (XDG_* point into it).
+- The image is the CLI image (`conclave sandbox build --clis`, sandbox/clis_image.py) unless the team names
+  its own, which then needs socat.
+Keys go in `exec(..., environment=...)`, per command, never in the container's stored configuration;
+login files go into HOME with `write_home_file` (through an exec: `docker cp` cannot write a tmpfs).
+"""
+
+from __future__ import annotations
+
+import base64
+import shlex
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import anyio.to_thread
+
+from conclave.config import Sandbox as SandboxSpec
+from conclave.errors import SandboxError
+from conclave.sandbox.container import ENVIRONMENT, PROCESS_OWNER, Owner, Sandbox, keeper_user
+from conclave.sandbox.image import IMAGE_REPO
+
+__all__ = ["HOME", "PROXY_PORT", "PROXY_URL", "SOCKET", "MemberSandbox", "member_environment"]
+
+PROXY_PORT = 3128
+PROXY_URL = f"http://127.0.0.1:{PROXY_PORT}"
+SOCKET = "/run/conclave/egress.sock"  # where the member's proxy socket appears inside
+HOME = "/home/sandbox"
+HOME_SIZE = "1g"  # a cap, not a reservation: Copilot alone unpacks ~235 MB into its cache on first run
+# The keeper's command: the bridge (restarted should it ever exit), then the keeper's usual sleep.
+BRIDGE = (
+    f"while :; do socat TCP-LISTEN:{PROXY_PORT},bind=127.0.0.1,reuseaddr,fork UNIX-CONNECT:{SOCKET}; "
+    "sleep 1; done & exec sleep infinity"
+)
+# 127.0.0.1:3128 listening, as /proc/net/tcp writes it (address:port in hex, state 0A)
+_LISTENING = f"0100007F:{PROXY_PORT:04X} 00000000:0000 0A"
+_AWAIT_BRIDGE = (
+    f"i=0; until grep -q '{_LISTENING}' /proc/net/tcp; do i=$((i+1)); [ $i -gt 200 ] && exit 1; sleep 0.05; done"
+)
+
+
+def member_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The container's environment for a CLI member: the plain sandbox's, HOME on its tmpfs, the proxy."""
+    return {
+        **ENVIRONMENT,
+        "HOME": HOME,
+        "XDG_CACHE_HOME": f"{HOME}/.cache",
+        "XDG_CONFIG_HOME": f"{HOME}/.config",
+        "XDG_DATA_HOME": f"{HOME}/.local/share",
+        "XDG_STATE_HOME": f"{HOME}/.local/state",
+        "HTTPS_PROXY": PROXY_URL,
+        "HTTP_PROXY": PROXY_URL,
+        "https_proxy": PROXY_URL,
+        "http_proxy": PROXY_URL,
+        "NODE_USE_ENV_PROXY": "1",
+        **(extra or {}),
+    }
+
+
+class MemberSandbox(Sandbox):
+    """One CLI member's container for one job; `start`, `exec`, `stop` as for `Sandbox`."""
+
+    def __init__(
+        self,
+        client: Any | None,
+        owner: Owner = PROCESS_OWNER,
+        socket: Path | None = None,
+        *,
+        image: str | None = None,
+        environment: dict[str, str] | None = None,
+    ) -> None:
+        """`socket`: the member's egress proxy (`EgressProxy.socket`); `image`: default the CLI image, or
+        the team's own when it names one; `environment`: constants added to the container's (no keys)."""
+        super().__init__(client, owner)
+        if socket is None:
+            raise SandboxError("a CLI member's sandbox needs its egress proxy's socket")
+        self.socket, self.image, self.environment = socket, image, dict(environment or {})
+
+    def _launch(self, limits: SandboxSpec) -> dict[str, Any]:
+        from docker.types import Mount
+
+        from conclave.sandbox.clis_image import clis_tag
+
+        launch = super()._launch(limits)
+        home = f"rw,exec,nosuid,nodev,size={HOME_SIZE},mode=0700,uid={self.uid},gid={self.gid}"
+        launch.update(
+            image=self.image or (launch["image"] if limits.image != IMAGE_REPO else clis_tag()),
+            command=["sh", "-c", BRIDGE],
+            environment=member_environment(self.environment),
+            network_mode="none",
+            tmpfs={**launch["tmpfs"], HOME: home},
+            mounts=[Mount(SOCKET, str(self.socket.resolve()), type="bind", read_only=True)],
+        )
+        return launch
+
+    async def start(self, *args: Any, **kwargs: Any) -> Any:
+        """`Sandbox.start`, then wait (a few seconds at most) until the bridge listens."""
+        container = await super().start(*args, **kwargs)
+        try:
+            await anyio.to_thread.run_sync(self._await_bridge)
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await self.stop()
+            raise
+        return container
+
+    async def write_home_file(self, path: str, data: bytes) -> None:
+        """Write `data` to `$HOME/path` (mode 0600, folders 0700) as the command user: a login file.
+
+        The bytes travel in the exec's environment (readable only by that user's processes, never in the
+        container's stored configuration); `docker cp` cannot reach a tmpfs. Limit: 96 KB.
+        """
+        parts = PurePosixPath(path).parts
+        if not parts or PurePosixPath(path).is_absolute() or ".." in parts or len(data) > 96_000:
+            raise SandboxError(f"cannot write {path!r} into the member's HOME: give a relative path, files < 96 KB")
+        script = 'umask 077; mkdir -p "$(dirname "$1")" && printf %s "$CONCLAVE_FILE" | base64 -d > "$1"'
+        result = await self.exec(
+            f"sh -c {shlex.quote(script)} sh {shlex.quote(f'{HOME}/{path}')}",
+            timeout_s=30,
+            environment={"CONCLAVE_FILE": base64.b64encode(data).decode()},
+        )
+        if result.exit_code != 0:
+            raise SandboxError(f"could not write {path!r} into the member's HOME: {result.as_text()}")
+
+    def _restart(self) -> None:
+        super()._restart()
+        self._await_bridge()
+
+    def _await_bridge(self) -> None:
+        api = self._client.api
+        exec_id = api.exec_create(self.container.id, ["sh", "-c", _AWAIT_BRIDGE], user=keeper_user(self.uid))
+        api.exec_start(exec_id["Id"])
+        if api.exec_inspect(exec_id["Id"]).get("ExitCode") != 0:
+            raise SandboxError(
+                f"the egress bridge (socat on 127.0.0.1:{PROXY_PORT}) did not start in the CLI member's "
+                "container: the image needs socat; build it with `conclave sandbox build --clis`"
+            )

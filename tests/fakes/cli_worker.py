@@ -1,0 +1,143 @@
+"""A scripted model for a coding-agent CLI working as a Conclave member (Claude Code over Anthropic
+Messages, Codex over the OpenAI Responses API), reading each request the way a model would:
+
+    a work run (the prompt ends "When you are done, reply with your complete answer ...")
+        1. no tool result yet      -> one shell command through the CLI's own shell tool (`command`)
+        2. after its result        -> the final message (`answer`)
+    a decision run (the prompt asks for {"decision": ...})
+        -> a vote for the first label shown with a passing check, else the first label shown, as the
+           CLI's constrained output (Claude Code's StructuredOutput tool, Codex's JSON text)
+    anything else (a CLI's side calls: titles, summaries) -> a short text
+
+What it saw is kept for the test: each decision prompt's labels in the order shown, and the tool
+results the CLI sent back.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from tests.fakes.script import RecordedRequest, Reply
+
+WORK_MARK = "When you are done, reply with your complete answer"
+DECISION_MARK = '{"decision": "vote" or "new_answer"'
+_SHOWN = re.compile(r"=== ([A-P][0-9]+) \(([^)]*)\)( \[check: ([^\]]*)\])? ===")
+
+
+@dataclass
+class CliWorker:
+    """One member's model: `wire` is "anthropic" (Claude Code, Copilot's own-key provider), "responses"
+    (Codex) or "gemini" (Gemini CLI)."""
+
+    wire: str
+    command: str
+    answer: str
+    decisions: list[list[str]] = field(default_factory=list)  # the labels of each decision prompt, as shown
+    checks: list[dict[str, str]] = field(default_factory=list)  # label -> check text, per decision
+    tool_results: list[str] = field(default_factory=list)
+    tool_names: list[str] = field(default_factory=list)  # the tools the first work request offered
+
+    def __call__(self, request: RecordedRequest) -> Reply:
+        prompt = _first_user_text(request.body, self.wire)
+        if DECISION_MARK in prompt:
+            return self._decide(request, prompt)
+        if WORK_MARK not in prompt:
+            return Reply(text="Conclave member")
+        results = _tool_results(request.body, self.wire)
+        if not results:
+            self.tool_names = _tool_names(request.body)
+            return self._shell()
+        self.tool_results += results
+        return Reply(text=self.answer)
+
+    def _shell(self) -> Reply:
+        names = set(self.tool_names)
+        if self.wire == "anthropic":
+            tool = (
+                "Bash"
+                if "Bash" in names
+                else next((n for n in self.tool_names if n.lower() in ("bash", "shell")), "bash")
+            )
+            return Reply(tool_calls=[(tool, {"command": self.command, "description": "fix the code"})])
+        if self.wire == "gemini":
+            return Reply(
+                tool_calls=[("run_shell_command", {"command": self.command, "description": "fix the code"})]
+            )
+        if "exec_command" in names:
+            return Reply(tool_calls=[("exec_command", {"cmd": self.command})])
+        return Reply(tool_calls=[("shell", {"command": ["bash", "-lc", self.command]})])
+
+    def _decide(self, request: RecordedRequest, prompt: str) -> Reply:
+        shown = _SHOWN.findall(prompt)
+        labels = [label for label, _, _, _ in shown]
+        checks = {label: check for label, _, _, check in shown}
+        self.decisions.append(labels)
+        self.checks.append(checks)
+        passing = [label for label in labels if checks[label].startswith("passed")]
+        choice = (passing or labels)[0]
+        decision = {"decision": "vote", "answer": choice, "reason": "it passes its check"}
+        if self.wire == "anthropic":
+            tool = next((name for name in _tool_names(request.body) if "structured" in name.lower()), None)
+            if tool is not None:
+                return Reply(tool_calls=[(tool, decision)])
+        return Reply(text=json.dumps(decision))
+
+
+def _first_user_text(body: dict[str, Any], wire: str) -> str:
+    """The prompt the CLI was given (its first user message; CLIs add context blocks of their own)."""
+    texts: list[str] = []
+    if wire == "gemini":
+        for content in body.get("contents", []):
+            if content.get("role") == "user":
+                texts += [str(part.get("text", "")) for part in content.get("parts", []) if "text" in part]
+    elif wire == "anthropic":
+        for message in body.get("messages", []):
+            if message.get("role") != "user":
+                continue
+            content = message.get("content")
+            blocks = content if isinstance(content, list) else [{"type": "text", "text": str(content)}]
+            texts += [block.get("text", "") for block in blocks if block.get("type") == "text"]
+    else:
+        for item in body.get("input", []):
+            if item.get("role") != "user":
+                continue
+            content = item.get("content")
+            parts = content if isinstance(content, list) else [{"text": str(content)}]
+            texts += [str(part.get("text", "")) for part in parts]
+    return "\n".join(texts)
+
+
+def _tool_results(body: dict[str, Any], wire: str) -> list[str]:
+    if wire == "gemini":
+        return [
+            json.dumps(part["functionResponse"].get("response"))
+            for content in body.get("contents", [])
+            for part in content.get("parts", [])
+            if "functionResponse" in part
+        ]
+    if wire == "anthropic":
+        found = []
+        for message in body.get("messages", []):
+            content = message.get("content")
+            for block in content if isinstance(content, list) else []:
+                if block.get("type") == "tool_result":
+                    inner = block.get("content")
+                    found.append(json.dumps(inner) if not isinstance(inner, str) else inner)
+        return found
+    return [
+        str(item.get("output"))
+        for item in body.get("input", [])
+        if item.get("type") == "function_call_output"
+    ]
+
+
+def _tool_names(body: dict[str, Any]) -> list[str]:
+    names = []
+    for tool in body.get("tools") or []:
+        names += [str(tool.get("name") or "")] + [
+            str(d.get("name")) for d in tool.get("functionDeclarations", [])
+        ]
+    return [name for name in names if name]

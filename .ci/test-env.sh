@@ -2,6 +2,7 @@
 # What the test suite needs beyond the Python packages, installed and started idempotently:
 #   - a Docker engine (Debian's docker.io; dockerd started in the background when none answers),
 #   - mmdebstrap, and the sandbox image built locally (`conclave sandbox build`, cached by its tag),
+#   - Debian's chromium and chromium-driver, the real browser tests/test_web_browser.py drives,
 #   - the Node MCP clients that tests/test_clients.py drives (.ci/install-node-clients.sh),
 #   - the coding-agent CLIs that tests/test_agent_clis.py drives (.ci/install-agent-clis.sh).
 # Run from the repository root after the README's install command (it uses .venv/bin/conclave).
@@ -14,6 +15,8 @@ as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
 missing=()
 command -v dockerd >/dev/null 2>&1 || missing+=(docker.io)
 command -v mmdebstrap >/dev/null 2>&1 || missing+=(mmdebstrap)
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+command -v chromedriver >/dev/null 2>&1 || missing+=(chromium-driver)
 if [ "${#missing[@]}" -gt 0 ]; then
   say "apt-get install ${missing[*]}"
   as_root apt-get update -qq

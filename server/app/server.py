@@ -13,6 +13,7 @@ import hmac
 import ipaddress
 import os
 import signal
+import sys
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -41,6 +42,7 @@ from conclave.tools.cancel_job import cancel_job
 from conclave.tools.get_status import get_status
 from conclave.tools.list_teams import list_teams
 from conclave.tools.read_workspace import read_workspace
+from conclave.web.serve import SHUTDOWN_S, web_routes, web_token
 
 INSTRUCTIONS = f"""\
 Conclave puts a team of LLM agents from different providers on one task: each writes an answer, they
@@ -168,6 +170,13 @@ async def serve_stdio(settings: Settings) -> None:
         await create_app(service, settings).run_async(transport="stdio", show_banner=False)
 
 
+def _url_host(host: str) -> str:
+    """The host to put in a page's URL: a wildcard bind is reached on loopback; IPv6 in brackets."""
+    if host in ("0.0.0.0", "::", ""):
+        return "127.0.0.1"
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
+
+
 class _Terminated(Exception):
     """SIGTERM, re-raised by uvicorn after its graceful shutdown, as an exception we can unwind with."""
 
@@ -188,9 +197,16 @@ async def serve_http(settings: Settings, host: str = "127.0.0.1", port: int = 87
     in_main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _terminated) if in_main_thread else None
     try:
-        async with JobService.open(settings, access=Access.http(settings, os.environ, Path.cwd())) as service:
+        token = web_token(settings)
+        async with (JobService.open(settings, access=Access.http(settings, os.environ, Path.cwd())) as service,
+                    web_routes(settings, token, port, host) as pages):
             app = create_app(service, settings).http_app(path="/mcp", host_origin_protection=True)
-            config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
+            app.router.routes.extend(pages)  # the web view, behind its own check of the same token (web/auth.py)
+            service.web_base = f"http://{_url_host(host)}:{port}"
+            if settings.http_token is None:
+                print(f"Web view: {service.web_base}/login?token={token}", file=sys.stderr, flush=True)
+            config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on",
+                                    timeout_graceful_shutdown=SHUTDOWN_S)
             await uvicorn.Server(config).serve()
     except* _Terminated:
         pass

@@ -9,9 +9,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
+import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+import webbrowser
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 
 import anyio
@@ -30,6 +33,7 @@ from conclave.jobs.service import JobService
 from conclave.jobs.store import Store
 from conclave.jobs.teams import team_list
 from conclave.jobs.views import JobView, estimate_text, job_view
+from conclave.jobs.web_link import WebServed, served
 from conclave.settings import Settings
 
 
@@ -38,11 +42,16 @@ def ask(args: argparse.Namespace) -> int:
 
 
 async def _ask(args: argparse.Namespace, console: Console) -> int:
-    async with JobService.open(Settings()) as service:
+    settings = Settings()
+    async with JobService.open(settings) as service, _web_for_ask(settings, args.web) as web:
         view = await service.submit(
             args.task, args.team, context_arguments(args.context), args.apply, args.force_binary,
             verify=args.verify, max_cost_usd=args.max_cost, max_tokens=args.max_tokens,
         )
+        if web is not None:
+            print(f"Watch it live: {web.job_url(view.job_id)}", file=sys.stderr if args.json else sys.stdout, flush=True)
+            if args.web:
+                webbrowser.open(web.login_url(view.job_id))
         if args.json:
             while not view.done:
                 view = await service.wait(view.job_id, 50)
@@ -62,6 +71,33 @@ async def _ask(args: argparse.Namespace, console: Console) -> int:
             console.rule("Final answer")
             console.print(Text(view.answer))
         return EXIT_OK if view.state == "completed" else EXIT_FAILED
+
+
+@asynccontextmanager
+async def _web_for_ask(settings: Settings, wanted: bool) -> AsyncIterator[WebServed | None]:
+    """The web view running for this state folder; with --web and none running, one served by this command
+    until it ends."""
+    running = served(settings.home)
+    if running is not None or not wanted:
+        yield running
+        return
+    from conclave.web.serve import running_web
+
+    async with running_web(settings, 0) as web:
+        yield web
+
+
+def web(args: argparse.Namespace) -> int:
+    """`conclave web`: the live view of every job in the state folder, on 127.0.0.1 until interrupted."""
+    from conclave.web.serve import serve_web
+
+    signal.signal(signal.SIGTERM, _interrupt)  # SIGTERM ends it like Ctrl-C: web.json is withdrawn on the way out
+    anyio.run(serve_web, Settings(), args.port)
+    return EXIT_OK
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def context_arguments(values: Sequence[str]) -> list[object]:
@@ -218,5 +254,5 @@ def serve_http(args: argparse.Namespace) -> int:
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "ask": ask, "status": status, "show": show, "teams": teams, "config": config, "doctor": doctor,
-    "sandbox": sandbox, "gc": gc,
+    "sandbox": sandbox, "gc": gc, "web": web,
 }

@@ -56,6 +56,11 @@ def build_parser() -> argparse.ArgumentParser:
                      help="stop once the job has spent this many US dollars (every agent needs a price)")
     ask.add_argument("--max-tokens", type=int, metavar="N",
                      help="stop once the job's agents have used this many tokens (input and output)")
+    ask.add_argument("--web", action="store_true",
+                     help="open the job's live page in a browser (served by `conclave web`, else by this command)")
+
+    web = commands.add_parser("web", help="serve the live web view of this machine's jobs on 127.0.0.1")
+    web.add_argument("--port", type=int, default=8766, help="port on 127.0.0.1 (default 8766)")
 
     status = commands.add_parser("status", help="show a job, or the recent jobs")
     status.add_argument("job_id", nargs="?", help="the job id (cj-...)")

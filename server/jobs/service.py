@@ -48,6 +48,7 @@ from conclave.jobs.records import ApplyMode, JobOptions
 from conclave.jobs.store import ACTIVE_STATES, JobRow, Store
 from conclave.jobs.teams import TeamList, team_list
 from conclave.jobs.views import JobView, job_view, phase_of
+from conclave.jobs.web_link import served
 from conclave.sandbox.container import container_user, sweep
 from conclave.settings import MAX_WAIT_S, Settings
 
@@ -95,6 +96,8 @@ class JobService:
         self._check_slots = anyio.CapacityLimiter(settings.verify_concurrency)  # verification containers
         self._provider_limits: dict[str, anyio.CapacityLimiter] = {}
         self._scopes: dict[str, anyio.CancelScope] = {}
+        # The web view's address when this server serves it (serve --http); else `conclave web`'s, if running.
+        self.web_base: str | None = None
 
     @classmethod
     @asynccontextmanager
@@ -239,7 +242,14 @@ class JobService:
         return row
 
     def _view(self, job_id: str) -> JobView:
-        return job_view(self._row(job_id), time.time())
+        return job_view(self._row(job_id), time.time()).model_copy(update={"web_url": self.web_url(job_id)})
+
+    def web_url(self, job_id: str) -> str | None:
+        """The job's live page, when a web view is served for this state folder."""
+        if self.web_base is not None:
+            return f"{self.web_base}/jobs/{job_id}"
+        web = served(self.settings.home)
+        return web.job_url(job_id) if web else None
 
     def _check_runnable(self, team: Team) -> None:
         """Refuse at once what would only fail later: a missing key, or what a backend needs installed."""

@@ -74,6 +74,8 @@ class JobView(_View):
     diff_summary: dict[str, object] | None = Field(default=None, description="files changed (with workspaces)")
     usage: UsageTotals = UsageTotals()
     next: str = Field(description="what the caller should do next")
+    web_url: str | None = Field(
+        default=None, description="the job's live page, when a web view is served (conclave web, serve --http)")
 
     @property
     def done(self) -> bool:
@@ -116,6 +118,8 @@ class JobView(_View):
         if self.answer is not None:
             lines += ["", "Final answer:", self.answer]
         lines += ["", f"Next: {self.next}"]
+        if self.web_url:
+            lines.append(f"Watch it live: {self.web_url}")
         return "\n".join(lines)
 
 

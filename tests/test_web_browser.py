@@ -19,6 +19,7 @@ import anyio
 import pytest
 from fastmcp import Client
 
+from conclave.jobs.store import Store
 from conclave.jobs.views import JobView
 from tests.fakes.processes import http_server
 from tests.fakes.script import RecordedRequest, Reply
@@ -28,7 +29,10 @@ from tests.web_browser import chromium, full_page_png, missing, text_of, until
 
 TOKEN = "web-test-token-0123456789"
 MEMBERS = (("openai", "ann"), ("anthropic", "bob"), ("gemini", "cy"))
-FIX = "Fixed add(): it subtracted instead of adding."
+FIX = "Fixed add(): it subtracted instead of adding; calc.py now returns a + b.\nAnswer: return a + b"
+MARK = "Fixed add()"  # how the fakes find ann's answer among the labels they are shown
+PRESENTED = ("add() in calc.py subtracted its arguments; the fix makes it return a + b. B found the same bug, "
+             "and C proposed the same fix.\n<script>alert(1)</script>\nAnswer: return a + b")
 MARKUP = ('<script>window.__pwned = 1; alert("xss")</script><img src=x onerror="window.__pwned = 2">'
           '<b id="bold">not bold</b> The bug: add() returns a - b.')
 NEW_LINE = "return a + b  # </pre><script>window.__pwned = 3</script>"
@@ -59,8 +63,8 @@ def label_with(request: RecordedRequest, needle: str) -> str | None:
 def script_team(fakes: FakeProviders, gates: Gates) -> None:
     def ann(request: RecordedRequest) -> Reply:
         if is_presentation(request):
-            return Reply(text="FINAL: add() subtracted; calc.py now returns a + b.\n<script>alert(1)</script>")
-        mine = label_with(request, FIX)
+            return Reply(text=PRESENTED)
+        mine = label_with(request, MARK)
         if mine is None:
             if "replaced 1 occurrence in calc.py" in request.text():
                 return decide("new_answer", {"content": FIX}, request)
@@ -79,7 +83,7 @@ def script_team(fakes: FakeProviders, gates: Gates) -> None:
                 reply = decide("new_answer", {"content": content}, request)
                 reply.gate = gate
                 return reply
-            fix = label_with(request, FIX)
+            fix = label_with(request, MARK)
             return decide("vote", {"answer": fix or vote_labels(request)[0], "reason": "<i>the fix</i> is right"},
                           request)
 
@@ -134,7 +138,7 @@ def nothing_ran(driver: Any) -> None:
 
 
 def test_the_page_follows_a_job_live(served: tuple[str, FakeProviders, Gates, Path], tmp_path: Path) -> None:
-    base, fakes, gates, project = served
+    base, _fakes, gates, project = served
     view = ask(base, "ask_team", {"task": "Fix add() in calc.py", "team": "web-trio", "wait_seconds": 0,
                                   "context_paths": [{"path": str(project)}]})
     assert view.web_url == f"{base}/jobs/{view.job_id}"  # the result says where to watch
@@ -144,7 +148,7 @@ def test_the_page_follows_a_job_live(served: tuple[str, FakeProviders, Gates, Pa
         driver.execute_script("window.__loaded_once = true")
 
         # ann's first answer shows, with ann's vote for it; bob and cy are held at their gates
-        until(driver, lambda d: FIX in column(d, "ann") and "votes for" in column(d, "ann"), what="ann's answer")
+        until(driver, lambda d: MARK in column(d, "ann") and "votes for" in column(d, "ann"), what="ann's answer")
         driver.save_screenshot(str(tmp_path / "1-first-answer.png"))
         assert "no answer yet" in column(driver, "bob")
 
@@ -167,18 +171,24 @@ def test_the_page_follows_a_job_live(served: tuple[str, FakeProviders, Gates, Pa
         winner = text_of(driver, "[data-winner]")
         assert winner and winner[0] == column(driver, "ann").strip()[0]  # ann's label won
         assert "consensus" in text_of(driver, "#winner") and "3 of 3 votes" in text_of(driver, "#winner")
-        assert "FINAL: add() subtracted" in text_of(driver, "#final")
+        done = ask(base, "get_status", {"job_id": view.job_id})
+        assert text_of(driver, "#final") == done.answer == PRESENTED  # as text: its <script> ran nothing
         added = driver.execute_script("return [...document.querySelectorAll('#diff .d-add')].map(n => n.textContent)")
         assert any(NEW_LINE in line for line in added) and any("-    return a - b" in text_of(driver, "#diff")
                                                                 for _ in [0])
         usage = text_of(driver, "#usage")
         assert "fake-ann" in usage and "fake-bob" in usage and "fake-cy" in usage
-        for agent in ("ann", "bob", "cy"):  # every agent used tokens, shown in its usage row
-            bill = fakes.script.bill[agent]
+        store = Store(tmp_path / "home" / "conclave.db")
+        stored = store.job(view.job_id)
+        store.close()
+        assert stored is not None and stored.progress is not None
+        for agent in stored.progress.agents:  # each agent's tokens as the job counted them (the fakes' replies)
             row = driver.execute_script(
-                "for (const r of document.querySelectorAll('#usage tbody tr')) if (r.textContent.includes(arguments[0]))"
-                " return [...r.cells].map(c => c.textContent); return []", f"fake-{agent}")
-            assert row and int(row[3].replace(",", "")) == bill[0] and int(row[5].replace(",", "")) == bill[1]
+                "for (const r of document.querySelectorAll('#usage tbody tr')) if (r.cells[0].textContent === arguments[0])"
+                " return [...r.cells].map(c => c.textContent); return []", agent.letter)
+            assert row[1] == agent.model and agent.usage.input_tokens > 0
+            assert [int(cell.replace(",", "")) for cell in row[2:6]] == [
+                agent.usage.calls, agent.usage.input_tokens, agent.usage.cached_input_tokens, agent.usage.output_tokens]
         nothing_ran(driver)
         assert until(driver, lambda d: d.find_element("id", "live").text == "job over", what="the stream's end")
         driver.save_screenshot(str(tmp_path / "3-completed.png"))
@@ -194,7 +204,7 @@ def test_the_page_cancels_a_job_and_shows_it(served: tuple[str, FakeProviders, G
                                   "context_paths": [{"path": str(project)}]})
     with chromium() as driver:
         driver.get(f"{base}/login?token={TOKEN}&next=/jobs/{view.job_id}")
-        until(driver, lambda d: FIX in column(d, "ann") or "votes for" in column(d, "ann"), what="ann's turn")
+        until(driver, lambda d: MARK in column(d, "ann") or "votes for" in column(d, "ann"), what="ann's turn")
         driver.find_element("id", "cancel").click()  # bob and cy are still held: the job is running
         until(driver, lambda d: d.execute_script("return document.body.dataset.state") == "cancelled",
               what="the cancelled state")
@@ -210,7 +220,7 @@ def test_a_page_without_the_token_shows_no_job(served: tuple[str, FakeProviders,
     with chromium() as driver:
         driver.get(f"{base}/jobs/{view.job_id}")
         until(driver, lambda d: d.find_elements("id", "token"), what="the sign-in form")
-        assert view.job_id not in driver.page_source and "Say 42" not in driver.page_source
+        assert "Say 42" not in driver.page_source and not driver.find_elements("css selector", ".agent")
         status = driver.execute_script(
             "return fetch(arguments[0]).then(r => r.status)", f"/api/jobs/{view.job_id}")
         assert status == 401

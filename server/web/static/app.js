@@ -161,7 +161,8 @@ function timeline(moments) {
   return moments.map((m, index) => el("li", { cls: "moment kind-" + m.kind, "data-kind": m.kind }, [
     el("span", { cls: "at mono", text: secs(m.at) }),
     el("span", { cls: "what", text: m.text }),
-    m.body ? details(`t:${index}:${m.kind}`, m.kind === "answer" ? "the answer" : "details",
+    m.body && m.kind.startsWith("vote") ? el("span", { cls: "muted reason", text: "  " + m.body }) : null,
+    m.body && !m.kind.startsWith("vote") ? details(`t:${index}:${m.kind}`, m.kind === "answer" ? "the answer" : "details",
       el("pre", { cls: "text small", text: m.body })) : null,
   ]));
 }

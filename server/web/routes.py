@@ -34,7 +34,7 @@ POLL_S = 0.25  # how often an open page's stream looks at the store
 KEEP_ALIVE_S = 15.0
 CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
        "object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
-HEADERS = {"Content-Security-Policy": CSP, "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer",
+HEADERS = {"Content-Security-Policy": CSP, "X-Content-Type-Options": "nosniff", "Referrer-Policy": "same-origin",
            "X-Frame-Options": "DENY", "Cache-Control": "no-store"}
 STATIC = {"app.js": "text/javascript", "style.css": "text/css"}
 PAGES = ("index.html", "job.html", "login.html")

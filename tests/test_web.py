@@ -16,13 +16,16 @@ from pathlib import Path
 import httpx2
 import pytest
 
+from conclave.cli.main import main
 from conclave.coordination.reports import AgentProgress, JobEvent, Progress
 from conclave.jobs.service import JobService
 from conclave.jobs.store import Store
+from conclave.jobs.views import JobView
 from conclave.jobs.web_link import served
 from conclave.settings import Settings
 from conclave.web.snapshot import timeline
-from tests.fakes.server import free_port
+from tests.fakes.server import FakeProviders, free_port
+from tests.fakes.team import KEY_ENV, TRIO, install, voter, write_team
 
 JOB = "cj-0123456789ab"
 
@@ -182,3 +185,34 @@ def test_the_timeline_shows_which_votes_a_new_answer_cleared() -> None:
     assert [m.kind for m in moments] == ["answer", "vote", "invalidated", "answer", "answer", "steer", "finished"]
     assert moments[2].text == "a new answer cleared A's vote for A1"
     assert moments[5].body == "prefer the short one"  # steering notes (when jobs have them) show
+
+
+OPENER = """#!{python}
+import sys, urllib.request
+browser = urllib.request.build_opener(urllib.request.HTTPCookieProcessor())
+with browser.open(sys.argv[1]) as page:  # follows the sign-in redirect, with the cookie it set
+    open({record!r}, "w").write(sys.argv[1] + "\\n" + page.url + "\\n" + str(page.status))
+"""
+
+
+def test_ask_web_opens_the_page_and_prints_its_url(
+    tmp_path: Path, fakes: FakeProviders, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    install(fakes.script, TRIO, voter())
+    team = write_team(tmp_path / "trio.yaml", fakes, TRIO)
+    opener, record = tmp_path / "open-browser", tmp_path / "opened.txt"
+    opener.write_text(OPENER.format(python=sys.executable, record=str(record)))
+    opener.chmod(0o700)
+    monkeypatch.setenv("BROWSER", f"{opener} %s")  # the webbrowser module runs it, as it would a browser
+    monkeypatch.setenv("CONCLAVE_HOME", str(tmp_path / "state"))
+    monkeypatch.setenv(KEY_ENV, "test-key")
+    monkeypatch.delenv("CONCLAVE_HTTP_TOKEN", raising=False)
+    assert main(["ask", "What is six times seven?", "--team", str(team), "--web", "--json"]) == 0
+    captured = capsys.readouterr()
+    view = JobView.model_validate(json.loads(captured.out))
+    printed = re.search(r"Watch it live: (http://127\.0\.0\.1:\d+)/jobs/(cj-\w+)", captured.err)
+    assert printed and printed.group(2) == view.job_id
+    opened, landed, status = record.read_text().splitlines()
+    assert opened.startswith(f"{printed.group(1)}/login?token=") and opened.endswith(f"&next=/jobs/{view.job_id}")
+    assert landed == f"{printed.group(1)}/jobs/{view.job_id}" and status == "200"
+    assert not (tmp_path / "state" / "web.json").exists()  # the page went with the command

@@ -50,8 +50,8 @@ async def _ask(args: argparse.Namespace, console: Console) -> int:
         )
         if web is not None:
             print(f"Watch it live: {web.job_url(view.job_id)}", file=sys.stderr if args.json else sys.stdout, flush=True)
-            if args.web:
-                webbrowser.open(web.login_url(view.job_id))
+            if args.web:  # a browser command may wait for the page: off the loop that serves it
+                await anyio.to_thread.run_sync(webbrowser.open, web.login_url(view.job_id))
         if args.json:
             while not view.done:
                 view = await service.wait(view.job_id, 50)

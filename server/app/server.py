@@ -186,7 +186,8 @@ def _terminated(signum: int, frame: FrameType | None) -> None:
 
 
 async def serve_http(settings: Settings, host: str = "127.0.0.1", port: int = 8765) -> None:
-    """Serve streamable HTTP at http://host:port/mcp until SIGINT/SIGTERM, Host/Origin checks on.
+    """Serve streamable HTTP at http://host:port/mcp until SIGINT/SIGTERM, Host/Origin checks on, and the
+    web view's pages beside it (conclave.web: the same token, through its own check in web/auth.py).
 
     uvicorn handles the signals itself, and after shutting down gracefully it restores the previous
     handler and raises the signal again. With the default SIGTERM handler that would kill the process

@@ -27,14 +27,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tests helpers: free_port, chromium
 
-from conclave.coordination.reports import AgentProgress, JobEvent, Progress  # noqa: E402
-from conclave.jobs.records import ContextChanges, FilesResult, JobOptions  # noqa: E402
-from conclave.jobs.store import Store  # noqa: E402
-from conclave.web.routes import POLL_S  # noqa: E402
-from tests.fakes.server import free_port  # noqa: E402
-from tests.web_browser import chromium, missing, until  # noqa: E402
+from conclave.coordination.reports import AgentProgress, JobEvent, Progress
+from conclave.jobs.records import ContextChanges, FilesResult, JobOptions
+from conclave.jobs.store import Store
+from conclave.web.routes import POLL_S
+from tests.fakes.server import free_port
+from tests.web_browser import chromium, missing, until
 
 RESULTS = Path(__file__).parent / "results" / "web.json"
 JOB = "cj-0000000000be"
@@ -116,7 +116,8 @@ def measure(loads: int, events: int) -> dict[str, Any]:
                     written = time.time()
                     store.record(JOB, JobEvent(kind="vote", letter="B", at=100.0 + n,
                                                data={"label": "A3", "reason": f"bench-{n}"}), progress(), None)
-                    seen = until(driver, lambda d: d.execute_script("return window.__seen[arguments[0]]", str(n)), 30)
+                    key = str(n)
+                    seen = until(driver, lambda d, key=key: d.execute_script("return window.__seen[arguments[0]]", key))
                     delays.append(seen / 1000 - written)
         finally:
             process.terminate()

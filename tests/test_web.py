@@ -17,13 +17,13 @@ import httpx2
 import pytest
 
 from conclave.cli.main import main
-from conclave.coordination.reports import AgentProgress, JobEvent, Progress
+from conclave.coordination.reports import AgentProgress, Check, JobEvent, Progress
 from conclave.jobs.service import JobService
 from conclave.jobs.store import Store
 from conclave.jobs.views import JobView
 from conclave.jobs.web_link import served
 from conclave.settings import Settings
-from conclave.web.snapshot import timeline
+from conclave.web.snapshot import Reader, timeline
 from tests.fakes.server import FakeProviders, free_port
 from tests.fakes.team import KEY_ENV, TRIO, install, voter, write_team
 
@@ -218,3 +218,24 @@ def test_ask_web_opens_the_page_and_prints_its_url(
     assert opened.startswith(f"{printed.group(1)}/login?token=") and opened.endswith(f"&next=/jobs/{view.job_id}")
     assert landed == f"{printed.group(1)}/jobs/{view.job_id}" and status == "200"
     assert not (tmp_path / "state" / "web.json").exists()  # the page went with the command
+
+
+def test_a_page_carries_each_answers_check_and_output(home: Path) -> None:
+    store = Store(home / "conclave.db")
+    agents = [AgentProgress(letter=x, model=f"openai/m-{x}", state="working") for x in "AB"]
+    checks = {"A1": Check(status="failed", exit_code=1, duration_s=2.0, tail=["1 failed"])}
+    store.record(JOB, JobEvent(kind="checked", letter="A", at=2.0, data={
+        "label": "A1", "status": "failed", "exit_code": 1, "tail": ["1 failed"], "output": "E   assert 1 == 2\n1 failed"}),
+        Progress(phase="", agents=agents, checks=checks), None)
+    store.close()
+    reader = Reader(home / "conclave.db", home / "jobs")
+    try:
+        row = reader.row(JOB)
+        assert row is not None
+        page = reader.page(row, "http://127.0.0.1/jobs/x")
+    finally:
+        reader.close()
+    (card,) = page.answers["A"]
+    assert (card.check, card.check_status) == ("failed (exit 1): 1 failed", "failed")
+    assert card.check_output == "E   assert 1 == 2\n1 failed" and card.latest and page.answers["B"] == []
+    assert page.timeline[-1].text == "check of A1: failed (exit 1)" and page.view.web_url == "http://127.0.0.1/jobs/x"

@@ -22,8 +22,8 @@ from starlette.routing import BaseRoute
 from conclave.jobs.web_link import WebServed, announce, withdraw
 from conclave.settings import Settings
 from conclave.web.auth import WebAuth
-from conclave.web.snapshot import Reader
 from conclave.web.routes import WebView
+from conclave.web.snapshot import Reader
 
 SHUTDOWN_S = 2  # open event streams never end on their own: stop waiting for them after this
 

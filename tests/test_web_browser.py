@@ -30,9 +30,10 @@ from tests.web_browser import chromium, full_page_png, missing, text_of, until
 TOKEN = "web-test-token-0123456789"
 MEMBERS = (("openai", "ann"), ("anthropic", "bob"), ("gemini", "cy"))
 FIX = "Fixed add(): it subtracted instead of adding; calc.py now returns a + b.\nAnswer: return a + b"
+SAME = "Answer from cy: add() should add, not subtract.\nAnswer: return a + b"  # the same final answer as ann's
 MARK = "Fixed add()"  # how the fakes find ann's answer among the labels they are shown
-PRESENTED = ("add() in calc.py subtracted its arguments; the fix makes it return a + b. B found the same bug, "
-             "and C proposed the same fix.\n<script>alert(1)</script>\nAnswer: return a + b")
+PRESENTED = ("add() in calc.py subtracted its arguments; the fix makes it return a + b. The two other answers "
+             "found the same bug.\n<script>alert(1)</script>\nAnswer: return a + b")
 MARKUP = ('<script>window.__pwned = 1; alert("xss")</script><img src=x onerror="window.__pwned = 2">'
           '<b id="bold">not bold</b> The bug: add() returns a - b.')
 NEW_LINE = "return a + b  # </pre><script>window.__pwned = 3</script>"
@@ -91,7 +92,7 @@ def script_team(fakes: FakeProviders, gates: Gates) -> None:
 
     fakes.script.set_default("ann", ann)
     fakes.script.set_default("bob", peer(gates.bob, MARKUP))
-    fakes.script.set_default("cy", peer(gates.cy, "Answer from cy: add() should return a + b."))
+    fakes.script.set_default("cy", peer(gates.cy, SAME))
 
 
 @pytest.fixture
@@ -171,6 +172,11 @@ def test_the_page_follows_a_job_live(served: tuple[str, FakeProviders, Gates, Pa
         winner = text_of(driver, "[data-winner]")
         assert winner and winner[0] == column(driver, "ann").strip()[0]  # ann's label won
         assert "consensus" in text_of(driver, "#winner") and "3 of 3 votes" in text_of(driver, "#winner")
+        cy_label = driver.execute_script(  # cy's answer has ann's final answer: the tally groups them
+            "for (const c of document.querySelectorAll('.agent')) if (c.textContent.includes('fake-cy'))"
+            " return c.querySelector('[data-label]').dataset.label")
+        groups = driver.execute_script("return [...document.querySelectorAll('#tally [data-group]')].map(n => n.dataset.group)")
+        assert {winner, cy_label} in [set(group.split()) for group in groups], groups
         done = ask(base, "get_status", {"job_id": view.job_id})
         assert text_of(driver, "#final") == done.answer == PRESENTED  # as text: its <script> ran nothing
         added = driver.execute_script("return [...document.querySelectorAll('#diff .d-add')].map(n => n.textContent)")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -47,6 +48,7 @@ async def web_routes(settings: Settings, token: str, port: int, host: str) -> As
 async def running_web(settings: Settings, port: int, token: str | None = None) -> AsyncIterator[WebServed]:
     """Serve the web view on 127.0.0.1:`port` (0: any free port) while the block runs."""
     token = token or web_token(settings)
+    port = port or _free_port()  # known before the routes: the session cookie is named after it
     async with web_routes(settings, token, port, "127.0.0.1") as routes, anyio.create_task_group() as tg:
         config = uvicorn.Config(Starlette(routes=routes), host="127.0.0.1", port=port, log_level="warning",
                                 lifespan="off", timeout_graceful_shutdown=SHUTDOWN_S)
@@ -57,14 +59,19 @@ async def running_web(settings: Settings, port: int, token: str | None = None) -
             if tg.cancel_scope.cancel_called:
                 break
             await anyio.sleep(0.02)
-        bound = server.servers[0].sockets[0].getsockname()[1] if server.servers else port
-        served = WebServed(url=f"http://127.0.0.1:{bound}", pid=os.getpid(), token=token)
+        served = WebServed(url=f"http://127.0.0.1:{port}", pid=os.getpid(), token=token)
         announce(settings.home, served)
         try:
             yield served
         finally:
             withdraw(settings.home, os.getpid())
             server.should_exit = True
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 async def serve_web(settings: Settings, port: int) -> None:

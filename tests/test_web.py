@@ -239,3 +239,15 @@ def test_a_page_carries_each_answers_check_and_output(home: Path) -> None:
     assert (card.check, card.check_status) == ("failed (exit 1): 1 failed", "failed")
     assert card.check_output == "E   assert 1 == 2\n1 failed" and card.latest and page.answers["B"] == []
     assert page.timeline[-1].text == "check of A1: failed (exit 1)" and page.view.web_url == "http://127.0.0.1/jobs/x"
+
+
+def test_the_shipped_pages_have_no_inline_script_and_the_script_writes_no_markup() -> None:
+    static = Path(__file__).resolve().parents[1] / "server" / "web" / "static"
+    for page in static.glob("*.html"):
+        html = page.read_text()
+        assert re.findall(r"<script\b[^>]*>", html) == ['<script src="/static/app.js" defer>'], page.name
+        assert not re.search(r"\son[a-z]+\s*=|\sstyle\s*=|javascript:", html, re.IGNORECASE), page.name
+    code = "\n".join(line for line in (static / "app.js").read_text().splitlines() if not line.lstrip().startswith("//"))
+    for sink in ("innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval(", "new Function",
+                 "setAttribute(\"on", "srcdoc"):
+        assert sink not in code, f"app.js uses {sink}: model text must go through textContent"

@@ -10,6 +10,7 @@ from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from selenium import webdriver
+from selenium.common.exceptions import WebDriverException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.support.ui import WebDriverWait
 
@@ -36,7 +37,10 @@ def chromium(width: int = 1600, height: int = 1000, dark: bool = False) -> Itera
         options.add_argument("--force-dark-mode")
         options.add_argument("--blink-settings=preferredColorScheme=0")
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(options=options, service=Service(executable_path=DRIVER))
+    try:
+        driver = webdriver.Chrome(options=options, service=Service(executable_path=DRIVER))
+    except WebDriverException:  # a browser that did not come up in time on a busy machine: once more
+        driver = webdriver.Chrome(options=options, service=Service(executable_path=DRIVER))
     try:
         yield driver
     finally:

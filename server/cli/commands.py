@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import sys
 import time
 import webbrowser
@@ -91,13 +90,8 @@ def web(args: argparse.Namespace) -> int:
     """`conclave web`: the live view of every job in the state folder, on 127.0.0.1 until interrupted."""
     from conclave.web.serve import serve_web
 
-    signal.signal(signal.SIGTERM, _interrupt)  # SIGTERM ends it like Ctrl-C: web.json is withdrawn on the way out
     anyio.run(serve_web, Settings(), args.port)
     return EXIT_OK
-
-
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
 
 
 def context_arguments(values: Sequence[str]) -> list[object]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import signal
 import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -75,8 +76,10 @@ def _free_port() -> int:
 
 
 async def serve_web(settings: Settings, port: int) -> None:
-    """`conclave web`: serve until interrupted, printing the sign-in link."""
-    async with running_web(settings, port) as served:
-        print(f"Conclave's web view of {settings.home}: {served.url}/", flush=True)
-        print(f"Sign in (this link holds the token; keep it to yourself): {served.login_url()}", flush=True)
-        await anyio.sleep_forever()
+    """`conclave web`: serve until SIGINT or SIGTERM, printing the sign-in link; web.json goes on the way out."""
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with running_web(settings, port) as served:
+            print(f"Conclave's web view of {settings.home}: {served.url}/", flush=True)
+            print(f"Sign in (this link holds the token; keep it to yourself): {served.login_url()}", flush=True)
+            async for _ in signals:
+                break

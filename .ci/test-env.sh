@@ -3,6 +3,7 @@
 #   - a Docker engine (Debian's docker.io; dockerd started in the background when none answers),
 #   - mmdebstrap, and the sandbox images built locally (`conclave sandbox build --clis`: the plain one and
 #     the one with Node and the pinned coding-agent CLIs for CLI members; each cached by its tag),
+#   - Debian's chromium and chromium-driver, the real browser tests/test_web_browser.py drives,
 #   - the Node MCP clients that tests/test_clients.py drives (.ci/install-node-clients.sh),
 #   - the coding-agent CLIs that tests/test_agent_clis.py drives (.ci/install-agent-clis.sh).
 # Run from the repository root after the README's install command (it uses .venv/bin/conclave).
@@ -15,6 +16,8 @@ as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
 missing=()
 command -v dockerd >/dev/null 2>&1 || missing+=(docker.io)
 command -v mmdebstrap >/dev/null 2>&1 || missing+=(mmdebstrap)
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+command -v chromedriver >/dev/null 2>&1 || missing+=(chromium-driver)
 if [ "${#missing[@]}" -gt 0 ]; then
   say "apt-get install ${missing[*]}"
   as_root apt-get update -qq

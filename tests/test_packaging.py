@@ -142,6 +142,7 @@ def test_wheel_contents(built: Built) -> None:
         for py in (src / folder).rglob("*.py"):
             expected.add(f"{prefix}/{py.relative_to(src / folder).as_posix()}")
     expected |= {f"conclave/configs/{p.name}" for p in (src / "configs").glob("*.yaml")}
+    expected |= {f"conclave/web/static/{p.name}" for p in (src / "server" / "web" / "static").iterdir()}
     expected |= {
         f"conclave/skills/{p.relative_to(src / 'skills').as_posix()}" for p in (src / "skills").rglob("*.md")
     }

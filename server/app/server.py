@@ -13,6 +13,7 @@ import ipaddress
 import sys
 import os
 import signal
+import sys
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -43,6 +44,7 @@ from conclave.tools.get_status import get_status
 from conclave.tools.list_teams import list_teams
 from conclave.tools.read_workspace import read_workspace
 from conclave.tools.steer_job import steer_job
+from conclave.web.serve import SHUTDOWN_S, web_routes
 
 INSTRUCTIONS = f"""\
 Conclave puts a team of LLM agents from different providers on one task: each writes an answer, they
@@ -168,6 +170,13 @@ async def serve_stdio(settings: Settings) -> None:
         await create_app(service, settings).run_async(transport="stdio", show_banner=False)
 
 
+def _url_host(host: str) -> str:
+    """The host to put in a page's URL: a wildcard bind is reached on loopback; IPv6 in brackets."""
+    if host in ("0.0.0.0", "::", ""):
+        return "127.0.0.1"
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
+
+
 class _Terminated(Exception):
     """SIGTERM, re-raised by uvicorn after its graceful shutdown, as an exception we can unwind with."""
 
@@ -177,7 +186,8 @@ def _terminated(signum: int, frame: FrameType | None) -> None:
 
 
 async def serve_http(settings: Settings, host: str = "127.0.0.1", port: int = 8765) -> None:
-    """Serve streamable HTTP at http://host:port/mcp until SIGINT/SIGTERM, Host/Origin checks on.
+    """Serve streamable HTTP at http://host:port/mcp until SIGINT/SIGTERM, Host/Origin checks on, and the
+    web view's pages beside it (conclave.web: the same token, through its own check in web/auth.py).
 
     uvicorn handles the signals itself, and after shutting down gracefully it restores the previous
     handler and raises the signal again. With the default SIGTERM handler that would kill the process
@@ -191,9 +201,14 @@ async def serve_http(settings: Settings, host: str = "127.0.0.1", port: int = 87
     in_main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _terminated) if in_main_thread else None
     try:
-        async with JobService.open(settings, access=Access.http(settings, os.environ, Path.cwd())) as service:
+        async with (JobService.open(settings, access=Access.http(settings, os.environ, Path.cwd())) as service,
+                    web_routes(settings, dict(tokens.callers), port, host) as pages):
             app = create_app(service, settings, tokens).http_app(path="/mcp", host_origin_protection=True)
-            config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
+            app.router.routes.extend(pages)  # the web view, behind its own check of the same tokens (web/auth.py)
+            service.web_base = f"http://{_url_host(host)}:{port}"
+            print(f"Web view: {service.web_base}/ (sign in with the same bearer token)", file=sys.stderr, flush=True)
+            config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on",
+                                    timeout_graceful_shutdown=SHUTDOWN_S)
             await uvicorn.Server(config).serve()
     except* _Terminated:
         pass

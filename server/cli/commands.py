@@ -11,8 +11,9 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+import webbrowser
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 
 import anyio
@@ -33,6 +34,7 @@ from conclave.jobs.steering import note_views
 from conclave.jobs.store import Store
 from conclave.jobs.teams import team_list
 from conclave.jobs.views import JobView, estimate_text, job_view
+from conclave.jobs.web_link import WebServed, served
 from conclave.settings import Settings
 
 
@@ -41,13 +43,18 @@ def ask(args: argparse.Namespace) -> int:
 
 
 async def _ask(args: argparse.Namespace, console: Console) -> int:
-    async with JobService.open(Settings()) as service:
+    settings = Settings()
+    async with JobService.open(settings) as service, _web_for_ask(settings, args.web) as web:
         contexts = context_arguments(args.context) if args.context or not args.follow_up else None
         view = await service.submit(
             args.task, args.team, contexts, args.apply, args.force_binary,
             allow_artifacts=args.allow_artifacts, verify=args.verify, max_cost_usd=args.max_cost,
             max_tokens=args.max_tokens, follow_up=args.follow_up,
         )
+        if web is not None:
+            print(f"Watch it live: {web.job_url(view.job_id)}", file=sys.stderr if args.json else sys.stdout, flush=True)
+            if args.web:  # a browser command may wait for the page: off the loop that serves it
+                await anyio.to_thread.run_sync(webbrowser.open, web.login_url(view.job_id))
         if args.json:
             while not view.done:
                 view = await service.wait(view.job_id, 50)
@@ -67,6 +74,28 @@ async def _ask(args: argparse.Namespace, console: Console) -> int:
             console.rule("Final answer")
             console.print(Text(printable(view.answer)))
         return EXIT_OK if view.state == "completed" else EXIT_FAILED
+
+
+@asynccontextmanager
+async def _web_for_ask(settings: Settings, wanted: bool) -> AsyncIterator[WebServed | None]:
+    """The web view running for this state folder; with --web and none running, one served by this command
+    until it ends."""
+    running = served(settings.home)
+    if running is not None or not wanted:
+        yield running
+        return
+    from conclave.web.serve import running_web
+
+    async with running_web(settings, 0) as web:
+        yield web
+
+
+def web(args: argparse.Namespace) -> int:
+    """`conclave web`: the live view of every job in the state folder, on 127.0.0.1 until interrupted."""
+    from conclave.web.serve import serve_web
+
+    anyio.run(serve_web, Settings(), args.port)
+    return EXIT_OK
 
 
 def context_arguments(values: Sequence[str]) -> list[object]:
@@ -262,5 +291,5 @@ def serve_http(args: argparse.Namespace) -> int:
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "ask": ask, "status": status, "show": show, "teams": teams, "config": config, "doctor": doctor,
-    "sandbox": sandbox, "gc": gc, "steer": steer,
+    "sandbox": sandbox, "gc": gc, "steer": steer, "web": web,
 }

@@ -65,6 +65,11 @@ def build_parser() -> argparse.ArgumentParser:
     steer = commands.add_parser("steer", help="leave a note for a running job's agents")
     steer.add_argument("job_id", help="the job id (cj-...)")
     steer.add_argument("message", help="the note, e.g. 'keep the public API unchanged'")
+    ask.add_argument("--web", action="store_true",
+                     help="open the job's live page in a browser (served by `conclave web`, else by this command)")
+
+    web = commands.add_parser("web", help="serve the live web view of this machine's jobs on 127.0.0.1")
+    web.add_argument("--port", type=int, default=8766, help="port on 127.0.0.1 (default 8766)")
 
     status = commands.add_parser("status", help="show a job, or the recent jobs")
     status.add_argument("job_id", nargs="?", help="the job id (cj-...)")

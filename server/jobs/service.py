@@ -56,6 +56,7 @@ from conclave.jobs.records import ApplyMode, JobOptions
 from conclave.jobs.store import ACTIVE_STATES, JobRow, Store
 from conclave.jobs.teams import TeamList, team_list
 from conclave.jobs.views import JobView, job_view, phase_of
+from conclave.jobs.web_link import page_url
 from conclave.sandbox.container import container_user
 from conclave.settings import MAX_WAIT_S, Settings
 
@@ -105,6 +106,8 @@ class JobService:
         self._provider_limits: dict[str, anyio.CapacityLimiter] = {}
         self._scopes: dict[str, anyio.CancelScope] = {}
         self._steering = Steering(store)
+        # The web view's address when this server serves it (serve --http); else `conclave web`'s, if running.
+        self.web_base: str | None = None
 
     @classmethod
     @asynccontextmanager
@@ -287,7 +290,12 @@ class JobService:
     def _view(self, job_id: str, caller: str | None = None) -> JobView:
         row = self._row(job_id, caller)
         thread = [r.id for r in self.store.thread(row.id)] if row.follow_up or self.store.has_follow_ups(row.id) else []
-        return job_view(row, time.time(), note_views(self.store, row.id), thread)
+        view = job_view(row, time.time(), note_views(self.store, row.id), thread)
+        return view.model_copy(update={"web_url": self.web_url(job_id)})
+
+    def web_url(self, job_id: str) -> str | None:
+        """The job's live page, when a web view is served for this state folder."""
+        return page_url(self.web_base, self.settings.home, job_id)
 
     async def _run(self, job_id: str, task: str, team: Team) -> None:
         scope = self._scopes[job_id]

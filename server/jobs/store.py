@@ -219,6 +219,14 @@ class Store(ThreadRecords):
         row = self._db.execute("SELECT rev FROM jobs WHERE id = ?", (job_id,)).fetchone()
         return None if row is None else int(row[0])
 
+    def changes(self, job_id: str) -> tuple[int, int, str] | None:
+        """(rev, events, state): what a watcher compares to see that anything happened; None: no such job."""
+        row = self._db.execute(
+            "SELECT rev, state, (SELECT COUNT(*) FROM events WHERE job_id = ?) AS events FROM jobs WHERE id = ?",
+            (job_id, job_id),
+        ).fetchone()
+        return None if row is None else (int(row["rev"]), int(row["events"]), str(row["state"]))
+
     def set_state(self, job_id: str, state: str, phase: str | None = None, error: str | None = None) -> None:
         now = self._clock()
         final = state not in ACTIVE_STATES

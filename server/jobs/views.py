@@ -86,6 +86,8 @@ class JobView(_View):
     follow_up: str | None = Field(default=None, description="the earlier job this one continues")
     thread: list[str] = Field(default_factory=list, description="every job of this conversation, oldest first")
     next: str = Field(description="what the caller should do next")
+    web_url: str | None = Field(
+        default=None, description="the job's live page, when a web view is served (conclave web, serve --http)")
 
     @property
     def done(self) -> bool:
@@ -132,6 +134,8 @@ class JobView(_View):
         if self.answer is not None:
             lines += ["", "Final answer:", self.answer]
         lines += ["", f"Next: {self.next}"]
+        if self.web_url:
+            lines.append(f"Watch it live: {self.web_url}")
         return "\n".join(lines)
 
 

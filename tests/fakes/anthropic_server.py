@@ -51,6 +51,7 @@ def routes(script: Script) -> list[Route]:
         reply = script.next_reply(recorded)
         if reply.delay:
             await asyncio.sleep(reply.delay)
+        await reply.pass_gate()
         if reply.status != 200:
             return error_response(reply)
         if reply.garbage:

@@ -69,6 +69,7 @@ def routes(script: Script) -> list[Route]:
         reply = script.next_reply(recorded)
         if reply.delay:
             await asyncio.sleep(reply.delay)
+        await reply.pass_gate()
         if reply.status != 200:
             return _error(reply.status, reply.error_message, reply.retry_after)
         if reply.garbage:

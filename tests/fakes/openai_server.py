@@ -52,6 +52,7 @@ def routes(script: Script) -> list[Route]:
         reply = script.next_reply(recorded)
         if reply.delay:
             await anyio.sleep(reply.delay)
+        await reply.pass_gate()
         if reply.status != 200:
             return error_response(reply)
         if reply.garbage:

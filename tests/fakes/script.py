@@ -15,6 +15,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import anyio.to_thread
+
+GATE_LIMIT_S = 120  # a gate the test never opened lets the reply go after this, so a failed test still ends
+
 
 @dataclass
 class Reply:
@@ -26,7 +30,9 @@ class Reply:
     of a streamed reply; `stall` waits that long after the first chunk of a streamed reply (Anthropic's
     message_start, Gemini's first chunk: each already carries the input usage) before the rest;
     `garbage` sends a body that is not the provider's format. `usage` is (input, output, cached_input);
-    by default it is derived from the request and reply sizes.
+    by default it is derived from the request and reply sizes. `gate`: the reply is held until the test
+    sets this event (waited for in a worker thread, so the fake keeps serving the other agents), which
+    orders a job's events without sleeping.
     """
 
     text: str = ""
@@ -39,6 +45,11 @@ class Reply:
     cut_stream: bool = False
     stall: float = 0.0
     garbage: bool = False
+    gate: threading.Event | None = None
+
+    async def pass_gate(self) -> None:
+        if self.gate is not None:
+            await anyio.to_thread.run_sync(self.gate.wait, GATE_LIMIT_S, abandon_on_cancel=True)
 
 
 @dataclass

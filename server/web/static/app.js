@@ -1,0 +1,256 @@
+// Conclave's web view: the list of jobs, one job's live page, the sign-in form.
+// Every string that comes from the server is model text or derived from it, so it is only ever set
+// with textContent (or as an attribute value): never innerHTML, never a template into markup. The page
+// runs under a Content-Security-Policy with no inline script (server/web/routes.py).
+"use strict";
+
+function el(tag, props, children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(props || {})) {
+    if (value === null || value === undefined || value === false) continue;
+    if (key === "text") node.textContent = String(value);
+    else if (key === "cls") node.className = value;
+    else if (key.startsWith("data-")) node.setAttribute(key, String(value));
+    else node[key] = value;
+  }
+  for (const child of children || []) if (child) node.append(child);
+  return node;
+}
+
+function fill(id, children) {
+  const node = document.getElementById(id);
+  node.replaceChildren(...children.filter(Boolean));
+  return node;
+}
+
+function setText(id, text) {
+  document.getElementById(id).textContent = text === null || text === undefined ? "" : String(text);
+}
+
+function live(text) { setText("live", text); }
+
+const FINAL = new Set(["completed", "failed", "cancelled", "interrupted"]);
+const money = (usd) => (usd === null || usd === undefined ? "-" : "$" + usd.toFixed(4));
+const count = (n) => Number(n || 0).toLocaleString("en-US");
+const secs = (s) => Number(s || 0).toFixed(1) + " s";
+
+// <details> stay open across re-renders: their keys are remembered when the reader toggles them.
+const opened = new Set();
+document.addEventListener("toggle", (event) => {
+  const key = event.target.dataset && event.target.dataset.key;
+  if (!key) return;
+  if (event.target.open) opened.add(key); else opened.delete(key);
+}, true);
+
+function details(key, summary, body) {
+  const node = el("details", { "data-key": key }, [el("summary", { text: summary }), body]);
+  node.open = opened.has(key);
+  return node;
+}
+
+// The job page ---------------------------------------------------------------------------------------
+function jobId() {
+  return decodeURIComponent(location.pathname.replace(/^\/jobs\//, "").replace(/\/$/, ""));
+}
+
+function outcome(view) {
+  const lines = [];
+  if (view.winner) {
+    lines.push(el("p", { cls: "winner" }, [
+      el("span", { text: "Winner " }), el("strong", { text: view.winner, "data-winner": view.winner }),
+      el("span", { cls: view.consensus ? "badge ok" : "badge warn", text: view.consensus ? "consensus" : "no consensus" }),
+    ]));
+    if (view.majority) lines.push(el("p", { text: view.majority }));
+    if (view.tie) lines.push(el("p", { text: "A tie, broken by the earliest-posted answer." }));
+    if (view.fallback) lines.push(el("p", { text: "The vote did not finish: the best-supported answer so far won." }));
+    if (view.winner_check) lines.push(el("p", { text: "Its check: " + view.winner_check }));
+  } else if (view.leading) {
+    lines.push(el("p", { text: `Leading: ${view.leading.label} with ${view.leading.votes} vote(s)` +
+      (view.leading.check ? `, check ${view.leading.check}` : "") }));
+  } else if (!FINAL.has(view.state)) {
+    lines.push(el("p", { cls: "muted", text: "No votes yet." }));
+  }
+  if (view.reason) lines.push(el("p", { cls: "muted", text: "Why: " + view.reason }));
+  for (const [who, error] of Object.entries(view.errors || {})) lines.push(el("p", { cls: "error", text: `${who}: ${error}` }));
+  return lines;
+}
+
+function tally(view) {
+  const groups = (view.agree || []).map((labels) => labels.slice());
+  const grouped = new Set(groups.flat());
+  for (const label of Object.keys(view.tally || {})) if (!grouped.has(label)) groups.push([label]);
+  if (!groups.length) return [el("p", { cls: "muted", text: "No valid votes." })];
+  const total = Math.max(1, ...groups.map((g) => g.reduce((n, l) => n + (view.tally[l] || 0), 0)));
+  return groups.map((labels) => {
+    const votes = labels.reduce((n, l) => n + (view.tally[l] || 0), 0);
+    const bar = el("span", { cls: "meter-fill" });
+    bar.style.width = Math.round((100 * votes) / total) + "%";
+    return el("div", { cls: "tally-row", "data-group": labels.join(" ") }, [
+      el("span", { cls: "mono", text: labels.join(" = ") }),
+      el("span", { cls: "meter" }, [bar]),
+      el("span", { text: `${votes} vote${votes === 1 ? "" : "s"}` }),
+      labels.length > 1 ? el("span", { cls: "muted small", text: "same final answer" }) : null,
+    ]);
+  });
+}
+
+function usage(view) {
+  const head = el("tr", {}, ["agent", "model", "calls", "in", "cached", "out", "cost"].map((h) => el("th", { text: h })));
+  const rows = view.agents.map((a) => el("tr", { "data-letter": a.letter }, [
+    el("td", { text: a.letter }), el("td", { cls: "mono", text: a.model }), el("td", { text: count(a.usage.calls) }),
+    el("td", { text: count(a.usage.input_tokens) }), el("td", { text: count(a.usage.cached_input_tokens) }),
+    el("td", { text: count(a.usage.output_tokens) }), el("td", { text: money(a.usage.cost_usd) }),
+  ]));
+  const u = view.usage;
+  const total = el("tr", { cls: "total" }, [
+    el("td", { text: "all" }), el("td"), el("td", { text: count(u.calls) }), el("td", { text: count(u.input_tokens) }),
+    el("td", { text: count(u.cached_input_tokens) }), el("td", { text: count(u.output_tokens) }), el("td", { text: money(u.cost_usd) }),
+  ]);
+  return [el("thead", {}, [head]), el("tbody", {}, [...rows, total])];
+}
+
+function answerCard(card, winner) {
+  const check = card.check ? el("span", { cls: "badge check-" + (card.check_status || ""), text: "check " + card.check }) : null;
+  const head = el("div", { cls: "answer-head" }, [
+    el("strong", { cls: "mono", text: card.label }),
+    card.label === winner ? el("span", { cls: "badge ok", text: "winner" }) : null,
+    card.latest ? el("span", { cls: "muted small", text: `${card.votes} vote${card.votes === 1 ? "" : "s"}` })
+      : el("span", { cls: "muted small", text: "replaced" }),
+    check,
+  ]);
+  const body = el("pre", { cls: "text answer-text", text: card.content });
+  const output = card.check_output ? details("out:" + card.label, "check output", el("pre", { cls: "text small", text: card.check_output })) : null;
+  return el("article", { cls: card.latest ? "answer latest" : "answer old", "data-label": card.label }, [head, body, output]);
+}
+
+function agentColumn(agent, cards, winner) {
+  const vote = agent.vote ? `votes for ${agent.vote}` : "no vote";
+  const u = agent.usage;
+  const older = cards.filter((c) => !c.latest).reverse();
+  const latest = cards.filter((c) => c.latest);
+  return el("div", { cls: "agent state-" + agent.state, "data-letter": agent.letter }, [
+    el("div", { cls: "agent-head" }, [
+      el("span", { cls: "letter", text: agent.letter }),
+      el("span", { cls: "mono model", text: agent.model }),
+      el("span", { cls: "badge", text: agent.state }),
+    ]),
+    el("div", { cls: "agent-meta" }, [
+      el("span", { cls: "vote", text: vote }),
+      el("span", { cls: "muted small", text: `${count(u.input_tokens)} in / ${count(u.output_tokens)} out · ${money(u.cost_usd)}` }),
+    ]),
+    agent.error ? el("p", { cls: "error", text: agent.error }) : null,
+    ...latest.map((c) => answerCard(c, winner)),
+    older.length ? details("older:" + agent.letter, `${older.length} earlier revision${older.length === 1 ? "" : "s"}`,
+      el("div", {}, older.map((c) => answerCard(c, winner)))) : null,
+    cards.length ? null : el("p", { cls: "muted", text: "no answer yet" }),
+  ]);
+}
+
+function diffLines(text) {
+  return text.split("\n").map((line) => {
+    let cls = "";
+    if (line.startsWith("diff --git") || line.startsWith("index ") || line.startsWith("--- ") || line.startsWith("+++ ")) cls = "d-file";
+    else if (line.startsWith("@@")) cls = "d-hunk";
+    else if (line.startsWith("+")) cls = "d-add";
+    else if (line.startsWith("-")) cls = "d-del";
+    return el("span", { cls: "d-line " + cls, text: line + "\n" });
+  });
+}
+
+function timeline(moments) {
+  return moments.map((m, index) => el("li", { cls: "moment kind-" + m.kind, "data-kind": m.kind }, [
+    el("span", { cls: "at mono", text: secs(m.at) }),
+    el("span", { cls: "what", text: m.text }),
+    m.body && m.kind.startsWith("vote") ? el("span", { cls: "muted reason", text: "  " + m.body }) : null,
+    m.body && !m.kind.startsWith("vote") ? details(`t:${index}:${m.kind}`, m.kind === "answer" ? "the answer" : "details",
+      el("pre", { cls: "text small", text: m.body })) : null,
+  ]));
+}
+
+function renderJob(page) {
+  const view = page.view;
+  document.title = `Conclave - ${view.job_id} - ${view.state}`;
+  setText("job-id", view.job_id);
+  setText("team", "team " + view.team);
+  const state = document.getElementById("state");
+  state.textContent = view.state;
+  state.className = "badge state-" + view.state;
+  setText("phase", `${view.phase} · round ${view.round} · ${secs(view.elapsed_s)}`);
+  setText("task", page.task);
+  document.getElementById("cancel").hidden = FINAL.has(view.state);
+  fill("winner", outcome(view));
+  fill("tally", tally(view));
+  fill("usage", usage(view));
+  fill("agents", view.agents.map((agent) => agentColumn(agent, page.answers[agent.letter] || [], view.winner)));
+  document.getElementById("final-section").hidden = view.answer === null || view.answer === undefined;
+  setText("final", view.answer);
+  document.getElementById("diff-section").hidden = page.diff === null || page.diff === undefined;
+  setText("diff-note", page.diff_cut ? "The patch is cut here; read_workspace(path='@diff') pages through all of it." :
+    page.diff === "" ? "The winner changed no files." : "");
+  fill("diff", page.diff ? diffLines(page.diff) : []);
+  fill("timeline", timeline(page.timeline));
+  if (!document.body.dataset.seq) performance.mark("conclave:first-render");  // bench/bench_web.py reads it
+  document.body.dataset.state = view.state;
+  document.body.dataset.seq = String(page.seq);
+}
+
+async function csrf() {
+  const response = await fetch("/api/session", { credentials: "same-origin" });
+  if (!response.ok) throw new Error("sign in again");
+  return (await response.json()).csrf;
+}
+
+function startJob() {
+  const id = jobId();
+  const button = document.getElementById("cancel");
+  button.addEventListener("click", async () => {
+    button.disabled = true;
+    try {
+      const response = await fetch(`/api/jobs/${encodeURIComponent(id)}/cancel`, {
+        method: "POST", credentials: "same-origin", headers: { "X-Conclave-CSRF": await csrf() },
+      });
+      live(response.ok ? "cancel requested" : "cancel refused: " + response.status);
+    } catch (error) {
+      live("cancel failed: " + error.message);
+    }
+  });
+  const source = new EventSource(`/api/jobs/${encodeURIComponent(id)}/events`);
+  source.addEventListener("open", () => live("live"));
+  source.addEventListener("job", (event) => renderJob(JSON.parse(event.data)));
+  source.addEventListener("end", () => { source.close(); live("job over"); });
+  source.addEventListener("gone", () => { source.close(); live("this job is gone (pruned)"); });
+  source.addEventListener("error", () => { if (source.readyState !== EventSource.CLOSED) live("reconnecting..."); });
+}
+
+// The list of jobs -------------------------------------------------------------------------------------
+async function refreshList() {
+  const response = await fetch("/api/jobs", { credentials: "same-origin" });
+  if (!response.ok) { live("refused: " + response.status); return; }
+  const jobs = await response.json();
+  const rows = jobs.map((job) => el("tr", { "data-job": job.job_id }, [
+    el("td", {}, [el("a", { cls: "mono", href: "/jobs/" + encodeURIComponent(job.job_id), text: job.job_id })]),
+    el("td", {}, [el("span", { cls: "badge state-" + job.state, text: job.state })]),
+    el("td", { text: job.team }),
+    el("td", { cls: "task-cell", text: job.task }),
+    el("td", { cls: "muted", text: job.winner ? `${job.winner} won` : job.phase }),
+    el("td", { cls: "muted", text: new Date(job.created_at * 1000).toLocaleString() }),
+  ]));
+  document.querySelector("#jobs tbody").replaceChildren(...rows);
+  document.getElementById("empty").hidden = jobs.length > 0;
+  live("updated " + new Date().toLocaleTimeString());
+}
+
+function startList() {
+  refreshList();
+  setInterval(refreshList, 3000);
+}
+
+// Sign in --------------------------------------------------------------------------------------------------
+function startLogin() {
+  const wanted = new URLSearchParams(location.search).get("next");
+  const here = location.pathname === "/login" ? "/" : location.pathname;
+  document.getElementById("next").value = wanted && wanted.startsWith("/") ? wanted : here;
+}
+
+const STARTS = { job: startJob, list: startList, login: startLogin };
+(STARTS[document.body.dataset.page] || (() => {}))();

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Literal
 
 from conclave.config import configs_dir, user_teams_dir
-from conclave.errors import NotPermitted
+from conclave.errors import NotPermitted, term
 from conclave.settings import Settings
 
 Transport = Literal["local", "stdio", "http"]
@@ -68,7 +68,7 @@ class Access:
             where = ", ".join(str(folder) for folder in self.team_dirs)
             raise NotPermitted(
                 "team", name, f"over {self.transport} a team file is read only from {where}; name a preset "
-                "(list_teams), or put the file in the user's team folder and name it without its path"
+                f"({term('list_teams')}), or put the file in the user's team folder and name it without its path"
             )
 
 

@@ -16,7 +16,7 @@ import anyio.to_thread
 from pydantic import BaseModel, ConfigDict, Field
 
 from conclave.config import LABEL
-from conclave.errors import InputError
+from conclave.errors import InputError, term
 from conclave.files.trees import list_tree, read_bytes
 from conclave.files.workspaces import Workspaces
 from conclave.jobs.store import JobRow, Store
@@ -67,7 +67,7 @@ async def read_job(
             return _page(row.id, path, _text(store, row, path.strip("/")), offset, limit)
         source = "final"  # a file path on its own reads the final tree, as the tool says
     if workspaces is None:
-        raise InputError("source", source, "this job has no files (it had no context_paths); leave source empty")
+        raise InputError("source", source, f"this job has no files (it was given no {term('context_paths')}); leave source empty")
     if not isinstance(source, str) or not (source == "final" or LABEL.fullmatch(source)):
         raise InputError("source", source, "use 'final' or an answer label such as B2")
     tree = workspaces.source(source)
@@ -117,7 +117,7 @@ async def _files(tree: Path) -> list[str]:
 
 async def _patch(row: JobRow, workspaces: Workspaces | None) -> str:
     if workspaces is None:
-        raise InputError("path", "@diff", "this job has no files (it had no context_paths), so no diff")
+        raise InputError("path", "@diff", f"this job has no files (it was given no {term('context_paths')}), so no diff")
     patch = workspaces.patch
     if not patch.exists():
         raise InputError("path", "@diff", f"the diff is written when the job ends (state: {row.state}); try later")
@@ -128,7 +128,7 @@ def _file_text(tree: Path, path: str) -> str:
     try:
         data = read_bytes(tree, path, MAX_FILE_BYTES)  # fd-relative, no link followed, size checked first
     except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
-        raise InputError("path", path, "no such file in that tree; list it with path='' and the same source") from None
+        raise InputError("path", path, f"no such file in that tree; list it with {term('list_files')}") from None
     if b"\x00" in data[:8192]:
         return f"[binary file, {len(data)} bytes: not shown]"
     return data.decode("utf-8", errors="replace")

@@ -33,7 +33,7 @@ from conclave.coordination.job_files import JobFiles
 from conclave.coordination.orchestrator import BackendFactory, Orchestrator, endpoint_factory
 from conclave.coordination.reports import JobEvent, Progress
 from conclave.coordination.verification import Verifier
-from conclave.errors import ConclaveError, InputError, JobNotFound, QueueFull
+from conclave.errors import ConclaveError, InputError, JobNotFound, QueueFull, term
 from conclave.files.budget import MB
 from conclave.files.contexts import parse_context_paths
 from conclave.files.workspaces import Workspaces
@@ -43,6 +43,7 @@ from conclave.jobs.file_steps import admit, collect, prepare
 from conclave.jobs.gc import GcReport, prune
 from conclave.jobs.owners import process_alive
 from conclave.jobs.plan import shape_team
+from conclave.jobs.reach import check_reachable, endpoints, unreachable
 from conclave.jobs.reader import WorkspacePage, job_workspaces, read_job, read_whole
 from conclave.jobs.records import ApplyMode, JobOptions
 from conclave.jobs.store import ACTIVE_STATES, JobRow, Store
@@ -86,10 +87,12 @@ class JobService:
         backend_factory: BackendFactory,
         retry: RetryPolicy | None,
         access: Access | None = None,
+        probe: bool = True,
     ) -> None:
         self.settings, self.store, self._tg = settings, store, tg
         self.access = access or Access.local(settings)
         self._environ, self._factory, self._retry = environ, backend_factory, retry
+        self._probe = probe  # submit refuses a team whose own server is down (a test's fake backends have none)
         self._owner_id = uuid.uuid4().hex
         self._slots = anyio.CapacityLimiter(settings.max_jobs)
         self._check_slots = anyio.CapacityLimiter(settings.verify_concurrency)  # verification containers
@@ -117,7 +120,7 @@ class JobService:
             body_error: Exception | None = None
             async with LocalServers() as local_servers, anyio.create_task_group() as tg:
                 factory = backend_factory or endpoint_factory(env, local_servers)
-                service = cls(settings, store, tg, env, factory, retry, access)
+                service = cls(settings, store, tg, env, factory, retry, access, probe=backend_factory is None)
                 tg.start_soon(service._watch)
                 tg.start_soon(service._sweep)
                 if settings.gc_auto:
@@ -161,13 +164,15 @@ class JobService:
         for index, source in enumerate(sources):
             self.access.check_folder(f"context_paths[{index}].path", source.path)
         if apply and not any(source.permission == "write" for source in sources):
-            raise InputError("apply", apply, "apply needs a context path with permission 'write'")
+            raise InputError("apply", apply, f"applying needs {term('context_write')}")
         queued = self.store.queued(self._owner_id)
         if queued >= self.settings.max_queued:
             raise QueueFull(queued, self.settings.max_queued)
         self.access.check_team(team)
         resolved = resolve_team(team, self._environ)
         self._check_runnable(resolved)
+        if self._probe:
+            await check_reachable(resolved)
         resolved = shape_team(resolved, verify=verify, max_cost_usd=max_cost_usd, max_tokens=max_tokens,
                               has_context=bool(sources))
         job_id = new_job_id()
@@ -225,14 +230,17 @@ class JobService:
     def job_dir(self, job_id: str) -> Path:
         return self.settings.home / "jobs" / job_id
 
-    def teams(self) -> TeamList:
-        return team_list(list_presets(self._environ), self._environ,
-                         lambda team: history(team, self.store.team_usage(team.name)))
+    async def teams(self) -> TeamList:
+        """The presets, each with its status: keys set, and its own servers answering (jobs/reach.py)."""
+        presets = list_presets(self._environ)
+        down = await unreachable(endpoints(team for _, team in presets if isinstance(team, Team)))
+        return team_list(presets, self._environ, lambda team: history(team, self.store.team_usage(team.name)),
+                         down)
 
     # Internals -----------------------------------------------------------------------------------
     def _row(self, job_id: str) -> JobRow:
         if not isinstance(job_id, str) or not JOB_ID.match(job_id.strip()):
-            raise InputError("job_id", job_id, "job ids look like cj-1a2b3c4d5e6f (from ask_team's result)")
+            raise InputError("job_id", job_id, f"job ids look like cj-1a2b3c4d5e6f; see {term('list_jobs')}")
         row = self.store.job(job_id.strip())
         if row is None:
             raise JobNotFound(job_id)

@@ -15,6 +15,7 @@ from conclave.coordination.reports import (
     Leading,
     UsageTotals,
 )
+from conclave.errors import Surface, say, term
 from conclave.jobs.records import Estimate
 from conclave.jobs.store import JobRow
 
@@ -79,20 +80,20 @@ class JobView(_View):
     def done(self) -> bool:
         return self.state in FINAL_STATES
 
-    def text(self) -> str:
-        """The readable block sent beside the structured result."""
+    def text(self, surface: Surface = "mcp") -> str:
+        """The readable block sent beside the structured result (`cli`: the hint in the CLI's words)."""
         lines = [f"Job {self.job_id} ({self.team}): {self.state} - {self.phase} [{self.elapsed_s:.0f}s, round {self.round}]"]
         for agent in self.agents:
             vote = f", votes {agent.vote}" if agent.vote else ""
             error = f", error: {agent.error}" if agent.error else ""
-            lines.append(f"  {agent.letter} {agent.model}: {agent.state}, {agent.answers} answer(s){vote}{error}")
+            lines.append(f"  {agent.letter} {agent.model}: {agent.state}, {plural(agent.answers, 'answer')}{vote}{error}")
         if self.tally:
             lines.append("Tally: " + ", ".join(f"{label}={count}" for label, count in self.tally.items()))
         if self.checks:
             lines.append("Checks: " + "; ".join(f"{label} {check}" for label, check in self.checks.items()))
         if self.leading is not None:
             check = f", verify {self.leading.check}" if self.leading.check else ""
-            lines.append(f"Leading: {self.leading.label} ({self.leading.votes} votes{check})")
+            lines.append(f"Leading: {self.leading.label} ({plural(self.leading.votes, 'vote')}{check})")
         if self.estimate is not None:
             lines.append(f"Estimate: {estimate_text(self.estimate)}")
         if self.budget:
@@ -115,7 +116,8 @@ class JobView(_View):
         )
         if self.answer is not None:
             lines += ["", "Final answer:", self.answer]
-        lines += ["", f"Next: {self.next}"]
+        hint = self.next if surface == "mcp" else next_hint(self.state, self.job_id, self.team, "cli")
+        lines += ["", f"Next: {hint}"]
         return "\n".join(lines)
 
 
@@ -199,25 +201,39 @@ def phase_of(event: JobEvent) -> str | None:
     return None
 
 
-def _next_hint(row: JobRow) -> str:
-    match row.state:
+def plural(count: int, noun: str) -> str:
+    """`1 answer`, `2 answers`, `0 votes`."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+# The bundled 135M model: it shows the protocol working, it is no second opinion (skills/conclave/SKILL.md
+# says the same to the calling agent).
+DEMO_TEAM = "local"
+DEMO_NOTE = (
+    "the `local` team is a 135M-parameter demo: do not rely on its answer for real work; ask the user for "
+    "a provider key (see {teams}) or a subscription member instead"
+)
+
+
+def next_hint(state: str, job_id: str, team: str, surface: Surface = "mcp") -> str:
+    """What to do now, in the words of the surface that shows it."""
+    match state:
         case "queued" | "running" | "presenting":
-            return (
-                f"call get_status with job_id={row.id!r} and wait_seconds=45 to wait for the result; "
-                "cancel_job stops it"
-            )
+            hint = (f"call get_status with job_id={job_id!r} and wait_seconds=45 to wait for the result; "
+                    "cancel_job stops it") if surface == "mcp" else f"wait with `conclave status {job_id}`"
         case "completed":
-            return (
-                "use the answer above; read_workspace(job_id, path='transcript') shows how the team got there"
-            )
+            hint = f"use the answer above; {term('read_transcript')} shows how the team got there"
         case "interrupted":
-            return (
-                "the server stopped while this job ran; its answers stay readable with read_workspace; "
-                "call ask_team again to run it anew"
-            )
+            hint = (f"the server stopped while this job ran; its answers stay readable with "
+                    f"{term('read_answers')}; {term('ask_again')} to run it anew")
         case "cancelled":
-            return "the job was cancelled; its answers so far are readable with read_workspace"
-    return "see `errors` and `reason`; fix what they name (a key, a team file, a provider) and call ask_team again"
+            hint = f"the job was cancelled; its answers so far are readable with {term('read_answers')}"
+        case _:
+            hint = (f"see the errors and the reason above; fix what they name (a key, a team file, a provider) "
+                    f"and {term('ask_again')}")
+    if team == DEMO_TEAM and state not in ("failed", "cancelled"):
+        hint += "; " + DEMO_NOTE.format(teams=term("list_teams"))
+    return say(hint, surface).replace("JOB", job_id)
 
 
 def job_view(row: JobRow, now: float) -> JobView:
@@ -259,7 +275,7 @@ def job_view(row: JobRow, now: float) -> JobView:
         errors=errors,
         diff_summary=_diff_summary(row),
         usage=UsageTotals.total([agent.usage for agent in progress.agents]) if progress else UsageTotals(),
-        next=_next_hint(row),
+        next=next_hint(row.state, row.id, row.team_name),
     )
 
 

@@ -180,4 +180,4 @@ async def test_the_estimate_comes_from_past_jobs_and_list_teams_shows_history(tm
     assert second.estimate.cost_usd == [round(cost, 4), round(cost, 4)] and second.estimate.typical_tokens == tokens
     assert listed.history is not None and (listed.history.jobs, listed.history.typical_tokens) == (1, tokens)
     assert listed.history.typical_cost_usd == round(cost, 4)
-    assert f"typically {tokens:,} tokens, ${round(cost, 4):.4f} per job (1 past jobs here)" in teams.text()
+    assert f"typically {tokens:,} tokens, ${round(cost, 4):.4f} per job (1 past job here)" in teams.text()

@@ -36,14 +36,14 @@ class AnswerVotes:
 
 def tally_by_answer(view: JobView, texts: Mapping[str, str]) -> list[AnswerVotes]:
     """The tally grouped by answer: equivalent answers (view.agree) count together, most votes first."""
-    groups: list[tuple[str, ...]] = [tuple(group) for group in view.agree]
+    groups: list[tuple[str, ...]] = [tuple(sorted(group)) for group in view.agree]
     grouped = {label for group in groups for label in group}
     groups += [(label,) for label in view.tally if label not in grouped]
     found = []
     for labels in groups:
         votes = sum(view.tally.get(label, 0) for label in labels)
         text = next((texts[label] for label in labels if label in texts), None)
-        says = final_answer(text, view.task) if text else None
+        says = (final_answer(text, view.task) or "").removeprefix("#") if text else None
         if says and len(says) > SHOWN_ANSWER:
             says = says[: SHOWN_ANSWER - 3].rstrip() + "..."
         found.append(AnswerVotes(labels, votes, says))

@@ -19,6 +19,7 @@ from conclave.config import LABEL
 from conclave.errors import InputError, term
 from conclave.files.trees import list_tree, read_bytes
 from conclave.files.workspaces import Workspaces
+from conclave.coordination.reports import JobEvent
 from conclave.jobs.store import JobRow, Store
 
 MAX_LIMIT = 100_000
@@ -163,33 +164,58 @@ def check_outputs(store: Store, row: JobRow) -> dict[str, str]:
 
 
 def transcript(store: Store, row: JobRow) -> str:
-    """The job's events as readable lines; answers in full, votes with their reasons."""
+    """The job's events as sentences: answers in full, votes with their reasons, one line for the rest."""
     lines = [f"Job {row.id} - team {row.team_name}", f"Task: {row.task}", ""]
     for event in store.events(row.id):
-        who = event.letter or "-"
-        d = event.data
-        stamp = f"[{event.at:8.2f}s] {who}"
-        match event.kind:
-            case "answer":
-                lines.append(f"{stamp} posted {d['label']}:\n{d['content']}\n")
-            case "vote" | "vote_discarded":
-                status = "voted for" if event.kind == "vote" else "vote discarded:"
-                lines.append(f"{stamp} {status} {d['label']}: {d.get('reason', '')}")
-            case "usage" | "check_started":
-                continue
-            case "checked":
-                tail = "\n    ".join(d.get("tail") or [])
-                status = f"{d['status']} (exit {d.get('exit_code')}, {d.get('duration_s')} s)"
-                lines.append(f"{stamp} check of {d['label']}: {status}; whole output: verify/{d['label']}"
-                             + (f"\n    {tail}" if tail else ""))
-            case "budget_reached":
-                lines.append(f"{stamp} {d['reason']}")
-            case "finished":
-                lines.append(f"{stamp} finished: winner {d.get('winner')}, consensus {d.get('consensus')}; {d.get('reason')}")
-            case _:
-                details = json.dumps(d, ensure_ascii=False, default=str)
-                lines.append(f"{stamp} {event.kind} {details if d else ''}".rstrip())
+        said = _sentence(event)
+        if said is not None:
+            lines.append(f"[{event.at:8.2f}s] {said}")
     return "\n".join(lines)
+
+
+def _sentence(event: JobEvent) -> str | None:
+    """One event in words; None for bookkeeping a reader does not need (usage reports, check starts)."""
+    d, who = event.data, event.letter or "the job"
+    match event.kind:
+        case "started":
+            models = ", ".join(f"{a.get('letter')} ({a.get('model')})" if isinstance(a, dict) else str(a)
+                               for a in d.get("agents", []))
+            return f"The job started with agents {models}."
+        case "turn_started":
+            return f"{who} started a turn (round {d.get('round')})."
+        case "turn_cancelled":
+            return f"{who}'s turn was cancelled: the answers changed while it ran."
+        case "tool_call":
+            return f"{who} called {d.get('name')} {json.dumps(d.get('arguments'), ensure_ascii=False)[:200]}."
+        case "answer":
+            return f"{who} posted {d['label']}:\n{d['content']}\n"
+        case "vote":
+            return f"{who} voted for {d['label']}" + (f": {d['reason']}" if d.get("reason") else ".")
+        case "vote_discarded":
+            why = f" ({d['reason']})" if d.get("reason") else ""
+            return f"{who}'s vote for {d['label']} was discarded: the answers changed or it named none{why}."
+        case "no_decision":
+            return f"{who} neither answered nor voted; it said: {str(d.get('text', ''))[:300]}"
+        case "turn_failed" | "agent_failed" | "answer_refused" | "snapshot_failed":
+            verb = {"turn_failed": "'s turn failed", "agent_failed": " dropped out",
+                    "answer_refused": "'s answer was refused", "snapshot_failed": "'s files could not be saved"}
+            return f"{who}{verb[event.kind]}: {d.get('error')}."
+        case "usage" | "check_started":
+            return None
+        case "checked":
+            tail = "\n    ".join(d.get("tail") or [])
+            status = f"{d['status']} (exit {d.get('exit_code')}, {d.get('duration_s')} s)"
+            return (f"The check of {d['label']} {status}; its whole output is verify/{d['label']}."
+                    + (f"\n    {tail}" if tail else ""))
+        case "budget_reached" | "deadline":
+            return f"The job stopped: {d.get('reason')}."
+        case "presenting":
+            return f"{who} is writing the final answer ({d.get('winner')} won the vote)."
+        case "finished":
+            consensus = "with consensus" if d.get("consensus") else "without consensus"
+            winner = f"{d.get('winner')} won {consensus}" if d.get("winner") else "no answer won"
+            return f"The job finished: {winner}; {d.get('reason')}."
+    return f"{who}: {event.kind.replace('_', ' ')}."
 
 
 def _page(job_id: str, path: str, text: str, offset: int, limit: int) -> WorkspacePage:

@@ -22,12 +22,14 @@ async def ask_team(
     ctx: Context,
     team: Annotated[
         str | None,
-        Field(description="A preset name (see list_teams) or a team YAML file path; omit for the default."),
+        Field(description="A preset name (see list_teams) or a team YAML file path; omit for the default. "
+                          "The `local` preset is a tiny demo model: do not use it for real work."),
     ] = None,
     context_paths: Annotated[
         list[ContextPath] | None,
-        Field(description="Project folders copied into every agent's workspace (the originals are never "
-                          "touched while the team works); the result carries a diff of the winner's changes."),
+        Field(description="Project folders copied into every agent's workspace, so their files go to every "
+                          "model provider in the team (the originals are never touched while the team works); "
+                          "the result carries a diff of the winner's changes."),
     ] = None,
     wait_seconds: Annotated[
         float,

@@ -55,16 +55,15 @@ def pseudo_filesystem(path: Path, mountinfo: Path = Path("/proc/self/mountinfo")
     return kind if kind in PSEUDO else None
 
 
+# One model from the MCP input (ask_team's context_paths) to the stored job record. Validated with the
+# context CALLER (as parse_context_paths does when a job is submitted), `path` must be an existing
+# directory and is made absolute; otherwise (a stored record read back, whose folder may be gone by
+# now) it is taken as it is. `name` is the folder's name in every workspace, set when the job is
+# admitted. The docstring and the descriptions are what a calling model reads, so they name no
+# internals (tests/test_tool_descriptions.py).
 class ContextPath(BaseModel):
-    """A caller's project folder for the team, read-only unless `permission` is "write".
-
-    One model from the MCP input (`ask_team`'s `context_paths`) to the stored job record. Validated
-    with the context `CALLER` (as `parse_context_paths` does when a job is submitted), `path` must be
-    an existing directory and is made absolute; otherwise (a stored record read back, whose folder may
-    be gone by now) it is taken as it is. `name` is the folder's name in every workspace, set when the
-    job is admitted. The descriptions below are what a calling model reads: no internal names
-    (tests/test_tool_descriptions.py).
-    """
+    """A project folder on this machine for the team to work on, read-only unless `permission` is
+    "write". Its files are sent to every model provider in the team."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 

@@ -17,6 +17,12 @@ What each client gets, and why (README.md, "Registering with a coding agent", sa
   provider keys (`"OPENAI_API_KEY": "$OPENAI_API_KEY"`): Gemini CLI drops variables that look like
   secrets from a server's environment unless they are listed, and expands an unset one to "", which
   Conclave reads as missing.
+- Copilot CLI: `mcpServers.conclave` in ~/.copilot/mcp-config.json (`"type": "local"`, `"tools": ["*"]`)
+  with `env` listing the provider keys set when `install` runs: Copilot CLI strips variables that look
+  like secrets from a server's environment, and passes an `env` entry of an unset variable on as set,
+  which would make Conclave pick a team whose key is missing. Project scope: the `.mcp.json` Claude
+  Code reads too, without `env` (Claude Code refuses an unset variable there). Its headless approvals
+  (`--allow-tool=conclave`, `--trust-folder`) are command-line flags only, so they are printed.
 - Cursor and VS Code: the registration only. Cursor's tool allowlist lives in the global
   ~/.cursor/permissions.json, which replaces the allowlist set in Cursor's UI wholesale, so writing
   it could drop the user's own entries; VS Code has no non-interactive mode and asks once per tool.
@@ -50,10 +56,11 @@ from conclave.errors import ConfigError
 from conclave.settings import setting_variables
 
 CLIENT_NAMES = {"claude-code": "Claude Code", "codex": "Codex", "cursor": "Cursor", "vscode": "VS Code",
-                "gemini": "Gemini CLI"}
-# Gemini CLI reads a project's settings only in a folder the user trusted, so user scope by default.
+                "gemini": "Gemini CLI", "copilot": "Copilot CLI"}
+# Gemini CLI reads a project's settings only in a folder the user trusted, so user scope by default;
+# Copilot CLI's own file (with the keys' `env`) is user-wide.
 DEFAULT_SCOPE = {"claude-code": "project", "codex": "user", "cursor": "project", "vscode": "project",
-                 "gemini": "user"}
+                 "gemini": "user", "copilot": "user"}
 NAME = "conclave"
 TOOLS = ("ask_team", "get_status", "read_workspace", "cancel_job", "list_teams")
 # Codex asks before these (not read-only, and ask_team reaches the providers: open world).
@@ -124,6 +131,8 @@ def config_path(target: str, scope: str, cwd: Path, home: Path, environ: Mapping
             return cwd / ".vscode" / "mcp.json" if project else _vscode_user_dir(home, environ) / "mcp.json"
         case "gemini":
             return (cwd if project else home) / ".gemini" / "settings.json"
+        case "copilot":
+            return cwd / ".mcp.json" if project else home / ".copilot" / "mcp-config.json"
     raise ConfigError(f"unknown install target {target!r}; choose one of {', '.join(TARGETS)}")
 
 
@@ -135,9 +144,15 @@ def _vscode_user_dir(home: Path, environ: Mapping[str, str]) -> Path:
     return Path(environ.get("XDG_CONFIG_HOME") or home / ".config") / "Code" / "User"
 
 
-def json_entry(target: str, command: list[str], approvals: bool = True) -> tuple[str, dict[str, Any]]:
-    """The top-level key and the server entry for the JSON clients."""
+def json_entry(
+    target: str, command: list[str], approvals: bool = True, keys: tuple[str, ...] = ()
+) -> tuple[str, dict[str, Any]]:
+    """The top-level key and the server entry for the JSON clients (`keys`: Copilot CLI's env, the
+    provider keys set now)."""
     entry: dict[str, Any] = {"command": command[0], "args": command[1:]}
+    if target == "copilot":
+        return "mcpServers", {"type": "local", **entry, "env": {name: f"${{{name}}}" for name in keys},
+                              "tools": ["*"]}
     if target == "gemini":
         entry["env"] = {name: f"${name}" for name in KEY_VARIABLES}
         return "mcpServers", {**entry, "trust": True} if approvals else entry
@@ -190,6 +205,7 @@ def plan(
     path = config_path(target, scope, cwd, home, environ)
     changes: list[Change] = []
     hints: list[str] = []
+    keys = tuple(name for name in KEY_VARIABLES if environ.get(name))
     if target == "codex":
         assert path is not None
         table = codex_table(command, approvals)
@@ -197,7 +213,8 @@ def plan(
         after = merge_codex_toml(_read(path), path, table)
         changes.append(Change(path, _read(path), after, what, codex_snippet(table)))
     else:
-        key, entry = json_entry(target, command, approvals)
+        shared = target == "copilot" and scope == "project"  # Claude Code's .mcp.json: its entry, no env
+        key, entry = json_entry("claude-code" if shared else target, command, approvals, keys)
         if path is not None:
             after = merge_json(_read(path), path, key, entry)
             snippet = json.dumps({key: {NAME: entry}}, indent=2) + "\n"
@@ -215,7 +232,24 @@ def plan(
             changes.append(Change(settings, _read(settings), after, "tool approvals",
                                   json.dumps(_nested(wanted), indent=2) + "\n"))
         changes.append(_skill_change(cwd if scope == "project" else home))
+    if target == "copilot":
+        hints += copilot_hints(scope, keys)
     return Plan(target, scope, tuple(command), tuple(changes), tuple(hints))
+
+
+def copilot_hints(scope: str, keys: tuple[str, ...]) -> list[str]:
+    """What Copilot CLI needs that no file can hold: its headless approvals, and keys set later."""
+    trust = " --trust-folder" if scope == "project" else ""
+    hints = [f'Copilot CLI approves tools only on its command line: copilot -p "..." --allow-tool=conclave{trust}']
+    if scope == "project":
+        hints.append("Copilot CLI strips provider keys from a project server's environment: use --scope user "
+                     "(~/.copilot/mcp-config.json lists the keys set when you install) for a team with keys")
+    elif keys:
+        hints.append(f"env passes on {', '.join(keys)}; run install again after setting another provider key")
+    else:
+        hints.append("no provider key is set, so Conclave could run only the `local` demo team: set a key "
+                     "(e.g. ANTHROPIC_API_KEY), then run install again")
+    return hints
 
 
 def _skill_change(root: Path) -> Change:
@@ -294,8 +328,10 @@ def install(
         return EXIT_OK
     for line in write(made):
         out(line)
-    if not any(change.what.startswith("MCP registration") for change in made.changes):
-        for hint in made.hints:  # the registration is the client's own command's to make
+    # Claude Code's hint is an alternative registration (needed only when no file holds it); Copilot
+    # CLI's say what no file can hold.
+    if made.target == "copilot" or not any(change.what.startswith("MCP registration") for change in made.changes):
+        for hint in made.hints:
             out(hint)
     client = CLIENT_NAMES[made.target]
     if not any(change.needed for change in made.changes):

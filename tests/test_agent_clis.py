@@ -157,7 +157,7 @@ def test_copilot_print_mode_delegates_with_the_project_mcp_json(
     setup: tuple[Path, dict[str, str]], fakes: FakeProviders, tmp_path: Path
 ) -> None:
     """Copilot CLI strips variables that look like secrets from an MCP server's environment, so this
-    team runs without a key (like an Ollama team); README.md says how to forward keys to it."""
+    team runs without a key (like an Ollama team); docs/clients.md says how to forward keys to it."""
     _require(COPILOT_JS)
     project, env = setup
     write_team(tmp_path / "config" / "conclave" / "teams" / f"{TEAM}.yaml", fakes, TRIO, name=TEAM,
@@ -169,7 +169,7 @@ def test_copilot_print_mode_delegates_with_the_project_mcp_json(
            "COPILOT_PROVIDER_TYPE": "anthropic", "COPILOT_PROVIDER_API_KEY": "sk-fake",
            "COPILOT_MODEL": "claude-sonnet-5", "COPILOT_OFFLINE": "true", "COPILOT_AUTO_UPDATE": "false"}
     # -p mode reads a project's MCP servers only from a trusted folder, and runs only allowed tools;
-    # both are command-line flags (README.md, "GitHub Copilot CLI").
+    # both are command-line flags (docs/clients.md, "GitHub Copilot CLI").
     done = _run([_node(), str(COPILOT_JS), "-p", f"Ask the conclave team: {TASK}", "--trust-folder",
                  "--allow-tool=conclave"], project, env)
     assert done.returncode == 0

@@ -4,7 +4,7 @@
     describe(plan) -> str                 what would change, with each snippet in the client's format
     write(plan) -> list[str]              the one step that touches the disk: backup, then atomic write
 
-What each client gets, and why (README.md, "Registering with a coding agent", says the same to users):
+What each client gets, and why (docs/clients.md says the same to users):
 - Codex: `[mcp_servers.conclave]` in config.toml, and `approval_mode = "approve"` for `ask_team` and
   `cancel_job` (Codex asks before a tool that is not read-only unless it is non-destructive and
   closed-world, and `codex exec` never approves, so without it a headless run cannot delegate).
@@ -337,9 +337,9 @@ def install(
     if not any(change.needed for change in made.changes):
         out(f"Nothing changed: {client} already has {NAME} set up here.")
     else:
-        approved = " Its non-interactive mode may call the tools (approvals written)." if any(
-            "approvals" in change.what for change in made.changes) else ""
-        out(f"Done. Restart {client} (or reload its MCP servers) to pick up {NAME}.{approved}")
+        out(f"Done. Restart {client} (or reload its MCP servers) to pick up {NAME}.")
+        if any("approvals" in change.what for change in made.changes):
+            out("Its non-interactive mode may call the tools: approvals written (--no-approvals: none).")
     return EXIT_OK
 
 

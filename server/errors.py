@@ -61,6 +61,8 @@ TERMS: dict[str, tuple[str, str]] = {
     "insist_secrets": ('"allow_secrets": true on that context path', "--allow-secret-folders"),
     "list_teams": ("list_teams", "`conclave teams`"),
     "list_jobs": ("a job_id from ask_team's result", "`conclave status`"),
+    "demo_fix": ("ask the user for a provider key (see list_teams) or a subscription member instead",
+                 "set a provider key for a real team (see `conclave teams`)"),
     "ask_again": ("call ask_team again", "run `conclave ask` again"),
     "cancel": ("cancel one with cancel_job", "stop one with Ctrl-C in its `conclave ask`"),
     "read_diff": ("read_workspace(job_id, path='@diff')", "`conclave show JOB --diff`"),

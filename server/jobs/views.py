@@ -209,10 +209,7 @@ def plural(count: int, noun: str) -> str:
 # The bundled 135M model: it shows the protocol working, it is no second opinion (skills/conclave/SKILL.md
 # says the same to the calling agent).
 DEMO_TEAM = "local"
-DEMO_NOTE = (
-    "the `local` team is a 135M-parameter demo: do not rely on its answer for real work; ask the user for "
-    "a provider key (see {teams}) or a subscription member instead"
-)
+DEMO_NOTE = "the `local` team is a 135M-parameter demo: do not rely on its answer for real work; {fix}"
 
 
 def next_hint(state: str, job_id: str, team: str, surface: Surface = "mcp") -> str:
@@ -232,7 +229,7 @@ def next_hint(state: str, job_id: str, team: str, surface: Surface = "mcp") -> s
             hint = (f"see the errors and the reason above; fix what they name (a key, a team file, a provider) "
                     f"and {term('ask_again')}")
     if team == DEMO_TEAM and state not in ("failed", "cancelled"):
-        hint += "; " + DEMO_NOTE.format(teams=term("list_teams"))
+        hint += "; " + DEMO_NOTE.format(fix=term("demo_fix"))
     return say(hint, surface).replace("JOB", job_id)
 
 

@@ -128,11 +128,18 @@ def test_a_bad_flag_shows_that_commands_usage(capsys: pytest.CaptureFixture[str]
     assert caught.value.code == 2 and err.startswith("usage: conclave ask ") and "--bogus" in err
 
 
-def test_inconsistent_flags_are_errors(capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(("argv", "named"), [
+    (["show", "cj-000000000000", "--source", "B1"], "--file"),
+    (["ask", "t", "--force-binary"], "--apply"),
+    (["ask", "t", "--allow-secret-folders"], "--context"),
+    (["serve", "--port", "9000"], "--http"),
+    (["serve", "--http", "--no-front"], "--no-front"),
+])
+def test_inconsistent_flags_are_errors(capsys: pytest.CaptureFixture[str], argv: list[str], named: str) -> None:
     with pytest.raises(SystemExit) as caught:
-        main(["show", "cj-000000000000", "--source", "B1"])
+        main(argv)
     err = capsys.readouterr().err
-    assert caught.value.code == 2 and err.startswith("usage: conclave show ") and "--file" in err
+    assert caught.value.code == 2 and err.startswith(f"usage: conclave {argv[0]} ") and named in err.splitlines()[-1]
 
 
 def test_ask_help_has_examples(capsys: pytest.CaptureFixture[str]) -> None:

@@ -18,6 +18,7 @@ from conclave.cli import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, SCOPES, TARGETS
 from conclave.errors import ConclaveError
 
 
+HTTP_HOST, HTTP_PORT = "127.0.0.1", 8765
 ASK_EXAMPLES = """\
 examples:
   conclave ask "What is the capital of France?"
@@ -43,8 +44,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     serve = _add(commands, "serve", help="run the MCP server (stdio by default)")
     serve.add_argument("--http", action="store_true", help="serve streamable HTTP instead of stdio")
-    serve.add_argument("--host", default="127.0.0.1", help="HTTP bind address (default 127.0.0.1)")
-    serve.add_argument("--port", type=int, default=8765, help="HTTP port (default 8765)")
+    serve.add_argument("--host", default=HTTP_HOST, help=f"HTTP bind address (default {HTTP_HOST})")
+    serve.add_argument("--port", type=int, default=HTTP_PORT, help=f"HTTP port (default {HTTP_PORT})")
     serve.add_argument("--no-front", action="store_true",
                        help="stdio: let the server answer the handshake itself once loaded (no quick front)")
 
@@ -89,6 +90,8 @@ def build_parser() -> argparse.ArgumentParser:
     what.add_argument("--file", metavar="PATH", help="a file of the final tree (or of --source's snapshot)")
     show.add_argument("--source", metavar="LABEL", help="with --file: an answer's snapshot, e.g. B2")
     show.set_defaults(_check=_check_show)
+    ask.set_defaults(_check=_check_ask)
+    serve.set_defaults(_check=_check_serve)
 
     _add(commands, "teams", help="list the team presets and whether their keys are set")
 
@@ -114,6 +117,20 @@ def build_parser() -> argparse.ArgumentParser:
     setup.add_argument("--no-approvals", action="store_true",
                        help="leave tool approvals to the user (headless runs then cannot call the tools)")
     return parser
+
+
+def _check_ask(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    if args.force_binary and not args.apply:
+        parser.error("--force-binary changes what --apply writes: give --apply (or --force-apply) with it")
+    if args.allow_secret_folders and not args.context:
+        parser.error("--allow-secret-folders is about --context folders: give --context PATH with it")
+
+
+def _check_serve(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    if not args.http and (args.host != HTTP_HOST or args.port != HTTP_PORT):
+        parser.error("--host and --port are for HTTP: give --http with them")
+    if args.http and args.no_front:
+        parser.error("--no-front is about stdio's handshake: leave it out with --http")
 
 
 def _check_show(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:

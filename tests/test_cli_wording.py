@@ -262,5 +262,5 @@ def test_ask_closes_with_how_to_see_more_and_the_transcript_reads_as_sentences(
     _, transcript, _ = run(capsys, "show", job[0], "--transcript")
     lines = [line for line in transcript.splitlines() if line.startswith("[")]
     assert lines and not any("{" in line for line in lines), transcript
-    assert any("The job started with agents A (" in line for line in lines)
+    assert any("The job started with agents " in line and "(openai/fake-ann)" in line for line in lines)
     assert any("The job finished: " in line for line in lines)

@@ -212,7 +212,8 @@ class MissingApiKey(ConfigError):
         self.variable = variable
         super().__init__(
             f"{model} needs an API key: set the {variable} environment variable "
-            f"(or pick another team: {term('list_teams')} lists them; {term('team_local')} is a small demo)"
+            f"where the server runs (or pick a team that is ready: {term('list_teams')}; {term('team_local')} "
+            "runs the offline demo, not for real work)"
         )
 
 

@@ -28,7 +28,14 @@ MCP_SYNTAX = re.compile(
     r"context_paths|force_binary|max_cost_usd|job_id|\w+=\[|\w+='|path='|read_workspace|get_status|ask_team|"
     r"cancel_job|list_teams|Value error|validation error|input_value|apply: \""
 )
-KEYS = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY", "OPENROUTER_API_KEY", KEY_ENV)
+KEYS = (
+    "OPENAI_API_KEY",
+    "ANTHROPIC_API_KEY",
+    "GEMINI_API_KEY",
+    "GOOGLE_API_KEY",
+    "OPENROUTER_API_KEY",
+    KEY_ENV,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -116,8 +123,12 @@ def test_the_mcp_error_keeps_the_mcp_names(trio: Path) -> None:
         return caught.value
 
     error = anyio.run(submit)
-    assert str(error).startswith("verify='pytest -q' is not valid: ") and "context_paths=[{path:" in str(error)
-    assert error.render("cli").startswith("--verify 'pytest -q': ") and "--context ./project" in error.render("cli")
+    assert str(error).startswith("verify='pytest -q' is not valid: ") and "context_paths=[{path:" in str(
+        error
+    )
+    assert error.render("cli").startswith("--verify 'pytest -q': ") and "--context ./project" in error.render(
+        "cli"
+    )
 
 
 # Usage ----------------------------------------------------------------------------------------------
@@ -128,18 +139,27 @@ def test_a_bad_flag_shows_that_commands_usage(capsys: pytest.CaptureFixture[str]
     assert caught.value.code == 2 and err.startswith("usage: conclave ask ") and "--bogus" in err
 
 
-@pytest.mark.parametrize(("argv", "named"), [
-    (["show", "cj-000000000000", "--source", "B1"], "--file"),
-    (["ask", "t", "--force-binary"], "--apply"),
-    (["ask", "t", "--allow-secret-folders"], "--context"),
-    (["serve", "--port", "9000"], "--http"),
-    (["serve", "--http", "--no-front"], "--no-front"),
-])
-def test_inconsistent_flags_are_errors(capsys: pytest.CaptureFixture[str], argv: list[str], named: str) -> None:
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [
+        (["show", "cj-000000000000", "--source", "B1"], "--file"),
+        (["ask", "t", "--force-binary"], "--apply"),
+        (["ask", "t", "--allow-secret-folders"], "--context"),
+        (["serve", "--port", "9000"], "--http"),
+        (["serve", "--http", "--no-front"], "--no-front"),
+    ],
+)
+def test_inconsistent_flags_are_errors(
+    capsys: pytest.CaptureFixture[str], argv: list[str], named: str
+) -> None:
     with pytest.raises(SystemExit) as caught:
         main(argv)
     err = capsys.readouterr().err
-    assert caught.value.code == 2 and err.startswith(f"usage: conclave {argv[0]} ") and named in err.splitlines()[-1]
+    assert (
+        caught.value.code == 2
+        and err.startswith(f"usage: conclave {argv[0]} ")
+        and named in err.splitlines()[-1]
+    )
 
 
 def test_ask_help_has_examples(capsys: pytest.CaptureFixture[str]) -> None:
@@ -212,8 +232,15 @@ async def test_list_teams_says_not_reachable_too(
 
 # Tallies by answer ----------------------------------------------------------------------------------
 def a_view(**fields: object) -> JobView:
-    base: dict[str, object] = {"job_id": "cj-000000000001", "state": "running", "phase": "voting", "elapsed_s": 3,
-                               "team": "t", "task": "What is 2 + 2?", "next": "-"}
+    base: dict[str, object] = {
+        "job_id": "cj-000000000001",
+        "state": "running",
+        "phase": "voting",
+        "elapsed_s": 3,
+        "team": "t",
+        "task": "What is 2 + 2?",
+        "next": "-",
+    }
     return JobView.model_validate(base | fields)
 
 
@@ -234,8 +261,11 @@ def test_the_tally_groups_equivalent_answers() -> None:
 
 
 def test_no_zero_vote_leader_and_no_empty_estimate() -> None:
-    view = a_view(tally={"A1": 0}, leading=Leading(label="A1", votes=0, preview="x"),
-                  estimate=Estimate(jobs=0, note="no past job of this team on this server"))
+    view = a_view(
+        tally={"A1": 0},
+        leading=Leading(label="A1", votes=0, preview="x"),
+        estimate=Estimate(jobs=0, note="no past job of this team on this server"),
+    )
     out = shown(view)
     assert "leading" not in out and "estimate" not in out and "votes by answer" not in out
     view = a_view(tally={"A1": 1}, leading=Leading(label="A1", votes=1, preview="x"))
@@ -243,9 +273,14 @@ def test_no_zero_vote_leader_and_no_empty_estimate() -> None:
 
 
 def test_lines_wrap_at_word_boundaries() -> None:
-    view = a_view(state="completed", winner="C1", tally={"A1": 1, "C1": 1, "B1": 1}, agree=[["A1", "C1"]],
-                  majority="a majority: 2 of 3 votes (with A1: the same answer); every agent voted",
-                  reason="every active agent voted for an answer after the last new answer was posted")
+    view = a_view(
+        state="completed",
+        winner="C1",
+        tally={"A1": 1, "C1": 1, "B1": 1},
+        agree=[["A1", "C1"]],
+        majority="a majority: 2 of 3 votes (with A1: the same answer); every agent voted",
+        reason="every active agent voted for an answer after the last new answer was posted",
+    )
     out = shown(view, width=50)
     assert all(len(line) <= 50 for line in out.splitlines())
     assert "2 of 3 votes" in out and "every agent voted" in out.replace("\n    ", " ")

@@ -24,7 +24,9 @@ def docs_text() -> str:
     return "\n".join(path.read_text(encoding="utf-8") for path in sorted(DOCS.glob("*.md")))
 
 
-def commands(parser: argparse.ArgumentParser, prefix: str = "conclave") -> Iterator[tuple[str, argparse.ArgumentParser]]:
+def commands(
+    parser: argparse.ArgumentParser, prefix: str = "conclave"
+) -> Iterator[tuple[str, argparse.ArgumentParser]]:
     """Every (sub)command's name and parser, the top level included."""
     yield prefix, parser
     for action in parser._actions:  # argparse keeps its subparsers here only
@@ -36,8 +38,11 @@ def commands(parser: argparse.ArgumentParser, prefix: str = "conclave") -> Itera
 def test_every_setting_is_documented() -> None:
     settings = (DOCS / "settings.md").read_text(encoding="utf-8")
     prefix = Settings.model_config.get("env_prefix", "")
-    missing = [f"{prefix}{name}".upper() for name in Settings.model_fields
-               if f"`{prefix}{name}`".upper() not in settings.upper()]
+    missing = [
+        f"{prefix}{name}".upper()
+        for name in Settings.model_fields
+        if f"`{prefix}{name}`".upper() not in settings.upper()
+    ]
     assert not missing, f"add these to docs/settings.md's table: {missing}"
 
 
@@ -78,8 +83,10 @@ def test_the_readme_is_short_with_a_table_of_contents_that_resolves() -> None:
     lines = text.splitlines()
     assert len(lines) <= 250
     assert [n for n, line in enumerate(lines, 1) if len(line) > 110] == []
-    headings = {re.sub(r"[^\w\- ]", "", h).strip().lower().replace(" ", "-")
-                for h in re.findall(r"(?m)^## (.+)$", text)}
+    headings = {
+        re.sub(r"[^\w\- ]", "", h).strip().lower().replace(" ", "-")
+        for h in re.findall(r"(?m)^## (.+)$", text)
+    }
     contents = text.split("## Contents", 1)[1].split("\n## ", 1)[0]
     anchors = re.findall(r"\]\(#([\w-]+)\)", contents)
     assert len(anchors) >= 8 and set(anchors) <= headings, set(anchors) - headings

@@ -16,7 +16,9 @@ from typing import Any
 MANIFEST = Path(__file__).resolve().parents[1] / "server" / "app" / "manifest.json"
 SNAKE = re.compile(r"\b[a-z][a-z0-9]*(?:_[a-z0-9]+)+\b")  # parse_context_paths, job_id
 CONSTANT = re.compile(r"\b[A-Z][A-Z0-9]{3,}\b|\b[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+\b")  # CALLER, MAX_WAIT_S
-MODULE = re.compile(r"\bconclave\.\w+|\b(?:server|tools|tests|bench)/[\w/]+\.py\b")  # conclave.files, server/x.py
+MODULE = re.compile(
+    r"\bconclave\.\w+|\b(?:server|tools|tests|bench)/[\w/]+\.py\b"
+)  # conclave.files, server/x.py
 # Words in capitals a reader knows; variables a user sets (keys, CONCLAVE_* settings).
 PLAIN_CAPS = {"JSON", "YAML", "HTTP", "HTTPS", "UTF", "NUL", "PATH"}
 USER_VARIABLE = re.compile(r"^(CONCLAVE_\w+|\w+_API_KEY)$")
@@ -54,15 +56,23 @@ def names(node: Any) -> Iterator[str]:
 
 def internal_names(text: str, known: set[str]) -> list[str]:
     found = [word for word in SNAKE.findall(text) if word not in known]
-    found += [word for word in CONSTANT.findall(text) if word not in PLAIN_CAPS and not USER_VARIABLE.match(word)]
+    found += [
+        word for word in CONSTANT.findall(text) if word not in PLAIN_CAPS and not USER_VARIABLE.match(word)
+    ]
     return found + MODULE.findall(text)
 
 
 def test_the_checker_catches_what_leaked_before() -> None:
-    leaked = ("Validated with the context `CALLER` (as `parse_context_paths` does when a job is submitted); "
-              "see conclave.files.contexts and MAX_WAIT_S")
-    assert internal_names(leaked, {"context_paths"}) == ["parse_context_paths", "CALLER", "MAX_WAIT_S",
-                                                         "conclave.files"]
+    leaked = (
+        "Validated with the context `CALLER` (as `parse_context_paths` does when a job is submitted); "
+        "see conclave.files.contexts and MAX_WAIT_S"
+    )
+    assert internal_names(leaked, {"context_paths"}) == [
+        "parse_context_paths",
+        "CALLER",
+        "MAX_WAIT_S",
+        "conclave.files",
+    ]
     assert internal_names("set OPENAI_API_KEY or CONCLAVE_MAX_JOBS; JSON or YAML", set()) == []
 
 

@@ -176,7 +176,8 @@ async def test_a_verify_that_cannot_run_is_refused_at_submit(
 ) -> None:
     team = str(write_team(tmp_path / "team.yaml", fakes, TRIO))
     async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV) as service:
-        with pytest.raises(InputError, match=r"verify='pytest -q' is not valid: .*needs the project folder: give it with context_paths"):
+        refused = r"verify='pytest -q' is not valid: .*needs the project folder: give it with context_paths"
+        with pytest.raises(InputError, match=refused):
             await service.submit(TASK, team, verify="pytest -q")
         with pytest.raises(InputError, match="verify"):
             await service.submit(TASK, team, [{"path": str(project)}], verify="   ")

@@ -17,7 +17,6 @@ from conclave import __version__
 from conclave.cli import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, SCOPES, TARGETS
 from conclave.errors import ConclaveError
 
-
 HTTP_HOST, HTTP_PORT = "127.0.0.1", 8765
 ASK_EXAMPLES = """\
 examples:

@@ -52,8 +52,9 @@ def tally_by_answer(view: JobView, texts: Mapping[str, str]) -> list[AnswerVotes
 
 def wrapped(text: str, width: int, style: str = "") -> Text:
     """`text` wrapped at word boundaries to `width`, continuation lines indented."""
-    lines = textwrap.wrap(text, max(width, 40), subsequent_indent="    ", break_long_words=False,
-                          break_on_hyphens=False) or [""]
+    lines = textwrap.wrap(
+        text, max(width, 40), subsequent_indent="    ", break_long_words=False, break_on_hyphens=False
+    ) or [""]
     return Text("\n".join(lines), style=style)
 
 
@@ -74,12 +75,15 @@ def render(view: JobView, texts: Mapping[str, str] | None = None, width: int = 1
     if any(group.votes for group in groups):
         lines.append(wrapped("votes by answer: " + "; ".join(group.text() for group in groups), width))
     if view.checks:
-        lines.append(wrapped("checks: " + "; ".join(f"{label} {check}" for label, check in view.checks.items()),
-                             width))
+        lines.append(
+            wrapped("checks: " + "; ".join(f"{label} {check}" for label, check in view.checks.items()), width)
+        )
     if view.estimate is not None and (view.estimate.tokens or view.estimate.cost_usd):
         lines.append(wrapped(f"estimate: {estimate_text(view.estimate)}", width))
     if view.leading is not None and view.leading.votes > 0:
-        lines.append(wrapped(f"leading: {view.leading.label} with {plural(view.leading.votes, 'vote')}", width))
+        lines.append(
+            wrapped(f"leading: {view.leading.label} with {plural(view.leading.votes, 'vote')}", width)
+        )
     if view.done:
         lines += closing(view, width)
     return Group(*lines)
@@ -97,7 +101,9 @@ def closing(view: JobView, width: int) -> list[Text]:
     for letter, error in view.errors.items():
         lines.append(wrapped(f"{letter} failed: {error}", width))
     cost = f", ${view.usage.cost_usd:.4f}" if view.usage.cost_usd is not None else ""
-    lines.append(Text(f"usage: {view.usage.input_tokens:,} tokens in, {view.usage.output_tokens:,} out{cost}"))
+    lines.append(
+        Text(f"usage: {view.usage.input_tokens:,} tokens in, {view.usage.output_tokens:,} out{cost}")
+    )
     return lines
 
 

@@ -16,7 +16,15 @@ from pathlib import Path, PurePosixPath
 from typing import Annotated, Literal
 
 import anyio.to_thread
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic.json_schema import SkipJsonSchema
 
 from conclave.errors import ContextTooLarge, InputError, term

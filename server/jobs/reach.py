@@ -45,7 +45,9 @@ async def unreachable(urls: Iterable[str], timeout: float = PROBE_S) -> dict[str
         except TimeoutError:
             failed[url] = f"no answer within {timeout:g} s"
         except OSError as exc:
-            refused = isinstance(exc, ConnectionRefusedError) or isinstance(exc.__cause__, ConnectionRefusedError)
+            refused = isinstance(exc, ConnectionRefusedError) or isinstance(
+                exc.__cause__, ConnectionRefusedError
+            )
             failed[url] = "connection refused" if refused else exc.strerror or str(exc) or type(exc).__name__
 
     async with anyio.create_task_group() as tg:

@@ -16,10 +16,10 @@ import anyio.to_thread
 from pydantic import BaseModel, ConfigDict, Field
 
 from conclave.config import LABEL
+from conclave.coordination.reports import JobEvent
 from conclave.errors import InputError, term
 from conclave.files.trees import list_tree, read_bytes
 from conclave.files.workspaces import Workspaces
-from conclave.coordination.reports import JobEvent
 from conclave.jobs.store import JobRow, Store
 
 MAX_LIMIT = 100_000
@@ -68,7 +68,8 @@ async def read_job(
             return _page(row.id, path, _text(store, row, path.strip("/")), offset, limit)
         source = "final"  # a file path on its own reads the final tree, as the tool says
     if workspaces is None:
-        raise InputError("source", source, f"this job has no files (it was given no {term('context_paths')}); leave source empty")
+        no_files = f"this job has no files (it was given no {term('context_paths')}); leave source empty"
+        raise InputError("source", source, no_files)
     if not isinstance(source, str) or not (source == "final" or LABEL.fullmatch(source)):
         raise InputError("source", source, "use 'final' or an answer label such as B2")
     tree = workspaces.source(source)
@@ -118,7 +119,8 @@ async def _files(tree: Path) -> list[str]:
 
 async def _patch(row: JobRow, workspaces: Workspaces | None) -> str:
     if workspaces is None:
-        raise InputError("path", "@diff", f"this job has no files (it was given no {term('context_paths')}), so no diff")
+        no_files = f"this job has no files (it was given no {term('context_paths')}), so no diff"
+        raise InputError("path", "@diff", no_files)
     patch = workspaces.patch
     if not patch.exists():
         raise InputError("path", "@diff", f"the diff is written when the job ends (state: {row.state}); try later")

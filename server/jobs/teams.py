@@ -10,7 +10,6 @@ from pydantic import BaseModel, ConfigDict, Field
 from conclave.config import ConfigError, Team, resolve_team
 from conclave.jobs.views import DEMO_TEAM, plural
 
-
 WIDTH = 96  # `conclave teams` lines: a terminal's width, never a 200-character line
 
 

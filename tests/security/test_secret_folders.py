@@ -64,7 +64,8 @@ async def test_over_mcp_the_refusal_names_the_argument(tmp_path: Path, fakes: Fa
     async with JobService.open(settings, environ=ENV) as service:
         async with Client(create_app(service, settings)) as client:
             refused = await client.call_tool(
-                "ask_team", {"task": "t", "team": team, "context_paths": [{"path": str(home)}]},
+                "ask_team",
+                {"task": "t", "team": team, "context_paths": [{"path": str(home)}]},
                 raise_on_error=False,
             )
     message = refused.content[0].text  # type: ignore[union-attr]

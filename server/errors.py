@@ -279,7 +279,8 @@ class ApplyConflict(ApplyError):
         self.target, self.conflicts = target, conflicts
         listed = ", ".join(f"{path} ({why})" for path, why in sorted(conflicts.items()))
         super().__init__(
-            f"nothing was applied to {target}: {len(conflicts)} file(s) changed there since the job "
+            f"nothing was applied to {target}: {len(conflicts)} file{'s' if len(conflicts) != 1 else ''} changed "
+            "there since the job "
             f"started: {listed}. Review those changes, then apply the patch by hand (read it with "
             f"{term('read_diff')}; `git apply` reports each conflict) or run the task again"
         )

@@ -27,13 +27,88 @@
         └── ApplyFailed       a write failed midway: everything written was rolled back
 
 `app.py` translates these into MCP tool errors in one place; anything else is a bug.
+
+One error, two surfaces: a message names arguments and commands through `term("...")` markers, and
+`render("mcp")` (what `str()` gives, so MCP tool errors keep the MCP names) or `render("cli")` (what
+the `conclave` command prints) spells them the way that surface's user types them: `context_paths`
+or `--context`, `read_workspace(job_id, path='@diff')` or `conclave show JOB --diff`
+(tests/test_cli_wording.py checks no CLI message carries MCP syntax).
 """
 
 from __future__ import annotations
 
+import re
+from typing import Literal
+
+Surface = Literal["mcp", "cli"]
+# What a message may name, as the MCP caller and as the CLI user would type it.
+TERMS: dict[str, tuple[str, str]] = {
+    "task": ("task", "TASK"),
+    "team": ("team", "--team"),
+    "team_local": ("team='local'", "--team local"),
+    "context_paths": ("context_paths", "--context"),
+    "context_example": ("context_paths=[{path: '/abs/project'}]", "--context ./project"),
+    "context_write": ("a context path with permission 'write'", "a --context PATH:write folder"),
+    "apply": ("apply", "--apply"),
+    "apply_force": ('apply: "force"', "--force-apply"),
+    "force_binary": ("force_binary=true", "--force-binary"),
+    "verify": ("verify", "--verify"),
+    "max_cost_usd": ("max_cost_usd", "--max-cost"),
+    "max_tokens": ("max_tokens", "--max-tokens"),
+    "job_id": ("job_id", "JOB"),
+    "source": ("source", "--source"),
+    "offset": ("offset", "offset"),
+    "limit": ("limit", "limit"),
+    "insist_secrets": ('"allow_secrets": true on that context path', "--allow-secret-folders"),
+    "list_teams": ("list_teams", "`conclave teams`"),
+    "list_jobs": ("a job_id from ask_team's result", "`conclave status`"),
+    "demo_fix": ("ask the user for a provider key (see list_teams) or a subscription member instead",
+                 "set a provider key for a real team (see `conclave teams`)"),
+    "ask_again": ("call ask_team again", "run `conclave ask` again"),
+    "cancel": ("cancel one with cancel_job", "stop one with Ctrl-C in its `conclave ask`"),
+    "read_diff": ("read_workspace(job_id, path='@diff')", "`conclave show JOB --diff`"),
+    "read_transcript": ("read_workspace(job_id, path='transcript')", "`conclave show JOB --transcript`"),
+    "read_answers": ("read_workspace(job_id)", "`conclave show JOB --answers`"),
+    "list_files": ("read_workspace with path='' and the same source", "`conclave show JOB`"),
+    "wait": ("call get_status with job_id and wait_seconds=45", "run `conclave status JOB`"),
+    "follow_up": ("call ask_team with follow_up=JOB and your next message", 'run `conclave ask --follow-up JOB "..."`'),
+    "steer": ("steer_job adds a note the agents see from their next turn", '`conclave steer JOB "..."` adds a note'),
+}
+_MARK = re.compile(r"\x1e(\w+)\x1e")
+# CLI `conclave show` options by what read_workspace's `path` names.
+_SHOW_FLAGS = {"@diff": "--diff", "transcript": "--transcript", "final": "(the final answer)"}
+
+
+def term(name: str) -> str:
+    """A marker for TERMS[name], spelled per surface when the message is rendered."""
+    if name not in TERMS:
+        raise KeyError(f"unknown term {name!r}: add it to conclave.errors.TERMS")
+    return f"\x1e{name}\x1e"
+
+
+def say(text: str, surface: Surface = "mcp") -> str:
+    """`text` with its terms spelled for `surface`."""
+    index = 0 if surface == "mcp" else 1
+    return _MARK.sub(lambda m: TERMS.get(m.group(1), (m.group(1), m.group(1)))[index], text)
+
+
+def cli_field(field: str, value: object) -> str:
+    """An MCP argument path (`context_paths[0].path`) as the CLI flag that set it (`--context`)."""
+    head = re.split(r"[.\[]", field, maxsplit=1)[0]
+    if head == "path":
+        return _SHOW_FLAGS.get(str(value), "--file")
+    return TERMS[head][1] if head in TERMS else field
+
 
 class ConclaveError(Exception):
     """Base of every deliberate Conclave error."""
+
+    def __str__(self) -> str:
+        return self.render("mcp")
+
+    def render(self, surface: Surface) -> str:
+        """The message as that surface's user names things."""
+        return say(str(self.args[0]) if self.args else "", surface)
 
 
 class InputError(ConclaveError):
@@ -41,17 +116,34 @@ class InputError(ConclaveError):
 
     def __init__(self, field: str, value: object, fix: str) -> None:
         self.field, self.value, self.fix = field, value, fix
-        shown = repr(value)
-        if len(shown) > 80:
-            shown = shown[:77] + "..."
-        super().__init__(f"{field}={shown} is not valid: {fix}")
+        self._by_field = True  # subclasses with a message of their own render that instead
+        super().__init__(f"{field}={_shown(value)} is not valid: {fix}")
+
+    def render(self, surface: Surface) -> str:
+        """MCP: `field=value is not valid: fix`; CLI: the flag that set the value, then the fix."""
+        if surface == "mcp" or not getattr(self, "_by_field", False):
+            return super().render(surface)
+        flag = cli_field(self.field, self.value)
+        if flag.startswith("(") or isinstance(self.value, bool) or not isinstance(self.value, (str, int, float)):
+            return f"{flag}: {say(self.fix, 'cli')}"
+        return f"{flag} {_shown(self.value)}: {say(self.fix, 'cli')}"
+
+
+def _shown(value: object) -> str:
+    shown = repr(value)
+    return shown if len(shown) <= 80 else shown[:77] + "..."
 
 
 class JobNotFound(InputError):
     """No job with that id exists in the store."""
 
     def __init__(self, job_id: str) -> None:
-        super().__init__("job_id", job_id, "no such job; list recent jobs with `conclave status`")
+        super().__init__("job_id", job_id, f"no such job; list recent jobs with {term('list_jobs')}")
+
+    def render(self, surface: Surface) -> str:
+        if surface == "mcp":
+            return super().render(surface)
+        return f"no job {_shown(self.value)} here; list recent jobs with {say(term('list_jobs'), surface)}"
 
 
 class PathOutsideRoot(InputError):
@@ -90,7 +182,7 @@ class QueueFull(InputError):
         self.field, self.value = "task", f"<{queued} queued jobs>"
         self.fix = (
             f"{queued} jobs are already waiting for a slot (CONCLAVE_MAX_QUEUED={cap}); wait for one to "
-            "finish, cancel one with cancel_job, or raise CONCLAVE_MAX_QUEUED"
+            f"finish, {term('cancel')}, or raise CONCLAVE_MAX_QUEUED"
         )
         ConclaveError.__init__(self, f"the job queue is full: {self.fix}")
 
@@ -158,7 +250,8 @@ class MissingApiKey(ConfigError):
         self.variable = variable
         super().__init__(
             f"{model} needs an API key: set the {variable} environment variable "
-            f"(or pick another team, e.g. team='local')"
+            f"where the server runs (or pick a team that is ready: {term('list_teams')}; {term('team_local')} "
+            "runs the offline demo, not for real work)"
         )
 
 
@@ -229,9 +322,10 @@ class ApplyConflict(ApplyError):
         self.target, self.conflicts = target, conflicts
         listed = ", ".join(f"{path} ({why})" for path, why in sorted(conflicts.items()))
         super().__init__(
-            f"nothing was applied to {target}: {len(conflicts)} file(s) changed there since the job "
+            f"nothing was applied to {target}: {len(conflicts)} file{'s' if len(conflicts) != 1 else ''} changed "
+            "there since the job "
             f"started: {listed}. Review those changes, then apply the patch by hand (read it with "
-            f"read_workspace path='@diff'; `git apply` reports each conflict) or run the task again"
+            f"{term('read_diff')}; `git apply` reports each conflict) or run the task again"
         )
 
 

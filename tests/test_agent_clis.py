@@ -184,7 +184,7 @@ def test_copilot_print_mode_delegates_with_the_project_mcp_json(
     setup: tuple[Path, dict[str, str]], fakes: FakeProviders, tmp_path: Path
 ) -> None:
     """Copilot CLI strips variables that look like secrets from an MCP server's environment, so this
-    team runs without a key (like an Ollama team); README.md says how to forward keys to it."""
+    team runs without a key (like an Ollama team); docs/clients.md says how to forward keys to it."""
     _require(COPILOT_JS)
     project, env = setup
     write_team(tmp_path / "config" / "conclave" / "teams" / f"{TEAM}.yaml", fakes, TRIO, name=TEAM,
@@ -196,11 +196,35 @@ def test_copilot_print_mode_delegates_with_the_project_mcp_json(
            "COPILOT_PROVIDER_TYPE": "anthropic", "COPILOT_PROVIDER_API_KEY": "sk-fake",
            "COPILOT_MODEL": "claude-sonnet-5", "COPILOT_OFFLINE": "true", "COPILOT_AUTO_UPDATE": "false"}
     # -p mode reads a project's MCP servers only from a trusted folder, and runs only allowed tools;
-    # both are command-line flags (README.md, "GitHub Copilot CLI").
+    # both are command-line flags (docs/clients.md, "GitHub Copilot CLI").
     done = _run([_node(), str(COPILOT_JS), "-p", f"Ask the conclave team: {TASK}", "--trust-folder",
                  "--allow-tool=conclave"], project, env)
     assert done.returncode == 0
     assert {"conclave-ask_team", "conclave-get_status"} <= set(agent.first_step or []), agent.first_step
+    assert agent.calls[0] == "ask_team" and "get_status" in agent.calls[1:], agent.calls
+    final = json.loads(agent.results[-1][agent.results[-1].find('{"'):])
+    assert final["state"] == "completed" and f"{FINAL_PREFIX} {final['answer']}" in done.stdout
+
+
+def test_copilot_print_mode_delegates_with_what_install_copilot_wrote(
+    setup: tuple[Path, dict[str, str]], fakes: FakeProviders
+) -> None:
+    """`conclave install copilot --write`: ~/.copilot/mcp-config.json with `env` naming the key set now,
+    so the team's key reaches Conclave although Copilot CLI strips secrets from a server's environment."""
+    _require(COPILOT_JS)
+    project, env = setup
+    said = _install("copilot", project, env)
+    config = json.loads((Path(env["HOME"]) / ".copilot" / "mcp-config.json").read_text(encoding="utf-8"))
+    assert config["mcpServers"]["conclave"]["env"] == {TEAM_KEY: f"${{{TEAM_KEY}}}"}, said
+    assert "--allow-tool=conclave" in said
+    agent = CodingAgent("anthropic", TASK, TEAM)
+    fakes.script.set_default("copilot", agent)
+    env = {**env, "COPILOT_PROVIDER_BASE_URL": fakes.base_url("anthropic", "copilot"),
+           "COPILOT_PROVIDER_TYPE": "anthropic", "COPILOT_PROVIDER_API_KEY": "sk-fake",
+           "COPILOT_MODEL": "claude-sonnet-5", "COPILOT_OFFLINE": "true", "COPILOT_AUTO_UPDATE": "false"}
+    done = _run([_node(), str(COPILOT_JS), "-p", f"Ask the conclave team: {TASK}", "--allow-tool=conclave"],
+                project, env)
+    assert done.returncode == 0
     assert agent.calls[0] == "ask_team" and "get_status" in agent.calls[1:], agent.calls
     final = json.loads(agent.results[-1][agent.results[-1].find('{"'):])
     assert final["state"] == "completed" and f"{FINAL_PREFIX} {final['answer']}" in done.stdout

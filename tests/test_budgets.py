@@ -159,7 +159,7 @@ async def test_the_estimate_comes_from_past_jobs_and_list_teams_shows_history(tm
                price={"input": 2.0, "output": 8.0})
     env = {**ENV, "XDG_CONFIG_HOME": str(config)}
     async with JobService.open(Settings(home=tmp_path / "state"), environ=env, retry=FAST) as service:
-        assert next(t for t in service.teams().teams if t.name == "priced").history is None
+        assert next(t for t in (await service.teams()).teams if t.name == "priced").history is None
         first = await service.submit(TASK, "priced", max_tokens=10**6)
         assert first.estimate is not None and first.estimate.jobs == 0 and first.estimate.tokens is None
         assert "no past jobs of team 'priced'" in first.estimate.note
@@ -171,7 +171,7 @@ async def test_the_estimate_comes_from_past_jobs_and_list_teams_shows_history(tm
                 done = await service.wait(first.job_id, 10)
         assert done.estimate is None  # once done, `usage` says what it took
         second = await service.submit(TASK, "priced")
-        teams = service.teams()
+        teams = (await service.teams())
         listed = next(t for t in teams.teams if t.name == "priced")
         await service.cancel(second.job_id)
 
@@ -180,4 +180,4 @@ async def test_the_estimate_comes_from_past_jobs_and_list_teams_shows_history(tm
     assert second.estimate.cost_usd == [round(cost, 4), round(cost, 4)] and second.estimate.typical_tokens == tokens
     assert listed.history is not None and (listed.history.jobs, listed.history.typical_tokens) == (1, tokens)
     assert listed.history.typical_cost_usd == round(cost, 4)
-    assert f"typically {tokens:,} tokens, ${round(cost, 4):.4f} per job (1 past jobs here)" in teams.text()
+    assert f"typically {tokens:,} tokens, ${round(cost, 4):.4f} per job (1 past job here)" in teams.text()

@@ -108,7 +108,7 @@ async def test_the_answer_that_passes_the_tests_wins_over_the_voters_favourite(
     # read_workspace serves the whole output, the listing names it, the transcript records each check
     assert "FAILED test_calc.py::test_add - assert 6 == 5" in failing_output and failing_output.startswith(f"$ {CHECK}\n")
     assert {f"verify/{ann}", f"verify/{bob}", f"verify/{cy}"} <= set(listing)
-    assert f"check of {bob}: failed (exit 1" in transcript and f"whole output: verify/{bob}" in transcript
+    assert f"The check of {bob} failed (exit 1" in transcript and f"its whole output is verify/{bob}" in transcript
     # the checks ran on copies: every snapshot is as its author left it, and the copies are gone
     assert (job_dir / "snapshots" / ann / "proj" / "calc.py").read_text() == CALC.replace("a - b", "a + b")
     assert not (job_dir / "checks").exists() or not any((job_dir / "checks").iterdir())
@@ -176,7 +176,8 @@ async def test_a_verify_that_cannot_run_is_refused_at_submit(
 ) -> None:
     team = str(write_team(tmp_path / "team.yaml", fakes, TRIO))
     async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV) as service:
-        with pytest.raises(InputError, match=r"verify='pytest -q' is not valid: .*needs context_paths"):
+        refused = r"verify='pytest -q' is not valid: .*needs the project folder: give it with context_paths"
+        with pytest.raises(InputError, match=refused):
             await service.submit(TASK, team, verify="pytest -q")
         with pytest.raises(InputError, match="verify"):
             await service.submit(TASK, team, [{"path": str(project)}], verify="   ")

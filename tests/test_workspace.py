@@ -141,12 +141,12 @@ def test_missing_path_is_refused_with_the_fix(tmp_path):
     with pytest.raises(ValidationError) as caught:
         ContextPath.model_validate({"path": str(tmp_path / "nope")}, context=CALLER)
     text = str(caught.value)
-    assert "path" in text and "nope' does not exist" in text and "give an existing directory" in text
+    assert "path" in text and "it does not exist; give an existing directory" in text
 
 
 def test_file_instead_of_directory_is_refused(tmp_path):
     (tmp_path / "f.txt").write_text("x")
-    with pytest.raises(ValidationError, match="is a file, not a directory: give the folder"):
+    with pytest.raises(ValidationError, match="is a file, not a directory; give the folder"):
         ContextPath.model_validate({"path": str(tmp_path / "f.txt")}, context=CALLER)
     with pytest.raises(ValidationError, match="permission"):
         ContextPath.model_validate({"path": str(tmp_path), "permission": "admin"}, context=CALLER)

@@ -24,12 +24,14 @@ async def ask_team(
         str | None,
         Field(description="A preset name (see list_teams), or the path of a team YAML file in the user's team "
                           "folder or a folder the user listed in CONCLAVE_TEAM_DIRS (a project's own team files "
-                          "are not trusted); omit for the default."),
+                          "are not trusted); omit for the default. The `local` preset is a tiny demo model: do "
+                          "not use it for real work."),
     ] = None,
     context_paths: Annotated[
         list[ContextPath] | None,
-        Field(description="Project folders copied into every agent's workspace (the originals are never "
-                          "touched while the team works); the result carries a diff of the winner's changes."),
+        Field(description="Project folders copied into every agent's workspace, so their files go to every "
+                          "model provider in the team (the originals are never touched while the team works); "
+                          "the result carries a diff of the winner's changes."),
     ] = None,
     wait_seconds: Annotated[
         float,

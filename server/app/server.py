@@ -52,8 +52,9 @@ read each other's answers anonymously, improve them or vote, and the winner writ
 Use it for questions where a second and third opinion pay: design decisions, tricky bugs, reviews.
 
 1. ask_team(task) starts a job and waits up to wait_seconds (at most {MAX_WAIT_S}) for it. Write the
-   task self-contained: the team sees nothing of your conversation. list_teams shows the teams
-   (pass one as `team`) and which API keys are missing.
+   task self-contained: the team sees nothing of your conversation, and the task and the files of
+   context_paths go to every model provider in the team. list_teams shows the teams (pass one as
+   `team`) and which are ready; the `local` team is a tiny offline demo: never give it real work.
 2. If the job is not done yet, call get_status(job_id, wait_seconds=45) until `state` is completed,
    failed, cancelled or interrupted. Every result carries a `next` hint: follow it.
 3. The final answer is in `answer`; read_workspace(job_id) lists and pages through every agent's

@@ -13,27 +13,28 @@ import sys
 import time
 import webbrowser
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import asynccontextmanager, contextmanager, suppress
 from pathlib import Path
 
 import anyio
 from rich.console import Console, Group
 from rich.live import Live
-from rich.table import Table
 from rich.text import Text
 
 from conclave.cli import EXIT_FAILED, EXIT_OK
+from conclave.cli.render import render, see_more, wrapped
 from conclave.cli.terminal import printable
 from conclave.config import list_presets, load_team_file
 from conclave.errors import ConclaveError, JobNotFound
 from conclave.jobs.estimate import history
+from conclave.jobs.reach import endpoints, unreachable
 from conclave.jobs.reader import WorkspacePage as ReadPage
 from conclave.jobs.reader import job_workspaces, read_whole
 from conclave.jobs.service import JobService
 from conclave.jobs.steering import note_views
 from conclave.jobs.store import Store
 from conclave.jobs.teams import team_list
-from conclave.jobs.views import JobView, estimate_text, job_view
+from conclave.jobs.views import DEMO_TEAM, JobView, job_view
 from conclave.jobs.web_link import WebServed, served
 from conclave.settings import Settings
 
@@ -45,7 +46,8 @@ def ask(args: argparse.Namespace) -> int:
 async def _ask(args: argparse.Namespace, console: Console) -> int:
     settings = Settings()
     async with JobService.open(settings) as service, _web_for_ask(settings, args.web) as web:
-        contexts = context_arguments(args.context) if args.context or not args.follow_up else None
+        contexts = (context_arguments(args.context, args.allow_secret_folders)
+                    if args.context or not args.follow_up else None)
         view = await service.submit(
             args.task, args.team, contexts, args.apply, args.force_binary,
             allow_artifacts=args.allow_artifacts, verify=args.verify, max_cost_usd=args.max_cost,
@@ -60,19 +62,32 @@ async def _ask(args: argparse.Namespace, console: Console) -> int:
                 view = await service.wait(view.job_id, 50)
             print(json.dumps(view.model_dump(mode="json"), indent=2))
             return EXIT_OK if view.state == "completed" else EXIT_FAILED
+        texts: dict[str, str] = {}
+
+        async def shown(view: JobView) -> Group:
+            for label in view.tally:  # answers never change once posted: each is read once
+                if label not in texts:
+                    with suppress(ConclaveError):
+                        texts[label] = (await service.read(view.job_id, f"answers/{label}", None, 0, 4000)).content
+            return render(view, texts, console.width)
+
         try:
-            with Live(render(view), console=console, refresh_per_second=4, transient=True) as live:
+            with Live(await shown(view), console=console, refresh_per_second=4, transient=True) as live:
                 while not view.done:
                     view = await service.wait(view.job_id, 1.0)
-                    live.update(render(view))
+                    live.update(await shown(view))
         except (KeyboardInterrupt, anyio.get_cancelled_exc_class()):
             with anyio.CancelScope(shield=True):
                 await service.cancel(view.job_id)
             raise
-        console.print(render(view))
+        console.print(await shown(view))
         if view.answer is not None:
             console.rule("Final answer")
             console.print(Text(printable(view.answer)))
+        if view.team == DEMO_TEAM:
+            console.print(wrapped("note: the local team is a 135M-parameter demo of the protocol, not a second "
+                                  "opinion; `conclave teams` shows the teams your keys allow", console.width))
+        console.print(see_more(view))
         return EXIT_OK if view.state == "completed" else EXIT_FAILED
 
 
@@ -98,53 +113,13 @@ def web(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def context_arguments(values: Sequence[str]) -> list[object]:
+def context_arguments(values: Sequence[str], allow_secrets: bool = False) -> list[object]:
     """`--context PATH[:write]` as ask_team's context_paths."""
     paths: list[object] = []
     for value in values:
         path, _, permission = value.rpartition(":") if value.endswith((":write", ":read")) else (value, "", "read")
-        paths.append({"path": path, "permission": permission})
+        paths.append({"path": path, "permission": permission, "allow_secrets": allow_secrets})
     return paths
-
-
-def render(view: JobView) -> Group:
-    """The live view: a line per agent (state, answers, vote), the tally, elapsed time."""
-    table = Table(title=printable(f"{view.job_id} - team {view.team} - {view.state}"), title_justify="left")
-    for column in ("agent", "model", "state", "answers", "vote", "tokens in/out"):
-        table.add_column(column)
-    for agent in view.agents:
-        state = agent.state if not agent.error else f"failed: {agent.error[:60]}"
-        tokens = f"{agent.usage.input_tokens}/{agent.usage.output_tokens}"
-        cells = (agent.letter, agent.model, state, str(agent.answers), agent.vote or "-", tokens)
-        table.add_row(*(printable(cell) for cell in cells))
-    tally = ", ".join(f"{label}: {count}" for label, count in view.tally.items()) or "no votes yet"
-    lines: list[Table | Text] = [table, _text(f"{view.phase}  |  round {view.round}  |  tally {tally}  |  {view.elapsed_s:.0f}s")]
-    if view.checks:
-        lines.append(_text("checks: " + "; ".join(f"{label} {check}" for label, check in view.checks.items())))
-    if view.estimate is not None:
-        lines.append(_text(f"estimate: {estimate_text(view.estimate)}"))
-    if view.leading is not None:
-        lines.append(_text(f"leading: {view.leading.label} with {view.leading.votes} vote(s)"))
-    lines += [_text(f"note{'' if note.seen else ' (not seen yet)'}: {note.text}") for note in view.notes]
-    if view.done:
-        cost = f", ${view.usage.cost_usd:.4f}" if view.usage.cost_usd is not None else ""
-        if view.winner:
-            lines.append(_text(f"winner {view.winner}: {view.majority}", style="bold"))
-            if view.winner_check:
-                lines.append(_text(f"its check: {view.winner_check}"))
-        lines.append(_text(f"why: {view.reason or '-'}"))
-        for context in (view.diff_summary or {}).get("contexts", []):  # type: ignore[union-attr]
-            for held in context.get("held_back", []):
-                lines.append(_text(f"held back, not applied: {context['name']}/{held['path']}: {held['fix']}"))
-        lines.append(_text(f"usage: {view.usage.input_tokens} in, {view.usage.output_tokens} out{cost}"))
-    elif view.agree:
-        lines.append(_text("same final answer: " + "; ".join(" = ".join(group) for group in view.agree)))
-    return Group(*lines)
-
-
-def _text(text: str, style: str = "") -> Text:
-    """Rich text from strings that may hold model text: control sequences stripped (terminal.py)."""
-    return Text(printable(text), style=style)
 
 
 def _print(text: str, end: str = "\n", exact: bool = False) -> None:
@@ -168,14 +143,14 @@ def status(args: argparse.Namespace) -> int:
     with _job_store() as (settings, store):
         now = time.time()
         if args.job_id:
-            row = store.job(args.job_id)
+            row = store.job(args.job_id.strip())
             if row is None:
-                raise ConclaveError(f"job_id={args.job_id!r} is not in {settings.db_path}; run `conclave status` to list")
+                raise JobNotFound(args.job_id)
             view = job_view(row, now)
             if args.json:
                 print(json.dumps(view.model_dump(mode="json"), indent=2))
             else:
-                _print(view.text())
+                _print(view.text("cli"))
             return EXIT_OK
         views = [job_view(row, now) for row in store.recent_jobs()]
         if args.json:
@@ -209,8 +184,8 @@ def show(args: argparse.Namespace) -> int:
             _print(read(args.file, args.source).content, end="", exact=True)
         else:
             thread = [job.id for job in store.thread(row.id)]
-            _print(job_view(row, time.time(), note_views(store, row.id), thread).text())
-            print("\nReadable (conclave show JOB_ID --answers | --transcript | --diff | --thread | --file PATH):")
+            _print(job_view(row, time.time(), note_views(store, row.id), thread).text("cli"))
+            print(f"\nReadable (conclave show {row.id} --answers | --transcript | --diff | --thread | --file PATH):")
             _print("  " + "\n  ".join(read("").entries or []))
         return EXIT_OK
 
@@ -230,7 +205,9 @@ def steer(args: argparse.Namespace) -> int:
 
 def teams(args: argparse.Namespace) -> int:
     with _job_store() as (settings, store):
-        _print(team_list(list_presets(), os.environ, lambda team: history(team, store.team_usage(team.name))).text())
+        presets = list_presets()
+        down = anyio.run(unreachable, endpoints(team for _, team in presets if not isinstance(team, ConclaveError)))
+        _print(team_list(presets, os.environ, lambda team: history(team, store.team_usage(team.name)), down).text())
     return EXIT_OK
 
 

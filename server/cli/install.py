@@ -4,7 +4,7 @@
     describe(plan) -> str                 what would change, with each snippet in the client's format
     write(plan) -> list[str]              the one step that touches the disk: backup, then atomic write
 
-What each client gets, and why (README.md, "Registering with a coding agent", says the same to users):
+What each client gets, and why (docs/clients.md says the same to users):
 - Codex: `[mcp_servers.conclave]` in config.toml, and `approval_mode = "approve"` for `ask_team`,
   `cancel_job` and `steer_job` (Codex asks before a tool that is not read-only unless it is non-destructive and
   closed-world, and `codex exec` never approves, so without it a headless run cannot delegate).
@@ -17,6 +17,12 @@ What each client gets, and why (README.md, "Registering with a coding agent", sa
   provider keys (`"OPENAI_API_KEY": "$OPENAI_API_KEY"`): Gemini CLI drops variables that look like
   secrets from a server's environment unless they are listed, and expands an unset one to "", which
   Conclave reads as missing.
+- Copilot CLI: `mcpServers.conclave` in ~/.copilot/mcp-config.json (`"type": "local"`, `"tools": ["*"]`)
+  with `env` listing the provider keys set when `install` runs: Copilot CLI strips variables that look
+  like secrets from a server's environment, and passes an `env` entry of an unset variable on as set,
+  which would make Conclave pick a team whose key is missing. Project scope: the `.mcp.json` Claude
+  Code reads too, without `env` (Claude Code refuses an unset variable there). Its headless approvals
+  (`--allow-tool=conclave`, `--trust-folder`) are command-line flags only, so they are printed.
 - Cursor and VS Code: the registration only. Cursor's tool allowlist lives in the global
   ~/.cursor/permissions.json, which replaces the allowlist set in Cursor's UI wholesale, so writing
   it could drop the user's own entries; VS Code has no non-interactive mode and asks once per tool.
@@ -51,6 +57,7 @@ from pathlib import Path
 from typing import Any
 
 from conclave.cli import EXIT_OK, TARGETS
+from conclave.cli.copilot_hints import copilot_hints
 from conclave.cli.client_files import (
     codex_snippet,
     dropped,
@@ -64,10 +71,11 @@ from conclave.errors import ConfigError
 from conclave.settings import setting_variables
 
 CLIENT_NAMES = {"claude-code": "Claude Code", "codex": "Codex", "cursor": "Cursor", "vscode": "VS Code",
-                "gemini": "Gemini CLI"}
-# Gemini CLI reads a project's settings only in a folder the user trusted, so user scope by default.
+                "gemini": "Gemini CLI", "copilot": "Copilot CLI"}
+# Gemini CLI reads a project's settings only in a folder the user trusted, so user scope by default;
+# Copilot CLI's own file (with the keys' `env`) is user-wide.
 DEFAULT_SCOPE = {"claude-code": "project", "codex": "user", "cursor": "project", "vscode": "project",
-                 "gemini": "user"}
+                 "gemini": "user", "copilot": "user"}
 NAME = "conclave"
 TOOLS = ("ask_team", "get_status", "read_workspace", "cancel_job", "list_teams", "steer_job")
 # Codex asks before these (not read-only, and ask_team reaches the providers: open world).
@@ -140,6 +148,8 @@ def config_path(target: str, scope: str, cwd: Path, home: Path, environ: Mapping
             return cwd / ".vscode" / "mcp.json" if project else _vscode_user_dir(home, environ) / "mcp.json"
         case "gemini":
             return (cwd if project else home) / ".gemini" / "settings.json"
+        case "copilot":
+            return cwd / ".mcp.json" if project else home / ".copilot" / "mcp-config.json"
     raise ConfigError(f"unknown install target {target!r}; choose one of {', '.join(TARGETS)}")
 
 
@@ -162,6 +172,8 @@ def http_entry(target: str, url: str, approvals: bool = True) -> tuple[str, dict
     """The top-level key and the entry of an HTTP registration, with the Authorization header."""
     if not url.startswith(("http://", "https://")):
         raise ConfigError(f"--http {url!r} is not a URL: give the server's, e.g. http://127.0.0.1:8765/mcp")
+    if target not in BEARER:
+        raise ConfigError(f"install {target} --http is not supported: register the stdio server (leave out --http)")
     headers = {"Authorization": BEARER[target]}
     if target == "gemini":
         entry = {"httpUrl": url, "headers": headers}
@@ -171,9 +183,15 @@ def http_entry(target: str, url: str, approvals: bool = True) -> tuple[str, dict
     return ("servers" if target == "vscode" else "mcpServers"), {"type": "http", "url": url, "headers": headers}
 
 
-def json_entry(target: str, command: list[str], approvals: bool = True) -> tuple[str, dict[str, Any]]:
-    """The top-level key and the server entry for the JSON clients."""
+def json_entry(
+    target: str, command: list[str], approvals: bool = True, keys: tuple[str, ...] = ()
+) -> tuple[str, dict[str, Any]]:
+    """The top-level key and the server entry for the JSON clients (`keys`: Copilot CLI's env, the
+    provider keys set now)."""
     entry: dict[str, Any] = {"command": command[0], "args": command[1:]}
+    if target == "copilot":
+        return "mcpServers", {"type": "local", **entry, "env": {name: f"${{{name}}}" for name in keys},
+                              "tools": ["*"]}
     if target == "gemini":
         entry["env"] = {name: f"${name}" for name in KEY_VARIABLES}
         return "mcpServers", {**entry, "trust": True} if approvals else entry
@@ -238,6 +256,7 @@ def plan(
     root = cwd if scope == "project" else None
     changes: list[Change] = []
     hints: list[str] = []
+    keys = tuple(name for name in KEY_VARIABLES if environ.get(name))
     if target == "codex":
         assert path is not None
         table = codex_table(command, approvals, http)
@@ -247,7 +266,9 @@ def plan(
         removed = dropped(existing_codex_table(before), table, f"mcp_servers.{NAME}")
         changes.append(Change(path, before, after, what, codex_snippet(table), tuple(removed), root))
     else:
-        key, entry = http_entry(target, http, approvals) if http else json_entry(target, command, approvals)
+        shared = target == "copilot" and scope == "project"  # Claude Code's .mcp.json: its entry, no env
+        key, entry = (http_entry(target, http, approvals) if http else
+                      json_entry("claude-code" if shared else target, command, approvals, keys))
         if path is not None:
             before = _read(path)
             after = merge_json(before, path, key, entry)
@@ -274,6 +295,8 @@ def plan(
         hints.append(f"{CLIENT_NAMES[target]} sends the token from {TOKEN_VARIABLE}: set it where it runs, e.g. "
                      f"export {TOKEN_VARIABLE}=$(cat \"${{CONCLAVE_HOME:-$HOME/.local/state/conclave}}/http-token\") "
                      "(the token `conclave serve --http` printed)")
+    if target == "copilot":
+        hints += copilot_hints(scope, keys)
     return Plan(target, scope, (http,) if http else tuple(command), tuple(changes), tuple(hints))
 
 
@@ -352,8 +375,10 @@ def install(
         return EXIT_OK
     for line in write(made):
         out(line)
-    if not any(change.what.startswith("MCP registration") for change in made.changes):
-        for hint in made.hints:  # the registration is the client's own command's to make
+    # Claude Code's hint is an alternative registration (needed only when no file holds it); Copilot
+    # CLI's say what no file can hold.
+    if made.target == "copilot" or not any(change.what.startswith("MCP registration") for change in made.changes):
+        for hint in made.hints:
             out(hint)
     elif http:
         out(made.hints[-1])  # where the client gets the token
@@ -361,9 +386,9 @@ def install(
     if not any(change.needed for change in made.changes):
         out(f"Nothing changed: {client} already has {NAME} set up here.")
     else:
-        approved = " Its non-interactive mode may call the tools (approvals written)." if any(
-            "approvals" in change.what for change in made.changes) else ""
-        out(f"Done. Restart {client} (or reload its MCP servers) to pick up {NAME}.{approved}")
+        out(f"Done. Restart {client} (or reload its MCP servers) to pick up {NAME}.")
+        if any("approvals" in change.what for change in made.changes):
+            out("Its non-interactive mode may call the tools: approvals written (--no-approvals: none).")
     return EXIT_OK
 
 

@@ -11,29 +11,46 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from conclave import __version__
 from conclave.cli import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, SCOPES, TARGETS
 from conclave.cli.terminal import printable
 from conclave.errors import ConclaveError
 
+HTTP_HOST, HTTP_PORT = "127.0.0.1", 8765
+ASK_EXAMPLES = """\
+examples:
+  conclave ask "What is the capital of France?"
+  conclave ask "Why does the retry in http/client.py fail?" --team frontier --context ./src
+  conclave ask "Fix the off-by-one in the pager" --context ./src:write --apply --verify "pytest -q"
+  conclave ask "Review this migration plan" --team anthropic --max-tokens 200000 --json
+
+The team sees only the task and the --context folders, which go to every provider in the team.
+See what a job produced with `conclave show JOB --answers`, `--transcript` or `--diff`.
+"""
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="conclave",
         description="Hand a hard task to a team of LLM agents that answer, vote and converge on one answer.",
+        epilog="start with:\n  conclave ask \"TASK\"                   ask the team, watch it vote\n"
+               "  conclave install claude-code --write   let your coding agent call it (or codex, gemini, ...)",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"conclave {__version__}")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    serve = commands.add_parser("serve", help="run the MCP server (stdio by default)")
+    serve = _add(commands, "serve", help="run the MCP server (stdio by default)")
     serve.add_argument("--http", action="store_true", help="serve streamable HTTP instead of stdio")
-    serve.add_argument("--host", default="127.0.0.1", help="HTTP bind address (default 127.0.0.1)")
-    serve.add_argument("--port", type=int, default=8765, help="HTTP port (default 8765)")
+    serve.add_argument("--host", default=HTTP_HOST, help=f"HTTP bind address (default {HTTP_HOST})")
+    serve.add_argument("--port", type=int, default=HTTP_PORT, help=f"HTTP port (default {HTTP_PORT})")
     serve.add_argument("--no-front", action="store_true",
                        help="stdio: let the server answer the handshake itself once loaded (no quick front)")
 
-    ask = commands.add_parser("ask", help="ask a team and watch it converge")
+    ask = _add(commands, "ask", help="ask a team and watch it converge", epilog=ASK_EXAMPLES,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
     ask.add_argument("task", help="the task, in words")
     ask.add_argument("--team", help="a preset name or a team YAML file (default: the first with keys set)")
     ask.add_argument("--json", action="store_true", help="print the final JobView as JSON, no live view")
@@ -61,21 +78,23 @@ def build_parser() -> argparse.ArgumentParser:
                      help="stop once the job's agents have used this many tokens (input and output)")
     ask.add_argument("--follow-up", metavar="JOB_ID",
                      help="continue that finished job: the same team goes on from its answer and files")
-
-    steer = commands.add_parser("steer", help="leave a note for a running job's agents")
-    steer.add_argument("job_id", help="the job id (cj-...)")
-    steer.add_argument("message", help="the note, e.g. 'keep the public API unchanged'")
     ask.add_argument("--web", action="store_true",
                      help="open the job's live page in a browser (served by `conclave web`, else by this command)")
+    ask.add_argument("--allow-secret-folders", action="store_true",
+                     help="send --context folders even if they are or hold credentials (~/.ssh, ~/.aws, ~/.gnupg)")
 
-    web = commands.add_parser("web", help="serve the live web view of this machine's jobs on 127.0.0.1")
+    steer = _add(commands, "steer", help="leave a note for a running job's agents")
+    steer.add_argument("job_id", help="the job id (cj-...)")
+    steer.add_argument("message", help="the note, e.g. 'keep the public API unchanged'")
+
+    web = _add(commands, "web", help="serve the live web view of this machine's jobs on 127.0.0.1")
     web.add_argument("--port", type=int, default=8766, help="port on 127.0.0.1 (default 8766)")
 
-    status = commands.add_parser("status", help="show a job, or the recent jobs")
+    status = _add(commands, "status", help="show a job, or the recent jobs")
     status.add_argument("job_id", nargs="?", help="the job id (cj-...)")
     status.add_argument("--json", action="store_true", help="print JSON")
 
-    show = commands.add_parser("show", help="print what a job produced: answers, transcript, diff, files")
+    show = _add(commands, "show", help="print what a job produced: answers, transcript, diff, files")
     show.add_argument("job_id", help="the job id (cj-...)")
     what = show.add_mutually_exclusive_group()
     what.add_argument("--answers", action="store_true", help="every answer the agents posted, in full")
@@ -84,27 +103,30 @@ def build_parser() -> argparse.ArgumentParser:
     what.add_argument("--file", metavar="PATH", help="a file of the final tree (or of --source's snapshot)")
     what.add_argument("--thread", action="store_true", help="every job of its conversation (follow-ups)")
     show.add_argument("--source", metavar="LABEL", help="with --file: an answer's snapshot, e.g. B2")
+    show.set_defaults(_check=_check_show)
+    ask.set_defaults(_check=_check_ask)
+    serve.set_defaults(_check=_check_serve)
 
-    commands.add_parser("teams", help="list the team presets and whether their keys are set")
+    _add(commands, "teams", help="list the team presets and whether their keys are set")
 
-    gc = commands.add_parser("gc", help="remove finished jobs older than --keep-days, then the oldest over --max-mb")
+    gc = _add(commands, "gc", help="remove finished jobs older than --keep-days, then the oldest over --max-mb")
     gc.add_argument("--keep-days", type=float, help="keep jobs finished within this many days (CONCLAVE_GC_KEEP_DAYS)")
     gc.add_argument("--max-mb", type=int, help="then remove the oldest while jobs hold more (CONCLAVE_GC_MAX_MB)")
     gc.add_argument("--dry-run", action="store_true", help="say what would be removed, remove nothing")
 
-    config = commands.add_parser("config", help="team file tools")
+    config = _add(commands, "config", help="team file tools")
     config_commands = config.add_subparsers(dest="config_command", required=True, metavar="SUBCOMMAND")
-    check = config_commands.add_parser("check", help="validate a team YAML file")
+    check = _add(config_commands, "check", help="validate a team YAML file")
     check.add_argument("file")
 
-    commands.add_parser("doctor", help="check Docker, the sandbox image, keys, the local model, the state dir")
-    sandbox = commands.add_parser("sandbox", help="the Docker sandbox image")
+    _add(commands, "doctor", help="check Docker, the sandbox image, keys, the local model, the state dir")
+    sandbox = _add(commands, "sandbox", help="the Docker sandbox image")
     sandbox_commands = sandbox.add_subparsers(dest="sandbox_command", required=True, metavar="SUBCOMMAND")
-    build = sandbox_commands.add_parser("build", help="build the sandbox image locally (no registry needed)")
+    build = _add(sandbox_commands, "build", help="build the sandbox image locally (no registry needed)")
     build.add_argument("--clis", action="store_true",
                        help="also the image for coding-agent CLI members: Node and the pinned CLIs from npm")
 
-    setup = commands.add_parser("install", help="register the MCP server with a coding agent")
+    setup = _add(commands, "install", help="register the MCP server with a coding agent")
     setup.add_argument("target", choices=TARGETS, help="the coding agent")
     setup.add_argument("--write", action="store_true", help="merge it into the client's files (backups kept)")
     setup.add_argument("--scope", choices=SCOPES, help="project (this folder) or user; codex, gemini: user")
@@ -116,12 +138,48 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _check_ask(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    if args.force_binary and not args.apply:
+        parser.error("--force-binary changes what --apply writes: give --apply (or --force-apply) with it")
+    if args.allow_secret_folders and not args.context:
+        parser.error("--allow-secret-folders is about --context folders: give --context PATH with it")
+
+
+def _check_serve(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    if not args.http and (args.host != HTTP_HOST or args.port != HTTP_PORT):
+        parser.error("--host and --port are for HTTP: give --http with them")
+    if args.http and args.no_front:
+        parser.error("--no-front is about stdio's handshake: leave it out with --http")
+
+
+def _check_show(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    if args.source is not None and args.file is None:
+        parser.error("--source names the answer whose files --file reads: give --file PATH with it")
+
+
+def _add(commands: Any, name: str, **kwargs: Any) -> argparse.ArgumentParser:
+    """A (sub)command's parser, which records itself so a bad flag shows this command's usage."""
+    parser: argparse.ArgumentParser = commands.add_parser(name, **kwargs)
+    parser.set_defaults(_parser=parser)
+    return parser
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return EXIT_OK
+    command_parser: argparse.ArgumentParser = getattr(args, "_parser", parser)
+    if extra:
+        command_parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    check = getattr(args, "_check", None)
+    if check is not None:
+        check(command_parser, args)
     try:
         return _command(args.command)(args)
     except ConclaveError as exc:
-        print(printable(f"conclave: {exc}"), file=sys.stderr)
+        print(printable(f"conclave: {exc.render('cli')}"), file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED

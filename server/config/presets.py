@@ -73,10 +73,12 @@ def resolve_team(name: str | None, environ: Mapping[str, str] | None = None) -> 
         return load_team_file(path, env)
     if name in presets:
         return load_team_file(presets[name], env)
-    near = difflib.get_close_matches(name, list(presets), n=1)
+    # a cutoff above difflib's 0.6: 'nope' is 0.6 from 'openai', and suggesting it helps nobody
+    near = difflib.get_close_matches(name, list(presets), n=1, cutoff=0.75)
     hint = f"did you mean {near[0]!r}? " if near else ""
     raise TeamNotFound(
-        f"team={name!r} is not a preset or a file; {hint}presets: {', '.join(sorted(presets)) or 'none'}"
+        f"no team named {name!r}: it is not a preset or a YAML file; {hint}"
+        f"presets: {', '.join(sorted(presets)) or 'none'}"
     )
 
 

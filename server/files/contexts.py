@@ -17,10 +17,18 @@ from pathlib import Path, PurePosixPath
 from typing import Annotated, Literal
 
 import anyio.to_thread
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic.json_schema import SkipJsonSchema
 
-from conclave.errors import ContextTooLarge, InputError
+from conclave.errors import ContextTooLarge, InputError, term
 from conclave.files.roots import pinned
 from conclave.files.trees import IgnoreRules, Listing, copy_tree, list_tree
 
@@ -32,6 +40,9 @@ PSEUDO = frozenset({
     "nsfs", "selinuxfs",
 })
 PSEUDO_ROOTS = (Path("/proc"), Path("/sys"), Path("/dev"))
+# Folders that hold credentials: a context path inside one, or holding one (a home folder), would send
+# the keys to every provider of the team; refused unless the caller insists (docs/SECURITY.md).
+SECRET_FOLDERS = frozenset({".ssh", ".aws", ".gnupg", ".kube", ".docker", ".password-store", ".azure"})
 
 
 def pseudo_filesystem(path: Path, mountinfo: Path = Path("/proc/self/mountinfo")) -> str | None:
@@ -54,21 +65,25 @@ def pseudo_filesystem(path: Path, mountinfo: Path = Path("/proc/self/mountinfo")
     return kind if kind in PSEUDO else None
 
 
+# One model from the MCP input (ask_team's context_paths) to the stored job record. Validated with the
+# context CALLER (as parse_context_paths does when a job is submitted), `path` must be an existing
+# directory and is made absolute; otherwise (a stored record read back, whose folder may be gone by
+# now) it is taken as it is. `name` is the folder's name in every workspace, set when the job is
+# admitted. The docstring and the descriptions are what a calling model reads, so they name no
+# internals (tests/test_tool_descriptions.py).
 class ContextPath(BaseModel):
-    """A caller's project folder for the team, read-only unless `permission` is "write".
-
-    One model from the MCP input (`ask_team`'s `context_paths`) to the stored job record. Validated
-    with the context `CALLER` (as `parse_context_paths` does when a job is submitted), `path` must be
-    an existing directory and is made absolute; otherwise (a stored record read back, whose folder may
-    be gone by now) it is taken as it is. `name` is the folder's name in every workspace, set when the
-    job is admitted.
-    """
+    """A project folder on this machine for the team to work on, read-only unless `permission` is
+    "write". Its files are sent to every model provider in the team."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     path: str = Field(description="an absolute folder path on the machine running the server")
     permission: Literal["read", "write"] = Field(
         default="read", description="write: the winning changes may be applied back with apply=true"
+    )
+    allow_secrets: bool = Field(
+        default=False, description="true only if the user explicitly asked to send a folder of credentials "
+        "(~/.ssh, ~/.aws, ~/.gnupg, or a folder holding one) to the team's providers",
     )
     name: SkipJsonSchema[str | None] = None
     # (st_dev, st_ino) of the folder when the job was admitted; copy and apply refuse any other (roots.py)
@@ -80,23 +95,49 @@ class ContextPath(BaseModel):
         if not (info.context and info.context.get("caller")):
             return value
         if not value.strip():
-            raise ValueError("is empty: give the directory the team should work on")
+            raise ValueError("it is empty; give the directory the team should work on")
         path = Path(value).expanduser()
         if not path.exists():
             raise ValueError(
-                f"{value!r} does not exist: give an existing directory (an absolute path is safest; "
+                "it does not exist; give an existing directory (an absolute path is safest; "
                 f"relative paths resolve against {Path.cwd()})"
             )
         if not path.is_dir():
-            raise ValueError(f"{value!r} is a file, not a directory: give the folder that holds it")
+            raise ValueError("it is a file, not a directory; give the folder that holds it")
         real = Path(os.path.realpath(path))
         pseudo = pseudo_filesystem(real)
         if pseudo:
             raise ValueError(
-                f"{value!r} is on the {pseudo} pseudo filesystem (kernel or device files), which is never "
-                "copied: give a project folder"
+                f"it is on the {pseudo} pseudo filesystem (kernel or device files), which is never "
+                "copied; give a project folder"
             )
         return str(real)
+
+    @model_validator(mode="after")
+    def _no_secrets(self, info: ValidationInfo) -> ContextPath:
+        if not (info.context and info.context.get("caller")) or self.allow_secrets:
+            return self
+        found = secret_folder(Path(self.path))
+        if found:
+            raise ValueError(
+                f"{found} holds credentials, and a context folder is sent to every provider of the team; "
+                f"give the project folder instead (or, only if the user insists, {term('insist_secrets')})"
+            )
+        return self
+
+
+def secret_folder(path: Path) -> str | None:
+    """The credentials folder `path` is in or holds at its top (a home folder holds ~/.ssh), else None."""
+    inside = next((part for part in path.parts if part in SECRET_FOLDERS), None)
+    if inside:
+        return str(Path(*path.parts[: path.parts.index(inside) + 1]))
+    for name in sorted(SECRET_FOLDERS):
+        try:
+            if (path / name).is_dir():
+                return str(path / name)
+        except OSError:
+            continue
+    return None
 
 
 def parse_context_paths(value: object) -> list[ContextPath]:
@@ -111,9 +152,18 @@ def parse_context_paths(value: object) -> list[ContextPath]:
                 data = {key: value for key, value in data.items() if key not in ("name", "identity")}
             parsed.append(ContextPath.model_validate(data, context=CALLER))
         except ValidationError as exc:
-            problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'item'} {e['msg']}" for e in exc.errors())
-            raise InputError(f"context_paths[{index}]", item, problems) from exc
+            raise _item_error(index, item, exc) from exc
     return parsed
+
+
+def _item_error(index: int, item: object, exc: ValidationError) -> InputError:
+    """One context path's problems in words, without pydantic's phrasing ("Value error, ...")."""
+    problems = [(".".join(map(str, e["loc"])), e["msg"].removeprefix("Value error, ")) for e in exc.errors()]
+    path = item.get("path") if isinstance(item, dict) else getattr(item, "path", None)
+    if len(problems) == 1 and problems[0][0] in ("path", "") and isinstance(path, str):
+        return InputError(f"context_paths[{index}].path", path, problems[0][1])
+    fix = "; ".join(f"{where} {message}" if where else message for where, message in problems)
+    return InputError(f"context_paths[{index}]", item, fix)
 
 
 class Caps(BaseModel):

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Literal
 
 from conclave.config import configs_dir, user_teams_dir
-from conclave.errors import NotPermitted
+from conclave.errors import NotPermitted, term
 from conclave.settings import Settings
 
 Transport = Literal["local", "stdio", "http"]
@@ -69,9 +69,10 @@ class Access:
             where = ", ".join(str(folder) for folder in self.team_dirs)
             raise NotPermitted(
                 "team", name, f"over {self.transport} a team file is read only from {where} (a project's own "
-                "files are not trusted: a cloned repository may have written them); name a preset (list_teams), "
-                "put the file in the user's team folder and name it without its path, or let the server's user "
-                f"allow its folder with CONCLAVE_TEAM_DIRS={real.parent} (folders separated by ':')"
+                "files are not trusted: a cloned repository may have written them); name a preset "
+                f"({term('list_teams')}), put the file in the user's team folder and name it without its path, or "
+                f"let the server's user allow its folder with CONCLAVE_TEAM_DIRS={real.parent} (folders separated "
+                "by ':')"
             )
 
 

@@ -14,6 +14,7 @@ from conclave.config import Team
 from conclave.jobs.records import Estimate
 from conclave.jobs.store import AgentUsage
 from conclave.jobs.teams import TeamHistory
+from conclave.jobs.views import plural
 
 
 def _cost(team: Team, job: list[AgentUsage]) -> float | None:
@@ -59,7 +60,7 @@ def estimate(team: Team, past: list[list[AgentUsage]]) -> Estimate:
         cost_range = [round(min(min(known), top), 4), round(top, 4)]
     capped = " (the budget caps the top)" if rules.max_tokens or rules.max_cost_usd else ""
     priced = "" if cost_range else "; no cost: an agent has no price"
-    note = f"from the last {len(past)} completed job(s) of team {team.name!r} on this server{capped}{priced}"
+    note = f"from the last {plural(len(past), 'completed job')} of team {team.name!r} on this server{capped}{priced}"
     return Estimate(
         jobs=len(past), tokens=[low, high], cost_usd=cost_range, typical_tokens=int(median(tokens)),
         typical_cost_usd=round(median(known), 4) if cost_range else None, note=note,

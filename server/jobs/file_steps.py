@@ -64,7 +64,7 @@ async def prepare(job_dir: Path, options: JobOptions) -> None:
 
 NO_CONSENSUS = (
     "not applied: the team reached no consensus (no strict majority of the votes); review the diff, "
-    "or call ask_team with apply: \"force\" to apply without one"
+    "or run it again with apply \"force\" (CLI: --force-apply) to apply without one"
 )
 
 

@@ -17,6 +17,7 @@ from conclave.errors import TreeTooLarge
 from conclave.files.removal import remove_tree
 from conclave.files.safe import walk
 from conclave.jobs.store import Store
+from conclave.jobs.views import plural
 
 
 @dataclass
@@ -31,8 +32,8 @@ class GcReport:
     def text(self) -> str:
         verb = "removed"
         return (
-            f"{verb} {len(self.removed)} job(s), {self.freed_bytes / 1e6:,.1f} MB; "
-            f"kept {self.kept} finished job(s), {self.kept_bytes / 1e6:,.1f} MB"
+            f"{verb} {plural(len(self.removed), 'job')}, {self.freed_bytes / 1e6:,.1f} MB; "
+            f"kept {plural(self.kept, 'finished job')}, {self.kept_bytes / 1e6:,.1f} MB"
         )
 
 

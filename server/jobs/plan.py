@@ -16,7 +16,7 @@ from conclave.backends import check_ready
 from conclave.members.logins import cli_ready
 from conclave.config import ConfigError, Team
 from conclave.config.models import MAX_VERIFY_CHARS
-from conclave.errors import InputError
+from conclave.errors import InputError, term
 
 
 def shape_team(
@@ -38,7 +38,7 @@ def shape_team(
             "max_cost_usd", cost,
             f"a cost budget needs a price for every agent of team {team.name!r}, and {', '.join(unpriced)} has "
             "none: add `price: {input: ..., output: ...}` (US$ per million tokens) to that agent in the team "
-            "file, or bound the job with max_tokens instead",
+            f"file, or bound the job with {term('max_tokens')} instead",
         )
     clis = [agent.model for agent in team.agents if agent.provider == "cli"]
     if clis and not has_context:
@@ -50,8 +50,8 @@ def shape_team(
     if command is not None and not has_context:
         raise InputError(
             "verify", command,
-            "verify runs the command on each answer's files, so the job needs context_paths: give the "
-            "project folder (context_paths=[{path: ...}]), or leave verify out",
+            f"it runs on each answer's files, so the job needs the project folder: give it with "
+            f"{term('context_example')}, or leave {term('verify')} out",
         )
     coordination = rules.model_copy(update={"max_cost_usd": cost, "max_tokens": tokens})
     return team.model_copy(update={"verify": command, "coordination": coordination})

@@ -16,7 +16,8 @@ import anyio.to_thread
 from pydantic import BaseModel, ConfigDict, Field
 
 from conclave.config import LABEL
-from conclave.errors import InputError
+from conclave.coordination.reports import JobEvent
+from conclave.errors import InputError, term
 from conclave.files.trees import list_tree, read_bytes
 from conclave.files.workspaces import Workspaces
 from conclave.jobs.follow_ups import best_answer, verdict
@@ -69,7 +70,8 @@ async def read_job(
             return _page(row.id, path, _text(store, row, path.strip("/")), offset, limit)
         source = "final"  # a file path on its own reads the final tree, as the tool says
     if workspaces is None:
-        raise InputError("source", source, "this job has no files (it had no context_paths); leave source empty")
+        no_files = f"this job has no files (it was given no {term('context_paths')}); leave source empty"
+        raise InputError("source", source, no_files)
     if not isinstance(source, str) or not (source == "final" or LABEL.fullmatch(source)):
         raise InputError("source", source, "use 'final' or an answer label such as B2")
     tree = workspaces.source(source)
@@ -123,7 +125,8 @@ async def _files(tree: Path) -> list[str]:
 
 async def _patch(row: JobRow, workspaces: Workspaces | None) -> str:
     if workspaces is None:
-        raise InputError("path", "@diff", "this job has no files (it had no context_paths), so no diff")
+        no_files = f"this job has no files (it was given no {term('context_paths')}), so no diff"
+        raise InputError("path", "@diff", no_files)
     patch = workspaces.patch
     if not patch.exists():
         raise InputError("path", "@diff", f"the diff is written when the job ends (state: {row.state}); try later")
@@ -134,7 +137,7 @@ def _file_text(tree: Path, path: str) -> str:
     try:
         data = read_bytes(tree, path, MAX_FILE_BYTES)  # fd-relative, no link followed, size checked first
     except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
-        raise InputError("path", path, "no such file in that tree; list it with path='' and the same source") from None
+        raise InputError("path", path, f"no such file in that tree; list it with {term('list_files')}") from None
     if b"\x00" in data[:8192]:
         return f"[binary file, {len(data)} bytes: not shown]"
     return data.decode("utf-8", errors="replace")
@@ -171,38 +174,63 @@ def check_outputs(store: Store, row: JobRow) -> dict[str, str]:
 
 
 def transcript(store: Store, row: JobRow) -> str:
-    """The job's events as readable lines; answers in full, votes with their reasons."""
+    """The job's events as sentences: answers in full, votes with their reasons, one line for the rest."""
     lines = [f"Job {row.id} - team {row.team_name}", f"Task: {row.task}", ""]
     for event in store.events(row.id):
-        who = event.letter or "-"
-        d = event.data
-        stamp = f"[{event.at:8.2f}s] {who}"
-        match event.kind:
-            case "answer":
-                lines.append(f"{stamp} posted {d['label']}:\n{d['content']}\n")
-            case "vote" | "vote_discarded":
-                status = "voted for" if event.kind == "vote" else "vote discarded:"
-                lines.append(f"{stamp} {status} {d['label']}: {d.get('reason', '')}")
-            case "usage" | "check_started":
-                continue
-            case "checked":
-                tail = "\n    ".join(d.get("tail") or [])
-                status = f"{d['status']} (exit {d.get('exit_code')}, {d.get('duration_s')} s)"
-                lines.append(f"{stamp} check of {d['label']}: {status}; whole output: verify/{d['label']}"
-                             + (f"\n    {tail}" if tail else ""))
-            case "budget_reached":
-                lines.append(f"{stamp} {d['reason']}")
-            case "note":
-                lines.append(f"{stamp} note from the person who asked: {d.get('text')}")
-            case "steered":
-                late = " (after the vote: it changed nothing)" if d.get("late") else ""
-                lines.append(f"{stamp} the note reached the agents in round {d.get('round')}; votes cleared{late}")
-            case "finished":
-                lines.append(f"{stamp} finished: winner {d.get('winner')}, consensus {d.get('consensus')}; {d.get('reason')}")
-            case _:
-                details = json.dumps(d, ensure_ascii=False, default=str)
-                lines.append(f"{stamp} {event.kind} {details if d else ''}".rstrip())
+        said = _sentence(event)
+        if said is not None:
+            lines.append(f"[{event.at:8.2f}s] {said}")
     return "\n".join(lines)
+
+
+def _sentence(event: JobEvent) -> str | None:
+    """One event in words; None for bookkeeping a reader does not need (usage reports, check starts)."""
+    d, who = event.data, event.letter or "the job"
+    match event.kind:
+        case "started":
+            models = ", ".join(f"{a.get('letter')} ({a.get('model')})" if isinstance(a, dict) else str(a)
+                               for a in d.get("agents", []))
+            return f"The job started with agents {models}."
+        case "turn_started":
+            return f"{who} started a turn (round {d.get('round')})."
+        case "turn_cancelled":
+            return f"{who}'s turn was cancelled: the answers changed while it ran."
+        case "tool_call":
+            return f"{who} called {d.get('name')} {json.dumps(d.get('arguments'), ensure_ascii=False)[:200]}."
+        case "answer":
+            return f"{who} posted {d['label']}:\n{d['content']}\n"
+        case "vote":
+            return f"{who} voted for {d['label']}" + (f": {d['reason']}" if d.get("reason") else ".")
+        case "vote_discarded":
+            why = f" ({d['reason']})" if d.get("reason") else ""
+            return f"{who}'s vote for {d['label']} was discarded: the answers changed or it named none{why}."
+        case "no_decision":
+            return f"{who} neither answered nor voted; it said: {str(d.get('text', ''))[:300]}"
+        case "turn_failed" | "agent_failed" | "answer_refused" | "snapshot_failed":
+            verb = {"turn_failed": "'s turn failed", "agent_failed": " dropped out",
+                    "answer_refused": "'s answer was refused", "snapshot_failed": "'s files could not be saved"}
+            return f"{who}{verb[event.kind]}: {d.get('error')}."
+        case "usage" | "check_started":
+            return None
+        case "checked":
+            tail = "\n    ".join(d.get("tail") or [])
+            status = f"{d['status']} (exit {d.get('exit_code')}, {d.get('duration_s')} s)"
+            return (f"The check of {d['label']} {status}; its whole output is verify/{d['label']}."
+                    + (f"\n    {tail}" if tail else ""))
+        case "note":
+            return f"A note from the person who asked: {d.get('text')}"
+        case "steered":
+            late = " (after the vote: it changed nothing)" if d.get("late") else ""
+            return f"The note reached the agents in round {d.get('round')}; the votes were cleared{late}."
+        case "budget_reached" | "deadline":
+            return f"The job stopped: {d.get('reason')}."
+        case "presenting":
+            return f"{who} is writing the final answer ({d.get('winner')} won the vote)."
+        case "finished":
+            consensus = "with consensus" if d.get("consensus") else "without consensus"
+            winner = f"{d.get('winner')} won {consensus}" if d.get("winner") else "no answer won"
+            return f"The job finished: {winner}; {d.get('reason')}."
+    return f"{who}: {event.kind.replace('_', ' ')}."
 
 
 def thread_text(store: Store, row: JobRow) -> str:

@@ -38,7 +38,7 @@ from conclave.coordination.job_files import JobFiles
 from conclave.coordination.orchestrator import BackendFactory, Orchestrator, endpoint_factory
 from conclave.coordination.reports import JobEvent, Progress
 from conclave.coordination.verification import Verifier
-from conclave.errors import ConclaveError, InputError, JobFinished, JobNotFound, QueueFull
+from conclave.errors import ConclaveError, InputError, JobFinished, JobNotFound, QueueFull, term
 from conclave.files.budget import MB
 from conclave.files.contexts import parse_context_paths
 from conclave.files.review import Consent
@@ -50,9 +50,11 @@ from conclave.jobs.follow_ups import carried, carry_files, thread_history
 from conclave.jobs.maintenance import prune_old_jobs, sweep_leftovers
 from conclave.jobs.owners import process_alive
 from conclave.jobs.plan import check_runnable, shape_team
+from conclave.jobs.reach import check_reachable, endpoints, unreachable
 from conclave.jobs.steering import Steering, delivered, note_views
 from conclave.jobs.reader import WorkspacePage, job_workspaces, read_job, read_whole
 from conclave.jobs.records import ApplyMode, JobOptions
+from conclave.jobs.store_sink import StoreSink
 from conclave.jobs.store import ACTIVE_STATES, JobRow, Store
 from conclave.jobs.teams import TeamList, team_list
 from conclave.jobs.views import JobView, job_view, phase_of
@@ -72,18 +74,6 @@ def new_job_id() -> str:
     return "cj-" + secrets.token_hex(6)
 
 
-class StoreSink:
-    """The orchestrator's reports, written to the store."""
-
-    def __init__(self, store: Store, job_id: str) -> None:
-        self._store, self._job_id = store, job_id
-
-    async def record(self, event: JobEvent, progress: Progress) -> None:
-        self._store.record(self._job_id, event, progress, phase_of(event))
-        if event.kind == "presenting":
-            self._store.set_state(self._job_id, "presenting")
-
-
 class JobService:
     """Submit, watch, cancel and read jobs."""
 
@@ -96,10 +86,12 @@ class JobService:
         backend_factory: BackendFactory,
         retry: RetryPolicy | None,
         access: Access | None = None,
+        probe: bool = True,
     ) -> None:
         self.settings, self.store, self._tg = settings, store, tg
         self.access = access or Access.local(settings)
         self._environ, self._factory, self._retry = environ, backend_factory, retry
+        self._probe = probe  # submit refuses a team whose own server is down (a test's fake backends have none)
         self._owner_id = uuid.uuid4().hex
         self._slots = anyio.CapacityLimiter(settings.max_jobs)
         self._check_slots = anyio.CapacityLimiter(settings.verify_concurrency)  # verification containers
@@ -130,7 +122,7 @@ class JobService:
             body_error: Exception | None = None
             async with LocalServers() as local_servers, anyio.create_task_group() as tg:
                 factory = backend_factory or endpoint_factory(env, local_servers)
-                service = cls(settings, store, tg, env, factory, retry, access)
+                service = cls(settings, store, tg, env, factory, retry, access, probe=backend_factory is None)
                 tg.start_soon(service._watch)
                 tg.start_soon(sweep_leftovers)
                 if settings.gc_auto:
@@ -183,13 +175,15 @@ class JobService:
         for index, source in enumerate(sources):
             self.access.check_folder(f"context_paths[{index}].path", source.path)
         if apply and not any(source.permission == "write" for source in sources):
-            raise InputError("apply", apply, "apply needs a context path with permission 'write'")
+            raise InputError("apply", apply, f"applying needs {term('context_write')}")
         queued = self.store.queued(self._owner_id)
         if queued >= self.settings.max_queued:
             raise QueueFull(queued, self.settings.max_queued)
         self.access.check_team(team)
         resolved = stored if stored is not None else resolve_team(team, self._environ)
         check_runnable(resolved, self._environ, self.settings.sandbox_network)
+        if self._probe:
+            await check_reachable(resolved)
         resolved = shape_team(resolved, verify=verify, max_cost_usd=max_cost_usd, max_tokens=max_tokens,
                               has_context=bool(sources))
         job_id = new_job_id()
@@ -272,16 +266,19 @@ class JobService:
     def job_dir(self, job_id: str) -> Path:
         return self.settings.home / "jobs" / job_id
 
-    def teams(self) -> TeamList:
-        return team_list(list_presets(self._environ), self._environ,
-                         lambda team: history(team, self.store.team_usage(team.name)))
+    async def teams(self) -> TeamList:
+        """The presets, each with its status: keys set, and its own servers answering (jobs/reach.py)."""
+        presets = list_presets(self._environ)
+        down = await unreachable(endpoints(team for _, team in presets if isinstance(team, Team)))
+        return team_list(presets, self._environ, lambda team: history(team, self.store.team_usage(team.name)),
+                         down)
 
     # Internals -----------------------------------------------------------------------------------
     def _row(self, job_id: str, caller: str | None = None, field: str = "job_id") -> JobRow:
         """The job, for `caller` (None: the CLI, any job); another caller's job is not found, not refused,
         so its existence is not told either."""
         if not isinstance(job_id, str) or not JOB_ID.match(job_id.strip()):
-            raise InputError(field, job_id, "job ids look like cj-1a2b3c4d5e6f (from ask_team's result)")
+            raise InputError(field, job_id, f"job ids look like cj-1a2b3c4d5e6f; see {term('list_jobs')}")
         row = self.store.job(job_id.strip())
         if row is None or (caller is not None and row.caller != caller):
             raise JobNotFound(job_id)
@@ -291,11 +288,8 @@ class JobService:
         row = self._row(job_id, caller)
         thread = [r.id for r in self.store.thread(row.id)] if row.follow_up or self.store.has_follow_ups(row.id) else []
         view = job_view(row, time.time(), note_views(self.store, row.id), thread)
-        return view.model_copy(update={"web_url": self.web_url(job_id)})
+        return view.model_copy(update={"web_url": page_url(self.web_base, self.settings.home, job_id)})
 
-    def web_url(self, job_id: str) -> str | None:
-        """The job's live page, when a web view is served for this state folder."""
-        return page_url(self.web_base, self.settings.home, job_id)
 
     async def _run(self, job_id: str, task: str, team: Team) -> None:
         scope = self._scopes[job_id]

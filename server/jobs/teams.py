@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Callable, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from conclave.config import AgentSpec, ConfigError, Team, resolve_team
 from conclave.config.clis import CLIS, login_source, split_cli_model
+from conclave.jobs.views import DEMO_TEAM, plural
+
+WIDTH = 96  # `conclave teams` lines: a terminal's width, never a 200-character line
 
 
 class _View(BaseModel):
@@ -23,7 +27,7 @@ class TeamHistory(_View):
 
     def text(self) -> str:
         cost = f", ${self.typical_cost_usd:.4f}" if self.typical_cost_usd is not None else ""
-        return f"typically {self.typical_tokens:,} tokens{cost} per job ({self.jobs} past jobs here)"
+        return f"typically {self.typical_tokens:,} tokens{cost} per job ({plural(self.jobs, 'past job')} here)"
 
 
 class TeamAgentInfo(_View):
@@ -38,10 +42,22 @@ class TeamInfo(_View):
     description: str = ""
     source: str = Field(description="the preset file")
     agents: list[TeamAgentInfo] = Field(default_factory=list)
-    ready: bool = Field(description="every key this team needs is set")
+    ready: bool = Field(description="every key this team needs is set and its own servers answer")
+    demo: bool = Field(default=False, description="a demo of the protocol on a tiny model: not for real work")
     missing_keys: list[str] = Field(default_factory=list)
+    unreachable: dict[str, str] = Field(
+        default_factory=dict, description="the team's own servers (base URLs) that did not answer, and why")
     error: str | None = Field(default=None, description="why the preset does not load")
     history: TeamHistory | None = Field(default=None, description="typical usage per job here; none without history")
+
+    def status(self) -> str:
+        """ready, needs KEY, or not reachable at URL, in a few words."""
+        if self.missing_keys:
+            return "needs " + ", ".join(self.missing_keys)
+        if self.unreachable:
+            url, why = next(iter(self.unreachable.items()))
+            return f"not reachable at {url} ({why})"
+        return "ready (a demo of the protocol on a tiny model: not for real work)" if self.demo else "ready"
 
 
 class TeamList(_View):
@@ -49,14 +65,16 @@ class TeamList(_View):
     default: str | None = Field(description="the team ask_team uses when none is named")
 
     def text(self) -> str:
+        """A line of status per team, then its models and what it is, indented, each line short."""
         lines = []
         for team in self.teams:
             if team.error:
                 lines.append(f"{team.name}: broken preset: {team.error}")
                 continue
-            status = "ready" if team.ready else "needs " + ", ".join(team.missing_keys)
-            models = ", ".join(agent.model for agent in team.agents)
-            lines.append(f"{team.name}: {status} - {models}. {team.description}".rstrip())
+            lines.append(f"{team.name}: {team.status()}")
+            lines.append(f"  {models_text(team.agents)}")
+            if team.description:
+                lines += textwrap.wrap(team.description, WIDTH, initial_indent="  ", subsequent_indent="  ")
             lines += [f"  {agent.model}: {agent.cli}" for agent in team.agents if agent.cli]
             if team.history is not None:
                 lines.append(f"  {team.history.text()}")
@@ -64,11 +82,22 @@ class TeamList(_View):
         return "\n".join(lines)
 
 
+def models_text(agents: list[TeamAgentInfo]) -> str:
+    """The models once each, counted: "3 x local/smollm2", "anthropic/claude-x, openai/gpt-5"."""
+    counts: dict[str, int] = {}
+    for agent in agents:
+        counts[agent.model] = counts.get(agent.model, 0) + 1
+    return ", ".join(model if n == 1 else f"{n} x {model}" for model, n in counts.items())
+
+
 def team_list(
     presets: list[tuple[str, Team | ConfigError]],
     environ: Mapping[str, str],
     history: Callable[[Team], TeamHistory | None] = lambda team: None,
+    unreachable: Mapping[str, str] | None = None,
 ) -> TeamList:
+    """Each preset with its status; `unreachable` (from jobs/reach.py) names the servers that did not answer."""
+    down = unreachable or {}
     teams: list[TeamInfo] = []
     default: str | None = None
     for name, team in presets:
@@ -85,9 +114,11 @@ def team_list(
             )
             for agent in team.agents
         ]
+        gone = {agent.base_url: down[agent.base_url] for agent in team.agents if agent.base_url in down}
         teams.append(
-            TeamInfo(name=name, description=team.description, source=name, agents=agents, ready=not missing,
-                     missing_keys=missing, history=history(team))
+            TeamInfo(name=name, description=team.description, source=name, agents=agents,
+                     ready=not missing and not gone, demo=name == DEMO_TEAM, missing_keys=missing,
+                     unreachable=gone, history=history(team))
         )
     try:
         default = resolve_team(None, environ).name

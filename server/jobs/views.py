@@ -15,6 +15,7 @@ from conclave.coordination.reports import (
     Leading,
     UsageTotals,
 )
+from conclave.errors import Surface, say, term
 from conclave.jobs.records import Estimate
 from conclave.jobs.store import JobRow
 
@@ -93,20 +94,20 @@ class JobView(_View):
     def done(self) -> bool:
         return self.state in FINAL_STATES
 
-    def text(self) -> str:
-        """The readable block sent beside the structured result."""
+    def text(self, surface: Surface = "mcp") -> str:
+        """The readable block sent beside the structured result (`cli`: the hint in the CLI's words)."""
         lines = [f"Job {self.job_id} ({self.team}): {self.state} - {self.phase} [{self.elapsed_s:.0f}s, round {self.round}]"]
         for agent in self.agents:
             vote = f", votes {agent.vote}" if agent.vote else ""
             error = f", error: {agent.error}" if agent.error else ""
-            lines.append(f"  {agent.letter} {agent.model}: {agent.state}, {agent.answers} answer(s){vote}{error}")
+            lines.append(f"  {agent.letter} {agent.model}: {agent.state}, {plural(agent.answers, 'answer')}{vote}{error}")
         if self.tally:
             lines.append("Tally: " + ", ".join(f"{label}={count}" for label, count in self.tally.items()))
         if self.checks:
             lines.append("Checks: " + "; ".join(f"{label} {check}" for label, check in self.checks.items()))
         if self.leading is not None:
             check = f", verify {self.leading.check}" if self.leading.check else ""
-            lines.append(f"Leading: {self.leading.label} ({self.leading.votes} votes{check})")
+            lines.append(f"Leading: {self.leading.label} ({plural(self.leading.votes, 'vote')}{check})")
         if self.estimate is not None:
             lines.append(f"Estimate: {estimate_text(self.estimate)}")
         if self.budget:
@@ -133,7 +134,8 @@ class JobView(_View):
         )
         if self.answer is not None:
             lines += ["", "Final answer:", self.answer]
-        lines += ["", f"Next: {self.next}"]
+        hint = self.next if surface == "mcp" else next_hint(self.state, self.job_id, self.team, "cli")
+        lines += ["", f"Next: {hint}"]
         if self.web_url:
             lines.append(f"Watch it live: {self.web_url}")
         return "\n".join(lines)
@@ -221,27 +223,40 @@ def phase_of(event: JobEvent) -> str | None:
     return None
 
 
-def _next_hint(row: JobRow) -> str:
-    match row.state:
+def plural(count: int, noun: str) -> str:
+    """`1 answer`, `2 answers`, `0 votes`."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+# The bundled 135M model: it shows the protocol working, it is no second opinion (skills/conclave/SKILL.md
+# says the same to the calling agent).
+DEMO_TEAM = "local"
+DEMO_NOTE = "the `local` team is a 135M-parameter demo: do not rely on its answer for real work; {fix}"
+
+
+def next_hint(state: str, job_id: str, team: str, surface: Surface = "mcp") -> str:
+    """What to do now, in the words of the surface that shows it."""
+    match state:
         case "queued" | "running" | "presenting":
-            return (
-                f"call get_status with job_id={row.id!r} and wait_seconds=45 to wait for the result; "
-                "steer_job adds a note the agents see from their next turn; cancel_job stops it"
-            )
+            hint = (f"call get_status with job_id={job_id!r} and wait_seconds=45 to wait for the result; "
+                    f"cancel_job stops it; {term('steer')}") if surface == "mcp" else (
+                    f"wait with `conclave status {job_id}`; {term('steer')}")
         case "completed":
-            return (
-                "use the answer above; read_workspace(job_id, path='transcript') shows how the team got there; "
-                f"to go on from it (a failing test, a new requirement), call ask_team with follow_up={row.id!r}"
-            )
+            hint = (f"use the answer above; {term('read_transcript')} shows how the team got there; to go on "
+                    f"from it (a failing test, a new requirement), {term('follow_up')}")
         case "interrupted":
-            return (
-                "the server stopped while this job ran; its answers stay readable with read_workspace; "
-                f"call ask_team again to run it anew, or with follow_up={row.id!r} to go on from its last best answer"
-            )
+            hint = (f"the server stopped while this job ran; its answers stay readable with "
+                    f"{term('read_answers')}; {term('ask_again')} to run it anew, or {term('follow_up')} to go on "
+                    "from its last best answer")
         case "cancelled":
-            return ("the job was cancelled; its answers so far are readable with read_workspace; "
-                    f"ask_team with follow_up={row.id!r} goes on from its last best answer")
-    return "see `errors` and `reason`; fix what they name (a key, a team file, a provider) and call ask_team again"
+            hint = (f"the job was cancelled; its answers so far are readable with {term('read_answers')}; "
+                    f"to go on from its last best answer, {term('follow_up')}")
+        case _:
+            hint = (f"see the errors and the reason above; fix what they name (a key, a team file, a provider) "
+                    f"and {term('ask_again')}")
+    if team == DEMO_TEAM and state not in ("failed", "cancelled"):
+        hint += "; " + DEMO_NOTE.format(fix=term("demo_fix"))
+    return say(hint, surface).replace("JOB", job_id)
 
 
 def job_view(row: JobRow, now: float, notes: list[NoteView] | None = None, thread: list[str] | None = None) -> JobView:
@@ -286,7 +301,7 @@ def job_view(row: JobRow, now: float, notes: list[NoteView] | None = None, threa
         notes=notes or [],
         follow_up=row.follow_up,
         thread=thread if thread and len(thread) > 1 else [],
-        next=_next_hint(row),
+        next=next_hint(row.state, row.id, row.team_name),
     )
 
 

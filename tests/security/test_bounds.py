@@ -105,7 +105,7 @@ def test_conclave_gc_prunes_with_the_settings_or_its_options(
     (home / "jobs" / "cj-00000000000a").mkdir(parents=True)
     monkeypatch.setenv("CONCLAVE_HOME", str(home))
     assert main(["gc", "--dry-run"]) == 0
-    assert "would have removed 1 job(s)" in capsys.readouterr().out
+    assert "would have removed 1 job," in capsys.readouterr().out
     assert (home / "jobs" / "cj-00000000000a").exists()
     assert main(["gc", "--keep-days", "1"]) == 0
-    assert "removed 1 job(s)" in capsys.readouterr().out and not (home / "jobs" / "cj-00000000000a").exists()
+    assert "removed 1 job," in capsys.readouterr().out and not (home / "jobs" / "cj-00000000000a").exists()

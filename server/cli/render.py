@@ -1,0 +1,122 @@
+"""How `conclave ask` shows a job to a person: the live view, the tally by answer, the closing lines.
+
+Pure functions of a JobView (and the answers' texts, for what each group of votes says), so
+tests/test_cli_wording.py renders them without a job. Lines are wrapped at word boundaries with a
+hanging indent: a phrase like "2 of 3 votes" never breaks across lines.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from conclave.cli.terminal import printable
+from conclave.coordination.answers import final_answer
+from conclave.jobs.views import JobView, estimate_text, plural
+
+SHOWN_ANSWER = 40  # characters of an answer's short form in the tally
+
+
+@dataclass(frozen=True)
+class AnswerVotes:
+    """Equivalent answers (the same final answer) and the votes they hold together."""
+
+    labels: tuple[str, ...]
+    votes: int
+    says: str | None  # the short final answer, when its text is known
+
+    def text(self) -> str:
+        said = f'"{self.says}": ' if self.says else ""
+        return f"{said}{' = '.join(self.labels)}, {plural(self.votes, 'vote')}"
+
+
+def tally_by_answer(view: JobView, texts: Mapping[str, str]) -> list[AnswerVotes]:
+    """The tally grouped by answer: equivalent answers (view.agree) count together, most votes first."""
+    groups: list[tuple[str, ...]] = [tuple(sorted(group)) for group in view.agree]
+    grouped = {label for group in groups for label in group}
+    groups += [(label,) for label in view.tally if label not in grouped]
+    found = []
+    for labels in groups:
+        votes = sum(view.tally.get(label, 0) for label in labels)
+        text = next((texts[label] for label in labels if label in texts), None)
+        says = (final_answer(text, view.task) or "").removeprefix("#") if text else None
+        if says and len(says) > SHOWN_ANSWER:
+            says = says[: SHOWN_ANSWER - 3].rstrip() + "..."
+        found.append(AnswerVotes(labels, votes, says))
+    return sorted(found, key=lambda group: -group.votes)
+
+
+def wrapped(text: str, width: int, style: str = "") -> Text:
+    """`text` wrapped at word boundaries to `width`, continuation lines indented; control sequences in
+    it (model text) stripped (terminal.py)."""
+    lines = textwrap.wrap(
+        printable(text), max(width, 40), subsequent_indent="    ", break_long_words=False, break_on_hyphens=False
+    ) or [""]
+    return Text("\n".join(lines), style=style)
+
+
+def render(view: JobView, texts: Mapping[str, str] | None = None, width: int = 100) -> Group:
+    """The live view: a line per agent (state, answers, vote), the tally by answer, elapsed time."""
+    texts = texts or {}
+    table = Table(title=printable(f"{view.job_id} - team {view.team} - {view.state}"), title_justify="left")
+    for column in ("agent", "model", "state", "answers", "vote", "tokens in/out"):
+        table.add_column(column)
+    for agent in view.agents:
+        state = agent.state if not agent.error else f"failed: {agent.error[:60]}"
+        tokens = f"{agent.usage.input_tokens}/{agent.usage.output_tokens}"
+        cells = (agent.letter, agent.model, state, str(agent.answers), agent.vote or "-", tokens)
+        table.add_row(*(printable(cell) for cell in cells))
+    lines: list[Table | Text] = [table]
+    status = f"{view.phase} | round {view.round} | {view.elapsed_s:.0f}s"
+    lines.append(wrapped(status, width))
+    groups = tally_by_answer(view, texts)
+    if any(group.votes for group in groups):
+        lines.append(wrapped("votes by answer: " + "; ".join(group.text() for group in groups), width))
+    if view.checks:
+        lines.append(
+            wrapped("checks: " + "; ".join(f"{label} {check}" for label, check in view.checks.items()), width)
+        )
+    if view.estimate is not None and (view.estimate.tokens or view.estimate.cost_usd):
+        lines.append(wrapped(f"estimate: {estimate_text(view.estimate)}", width))
+    if view.leading is not None and view.leading.votes > 0:
+        lines.append(
+            wrapped(f"leading: {view.leading.label} with {plural(view.leading.votes, 'vote')}", width)
+        )
+    lines += [wrapped(f"note{'' if note.seen else ' (not seen yet)'}: {note.text}", width) for note in view.notes]
+    if view.done:
+        lines += closing(view, width)
+    return Group(*lines)
+
+
+def closing(view: JobView, width: int) -> list[Text]:
+    """The result in words: the winner and its majority, why the job ended, usage."""
+    lines = []
+    if view.winner:
+        lines.append(wrapped(f"winner {view.winner}: {view.majority}", width, "bold"))
+        if view.winner_check:
+            lines.append(wrapped(f"its check: {view.winner_check}", width))
+    if view.reason:
+        lines.append(wrapped(f"why: {view.reason}", width))
+    for letter, error in view.errors.items():
+        lines.append(wrapped(f"{letter} failed: {error}", width))
+    for context in (view.diff_summary or {}).get("contexts", []):  # type: ignore[union-attr]
+        for held in context.get("held_back", []):
+            lines.append(wrapped(f"held back, not applied: {context['name']}/{held['path']}: {held['fix']}", width))
+    cost = f", ${view.usage.cost_usd:.4f}" if view.usage.cost_usd is not None else ""
+    lines.append(
+        Text(f"usage: {view.usage.input_tokens:,} tokens in, {view.usage.output_tokens:,} out{cost}")
+    )
+    return lines
+
+
+def see_more(view: JobView) -> str:
+    """The closing line: how to see more of this job."""
+    more = f"conclave show {view.job_id} --answers | --transcript"
+    if view.diff_summary:
+        more += " | --diff"
+    return f"See more: {more}"

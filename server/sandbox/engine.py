@@ -97,7 +97,10 @@ async def sweep(
 
     def run() -> list[str]:
         removed = []
-        for container in docker_client.containers.list(all=True, filters={"label": "conclave.owner"}):
+        # ignore_removed: a container another server removes between the listing and its inspection
+        # must not fail this server's start-up
+        found = docker_client.containers.list(all=True, filters={"label": "conclave.owner"}, ignore_removed=True)
+        for container in found:
             labels = container.labels
             owner, pid = labels.get("conclave.owner", ""), labels.get("conclave.owner_pid", "")
             if owner == spare.id or not pid.isdigit() or not dead(owner, int(pid)):

@@ -207,8 +207,33 @@ async def test_scoring_prefers_the_answer_the_model_finds_likely() -> None:
     assert pool.running() == []  # scoring runs in this process: no server was started for it
 
 
+@needs_llama
+async def test_a_second_scoring_of_the_same_answers_evaluates_nothing_and_a_shared_prefix_is_reused() -> None:
+    from conclave.backends.llama_scoring import LlamaScorer
+
+    candidates = ["The capital of France is Paris.", "Lyon.", "Paris is the capital."]
+    first_request = Request("Be brief.", (Message("user", "What is the capital of France?"),))
+    other_request = Request("Be brief.", (Message("user", "What is the capital of France, please?"),))
+    model = local.model_file(local.BUNDLED, None)
+    warm, fresh = LlamaScorer(model), LlamaScorer(model)
+    try:
+        scores, usage = await anyio.to_thread.run_sync(warm.score, first_request, candidates)
+        again, usage_again = await anyio.to_thread.run_sync(warm.score, first_request, candidates)
+        other, usage_other = await anyio.to_thread.run_sync(warm.score, other_request, candidates)
+        other_fresh, usage_fresh = await anyio.to_thread.run_sync(fresh.score, other_request, candidates)
+    finally:
+        warm.close()
+        fresh.close()
+    assert again == scores and usage_again.input_tokens == 0  # a re-vote on the same answers is free
+    # the second prompt shares the system prompt and the question's start: only its rest is evaluated,
+    # and the scores are those of a scorer that evaluated everything
+    assert 0 < usage_other.input_tokens < usage_fresh.input_tokens
+    assert other == pytest.approx(other_fresh, abs=1e-4)
+
+
 # The `local` team end to end ---------------------------------------------------------------------------
 TASK = "What is the capital of France? Reply in one short sentence."
+SAME = "every answer gives the same final answer"
 
 
 @needs_llama
@@ -229,7 +254,9 @@ async def test_the_local_team_reaches_a_final_answer_within_its_timeout() -> Non
     assert "Paris" in result.answer  # the team's answer is right, not merely present
     # the split turn: every answer is plain text and every vote a score by the model's log-probabilities
     assert all(not event.data["content"].lstrip().startswith("{") for event in sink.kinds("answer"))
-    assert all("log-probability" in event.data["reason"] for event in sink.kinds("vote"))
+    # (or, when every answer says the same, a vote cast without scoring: coordination/split_turns.py)
+    assert all("log-probability" in event.data["reason"] or event.data["reason"] == SAME
+               for event in sink.kinds("vote"))
     assert llama_children() == []
 
 

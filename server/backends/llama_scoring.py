@@ -20,6 +20,7 @@ from conclave.backends.base import Request, Usage
 
 SCORE_CTX = 2048  # prompt + reply; a longer prompt is cut from its start, a longer reply at its end
 SCORE_THREADS = 1  # the server runs beside it on the same cores
+MEMO_SIZE = 512  # (prompt, reply) scores kept: a job's re-votes score the same answers again
 
 
 def count(tokenizer: Any, text: str) -> int:
@@ -52,11 +53,14 @@ class LlamaScorer:
         self.model, self.n_ctx = model, n_ctx
         self._llama: Any = None
         self._lock = threading.Lock()
+        self._memo: dict[tuple[tuple[int, ...], tuple[int, ...]], float] = {}  # (prompt, reply) -> score
 
     def score(self, request: Request, candidates: list[str]) -> tuple[list[float], Usage]:
         """Each candidate's mean token log-probability as the reply to `request` (blocking).
 
-        The prompt is evaluated once; each candidate is evaluated after it, reusing its cache.
+        Only what is new is evaluated: the prompt from where it stops sharing the tokens already in the
+        model's cache (the previous prompt's), and the candidates not scored after this prompt before.
+        The usage counts the tokens evaluated, so a re-vote on the same answers costs nothing.
         """
         with self._lock:
             llama = self._load()
@@ -65,10 +69,36 @@ class LlamaScorer:
                      for text in candidates]
             room = self.n_ctx - 1 - min(max(map(len, tails)), self.n_ctx // 2)
             head = head[-room:]
-            llama.reset()
-            llama.eval(head)
-            scores = [self._mean(llama, len(head), tail[: self.n_ctx - 1 - len(head)]) for tail in tails]
-            return scores, Usage(len(head) + sum(map(len, tails)), 0)
+            key = tuple(head)
+            missing = [tail for tail in tails if (key, tuple(tail)) not in self._memo]
+            evaluated = 0
+            if missing:
+                evaluated = self._prefill(llama, head)
+                for tail in missing:
+                    tail = tail[: self.n_ctx - 1 - len(head)]
+                    self._remember((key, tuple(tail)), self._mean(llama, len(head), tail))
+                    evaluated += len(tail)
+            scores = [self._memo[(key, tuple(tail[: self.n_ctx - 1 - len(head)]))] for tail in tails]
+            return scores, Usage(evaluated, 0)
+
+    @staticmethod
+    def _prefill(llama: Any, head: list[int]) -> int:
+        """Evaluate `head`, keeping the cached tokens it shares with what was evaluated before (the
+        last one is always evaluated again: its logits score the first token of a reply)."""
+        cached = list(llama.input_ids[: llama.n_tokens])
+        common = 0
+        for old, new in zip(cached, head[:-1]):
+            if old != new:
+                break
+            common += 1
+        llama.n_tokens = common  # llama.eval drops the cache past n_tokens
+        llama.eval(head[common:])
+        return len(head) - common
+
+    def _remember(self, key: tuple[tuple[int, ...], tuple[int, ...]], score: float) -> None:
+        self._memo[key] = score
+        while len(self._memo) > MEMO_SIZE:
+            self._memo.pop(next(iter(self._memo)))
 
     @staticmethod
     def _mean(llama: Any, start: int, tail: list[int]) -> float:
@@ -102,3 +132,4 @@ class LlamaScorer:
             if self._llama is not None:
                 self._llama.close()
                 self._llama = None
+                self._memo.clear()

@@ -32,9 +32,16 @@ async def split_turn(
     if action.can_answer and not (own and action.labels):
         return protocol.AnswerPosted(ctx.letter, action.turn_id, await _answer(ctx, task, action.note))
     if isinstance(ctx.backend, Scorer):
-        texts = list(dict.fromkeys(answer.content for answer in shown))  # equal texts score the same
-        scored = dict(zip(texts, await ctx.score(_answer_request(ctx, task, ""), texts), strict=True))
-        label, reason = pick(shown, [scored[answer.content] for answer in shown])
+        groups = agreeing_groups(shown)
+        if len(groups) == 1:  # every answer says the same: any vote counts for all of them, so no scoring
+            label = next((a.label for a in shown if a.letter == ctx.letter), shown[0].label)
+            return protocol.VoteCast(ctx.letter, action.turn_id, label, "every answer gives the same final answer")
+        # One score per group of equivalent answers, from its earliest-posted member (label order is
+        # the same for every voter, so the choice does not depend on this voter's order).
+        firsts = [min(group, key=lambda answer: answer.label) for group in groups]
+        scores = await ctx.score(_answer_request(ctx, task, ""), [answer.content for answer in firsts])
+        by_label = {answer.label: score for group, score in zip(groups, scores, strict=True) for answer in group}
+        label, reason = pick(shown, [by_label[answer.label] for answer in shown])
         return protocol.VoteCast(ctx.letter, action.turn_id, label, reason)
     request = ctx.request(
         [Message("user", prompts.choice_prompt(task, ctx.letter, shown, action.can_answer))],
@@ -49,6 +56,20 @@ async def split_turn(
     if choice not in action.labels:
         return protocol.NoDecision(ctx.letter, action.turn_id, completion.text)
     return protocol.VoteCast(ctx.letter, action.turn_id, choice, "chosen as correct and complete")
+
+
+def agreeing_groups(shown: list[prompts.ShownAnswer]) -> list[list[prompts.ShownAnswer]]:
+    """The current answers grouped by final answer (`agrees_with`, from coordination/answers.py), in the
+    order their first member is shown; equal texts always share a group."""
+    groups: list[list[prompts.ShownAnswer]] = []
+    for answer in shown:
+        home = next((g for g in groups if any(o.label in answer.agrees_with or o.content == answer.content
+                                              for o in g)), None)
+        if home is None:
+            groups.append([answer])
+        else:
+            home.append(answer)
+    return groups
 
 
 def pick(shown: list[prompts.ShownAnswer], scores: list[float]) -> tuple[str, str]:

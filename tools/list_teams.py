@@ -16,4 +16,4 @@ async def list_teams(ctx: Context) -> TeamList:
     Pick a team that is `ready`; for one that is not, the user must set the missing environment
     variables where the server runs. A team YAML file path is accepted as `team` too.
     """
-    return result(service(ctx).teams())
+    return result(await service(ctx).teams())

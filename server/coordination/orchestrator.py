@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -26,6 +26,7 @@ from conclave.backends.retry import RetryPolicy
 from conclave.config import Team
 from conclave.coordination import answers, prompts, protocol
 from conclave.coordination.budget import Budget
+from conclave.coordination.limits import ProviderLimits
 from conclave.coordination.members import (
     BackendFactory,
     JobSink,
@@ -69,7 +70,7 @@ class Orchestrator:
         backend_factory: BackendFactory,
         *,
         retry: RetryPolicy | None = None,
-        limiters: Mapping[str, anyio.CapacityLimiter] | None = None,
+        limiters: ProviderLimits | None = None,
         clock: Callable[[], float] = anyio.current_time,
         files: JobFiles | None = None,
         verifier: Verifier | None = None,
@@ -80,7 +81,7 @@ class Orchestrator:
         # part of its timeout; else the timeout counts from `run`
         self._deadline_at = deadline
         self._factory, self._retry = backend_factory, retry or RetryPolicy()
-        self._limiters = dict(limiters or {})
+        self._limiters = limiters if limiters is not None else ProviderLimits()  # the server's, shared
         self._clock = clock
         self.files, self.verifier = files, verifier
         rules = team.coordination
@@ -351,7 +352,7 @@ class Orchestrator:
     # Helpers -------------------------------------------------------------------------------------
     def _context(self, member: Member, backend: Backend) -> TurnContext:
         spec = member.spec
-        limiter = self._limiters.setdefault(spec.provider, anyio.CapacityLimiter(16))
+        limiter = self._limiters.of(spec.provider)
         rules = self.team.coordination
         system = prompts.system_prompt(
             self.task, member.letter, len(self.members), rules.max_answers_per_agent, spec.tool_mode,

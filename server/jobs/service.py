@@ -30,6 +30,7 @@ from conclave.backends.retry import RetryPolicy
 from conclave.config import ConfigError, Team, list_presets, resolve_team
 from conclave.config import Sandbox as SandboxSpec
 from conclave.coordination.job_files import JobFiles
+from conclave.coordination.limits import ProviderLimits
 from conclave.coordination.orchestrator import BackendFactory, Orchestrator, endpoint_factory
 from conclave.coordination.reports import JobEvent, Progress
 from conclave.coordination.verification import Verifier
@@ -38,6 +39,7 @@ from conclave.files.budget import MB
 from conclave.files.contexts import parse_context_paths
 from conclave.files.workspaces import Workspaces
 from conclave.jobs.access import Access
+from conclave.jobs.async_store import AsyncStore
 from conclave.jobs.estimate import estimate, history
 from conclave.jobs.file_steps import admit, collect, prepare
 from conclave.jobs.gc import GcReport, prune
@@ -53,7 +55,10 @@ from conclave.settings import MAX_WAIT_S, Settings
 
 logger = logging.getLogger(__name__)
 JOB_ID = re.compile(r"^cj-[0-9a-f]{12}$")
-POLL_S = 0.2
+POLL_S = 0.2  # a job another process runs: how often its waiters here look at the store
+# A job this process runs wakes its waiters at every write (jobs/async_store.py); this is only a
+# backstop for a write made around AsyncStore (directly through `store.sync`).
+OWN_POLL_S = 1.0
 
 ProgressCallback = Callable[[JobView], Awaitable[None]]
 
@@ -65,13 +70,13 @@ def new_job_id() -> str:
 class StoreSink:
     """The orchestrator's reports, written to the store."""
 
-    def __init__(self, store: Store, job_id: str) -> None:
+    def __init__(self, store: AsyncStore, job_id: str) -> None:
         self._store, self._job_id = store, job_id
 
     async def record(self, event: JobEvent, progress: Progress) -> None:
-        self._store.record(self._job_id, event, progress, phase_of(event))
+        await self._store.record(self._job_id, event, progress, phase_of(event))
         if event.kind == "presenting":
-            self._store.set_state(self._job_id, "presenting")
+            await self._store.set_state(self._job_id, "presenting")
 
 
 class JobService:
@@ -80,7 +85,7 @@ class JobService:
     def __init__(
         self,
         settings: Settings,
-        store: Store,
+        store: AsyncStore,
         tg: anyio.abc.TaskGroup,
         environ: Mapping[str, str],
         backend_factory: BackendFactory,
@@ -93,7 +98,7 @@ class JobService:
         self._owner_id = uuid.uuid4().hex
         self._slots = anyio.CapacityLimiter(settings.max_jobs)
         self._check_slots = anyio.CapacityLimiter(settings.verify_concurrency)  # verification containers
-        self._provider_limits: dict[str, anyio.CapacityLimiter] = {}
+        self._provider_limits = ProviderLimits(settings.provider_concurrency)  # shared by every job here
         self._scopes: dict[str, anyio.CancelScope] = {}
 
     @classmethod
@@ -108,14 +113,19 @@ class JobService:
         access: Access | None = None,
     ) -> AsyncIterator[JobService]:
         env = dict(os.environ if environ is None else environ)
-        store = Store(settings.db_path)
-        for job_id in store.orphans(process_alive, settings.stale_after_s):
-            store.set_state(job_id, "interrupted", "the server that ran this job stopped")
+        sync_store = await anyio.to_thread.run_sync(Store, settings.db_path)
         try:
-            # The pool outlives the jobs' task group: jobs release their servers as they end, then the
-            # pool stops any left over (tests/test_local.py).
+            # The store's writer outlives the jobs' task group (their last writes are shielded), and so
+            # does the pool: jobs release their servers as they end, then the pool stops any left over
+            # (tests/test_local.py).
             body_error: Exception | None = None
-            async with LocalServers() as local_servers, anyio.create_task_group() as tg:
+            async with (
+                AsyncStore.open(sync_store) as store,
+                LocalServers() as local_servers,
+                anyio.create_task_group() as tg,
+            ):
+                for job_id in await store.orphans(process_alive, settings.stale_after_s):
+                    await store.set_state(job_id, "interrupted", "the server that ran this job stopped")
                 factory = backend_factory or endpoint_factory(env, local_servers)
                 service = cls(settings, store, tg, env, factory, retry, access)
                 tg.start_soon(service._watch)
@@ -131,7 +141,7 @@ class JobService:
             if body_error is not None:
                 raise body_error
         finally:
-            store.close()
+            sync_store.close()
 
     # The tools' operations -----------------------------------------------------------------------
     async def submit(
@@ -162,7 +172,7 @@ class JobService:
             self.access.check_folder(f"context_paths[{index}].path", source.path)
         if apply and not any(source.permission == "write" for source in sources):
             raise InputError("apply", apply, "apply needs a context path with permission 'write'")
-        queued = self.store.queued(self._owner_id)
+        queued = await self.store.queued(self._owner_id)
         if queued >= self.settings.max_queued:
             raise QueueFull(queued, self.settings.max_queued)
         self.access.check_team(team)
@@ -172,74 +182,85 @@ class JobService:
                               has_context=bool(sources))
         job_id = new_job_id()
         options = await admit(sources, resolved, apply, force_binary) if sources else JobOptions()
-        options.estimate = estimate(resolved, self.store.team_usage(resolved.name))
-        self.store.create_job(
+        options.estimate = estimate(resolved, await self.store.team_usage(resolved.name))
+        await self.store.create_job(
             job_id, task, resolved.name, resolved.model_dump_json(), os.getpid(), self._owner_id, options
         )
         self._scopes[job_id] = anyio.CancelScope()
         self._tg.start_soon(self._run, job_id, task, resolved)
-        return self._view(job_id)
+        return await self._view(job_id)
 
     async def view(self, job_id: str) -> JobView:
-        return self._view(job_id)
+        return await self._view(job_id)
 
     async def wait(self, job_id: str, wait_seconds: float, on_progress: ProgressCallback | None = None) -> JobView:
         """Long-poll: return when the job is done or `wait_seconds` pass, reporting every change."""
         _check_wait(wait_seconds)
-        view, rev = self._view(job_id), self.store.rev(job_id)
+        view = await self._view(job_id)
+        if view.done or wait_seconds == 0:
+            return view
+        rev = await self.store.rev(job_id)
         with anyio.move_on_after(wait_seconds):
             while not view.done:
-                await anyio.sleep(POLL_S)
-                now = self.store.rev(job_id)
+                await self._changed(job_id)
+                now = await self.store.rev(job_id)
                 if now != rev:
-                    view, rev = self._view(job_id), now
+                    view, rev = await self._view(job_id), now
                     if on_progress is not None:
                         await on_progress(view)
-        return self._view(job_id)
+        return await self._view(job_id)
+
+    async def _changed(self, job_id: str) -> None:
+        """Until the job may have changed: woken by our own write to it, else polled (another process's)."""
+        changed = self.store.changed(job_id)
+        with anyio.move_on_after(OWN_POLL_S if job_id in self._scopes else POLL_S):
+            await changed.wait()
 
     async def cancel(self, job_id: str) -> JobView:
         """Cancel a job here or, through the store, in whichever server process runs it."""
-        view = self._view(job_id)
+        view = await self._view(job_id)
         if view.done:
             return view
         scope = self._scopes.get(job_id)
         if scope is not None:
             scope.cancel()
         else:
-            self.store.request_cancel(job_id)
+            await self.store.request_cancel(job_id)
         with anyio.move_on_after(10):
-            while not (view := self._view(job_id)).done:
-                await anyio.sleep(POLL_S)
+            while not (view := await self._view(job_id)).done:
+                await self._changed(job_id)
         return view
 
     async def read(self, job_id: str, path: str, source: str | None, offset: int, limit: int) -> WorkspacePage:
-        row = self._row(job_id)
+        row = await self._row(job_id)
         workspaces = job_workspaces(row, self.settings.home / "jobs")
-        return await read_job(self.store, row, workspaces, path, source, offset, limit)
+        return await read_job(self.store.sync, row, workspaces, path, source, offset, limit)
 
     async def read_whole(self, job_id: str, path: str) -> WorkspacePage:
         """One text of a job in full, every page gathered (for resources, which are not paged)."""
-        row = self._row(job_id)
-        return await read_whole(self.store, row, job_workspaces(row, self.settings.home / "jobs"), path, None)
+        row = await self._row(job_id)
+        return await read_whole(self.store.sync, row, job_workspaces(row, self.settings.home / "jobs"), path, None)
 
     def job_dir(self, job_id: str) -> Path:
         return self.settings.home / "jobs" / job_id
 
-    def teams(self) -> TeamList:
-        return team_list(list_presets(self._environ), self._environ,
-                         lambda team: history(team, self.store.team_usage(team.name)))
+    async def teams(self) -> TeamList:
+        """The presets and each one's history here (team files and the store, read in a worker thread)."""
+        store = self.store.sync
+        return await anyio.to_thread.run_sync(lambda: team_list(
+            list_presets(self._environ), self._environ, lambda team: history(team, store.team_usage(team.name))))
 
     # Internals -----------------------------------------------------------------------------------
-    def _row(self, job_id: str) -> JobRow:
+    async def _row(self, job_id: str) -> JobRow:
         if not isinstance(job_id, str) or not JOB_ID.match(job_id.strip()):
             raise InputError("job_id", job_id, "job ids look like cj-1a2b3c4d5e6f (from ask_team's result)")
-        row = self.store.job(job_id.strip())
+        row = await self.store.job(job_id.strip())
         if row is None:
             raise JobNotFound(job_id)
         return row
 
-    def _view(self, job_id: str) -> JobView:
-        return job_view(self._row(job_id), time.time())
+    async def _view(self, job_id: str) -> JobView:
+        return job_view(await self._row(job_id), time.time())
 
     def _check_runnable(self, team: Team) -> None:
         """Refuse at once what would only fail later: a missing key, or what a backend needs installed."""
@@ -258,23 +279,23 @@ class JobService:
         try:
             with scope:
                 async with self._slots:
-                    options = self._row(job_id).options
+                    options = (await self._row(job_id)).options
                     timeout = team.coordination.timeout_s
                     deadline = anyio.current_time() + timeout  # the copy counts against the job's timeout
                     if options.context_paths:
-                        self.store.set_state(job_id, "running", "copying the context paths")
+                        await self.store.set_state(job_id, "running", "copying the context paths")
                         try:
                             with anyio.move_on_after(timeout) as copying:
                                 await prepare(self.job_dir(job_id), options)
                         except ConclaveError as exc:
-                            self.store.set_state(job_id, "failed", f"failed: {exc}", error=str(exc))
+                            await self.store.set_state(job_id, "failed", f"failed: {exc}", error=str(exc))
                             return
                         if copying.cancelled_caught:
                             error = (f"the job reached its timeout of {timeout:g} s while copying the context "
                                      "paths; give smaller folders or raise coordination.timeout_s")
-                            self.store.set_state(job_id, "failed", f"failed: {error}", error=error)
+                            await self.store.set_state(job_id, "failed", f"failed: {error}", error=error)
                             return
-                    self.store.set_state(job_id, "running", "starting the agents")
+                    await self.store.set_state(job_id, "running", "starting the agents")
                     files = self._files(job_id, team, options)
                     orchestrator = Orchestrator(
                         job_id, task, team, StoreSink(self.store, job_id), self._factory,
@@ -284,22 +305,22 @@ class JobService:
                     try:
                         result = await orchestrator.run()
                         if files is not None:
-                            self.store.set_files(job_id, await collect(files, options, result.consensus))
+                            await self.store.set_files(job_id, await collect(files, options, result.consensus))
                     except ConclaveError as exc:
-                        self.store.set_state(job_id, "failed", f"failed: {exc}", error=str(exc))
+                        await self.store.set_state(job_id, "failed", f"failed: {exc}", error=str(exc))
                     else:
                         state = "failed" if result.failed else "completed"
-                        self.store.set_state(job_id, state, error="; ".join(result.errors.values()) or None)
+                        await self.store.set_state(job_id, state, error="; ".join(result.errors.values()) or None)
             if scope.cancelled_caught:
                 with anyio.CancelScope(shield=True):
-                    self.store.set_state(job_id, "cancelled", "cancelled by the caller")
+                    await self.store.set_state(job_id, "cancelled", "cancelled by the caller")
         except anyio.get_cancelled_exc_class():
             with anyio.CancelScope(shield=True):
-                self._end_if_active(job_id, "interrupted", "the server stopped while the job ran")
+                await self._end_if_active(job_id, "interrupted", "the server stopped while the job ran")
             raise
         except Exception as exc:  # a bug: fail this job, keep the server serving
             logger.exception("job %s crashed", job_id)
-            self._end_if_active(job_id, "failed", "failed: internal error", error=f"internal error: {exc!r}")
+            await self._end_if_active(job_id, "failed", "failed: internal error", error=f"internal error: {exc!r}")
         finally:
             self._scopes.pop(job_id, None)
 
@@ -317,10 +338,10 @@ class JobService:
         return Verifier(job_id, team.verify, files.workspaces, spec, timeout_s=self.settings.verify_timeout_s,
                         limiter=self._check_slots)
 
-    def _end_if_active(self, job_id: str, state: str, phase: str, error: str | None = None) -> None:
-        row = self.store.job(job_id)
+    async def _end_if_active(self, job_id: str, state: str, phase: str, error: str | None = None) -> None:
+        row = await self.store.job(job_id)
         if row is not None and row.state in ACTIVE_STATES:
-            self.store.set_state(job_id, state, phase, error=error)
+            await self.store.set_state(job_id, state, phase, error=error)
 
     async def _prune(self) -> None:
         """Prune old finished jobs once at start (CONCLAVE_GC_AUTO; `conclave gc` does it by hand)."""
@@ -344,6 +365,9 @@ class JobService:
             removed = await sweep(lambda _owner, pid: not process_alive(pid))
         except ConclaveError:
             return  # no Docker engine: nothing to sweep
+        except Exception:  # e.g. a container removed between the listing and its inspection: next start
+            logger.warning("sweeping leftover sandbox containers failed", exc_info=True)
+            return
         if removed:
             logger.info("removed %d leftover sandbox container(s): %s", len(removed), ", ".join(removed))
 
@@ -351,11 +375,11 @@ class JobService:
         """Heartbeat our jobs and honour cancel requests other processes left in the store."""
         last_beat = 0.0
         while True:
-            for job_id in self.store.cancel_requests(self._owner_id):
+            for job_id in await self.store.cancel_requests(self._owner_id):
                 if job_id in self._scopes:
                     self._scopes[job_id].cancel()
             if time.monotonic() - last_beat >= self.settings.heartbeat_s:
-                self.store.heartbeat(self._owner_id)
+                await self.store.heartbeat(self._owner_id)
                 last_beat = time.monotonic()
             await anyio.sleep(0.5)
 

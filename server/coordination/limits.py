@@ -17,6 +17,10 @@ class ProviderLimits:
     def __init__(self, slots: int = DEFAULT_PER_PROVIDER) -> None:
         self.slots = slots
         self._limiters: dict[str, anyio.CapacityLimiter] = {}
+        # Backends are built one at a time: building an SDK client (its TLS context above all) is CPU
+        # work in a worker thread, and dozens at once (16 jobs starting) hold the GIL in turns long
+        # enough to stall the event loop for seconds (bench/bench_store.py).
+        self.building = anyio.CapacityLimiter(1)
 
     def of(self, provider: str) -> anyio.CapacityLimiter:
         limiter = self._limiters.get(provider)

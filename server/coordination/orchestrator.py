@@ -140,7 +140,8 @@ class Orchestrator:
         for member in self.members.values():
             # SDK imports and client set-up block for seconds on first use: keep them off the loop, and
             # let the deadline abandon them (a client made after it is simply dropped).
-            backend = await anyio.to_thread.run_sync(self._factory, member.spec, abandon_on_cancel=True)
+            backend = await anyio.to_thread.run_sync(self._factory, member.spec, abandon_on_cancel=True,
+                                                     limiter=self._limiters.building)
             member.ctx = self._context(member, backend)
 
     async def _ended_in_set_up(self, reason: str) -> JobResult:

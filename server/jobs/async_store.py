@@ -177,8 +177,10 @@ class AsyncStore:
 
     # What a running job reports, and reading it -----------------------------------------------------
     async def record(self, job_id: str, event: JobEvent, progress: Progress, phase: str | None) -> None:
-        """Queued, not awaited: a job's reporting never waits for the disk (nor yields to other tasks)."""
-        self.post(job_id, self.sync.record, job_id, event, progress, phase)
+        """Queued, not awaited: a job's reporting never waits for the disk (nor yields to other tasks).
+        Waiters wake only when the job's `rev` moves (an event with a phase), as before they looked:
+        a usage report is no reason to read the job again."""
+        self.post(job_id if phase is not None else None, self.sync.record, job_id, event, progress, phase)
 
     async def events(self, job_id: str, kind: str | None = None) -> list[JobEvent]:
         return await self.read(self.sync.events, job_id, kind)

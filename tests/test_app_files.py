@@ -4,12 +4,12 @@ with `sandbox: none` (file tools, no commands), so no Docker is needed here."""
 
 from __future__ import annotations
 
-import anyio
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 from fastmcp import Client
 from mcp.types import ResourceLink

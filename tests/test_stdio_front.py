@@ -19,7 +19,8 @@ from typing import Any
 import pytest
 
 from conclave.app import manifest
-from conclave.app.stdio_front import MANIFEST, STARTUP_FAILED, Front, load_manifest, source_hash
+from conclave.app.manifest_key import MANIFEST, load_manifest, source_hash
+from conclave.app.stdio_front import STARTUP_FAILED, Front
 
 HELLO = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "test", "version": "1"}}
 # Runs `conclave serve` with FastMCP's import held until the file named by GATE exists.

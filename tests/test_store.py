@@ -81,7 +81,10 @@ async def test_a_write_wakes_the_waiters_on_that_job_only(tmp_path: Path) -> Non
     sync.create_job("cj-00000000beef", "task", "team", "{}", 1, "owner")
     async with AsyncStore.open(sync) as store:
         mine, theirs = store.changed(JOB), store.changed("cj-00000000beef")
-        await store.record(JOB, usage_event(), progress(1), None)  # queued: the job does not wait
+        await store.record(JOB, usage_event(), progress(1), None)  # no phase: rev stays, nobody wakes
+        await store.write(None, lambda: None)  # after the record above
+        assert not mine.is_set()
+        await store.record(JOB, JobEvent(kind="presenting"), progress(1), "presenting")  # queued, not waited
         with anyio.fail_after(5):
             await mine.wait()
         assert not theirs.is_set()

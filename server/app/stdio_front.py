@@ -19,7 +19,7 @@ its settings and the store (`Startup.opened`); if that fails, `initialize` (and 
 it) is answered with an error that gives the reason, and the process exits 1 once the client has
 read it (`Startup.failed`). An error the app itself sends for that `initialize` reaches the client.
 The manifest is keyed on the versions of Conclave and its libraries and a hash of Conclave's own
-source files (`source_hash`), so an editable install whose tools changed is never answered from a
+source files (app/manifest_key.py), so an editable install whose tools changed is never answered from a
 stale recording. A JSON-RPC batch (a line starting `[`) is relayed like any message. A bug in the
 front is reported on stderr and the front steps aside; the client's messages still reach the app.
 
@@ -30,8 +30,6 @@ answers; the pipes then carry everything to the app.
 
 from __future__ import annotations
 
-import hashlib
-import importlib.util
 import json
 import os
 import select
@@ -39,60 +37,14 @@ import sys
 import threading
 import traceback
 from collections.abc import Callable
-from importlib import metadata
-from pathlib import Path
 from typing import Any
 
-MANIFEST = Path(__file__).with_name("manifest.json")
-# The libraries whose versions shape what the app lists; a manifest recorded with others is not used.
-LIBRARIES = ("fastmcp", "mcp", "pydantic")
+from conclave.app.manifest_key import load_manifest
+
 ENVELOPE_KEY = "io.modelcontextprotocol/protocolVersion"  # only 2026-era requests carry it in _meta
 READ_SIZE = 65536
-PACKAGE = Path(__file__).resolve().parents[1]  # conclave/: its sources shape what the app lists
 FAIL_LINGER_S = 30.0  # after a failed start, how long the front waits for the client to read why
 STARTUP_FAILED = -32002  # JSON-RPC server error: the server could not start
-
-
-def load_manifest(path: Path = MANIFEST, conclave_version: str | None = None) -> dict[str, Any] | None:
-    """The recorded answers, or None when missing, unreadable or recorded for other versions."""
-    try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    if not isinstance(manifest, dict) or manifest.get("versions") != installed_versions(conclave_version):
-        return None
-    return manifest
-
-
-def source_hash(package: Path = PACKAGE) -> str:
-    """A hash of every Python source of Conclave (tools, models, app): a change to any of them may
-    change a tool's schema, so the recording is used only for the very sources it was made from.
-    The same for a wheel and an editable install, where conclave.tools lives apart (pyproject)."""
-    spec = importlib.util.find_spec("conclave.tools")  # finds the folder without running the package
-    found = list(spec.submodule_search_locations or []) if spec is not None else []
-    tools = Path(found[0]).resolve() if found else package / "tools"
-    digest = hashlib.sha256()
-    for root, prefix in ((package, ""), (tools, "tools/")):
-        for path in sorted(root.rglob("*.py")):
-            inside = path.relative_to(root)
-            if "__pycache__" in inside.parts or (prefix == "" and path.is_relative_to(tools)):
-                continue
-            digest.update(f"{prefix}{inside.as_posix()}".encode() + b"\0" + path.read_bytes() + b"\0")
-    return digest.hexdigest()
-
-
-def installed_versions(conclave_version: str | None = None) -> dict[str, str]:
-    """Conclave's and the listed libraries' versions, and the hash of Conclave's sources, as the manifest
-    records them."""
-    if conclave_version is None:
-        from conclave import __version__ as conclave_version
-    found = {"conclave": conclave_version, "sources": source_hash()}
-    for name in LIBRARIES:
-        try:
-            found[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            found[name] = "missing"
-    return found
 
 
 class Front:

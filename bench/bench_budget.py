@@ -37,7 +37,7 @@ async def one_run(root: Path) -> dict[str, Any]:
         team = str(write_team(root / "team.yaml", fakes, TRIO))
         async with JobService.open(Settings(home=root / "state", gc_auto=False), environ=ENV, retry=FAST) as service:
             view = await run_job(service, team, max_tokens=BUDGET)
-            kinds = [event.kind for event in service.store.events(view.job_id)]
+            kinds = [event.kind for event in await service.store.events(view.job_id)]
         agents = {}
         for agent in view.agents:
             name = agent.model.rsplit("-", 1)[1]

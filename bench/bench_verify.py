@@ -75,7 +75,7 @@ async def one_job(root: Path, latency: float, verify: str | None, concurrency: i
                 seen = max(seen, sum(c["Labels"].get("conclave.agent", "").startswith("check-") for c in running))
                 view = await service.wait(view.job_id, 0.05)
             wall = time.perf_counter() - started
-            events = service.store.events(view.job_id)
+            events = await service.store.events(view.job_id)
     assert view.state == "completed", view.text()
     durations = [e.data["duration_s"] for e in events if e.kind == "checked"]
     return {"wall_s": wall, "requests": len(fakes.script.requests), "tokens": view.usage.tokens,

@@ -25,7 +25,11 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="CONCLAVE_", frozen=True, extra="ignore")
 
     home: Path = Field(default_factory=default_home, description="state directory: conclave.db and jobs/")
-    max_jobs: Annotated[int, Field(ge=1, le=64)] = 2
+    # Jobs running at once. A job mostly waits on its providers, so many fit on a small machine; what
+    # bounds the load is provider_concurrency (requests in flight per provider, shared by every job),
+    # verify_concurrency (check containers) and max_queued (bench/bench_store.py measures 16 at once).
+    max_jobs: Annotated[int, Field(ge=1, le=64)] = 16
+    provider_concurrency: Annotated[int, Field(ge=1, le=1024)] = 64
     http_token: SecretStr | None = None
     max_task_chars: Annotated[int, Field(ge=1)] = 100_000
     heartbeat_s: Annotated[float, Field(gt=0)] = 5.0

@@ -245,11 +245,12 @@ async def test_budgets_the_estimate_and_the_leading_answer_reach_the_caller(
     assert list(first.structured_content)[:3] == ["job_id", "state", "estimate"]  # what a model reads first
     assert view.estimate is not None and "no past jobs" in view.estimate.note and view.budget == {"max_tokens": 10**6}
     leading, presenting = None, None
-    while not view.done:
-        await anyio.sleep(0.1)
-        view = await job(client, "get_status", job_id=view.job_id)
-        leading = leading or view.leading
-        presenting = presenting or (view.leading if view.state == "presenting" else None)
+    with anyio.fail_after(120):
+        while not view.done:
+            await anyio.sleep(0.1)
+            view = await job(client, "get_status", job_id=view.job_id)
+            leading = leading or view.leading
+            presenting = presenting or (view.leading if view.state == "presenting" else None)
     assert leading is not None and leading.preview.startswith("Answer from") and view.leading is None
     assert presenting is not None and presenting.label == view.winner  # while it presents: the winner
     assert view.state == "completed" and view.estimate is None

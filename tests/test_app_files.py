@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 from fastmcp import Client
 from mcp.types import ResourceLink
@@ -21,6 +22,7 @@ from conclave.settings import Settings
 from tests.fakes.script import RecordedRequest, Reply
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import KEY_ENV, TRIO, decide, install, is_presentation, vote_labels, voter, write_team
+from tests.fakes.waits import until_done
 
 pytestmark = pytest.mark.anyio
 
@@ -70,9 +72,10 @@ async def test_context_paths_give_a_diff_files_and_links(client: tuple[Client, s
     result = await call(mcp, "ask_team", task="Document usage", team=team,
                         context_paths=[{"path": str(project)}], wait_seconds=50)
     view = JobView.model_validate(result.structured_content)
-    while not view.done:
-        result = await call(mcp, "get_status", job_id=view.job_id, wait_seconds=30)
-        view = JobView.model_validate(result.structured_content)
+    with anyio.fail_after(120):
+        while not view.done:
+            result = await call(mcp, "get_status", job_id=view.job_id, wait_seconds=30)
+            view = JobView.model_validate(result.structured_content)
     assert view.state == "completed"
     links = {item.uri: item for item in result.content if isinstance(item, ResourceLink)}
     diff_uri = f"conclave://jobs/{view.job_id}/diff"
@@ -128,9 +131,7 @@ async def test_json_mode_agents_use_the_work_tools(tmp_path: Path, fakes: FakePr
     project.mkdir()
     settings = Settings(home=tmp_path / "home")
     async with JobService.open(settings, environ={KEY_ENV: "test-key-0123456789"}) as service:
-        view = await service.submit("Leave a note", team, [{"path": str(project)}])
-        while not view.done:
-            view = await service.wait(view.job_id, 30)
+        view = await until_done(service, await service.submit("Leave a note", team, [{"path": str(project)}]))
         winner = view.winner
         assert view.state == "completed" and winner
         note = await service.read(view.job_id, "proj/json.txt", winner, 0, 100)
@@ -163,8 +164,7 @@ async def test_with_two_folders_nothing_is_written_outside_them(tmp_path: Path, 
         folder.mkdir()
     async with JobService.open(Settings(home=tmp_path / "home"), environ={KEY_ENV: "test-key-0123456789"}) as service:
         view = await service.submit("Leave a note", team, [{"path": str(folder)} for folder in folders])
-        while not view.done:
-            view = await service.wait(view.job_id, 30)
+        view = await until_done(service, view)
         patch = await service.read(view.job_id, "@diff", None, 0, 10_000)
     assert view.state == "completed", view.text()
     refused = next(r.text() for r in fakes.script.requests_of("ann") if "outside the project folders" in r.text())

@@ -100,7 +100,7 @@ async def test_the_job_stops_at_its_token_budget_and_usage_equals_the_bill(tmp_p
     team = str(write_team(tmp_path / "team.yaml", fakes, TRIO))
     async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV, retry=FAST) as service:
         view = await run_job(service, team, max_tokens=BUDGET)
-        events = service.store.events(view.job_id)
+        events = await service.store.events(view.job_id)
 
     bob = next(a.letter for a in view.agents if a.model.endswith("bob"))
     assert view.state == "completed" and view.reason and view.reason.startswith("budget reached: "), view.text()
@@ -139,7 +139,7 @@ async def test_a_cost_budget_needs_a_price_for_every_agent(tmp_path: Path, fakes
         for field, value in (("max_tokens", 0), ("max_tokens", 1.5), ("max_cost_usd", -1.0), ("max_cost_usd", float("nan"))):
             with pytest.raises(InputError, match=field):
                 await service.submit(TASK, team, **{field: value})
-        assert service.store.recent_jobs() == []  # nothing was queued
+        assert await service.store.recent_jobs() == []  # nothing was queued
 
 
 async def test_the_team_file_sets_default_budgets(tmp_path: Path, fakes: FakeProviders) -> None:
@@ -171,7 +171,7 @@ async def test_the_estimate_comes_from_past_jobs_and_list_teams_shows_history(tm
                 done = await service.wait(first.job_id, 10)
         assert done.estimate is None  # once done, `usage` says what it took
         second = await service.submit(TASK, "priced")
-        teams = (await service.teams())
+        teams = await service.teams()
         listed = next(t for t in teams.teams if t.name == "priced")
         await service.cancel(second.job_id)
 

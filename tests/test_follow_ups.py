@@ -146,8 +146,8 @@ async def test_carried_options_a_clashing_edit_and_a_running_job(
         # the caller changed calc.py too, differently from the earlier answer: a clear conflict
         project.joinpath("calc.py").write_text("def add(a, b):\n    return b + a\n")
         clash = await service.wait((await service.submit("go on", None, follow_up=first.job_id)).job_id, 50)
-        row = service.store.job(clash.job_id)
-        assert row is not None and row.options.context_paths == service.store.job(first.job_id).options.context_paths
+        row = service.store.sync.job(clash.job_id)
+        assert row is not None and row.options.context_paths == service.store.sync.job(first.job_id).options.context_paths
         assert clash.state == "failed" and "calc.py" in (clash.errors.get("job") or ""), clash
         assert "changed both in your folder" in clash.errors["job"]
         # back as it was: the follow-up starts from the earlier answer (a * b) and changes it to a + b

@@ -19,6 +19,7 @@ from conclave.jobs.views import JobView
 from conclave.settings import Settings
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import KEY_ENV, TRIO, install, voter, write_team
+from tests.fakes.waits import until_state
 
 pytestmark = pytest.mark.anyio
 ENV = {KEY_ENV: "test-key-0123456789"}
@@ -76,15 +77,15 @@ async def test_a_job_runs_in_the_background_and_is_stored(tmp_path: Path, fakes:
 
 
 async def test_jobs_beyond_the_limit_wait_in_the_queue(tmp_path: Path, fakes: FakeProviders) -> None:
-    team = team_file(tmp_path, fakes, delay=0.3)
+    team = team_file(tmp_path, fakes, delay=30)  # the first job holds the only slot until it is cancelled
     async with JobService.open(settings(tmp_path, max_jobs=1), environ=ENV, retry=FAST) as service:
         first = await service.submit("task one", team)
         second = await service.submit("task two", team)
-        await anyio.sleep(0.5)
-        assert (await service.view(first.job_id)).state == "running"
+        await until_state(service, first.job_id, "running")
         assert (await service.view(second.job_id)).state == "queued"
-        assert (await finish(service, first.job_id)).state == "completed"
-        assert (await finish(service, second.job_id)).state == "completed"
+        assert (await service.cancel(first.job_id)).state == "cancelled"
+        await until_state(service, second.job_id, "running")  # the freed slot goes to the queued job
+        assert (await service.cancel(second.job_id)).state == "cancelled"
 
 
 async def test_cancel_stops_a_running_job_and_keeps_its_answers(tmp_path: Path, fakes: FakeProviders) -> None:
@@ -110,7 +111,7 @@ async def test_cancel_reaches_a_job_run_by_another_server(tmp_path: Path, fakes:
         JobService.open(settings(tmp_path), environ=ENV, retry=FAST) as other,
     ):
         job = await owner.submit("task", team)
-        await anyio.sleep(0.3)
+        await until_state(owner, job.job_id, "running")
         with anyio.fail_after(15):
             view = await other.cancel(job.job_id)
         assert view.state == "cancelled"
@@ -120,7 +121,7 @@ async def test_stopping_the_server_interrupts_its_jobs(tmp_path: Path, fakes: Fa
     team = team_file(tmp_path, fakes, delay=30)
     async with JobService.open(settings(tmp_path), environ=ENV, retry=FAST) as service:
         job = await service.submit("task", team)
-        await anyio.sleep(0.3)
+        await until_state(service, job.job_id, "running")
     async with JobService.open(settings(tmp_path), environ=ENV) as service:
         view = await service.view(job.job_id)
         assert view.state == "interrupted" and "ask_team again" in view.next
@@ -208,7 +209,7 @@ async def test_a_local_model_that_is_missing_is_refused_at_submit(tmp_path: Path
     async with JobService.open(settings(tmp_path), environ=ENV) as service:
         with pytest.raises(ConfigError, match="model_path '/no/such/model.gguf' is not a file"):
             await service.submit("task", str(team))
-        assert service.store.recent_jobs() == []  # nothing was queued
+        assert await service.store.recent_jobs() == []  # nothing was queued
 
 
 async def test_the_timeout_covers_copying_the_context_paths(

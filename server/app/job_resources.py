@@ -16,6 +16,7 @@ from fastmcp import Context
 from conclave.tools._deps import caller, service
 from conclave.tools._links import ROOT
 
+
 async def _read(ctx: Context, job_id: str, path: str) -> str:
     """The whole text: a resource read is not paged (JobService.read_whole gathers the pages)."""
     return (await service(ctx).read_whole(job_id, path, caller=caller(ctx))).content

@@ -21,7 +21,7 @@ from typing import Any
 
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERSION
 
-from conclave.app.stdio_front import MANIFEST, installed_versions
+from conclave.app.manifest_key import MANIFEST, installed_versions
 
 LISTS = {"tools": ["tools/list"], "resources": ["resources/list", "resources/templates/list"],
          "prompts": ["prompts/list"]}

@@ -164,7 +164,7 @@ class JobTasks(ServerExtension):
             raise MCPError(INVALID_PARAMS, f"Task {task_id} not found") from None
 
     def _task(self, view: JobView, status: Literal["working", "completed", "cancelled"]) -> _Task:
-        row = self._service.store.job(view.job_id)
+        row = self._service.store.sync.job(view.job_id)
         assert row is not None
         updated = row.finished_at or row.heartbeat
         return _Task(task_id=view.job_id, status=status, created_at=_iso(row.created_at),

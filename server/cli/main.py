@@ -11,12 +11,15 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from conclave import __version__
-from conclave.cli import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, SCOPES, TARGETS
+from conclave.cli import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, SCOPES, TARGETS
 from conclave.cli.terminal import printable
 from conclave.errors import ConclaveError
+
+if TYPE_CHECKING:
+    from conclave.app.stdio_front import Startup
 
 HTTP_HOST, HTTP_PORT = "127.0.0.1", 8765
 ASK_EXAMPLES = """\
@@ -205,18 +208,26 @@ def _serve(args: argparse.Namespace) -> int:
         from conclave.cli.commands import serve_http
 
         return serve_http(args)
-    serve(_run_stdio_app, quick=not args.no_front)
-    return EXIT_OK
+    return EXIT_OK if serve(_run_stdio_app, quick=not args.no_front) == 0 else EXIT_FAILED
 
 
-def _run_stdio_app(loaded: Callable[[], None]) -> None:
+def _run_stdio_app(startup: Startup) -> None:
+    """Open the settings and the store (the front says it is ready only then), load the app, serve."""
+    try:
+        from conclave.jobs.store import Store
+        from conclave.settings import Settings
+
+        settings = Settings()
+        Store(settings.db_path).close()  # the state folder is usable and the schema is current
+    except Exception as exc:  # bad settings, an unusable state folder or database: the client is told why
+        startup.failed(f"{type(exc).__name__}: {exc}")
+        return
+    startup.opened()
     import anyio
 
     from conclave.app.server import serve_stdio
-    from conclave.settings import Settings
 
-    settings = Settings()
-    loaded()
+    startup.loaded()
     anyio.run(serve_stdio, settings)
 
 

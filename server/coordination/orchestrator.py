@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -28,6 +28,7 @@ from conclave.backends.retry import RetryPolicy
 from conclave.config import Team
 from conclave.coordination import answers, picture, prompts, protocol
 from conclave.coordination.budget import Budget
+from conclave.coordination.limits import ProviderLimits
 from conclave.coordination.members import (
     BackendFactory,
     JobSink,
@@ -62,7 +63,7 @@ class Orchestrator:
         backend_factory: BackendFactory,
         *,
         retry: RetryPolicy | None = None,
-        limiters: Mapping[str, anyio.CapacityLimiter] | None = None,
+        limiters: ProviderLimits | None = None,
         clock: Callable[[], float] = anyio.current_time,
         files: JobFiles | None = None,
         verifier: Verifier | None = None,
@@ -76,7 +77,7 @@ class Orchestrator:
         # part of its timeout; else the timeout counts from `run`
         self._deadline_at = deadline
         self._factory, self._retry = backend_factory, retry or RetryPolicy()
-        self._limiters = dict(limiters or {})
+        self._limiters = limiters if limiters is not None else ProviderLimits()  # the server's, shared
         self._clock = clock
         self.files, self.verifier = files, verifier
         rules = team.coordination
@@ -141,7 +142,8 @@ class Orchestrator:
         for member in self.members.values():
             # SDK imports and client set-up block for seconds on first use: keep them off the loop, and
             # let the deadline abandon them (a client made after it is simply dropped).
-            backend = await anyio.to_thread.run_sync(self._factory, member.spec, abandon_on_cancel=True)
+            backend = await anyio.to_thread.run_sync(self._factory, member.spec, abandon_on_cancel=True,
+                                                     limiter=self._limiters.building)
             if isinstance(backend, CliMember):  # a coding-agent CLI runs in its agent's container
                 backend.bind(self.files.sandbox(member.letter) if self.files is not None else None)
             member.ctx = self._context(member, backend)
@@ -336,7 +338,7 @@ class Orchestrator:
     # Helpers -------------------------------------------------------------------------------------
     def _context(self, member: Member, backend: Backend) -> TurnContext:
         spec = member.spec
-        limiter = self._limiters.setdefault(spec.provider, anyio.CapacityLimiter(16))
+        limiter = self._limiters.of(spec.provider)
         rules = self.team.coordination
         system = prompts.system_prompt(
             self.task, member.letter, len(self.members), rules.max_answers_per_agent, spec.tool_mode,

@@ -11,6 +11,7 @@ import anyio.to_thread
 from conclave.config import Sandbox as SandboxSpec
 from conclave.config import Team
 from conclave.coordination.job_files import JobFiles
+from conclave.coordination.verification import Verifier
 from conclave.errors import ApplyError, PathOutsideRoot, SandboxUnavailable
 from conclave.files.contexts import ContextPath, named
 from conclave.files.removal import remove_tree
@@ -19,7 +20,9 @@ from conclave.files.roots import identify
 from conclave.files.trees import list_tree
 from conclave.files.workspaces import Workspaces
 from conclave.jobs.records import ApplyMode, ContextChanges, FileChangeView, FilesResult, JobOptions
+from conclave.files.budget import MB
 from conclave.sandbox.container import container_user, engine_status, image_tag
+from conclave.settings import Settings
 
 MAX_OUTSIDE = 200  # files listed outside the context folders; more are cut
 
@@ -113,3 +116,24 @@ def _outside(final: Path, names: set[str]) -> list[str]:
     """Files of the final tree outside every context folder (a command wrote them): said, never lost silently."""
     files = list_tree(final, max_files=MAX_OUTSIDE).files
     return sorted(rel for rel in files if rel.split("/", 1)[0] not in names)[:MAX_OUTSIDE]
+
+
+def job_files(job_id: str, job_dir: Path, team: Team, options: JobOptions, settings: Settings) -> JobFiles | None:
+    """A job's files and sandboxes, or None for a job without context paths."""
+    if not options.context_paths:
+        return None
+    sandbox = team.sandbox if options.commands and not isinstance(team.sandbox, str) else None
+    workspaces = Workspaces(job_dir, agent_owner=container_user())
+    return JobFiles(job_id, workspaces, sandbox, disk_budget=settings.job_disk_mb * MB,
+                    egress_allow=settings.egress_allow)
+
+
+def job_verifier(
+    job_id: str, team: Team, files: JobFiles | None, settings: Settings, limiter: anyio.CapacityLimiter
+) -> Verifier | None:
+    """The job's checks (`verify`), or None; plan.shape_team refused a verify without context paths."""
+    if team.verify is None or files is None:
+        return None
+    spec = team.sandbox if not isinstance(team.sandbox, str) else SandboxSpec()
+    return Verifier(job_id, team.verify, files.workspaces, spec, timeout_s=settings.verify_timeout_s,
+                    limiter=limiter, protect=team.verify_protect)

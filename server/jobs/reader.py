@@ -4,7 +4,8 @@ paths, every file of the final tree or of any answer's snapshot.
 
 Text is paged by characters (`offset`, `limit`) so a client with a small tool-result budget can read
 anything in pieces; a listing is paged by entries. A file path with no `source` reads the final tree.
-File paths are confined to their tree like every path a caller gives.
+File paths are confined to their tree like every path a caller gives. The store is read in worker
+threads (its methods are thread-safe, jobs/connections.py), never on the event loop.
 """
 
 from __future__ import annotations
@@ -67,7 +68,8 @@ async def read_job(
         if path == "@diff":
             return _page(row.id, path, await _patch(row, workspaces), offset, limit)
         if path in JOB_TEXTS or path.startswith(("answers/", "verify/")) or workspaces is None:
-            return _page(row.id, path, _text(store, row, path.strip("/")), offset, limit)
+            text = await anyio.to_thread.run_sync(_text, store, row, path.strip("/"), abandon_on_cancel=True)
+            return _page(row.id, path, text, offset, limit)
         source = "final"  # a file path on its own reads the final tree, as the tool says
     if workspaces is None:
         no_files = f"this job has no files (it was given no {term('context_paths')}); leave source empty"
@@ -108,8 +110,10 @@ async def listing(store: Store, row: JobRow, workspaces: Workspaces | None = Non
         entries.append("final")
     if row.follow_up or store.has_follow_ups(row.id):
         entries.append("thread")
-    entries += [f"answers/{answer.label}" for answer in store.answers(row.id)]
-    entries += [f"verify/{label}" for label in check_outputs(store, row)]
+    answers = await anyio.to_thread.run_sync(store.answers, row.id, abandon_on_cancel=True)
+    outputs = await anyio.to_thread.run_sync(check_outputs, store, row, abandon_on_cancel=True)
+    entries += [f"answers/{answer.label}" for answer in answers]
+    entries += [f"verify/{label}" for label in outputs]
     if workspaces is not None and workspaces.patch.exists():
         entries.append("@diff")
     if workspaces is not None and workspaces.final.is_dir():

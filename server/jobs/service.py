@@ -35,6 +35,7 @@ from conclave.backends.retry import RetryPolicy
 from conclave.config import Team, list_presets, resolve_team
 from conclave.config import Sandbox as SandboxSpec
 from conclave.coordination.job_files import JobFiles
+from conclave.coordination.limits import ProviderLimits
 from conclave.coordination.orchestrator import BackendFactory, Orchestrator, endpoint_factory
 from conclave.coordination.reports import JobEvent, Progress
 from conclave.coordination.verification import Verifier
@@ -44,27 +45,31 @@ from conclave.files.contexts import parse_context_paths
 from conclave.files.review import Consent
 from conclave.files.workspaces import Workspaces
 from conclave.jobs.access import Access
+from conclave.jobs.async_store import AsyncStore
 from conclave.jobs.estimate import estimate, history
-from conclave.jobs.file_steps import admit, collect, prepare
+from conclave.jobs.file_steps import admit, collect, job_files, job_verifier, prepare
 from conclave.jobs.follow_ups import carried, carry_files, thread_history
 from conclave.jobs.maintenance import prune_old_jobs, sweep_leftovers
 from conclave.jobs.owners import process_alive
 from conclave.jobs.plan import check_runnable, shape_team
 from conclave.jobs.reach import check_reachable, endpoints, unreachable
-from conclave.jobs.steering import Steering, delivered, note_views
+from conclave.jobs.steering import Steering, checked_note, delivered, notes_and_thread
 from conclave.jobs.reader import WorkspacePage, job_workspaces, read_job, read_whole
 from conclave.jobs.records import ApplyMode, JobOptions
 from conclave.jobs.store_sink import StoreSink
 from conclave.jobs.store import ACTIVE_STATES, JobRow, Store
 from conclave.jobs.teams import TeamList, team_list
-from conclave.jobs.views import JobView, job_view, phase_of
+from conclave.jobs.views import JobView, NoteView, job_view
 from conclave.jobs.web_link import page_url
 from conclave.sandbox.container import container_user
 from conclave.settings import MAX_WAIT_S, Settings
 
 logger = logging.getLogger(__name__)
 JOB_ID = re.compile(r"^cj-[0-9a-f]{12}$")
-POLL_S = 0.2
+POLL_S = 0.2  # a job another process runs: how often its waiters here look at the store
+# A job this process runs wakes its waiters at every write (jobs/async_store.py); this is only a
+# backstop for a write made around AsyncStore (directly through `store.sync`).
+OWN_POLL_S = 1.0
 LOCAL = "local"  # the caller name of the local user (the CLI, stdio); HTTP callers are named by their tokens
 
 ProgressCallback = Callable[[JobView], Awaitable[None]]
@@ -80,7 +85,7 @@ class JobService:
     def __init__(
         self,
         settings: Settings,
-        store: Store,
+        store: AsyncStore,
         tg: anyio.abc.TaskGroup,
         environ: Mapping[str, str],
         backend_factory: BackendFactory,
@@ -95,9 +100,9 @@ class JobService:
         self._owner_id = uuid.uuid4().hex
         self._slots = anyio.CapacityLimiter(settings.max_jobs)
         self._check_slots = anyio.CapacityLimiter(settings.verify_concurrency)  # verification containers
-        self._provider_limits: dict[str, anyio.CapacityLimiter] = {}
+        self._provider_limits = ProviderLimits(settings.provider_concurrency)  # shared by every job here
         self._scopes: dict[str, anyio.CancelScope] = {}
-        self._steering = Steering(store)
+        self._steering = Steering(store.sync)
         # The web view's address when this server serves it (serve --http); else `conclave web`'s, if running.
         self.web_base: str | None = None
 
@@ -113,14 +118,18 @@ class JobService:
         access: Access | None = None,
     ) -> AsyncIterator[JobService]:
         env = dict(os.environ if environ is None else environ)
-        store = Store(settings.db_path)
-        for job_id in store.orphans(process_alive, settings.stale_after_s):
-            store.set_state(job_id, "interrupted", "the server that ran this job stopped")
+        sync_store = await anyio.to_thread.run_sync(Store, settings.db_path)
         try:
             # The pool outlives the jobs' task group: jobs release their servers as they end, then the
             # pool stops any left over (tests/test_local.py).
             body_error: Exception | None = None
-            async with LocalServers() as local_servers, anyio.create_task_group() as tg:
+            async with (
+                AsyncStore.open(sync_store) as store,
+                LocalServers() as local_servers,
+                anyio.create_task_group() as tg,
+            ):
+                for job_id in await store.orphans(process_alive, settings.stale_after_s):
+                    await store.set_state(job_id, "interrupted", "the server that ran this job stopped")
                 factory = backend_factory or endpoint_factory(env, local_servers)
                 service = cls(settings, store, tg, env, factory, retry, access, probe=backend_factory is None)
                 tg.start_soon(service._watch)
@@ -136,7 +145,7 @@ class JobService:
             if body_error is not None:
                 raise body_error
         finally:
-            store.close()
+            sync_store.close()
 
     # The tools' operations -----------------------------------------------------------------------
     async def submit(
@@ -167,7 +176,7 @@ class JobService:
             )
         if apply not in (False, True, "force"):
             raise InputError("apply", apply, 'use true (apply only with consensus), "force" or false')
-        earlier = self._row(follow_up, caller, "follow_up") if follow_up is not None else None
+        earlier = await self._row(follow_up, caller, "follow_up") if follow_up is not None else None
         stored: Team | None = None
         if earlier is not None:
             stored, context_paths = carried(earlier, team, context_paths)
@@ -176,7 +185,7 @@ class JobService:
             self.access.check_folder(f"context_paths[{index}].path", source.path)
         if apply and not any(source.permission == "write" for source in sources):
             raise InputError("apply", apply, f"applying needs {term('context_write')}")
-        queued = self.store.queued(self._owner_id)
+        queued = await self.store.queued(self._owner_id)
         if queued >= self.settings.max_queued:
             raise QueueFull(queued, self.settings.max_queued)
         self.access.check_team(team)
@@ -189,79 +198,86 @@ class JobService:
         job_id = new_job_id()
         consent = Consent(force_binary=force_binary is True, allow_artifacts=allow_artifacts is True)
         options = await admit(sources, resolved, apply, consent) if sources else JobOptions()
-        options.estimate = estimate(resolved, self.store.team_usage(resolved.name))
-        self.store.create_job(
+        options.estimate = estimate(resolved, await self.store.team_usage(resolved.name))
+        await self.store.create_job(
             job_id, task, resolved.name, resolved.model_dump_json(), os.getpid(), self._owner_id, options,
             caller or LOCAL,
         )
         if earlier is not None:
-            self.store.set_follow_up(job_id, earlier.id)
+            await self.store.write(job_id, self.store.sync.set_follow_up, job_id, earlier.id)
         self._scopes[job_id] = anyio.CancelScope()
         self._tg.start_soon(self._run, job_id, task, resolved)
-        return self._view(job_id)
+        return await self._view(job_id)
 
     async def view(self, job_id: str, caller: str | None = None) -> JobView:
-        return self._view(job_id, caller)
+        return await self._view(job_id, caller)
 
     async def wait(
         self, job_id: str, wait_seconds: float, on_progress: ProgressCallback | None = None, caller: str | None = None
     ) -> JobView:
         """Long-poll: return when the job is done or `wait_seconds` pass, reporting every change."""
         _check_wait(wait_seconds)
-        view, rev = self._view(job_id, caller), self.store.rev(job_id)
+        view = await self._view(job_id, caller)
+        if view.done or wait_seconds == 0:
+            return view
+        rev = await self.store.rev(job_id)
         with anyio.move_on_after(wait_seconds):
             while not view.done:
-                await anyio.sleep(POLL_S)
-                now = self.store.rev(job_id)
+                await self._changed(job_id)
+                now = await self.store.rev(job_id)
                 if now != rev:
-                    view, rev = self._view(job_id), now
+                    view, rev = await self._view(job_id), now
                     if on_progress is not None:
                         await on_progress(view)
-        return self._view(job_id)
+        return await self._view(job_id)
+
+    async def _changed(self, job_id: str) -> None:
+        """Until the job may have changed: woken by our own write to it, else polled (another process's)."""
+        changed = self.store.changed(job_id)
+        with anyio.move_on_after(OWN_POLL_S if job_id in self._scopes else POLL_S):
+            await changed.wait()
 
     async def cancel(self, job_id: str, caller: str | None = None) -> JobView:
         """Cancel a job here or, through the store, in whichever server process runs it."""
-        view = self._view(job_id, caller)
+        view = await self._view(job_id, caller)
         if view.done:
             return view
         scope = self._scopes.get(job_id)
         if scope is not None:
             scope.cancel()
         else:
-            self.store.request_cancel(job_id)
+            await self.store.request_cancel(job_id)
         with anyio.move_on_after(10):
-            while not (view := self._view(job_id)).done:
-                await anyio.sleep(POLL_S)
+            while not (view := await self._view(job_id)).done:
+                await self._changed(job_id)
         return view
 
     async def steer(self, job_id: str, message: str, caller: str | None = None) -> JobView:
         """Leave a note for a running job's agents; it reaches them here or in the process that runs it."""
-        text = message.strip() if isinstance(message, str) else ""
-        if not text or len(text) > self.settings.max_task_chars:
-            fix = f"give a note of 1 to {self.settings.max_task_chars} characters, e.g. 'keep the public API unchanged'"
-            raise InputError("message", message if len(str(message)) < 80 else f"<{len(str(message))} characters>", fix)
-        view = self._view(job_id, caller)
+        text = checked_note(message, self.settings.max_task_chars)
+        view = await self._view(job_id, caller)
         if view.done:
             raise JobFinished(job_id, view.state)
         count = len(view.notes) + 1
-        self.store.add_note(view.job_id, text)
+        await self.store.write(view.job_id, self.store.sync.add_note, view.job_id, text)
         self._steering.deliver(view.job_id)  # a job of ours takes it now; another process's watch loop does
         with anyio.move_on_after(5 if view.state != "queued" else 0):
-            while not delivered(self.store, view.job_id, count) and not self._view(job_id).done:
+            while not await self.store.read(delivered, self.store.sync, view.job_id, count) and not (
+                    await self._view(job_id)).done:
                 await anyio.sleep(POLL_S)
-        return self._view(job_id)
+        return await self._view(job_id)
 
     async def read(
         self, job_id: str, path: str, source: str | None, offset: int, limit: int, caller: str | None = None
     ) -> WorkspacePage:
-        row = self._row(job_id, caller)
+        row = await self._row(job_id, caller)
         workspaces = job_workspaces(row, self.settings.home / "jobs")
-        return await read_job(self.store, row, workspaces, path, source, offset, limit)
+        return await read_job(self.store.sync, row, workspaces, path, source, offset, limit)
 
     async def read_whole(self, job_id: str, path: str, caller: str | None = None) -> WorkspacePage:
         """One text of a job in full, every page gathered (for resources, which are not paged)."""
-        row = self._row(job_id, caller)
-        return await read_whole(self.store, row, job_workspaces(row, self.settings.home / "jobs"), path, None)
+        row = await self._row(job_id, caller)
+        return await read_whole(self.store.sync, row, job_workspaces(row, self.settings.home / "jobs"), path, None)
 
     def job_dir(self, job_id: str) -> Path:
         return self.settings.home / "jobs" / job_id
@@ -270,24 +286,24 @@ class JobService:
         """The presets, each with its status: keys set, and its own servers answering (jobs/reach.py)."""
         presets = list_presets(self._environ)
         down = await unreachable(endpoints(team for _, team in presets if isinstance(team, Team)))
-        return team_list(presets, self._environ, lambda team: history(team, self.store.team_usage(team.name)),
+        return team_list(presets, self._environ, lambda team: history(team, self.store.sync.team_usage(team.name)),
                          down)
 
     # Internals -----------------------------------------------------------------------------------
-    def _row(self, job_id: str, caller: str | None = None, field: str = "job_id") -> JobRow:
+    async def _row(self, job_id: str, caller: str | None = None, field: str = "job_id") -> JobRow:
         """The job, for `caller` (None: the CLI, any job); another caller's job is not found, not refused,
         so its existence is not told either."""
         if not isinstance(job_id, str) or not JOB_ID.match(job_id.strip()):
             raise InputError(field, job_id, f"job ids look like cj-1a2b3c4d5e6f; see {term('list_jobs')}")
-        row = self.store.job(job_id.strip())
+        row = await self.store.job(job_id.strip())
         if row is None or (caller is not None and row.caller != caller):
             raise JobNotFound(job_id)
         return row
 
-    def _view(self, job_id: str, caller: str | None = None) -> JobView:
-        row = self._row(job_id, caller)
-        thread = [r.id for r in self.store.thread(row.id)] if row.follow_up or self.store.has_follow_ups(row.id) else []
-        view = job_view(row, time.time(), note_views(self.store, row.id), thread)
+    async def _view(self, job_id: str, caller: str | None = None) -> JobView:
+        row = await self._row(job_id, caller)
+        notes, thread = await self.store.read(notes_and_thread, self.store.sync, row)
+        view = job_view(row, time.time(), notes, thread)
         return view.model_copy(update={"web_url": page_url(self.web_base, self.settings.home, job_id)})
 
 
@@ -296,93 +312,78 @@ class JobService:
         try:
             with scope:
                 async with self._slots:
-                    options = self._row(job_id).options
+                    options = (await self._row(job_id)).options
                     timeout = team.coordination.timeout_s
                     deadline = anyio.current_time() + timeout  # the copy counts against the job's timeout
                     if options.context_paths:
-                        self.store.set_state(job_id, "running", "copying the context paths")
+                        await self.store.set_state(job_id, "running", "copying the context paths")
                         try:
                             with anyio.move_on_after(timeout) as copying:
                                 await prepare(self.job_dir(job_id), options)
                         except ConclaveError as exc:
-                            self.store.set_state(job_id, "failed", f"failed: {exc}", error=str(exc))
+                            await self.store.set_state(job_id, "failed", f"failed: {exc}", error=str(exc))
                             return
                         if copying.cancelled_caught:
                             error = (f"the job reached its timeout of {timeout:g} s while copying the context "
                                      "paths; give smaller folders or raise coordination.timeout_s")
-                            self.store.set_state(job_id, "failed", f"failed: {error}", error=error)
+                            await self.store.set_state(job_id, "failed", f"failed: {error}", error=error)
                             return
-                    row = self._row(job_id)
-                    files = self._files(job_id, team, options)
-                    past, thread = thread_history(self.store, row) if row.follow_up else ("", None)
+                    row = await self._row(job_id)
+                    files = job_files(job_id, self.job_dir(job_id), team, options, self.settings)
+                    past, thread = thread_history(self.store.sync, row) if row.follow_up else ("", None)
                     try:
                         if files is not None and row.follow_up:
-                            self.store.set_state(job_id, "running", "starting from the earlier job's files")
-                            await carry_files(self.store, row, self.settings.home / "jobs", files.workspaces)
+                            await self.store.set_state(job_id, "running", "starting from the earlier job's files")
+                            await carry_files(self.store.sync, row, self.settings.home / "jobs", files.workspaces)
                     except ConclaveError as exc:
-                        self.store.set_state(job_id, "failed", f"failed: {exc}", error=str(exc))
+                        await self.store.set_state(job_id, "failed", f"failed: {exc}", error=str(exc))
                         return
-                    self.store.set_state(job_id, "running", "starting the agents")
+                    await self.store.set_state(job_id, "running", "starting the agents")
                     orchestrator = Orchestrator(
                         job_id, task, team, StoreSink(self.store, job_id), self._factory,
                         retry=self._retry, limiters=self._provider_limits, files=files, deadline=deadline,
-                        verifier=self._verifier(job_id, team, files), history=past, thread=thread,
+                        verifier=job_verifier(job_id, team, files, self.settings, self._check_slots), history=past, thread=thread,
                     )
                     self._steering.attach(job_id, orchestrator)
                     try:
                         async with files.egress() if files is not None else contextlib.nullcontext():
                             result = await orchestrator.run()
                         if files is not None:
-                            self.store.set_files(job_id, await collect(files, options, result.consensus))
+                            await self.store.set_files(job_id, await collect(files, options, result.consensus))
                     except ConclaveError as exc:
-                        self.store.set_state(job_id, "failed", f"failed: {exc}", error=str(exc))
+                        await self.store.set_state(job_id, "failed", f"failed: {exc}", error=str(exc))
                     else:
                         state = "failed" if result.failed else "completed"
-                        self.store.set_state(job_id, state, error="; ".join(result.errors.values()) or None)
+                        await self.store.set_state(job_id, state, error="; ".join(result.errors.values()) or None)
             if scope.cancelled_caught:
                 with anyio.CancelScope(shield=True):
-                    self.store.set_state(job_id, "cancelled", "cancelled by the caller")
+                    await self.store.set_state(job_id, "cancelled", "cancelled by the caller")
         except anyio.get_cancelled_exc_class():
             with anyio.CancelScope(shield=True):
-                self._end_if_active(job_id, "interrupted", "the server stopped while the job ran")
+                await self._end_if_active(job_id, "interrupted", "the server stopped while the job ran")
             raise
         except Exception as exc:  # a bug: fail this job, keep the server serving
             logger.exception("job %s crashed", job_id)
-            self._end_if_active(job_id, "failed", "failed: internal error", error=f"internal error: {exc!r}")
+            await self._end_if_active(job_id, "failed", "failed: internal error", error=f"internal error: {exc!r}")
         finally:
             self._scopes.pop(job_id, None)
             self._steering.detach(job_id)
 
-    def _files(self, job_id: str, team: Team, options: JobOptions) -> JobFiles | None:
-        if not options.context_paths:
-            return None
-        sandbox = team.sandbox if options.commands and not isinstance(team.sandbox, str) else None
-        workspaces = Workspaces(self.job_dir(job_id), agent_owner=container_user())
-        return JobFiles(job_id, workspaces, sandbox, disk_budget=self.settings.job_disk_mb * MB,
-                        egress_allow=self.settings.egress_allow)
-
-    def _verifier(self, job_id: str, team: Team, files: JobFiles | None) -> Verifier | None:
-        if team.verify is None or files is None:
-            return None  # plan.shape_team refused a verify without context paths at submit
-        spec = team.sandbox if not isinstance(team.sandbox, str) else SandboxSpec()
-        return Verifier(job_id, team.verify, files.workspaces, spec, timeout_s=self.settings.verify_timeout_s,
-                        limiter=self._check_slots, protect=team.verify_protect)
-
-    def _end_if_active(self, job_id: str, state: str, phase: str, error: str | None = None) -> None:
-        row = self.store.job(job_id)
+    async def _end_if_active(self, job_id: str, state: str, phase: str, error: str | None = None) -> None:
+        row = await self.store.job(job_id)
         if row is not None and row.state in ACTIVE_STATES:
-            self.store.set_state(job_id, state, phase, error=error)
+            await self.store.set_state(job_id, state, phase, error=error)
 
     async def _watch(self) -> None:
         """Heartbeat our jobs and honour cancel requests other processes left in the store."""
         last_beat = 0.0
         while True:
-            for job_id in self.store.cancel_requests(self._owner_id):
+            for job_id in await self.store.cancel_requests(self._owner_id):
                 if job_id in self._scopes:
                     self._scopes[job_id].cancel()
-            self._steering.deliver_all()  # notes other processes left for our jobs
+            await anyio.to_thread.run_sync(self._steering.deliver_all)  # notes other processes left for our jobs
             if time.monotonic() - last_beat >= self.settings.heartbeat_s:
-                self.store.heartbeat(self._owner_id)
+                await self.store.heartbeat(self._owner_id)
                 last_beat = time.monotonic()
             await anyio.sleep(0.5)
 

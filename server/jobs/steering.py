@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from conclave.jobs.store import Store
+from conclave.errors import InputError
+from conclave.jobs.store import JobRow, Store
 from conclave.jobs.views import NoteView
 
 if TYPE_CHECKING:
@@ -65,3 +66,18 @@ def note_views(store: Store, job_id: str) -> list[NoteView]:
 def delivered(store: Store, job_id: str, count: int) -> bool:
     """Whether the job's first `count` notes have reached its protocol."""
     return len(store.events(job_id, "steered")) >= count
+
+
+def checked_note(message: object, max_chars: int) -> str:
+    """The note's text, or an InputError naming the fix."""
+    text = message.strip() if isinstance(message, str) else ""
+    if not text or len(text) > max_chars:
+        fix = f"give a note of 1 to {max_chars} characters, e.g. 'keep the public API unchanged'"
+        raise InputError("message", message if len(str(message)) < 80 else f"<{len(str(message))} characters>", fix)
+    return text
+
+
+def notes_and_thread(store: Store, row: JobRow) -> tuple[list[NoteView], list[str]]:
+    """A job view's notes and thread (blocking: run it in a reader thread)."""
+    thread = [r.id for r in store.thread(row.id)] if row.follow_up or store.has_follow_ups(row.id) else []
+    return note_views(store, row.id), thread

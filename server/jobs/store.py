@@ -2,9 +2,11 @@
 
 It is the single source of truth: any process answers `get_status` and `read_workspace` for any job.
 Schema changes are numbered migrations applied in order (`PRAGMA user_version` holds the last one).
-Calls are short local transactions, made directly from the event loop. State is private: the state
-folder and its jobs/ are made 0700 and the database 0600 (SQLite gives its -wal and -shm files the
-database's mode), so other users of the machine read nothing of it (tests/security/test_private_state.py).
+Calls are short local transactions, safe from any thread (jobs/connections.py): a server makes them
+in worker threads through jobs/async_store.py, so the event loop never waits on SQLite; the CLI calls
+them directly. State is private: the state folder and its jobs/ are made 0700 and the database 0600
+(SQLite gives its -wal and -shm files the database's mode), so other users of the machine read nothing
+of it (tests/security/test_private_state.py).
 """
 
 from __future__ import annotations
@@ -12,93 +14,20 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-import stat
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
 from conclave.coordination.reports import JobEvent, JobResult, Progress
+from conclave.jobs.connections import Connections, private_dir, tighten
+from conclave.jobs.migrations import MIGRATIONS
+from conclave.jobs.progress_patch import json_set_sql, progress_patch
 from conclave.jobs.records import FilesResult, JobOptions
 from conclave.jobs.store_threads import ThreadRecords
-
-MIGRATIONS: tuple[str, ...] = (
-    """
-    CREATE TABLE jobs (
-        id TEXT PRIMARY KEY,
-        task TEXT NOT NULL,
-        team_name TEXT NOT NULL,
-        team_json TEXT NOT NULL,
-        state TEXT NOT NULL,
-        phase TEXT NOT NULL DEFAULT '',
-        created_at REAL NOT NULL,
-        started_at REAL,
-        finished_at REAL,
-        owner_pid INTEGER NOT NULL,
-        owner_id TEXT NOT NULL,
-        heartbeat REAL NOT NULL,
-        progress_json TEXT,
-        result_json TEXT,
-        error TEXT,
-        cancel_requested INTEGER NOT NULL DEFAULT 0,
-        rev INTEGER NOT NULL DEFAULT 0
-    );
-    CREATE INDEX jobs_state ON jobs(state);
-    CREATE TABLE events (
-        job_id TEXT NOT NULL REFERENCES jobs(id),
-        seq INTEGER NOT NULL,
-        at REAL NOT NULL,
-        kind TEXT NOT NULL,
-        letter TEXT,
-        data_json TEXT NOT NULL,
-        PRIMARY KEY (job_id, seq)
-    );
-    CREATE TABLE answers (
-        job_id TEXT NOT NULL REFERENCES jobs(id),
-        label TEXT NOT NULL,
-        letter TEXT NOT NULL,
-        revision INTEGER NOT NULL,
-        content TEXT NOT NULL,
-        at REAL NOT NULL,
-        PRIMARY KEY (job_id, label)
-    );
-    CREATE TABLE votes (
-        job_id TEXT NOT NULL REFERENCES jobs(id),
-        seq INTEGER NOT NULL,
-        voter TEXT NOT NULL,
-        label TEXT NOT NULL,
-        reason TEXT NOT NULL,
-        valid INTEGER NOT NULL,
-        at REAL NOT NULL,
-        PRIMARY KEY (job_id, seq)
-    );
-    CREATE TABLE usage (
-        job_id TEXT NOT NULL REFERENCES jobs(id),
-        letter TEXT NOT NULL,
-        model TEXT NOT NULL,
-        calls INTEGER NOT NULL,
-        input_tokens INTEGER NOT NULL,
-        output_tokens INTEGER NOT NULL,
-        cached_input_tokens INTEGER NOT NULL,
-        cost_usd REAL,
-        PRIMARY KEY (job_id, letter)
-    );
-    """,
-    """
-    ALTER TABLE jobs ADD COLUMN options_json TEXT NOT NULL DEFAULT '{}';
-    ALTER TABLE jobs ADD COLUMN files_json TEXT
-    """,
-    # a team's past jobs, for estimates and list_teams' typical usage (team_usage)
-    "CREATE INDEX jobs_team ON jobs(team_name, state, created_at)",
-    # a follow-up names the job it continues (store_threads.py: threads and steering notes)
-    """
-    ALTER TABLE jobs ADD COLUMN follow_up TEXT;
-    CREATE INDEX jobs_follow_up ON jobs(follow_up)
-    """,
-    # who started the job: `local` (the CLI and stdio) or an HTTP token's caller name (jobs/callers.py)
-    "ALTER TABLE jobs ADD COLUMN caller TEXT NOT NULL DEFAULT 'local'",
-)
 
 ACTIVE_STATES = ("queued", "running", "presenting")
 
@@ -157,16 +86,23 @@ class Store(ThreadRecords):
         private_dir(path.parent)
         private_dir(path.parent / "jobs")
         os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600))
-        _tighten(path, 0o600)
+        tighten(path, 0o600)
         self.path, self._clock = path, clock
-        self._db = sqlite3.connect(path, timeout=10, isolation_level=None, check_same_thread=False)
-        self._db.row_factory = sqlite3.Row
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA busy_timeout=10000")
+        self._connections = Connections(path)
+        # What this process last wrote of each job it runs: the next event's seq and the stored progress,
+        # so recording an event neither counts rows nor rewrites the whole progress (only the owner
+        # process records a job's events; `record` runs one at a time, inside the write lock).
+        self._next_seq: dict[str, int] = {}
+        self._stored_progress: dict[str, dict[str, Any]] = {}
         self._migrate()
 
+    @property
+    def _db(self) -> sqlite3.Connection:
+        """The writer inside a write on this thread, else this thread's own reader."""
+        return self._connections.current()
+
     def close(self) -> None:
-        self._db.close()
+        self._connections.close()
 
     def _migrate(self) -> None:
         with self._write():
@@ -176,8 +112,17 @@ class Store(ThreadRecords):
                     self._db.execute(statement)
                 self._db.execute(f"PRAGMA user_version={number}")
 
-    def _write(self) -> _Transaction:
-        return _Transaction(self._db)
+    def _write(self) -> AbstractContextManager[sqlite3.Connection]:
+        return self._connections.write()
+
+    def transaction(self) -> AbstractContextManager[sqlite3.Connection]:
+        """One write transaction around several calls (they join it): jobs/async_store.py's batches."""
+        return self._connections.write()
+
+    def forget(self, job_id: str) -> None:
+        """Drop what this process remembers of a job's writes (after a rolled-back batch: read it anew)."""
+        self._next_seq.pop(job_id, None)
+        self._stored_progress.pop(job_id, None)
 
     # Jobs ----------------------------------------------------------------------------------------
     def create_job(
@@ -237,6 +182,8 @@ class Store(ThreadRecords):
                 " finished_at = CASE WHEN ? THEN ? ELSE finished_at END WHERE id = ?",
                 (state, phase, error, state, now, final, now, job_id),
             )
+        if final:
+            self.forget(job_id)
 
     def request_cancel(self, job_id: str) -> None:
         with self._write():
@@ -292,7 +239,7 @@ class Store(ThreadRecords):
         now = self._clock()
         data = event.data
         with self._write():
-            seq = self._db.execute("SELECT COUNT(*) FROM events WHERE job_id = ?", (job_id,)).fetchone()[0]
+            seq = self._seq(job_id)
             self._db.execute(
                 "INSERT INTO events (job_id, seq, at, kind, letter, data_json) VALUES (?, ?, ?, ?, ?, ?)",
                 (job_id, seq, event.at, event.kind, event.letter, json.dumps(data, default=str)),
@@ -316,11 +263,35 @@ class Store(ThreadRecords):
                      u.cached_input_tokens, u.cost_usd),
                 )
             result = JobResult.model_validate(data).model_dump_json() if event.kind == "finished" else None
+            stored = progress.model_dump(mode="json")
+            column, values = self._progress_sql(job_id, stored)
             self._db.execute(
-                "UPDATE jobs SET progress_json = ?, phase = COALESCE(?, phase), result_json = COALESCE(?, result_json),"
-                " rev = rev + CASE WHEN ? IS NULL THEN 0 ELSE 1 END WHERE id = ?",
-                (progress.model_dump_json(), phase, result, phase, job_id),
+                f"UPDATE jobs SET progress_json = {column}, phase = COALESCE(?, phase),"
+                " result_json = COALESCE(?, result_json), rev = rev + CASE WHEN ? IS NULL THEN 0 ELSE 1 END"
+                " WHERE id = ?",
+                (*values, phase, result, phase, job_id),
             )
+        self._next_seq[job_id], self._stored_progress[job_id] = seq + 1, stored
+        if event.kind == "finished":
+            self.forget(job_id)
+
+
+    def _seq(self, job_id: str) -> int:
+        """The job's next event number: remembered, or read once from the primary key's index."""
+        if job_id not in self._next_seq:
+            row = self._db.execute("SELECT MAX(seq) FROM events WHERE job_id = ?", (job_id,)).fetchone()
+            self._next_seq[job_id] = 0 if row[0] is None else int(row[0]) + 1
+        return self._next_seq[job_id]
+
+    def _progress_sql(self, job_id: str, new: dict[str, Any]) -> tuple[str, list[str]]:
+        """SQL for the new progress: only what changed since this process last stored it, else all of it."""
+        old = self._stored_progress.get(job_id)
+        patch = None if old is None else progress_patch(old, new)
+        if patch is None:
+            return "?", [json.dumps(new)]
+        if not patch:
+            return "progress_json", []
+        return json_set_sql("progress_json", patch)
 
     # Reading -------------------------------------------------------------------------------------
     def events(self, job_id: str, kind: str | None = None) -> list[JobEvent]:
@@ -350,31 +321,6 @@ class Store(ThreadRecords):
             "SELECT label, letter, revision, content, at FROM answers WHERE job_id = ? ORDER BY at, label", (job_id,)
         ).fetchall()
         return [AnswerRow(**dict(row)) for row in rows]
-
-
-def private_dir(path: Path) -> None:
-    """Make `path` (and missing parents) with mode 0700; an existing one of ours loses group/other access."""
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    _tighten(path, 0o700)
-
-
-def _tighten(path: Path, mode: int) -> None:
-    info = os.stat(path)
-    if info.st_uid == os.geteuid() and stat.S_IMODE(info.st_mode) & 0o077:
-        os.chmod(path, stat.S_IMODE(info.st_mode) & mode)
-
-
-class _Transaction:
-    """BEGIN IMMEDIATE ... COMMIT, so concurrent processes serialize their writes cleanly."""
-
-    def __init__(self, db: sqlite3.Connection) -> None:
-        self._db = db
-
-    def __enter__(self) -> None:
-        self._db.execute("BEGIN IMMEDIATE")
-
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        self._db.execute("COMMIT" if exc_type is None else "ROLLBACK")
 
 
 def _job_row(row: sqlite3.Row) -> JobRow:

@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 from conclave.coordination.reports import JobEvent, Progress
-from conclave.jobs.store import Store
+from conclave.jobs.async_store import AsyncStore
 from conclave.jobs.views import phase_of
 
 
 class StoreSink:
     """The orchestrator's reports, written to the store."""
 
-    def __init__(self, store: Store, job_id: str) -> None:
+    def __init__(self, store: AsyncStore, job_id: str) -> None:
         self._store, self._job_id = store, job_id
 
     async def record(self, event: JobEvent, progress: Progress) -> None:
-        self._store.record(self._job_id, event, progress, phase_of(event))
+        await self._store.record(self._job_id, event, progress, phase_of(event))
         if event.kind == "presenting":
-            self._store.set_state(self._job_id, "presenting")
+            await self._store.set_state(self._job_id, "presenting")

@@ -183,7 +183,7 @@ def majority_text(result: JobResult) -> str:
     """Whether there was a majority and by how many votes, in words (the JobView and the CLI say it)."""
     margin = f"{result.votes} of {result.voters} vote{'s' if result.voters != 1 else ''}"
     same = [labels for labels in result.agree if result.winner in labels]
-    with_same = f" (with {', '.join(l for l in same[0] if l != result.winner)}: the same answer)" if same else ""
+    with_same = f" (with {', '.join(label for label in same[0] if label != result.winner)}: the same answer)" if same else ""
     if result.fallback:
         return (f"no majority: the vote did not finish; the best-supported answer so far has {margin}"
                 f"{with_same}")

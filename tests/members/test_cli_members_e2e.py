@@ -174,7 +174,7 @@ coordination: {{max_answers_per_agent: 1, final: reuse}}
             service, await service.submit(TASK, str(team), [{"path": str(project)}], verify="pytest -q")
         )
         transcript = (await service.read(view.job_id, "transcript", None, 0, 100_000)).content
-        events = [event.model_dump_json() for event in service.store.events(view.job_id)]
+        events = [event.model_dump_json() for event in service.store.sync.events(view.job_id)]
     assert view.state == "completed" and any("key-present" in result for result in claude.tool_results)
     assert fakes.script.requests_of("claude")[0].headers.get("x-api-key") == secret  # it was used
     assert _secret_in_tree(tmp_path / "state", secret) == [] and _secret_in_tree(project, secret) == []

@@ -27,16 +27,18 @@ async def test_setsid_escapees_and_fork_loops_die_with_their_command(box: Sandbo
     marker = await box.exec("echo here > /tmp/keeper-marker", timeout_s=10)
     assert marker.exit_code == 0
     started = await box.exec(
-        "setsid sh -c 'while :; do date +%s%N > /workspace/beat; sleep 0.05; done' >/dev/null 2>&1 & "
+        "setsid sh -c 'while :; do date +%s%N > /workspace/b.tmp; mv /workspace/b.tmp /workspace/beat; sleep 0.05; done' "
+        ">/dev/null 2>&1 & "
         "setsid sh -c 'while :; do (sleep 300 &); sleep 0.01; done' >/dev/null 2>&1 & "
-        "nohup sleep 301 >/dev/null 2>&1 & echo started",
+        "nohup sleep 301 >/dev/null 2>&1 & "
+        "while [ ! -s /workspace/beat ]; do sleep 0.01; done; echo started",  # the loop ran before the end
         timeout_s=10,
     )
     assert started.stdout == "started\n", started.as_text()
-    await anyio.sleep(0.5)
-    before = (workspace / "beat").read_text() if (workspace / "beat").exists() else ""
-    await anyio.sleep(1.0)
-    after = (workspace / "beat").read_text() if (workspace / "beat").exists() else ""
+    before = (workspace / "beat").read_text()
+    assert before.strip().isdigit(), "the background loop never ran: the test would prove nothing"
+    await anyio.sleep(1.0)  # the loop beats every 0.05 s: a second is 20 beats it would have written
+    after = (workspace / "beat").read_text()
     assert before == after, "a background loop kept writing after its command returned"
     assert await survivors(box) == []
     kept = await box.exec("cat /tmp/keeper-marker", timeout_s=10)

@@ -13,6 +13,7 @@ from conclave.jobs.service import JobService
 from conclave.settings import Settings
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import KEY_ENV, TRIO, install, voter, write_team
+from tests.fakes.waits import until_done
 
 pytestmark = pytest.mark.anyio
 
@@ -31,9 +32,7 @@ async def test_state_is_private_and_working_copies_go_with_the_job(tmp_path: Pat
     old = os.umask(0o022)  # a usual umask: what is private is made so on purpose
     try:
         async with JobService.open(Settings(home=home), environ={KEY_ENV: "k-0123456789"}) as service:
-            view = await service.submit("Look at a.txt", team, [{"path": str(project)}])
-            while not view.done:
-                view = await service.wait(view.job_id, 10)
+            view = await until_done(service, await service.submit("Look at a.txt", team, [{"path": str(project)}]))
     finally:
         os.umask(old)
     assert view.state == "completed", view.text()

@@ -18,6 +18,7 @@ from conclave.settings import Settings
 from tests.fakes.processes import HTTP_TOKEN, http_server
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import KEY_ENV, install, team_data, voter, write_team
+from tests.fakes.waits import until_done
 
 pytestmark = pytest.mark.anyio
 SECRET = "sk-live-SECRET-0123456789"
@@ -58,9 +59,7 @@ async def test_a_providers_default_key_never_reaches_another_endpoint(tmp_path: 
     path = tmp_path / "team.yaml"
     path.write_text(yaml.safe_dump(data))
     async with JobService.open(Settings(home=tmp_path / "state"), environ={"OPENAI_API_KEY": SECRET}) as service:
-        view = await service.submit("What is 6 times 7?", str(path))
-        while not view.done:
-            view = await service.wait(view.job_id, 10)
+        view = await until_done(service, await service.submit("What is 6 times 7?", str(path)))
     assert view.state == "completed", view.text()
     requests = fakes.script.requests_of("ann")
     assert requests and not any(SECRET in str(request.headers) for request in requests)

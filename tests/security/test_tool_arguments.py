@@ -12,6 +12,7 @@ from conclave.settings import Settings
 from tests.fakes.script import Reply
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import KEY_ENV, install, voter, write_team
+from tests.fakes.waits import until_done
 
 pytestmark = pytest.mark.anyio
 SOLO = (("openai", "ann"),)
@@ -39,9 +40,7 @@ async def test_malformed_tool_arguments_are_tool_errors_and_the_job_completes(
     fakes.script.enqueue("ann", Reply(tool_calls=list(BAD_CALLS)))
     team = str(write_team(tmp_path / "team.yaml", fakes, SOLO, coordination={"final": "reuse"}))
     async with JobService.open(Settings(home=tmp_path / "state"), environ={KEY_ENV: "k-0123456789"}) as service:
-        view = await service.submit("Look at a.txt", team, [{"path": str(project)}])
-        while not view.done:
-            view = await service.wait(view.job_id, 10)
+        view = await until_done(service, await service.submit("Look at a.txt", team, [{"path": str(project)}]))
     assert view.state == "completed", view.text()
     answered = fakes.script.requests_of("ann")[1].text()
     assert answered.count("bad arguments for") == len(BAD_CALLS), answered

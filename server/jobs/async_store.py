@@ -1,0 +1,192 @@
+"""The job store as a server uses it: the same methods (names and arguments) as jobs/store.py, awaited,
+so the event loop never waits on SQLite.
+
+Writes go through one writer: a task that takes every write queued since its last turn and runs them
+in a worker thread as one transaction (a batch: 16 busy jobs commit together, not one by one), then
+wakes what waited on them. Writes keep the order they were queued in, whoever queued them. A job's
+events (`record`) are queued without waiting, so reporting never holds a job up, nor lets another
+job's turn in between (the budget and the turns see the same order as with no store at all); every
+other write returns once it is committed. Reads run in worker threads of their own, each with its own
+connection, beside the writes (WAL readers never wait for a writer). Every write to a job wakes this
+process's waiters on that job (`changed`): a long-poll here is woken, not polling; a job run by
+another process is still polled (jobs/service.py).
+
+aiosqlite was the other way: one thread per connection, serving one call at a time, so reads would
+queue behind writes unless we kept several connections, and batches would still be ours to make.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any, ParamSpec, TypeVar, cast
+
+import anyio
+import anyio.to_thread
+
+from conclave.coordination.reports import JobEvent, Progress
+from conclave.jobs.records import FilesResult, JobOptions
+from conclave.jobs.store import AgentUsage, AnswerRow, JobRow, Store
+
+logger = logging.getLogger(__name__)
+P = ParamSpec("P")
+T = TypeVar("T")
+READERS = 4  # reads at once: each holds a connection of its own (jobs/connections.py)
+
+
+@dataclass
+class _Write:
+    call: Callable[[], Any]
+    job_id: str | None
+    done: anyio.Event | None  # None: queued without waiting (a job's events)
+    result: Any = None
+    error: Exception | None = field(default=None)
+
+
+class AsyncStore:
+    """Awaitable access to a `Store`; `store.sync` is the Store itself, for code running in a thread.
+    Open it with `AsyncStore.open(store)`: its writer runs in there."""
+
+    def __init__(self, store: Store) -> None:
+        self.sync = store
+        self._readers = anyio.CapacityLimiter(READERS)
+        self._changes: dict[str, anyio.Event] = {}
+        self._queue: list[_Write] = []
+        self._queued = anyio.Event()
+
+    @classmethod
+    @asynccontextmanager
+    async def open(cls, store: Store) -> AsyncIterator[AsyncStore]:
+        """Run the writer while the body runs; every queued write is committed before it ends."""
+        self = cls(store)
+        body_error: Exception | None = None
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._writer)
+            try:
+                yield self
+            except Exception as exc:  # the caller's error: re-raised below as itself, not in a group
+                body_error = exc
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await self.write(None, lambda: None)  # after every write queued before it
+                tg.cancel_scope.cancel()
+        if body_error is not None:
+            raise body_error
+
+    # The seam: any Store method, in the right lane --------------------------------------------------
+    async def read(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        """`fn(*args)` in a reader thread (a method of `self.sync` that only reads)."""
+        return await anyio.to_thread.run_sync(lambda: fn(*args, **kwargs), limiter=self._readers,
+                                              abandon_on_cancel=True)
+
+    async def write(self, job_id: str | None, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        """`fn(*args)` by the writer, after every write queued before it; returns once committed."""
+        queued = _Write(lambda: fn(*args, **kwargs), job_id, anyio.Event())
+        self._put(queued)
+        assert queued.done is not None
+        await queued.done.wait()
+        if queued.error is not None:
+            raise queued.error
+        return cast(T, queued.result)
+
+    def post(self, job_id: str | None, fn: Callable[P, Any], *args: P.args, **kwargs: P.kwargs) -> None:
+        """`fn(*args)` by the writer, in order, without waiting for it (a failure is logged)."""
+        self._put(_Write(lambda: fn(*args, **kwargs), job_id, None))
+
+    def changed(self, job_id: str) -> anyio.Event:
+        """An event set at the next write to `job_id` made through this object (take it before reading)."""
+        event = self._changes.get(job_id)
+        if event is None:
+            event = self._changes[job_id] = anyio.Event()
+        return event
+
+    def _put(self, write: _Write) -> None:
+        self._queue.append(write)
+        self._queued.set()
+
+    async def _writer(self) -> None:
+        while True:
+            await self._queued.wait()
+            self._queued = anyio.Event()
+            batch, self._queue = self._queue, []
+            await anyio.to_thread.run_sync(self._commit, batch)  # never abandoned: a write is finished
+            for write in batch:
+                if write.job_id is not None:
+                    event = self._changes.pop(write.job_id, None)
+                    if event is not None:
+                        event.set()
+                if write.done is not None:
+                    write.done.set()
+                elif write.error is not None:
+                    logger.error("a job's report could not be stored: %r", write.error)
+
+    def _commit(self, batch: list[_Write]) -> None:
+        """In the writer's thread: the batch in one transaction; if it fails, each write in its own, so a
+        bad write fails alone."""
+        try:
+            with self.sync.transaction():
+                for write in batch:
+                    write.result = write.call()
+            return
+        except Exception:
+            for job_id in {write.job_id for write in batch if write.job_id is not None}:
+                self.sync.forget(job_id)  # what was remembered of the rolled-back writes is void
+        for write in batch:
+            try:
+                write.result, write.error = write.call(), None
+            except Exception as exc:
+                write.error = exc
+
+    # Jobs -------------------------------------------------------------------------------------------
+    async def create_job(self, job_id: str, task: str, team_name: str, team_json: str, owner_pid: int,
+                         owner_id: str, options: JobOptions | None = None, caller: str = "local") -> None:
+        await self.write(job_id, self.sync.create_job, job_id, task, team_name, team_json, owner_pid,
+                         owner_id, options, caller)
+
+    async def set_files(self, job_id: str, files: FilesResult) -> None:
+        await self.write(job_id, self.sync.set_files, job_id, files)
+
+    async def job(self, job_id: str) -> JobRow | None:
+        return await self.read(self.sync.job, job_id)
+
+    async def recent_jobs(self, limit: int = 20) -> list[JobRow]:
+        return await self.read(self.sync.recent_jobs, limit)
+
+    async def rev(self, job_id: str) -> int | None:
+        return await self.read(self.sync.rev, job_id)
+
+    async def set_state(self, job_id: str, state: str, phase: str | None = None, error: str | None = None) -> None:
+        await self.write(job_id, self.sync.set_state, job_id, state, phase, error)
+
+    async def request_cancel(self, job_id: str) -> None:
+        await self.write(job_id, self.sync.request_cancel, job_id)
+
+    async def cancel_requests(self, owner_id: str) -> list[str]:
+        return await self.read(self.sync.cancel_requests, owner_id)
+
+    async def queued(self, owner_id: str) -> int:
+        return await self.read(self.sync.queued, owner_id)
+
+    async def heartbeat(self, owner_id: str) -> None:
+        await self.write(None, self.sync.heartbeat, owner_id)
+
+    async def orphans(self, is_alive: Callable[[int], bool], stale_after_s: float) -> list[str]:
+        return await self.read(self.sync.orphans, is_alive, stale_after_s)
+
+    # What a running job reports, and reading it -----------------------------------------------------
+    async def record(self, job_id: str, event: JobEvent, progress: Progress, phase: str | None) -> None:
+        """Queued, not awaited: a job's reporting never waits for the disk (nor yields to other tasks).
+        Waiters wake only when the job's `rev` moves (an event with a phase), as before they looked:
+        a usage report is no reason to read the job again."""
+        self.post(job_id if phase is not None else None, self.sync.record, job_id, event, progress, phase)
+
+    async def events(self, job_id: str, kind: str | None = None) -> list[JobEvent]:
+        return await self.read(self.sync.events, job_id, kind)
+
+    async def team_usage(self, team_name: str, limit: int = 20) -> list[list[AgentUsage]]:
+        return await self.read(self.sync.team_usage, team_name, limit)
+
+    async def answers(self, job_id: str) -> list[AnswerRow]:
+        return await self.read(self.sync.answers, job_id)

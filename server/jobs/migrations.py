@@ -1,0 +1,80 @@
+"""The store's schema, as numbered migrations: each runs once, in order, and a new one is appended.
+
+jobs/store.py runs the ones a database has not seen (its `user_version` counts them)."""
+
+MIGRATIONS: tuple[str, ...] = (
+    """
+    CREATE TABLE jobs (
+        id TEXT PRIMARY KEY,
+        task TEXT NOT NULL,
+        team_name TEXT NOT NULL,
+        team_json TEXT NOT NULL,
+        state TEXT NOT NULL,
+        phase TEXT NOT NULL DEFAULT '',
+        created_at REAL NOT NULL,
+        started_at REAL,
+        finished_at REAL,
+        owner_pid INTEGER NOT NULL,
+        owner_id TEXT NOT NULL,
+        heartbeat REAL NOT NULL,
+        progress_json TEXT,
+        result_json TEXT,
+        error TEXT,
+        cancel_requested INTEGER NOT NULL DEFAULT 0,
+        rev INTEGER NOT NULL DEFAULT 0
+    );
+    CREATE INDEX jobs_state ON jobs(state);
+    CREATE TABLE events (
+        job_id TEXT NOT NULL REFERENCES jobs(id),
+        seq INTEGER NOT NULL,
+        at REAL NOT NULL,
+        kind TEXT NOT NULL,
+        letter TEXT,
+        data_json TEXT NOT NULL,
+        PRIMARY KEY (job_id, seq)
+    );
+    CREATE TABLE answers (
+        job_id TEXT NOT NULL REFERENCES jobs(id),
+        label TEXT NOT NULL,
+        letter TEXT NOT NULL,
+        revision INTEGER NOT NULL,
+        content TEXT NOT NULL,
+        at REAL NOT NULL,
+        PRIMARY KEY (job_id, label)
+    );
+    CREATE TABLE votes (
+        job_id TEXT NOT NULL REFERENCES jobs(id),
+        seq INTEGER NOT NULL,
+        voter TEXT NOT NULL,
+        label TEXT NOT NULL,
+        reason TEXT NOT NULL,
+        valid INTEGER NOT NULL,
+        at REAL NOT NULL,
+        PRIMARY KEY (job_id, seq)
+    );
+    CREATE TABLE usage (
+        job_id TEXT NOT NULL REFERENCES jobs(id),
+        letter TEXT NOT NULL,
+        model TEXT NOT NULL,
+        calls INTEGER NOT NULL,
+        input_tokens INTEGER NOT NULL,
+        output_tokens INTEGER NOT NULL,
+        cached_input_tokens INTEGER NOT NULL,
+        cost_usd REAL,
+        PRIMARY KEY (job_id, letter)
+    );
+    """,
+    """
+    ALTER TABLE jobs ADD COLUMN options_json TEXT NOT NULL DEFAULT '{}';
+    ALTER TABLE jobs ADD COLUMN files_json TEXT
+    """,
+    # a team's past jobs, for estimates and list_teams' typical usage (team_usage)
+    "CREATE INDEX jobs_team ON jobs(team_name, state, created_at)",
+    # a follow-up names the job it continues (store_threads.py: threads and steering notes)
+    """
+    ALTER TABLE jobs ADD COLUMN follow_up TEXT;
+    CREATE INDEX jobs_follow_up ON jobs(follow_up)
+    """,
+    # who started the job: `local` (the CLI and stdio) or an HTTP token's caller name (jobs/callers.py)
+    "ALTER TABLE jobs ADD COLUMN caller TEXT NOT NULL DEFAULT 'local'",
+)

@@ -1,0 +1,26 @@
+"""Waiting for a job in a test, always with a time limit: a hung job fails its test, it never hangs CI."""
+
+from __future__ import annotations
+
+import anyio
+
+from conclave.jobs.service import JobService
+from conclave.jobs.views import JobView
+
+JOB_LIMIT_S = 120.0
+
+
+async def until_done(service: JobService, view: JobView, limit_s: float = JOB_LIMIT_S) -> JobView:
+    """Long-poll the job until it is done; TimeoutError after `limit_s`."""
+    with anyio.fail_after(limit_s):
+        while not view.done:
+            view = await service.wait(view.job_id, 10)
+    return view
+
+
+async def until_state(service: JobService, job_id: str, state: str, limit_s: float = 30.0) -> JobView:
+    """Until the job reaches `state` (e.g. running: it holds a slot); TimeoutError after `limit_s`."""
+    with anyio.fail_after(limit_s):
+        while (view := await service.view(job_id)).state != state:
+            await anyio.sleep(0.02)  # a condition polled under a limit, not a guess at how long it takes
+    return view

@@ -1,0 +1,169 @@
+"""The job store off the event loop: reads beside a held write lock, writes in the writer lane while the
+loop goes on, waiters woken by writes, event numbers without counting, progress written in parts."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from pathlib import Path
+
+import anyio
+import pytest
+
+from conclave.coordination.limits import ProviderLimits
+from conclave.coordination.reports import AgentProgress, JobEvent, Progress, UsageTotals
+from conclave.jobs.async_store import AsyncStore
+from conclave.jobs.progress_patch import progress_patch
+from conclave.jobs.store import Store
+
+pytestmark = pytest.mark.anyio
+JOB = "cj-0123456789ab"
+
+
+def progress(calls: int = 0, state: str = "working", phase: str = "working") -> Progress:
+    agents = [AgentProgress(letter=letter, model=f"openai/m{letter}", state=state,  # type: ignore[arg-type]
+                            usage=UsageTotals(calls=calls, input_tokens=10 * calls))
+              for letter in "AB"]
+    return Progress(phase=phase, agents=agents)
+
+
+def new_store(tmp_path: Path) -> Store:
+    store = Store(tmp_path / "conclave.db")
+    store.create_job(JOB, "task", "team", "{}", 1, "owner")
+    return store
+
+
+def stored_progress(tmp_path: Path) -> str:
+    db = sqlite3.connect(tmp_path / "conclave.db")
+    try:
+        return str(db.execute("SELECT progress_json FROM jobs WHERE id = ?", (JOB,)).fetchone()[0])
+    finally:
+        db.close()
+
+
+def usage_event(letter: str = "A") -> JobEvent:
+    return JobEvent(kind="usage", letter=letter, data={"input_tokens": 10, "output_tokens": 1})
+
+
+async def test_a_read_and_the_loop_go_on_while_another_process_holds_the_write_lock(tmp_path: Path) -> None:
+    other = sqlite3.connect(tmp_path / "conclave.db", isolation_level=None)
+    sync = new_store(tmp_path)
+    other.execute("BEGIN IMMEDIATE")  # another Conclave process in the middle of a write
+    ticks = 0
+    wrote = anyio.Event()
+    try:
+        async with AsyncStore.open(sync) as store, anyio.create_task_group() as tg:
+
+            async def write() -> None:
+                await store.set_state(JOB, "running", "busy elsewhere")
+                wrote.set()
+
+            tg.start_soon(write)
+            with anyio.fail_after(5):
+                row = await store.job(JOB)  # WAL: a reader never waits for a writer
+                while ticks < 5:  # the loop keeps running while the write waits for the lock
+                    await anyio.sleep(0.01)
+                    ticks += 1
+            assert row is not None and row.state == "queued" and not wrote.is_set()
+            other.execute("COMMIT")
+            with anyio.fail_after(10):
+                await wrote.wait()
+            assert (await store.job(JOB)).state == "running"  # type: ignore[union-attr]
+    finally:
+        if other.in_transaction:
+            other.execute("ROLLBACK")
+        other.close()
+        sync.close()
+
+
+async def test_a_write_wakes_the_waiters_on_that_job_only(tmp_path: Path) -> None:
+    sync = new_store(tmp_path)
+    sync.create_job("cj-00000000beef", "task", "team", "{}", 1, "owner")
+    async with AsyncStore.open(sync) as store:
+        mine, theirs = store.changed(JOB), store.changed("cj-00000000beef")
+        await store.record(JOB, usage_event(), progress(1), None)  # no phase: rev stays, nobody wakes
+        await store.write(None, lambda: None)  # after the record above
+        assert not mine.is_set()
+        await store.record(JOB, JobEvent(kind="presenting"), progress(1), "presenting")  # queued, not waited
+        with anyio.fail_after(5):
+            await mine.wait()
+        assert not theirs.is_set()
+        assert store.changed(JOB) is not mine  # a new wait takes a fresh event
+    sync.close()
+
+
+async def test_queued_writes_keep_their_order_and_are_committed_by_the_end(tmp_path: Path) -> None:
+    sync = new_store(tmp_path)
+    async with AsyncStore.open(sync) as store:
+        for calls in range(1, 21):  # a job's events, queued without waiting
+            await store.record(JOB, usage_event(), progress(calls), None)
+        await store.set_state(JOB, "completed", "done")  # waits: committed after every event before it
+        row = await store.job(JOB)
+        assert row is not None and row.state == "completed" and row.progress == progress(20)
+        await store.record(JOB, JobEvent(kind="presenting"), progress(21), None)
+    assert len(sync.events(JOB)) == 21  # the last one, queued just before the end, was committed too
+    sync.close()
+
+
+async def test_event_numbers_follow_on_across_processes_without_gaps(tmp_path: Path) -> None:
+    first = new_store(tmp_path)
+    for calls in range(1, 4):
+        first.record(JOB, usage_event(), progress(calls), None)
+    first.close()
+    second = Store(tmp_path / "conclave.db")  # a new process: reads where the numbers stopped once
+    second.record(JOB, JobEvent(kind="presenting"), progress(3), "presenting")
+    db = sqlite3.connect(tmp_path / "conclave.db")
+    assert [row[0] for row in db.execute("SELECT seq FROM events WHERE job_id = ? ORDER BY seq", (JOB,))] == [0, 1, 2, 3]
+    assert [event.kind for event in second.events(JOB)] == ["usage", "usage", "usage", "presenting"]
+    db.close()
+    second.close()
+
+
+async def test_progress_is_written_in_parts_and_reads_back_whole(tmp_path: Path) -> None:
+    store = new_store(tmp_path)
+    store.record(JOB, JobEvent(kind="started"), progress(0), "working")
+    whole = stored_progress(tmp_path)
+    latest = progress(0)
+    for calls in range(1, 6):  # usage reports change one agent's counters
+        latest = progress(0)
+        latest.agents[1].usage = UsageTotals(calls=calls, input_tokens=7 * calls)
+        store.record(JOB, usage_event("B"), latest, None)
+    row = store.job(JOB)
+    assert row is not None and row.progress == latest
+    assert stored_progress(tmp_path) != whole  # the stored JSON changed in place
+    latest = progress(9, state="voted", phase="voting")  # a change of shape and state: read back whole too
+    latest.agents.append(AgentProgress(letter="C", model="openai/mC", state="failed", error="gone"))
+    store.record(JOB, JobEvent(kind="agent_failed", letter="C"), latest, "voting")
+    row = store.job(JOB)
+    assert row is not None and row.progress == latest and row.phase == "voting"
+    store.close()
+
+
+def test_a_usage_report_patches_one_agents_usage_only() -> None:
+    before, after = progress(1), progress(1)
+    after.agents[0].usage = UsageTotals(calls=2, input_tokens=25)
+    patch = progress_patch(before.model_dump(mode="json"), after.model_dump(mode="json"))
+    assert patch is not None and [path for path, _ in patch] == ["$.agents[0].usage"]
+    assert progress_patch(before.model_dump(mode="json"), before.model_dump(mode="json")) == []
+
+
+async def test_reads_and_writes_run_in_worker_threads(tmp_path: Path) -> None:
+    sync = new_store(tmp_path)
+    loop_thread = threading.get_ident()
+    seen: list[int] = []
+
+    def job(job_id: str) -> object:
+        seen.append(threading.get_ident())
+        return sync.job(job_id)
+
+    async with AsyncStore.open(sync) as store:
+        assert await store.read(job, JOB) is not None
+        await store.write(JOB, lambda: seen.append(threading.get_ident()))
+    assert len(seen) == 2 and loop_thread not in seen
+    sync.close()
+
+
+async def test_one_limiter_per_provider_is_shared() -> None:
+    limits = ProviderLimits(3)
+    assert limits.of("openai") is limits.of("openai") and limits.of("openai").total_tokens == 3
+    assert limits.of("openai") is not limits.of("anthropic")

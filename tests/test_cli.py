@@ -109,7 +109,9 @@ def test_teams_lists_every_preset_and_the_keys_it_needs(capsys: pytest.CaptureFi
     assert "gemini: needs GEMINI_API_KEY\n" in out
     assert "frontier: needs ANTHROPIC_API_KEY, OPENAI_API_KEY, GEMINI_API_KEY\n" in out
     assert "openrouter: needs OPENROUTER_API_KEY\n" in out
-    assert out.count("ANTHROPIC_API_KEY") == 2  # anthropic and frontier each say it once
+    # anthropic and frontier each say it once; subscriptions once, in cli/claude-code's own line
+    assert out.count("ANTHROPIC_API_KEY") == 3
+    assert "subscriptions: needs a login to a coding-agent CLI" in out
     assert lines["local"].startswith("local: ready (a demo")
     assert "Default team: local" in out  # no key set: the offline team
     assert max(len(line) for line in out.splitlines()) <= 100

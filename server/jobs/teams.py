@@ -52,6 +52,8 @@ class TeamInfo(_View):
 
     def status(self) -> str:
         """ready, needs KEY, or not reachable at URL, in a few words."""
+        if self.missing_keys and any(agent.cli for agent in self.agents):
+            return "needs a login to a coding-agent CLI (each one below)"
         if self.missing_keys:
             return "needs " + ", ".join(self.missing_keys)
         if self.unreachable:
@@ -75,7 +77,10 @@ class TeamList(_View):
             lines.append(f"  {models_text(team.agents)}")
             if team.description:
                 lines += textwrap.wrap(team.description, WIDTH, initial_indent="  ", subsequent_indent="  ")
-            lines += [f"  {agent.model}: {agent.cli}" for agent in team.agents if agent.cli]
+            for agent in team.agents:
+                if agent.cli:
+                    lines += textwrap.wrap(f"{agent.model}: {agent.cli}", WIDTH, initial_indent="  ",
+                                           subsequent_indent="    ")
             if team.history is not None:
                 lines.append(f"  {team.history.text()}")
         lines.append(f"Default team: {self.default or 'none (set a provider key or name a team)'}")

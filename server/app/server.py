@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import ipaddress
-import sys
 import os
 import signal
 import sys

@@ -57,7 +57,6 @@ from pathlib import Path
 from typing import Any
 
 from conclave.cli import EXIT_OK, TARGETS
-from conclave.cli.copilot_hints import copilot_hints
 from conclave.cli.client_files import (
     codex_snippet,
     dropped,
@@ -67,6 +66,7 @@ from conclave.cli.client_files import (
     merge_json,
     merge_settings,
 )
+from conclave.cli.copilot_hints import copilot_hints
 from conclave.errors import ConfigError
 from conclave.settings import setting_variables
 

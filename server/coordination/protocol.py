@@ -32,8 +32,26 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from conclave.coordination.protocol_events import (
-    Action, AnswerPosted, CancelTurn, Deadline, Event, Finish, NoDecision, Present, Presented, PresentationFailed,
-    Start, StartTurn, Steer, Stop, TurnEvent, TurnFailed, Verified, Verify, VoteCast, WorkStarted,
+    Action,
+    AnswerPosted,
+    CancelTurn,
+    Deadline,
+    Event,
+    Finish,
+    NoDecision,
+    Present,
+    PresentationFailed,
+    Presented,
+    Start,
+    StartTurn,
+    Steer,
+    Stop,
+    TurnEvent,
+    TurnFailed,
+    Verified,
+    Verify,
+    VoteCast,
+    WorkStarted,
 )
 from conclave.coordination.tally import Answer, Board, Outcome, Verdict, agreeing, decide, fallback, leading
 

@@ -294,7 +294,7 @@ def entries(dir_fd: int, dir_rel: str, limit: int | None = None) -> list[Found]:
     With `limit`, scanning stops once more than `limit` entries were seen and `TreeTooLarge` is raised:
     a folder of millions of entries is never loaded whole before the cap is checked.
     """
-    found = []
+    found: list[Found] = []
     with os.scandir(dir_fd) as scan:
         for item in scan:
             if limit is not None and len(found) >= limit:

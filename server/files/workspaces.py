@@ -48,7 +48,6 @@ from conclave.config import LABEL, LETTER
 from conclave.errors import ContextTooLarge, InputError
 from conclave.files.apply import Changes, apply_tree
 from conclave.files.carry import carry
-from conclave.files.roots import run_pinned
 from conclave.files.contexts import (
     Caps,
     ContextManifest,
@@ -62,6 +61,7 @@ from conclave.files.contexts import (
 from conclave.files.diff import Patch, diff_trees
 from conclave.files.removal import remove_tree
 from conclave.files.review import Consent
+from conclave.files.roots import run_pinned
 from conclave.files.settling import settle
 from conclave.files.trees import Listing, Reference, copy_tree, list_tree
 

@@ -13,6 +13,7 @@ from conclave.config import Team
 from conclave.coordination.job_files import JobFiles
 from conclave.coordination.verification import Verifier
 from conclave.errors import ApplyError, PathOutsideRoot, SandboxUnavailable
+from conclave.files.budget import MB
 from conclave.files.contexts import ContextPath, named
 from conclave.files.removal import remove_tree
 from conclave.files.review import Consent
@@ -20,7 +21,6 @@ from conclave.files.roots import identify
 from conclave.files.trees import list_tree
 from conclave.files.workspaces import Workspaces
 from conclave.jobs.records import ApplyMode, ContextChanges, FileChangeView, FilesResult, JobOptions
-from conclave.files.budget import MB
 from conclave.sandbox.container import container_user, engine_status, image_tag
 from conclave.settings import Settings
 

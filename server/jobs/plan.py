@@ -13,10 +13,10 @@ import math
 from collections.abc import Mapping
 
 from conclave.backends import check_ready
-from conclave.members.logins import cli_ready
 from conclave.config import ConfigError, Team
 from conclave.config.models import MAX_VERIFY_CHARS
 from conclave.errors import InputError, term
+from conclave.members.logins import cli_ready
 
 
 def shape_team(

@@ -16,7 +16,6 @@ CLI passes none and sees all (tests/security/test_callers.py).
 from __future__ import annotations
 
 import contextlib
-
 import logging
 import os
 import re
@@ -33,17 +32,11 @@ import anyio.abc
 from conclave.backends.local import LocalServers
 from conclave.backends.retry import RetryPolicy
 from conclave.config import Team, list_presets, resolve_team
-from conclave.config import Sandbox as SandboxSpec
-from conclave.coordination.job_files import JobFiles
 from conclave.coordination.limits import ProviderLimits
 from conclave.coordination.orchestrator import BackendFactory, Orchestrator, endpoint_factory
-from conclave.coordination.reports import JobEvent, Progress
-from conclave.coordination.verification import Verifier
 from conclave.errors import ConclaveError, InputError, JobFinished, JobNotFound, QueueFull, term
-from conclave.files.budget import MB
 from conclave.files.contexts import parse_context_paths
 from conclave.files.review import Consent
-from conclave.files.workspaces import Workspaces
 from conclave.jobs.access import Access
 from conclave.jobs.async_store import AsyncStore
 from conclave.jobs.estimate import estimate, history
@@ -53,15 +46,14 @@ from conclave.jobs.maintenance import prune_old_jobs, sweep_leftovers
 from conclave.jobs.owners import process_alive
 from conclave.jobs.plan import check_runnable, shape_team
 from conclave.jobs.reach import check_reachable, endpoints, unreachable
-from conclave.jobs.steering import Steering, checked_note, delivered, notes_and_thread
 from conclave.jobs.reader import WorkspacePage, job_workspaces, read_job, read_whole
 from conclave.jobs.records import ApplyMode, JobOptions
-from conclave.jobs.store_sink import StoreSink
+from conclave.jobs.steering import Steering, checked_note, delivered, notes_and_thread
 from conclave.jobs.store import ACTIVE_STATES, JobRow, Store
+from conclave.jobs.store_sink import StoreSink
 from conclave.jobs.teams import TeamList, team_list
-from conclave.jobs.views import JobView, NoteView, job_view
+from conclave.jobs.views import JobView, job_view
 from conclave.jobs.web_link import page_url
-from conclave.sandbox.container import container_user
 from conclave.settings import MAX_WAIT_S, Settings
 
 logger = logging.getLogger(__name__)

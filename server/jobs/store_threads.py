@@ -22,7 +22,10 @@ THREAD_LIMIT = 100  # jobs in one thread, at most: a longer chain is shown from 
 class ThreadRecords:
     """Follow-up links and steering notes (see the module docstring)."""
 
-    _db: sqlite3.Connection
+    @property
+    def _db(self) -> sqlite3.Connection:  # the Store's: the writer in a write, else this thread's reader
+        raise NotImplementedError
+
     _clock: Callable[[], float]
     _write: Callable[[], Any]
     job: Callable[[str], JobRow | None]

@@ -119,7 +119,7 @@ def team_list(
             )
             for agent in team.agents
         ]
-        gone = {agent.base_url: down[agent.base_url] for agent in team.agents if agent.base_url in down}
+        gone = {url: down[url] for agent in team.agents if (url := agent.base_url) is not None and url in down}
         teams.append(
             TeamInfo(name=name, description=team.description, source=name, agents=agents,
                      ready=not missing and not gone, demo=name == DEMO_TEAM, missing_keys=missing,

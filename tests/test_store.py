@@ -169,3 +169,22 @@ async def test_one_limiter_per_provider_is_shared() -> None:
     limits = ProviderLimits(3)
     assert limits.of("openai") is limits.of("openai") and limits.of("openai").total_tokens == 3
     assert limits.of("openai") is not limits.of("anthropic")
+
+
+async def test_a_migration_adding_a_column_the_database_has_already_is_skipped(tmp_path: Path) -> None:
+    """A database a development build migrated in another order (the column there, the version lower)."""
+    store = new_store(tmp_path)
+    store.close()
+    db = sqlite3.connect(tmp_path / "conclave.db")
+    version = db.execute("PRAGMA user_version").fetchone()[0]
+    db.execute(f"PRAGMA user_version={version - 1}")  # the last migration not yet recorded as run
+    db.commit()
+    db.close()
+    again = Store(tmp_path / "conclave.db")
+    try:
+        assert again.job(JOB) is not None
+    finally:
+        again.close()
+    db = sqlite3.connect(tmp_path / "conclave.db")
+    assert db.execute("PRAGMA user_version").fetchone()[0] == version
+    db.close()

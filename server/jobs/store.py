@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sqlite3
 import time
 from collections.abc import Callable
@@ -29,6 +30,7 @@ from conclave.jobs.progress_patch import json_set_sql, progress_patch
 from conclave.jobs.records import FilesResult, JobOptions
 from conclave.jobs.store_threads import ThreadRecords
 
+ADD_COLUMN = re.compile(r"\s*ALTER\s+TABLE\s+(\w+)\s+ADD\s+COLUMN\s+(\w+)", re.IGNORECASE)
 ACTIVE_STATES = ("queued", "running", "presenting")
 
 
@@ -109,8 +111,18 @@ class Store(ThreadRecords):
             version = self._db.execute("PRAGMA user_version").fetchone()[0]
             for number, script in enumerate(MIGRATIONS[version:], start=version + 1):
                 for statement in filter(str.strip, script.split(";")):
-                    self._db.execute(statement)
+                    if not self._has_column(statement):
+                        self._db.execute(statement)
                 self._db.execute(f"PRAGMA user_version={number}")
+
+    def _has_column(self, statement: str) -> bool:
+        """Whether `statement` adds a column the table has already: a database written by a development
+        build numbered its migrations differently (tests/test_store.py)."""
+        found = ADD_COLUMN.match(statement)
+        if found is None:
+            return False
+        table, column = found.groups()
+        return any(row[1] == column for row in self._db.execute(f"PRAGMA table_info({table})"))
 
     def _write(self) -> AbstractContextManager[sqlite3.Connection]:
         return self._connections.write()

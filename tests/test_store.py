@@ -188,3 +188,20 @@ async def test_a_migration_adding_a_column_the_database_has_already_is_skipped(t
     db = sqlite3.connect(tmp_path / "conclave.db")
     assert db.execute("PRAGMA user_version").fetchone()[0] == version
     db.close()
+
+
+async def test_a_column_a_counted_migration_missed_is_added(tmp_path: Path) -> None:
+    """A database whose count says a migration ran, but whose table lacks that migration's column."""
+    store = new_store(tmp_path)
+    store.close()
+    db = sqlite3.connect(tmp_path / "conclave.db")
+    db.execute("DROP INDEX jobs_follow_up")
+    db.execute("ALTER TABLE jobs DROP COLUMN follow_up")
+    db.commit()
+    db.close()
+    again = Store(tmp_path / "conclave.db")
+    try:
+        row = again.job(JOB)
+        assert row is not None and row.follow_up is None
+    finally:
+        again.close()

@@ -73,7 +73,7 @@ MIGRATIONS: tuple[str, ...] = (
     # a follow-up names the job it continues (store_threads.py: threads and steering notes)
     """
     ALTER TABLE jobs ADD COLUMN follow_up TEXT;
-    CREATE INDEX jobs_follow_up ON jobs(follow_up)
+    CREATE INDEX IF NOT EXISTS jobs_follow_up ON jobs(follow_up)
     """,
     # who started the job: `local` (the CLI and stdio) or an HTTP token's caller name (jobs/callers.py)
     "ALTER TABLE jobs ADD COLUMN caller TEXT NOT NULL DEFAULT 'local'",

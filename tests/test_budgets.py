@@ -122,12 +122,14 @@ async def test_the_job_stops_at_its_token_budget_and_usage_equals_the_bill(tmp_p
 
 async def test_a_cost_budget_stops_the_job_too(tmp_path: Path, fakes: FakeProviders) -> None:
     install(fakes.script, TRIO, voter())
-    price = {"input": 10.0, "output": 100.0}  # US$ per million tokens: a call of ~500 tokens is ~$0.005
+    # US$ per million tokens: a call is ~$0.0025 (~140 in, ~11 out); the three calls' inputs are charged
+    # as they stream (~$0.0042), so $0.006 is reached only once a first answer has landed
+    price = {"input": 10.0, "output": 100.0}
     team = str(write_team(tmp_path / "team.yaml", fakes, TRIO, price=price))
     async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV, retry=FAST) as service:
-        view = await run_job(service, team, max_cost_usd=0.004)
+        view = await run_job(service, team, max_cost_usd=0.006)
     assert view.state == "completed" and view.reason.startswith("budget reached: $"), view.text()
-    assert view.usage.cost_usd is not None and view.usage.cost_usd >= 0.004 and view.budget == {"max_cost_usd": 0.004}
+    assert view.usage.cost_usd is not None and view.usage.cost_usd >= 0.006 and view.budget == {"max_cost_usd": 0.006}
 
 
 async def test_a_cost_budget_needs_a_price_for_every_agent(tmp_path: Path, fakes: FakeProviders) -> None:

@@ -59,8 +59,8 @@ async def test_a_read_and_the_loop_go_on_while_another_process_holds_the_write_l
                 wrote.set()
 
             tg.start_soon(write)
-            # under the busy timeout (10 s, jobs/connections.py): a read that waited for the writer fails
-            # here; a busy machine may still take seconds to start the reader's thread
+            # under the writer's busy timeout (10 s, jobs/connections.py): a read that waited for the pending
+            # write (a new reader thread once queued behind the writer's lock) fails here
             with anyio.fail_after(9):
                 row = await store.job(JOB)  # WAL: a reader never waits for a writer
                 while ticks < 5:  # the loop keeps running while the write waits for the lock

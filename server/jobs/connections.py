@@ -26,7 +26,8 @@ class Connections:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._lock = threading.RLock()
+        self._lock = threading.RLock()  # the writer's: held for a whole write transaction
+        self._readers_lock = threading.Lock()  # never the writer's, so a new reader never waits for a write
         self._local = threading.local()
         self._readers: list[tuple[threading.Thread, sqlite3.Connection]] = []
         self._writer = _connect(path)
@@ -40,7 +41,7 @@ class Connections:
         reader: sqlite3.Connection | None = getattr(self._local, "reader", None)
         if reader is None:
             reader = self._local.reader = _connect(self.path)
-            with self._lock:  # worker threads come and go: close the readers of those that ended
+            with self._readers_lock:  # worker threads come and go: close the readers of those that ended
                 for _, gone in [pair for pair in self._readers if not pair[0].is_alive()]:
                     gone.close()
                 self._readers = [pair for pair in self._readers if pair[0].is_alive()]
@@ -69,7 +70,7 @@ class Connections:
                 self._local.writing = depth
 
     def close(self) -> None:
-        with self._lock:
+        with self._lock, self._readers_lock:
             for _, reader in self._readers:
                 reader.close()
             self._writer.close()

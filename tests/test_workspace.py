@@ -483,8 +483,11 @@ def trees(tmp_path: Path) -> tuple[Path, Path]:
 
 
 def git(cwd: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@t", "GIT_CONFIG_NOSYSTEM": "1", "HOME": str(cwd)}
+    # git's output must not depend on the machine or on what other tests left in the environment
+    clean = {key: value for key, value in os.environ.items() if not key.startswith("GIT_")}
+    env = {**clean, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@t", "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull,
+           "HOME": str(cwd)}
     return subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, text=True)
 
 

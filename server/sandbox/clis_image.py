@@ -45,6 +45,7 @@ from conclave.sandbox.image import (
     _tail,
     default_tag,
     host_apt_sources,
+    smoke_test,
 )
 
 CLIS_REPO = "conclave-sandbox-clis"
@@ -160,30 +161,6 @@ async def _run(argv: list[str], what: str, cwd: Path | None = None) -> None:
 
 
 def _smoke_test(docker: object, image: str) -> None:
-    import docker as sdk
-
-    try:
-        container = docker.containers.create(  # type: ignore[attr-defined]
-            image,
-            ["sh", "-c", CLIS_SMOKE_TEST],
-            user="1000:1000",
-            network_mode="none",
-            read_only=True,
-            cap_drop=["ALL"],
-            security_opt=["no-new-privileges"],
-            tmpfs={"/tmp": "rw,exec,size=1g"},
-            environment={"HOME": "/tmp", "GEMINI_CLI_NO_RELAUNCH": "true", "DISABLE_AUTOUPDATER": "1"},
-        )
-    except sdk.errors.DockerException as exc:
-        raise SandboxError(f"the candidate image {image} cannot even be created: {exc}") from exc
-    try:
-        container.start()
-        status = container.wait(timeout=300)
-        if status.get("StatusCode") != 0:
-            output = container.logs(stdout=True, stderr=True)
-            raise SandboxError(
-                f"the candidate CLI image failed its smoke test (exit {status.get('StatusCode')}); "
-                f"not tagged:\n{_tail(output)}"
-            )
-    finally:
-        container.remove(force=True)
+    smoke_test(docker, image, ["sh", "-c", CLIS_SMOKE_TEST], timeout_s=300, what="the candidate CLI image",
+               environment={"HOME": "/tmp", "GEMINI_CLI_NO_RELAUNCH": "true", "DISABLE_AUTOUPDATER": "1"},
+               tmpfs={"/tmp": "rw,exec,size=1g"})

@@ -251,23 +251,32 @@ def _import(docker: object, tarball: Path, candidate: str) -> None:
 
 
 def _smoke_test(docker: object, image: str) -> None:
+    smoke_test(docker, image, list(SMOKE_TEST), environment={"HOME": "/workspace"}, timeout_s=120,
+               what=f"the candidate image ({' '.join(SMOKE_TEST)})")
+
+
+def smoke_test(
+    docker: object, image: str, command: list[str], *, environment: dict[str, str], timeout_s: int, what: str,
+    tmpfs: dict[str, str] | None = None,
+) -> None:
+    """Run `command` in `image` as uid 1000 with no network, read-only, every capability dropped; a
+    non-zero exit raises SandboxError and the candidate is not tagged (this file and clis_image.py)."""
     import docker as sdk
 
     try:
         container = docker.containers.create(  # type: ignore[attr-defined]
-            image, list(SMOKE_TEST), user="1000:1000", network_mode="none", read_only=True,
-            cap_drop=["ALL"], security_opt=["no-new-privileges"], environment={"HOME": "/workspace"},
+            image, command, user="1000:1000", network_mode="none", read_only=True, cap_drop=["ALL"],
+            security_opt=["no-new-privileges"], environment=environment, **({"tmpfs": tmpfs} if tmpfs else {}),
         )
     except sdk.errors.DockerException as exc:
         raise SandboxError(f"the candidate image {image} cannot even be created: {exc}") from exc
     try:
         container.start()
-        status = container.wait(timeout=120)
+        status = container.wait(timeout=timeout_s)
         if status.get("StatusCode") != 0:
             output = container.logs(stdout=True, stderr=True)
             raise SandboxError(
-                f"the candidate image failed its smoke test ({' '.join(SMOKE_TEST)} exited "
-                f"{status.get('StatusCode')}); not tagged:\n{_tail(output)}"
+                f"{what} failed its smoke test (exit {status.get('StatusCode')}); not tagged:\n{_tail(output)}"
             )
     finally:
         container.remove(force=True)

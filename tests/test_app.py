@@ -105,8 +105,16 @@ BAD_CALLS = [
     ("ask_team", {"task": "t", "team": "frontier"}, ["ANTHROPIC_API_KEY"]),
     ("ask_team", {"task": "t", "wait_seconds": 51}, ["wait_seconds", "50"]),
     ("ask_team", {"task": "t", "wait_seconds": -1}, ["wait_seconds", "0"]),
-    ("ask_team", {"task": "t", "context_paths": [{"path": "/no/such/dir"}]}, ["context_paths[0]", "does not exist"]),
-    ("ask_team", {"task": "t", "context_paths": [{"path": "/etc/hostname"}]}, ["context_paths[0]", "not a directory"]),
+    (
+        "ask_team",
+        {"task": "t", "context_paths": [{"path": "/no/such/dir"}]},
+        ["context_paths[0]", "does not exist"],
+    ),
+    (
+        "ask_team",
+        {"task": "t", "context_paths": [{"path": "/etc/hostname"}]},
+        ["context_paths[0]", "not a directory"],
+    ),
     ("ask_team", {"task": "t", "apply": True}, ["apply", "permission 'write'"]),
     ("ask_team", {"task": "t", "apply": True, "context_paths": [{"path": "/tmp"}]}, ["apply", "'write'"]),
     ("get_status", {"job_id": "cj-000000000000", "wait_seconds": 51}, ["wait_seconds", "50"]),
@@ -238,12 +246,19 @@ async def test_budgets_the_estimate_and_the_leading_answer_reach_the_caller(
     client: Client, fakes: FakeProviders, team: str
 ) -> None:
     refused = await call(client, "ask_team", task="What is 6 * 7?", team=team, max_cost_usd=0.5)
-    assert refused.is_error and "max_cost_usd=0.5 is not valid: a cost budget needs a price" in refused.content[0].text
+    assert (
+        refused.is_error
+        and "max_cost_usd=0.5 is not valid: a cost budget needs a price" in refused.content[0].text
+    )
     install(fakes.script, TRIO, voter(delay=0.4))
     first = await call(client, "ask_team", task="What is 6 * 7?", team=team, wait_seconds=0, max_tokens=10**6)
     view = JobView.model_validate(first.structured_content)
     assert list(first.structured_content)[:3] == ["job_id", "state", "estimate"]  # what a model reads first
-    assert view.estimate is not None and "no past jobs" in view.estimate.note and view.budget == {"max_tokens": 10**6}
+    assert (
+        view.estimate is not None
+        and "no past jobs" in view.estimate.note
+        and view.budget == {"max_tokens": 10**6}
+    )
     leading, presenting = None, None
     with anyio.fail_after(120):
         while not view.done:

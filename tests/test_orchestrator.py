@@ -44,7 +44,14 @@ def letters_of(job_id: str = JOB) -> dict[str, str]:
 async def run(fakes: FakeProviders, job_id: str = JOB, **options: Any) -> tuple[JobResult, MemorySink]:
     team = Team.model_validate(team_data(fakes, TRIO, **options))
     sink = MemorySink()
-    orchestrator = Orchestrator(job_id, "What is 6 times 7?", team, sink, endpoint_factory({KEY_ENV: "test-key-0123456789"}), retry=FAST_RETRY)
+    orchestrator = Orchestrator(
+        job_id,
+        "What is 6 times 7?",
+        team,
+        sink,
+        endpoint_factory({KEY_ENV: "test-key-0123456789"}),
+        retry=FAST_RETRY,
+    )
     return await orchestrator.run(), sink
 
 
@@ -62,7 +69,9 @@ def scripted(letter_of: dict[str, str], *, first_delay: float, revise: bool = Fa
             if not mine:
                 return Reply(tool_calls=[("new_answer", {"content": f"{agent} v1: 42"})], delay=first[agent])
             if revise and agent == "bob" and len(labels) == 3 and mine == [f"{bob}1"]:
-                return Reply(tool_calls=[("new_answer", {"content": "bob v2: 42, with cy's check"})], delay=0.05)
+                return Reply(
+                    tool_calls=[("new_answer", {"content": "bob v2: 42, with cy's check"})], delay=0.05
+                )
             bobs = [label for label in labels if label.startswith(bob)]
             target = bobs[0] if bobs else mine[0]
             return decide("vote", {"answer": target, "reason": f"{target} is right"}, request)
@@ -96,7 +105,9 @@ async def test_three_providers_reach_consensus_after_an_invalidated_vote(fakes: 
         assert agent.usage.calls >= 2 and agent.usage.input_tokens > 0 and agent.usage.output_tokens > 0
     calls = sum(len(fakes.script.requests_of(name)) for _, name in TRIO)
     billed = sum(agent.usage.calls for agent in final.agents)
-    assert billed <= calls <= billed + len(sink.kinds("turn_cancelled"))  # cancelled before any usage: not billed
+    assert (
+        billed <= calls <= billed + len(sink.kinds("turn_cancelled"))
+    )  # cancelled before any usage: not billed
     for agent in final.agents:  # every token the fakes reported, and nothing else
         name = next(name for name, letter in letter_of.items() if letter == agent.letter)
         u = agent.usage

@@ -80,7 +80,12 @@ async def diff(base: Path, final: Path) -> Patch:
 
 
 async def apply(
-    final: Path, target: Path, context: CopiedContext, base: Path | None = None, *, patch: Patch | None = None,
+    final: Path,
+    target: Path,
+    context: CopiedContext,
+    base: Path | None = None,
+    *,
+    patch: Patch | None = None,
     consent: Consent = Consent(),
 ) -> Changes:
     """Apply `final` to `target` for a write context path as `patch` shows it: all or nothing for what

@@ -27,7 +27,8 @@ async def test_setsid_escapees_and_fork_loops_die_with_their_command(box: Sandbo
     marker = await box.exec("echo here > /tmp/keeper-marker", timeout_s=10)
     assert marker.exit_code == 0
     started = await box.exec(
-        "setsid sh -c 'while :; do date +%s%N > /workspace/b.tmp; mv /workspace/b.tmp /workspace/beat; sleep 0.05; done' "
+        "setsid sh -c 'while :; do date +%s%N > /workspace/b.tmp; mv /workspace/b.tmp /workspace/beat; "
+        "sleep 0.05; done' "
         ">/dev/null 2>&1 & "
         "setsid sh -c 'while :; do (sleep 300 &); sleep 0.01; done' >/dev/null 2>&1 & "
         "nohup sleep 301 >/dev/null 2>&1 & "

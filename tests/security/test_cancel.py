@@ -23,7 +23,9 @@ pytestmark = pytest.mark.anyio
 SOLO = (("openai", "ann"),)
 
 
-def test_a_cancelled_call_does_not_wait_for_a_blocked_worker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_cancelled_call_does_not_wait_for_a_blocked_worker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     stalled, entered = threading.Event(), threading.Event()
 
     def stuck(self: AgentTools, args: Any) -> str:  # a file call stuck in the kernel (a hung mount, say)

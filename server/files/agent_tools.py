@@ -119,7 +119,7 @@ class AgentTools:
         return tuple(specs)
 
     def handlers(self) -> dict[str, ToolHandler]:
-        sync = {
+        sync: dict[str, tuple[type, Callable[[Any], str]]] = {
             "list_files": (ListArgs, self._list_files),
             "read_file": (ReadArgs, self._read_file),
             "write_file": (WriteArgs, self._write_file),

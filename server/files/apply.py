@@ -26,6 +26,7 @@ import secrets
 import stat
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path, PurePosixPath
 from typing import Protocol, TypeVar
 
@@ -151,6 +152,18 @@ def _rename(source: str, dest: str) -> Callable[[int, str], None]:
     return lambda fd, _name: os.rename(source, dest, src_dir_fd=fd, dst_dir_fd=fd)
 
 
+def _rmdir(fd: int, name: str) -> None:
+    os.rmdir(name, dir_fd=fd)
+
+
+def _unlink(fd: int, name: str) -> None:
+    os.unlink(name, dir_fd=fd)
+
+
+def _unlink_other(other: str, fd: int, _name: str) -> None:
+    os.unlink(other, dir_fd=fd)
+
+
 def _write(final: Path, target: Path, changes: Changes) -> None:
     token = secrets.token_hex(4)
     undo: list[tuple[str, Callable[[], None]]] = []
@@ -161,12 +174,10 @@ def _write(final: Path, target: Path, changes: Changes) -> None:
             name, backup = _names(current, "backup", token)
             _at(target, current, _rename(name, backup))
             backups.append(current)
-            undo.append((current, lambda rel=current, n=name, b=backup: _at(target, rel, _rename(b, n))))
+            undo.append((current, partial(_at, target, current, _rename(backup, name))))
         for current in sorted(changes.modified + changes.added):
             for made in _make_parents(target, current):
-                undo.append(
-                    (current, lambda made=made: _at(target, made, lambda fd, n: os.rmdir(n, dir_fd=fd)))
-                )
+                undo.append((current, partial(_at, target, made, _rmdir)))
             name, temp = _names(current, "tmp", token)
             _, backup = _names(current, "backup", token)
             modified = current in changes.modified
@@ -186,11 +197,9 @@ def _write(final: Path, target: Path, changes: Changes) -> None:
             _at(target, current, replace)
             if modified:
                 backups.append(current)
-                undo.append((current, lambda rel=current, n=name, b=backup: _at(target, rel, _rename(b, n))))
+                undo.append((current, partial(_at, target, current, _rename(backup, name))))
             else:
-                undo.append(
-                    (current, lambda rel=current: _at(target, rel, lambda fd, n: os.unlink(n, dir_fd=fd)))
-                )
+                undo.append((current, partial(_at, target, current, _unlink)))
     except (OSError, InputError) as exc:
         unrestored = _rollback(undo)
         raise ApplyFailed(
@@ -199,7 +208,7 @@ def _write(final: Path, target: Path, changes: Changes) -> None:
     for rel in backups:
         _, backup = _names(rel, "backup", token)
         try:
-            _at(target, rel, lambda fd, _n, b=backup: os.unlink(b, dir_fd=fd))
+            _at(target, rel, partial(_unlink_other, backup))
         except (OSError, InputError):
             pass
     for rel in changes.deleted:

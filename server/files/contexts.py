@@ -240,8 +240,8 @@ def _scan(sources: list[ContextPath], caps: Caps, roots: list[Path] | None = Non
     over a cap, before any copy."""
     paths = [Path(source.path) for source in sources]
     if len(set(paths)) != len(paths):
-        shown = [source.path for source in sources]
-        raise InputError("context_paths", shown, "a folder is listed twice; give each folder once")
+        given = [source.path for source in sources]
+        raise InputError("context_paths", given, "a folder is listed twice; give each folder once")
     listings = [
         list_tree(root, rules=IgnoreRules(root), max_files=caps.max_files * 2) for root in roots or paths
     ]

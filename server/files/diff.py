@@ -52,12 +52,12 @@ class Patch(BaseModel):
     files: list[FileChange] = []
     skipped: dict[str, str] = {}
 
-    @computed_field
+    @computed_field  # type: ignore[prop-decorator]  # pydantic's documented form
     @property
     def added_lines(self) -> int:
         return sum(change.added_lines for change in self.files)
 
-    @computed_field
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def removed_lines(self) -> int:
         return sum(change.removed_lines for change in self.files)

@@ -22,7 +22,7 @@ import os
 import posixpath
 import secrets
 import stat
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -325,7 +325,7 @@ MAX_ENTRIES = 1_000_000  # entries one walk looks at, in all
 def walk(
     root: Path, start: str = "", *, skip: frozenset[str] = frozenset(), max_depth: int = MAX_DEPTH,
     max_entries: int = MAX_ENTRIES,
-) -> Iterator[tuple[str, int, list[Found]]]:
+) -> Generator[tuple[str, int, list[Found]]]:
     """Every folder under `root/start`, depth first.
 
     Each as (its path, an open fd valid until the next step, its entries).

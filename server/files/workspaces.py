@@ -375,7 +375,7 @@ def _building(dest: Path, *, replace: bool = False) -> Iterator[Path]:
         remove_tree(old)
 
 
-def _leave_out(rel: str, exc: OSError) -> None:
+def _leave_out(rel: str, exc: OSError | InputError) -> None:
     """A file of a live workspace that vanished or became unreadable mid-copy is left out of the copy."""
 
 

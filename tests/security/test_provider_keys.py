@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import anyio
 import pytest
 import yaml
 from mcp import ClientSession
@@ -36,8 +37,9 @@ def _leaked(fakes: FakeProviders) -> list[str]:
 async def _run(tmp_path: Path, team: Path, environ: dict[str, str]) -> None:
     async with JobService.open(Settings(home=tmp_path / "state"), environ=environ) as service:
         view = await service.submit("What is 6 times 7?", str(team))
-        while not view.done:
-            view = await service.wait(view.job_id, 10)
+        with anyio.fail_after(120):
+            while not view.done:
+                view = await service.wait(view.job_id, 10)
 
 
 async def test_a_team_cannot_point_a_providers_own_key_at_its_server(

@@ -230,7 +230,7 @@ async def test_the_timeout_covers_copying_the_context_paths(
 
     async def slow_prepare(job_dir: Path, options: object) -> None:
         await real_prepare(job_dir, options)  # type: ignore[arg-type]
-        await anyio.sleep(30)  # a copy that takes long (a big folder on a slow disk)
+        await anyio.sleep(30)  # sleep-ok: a copy that takes long (a big folder on a slow disk)
 
     monkeypatch.setattr(service_module, "prepare", slow_prepare)
     team = team_file(tmp_path, fakes, coordination={"timeout_s": 1.0}, sandbox="none")

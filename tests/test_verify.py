@@ -224,7 +224,7 @@ async def test_a_job_cancelled_while_its_checks_start_leaves_no_container(
         with anyio.fail_after(60):
             while not await service.store.events(view.job_id, "check_started"):
                 await anyio.sleep(0.01)
-        await anyio.sleep(0.05)  # into the container's creation
+        await anyio.sleep(0.05)  # sleep-ok: likely into the container's creation; any moment must hold
         assert (await service.cancel(view.job_id)).state == "cancelled"
         left = docker.from_env().containers.list(all=True, filters={"label": f"conclave.job={view.job_id}"})
         assert left == [] and not (service.job_dir(view.job_id) / "checks").exists()

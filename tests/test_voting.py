@@ -198,7 +198,7 @@ async def test_timeout_covers_the_set_up(fakes: FakeProviders) -> None:
         import time
 
         built.append(spec.model)
-        time.sleep(3)  # a backend that takes long to build (an SDK import on a busy machine)
+        time.sleep(3)  # sleep-ok: a backend that takes long to build (an SDK import on a busy machine)
         return real(spec)
 
     result, sink = await run(fakes, factory=slow, coordination={"timeout_s": 1.0})

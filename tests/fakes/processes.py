@@ -65,6 +65,7 @@ def http_server(tmp_path: Path, env: Mapping[str, str], token: str | None = HTTP
                     httpx2.get(url, timeout=1)
                     break
                 except httpx2.TransportError:
+                    # wall-time: a start limit, not a speed
                     assert time.monotonic() < deadline, "the HTTP server did not start"
                     time.sleep(0.1)
             yield url

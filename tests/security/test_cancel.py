@@ -74,6 +74,7 @@ async def test_cancel_job_ends_a_job_blocked_in_a_tool_within_seconds(
             with anyio.fail_after(60):
                 while len(fakes.script.requests_of("ann")) < 2:  # the FIFO is made, write_file is asked for
                     await anyio.sleep(0.1)
+            # sleep-ok: lets write_file block on the FIFO; the cancel must end the job at any moment
             await anyio.sleep(1.0)
             view = await service.cancel(view.job_id)
             assert view.state == "cancelled", view.text()

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # mypy on the import package as it is installed: server/ is `conclave` and tools/ is `conclave.tools`
 # (pyproject's package-dir), which mypy cannot see through an editable install's import hook, so it
-# reads them through a tree of links. Strict on coordination, jobs and files ([tool.mypy] in pyproject).
+# reads them through a tree of links. Strict on coordination, jobs, files, backends
+# and config ([tool.mypy] in pyproject).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root="$PWD"
@@ -11,4 +12,5 @@ mkdir "$tree/conclave"
 for entry in "$root"/server/*; do ln -s "$entry" "$tree/conclave/"; done
 ln -s "$root/tools" "$tree/conclave/tools"
 cd "$tree"
-"${MYPY:-$root/.venv/bin/mypy}" --config-file "$root/pyproject.toml" -p conclave.coordination -p conclave.jobs -p conclave.files
+"${MYPY:-$root/.venv/bin/mypy}" --config-file "$root/pyproject.toml" -p conclave.coordination -p conclave.jobs -p conclave.files \
+  -p conclave.backends -p conclave.config

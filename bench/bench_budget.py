@@ -35,20 +35,34 @@ async def one_run(root: Path) -> dict[str, Any]:
     with FakeProviders() as fakes:
         budget_scenario(fakes.script)
         team = str(write_team(root / "team.yaml", fakes, TRIO))
-        async with JobService.open(Settings(home=root / "state", gc_auto=False), environ=ENV, retry=FAST) as service:
+        async with JobService.open(
+            Settings(home=root / "state", gc_auto=False), environ=ENV, retry=FAST
+        ) as service:
             view = await run_job(service, team, max_tokens=BUDGET)
             kinds = [event.kind for event in await service.store.events(view.job_id)]
         agents = {}
         for agent in view.agents:
             name = agent.model.rsplit("-", 1)[1]
             counted = [agent.usage.input_tokens, agent.usage.output_tokens, agent.usage.cached_input_tokens]
-            agents[name] = {"counted": counted, "billed": list(fakes.script.bill[name]),
-                            "requests": len(fakes.script.requests_of(name)), "attempts_counted": agent.usage.calls}
+            agents[name] = {
+                "counted": counted,
+                "billed": list(fakes.script.bill[name]),
+                "requests": len(fakes.script.requests_of(name)),
+                "attempts_counted": agent.usage.calls,
+            }
     stop = kinds.index("budget_reached")
-    return {"state": view.state, "reason": view.reason, "fallback": view.fallback, "winner_votes": view.votes,
-            "tokens": view.usage.tokens, "max_tokens": BUDGET, "turns_cancelled": kinds.count("turn_cancelled"),
-            "turns_started_after_stop": kinds[stop:].count("turn_started"), "agents": agents,
-            "usage_equals_bill": all(a["counted"] == a["billed"] for a in agents.values())}
+    return {
+        "state": view.state,
+        "reason": view.reason,
+        "fallback": view.fallback,
+        "winner_votes": view.votes,
+        "tokens": view.usage.tokens,
+        "max_tokens": BUDGET,
+        "turns_cancelled": kinds.count("turn_cancelled"),
+        "turns_started_after_stop": kinds[stop:].count("turn_started"),
+        "agents": agents,
+        "usage_equals_bill": all(a["counted"] == a["billed"] for a in agents.values()),
+    }
 
 
 async def main() -> None:

@@ -31,9 +31,10 @@ RUNS = 3
 SCENARIOS = {
     "one_600mb_file": "head -c 600000000 /dev/zero > big.bin",
     "200_files_of_3mb": "i=0; while [ $i -lt 200 ]; do head -c 3000000 /dev/zero > f$i.bin; i=$((i+1)); done",
-    "2000_files_of_300kb": "i=0; while [ $i -lt 2000 ]; do head -c 300000 /dev/zero > f$i.bin; i=$((i+1)); done",
-    "parallel_4_writers": "for w in 1 2 3 4; do (i=0; while [ $i -lt 100 ]; do head -c 2000000 /dev/zero > w$w-$i.bin; "
-                          "i=$((i+1)); done) & done; wait",
+    "2000_files_of_300kb": "i=0; while [ $i -lt 2000 ]; do head -c 300000 /dev/zero > f$i.bin; "
+    "i=$((i+1)); done",
+    "parallel_4_writers": "for w in 1 2 3 4; do (i=0; while [ $i -lt 100 ]; do "
+    "head -c 2000000 /dev/zero > w$w-$i.bin; i=$((i+1)); done) & done; wait",
 }
 
 
@@ -86,12 +87,15 @@ async def main() -> None:
         "machine": platform.machine(),
         "budget_mb": LIMIT // MB,
         "runs_per_scenario": RUNS,
-        "load_average_1m_at_end": round(os.getloadavg()[0], 1),  # this host is shared: overshoot grows with load
+        "load_average_1m_at_end": round(
+            os.getloadavg()[0], 1
+        ),  # this host is shared: overshoot grows with load
         "scenarios": results,
         **await cost(client),
-        "before": "at b4dce12 nothing stopped a command during its run: tests/security/test_disk_budget.py measured "
-                  "572 MiB (all 600 MB) written past the 64 MiB budget by each of its two attacks; the budget only "
-                  "refused host-side writes after the command",
+        "before": "at b4dce12 nothing stopped a command during its run: "
+        "tests/security/test_disk_budget.py measured 572 MiB (all 600 MB) written past the 64 MiB "
+        "budget by each of its two attacks; the budget only "
+        "refused host-side writes after the command",
     }
     print(f"{'scenario':<22} {'overshoot max MB':>17} {'median':>7} {'x cap':>6} {'stopped':>8}")
     for name, row in results.items():

@@ -1,6 +1,8 @@
-"""What a follow-up costs in tokens against a fresh job, on the follow-up scenario of tests/test_follow_ups.py:
-the fake providers through the real SDKs (their usage is derived from the request and reply sizes), a
-three-agent team editing calc.py in a project folder, no Docker.
+"""What a follow-up costs in tokens against a fresh job.
+
+On the follow-up scenario of tests/test_follow_ups.py: the fake providers through the real SDKs
+(their usage is derived from the request and reply sizes), a three-agent team editing calc.py in a
+project folder, no Docker.
 
     python bench/bench_follow_up.py
 
@@ -53,7 +55,9 @@ async def one_run(root: Path) -> dict[str, Any]:
         async with JobService.open(settings, environ=ENV, retry=FAST) as service:
             paths = [{"path": str(project), "permission": "write"}]
             first = await service.wait((await service.submit(TASK, team, paths)).job_id, 50)
-            follow = await service.wait((await service.submit(MESSAGE, None, follow_up=first.job_id)).job_id, 50)
+            follow = await service.wait(
+                (await service.submit(MESSAGE, None, follow_up=first.job_id)).job_id, 50
+            )
             fresh = await service.wait((await service.submit(f"{TASK}\n\n{MESSAGE}", team, paths)).job_id, 50)
     assert first.state == follow.state == fresh.state == "completed", (first.state, follow.state, fresh.state)
     return {"first": usage(first), "follow_up": usage(follow), "fresh": usage(fresh),

@@ -38,7 +38,10 @@ PROMPTS = [
     "List ten uses of a paperclip, one sentence each.",
 ]
 TASK = "What is the capital of France? Reply in one short sentence."
-_RATE = re.compile(r"^\s*(?:llama_perf_context_print:\s*)?(prompt eval|eval) time\s*=.*?\(\s*[\d.]+ ms per token,\s*([\d.]+) tokens per second\)")
+_RATE = re.compile(
+    r"^\s*(?:llama_perf_context_print:\s*)?(prompt eval|eval) time\s*=.*?"
+    r"\(\s*[\d.]+ ms per token,\s*([\d.]+) tokens per second\)"
+)
 
 
 def rates(log: list[str]) -> dict[str, list[float]]:
@@ -55,17 +58,29 @@ async def measure(threads: int, rounds: int) -> dict[str, Any]:
         started = time.perf_counter()
         server = await pool.acquire(options)
         start_s = time.perf_counter() - started
-        client = openai.AsyncOpenAI(base_url=server.base_url, api_key=server.api_key, max_retries=0, timeout=300)
+        client = openai.AsyncOpenAI(
+            base_url=server.base_url, api_key=server.api_key, max_retries=0, timeout=300
+        )
         calls = []
         for index in range(rounds):
             prompt = PROMPTS[index % len(PROMPTS)]
             t0 = time.perf_counter()
             reply = await client.chat.completions.create(
-                model="smollm2", messages=[{"role": "user", "content": prompt}], max_tokens=256, temperature=0.7, seed=index
+                model="smollm2",
+                messages=[{"role": "user", "content": prompt}],
+                max_tokens=256,
+                temperature=0.7,
+                seed=index,
             )
             wall = time.perf_counter() - t0
             usage = reply.usage
-            calls.append({"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens, "wall_s": round(wall, 3)})
+            calls.append(
+                {
+                    "prompt_tokens": usage.prompt_tokens,
+                    "completion_tokens": usage.completion_tokens,
+                    "wall_s": round(wall, 3),
+                }
+            )
         await client.close()
         found = rates(list(server.log))
         await pool.release(server)
@@ -77,7 +92,9 @@ async def measure(threads: int, rounds: int) -> dict[str, Any]:
         "calls": calls,
         "end_to_end_tok_s": round(tokens / wall, 1),
         "eval_tok_s_median": round(statistics.median(found["eval"]), 1) if found["eval"] else None,
-        "prompt_eval_tok_s_median": round(statistics.median(found["prompt eval"]), 1) if found["prompt eval"] else None,
+        "prompt_eval_tok_s_median": round(statistics.median(found["prompt eval"]), 1)
+        if found["prompt eval"]
+        else None,
     }
 
 
@@ -122,8 +139,11 @@ async def main() -> None:
     results: dict[str, Any] = {
         "model": local.BUNDLED_FILE,
         "load_average_before": os.getloadavg(),
-        "machine": {"cpus": len(os.sched_getaffinity(0)), "processor": platform.processor() or platform.machine(),
-                    "python": sys.version.split()[0]},
+        "machine": {
+            "cpus": len(os.sched_getaffinity(0)),
+            "processor": platform.processor() or platform.machine(),
+            "python": sys.version.split()[0],
+        },
         "runs": [await measure(threads, args.rounds) for threads in args.threads],
     }
     if args.job:

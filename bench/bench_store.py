@@ -12,9 +12,10 @@ After a warm-up job (the SDKs' first imports take seconds here), one job alone, 
 submitted at once; then the same again while get_status is called on
 every running job in turn (the service's `view`, which the tool calls with wait_seconds=0, and the
 real tool through an in-memory MCP client) and each call's latency is kept. The wall time of the jobs
-together is taken in a run of its own, with no one polling (the polling is CPU of its own). Reported: wall time of
-one job alone, of all the jobs together and the ratio, get_status p50/p99. Run it on two commits with
-different labels and the same `--out` for a before/after pair; the file keeps one entry per label.
+together is taken in a run of its own, with no one polling (the polling is CPU of its own).
+Reported: wall time of one job alone, of all the jobs together and the ratio, get_status p50/p99.
+Run it on two commits with different labels and the same `--out` for a before/after pair; the file
+keeps one entry per label.
 """
 
 from __future__ import annotations
@@ -103,7 +104,9 @@ def percentile(samples: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-async def run_jobs(root: Path, fakes: RemoteFakes, first: int, count: int, sampled: bool = False) -> dict[str, Any]:
+async def run_jobs(
+    root: Path, fakes: RemoteFakes, first: int, count: int, sampled: bool = False
+) -> dict[str, Any]:
     """`count` jobs (fake agents `first`..) submitted at once; with `sampled`, get_status called on them
     until all are done."""
     from fastmcp import Client
@@ -118,7 +121,10 @@ async def run_jobs(root: Path, fakes: RemoteFakes, first: int, count: int, sampl
              for job in range(first, first + count)]
     service_ms: list[float] = []
     tool_ms: list[float] = []
-    async with JobService.open(settings, environ=ENV) as service, Client(create_app(service, settings)) as client:
+    async with (
+        JobService.open(settings, environ=ENV) as service,
+        Client(create_app(service, settings)) as client,
+    ):
         started, cpu = time.monotonic(), _cpu_s()
         ids = [(await service.submit(TASK, str(team))).job_id for team in teams]
         finished: dict[str, float] = {}
@@ -152,8 +158,13 @@ async def run_jobs(root: Path, fakes: RemoteFakes, first: int, count: int, sampl
     bad = [view.job_id for view in views if view.state != "completed" or not view.consensus]
     if bad:
         raise SystemExit(f"jobs did not complete with consensus: {bad}")
-    return {"wall_s": round(max(finished.values()), 3), "job_s_median": round(statistics.median(finished.values()), 3),
-            "cpu_s": round(cpu, 2), "service_ms": service_ms, "tool_ms": tool_ms}
+    return {
+        "wall_s": round(max(finished.values()), 3),
+        "job_s_median": round(statistics.median(finished.values()), 3),
+        "cpu_s": round(cpu, 2),
+        "service_ms": service_ms,
+        "tool_ms": tool_ms,
+    }
 
 
 def _cpu_s() -> float:

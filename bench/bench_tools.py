@@ -86,7 +86,9 @@ def main() -> None:
     runs = data["runs"]
     if "before" in runs and "after" in runs:
         before, after = runs["before"]["median_us"], runs["after"]["median_us"]
-        data["after_over_before"] = {name: round(after[name] / before[name], 2) for name in after if name in before}
+        data["after_over_before"] = {
+            name: round(after[name] / before[name], 2) for name in after if name in before
+        }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(data, indent=2) + "\n")
     print(f"wrote {args.out}")

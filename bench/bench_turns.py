@@ -46,9 +46,14 @@ async def measure(options: dict[str, str]) -> dict[str, Any]:
             team = Team.model_validate(team_data(fakes, TRIO, coordination={"final": "reuse"}, **options))
             sink = MemorySink()
             started = time.perf_counter()
-            result = await Orchestrator(f"cj-00000000b{job:03d}", "What is the capital of France?", team, sink,
-                                        endpoint_factory({KEY_ENV: "bench-key-0123456789"}),
-                                        retry=RetryPolicy(max_attempts=2)).run()
+            result = await Orchestrator(
+                f"cj-00000000b{job:03d}",
+                "What is the capital of France?",
+                team,
+                sink,
+                endpoint_factory({KEY_ENV: "bench-key-0123456789"}),
+                retry=RetryPolicy(max_attempts=2),
+            ).run()
             totals["wall_s"] += time.perf_counter() - started
             assert result.consensus, result
             totals["requests"] += len(fakes.script.requests)
@@ -66,7 +71,10 @@ async def main() -> None:
     RESULTS.write_text(json.dumps(result, indent=2) + "\n")
     print(f"{'design':<22} {'requests':>9} {'tokens in':>10} {'tokens out':>11} {'seconds':>8}")
     for name, row in rows.items():
-        print(f"{name:<22} {row['requests']:>9} {row['input_tokens']:>10} {row['output_tokens']:>11} {row['wall_s']:>8}")
+        print(
+            f"{name:<22} {row['requests']:>9} {row['input_tokens']:>10} "
+            f"{row['output_tokens']:>11} {row['wall_s']:>8}"
+        )
 
 
 if __name__ == "__main__":

@@ -72,7 +72,9 @@ async def one_job(root: Path, latency: float, verify: str | None, concurrency: i
                 labels = {"label": f"conclave.job={view.job_id}"}
                 # the low-level list: no per-container inspect that races a check container's removal
                 running = await anyio.to_thread.run_sync(lambda: client.api.containers(filters=labels))
-                seen = max(seen, sum(c["Labels"].get("conclave.agent", "").startswith("check-") for c in running))
+                seen = max(
+                    seen, sum(c["Labels"].get("conclave.agent", "").startswith("check-") for c in running)
+                )
                 view = await service.wait(view.job_id, 0.05)
             wall = time.perf_counter() - started
             events = await service.store.events(view.job_id)
@@ -110,8 +112,10 @@ async def main() -> None:
                 "max_check_containers_seen": max(job["max_check_containers"] for job in jobs),
                 "wall_s_median": med(jobs, "wall_s"),
             }
-    result["note"] = ("wall time is submit to done in-process on a 2-core machine shared with other work; the "
-                      "check command is the test's unittest run in a fresh container per answer")
+    result["note"] = (
+        "wall time is submit to done in-process on a 2-core machine shared with other work; the "
+        "check command is the test's unittest run in a fresh container per answer"
+    )
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))

@@ -56,13 +56,25 @@ def build_job(home: Path) -> Store:
         for letter in LETTERS:
             at += 1
             content = f"Answer {letter}{revision}: " + "the parser drops the last token. " * 45
-            store.record(JOB, JobEvent(kind="answer", letter=letter, at=at,
-                                       data={"label": f"{letter}{revision}", "revision": revision, "content": content}),
-                         progress(), None)
+            store.record(
+                JOB,
+                JobEvent(
+                    kind="answer",
+                    letter=letter,
+                    at=at,
+                    data={"label": f"{letter}{revision}", "revision": revision, "content": content},
+                ),
+                progress(),
+                None,
+            )
     for n in range(40):
         voter = LETTERS[n % 3]
-        store.record(JOB, JobEvent(kind="vote", letter=voter, at=at + n, data={"label": "A3", "reason": f"r{n}"}),
-                     progress(), None)
+        store.record(
+            JOB,
+            JobEvent(kind="vote", letter=voter, at=at + n, data={"label": "A3", "reason": f"r{n}"}),
+            progress(),
+            None,
+        )
     patch = home / "jobs" / JOB / "diff.patch"
     patch.parent.mkdir(parents=True, exist_ok=True)
     patch.write_text("diff --git a/p.py b/p.py\n--- a/p.py\n+++ b/p.py\n@@ -1,400 +1,400 @@\n"
@@ -114,20 +126,38 @@ def measure(loads: int, events: int) -> dict[str, Any]:
                 delays: list[float] = []
                 for n in range(events):
                     written = time.time()
-                    store.record(JOB, JobEvent(kind="vote", letter="B", at=100.0 + n,
-                                               data={"label": "A3", "reason": f"bench-{n}"}), progress(), None)
+                    store.record(
+                        JOB,
+                        JobEvent(
+                            kind="vote",
+                            letter="B",
+                            at=100.0 + n,
+                            data={"label": "A3", "reason": f"bench-{n}"},
+                        ),
+                        progress(),
+                        None,
+                    )
                     key = str(n)
-                    seen = until(driver, lambda d, key=key: d.execute_script("return window.__seen[arguments[0]]", key))
+                    seen = until(
+                        driver, lambda d, key=key: d.execute_script("return window.__seen[arguments[0]]", key)
+                    )
                     delays.append(seen / 1000 - written)
         finally:
             process.terminate()
             process.wait(timeout=20)
             store.close()
     return {
-        "page_load_ms": {"median": round(statistics.median(first), 1), "p90": round(_p90(first), 1), "loads": loads},
-        "event_to_screen_ms": {"median": round(1000 * statistics.median(delays), 1),
-                               "p90": round(1000 * _p90(delays), 1), "max": round(1000 * max(delays), 1),
-                               "events": events},
+        "page_load_ms": {
+            "median": round(statistics.median(first), 1),
+            "p90": round(_p90(first), 1),
+            "loads": loads,
+        },
+        "event_to_screen_ms": {
+            "median": round(1000 * statistics.median(delays), 1),
+            "p90": round(1000 * _p90(delays), 1),
+            "max": round(1000 * max(delays), 1),
+            "events": events,
+        },
         "poll_interval_ms": POLL_S * 1000,
         "event_to_screen_over_poll_interval": round(statistics.median(delays) / POLL_S, 2),
         "job": "3 agents, 9 answers of ~1.5 KB, 40 votes, a 60 KB diff (a page of ~100 KB JSON)",

@@ -41,8 +41,9 @@ INITIALIZE = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
 def handshake(command: list[str], env: dict[str, str]) -> tuple[float, float]:
     """(ms to the initialize answer, ms to the tools/list answer) from spawning `command`."""
     start = time.perf_counter()
-    server = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                              env=env)
+    server = subprocess.Popen(
+        command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env
+    )
     assert server.stdin is not None and server.stdout is not None
     server.stdin.write(json.dumps(INITIALIZE).encode() + b"\n")
     server.stdin.flush()
@@ -93,7 +94,10 @@ def main() -> None:
     results: dict[str, dict[str, float]] = {}
     base = median(lambda: bare("import mcp"), args.runs)
     results["import-mcp"] = base
-    for name, command in (("serve", [CONCLAVE, "serve"]), ("serve-direct", [CONCLAVE, "serve", "--no-front"])):
+    for name, command in (
+        ("serve", [CONCLAVE, "serve"]),
+        ("serve-direct", [CONCLAVE, "serve", "--no-front"]),
+    ):
         if name in only:
             pairs = [handshake(command, env) for _ in range(args.runs)]
             results[name] = {

@@ -6,7 +6,7 @@
     │   ├── PathOutsideRoot   a path leaves its root: absolute, `..` out, or through a symlink
     │   ├── NotAFile          a FIFO, socket or device where a regular file is needed: never opened
     │   ├── FileTooLarge      a file over a tool's size cap (checked with fstat before reading)
-    │   ├── ContextTooLarge   context paths over the file-count or byte cap (names the biggest folders)
+    │   ├── ContextTooLarge   context paths over the file-count or byte cap (names the biggest)
     │   ├── TreeTooLarge      a walk met folders nested too deep or too many entries: it stopped there
     │   ├── NotPermitted      a caller named a folder or team file outside what it may name
     │   └── QueueFull         too many jobs waiting already (CONCLAVE_MAX_QUEUED)
@@ -62,8 +62,10 @@ TERMS: dict[str, tuple[str, str]] = {
     "insist_secrets": ('"allow_secrets": true on that context path', "--allow-secret-folders"),
     "list_teams": ("list_teams", "`conclave teams`"),
     "list_jobs": ("a job_id from ask_team's result", "`conclave status`"),
-    "demo_fix": ("ask the user for a provider key (see list_teams) or a subscription member instead",
-                 "set a provider key for a real team (see `conclave teams`)"),
+    "demo_fix": (
+        "ask the user for a provider key (see list_teams) or a subscription member instead",
+        "set a provider key for a real team (see `conclave teams`)",
+    ),
     "ask_again": ("call ask_team again", "run `conclave ask` again"),
     "cancel": ("cancel one with cancel_job", "stop one with Ctrl-C in its `conclave ask`"),
     "read_diff": ("read_workspace(job_id, path='@diff')", "`conclave show JOB --diff`"),
@@ -71,8 +73,14 @@ TERMS: dict[str, tuple[str, str]] = {
     "read_answers": ("read_workspace(job_id)", "`conclave show JOB --answers`"),
     "list_files": ("read_workspace with path='' and the same source", "`conclave show JOB`"),
     "wait": ("call get_status with job_id and wait_seconds=45", "run `conclave status JOB`"),
-    "follow_up": ("call ask_team with follow_up=JOB and your next message", 'run `conclave ask --follow-up JOB "..."`'),
-    "steer": ("steer_job adds a note the agents see from their next turn", '`conclave steer JOB "..."` adds a note'),
+    "follow_up": (
+        "call ask_team with follow_up=JOB and your next message",
+        'run `conclave ask --follow-up JOB "..."`',
+    ),
+    "steer": (
+        "steer_job adds a note the agents see from their next turn",
+        '`conclave steer JOB "..."` adds a note',
+    ),
 }
 _MARK = re.compile(r"\x1e(\w+)\x1e")
 # CLI `conclave show` options by what read_workspace's `path` names.
@@ -124,7 +132,11 @@ class InputError(ConclaveError):
         if surface == "mcp" or not getattr(self, "_by_field", False):
             return super().render(surface)
         flag = cli_field(self.field, self.value)
-        if flag.startswith("(") or isinstance(self.value, bool) or not isinstance(self.value, (str, int, float)):
+        if (
+            flag.startswith("(")
+            or isinstance(self.value, bool)
+            or not isinstance(self.value, (str, int, float))
+        ):
             return f"{flag}: {say(self.fix, 'cli')}"
         return f"{flag} {_shown(self.value)}: {say(self.fix, 'cli')}"
 
@@ -157,7 +169,9 @@ class NotAFile(InputError):
     """A FIFO, socket or device where a regular file is needed; it was not opened."""
 
     def __init__(self, field: str, value: str, kind: str) -> None:
-        super().__init__(field, value, f"it is {kind}, not a regular file; only regular files are read or copied")
+        super().__init__(
+            field, value, f"it is {kind}, not a regular file; only regular files are read or copied"
+        )
 
 
 class FileTooLarge(InputError):
@@ -192,9 +206,11 @@ class JobFinished(InputError):
 
     def __init__(self, job_id: str, state: str) -> None:
         super().__init__(
-            "job_id", job_id, f"that job is {state}, so no agent would read the note; to go on from its answer, "
-            f"call ask_team with follow_up={job_id!r} and the note as the task (CLI: conclave ask --follow-up "
-            f"{job_id} \"...\")",
+            "job_id",
+            job_id,
+            f"that job is {state}, so no agent would read the note; to go on from its answer, "
+            f"call ask_team with follow_up={job_id!r} and the note as the task "
+            f'(CLI: conclave ask --follow-up {job_id} "...")',
         )
 
 
@@ -204,9 +220,12 @@ class FollowUpConflict(InputError):
     def __init__(self, earlier: str, folder: str, paths: list[str]) -> None:
         self.paths = list(paths)
         super().__init__(
-            "follow_up", earlier, f"{', '.join(paths)} in {folder} changed both in your folder since job "
+            "follow_up",
+            earlier,
+            f"{', '.join(paths)} in {folder} changed both in your folder since job "
             f"{earlier} started and in that job's answer, differently; keep one version (apply the earlier "
-            f"diff, read_workspace(job_id={earlier!r}, path='@diff'), or revert your edit) and follow up again, "
+            f"diff, read_workspace(job_id={earlier!r}, path='@diff'), or revert your edit) "
+            "and follow up again, "
             "or start a fresh job without follow_up",
         )
 
@@ -214,7 +233,9 @@ class FollowUpConflict(InputError):
 class ContextTooLarge(InputError):
     """The context paths hold more files or bytes than the caps allow; nothing was copied."""
 
-    def __init__(self, value: object, found: str, cap: str, biggest: str = "", fix: str | None = None) -> None:
+    def __init__(
+        self, value: object, found: str, cap: str, biggest: str = "", fix: str | None = None
+    ) -> None:
         self.field, self.value = "context_paths", value
         self.fix = fix or (
             "narrow the path to the folder the task needs, or add a .gitignore entry for generated "
@@ -250,8 +271,8 @@ class MissingApiKey(ConfigError):
         self.variable = variable
         super().__init__(
             f"{model} needs an API key: set the {variable} environment variable "
-            f"where the server runs (or pick a team that is ready: {term('list_teams')}; {term('team_local')} "
-            "runs the offline demo, not for real work)"
+            f"where the server runs (or pick a team that is ready: {term('list_teams')}; "
+            f"{term('team_local')} runs the offline demo, not for real work)"
         )
 
 
@@ -322,8 +343,8 @@ class ApplyConflict(ApplyError):
         self.target, self.conflicts = target, conflicts
         listed = ", ".join(f"{path} ({why})" for path, why in sorted(conflicts.items()))
         super().__init__(
-            f"nothing was applied to {target}: {len(conflicts)} file{'s' if len(conflicts) != 1 else ''} changed "
-            "there since the job "
+            f"nothing was applied to {target}: {len(conflicts)} "
+            f"file{'s' if len(conflicts) != 1 else ''} changed there since the job "
             f"started: {listed}. Review those changes, then apply the patch by hand (read it with "
             f"{term('read_diff')}; `git apply` reports each conflict) or run the task again"
         )

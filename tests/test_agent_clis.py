@@ -71,7 +71,9 @@ def setup(tmp_path: Path, fakes: FakeProviders) -> tuple[Path, dict[str, str]]:
     project, home = tmp_path / "project", tmp_path / "home"
     project.mkdir()
     home.mkdir()
-    write_team(tmp_path / "config" / "conclave" / "teams" / f"{TEAM}.yaml", fakes, TRIO, name=TEAM, key_env=TEAM_KEY)
+    write_team(
+        tmp_path / "config" / "conclave" / "teams" / f"{TEAM}.yaml", fakes, TRIO, name=TEAM, key_env=TEAM_KEY
+    )
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home), "LANG": "C.UTF-8",
         "CONCLAVE_HOME": str(tmp_path / "state"), "XDG_CONFIG_HOME": str(tmp_path / "config"),
@@ -118,9 +120,16 @@ def test_claude_code_print_mode_delegates_with_what_install_wrote(
     assert "settings.local.json (tool approvals)" in said and ".mcp.json (MCP registration)" in said
     agent = CodingAgent("anthropic", TASK, TEAM)
     fakes.script.set_default("claude", agent)
-    env = {**env, "ANTHROPIC_BASE_URL": fakes.base_url("anthropic", "claude"), "ANTHROPIC_API_KEY": "sk-ant-fake",
-           "DISABLE_TELEMETRY": "1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1"}
-    done = _run([str(CLAUDE), "-p", f"Ask the conclave team: {TASK}", "--output-format", "json"], project, env)
+    env = {
+        **env,
+        "ANTHROPIC_BASE_URL": fakes.base_url("anthropic", "claude"),
+        "ANTHROPIC_API_KEY": "sk-ant-fake",
+        "DISABLE_TELEMETRY": "1",
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+    }
+    done = _run(
+        [str(CLAUDE), "-p", f"Ask the conclave team: {TASK}", "--output-format", "json"], project, env
+    )
     assert done.returncode == 0
     result = json.loads(done.stdout)
     assert not result["is_error"] and result["permission_denials"] == []
@@ -137,18 +146,33 @@ def test_claude_code_reaches_the_http_server_with_the_header_install_wrote(
     header, which reads the token from CONCLAVE_HTTP_TOKEN in the client's environment."""
     _require(CLAUDE)
     project, env = setup
-    with http_server(tmp_path, {key: value for key, value in env.items() if key != "PATH"}, token=None) as url:
-        done = subprocess.run([str(CONCLAVE), "install", "claude-code", "--http", url, "--write"], cwd=project,
-                              env=env, capture_output=True, text=True, timeout=120)
+    with http_server(
+        tmp_path, {key: value for key, value in env.items() if key != "PATH"}, token=None
+    ) as url:
+        done = subprocess.run(
+            [str(CONCLAVE), "install", "claude-code", "--http", url, "--write"],
+            cwd=project,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert done.returncode == 0 and "CONCLAVE_HTTP_TOKEN" in done.stdout, done.stderr
         assert "Bearer ${CONCLAVE_HTTP_TOKEN}" in (project / ".mcp.json").read_text(encoding="utf-8")
         token = (Path(env["CONCLAVE_HOME"]) / "http-token").read_text(encoding="utf-8").strip()
         agent = CodingAgent("anthropic", TASK, TEAM)
         fakes.script.set_default("claude", agent)
-        env = {**env, "CONCLAVE_HTTP_TOKEN": token, "ANTHROPIC_BASE_URL": fakes.base_url("anthropic", "claude"),
-               "ANTHROPIC_API_KEY": "sk-ant-fake", "DISABLE_TELEMETRY": "1",
-               "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1"}
-        done = _run([str(CLAUDE), "-p", f"Ask the conclave team: {TASK}", "--output-format", "json"], project, env)
+        env = {
+            **env,
+            "CONCLAVE_HTTP_TOKEN": token,
+            "ANTHROPIC_BASE_URL": fakes.base_url("anthropic", "claude"),
+            "ANTHROPIC_API_KEY": "sk-ant-fake",
+            "DISABLE_TELEMETRY": "1",
+            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        }
+        done = _run(
+            [str(CLAUDE), "-p", f"Ask the conclave team: {TASK}", "--output-format", "json"], project, env
+        )
         assert done.returncode == 0
         result = json.loads(done.stdout)
         assert not result["is_error"] and result["permission_denials"] == []
@@ -238,8 +262,11 @@ def test_gemini_cli_prompt_mode_delegates_with_what_install_wrote(
     settings = Path(env["HOME"]) / ".gemini" / "settings.json"
     settings.parent.mkdir()
     # A user's Gemini CLI set up for an API key, with comments (its settings file is JSON with comments).
-    settings.write_text('{\n  // set up by the user\n  "security": {"auth": {"selectedType": "gemini-api-key"}},\n'
-                        '  "general": {"disableAutoUpdate": true}\n}\n', encoding="utf-8")
+    settings.write_text(
+        '{\n  // set up by the user\n  "security": {"auth": {"selectedType": "gemini-api-key"}},\n'
+        '  "general": {"disableAutoUpdate": true}\n}\n',
+        encoding="utf-8",
+    )
     said = _install("gemini", project, env)
     assert "settings.json (MCP registration and tool approvals)" in said
     assert "// set up by the user" in settings.read_text(encoding="utf-8")
@@ -248,9 +275,13 @@ def test_gemini_cli_prompt_mode_delegates_with_what_install_wrote(
     env = {**env, "GEMINI_API_KEY": "fake-key", "GOOGLE_GEMINI_BASE_URL": fakes.base_url("gemini", "gemini"),
            "GEMINI_CLI_NO_RELAUNCH": "true"}
     # --skip-trust: headless Gemini CLI refuses any folder not trusted before, Conclave or not.
-    done = _run([_node(), str(GEMINI_JS), "-p", f"Ask the conclave team: {TASK}", "--skip-trust"], project, env)
+    done = _run(
+        [_node(), str(GEMINI_JS), "-p", f"Ask the conclave team: {TASK}", "--skip-trust"], project, env
+    )
     assert done.returncode == 0
-    assert {"mcp_conclave_ask_team", "mcp_conclave_get_status"} <= set(agent.first_step or []), agent.first_step
+    assert {"mcp_conclave_ask_team", "mcp_conclave_get_status"} <= set(agent.first_step or []), (
+        agent.first_step
+    )
     assert agent.calls[0] == "ask_team" and "get_status" in agent.calls[1:], agent.calls
     # Gemini CLI hands its model the text block (JobView.text()), not the structured result.
     final = agent.results[-1]

@@ -47,7 +47,10 @@ async def call(tools: AgentTools, name: str, **args: Any) -> str:
 
 
 async def test_read_with_line_numbers_and_ranges(tools: AgentTools) -> None:
-    assert await call(tools, "read_file", path="proj/a.py", start_line=2, end_line=3) == "     2| two\n     3| three"
+    assert (
+        await call(tools, "read_file", path="proj/a.py", start_line=2, end_line=3)
+        == "     2| two\n     3| three"
+    )
     assert "outside" in await call(tools, "read_file", path="proj/a.py", start_line=9)
     assert "binary" in await call(tools, "read_file", path="proj/blob.bin")
 
@@ -55,7 +58,9 @@ async def test_read_with_line_numbers_and_ranges(tools: AgentTools) -> None:
 async def test_write_then_edit(tools: AgentTools) -> None:
     assert "wrote 6 bytes" in await call(tools, "write_file", path="proj/new/b.py", content="x = 1\n")
     assert (tools.workspace / "proj/new/b.py").read_text() == "x = 1\n"
-    assert "replaced 1 occurrence" in await call(tools, "edit_file", path="proj/new/b.py", old_text="1", new_text="2")
+    assert "replaced 1 occurrence" in await call(
+        tools, "edit_file", path="proj/new/b.py", old_text="1", new_text="2"
+    )
     assert (tools.workspace / "proj/new/b.py").read_text() == "x = 2\n"
 
 
@@ -72,7 +77,10 @@ async def test_edit_refuses_missing_and_ambiguous_text(tools: AgentTools) -> Non
 async def test_list_and_search(tools: AgentTools) -> None:
     listing = await call(tools, "list_files", path="proj")
     assert "a.py (18 bytes)" in listing and "link.txt" not in listing  # links are not listed
-    assert await call(tools, "search", pattern=r"^t\w+$") == "proj/a.py:2: two\nproj/a.py:3: three\nproj/a.py:4: two"
+    assert (
+        await call(tools, "search", pattern=r"^t\w+$")
+        == "proj/a.py:2: two\nproj/a.py:3: three\nproj/a.py:4: two"
+    )
     assert "not a valid regular expression" in await call(tools, "search", pattern="(")
     many = tools.workspace / "many.txt"
     many.write_text("hit\n" * (MAX_MATCHES + 5))
@@ -125,7 +133,9 @@ async def test_no_sandbox_means_no_command_tool(tmp_path: Path) -> None:
 
 def test_json_mode_tool_calls_are_parsed() -> None:
     offered = ("read_file", "write_file")
-    call = parse_json_tool_call('{"action": "call_tool", "tool": "read_file", "arguments": {"path": "a"}}', offered)
+    call = parse_json_tool_call(
+        '{"action": "call_tool", "tool": "read_file", "arguments": {"path": "a"}}', offered
+    )
     assert call is not None and call.name == "read_file" and call.arguments == {"path": "a"}
     broken = parse_json_tool_call('{"action": "call_tool", "tool": "read_file", "arguments": "a"}', offered)
     assert broken is not None and broken.error
@@ -138,9 +148,13 @@ async def test_with_several_project_folders_writes_outside_them_are_refused(tmp_
         (tmp_path / name).mkdir()
     tools = AgentTools(tmp_path, peers=dict, folders=("api", "web"))
     refused = await call(tools, "write_file", path="notes.md", content="lost?\n")
-    assert refused.startswith("Error:") and "api/, web/" in refused and "outside the project folders" in refused
+    assert (
+        refused.startswith("Error:") and "api/, web/" in refused and "outside the project folders" in refused
+    )
     assert not (tmp_path / "notes.md").exists()
-    refused = await call(tools, "write_file", path="docs/notes.md", content="x")  # a new top folder: outside too
+    refused = await call(
+        tools, "write_file", path="docs/notes.md", content="x"
+    )  # a new top folder: outside too
     assert "outside the project folders" in refused and not (tmp_path / "docs").exists()
     assert (await call(tools, "write_file", path="web/notes.md", content="kept\n")).startswith("wrote")
     assert (tmp_path / "web" / "notes.md").read_text() == "kept\n"

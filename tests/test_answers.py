@@ -19,7 +19,14 @@ TIMES = "What is 6 times 7?"
 
 
 def test_words_casefold_drop_punctuation_and_normalise_numbers() -> None:
-    assert words("The Answer: 1,000.50 apples, SEVEN pears!") == ["the", "answer", "1000.5", "apples", "7", "pears"]
+    assert words("The Answer: 1,000.50 apples, SEVEN pears!") == [
+        "the",
+        "answer",
+        "1000.5",
+        "apples",
+        "7",
+        "pears",
+    ]
     assert words("3.0 and -0 and 12") == ["3", "and", "0", "and", "12"]
 
 
@@ -42,7 +49,8 @@ def test_different_answers_have_different_keys(one: str, other: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "text", ["42", "6 times 7 is 42.", "The answer is forty-two? No: 42", "6 * 7 = 42", "42.0", "It's 42, clearly."]
+    "text",
+    ["42", "6 times 7 is 42.", "The answer is forty-two? No: 42", "6 * 7 = 42", "42.0", "It's 42, clearly."],
 )
 def test_numbers_key_on_the_last_number_the_task_does_not_have(text: str) -> None:
     assert answer_key(text, TIMES) == "#42"
@@ -53,7 +61,9 @@ def test_a_long_reply_keys_on_its_final_line_or_answer_line() -> None:
     assert answer_key(f"{reasoning}\nSo the result is 42.", TIMES) == "#42"
     assert answer_key(f"Answer: Paris\n{reasoning}", CAPITAL) == "paris"
     assert final_answer(f"{reasoning}\nSo the result is 42.", TIMES) == "#42"
-    essay = " ".join(f"point {word} matters" for word in "alpha beta gamma delta epsilon zeta eta theta".split() * 4)
+    essay = " ".join(
+        f"point {word} matters" for word in "alpha beta gamma delta epsilon zeta eta theta".split() * 4
+    )
     assert final_answer(essay, "Discuss.") is None  # a long answer with no final answer to hold on to
 
 
@@ -106,12 +116,22 @@ def test_a_yes_or_no_answer_is_not_a_restatement() -> None:
 
 
 def test_the_presentation_guard() -> None:
-    assert presentation_problem("Paris is the capital of France.", "The capital of France is Paris.", CAPITAL) is None
+    assert (
+        presentation_problem("Paris is the capital of France.", "The capital of France is Paris.", CAPITAL)
+        is None
+    )
     changed = presentation_problem("The capital of France is Lyon.", "Paris.", CAPITAL)
     assert changed is not None and "'paris'" in changed and "'lyon'" in changed
     assert "no answer" in (presentation_problem("{", "Paris.", CAPITAL) or "")
-    long_winner = " ".join(f"idea {n} helps" for n in "red green blue amber violet teal pink grey".split() * 4)
-    assert presentation_problem("A shorter rewrite of the ideas, with the best of both.", long_winner, "Discuss.") is None
+    long_winner = " ".join(
+        f"idea {n} helps" for n in "red green blue amber violet teal pink grey".split() * 4
+    )
+    assert (
+        presentation_problem(
+            "A shorter rewrite of the ideas, with the best of both.", long_winner, "Discuss."
+        )
+        is None
+    )
 
 
 @pytest.mark.parametrize(
@@ -123,7 +143,12 @@ def test_the_presentation_guard() -> None:
         ("7 times 8 is 54.", "56", "What is 7 times 8?", False),
         ("A spider has eight legs.", "8", "How many legs does a spider have?", True),
         ("Water freezes at 0 degrees Celsius.", "0", "At how many degrees Celsius does water freeze?", True),
-        ("2 + 2 = 4, but in reality it equals 5.", "4", "What is 2 plus 2?", False),  # the final number counts
+        (
+            "2 + 2 = 4, but in reality it equals 5.",
+            "4",
+            "What is 2 plus 2?",
+            False,
+        ),  # the final number counts
         ("The formula is H2O.", "H2O", "What is the chemical formula of water?", True),
         ("The closest star is the Sun.", "the Sun", "What is the closest star to Earth?", True),
         ("Sunflower", "sunflower", "What word do you get by putting 'sun' and 'flower' together?", True),

@@ -81,18 +81,28 @@ async def test_context_paths_give_a_diff_files_and_links(client: tuple[Client, s
     diff_uri = f"conclave://jobs/{view.job_id}/diff"
     assert f"conclave://jobs/{view.job_id}/transcript" in links
 
-    patch = (await call(mcp, "read_workspace", job_id=view.job_id, path="@diff")).structured_content["content"]
+    patch = (await call(mcp, "read_workspace", job_id=view.job_id, path="@diff")).structured_content[
+        "content"
+    ]
     summary = view.diff_summary
     assert summary is not None
     assert summary["contexts"][0]["files"] == [
-        {"path": "docs/USAGE.md", "status": "added", "added_lines": 1, "removed_lines": 0, "became_binary": False}
+        {
+            "path": "docs/USAGE.md",
+            "status": "added",
+            "added_lines": 1,
+            "removed_lines": 0,
+            "became_binary": False,
+        }
     ]
     assert diff_uri in links and "+Run it." in patch and "docs/USAGE.md" in patch
     resource = await mcp.read_resource(diff_uri)
     assert resource[0].text == patch
     page = await call(mcp, "read_workspace", job_id=view.job_id, path="proj/docs/USAGE.md", source="final")
     assert page.structured_content["content"] == "Run it.\n"
-    plain = await call(mcp, "read_workspace", job_id=view.job_id, path="proj/docs/USAGE.md")  # final by default
+    plain = await call(
+        mcp, "read_workspace", job_id=view.job_id, path="proj/docs/USAGE.md"
+    )  # final by default
     assert plain.structured_content["content"] == "Run it.\n"
     everything = (await call(mcp, "read_workspace", job_id=view.job_id)).structured_content
     assert {"@diff", "proj/docs/USAGE.md", "proj/README.md"} <= set(everything["entries"])
@@ -146,10 +156,18 @@ def two_folder_writer(request: RecordedRequest) -> Reply:
     if is_presentation(request):
         return Reply(text="FINAL")
     if "outside the project folders" not in text:
-        call = {"action": "call_tool", "tool": "write_file", "arguments": {"path": "stray.txt", "content": "x\n"}}
+        call = {
+            "action": "call_tool",
+            "tool": "write_file",
+            "arguments": {"path": "stray.txt", "content": "x\n"},
+        }
         return Reply(text=json.dumps(call))
     if "wrote " not in text:
-        call = {"action": "call_tool", "tool": "write_file", "arguments": {"path": "web/note.txt", "content": "x\n"}}
+        call = {
+            "action": "call_tool",
+            "tool": "write_file",
+            "arguments": {"path": "web/note.txt", "content": "x\n"},
+        }
         return Reply(text=json.dumps(call))
     if "(your own answer)" not in text:
         return Reply(text=json.dumps({"action": "new_answer", "content": f"A note from {request.agent}"}))
@@ -162,12 +180,16 @@ async def test_with_two_folders_nothing_is_written_outside_them(tmp_path: Path, 
     folders = [tmp_path / "api", tmp_path / "web"]
     for folder in folders:
         folder.mkdir()
-    async with JobService.open(Settings(home=tmp_path / "home"), environ={KEY_ENV: "test-key-0123456789"}) as service:
+    async with JobService.open(
+        Settings(home=tmp_path / "home"), environ={KEY_ENV: "test-key-0123456789"}
+    ) as service:
         view = await service.submit("Leave a note", team, [{"path": str(folder)} for folder in folders])
         view = await until_done(service, view)
         patch = await service.read(view.job_id, "@diff", None, 0, 10_000)
     assert view.state == "completed", view.text()
-    refused = next(r.text() for r in fakes.script.requests_of("ann") if "outside the project folders" in r.text())
+    refused = next(
+        r.text() for r in fakes.script.requests_of("ann") if "outside the project folders" in r.text()
+    )
     assert "api/, web/" in refused  # the tool error names the folders
     assert "b/note.txt" in patch.content and "stray" not in patch.content
     assert view.diff_summary is not None and view.diff_summary["outside"] == []

@@ -89,7 +89,11 @@ PROTOCOL = {"conclave.coordination.protocol", "conclave.coordination.tally"}  # 
 def test_the_protocol_imports_nothing_of_ours() -> None:
     known = dict(modules())
     for module in PROTOCOL:
-        found = {name for name in imports(known[module], runtime_only=False) if not name.startswith(tuple(PROTOCOL))}
+        found = {
+            name
+            for name in imports(known[module], runtime_only=False)
+            if not name.startswith(tuple(PROTOCOL))
+        }
         assert found == set(), f"{module} imports {found}: the protocol must stay pure"
 
 
@@ -123,4 +127,6 @@ def test_every_subpackage_says_what_it_holds_in_its_first_line() -> None:
     for init in sorted([*(ROOT / "server").glob("*/__init__.py"), ROOT / "tools" / "__init__.py"]):
         doc = ast.get_docstring(ast.parse(init.read_text(encoding="utf-8"))) or ""
         first = doc.strip().splitlines()[0] if doc.strip() else ""
-        assert first.endswith("."), f"{init.relative_to(ROOT)} needs a docstring whose first line says what it holds"
+        assert first.endswith("."), (
+            f"{init.relative_to(ROOT)} needs a docstring whose first line says what it holds"
+        )

@@ -95,7 +95,9 @@ def budget_scenario(script: Script) -> None:
 BUDGET = 40_000
 
 
-async def test_the_job_stops_at_its_token_budget_and_usage_equals_the_bill(tmp_path: Path, fakes: FakeProviders) -> None:
+async def test_the_job_stops_at_its_token_budget_and_usage_equals_the_bill(
+    tmp_path: Path, fakes: FakeProviders
+) -> None:
     budget_scenario(fakes.script)
     team = str(write_team(tmp_path / "team.yaml", fakes, TRIO))
     async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV, retry=FAST) as service:
@@ -103,7 +105,9 @@ async def test_the_job_stops_at_its_token_budget_and_usage_equals_the_bill(tmp_p
         events = await service.store.events(view.job_id)
 
     bob = next(a.letter for a in view.agents if a.model.endswith("bob"))
-    assert view.state == "completed" and view.reason and view.reason.startswith("budget reached: "), view.text()
+    assert view.state == "completed" and view.reason and view.reason.startswith("budget reached: "), (
+        view.text()
+    )
     assert view.fallback and not view.consensus and view.winner == f"{bob}1"  # the best supported: 2 votes
     assert view.answer == "Paris (bob)." and view.budget == {"max_tokens": 40_000}  # no presentation call
     assert view.usage.tokens >= 40_000 and "the answer with the most current votes" in view.reason
@@ -129,16 +133,27 @@ async def test_a_cost_budget_stops_the_job_too(tmp_path: Path, fakes: FakeProvid
     async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV, retry=FAST) as service:
         view = await run_job(service, team, max_cost_usd=0.006)
     assert view.state == "completed" and view.reason.startswith("budget reached: $"), view.text()
-    assert view.usage.cost_usd is not None and view.usage.cost_usd >= 0.006 and view.budget == {"max_cost_usd": 0.006}
+    assert (
+        view.usage.cost_usd is not None
+        and view.usage.cost_usd >= 0.006
+        and view.budget == {"max_cost_usd": 0.006}
+    )
 
 
 async def test_a_cost_budget_needs_a_price_for_every_agent(tmp_path: Path, fakes: FakeProviders) -> None:
     team = str(write_team(tmp_path / "team.yaml", fakes, TRIO))
     async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV) as service:
-        with pytest.raises(InputError, match=r"max_cost_usd=0\.5 is not valid: a cost budget needs a price") as caught:
+        with pytest.raises(
+            InputError, match=r"max_cost_usd=0\.5 is not valid: a cost budget needs a price"
+        ) as caught:
             await service.submit(TASK, team, max_cost_usd=0.5)
         assert "openai/fake-ann" in str(caught.value) and "max_tokens instead" in str(caught.value)
-        for field, value in (("max_tokens", 0), ("max_tokens", 1.5), ("max_cost_usd", -1.0), ("max_cost_usd", float("nan"))):
+        for field, value in (
+            ("max_tokens", 0),
+            ("max_tokens", 1.5),
+            ("max_cost_usd", -1.0),
+            ("max_cost_usd", float("nan")),
+        ):
             with pytest.raises(InputError, match=field):
                 await service.submit(TASK, team, **{field: value})
         assert await service.store.recent_jobs() == []  # nothing was queued
@@ -154,7 +169,9 @@ async def test_the_team_file_sets_default_budgets(tmp_path: Path, fakes: FakePro
     assert overridden.consensus and overridden.budget == {"max_tokens": 10**9}
 
 
-async def test_the_estimate_comes_from_past_jobs_and_list_teams_shows_history(tmp_path: Path, fakes: FakeProviders) -> None:
+async def test_the_estimate_comes_from_past_jobs_and_list_teams_shows_history(
+    tmp_path: Path, fakes: FakeProviders
+) -> None:
     install(fakes.script, TRIO, voter())
     config = tmp_path / "config"
     write_team(config / "conclave" / "teams" / "priced.yaml", fakes, TRIO, name="priced",
@@ -179,7 +196,10 @@ async def test_the_estimate_comes_from_past_jobs_and_list_teams_shows_history(tm
 
     tokens, cost = done.usage.tokens, done.usage.cost_usd
     assert second.estimate.jobs == 1 and second.estimate.tokens == [tokens, tokens]
-    assert second.estimate.cost_usd == [round(cost, 4), round(cost, 4)] and second.estimate.typical_tokens == tokens
+    assert (
+        second.estimate.cost_usd == [round(cost, 4), round(cost, 4)]
+        and second.estimate.typical_tokens == tokens
+    )
     assert listed.history is not None and (listed.history.jobs, listed.history.typical_tokens) == (1, tokens)
     assert listed.history.typical_cost_usd == round(cost, 4)
     assert f"typically {tokens:,} tokens, ${round(cost, 4):.4f} per job (1 past job here)" in teams.text()

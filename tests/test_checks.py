@@ -16,7 +16,9 @@ from conclave.sandbox.container import CommandResult
 
 
 def test_a_result_becomes_a_check() -> None:
-    failed = summarize(CommandResult(1, "..F\n" + "x" * 500 + "\n\nFAILED (failures=1)\n", "warn\n", False, 3.14159))
+    failed = summarize(
+        CommandResult(1, "..F\n" + "x" * 500 + "\n\nFAILED (failures=1)\n", "warn\n", False, 3.14159)
+    )
     assert failed.status == "failed" and failed.exit_code == 1 and failed.duration_s == 3.14
     assert failed.tail[-1] == "warn" and len(failed.tail[-3]) == 200 and failed.tail[-3].endswith("...")
     assert failed.text() == "failed (exit 1): warn"

@@ -322,7 +322,10 @@ def test_ask_with_context_and_apply_writes_nothing_without_changes(
     assert code == 0, err
     view = JobView.model_validate_json(out)
     assert view.state == "completed" and view.diff_summary is not None
-    assert view.diff_summary["contexts"][0]["files"] == [] and view.diff_summary["contexts"][0]["applied"] is False
+    assert (
+        view.diff_summary["contexts"][0]["files"] == []
+        and view.diff_summary["contexts"][0]["applied"] is False
+    )
     assert (project / "main.py").read_text() == "print('hi')\n"
     code, out, _ = run(capsys, "show", view.job_id, "--file", "proj/main.py")
     assert code == 0 and out == "print('hi')\n"  # the final tree, as read_workspace serves it
@@ -343,7 +346,9 @@ def test_ask_budget_and_verify_flags_reach_the_job(capsys: pytest.CaptureFixture
     assert "bound the job with --max-tokens instead" in err
     code, _, err = run(capsys, "ask", "t", "--team", str(trio), "--verify", "python3 -m unittest")
     assert code == 2 and err.startswith("conclave: --verify 'python3 -m unittest': ") and "--context" in err
-    code, out, err = run(capsys, "ask", "What is six times seven?", "--team", str(trio), "--json", "--max-tokens", "1")
+    code, out, err = run(
+        capsys, "ask", "What is six times seven?", "--team", str(trio), "--json", "--max-tokens", "1"
+    )
     view = JobView.model_validate(json.loads(out))
     assert view.budget == {"max_tokens": 1} and (view.reason or "").startswith("budget reached: "), err
 
@@ -358,7 +363,11 @@ def test_teams_shows_typical_usage_once_a_team_has_run(
     code, out, _ = run(capsys, "ask", "What is six times seven?", "--team", "fake-team", "--json")
     tokens = JobView.model_validate(json.loads(out)).usage.tokens
     code, out, _ = run(capsys, "teams")
-    assert code == 0 and "fake-team: ready" in out and f"typically {tokens:,} tokens per job (1 past job here)" in out
+    assert (
+        code == 0
+        and "fake-team: ready" in out
+        and f"typically {tokens:,} tokens per job (1 past job here)" in out
+    )
 
 
 def test_ask_with_a_missing_context_folder(capsys: pytest.CaptureFixture[str], trio: Path) -> None:
@@ -390,23 +399,52 @@ def test_the_live_view_says_whether_there_was_a_majority_and_by_how_many_votes()
 
     def shown(**result: object) -> str:
         outcome = JobResult(answer="x", reason="every active agent voted", **result)  # type: ignore[arg-type]
-        view = JobView(job_id="cj-000000000001", state="completed", phase="done", elapsed_s=3, team="t", task="q",
-                       tally=outcome.tally, winner=outcome.winner, consensus=outcome.consensus, tie=outcome.tie,
-                       majority=majority_text(outcome), reason=outcome.reason, answer="x", next="-")
+        view = JobView(
+            job_id="cj-000000000001",
+            state="completed",
+            phase="done",
+            elapsed_s=3,
+            team="t",
+            task="q",
+            tally=outcome.tally,
+            winner=outcome.winner,
+            consensus=outcome.consensus,
+            tie=outcome.tie,
+            majority=majority_text(outcome),
+            reason=outcome.reason,
+            answer="x",
+            next="-",
+        )
         console = Console(record=True, width=160)
         console.print(render(view))
         return console.export_text()
 
-    tie = shown(winner="B1", consensus=False, tie=True, tally={"B1": 1, "A1": 1}, votes=1, voters=2, all_voted=True)
-    assert "winner B1: no majority: 1 of 2 votes, a tie broken by the earliest answer; every agent voted" in tie
-    won = shown(winner="C1", consensus=True, tally={"A1": 1, "C1": 1, "B1": 1}, votes=2, voters=3, all_voted=True,
-                agree=[["A1", "C1"]])
+    tie = shown(
+        winner="B1", consensus=False, tie=True, tally={"B1": 1, "A1": 1}, votes=1, voters=2, all_voted=True
+    )
+    assert (
+        "winner B1: no majority: 1 of 2 votes, a tie broken by the earliest answer; every agent voted" in tie
+    )
+    won = shown(
+        winner="C1",
+        consensus=True,
+        tally={"A1": 1, "C1": 1, "B1": 1},
+        votes=2,
+        voters=3,
+        all_voted=True,
+        agree=[["A1", "C1"]],
+    )
     assert "winner C1: a majority: 2 of 3 votes (with A1: the same answer); every agent voted" in won
     late = shown(winner="A1", consensus=False, tally={"A1": 1, "B1": 0}, votes=1, voters=1, fallback=True)
-    assert "winner A1: no majority: the vote did not finish; the best-supported answer so far has 1 of 1 vote" in late
+    assert (
+        "winner A1: no majority: the vote did not finish; the best-supported answer so far has 1 of 1 vote"
+        in late
+    )
 
 
-def test_ask_follow_up_show_thread_and_steering_a_finished_job(capsys: pytest.CaptureFixture[str], trio: Path) -> None:
+def test_ask_follow_up_show_thread_and_steering_a_finished_job(
+    capsys: pytest.CaptureFixture[str], trio: Path
+) -> None:
     code, out, err = run(capsys, "ask", "What is six times seven?", "--team", str(trio), "--json")
     first = JobView.model_validate(json.loads(out))
     code, out, err = run(capsys, "ask", "Now say it in words.", "--follow-up", first.job_id, "--json")
@@ -415,7 +453,11 @@ def test_ask_follow_up_show_thread_and_steering_a_finished_job(capsys: pytest.Ca
     assert second.follow_up == first.job_id and second.thread == [first.job_id, second.job_id]
     code, out, _ = run(capsys, "show", second.job_id, "--thread")
     body = out.split("\n\n", 1)[1]  # after the heading, the jobs oldest first
-    assert code == 0 and body.index(first.job_id) < body.index(f"*2. {second.job_id}") and "six times seven" in body
+    assert (
+        code == 0
+        and body.index(first.job_id) < body.index(f"*2. {second.job_id}")
+        and "six times seven" in body
+    )
     code, out, _ = run(capsys, "show", second.job_id)
     assert f"Thread: {first.job_id} -> {second.job_id}" in out
     code, _, err = run(capsys, "steer", first.job_id, "use French")

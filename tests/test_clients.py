@@ -78,7 +78,10 @@ def test_inspector_calls_list_teams_over_stdio(tmp_path: Path) -> None:
 
 @pytest.fixture
 def http_url(tmp_path: Path) -> Iterator[str]:
-    """`conclave serve --http` (which always needs a token) behind a proxy that adds it: the suite sends none."""
+    """`conclave serve --http` (which always needs a token) behind a proxy that adds it.
+
+    The suite sends none.
+    """
     _require(CONFORMANCE)  # before the server starts
     with http_server(tmp_path, _server_env(tmp_path)) as url, bearer_proxy(url, HTTP_TOKEN) as proxied:
         yield proxied

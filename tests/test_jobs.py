@@ -59,10 +59,15 @@ async def test_a_job_runs_in_the_background_and_is_stored(tmp_path: Path, fakes:
         assert view.answer and view.answer.startswith("FINAL")
         assert sum(view.tally.values()) == 3 and view.usage.input_tokens > 0
         assert [agent.letter for agent in view.agents] == ["A", "B", "C"]  # the view lists agents by letter
-        assert sorted(agent.model for agent in view.agents) == sorted(a.model for a in load_team_file(Path(team)).agents)
+        assert sorted(agent.model for agent in view.agents) == sorted(
+            a.model for a in load_team_file(Path(team)).agents
+        )
         # reported on change only, ending with the done view (phases between polls may merge)
         assert seen and seen[-1].done
-        assert all(a.model_dump(exclude={"elapsed_s"}) != b.model_dump(exclude={"elapsed_s"}) for a, b in zip(seen, seen[1:]))
+        assert all(
+            a.model_dump(exclude={"elapsed_s"}) != b.model_dump(exclude={"elapsed_s"})
+            for a, b in zip(seen, seen[1:])
+        )
         listing = await service.read(view.job_id, "", None, 0, 1000)
         assert "transcript" in listing.entries and "final" in listing.entries
         assert any(entry.startswith("answers/") for entry in listing.entries)
@@ -137,7 +142,9 @@ async def test_start_up_marks_only_jobs_of_dead_owners_interrupted(tmp_path: Pat
     config = settings(tmp_path)
     store = Store(config.db_path)
     store.create_job("cj-00000000dead", "t", "team", "{}", dead_pid(), "gone")
-    store.create_job("cj-0000000a11fe", "t", "team", "{}", 1, "init-is-alive")  # pid 1: alive, fresh heartbeat
+    store.create_job(
+        "cj-0000000a11fe", "t", "team", "{}", 1, "init-is-alive"
+    )  # pid 1: alive, fresh heartbeat
     store.close()
     async with JobService.open(config, environ=ENV) as service:
         assert (await service.view("cj-00000000dead")).state == "interrupted"
@@ -205,7 +212,9 @@ async def test_reading_pages_through_the_transcript(tmp_path: Path, fakes: FakeP
 
 async def test_a_local_model_that_is_missing_is_refused_at_submit(tmp_path: Path) -> None:
     team = tmp_path / "mine.yaml"
-    team.write_text("agents:\n  - model: local/mine\n    model_path: /no/such/model.gguf\n    tool_mode: json\n")
+    team.write_text(
+        "agents:\n  - model: local/mine\n    model_path: /no/such/model.gguf\n    tool_mode: json\n"
+    )
     async with JobService.open(settings(tmp_path), environ=ENV) as service:
         with pytest.raises(ConfigError, match="model_path '/no/such/model.gguf' is not a file"):
             await service.submit("task", str(team))
@@ -221,7 +230,7 @@ async def test_the_timeout_covers_copying_the_context_paths(
 
     async def slow_prepare(job_dir: Path, options: object) -> None:
         await real_prepare(job_dir, options)  # type: ignore[arg-type]
-        await anyio.sleep(30)  # a copy that takes long (a big folder on a slow disk)
+        await anyio.sleep(30)  # sleep-ok: a copy that takes long (a big folder on a slow disk)
 
     monkeypatch.setattr(service_module, "prepare", slow_prepare)
     team = team_file(tmp_path, fakes, coordination={"timeout_s": 1.0}, sandbox="none")
@@ -231,5 +240,7 @@ async def test_the_timeout_covers_copying_the_context_paths(
         view = await service.submit("task", team, [{"path": str(project)}])
         with anyio.fail_after(20):  # a hang guard: the copy alone would take 30 s
             view = await finish(service, view.job_id)
-    assert view.state == "failed" and "while copying the context paths" in (view.errors.get("job") or ""), view
+    assert view.state == "failed" and "while copying the context paths" in (view.errors.get("job") or ""), (
+        view
+    )
     assert fakes.script.requests == []  # no agent started

@@ -68,17 +68,25 @@ def bundled() -> ServerOptions:
 
 
 def endpoint(**overrides: object) -> Endpoint:
-    fields: dict[str, object] = {"provider": "local", "model": "smollm2", "api_key": "unused", "timeout_s": 120.0}
+    fields: dict[str, object] = {
+        "provider": "local",
+        "model": "smollm2",
+        "api_key": "unused",
+        "timeout_s": 120.0,
+    }
     return Endpoint(**{**fields, **overrides})  # type: ignore[arg-type]
 
 
-def decision_request(prompt: str = "Which answer is right, A1 or B1? A1 says 4, B1 says 5 for 2+2.") -> Request:
+def decision_request(
+    prompt: str = "Which answer is right, A1 or B1? A1 says 4, B1 says 5 for 2+2.",
+) -> Request:
     schema = decision_schema(["A1", "B1"], can_answer=True)
     return Request("You decide.", (Message("user", prompt),), response_schema=schema, max_tokens=64, seed=1)
 
 
 async def collect(backend: object, request: Request) -> str:
-    return "".join([event.text async for event in backend.stream(request) if isinstance(event, TextDelta)])  # type: ignore[attr-defined]
+    events = backend.stream(request)  # type: ignore[attr-defined]
+    return "".join([event.text async for event in events if isinstance(event, TextDelta)])
 
 
 # Errors that say what to install or set (no llama.cpp needed) --------------------------------------
@@ -184,7 +192,9 @@ async def test_a_server_that_dies_mid_job_is_reported_with_its_log() -> None:
 async def test_native_tool_mode_is_refused_with_the_fix() -> None:
     async with LocalServers() as pool:
         backend = create_backend(endpoint(), local_servers=pool)
-        request = Request("s", (Message("user", "hi"),), tools=(ToolSpec("vote", "vote", {"type": "object"}),))
+        request = Request(
+            "s", (Message("user", "hi"),), tools=(ToolSpec("vote", "vote", {"type": "object"}),)
+        )
         with pytest.raises(BadRequest, match="tool_mode: json"):
             await collect(backend, request)
         await backend.aclose()
@@ -196,10 +206,16 @@ async def test_scoring_prefers_the_answer_the_model_finds_likely() -> None:
     async with LocalServers() as pool:
         backend = create_backend(endpoint(), local_servers=pool)
         request = Request("", (Message("user", "What is the capital of France?"),))
-        scores, usage = await backend.score(request, [  # type: ignore[attr-defined]
-            "This is a question about France.", "The capital of France is London.", "The capital of France is Paris.",
-        ])
-        again, _ = await backend.score(request, ["The capital of France is Paris."])  # type: ignore[attr-defined]
+        score = backend.score  # type: ignore[attr-defined]
+        scores, usage = await score(
+            request,
+            [
+                "This is a question about France.",
+                "The capital of France is London.",
+                "The capital of France is Paris.",
+            ],
+        )
+        again, _ = await score(request, ["The capital of France is Paris."])
         await backend.aclose()
     assert max(range(3), key=scores.__getitem__) == 2 and scores[2] < 0
     assert again[0] == pytest.approx(scores[2], abs=1e-4)  # the prompt's cache does not change a score
@@ -247,7 +263,9 @@ async def test_the_local_team_reaches_a_final_answer_within_its_timeout() -> Non
             result = await orchestrator.run()
         assert pool.running() == []  # released by the agents' aclose(), before the pool closed
     took = anyio.current_time() - started
-    print(f"\nlocal team: {took:.1f} s, consensus={result.consensus}, reason={result.reason!r}\n{result.answer}")
+    print(
+        f"\nlocal team: {took:.1f} s, consensus={result.consensus}, reason={result.reason!r}\n{result.answer}"
+    )
     assert len(sink.kinds("answer")) == 3, [event.kind for event in sink.events]
     assert result.answer and not result.failed and not result.fallback and result.all_voted
     assert result.voters == 3 and result.votes >= 2 and result.consensus

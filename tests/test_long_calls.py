@@ -112,11 +112,11 @@ async def test_over_stdio_calls_return_in_time_and_progress_is_short_and_increas
     async with stdio_session(tmp_path) as session:
         started = time.monotonic()
         result = await session.call_tool("ask_team", {"task": "Slow", "team": "trio", "wait_seconds": 2})
-        assert 2 <= time.monotonic() - started < 2 + MARGIN
+        assert 2 <= time.monotonic() - started < 2 + MARGIN  # wall-time: the wait is the behaviour
         job_id = result.structured_content["job_id"]
         started = time.monotonic()
         await session.call_tool("get_status", {"job_id": job_id, "wait_seconds": 2})
-        assert 2 <= time.monotonic() - started < 2 + MARGIN
+        assert 2 <= time.monotonic() - started < 2 + MARGIN  # wall-time: the wait is the behaviour
 
         install(fakes.script, TRIO, voter(delay=0.2))  # the next job moves: answers, votes, the end
         result = await session.call_tool(

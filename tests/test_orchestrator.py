@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -21,14 +23,27 @@ FAST_RETRY = RetryPolicy(max_attempts=3, base_delay_s=0.01, max_delay_s=0.05)
 JOB = "cj-0123456789ab"
 
 
+Gate = tuple[str, str, threading.Event]  # (event kind, agent letter, the gate that event opens)
+
+
 class MemorySink:
-    def __init__(self) -> None:
+    """The job's events and progress, in order; `gates` open when the event they wait for is recorded.
+
+    A gate is a scripted reply's `gate` (tests/fakes/script.py): the fake holds that reply until the
+    orchestrator has recorded the event, which orders the job without sleeping.
+    """
+
+    def __init__(self, gates: tuple[Gate, ...] = ()) -> None:
         self.events: list[JobEvent] = []
         self.progress: list[Progress] = []
+        self.gates = gates
 
     async def record(self, event: JobEvent, progress: Progress) -> None:
         self.events.append(event)
         self.progress.append(progress)
+        for kind, letter, gate in self.gates:
+            if event.kind == kind and event.letter == letter:
+                gate.set()
 
     def kinds(self, kind: str) -> list[JobEvent]:
         return [event for event in self.events if event.kind == kind]
@@ -41,28 +56,46 @@ def letters_of(job_id: str = JOB) -> dict[str, str]:
     return {agent: letter for (_, agent), letter in zip(TRIO, letters, strict=True)}
 
 
-async def run(fakes: FakeProviders, job_id: str = JOB, **options: Any) -> tuple[JobResult, MemorySink]:
+async def run(
+    fakes: FakeProviders, job_id: str = JOB, gates: tuple[Gate, ...] = (), **options: Any
+) -> tuple[JobResult, MemorySink]:
+    """Run the job; every gate is opened at the end, so a reply held by a gate never outlives the test."""
     team = Team.model_validate(team_data(fakes, TRIO, **options))
-    sink = MemorySink()
-    orchestrator = Orchestrator(job_id, "What is 6 times 7?", team, sink, endpoint_factory({KEY_ENV: "test-key-0123456789"}), retry=FAST_RETRY)
-    return await orchestrator.run(), sink
+    sink = MemorySink(gates)
+    orchestrator = Orchestrator(
+        job_id,
+        "What is 6 times 7?",
+        team,
+        sink,
+        endpoint_factory({KEY_ENV: "test-key-0123456789"}),
+        retry=FAST_RETRY,
+    )
+    try:
+        return await orchestrator.run(), sink
+    finally:
+        for _, _, gate in gates:
+            gate.set()
 
 
-def scripted(letter_of: dict[str, str], *, first_delay: float, revise: bool = False) -> Callable[[str], Any]:
-    """Per agent: answer once (after `first_delay`), then vote for bob's latest answer; bob may revise."""
+def scripted(
+    letter_of: dict[str, str], first: dict[str, threading.Event | None], *, revise: bool = False
+) -> Callable[[str], Any]:
+    """Per agent: answer once (held by its gate in `first`), then vote for bob's latest answer.
+
+    bob may revise.
+    """
     bob = letter_of["bob"]
-    first = {"ann": 0.05, "bob": 0.3, "cy": first_delay}  # ann answers, then votes, before bob's answer
 
     def make(agent: str) -> Callable[[RecordedRequest], Reply]:
         def respond(request: RecordedRequest) -> Reply:
             if is_presentation(request):
-                return Reply(text=f"FINAL by {agent}: 42", delay=0.05)
+                return Reply(text=f"FINAL by {agent}: 42")
             labels = vote_labels(request)
             mine = [label for label in labels if label.startswith(letter_of[agent])]
             if not mine:
-                return Reply(tool_calls=[("new_answer", {"content": f"{agent} v1: 42"})], delay=first[agent])
+                return Reply(tool_calls=[("new_answer", {"content": f"{agent} v1: 42"})], gate=first[agent])
             if revise and agent == "bob" and len(labels) == 3 and mine == [f"{bob}1"]:
-                return Reply(tool_calls=[("new_answer", {"content": "bob v2: 42, with cy's check"})], delay=0.05)
+                return Reply(tool_calls=[("new_answer", {"content": "bob v2: 42, with cy's check"})])
             bobs = [label for label in labels if label.startswith(bob)]
             target = bobs[0] if bobs else mine[0]
             return decide("vote", {"answer": target, "reason": f"{target} is right"}, request)
@@ -74,11 +107,15 @@ def scripted(letter_of: dict[str, str], *, first_delay: float, revise: bool = Fa
 
 async def test_three_providers_reach_consensus_after_an_invalidated_vote(fakes: FakeProviders) -> None:
     letter_of = letters_of()
-    make = scripted(letter_of, first_delay=1.5, revise=True)
+    ann, bob, cy = (letter_of[name] for name in ("ann", "bob", "cy"))
+    # ann answers and votes for its own answer; only then does bob's first answer land (clearing that
+    # vote), and only after it cy's, which bob revises its answer for.
+    after_ann_votes, after_bob_answers = threading.Event(), threading.Event()
+    make = scripted(letter_of, {"ann": None, "bob": after_ann_votes, "cy": after_bob_answers}, revise=True)
     for _, agent in TRIO:
         fakes.script.set_default(agent, make(agent))
-    result, sink = await run(fakes)
-    ann, bob, cy = (letter_of[name] for name in ("ann", "bob", "cy"))
+    gates = (("vote", ann, after_ann_votes), ("answer", bob, after_bob_answers))
+    result, sink = await run(fakes, gates=gates)
 
     assert result.winner == f"{bob}2" and result.consensus and not result.tie
     assert result.tally == {f"{ann}1": 0, f"{cy}1": 0, f"{bob}2": 3}
@@ -96,11 +133,20 @@ async def test_three_providers_reach_consensus_after_an_invalidated_vote(fakes: 
         assert agent.usage.calls >= 2 and agent.usage.input_tokens > 0 and agent.usage.output_tokens > 0
     calls = sum(len(fakes.script.requests_of(name)) for _, name in TRIO)
     billed = sum(agent.usage.calls for agent in final.agents)
-    assert billed <= calls <= billed + len(sink.kinds("turn_cancelled"))  # cancelled before any usage: not billed
-    for agent in final.agents:  # every token the fakes reported, and nothing else
+    assert (
+        billed <= calls <= billed + len(sink.kinds("turn_cancelled"))
+    )  # cancelled before any usage: not billed
+    # Every token the fakes reported, and nothing else. A reply to a turn the orchestrator cancelled
+    # (stale once a new answer landed) may be billed by the fake after the client stopped reading it.
+    cut = {event.letter for event in sink.kinds("turn_cancelled")}
+    for agent in final.agents:
         name = next(name for name, letter in letter_of.items() if letter == agent.letter)
         u = agent.usage
-        assert (u.input_tokens, u.output_tokens, u.cached_input_tokens) == fakes.script.bill[name]
+        counted, bill = (u.input_tokens, u.output_tokens, u.cached_input_tokens), fakes.script.bill[name]
+        if agent.letter in cut:
+            assert all(mine <= theirs for mine, theirs in zip(counted, bill, strict=True)), (counted, bill)
+        else:
+            assert counted == bill
     # Anonymity: no model name in any prompt; votes cast so far are never shown.
     for request in fakes.script.requests:
         prompt = json.dumps({key: value for key, value in request.body.items() if key != "model"})
@@ -121,14 +167,19 @@ async def test_stale_thinking_turn_is_cancelled_and_restarted(fakes: FakeProvide
             return Reply(text="FINAL")
         if not any(label.startswith(ann) for label in labels):
             return Reply(tool_calls=[("new_answer", {"content": "ann: 42"})])
-        # a slow think while bob's answer is still coming: this turn goes stale and is cancelled
-        slow = not any(label.startswith(bob) for label in labels)
-        return Reply(tool_calls=[("vote", {"answer": labels[0], "reason": "ok"})], delay=3.0 if slow else 0.0)
+        # A think while bob's answer is still coming: bob's answer is let through now, and this reply is
+        # held until the orchestrator cancelled the turn, which bob's answer made stale.
+        if not any(label.startswith(bob) for label in labels):
+            ann_thinks.set()
+            return Reply(tool_calls=[("vote", {"answer": labels[0], "reason": "ok"})], gate=ann_cancelled)
+        return Reply(tool_calls=[("vote", {"answer": labels[0], "reason": "ok"})])
 
+    ann_thinks, ann_cancelled = threading.Event(), threading.Event()
+    bob_voter = voter()
     fakes.script.set_default("ann", ann_responder)
     install(fakes.script, TRIO[1:], voter())
-    fakes.script.set_default("bob", voter(delay=0.5))
-    result, sink = await run(fakes)
+    fakes.script.set_default("bob", lambda request: replace(bob_voter(request), gate=ann_thinks))
+    result, sink = await run(fakes, gates=(("turn_cancelled", ann, ann_cancelled),))
     cancelled = [event for event in sink.kinds("turn_cancelled") if event.letter == ann]
     assert cancelled, "ann's stale turn should have been cancelled"
     assert result.consensus and result.winner is not None

@@ -87,7 +87,12 @@ class ProtocolMachine(RuleBasedStateMachine):
     def start(self, n: int, cap: int, rule_: str, present: bool, max_failed: int, verify: bool) -> None:
         letters = list(string.ascii_uppercase[:n])
         self.c = Coordination(
-            letters, max_answers=cap, consensus=rule_, present=present, max_failed_turns=max_failed, verify=verify
+            letters,
+            max_answers=cap,
+            consensus=rule_,
+            present=present,
+            max_failed_turns=max_failed,
+            verify=verify,
         )
         self.turns = Turns()
         self.just_answered = False
@@ -293,7 +298,9 @@ class ProtocolMachine(RuleBasedStateMachine):
         assert outcome.winner is None or outcome.winner in posted
         assert (outcome.winner is None) == outcome.failed
         passed = [a for a in self.c.latest_answers() if self.c.verdicts.get(a.label) == "passed"]
-        if any(outcome.tally.get(a.label, 0) for a in passed):  # an answer that passed holds votes: one of those wins
+        if any(
+            outcome.tally.get(a.label, 0) for a in passed
+        ):  # an answer that passed holds votes: one of those wins
             assert outcome.verdict == "passed"
         if not (outcome.fallback or outcome.failed):
             assert outcome.pending == (), "the vote ended while a current answer was being checked"
@@ -333,7 +340,9 @@ class ProtocolMachine(RuleBasedStateMachine):
     def a_coordinating_job_never_stalls(self) -> None:
         if self.c.phase == "coordinating":
             waiting = set(self.c.pending()) <= set(self.turns.checks) and self.c.pending()
-            assert self.turns.in_flight or waiting, "coordinating, but no turn and no check runs: the job would hang"
+            assert self.turns.in_flight or waiting, (
+                "coordinating, but no turn and no check runs: the job would hang"
+            )
             if len(self.c.agents) > 1 and self.c.answers:
                 assert len(self.c.active()) > 1, "all but one agent failed, yet the job goes on"
 
@@ -378,7 +387,9 @@ def step_bound(n: int, cap: int, max_failed: int, verify: bool = False) -> int:
     verify=st.booleans(),
     data=st.data(),
 )
-def test_every_job_ends(n: int, cap: int, rule_: str, present: bool, verify: bool, data: st.DataObject) -> None:
+def test_every_job_ends(
+    n: int, cap: int, rule_: str, present: bool, verify: bool, data: st.DataObject
+) -> None:
     c = Coordination(list(string.ascii_uppercase[:n]), max_answers=cap, consensus=rule_, present=present,
                      verify=verify)
     pending: dict[str, StartTurn] = {}
@@ -420,4 +431,6 @@ def test_every_job_ends(n: int, cap: int, rule_: str, present: bool, verify: boo
     assert isinstance(ended[-1], Finish) and not pending
     outcome = ended[-1].outcome
     assert outcome.failed or outcome.winner in {a.label for a in c.answers}
-    assert outcome.fallback or outcome.failed or outcome.pending == ()  # a vote ends only with every check back
+    assert (
+        outcome.fallback or outcome.failed or outcome.pending == ()
+    )  # a vote ends only with every check back

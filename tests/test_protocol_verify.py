@@ -107,7 +107,9 @@ def test_when_no_answer_passed_the_outcome_says_so() -> None:
     verified(job, A1=False, B1=False)
     job.vote("A", "B1")
     outcome = ends(job.vote("B", "B1")).outcome
-    assert outcome.winner == "B1" and outcome.none_passed and "no answer passed verification" in outcome.reason
+    assert (
+        outcome.winner == "B1" and outcome.none_passed and "no answer passed verification" in outcome.reason
+    )
 
 
 def test_each_member_of_a_group_counts_by_its_own_verdict() -> None:
@@ -152,7 +154,9 @@ def test_a_stop_during_the_presentation_returns_the_winning_answer_as_it_stands(
     job.vote("A", "A1")
     assert isinstance(ends(job.vote("B", "A1")), Present)
     finish = ends(job.feed(Stop("budget reached")))
-    assert finish.final_text is None and finish.outcome.consensus and "budget reached" in finish.outcome.reason
+    assert (
+        finish.final_text is None and finish.outcome.consensus and "budget reached" in finish.outcome.reason
+    )
 
 
 def test_the_leading_answer_is_a_query() -> None:

@@ -50,7 +50,9 @@ def message(key: int | None, method: str, params: dict[str, Any] | None = None) 
 @pytest.fixture(scope="module")
 def shipped() -> dict[str, Any]:
     found = load_manifest()
-    assert found is not None, f"{MANIFEST} is missing or recorded for other versions: run python -m conclave.app.manifest --write"
+    assert found is not None, (
+        f"{MANIFEST} is missing or recorded for other versions: run python -m conclave.app.manifest --write"
+    )
     return found
 
 
@@ -58,7 +60,9 @@ def shipped() -> dict[str, Any]:
 def test_the_shipped_manifest_is_what_the_server_answers() -> None:
     fresh = manifest.record()
     shipped = json.loads(MANIFEST.read_text(encoding="utf-8"))
-    assert fresh == shipped, "run `python -m conclave.app.manifest --write` and commit server/app/manifest.json"
+    assert fresh == shipped, (
+        "run `python -m conclave.app.manifest --write` and commit server/app/manifest.json"
+    )
     assert {tool["name"] for tool in fresh["results"]["tools/list"]["tools"]} == {
         "ask_team", "get_status", "read_workspace", "cancel_job", "list_teams", "steer_job"}
 
@@ -109,7 +113,10 @@ def test_front_leaves_to_the_app_what_it_cannot_answer_exactly(shipped: dict[str
     assert unknown.replies[0]["result"]["protocolVersion"] == shipped["latest"]
     for first, front_stops in (
         (message(0, "initialize", {"protocolVersion": "2025-06-18"}), True),  # malformed: the app says why
-        (message(0, "tools/list", {"_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28"}}), True),
+        (
+            message(0, "tools/list", {"_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28"}}),
+            True,
+        ),
         (message(0, "tools/list"), False),  # before initialize: the app's to refuse
         (b"not json\n", False),
     ):
@@ -163,8 +170,13 @@ def gated(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], Path]]:
     gate = tmp_path / "gate"
     env = {**os.environ, "GATE": str(gate), "CONCLAVE_HOME": str(tmp_path / "home"),
            "XDG_CONFIG_HOME": str(tmp_path / "config"), "FASTMCP_LOG_LEVEL": "WARNING"}
-    process = subprocess.Popen([sys.executable, "-c", GATED_SERVE], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                               env=env, cwd=tmp_path)
+    process = subprocess.Popen(
+        [sys.executable, "-c", GATED_SERVE],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        env=env,
+        cwd=tmp_path,
+    )
     try:
         yield process, gate
     finally:
@@ -179,8 +191,12 @@ def test_the_handshake_is_answered_while_fastmcp_is_not_yet_imported(
     process, gate = gated
     assert process.stdin is not None
     lines = Lines(process)
-    process.stdin.write(message(0, "initialize", HELLO) + message(None, "notifications/initialized")
-                        + message(1, "tools/list") + message(2, "tools/call", {"name": "list_teams", "arguments": {}}))
+    process.stdin.write(
+        message(0, "initialize", HELLO)
+        + message(None, "notifications/initialized")
+        + message(1, "tools/list")
+        + message(2, "tools/call", {"name": "list_teams", "arguments": {}})
+    )
     process.stdin.flush()
     initialize, tools = lines.next(), lines.next()
     assert not gate.exists()  # both answers came while FastMCP's import was held
@@ -200,7 +216,9 @@ def test_the_handshake_is_answered_while_fastmcp_is_not_yet_imported(
 
 
 # Readiness, failures, batches --------------------------------------------------------------------------
-def test_initialize_is_answered_only_once_the_app_has_opened_its_settings_and_store(shipped: dict[str, Any]) -> None:
+def test_initialize_is_answered_only_once_the_app_has_opened_its_settings_and_store(
+    shipped: dict[str, Any],
+) -> None:
     seen = Recorder(shipped, opened=False)
     seen.front.take(message(0, "initialize", HELLO))
     seen.front.take(message(1, "ping"))  # liveness is not readiness: answered at once
@@ -239,7 +257,9 @@ def test_the_manifest_is_keyed_on_the_sources(tmp_path: Path, shipped: dict[str,
     (package / "tools").mkdir(parents=True)
     (package / "tools" / "get_status.py").write_text('def get_status(job_id: str) -> None:\n    """Old."""\n')
     before = source_hash(package)
-    (package / "tools" / "get_status.py").write_text('def get_status(job_id: str, wait: int) -> None:\n    """New."""\n')
+    (package / "tools" / "get_status.py").write_text(
+        'def get_status(job_id: str, wait: int) -> None:\n    """New."""\n'
+    )
     assert source_hash(package) != before  # an edited tool (an editable install): another key
     stale = tmp_path / "manifest.json"
     stale.write_text(json.dumps({**shipped, "versions": {**shipped["versions"], "sources": before}}))
@@ -274,7 +294,9 @@ def run_front(tmp_path: Path, lines: bytes, **env: str) -> subprocess.CompletedP
 
 def test_a_batch_from_the_app_reaches_the_client(tmp_path: Path) -> None:
     done = run_front(tmp_path, message(7, "tools/call", {"name": "x"}), BATCH="1")
-    assert json.loads(done.stdout) == [{"jsonrpc": "2.0", "id": 7, "result": {"echo": "tools/call"}}], done.stderr
+    assert json.loads(done.stdout) == [{"jsonrpc": "2.0", "id": 7, "result": {"echo": "tools/call"}}], (
+        done.stderr
+    )
     assert done.returncode == 0
 
 
@@ -313,8 +335,13 @@ def test_readiness_waits_for_the_store(tmp_path: Path, shipped: dict[str, Any]) 
     gate = tmp_path / "gate"
     env = {**os.environ, "GATE": str(gate), "CONCLAVE_HOME": str(tmp_path / "home"),
            "XDG_CONFIG_HOME": str(tmp_path / "config"), "FASTMCP_LOG_LEVEL": "WARNING"}
-    process = subprocess.Popen([sys.executable, "-c", GATED_STORE], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                               env=env, cwd=tmp_path)
+    process = subprocess.Popen(
+        [sys.executable, "-c", GATED_STORE],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        env=env,
+        cwd=tmp_path,
+    )
     try:
         assert process.stdin is not None
         lines = Lines(process)

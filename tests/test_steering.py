@@ -161,7 +161,9 @@ async def _answers(settings: Settings, job_id: str) -> dict[str, str]:
 # Over MCP: steer_job from real clients ------------------------------------------------------------------
 @pytest.mark.anyio
 @pytest.mark.parametrize("transport", ["stdio", "http"])
-async def test_steer_job_over_mcp_changes_the_answers(tmp_path: Path, fakes: FakeProviders, transport: str) -> None:
+async def test_steer_job_over_mcp_changes_the_answers(
+    tmp_path: Path, fakes: FakeProviders, transport: str
+) -> None:
     from fastmcp import Client
     from mcp.client.client import Client as McpClient
 

@@ -115,7 +115,12 @@ async def test_event_numbers_follow_on_across_processes_without_gaps(tmp_path: P
     second = Store(tmp_path / "conclave.db")  # a new process: reads where the numbers stopped once
     second.record(JOB, JobEvent(kind="presenting"), progress(3), "presenting")
     db = sqlite3.connect(tmp_path / "conclave.db")
-    assert [row[0] for row in db.execute("SELECT seq FROM events WHERE job_id = ? ORDER BY seq", (JOB,))] == [0, 1, 2, 3]
+    assert [row[0] for row in db.execute("SELECT seq FROM events WHERE job_id = ? ORDER BY seq", (JOB,))] == [
+        0,
+        1,
+        2,
+        3,
+    ]
     assert [event.kind for event in second.events(JOB)] == ["usage", "usage", "usage", "presenting"]
     db.close()
     second.close()

@@ -43,7 +43,9 @@ def task_clients() -> Iterator[None]:
     before = list(extension_hooks._internal_client_extension_factories)
     import fastmcp_tasks.client
 
-    extension_hooks.register_internal_client_extension_factory(fastmcp_tasks.client._build_tasks_client_extension)
+    extension_hooks.register_internal_client_extension_factory(
+        fastmcp_tasks.client._build_tasks_client_extension
+    )
     yield
     extension_hooks._internal_client_extension_factories[:] = before
 
@@ -100,14 +102,18 @@ class TasksAd(ClientExtension):
         raise AssertionError("the test follows the task itself (allow_claimed=True)")
 
 
-async def follow_with_mcp(client: McpClient, arguments: dict[str, Any]) -> tuple[Handle, list[Polled], JobView]:
+async def follow_with_mcp(
+    client: McpClient, arguments: dict[str, Any]
+) -> tuple[Handle, list[Polled], JobView]:
     """ask_team as a task through the official client; every tasks/get until done; get_status's view."""
     handle = await client.session.call_tool("ask_team", arguments, allow_claimed=True)
     assert isinstance(handle, Handle), handle
     polls: list[Polled] = []
     with anyio.fail_after(60):
         while not polls or polls[-1].status == "working":
-            polls.append(await client.session.send_request(TaskGet(params=TaskId(task_id=handle.task_id)), Polled))
+            polls.append(
+                await client.session.send_request(TaskGet(params=TaskId(task_id=handle.task_id)), Polled)
+            )
             await anyio.sleep(0.2)
     status = await client.session.call_tool("get_status", {"job_id": handle.task_id})
     return handle, polls, JobView.model_validate(status.structured_content)
@@ -118,7 +124,9 @@ def same_view(task_result: dict[str, Any] | None, status: JobView) -> None:
     view = JobView.model_validate(task_result["structuredContent"])
     assert view.state == status.state == "completed" and view.answer == status.answer
     # web_url names the page on whichever server answers (its port changes with a restart)
-    assert view.model_dump(exclude={"elapsed_s", "web_url"}) == status.model_dump(exclude={"elapsed_s", "web_url"})
+    assert view.model_dump(exclude={"elapsed_s", "web_url"}) == status.model_dump(
+        exclude={"elapsed_s", "web_url"}
+    )
     assert task_result["content"][0]["text"].startswith(f"Job {status.job_id}")
 
 
@@ -146,7 +154,9 @@ async def test_fastmcp_client_gets_a_handle_at_once_and_the_task_is_the_job(
                                                    "content": [{"text": done.content[0].text}]},
                       JobView.model_validate(status.structured_content))
             # a plain call_tool is tasked too, and fastmcp-tasks polls it to the final result for the caller
-            plain = await client.call_tool("ask_team", {"task": "And 7 * 6?", "team": team, "wait_seconds": 0})
+            plain = await client.call_tool(
+                "ask_team", {"task": "And 7 * 6?", "team": team, "wait_seconds": 0}
+            )
             assert JobView.model_validate(plain.structured_content).state == "completed"
         async with Client(create_app(service, service.settings), mode="legacy") as legacy:
             old = await legacy.call_tool("ask_team", {"task": "Again?", "team": team, "wait_seconds": 0})
@@ -159,24 +169,36 @@ async def test_a_client_without_the_extension_keeps_the_wait_seconds_route(
     team = str(write_team(tmp_path / "team.yaml", fakes, TRIO, name="fake-trio"))
     async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV, retry=FAST) as service:
         async with Client(create_app(service, service.settings)) as client:
-            result = await client.call_tool("ask_team", {"task": "What is 6 * 7?", "team": team, "wait_seconds": 0})
+            result = await client.call_tool(
+                "ask_team", {"task": "What is 6 * 7?", "team": team, "wait_seconds": 0}
+            )
             view = JobView.model_validate(result.structured_content)
             assert not view.done and "get_status" in view.next
 
 
 # Over HTTP, across a restart ---------------------------------------------------------------------------
-async def test_over_http_a_task_outlives_its_server(tmp_path: Path, fakes: FakeProviders, task_clients: None) -> None:
+async def test_over_http_a_task_outlives_its_server(
+    tmp_path: Path, fakes: FakeProviders, task_clients: None
+) -> None:
     from fastmcp_tasks import call_tool_task
 
-    env = {"CONCLAVE_HOME": str(tmp_path / "home"), "XDG_CONFIG_HOME": str(trio_preset(tmp_path, fakes)), **ENV}
+    env = {
+        "CONCLAVE_HOME": str(tmp_path / "home"),
+        "XDG_CONFIG_HOME": str(trio_preset(tmp_path, fakes)),
+        **ENV,
+    }
     with http_server(tmp_path, env) as url:
         async with Client(url, auth=HTTP_TOKEN) as client:
             task = await call_tool_task(client, "ask_team", ASK)
             assert (await task.status()).status == "working"
             done = await task.wait(timeout=60)
-            status = JobView.model_validate((await client.call_tool("get_status", {"job_id": task.task_id})).structured_content)
+            status = JobView.model_validate(
+                (await client.call_tool("get_status", {"job_id": task.task_id})).structured_content
+            )
             same_view(done.result, status)
-        async with McpClient(official_http(url), extensions=[TasksAd()]) as official:  # the official client, same server
+        async with McpClient(
+            official_http(url), extensions=[TasksAd()]
+        ) as official:  # the official client, same server
             handle, polls, view = await follow_with_mcp(official, ASK)
             assert polls[0].status == "working" and polls[-1].status == "completed"
             same_view(polls[-1].result, view)

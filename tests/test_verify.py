@@ -82,7 +82,9 @@ async def test_the_answer_that_passes_the_tests_wins_over_the_voters_favourite(
     fakes.script.set_default("cy", agent("bob"))  # two of three votes for bob's answer, which fails
     team = str(write_team(tmp_path / "team.yaml", fakes, TRIO, coordination={"final": "reuse"}))
     async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV, retry=FAST) as service:
-        view = await finished(service, await service.submit(TASK, team, [{"path": str(project)}], verify=CHECK))
+        view = await finished(
+            service, await service.submit(TASK, team, [{"path": str(project)}], verify=CHECK)
+        )
         letters = {a.model.rsplit("-", 1)[1]: a.letter for a in view.agents}
         ann, bob, cy = (f"{letters[name]}1" for name in ("ann", "bob", "cy"))
         failing_output = (await service.read(view.job_id, f"verify/{bob}", None, 0, 100_000)).content
@@ -91,30 +93,45 @@ async def test_the_answer_that_passes_the_tests_wins_over_the_voters_favourite(
         patch = (await service.read(view.job_id, "@diff", None, 0, 100_000)).content
         job_dir = service.job_dir(view.job_id)
 
-    assert view.state == "completed" and view.winner == ann and view.answer == "add() fixed in calc.py (ann).", view.text()
+    assert (
+        view.state == "completed" and view.winner == ann and view.answer == "add() fixed in calc.py (ann)."
+    ), view.text()
     assert view.tally == {ann: 1, bob: 2, cy: 0} and not view.consensus  # honest: 1 of 3 votes chose it
-    assert view.checks[ann].startswith("passed in ") and view.checks[bob].startswith("failed (exit 1): 1 failed")
+    assert view.checks[ann].startswith("passed in ") and view.checks[bob].startswith(
+        "failed (exit 1): 1 failed"
+    )
     assert view.checks[cy].startswith("failed (exit 1)")
     assert view.winner_check and view.winner_check.startswith("passed in ")
     assert "the verification rule chose it over an answer with more votes" in view.winner_check
-    assert f"the verification rule chose {ann} (passed its check) over {bob} (check failed)" in (view.reason or "")
+    assert f"the verification rule chose {ann} (passed its check) over {bob} (check failed)" in (
+        view.reason or ""
+    )
     # the diff is the verified winner's fix, and the caller's folder was never touched
-    assert "-    return a - b\n+    return a + b\n" in patch and project.joinpath("calc.py").read_text() == CALC
+    assert (
+        "-    return a - b\n+    return a + b\n" in patch and project.joinpath("calc.py").read_text() == CALC
+    )
     # voters saw both results beside the answers, and voted again after each one came back
     prompts = [r.text() for r in fakes.script.requests if "verify passed in" in r.text()]
     assert any(re.search(rf"## Answer {bob}[^\\]*? - verify failed \(exit 1\): 1 failed", p) for p in prompts)
     assert any(re.search(rf"## Answer {ann}[^\\]*? - verify passed in \d", p) for p in prompts)
     assert any("verify running" in r.text() for r in fakes.script.requests)
     # read_workspace serves the whole output, the listing names it, the transcript records each check
-    assert "FAILED test_calc.py::test_add - assert 6 == 5" in failing_output and failing_output.startswith(f"$ {CHECK}\n")
+    assert "FAILED test_calc.py::test_add - assert 6 == 5" in failing_output and failing_output.startswith(
+        f"$ {CHECK}\n"
+    )
     assert {f"verify/{ann}", f"verify/{bob}", f"verify/{cy}"} <= set(listing)
-    assert f"The check of {bob} failed (exit 1" in transcript and f"its whole output is verify/{bob}" in transcript
+    assert (
+        f"The check of {bob} failed (exit 1" in transcript
+        and f"its whole output is verify/{bob}" in transcript
+    )
     # the checks ran on copies: every snapshot is as its author left it, and the copies are gone
     assert (job_dir / "snapshots" / ann / "proj" / "calc.py").read_text() == CALC.replace("a - b", "a + b")
     assert not (job_dir / "checks").exists() or not any((job_dir / "checks").iterdir())
 
 
-async def test_without_verify_the_voters_favourite_wins(tmp_path: Path, fakes: FakeProviders, project: Path) -> None:
+async def test_without_verify_the_voters_favourite_wins(
+    tmp_path: Path, fakes: FakeProviders, project: Path
+) -> None:
     for name, favourite in (("ann", "ann"), ("bob", "bob"), ("cy", "bob")):
         fakes.script.set_default(name, agent(favourite))
     team = str(write_team(tmp_path / "team.yaml", fakes, TRIO, coordination={"final": "reuse"}))
@@ -139,7 +156,9 @@ async def test_a_check_is_confined_and_bounded(tmp_path: Path, fakes: FakeProvid
     team = str(write_team(tmp_path / "team.yaml", fakes, TRIO, coordination={"final": "reuse"}))
     settings = Settings(home=tmp_path / "state", verify_concurrency=1, verify_timeout_s=20)
     async with JobService.open(settings, environ=ENV, retry=FAST) as service:
-        view = await finished(service, await service.submit(TASK, team, [{"path": str(project)}], verify=CONFINED))
+        view = await finished(
+            service, await service.submit(TASK, team, [{"path": str(project)}], verify=CONFINED)
+        )
         outputs = {label: (await service.read(view.job_id, f"verify/{label}", None, 0, 100_000)).content
                    for label in view.checks}
         job_dir = service.job_dir(view.job_id)
@@ -162,10 +181,14 @@ async def test_a_check_is_confined_and_bounded(tmp_path: Path, fakes: FakeProvid
 async def test_a_check_over_its_time_limit_fails(tmp_path: Path, fakes: FakeProviders, project: Path) -> None:
     for name in ("ann", "bob", "cy"):
         fakes.script.set_default(name, agent(name))
-    team = str(write_team(tmp_path / "team.yaml", fakes, [("openai", "ann")], coordination={"final": "reuse"}))
+    team = str(
+        write_team(tmp_path / "team.yaml", fakes, [("openai", "ann")], coordination={"final": "reuse"})
+    )
     settings = Settings(home=tmp_path / "state", verify_timeout_s=1)
     async with JobService.open(settings, environ=ENV, retry=FAST) as service:
-        view = await finished(service, await service.submit(TASK, team, [{"path": str(project)}], verify="sleep 30"))
+        view = await finished(
+            service, await service.submit(TASK, team, [{"path": str(project)}], verify="sleep 30")
+        )
     (check,) = view.checks.values()
     assert check == "failed: timed out after 1 s" and view.state == "completed"
     assert "no answer passed its check" in (view.winner_check or "")
@@ -201,7 +224,7 @@ async def test_a_job_cancelled_while_its_checks_start_leaves_no_container(
         with anyio.fail_after(60):
             while not await service.store.events(view.job_id, "check_started"):
                 await anyio.sleep(0.01)
-        await anyio.sleep(0.05)  # into the container's creation
+        await anyio.sleep(0.05)  # sleep-ok: likely into the container's creation; any moment must hold
         assert (await service.cancel(view.job_id)).state == "cancelled"
         left = docker.from_env().containers.list(all=True, filters={"label": f"conclave.job={view.job_id}"})
         assert left == [] and not (service.job_dir(view.job_id) / "checks").exists()

@@ -63,7 +63,9 @@ def warm_sdks() -> None:
 
 
 async def run(
-    fakes: FakeProviders, job_id: str = "cj-0123456789ab", factory: Callable[[AgentSpec], Backend] | None = None,
+    fakes: FakeProviders,
+    job_id: str = "cj-0123456789ab",
+    factory: Callable[[AgentSpec], Backend] | None = None,
     **options: Any,
 ) -> tuple[JobResult, MemorySink]:
     team = Team.model_validate(team_data(fakes, TRIO, **options))
@@ -129,7 +131,9 @@ async def test_equivalent_answers_agree_and_their_votes_make_a_majority(fakes: F
 
 
 # Non-answers -------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("junk", ["{", '{"action": "new', "This is a question about France. It asks for the capital."])
+@pytest.mark.parametrize(
+    "junk", ["{", '{"action": "new', "This is a question about France. It asks for the capital."]
+)
 async def test_non_answers_are_refused_with_a_corrective_turn(fakes: FakeProviders, junk: str) -> None:
     install(fakes.script, TRIO, voter(answer=city))
     fakes.script.enqueue("ann", Reply(tool_calls=[("new_answer", {"content": junk})]))
@@ -152,7 +156,9 @@ async def test_a_presentation_that_changes_the_final_answer_is_refused(fakes: Fa
 
 
 async def test_a_presentation_that_keeps_the_answer_is_used(fakes: FakeProviders) -> None:
-    install(fakes.script, TRIO, voter(answer=lambda r: "Paris", final=lambda r: "Paris is the capital of France."))
+    install(
+        fakes.script, TRIO, voter(answer=lambda r: "Paris", final=lambda r: "Paris is the capital of France.")
+    )
     result, _ = await run(fakes)
     assert result.presented_by is not None and result.answer == "Paris is the capital of France."
 
@@ -192,7 +198,7 @@ async def test_timeout_covers_the_set_up(fakes: FakeProviders) -> None:
         import time
 
         built.append(spec.model)
-        time.sleep(3)  # a backend that takes long to build (an SDK import on a busy machine)
+        time.sleep(3)  # sleep-ok: a backend that takes long to build (an SDK import on a busy machine)
         return real(spec)
 
     result, sink = await run(fakes, factory=slow, coordination={"timeout_s": 1.0})
@@ -281,8 +287,9 @@ async def test_apply_needs_consensus_unless_forced(
     project.joinpath("calc.py").write_text("def add(a, b):\n    return a - b\n")
     team = str(write_team(tmp_path / "team.yaml", fakes, TRIO, coordination={"final": "reuse"}))
     async with JobService.open(Settings(home=tmp_path / "home"), environ=ENV) as service:
-        view: JobView = await service.submit("Fix add()", team, [{"path": str(project), "permission": "write"}],
-                                             apply)  # type: ignore[arg-type]
+        view: JobView = await service.submit(
+            "Fix add()", team, [{"path": str(project), "permission": "write"}], apply
+        )  # type: ignore[arg-type]
         with anyio.fail_after(60):
             while not view.done:
                 view = await service.wait(view.job_id, 10)

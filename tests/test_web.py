@@ -32,7 +32,9 @@ JOB = "cj-0123456789ab"
 
 def record(store: Store, kind: str, letter: str | None = None, **data: object) -> None:
     agents = [AgentProgress(letter=x, model=f"openai/m-{x}", state="working") for x in "AB"]
-    store.record(JOB, JobEvent(kind=kind, letter=letter, data=data, at=1.0), Progress(phase="", agents=agents), None)
+    store.record(
+        JOB, JobEvent(kind=kind, letter=letter, data=data, at=1.0), Progress(phase="", agents=agents), None
+    )
 
 
 @pytest.fixture
@@ -87,7 +89,14 @@ def test_every_route_needs_the_token(web: tuple[str, str]) -> None:
     forged_cookie = {f"conclave_web_{base.rsplit(':', 1)[1]}": token}
     with httpx2.Client(base_url=base, timeout=10) as http, \
             httpx2.Client(base_url=base, timeout=10, cookies=forged_cookie) as forged:
-        for path in ("/", f"/jobs/{JOB}", "/api/jobs", f"/api/jobs/{JOB}", f"/api/jobs/{JOB}/events", "/api/session"):
+        for path in (
+            "/",
+            f"/jobs/{JOB}",
+            "/api/jobs",
+            f"/api/jobs/{JOB}",
+            f"/api/jobs/{JOB}/events",
+            "/api/session",
+        ):
             refused = http.get(path)
             assert refused.status_code == 401, path
             assert "<b>42" not in refused.text and "alert(1)" not in refused.text and JOB not in refused.text
@@ -105,10 +114,14 @@ def test_login_sets_an_httponly_cookie_that_is_not_the_token(web: tuple[str, str
         cookie = signed.headers["set-cookie"]
         assert "HttpOnly" in cookie and "SameSite=strict" in cookie and token not in cookie
         page = http.get(f"/jobs/{JOB}")
-        assert page.status_code == 200 and "alert(1)" not in page.text  # the page is static: data comes as JSON
+        assert (
+            page.status_code == 200 and "alert(1)" not in page.text
+        )  # the page is static: data comes as JSON
         csp = page.headers["content-security-policy"]
         assert "default-src 'self'" in csp and "unsafe-inline" not in csp and "script-src 'self'" in csp
-        assert http.get("/login", params={"token": token, "next": "//evil.example/x"}).headers["location"] == "/"
+        assert (
+            http.get("/login", params={"token": token, "next": "//evil.example/x"}).headers["location"] == "/"
+        )
         assert http.get("/login", params={"token": "wrong"}).status_code == 401
 
 
@@ -139,7 +152,9 @@ def test_cancel_needs_the_same_origin_and_the_csrf_value(web: tuple[str, str], h
         store = Store(home / "conclave.db")
         try:
             assert store.job(JOB).cancel_requested is False  # type: ignore[union-attr]
-            assert http.post(path, headers={**auth, "X-Conclave-CSRF": csrf, "Origin": base}).status_code == 202
+            assert (
+                http.post(path, headers={**auth, "X-Conclave-CSRF": csrf, "Origin": base}).status_code == 202
+            )
             assert store.job(JOB).cancel_requested is True  # type: ignore[union-attr]  # the owner honours it
         finally:
             store.close()
@@ -168,7 +183,8 @@ def test_the_stream_sends_each_change_and_ends_with_the_job(web: tuple[str, str]
     finally:
         store.close()
     assert [page["seq"] for page in pages] == [1, 2, 2]
-    assert [page["view"]["state"] for page in pages] == ["running", "running", "interrupted"]  # type: ignore[index]
+    states = [page["view"]["state"] for page in pages]  # type: ignore[index]
+    assert states == ["running", "running", "interrupted"]
     assert pages[0]["answers"]["A"][0]["content"] == "<script>alert(1)</script>"  # type: ignore[index]
     assert pages[1]["timeline"][-1]["text"] == "B voted for A1"  # type: ignore[index]
 
@@ -184,7 +200,15 @@ def test_the_timeline_shows_which_votes_a_new_answer_cleared() -> None:
         JobEvent(kind="finished", data={"winner": "B1", "reason": "all voted"}, at=5),
     ]
     moments = timeline(events)
-    assert [m.kind for m in moments] == ["answer", "vote", "invalidated", "answer", "answer", "steer", "finished"]
+    assert [m.kind for m in moments] == [
+        "answer",
+        "vote",
+        "invalidated",
+        "answer",
+        "answer",
+        "steer",
+        "finished",
+    ]
     assert moments[2].text == "a new answer cleared A's vote for A1"
     assert moments[5].body == "prefer the short one"  # steering notes (when jobs have them) show
 
@@ -215,7 +239,9 @@ def test_ask_web_opens_the_page_and_prints_its_url(
     printed = re.search(r"Watch it live: (http://127\.0\.0\.1:\d+)/jobs/(cj-\w+)", captured.err)
     assert printed and printed.group(2) == view.job_id
     opened, landed, status = record.read_text().splitlines()
-    assert opened.startswith(f"{printed.group(1)}/login?token=") and opened.endswith(f"&next=/jobs/{view.job_id}")
+    assert opened.startswith(f"{printed.group(1)}/login?token=") and opened.endswith(
+        f"&next=/jobs/{view.job_id}"
+    )
     assert landed == f"{printed.group(1)}/jobs/{view.job_id}" and status == "200"
     assert not (tmp_path / "state" / "web.json").exists()  # the page went with the command
 
@@ -224,9 +250,23 @@ def test_a_page_carries_each_answers_check_and_output(home: Path) -> None:
     store = Store(home / "conclave.db")
     agents = [AgentProgress(letter=x, model=f"openai/m-{x}", state="working") for x in "AB"]
     checks = {"A1": Check(status="failed", exit_code=1, duration_s=2.0, tail=["1 failed"])}
-    store.record(JOB, JobEvent(kind="checked", letter="A", at=2.0, data={
-        "label": "A1", "status": "failed", "exit_code": 1, "tail": ["1 failed"], "output": "E   assert 1 == 2\n1 failed"}),
-        Progress(phase="", agents=agents, checks=checks), None)
+    store.record(
+        JOB,
+        JobEvent(
+            kind="checked",
+            letter="A",
+            at=2.0,
+            data={
+                "label": "A1",
+                "status": "failed",
+                "exit_code": 1,
+                "tail": ["1 failed"],
+                "output": "E   assert 1 == 2\n1 failed",
+            },
+        ),
+        Progress(phase="", agents=agents, checks=checks),
+        None,
+    )
     store.close()
     reader = Reader(home / "conclave.db", home / "jobs")
     try:
@@ -238,7 +278,10 @@ def test_a_page_carries_each_answers_check_and_output(home: Path) -> None:
     (card,) = page.answers["A"]
     assert (card.check, card.check_status) == ("failed (exit 1): 1 failed", "failed")
     assert card.check_output == "E   assert 1 == 2\n1 failed" and card.latest and page.answers["B"] == []
-    assert page.timeline[-1].text == "check of A1: failed (exit 1)" and page.view.web_url == "http://127.0.0.1/jobs/x"
+    assert (
+        page.timeline[-1].text == "check of A1: failed (exit 1)"
+        and page.view.web_url == "http://127.0.0.1/jobs/x"
+    )
 
 
 def test_the_shipped_pages_have_no_inline_script_and_the_script_writes_no_markup() -> None:
@@ -247,7 +290,9 @@ def test_the_shipped_pages_have_no_inline_script_and_the_script_writes_no_markup
         html = page.read_text()
         assert re.findall(r"<script\b[^>]*>", html) == ['<script src="/static/app.js" defer>'], page.name
         assert not re.search(r"\son[a-z]+\s*=|\sstyle\s*=|javascript:", html, re.IGNORECASE), page.name
-    code = "\n".join(line for line in (static / "app.js").read_text().splitlines() if not line.lstrip().startswith("//"))
+    code = "\n".join(
+        line for line in (static / "app.js").read_text().splitlines() if not line.lstrip().startswith("//")
+    )
     for sink in ("innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval(", "new Function",
                  "setAttribute(\"on", "srcdoc"):
         assert sink not in code, f"app.js uses {sink}: model text must go through textContent"

@@ -30,10 +30,14 @@ from tests.web_browser import chromium, full_page_png, missing, text_of, until
 TOKEN = "web-test-token-0123456789"
 MEMBERS = (("openai", "ann"), ("anthropic", "bob"), ("gemini", "cy"))
 FIX = "Fixed add(): it subtracted instead of adding; calc.py now returns a + b.\nAnswer: return a + b"
-SAME = "Answer from cy: add() should add, not subtract.\nAnswer: return a + b"  # the same final answer as ann's
+SAME = (
+    "Answer from cy: add() should add, not subtract.\nAnswer: return a + b"  # the same final answer as ann's
+)
 MARK = "Fixed add()"  # how the fakes find ann's answer among the labels they are shown
-PRESENTED = ("add() in calc.py subtracted its arguments; the fix makes it return a + b. The two other answers "
-             "found the same bug.\n<script>alert(1)</script>\nAnswer: return a + b")
+PRESENTED = (
+    "add() in calc.py subtracted its arguments; the fix makes it return a + b. The two other answers "
+    "found the same bug.\n<script>alert(1)</script>\nAnswer: return a + b"
+)
 MARKUP = ('<script>window.__pwned = 1; alert("xss")</script><img src=x onerror="window.__pwned = 2">'
           '<b id="bold">not bold</b> The bug: add() returns a - b.')
 NEW_LINE = "return a + b  # </pre><script>window.__pwned = 3</script>"
@@ -85,8 +89,11 @@ def script_team(fakes: FakeProviders, gates: Gates) -> None:
                 reply.gate = gate
                 return reply
             fix = label_with(request, MARK)
-            return decide("vote", {"answer": fix or vote_labels(request)[0], "reason": "<i>the fix</i> is right"},
-                          request)
+            return decide(
+                "vote",
+                {"answer": fix or vote_labels(request)[0], "reason": "<i>the fix</i> is right"},
+                request,
+            )
 
         return respond
 
@@ -149,7 +156,11 @@ def test_the_page_follows_a_job_live(served: tuple[str, FakeProviders, Gates, Pa
         driver.execute_script("window.__loaded_once = true")
 
         # ann's first answer shows, with ann's vote for it; bob and cy are held at their gates
-        until(driver, lambda d: MARK in column(d, "ann") and "votes for" in column(d, "ann"), what="ann's answer")
+        until(
+            driver,
+            lambda d: MARK in column(d, "ann") and "votes for" in column(d, "ann"),
+            what="ann's answer",
+        )
         driver.save_screenshot(str(tmp_path / "1-first-answer.png"))
         assert "no answer yet" in column(driver, "bob")
 
@@ -175,11 +186,15 @@ def test_the_page_follows_a_job_live(served: tuple[str, FakeProviders, Gates, Pa
         cy_label = driver.execute_script(  # cy's answer has ann's final answer: the tally groups them
             "for (const c of document.querySelectorAll('.agent')) if (c.textContent.includes('fake-cy'))"
             " return c.querySelector('[data-label]').dataset.label")
-        groups = driver.execute_script("return [...document.querySelectorAll('#tally [data-group]')].map(n => n.dataset.group)")
+        groups = driver.execute_script(
+            "return [...document.querySelectorAll('#tally [data-group]')].map(n => n.dataset.group)"
+        )
         assert {winner, cy_label} in [set(group.split()) for group in groups], groups
         done = ask(base, "get_status", {"job_id": view.job_id})
         assert text_of(driver, "#final") == done.answer == PRESENTED  # as text: its <script> ran nothing
-        added = driver.execute_script("return [...document.querySelectorAll('#diff .d-add')].map(n => n.textContent)")
+        added = driver.execute_script(
+            "return [...document.querySelectorAll('#diff .d-add')].map(n => n.textContent)"
+        )
         assert any(NEW_LINE in line for line in added) and any("-    return a - b" in text_of(driver, "#diff")
                                                                 for _ in [0])
         usage = text_of(driver, "#usage")
@@ -188,15 +203,26 @@ def test_the_page_follows_a_job_live(served: tuple[str, FakeProviders, Gates, Pa
         stored = store.job(view.job_id)
         store.close()
         assert stored is not None and stored.progress is not None
-        for agent in stored.progress.agents:  # each agent's tokens as the job counted them (the fakes' replies)
+        for (
+            agent
+        ) in stored.progress.agents:  # each agent's tokens as the job counted them (the fakes' replies)
             row = driver.execute_script(
-                "for (const r of document.querySelectorAll('#usage tbody tr')) if (r.cells[0].textContent === arguments[0])"
-                " return [...r.cells].map(c => c.textContent); return []", agent.letter)
+                "for (const r of document.querySelectorAll('#usage tbody tr')) "
+                "if (r.cells[0].textContent === arguments[0])"
+                " return [...r.cells].map(c => c.textContent); return []",
+                agent.letter,
+            )
             assert row[1] == agent.model and agent.usage.input_tokens > 0
             assert [int(cell.replace(",", "")) for cell in row[2:6]] == [
-                agent.usage.calls, agent.usage.input_tokens, agent.usage.cached_input_tokens, agent.usage.output_tokens]
+                agent.usage.calls,
+                agent.usage.input_tokens,
+                agent.usage.cached_input_tokens,
+                agent.usage.output_tokens,
+            ]
         nothing_ran(driver)
-        assert until(driver, lambda d: d.find_element("id", "live").text == "job over", what="the stream's end")
+        assert until(
+            driver, lambda d: d.find_element("id", "live").text == "job over", what="the stream's end"
+        )
         driver.save_screenshot(str(tmp_path / "3-completed.png"))
         png = full_page_png(driver)
         (tmp_path / "web-view.png").write_bytes(png)
@@ -204,13 +230,17 @@ def test_the_page_follows_a_job_live(served: tuple[str, FakeProviders, Gates, Pa
             Path(target).write_bytes(png)
 
 
-def test_the_page_cancels_a_job_and_shows_it(served: tuple[str, FakeProviders, Gates, Path], tmp_path: Path) -> None:
+def test_the_page_cancels_a_job_and_shows_it(
+    served: tuple[str, FakeProviders, Gates, Path], tmp_path: Path
+) -> None:
     base, _fakes, _gates, project = served
     view = ask(base, "ask_team", {"task": "Say 42", "team": "web-trio", "wait_seconds": 0,
                                   "context_paths": [{"path": str(project)}]})
     with chromium() as driver:
         driver.get(f"{base}/login?token={TOKEN}&next=/jobs/{view.job_id}")
-        until(driver, lambda d: MARK in column(d, "ann") or "votes for" in column(d, "ann"), what="ann's turn")
+        until(
+            driver, lambda d: MARK in column(d, "ann") or "votes for" in column(d, "ann"), what="ann's turn"
+        )
         driver.find_element("id", "cancel").click()  # bob and cy are still held: the job is running
         until(driver, lambda d: d.execute_script("return document.body.dataset.state") == "cancelled",
               what="the cancelled state")

@@ -50,11 +50,14 @@ def chromium(width: int = 1600, height: int = 1000, dark: bool = False) -> Itera
 def until(driver: webdriver.Chrome, condition: Callable[[webdriver.Chrome], T], timeout: float = 60,
           what: str = "") -> T:
     """Wait for a condition on the page (the page's own state, never a fixed sleep)."""
-    return WebDriverWait(driver, timeout, poll_frequency=0.05).until(condition, what)  # type: ignore[no-any-return]
+    wait = WebDriverWait(driver, timeout, poll_frequency=0.05)
+    return wait.until(condition, what)  # type: ignore[no-any-return]
 
 
 def text_of(driver: webdriver.Chrome, selector: str) -> str:
-    found = driver.execute_script(f"const n = document.querySelector({selector!r}); return n ? n.textContent : ''")
+    found = driver.execute_script(
+        f"const n = document.querySelector({selector!r}); return n ? n.textContent : ''"
+    )
     return str(found)
 
 

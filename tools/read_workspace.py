@@ -1,4 +1,7 @@
-"""`read_workspace`: page through what a job produced: answers, transcript, the final answer, the diff, files."""
+"""`read_workspace`: page through what a job produced.
+
+Answers, transcript, the final answer, the diff, files.
+"""
 
 from __future__ import annotations
 

@@ -55,7 +55,12 @@ def _session(version: str) -> dict[str, Any]:
 
         def ask(method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
             key = next(calls)
-            message = {"jsonrpc": "2.0", "id": key, "method": method, **({"params": params} if params else {})}
+            message = {
+                "jsonrpc": "2.0",
+                "id": key,
+                "method": method,
+                **({"params": params} if params else {}),
+            }
             server.stdin.write(json.dumps(message).encode() + b"\n")  # type: ignore[union-attr]
             server.stdin.flush()  # type: ignore[union-attr]
             answer = json.loads(server.stdout.readline())  # type: ignore[union-attr]

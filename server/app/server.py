@@ -156,10 +156,13 @@ def check_exposure(tokens: HttpTokens, host: str) -> None:
     if loopback or not tokens.notice:
         return
     raise NotPermitted(
-        "--host", host, "serving HTTP on an address other than loopback needs a bearer token: set "
-        "CONCLAVE_HTTP_TOKEN or write CONCLAVE_HOME/http-tokens.json (e.g. export CONCLAVE_HTTP_TOKEN=$(python3 -c 'import secrets; "
+        "--host",
+        host,
+        "serving HTTP on an address other than loopback needs a bearer token: set "
+        "CONCLAVE_HTTP_TOKEN or write CONCLAVE_HOME/http-tokens.json "
+        "(e.g. export CONCLAVE_HTTP_TOKEN=$(python3 -c 'import secrets; "
         "print(secrets.token_urlsafe(32))')) and give clients `Authorization: Bearer <token>`, "
-        "or serve on 127.0.0.1"
+        "or serve on 127.0.0.1",
     )
 
 
@@ -201,12 +204,20 @@ async def serve_http(settings: Settings, host: str = "127.0.0.1", port: int = 87
     in_main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _terminated) if in_main_thread else None
     try:
-        async with (JobService.open(settings, access=Access.http(settings, os.environ, Path.cwd())) as service,
-                    web_routes(settings, dict(tokens.callers), port, host) as pages):
+        async with (
+            JobService.open(settings, access=Access.http(settings, os.environ, Path.cwd())) as service,
+            web_routes(settings, dict(tokens.callers), port, host) as pages,
+        ):
             app = create_app(service, settings, tokens).http_app(path="/mcp", host_origin_protection=True)
-            app.router.routes.extend(pages)  # the web view, behind its own check of the same tokens (web/auth.py)
+            app.router.routes.extend(
+                pages
+            )  # the web view, behind its own check of the same tokens (web/auth.py)
             service.web_base = f"http://{_url_host(host)}:{port}"
-            print(f"Web view: {service.web_base}/ (sign in with the same bearer token)", file=sys.stderr, flush=True)
+            print(
+                f"Web view: {service.web_base}/ (sign in with the same bearer token)",
+                file=sys.stderr,
+                flush=True,
+            )
             config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on",
                                     timeout_graceful_shutdown=SHUTDOWN_S)
             await uvicorn.Server(config).serve()

@@ -99,7 +99,11 @@ class Front:
                 answer: tuple[dict[str, Any] | None, bool] | None = (refused, False)
             else:
                 answer = self._answer(line) if self._answering else None
-                if (answer is None or answer[1]) and not self._serving and (key := _request_id(line)) is not None:
+                if (
+                    (answer is None or answer[1])
+                    and not self._serving
+                    and (key := _request_id(line)) is not None
+                ):
                     self._waiting.append(key)  # the app answers it, unless it fails to start
         if answer is None or answer[1]:
             self._forward(line)
@@ -154,13 +158,21 @@ class Front:
         """The recorded session for a well-formed initialize: the client's version if the app speaks it,
         else the app's latest (the rule of mcp's server runner)."""
         info = params.get("clientInfo")
-        if not (isinstance(params.get("protocolVersion"), str) and isinstance(params.get("capabilities"), dict)
-                and isinstance(info, dict) and isinstance(info.get("name"), str)
-                and isinstance(info.get("version"), str)):
+        if not (
+            isinstance(params.get("protocolVersion"), str)
+            and isinstance(params.get("capabilities"), dict)
+            and isinstance(info, dict)
+            and isinstance(info.get("name"), str)
+            and isinstance(info.get("version"), str)
+        ):
             return None  # the app answers with the precise error
         manifest = self._manifest
         assert manifest is not None  # answering implies a manifest
-        version = params["protocolVersion"] if params["protocolVersion"] in manifest["protocols"] else manifest["latest"]
+        version = (
+            params["protocolVersion"]
+            if params["protocolVersion"] in manifest["protocols"]
+            else manifest["latest"]
+        )
         return {"version": version, **manifest["differs"].get(version, manifest)}
 
 

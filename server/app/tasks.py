@@ -150,8 +150,11 @@ class JobTasks(ServerExtension):
         """The job behind a task, after the extension's checks: the client declared it, the routing
         header (Mcp-Name, over HTTP) names the same task; an unknown id is the one "not found"."""
         if self.client_settings(ctx) is None:
-            raise MCPError(MISSING_REQUIRED_CLIENT_CAPABILITY, f"this request needs the {TASKS} extension; the "
-                           "client did not declare it", {"requiredCapabilities": {"extensions": {TASKS: {}}}})
+            raise MCPError(
+                MISSING_REQUIRED_CLIENT_CAPABILITY,
+                f"this request needs the {TASKS} extension; the client did not declare it",
+                {"requiredCapabilities": {"extensions": {TASKS: {}}}},
+            )
         try:
             header = get_http_request().headers.get(MCP_NAME_HEADER)
         except RuntimeError:
@@ -183,7 +186,11 @@ def _caller() -> str:
 def _call_result(view: JobView) -> dict[str, Any]:
     """ask_team's result for the finished job, as a CallToolResult: what get_status returns for it."""
     made = result(view).to_mcp_result()
-    call = made if isinstance(made, CallToolResult) else CallToolResult(content=made[0], structured_content=made[1])
+    call = (
+        made
+        if isinstance(made, CallToolResult)
+        else CallToolResult(content=made[0], structured_content=made[1])
+    )
     return call.model_dump(by_alias=True, mode="json", exclude_none=True)
 
 

@@ -46,10 +46,15 @@ class HttpTokens:
 
 
 def load_tokens(settings: Settings) -> HttpTokens:
-    """Every token this server accepts; with none configured, the one stored under CONCLAVE_HOME (made once)."""
+    """Every token this server accepts.
+
+    With none configured, the one stored under CONCLAVE_HOME (made once).
+    """
     callers: dict[str, str] = {}
     if settings.http_token is not None:
-        callers[_checked_token(settings.http_token.get_secret_value(), "CONCLAVE_HTTP_TOKEN")] = DEFAULT_CALLER
+        callers[_checked_token(settings.http_token.get_secret_value(), "CONCLAVE_HTTP_TOKEN")] = (
+            DEFAULT_CALLER
+        )
     named = settings.home / TOKENS_FILE
     if named.exists():
         for caller, token in _read_named(named).items():
@@ -59,10 +64,12 @@ def load_tokens(settings: Settings) -> HttpTokens:
     path, made = stored_token(settings.home)
     token = _read_private(path).strip()
     said = "made a bearer token" if made else "using the bearer token"
-    notice = (f"conclave: HTTP needs a bearer token; {said} in {path} (mode 0600). Give clients the header "
-              f"`Authorization: Bearer <that token>`, e.g. export CONCLAVE_HTTP_TOKEN=$(cat {path}) where the "
-              "client runs and register with `conclave install TARGET --http URL`; for one token per caller, "
-              f"write {named} as {{\"caller name\": \"token\"}}")
+    notice = (
+        f"conclave: HTTP needs a bearer token; {said} in {path} (mode 0600). Give clients the header "
+        f"`Authorization: Bearer <that token>`, e.g. export CONCLAVE_HTTP_TOKEN=$(cat {path}) where the "
+        "client runs and register with `conclave install TARGET --http URL`; for one token per caller, "
+        f'write {named} as {{"caller name": "token"}}'
+    )
     return HttpTokens({_checked_token(token, str(path)): DEFAULT_CALLER}, notice)
 
 
@@ -85,12 +92,16 @@ def _read_private(path: Path) -> str:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
-            raise ConfigError(f"{path} is a symlink; a token file must be a regular file: replace it") from exc
+            raise ConfigError(
+                f"{path} is a symlink; a token file must be a regular file: replace it"
+            ) from exc
         raise ConfigError(f"{path}: cannot read the token file ({exc.strerror})") from exc
     with os.fdopen(fd) as handle:
         info = os.fstat(handle.fileno())
         if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid() or info.st_mode & 0o077:
-            raise ConfigError(f"{path} must be a regular file of yours that only you can read: run chmod 600 {path}")
+            raise ConfigError(
+                f"{path} must be a regular file of yours that only you can read: run chmod 600 {path}"
+            )
         return handle.read()
 
 
@@ -98,13 +109,15 @@ def _read_named(path: Path) -> dict[str, str]:
     try:
         data = json.loads(_read_private(path))
     except json.JSONDecodeError as exc:
-        raise ConfigError(f"{path} is not JSON ({exc}); write it as {{\"caller name\": \"token\", ...}}") from exc
+        raise ConfigError(f'{path} is not JSON ({exc}); write it as {{"caller name": "token", ...}}') from exc
     if not isinstance(data, dict) or not all(isinstance(v, str) for v in data.values()):
         raise ConfigError(f"{path}: write it as {{\"caller name\": \"token\", ...}} (strings only)")
     for caller, token in data.items():
         if not CALLER_NAME.fullmatch(caller) or caller == LOCAL:
-            raise ConfigError(f"{path}: caller name {caller!r} is not valid: use letters, digits, '_.@-' (not "
-                              f"{LOCAL!r}, the local user's name)")
+            raise ConfigError(
+                f"{path}: caller name {caller!r} is not valid: use letters, digits, '_.@-' (not "
+                f"{LOCAL!r}, the local user's name)"
+            )
         _checked_token(token, f"{path} ({caller})")
     if len(set(data.values())) != len(data):
         raise ConfigError(f"{path}: two callers share a token; give each caller a token of its own")

@@ -290,7 +290,9 @@ def _status_error(exc: Any, api_key: str) -> ProviderError:
     kind = exc.type or ""  # error.type of the body; in-stream `error` events come with HTTP 200
     message = redact(exc.api_message or exc.message, api_key)
     if status == 429 or kind == "rate_limit_error":
-        return RateLimited(PROVIDER, message, status=status, retry_after=parse_retry_after(exc.response.headers))
+        return RateLimited(
+            PROVIDER, message, status=status, retry_after=parse_retry_after(exc.response.headers)
+        )
     if status in (401, 403) or kind in ("authentication_error", "permission_error"):
         return AuthFailed(PROVIDER, message, status=status)
     refused = 400 <= status < 500 or kind in ("invalid_request_error", "not_found_error", "request_too_large")

@@ -70,7 +70,10 @@ class GeminiBackend:
         await self._client.aio.aclose()
 
     async def stream(self, request: Request) -> AsyncIterator[Event]:
-        """Yield TextDelta/ToolCall as they arrive, Usage as each chunk reports more (running totals), then Done."""
+        """Yield TextDelta/ToolCall as they arrive, then Done.
+
+        Usage as each chunk reports more (running totals).
+        """
         turn = _Turn(self, request)
         async for response in self._responses(request):
             for event in turn.feed(response):

@@ -32,7 +32,8 @@ def render(tokenizer: Any, request: Request) -> str:
     """`request` as the model sees it, up to the start of its reply (the GGUF's own chat template)."""
     from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
-    messages = [{"role": "system", "content": request.system}] if request.system else []
+    # llama_cpp types each message as its own TypedDict; these are plain role/content pairs.
+    messages: list[Any] = [{"role": "system", "content": request.system}] if request.system else []
     messages += [{"role": message.role, "content": message.content} for message in request.messages]
     template = tokenizer.metadata.get("tokenizer.chat_template")
     if not template:  # a GGUF without a template: the text as it is

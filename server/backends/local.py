@@ -327,7 +327,8 @@ class LocalBackend(OpenAIBackend):
             )
         self._options = ServerOptions(model_file(endpoint.model, endpoint.model_path))
         super().__init__(replace(endpoint, base_url="http://127.0.0.1:9/v1"))  # the real port comes at start
-        self._servers, self._server = servers, None
+        self._servers = servers
+        self._server: LocalServer | None = None
         self._starting = anyio.Lock()
         self._tokenizer: Any = None
 
@@ -381,11 +382,12 @@ class LocalBackend(OpenAIBackend):
 
     async def _ensure_server(self) -> LocalServer:
         async with self._starting:
-            if self._server is None:
+            server = self._server
+            if server is None:
                 server = await self._servers.acquire(self._options)
                 self._server = server
                 self._client = self._client.with_options(base_url=server.base_url, api_key=server.api_key)
-            return self._server
+            return server
 
     def _params(self, request: Request) -> dict[str, Any]:
         params = super()._params(request)

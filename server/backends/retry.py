@@ -83,7 +83,9 @@ async def complete(
     raise AssertionError("unreachable: the last attempt returns or raises")
 
 
-async def _collect(backend: Backend, request: Request, attempt: int, on_usage: UsageCallback | None) -> Completion:
+async def _collect(
+    backend: Backend, request: Request, attempt: int, on_usage: UsageCallback | None
+) -> Completion:
     text: list[str] = []
     calls: list[ToolCall] = []
     usage, reported = Usage(), False

@@ -63,7 +63,9 @@ def _jsonc(text: str | None, path: Path) -> Any:
     try:
         return jsonc.loads(text or "")
     except jsonc.JsoncError as exc:
-        raise ConfigError(f"{path} is not JSON (with comments) ({exc}): nothing was written; fix it first") from exc
+        raise ConfigError(
+            f"{path} is not JSON (with comments) ({exc}): nothing was written; fix it first"
+        ) from exc
 
 
 def merge_json(text: str | None, path: Path, key: str, entry: dict[str, Any]) -> str:
@@ -129,7 +131,9 @@ def merge_codex_toml(text: str | None, path: Path, table: dict[str, Any]) -> str
                f"written. Replace it by hand with:\n{codex_snippet(merged)}")
     try:
         if existing is None:
-            for _ in range(0 if not text.strip() or text.endswith("\n\n") else 1 if text.endswith("\n") else 2):
+            for _ in range(
+                0 if not text.strip() or text.endswith("\n\n") else 1 if text.endswith("\n") else 2
+            ):
                 document.add(tomlkit.nl())  # a blank line before our table
             if "mcp_servers" not in document:
                 document["mcp_servers"] = tomlkit.table(is_super_table=True)

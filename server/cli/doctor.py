@@ -55,10 +55,14 @@ def _docker() -> list[Check]:
     if status.image_present:
         checks.append(Check("sandbox image", True, f"{tag} is present"))
     else:
-        checks.append(Check("sandbox image", False, f"{tag} is missing", "run `conclave sandbox build`", False))
+        checks.append(
+            Check("sandbox image", False, f"{tag} is missing", "run `conclave sandbox build`", False)
+        )
     clis = engine_status(clis_tag())
     detail = f"{clis_tag()} is {'present' if clis.image_present else 'missing'} (for cli/... members)"
-    checks.append(Check("CLI image", bool(clis.image_present), detail, "run `conclave sandbox build --clis`", False))
+    checks.append(
+        Check("CLI image", bool(clis.image_present), detail, "run `conclave sandbox build --clis`", False)
+    )
     return checks
 
 
@@ -69,7 +73,9 @@ def _keys(environ: Mapping[str, str]) -> list[Check]:
             continue
         found = [name for name in variables if environ.get(name)]
         detail = f"{found[0]} is set" if found else f"{' or '.join(variables)} not set"
-        checks.append(Check(f"{provider} key", bool(found), detail, f"export {variables[0]}=...", essential=False))
+        checks.append(
+            Check(f"{provider} key", bool(found), detail, f"export {variables[0]}=...", essential=False)
+        )
     return checks
 
 

@@ -38,8 +38,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="conclave",
         description="Hand a hard task to a team of LLM agents that answer, vote and converge on one answer.",
-        epilog="start with:\n  conclave ask \"TASK\"                   ask the team, watch it vote\n"
-               "  conclave install claude-code --write   let your coding agent call it (or codex, gemini, ...)",
+        epilog='start with:\n  conclave ask "TASK"                   ask the team, watch it vote\n'
+        "  conclave install claude-code --write   let your coding agent call it (or codex, gemini, ...)",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"conclave {__version__}")
@@ -69,22 +69,37 @@ def build_parser() -> argparse.ArgumentParser:
         "--force-apply", dest="apply", action="store_const", const="force",
         help="apply the winner's changes to ':write' folders even without consensus",
     )
-    ask.add_argument("--force-binary", action="store_true",
-                     help="with --apply, also apply binary changes, added or modified (the patch cannot show them)")
-    ask.add_argument("--allow-artifacts", action="store_true",
-                     help="with --apply, also apply compiled or loadable artefacts (__pycache__/, *.pyc, *.so, ...)")
-    ask.add_argument("--verify", metavar="CMD",
-                     help="check each answer's files with CMD (e.g. 'pytest -q') in a fresh sandbox; needs --context")
+    ask.add_argument(
+        "--force-binary",
+        action="store_true",
+        help="with --apply, also apply binary changes, added or modified (the patch cannot show them)",
+    )
+    ask.add_argument(
+        "--allow-artifacts",
+        action="store_true",
+        help="with --apply, also apply compiled or loadable artefacts (__pycache__/, *.pyc, *.so, ...)",
+    )
+    ask.add_argument(
+        "--verify",
+        metavar="CMD",
+        help="check each answer's files with CMD (e.g. 'pytest -q') in a fresh sandbox; needs --context",
+    )
     ask.add_argument("--max-cost", type=float, metavar="USD",
                      help="stop once the job has spent this many US dollars (every agent needs a price)")
     ask.add_argument("--max-tokens", type=int, metavar="N",
                      help="stop once the job's agents have used this many tokens (input and output)")
     ask.add_argument("--follow-up", metavar="JOB_ID",
                      help="continue that finished job: the same team goes on from its answer and files")
-    ask.add_argument("--web", action="store_true",
-                     help="open the job's live page in a browser (served by `conclave web`, else by this command)")
-    ask.add_argument("--allow-secret-folders", action="store_true",
-                     help="send --context folders even if they are or hold credentials (~/.ssh, ~/.aws, ~/.gnupg)")
+    ask.add_argument(
+        "--web",
+        action="store_true",
+        help="open the job's live page in a browser (served by `conclave web`, else by this command)",
+    )
+    ask.add_argument(
+        "--allow-secret-folders",
+        action="store_true",
+        help="send --context folders even if they are or hold credentials (~/.ssh, ~/.aws, ~/.gnupg)",
+    )
 
     steer = _add(commands, "steer", help="leave a note for a running job's agents")
     steer.add_argument("job_id", help="the job id (cj-...)")
@@ -112,9 +127,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add(commands, "teams", help="list the team presets and whether their keys are set")
 
-    gc = _add(commands, "gc", help="remove finished jobs older than --keep-days, then the oldest over --max-mb")
-    gc.add_argument("--keep-days", type=float, help="keep jobs finished within this many days (CONCLAVE_GC_KEEP_DAYS)")
-    gc.add_argument("--max-mb", type=int, help="then remove the oldest while jobs hold more (CONCLAVE_GC_MAX_MB)")
+    gc = _add(
+        commands, "gc", help="remove finished jobs older than --keep-days, then the oldest over --max-mb"
+    )
+    gc.add_argument(
+        "--keep-days", type=float, help="keep jobs finished within this many days (CONCLAVE_GC_KEEP_DAYS)"
+    )
+    gc.add_argument(
+        "--max-mb", type=int, help="then remove the oldest while jobs hold more (CONCLAVE_GC_MAX_MB)"
+    )
     gc.add_argument("--dry-run", action="store_true", help="say what would be removed, remove nothing")
 
     config = _add(commands, "config", help="team file tools")
@@ -133,9 +154,12 @@ def build_parser() -> argparse.ArgumentParser:
     setup.add_argument("target", choices=TARGETS, help="the coding agent")
     setup.add_argument("--write", action="store_true", help="merge it into the client's files (backups kept)")
     setup.add_argument("--scope", choices=SCOPES, help="project (this folder) or user; codex, gemini: user")
-    setup.add_argument("--http", metavar="URL",
-                       help="register a running `conclave serve --http` (e.g. http://127.0.0.1:8765/mcp) instead of "
-                            "stdio; the client sends the token from CONCLAVE_HTTP_TOKEN")
+    setup.add_argument(
+        "--http",
+        metavar="URL",
+        help="register a running `conclave serve --http` (e.g. http://127.0.0.1:8765/mcp) instead of "
+        "stdio; the client sends the token from CONCLAVE_HTTP_TOKEN",
+    )
     setup.add_argument("--no-approvals", action="store_true",
                        help="leave tool approvals to the user (headless runs then cannot call the tools)")
     return parser

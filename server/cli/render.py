@@ -55,7 +55,11 @@ def wrapped(text: str, width: int, style: str = "") -> Text:
     """`text` wrapped at word boundaries to `width`, continuation lines indented; control sequences in
     it (model text) stripped (terminal.py)."""
     lines = textwrap.wrap(
-        printable(text), max(width, 40), subsequent_indent="    ", break_long_words=False, break_on_hyphens=False
+        printable(text),
+        max(width, 40),
+        subsequent_indent="    ",
+        break_long_words=False,
+        break_on_hyphens=False,
     ) or [""]
     return Text("\n".join(lines), style=style)
 
@@ -87,7 +91,9 @@ def render(view: JobView, texts: Mapping[str, str] | None = None, width: int = 1
         lines.append(
             wrapped(f"leading: {view.leading.label} with {plural(view.leading.votes, 'vote')}", width)
         )
-    lines += [wrapped(f"note{'' if note.seen else ' (not seen yet)'}: {note.text}", width) for note in view.notes]
+    lines += [
+        wrapped(f"note{'' if note.seen else ' (not seen yet)'}: {note.text}", width) for note in view.notes
+    ]
     if view.done:
         lines += closing(view, width)
     return Group(*lines)
@@ -106,7 +112,9 @@ def closing(view: JobView, width: int) -> list[Text]:
         lines.append(wrapped(f"{letter} failed: {error}", width))
     for context in (view.diff_summary or {}).get("contexts", []):  # type: ignore[union-attr]
         for held in context.get("held_back", []):
-            lines.append(wrapped(f"held back, not applied: {context['name']}/{held['path']}: {held['fix']}", width))
+            lines.append(
+                wrapped(f"held back, not applied: {context['name']}/{held['path']}: {held['fix']}", width)
+            )
     cost = f", ${view.usage.cost_usd:.4f}" if view.usage.cost_usd is not None else ""
     lines.append(
         Text(f"usage: {view.usage.input_tokens:,} tokens in, {view.usage.output_tokens:,} out{cost}")

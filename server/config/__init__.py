@@ -1,4 +1,7 @@
-"""Team configuration: the models (models.py), reading team files (loading.py), where teams come from (presets.py)."""
+"""Team configuration.
+
+The models (models.py), reading team files (loading.py), where teams come from (presets.py).
+"""
 
 from conclave.config.loading import expand_env, load_team_file, parse_team
 from conclave.config.models import (

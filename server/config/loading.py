@@ -1,8 +1,9 @@
-"""Reading a team file: YAML, `${ENV}` expansion, and validation errors that name the file, the key and the fix.
+"""Reading a team file: YAML, `${ENV}` expansion, and errors that name the file, the key and the fix.
 
 A team file may come from a caller, so `${VAR}` expands only in an agent's EXPANDABLE keys (never in a name
-or prompt a caller or a model sees; tests/security/test_team_files.py), and never a variable that holds a key:
-`model: openai/${ANTHROPIC_API_KEY}` would put the key in a request body (tests/security/test_provider_keys.py).
+or prompt a caller or a model sees; tests/security/test_team_files.py), and never a variable that holds
+a key: `model: openai/${ANTHROPIC_API_KEY}` would put the key in a request body
+(tests/security/test_provider_keys.py).
 """
 
 from __future__ import annotations
@@ -36,8 +37,9 @@ def secret_variables(environ: Mapping[str, str], named: Collection[str] = ()) ->
 
 def _refuse_secret(name: str, source: str) -> ConfigError:
     return ConfigError(
-        f"{source}: ${{{name}}} holds a key, and a team file never expands a key (it would travel as text, e.g. "
-        f"in a model name sent to a server); to give an agent a key, write api_key_env: {name} "
+        f"{source}: ${{{name}}} holds a key, and a team file never expands a key "
+        f"(it would travel as text, e.g. in a model name sent to a server); to give an agent a key, "
+        f"write api_key_env: {name} "
         "(a provider's own key goes only to that provider's official endpoint)"
     )
 
@@ -45,7 +47,8 @@ def _refuse_secret(name: str, source: str) -> ConfigError:
 def expand_env(value: Any, environ: Mapping[str, str], source: str, secrets: set[str] | None = None) -> Any:
     """Replace `${VAR}` and `${VAR:-default}` in every string of a loaded YAML tree.
 
-    A variable in `secrets` (default: `secret_variables(environ)`), or whose value is one of theirs, is refused.
+    A variable in `secrets` (default: `secret_variables(environ)`), or whose value is one of theirs,
+    is refused.
     """
     secrets = secret_variables(environ) if secrets is None else secrets
     if isinstance(value, str):
@@ -86,9 +89,14 @@ def _expand_agents(data: dict[str, Any], environ: Mapping[str, str], source: str
     named = {str(agent.get("api_key_env")) for agent in agents if isinstance(agent, dict)}
     secrets = secret_variables(environ, named)
     expanded = [
-        {key: expand_env(value, environ, source, secrets) if key in EXPANDABLE and key != "api_key_env" else value
-         for key, value in agent.items()}
-        if isinstance(agent, dict) else agent
+        {
+            key: expand_env(value, environ, source, secrets)
+            if key in EXPANDABLE and key != "api_key_env"
+            else value
+            for key, value in agent.items()
+        }
+        if isinstance(agent, dict)
+        else agent
         for agent in agents
     ]
     return {**data, "agents": expanded}

@@ -33,7 +33,9 @@ OFFICIAL_HOSTS = {"openai": "api.openai.com", "anthropic": "api.anthropic.com",
 OFFICIAL_URLS = {"openai": "https://api.openai.com/v1", "anthropic": "https://api.anthropic.com",
                  "gemini": "https://generativelanguage.googleapis.com/"}
 # Every provider's own key variable: each goes only to its provider's official endpoint.
-OFFICIAL_KEYS = {variable: provider for provider, variables in KEY_VARIABLES.items() for variable in variables}
+OFFICIAL_KEYS = {
+    variable: provider for provider, variables in KEY_VARIABLES.items() for variable in variables
+}
 EXPANDABLE = ("model", "base_url", "api_key_env", "model_path")  # agent keys where ${VAR} expands
 _MEMORY = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([bkmg]?)b?\s*$", re.IGNORECASE)
 MIN_MEMORY = 6 * 1024 * 1024  # Docker's own minimum for a container
@@ -113,16 +115,18 @@ class AgentSpec(_Strict):
         if owner is not None and (owner != self.provider or self.custom_endpoint):
             where = f"base_url {self.base_url!r}" if self.custom_endpoint else f"the {self.provider} API"
             raise ValueError(
-                f"api_key_env {self.api_key_env!r} is {owner}'s own key and is sent only to {OFFICIAL_URLS[owner]}, "
-                f"never to {where}; give that endpoint a variable of its own (e.g. api_key_env: MY_PROXY_KEY, "
+                f"api_key_env {self.api_key_env!r} is {owner}'s own key and is sent only to "
+                f"{OFFICIAL_URLS[owner]}, never to {where}; give that endpoint a variable of its own "
+                "(e.g. api_key_env: MY_PROXY_KEY, "
                 "set to the key it should get)"
             )
         if self.custom_endpoint and self.api_key_env is None and self.api_key_required:
             raise ValueError(
-                f"base_url {self.base_url!r} is not {self.provider}'s own endpoint, so the agent must name the "
-                f"variable holding that endpoint's key with api_key_env (e.g. api_key_env: MY_PROXY_KEY); "
-                f"{', '.join(KEY_VARIABLES[self.provider]) or 'a default key'} is never sent there. For a server "
-                "that takes no key, set api_key_required: false"
+                f"base_url {self.base_url!r} is not {self.provider}'s own endpoint, so the agent must "
+                f"name the variable holding that endpoint's key with api_key_env "
+                f"(e.g. api_key_env: MY_PROXY_KEY); "
+                f"{', '.join(KEY_VARIABLES[self.provider]) or 'a default key'} is never sent there. "
+                "For a server that takes no key, set api_key_required: false"
             )
         return self
 
@@ -230,13 +234,15 @@ class Team(_Strict):
     agents: Annotated[list[AgentSpec], Field(min_length=1, max_length=MAX_AGENTS)]
     coordination: Coordination = Coordination()
     sandbox: Sandbox | Literal["none"] = Sandbox()
-    # A check run on each answer's files in a fresh sandbox (e.g. `python3 -m unittest -q`); ask_team's `verify`
-    # overrides it. Needs context paths and Docker (coordination/verification.py).
+    # A check run on each answer's files in a fresh sandbox (e.g. `python3 -m unittest -q`);
+    # ask_team's `verify` overrides it. Needs context paths and Docker (coordination/verification.py).
     verify: Annotated[str, Field(min_length=1, max_length=MAX_VERIFY_CHARS)] | None = None
     # Paths (gitignore patterns, per context folder) a check puts back as they were at job start before it
     # runs, so an answer cannot pass by editing the tests; omitted: files/protect.py's defaults for Python
     # and JavaScript projects; [] protects nothing (but stdlib-shadowing modules are still removed).
-    verify_protect: Annotated[list[Annotated[str, Field(min_length=1, max_length=200)]], Field(max_length=200)] | None = None
+    verify_protect: (
+        Annotated[list[Annotated[str, Field(min_length=1, max_length=200)]], Field(max_length=200)] | None
+    ) = None
 
     def unpriced(self) -> list[str]:
         """The agents (`provider/model`) without a price: a cost budget cannot be kept for them."""

@@ -1,1 +1,4 @@
-"""Files on the host: safe tree access, the caller's context folders, workspaces, diffs, apply, agent tools."""
+"""Files on the host.
+
+Safe tree access, the caller's context folders, workspaces, diffs, apply, agent tools.
+"""

@@ -119,7 +119,7 @@ class AgentTools:
         return tuple(specs)
 
     def handlers(self) -> dict[str, ToolHandler]:
-        sync = {
+        sync: dict[str, tuple[type, Callable[[Any], str]]] = {
             "list_files": (ListArgs, self._list_files),
             "read_file": (ReadArgs, self._read_file),
             "write_file": (WriteArgs, self._write_file),
@@ -186,18 +186,23 @@ class AgentTools:
 
     def _edit_file(self, args: EditArgs) -> str:
         shown = args.path
-        text = _read(self.workspace, shown, "create it with write_file").decode("utf-8", errors="surrogateescape")
+        text = _read(self.workspace, shown, "create it with write_file").decode(
+            "utf-8", errors="surrogateescape"
+        )
         count = text.count(args.old_text)
         if count == 0:
             raise ToolProblem(
-                f"old_text was not found in {shown!r}; read the file and copy the exact text, whitespace included"
+                f"old_text was not found in {shown!r}; read the file and copy the exact text, "
+                "whitespace included"
             )
         if count > 1 and not args.replace_all:
             raise ToolProblem(
-                f"old_text appears {count} times in {shown!r}; include more surrounding lines so it is unique, "
-                "or set replace_all to true"
+                f"old_text appears {count} times in {shown!r}; include more surrounding lines "
+                "so it is unique, or set replace_all to true"
             )
-        self._write(shown, text.replace(args.old_text, args.new_text).encode("utf-8", errors="surrogateescape"))
+        self._write(
+            shown, text.replace(args.old_text, args.new_text).encode("utf-8", errors="surrogateescape")
+        )
         return f"replaced {count} occurrence{'s' if count > 1 else ''} in {shown}"
 
     def _write(self, rel: str, data: bytes) -> None:
@@ -241,17 +246,23 @@ class AgentTools:
             budget -= len(data)
             for number, line in enumerate(text.splitlines(), 1):
                 try:
-                    hit = compiled.search(line, concurrent=True, timeout=max(deadline - time.monotonic(), 0.001))
+                    hit = compiled.search(
+                        line, concurrent=True, timeout=max(deadline - time.monotonic(), 0.001)
+                    )
                 except TimeoutError:
-                    matches.append(f"[search stopped after its {SEARCH_BUDGET_S:g} s budget: simplify the pattern "
-                                   "(nested repetition like (a+)+ is slow) or search a smaller folder]")
+                    matches.append(
+                        f"[search stopped after its {SEARCH_BUDGET_S:g} s budget: simplify the pattern "
+                        "(nested repetition like (a+)+ is slow) or search a smaller folder]"
+                    )
                     return "\n".join(matches)
                 if hit:
                     matches.append(f"{rel}:{number}: {line[:300]}")
                     if len(matches) >= MAX_MATCHES:
                         return "\n".join(matches) + f"\n[stopped at {MAX_MATCHES} matches; narrow the search]"
         if large:
-            matches.append(f"[{large} file(s) over {MAX_SEARCH_FILE:,} bytes not searched; use run_command grep]")
+            matches.append(
+                f"[{large} file(s) over {MAX_SEARCH_FILE:,} bytes not searched; use run_command grep]"
+            )
         return "\n".join(matches) or "no matches"
 
     async def _run_command(self, args: CommandArgs) -> str:

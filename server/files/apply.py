@@ -15,7 +15,8 @@ Only what the reviewed patch shows is written (review.py): binary changes withou
 compiled artefacts without `allow_artifacts`, VCS metadata, and anything the patch does not list are held
 back, never written, and returned in `Changes.held` with why. A file's mode is what the patch shows: a
 modified file keeps the caller's own mode bits, with only the executable bit changed where the patch
-says `old mode`/`new mode`; an added file is 0644 or 0755, as git writes it (tests/security/test_apply_review.py).
+says `old mode`/`new mode`; an added file is 0644 or 0755, as git writes it
+(tests/security/test_apply_review.py).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import secrets
 import stat
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path, PurePosixPath
 from typing import Protocol, TypeVar
 
@@ -150,6 +152,18 @@ def _rename(source: str, dest: str) -> Callable[[int, str], None]:
     return lambda fd, _name: os.rename(source, dest, src_dir_fd=fd, dst_dir_fd=fd)
 
 
+def _rmdir(fd: int, name: str) -> None:
+    os.rmdir(name, dir_fd=fd)
+
+
+def _unlink(fd: int, name: str) -> None:
+    os.unlink(name, dir_fd=fd)
+
+
+def _unlink_other(other: str, fd: int, _name: str) -> None:
+    os.unlink(other, dir_fd=fd)
+
+
 def _write(final: Path, target: Path, changes: Changes) -> None:
     token = secrets.token_hex(4)
     undo: list[tuple[str, Callable[[], None]]] = []
@@ -160,10 +174,10 @@ def _write(final: Path, target: Path, changes: Changes) -> None:
             name, backup = _names(current, "backup", token)
             _at(target, current, _rename(name, backup))
             backups.append(current)
-            undo.append((current, lambda rel=current, n=name, b=backup: _at(target, rel, _rename(b, n))))
+            undo.append((current, partial(_at, target, current, _rename(backup, name))))
         for current in sorted(changes.modified + changes.added):
             for made in _make_parents(target, current):
-                undo.append((current, lambda made=made: _at(target, made, lambda fd, n: os.rmdir(n, dir_fd=fd))))
+                undo.append((current, partial(_at, target, made, _rmdir)))
             name, temp = _names(current, "tmp", token)
             _, backup = _names(current, "backup", token)
             modified = current in changes.modified
@@ -183,16 +197,18 @@ def _write(final: Path, target: Path, changes: Changes) -> None:
             _at(target, current, replace)
             if modified:
                 backups.append(current)
-                undo.append((current, lambda rel=current, n=name, b=backup: _at(target, rel, _rename(b, n))))
+                undo.append((current, partial(_at, target, current, _rename(backup, name))))
             else:
-                undo.append((current, lambda rel=current: _at(target, rel, lambda fd, n: os.unlink(n, dir_fd=fd))))
+                undo.append((current, partial(_at, target, current, _unlink)))
     except (OSError, InputError) as exc:
         unrestored = _rollback(undo)
-        raise ApplyFailed(str(target), current, getattr(exc, "strerror", None) or str(exc), unrestored) from exc
+        raise ApplyFailed(
+            str(target), current, getattr(exc, "strerror", None) or str(exc), unrestored
+        ) from exc
     for rel in backups:
         _, backup = _names(rel, "backup", token)
         try:
-            _at(target, rel, lambda fd, _n, b=backup: os.unlink(b, dir_fd=fd))
+            _at(target, rel, partial(_unlink_other, backup))
         except (OSError, InputError):
             pass
     for rel in changes.deleted:
@@ -204,9 +220,14 @@ def _copy_in(final: Path, rel: str, dir_fd: int, temp: str, current: int | None 
     the patch shows: the `current` mode of the file it replaces (None: a new file, 0644), only its
     executable bits following `final`'s."""
     parts = safe.split(rel)
-    with safe.directory(final, parts[:-1]) as src_dir, os.fdopen(safe.open_regular(src_dir, parts[-1], rel), "rb") as src:
+    with (
+        safe.directory(final, parts[:-1]) as src_dir,
+        os.fdopen(safe.open_regular(src_dir, parts[-1], rel), "rb") as src,
+    ):
         mode = git_mode(current, bool(os.fstat(src.fileno()).st_mode & 0o111))
-        out = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
+        out = os.open(
+            temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd
+        )
         with os.fdopen(out, "wb") as dst:
             while chunk := src.read(CHUNK):
                 dst.write(chunk)

@@ -58,7 +58,8 @@ class DiskBudget:
         if total <= self.limit:
             return None
         return (
-            f"the job's workspaces now hold {total / MB:,.1f} MB, over its disk budget of {self.limit / MB:,.0f} MB "
+            f"the job's workspaces now hold {total / MB:,.1f} MB, "
+            f"over its disk budget of {self.limit / MB:,.0f} MB "
             f"(CONCLAVE_JOB_DISK_MB): further writes are refused; {FIX}"
         )
 

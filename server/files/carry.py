@@ -57,7 +57,9 @@ def carry(earlier_manifest: ContextManifest, earlier_tree: Path, base: Path, man
     return taken
 
 
-def _plan(earlier: CopiedContext, tree: Path, context: CopiedContext, earlier_id: str) -> dict[str, str | None]:
+def _plan(
+    earlier: CopiedContext, tree: Path, context: CopiedContext, earlier_id: str
+) -> dict[str, str | None]:
     """Which files start from the earlier answer: rel -> rel in its tree, or None (it deleted the file)."""
     answer = list_tree(tree).files
     rules = IgnoreRules(Path(context.source)) if Path(context.source).is_dir() else None

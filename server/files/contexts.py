@@ -143,12 +143,16 @@ def secret_folder(path: Path) -> str | None:
 def parse_context_paths(value: object) -> list[ContextPath]:
     """A caller's context_paths as validated models; errors name the item, the value and the fix."""
     if not isinstance(value, list):
-        raise InputError("context_paths", value, 'give a list like [{"path": "/abs/project", "permission": "read"}]')
+        raise InputError(
+            "context_paths", value, 'give a list like [{"path": "/abs/project", "permission": "read"}]'
+        )
     parsed: list[ContextPath] = []
     for index, item in enumerate(value):
         try:
             data = item.model_dump(exclude={"name", "identity"}) if isinstance(item, ContextPath) else item
-            if isinstance(data, dict) and ("name" in data or "identity" in data):  # set by us, never by a caller
+            if isinstance(data, dict) and (
+                "name" in data or "identity" in data
+            ):  # set by us, never by a caller
                 data = {key: value for key, value in data.items() if key not in ("name", "identity")}
             parsed.append(ContextPath.model_validate(data, context=CALLER))
         except ValidationError as exc:
@@ -236,9 +240,11 @@ def _scan(sources: list[ContextPath], caps: Caps, roots: list[Path] | None = Non
     over a cap, before any copy."""
     paths = [Path(source.path) for source in sources]
     if len(set(paths)) != len(paths):
-        shown = [source.path for source in sources]
-        raise InputError("context_paths", shown, "a folder is listed twice; give each folder once")
-    listings = [list_tree(root, rules=IgnoreRules(root), max_files=caps.max_files * 2) for root in roots or paths]
+        given = [source.path for source in sources]
+        raise InputError("context_paths", given, "a folder is listed twice; give each folder once")
+    listings = [
+        list_tree(root, rules=IgnoreRules(root), max_files=caps.max_files * 2) for root in roots or paths
+    ]
     limited = next((listing.limit for listing in listings if listing.limit), None)
     if limited:
         raise ContextTooLarge(", ".join(str(path) for path in paths), limited, "the walk's caps",

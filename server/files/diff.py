@@ -52,12 +52,12 @@ class Patch(BaseModel):
     files: list[FileChange] = []
     skipped: dict[str, str] = {}
 
-    @computed_field
+    @computed_field  # type: ignore[prop-decorator]  # pydantic's documented form
     @property
     def added_lines(self) -> int:
         return sum(change.added_lines for change in self.files)
 
-    @computed_field
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def removed_lines(self) -> int:
         return sum(change.removed_lines for change in self.files)
@@ -137,7 +137,10 @@ EXCERPT = 400
 
 
 def hidden_change(old: bytes, new: bytes) -> list[str]:
-    """`#` lines saying why a text file now counts as binary, with the new bytes escaped from the first change."""
+    """`#` lines saying why a text file now counts as binary.
+
+    With the new bytes escaped from the first change.
+    """
     first = next((i for i, (x, y) in enumerate(zip(old, new)) if x != y), min(len(old), len(new)))
     start = new.rfind(b"\n", 0, first) + 1
     nul = new.find(b"\0", 0, BINARY_SNIFF)
@@ -156,7 +159,10 @@ def hidden_change(old: bytes, new: bytes) -> list[str]:
 
 
 def _escaped(data: bytes) -> list[str]:
-    """`data` in printable ASCII, one string per line: \\xNN for other bytes, \\n kept visible at line ends."""
+    """`data` in printable ASCII, one string per line.
+
+    \\xNN for other bytes, \\n kept visible at line ends.
+    """
     lines, current = [], []
     for byte in data:
         if byte == 10:

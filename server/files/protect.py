@@ -29,14 +29,45 @@ from conclave.files.trees import list_tree, read_bytes, sha256_file
 
 DEFAULT_PROTECT: tuple[str, ...] = (
     # Python: test folders and files, pytest/tox/coverage configuration, start-up hooks
-    "test/", "tests/", "testing/", "test_*.py", "*_test.py", "conftest.py", "pytest.ini", "tox.ini",
-    "setup.cfg", "pyproject.toml", "noxfile.py", ".coveragerc", "sitecustomize.py", "usercustomize.py", "*.pth",
+    "test/",
+    "tests/",
+    "testing/",
+    "test_*.py",
+    "*_test.py",
+    "conftest.py",
+    "pytest.ini",
+    "tox.ini",
+    "setup.cfg",
+    "pyproject.toml",
+    "noxfile.py",
+    ".coveragerc",
+    "sitecustomize.py",
+    "usercustomize.py",
+    "*.pth",
     # JavaScript and TypeScript: the test scripts in package.json, test folders and files, runner configs
-    "package.json", "__tests__/", "*.test.*", "*.spec.*", "jest.config.*", "vitest.config.*", ".mocharc*",
-    "karma.conf.*", "node_modules/",
+    "package.json",
+    "__tests__/",
+    "*.test.*",
+    "*.spec.*",
+    "jest.config.*",
+    "vitest.config.*",
+    ".mocharc*",
+    "karma.conf.*",
+    "node_modules/",
 )
-RUNNERS = frozenset({"pytest", "_pytest", "pluggy", "iniconfig", "hypothesis", "nose", "nose2", "sitecustomize",
-                     "usercustomize"})
+RUNNERS = frozenset(
+    {
+        "pytest",
+        "_pytest",
+        "pluggy",
+        "iniconfig",
+        "hypothesis",
+        "nose",
+        "nose2",
+        "sitecustomize",
+        "usercustomize",
+    }
+)
 SHADOWED = frozenset(sys.stdlib_module_names) | RUNNERS
 
 
@@ -52,7 +83,9 @@ def shadows(name: str, is_dir: bool, has_init: bool = False) -> bool:
     return rest in ("py", "pyc", "pyd", "so") or (rest.endswith(".so") and rest.startswith("cpython-"))
 
 
-def restore(copy: Path, base: Path, patterns: Sequence[str], owner: tuple[int, int] | None = None) -> list[str]:
+def restore(
+    copy: Path, base: Path, patterns: Sequence[str], owner: tuple[int, int] | None = None
+) -> list[str]:
     """Put `copy` (an answer's check copy of one context folder) back in line with `base` for every
     protected path; remove added top-level modules that shadow the standard library. Return the paths
     the answer had changed, sorted (blocking)."""
@@ -89,7 +122,9 @@ def _shadowing(copy: Path, before: Iterable[str]) -> list[str]:
                 continue
             kind = entry.info.st_mode
             has_init = stat.S_ISDIR(kind) and safe.lstat(copy, f"{entry.name}/__init__.py") is not None
-            if (stat.S_ISREG(kind) or stat.S_ISDIR(kind)) and shadows(entry.name, stat.S_ISDIR(kind), has_init):
+            if (stat.S_ISREG(kind) or stat.S_ISDIR(kind)) and shadows(
+                entry.name, stat.S_ISDIR(kind), has_init
+            ):
                 found.append(entry.name)
     return found
 

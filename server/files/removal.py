@@ -57,7 +57,9 @@ def _remove(top: int, name: str, pending: list[str]) -> None:
             sub = folders.pop()
             if len(stack) >= MAX_OPEN:
                 moved = f".conclave-removing-{secrets.token_hex(6)}"
-                if _quietly(lambda sub=sub, moved=moved, fd=fd: os.rename(sub, moved, src_dir_fd=fd, dst_dir_fd=top)):
+                if _quietly(
+                    lambda sub=sub, moved=moved, fd=fd: os.rename(sub, moved, src_dir_fd=fd, dst_dir_fd=top)
+                ):
                     pending.append(moved)
                 continue
             try:

@@ -36,8 +36,10 @@ _BY_FD = os.path.isdir("/proc/self/fd")
 
 def _moved(path: str, why: str) -> PathOutsideRoot:
     return PathOutsideRoot(
-        "context_paths.path", path, f"{why} since the job was submitted, so it is no longer the folder that was "
-        "checked; nothing was read or written there. Give the folder again in a new job"
+        "context_paths.path",
+        path,
+        f"{why} since the job was submitted, so it is no longer the folder that was "
+        "checked; nothing was read or written there. Give the folder again in a new job",
     )
 
 
@@ -92,7 +94,9 @@ def run_pinned(path: str, identity: Identity | None, step: Callable[[Path], T]) 
             return step(root)
         except ConclaveError as exc:
             if str(root) != path:
-                exc.args = tuple(arg.replace(str(root), path) if isinstance(arg, str) else arg for arg in exc.args)
+                exc.args = tuple(
+                    arg.replace(str(root), path) if isinstance(arg, str) else arg for arg in exc.args
+                )
                 if getattr(exc, "target", None) == str(root):
                     exc.target = path  # type: ignore[attr-defined]
             raise

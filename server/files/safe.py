@@ -22,7 +22,7 @@ import os
 import posixpath
 import secrets
 import stat
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,7 +47,9 @@ def split(rel: str, field: str = "path") -> list[str]:
     try:
         rel.encode("utf-8")
     except UnicodeEncodeError:
-        raise PathOutsideRoot(field, rel.encode("utf-8", "replace").decode(), "it is not valid UTF-8") from None
+        raise PathOutsideRoot(
+            field, rel.encode("utf-8", "replace").decode(), "it is not valid UTF-8"
+        ) from None
     # Never stripped or rewritten: a name with leading or trailing spaces is a different file
     # (tests/security/test_names.py). A backslash is an ordinary character in a POSIX name.
     if rel.startswith("/"):
@@ -59,7 +61,9 @@ def split(rel: str, field: str = "path") -> list[str]:
 
 
 def _refuse_link(field: str, rel: str) -> PathOutsideRoot:
-    return PathOutsideRoot(field, rel, "it goes through a symlink, and links are never followed (not allowed)")
+    return PathOutsideRoot(
+        field, rel, "it goes through a symlink, and links are never followed (not allowed)"
+    )
 
 
 def _open_dir_at(parent: int, name: str, rel: str, field: str) -> int:
@@ -76,7 +80,8 @@ def _open_dir_at(parent: int, name: str, rel: str, field: str) -> int:
 
 @contextmanager
 def directory(
-    root: Path, parts: list[str] | str, *, create: bool = False, owner: Owner | None = None, field: str = "path"
+    root: Path, parts: list[str] | str, *, create: bool = False, owner: Owner | None = None,
+    field: str = "path",
 ) -> Iterator[int]:
     """A file descriptor of the folder `root/parts`, walked without following links; closed on exit.
 
@@ -120,7 +125,9 @@ def open_regular(dir_fd: int, name: str, rel: str, max_bytes: int | None = None,
         finally:
             os.close(handle)
     try:
-        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY, dir_fd=dir_fd)
+        fd = os.open(
+            name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY, dir_fd=dir_fd
+        )
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise _refuse_link(field, rel) from None
@@ -194,7 +201,8 @@ class Written:
 
 
 def write_bytes(
-    root: Path, rel: str, data: bytes, *, owner: Owner | None = None, mode: int | None = None, field: str = "path"
+    root: Path, rel: str, data: bytes, *, owner: Owner | None = None, mode: int | None = None,
+    field: str = "path",
 ) -> Written:
     """Create or replace `root/rel` atomically: a new `O_EXCL` file in the same folder fd, renamed over it.
 
@@ -228,7 +236,9 @@ def write_at(
     if mode is None:
         mode = stat.S_IMODE(old.st_mode) & ~UNSAFE_MODE_BITS if regular and old else 0o644
     temp = temp_name(name)
-    out = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
+    out = os.open(
+        temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd
+    )
     try:
         with os.fdopen(out, "wb") as handle:
             handle.write(data)
@@ -315,8 +325,10 @@ MAX_ENTRIES = 1_000_000  # entries one walk looks at, in all
 def walk(
     root: Path, start: str = "", *, skip: frozenset[str] = frozenset(), max_depth: int = MAX_DEPTH,
     max_entries: int = MAX_ENTRIES,
-) -> Iterator[tuple[str, int, list[Found]]]:
-    """Every folder under `root/start`, depth first: (its path, an open fd valid until the next step, its entries).
+) -> Generator[tuple[str, int, list[Found]]]:
+    """Every folder under `root/start`, depth first.
+
+    Each as (its path, an open fd valid until the next step, its entries).
 
     The caller may remove names from the entries list to keep the walk out of those folders. Folders
     that vanish or turn into something else meanwhile are left out; `skip` names are never entered.
@@ -337,7 +349,9 @@ def _walk(
         try:
             found = entries(fd, at, max_entries - seen)
         except TreeTooLarge:
-            raise TreeTooLarge(at or ".", f"more than {max_entries:,} entries in all", f"{max_entries:,}") from None
+            raise TreeTooLarge(
+                at or ".", f"more than {max_entries:,} entries in all", f"{max_entries:,}"
+            ) from None
         seen += len(found)
         return found
 
@@ -365,7 +379,9 @@ def _walk(
                 continue
             if depth + 1 > max_depth:
                 os.close(child)
-                raise TreeTooLarge(entry.rel, f"folders nested more than {max_depth} deep", f"{max_depth} levels")
+                raise TreeTooLarge(
+                    entry.rel, f"folders nested more than {max_depth} deep", f"{max_depth} levels"
+                )
             stack.append((child, entry.rel, iter(()), depth + 1))
             listed = listed_in(child, entry.rel)
             yield entry.rel, child, listed

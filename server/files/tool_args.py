@@ -20,7 +20,9 @@ def _utf8(value: str) -> str:
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:
-        raise ValueError("holds a lone surrogate (an unpaired \\ud800-\\udfff escape): send valid UTF-8 text") from None
+        raise ValueError(
+            "holds a lone surrogate (an unpaired \\ud800-\\udfff escape): send valid UTF-8 text"
+        ) from None
     return value
 
 

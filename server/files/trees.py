@@ -9,7 +9,8 @@ Invariants every function here keeps (tests/test_workspace.py guards each):
   reported as skipped (`test_symlinks_and_fifos_are_skipped_not_followed`);
 - an entry named `.git` (directory or worktree file) is skipped at any depth (`test_git_dir_skipped`);
 - copies never share an inode with their source unless the caller passes a `reuse` reference: only
-  immutable trees (snapshots, final) are built by hard link (`test_create_copies_base_without_sharing_inodes`).
+  immutable trees (snapshots, final) are built by hard link
+  (`test_create_copies_base_without_sharing_inodes`).
 """
 
 from __future__ import annotations
@@ -119,7 +120,9 @@ def list_tree(
     tracked: Iterable[str] = (),
     max_files: int | None = None,
 ) -> Listing:
-    """List `root/start` (paths relative to it) without following links, skipping `.git` and what `rules` ignore.
+    """List `root/start` (paths relative to it) without following links.
+
+    `.git` and what `rules` ignore are skipped.
 
     Paths in `tracked` are kept even when ignored (git keeps tracked files); listing stops, marked
     `truncated`, once it holds more than `max_files` files, or at the walk's depth or entry cap (then
@@ -178,7 +181,10 @@ def _utf8(name: str) -> bool:
 
 
 def shown_name(rel: str) -> str:
-    """A path as printable text: bytes that are not UTF-8 as \\xNN escapes, so it can be named in a message."""
+    """A path as printable text: bytes that are not UTF-8 as \\xNN escapes.
+
+    So it can be named in a message.
+    """
     return rel.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
@@ -191,13 +197,18 @@ def sha256_file(root: Path, rel: str) -> str:
     """The sha256 of the regular file `root/rel`, following no symlink."""
     digest = hashlib.sha256()
     parts = safe.split(rel)
-    with safe.directory(root, parts[:-1]) as fd, os.fdopen(safe.open_regular(fd, parts[-1], rel), "rb") as handle:
+    with (
+        safe.directory(root, parts[:-1]) as fd,
+        os.fdopen(safe.open_regular(fd, parts[-1], rel), "rb") as handle,
+    ):
         while chunk := handle.read(CHUNK):
             digest.update(chunk)
     return digest.hexdigest()
 
 
-def copy_file(src_root: Path, rel: str, dst: Path, *, max_bytes: int | None = None, fsync: bool = False) -> str:
+def copy_file(
+    src_root: Path, rel: str, dst: Path, *, max_bytes: int | None = None, fsync: bool = False
+) -> str:
     """Copy `src_root/rel` to a new file `dst` (mode without setuid bits; mtime kept); return its sha256.
 
     At most `max_bytes` are copied (give the size the listing saw): never on to an end of file that
@@ -205,7 +216,10 @@ def copy_file(src_root: Path, rel: str, dst: Path, *, max_bytes: int | None = No
     """
     digest = hashlib.sha256()
     parts = safe.split(rel)
-    with safe.directory(src_root, parts[:-1]) as fd, os.fdopen(safe.open_regular(fd, parts[-1], rel), "rb") as source:
+    with (
+        safe.directory(src_root, parts[:-1]) as fd,
+        os.fdopen(safe.open_regular(fd, parts[-1], rel), "rb") as source,
+    ):
         info = os.fstat(source.fileno())
         out = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         with os.fdopen(out, "wb") as target:

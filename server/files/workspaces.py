@@ -80,7 +80,12 @@ async def diff(base: Path, final: Path) -> Patch:
 
 
 async def apply(
-    final: Path, target: Path, context: CopiedContext, base: Path | None = None, *, patch: Patch | None = None,
+    final: Path,
+    target: Path,
+    context: CopiedContext,
+    base: Path | None = None,
+    *,
+    patch: Patch | None = None,
     consent: Consent = Consent(),
 ) -> Changes:
     """Apply `final` to `target` for a write context path as `patch` shows it: all or nothing for what
@@ -370,7 +375,7 @@ def _building(dest: Path, *, replace: bool = False) -> Iterator[Path]:
         remove_tree(old)
 
 
-def _leave_out(rel: str, exc: OSError) -> None:
+def _leave_out(rel: str, exc: OSError | InputError) -> None:
     """A file of a live workspace that vanished or became unreadable mid-copy is left out of the copy."""
 
 

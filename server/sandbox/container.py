@@ -71,8 +71,8 @@ from conclave.sandbox.image import IMAGE_REPO, default_tag
 from conclave.sandbox.output import _Capped
 
 __all__ = [
-    "CommandResult", "EngineStatus", "Owner", "Sandbox", "_Capped", "connect", "container_user", "engine_status",
-    "image_tag", "sweep",
+    "CommandResult", "EngineStatus", "Owner", "Sandbox", "_Capped", "connect", "container_user",
+    "engine_status", "image_tag", "sweep",
 ]
 
 OUTPUT_CAP = 20_000  # bytes kept per stream (head and tail halves); the middle is cut with a note
@@ -147,7 +147,10 @@ def keeper_user(uid: int) -> str:
 
 
 def image_tag(spec: SandboxSpec) -> str:
-    """The team's image with this version's tag when it names none (`conclave-sandbox` -> `...:0.1.0-<recipe digest>`)."""
+    """The team's image, with this version's tag when it names none.
+
+    `conclave-sandbox` -> `conclave-sandbox:0.1.0-<recipe digest>`.
+    """
     if spec.image == IMAGE_REPO:
         return default_tag()
     return spec.image if ":" in spec.image.rsplit("/", 1)[-1] else f"{spec.image}:latest"
@@ -263,8 +266,8 @@ class Sandbox:
         started = time.monotonic()
         argv = self._argv(command, timeout_s)
         if max_bytes is not None:  # POSIX sh counts `ulimit -f` in 512-byte blocks
-            argv = ["sh", "-c", 'ulimit -f "$1" || exit 125; shift; exec "$@"', "sh", str(max(max_bytes, 0) // 512),
-                    *argv]
+            limit = str(max(max_bytes, 0) // 512)
+            argv = ["sh", "-c", 'ulimit -f "$1" || exit 125; shift; exec "$@"', "sh", limit, *argv]
         with anyio.move_on_after(timeout_s + self.grace_s) as overrun:
             raw = await anyio.to_thread.run_sync(
                 self._run, argv, self._generation, max_bytes, dict(environment or {}),
@@ -285,17 +288,20 @@ class Sandbox:
         timed_out = exit_code == 137 and duration >= timeout_s * 0.95 and watched.reason is None
         notes = [note for note in (out.note("stdout"), err.note("stderr")) if note]
         if watched.reason is not None:
-            notes.insert(0, f"killed: {watched.reason} (the job's disk budget, CONCLAVE_JOB_DISK_MB); the sandbox "
-                            "was restarted (/workspace kept, /tmp emptied); delete files you do not need")
+            notes.insert(0, f"killed: {watched.reason} (the job's disk budget, CONCLAVE_JOB_DISK_MB); "
+                            "the sandbox was restarted (/workspace kept, /tmp emptied); "
+                            "delete files you do not need")
         elif max_bytes is not None and (exit_code == 153 or settled.total_bytes >= max_bytes):
-            notes.insert(0, f"the workspace reached the {max_bytes / 2**20:,.1f} MB the job's disk budget leaves it "
-                            "(CONCLAVE_JOB_DISK_MB): a file was stopped there (SIGXFSZ); delete files you do not need")
+            notes.insert(0, f"the workspace reached the {max_bytes / 2**20:,.1f} MB the job's disk budget "
+                            "leaves it (CONCLAVE_JOB_DISK_MB): a file was stopped there (SIGXFSZ); "
+                            "delete files you do not need")
         elif timed_out:
             notes.insert(0, f"killed after {timeout_s:g} s (the timeout), with every process it started")
         elif exit_code == 137:
             notes.insert(0, "killed by SIGKILL: most likely out of memory (the sandbox's memory limit)")
         if settled.stripped:
-            notes.append(f"setuid, setgid and world-write bits cleared on {settled.stripped} workspace entries")
+            notes.append(f"setuid, setgid and world-write bits cleared on {settled.stripped} "
+                         "workspace entries")
         return CommandResult(
             exit_code, out.text(), err.text(), timed_out, duration, tuple(notes), settled.total_bytes
         )

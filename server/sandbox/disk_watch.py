@@ -10,7 +10,8 @@ is read-only here). So the budget is kept by two means while a command runs (san
   `MEASURE_EVERY_S`, measures the workspace with safe.py's bounded walk. Over the room (or over the
   walk's entry or depth caps, or below the host's free-space floor), it calls `stop`, which kills the
   command at once: the command user's processes by SIGKILL from the host (`kill_user_processes`, through
-  the container's cgroup), then the container through the engine. Writes between a poll and the kill are the overshoot: bench/bench_disk.py measures it
+  the container's cgroup), then the container through the engine. Writes between a poll and the kill
+  are the overshoot: bench/bench_disk.py measures it
   (bench/results/disk.json); tests/security/test_disk_budget.py shows the cap holds.
 """
 
@@ -88,7 +89,9 @@ def watch(root: Path, room: int | None, stop: Callable[[str], None], done: threa
                 baseline, last = _used(root), time.monotonic()
                 seen.measured, seen.measures = known, seen.measures + 1
                 if reason is None and known > room:
-                    reason = f"the workspace reached {known / 2**20:,.1f} MB, past the {room / 2**20:,.1f} MB left"
+                    reason = (
+                        f"the workspace reached {known / 2**20:,.1f} MB, past the {room / 2**20:,.1f} MB left"
+                    )
         if reason is not None:
             seen.reason = reason
             stop(reason)
@@ -107,8 +110,10 @@ def kill_user_processes(container_id: str, uid: int, passes: int = 3) -> int:
     """SIGKILL, from the host, every process of the container owned by `uid` (the command's user, never
     the keeper): microseconds, where a call to the engine takes tens of milliseconds of writes. Returns
     how many were signalled; 0 when the host cannot see or signal them (the engine's kill then does)."""
-    path = next((Path(p.format(id=container_id)) for p in CGROUP_PROCS if Path(p.format(id=container_id)).exists()),
-                None)
+    path = next(
+        (Path(p.format(id=container_id)) for p in CGROUP_PROCS if Path(p.format(id=container_id)).exists()),
+        None,
+    )
     killed = 0
     for _ in range(passes if path is not None else 0):
         try:

@@ -96,11 +96,16 @@ async def sweep(
     docker_client = client or await anyio.to_thread.run_sync(connect)
 
     def listed() -> list[Any]:
-        """The labelled containers, each inspected; one removed meanwhile (another server's sweep) is skipped."""
+        """The labelled containers, each inspected.
+
+        One removed meanwhile (another server's sweep) is skipped.
+        """
         import docker
 
         found = []
-        for container in docker_client.containers.list(all=True, sparse=True, filters={"label": "conclave.owner"}):
+        for container in docker_client.containers.list(
+            all=True, sparse=True, filters={"label": "conclave.owner"}
+        ):
             try:
                 container.reload()
             except docker.errors.NotFound:

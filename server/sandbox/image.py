@@ -2,15 +2,17 @@
 
 `build_image()` does nothing when the tag exists. Otherwise:
 
-1. `mmdebstrap --variant=essential --include=python3,python3-pytest,ca-certificates` with the `merged-usr` and `eatmydata`
-   hooks, docs/man pages/locales left out by dpkg `path-exclude` options, and a customize hook that adds the
-   `sandbox` user (uid/gid 1000, home /workspace). The mirrors are the ones apt on this machine uses (its
-   deb822 `.sources` stanzas for the host's release, security suite included), so the build reaches no other
-   network; they land in the image as apt's own `.sources` file.
+1. `mmdebstrap --variant=essential --include=python3,python3-pytest,ca-certificates` with the
+   `merged-usr` and `eatmydata` hooks, docs/man pages/locales left out by dpkg `path-exclude` options,
+   and a customize hook that adds the `sandbox` user (uid/gid 1000, home /workspace). The mirrors are
+   the ones apt on this machine uses (its deb822 `.sources` stanzas for the host's release, security
+   suite included), so the build reaches no other network; they land in the image as apt's own
+   `.sources` file.
 2. The tarball goes to a temporary file first (never a pipe, so a failed mmdebstrap cannot hide behind a
    successful import) and is imported under a temporary candidate tag.
-3. The candidate runs `python3 -c 'import json,sqlite3,ssl,pytest'` as uid 1000 with no network; only then does it
-   get the real tag. On any failure the candidate is removed and `SandboxError` carries the tool's stderr.
+3. The candidate runs `python3 -c 'import json,sqlite3,ssl,pytest'` as uid 1000 with no network;
+   only then does it get the real tag. On any failure the candidate is removed and `SandboxError`
+   carries the tool's stderr.
 
 `build_image_sync()` is the CLI's entry (`conclave sandbox build`).
 """
@@ -265,8 +267,15 @@ def smoke_test(
 
     try:
         container = docker.containers.create(  # type: ignore[attr-defined]
-            image, command, user="1000:1000", network_mode="none", read_only=True, cap_drop=["ALL"],
-            security_opt=["no-new-privileges"], environment=environment, **({"tmpfs": tmpfs} if tmpfs else {}),
+            image,
+            command,
+            user="1000:1000",
+            network_mode="none",
+            read_only=True,
+            cap_drop=["ALL"],
+            security_opt=["no-new-privileges"],
+            environment=environment,
+            **({"tmpfs": tmpfs} if tmpfs else {}),
         )
     except sdk.errors.DockerException as exc:
         raise SandboxError(f"the candidate image {image} cannot even be created: {exc}") from exc
@@ -276,7 +285,8 @@ def smoke_test(
         if status.get("StatusCode") != 0:
             output = container.logs(stdout=True, stderr=True)
             raise SandboxError(
-                f"{what} failed its smoke test (exit {status.get('StatusCode')}); not tagged:\n{_tail(output)}"
+                f"{what} failed its smoke test (exit {status.get('StatusCode')}); "
+                f"not tagged:\n{_tail(output)}"
             )
     finally:
         container.remove(force=True)

@@ -1,4 +1,7 @@
-"""A command's output stream, capped: the first and last halves kept, the middle counted and cut (container.py)."""
+"""A command's output stream, capped (container.py).
+
+The first and last halves are kept, the middle counted and cut.
+"""
 
 from __future__ import annotations
 

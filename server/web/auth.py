@@ -78,7 +78,9 @@ class WebAuth:
         extra = {host.strip("[]").lower() for host in hosts}
         self._any_host = bool(extra & {"0.0.0.0", "::", ""})  # all interfaces: the token alone guards it
         self._hosts = LOOPBACK_NAMES | extra
-        self.cookie = f"conclave_web_{port}"  # cookies ignore ports: two servers on one host keep theirs apart
+        self.cookie = (
+            f"conclave_web_{port}"  # cookies ignore ports: two servers on one host keep theirs apart
+        )
 
     def caller_of(self, token: str | None, session: str | None) -> Caller | None:
         """The caller a bearer token or a session cookie names; None for neither or a wrong one."""
@@ -94,7 +96,9 @@ class WebAuth:
         host = request.headers.get("host", "")
         name = _host_name(host)
         if not (self._any_host or name in self._hosts):
-            raise Refused(421, f"this server does not answer to Host {host!r}; open it as http://127.0.0.1:{self.port}/")
+            raise Refused(
+                421, f"this server does not answer to Host {host!r}; open it as http://127.0.0.1:{self.port}/"
+            )
         origin = request.headers.get("origin")
         if origin is None and not write:
             return
@@ -109,7 +113,9 @@ class WebAuth:
         caller = self.caller_of(token, request.cookies.get(self.cookie))
         if caller is None:
             raise Refused(401, "this page needs the server's token: open /login")
-        if write and not hmac.compare_digest(request.headers.get(CSRF_HEADER, "").encode(), caller.csrf.encode()):
+        if write and not hmac.compare_digest(
+            request.headers.get(CSRF_HEADER, "").encode(), caller.csrf.encode()
+        ):
             raise Refused(403, f"a change needs the {CSRF_HEADER} header from /api/session")
         return caller
 

@@ -1,10 +1,15 @@
 """The web view's routes: the pages, the login, one job's snapshot, its event stream, and cancel.
 
-    GET  /                        the list of jobs          GET  /api/jobs             the list, as JSON
-    GET  /jobs/<id>               one job's page            GET  /api/jobs/<id>        its JobPage, as JSON
-    GET  /login[?token=&next=]    sign in (sets the cookie) GET  /api/jobs/<id>/events its JobPage on every change (SSE)
-    POST /login                   the same, from the form   POST /api/jobs/<id>/cancel cancel it (CSRF-checked)
-    GET  /api/session             the CSRF value            GET  /static/<file>        app.js, style.css
+    GET  /                        the list of jobs
+    GET  /jobs/<id>               one job's page
+    GET  /login[?token=&next=]    sign in (sets the cookie)
+    POST /login                   the same, from the form
+    GET  /api/session             the CSRF value
+    GET  /api/jobs                the list, as JSON
+    GET  /api/jobs/<id>           its JobPage, as JSON
+    GET  /api/jobs/<id>/events    its JobPage on every change (SSE)
+    POST /api/jobs/<id>/cancel    cancel it (CSRF-checked)
+    GET  /static/<file>           app.js, style.css
 
 Live updates: the event stream compares the job's (rev, events, state) in the store every POLL_S
 seconds, in a worker thread, and sends the whole JobPage when it changed; the store is shared by every
@@ -34,8 +39,13 @@ POLL_S = 0.25  # how often an open page's stream looks at the store
 KEEP_ALIVE_S = 15.0
 CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
        "object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
-HEADERS = {"Content-Security-Policy": CSP, "X-Content-Type-Options": "nosniff", "Referrer-Policy": "same-origin",
-           "X-Frame-Options": "DENY", "Cache-Control": "no-store"}
+HEADERS = {
+    "Content-Security-Policy": CSP,
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+    "X-Frame-Options": "DENY",
+    "Cache-Control": "no-store",
+}
 STATIC = {"app.js": "text/javascript", "style.css": "text/css"}
 PAGES = ("index.html", "job.html", "login.html")
 
@@ -82,7 +92,9 @@ class WebView:
             raise Refused(404, f"no job {job_id!r}: job ids look like cj-1a2b3c4d5e6f")
         row = await anyio.to_thread.run_sync(self.reader.row, job_id)
         if row is None or not caller.may_read(row):
-            raise Refused(404, f"no job {job_id!r} here (finished jobs are pruned after a while: conclave gc)")
+            raise Refused(
+                404, f"no job {job_id!r} here (finished jobs are pruned after a while: conclave gc)"
+            )
         return row
 
     # Routes ------------------------------------------------------------------------------------------------
@@ -102,7 +114,9 @@ class WebView:
 
     async def snapshot(self, request: Request, caller: Caller) -> Response:
         row = await self.job_row(request, caller)
-        page = await anyio.to_thread.run_sync(self.reader.page, row, str(request.url_for("job", job_id=row.id)))
+        page = await anyio.to_thread.run_sync(
+            self.reader.page, row, str(request.url_for("job", job_id=row.id))
+        )
         return Response(page.model_dump_json(), headers=HEADERS, media_type="application/json")
 
     async def events(self, request: Request, caller: Caller) -> Response:

@@ -57,7 +57,8 @@ async def running_web(settings: Settings, port: int, token: str | None = None) -
         config = uvicorn.Config(Starlette(routes=routes), host="127.0.0.1", port=port, log_level="warning",
                                 lifespan="off", timeout_graceful_shutdown=SHUTDOWN_S)
         server = uvicorn.Server(config)
-        server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign]  # signals are the caller's
+        # Signals are the caller's.
+        server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign]
         tg.start_soon(server.serve)
         while not server.started:
             if tg.cancel_scope.cancel_called:
@@ -79,10 +80,15 @@ def _free_port() -> int:
 
 
 async def serve_web(settings: Settings, port: int) -> None:
-    """`conclave web`: serve until SIGINT or SIGTERM, printing the sign-in link; web.json goes on the way out."""
+    """`conclave web`: serve until SIGINT or SIGTERM, printing the sign-in link.
+
+    web.json goes on the way out.
+    """
     with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with running_web(settings, port) as served:
             print(f"Conclave's web view of {settings.home}: {served.url}/", flush=True)
-            print(f"Sign in (this link holds the token; keep it to yourself): {served.login_url()}", flush=True)
+            print(
+                f"Sign in (this link holds the token; keep it to yourself): {served.login_url()}", flush=True
+            )
             async for _ in signals:
                 break

@@ -101,9 +101,18 @@ class Reader:
     def jobs(self, may_read: Callable[[JobRow], bool], limit: int = 50) -> list[JobLine]:
         with self._lock:
             rows = [row for row in self._store.recent_jobs(limit) if may_read(row)]
-        return [JobLine(job_id=row.id, state=row.state, team=row.team_name, task=row.task[:300], phase=row.phase,
-                        created_at=row.created_at, winner=row.result.winner if row.result else None)
-                for row in rows]
+        return [
+            JobLine(
+                job_id=row.id,
+                state=row.state,
+                team=row.team_name,
+                task=row.task[:300],
+                phase=row.phase,
+                created_at=row.created_at,
+                winner=row.result.winner if row.result else None,
+            )
+            for row in rows
+        ]
 
     def request_cancel(self, job_id: str) -> None:
         """Ask whichever server runs the job to cancel it (it watches the store: jobs/service.py)."""
@@ -153,7 +162,9 @@ def timeline(events: list[JobEvent]) -> list[Moment]:
             continue
         if kind in ("answer", "checked", "steer", "steered", "steering") and held:
             cleared = ", ".join(f"{voter}'s vote for {label}" for voter, label in sorted(held.items()))
-            cause = "a new answer" if kind == "answer" else "a check result" if kind == "checked" else "a note"
+            cause = (
+                "a new answer" if kind == "answer" else "a check result" if kind == "checked" else "a note"
+            )
             moments.append(Moment(at=event.at, kind="invalidated", text=f"{cause} cleared {cleared}"))
             held.clear()
         match kind:
@@ -165,21 +176,45 @@ def timeline(events: list[JobEvent]) -> list[Moment]:
                 moments.append(Moment(at=event.at, kind=kind, letter=who, label=d["label"],
                                       text=f"{who} voted for {d['label']}", body=d.get("reason") or None))
             case "vote_discarded":
-                moments.append(Moment(at=event.at, kind=kind, letter=who, label=d.get("label"),
-                                      text=f"{who}'s vote for {d.get('label')} was discarded (it named no current "
-                                      "answer, or the answers changed)", body=d.get("reason") or None))
+                moments.append(
+                    Moment(
+                        at=event.at,
+                        kind=kind,
+                        letter=who,
+                        label=d.get("label"),
+                        text=f"{who}'s vote for {d.get('label')} was discarded (it named no current "
+                        "answer, or the answers changed)",
+                        body=d.get("reason") or None,
+                    )
+                )
             case "checked":
                 tail = "\n".join(d.get("tail") or []) or None
-                moments.append(Moment(at=event.at, kind=kind, letter=who, label=d["label"],
-                                      text=f"check of {d['label']}: {d['status']} (exit {d.get('exit_code')})",
-                                      body=tail))
+                moments.append(
+                    Moment(
+                        at=event.at,
+                        kind=kind,
+                        letter=who,
+                        label=d["label"],
+                        text=f"check of {d['label']}: {d['status']} (exit {d.get('exit_code')})",
+                        body=tail,
+                    )
+                )
             case "steer" | "steered" | "steering":
                 note = d.get("note") or d.get("text") or d.get("message") or ""
-                moments.append(Moment(at=event.at, kind="steer", letter=who, text="steering note", body=str(note)))
+                moments.append(
+                    Moment(at=event.at, kind="steer", letter=who, text="steering note", body=str(note))
+                )
             case "finished":
                 winner = d.get("winner")
-                moments.append(Moment(at=event.at, kind=kind, label=winner, text=(
-                    f"finished: {winner} won" if winner else "finished without a winner") + f"; {d.get('reason')}"))
+                moments.append(
+                    Moment(
+                        at=event.at,
+                        kind=kind,
+                        label=winner,
+                        text=(f"finished: {winner} won" if winner else "finished without a winner")
+                        + f"; {d.get('reason')}",
+                    )
+                )
             case _:
                 moments.append(Moment(at=event.at, kind=kind, letter=who, text=_words(kind, who, d)))
     return moments

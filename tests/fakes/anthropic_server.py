@@ -60,7 +60,10 @@ def routes(script: Script) -> list[Route]:
             return Response("<html>502 upstream hiccup</html>", media_type="text/html")
         message = build_message(reply, recorded)
         usage = message["usage"]
-        total_in, cached = usage["input_tokens"] + usage["cache_read_input_tokens"], usage["cache_read_input_tokens"]
+        total_in, cached = (
+            usage["input_tokens"] + usage["cache_read_input_tokens"],
+            usage["cache_read_input_tokens"],
+        )
         if not streamed:
             script.charge(recorded.agent, total_in, usage["output_tokens"], cached)
             return JSONResponse(message, headers={"request-id": message["id"]})

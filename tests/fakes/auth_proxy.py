@@ -17,7 +17,14 @@ from urllib.parse import urlsplit
 
 import httpx2
 
-_HOP = {"connection", "content-length", "transfer-encoding", "keep-alive", "authorization", "content-encoding"}
+_HOP = {
+    "connection",
+    "content-length",
+    "transfer-encoding",
+    "keep-alive",
+    "authorization",
+    "content-encoding",
+}
 
 
 class _Proxy(ThreadingHTTPServer):
@@ -40,7 +47,9 @@ class _Forward(BaseHTTPRequestHandler):
         body = self.rfile.read(length) if length else None
         headers = {key: value for key, value in self.headers.items() if key.lower() not in _HOP}
         headers["Authorization"] = f"Bearer {self.server.token}"
-        request = httpx2.Request(self.command, self.server.upstream + self.path, headers=headers, content=body)
+        request = httpx2.Request(
+            self.command, self.server.upstream + self.path, headers=headers, content=body
+        )
         with httpx2.Client(timeout=None) as client:
             response = client.send(request, stream=True)
             try:

@@ -4,7 +4,8 @@ one task to Conclave.
 The CLI runs its own agent loop against a fake provider; this responder plays the model, reading each
 request the way a model would:
 
-    1. no tool result yet       -> search for the conclave tools (Claude Code: ToolSearch; Codex: tool_search),
+    1. no tool result yet       -> search for the conclave tools
+                                   (Claude Code: ToolSearch; Codex: tool_search),
                                    unless the request offers them already (Copilot: conclave-ask_team;
                                    Gemini CLI: mcp_conclave_ask_team)
     2. the tools are known      -> ask_team(task, team, wait_seconds=0): the job comes back queued
@@ -12,8 +13,9 @@ request the way a model would:
     4. a job that is done       -> a final message quoting the team's answer
 
 Requests that offer neither a search tool nor the conclave tools (side calls: titles, summaries, Gemini
-CLI's routing) get a small JSON object as text, which reads as an answer and as the routing score. What the CLI sent back (the search results, the tool results as the model read them) is
-kept for the test to check.
+CLI's routing) get a small JSON object as text, which reads as an answer and as the routing score.
+What the CLI sent back (the search results, the tool results as the model read them) is kept for
+the test to check.
 """
 
 from __future__ import annotations
@@ -101,7 +103,9 @@ class CodingAgent:
                 found.append(("search", names))
             elif item.get("type") == "function_call_output":
                 output = item.get("output")
-                texts = [part.get("text", "") for part in output] if isinstance(output, list) else [str(output)]
+                texts = (
+                    [part.get("text", "") for part in output] if isinstance(output, list) else [str(output)]
+                )
                 found.append(("result", "\n".join(texts)))
         return found
 
@@ -131,7 +135,9 @@ def _tool_names(body: dict[str, Any]) -> list[str]:
     """The names of the tools a request offers, in every wire format."""
     names = []
     for tool in body.get("tools") or []:
-        names += [str(tool.get("name", ""))] + [str(d.get("name")) for d in tool.get("functionDeclarations", [])]
+        names += [str(tool.get("name", ""))] + [
+            str(d.get("name")) for d in tool.get("functionDeclarations", [])
+        ]
     return [name for name in names if name]
 
 
@@ -161,7 +167,11 @@ def _job_view(text: str) -> dict[str, Any] | None:
     hands over the text block)."""
     seen = _TEXT_VIEW.search(text)
     if seen and '{"job_id"' not in text:
-        answer = text.split("\nFinal answer:\n", 1)[1].split("\n\nNext: ", 1)[0] if "\nFinal answer:\n" in text else None
+        answer = (
+            text.split("\nFinal answer:\n", 1)[1].split("\n\nNext: ", 1)[0]
+            if "\nFinal answer:\n" in text
+            else None
+        )
         return {"job_id": seen.group(1), "state": seen.group(2), "answer": answer}
     start = text.find('{"')
     while start >= 0:

@@ -80,7 +80,9 @@ def routes(script: Script) -> list[Route]:
         bill = _Bill(script, agent)
         if streamed:
             events = [(b"data: " + json.dumps(c).encode() + b"\n\n", c["usageMetadata"]) for c in chunks]
-            return StreamingResponse(_sent(events, bill, cut=reply.cut_stream, stall=reply.stall), media_type=SSE)
+            return StreamingResponse(
+                _sent(events, bill, cut=reply.cut_stream, stall=reply.stall), media_type=SSE
+            )
         payload = json.dumps(chunks[0], indent=2).encode()
         if reply.cut_stream:  # half a body, then the connection drops
             half = payload[: len(payload) // 2]
@@ -119,7 +121,10 @@ class _Bill:
 async def _sent(
     events: list[tuple[bytes, dict[str, Any]]], bill: _Bill, *, cut: bool, stall: float
 ) -> AsyncIterator[bytes]:
-    """A streamed reply's events, each charged as it goes out; `cut` drops and `stall` waits after the first."""
+    """A streamed reply's events, each charged as it goes out.
+
+    `cut` drops and `stall` waits after the first.
+    """
     for index, (data, usage) in enumerate(events):
         bill.sent(usage)
         yield data

@@ -71,7 +71,9 @@ def routes(script: Script) -> list[Route]:
         if recorded.streamed:
             include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
             chunks = stream_chunks(model, reply.text, calls, usage if include_usage else None)
-            return StreamingResponse(sse(chunks, cut=reply.cut_stream, charge=charge), media_type="text/event-stream")
+            return StreamingResponse(
+                sse(chunks, cut=reply.cut_stream, charge=charge), media_type="text/event-stream"
+            )
         completion = completion_json(model, reply.text, calls, usage)
         if reply.cut_stream:  # half a body, then the connection drops
             half = json.dumps(completion)[:40]
@@ -164,7 +166,9 @@ def stream_chunks(
     return chunks
 
 
-async def sse(chunks: list[dict[str, Any]], *, cut: bool, charge: Callable[[], None] = lambda: None) -> AsyncIterator[str]:
+async def sse(
+    chunks: list[dict[str, Any]], *, cut: bool, charge: Callable[[], None] = lambda: None
+) -> AsyncIterator[str]:
     for chunk in chunks:
         if chunk.get("usage"):  # OpenAI reports usage only here, in the last chunk
             charge()

@@ -31,7 +31,9 @@ def official_http(url: str, token: str = HTTP_TOKEN) -> Any:
     from mcp.client.streamable_http import streamable_http_client
 
     headers = {"Authorization": f"Bearer {token}"}
-    return streamable_http_client(url, http_client=httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=300)))
+    return streamable_http_client(
+        url, http_client=httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=300))
+    )
 
 
 @contextmanager
@@ -39,13 +41,15 @@ def http_server(tmp_path: Path, env: Mapping[str, str], token: str | None = HTTP
     """Start `python -m conclave serve --http` on a free port with `env` over os.environ; yield its URL.
 
     HTTP always needs a token: CONCLAVE_HTTP_TOKEN is `token` unless `env` sets it (None: unset, so the
-    server makes one under CONCLAVE_HOME or reads http-tokens.json there). The log is in tmp_path/server.log and is shown
-    when the server dies before answering. Stopped with SIGTERM, the server must exit 0: its JobService
-    closes too (see app.serve_http).
+    server makes one under CONCLAVE_HOME or reads http-tokens.json there). The log is in
+    tmp_path/server.log and is shown when the server dies before answering. Stopped with SIGTERM,
+    the server must exit 0: its JobService closes too (see app.serve_http).
     """
     port = free_port()
     environ = {key: value for key, value in os.environ.items() if key != "CONCLAVE_HTTP_TOKEN"}
-    environ.update({"FASTMCP_LOG_LEVEL": "WARNING", **({"CONCLAVE_HTTP_TOKEN": token} if token else {}), **env})
+    environ.update(
+        {"FASTMCP_LOG_LEVEL": "WARNING", **({"CONCLAVE_HTTP_TOKEN": token} if token else {}), **env}
+    )
     log_path = tmp_path / "server.log"
     with log_path.open("wb") as log:
         process = subprocess.Popen(
@@ -61,6 +65,7 @@ def http_server(tmp_path: Path, env: Mapping[str, str], token: str | None = HTTP
                     httpx2.get(url, timeout=1)
                     break
                 except httpx2.TransportError:
+                    # wall-time: a start limit, not a speed
                     assert time.monotonic() < deadline, "the HTTP server did not start"
                     time.sleep(0.1)
             yield url

@@ -27,8 +27,14 @@ PREFIX = "/responses/{agent}/v1"
 def routes(script: Script) -> list[Route]:
     async def responses(request: Request) -> Response:
         body = await request.json()
-        recorded = RecordedRequest("responses", request.path_params["agent"], request.url.path,
-                                   {k.lower(): v for k, v in request.headers.items()}, body, bool(body.get("stream")))
+        recorded = RecordedRequest(
+            "responses",
+            request.path_params["agent"],
+            request.url.path,
+            {k.lower(): v for k, v in request.headers.items()},
+            body,
+            bool(body.get("stream")),
+        )
         reply = script.next_reply(recorded)
         if reply.status != 200:
             error = {"message": reply.error_message, "type": "server_error", "param": None, "code": None}
@@ -83,8 +89,16 @@ async def _events(response: dict[str, Any]) -> AsyncIterator[bytes]:
                    {"type": "response.output_item.added", "output_index": index, "item": item})
         if item["type"] == "message":
             text = item["content"][0]["text"]
-            yield _sse("response.output_text.delta", {"type": "response.output_text.delta", "item_id": item["id"],
-                                                      "output_index": index, "content_index": 0, "delta": text})
+            yield _sse(
+                "response.output_text.delta",
+                {
+                    "type": "response.output_text.delta",
+                    "item_id": item["id"],
+                    "output_index": index,
+                    "content_index": 0,
+                    "delta": text,
+                },
+            )
         yield _sse("response.output_item.done",
                    {"type": "response.output_item.done", "output_index": index, "item": item})
     yield _sse("response.completed", {"type": "response.completed", "response": response})

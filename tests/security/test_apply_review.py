@@ -83,8 +83,16 @@ async def test_consent_named_in_the_call_applies_binaries_and_artefacts_but_neve
 
 
 def test_vcs_metadata_is_recognised_in_every_spelling_a_filesystem_folds_onto_it() -> None:
-    for path in (".git/config", ".GIT/hooks/x", "sub/.Git/HEAD", ".git./x", ".g\u200cit/hooks/x", "GIT~1/config",
-                 ".hg/hgrc", ".SVN/entries"):
+    for path in (
+        ".git/config",
+        ".GIT/hooks/x",
+        "sub/.Git/HEAD",
+        ".git./x",
+        ".g\u200cit/hooks/x",
+        "GIT~1/config",
+        ".hg/hgrc",
+        ".SVN/entries",
+    ):
         assert is_vcs_metadata(path), path
     assert not is_vcs_metadata(".gitignore") and not is_vcs_metadata("src/git/x.py")
     for path in ("a/__pycache__/m.cpython-312.pyc", "lib.SO", "libx.so.1", "x.dll", "m.pyd", "a/b.dylib"):
@@ -112,10 +120,14 @@ async def test_the_job_result_says_what_was_held_back_and_why(tmp_path: Path, fa
     (project / "pkg").mkdir(parents=True)
     (project / "pkg" / "mod.py").write_text("def f():\n    return 1\n")
     fakes.script.set_default("ann", agent)
-    team = str(write_team(tmp_path / "team.yaml", fakes, (("openai", "ann"),), coordination={"final": "reuse"}))
+    team = str(
+        write_team(tmp_path / "team.yaml", fakes, (("openai", "ann"),), coordination={"final": "reuse"})
+    )
     env = {KEY_ENV: "test-key-0123456789"}
     async with JobService.open(Settings(home=tmp_path / "state"), environ=env) as service:
-        view = await service.submit("fix f", team, [{"path": str(project), "permission": "write"}], apply=True)
+        view = await service.submit(
+            "fix f", team, [{"path": str(project), "permission": "write"}], apply=True
+        )
         with anyio.fail_after(60):
             while not view.done:
                 view = await service.wait(view.job_id, 10)
@@ -125,7 +137,10 @@ async def test_the_job_result_says_what_was_held_back_and_why(tmp_path: Path, fa
     assert (project / "pkg" / "mod.py").read_text() == "def f():\n    return 2\n"
     assert not (project / "pkg" / "__pycache__").exists() and not (project / ".GIT").exists()
     held = {entry["path"]: entry["reason"] for entry in context["held_back"]}
-    assert held == {".GIT/hooks/pre-commit": "vcs_metadata", "pkg/__pycache__/mod.cpython-311.pyc": "artifact"}
+    assert held == {
+        ".GIT/hooks/pre-commit": "vcs_metadata",
+        "pkg/__pycache__/mod.cpython-311.pyc": "artifact",
+    }
 
 
 def test_conclave_ask_names_what_was_held_back() -> None:
@@ -139,4 +154,7 @@ def test_conclave_ask_names_what_was_held_back() -> None:
                    next="-", diff_summary={"contexts": [{"name": "proj", "held_back": [held]}]})
     console = Console(record=True, width=200)
     console.print(render(view))
-    assert "held back, not applied: proj/pkg/__pycache__/m.pyc: pass allow_artifacts=true" in console.export_text()
+    assert (
+        "held back, not applied: proj/pkg/__pycache__/m.pyc: pass allow_artifacts=true"
+        in console.export_text()
+    )

@@ -27,7 +27,8 @@ async def test_setsid_escapees_and_fork_loops_die_with_their_command(box: Sandbo
     marker = await box.exec("echo here > /tmp/keeper-marker", timeout_s=10)
     assert marker.exit_code == 0
     started = await box.exec(
-        "setsid sh -c 'while :; do date +%s%N > /workspace/b.tmp; mv /workspace/b.tmp /workspace/beat; sleep 0.05; done' "
+        "setsid sh -c 'while :; do date +%s%N > /workspace/b.tmp; mv /workspace/b.tmp /workspace/beat; "
+        "sleep 0.05; done' "
         ">/dev/null 2>&1 & "
         "setsid sh -c 'while :; do (sleep 300 &); sleep 0.01; done' >/dev/null 2>&1 & "
         "nohup sleep 301 >/dev/null 2>&1 & "
@@ -37,7 +38,8 @@ async def test_setsid_escapees_and_fork_loops_die_with_their_command(box: Sandbo
     assert started.stdout == "started\n", started.as_text()
     before = (workspace / "beat").read_text()
     assert before.strip().isdigit(), "the background loop never ran: the test would prove nothing"
-    await anyio.sleep(1.0)  # the loop beats every 0.05 s: a second is 20 beats it would have written
+    # The loop beats every 0.05 s: a second is 20 beats it would have written.
+    await anyio.sleep(1.0)  # sleep-ok: watching for writes that must not come
     after = (workspace / "beat").read_text()
     assert before == after, "a background loop kept writing after its command returned"
     assert await survivors(box) == []

@@ -11,7 +11,9 @@ from conclave.files.review import Consent
 from conclave.files.workspaces import ContextPath, Workspaces
 
 pytestmark = pytest.mark.anyio
-HIDDEN = b"def check(token):\n    return True  # \x00 everything below is hidden from a text diff\nimport os\n"
+HIDDEN = (
+    b"def check(token):\n    return True  # \x00 everything below is hidden from a text diff\nimport os\n"
+)
 
 
 @pytest.fixture

@@ -52,9 +52,15 @@ async def test_writes_past_the_jobs_disk_budget_are_tool_errors(tmp_path: Path) 
     tools_b = AgentTools(b, peers=dict, disk=budget.agent("B")).handlers()
     assert (await tools_a["write_file"]({"path": "x", "content": "a" * 600_000})).startswith("wrote")
     refused = await tools_b["write_file"]({"path": "y", "content": "b" * 600_000})  # the budget is the job's
-    assert refused.startswith("Error:") and "disk budget of 1 MB" in refused and "CONCLAVE_JOB_DISK_MB" in refused
+    assert (
+        refused.startswith("Error:")
+        and "disk budget of 1 MB" in refused
+        and "CONCLAVE_JOB_DISK_MB" in refused
+    )
     assert not (b / "y").exists()
-    assert (await tools_a["write_file"]({"path": "x", "content": "small"})).startswith("wrote")  # shrinking is fine
+    assert (await tools_a["write_file"]({"path": "x", "content": "small"})).startswith(
+        "wrote"
+    )  # shrinking is fine
     assert (await tools_b["write_file"]({"path": "y", "content": "b" * 600_000})).startswith("wrote")
 
 

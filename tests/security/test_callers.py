@@ -45,11 +45,15 @@ async def test_with_no_token_set_the_server_makes_one_and_refuses_requests_witho
     assert str(made) in log and "Authorization: Bearer" in log and token not in log
 
 
-async def test_a_caller_sees_only_its_own_jobs_and_the_cli_sees_all(tmp_path: Path, fakes: FakeProviders) -> None:
+async def test_a_caller_sees_only_its_own_jobs_and_the_cli_sees_all(
+    tmp_path: Path, fakes: FakeProviders
+) -> None:
     install(fakes.script, SOLO, voter())
     home = tmp_path / "home"
     config = tmp_path / "config"
-    write_team(config / "conclave" / "teams" / "solo.yaml", fakes, SOLO, name="solo", coordination={"final": "reuse"})
+    write_team(
+        config / "conclave" / "teams" / "solo.yaml", fakes, SOLO, name="solo", coordination={"final": "reuse"}
+    )
     home.mkdir(mode=0o700)
     tokens = home / "http-tokens.json"
     tokens.write_text(json.dumps({"alice": ALICE, "bob": BOB}))
@@ -60,7 +64,11 @@ async def test_a_caller_sees_only_its_own_jobs_and_the_cli_sees_all(tmp_path: Pa
         local = await cli.submit("What is 6 times 7?", "solo")  # the local user, at the terminal
         with http_server(tmp_path, env) as url:
             async with Client(url, auth=HTTP_TOKEN) as http:  # the server's own token: still not the CLI
-                for tool, arguments in (("get_status", {}), ("read_workspace", {"path": ""}), ("cancel_job", {})):
+                for tool, arguments in (
+                    ("get_status", {}),
+                    ("read_workspace", {"path": ""}),
+                    ("cancel_job", {}),
+                ):
                     with pytest.raises(ToolError, match="no such job"):
                         await http.call_tool(tool, {"job_id": local.job_id, **arguments})
             async with Client(url, auth=ALICE) as alice, Client(url, auth=BOB) as bob:

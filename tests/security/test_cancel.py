@@ -23,7 +23,9 @@ pytestmark = pytest.mark.anyio
 SOLO = (("openai", "ann"),)
 
 
-def test_a_cancelled_call_does_not_wait_for_a_blocked_worker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_cancelled_call_does_not_wait_for_a_blocked_worker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     stalled, entered = threading.Event(), threading.Event()
 
     def stuck(self: AgentTools, args: Any) -> str:  # a file call stuck in the kernel (a hung mount, say)
@@ -72,6 +74,7 @@ async def test_cancel_job_ends_a_job_blocked_in_a_tool_within_seconds(
             with anyio.fail_after(60):
                 while len(fakes.script.requests_of("ann")) < 2:  # the FIFO is made, write_file is asked for
                     await anyio.sleep(0.1)
+            # sleep-ok: lets write_file block on the FIFO; the cancel must end the job at any moment
             await anyio.sleep(1.0)
             view = await service.cancel(view.job_id)
             assert view.state == "cancelled", view.text()

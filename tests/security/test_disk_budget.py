@@ -32,13 +32,18 @@ async def test_one_command_cannot_write_600_mb_past_a_64_mb_budget(box: Sandbox,
     size = measure(workspace)
     assert size <= LIMIT + MARGIN, f"{size / MB:.0f} MB written past a {LIMIT / MB:.0f} MB budget: {ran}"
     assert "disk budget" in ran, ran
-    again = await handlers["run_command"]({"command": "head -c 300000000 /dev/zero > more.bin", "timeout_s": 120})
+    again = await handlers["run_command"](
+        {"command": "head -c 300000000 /dev/zero > more.bin", "timeout_s": 120}
+    )
     assert measure(workspace) <= LIMIT + MARGIN, again
 
 
 async def test_many_files_written_fast_are_stopped_at_the_cap_too(box: Sandbox, workspace: Path) -> None:
     _, handlers = tools(box, workspace)
-    script = "i=0; while [ $i -lt 200 ]; do head -c 3000000 /dev/zero > f$i.bin || break; i=$((i+1)); done; echo wrote $i"
+    script = (
+        "i=0; while [ $i -lt 200 ]; do head -c 3000000 /dev/zero > f$i.bin || break; i=$((i+1)); done; "
+        "echo wrote $i"
+    )
     ran = await handlers["run_command"]({"command": script, "timeout_s": 120})
     size = measure(workspace)
     assert size <= LIMIT + MARGIN, f"{size / MB:.0f} MB in {ran}"

@@ -68,7 +68,8 @@ def clis_image() -> str:
         pytest.skip(f"needs the Docker engine ({status.error}); .ci/run provides it")
     report = anyio.run(build_clis_image)
     print(
-        f"\nCLI image {report.tag}: {report.size_bytes / 1e6:.0f} MB, built={report.built}, {report.seconds:.0f} s"
+        f"\nCLI image {report.tag}: {report.size_bytes / 1e6:.0f} MB, built={report.built}, "
+        f"{report.seconds:.0f} s"
     )
     return report.tag
 

@@ -58,7 +58,9 @@ def test_with_a_token_or_on_loopback_it_serves(tmp_path: Path) -> None:
     for host, token in (("0.0.0.0", "a-long-random-token-0123456789"), ("127.0.0.1", None)):
         process, port = serve(tmp_path, host, token)
         try:
-            assert answers(port), process.stdout.read().decode() if process.poll() is not None else "no answer"
+            assert answers(port), (
+                process.stdout.read().decode() if process.poll() is not None else "no answer"
+            )
         finally:
             process.terminate()
             process.wait(timeout=20)

@@ -140,7 +140,9 @@ async def test_a_command_that_nests_1500_folders_fails_that_step_never_the_job(
     sandbox = {"memory": "256m", "cpus": 1, "pids": 64}
     team = str(write_team(tmp_path / "team.yaml", fakes, (("openai", "ann"),), sandbox=sandbox,
                           coordination={"final": "reuse"}))
-    async with JobService.open(Settings(home=tmp_path / "state"), environ={KEY_ENV: "k-0123456789"}) as service:
+    async with JobService.open(
+        Settings(home=tmp_path / "state"), environ={KEY_ENV: "k-0123456789"}
+    ) as service:
         view = await service.submit("nest", team, [{"path": str(project)}])
         with anyio.fail_after(120):
             while not view.done:

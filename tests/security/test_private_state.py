@@ -22,7 +22,9 @@ def mode(path: Path) -> int:
     return stat.S_IMODE(os.stat(path).st_mode)
 
 
-async def test_state_is_private_and_working_copies_go_with_the_job(tmp_path: Path, fakes: FakeProviders) -> None:
+async def test_state_is_private_and_working_copies_go_with_the_job(
+    tmp_path: Path, fakes: FakeProviders
+) -> None:
     install(fakes.script, TRIO, voter())
     project = tmp_path / "proj"
     project.mkdir()
@@ -32,7 +34,9 @@ async def test_state_is_private_and_working_copies_go_with_the_job(tmp_path: Pat
     old = os.umask(0o022)  # a usual umask: what is private is made so on purpose
     try:
         async with JobService.open(Settings(home=home), environ={KEY_ENV: "k-0123456789"}) as service:
-            view = await until_done(service, await service.submit("Look at a.txt", team, [{"path": str(project)}]))
+            view = await until_done(
+                service, await service.submit("Look at a.txt", team, [{"path": str(project)}])
+            )
     finally:
         os.umask(old)
     assert view.state == "completed", view.text()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import anyio
 import pytest
 import yaml
 from mcp import ClientSession
@@ -36,11 +37,14 @@ def _leaked(fakes: FakeProviders) -> list[str]:
 async def _run(tmp_path: Path, team: Path, environ: dict[str, str]) -> None:
     async with JobService.open(Settings(home=tmp_path / "state"), environ=environ) as service:
         view = await service.submit("What is 6 times 7?", str(team))
-        while not view.done:
-            view = await service.wait(view.job_id, 10)
+        with anyio.fail_after(120):
+            while not view.done:
+                view = await service.wait(view.job_id, 10)
 
 
-async def test_a_team_cannot_point_a_providers_own_key_at_its_server(tmp_path: Path, fakes: FakeProviders) -> None:
+async def test_a_team_cannot_point_a_providers_own_key_at_its_server(
+    tmp_path: Path, fakes: FakeProviders
+) -> None:
     solo = (("anthropic", "bob"),)
     install(fakes.script, solo, voter())
     for variable in OWN_KEYS:
@@ -59,7 +63,12 @@ async def test_a_team_cannot_point_a_providers_own_key_at_its_server(tmp_path: P
 async def test_a_key_is_never_expanded_into_a_team(tmp_path: Path, fakes: FakeProviders) -> None:
     solo = (("openai", "ann"),)
     install(fakes.script, solo, voter())
-    environ = {"ANTHROPIC_API_KEY": SECRET, "MY_ALIAS": SECRET, "ROUTER_TOKEN": "tok-0123456789", KEY_ENV: "k"}
+    environ = {
+        "ANTHROPIC_API_KEY": SECRET,
+        "MY_ALIAS": SECRET,
+        "ROUTER_TOKEN": "tok-0123456789",
+        KEY_ENV: "k",
+    }
     for model in ("openai/${ANTHROPIC_API_KEY}", "openai/${MY_ALIAS}", "openai/x-${ROUTER_TOKEN:-none}"):
         data = team_data(fakes, solo, coordination={"final": "reuse"})
         data["agents"][0]["model"] = model
@@ -89,7 +98,9 @@ async def test_official_teams_ignore_the_sdks_base_url_variables(
     team.write_text(yaml.safe_dump({"name": "official", "sandbox": "none", "agents": [
         {"model": "openai/gpt-test", **agent}, {"model": "anthropic/claude-test", **agent},
         {"model": "gemini/gemini-test", **agent}]}))
-    await _run(tmp_path, team, {"OPENAI_API_KEY": SECRET, "ANTHROPIC_API_KEY": SECRET, "GEMINI_API_KEY": SECRET})
+    await _run(
+        tmp_path, team, {"OPENAI_API_KEY": SECRET, "ANTHROPIC_API_KEY": SECRET, "GEMINI_API_KEY": SECRET}
+    )
     assert not fakes.script.requests, [r.path for r in fakes.script.requests]
 
 
@@ -98,7 +109,9 @@ async def test_over_stdio_a_projects_own_team_file_is_refused_until_its_folder_i
 ) -> None:
     solo = (("openai", "ann"),)
     install(fakes.script, solo, voter())
-    (tmp_path / "conclave.yaml").write_text(yaml.safe_dump(team_data(fakes, solo, coordination={"final": "reuse"})))
+    (tmp_path / "conclave.yaml").write_text(
+        yaml.safe_dump(team_data(fakes, solo, coordination={"final": "reuse"}))
+    )
     params = stdio_params(tmp_path)  # started in the "cloned repository", as a client does
     async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
         await session.initialize()
@@ -110,5 +123,7 @@ async def test_over_stdio_a_projects_own_team_file_is_refused_until_its_folder_i
     params.env = {**(params.env or {}), "CONCLAVE_TEAM_DIRS": str(tmp_path)}  # the user lists the folder
     async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
         await session.initialize()
-        allowed = await session.call_tool("ask_team", {"task": "t", "team": "conclave.yaml", "wait_seconds": 30})
+        allowed = await session.call_tool(
+            "ask_team", {"task": "t", "team": "conclave.yaml", "wait_seconds": 30}
+        )
         assert not allowed.is_error and allowed.structured_content["state"] == "completed", allowed.content

@@ -31,7 +31,9 @@ def test_a_fifo_is_never_opened_and_never_blocks(tools: AgentTools, workspace: P
     for fifo in fifos:
         os.mkfifo(fifo)
     try:
-        written = call(tools, "write_file", path="src/pipe", content="written\n")  # no reader: open() would block
+        written = call(
+            tools, "write_file", path="src/pipe", content="written\n"
+        )  # no reader: open() would block
         assert written.startswith("wrote"), written
         assert fifos[0].read_text() == "written\n"  # the FIFO was replaced, not written through
         for name, args in [

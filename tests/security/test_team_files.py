@@ -38,27 +38,40 @@ def test_variables_expand_only_in_key_url_and_model_fields() -> None:
     assert SECRET not in team.model_dump_json()
     assert team.name == "${OPENAI_API_KEY}" and team.agents[0].system_prompt == "say ${OPENAI_API_KEY}"
     agent = team.agents[0]
-    assert (agent.model, agent.base_url, agent.api_key_env) == ("openai/gpt-5", "http://127.0.0.1:2/v1", "PROXY_KEY")
+    assert (agent.model, agent.base_url, agent.api_key_env) == (
+        "openai/gpt-5",
+        "http://127.0.0.1:2/v1",
+        "PROXY_KEY",
+    )
 
 
 def test_a_custom_base_url_must_name_its_key_variable() -> None:
-    for provider, url in (("openai", "https://collector.example/v1"), ("anthropic", "http://api.anthropic.com"),
-                          ("gemini", "http://127.0.0.1:9")):
+    for provider, url in (
+        ("openai", "https://collector.example/v1"),
+        ("anthropic", "http://api.anthropic.com"),
+        ("gemini", "http://127.0.0.1:9"),
+    ):
         with pytest.raises(ConfigError, match="api_key_env") as refused:
             parse_team({"agents": [{"model": f"{provider}/m", "base_url": url}]}, "t.yaml", {})
         assert "is never sent there" in str(refused.value)
-    official = parse_team({"agents": [{"model": "openai/m", "base_url": "https://api.openai.com/v1"}]}, "t", {})
+    official = parse_team(
+        {"agents": [{"model": "openai/m", "base_url": "https://api.openai.com/v1"}]}, "t", {}
+    )
     assert official.agents[0].key_variables() == ("OPENAI_API_KEY",)
 
 
-async def test_a_providers_default_key_never_reaches_another_endpoint(tmp_path: Path, fakes: FakeProviders) -> None:
+async def test_a_providers_default_key_never_reaches_another_endpoint(
+    tmp_path: Path, fakes: FakeProviders
+) -> None:
     install(fakes.script, SOLO, voter())
     data = team_data(fakes, SOLO, coordination={"final": "reuse"})
     del data["agents"][0]["api_key_env"]
     data["agents"][0]["api_key_required"] = False  # a keyless server: allowed, and then gets no key at all
     path = tmp_path / "team.yaml"
     path.write_text(yaml.safe_dump(data))
-    async with JobService.open(Settings(home=tmp_path / "state"), environ={"OPENAI_API_KEY": SECRET}) as service:
+    async with JobService.open(
+        Settings(home=tmp_path / "state"), environ={"OPENAI_API_KEY": SECRET}
+    ) as service:
         view = await until_done(service, await service.submit("What is 6 times 7?", str(path)))
     assert view.state == "completed", view.text()
     requests = fakes.script.requests_of("ann")
@@ -74,7 +87,9 @@ def test_sandbox_memory_must_be_a_positive_size() -> None:
 
 
 async def test_a_sandbox_network_needs_the_servers_opt_in(tmp_path: Path, fakes: FakeProviders) -> None:
-    team = str(write_team(tmp_path / "team.yaml", fakes, SOLO, sandbox={"network": "bridge", "memory": "256m"}))
+    team = str(
+        write_team(tmp_path / "team.yaml", fakes, SOLO, sandbox={"network": "bridge", "memory": "256m"})
+    )
     env = {KEY_ENV: "test-key-0123456789"}
     async with JobService.open(Settings(home=tmp_path / "state"), environ=env) as service:
         with pytest.raises(ConfigError, match="CONCLAVE_SANDBOX_NETWORK"):

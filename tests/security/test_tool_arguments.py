@@ -39,8 +39,12 @@ async def test_malformed_tool_arguments_are_tool_errors_and_the_job_completes(
     install(fakes.script, SOLO, voter())
     fakes.script.enqueue("ann", Reply(tool_calls=list(BAD_CALLS)))
     team = str(write_team(tmp_path / "team.yaml", fakes, SOLO, coordination={"final": "reuse"}))
-    async with JobService.open(Settings(home=tmp_path / "state"), environ={KEY_ENV: "k-0123456789"}) as service:
-        view = await until_done(service, await service.submit("Look at a.txt", team, [{"path": str(project)}]))
+    async with JobService.open(
+        Settings(home=tmp_path / "state"), environ={KEY_ENV: "k-0123456789"}
+    ) as service:
+        view = await until_done(
+            service, await service.submit("Look at a.txt", team, [{"path": str(project)}])
+        )
     assert view.state == "completed", view.text()
     answered = fakes.script.requests_of("ann")[1].text()
     assert answered.count("bad arguments for") == len(BAD_CALLS), answered

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from conclave.coordination.tally import Outcome
+from conclave.coordination.tally import Outcome, StopReason
 
 
 # Events: what happened. Turn events carry the turn id the protocol gave out; late ones are ignored.
@@ -24,6 +24,7 @@ class Deadline:
 @dataclass(frozen=True)
 class Stop:  # end now without another model call (a budget): the best-supported answer as it stands
     reason: str
+    cause: StopReason = StopReason.BUDGET  # the outcome's `stopped_by`
 
 
 @dataclass(frozen=True)
@@ -82,7 +83,11 @@ class PresentationFailed:
     error: str
 
 
-Event = Start | Deadline | Stop | Steer | Verified | TurnEvent | Presented | PresentationFailed
+# Every event, each class named: protocol.py's `apply` matches them all (typing.assert_never checks it).
+Event = (
+    Start | Deadline | Stop | Steer | Verified | WorkStarted | AnswerPosted | VoteCast | NoDecision | TurnFailed
+    | Presented | PresentationFailed
+)
 
 
 # Actions: what the driver must do.

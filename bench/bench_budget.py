@@ -45,7 +45,7 @@ async def one_run(root: Path) -> dict[str, Any]:
             agents[name] = {"counted": counted, "billed": list(fakes.script.bill[name]),
                             "requests": len(fakes.script.requests_of(name)), "attempts_counted": agent.usage.calls}
     stop = kinds.index("budget_reached")
-    return {"state": view.state, "reason": view.reason, "fallback": view.fallback, "winner_votes": view.votes,
+    return {"state": view.state, "reason": view.result.reason, "fallback": view.result.fallback, "winner_votes": view.result.votes,
             "tokens": view.usage.tokens, "max_tokens": BUDGET, "turns_cancelled": kinds.count("turn_cancelled"),
             "turns_started_after_stop": kinds[stop:].count("turn_started"), "agents": agents,
             "usage_equals_bill": all(a["counted"] == a["billed"] for a in agents.values())}

@@ -82,10 +82,11 @@ async def test_context_paths_give_a_diff_files_and_links(client: tuple[Client, s
     assert f"conclave://jobs/{view.job_id}/transcript" in links
 
     patch = (await call(mcp, "read_workspace", job_id=view.job_id, path="@diff")).structured_content["content"]
-    summary = view.diff_summary
+    summary = view.diff_summary.model_dump() if view.diff_summary else None
     assert summary is not None
     assert summary["contexts"][0]["files"] == [
-        {"path": "docs/USAGE.md", "status": "added", "added_lines": 1, "removed_lines": 0, "became_binary": False}
+        {"path": "docs/USAGE.md", "status": "added", "change": "added", "added_lines": 1, "removed_lines": 0,
+         "became_binary": False}
     ]
     assert diff_uri in links and "+Run it." in patch and "docs/USAGE.md" in patch
     resource = await mcp.read_resource(diff_uri)
@@ -100,7 +101,7 @@ async def test_context_paths_give_a_diff_files_and_links(client: tuple[Client, s
     assert second["entries"] == everything["entries"][1:3]  # a listing's offset and limit count entries
     assert second["total"] == len(everything["entries"]) and second["next_offset"] == 3
     # every answer's snapshot is readable, and the caller's folder was never written
-    listing = await call(mcp, "read_workspace", job_id=view.job_id, path="", source=view.winner)
+    listing = await call(mcp, "read_workspace", job_id=view.job_id, path="", source=view.result.winner)
     assert "proj/README.md" in listing.structured_content["entries"]
     assert not (project / "docs").exists()
     for bad in ("../../../../etc/passwd", "/etc/passwd"):
@@ -132,7 +133,7 @@ async def test_json_mode_agents_use_the_work_tools(tmp_path: Path, fakes: FakePr
     settings = Settings(home=tmp_path / "home")
     async with JobService.open(settings, environ={KEY_ENV: "test-key-0123456789"}) as service:
         view = await until_done(service, await service.submit("Leave a note", team, [{"path": str(project)}]))
-        winner = view.winner
+        winner = view.result.winner
         assert view.state == "completed" and winner
         note = await service.read(view.job_id, "proj/json.txt", winner, 0, 100)
     assert note.content.startswith("by ")
@@ -170,7 +171,7 @@ async def test_with_two_folders_nothing_is_written_outside_them(tmp_path: Path, 
     refused = next(r.text() for r in fakes.script.requests_of("ann") if "outside the project folders" in r.text())
     assert "api/, web/" in refused  # the tool error names the folders
     assert "b/note.txt" in patch.content and "stray" not in patch.content
-    assert view.diff_summary is not None and view.diff_summary["outside"] == []
+    assert view.diff_summary is not None and view.diff_summary.model_dump()["outside"] == []
 
 
 async def test_a_command_team_is_refused_without_a_docker_engine(

@@ -95,7 +95,7 @@ async def test_team_edits_files_and_the_diff_is_exact(tmp_path: Path, fakes: Fak
         with anyio.fail_after(120):
             while not view.done:
                 view = await service.wait(view.job_id, 10)
-        assert view.state == "completed" and view.consensus, view.text()
+        assert view.state == "completed" and view.result.consensus, view.text()
         patch = (await service.read(view.job_id, "@diff", None, 0, 100_000)).content
         final_calc = await service.read(view.job_id, "proj/calc.py", "final", 0, 1000)
         listing = await service.read(view.job_id, "", "final", 0, 1000)
@@ -109,9 +109,10 @@ async def test_team_edits_files_and_the_diff_is_exact(tmp_path: Path, fakes: Fak
     assert final_calc.content == NEW.decode()
     assert listing.entries == ["proj/.gitignore", "proj/README.md", "proj/calc.py"]  # .git and build/ left out
     assert project.joinpath("calc.py").read_bytes() == OLD  # the caller's folder was never written
-    summary = view.diff_summary
+    summary = view.diff_summary.model_dump() if view.diff_summary else None
     assert summary is not None and summary["contexts"][0]["files"] == [
-        {"path": "calc.py", "status": "modified", "added_lines": 1, "removed_lines": 1, "became_binary": False}
+        {"path": "calc.py", "status": "modified", "change": "modified", "added_lines": 1, "removed_lines": 1,
+         "became_binary": False}
     ]
     # bob read ann's snapshot through /peers in its container, as uid 1000
     looked = [r for r in fakes.script.requests_of("bob") if "--- stdout ---" in r.text()]
@@ -145,7 +146,7 @@ async def test_apply_writes_the_winners_changes(tmp_path: Path, fakes: FakeProvi
     view = await run_to_end(tmp_path, fakes, project, apply=True)
     assert view.state == "completed"
     assert project.joinpath("calc.py").read_bytes() == NEW
-    assert view.diff_summary is not None and view.diff_summary["contexts"][0]["applied"] is True
+    assert view.diff_summary is not None and view.diff_summary.model_dump()["contexts"][0]["applied"] is True
     assert project.joinpath("build", "junk.o").read_bytes() == b"\x00junk"  # ignored files untouched
 
 
@@ -155,7 +156,7 @@ async def test_apply_refuses_when_the_folder_changed_meanwhile(
     mine = b"def add(a, b):\n    return b - a  # the user's own edit\n"
     view = await run_to_end(tmp_path, fakes, project, apply=True, during=lambda: project.joinpath("calc.py").write_bytes(mine))
     assert view.state == "completed" and view.diff_summary is not None
-    context = view.diff_summary["contexts"][0]
+    context = view.diff_summary.model_dump()["contexts"][0]
     assert context["applied"] is False and "calc.py" in context["apply_error"]
     assert project.joinpath("calc.py").read_bytes() == mine  # nothing of the user's was lost
 

@@ -105,7 +105,7 @@ async def test_a_failed_check_then_a_follow_up_with_its_output_passes(
                 return result.structured_content  # type: ignore[no-any-return]
 
             first = await finished(call, JobView.model_validate(await call("ask_team", first_args)))
-            output = (await call("read_workspace", {"job_id": first.job_id, "path": f"verify/{first.winner}"}))["content"]
+            output = (await call("read_workspace", {"job_id": first.job_id, "path": f"verify/{first.result.winner}"}))["content"]
             assert first.state == "completed" and "failed" in (first.winner_check or ""), first
             assert "assert 6 == 5" in output
             assert "return a * b" in project.joinpath("calc.py").read_text()  # applied by force
@@ -148,8 +148,8 @@ async def test_carried_options_a_clashing_edit_and_a_running_job(
         clash = await service.wait((await service.submit("go on", None, follow_up=first.job_id)).job_id, 50)
         row = service.store.sync.job(clash.job_id)
         assert row is not None and row.options.context_paths == service.store.sync.job(first.job_id).options.context_paths
-        assert clash.state == "failed" and "calc.py" in (clash.errors.get("job") or ""), clash
-        assert "changed both in your folder" in clash.errors["job"]
+        assert clash.state == "failed" and "calc.py" in (clash.result.errors.get("job") or ""), clash
+        assert "changed both in your folder" in clash.result.errors["job"]
         # back as it was: the follow-up starts from the earlier answer (a * b) and changes it to a + b
         project.joinpath("calc.py").write_text(CALC)
         second = await service.wait((await service.submit("go on", None, follow_up=first.job_id)).job_id, 50)

@@ -140,8 +140,8 @@ async def test_a_note_mid_job_changes_the_answers_and_the_votes_before_it_do_not
     assert votes_before, transcript
     # every vote that counted in the end was cast after the note, for a French answer
     answers = await _answers(settings, job_id)
-    assert "quarante" in answers[view.winner or ""]
-    assert view.tally and all("quarante" in answers[label] for label, count in view.tally.items() if count)
+    assert "quarante" in answers[view.result.winner or ""]
+    assert view.result.tally and all("quarante" in answers[label] for label, count in view.result.tally.items() if count)
     assert "A note from the person who asked: Answer in French." in transcript
     assert "The note reached the agents in round" in transcript
     after = [r for r in fakes.script.requests if NOTE in r.text()]

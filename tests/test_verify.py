@@ -91,13 +91,13 @@ async def test_the_answer_that_passes_the_tests_wins_over_the_voters_favourite(
         patch = (await service.read(view.job_id, "@diff", None, 0, 100_000)).content
         job_dir = service.job_dir(view.job_id)
 
-    assert view.state == "completed" and view.winner == ann and view.answer == "add() fixed in calc.py (ann).", view.text()
-    assert view.tally == {ann: 1, bob: 2, cy: 0} and not view.consensus  # honest: 1 of 3 votes chose it
+    assert view.state == "completed" and view.result.winner == ann and view.answer == "add() fixed in calc.py (ann).", view.text()
+    assert view.result.tally == {ann: 1, bob: 2, cy: 0} and not view.result.consensus  # honest: 1 of 3 votes chose it
     assert view.checks[ann].startswith("passed in ") and view.checks[bob].startswith("failed (exit 1): 1 failed")
     assert view.checks[cy].startswith("failed (exit 1)")
     assert view.winner_check and view.winner_check.startswith("passed in ")
     assert "the verification rule chose it over an answer with more votes" in view.winner_check
-    assert f"the verification rule chose {ann} (passed its check) over {bob} (check failed)" in (view.reason or "")
+    assert f"the verification rule chose {ann} (passed its check) over {bob} (check failed)" in (view.result.reason or "")
     # the diff is the verified winner's fix, and the caller's folder was never touched
     assert "-    return a - b\n+    return a + b\n" in patch and project.joinpath("calc.py").read_text() == CALC
     # voters saw both results beside the answers, and voted again after each one came back
@@ -120,7 +120,7 @@ async def test_without_verify_the_voters_favourite_wins(tmp_path: Path, fakes: F
     team = str(write_team(tmp_path / "team.yaml", fakes, TRIO, coordination={"final": "reuse"}))
     async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV, retry=FAST) as service:
         view = await finished(service, await service.submit(TASK, team, [{"path": str(project)}]))
-    assert view.answer == "add() fixed in calc.py (bob)." and view.consensus and view.checks == {}
+    assert view.answer == "add() fixed in calc.py (bob)." and view.result.consensus and view.checks == {}
     assert view.winner_check is None and not any("verify" in r.text() for r in fakes.script.requests)
 
 

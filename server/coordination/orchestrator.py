@@ -49,7 +49,6 @@ if TYPE_CHECKING:
     from conclave.coordination.verification import Verifier
 
 __all__ = ["BackendFactory", "JobSink", "Orchestrator", "assign_letters", "endpoint_factory", "seed_for"]
-REFUSED = "answer refused: "  # a failed turn's error when the driver refused its answer
 logger = logging.getLogger(__name__)
 
 
@@ -249,31 +248,18 @@ class Orchestrator:
             with scope:
                 try:
                     picture = self.files.picture(action.letter) if self.files is not None else None
-                    event = self._read(action, await run_turn(ctx, action, self._shown(action.labels), picture))
+                    decided = await run_turn(ctx, action, self._shown(action.labels), picture)
+                    event = answers.read_decision(action, self.task, decided)
                 except (ProviderError, TimeoutError) as exc:  # retries are spent: the agent is out
                     event = protocol.TurnFailed(action.letter, action.turn_id, _describe(exc), fatal=True)
                 except Exception as exc:  # anything else fails this turn only, never the job
                     logger.warning("agent %s's turn failed", action.letter, exc_info=True)
                     error = f"the turn failed with {type(exc).__name__}: {exc}"
                     event = protocol.TurnFailed(action.letter, action.turn_id, error)
-                if isinstance(event, protocol.TurnFailed) and event.error.startswith(REFUSED):
+                if isinstance(event, protocol.TurnFailed) and event.refused:
                     await self._emit("answer_refused", action.letter, error=event.error)
                 await send.send(event)
             self._scopes.pop(action.turn_id, None)
-
-    def _read(self, action: protocol.StartTurn, event: protocol.Event) -> protocol.Event:
-        """An answer (or a corrective turn's text, taken as one) with its key; a non-answer becomes a
-        failed turn whose note tells the agent why (tests/test_voting.py::test_non_answers_*)."""
-        if isinstance(event, protocol.AnswerPosted):
-            text = event.content
-        elif isinstance(event, protocol.NoDecision) and action.corrective:
-            text = event.text
-        else:
-            return event
-        why = answers.refusal(text, self.task)
-        if why is not None:
-            return protocol.TurnFailed(action.letter, action.turn_id, f"{REFUSED}{why}")
-        return replace(event, key=answers.answer_key(text, self.task))
 
     async def _present(self, action: protocol.Present, send: MemoryObjectSendStream[protocol.Event]) -> None:
         member = self.members[action.letter]

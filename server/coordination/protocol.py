@@ -28,8 +28,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from dataclasses import dataclass
-from typing import Literal, assert_never
+from typing import assert_never
 
 from conclave.coordination.protocol_events import (
     Action,
@@ -47,12 +46,14 @@ from conclave.coordination.protocol_events import (
     Steer,
     Stop,
     TurnEvent,
+    TurnEvents,
     TurnFailed,
     Verified,
     Verify,
     VoteCast,
     WorkStarted,
 )
+from conclave.coordination.protocol_state import AgentState, Phase, Rule, Turn, Vote
 from conclave.coordination.tally import (
     Answer,
     Board,
@@ -71,39 +72,6 @@ __all__ = [  # re-exported: the driver and the tests read the vocabulary from he
     "Verdict",
     "Verified", "Verify", "VoteCast", "WorkStarted",
 ]
-
-Phase = Literal["coordinating", "presenting", "done"]
-Rule = Literal["all_voted", "majority"]
-
-
-@dataclass(frozen=True)
-class Vote:
-    voter: str
-    label: str
-    reason: str
-
-
-@dataclass(frozen=True)
-class Turn:
-    turn_id: int
-    version: int
-    did_work: bool = False
-    corrective: bool = False
-
-
-@dataclass
-class AgentState:
-    letter: str
-    answers: int = 0
-    vote: Vote | None = None
-    turn: Turn | None = None
-    failed_turns: int = 0
-    error: str | None = None
-
-    @property
-    def active(self) -> bool:
-        return self.error is None
-
 
 class Coordination:
     """The state of one job's coordination. Not thread-safe; one driver feeds it."""
@@ -191,7 +159,7 @@ class Coordination:
             case _:
                 assert_never(event)
 
-    def _on_turn_event(self, event: WorkStarted | AnswerPosted | VoteCast | NoDecision | TurnFailed) -> list[Action]:
+    def _on_turn_event(self, event: TurnEvents) -> list[Action]:
         agent = self.agents.get(event.letter)
         if agent is None or agent.turn is None or agent.turn.turn_id != event.turn_id:
             return []  # a late event from a cancelled or finished turn

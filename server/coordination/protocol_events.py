@@ -71,6 +71,7 @@ class NoDecision(TurnEvent):
 class TurnFailed(TurnEvent):
     error: str
     fatal: bool = False  # the provider kept failing after retries: the agent is out
+    refused: bool = False  # the driver refused the turn's answer (answers.py read_decision says why)
 
 
 @dataclass(frozen=True)
@@ -84,10 +85,8 @@ class PresentationFailed:
 
 
 # Every event, each class named: protocol.py's `apply` matches them all (typing.assert_never checks it).
-Event = (
-    Start | Deadline | Stop | Steer | Verified | WorkStarted | AnswerPosted | VoteCast | NoDecision | TurnFailed
-    | Presented | PresentationFailed
-)
+TurnEvents = WorkStarted | AnswerPosted | VoteCast | NoDecision | TurnFailed
+Event = Start | Deadline | Stop | Steer | Verified | TurnEvents | Presented | PresentationFailed
 
 
 # Actions: what the driver must do.

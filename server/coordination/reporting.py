@@ -23,7 +23,11 @@ class Reporter:
     """One job's reports to its sink, in the order the protocol took the events."""
 
     def __init__(
-        self, sink: JobSink, state: protocol.Coordination, members: Mapping[str, Member], clock: Callable[[], float]
+        self,
+        sink: JobSink,
+        state: protocol.Coordination,
+        members: Mapping[str, Member],
+        clock: Callable[[], float],
     ) -> None:
         self.sink, self.state, self.members, self._clock = sink, state, members, clock
         self.checks: dict[str, Check] = {}  # per answer label, with `verify`
@@ -39,7 +43,9 @@ class Reporter:
         await self.sink.record(event, self.progress())
 
     async def answer(self, answer: protocol.Answer) -> None:
-        await self.emit("answer", answer.letter, label=answer.label, revision=answer.revision, content=answer.content)
+        await self.emit(
+            "answer", answer.letter, label=answer.label, revision=answer.revision, content=answer.content
+        )
 
     async def event(self, event: protocol.Event) -> None:
         """An event that posted no answer, in words (an answer posted: `answer`)."""
@@ -50,8 +56,9 @@ class Reporter:
             case protocol.VoteCast():
                 vote, turn = state.agents[event.letter].vote, state.agents[event.letter].turn
                 kept = vote is not None and vote.label == event.label and turn is None
-                await self.emit("vote" if kept else "vote_discarded", event.letter, label=event.label,
-                                reason=event.reason)
+                await self.emit(
+                    "vote" if kept else "vote_discarded", event.letter, label=event.label, reason=event.reason
+                )
             case protocol.NoDecision():
                 await self.emit("no_decision", event.letter, text=event.text[:2000])
             case protocol.TurnFailed():
@@ -60,8 +67,9 @@ class Reporter:
             case protocol.Verified() if event.label in self.runs:
                 run = self.runs.pop(event.label)
                 self.checks[event.label] = run.check
-                await self.emit("checked", event.label[0], label=event.label, **run.check.model_dump(),
-                                output=run.output)
+                await self.emit(
+                    "checked", event.label[0], label=event.label, **run.check.model_dump(), output=run.output
+                )
             case protocol.Stop():
                 await self.emit("budget_reached", reason=event.reason)
             case protocol.Deadline():

@@ -150,11 +150,13 @@ class Leading(_Record):
 
 
 class AgentProgress(_Record):
-    letter: str
-    model: str
+    """One agent in the live picture (the job's view shows these as they are)."""
+
+    letter: str = Field(description="the agent's anonymous letter in this job")
+    model: str = Field(description="provider/model")
     state: AgentStateName
-    answers: int = 0
-    vote: str | None = None
+    answers: int = Field(default=0, description="answers posted so far")
+    vote: str | None = Field(default=None, description="the answer label this agent currently votes for")
     error: str | None = None
     usage: UsageTotals = UsageTotals()
 

@@ -120,7 +120,7 @@ async def test_the_job_result_says_what_was_held_back_and_why(tmp_path: Path, fa
             while not view.done:
                 view = await service.wait(view.job_id, 10)
     assert view.state == "completed", view.text()
-    context = view.diff_summary["contexts"][0]  # type: ignore[index]
+    context = view.diff_summary.model_dump()["contexts"][0]  # type: ignore[union-attr]
     assert context["applied"] is True
     assert (project / "pkg" / "mod.py").read_text() == "def f():\n    return 2\n"
     assert not (project / "pkg" / "__pycache__").exists() and not (project / ".GIT").exists()
@@ -136,7 +136,7 @@ def test_conclave_ask_names_what_was_held_back() -> None:
 
     held = {"path": "pkg/__pycache__/m.pyc", "reason": "artifact", "fix": "pass allow_artifacts=true"}
     view = JobView(job_id="cj-000000000001", state="completed", phase="done", elapsed_s=1, team="t", task="x",
-                   next="-", diff_summary={"contexts": [{"name": "proj", "held_back": [held]}]})
+                   next="-", diff_summary={"contexts": [{"name": "proj", "path": "/p", "permission": "write", "held_back": [held]}]})
     console = Console(record=True, width=200)
     console.print(render(view))
     assert "held back, not applied: proj/pkg/__pycache__/m.pyc: pass allow_artifacts=true" in console.export_text()

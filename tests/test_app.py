@@ -12,10 +12,10 @@ import pytest
 from fastmcp import Client
 
 from conclave.app.server import create_app
+from conclave.coordination.reports import AgentProgress
 from conclave.jobs.reader import WorkspacePage
 from conclave.jobs.service import JobService
 from conclave.jobs.teams import TeamList
-from conclave.coordination.reports import AgentProgress
 from conclave.jobs.views import JobView
 from conclave.settings import Settings
 from conclave.tools._progress import changes

@@ -43,8 +43,12 @@ def sources(*packages: str) -> list[Path]:
 
 
 def test_no_type_ignore_in_the_strict_packages() -> None:
-    found = [f"{p.relative_to(ROOT)}:{n}" for p in sources(*STRICT)
-             for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1) if "type: ignore" in line]
+    found = [
+        f"{p.relative_to(ROOT)}:{n}"
+        for p in sources(*STRICT)
+        for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+        if "type: ignore" in line
+    ]
     assert not found, f"strict mypy needs no `type: ignore` here; type the code instead: {found}"
 
 
@@ -57,17 +61,35 @@ def test_mypy_lists_no_exceptions_for_the_strict_packages() -> None:
 
 def test_the_result_is_the_outcome_plus_the_final_text() -> None:
     assert issubclass(JobResult, Outcome)
-    assert own_fields(JobResult) == {"answer", "presented_by"}, "JobResult must not re-declare Outcome's fields"
-    outcome = Outcome(winner="B1", consensus=True, reason="r", tally={"A1": 1, "B1": 2}, votes=2, voters=3,
-                      agree=(("A1", "B1"),), pending=("C1",), stopped_by=StopReason.BUDGET)
+    assert own_fields(JobResult) == {"answer", "presented_by"}, (
+        "JobResult must not re-declare Outcome's fields"
+    )
+    outcome = Outcome(
+        winner="B1",
+        consensus=True,
+        reason="r",
+        tally={"A1": 1, "B1": 2},
+        votes=2,
+        voters=3,
+        agree=(("A1", "B1"),),
+        pending=("C1",),
+        stopped_by=StopReason.BUDGET,
+    )
     result = JobResult.of(outcome, "42", "B")
     assert Outcome.model_validate(result.model_dump(exclude={"answer", "presented_by"})) == outcome
     assert (result.answer, result.presented_by, result.budget_reached) == ("42", "B", True)
 
 
 def test_a_result_stored_before_stopped_by_reads_back() -> None:
-    old = {"answer": "x", "winner": "A1", "consensus": False, "reason": "budget reached: 10 tokens",
-           "agree": [["A1", "B1"]], "pending": [], "budget_reached": True}
+    old = {
+        "answer": "x",
+        "winner": "A1",
+        "consensus": False,
+        "reason": "budget reached: 10 tokens",
+        "agree": [["A1", "B1"]],
+        "pending": [],
+        "budget_reached": True,
+    }
     assert JobResult.model_validate(old).stopped_by is StopReason.BUDGET
     assert JobResult.model_validate({**old, "budget_reached": False}).stopped_by is None
 
@@ -83,7 +105,12 @@ def test_views_embed_the_types_they_show() -> None:
     # an answer as stored and as the protocol keeps it: one declaration of what names it
     assert issubclass(AnswerRow, Posted) and issubclass(Answer, Posted)
     assert own_fields(AnswerRow) & set(Answer.model_fields) == set()
-    copies = {name for module in (views, records) for name in vars(module) if name in {"AgentView", "FileChangeView"}}
+    copies = {
+        name
+        for module in (views, records)
+        for name in vars(module)
+        if name in {"AgentView", "FileChangeView"}
+    }
     assert not copies, f"{copies} came back: use the type they copied"
 
 
@@ -91,8 +118,12 @@ def test_the_stop_reason_is_data() -> None:
     assert issubclass(StopReason, enum.Enum)
     assert typing.get_args(Outcome.model_fields["stopped_by"].annotation) == (StopReason, type(None))
     substring = re.compile(r"\bin\s+[\w.]*\b(outcome|result)\.reason\b")
-    found = [f"{p.relative_to(ROOT)}:{n}" for p in sources(*STRICT)
-             for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1) if substring.search(line)]
+    found = [
+        f"{p.relative_to(ROOT)}:{n}"
+        for p in sources(*STRICT)
+        for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+        if substring.search(line)
+    ]
     assert not found, f"branch on Outcome.stopped_by, not on the reason's words: {found}"
 
 
@@ -103,7 +134,9 @@ def test_apply_matches_every_event_exhaustively() -> None:
     assert any(isinstance(node, ast.Match) for node in ast.walk(apply)), "apply is a `match` over the events"
     matched: set[str] = set()
     for function in functions.values():
-        if not any(isinstance(n, ast.Call) and ast.unparse(n.func) == "assert_never" for n in ast.walk(function)):
+        if not any(
+            isinstance(n, ast.Call) and ast.unparse(n.func) == "assert_never" for n in ast.walk(function)
+        ):
             continue
         for node in ast.walk(function):
             if isinstance(node, ast.MatchClass):
@@ -115,22 +148,37 @@ def test_apply_matches_every_event_exhaustively() -> None:
 
 def test_the_service_is_split_into_admission_lifecycle_and_maintenance() -> None:
     tree = ast.parse((ROOT / "server/jobs/service.py").read_text(encoding="utf-8"))
-    imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) for alias in node.names}
+    imported = {
+        alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) for alias in node.names
+    }
     assert {"Admission", "Lifecycle", "watch", "mark_orphans"} <= imported
-    assert not imported & {"Orchestrator", "prepare", "collect", "check_runnable", "resolve_team", "StoreSink"}, (
-        "the service delegates: admission checks, lifecycle runs, maintenance watches")
+    assert not imported & {
+        "Orchestrator",
+        "prepare",
+        "collect",
+        "check_runnable",
+        "resolve_team",
+        "StoreSink",
+    }, "the service delegates: admission checks, lifecycle runs, maintenance watches"
     methods = {node.name for node in ast.walk(tree) if isinstance(node, ast.AsyncFunctionDef)}
     assert not methods & {"_run", "_watch", "_end_if_active"}
 
 
-@pytest.mark.skipif(shutil.which("ruff", path=str(Path(sys.executable).parent)) is None, reason="ruff not installed")
+@pytest.mark.skipif(
+    shutil.which("ruff", path=str(Path(sys.executable).parent)) is None, reason="ruff not installed"
+)
 def test_the_strict_packages_stay_under_the_line_budget_once_formatted(tmp_path: Path) -> None:
     ruff = shutil.which("ruff", path=str(Path(sys.executable).parent))
     assert ruff is not None
     long = {}
     for path in sources(*STRICT):
-        formatted = subprocess.run([ruff, "format", "--config", str(ROOT / "pyproject.toml"), "-"],
-                                   input=path.read_text(encoding="utf-8"), capture_output=True, text=True, check=True)
+        formatted = subprocess.run(
+            [ruff, "format", "--config", str(ROOT / "pyproject.toml"), "-"],
+            input=path.read_text(encoding="utf-8"),
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         if (lines := len(formatted.stdout.splitlines())) > 400:
             long[str(path.relative_to(ROOT))] = lines
     assert not long, f"over 400 lines once formatted: split these by responsibility: {long}"

@@ -64,7 +64,7 @@ class CodingAgent:
             return Reply(text=f"Conclave failed: {self.results[-1][:2000]}")
         if view.get("state") in ("queued", "running", "presenting"):
             return self._call(found, "get_status", {"job_id": view["job_id"], "wait_seconds": 45})
-        return Reply(text=f"{FINAL_PREFIX} {view.get('answer')}")
+        return Reply(text=f"{FINAL_PREFIX} {(view.get('result') or {}).get('answer')}")
 
     # What the request offers and holds, per wire format ----------------------------------------------
     def _searchable(self, body: dict[str, Any]) -> bool:
@@ -162,7 +162,7 @@ def _job_view(text: str) -> dict[str, Any] | None:
     seen = _TEXT_VIEW.search(text)
     if seen and '{"job_id"' not in text:
         answer = text.split("\nFinal answer:\n", 1)[1].split("\n\nNext: ", 1)[0] if "\nFinal answer:\n" in text else None
-        return {"job_id": seen.group(1), "state": seen.group(2), "answer": answer}
+        return {"job_id": seen.group(1), "state": seen.group(2), "result": {"answer": answer}}
     start = text.find('{"')
     while start >= 0:
         try:

@@ -146,6 +146,19 @@ def test_apply_matches_every_event_exhaustively() -> None:
     assert "TurnEvent" not in events, "the union names each event class, so assert_never can check it"
 
 
+def test_the_driver_carries_out_every_action_exhaustively() -> None:
+    tree = ast.parse((ROOT / "server/coordination/orchestrator.py").read_text(encoding="utf-8"))
+    execute = next(n for n in ast.walk(tree) if isinstance(n, ast.AsyncFunctionDef) and n.name == "_execute")
+    assert any(isinstance(n, ast.Call) and ast.unparse(n.func) == "assert_never" for n in ast.walk(execute))
+    matched = {
+        ast.unparse(n.cls).removeprefix("protocol.")
+        for n in ast.walk(execute)
+        if isinstance(n, ast.MatchClass)
+    }
+    actions = {cls.__name__ for cls in typing.get_args(protocol_events.Action)}
+    assert actions <= matched, f"actions the driver does not match: {actions - matched}"
+
+
 def test_the_service_is_split_into_admission_lifecycle_and_maintenance() -> None:
     tree = ast.parse((ROOT / "server/jobs/service.py").read_text(encoding="utf-8"))
     imported = {

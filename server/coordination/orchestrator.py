@@ -2,7 +2,8 @@
 
 All turns run in one task group; each has its own cancel scope so a stale turn can be cancelled and
 restarted. Turns report back over a memory stream and one loop feeds the protocol, so the state has a
-single writer. Every event is reported to the sink with the live progress (tests/test_orchestrator.py).
+single writer. Every event is reported to the sink with the live progress, and the result is built
+once from the protocol's outcome (reporting.py; tests/test_orchestrator.py).
 The driver reads every answer before the protocol sees it (answers.py): its key, or why it is no
 answer; and a presentation that changes the winning final answer is refused. With `verify`, each
 answer's check runs as a task beside the turns (verification.py) and comes back as `Verified`; with a
@@ -17,7 +18,7 @@ import logging
 import math
 from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, assert_never
 
 import anyio
 import anyio.to_thread
@@ -203,24 +204,27 @@ class Orchestrator:
         self, actions: list[protocol.Action], tg: anyio.abc.TaskGroup, send: MemoryObjectSendStream[protocol.Event]
     ) -> None:
         for action in actions:
-            if isinstance(action, protocol.StartTurn):
-                scope = self._scopes[action.turn_id] = anyio.CancelScope()
-                await self._emit("turn_started", action.letter, turn_id=action.turn_id, round=action.version,
-                                 note=action.note, corrective=action.corrective)
-                tg.start_soon(self._turn, action, scope, send.clone())
-            elif isinstance(action, protocol.CancelTurn):
-                self._scopes.pop(action.turn_id, anyio.CancelScope()).cancel()
-                await self._emit("turn_cancelled", action.letter, turn_id=action.turn_id)
-            elif isinstance(action, protocol.Verify):
-                self.checks[action.label] = Check(status="running")
-                await self._emit("check_started", action.label[0], label=action.label)
-                tg.start_soon(self._verify, action.label, send.clone())
-            elif isinstance(action, protocol.Present):
-                self.members[action.letter].presenting = True
-                await self._emit("presenting", action.letter, winner=action.outcome.winner)
-                tg.start_soon(self._present, action, send.clone())
-            else:
-                await self._finish(action)
+            match action:
+                case protocol.StartTurn():
+                    scope = self._scopes[action.turn_id] = anyio.CancelScope()
+                    await self._emit("turn_started", action.letter, turn_id=action.turn_id, round=action.version,
+                                     note=action.note, corrective=action.corrective)
+                    tg.start_soon(self._turn, action, scope, send.clone())
+                case protocol.CancelTurn():
+                    self._scopes.pop(action.turn_id, anyio.CancelScope()).cancel()
+                    await self._emit("turn_cancelled", action.letter, turn_id=action.turn_id)
+                case protocol.Verify():
+                    self.checks[action.label] = Check(status="running")
+                    await self._emit("check_started", action.label[0], label=action.label)
+                    tg.start_soon(self._verify, action.label, send.clone())
+                case protocol.Present():
+                    self.members[action.letter].presenting = True
+                    await self._emit("presenting", action.letter, winner=action.outcome.winner)
+                    tg.start_soon(self._present, action, send.clone())
+                case protocol.Finish():
+                    await self._finish(action)
+                case _:
+                    assert_never(action)
 
     async def _finish(self, action: protocol.Finish) -> None:
         outcome = action.outcome

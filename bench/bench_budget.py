@@ -53,9 +53,9 @@ async def one_run(root: Path) -> dict[str, Any]:
     stop = kinds.index("budget_reached")
     return {
         "state": view.state,
-        "reason": view.reason,
-        "fallback": view.fallback,
-        "winner_votes": view.votes,
+        "reason": view.result.reason,
+        "fallback": view.result.fallback,
+        "winner_votes": view.result.votes,
         "tokens": view.usage.tokens,
         "max_tokens": BUDGET,
         "turns_cancelled": kinds.count("turn_cancelled"),
@@ -72,12 +72,17 @@ async def main() -> None:
             root = Path(tmp) / str(index)
             root.mkdir()
             runs.append(await one_run(root))
-    result = {"runs": RUNS, "all_usage_equals_bill": all(run["usage_equals_bill"] for run in runs),
-              "all_completed_with_budget_reason": all(
-                  run["state"] == "completed" and run["reason"].startswith("budget reached") for run in runs),
-              "example": runs[0], "tokens_per_run": [run["tokens"] for run in runs],
-              "note": "OpenAI reports usage only at a stream's end (a call cut or cancelled before it counts "
-                      "nothing, and bills nothing here); Anthropic and Gemini report the input side first"}
+    result = {
+        "runs": RUNS,
+        "all_usage_equals_bill": all(run["usage_equals_bill"] for run in runs),
+        "all_completed_with_budget_reason": all(
+            run["state"] == "completed" and run["reason"].startswith("budget reached") for run in runs
+        ),
+        "example": runs[0],
+        "tokens_per_run": [run["tokens"] for run in runs],
+        "note": "OpenAI reports usage only at a stream's end (a call cut or cancelled before it counts "
+        "nothing, and bills nothing here); Anthropic and Gemini report the input side first",
+    }
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))

@@ -155,7 +155,7 @@ async def run_jobs(
                 tg.start_soon(sample)
         cpu = _cpu_s() - cpu
         views = [await service.view(job_id) for job_id in ids]
-    bad = [view.job_id for view in views if view.state != "completed" or not view.consensus]
+    bad = [view.job_id for view in views if view.state != "completed" or not view.result.consensus]
     if bad:
         raise SystemExit(f"jobs did not complete with consensus: {bad}")
     return {

@@ -127,8 +127,11 @@ async def team_runs(team_name: str, questions: list[dict[str, Any]], out: dict[s
                     view = await service.wait(view.job_id, 30)
                 wall = time.perf_counter() - started
                 entry = out["per_question"].setdefault(str(question["id"]), {"question": question["question"]})
-                entry["team"] = {"answer": view.answer, "state": view.state, "consensus": view.consensus,
-                                 "winner": view.winner, "reason": view.reason, "in": view.usage.input_tokens,
+                ended = view.result  # None for a job cancelled or interrupted before it ended
+                entry["team"] = {"answer": view.answer, "state": view.state,
+                                 "consensus": ended.consensus if ended else None,
+                                 "winner": ended.winner if ended else None, "reason": ended.reason if ended else None,
+                                 "in": view.usage.input_tokens,
                                  "out": view.usage.output_tokens, "s": round(wall, 3)}
                 ok = view.state == "completed" and correct(view.answer, question)
                 print(f"[{index + 1}/{len(questions)}] team {'ok ' if ok else 'BAD'} {wall:5.1f}s "

@@ -103,8 +103,8 @@ def _check_delegation(agent: CodingAgent, printed: str) -> None:
     assert {"ask_team", "get_status"} <= _bare(agent.searches[0]), agent.searches
     assert agent.calls[0] == "ask_team" and "get_status" in agent.calls[1:], agent.calls
     final = json.loads(agent.results[-1][agent.results[-1].find('{"'):])
-    assert final["state"] == "completed" and final["answer"].startswith("FINAL: the team's answer")
-    assert f"{FINAL_PREFIX} {final['answer']}" in printed
+    assert final["state"] == "completed" and final["result"]["answer"].startswith("FINAL: the team's answer")
+    assert f"{FINAL_PREFIX} {final['result']['answer']}" in printed
 
 
 def _bare(names: list[str]) -> set[str]:
@@ -135,8 +135,9 @@ def test_claude_code_print_mode_delegates_with_what_install_wrote(
     assert not result["is_error"] and result["permission_denials"] == []
     _check_delegation(agent, result["result"])
     # What Claude Code's model read: the structured result as JSON, led by what matters.
-    assert list(json.loads(agent.results[-1][agent.results[-1].find('{"'):]))[:4] == [
-        "job_id", "state", "answer", "consensus"]
+    read = json.loads(agent.results[-1][agent.results[-1].find('{"'):])
+    assert list(read)[:3] == ["job_id", "state", "result"]
+    assert list(read["result"])[:3] == ["answer", "consensus", "winner"]
 
 
 def test_claude_code_reaches_the_http_server_with_the_header_install_wrote(
@@ -227,7 +228,7 @@ def test_copilot_print_mode_delegates_with_the_project_mcp_json(
     assert {"conclave-ask_team", "conclave-get_status"} <= set(agent.first_step or []), agent.first_step
     assert agent.calls[0] == "ask_team" and "get_status" in agent.calls[1:], agent.calls
     final = json.loads(agent.results[-1][agent.results[-1].find('{"'):])
-    assert final["state"] == "completed" and f"{FINAL_PREFIX} {final['answer']}" in done.stdout
+    assert final["state"] == "completed" and f"{FINAL_PREFIX} {final['result']['answer']}" in done.stdout
 
 
 def test_copilot_print_mode_delegates_with_what_install_copilot_wrote(
@@ -251,7 +252,7 @@ def test_copilot_print_mode_delegates_with_what_install_copilot_wrote(
     assert done.returncode == 0
     assert agent.calls[0] == "ask_team" and "get_status" in agent.calls[1:], agent.calls
     final = json.loads(agent.results[-1][agent.results[-1].find('{"'):])
-    assert final["state"] == "completed" and f"{FINAL_PREFIX} {final['answer']}" in done.stdout
+    assert final["state"] == "completed" and f"{FINAL_PREFIX} {final['result']['answer']}" in done.stdout
 
 
 def test_gemini_cli_prompt_mode_delegates_with_what_install_wrote(

@@ -12,10 +12,11 @@ import pytest
 from fastmcp import Client
 
 from conclave.app.server import create_app
+from conclave.coordination.reports import AgentProgress
 from conclave.jobs.reader import WorkspacePage
 from conclave.jobs.service import JobService
 from conclave.jobs.teams import TeamList
-from conclave.jobs.views import AgentView, JobView
+from conclave.jobs.views import JobView
 from conclave.settings import Settings
 from conclave.tools._progress import changes
 from tests.fakes.server import FakeProviders
@@ -87,7 +88,7 @@ async def test_lists_five_tools_with_annotations_and_output_schemas(client: Clie
     assert tools["ask_team"].annotations.open_world_hint is True
     for tool in tools.values():
         assert tool.title and tool.description and "ctx" not in tool.input_schema["properties"]
-    assert {"job_id", "state", "next", "answer"} <= set(tools["ask_team"].output_schema["properties"])
+    assert {"job_id", "state", "next", "result"} <= set(tools["ask_team"].output_schema["properties"])
     assert {"teams", "default"} <= set(tools["list_teams"].output_schema["properties"])
     assert {"content", "next_offset"} <= set(tools["read_workspace"].output_schema["properties"])
     wait = tools["ask_team"].input_schema["properties"]["wait_seconds"]
@@ -168,7 +169,7 @@ def test_progress_messages_say_what_moved() -> None:
         return JobView(
             job_id="cj-0123456789ab", state=state, phase="p", elapsed_s=1, team="t", task="x", round=round,
             agents=[
-                AgentView(letter=letter, model="openai/x", state="working", answers=answers, vote=vote)
+                AgentProgress(letter=letter, model="openai/x", state="working", answers=answers, vote=vote)
                 for letter, answers, vote in agents
             ],
             next="wait",
@@ -193,8 +194,8 @@ async def test_ask_team_returns_the_completed_job_with_progress(client: Client, 
     )
     view = JobView.model_validate(result.structured_content)
     assert view.state == "completed", view.text()
-    assert view.consensus is True and view.winner is not None
-    assert view.tally[view.winner] == 3
+    assert view.result.consensus is True and view.result.winner is not None
+    assert view.result.tally[view.result.winner] == 3
     assert view.answer is not None and view.answer.startswith("FINAL:")
     assert view.usage.input_tokens > 0 and view.usage.output_tokens > 0
     assert [agent.answers for agent in view.agents] == [1, 1, 1]
@@ -264,7 +265,7 @@ async def test_budgets_the_estimate_and_the_leading_answer_reach_the_caller(
             leading = leading or view.leading
             presenting = presenting or (view.leading if view.state == "presenting" else None)
     assert leading is not None and leading.preview.startswith("Answer from") and view.leading is None
-    assert presenting is not None and presenting.label == view.winner  # while it presents: the winner
+    assert presenting is not None and presenting.label == view.result.winner  # while it presents: the winner
     assert view.state == "completed" and view.estimate is None
 
 
@@ -292,10 +293,10 @@ async def test_read_workspace_lists_reads_and_pages(client: Client, team: str) -
 
     listing = await read()
     assert listing.entries is not None
-    assert {"transcript", "final", f"answers/{view.winner}"} <= set(listing.entries)
+    assert {"transcript", "final", f"answers/{view.result.winner}"} <= set(listing.entries)
     assert len([entry for entry in listing.entries if entry.startswith("answers/")]) == 3
 
-    answer = await read(path=f"answers/{view.winner}")
+    answer = await read(path=f"answers/{view.result.winner}")
     assert answer.content.startswith("Answer from ") and answer.next_offset is None
     assert (await read(path="final")).content == view.answer
 

@@ -48,7 +48,6 @@ def fan(request: RecordedRequest) -> Reply:
     return reply
 
 
-
 @pytest.fixture
 async def client(tmp_path: Path, fakes: FakeProviders) -> AsyncIterator[tuple[Client, str, Path]]:
     install(fakes.script, TRIO, fan)
@@ -69,8 +68,14 @@ async def call(client: Client, tool: str, **arguments: Any) -> Any:
 
 async def test_context_paths_give_a_diff_files_and_links(client: tuple[Client, str, Path]) -> None:
     mcp, team, project = client
-    result = await call(mcp, "ask_team", task="Document usage", team=team,
-                        context_paths=[{"path": str(project)}], wait_seconds=50)
+    result = await call(
+        mcp,
+        "ask_team",
+        task="Document usage",
+        team=team,
+        context_paths=[{"path": str(project)}],
+        wait_seconds=50,
+    )
     view = JobView.model_validate(result.structured_content)
     with anyio.fail_after(120):
         while not view.done:
@@ -84,12 +89,13 @@ async def test_context_paths_give_a_diff_files_and_links(client: tuple[Client, s
     patch = (await call(mcp, "read_workspace", job_id=view.job_id, path="@diff")).structured_content[
         "content"
     ]
-    summary = view.diff_summary
+    summary = view.diff_summary.model_dump() if view.diff_summary else None
     assert summary is not None
     assert summary["contexts"][0]["files"] == [
         {
             "path": "docs/USAGE.md",
             "status": "added",
+            "change": "added",
             "added_lines": 1,
             "removed_lines": 0,
             "became_binary": False,
@@ -110,7 +116,7 @@ async def test_context_paths_give_a_diff_files_and_links(client: tuple[Client, s
     assert second["entries"] == everything["entries"][1:3]  # a listing's offset and limit count entries
     assert second["total"] == len(everything["entries"]) and second["next_offset"] == 3
     # every answer's snapshot is readable, and the caller's folder was never written
-    listing = await call(mcp, "read_workspace", job_id=view.job_id, path="", source=view.winner)
+    listing = await call(mcp, "read_workspace", job_id=view.job_id, path="", source=view.result.winner)
     assert "proj/README.md" in listing.structured_content["entries"]
     assert not (project / "docs").exists()
     for bad in ("../../../../etc/passwd", "/etc/passwd"):
@@ -125,8 +131,11 @@ def json_writer(request: RecordedRequest) -> Reply:
     if is_presentation(request):
         return Reply(text="FINAL")
     if "Result of write_file" not in text and "(your own answer)" not in text:
-        call = {"action": "call_tool", "tool": "write_file",
-                "arguments": {"path": "json.txt", "content": f"by {request.agent}\n"}}
+        call = {
+            "action": "call_tool",
+            "tool": "write_file",
+            "arguments": {"path": "json.txt", "content": f"by {request.agent}\n"},
+        }
         return Reply(text=json.dumps(call))
     if "(your own answer)" not in text:
         return Reply(text=json.dumps({"action": "new_answer", "content": f"Answer from {request.agent}"}))
@@ -142,7 +151,7 @@ async def test_json_mode_agents_use_the_work_tools(tmp_path: Path, fakes: FakePr
     settings = Settings(home=tmp_path / "home")
     async with JobService.open(settings, environ={KEY_ENV: "test-key-0123456789"}) as service:
         view = await until_done(service, await service.submit("Leave a note", team, [{"path": str(project)}]))
-        winner = view.winner
+        winner = view.result.winner
         assert view.state == "completed" and winner
         note = await service.read(view.job_id, "proj/json.txt", winner, 0, 100)
     assert note.content.startswith("by ")
@@ -192,7 +201,7 @@ async def test_with_two_folders_nothing_is_written_outside_them(tmp_path: Path, 
     )
     assert "api/, web/" in refused  # the tool error names the folders
     assert "b/note.txt" in patch.content and "stray" not in patch.content
-    assert view.diff_summary is not None and view.diff_summary["outside"] == []
+    assert view.diff_summary is not None and view.diff_summary.model_dump()["outside"] == []
 
 
 async def test_a_command_team_is_refused_without_a_docker_engine(

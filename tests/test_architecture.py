@@ -83,7 +83,9 @@ def test_calls_point_one_way() -> None:
     assert not wrong, "imports against the direction of calls:\n" + "\n".join(wrong)
 
 
-PROTOCOL = {"conclave.coordination.protocol", "conclave.coordination.tally"}  # the state and who wins
+# the state, its events and per-agent records, and who wins
+PROTOCOL = {"conclave.coordination.protocol", "conclave.coordination.protocol_events",
+            "conclave.coordination.protocol_state", "conclave.coordination.tally"}
 
 
 def test_the_protocol_imports_nothing_of_ours() -> None:

@@ -87,8 +87,9 @@ def budget_scenario(script: Script) -> None:
     retry, then its vote turn stalls after message_start and is cancelled as stale when cy answers; cy
     (Gemini) answers late, and its next call's first chunk reports 50,000 input tokens: over 40,000."""
     script.set_default("ann", vote_for("bob"))
-    script.set_default("bob", by_call(cut, vote_for("bob", delay=0.1), vote_for("bob", stall=30),
-                                      vote_for("bob", delay=0.1)))
+    script.set_default(
+        "bob", by_call(cut, vote_for("bob", delay=0.1), vote_for("bob", stall=30), vote_for("bob", delay=0.1))
+    )
     script.set_default("cy", by_call(vote_for("cy", delay=0.8), over_budget))
 
 
@@ -105,12 +106,14 @@ async def test_the_job_stops_at_its_token_budget_and_usage_equals_the_bill(
         events = await service.store.events(view.job_id)
 
     bob = next(a.letter for a in view.agents if a.model.endswith("bob"))
-    assert view.state == "completed" and view.reason and view.reason.startswith("budget reached: "), (
-        view.text()
-    )
-    assert view.fallback and not view.consensus and view.winner == f"{bob}1"  # the best supported: 2 votes
+    assert (
+        view.state == "completed" and view.result.reason and view.result.reason.startswith("budget reached: ")
+    ), view.text()
+    assert (
+        view.result.fallback and not view.result.consensus and view.result.winner == f"{bob}1"
+    )  # the best supported: 2 votes
     assert view.answer == "Paris (bob)." and view.budget == {"max_tokens": 40_000}  # no presentation call
-    assert view.usage.tokens >= 40_000 and "the answer with the most current votes" in view.reason
+    assert view.usage.tokens >= 40_000 and "the answer with the most current votes" in view.result.reason
     kinds = [event.kind for event in events]
     stop = kinds.index("budget_reached")
     assert "turn_started" not in kinds[stop:]  # no new turn once the budget was reached
@@ -132,7 +135,7 @@ async def test_a_cost_budget_stops_the_job_too(tmp_path: Path, fakes: FakeProvid
     team = str(write_team(tmp_path / "team.yaml", fakes, TRIO, price=price))
     async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV, retry=FAST) as service:
         view = await run_job(service, team, max_cost_usd=0.006)
-    assert view.state == "completed" and view.reason.startswith("budget reached: $"), view.text()
+    assert view.state == "completed" and view.result.reason.startswith("budget reached: $"), view.text()
     assert (
         view.usage.cost_usd is not None
         and view.usage.cost_usd >= 0.006
@@ -165,8 +168,8 @@ async def test_the_team_file_sets_default_budgets(tmp_path: Path, fakes: FakePro
     async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV, retry=FAST) as service:
         from_file = await run_job(service, team)
         overridden = await run_job(service, team, max_tokens=10**9)
-    assert from_file.reason.startswith("budget reached: ") and from_file.budget == {"max_tokens": 1}
-    assert overridden.consensus and overridden.budget == {"max_tokens": 10**9}
+    assert from_file.result.reason.startswith("budget reached: ") and from_file.budget == {"max_tokens": 1}
+    assert overridden.result.consensus and overridden.budget == {"max_tokens": 10**9}
 
 
 async def test_the_estimate_comes_from_past_jobs_and_list_teams_shows_history(
@@ -174,8 +177,13 @@ async def test_the_estimate_comes_from_past_jobs_and_list_teams_shows_history(
 ) -> None:
     install(fakes.script, TRIO, voter())
     config = tmp_path / "config"
-    write_team(config / "conclave" / "teams" / "priced.yaml", fakes, TRIO, name="priced",
-               price={"input": 2.0, "output": 8.0})
+    write_team(
+        config / "conclave" / "teams" / "priced.yaml",
+        fakes,
+        TRIO,
+        name="priced",
+        price={"input": 2.0, "output": 8.0},
+    )
     env = {**ENV, "XDG_CONFIG_HOME": str(config)}
     async with JobService.open(Settings(home=tmp_path / "state"), environ=env, retry=FAST) as service:
         assert next(t for t in (await service.teams()).teams if t.name == "priced").history is None

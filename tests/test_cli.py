@@ -48,7 +48,6 @@ def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
-
 @pytest.fixture
 def trio(tmp_path: Path, fakes: FakeProviders, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A team file of three fake agents (one per wire format) that answer once and then vote."""
@@ -219,8 +218,8 @@ def test_ask_json_then_status(capsys: pytest.CaptureFixture[str], trio: Path) ->
     assert code == 0, err
     view = JobView.model_validate(json.loads(out))
     assert view.state == "completed"
-    assert view.consensus is True
-    assert view.winner is not None and view.winner in view.tally
+    assert view.result.consensus is True
+    assert view.result.winner is not None and view.result.winner in view.result.tally
     assert view.answer is not None and view.answer.startswith("FINAL: the team's answer")
     assert view.team == "fake-team"
     assert view.task == "What is six times seven?"
@@ -230,14 +229,17 @@ def test_ask_json_then_status(capsys: pytest.CaptureFixture[str], trio: Path) ->
     code, out, _ = run(capsys, "status", view.job_id)
     assert code == 0
     assert out.startswith(f"Job {view.job_id} (fake-team): completed")
-    assert f"Winner: {view.winner} - a majority: 3 of 3 votes" in out and "every agent voted" in out
+    assert f"Winner: {view.result.winner} - a majority: 3 of 3 votes" in out and "every agent voted" in out
     assert "Final answer:" in out and view.answer in out
 
     code, out, _ = run(capsys, "status", view.job_id, "--json")
     assert code == 0
     again = JobView.model_validate(json.loads(out))
-    assert (again.job_id, again.state, again.winner, again.answer) == (
-        view.job_id, "completed", view.winner, view.answer,
+    assert (again.job_id, again.state, again.result.winner, again.answer) == (
+        view.job_id,
+        "completed",
+        view.result.winner,
+        view.answer,
     )
 
     code, out, _ = run(capsys, "status")
@@ -257,7 +259,7 @@ def test_show_prints_what_read_workspace_serves(capsys: pytest.CaptureFixture[st
     assert f"conclave show {view.job_id} --answers" in out and "\n  transcript\n  final\n" in out
     code, out, _ = run(capsys, "show", view.job_id, "--answers")
     assert code == 0 and out.count("\n## ") + out.startswith("## ") == 3
-    assert f"## {view.winner}\nAnswer from " in out
+    assert f"## {view.result.winner}\nAnswer from " in out
     code, out, _ = run(capsys, "show", view.job_id, "--transcript")
     assert code == 0 and view.job_id in out and "voted for" in out
     code, _, err = run(capsys, "show", view.job_id, "--diff")
@@ -317,14 +319,23 @@ def test_ask_with_context_and_apply_writes_nothing_without_changes(
     project = tmp_path / "proj"
     project.mkdir()
     (project / "main.py").write_text("print('hi')\n")
-    code, out, err = run(capsys, "ask", "Review main.py", "--team", str(trio), "--json",
-                         "--context", f"{project}:write", "--apply")
+    code, out, err = run(
+        capsys,
+        "ask",
+        "Review main.py",
+        "--team",
+        str(trio),
+        "--json",
+        "--context",
+        f"{project}:write",
+        "--apply",
+    )
     assert code == 0, err
     view = JobView.model_validate_json(out)
     assert view.state == "completed" and view.diff_summary is not None
     assert (
-        view.diff_summary["contexts"][0]["files"] == []
-        and view.diff_summary["contexts"][0]["applied"] is False
+        view.diff_summary.model_dump()["contexts"][0]["files"] == []
+        and view.diff_summary.model_dump()["contexts"][0]["applied"] is False
     )
     assert (project / "main.py").read_text() == "print('hi')\n"
     code, out, _ = run(capsys, "show", view.job_id, "--file", "proj/main.py")
@@ -350,7 +361,7 @@ def test_ask_budget_and_verify_flags_reach_the_job(capsys: pytest.CaptureFixture
         capsys, "ask", "What is six times seven?", "--team", str(trio), "--json", "--max-tokens", "1"
     )
     view = JobView.model_validate(json.loads(out))
-    assert view.budget == {"max_tokens": 1} and (view.reason or "").startswith("budget reached: "), err
+    assert view.budget == {"max_tokens": 1} and (view.result.reason or "").startswith("budget reached: "), err
 
 
 def test_teams_shows_typical_usage_once_a_team_has_run(
@@ -406,13 +417,8 @@ def test_the_live_view_says_whether_there_was_a_majority_and_by_how_many_votes()
             elapsed_s=3,
             team="t",
             task="q",
-            tally=outcome.tally,
-            winner=outcome.winner,
-            consensus=outcome.consensus,
-            tie=outcome.tie,
+            result=outcome,
             majority=majority_text(outcome),
-            reason=outcome.reason,
-            answer="x",
             next="-",
         )
         console = Console(record=True, width=160)

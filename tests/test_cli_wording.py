@@ -273,13 +273,17 @@ def test_no_zero_vote_leader_and_no_empty_estimate() -> None:
 
 
 def test_lines_wrap_at_word_boundaries() -> None:
+    result = {
+        "winner": "C1",
+        "consensus": True,
+        "tally": {"A1": 1, "C1": 1, "B1": 1},
+        "agree": [["A1", "C1"]],
+        "reason": "every active agent voted for an answer after the last new answer was posted",
+    }
     view = a_view(
         state="completed",
-        winner="C1",
-        tally={"A1": 1, "C1": 1, "B1": 1},
-        agree=[["A1", "C1"]],
+        result=result,
         majority="a majority: 2 of 3 votes (with A1: the same answer); every agent voted",
-        reason="every active agent voted for an answer after the last new answer was posted",
     )
     out = shown(view, width=50)
     assert all(len(line) <= 50 for line in out.splitlines())

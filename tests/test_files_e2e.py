@@ -58,8 +58,11 @@ def editor(request: RecordedRequest) -> Reply:
     if mine is None:
         if "replaced 1 occurrence in calc.py" in request.text():
             return decide("new_answer", {"content": "Fixed add(): it subtracted."}, request)
-        return Reply(tool_calls=[("edit_file", {"path": "calc.py", "old_text": "return a - b",
-                                                "new_text": "return a + b"})])
+        return Reply(
+            tool_calls=[
+                ("edit_file", {"path": "calc.py", "old_text": "return a - b", "new_text": "return a + b"})
+            ]
+        )
     return decide("vote", {"answer": mine, "reason": "the fix is right"}, request)
 
 
@@ -97,7 +100,7 @@ async def test_team_edits_files_and_the_diff_is_exact(
         with anyio.fail_after(120):
             while not view.done:
                 view = await service.wait(view.job_id, 10)
-        assert view.state == "completed" and view.consensus, view.text()
+        assert view.state == "completed" and view.result.consensus, view.text()
         patch = (await service.read(view.job_id, "@diff", None, 0, 100_000)).content
         final_calc = await service.read(view.job_id, "proj/calc.py", "final", 0, 1000)
         listing = await service.read(view.job_id, "", "final", 0, 1000)
@@ -116,11 +119,12 @@ async def test_team_edits_files_and_the_diff_is_exact(
         "proj/calc.py",
     ]  # .git and build/ left out
     assert project.joinpath("calc.py").read_bytes() == OLD  # the caller's folder was never written
-    summary = view.diff_summary
+    summary = view.diff_summary.model_dump() if view.diff_summary else None
     assert summary is not None and summary["contexts"][0]["files"] == [
         {
             "path": "calc.py",
             "status": "modified",
+            "change": "modified",
             "added_lines": 1,
             "removed_lines": 1,
             "became_binary": False,
@@ -160,7 +164,7 @@ async def test_apply_writes_the_winners_changes(tmp_path: Path, fakes: FakeProvi
     view = await run_to_end(tmp_path, fakes, project, apply=True)
     assert view.state == "completed"
     assert project.joinpath("calc.py").read_bytes() == NEW
-    assert view.diff_summary is not None and view.diff_summary["contexts"][0]["applied"] is True
+    assert view.diff_summary is not None and view.diff_summary.model_dump()["contexts"][0]["applied"] is True
     assert project.joinpath("build", "junk.o").read_bytes() == b"\x00junk"  # ignored files untouched
 
 
@@ -172,7 +176,7 @@ async def test_apply_refuses_when_the_folder_changed_meanwhile(
         tmp_path, fakes, project, apply=True, during=lambda: project.joinpath("calc.py").write_bytes(mine)
     )
     assert view.state == "completed" and view.diff_summary is not None
-    context = view.diff_summary["contexts"][0]
+    context = view.diff_summary.model_dump()["contexts"][0]
     assert context["applied"] is False and "calc.py" in context["apply_error"]
     assert project.joinpath("calc.py").read_bytes() == mine  # nothing of the user's was lost
 

@@ -86,11 +86,22 @@ async def test_a_failed_check_then_a_follow_up_with_its_output_passes(
     tmp_path: Path, fakes: FakeProviders, project: Path, transport: str
 ) -> None:
     config = tmp_path / "config"
-    write_team(config / "conclave" / "teams" / "fixers.yaml", fakes, TRIO, name="fixers",
-               coordination={"final": "reuse", "timeout_s": 150})
+    write_team(
+        config / "conclave" / "teams" / "fixers.yaml",
+        fakes,
+        TRIO,
+        name="fixers",
+        coordination={"final": "reuse", "timeout_s": 150},
+    )
     env = {"CONCLAVE_HOME": str(tmp_path / "home"), "XDG_CONFIG_HOME": str(config), **ENV}
-    first_args = {"task": TASK, "team": "fixers", "verify": "pytest -q", "apply": "force", "wait_seconds": 0,
-                  "context_paths": [{"path": str(project), "permission": "write"}]}
+    first_args = {
+        "task": TASK,
+        "team": "fixers",
+        "verify": "pytest -q",
+        "apply": "force",
+        "wait_seconds": 0,
+        "context_paths": [{"path": str(project), "permission": "write"}],
+    }
     if transport == "stdio":
         params = stdio_params(tmp_path)
         params.env = {**(params.env or {}), **env}
@@ -101,6 +112,7 @@ async def test_a_failed_check_then_a_follow_up_with_its_output_passes(
         client_cm = Client(url, auth=HTTP_TOKEN)
     try:
         async with client_cm as client:
+
             async def call(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
                 result = await client.call_tool(name, arguments)
                 assert not result.is_error, result.content[0].text
@@ -108,7 +120,9 @@ async def test_a_failed_check_then_a_follow_up_with_its_output_passes(
 
             first = await finished(call, JobView.model_validate(await call("ask_team", first_args)))
             output = (
-                await call("read_workspace", {"job_id": first.job_id, "path": f"verify/{first.winner}"})
+                await call(
+                    "read_workspace", {"job_id": first.job_id, "path": f"verify/{first.result.winner}"}
+                )
             )["content"]
             assert first.state == "completed" and "failed" in (first.winner_check or ""), first
             assert "assert 6 == 5" in output
@@ -163,8 +177,8 @@ async def test_carried_options_a_clashing_edit_and_a_running_job(
             row is not None
             and row.options.context_paths == service.store.sync.job(first.job_id).options.context_paths
         )
-        assert clash.state == "failed" and "calc.py" in (clash.errors.get("job") or ""), clash
-        assert "changed both in your folder" in clash.errors["job"]
+        assert clash.state == "failed" and "calc.py" in (clash.result.errors.get("job") or ""), clash
+        assert "changed both in your folder" in clash.result.errors["job"]
         # back as it was: the follow-up starts from the earlier answer (a * b) and changes it to a + b
         project.joinpath("calc.py").write_text(CALC)
         second = await service.wait((await service.submit("go on", None, follow_up=first.job_id)).job_id, 50)

@@ -26,7 +26,6 @@ ENV = {KEY_ENV: "test-key-0123456789"}
 FAST = RetryPolicy(max_attempts=2, base_delay_s=0.01, max_delay_s=0.02)
 
 
-
 def settings(tmp_path: Path, **overrides: object) -> Settings:
     return Settings(home=tmp_path / "state", heartbeat_s=0.2, **overrides)  # type: ignore[arg-type]
 
@@ -55,9 +54,9 @@ async def test_a_job_runs_in_the_background_and_is_stored(tmp_path: Path, fakes:
         queued = await service.submit("What is 6 times 7?", team)
         assert queued.state in ("queued", "running") and queued.job_id.startswith("cj-")
         view = await service.wait(queued.job_id, 50, on_progress)
-        assert view.state == "completed" and view.consensus and view.winner
+        assert view.state == "completed" and view.result.consensus and view.result.winner
         assert view.answer and view.answer.startswith("FINAL")
-        assert sum(view.tally.values()) == 3 and view.usage.input_tokens > 0
+        assert sum(view.result.tally.values()) == 3 and view.usage.input_tokens > 0
         assert [agent.letter for agent in view.agents] == ["A", "B", "C"]  # the view lists agents by letter
         assert sorted(agent.model for agent in view.agents) == sorted(
             a.model for a in load_team_file(Path(team)).agents
@@ -200,7 +199,7 @@ async def test_reading_pages_through_the_transcript(tmp_path: Path, fakes: FakeP
             pieces.append(page.content)
             offset = page.next_offset
         assert "".join(pieces) == whole.content
-        winner = job.winner
+        winner = job.result.winner
         assert winner is not None
         by_path = await service.read(job.job_id, f"answers/{winner}", None, 0, 1000)
         assert by_path.content.startswith("Answer from")
@@ -224,15 +223,15 @@ async def test_a_local_model_that_is_missing_is_refused_at_submit(tmp_path: Path
 async def test_the_timeout_covers_copying_the_context_paths(
     tmp_path: Path, fakes: FakeProviders, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from conclave.jobs import service as service_module
+    from conclave.jobs import lifecycle as lifecycle_module
 
-    real_prepare = service_module.prepare
+    real_prepare = lifecycle_module.prepare
 
     async def slow_prepare(job_dir: Path, options: object) -> None:
         await real_prepare(job_dir, options)  # type: ignore[arg-type]
         await anyio.sleep(30)  # sleep-ok: a copy that takes long (a big folder on a slow disk)
 
-    monkeypatch.setattr(service_module, "prepare", slow_prepare)
+    monkeypatch.setattr(lifecycle_module, "prepare", slow_prepare)
     team = team_file(tmp_path, fakes, coordination={"timeout_s": 1.0}, sandbox="none")
     project = tmp_path / "proj"
     project.mkdir()
@@ -240,7 +239,7 @@ async def test_the_timeout_covers_copying_the_context_paths(
         view = await service.submit("task", team, [{"path": str(project)}])
         with anyio.fail_after(20):  # a hang guard: the copy alone would take 30 s
             view = await finish(service, view.job_id)
-    assert view.state == "failed" and "while copying the context paths" in (view.errors.get("job") or ""), (
-        view
-    )
+    assert view.state == "failed" and "while copying the context paths" in (
+        view.result.errors.get("job") or ""
+    ), view
     assert fakes.script.requests == []  # no agent started

@@ -312,5 +312,5 @@ async def test_the_local_team_over_mcp(tmp_path: Path) -> None:
                     view = JobView.model_validate(result.structured_content)
     assert view.state == "completed" and view.answer and view.team == "local"
     assert [agent.model for agent in view.agents] == ["local/smollm2"] * 3
-    assert sum(agent.answers for agent in view.agents) >= 1 and view.winner
+    assert sum(agent.answers for agent in view.agents) >= 1 and view.result.winner
     assert llama_children() == []

@@ -191,7 +191,7 @@ async def test_in_memory_a_client_gone_mid_call_leaves_the_job_running(
         _, view = await timed(second, "get_status", job_id=job_id)
         assert view["state"] in ACTIVE, view
         _, done = await timed(second, "get_status", job_id=job_id, wait_seconds=40)
-        assert done["state"] == "completed" and done["answer"]
+        assert done["state"] == "completed" and done["result"]["answer"]
 
 
 async def test_over_http_a_client_gone_mid_call_leaves_the_job_running(
@@ -208,7 +208,7 @@ async def test_over_http_a_client_gone_mid_call_leaves_the_job_running(
                 _, view = await timed(second, "get_status", job_id=job_id)
                 assert view["state"] in ACTIVE, (mode, view)
                 _, done = await timed(second, "get_status", job_id=job_id, wait_seconds=40)
-                assert done["state"] == "completed" and done["answer"], mode
+                assert done["state"] == "completed" and done["result"]["answer"], mode
 
 
 async def test_over_stdio_a_client_gone_mid_call_leaves_the_job_readable(

@@ -57,7 +57,7 @@ async def test_stdio_server_runs_a_job_to_completion(tmp_path: Path, fakes: Fake
         )
         assert not result.is_error, result.content[0].text
         view = JobView.model_validate(result.structured_content)
-        assert view.state == "completed" and view.consensus and view.answer.startswith("FINAL:")
+        assert view.state == "completed" and view.result.consensus and view.answer.startswith("FINAL:")
         assert result.content[0].text == view.text()
         assert progress and [value for value, _ in progress] == sorted({value for value, _ in progress})
 

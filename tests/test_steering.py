@@ -78,8 +78,10 @@ def reacting(request: RecordedRequest) -> Reply:
         return decide("new_answer", {"content": mine}, request)
     wanted = [label for label in labels if _in_language(request, label, french)]
     slow = request.agent == "cy" and not french  # cy still thinks about its vote when the note comes
-    return Reply(tool_calls=[("vote", {"answer": (wanted or labels)[0], "reason": "right language"})],
-                 delay=5.0 if slow else 0.2)
+    return Reply(
+        tool_calls=[("vote", {"answer": (wanted or labels)[0], "reason": "right language"})],
+        delay=5.0 if slow else 0.2,
+    )
 
 
 def _section(request: RecordedRequest, label: str) -> str:
@@ -140,8 +142,10 @@ async def test_a_note_mid_job_changes_the_answers_and_the_votes_before_it_do_not
     assert votes_before, transcript
     # every vote that counted in the end was cast after the note, for a French answer
     answers = await _answers(settings, job_id)
-    assert "quarante" in answers[view.winner or ""]
-    assert view.tally and all("quarante" in answers[label] for label, count in view.tally.items() if count)
+    assert "quarante" in answers[view.result.winner or ""]
+    assert view.result.tally and all(
+        "quarante" in answers[label] for label, count in view.result.tally.items() if count
+    )
     assert "A note from the person who asked: Answer in French." in transcript
     assert "The note reached the agents in round" in transcript
     after = [r for r in fakes.script.requests if NOTE in r.text()]
@@ -172,8 +176,13 @@ async def test_steer_job_over_mcp_changes_the_answers(
     for _, agent in TRIO:
         fakes.script.set_default(agent, reacting)
     config = tmp_path / "config"
-    write_team(config / "conclave" / "teams" / "steerable.yaml", fakes, TRIO, name="steerable",
-               coordination={"timeout_s": 60})
+    write_team(
+        config / "conclave" / "teams" / "steerable.yaml",
+        fakes,
+        TRIO,
+        name="steerable",
+        coordination={"timeout_s": 60},
+    )
     env = {"CONCLAVE_HOME": str(tmp_path / "home"), "XDG_CONFIG_HOME": str(config), **ENV}
     server_cm = http_server(tmp_path, env) if transport == "http" else None
     if server_cm is None:
@@ -184,20 +193,26 @@ async def test_steer_job_over_mcp_changes_the_answers(
         client_cm = Client(server_cm.__enter__(), auth=HTTP_TOKEN)
     try:
         async with client_cm as client:  # type: ignore[attr-defined]
+
             async def call(name: str, arguments: dict[str, object]) -> JobView:
                 result = await client.call_tool(name, arguments)
                 assert not result.is_error, result.content[0].text
                 return JobView.model_validate(result.structured_content)
 
-            view = await call("ask_team", {"task": "What is 6 * 7? Answer in words.", "team": "steerable",
-                                           "wait_seconds": 0})
+            view = await call(
+                "ask_team",
+                {"task": "What is 6 * 7? Answer in words.", "team": "steerable", "wait_seconds": 0},
+            )
             with anyio.fail_after(60):
                 while not any(a.vote for a in view.agents) and not view.done:
                     view = await call("get_status", {"job_id": view.job_id, "wait_seconds": 1})
             assert not view.done
             steered = await call("steer_job", {"job_id": view.job_id, "message": NOTE})
-            assert steered.notes[0].text == NOTE and steered.notes[0].seen and steered.tally in ({}, {
-                label: 0 for label in steered.tally})  # the votes before the note no longer count
+            assert (
+                steered.notes[0].text == NOTE
+                and steered.notes[0].seen
+                and steered.tally in ({}, {label: 0 for label in steered.tally})
+            )  # the votes before the note no longer count
             with anyio.fail_after(60):
                 while not view.done:
                     view = await call("get_status", {"job_id": view.job_id, "wait_seconds": 20})

@@ -94,9 +94,13 @@ async def test_the_answer_that_passes_the_tests_wins_over_the_voters_favourite(
         job_dir = service.job_dir(view.job_id)
 
     assert (
-        view.state == "completed" and view.winner == ann and view.answer == "add() fixed in calc.py (ann)."
+        view.state == "completed"
+        and view.result.winner == ann
+        and view.answer == "add() fixed in calc.py (ann)."
     ), view.text()
-    assert view.tally == {ann: 1, bob: 2, cy: 0} and not view.consensus  # honest: 1 of 3 votes chose it
+    assert (
+        view.result.tally == {ann: 1, bob: 2, cy: 0} and not view.result.consensus
+    )  # honest: 1 of 3 votes chose it
     assert view.checks[ann].startswith("passed in ") and view.checks[bob].startswith(
         "failed (exit 1): 1 failed"
     )
@@ -104,7 +108,7 @@ async def test_the_answer_that_passes_the_tests_wins_over_the_voters_favourite(
     assert view.winner_check and view.winner_check.startswith("passed in ")
     assert "the verification rule chose it over an answer with more votes" in view.winner_check
     assert f"the verification rule chose {ann} (passed its check) over {bob} (check failed)" in (
-        view.reason or ""
+        view.result.reason or ""
     )
     # the diff is the verified winner's fix, and the caller's folder was never touched
     assert (
@@ -137,7 +141,7 @@ async def test_without_verify_the_voters_favourite_wins(
     team = str(write_team(tmp_path / "team.yaml", fakes, TRIO, coordination={"final": "reuse"}))
     async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV, retry=FAST) as service:
         view = await finished(service, await service.submit(TASK, team, [{"path": str(project)}]))
-    assert view.answer == "add() fixed in calc.py (bob)." and view.consensus and view.checks == {}
+    assert view.answer == "add() fixed in calc.py (bob)." and view.result.consensus and view.checks == {}
     assert view.winner_check is None and not any("verify" in r.text() for r in fakes.script.requests)
 
 
@@ -159,8 +163,10 @@ async def test_a_check_is_confined_and_bounded(tmp_path: Path, fakes: FakeProvid
         view = await finished(
             service, await service.submit(TASK, team, [{"path": str(project)}], verify=CONFINED)
         )
-        outputs = {label: (await service.read(view.job_id, f"verify/{label}", None, 0, 100_000)).content
-                   for label in view.checks}
+        outputs = {
+            label: (await service.read(view.job_id, f"verify/{label}", None, 0, 100_000)).content
+            for label in view.checks
+        }
         job_dir = service.job_dir(view.job_id)
     spans = []
     for label, output in outputs.items():

@@ -293,12 +293,12 @@ async def test_apply_needs_consensus_unless_forced(
         with anyio.fail_after(60):
             while not view.done:
                 view = await service.wait(view.job_id, 10)
-    assert view.state == "completed" and view.consensus is False, view.text()
+    assert view.state == "completed" and view.result.consensus is False, view.text()
     ann = next(agent.letter for agent in view.agents if agent.model.endswith("ann"))
-    assert view.winner == f"{ann}1" and view.tie
+    assert view.result.winner == f"{ann}1" and view.result.tie
     assert view.majority is not None and view.majority.startswith("no majority: 1 of 3 votes")
     assert view.diff_summary is not None
-    context = view.diff_summary["contexts"][0]
+    context = view.diff_summary.model_dump()["contexts"][0]
     assert context["applied"] is applied
     assert (project.joinpath("calc.py").read_text() == NEW_CALC) is applied
     if not applied:

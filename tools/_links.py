@@ -15,11 +15,12 @@ def links(view: JobView) -> list[ResourceLink]:
         return []
     found = [ResourceLink(type="resource_link", name=f"{view.job_id} transcript",
                           uri=f"{ROOT}/{view.job_id}/transcript", mime_type="text/plain")]
-    if view.winner:
-        found.append(ResourceLink(type="resource_link", name=f"answer {view.winner}",
-                                  uri=f"{ROOT}/{view.job_id}/answers/{view.winner}", mime_type="text/plain"))
-    if view.diff_summary and view.diff_summary.get("patch_chars"):
+    winner = view.result.winner if view.result is not None else None
+    if winner:
+        found.append(ResourceLink(type="resource_link", name=f"answer {winner}",
+                                  uri=f"{ROOT}/{view.job_id}/answers/{winner}", mime_type="text/plain"))
+    if view.diff_summary and view.diff_summary.patch_chars:
         found.append(ResourceLink(type="resource_link", name=f"{view.job_id} diff",
                                   uri=f"{ROOT}/{view.job_id}/diff", mime_type="text/x-diff",
-                                  size=int(view.diff_summary["patch_chars"])))  # type: ignore[arg-type]
+                                  size=view.diff_summary.patch_chars))
     return found

@@ -65,7 +65,7 @@ async def _ask(args: argparse.Namespace, console: Console) -> int:
         texts: dict[str, str] = {}
 
         async def shown(view: JobView) -> Group:
-            for label in view.tally:  # answers never change once posted: each is read once
+            for label in view.votes()[0]:  # answers never change once posted: each is read once
                 if label not in texts:
                     with suppress(ConclaveError):
                         texts[label] = (await service.read(view.job_id, f"answers/{label}", None, 0, 4000)).content

@@ -37,12 +37,13 @@ class AnswerVotes:
 
 def tally_by_answer(view: JobView, texts: Mapping[str, str]) -> list[AnswerVotes]:
     """The tally grouped by answer: equivalent answers (view.agree) count together, most votes first."""
-    groups: list[tuple[str, ...]] = [tuple(sorted(group)) for group in view.agree]
+    tally, agree = view.votes()
+    groups: list[tuple[str, ...]] = [tuple(sorted(group)) for group in agree]
     grouped = {label for group in groups for label in group}
-    groups += [(label,) for label in view.tally if label not in grouped]
+    groups += [(label,) for label in tally if label not in grouped]
     found = []
     for labels in groups:
-        votes = sum(view.tally.get(label, 0) for label in labels)
+        votes = sum(tally.get(label, 0) for label in labels)
         text = next((texts[label] for label in labels if label in texts), None)
         says = (final_answer(text, view.task) or "").removeprefix("#") if text else None
         if says and len(says) > SHOWN_ANSWER:
@@ -102,19 +103,18 @@ def render(view: JobView, texts: Mapping[str, str] | None = None, width: int = 1
 def closing(view: JobView, width: int) -> list[Text]:
     """The result in words: the winner and its majority, why the job ended, usage."""
     lines = []
-    if view.winner:
-        lines.append(wrapped(f"winner {view.winner}: {view.majority}", width, "bold"))
+    result = view.result
+    if result is not None and result.winner:
+        lines.append(wrapped(f"winner {result.winner}: {view.majority}", width, "bold"))
         if view.winner_check:
             lines.append(wrapped(f"its check: {view.winner_check}", width))
-    if view.reason:
-        lines.append(wrapped(f"why: {view.reason}", width))
-    for letter, error in view.errors.items():
+    if result is not None:
+        lines.append(wrapped(f"why: {result.reason}", width))
+    for letter, error in (result.errors if result is not None else {}).items():
         lines.append(wrapped(f"{letter} failed: {error}", width))
-    for context in (view.diff_summary or {}).get("contexts", []):  # type: ignore[union-attr]
-        for held in context.get("held_back", []):
-            lines.append(
-                wrapped(f"held back, not applied: {context['name']}/{held['path']}: {held['fix']}", width)
-            )
+    for context in view.diff_summary.contexts if view.diff_summary else []:
+        for held in context.held_back:
+            lines.append(wrapped(f"held back, not applied: {context.name}/{held.path}: {held.fix}", width))
     cost = f", ${view.usage.cost_usd:.4f}" if view.usage.cost_usd is not None else ""
     lines.append(
         Text(f"usage: {view.usage.input_tokens:,} tokens in, {view.usage.output_tokens:,} out{cost}")

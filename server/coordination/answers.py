@@ -14,6 +14,9 @@ from __future__ import annotations
 import json
 import re
 import unicodedata
+from dataclasses import replace
+
+from conclave.coordination.protocol_events import AnswerPosted, Event, NoDecision, StartTurn, TurnFailed
 
 # Kept even when the task has them: a yes/no answer repeats the task's own words.
 KEEP = frozenset({"yes", "no", "true", "false", "not", "none", "never", "always"})
@@ -51,6 +54,8 @@ _FINAL_LINE = re.compile(r"^\s*(?:\**\s*)?(?:final\s+answer|answer)\s*\**\s*[:=-
 SHORT_LINE_WORDS = 15  # a last line this short holds the final answer of a longer reply
 LONG_REPLY_WORDS = 60  # a reply longer than this is read for its final line
 
+
+REFUSED = "answer refused: "  # a failed turn's error when the driver refused its answer
 
 def words(text: str) -> list[str]:
     """Casefolded words and normalised numbers ("1,000.0" -> "1000", "seven" -> "7"), punctuation dropped."""
@@ -168,3 +173,18 @@ def matches(answer: str, expected: str, task: str = "") -> bool:
         return answer_key(answer, task) == "#" + want[0]
     have = words(final_part(answer))
     return any(have[i : i + len(want)] == want for i in range(len(have) - len(want) + 1)) if want else False
+
+
+def read_decision(action: StartTurn, task: str, event: Event) -> Event:
+    """A turn's answer (or a corrective turn's text, taken as one) with its key; a non-answer becomes a
+    refused, failed turn whose note tells the agent why (tests/test_voting.py::test_non_answers_*)."""
+    if isinstance(event, AnswerPosted):
+        text = event.content
+    elif isinstance(event, NoDecision) and action.corrective:
+        text = event.text
+    else:
+        return event
+    why = refusal(text, task)
+    if why is not None:
+        return TurnFailed(action.letter, action.turn_id, f"{REFUSED}{why}", refused=True)
+    return replace(event, key=answer_key(text, task))

@@ -52,4 +52,4 @@ class Budget:
         async with send:
             await self._reached.wait()
             assert self.reason is not None
-            await send.send(protocol.Stop(self.reason))
+            await send.send(protocol.Stop(self.reason, protocol.StopReason.BUDGET))

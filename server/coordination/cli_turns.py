@@ -80,7 +80,7 @@ async def _run(ctx: TurnContext, member: CliMember, prompt: str, schema: dict[st
     await ctx.gate()
     async with ctx.limiter:
         output = await member.run(prompt, schema)
-    await ctx.on_usage(output.usage, True, output.cost_usd)  # type: ignore[call-arg]
+    await ctx.on_usage(output.usage, True, output.cost_usd)
     return output
 
 

@@ -23,11 +23,11 @@ from conclave.config import AgentSpec
 from conclave.config import Sandbox as SandboxSpec
 from conclave.config.clis import split_cli_model
 from conclave.coordination.prompts import FilesPicture
-from conclave.errors import ConclaveError, HostStepFailed, SandboxError
+from conclave.errors import ConclaveError, ConfigError, HostStepFailed, SandboxError
 from conclave.files.agent_tools import AgentTools
 from conclave.files.budget import DiskBudget
 from conclave.files.workspaces import Workspaces
-from conclave.sandbox.allowlist import Allowlist, allowlist_for
+from conclave.sandbox.allowlist import CLIS, Allowlist, CliName, allowlist_for
 from conclave.sandbox.container import Sandbox, container_user
 from conclave.sandbox.egress import EgressProxy, egress_proxy
 from conclave.sandbox.member import MemberSandbox
@@ -104,7 +104,7 @@ class JobFiles:
         if self._proxies is None:
             raise SandboxError("a CLI member's egress proxy needs JobFiles.egress() around the job's run")
         extra = [*self.spec.allow_hosts, *self._egress_allow]
-        allow = allowlist_for(split_cli_model(spec.model_name)[0], base_url=spec.base_url, extra=extra)  # type: ignore[arg-type]
+        allow = allowlist_for(_cli_name(spec.model_name), base_url=spec.base_url, extra=extra)
         socket = self.workspaces.job_dir / "egress" / f"{letter}.sock"
         proxy = await self._proxies.start(self._serve, socket, allow, f"{self.job_id}/{letter}")
         return self._member_factory(proxy.socket)
@@ -178,3 +178,12 @@ def _host_step(what: str) -> Iterator[None]:
         logger.warning("%s failed", what, exc_info=True)
         raise HostStepFailed(f"{what} could not be made ({type(exc).__name__}: {exc}); the answer stands "
                              "without its files") from exc
+
+
+def _cli_name(model_name: str) -> CliName:
+    """The coding-agent CLI a `cli/<name>[:model]` member runs (the team file's check named one of these)."""
+    cli = split_cli_model(model_name)[0]
+    for name in CLIS:
+        if name == cli:
+            return name
+    raise ConfigError(f"no egress allowlist for CLI {cli!r}: it is one of {', '.join(CLIS)}")

@@ -2,7 +2,8 @@
 
 All turns run in one task group; each has its own cancel scope so a stale turn can be cancelled and
 restarted. Turns report back over a memory stream and one loop feeds the protocol, so the state has a
-single writer. Every event is reported to the sink with the live progress (tests/test_orchestrator.py).
+single writer. Every event is reported to the sink with the live progress, and the result is built
+once from the protocol's outcome (reporting.py; tests/test_orchestrator.py).
 The driver reads every answer before the protocol sees it (answers.py): its key, or why it is no
 answer; and a presentation that changes the winning final answer is refused. With `verify`, each
 answer's check runs as a task beside the turns (verification.py) and comes back as `Verified`; with a
@@ -17,7 +18,7 @@ import logging
 import math
 from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, assert_never
 
 import anyio
 import anyio.to_thread
@@ -37,17 +38,18 @@ from conclave.coordination.members import (
     endpoint_factory,
     seed_for,
 )
-from conclave.coordination.reports import Check, JobEvent, JobResult, Progress, UsageTotals
+from conclave.coordination.reporting import Reporter
+from conclave.coordination.reports import Check, EventKind, JobResult, Progress, UsageTotals
+from conclave.coordination.tally import StopReason
 from conclave.coordination.turns import TurnContext, present, run_turn
 from conclave.errors import ConclaveError, ProviderError
 from conclave.members.runner import CliMember
 
 if TYPE_CHECKING:
     from conclave.coordination.job_files import JobFiles
-    from conclave.coordination.verification import CheckRun, Verifier
+    from conclave.coordination.verification import Verifier
 
 __all__ = ["BackendFactory", "JobSink", "Orchestrator", "assign_letters", "endpoint_factory", "seed_for"]
-REFUSED = "answer refused: "  # a failed turn's error when the driver refused its answer
 logger = logging.getLogger(__name__)
 
 
@@ -90,11 +92,9 @@ class Orchestrator:
             present=rules.final == "present", max_failed_turns=rules.max_failed_turns, seed=seed_for(job_id),
             verify=verifier is not None,
         )
-        self.checks: dict[str, Check] = {}  # per answer label, with `verify`
-        self._runs: dict[str, CheckRun] = {}  # finished checks, until their Verified is reported
+        self.reports = Reporter(sink, self.state, self.members, clock)  # events, progress, the result
         self._scopes: dict[int, anyio.CancelScope] = {}
         self._result: JobResult | None = None
-        self._started = 0.0
         self._send, self._receive = anyio.create_memory_object_stream[protocol.Event](math.inf)
 
     # Public --------------------------------------------------------------------------------------
@@ -104,7 +104,7 @@ class Orchestrator:
         The job's timeout covers it all: set-up (workspaces, containers, backends), the vote and the
         presentation (tests/test_voting.py::test_timeout_*).
         """
-        self._started = self._clock()
+        self.reports.started = self._clock()
         timeout = self.team.coordination.timeout_s
         deadline = self._deadline_at if self._deadline_at is not None else anyio.current_time() + timeout
         send, receive = self._send, self._receive
@@ -133,6 +133,7 @@ class Orchestrator:
                 for member in self.members.values():
                     if member.ctx is not None:
                         await member.ctx.backend.aclose()
+        assert self._result is not None  # the loop above ran until there was one
         return self._result
 
     async def _set_up(self) -> None:
@@ -151,9 +152,9 @@ class Orchestrator:
     async def _ended_in_set_up(self, reason: str) -> JobResult:
         await self._emit("deadline", reason=reason)
         errors = {"job": f"{reason}; raise coordination.timeout_s or retry when the machine is less busy"}
-        self._result = JobResult(answer=None, winner=None, consensus=False, reason=reason, failed=True,
-                                 errors=errors, fallback=True)
-        await self._emit("finished", **self._result.model_dump())
+        self._result = JobResult(winner=None, consensus=False, reason=reason, failed=True, errors=errors,
+                                 fallback=True, stopped_by=StopReason.DEADLINE)
+        await self.reports.finished(self._result)
         return self._result
 
     def steer(self, note: str) -> bool:
@@ -166,7 +167,11 @@ class Orchestrator:
 
     def progress(self) -> Progress:
         """The live picture: each agent's state, answers and vote, the tally, the round (picture.py)."""
-        return picture.progress(self.state, self.members, self.checks)
+        return self.reports.progress()
+
+    @property
+    def checks(self) -> dict[str, Check]:
+        return self.reports.checks
 
     # The loop ------------------------------------------------------------------------------------
     async def _handle(self, event: protocol.Event, tg: anyio.abc.TaskGroup, send: MemoryObjectSendStream[protocol.Event]) -> None:
@@ -184,87 +189,54 @@ class Orchestrator:
         return turn is not None and turn.turn_id == turn_id
 
     async def _report(self, event: protocol.Event, posted: int) -> None:
-        if len(self.state.answers) > posted:  # an AnswerPosted, or a corrective turn's text taken as one
-            answer = self.state.answers[-1]
-            await self._emit("answer", answer.letter, label=answer.label, revision=answer.revision, content=answer.content)
-            if self.files is not None:
-                try:
-                    await self.files.on_answer(answer.letter, answer.label)
-                except ConclaveError as exc:  # e.g. a workspace over its caps: the answer stands, without files
-                    await self._emit("snapshot_failed", answer.letter, label=answer.label, error=str(exc))
-        elif isinstance(event, protocol.AnswerPosted):
-            await self._emit("turn_failed", event.letter, error="answer refused; the agent is asked again")
-        elif isinstance(event, protocol.VoteCast):
-            vote = self.state.agents[event.letter].vote
-            if vote is not None and vote.label == event.label and self.state.agents[event.letter].turn is None:
-                await self._emit("vote", event.letter, label=event.label, reason=event.reason)
-            else:
-                await self._emit("vote_discarded", event.letter, label=event.label, reason=event.reason)
-        elif isinstance(event, protocol.NoDecision):
-            await self._emit("no_decision", event.letter, text=event.text[:2000])
-        elif isinstance(event, protocol.TurnFailed):
-            agent = self.state.agents[event.letter]
-            await self._emit("agent_failed" if not agent.active else "turn_failed", event.letter, error=event.error)
-        elif isinstance(event, protocol.Verified) and event.label in self._runs:
-            run = self._runs.pop(event.label)
-            self.checks[event.label] = run.check
-            check = run.check.model_dump()
-            await self._emit("checked", event.label[0], label=event.label, **check, output=run.output)
-        elif isinstance(event, protocol.Stop):
-            await self._emit("budget_reached", reason=event.reason)
-        elif isinstance(event, protocol.Deadline):
-            await self._emit("deadline", reason=event.reason)
-        elif isinstance(event, protocol.Steer):
-            late = self.state.phase != "coordinating"
-            await self._emit("steered", note=event.note, round=self.state.version, late=late)
-        elif isinstance(event, protocol.WorkStarted):
-            pass  # the tool call itself was reported when it was made
+        if len(self.state.answers) <= posted:
+            await self.reports.event(event)
+            return
+        answer = self.state.answers[-1]  # an AnswerPosted, or a corrective turn's text taken as one
+        await self.reports.answer(answer)
+        if self.files is not None:
+            try:
+                await self.files.on_answer(answer.letter, answer.label)
+            except ConclaveError as exc:  # e.g. a workspace over its caps: the answer stands, without files
+                await self._emit("snapshot_failed", answer.letter, label=answer.label, error=str(exc))
 
     async def _execute(
         self, actions: list[protocol.Action], tg: anyio.abc.TaskGroup, send: MemoryObjectSendStream[protocol.Event]
     ) -> None:
         for action in actions:
-            if isinstance(action, protocol.StartTurn):
-                scope = self._scopes[action.turn_id] = anyio.CancelScope()
-                await self._emit("turn_started", action.letter, turn_id=action.turn_id, round=action.version,
-                                 note=action.note, corrective=action.corrective)
-                tg.start_soon(self._turn, action, scope, send.clone())
-            elif isinstance(action, protocol.CancelTurn):
-                self._scopes.pop(action.turn_id, anyio.CancelScope()).cancel()
-                await self._emit("turn_cancelled", action.letter, turn_id=action.turn_id)
-            elif isinstance(action, protocol.Verify):
-                self.checks[action.label] = Check(status="running")
-                await self._emit("check_started", action.label[0], label=action.label)
-                tg.start_soon(self._verify, action.label, send.clone())
-            elif isinstance(action, protocol.Present):
-                self.members[action.letter].presenting = True
-                await self._emit("presenting", action.letter, winner=action.outcome.winner)
-                tg.start_soon(self._present, action, send.clone())
-            else:
-                await self._finish(action)
+            match action:
+                case protocol.StartTurn():
+                    scope = self._scopes[action.turn_id] = anyio.CancelScope()
+                    await self._emit("turn_started", action.letter, turn_id=action.turn_id, round=action.version,
+                                     note=action.note, corrective=action.corrective)
+                    tg.start_soon(self._turn, action, scope, send.clone())
+                case protocol.CancelTurn():
+                    self._scopes.pop(action.turn_id, anyio.CancelScope()).cancel()
+                    await self._emit("turn_cancelled", action.letter, turn_id=action.turn_id)
+                case protocol.Verify():
+                    self.checks[action.label] = Check(status="running")
+                    await self._emit("check_started", action.label[0], label=action.label)
+                    tg.start_soon(self._verify, action.label, send.clone())
+                case protocol.Present():
+                    self.members[action.letter].presenting = True
+                    await self._emit("presenting", action.letter, winner=action.outcome.winner)
+                    tg.start_soon(self._present, action, send.clone())
+                case protocol.Finish():
+                    await self._finish(action)
+                case _:
+                    assert_never(action)
 
     async def _finish(self, action: protocol.Finish) -> None:
         outcome = action.outcome
         for member in self.members.values():
             member.presenting = False
-        winner = self.state.answer(outcome.winner) if outcome.winner else None
         if self.files is not None:
             try:
                 await self.files.finish(outcome.winner)
             except ConclaveError as exc:
                 await self._emit("snapshot_failed", None, label=outcome.winner, error=str(exc))
-        answer = action.final_text if action.final_text is not None else (winner.content if winner else None)
-        presented_by = winner.letter if winner and action.final_text is not None else None
-        self._result = JobResult(
-            answer=answer, winner=outcome.winner, consensus=outcome.consensus, tie=outcome.tie,
-            reason=outcome.reason, tally=outcome.tally, presented_by=presented_by,
-            failed=outcome.failed, errors=outcome.errors, votes=outcome.votes, voters=outcome.voters,
-            all_voted=outcome.all_voted, fallback=outcome.fallback, agree=[list(g) for g in outcome.agree],
-            verdict=outcome.verdict, by_verification=outcome.by_verification, none_passed=outcome.none_passed,
-            pending=list(outcome.pending),
-            budget_reached=self.budget.reason is not None and self.budget.reason in outcome.reason,
-        )
-        await self._emit("finished", **self._result.model_dump())
+        self._result = self.reports.result(action)
+        await self.reports.finished(self._result)
 
     # Tasks ---------------------------------------------------------------------------------------
     async def _turn(self, action: protocol.StartTurn, scope: anyio.CancelScope, send: MemoryObjectSendStream[protocol.Event]) -> None:
@@ -280,31 +252,18 @@ class Orchestrator:
             with scope:
                 try:
                     picture = self.files.picture(action.letter) if self.files is not None else None
-                    event = self._read(action, await run_turn(ctx, action, self._shown(action.labels), picture))
+                    decided = await run_turn(ctx, action, self._shown(action.labels), picture)
+                    event = answers.read_decision(action, self.task, decided)
                 except (ProviderError, TimeoutError) as exc:  # retries are spent: the agent is out
                     event = protocol.TurnFailed(action.letter, action.turn_id, _describe(exc), fatal=True)
                 except Exception as exc:  # anything else fails this turn only, never the job
                     logger.warning("agent %s's turn failed", action.letter, exc_info=True)
                     error = f"the turn failed with {type(exc).__name__}: {exc}"
                     event = protocol.TurnFailed(action.letter, action.turn_id, error)
-                if isinstance(event, protocol.TurnFailed) and event.error.startswith(REFUSED):
+                if isinstance(event, protocol.TurnFailed) and event.refused:
                     await self._emit("answer_refused", action.letter, error=event.error)
                 await send.send(event)
             self._scopes.pop(action.turn_id, None)
-
-    def _read(self, action: protocol.StartTurn, event: protocol.Event) -> protocol.Event:
-        """An answer (or a corrective turn's text, taken as one) with its key; a non-answer becomes a
-        failed turn whose note tells the agent why (tests/test_voting.py::test_non_answers_*)."""
-        if isinstance(event, protocol.AnswerPosted):
-            text = event.content
-        elif isinstance(event, protocol.NoDecision) and action.corrective:
-            text = event.text
-        else:
-            return event
-        why = answers.refusal(text, self.task)
-        if why is not None:
-            return protocol.TurnFailed(action.letter, action.turn_id, f"{REFUSED}{why}")
-        return replace(event, key=answers.answer_key(text, self.task))
 
     async def _present(self, action: protocol.Present, send: MemoryObjectSendStream[protocol.Event]) -> None:
         member = self.members[action.letter]
@@ -327,7 +286,7 @@ class Orchestrator:
         assert self.verifier is not None
         async with send:
             run = await self.verifier.run(label)
-            self._runs[label] = run
+            self.reports.runs[label] = run
             await send.send(protocol.Verified(label, run.check.passed))
 
     async def _deadline(self, send: MemoryObjectSendStream[protocol.Event], deadline: float) -> None:
@@ -365,9 +324,8 @@ class Orchestrator:
     def _shown(self, order: tuple[str, ...] = ()) -> list[prompts.ShownAnswer]:
         return picture.shown(self.state, self.checks, order)
 
-    async def _emit(self, kind: str, letter: str | None = None, **data: object) -> None:
-        event = JobEvent(kind=kind, letter=letter, data=data, at=round(self._clock() - self._started, 3))  # type: ignore[arg-type]
-        await self.sink.record(event, self.progress())
+    async def _emit(self, kind: EventKind, letter: str | None = None, **data: object) -> None:
+        await self.reports.emit(kind, letter, **data)
 
 
 def _pending(receive: MemoryObjectReceiveStream[protocol.Event]) -> protocol.Event | None:

@@ -28,8 +28,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from dataclasses import dataclass, replace
-from typing import Literal
+from typing import assert_never
 
 from conclave.coordination.protocol_events import (
     Action,
@@ -47,52 +46,32 @@ from conclave.coordination.protocol_events import (
     Steer,
     Stop,
     TurnEvent,
+    TurnEvents,
     TurnFailed,
     Verified,
     Verify,
     VoteCast,
     WorkStarted,
 )
-from conclave.coordination.tally import Answer, Board, Outcome, Verdict, agreeing, decide, fallback, leading
+from conclave.coordination.protocol_state import AgentState, Phase, Rule, Turn, Vote
+from conclave.coordination.tally import (
+    Answer,
+    Board,
+    Outcome,
+    StopReason,
+    Verdict,
+    agreeing,
+    decide,
+    fallback,
+    leading,
+)
 
 __all__ = [  # re-exported: the driver and the tests read the vocabulary from here
     "Action", "Answer", "AnswerPosted", "CancelTurn", "Deadline", "Event", "Finish", "NoDecision", "Outcome", "Present",
-    "Presented", "PresentationFailed", "Start", "StartTurn", "Steer", "Stop", "TurnEvent", "TurnFailed", "Verdict",
+    "Presented", "PresentationFailed", "Start", "StartTurn", "Steer", "Stop", "StopReason", "TurnEvent", "TurnFailed",
+    "Verdict",
     "Verified", "Verify", "VoteCast", "WorkStarted",
 ]
-
-Phase = Literal["coordinating", "presenting", "done"]
-Rule = Literal["all_voted", "majority"]
-
-
-@dataclass(frozen=True)
-class Vote:
-    voter: str
-    label: str
-    reason: str
-
-
-@dataclass(frozen=True)
-class Turn:
-    turn_id: int
-    version: int
-    did_work: bool = False
-    corrective: bool = False
-
-
-@dataclass
-class AgentState:
-    letter: str
-    answers: int = 0
-    vote: Vote | None = None
-    turn: Turn | None = None
-    failed_turns: int = 0
-    error: str | None = None
-
-    @property
-    def active(self) -> bool:
-        return self.error is None
-
 
 class Coordination:
     """The state of one job's coordination. Not thread-safe; one driver feeds it."""
@@ -155,40 +134,53 @@ class Coordination:
     # The one entry point -------------------------------------------------------------------------
     def apply(self, event: Event) -> list[Action]:
         """Advance the state by one event and return what the driver must do next."""
-        if isinstance(event, Steer):
-            return self._on_steer(event.note)
-        if self.phase == "done":
-            return []
-        if isinstance(event, (Presented, PresentationFailed)):
-            return self._on_presentation(event)
-        if isinstance(event, (Deadline, Stop)) and self.phase == "presenting":
-            return self._on_presentation(PresentationFailed(f"{event.reason} during the presentation"))
-        if self.phase != "coordinating":
-            return []
-        if isinstance(event, Start):
-            self.started = True
-            return [self._start_turn(agent) for agent in self.active()]
-        if isinstance(event, (Deadline, Stop)):
-            return self._finish(fallback(self._board(), event.reason), present=isinstance(event, Deadline))
-        if isinstance(event, Verified):
-            return self._on_verified(event)
+        match event:
+            case Steer():  # in every phase: a note is kept even after the vote
+                return self._on_steer(event.note)
+            case _ if self.phase == "done":
+                return []
+            case Presented() | PresentationFailed():
+                return self._on_presentation(event)
+            case Deadline() | Stop() if self.phase == "presenting":
+                failed = PresentationFailed(f"{event.reason} during the presentation")
+                return self._on_presentation(failed, stopped_by=_stopped_by(event))
+            case _ if self.phase != "coordinating":
+                return []
+            case Start():
+                self.started = True
+                return [self._start_turn(agent) for agent in self.active()]
+            case Deadline() | Stop():
+                outcome = fallback(self._board(), event.reason).model_copy(update={"stopped_by": _stopped_by(event)})
+                return self._finish(outcome, present=isinstance(event, Deadline))
+            case Verified():
+                return self._on_verified(event)
+            case WorkStarted() | AnswerPosted() | VoteCast() | NoDecision() | TurnFailed():
+                return self._on_turn_event(event)
+            case _:
+                assert_never(event)
+
+    def _on_turn_event(self, event: TurnEvents) -> list[Action]:
         agent = self.agents.get(event.letter)
         if agent is None or agent.turn is None or agent.turn.turn_id != event.turn_id:
             return []  # a late event from a cancelled or finished turn
-        if isinstance(event, WorkStarted):
-            agent.turn = Turn(agent.turn.turn_id, agent.turn.version, True, agent.turn.corrective)
-            return []
-        if isinstance(event, AnswerPosted):
-            return self._on_answer(agent, event.content, event.key)
-        if isinstance(event, VoteCast):
-            return self._on_vote(agent, event)
-        if isinstance(event, NoDecision):
-            if not agent.turn.corrective:
-                return [self._start_turn(agent, corrective=True)]
-            if event.text.strip():
-                return self._on_answer(agent, event.text, event.key)
-            return self._on_failed_turn(agent, "the turn ended with no text and no decision")
-        return self._on_failed_turn(agent, event.error, fatal=event.fatal)
+        match event:
+            case WorkStarted():
+                agent.turn = Turn(agent.turn.turn_id, agent.turn.version, True, agent.turn.corrective)
+                return []
+            case AnswerPosted():
+                return self._on_answer(agent, event.content, event.key)
+            case VoteCast():
+                return self._on_vote(agent, event)
+            case NoDecision():
+                if not agent.turn.corrective:
+                    return [self._start_turn(agent, corrective=True)]
+                if event.text.strip():
+                    return self._on_answer(agent, event.text, event.key)
+                return self._on_failed_turn(agent, "the turn ended with no text and no decision")
+            case TurnFailed():
+                return self._on_failed_turn(agent, event.error, fatal=event.fatal)
+            case _:
+                assert_never(event)
 
     # Handlers ------------------------------------------------------------------------------------
     def _on_answer(self, agent: AgentState, content: str, key: str) -> list[Action]:
@@ -201,7 +193,8 @@ class Coordination:
         agent.turn = None
         agent.failed_turns = 0
         label, seq = f"{agent.letter}{agent.answers}", len(self.answers)
-        answer = Answer(label, agent.letter, agent.answers, content, seq, key or content.strip())
+        answer = Answer(label=label, letter=agent.letter, revision=agent.answers, content=content, seq=seq,
+                        key=key or content.strip())
         self.answers.append(answer)
         self.latest[agent.letter] = answer
         if len(self.agents) > 1 and len(self.active()) == 1:
@@ -265,13 +258,15 @@ class Coordination:
         active = self.active()
         if not active:
             errors = {a.letter: a.error or "" for a in self.agents.values()}
-            outcome = Outcome(None, False, False, "every agent failed", {}, failed=True, errors=errors)
+            outcome = Outcome(winner=None, consensus=False, reason="every agent failed", failed=True, errors=errors)
             return self._finish(outcome)
         if len(self.agents) > 1 and len(active) == 1 and self.answers:
             return self._finish(fallback(self._board(), "all but one agent failed"))
         return self._check_consensus()
 
-    def _on_presentation(self, event: Presented | PresentationFailed) -> list[Action]:
+    def _on_presentation(
+        self, event: Presented | PresentationFailed, *, stopped_by: StopReason | None = None
+    ) -> list[Action]:
         if self.phase != "presenting" or self.outcome is None:
             return []
         self.phase = "done"
@@ -279,7 +274,8 @@ class Coordination:
             return [Finish(self.outcome, event.text)]
         error = event.error if isinstance(event, PresentationFailed) else "empty presentation"
         reason = f"not presented ({error}): the winning answer is returned as it stands"
-        self.outcome = replace(self.outcome, reason=f"{self.outcome.reason}; {reason}")
+        update = {"reason": f"{self.outcome.reason}; {reason}", "stopped_by": stopped_by or self.outcome.stopped_by}
+        self.outcome = self.outcome.model_copy(update=update)
         return [Finish(self.outcome, None)]
 
     # Ending ------------------------------------------------------------------------------------
@@ -301,9 +297,10 @@ class Coordination:
 
     def _finish(self, outcome: Outcome, *, present: bool = True) -> list[Action]:
         dropped = {a.letter: a.error for a in self.agents.values() if a.error}
-        outcome = replace(outcome, errors={**dropped, **outcome.errors}, pending=self.pending())
+        outcome = outcome.model_copy(update={"errors": {**dropped, **outcome.errors}, "pending": self.pending()})
         if outcome.pending:
-            outcome = replace(outcome, reason=f"{outcome.reason}; still being checked: {', '.join(outcome.pending)}")
+            reason = f"{outcome.reason}; still being checked: {', '.join(outcome.pending)}"
+            outcome = outcome.model_copy(update={"reason": reason})
         actions: list[Action] = []
         for agent in self.agents.values():
             if agent.turn is not None:
@@ -327,4 +324,8 @@ class Coordination:
 
 
 def _reason(outcome: Outcome, consensus: bool, why: str) -> Outcome:  # why it ended, then decide()'s notes
-    return replace(outcome, consensus=consensus, reason=f"{why}{outcome.reason}")
+    return outcome.model_copy(update={"consensus": consensus, "reason": f"{why}{outcome.reason}"})
+
+
+def _stopped_by(event: Deadline | Stop) -> StopReason:
+    return event.cause if isinstance(event, Stop) else StopReason.DEADLINE

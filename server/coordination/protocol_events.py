@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from conclave.coordination.tally import Outcome
+from conclave.coordination.tally import Outcome, StopReason
 
 
 # Events: what happened. Turn events carry the turn id the protocol gave out; late ones are ignored.
@@ -24,6 +24,7 @@ class Deadline:
 @dataclass(frozen=True)
 class Stop:  # end now without another model call (a budget): the best-supported answer as it stands
     reason: str
+    cause: StopReason = StopReason.BUDGET  # the outcome's `stopped_by`
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,7 @@ class NoDecision(TurnEvent):
 class TurnFailed(TurnEvent):
     error: str
     fatal: bool = False  # the provider kept failing after retries: the agent is out
+    refused: bool = False  # the driver refused the turn's answer (answers.py read_decision says why)
 
 
 @dataclass(frozen=True)
@@ -82,7 +84,9 @@ class PresentationFailed:
     error: str
 
 
-Event = Start | Deadline | Stop | Steer | Verified | TurnEvent | Presented | PresentationFailed
+# Every event, each class named: protocol.py's `apply` matches them all (typing.assert_never checks it).
+TurnEvents = WorkStarted | AnswerPosted | VoteCast | NoDecision | TurnFailed
+Event = Start | Deadline | Stop | Steer | Verified | TurnEvents | Presented | PresentationFailed
 
 
 # Actions: what the driver must do.

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from conclave.backends.base import Usage
 from conclave.config import Price
+from conclave.coordination.tally import Outcome, StopReason
 
 EventKind = Literal[
     "started",
@@ -149,11 +150,13 @@ class Leading(_Record):
 
 
 class AgentProgress(_Record):
-    letter: str
-    model: str
+    """One agent in the live picture (the job's view shows these as they are)."""
+
+    letter: str = Field(description="the agent's anonymous letter in this job")
+    model: str = Field(description="provider/model")
     state: AgentStateName
-    answers: int = 0
-    vote: str | None = None
+    answers: int = Field(default=0, description="answers posted so far")
+    vote: str | None = Field(default=None, description="the answer label this agent currently votes for")
     error: str | None = None
     usage: UsageTotals = UsageTotals()
 
@@ -171,29 +174,27 @@ class Progress(_Record):
     notes: list[str] = Field(default_factory=list)  # steering notes the agents see, oldest first
 
 
-class JobResult(_Record):
-    """How a job ended. `consensus`: a strict majority of the `voters` valid votes went to the winner
-    or answers equivalent to it (`votes` of them); `all_voted` is separate. `fallback`: the vote never
-    finished (a timeout, all but one agent failed) and the winner is the best-supported answer so far."""
+class JobResult(Outcome):
+    """How a job ended: the protocol's outcome (tally.py), built once from it, with the final text.
+    `presented_by`: the agent that wrote the final answer (with `final: present`)."""
 
-    answer: str | None
-    winner: str | None
-    consensus: bool
-    tie: bool = False
-    reason: str
-    tally: dict[str, int] = Field(default_factory=dict)
+    answer: str | None = Field(default=None, description="the final answer")
     presented_by: str | None = None
-    failed: bool = False
-    errors: dict[str, str] = Field(default_factory=dict)
-    votes: int = 0
-    voters: int = 0
-    all_voted: bool = False
-    fallback: bool = False
-    agree: list[list[str]] = Field(default_factory=list)  # current answers with the same final answer
-    # With `verify` (tally.py): the winner's check, whether the rule changed the winner, whether no
-    # current answer passed, and which checks were still running when the job ended.
-    verdict: Literal["pending", "passed", "failed"] | None = None
-    by_verification: bool = False
-    none_passed: bool = False
-    pending: list[str] = Field(default_factory=list)
-    budget_reached: bool = False
+
+    @classmethod
+    def of(cls, outcome: Outcome, answer: str | None = None, presented_by: str | None = None) -> JobResult:
+        return cls(**dict(outcome), answer=answer, presented_by=presented_by)
+
+    @property
+    def budget_reached(self) -> bool:
+        return self.stopped_by is StopReason.BUDGET
+
+    @model_validator(mode="before")
+    @classmethod
+    def _stored_before_stopped_by(cls, data: Any) -> Any:
+        """A result stored before `stopped_by` said `budget_reached: true|false` (read back as data)."""
+        if isinstance(data, dict) and "budget_reached" in data:
+            data = dict(data)
+            if data.pop("budget_reached") and data.get("stopped_by") is None:
+                data["stopped_by"] = StopReason.BUDGET
+        return data

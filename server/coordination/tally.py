@@ -15,45 +15,67 @@ an `Outcome`, no I/O, no clock, and import nothing of ours (tests/test_architect
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
 
 Verdict = Literal["pending", "passed", "failed"]
 
 
-@dataclass(frozen=True)
-class Answer:
+class StopReason(StrEnum):
+    """What ended the vote before it finished: data the driver and the views branch on, never words."""
+
+    DEADLINE = "deadline"  # the job's timeout
+    BUDGET = "budget"  # the job's max_tokens or max_cost_usd (coordination/budget.py)
+
+
+class _Value(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Posted(_Value):
+    """An answer as every reader names it: its label (letter + revision) and its text."""
+
     label: str
     letter: str
     revision: int
     content: str
+
+
+class Answer(Posted):
     seq: int  # posting order across the job, for the tie-break
     key: str  # the normalised final answer: equal keys agree
 
 
-@dataclass(frozen=True)
-class Outcome:
+class Outcome(_Value):
     """How the vote ended. `votes` of `voters` valid votes went to the winner's group; `consensus` is
     a strict majority of them; `fallback`: the vote never finished, the winner is the best supported.
     With verification: `verdict` is the winner's, `by_verification` says the rule changed the winner,
-    `none_passed` that no current answer passed, `pending` which checks were still running at the end."""
+    `none_passed` that no current answer passed, `pending` which checks were still running at the end.
+    The job's result (coordination/reports.py JobResult) is this plus the final text."""
 
-    winner: str | None
-    consensus: bool
-    tie: bool
-    reason: str
-    tally: dict[str, int]
+    winner: str | None = Field(description="the winning answer's label, e.g. B2")
+    consensus: bool = Field(
+        description="true only when a strict majority of the votes cast chose the winner (or answers with the "
+        "same final answer)")
+    tie: bool = False
+    reason: str = Field(description="why the job ended the way it did")
+    tally: dict[str, int] = Field(default_factory=dict, description="valid votes per latest answer at the end")
     failed: bool = False
-    errors: dict[str, str] = field(default_factory=dict)
-    votes: int = 0
-    voters: int = 0
-    all_voted: bool = False
-    fallback: bool = False
-    agree: tuple[tuple[str, ...], ...] = ()  # groups of two or more current answers with one key
+    errors: dict[str, str] = Field(default_factory=dict, description="why each agent that dropped out failed")
+    votes: int = Field(default=0, description="valid votes for the winner and its equivalents")
+    voters: int = Field(default=0, description="valid votes cast")
+    all_voted: bool = Field(default=False, description="every active agent held a valid vote")
+    fallback: bool = Field(
+        default=False, description="the vote never finished (timeout, agents failed): the best-supported answer")
+    agree: tuple[tuple[str, ...], ...] = Field(default=(), description="answers with the same final answer")
     verdict: Verdict | None = None
     by_verification: bool = False
     none_passed: bool = False
     pending: tuple[str, ...] = ()
+    stopped_by: StopReason | None = Field(default=None, description="what stopped the vote early, if anything")
 
 
 @dataclass(frozen=True)
@@ -113,7 +135,8 @@ def decide(board: Board, counts: Mapping[str, int], among: Sequence[Answer], rea
     if none_passed:
         reason = f"{reason}; no answer passed verification"
     return Outcome(
-        winner.label, False, tie, reason, dict(board.tally), votes=votes, voters=sum(board.tally.values()),
+        winner=winner.label, consensus=False, tie=tie, reason=reason, tally=dict(board.tally), votes=votes,
+        voters=sum(board.tally.values()),
         all_voted=board.all_voted, agree=agreeing(board.latest), verdict=board.verdicts.get(winner.label),
         by_verification=by_verification, none_passed=none_passed,
     )
@@ -123,7 +146,8 @@ def fallback(board: Board, reason: str) -> Outcome:
     """The best-supported answer when the vote cannot finish, marked `fallback`; `failed` with none."""
     latest, tally = list(board.latest), board.tally
     if not board.answers:
-        return Outcome(None, False, False, f"{reason}; no answer was posted", dict(tally), failed=True)
+        return Outcome(winner=None, consensus=False, reason=f"{reason}; no answer was posted", tally=dict(tally),
+                       failed=True)
     if any(tally.values()):
         counts, among, why = tally, latest, "the answer with the most current votes"
     elif any(board.votes_ever.values()):
@@ -135,7 +159,7 @@ def fallback(board: Board, reason: str) -> Outcome:
         counts, among, why = {last.label: 1}, list(board.answers), "the latest answer that passed verification"
     else:
         counts, among, why = {board.answers[-1].label: 1}, list(board.answers), "the latest answer"
-    return replace(decide(board, counts, among, f"{reason}; {why}"), fallback=True)
+    return decide(board, counts, among, f"{reason}; {why}").model_copy(update={"fallback": True})
 
 
 def leading(board: Board) -> Outcome | None:

@@ -10,12 +10,13 @@ import json
 import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
+from typing import Literal, Protocol
 
 import anyio
 import anyio.lowlevel
 
-from conclave.backends.base import Backend, Message, Request, Scorer, ToolCall, ToolSpec
-from conclave.backends.retry import Completion, RetryPolicy, UsageCallback, complete
+from conclave.backends.base import Backend, JsonObject, Message, Request, Scorer, ToolCall, ToolSpec, Usage
+from conclave.backends.retry import Completion, RetryPolicy, complete
 from conclave.config import AgentSpec
 from conclave.coordination import prompts, protocol
 from conclave.coordination.split_turns import split_turn
@@ -24,6 +25,12 @@ WORKFLOW = ("new_answer", "vote")
 MIN_REPAIR_STEPS = 2  # malformed workflow calls get at least this many chances to be fixed
 
 ToolHandler = Callable[[dict[str, object]], Awaitable[str]]
+
+
+class UsageSink(Protocol):
+    """Hears every Usage: (usage, opens_attempt) as retry.py's UsageCallback, and a CLI member's own cost."""
+
+    def __call__(self, usage: Usage, first: bool, cost_usd: float | None = None, /) -> Awaitable[None]: ...
 
 
 @dataclass
@@ -37,7 +44,7 @@ class TurnContext:
     task: str
     retry: RetryPolicy
     limiter: anyio.CapacityLimiter
-    on_usage: UsageCallback  # every Usage a provider reports, as it arrives (retries and cancelled calls too)
+    on_usage: UsageSink  # every Usage a provider reports, as it arrives (retries and cancelled calls too)
     on_work: Callable[[ToolCall], Awaitable[None]]
     max_tool_steps: int = 8
     work_tools: tuple[ToolSpec, ...] = ()
@@ -65,15 +72,27 @@ class TurnContext:
         await self.on_usage(usage, True)
         return scores
 
-    def request(self, messages: list[Message], **overrides: object) -> Request:
-        base = Request(
-            system=self.system,
+    def request(
+        self,
+        messages: list[Message],
+        *,
+        system: str | None = None,
+        tools: tuple[ToolSpec, ...] = (),
+        tool_choice: Literal["auto", "required"] = "auto",
+        response_schema: JsonObject | None = None,
+        max_tokens: int | None = None,
+    ) -> Request:
+        """This agent's request: its system prompt and settings unless the call names others."""
+        return Request(
+            system=self.system if system is None else system,
             messages=tuple(messages),
+            tools=tools,
+            tool_choice=tool_choice,
+            response_schema=response_schema,
             temperature=self.spec.temperature,
-            max_tokens=self.spec.max_tokens,
+            max_tokens=self.spec.max_tokens if max_tokens is None else max_tokens,
             seed=self.spec.seed,
         )
-        return replace(base, **overrides)  # type: ignore[arg-type]
 
 
 async def run_turn(
@@ -203,9 +222,10 @@ def _load_json(text: str) -> object | None:
     """The JSON value of a reply (a ```json fence allowed); None when it is not JSON."""
     match = _FENCE.match(text)
     try:
-        return json.loads(match.group(1) if match else text)
+        value: object = json.loads(match.group(1) if match else text)
     except json.JSONDecodeError:
         return None
+    return value
 
 
 def parse_json_decision(letter: str, action: protocol.StartTurn, text: str) -> protocol.Event:
@@ -226,5 +246,5 @@ async def present(ctx: TurnContext, task: str, shown: list[prompts.ShownAnswer],
     """The winner's presentation: the final answer in plain text."""
     assert outcome.winner is not None
     messages = [Message("user", prompts.presentation_prompt(task, shown, outcome.tally, outcome.winner))]
-    completion = await ctx.call(replace(ctx.request(messages), system=prompts.PRESENT_SYSTEM))
+    completion = await ctx.call(ctx.request(messages, system=prompts.PRESENT_SYSTEM))
     return completion.text

@@ -83,6 +83,7 @@ def history(team: Team, past: list[list[AgentUsage]]) -> TeamHistory | None:
     if not past:
         return None
     costs = [_cost(team, job) for job in past]
-    cost = round(median(costs), 4) if None not in costs else None  # type: ignore[type-var]
+    known = [cost for cost in costs if cost is not None]
+    cost = round(median(known), 4) if len(known) == len(costs) else None  # a partial figure is no figure
     return TeamHistory(jobs=len(past), typical_tokens=int(median(_tokens(job) for job in past)),
                        typical_cost_usd=cost)

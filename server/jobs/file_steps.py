@@ -20,7 +20,7 @@ from conclave.files.review import Consent
 from conclave.files.roots import identify
 from conclave.files.trees import list_tree
 from conclave.files.workspaces import Workspaces
-from conclave.jobs.records import ApplyMode, ContextChanges, FileChangeView, FilesResult, JobOptions
+from conclave.jobs.records import ApplyMode, ContextChanges, FilesResult, JobOptions
 from conclave.sandbox.container import container_user, engine_status, image_tag
 from conclave.settings import Settings
 
@@ -80,14 +80,14 @@ async def collect(files: JobFiles, options: JobOptions, consensus: bool) -> File
     patches = await workspaces.diffs()
     chunks, contexts = [], []
     for option in options.context_paths:
-        patch = patches[option.name]
+        name = option.name
+        assert name is not None, "every context path is named when the job is admitted (admit above)"
+        patch = patches[name]
         if patch.text:
-            chunks.append(f"# {option.name}: {option.path}\n{patch.text}")
+            chunks.append(f"# {name}: {option.path}\n{patch.text}")
         changes = ContextChanges(
-            name=option.name, path=option.path, permission=option.permission,
-            files=[FileChangeView(path=f.path, status=f.status, added_lines=f.added_lines,
-                                  removed_lines=f.removed_lines, became_binary=f.became_binary)
-                   for f in patch.files],
+            name=name, path=option.path, permission=option.permission,
+            files=list(patch.files),
             added_lines=sum(f.added_lines for f in patch.files),
             removed_lines=sum(f.removed_lines for f in patch.files),
         )
@@ -98,7 +98,7 @@ async def collect(files: JobFiles, options: JobOptions, consensus: bool) -> File
                 continue
             consent = Consent(force_binary=options.force_binary, allow_artifacts=options.allow_artifacts)
             try:
-                done = await workspaces.apply(option.name, consent=consent, patch=patch)
+                done = await workspaces.apply(name, consent=consent, patch=patch)
                 changes.held_back = done.held
                 changes.applied = not done.empty
                 if done.empty:
@@ -108,7 +108,7 @@ async def collect(files: JobFiles, options: JobOptions, consensus: bool) -> File
         contexts.append(changes)
     text = "".join(chunks)
     await anyio.to_thread.run_sync(workspaces.patch.write_text, text)
-    outside = await anyio.to_thread.run_sync(_outside, workspaces.final, {o.name for o in options.context_paths})
+    outside = await anyio.to_thread.run_sync(_outside, workspaces.final, {o.name for o in options.context_paths if o.name})
     return FilesResult(contexts=contexts, patch_chars=len(text), outside=outside)
 
 

@@ -1,24 +1,57 @@
-"""What a starting server tidies, beside the jobs: old finished jobs, and containers of servers that died.
+"""What a server does beside running jobs: on start, it marks the jobs of servers that died
+`interrupted`, prunes old finished jobs and removes containers left by dead servers; while it serves,
+it heartbeats its own jobs and takes the cancel requests and steering notes other processes left for them.
 
-Both run once in the service's task group (jobs/service.py) and never touch a live server's jobs.
+All of it runs in the service's task group (jobs/service.py) and never touches a live server's jobs.
 """
 
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Mapping
 
 import anyio
 import anyio.to_thread
 
 from conclave.errors import ConclaveError
 from conclave.files.budget import MB
+from conclave.jobs.async_store import AsyncStore
 from conclave.jobs.gc import GcReport, prune
 from conclave.jobs.owners import process_alive
+from conclave.jobs.steering import Steering
 from conclave.jobs.store import Store
 from conclave.sandbox.engine import sweep
 from conclave.settings import Settings
 
 logger = logging.getLogger(__name__)
+WATCH_S = 0.5  # how often the watch loop looks for other processes' cancel requests and notes
+
+
+async def mark_orphans(store: AsyncStore, settings: Settings) -> None:
+    """Jobs whose server is gone (its process dead, or no heartbeat for `stale_after_s`) end `interrupted`."""
+    for job_id in await store.orphans(process_alive, settings.stale_after_s):
+        await store.set_state(job_id, "interrupted", "the server that ran this job stopped")
+
+
+async def watch(
+    store: AsyncStore,
+    settings: Settings,
+    owner_id: str,
+    scopes: Mapping[str, anyio.CancelScope],
+    steering: Steering,
+) -> None:
+    """Heartbeat our jobs and honour the cancel requests and notes other processes left in the store."""
+    last_beat = 0.0
+    while True:
+        for job_id in await store.cancel_requests(owner_id):
+            if job_id in scopes:
+                scopes[job_id].cancel()
+        await anyio.to_thread.run_sync(steering.deliver_all)  # notes other processes left for our jobs
+        if time.monotonic() - last_beat >= settings.heartbeat_s:
+            await store.heartbeat(owner_id)
+            last_beat = time.monotonic()
+        await anyio.sleep(WATCH_S)
 
 
 async def prune_old_jobs(settings: Settings) -> None:
@@ -27,8 +60,12 @@ async def prune_old_jobs(settings: Settings) -> None:
     def run() -> GcReport:
         store = Store(settings.db_path)  # its own connection: a transaction in a thread stays its own
         try:
-            return prune(store, settings.home / "jobs", keep_days=settings.gc_keep_days,
-                         max_bytes=settings.gc_max_mb * MB)
+            return prune(
+                store,
+                settings.home / "jobs",
+                keep_days=settings.gc_keep_days,
+                max_bytes=settings.gc_max_mb * MB,
+            )
         finally:
             store.close()
 

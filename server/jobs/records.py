@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from conclave.files.contexts import ContextPath
+from conclave.files.diff import FileChange
 from conclave.files.review import HeldBack
 
 
@@ -37,21 +38,13 @@ class JobOptions(_Record):
     estimate: Estimate | None = None  # made at submit, shown while the job runs
 
 
-class FileChangeView(_Record):
-    path: str
-    status: Literal["added", "modified", "deleted", "binary"]
-    added_lines: int = 0
-    removed_lines: int = 0
-    became_binary: bool = False  # was text at job start: the patch shows an escaped excerpt instead
-
-
 class ContextChanges(_Record):
     """What the winner changed in one context path, and whether it was applied."""
 
     name: str
     path: str
     permission: Literal["read", "write"]
-    files: list[FileChangeView] = Field(default_factory=list)
+    files: list[FileChange] = Field(default_factory=list)  # as the patch summarised them (files/diff.py)
     added_lines: int = 0
     removed_lines: int = 0
     applied: bool = False
@@ -59,6 +52,18 @@ class ContextChanges(_Record):
     held_back: list[HeldBack] = Field(
         default_factory=list, description="changes apply did not write, each with why and what would allow it"
     )
+
+    @field_validator("files", mode="before")
+    @classmethod
+    def _stored_before_change(cls, files: Any) -> Any:
+        """A file stored before the summary kept `change` had only `status`: a binary one was modified."""
+        if not isinstance(files, list):
+            return files
+        return [
+            {**f, "change": "modified" if f.get("status") == "binary" else f.get("status")}
+            if isinstance(f, dict) and "change" not in f else f
+            for f in files
+        ]
 
 
 class FilesResult(_Record):
@@ -70,3 +75,4 @@ class FilesResult(_Record):
         default_factory=list, description="files the winner left outside every project folder: not in the diff"
     )
     error: str | None = None
+    read: str | None = Field(default=None, description="how to read the whole patch (the view says it, never stored)")

@@ -19,11 +19,12 @@ import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
 from conclave.coordination.reports import JobEvent, JobResult, Progress
+from conclave.coordination.tally import Posted
 from conclave.jobs.connections import Connections, private_dir, tighten
 from conclave.jobs.migrations import MIGRATIONS
 from conclave.jobs.progress_patch import json_set_sql, progress_patch
@@ -32,6 +33,7 @@ from conclave.jobs.store_threads import ThreadRecords
 
 ADD_COLUMN = re.compile(r"\s*ALTER\s+TABLE\s+(\w+)\s+ADD\s+COLUMN\s+(\w+)", re.IGNORECASE)
 ACTIVE_STATES = ("queued", "running", "presenting")
+JobState = Literal["queued", "running", "presenting", "completed", "failed", "cancelled", "interrupted"]
 
 
 class JobRow(BaseModel):
@@ -43,7 +45,7 @@ class JobRow(BaseModel):
     task: str
     team_name: str
     team_json: str
-    state: str
+    state: JobState
     phase: str
     created_at: float
     started_at: float | None
@@ -62,11 +64,9 @@ class JobRow(BaseModel):
     caller: str = "local"
 
 
-class AnswerRow(BaseModel):
-    label: str
-    letter: str
-    revision: int
-    content: str
+class AnswerRow(Posted):
+    """A posted answer as stored (the protocol's `Answer` keeps its order and key instead)."""
+
     at: float
 
 

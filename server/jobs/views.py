@@ -3,38 +3,25 @@
 from __future__ import annotations
 
 import json
-from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from conclave.coordination.reports import (
     AgentProgress,
-    AgentStateName,
     JobEvent,
     JobResult,
     Leading,
     UsageTotals,
 )
 from conclave.errors import Surface, say, term
-from conclave.jobs.records import Estimate
-from conclave.jobs.store import JobRow
+from conclave.jobs.records import Estimate, FilesResult
+from conclave.jobs.store import JobRow, JobState
 
-JobState = Literal["queued", "running", "presenting", "completed", "failed", "cancelled", "interrupted"]
 FINAL_STATES: frozenset[str] = frozenset({"completed", "failed", "cancelled", "interrupted"})
 
 
 class _View(BaseModel):
     model_config = ConfigDict(extra="forbid")
-
-
-class AgentView(_View):
-    letter: str = Field(description="the agent's anonymous letter in this job")
-    model: str = Field(description="provider/model")
-    state: AgentStateName
-    answers: int = Field(description="answers posted so far")
-    vote: str | None = Field(default=None, description="the answer label this agent currently votes for")
-    error: str | None = None
-    usage: UsageTotals = UsageTotals()
 
 
 class NoteView(_View):
@@ -56,10 +43,15 @@ class JobView(_View):
     team: str
     task: str = Field(description="the task, cut to 200 characters")
     round: int = Field(default=0, description="bumps with every new answer")
-    agents: list[AgentView] = Field(default_factory=list)
-    tally: dict[str, int] = Field(default_factory=dict, description="current valid votes per latest answer")
-    answer: str | None = Field(default=None, description="the final answer, when done")
-    winner: str | None = Field(default=None, description="the winning answer's label, e.g. B2")
+    agents: list[AgentProgress] = Field(default_factory=list)
+    # The live picture (coordination/reports.py Progress) while the job runs; once it is done, `result`
+    # says how it ended (the protocol's outcome and the final answer: one type, coordination/tally.py).
+    tally: dict[str, int] = Field(default_factory=dict, description="while the job runs: valid votes per latest answer")
+    agree: list[list[str]] = Field(
+        default_factory=list, description="while the job runs: answers with the same final answer")
+    result: JobResult | None = Field(
+        default=None, description="when done: how the job ended: answer, winner, consensus, votes, reason, errors")
+    majority: str | None = Field(default=None, description="the vote in words, e.g. 'a majority: 2 of 3 votes'")
     winner_check: str | None = Field(
         default=None, description="with verify: the winner's check; whether it decided the vote, or none passed")
     leading: Leading | None = Field(
@@ -68,20 +60,7 @@ class JobView(_View):
     checks: dict[str, str] = Field(default_factory=dict, description="with verify: each answer's check in words; "
                                    "read_workspace path='verify/<label>' has its whole output")
     budget: dict[str, float] = Field(default_factory=dict, description="the job's max_tokens and max_cost_usd")
-    consensus: bool | None = Field(
-        default=None, description="true only when a strict majority of the votes cast chose the winner "
-        "(or answers with the same final answer)")
-    majority: str | None = Field(default=None, description="the vote in words, e.g. 'a majority: 2 of 3 votes'")
-    votes: int | None = Field(default=None, description="valid votes for the winner and its equivalents")
-    voters: int | None = Field(default=None, description="valid votes cast")
-    all_voted: bool | None = Field(default=None, description="every active agent held a valid vote")
-    fallback: bool | None = Field(
-        default=None, description="the vote never finished (timeout, agents failed): the best-supported answer")
-    agree: list[list[str]] = Field(default_factory=list, description="answers with the same final answer")
-    tie: bool | None = None
-    reason: str | None = Field(default=None, description="why the job ended the way it did")
-    errors: dict[str, str] = Field(default_factory=dict)
-    diff_summary: dict[str, object] | None = Field(default=None, description="files changed (with workspaces)")
+    diff_summary: FilesResult | None = Field(default=None, description="files changed (with workspaces)")
     usage: UsageTotals = UsageTotals()
     notes: list[NoteView] = Field(default_factory=list, description="steering notes (steer_job), oldest first")
     follow_up: str | None = Field(default=None, description="the earlier job this one continues")
@@ -94,6 +73,17 @@ class JobView(_View):
     def done(self) -> bool:
         return self.state in FINAL_STATES
 
+    @property
+    def answer(self) -> str | None:
+        """The final answer, when done (the CLI and the tools print it)."""
+        return self.result.answer if self.result is not None else None
+
+    def votes(self) -> tuple[dict[str, int], list[list[str]]]:
+        """The tally and the groups of agreeing answers: the result's once done, the live ones before."""
+        if self.result is not None:
+            return dict(self.result.tally), [list(group) for group in self.result.agree]
+        return self.tally, self.agree
+
     def text(self, surface: Surface = "mcp") -> str:
         """The readable block sent beside the structured result (`cli`: the hint in the CLI's words)."""
         lines = [f"Job {self.job_id} ({self.team}): {self.state} - {self.phase} [{self.elapsed_s:.0f}s, round {self.round}]"]
@@ -101,8 +91,10 @@ class JobView(_View):
             vote = f", votes {agent.vote}" if agent.vote else ""
             error = f", error: {agent.error}" if agent.error else ""
             lines.append(f"  {agent.letter} {agent.model}: {agent.state}, {plural(agent.answers, 'answer')}{vote}{error}")
-        if self.tally:
-            lines.append("Tally: " + ", ".join(f"{label}={count}" for label, count in self.tally.items()))
+        result = self.result
+        tally = self.votes()[0]
+        if tally:
+            lines.append("Tally: " + ", ".join(f"{label}={count}" for label, count in tally.items()))
         if self.checks:
             lines.append("Checks: " + "; ".join(f"{label} {check}" for label, check in self.checks.items()))
         if self.leading is not None:
@@ -112,16 +104,15 @@ class JobView(_View):
             lines.append(f"Estimate: {estimate_text(self.estimate)}")
         if self.budget:
             lines.append("Budget: " + ", ".join(f"{key} {value:g}" for key, value in self.budget.items()))
-        if self.done and self.state != "cancelled":
-            if self.winner:
-                lines.append(f"Winner: {self.winner} - {self.majority}.")
+        if result is not None and self.state != "cancelled":
+            if result.winner:
+                lines.append(f"Winner: {result.winner} - {self.majority}.")
                 if self.winner_check:
                     lines.append(f"Its check: {self.winner_check}")
-                if self.reason:
-                    lines.append(f"Why: {self.reason}")
-            elif self.reason:
-                lines.append(f"Ended: {self.reason}")
-        for letter, error in self.errors.items():
+                lines.append(f"Why: {result.reason}")
+            else:
+                lines.append(f"Ended: {result.reason}")
+        for letter, error in (result.errors if result is not None else {}).items():
             lines.append(f"  {letter} failed: {error}")
         for note in self.notes:
             lines.append(f"Note{'' if note.seen else ' (not seen yet)'}: {note.text}")
@@ -144,15 +135,24 @@ class JobView(_View):
 TASK_PREVIEW = 200
 # What a calling model reads first: Claude Code and Codex hand it the structured result as JSON, not
 # the text block (tests/test_agent_clis.py checks the order Claude Code's model sees).
-LEAD = ("job_id", "state", "answer", "consensus", "winner", "winner_check", "leading", "estimate", "next")
+LEAD = ("job_id", "state", "result", "majority", "winner_check", "leading", "estimate", "next")
+RESULT_LEAD = ("answer", "consensus", "winner")
 
 
 def structured(view: JobView) -> dict[str, object]:
-    """The view as an MCP result's structured content: what matters first, then the rest in model order;
-    empty fields and per-agent token counts left out (the job's total stays). Still a valid JobView."""
-    data = view.model_dump(mode="json", exclude_none=True, exclude={"agents": {"__all__": {"usage"}}})
+    """The view as an MCP result's structured content: what matters first (in the result too), then the
+    rest in model order; empty fields and per-agent token counts left out (the job's total stays). Still
+    a valid JobView."""
+    data = _lead(view.model_dump(mode="json", exclude_none=True, exclude={"agents": {"__all__": {"usage"}}}), LEAD)
+    result = data.get("result")
+    if isinstance(result, dict):
+        data["result"] = _lead(result, RESULT_LEAD)
+    return data
+
+
+def _lead(data: dict[str, object], lead: tuple[str, ...]) -> dict[str, object]:
     data = {key: value for key, value in data.items() if value not in ({}, [])}
-    return {**{key: data[key] for key in LEAD if key in data}, **{k: v for k, v in data.items() if k not in LEAD}}
+    return {**{key: data[key] for key in lead if key in data}, **{k: v for k, v in data.items() if k not in lead}}
 
 
 def estimate_text(estimate: Estimate) -> str:
@@ -260,42 +260,30 @@ def next_hint(state: str, job_id: str, team: str, surface: Surface = "mcp") -> s
 
 
 def job_view(row: JobRow, now: float, notes: list[NoteView] | None = None, thread: list[str] | None = None) -> JobView:
-    progress, result = row.progress, row.result
+    progress, result = row.progress, job_result(row)
     checks = {label: check.text() for label, check in progress.checks.items()} if progress else {}
     active = row.state not in FINAL_STATES
     start = row.started_at or row.created_at
     end = row.finished_at or now
-    agents = [_agent_view(agent) for agent in progress.agents] if progress else []
-    errors = dict(result.errors) if result else {}
-    if row.error and not errors and row.state == "failed":
-        errors["job"] = row.error
+    live = progress if progress is not None and active else None
     return JobView(
         job_id=row.id,
-        state=row.state,  # type: ignore[arg-type]
+        state=row.state,
         phase=row.phase,
         elapsed_s=round(max(0.0, end - start), 1),
         team=row.team_name,
         task=row.task if len(row.task) <= TASK_PREVIEW else row.task[: TASK_PREVIEW - 3] + "...",
         round=progress.round if progress else 0,
-        agents=agents,
-        tally=(result.tally if result else progress.tally if progress else {}),
-        answer=result.answer if result else None,
-        winner=result.winner if result else None,
+        agents=progress.agents if progress else [],
+        tally=live.tally if live else {},
+        agree=live.agree if live else [],
+        result=result,
+        majority=majority_text(result) if result and result.winner else None,
         winner_check=winner_check(result, checks) if result else None,
-        leading=progress.leading if progress and active else None,
+        leading=live.leading if live else None,
         estimate=row.options.estimate if active else None,
         checks=checks,
         budget=_budget(row),
-        consensus=result.consensus if result else None,
-        majority=majority_text(result) if result and result.winner else None,
-        votes=result.votes if result else None,
-        voters=result.voters if result else None,
-        all_voted=result.all_voted if result else None,
-        fallback=result.fallback if result else None,
-        agree=result.agree if result else progress.agree if progress else [],
-        tie=result.tie if result else None,
-        reason=result.reason if result else None,
-        errors=errors,
         diff_summary=_diff_summary(row),
         usage=UsageTotals.total([agent.usage for agent in progress.agents]) if progress else UsageTotals(),
         notes=notes or [],
@@ -305,21 +293,25 @@ def job_view(row: JobRow, now: float, notes: list[NoteView] | None = None, threa
     )
 
 
+def job_result(row: JobRow) -> JobResult | None:
+    """How the job ended: the stored result, with the job's own error when it failed outside the vote
+    (a copy, a crash); a job that failed before any vote gets a result that says why."""
+    result, error = row.result, row.error
+    if error is None or row.state != "failed" or (result is not None and result.errors):
+        return result
+    if result is None:
+        return JobResult(winner=None, consensus=False, reason=error, failed=True, errors={"job": error})
+    return result.model_copy(update={"errors": {"job": error}})
+
+
 def _budget(row: JobRow) -> dict[str, float]:
     """The job's limits, as its stored team says (jobs/plan.py put the caller's there)."""
     rules = json.loads(row.team_json).get("coordination") or {}
     return {key: rules[key] for key in ("max_tokens", "max_cost_usd") if rules.get(key) is not None}
 
 
-def _diff_summary(row: JobRow) -> dict[str, object] | None:
+def _diff_summary(row: JobRow) -> FilesResult | None:
     """The files the winner changed per context path, with how to read the whole patch."""
-    if row.files is None:
-        return None
-    summary: dict[str, object] = row.files.model_dump()
-    if row.files.patch_chars:
-        summary["read"] = f"read_workspace(job_id={row.id!r}, path='@diff') pages through the patch"
-    return summary
-
-
-def _agent_view(agent: AgentProgress) -> AgentView:
-    return AgentView(**agent.model_dump())
+    if row.files is None or not row.files.patch_chars:
+        return row.files
+    return row.files.model_copy(update={"read": f"read_workspace(job_id={row.id!r}, path='@diff') pages through the patch"})

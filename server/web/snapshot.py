@@ -127,7 +127,7 @@ class Reader:
         view = job_view(row, time.time()).model_copy(update={"web_url": web_url})
         checks = row.progress.checks if row.progress else {}
         latest = {answer.letter: answer.label for answer in answers}
-        tally = view.tally
+        tally = view.votes()[0]
         cards: dict[str, list[AnswerCard]] = {agent.letter: [] for agent in view.agents}
         for answer in answers:
             check = checks.get(answer.label)

@@ -66,7 +66,7 @@ class CodingAgent:
             return Reply(text=f"Conclave failed: {self.results[-1][:2000]}")
         if view.get("state") in ("queued", "running", "presenting"):
             return self._call(found, "get_status", {"job_id": view["job_id"], "wait_seconds": 45})
-        return Reply(text=f"{FINAL_PREFIX} {view.get('answer')}")
+        return Reply(text=f"{FINAL_PREFIX} {(view.get('result') or {}).get('answer')}")
 
     # What the request offers and holds, per wire format ----------------------------------------------
     def _searchable(self, body: dict[str, Any]) -> bool:
@@ -79,9 +79,12 @@ class CodingAgent:
         """("search", tool names) and ("result", text) entries, oldest first."""
         found: list[tuple[str, Any]] = []
         if self.wire == "gemini":
-            return [("result", "\n".join(_texts(part["functionResponse"].get("response"))))
-                    for content in body.get("contents", []) for part in content.get("parts", [])
-                    if "functionResponse" in part]
+            return [
+                ("result", "\n".join(_texts(part["functionResponse"].get("response"))))
+                for content in body.get("contents", [])
+                for part in content.get("parts", [])
+                if "functionResponse" in part
+            ]
         if self.wire == "anthropic":
             for message in body.get("messages", []):
                 content = message.get("content")
@@ -98,8 +101,11 @@ class CodingAgent:
             return found
         for item in body.get("input", []):
             if item.get("type") == "tool_search_output":
-                names = [f"{tool['name']}/{inner['name']}" for tool in item.get("tools", [])
-                         for inner in tool.get("tools", [])]
+                names = [
+                    f"{tool['name']}/{inner['name']}"
+                    for tool in item.get("tools", [])
+                    for inner in tool.get("tools", [])
+                ]
                 found.append(("search", names))
             elif item.get("type") == "function_call_output":
                 output = item.get("output")
@@ -172,7 +178,7 @@ def _job_view(text: str) -> dict[str, Any] | None:
             if "\nFinal answer:\n" in text
             else None
         )
-        return {"job_id": seen.group(1), "state": seen.group(2), "answer": answer}
+        return {"job_id": seen.group(1), "state": seen.group(2), "result": {"answer": answer}}
     start = text.find('{"')
     while start >= 0:
         try:

@@ -113,7 +113,7 @@ async def test_claude_code_and_codex_fix_a_failing_test_with_an_api_agent(
 
     print(view.text())
     mine, theirs, api = letters["cli/claude-code"], letters["cli/codex:gpt-5.5"], letters["openai/gpt-fake"]
-    assert view.state == "completed" and view.winner == f"{mine}1", view.text()
+    assert view.state == "completed" and view.result.winner == f"{mine}1", view.text()
     assert view.answer == "Fixed add() in calc.py: it subtracted; the test passes now."
     assert view.checks[f"{mine}1"].startswith("passed") and view.checks[f"{theirs}1"].startswith("failed")
     # the diff is the winning CLI's change, made by its own shell tool inside its container
@@ -122,7 +122,7 @@ async def test_claude_code_and_codex_fix_a_failing_test_with_an_api_agent(
     # the voters saw each other's answers, in their own order, with the checks
     assert claude.decisions and {f"{theirs}1", f"{api}1"} <= set(claude.decisions[-1])
     assert codex.decisions and {f"{mine}1", f"{api}1"} <= set(codex.decisions[-1])
-    assert view.tally.get(f"{mine}1", 0) >= 2, view.tally
+    assert view.result.tally.get(f"{mine}1", 0) >= 2, view.result.tally
     # usage is what the fakes billed, per CLI member (an API agent's stale call, cancelled after the fake
     # billed it, may be missing: that is the API agents' own accounting, tests/test_budgets.py)
     usage = {agent.letter: agent.usage for agent in view.agents}
@@ -267,7 +267,7 @@ sandbox: {{memory: 2g}}
         patch = (await service.read(view.job_id, "@diff", None, 0, 100_000)).content
     print(view.text(), worker.tool_names)
     letter = next(agent.letter for agent in view.agents if agent.model.startswith("cli/"))
-    assert view.state == "completed" and view.winner == f"{letter}1", view.text()
+    assert view.state == "completed" and view.result.winner == f"{letter}1", view.text()
     assert view.answer == f"Fixed add() ({cli})." and "+    return a + b\n" in patch
     assert worker.decisions, "it never decided"
     member = next(agent for agent in view.agents if agent.letter == letter)
@@ -292,6 +292,6 @@ coordination: {{max_tokens: 2000, final: reuse}}
     async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV, retry=FAST) as service:
         view = await finished(service, await service.submit(TASK, str(team), [{"path": str(project)}]))
     member = next(agent for agent in view.agents if agent.model == "cli/claude-code")
-    assert view.reason and view.reason.startswith("budget reached: "), view.text()
+    assert view.result.reason and view.result.reason.startswith("budget reached: "), view.text()
     assert member.usage.input_tokens == fakes.script.bill["claude"][0] > 2000
     assert claude.decisions == []  # no decision run started after the budget was reached

@@ -67,7 +67,8 @@ async def test_binaries_bytecode_and_vcs_metadata_are_held_back_without_consent(
     assert stat.S_IMODE((project / "run.sh").stat().st_mode) == 0o750  # 0640 plus x where r: what git does
     held = {entry.path: entry.reason for entry in done.held}
     assert held == {
-        ".GIT/hooks/pre-commit": "vcs_metadata", "logo.png": "binary",
+        ".GIT/hooks/pre-commit": "vcs_metadata",
+        "logo.png": "binary",
         "pkg/__pycache__/mod.cpython-311.pyc": "artifact",
     }
     assert all("force_binary" in e.fix or "allow_artifacts" in e.fix or "never" in e.fix for e in done.held)
@@ -107,8 +108,11 @@ def agent(request: RecordedRequest) -> Reply:
     text = request.text()
     if vote_labels(request):
         return decide("vote", {"answer": vote_labels(request)[0], "reason": "mine"}, request)
-    steps = [("pkg/__pycache__/mod.cpython-311.pyc", "\x00hidden"), (".GIT/hooks/pre-commit", HOOK.decode()),
-             ("pkg/mod.py", "def f():\n    return 2\n")]
+    steps = [
+        ("pkg/__pycache__/mod.cpython-311.pyc", "\x00hidden"),
+        (".GIT/hooks/pre-commit", HOOK.decode()),
+        ("pkg/mod.py", "def f():\n    return 2\n"),
+    ]
     for path, content in steps:
         if f"to {path}" not in text:
             return Reply(tool_calls=[("write_file", {"path": path, "content": content})])
@@ -132,7 +136,7 @@ async def test_the_job_result_says_what_was_held_back_and_why(tmp_path: Path, fa
             while not view.done:
                 view = await service.wait(view.job_id, 10)
     assert view.state == "completed", view.text()
-    context = view.diff_summary["contexts"][0]  # type: ignore[index]
+    context = view.diff_summary.model_dump()["contexts"][0]  # type: ignore[union-attr]
     assert context["applied"] is True
     assert (project / "pkg" / "mod.py").read_text() == "def f():\n    return 2\n"
     assert not (project / "pkg" / "__pycache__").exists() and not (project / ".GIT").exists()
@@ -150,8 +154,18 @@ def test_conclave_ask_names_what_was_held_back() -> None:
     from conclave.jobs.views import JobView
 
     held = {"path": "pkg/__pycache__/m.pyc", "reason": "artifact", "fix": "pass allow_artifacts=true"}
-    view = JobView(job_id="cj-000000000001", state="completed", phase="done", elapsed_s=1, team="t", task="x",
-                   next="-", diff_summary={"contexts": [{"name": "proj", "held_back": [held]}]})
+    view = JobView(
+        job_id="cj-000000000001",
+        state="completed",
+        phase="done",
+        elapsed_s=1,
+        team="t",
+        task="x",
+        next="-",
+        diff_summary={
+            "contexts": [{"name": "proj", "path": "/p", "permission": "write", "held_back": [held]}]
+        },
+    )
     console = Console(record=True, width=200)
     console.print(render(view))
     assert (

@@ -24,8 +24,14 @@ from tests.fakes.server import FakeProviders
 from tests.fakes.team import KEY_ENV, decide, is_presentation, vote_labels, write_team
 
 pytestmark = pytest.mark.anyio
-ODD = {" src/conftest.py": b"import sys\n", "trail /x.py": b"x = 1\n", "two\nlines.txt": b"nl\n",
-       "tab\there.txt": b"t\n", " lead.txt": b"lead\n", "lead.txt": b"NOT THIS ONE\n"}
+ODD = {
+    " src/conftest.py": b"import sys\n",
+    "trail /x.py": b"x = 1\n",
+    "two\nlines.txt": b"nl\n",
+    "tab\there.txt": b"t\n",
+    " lead.txt": b"lead\n",
+    "lead.txt": b"NOT THIS ONE\n",
+}
 
 
 async def test_odd_names_round_trip_through_copy_snapshot_diff_and_apply(tmp_path: Path) -> None:
@@ -138,8 +144,15 @@ async def test_a_command_that_nests_1500_folders_fails_that_step_never_the_job(
     (project / "a.py").write_text("a = 1\n")
     fakes.script.set_default("ann", deep_agent)
     sandbox = {"memory": "256m", "cpus": 1, "pids": 64}
-    team = str(write_team(tmp_path / "team.yaml", fakes, (("openai", "ann"),), sandbox=sandbox,
-                          coordination={"final": "reuse"}))
+    team = str(
+        write_team(
+            tmp_path / "team.yaml",
+            fakes,
+            (("openai", "ann"),),
+            sandbox=sandbox,
+            coordination={"final": "reuse"},
+        )
+    )
     async with JobService.open(
         Settings(home=tmp_path / "state"), environ={KEY_ENV: "k-0123456789"}
     ) as service:
@@ -149,5 +162,7 @@ async def test_a_command_that_nests_1500_folders_fails_that_step_never_the_job(
                 view = await service.wait(view.job_id, 10)
         transcript = (await service.read(view.job_id, "transcript", None, 0, 100_000)).content
     assert view.state == "completed", view.text()
-    assert "RecursionError" not in transcript and "internal error" not in (view.phase + str(view.errors))
+    assert "RecursionError" not in transcript and "internal error" not in (
+        view.phase + str(view.result.errors)
+    )
     assert "nested more than 256 deep" in transcript

@@ -73,7 +73,8 @@ async def test_editing_skipping_or_shadowing_the_tests_does_not_make_a_wrong_ans
         assert checks[label[name]].startswith("failed (exit 1)"), (name, checks[label[name]])
         assert f"this answer changed protected files {protected}" in checks[label[name]]
     assert "1 passed in 0.01s" not in shadow_output and "put back before the check: json.py" in shadow_output
-    assert view.winner == label["dan"], view.text()  # the voters' favourite (ann's, 3 votes) failed its check
+    # the voters' favourite (ann's, 3 votes) failed its check
+    assert view.result.winner == label["dan"], view.text()
 
 
 def test_restore_puts_back_and_removes_only_what_the_patterns_and_shadowing_name(tmp_path: Path) -> None:

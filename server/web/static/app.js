@@ -54,15 +54,16 @@ function jobId() {
 }
 
 function outcome(view) {
+  const result = view.result || {};  // how the job ended, once it has (JobView.result)
   const lines = [];
-  if (view.winner) {
+  if (result.winner) {
     lines.push(el("p", { cls: "winner" }, [
-      el("span", { text: "Winner " }), el("strong", { text: view.winner, "data-winner": view.winner }),
-      el("span", { cls: view.consensus ? "badge ok" : "badge warn", text: view.consensus ? "consensus" : "no consensus" }),
+      el("span", { text: "Winner " }), el("strong", { text: result.winner, "data-winner": result.winner }),
+      el("span", { cls: result.consensus ? "badge ok" : "badge warn", text: result.consensus ? "consensus" : "no consensus" }),
     ]));
     if (view.majority) lines.push(el("p", { text: view.majority }));
-    if (view.tie) lines.push(el("p", { text: "A tie, broken by the earliest-posted answer." }));
-    if (view.fallback) lines.push(el("p", { text: "The vote did not finish: the best-supported answer so far won." }));
+    if (result.tie) lines.push(el("p", { text: "A tie, broken by the earliest-posted answer." }));
+    if (result.fallback) lines.push(el("p", { text: "The vote did not finish: the best-supported answer so far won." }));
     if (view.winner_check) lines.push(el("p", { text: "Its check: " + view.winner_check }));
   } else if (view.leading) {
     lines.push(el("p", { text: `Leading: ${view.leading.label} with ${view.leading.votes} vote(s)` +
@@ -70,19 +71,20 @@ function outcome(view) {
   } else if (!FINAL.has(view.state)) {
     lines.push(el("p", { cls: "muted", text: "No votes yet." }));
   }
-  if (view.reason) lines.push(el("p", { cls: "muted", text: "Why: " + view.reason }));
-  for (const [who, error] of Object.entries(view.errors || {})) lines.push(el("p", { cls: "error", text: `${who}: ${error}` }));
+  if (result.reason) lines.push(el("p", { cls: "muted", text: "Why: " + result.reason }));
+  for (const [who, error] of Object.entries(result.errors || {})) lines.push(el("p", { cls: "error", text: `${who}: ${error}` }));
   return lines;
 }
 
 function tally(view) {
-  const groups = (view.agree || []).map((labels) => labels.slice());
+  const picture = view.result || view;  // the final tally once done, the live one before
+  const groups = (picture.agree || []).map((labels) => labels.slice());
   const grouped = new Set(groups.flat());
-  for (const label of Object.keys(view.tally || {})) if (!grouped.has(label)) groups.push([label]);
+  for (const label of Object.keys(picture.tally || {})) if (!grouped.has(label)) groups.push([label]);
   if (!groups.length) return [el("p", { cls: "muted", text: "No valid votes." })];
-  const total = Math.max(1, ...groups.map((g) => g.reduce((n, l) => n + (view.tally[l] || 0), 0)));
+  const total = Math.max(1, ...groups.map((g) => g.reduce((n, l) => n + (picture.tally[l] || 0), 0)));
   return groups.map((labels) => {
-    const votes = labels.reduce((n, l) => n + (view.tally[l] || 0), 0);
+    const votes = labels.reduce((n, l) => n + (picture.tally[l] || 0), 0);
     const bar = el("span", { cls: "meter-fill" });
     bar.style.width = Math.round((100 * votes) / total) + "%";
     return el("div", { cls: "tally-row", "data-group": labels.join(" ") }, [
@@ -169,6 +171,7 @@ function timeline(moments) {
 
 function renderJob(page) {
   const view = page.view;
+  const result = view.result || {};
   document.title = `Conclave - ${view.job_id} - ${view.state}`;
   setText("job-id", view.job_id);
   setText("team", "team " + view.team);
@@ -181,9 +184,9 @@ function renderJob(page) {
   fill("winner", outcome(view));
   fill("tally", tally(view));
   fill("usage", usage(view));
-  fill("agents", view.agents.map((agent) => agentColumn(agent, page.answers[agent.letter] || [], view.winner)));
-  document.getElementById("final-section").hidden = view.answer === null || view.answer === undefined;
-  setText("final", view.answer);
+  fill("agents", view.agents.map((agent) => agentColumn(agent, page.answers[agent.letter] || [], result.winner)));
+  document.getElementById("final-section").hidden = result.answer === null || result.answer === undefined;
+  setText("final", result.answer);
   document.getElementById("diff-section").hidden = page.diff === null || page.diff === undefined;
   setText("diff-note", page.diff_cut ? "The patch is cut here; read_workspace(path='@diff') pages through all of it." :
     page.diff === "" ? "The winner changed no files." : "");

@@ -1,0 +1,92 @@
+"""What a running job tells its sink: each protocol event in words (a `JobEvent`), the live progress
+beside it, and the result, built once from the protocol's outcome.
+
+The orchestrator (orchestrator.py) drives the job and hands this every event the protocol took; the
+progress itself is read from the protocol state by picture.py. Checks and their runs are kept here,
+since what a check found is a report (verification.py runs them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
+
+from conclave.coordination import picture, protocol
+from conclave.coordination.members import JobSink, Member
+from conclave.coordination.reports import Check, EventKind, JobEvent, JobResult, Progress
+
+if TYPE_CHECKING:
+    from conclave.coordination.verification import CheckRun
+
+
+class Reporter:
+    """One job's reports to its sink, in the order the protocol took the events."""
+
+    def __init__(
+        self,
+        sink: JobSink,
+        state: protocol.Coordination,
+        members: Mapping[str, Member],
+        clock: Callable[[], float],
+    ) -> None:
+        self.sink, self.state, self.members, self._clock = sink, state, members, clock
+        self.checks: dict[str, Check] = {}  # per answer label, with `verify`
+        self.runs: dict[str, CheckRun] = {}  # finished checks, until their Verified is reported
+        self.started = 0.0
+
+    def progress(self) -> Progress:
+        """The live picture: each agent's state, answers and vote, the tally, the round (picture.py)."""
+        return picture.progress(self.state, self.members, self.checks)
+
+    async def emit(self, kind: EventKind, letter: str | None = None, **data: object) -> None:
+        event = JobEvent(kind=kind, letter=letter, data=data, at=round(self._clock() - self.started, 3))
+        await self.sink.record(event, self.progress())
+
+    async def answer(self, answer: protocol.Answer) -> None:
+        await self.emit(
+            "answer", answer.letter, label=answer.label, revision=answer.revision, content=answer.content
+        )
+
+    async def event(self, event: protocol.Event) -> None:
+        """An event that posted no answer, in words (an answer posted: `answer`)."""
+        state = self.state
+        match event:
+            case protocol.AnswerPosted():
+                await self.emit("turn_failed", event.letter, error="answer refused; the agent is asked again")
+            case protocol.VoteCast():
+                vote, turn = state.agents[event.letter].vote, state.agents[event.letter].turn
+                kept = vote is not None and vote.label == event.label and turn is None
+                await self.emit(
+                    "vote" if kept else "vote_discarded", event.letter, label=event.label, reason=event.reason
+                )
+            case protocol.NoDecision():
+                await self.emit("no_decision", event.letter, text=event.text[:2000])
+            case protocol.TurnFailed():
+                kind: EventKind = "agent_failed" if not state.agents[event.letter].active else "turn_failed"
+                await self.emit(kind, event.letter, error=event.error)
+            case protocol.Verified() if event.label in self.runs:
+                run = self.runs.pop(event.label)
+                self.checks[event.label] = run.check
+                await self.emit(
+                    "checked", event.label[0], label=event.label, **run.check.model_dump(), output=run.output
+                )
+            case protocol.Stop():
+                await self.emit("budget_reached", reason=event.reason)
+            case protocol.Deadline():
+                await self.emit("deadline", reason=event.reason)
+            case protocol.Steer():
+                late = state.phase != "coordinating"
+                await self.emit("steered", note=event.note, round=state.version, late=late)
+            case _:
+                pass  # a tool call was reported when it was made; the rest say nothing new
+
+    def result(self, action: protocol.Finish) -> JobResult:
+        """The job's result: the outcome with the final text (the presented one, else the winner's)."""
+        outcome = action.outcome
+        winner = self.state.answer(outcome.winner) if outcome.winner else None
+        presented = action.final_text is not None
+        answer = action.final_text if presented else (winner.content if winner else None)
+        return JobResult.of(outcome, answer, winner.letter if winner and presented else None)
+
+    async def finished(self, result: JobResult) -> None:
+        await self.emit("finished", **result.model_dump())

@@ -1,0 +1,134 @@
+"""What `ask_team` checks before a job is queued, and the job it then stores.
+
+Only checks and a quick store write, so ask_team returns at once: what the caller may name
+(jobs/access.py), the queue bound, the team's keys and sandbox and its own servers answering
+(jobs/plan.py, jobs/reach.py), verify and budgets shaped into the team, the context paths' review
+(jobs/file_steps.py) and an estimate of what the job may use (jobs/estimate.py). The context paths are
+copied when the job gets its slot (jobs/lifecycle.py). A follow-up carries what follow_ups.py says.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from conclave.config import Team, resolve_team
+from conclave.errors import InputError, QueueFull, term
+from conclave.files.contexts import parse_context_paths
+from conclave.files.review import Consent
+from conclave.jobs.access import Access
+from conclave.jobs.async_store import AsyncStore
+from conclave.jobs.estimate import estimate
+from conclave.jobs.file_steps import admit
+from conclave.jobs.follow_ups import carried
+from conclave.jobs.plan import check_runnable, shape_team
+from conclave.jobs.reach import check_reachable
+from conclave.jobs.records import ApplyMode, JobOptions
+from conclave.jobs.store import JobRow
+from conclave.settings import Settings
+
+
+def new_job_id() -> str:
+    return "cj-" + secrets.token_hex(6)
+
+
+@dataclass(frozen=True)
+class Request:
+    """A job as the caller asked for it (ask_team's arguments)."""
+
+    task: str
+    team: str | None
+    context_paths: list[object] | None = None
+    apply: ApplyMode = False
+    force_binary: bool = False
+    allow_artifacts: bool = False
+    verify: str | None = None
+    max_cost_usd: float | None = None
+    max_tokens: int | None = None
+    caller: str = "local"  # whose job it is (jobs/service.py LOCAL, or an HTTP token's name)
+
+
+@dataclass(frozen=True)
+class Admitted:
+    """A job that passed every check and is stored as queued."""
+
+    job_id: str
+    task: str
+    team: Team
+
+
+class Admission:
+    """The checks a job passes before it is queued, and the queued job's row."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        store: AsyncStore,
+        access: Access,
+        environ: Mapping[str, str],
+        owner_id: str,
+        *,
+        probe: bool,
+    ) -> None:
+        self.settings, self.store, self.access, self._environ = settings, store, access, environ
+        self._owner_id = owner_id
+        self._probe = probe  # refuse a team whose own server is down (a test's fake backends have none)
+
+    async def admit(self, request: Request, earlier: JobRow | None = None) -> Admitted:
+        """Check the request (with `earlier`: the job it follows up) and store it as a queued job."""
+        task, apply = request.task, request.apply
+        text = task.strip() if isinstance(task, str) else ""
+        if not text:
+            raise InputError("task", task, "give the team a non-empty task")
+        if len(task) > self.settings.max_task_chars:
+            raise InputError(
+                "task",
+                f"<{len(task)} characters>",
+                f"keep the task under {self.settings.max_task_chars} characters; put large material in files",
+            )
+        if apply not in (False, True, "force"):
+            raise InputError("apply", apply, 'use true (apply only with consensus), "force" or false')
+        stored, context_paths = None, request.context_paths
+        if earlier is not None:
+            stored, context_paths = carried(earlier, request.team, context_paths)
+        sources = parse_context_paths(context_paths or [])
+        for index, source in enumerate(sources):
+            self.access.check_folder(f"context_paths[{index}].path", source.path)
+        if apply and not any(source.permission == "write" for source in sources):
+            raise InputError("apply", apply, f"applying needs {term('context_write')}")
+        queued = await self.store.queued(self._owner_id)
+        if queued >= self.settings.max_queued:
+            raise QueueFull(queued, self.settings.max_queued)
+        self.access.check_team(request.team)
+        resolved = stored if stored is not None else resolve_team(request.team, self._environ)
+        check_runnable(resolved, self._environ, self.settings.sandbox_network)
+        if self._probe:
+            await check_reachable(resolved)
+        resolved = shape_team(
+            resolved,
+            verify=request.verify,
+            max_cost_usd=request.max_cost_usd,
+            max_tokens=request.max_tokens,
+            has_context=bool(sources),
+        )
+        consent = Consent(
+            force_binary=request.force_binary is True, allow_artifacts=request.allow_artifacts is True
+        )
+        options = await admit(sources, resolved, apply, consent) if sources else JobOptions()
+        options.estimate = estimate(resolved, await self.store.team_usage(resolved.name))
+        job_id = new_job_id()
+        await self.store.create_job(
+            job_id,
+            task,
+            resolved.name,
+            resolved.model_dump_json(),
+            os.getpid(),
+            self._owner_id,
+            options,
+            request.caller,
+        )
+        if earlier is not None:
+            await self.store.write(job_id, self.store.sync.set_follow_up, job_id, earlier.id)
+        return Admitted(job_id, task, resolved)

@@ -1,0 +1,156 @@
+"""A job's life once admitted: it waits for a slot, copies its context paths, runs its orchestrator and
+ends in one final state, whatever happens (cancelled, interrupted by the server stopping, a crash).
+
+The service (jobs/service.py) starts `Lifecycle.run` in its task group for every job it admits
+(jobs/admission.py); the cancel scopes kept here are how `cancel_job` and the watch loop
+(jobs/maintenance.py) reach a job this process runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from pathlib import Path
+
+import anyio
+
+from conclave.backends.retry import RetryPolicy
+from conclave.config import Team
+from conclave.coordination.limits import ProviderLimits
+from conclave.coordination.orchestrator import BackendFactory, Orchestrator
+from conclave.errors import ConclaveError
+from conclave.jobs.async_store import AsyncStore
+from conclave.jobs.file_steps import collect, job_files, job_verifier, prepare
+from conclave.jobs.follow_ups import carry_files, thread_history
+from conclave.jobs.records import JobOptions
+from conclave.jobs.steering import Steering
+from conclave.jobs.store import ACTIVE_STATES, JobRow, JobState
+from conclave.jobs.store_sink import StoreSink
+from conclave.settings import Settings
+
+logger = logging.getLogger(__name__)
+
+
+class Lifecycle:
+    """Runs this process's jobs, each in its own cancel scope, at most `max_jobs` at once."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        store: AsyncStore,
+        factory: BackendFactory,
+        retry: RetryPolicy | None,
+        steering: Steering,
+    ) -> None:
+        self.settings, self.store, self._factory, self._retry = settings, store, factory, retry
+        self._steering = steering
+        self.scopes: dict[str, anyio.CancelScope] = {}  # the jobs this process runs, by id
+        self._slots = anyio.CapacityLimiter(settings.max_jobs)
+        self._check_slots = anyio.CapacityLimiter(settings.verify_concurrency)  # verification containers
+        self._provider_limits = ProviderLimits(settings.provider_concurrency)  # shared by every job here
+
+    def job_dir(self, job_id: str) -> Path:
+        return self.settings.home / "jobs" / job_id
+
+    def admitted(self, job_id: str) -> None:
+        """The job is stored and queued: from now on it can be cancelled here (before `run` starts)."""
+        self.scopes[job_id] = anyio.CancelScope()
+
+    async def run(self, job_id: str, task: str, team: Team) -> None:
+        scope = self.scopes[job_id]
+        try:
+            with scope:
+                async with self._slots:
+                    await self._run(job_id, task, team)
+            if scope.cancelled_caught:
+                with anyio.CancelScope(shield=True):
+                    await self.store.set_state(job_id, "cancelled", "cancelled by the caller")
+        except anyio.get_cancelled_exc_class():
+            with anyio.CancelScope(shield=True):
+                await self._end_if_active(job_id, "interrupted", "the server stopped while the job ran")
+            raise
+        except Exception as exc:  # a bug: fail this job, keep the server serving
+            logger.exception("job %s crashed", job_id)
+            await self._end_if_active(
+                job_id, "failed", "failed: internal error", error=f"internal error: {exc!r}"
+            )
+        finally:
+            self.scopes.pop(job_id, None)
+            self._steering.detach(job_id)
+
+    async def _run(self, job_id: str, task: str, team: Team) -> None:
+        options = (await self._job(job_id)).options
+        timeout = team.coordination.timeout_s
+        deadline = anyio.current_time() + timeout  # the copy counts against the job's timeout
+        if options.context_paths and not await self._copied(job_id, options, timeout):
+            return
+        row = await self._job(job_id)
+        files = job_files(job_id, self.job_dir(job_id), team, options, self.settings)
+        past, thread = thread_history(self.store.sync, row) if row.follow_up else ("", None)
+        try:
+            if files is not None and row.follow_up:
+                await self.store.set_state(job_id, "running", "starting from the earlier job's files")
+                await carry_files(self.store.sync, row, self.settings.home / "jobs", files.workspaces)
+        except ConclaveError as exc:
+            await self._fail(job_id, str(exc))
+            return
+        await self.store.set_state(job_id, "running", "starting the agents")
+        verifier = job_verifier(job_id, team, files, self.settings, self._check_slots)
+        orchestrator = Orchestrator(
+            job_id,
+            task,
+            team,
+            StoreSink(self.store, job_id),
+            self._factory,
+            retry=self._retry,
+            limiters=self._provider_limits,
+            files=files,
+            deadline=deadline,
+            verifier=verifier,
+            history=past,
+            thread=thread,
+        )
+        self._steering.attach(job_id, orchestrator)
+        try:
+            async with files.egress() if files is not None else contextlib.nullcontext():
+                result = await orchestrator.run()
+            if files is not None:
+                await self.store.set_files(job_id, await collect(files, options, result.consensus))
+        except ConclaveError as exc:
+            await self._fail(job_id, str(exc))
+        else:
+            state = "failed" if result.failed else "completed"
+            await self.store.set_state(job_id, state, error="; ".join(result.errors.values()) or None)
+
+    async def _copied(self, job_id: str, options: JobOptions, timeout: float) -> bool:
+        """Copy the context paths into the job folder; False if that failed (the job says why)."""
+        await self.store.set_state(job_id, "running", "copying the context paths")
+        try:
+            with anyio.move_on_after(timeout) as copying:
+                await prepare(self.job_dir(job_id), options)
+        except ConclaveError as exc:
+            await self._fail(job_id, str(exc))
+            return False
+        if copying.cancelled_caught:
+            await self._fail(
+                job_id,
+                f"the job reached its timeout of {timeout:g} s while copying the context "
+                "paths; give smaller folders or raise coordination.timeout_s",
+            )
+            return False
+        return True
+
+    async def _job(self, job_id: str) -> JobRow:
+        row = await self.store.job(job_id)
+        assert row is not None, job_id  # a job is deleted only once it is over (jobs/gc.py)
+        return row
+
+    async def _fail(self, job_id: str, error: str) -> None:
+        await self.store.set_state(job_id, "failed", f"failed: {error}", error=error)
+
+    async def _end_if_active(
+        self, job_id: str, state: JobState, phase: str, error: str | None = None
+    ) -> None:
+        row = await self.store.job(job_id)
+        if row is not None and row.state in ACTIVE_STATES:
+            await self.store.set_state(job_id, state, phase, error=error)

@@ -1,0 +1,197 @@
+"""One type per idea, and the splits along responsibilities, hold in the code (issue 19).
+
+A result is built once from the protocol's outcome and what shows it embeds it; a reason code branches
+on is an enum; the protocol's `apply` matches every event; mypy is strict on coordination/ and jobs/
+with no `type: ignore`; the service's parts stay apart. Each check fails if the old shape comes back.
+"""
+
+from __future__ import annotations
+
+import ast
+import enum
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+import typing
+from pathlib import Path
+
+import pytest
+from pydantic import BaseModel
+
+from conclave.coordination import protocol_events
+from conclave.coordination.reports import AgentProgress, JobResult
+from conclave.coordination.tally import Answer, Outcome, Posted, StopReason
+from conclave.files.diff import FileChange
+from conclave.jobs import records, views
+from conclave.jobs.records import ContextChanges, FilesResult
+from conclave.jobs.store import AnswerRow
+from conclave.jobs.views import JobView
+
+ROOT = Path(__file__).resolve().parents[1]
+STRICT = ("coordination", "jobs")  # the packages mypy checks strictly, with no exceptions listed
+
+
+def own_fields(model: type[BaseModel]) -> set[str]:
+    """The fields `model` declares itself (not those it inherits)."""
+    return set(model.__dict__.get("__annotations__", {})) & set(model.model_fields)
+
+
+def sources(*packages: str) -> list[Path]:
+    return sorted(path for package in packages for path in (ROOT / "server" / package).rglob("*.py"))
+
+
+def test_no_type_ignore_in_the_strict_packages() -> None:
+    found = [
+        f"{p.relative_to(ROOT)}:{n}"
+        for p in sources(*STRICT)
+        for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+        if "type: ignore" in line
+    ]
+    assert not found, f"strict mypy needs no `type: ignore` here; type the code instead: {found}"
+
+
+def test_mypy_lists_no_exceptions_for_the_strict_packages() -> None:
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["mypy"]
+    listed = [module for override in config.get("overrides", []) for module in override["module"]]
+    loose = [m for m in listed if m.startswith(tuple(f"conclave.{package}" for package in STRICT))]
+    assert not loose, f"fix what mypy reports in these instead of listing them: {loose}"
+
+
+def test_the_result_is_the_outcome_plus_the_final_text() -> None:
+    assert issubclass(JobResult, Outcome)
+    assert own_fields(JobResult) == {"answer", "presented_by"}, (
+        "JobResult must not re-declare Outcome's fields"
+    )
+    outcome = Outcome(
+        winner="B1",
+        consensus=True,
+        reason="r",
+        tally={"A1": 1, "B1": 2},
+        votes=2,
+        voters=3,
+        agree=(("A1", "B1"),),
+        pending=("C1",),
+        stopped_by=StopReason.BUDGET,
+    )
+    result = JobResult.of(outcome, "42", "B")
+    assert Outcome.model_validate(result.model_dump(exclude={"answer", "presented_by"})) == outcome
+    assert (result.answer, result.presented_by, result.budget_reached) == ("42", "B", True)
+
+
+def test_a_result_stored_before_stopped_by_reads_back() -> None:
+    old = {
+        "answer": "x",
+        "winner": "A1",
+        "consensus": False,
+        "reason": "budget reached: 10 tokens",
+        "agree": [["A1", "B1"]],
+        "pending": [],
+        "budget_reached": True,
+    }
+    assert JobResult.model_validate(old).stopped_by is StopReason.BUDGET
+    assert JobResult.model_validate({**old, "budget_reached": False}).stopped_by is None
+
+
+def test_views_embed_the_types_they_show() -> None:
+    # the job's view: the result embedded; only the live picture (while running) shares names with it
+    assert typing.get_args(JobView.model_fields["result"].annotation) == (JobResult, type(None))
+    shared = set(JobView.model_fields) & set(JobResult.model_fields)
+    assert shared <= {"tally", "agree"}, f"JobView copies the result's {shared}: read them from `result`"
+    assert JobView.model_fields["agents"].annotation == list[AgentProgress]
+    assert typing.get_args(JobView.model_fields["diff_summary"].annotation) == (FilesResult, type(None))
+    assert ContextChanges.model_fields["files"].annotation == list[FileChange]
+    # an answer as stored and as the protocol keeps it: one declaration of what names it
+    assert issubclass(AnswerRow, Posted) and issubclass(Answer, Posted)
+    assert own_fields(AnswerRow) & set(Answer.model_fields) == set()
+    copies = {
+        name
+        for module in (views, records)
+        for name in vars(module)
+        if name in {"AgentView", "FileChangeView"}
+    }
+    assert not copies, f"{copies} came back: use the type they copied"
+
+
+def test_the_stop_reason_is_data() -> None:
+    assert issubclass(StopReason, enum.Enum)
+    assert typing.get_args(Outcome.model_fields["stopped_by"].annotation) == (StopReason, type(None))
+    substring = re.compile(r"\bin\s+[\w.]*\b(outcome|result)\.reason\b")
+    found = [
+        f"{p.relative_to(ROOT)}:{n}"
+        for p in sources(*STRICT)
+        for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+        if substring.search(line)
+    ]
+    assert not found, f"branch on Outcome.stopped_by, not on the reason's words: {found}"
+
+
+def test_apply_matches_every_event_exhaustively() -> None:
+    tree = ast.parse((ROOT / "server/coordination/protocol.py").read_text(encoding="utf-8"))
+    functions = {node.name: node for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)}
+    apply = functions["apply"]
+    assert any(isinstance(node, ast.Match) for node in ast.walk(apply)), "apply is a `match` over the events"
+    matched: set[str] = set()
+    for function in functions.values():
+        if not any(
+            isinstance(n, ast.Call) and ast.unparse(n.func) == "assert_never" for n in ast.walk(function)
+        ):
+            continue
+        for node in ast.walk(function):
+            if isinstance(node, ast.MatchClass):
+                matched.add(ast.unparse(node.cls))
+    events = {cls.__name__ for cls in typing.get_args(protocol_events.Event)}
+    assert events <= matched, f"events no exhaustive match takes: {events - matched}"
+    assert "TurnEvent" not in events, "the union names each event class, so assert_never can check it"
+
+
+def test_the_driver_carries_out_every_action_exhaustively() -> None:
+    tree = ast.parse((ROOT / "server/coordination/orchestrator.py").read_text(encoding="utf-8"))
+    execute = next(n for n in ast.walk(tree) if isinstance(n, ast.AsyncFunctionDef) and n.name == "_execute")
+    assert any(isinstance(n, ast.Call) and ast.unparse(n.func) == "assert_never" for n in ast.walk(execute))
+    matched = {
+        ast.unparse(n.cls).removeprefix("protocol.")
+        for n in ast.walk(execute)
+        if isinstance(n, ast.MatchClass)
+    }
+    actions = {cls.__name__ for cls in typing.get_args(protocol_events.Action)}
+    assert actions <= matched, f"actions the driver does not match: {actions - matched}"
+
+
+def test_the_service_is_split_into_admission_lifecycle_and_maintenance() -> None:
+    tree = ast.parse((ROOT / "server/jobs/service.py").read_text(encoding="utf-8"))
+    imported = {
+        alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) for alias in node.names
+    }
+    assert {"Admission", "Lifecycle", "watch", "mark_orphans"} <= imported
+    assert not imported & {
+        "Orchestrator",
+        "prepare",
+        "collect",
+        "check_runnable",
+        "resolve_team",
+        "StoreSink",
+    }, "the service delegates: admission checks, lifecycle runs, maintenance watches"
+    methods = {node.name for node in ast.walk(tree) if isinstance(node, ast.AsyncFunctionDef)}
+    assert not methods & {"_run", "_watch", "_end_if_active"}
+
+
+@pytest.mark.skipif(
+    shutil.which("ruff", path=str(Path(sys.executable).parent)) is None, reason="ruff not installed"
+)
+def test_the_strict_packages_stay_under_the_line_budget_once_formatted(tmp_path: Path) -> None:
+    ruff = shutil.which("ruff", path=str(Path(sys.executable).parent))
+    assert ruff is not None
+    long = {}
+    for path in sources(*STRICT):
+        formatted = subprocess.run(
+            [ruff, "format", "--config", str(ROOT / "pyproject.toml"), "-"],
+            input=path.read_text(encoding="utf-8"),
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        if (lines := len(formatted.stdout.splitlines())) > 400:
+            long[str(path.relative_to(ROOT))] = lines
+    assert not long, f"over 400 lines once formatted: split these by responsibility: {long}"

@@ -205,8 +205,8 @@ async def serve_http(settings: Settings, host: str = "127.0.0.1", port: int = 87
                     web_routes(settings, dict(tokens.callers), port, host) as pages):
             app = create_app(service, settings, tokens).http_app(path="/mcp", host_origin_protection=True)
             app.router.routes.extend(pages)  # the web view, behind its own check of the same tokens (web/auth.py)
-            service.web_base = f"http://{_url_host(host)}:{port}"
-            print(f"Web view: {service.web_base}/ (sign in with the same bearer token)", file=sys.stderr, flush=True)
+            service.web_links.base = f"http://{_url_host(host)}:{port}"
+            print(f"Web view: {service.web_links.base}/ (sign in with the same bearer token)", file=sys.stderr, flush=True)
             config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on",
                                     timeout_graceful_shutdown=SHUTDOWN_S)
             await uvicorn.Server(config).serve()

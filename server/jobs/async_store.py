@@ -1,6 +1,11 @@
 """The job store as a server uses it: the same methods (names and arguments) as jobs/store.py, awaited,
 so the event loop never waits on SQLite.
 
+One pattern: every Store method a server calls has its awaitable twin here, in its lane (a read in a
+reader thread, a write by the writer); a function of several reads that takes the Store (a view's
+parts, a transcript: jobs/view_read.py, jobs/reader.py) runs whole through `read`, one thread hop.
+Only code already in a worker thread uses `sync`.
+
 Writes go through one writer: a task that takes every write queued since its last turn and runs them
 in a worker thread as one transaction (a batch: 16 busy jobs commit together, not one by one), then
 wakes what waited on them. Writes keep the order they were queued in, whoever queued them. A job's
@@ -190,3 +195,13 @@ class AsyncStore:
 
     async def answers(self, job_id: str) -> list[AnswerRow]:
         return await self.read(self.sync.answers, job_id)
+
+    # Conversations: follow-ups and steering notes (jobs/store_threads.py) ----------------------------
+    async def set_follow_up(self, job_id: str, earlier: str) -> None:
+        await self.write(job_id, self.sync.set_follow_up, job_id, earlier)
+
+    async def add_note(self, job_id: str, text: str) -> int:
+        return await self.write(job_id, self.sync.add_note, job_id, text)
+
+    async def notes_after(self, job_id: str, seq: int) -> list[tuple[int, str]]:
+        return await self.read(self.sync.notes_after, job_id, seq)

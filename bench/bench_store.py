@@ -1,6 +1,6 @@
 """Benchmark (not a test): many jobs at once at the default settings, and get_status while they run.
 
-    python bench/bench_store.py [--jobs 16] [--label after] [--commit TEXT] [--out bench/results/store.json]
+    python bench/bench_store.py [--jobs 16] [--before REV] [--rounds 3] [--out bench/results/store.json]
 
 Each job is the scripted invalidation transcript of tests/test_orchestrator.py (three providers; ann
 answers at once and votes, bob answers at 0.3 s, cy at 1.5 s, the critical path; bob revises after
@@ -12,10 +12,13 @@ After a warm-up job (the SDKs' first imports take seconds here), one job alone, 
 submitted at once; then the same again while get_status is called on
 every running job in turn (the service's `view`, which the tool calls with wait_seconds=0, and the
 real tool through an in-memory MCP client) and each call's latency is kept. The wall time of the jobs
-together is taken in a run of its own, with no one polling (the polling is CPU of its own).
-Reported: wall time of one job alone, of all the jobs together and the ratio, get_status p50/p99.
-Run it on two commits with different labels and the same `--out` for a before/after pair; the file
-keeps one entry per label.
+together is taken in a run of its own, with no one polling (the polling is CPU of its own). Reported: wall time of
+one job alone, of all the jobs together and the ratio, get_status p50/p99.
+
+Before and after come from the same run: with `--before REV`, that commit's server (git archive, imported
+in place of this tree's) and this tree's are measured in turns, `--rounds` times each, each round in a
+fresh process, alternating which goes first; the medians are reported, with the load average around
+each round (the machine is shared: a round under a load spike shows in it).
 """
 
 from __future__ import annotations
@@ -117,8 +120,10 @@ async def run_jobs(
     from tests.fakes.team import write_team
 
     settings = Settings(home=root / f"state-{first}")  # the defaults, but for where state lives
-    teams = [write_team(root / f"team-{job}.yaml", fakes, members(job))  # type: ignore[arg-type]
-             for job in range(first, first + count)]
+    teams = [
+        write_team(root / f"team-{job}.yaml", fakes, members(job))  # type: ignore[arg-type]
+        for job in range(first, first + count)
+    ]
     service_ms: list[float] = []
     tool_ms: list[float] = []
     async with (
@@ -174,8 +179,11 @@ def _cpu_s() -> float:
 
 
 def summary(samples: list[float]) -> dict[str, float]:
-    return {"p50": round(percentile(samples, 0.5), 2), "p99": round(percentile(samples, 0.99), 2),
-            "calls": len(samples)}
+    return {
+        "p50": round(percentile(samples, 0.5), 2),
+        "p99": round(percentile(samples, 0.99), 2),
+        "calls": len(samples),
+    }
 
 
 async def measure(jobs: int, port: int) -> dict[str, Any]:
@@ -199,45 +207,151 @@ async def measure(jobs: int, port: int) -> dict[str, Any]:
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--jobs", type=int, default=16)
-    parser.add_argument("--label", default="after", help="e.g. before / after")
-    parser.add_argument("--commit", default="", help="what was measured, for the record")
-    parser.add_argument("--out", type=Path, default=RESULTS)
-    parser.add_argument("--serve-fakes", type=int, help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.serve_fakes is not None:
-        serve_fakes(args.serve_fakes)
-        return
-    child = subprocess.Popen([sys.executable, __file__, "--serve-fakes", str(2 * args.jobs + 2)],
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+def measure_here(jobs: int) -> dict[str, Any]:
+    """One round in this process: the fakes in a child, then `measure`."""
+    child = subprocess.Popen(
+        [sys.executable, __file__, "--serve-fakes", str(2 * jobs + 2)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert child.stdout is not None
         port = int(child.stdout.readline())
-        result = anyio.run(measure, args.jobs, port)
+        load = os.getloadavg()
+        result = anyio.run(measure, jobs, port)
+        return {
+            **result,
+            "loadavg_before": [round(x, 2) for x in load],
+            "loadavg_after": [round(x, 2) for x in os.getloadavg()],
+        }
     finally:
         assert child.stdin is not None
         child.stdin.close()
         child.wait(timeout=30)
-    view, tool = result["get_status_view_ms"], result["get_status_tool_ms"]
-    print(f"{args.label}: one job {result['one_job_s']} s; {args.jobs} at once {result['all_jobs_s']} s "
-          f"(x{result['all_over_one']}); get_status p50/p99 {view['p50']}/{view['p99']} ms (service), "
-          f"{tool['p50']}/{tool['p99']} ms (MCP tool)")
-    data = json.loads(args.out.read_text()) if args.out.exists() else {}
-    data.setdefault("runs", {})[args.label] = {
-        **result, "commit": args.commit, "python": platform.python_version(),
-        "machine": f"{platform.machine()}, 2 cores (shared with other engineers' test runs)"}
-    runs = data["runs"]
-    if "before" in runs and "after" in runs:
+
+
+def use_source(tree: Path) -> None:
+    """Import `conclave` from `tree` (a checkout's root) instead of this one: a package folder of links,
+    as .ci/mypy.sh builds, put first on the path (the editable install's finder comes after it)."""
+    package = Path(tempfile.mkdtemp(prefix="bench-store-src-")) / "conclave"
+    package.mkdir()
+    for entry in (tree / "server").iterdir():
+        (package / entry.name).symlink_to(entry)
+    for name in ("tools", "configs", "skills"):
+        (package / name).symlink_to(tree / name)
+    sys.path.insert(0, str(package.parent))
+
+
+def checkout(rev: str) -> tuple[Path, str]:
+    """`rev`'s tree in a temporary folder (git archive), and its short hash."""
+    root = Path(__file__).resolve().parents[1]
+    short = subprocess.run(
+        ["git", "rev-parse", "--short", rev], cwd=root, check=True, capture_output=True, text=True
+    ).stdout.strip()
+    tree = Path(tempfile.mkdtemp(prefix=f"bench-store-{short}-"))
+    archive = subprocess.run(
+        ["git", "archive", rev, "server", "tools", "configs", "skills"],
+        cwd=root,
+        check=True,
+        capture_output=True,
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
+    return tree, short
+
+
+def round_in_child(jobs: int, source: Path | None) -> dict[str, Any]:
+    command = [sys.executable, __file__, "--round", "--jobs", str(jobs)]
+    if source is not None:
+        command += ["--source", str(source)]
+    done = subprocess.run(command, check=True, capture_output=True, text=True)
+    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def medians(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    def median(key: str, sub: str | None = None) -> float:
+        return round(statistics.median(r[key][sub] if sub else r[key] for r in rounds), 3)
+
+    return {
+        "one_job_s": median("one_job_s"),
+        "all_jobs_s": median("all_jobs_s"),
+        "all_over_one": median("all_over_one"),
+        "cpu_s_all_jobs": median("cpu_s_all_jobs"),
+        "get_status_view_ms": {
+            "p50": median("get_status_view_ms", "p50"),
+            "p99": median("get_status_view_ms", "p99"),
+        },
+        "get_status_tool_ms": {
+            "p50": median("get_status_tool_ms", "p50"),
+            "p99": median("get_status_tool_ms", "p99"),
+        },
+        "rounds": len(rounds),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=16)
+    parser.add_argument("--before", help="the commit to compare with, measured in the same run")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--serve-fakes", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--round", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--source", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve_fakes is not None:
+        serve_fakes(args.serve_fakes)
+        return
+    if args.round:
+        if args.source is not None:
+            use_source(args.source)
+        print(json.dumps(measure_here(args.jobs)))
+        return
+    root = Path(__file__).resolve().parents[1]
+    head = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=root, check=True, capture_output=True, text=True
+    ).stdout.strip()
+    sides: list[tuple[str, Path | None, str]] = [("after", None, f"{head} (this tree)")]
+    if args.before:
+        tree, short = checkout(args.before)
+        sides.insert(0, ("before", tree, short))
+    rounds: dict[str, list[dict[str, Any]]] = {label: [] for label, _, _ in sides}
+    for number in range(args.rounds):
+        for label, source, _ in sides if number % 2 == 0 else sides[::-1]:
+            result = round_in_child(args.jobs, source)
+            rounds[label].append(result)
+            view, tool = result["get_status_view_ms"], result["get_status_tool_ms"]
+            print(
+                f"round {number + 1} {label}: one job {result['one_job_s']} s; {args.jobs} at once "
+                f"{result['all_jobs_s']} s (x{result['all_over_one']}); get_status p50/p99 {view['p50']}/"
+                f"{view['p99']} ms (service), {tool['p50']}/{tool['p99']} ms (MCP tool); "
+                f"load {result['loadavg_before'][0]}",
+                flush=True,
+            )
+    data: dict[str, Any] = {"runs": {}, "rounds": rounds}
+    for label, _, commit in sides:
+        data["runs"][label] = {
+            **medians(rounds[label]),
+            "jobs": args.jobs,
+            "commit": commit,
+            "max_jobs": int(os.environ.get("CONCLAVE_MAX_JOBS", "0")) or "default",
+            "python": platform.python_version(),
+            "machine": f"{platform.machine()}, {os.cpu_count()} cores (shared with other engineers' test runs)",
+        }
+    if "before" in rounds:
+        before, after = data["runs"]["before"], data["runs"]["after"]
         data["after_over_before"] = {
-            "all_jobs_s": round(runs["after"]["all_jobs_s"] / runs["before"]["all_jobs_s"], 2),
-            "get_status_view_p50": round(runs["after"]["get_status_view_ms"]["p50"]
-                                         / runs["before"]["get_status_view_ms"]["p50"], 2),
-            "get_status_view_p99": round(runs["after"]["get_status_view_ms"]["p99"]
-                                         / runs["before"]["get_status_view_ms"]["p99"], 2),
+            "all_jobs_s": round(after["all_jobs_s"] / before["all_jobs_s"], 2),
+            "all_over_one": round(after["all_over_one"] / before["all_over_one"], 2),
+            "get_status_tool_p50": round(
+                after["get_status_tool_ms"]["p50"] / before["get_status_tool_ms"]["p50"], 2
+            ),
+            "get_status_tool_p99": round(
+                after["get_status_tool_ms"]["p99"] / before["get_status_tool_ms"]["p99"], 2
+            ),
         }
     args.out.write_text(json.dumps(data, indent=1) + "\n")
+    print(json.dumps({key: data[key] for key in ("runs", "after_over_before") if key in data}, indent=1))
 
 
 if __name__ == "__main__":

@@ -89,7 +89,8 @@ TOOLS = (
     ),
     _Published(list_teams, "List teams", _READ_ONLY),
     _Published(
-        steer_job, "Steer a running job",
+        steer_job,
+        "Steer a running job",
         ToolAnnotations(read_only_hint=False, idempotent_hint=False, **_LOCAL),
     ),
 )
@@ -125,8 +126,13 @@ def create_app(service: JobService, settings: Settings, tokens: HttpTokens | Non
     async def lend(server: FastMCP) -> AsyncIterator[dict[str, Any]]:
         yield {DEPS_KEY: service}  # the service is not ours to close
 
-    app = FastMCP("conclave", instructions=INSTRUCTIONS, version=__version__, lifespan=lend,
-                  auth=CallerTokens(tokens) if tokens is not None else None)
+    app = FastMCP(
+        "conclave",
+        instructions=INSTRUCTIONS,
+        version=__version__,
+        lifespan=lend,
+        auth=CallerTokens(tokens) if tokens is not None else None,
+    )
     for published in TOOLS:
         fn = published.fn
         app.add_tool(
@@ -212,14 +218,20 @@ async def serve_http(settings: Settings, host: str = "127.0.0.1", port: int = 87
             app.router.routes.extend(
                 pages
             )  # the web view, behind its own check of the same tokens (web/auth.py)
-            service.web_base = f"http://{_url_host(host)}:{port}"
+            service.web_links.base = f"http://{_url_host(host)}:{port}"
             print(
-                f"Web view: {service.web_base}/ (sign in with the same bearer token)",
+                f"Web view: {service.web_links.base}/ (sign in with the same bearer token)",
                 file=sys.stderr,
                 flush=True,
             )
-            config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on",
-                                    timeout_graceful_shutdown=SHUTDOWN_S)
+            config = uvicorn.Config(
+                app,
+                host=host,
+                port=port,
+                log_level="warning",
+                lifespan="on",
+                timeout_graceful_shutdown=SHUTDOWN_S,
+            )
             await uvicorn.Server(config).serve()
     except* _Terminated:
         pass

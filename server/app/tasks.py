@@ -126,15 +126,15 @@ class JobTasks(ServerExtension):
         if not isinstance(outcome, ToolResult) or outcome.is_error or not outcome.structured_content:
             return outcome
         view = await self._service.view(str(outcome.structured_content["job_id"]), _caller())
-        return CreateTaskResult(**self._task(view, "working").model_dump())
+        return CreateTaskResult(**(await self._task(view, "working")).model_dump())
 
     async def _get(self, ctx: ServerRequestContext[Any, Any], params: TaskParams) -> GetTaskResult:
         view = await self._job(ctx, params.task_id)
         if not view.done:
-            return GetTaskResult(**self._task(view, "working").model_dump())
+            return GetTaskResult(**(await self._task(view, "working")).model_dump())
         if view.state == "cancelled":
-            return GetTaskResult(**self._task(view, "cancelled").model_dump())
-        return GetTaskResult(**self._task(view, "completed").model_dump(), result=_call_result(view))
+            return GetTaskResult(**(await self._task(view, "cancelled")).model_dump())
+        return GetTaskResult(**(await self._task(view, "completed")).model_dump(), result=_call_result(view))
 
     async def _update(self, ctx: ServerRequestContext[Any, Any], params: UpdateTaskParams) -> Acknowledged:
         await self._job(ctx, params.task_id)  # a job never asks for input: nothing to deliver
@@ -166,8 +166,8 @@ class JobTasks(ServerExtension):
         except ConclaveError:
             raise MCPError(INVALID_PARAMS, f"Task {task_id} not found") from None
 
-    def _task(self, view: JobView, status: Literal["working", "completed", "cancelled"]) -> _Task:
-        row = self._service.store.sync.job(view.job_id)
+    async def _task(self, view: JobView, status: Literal["working", "completed", "cancelled"]) -> _Task:
+        row = await self._service.store.job(view.job_id)
         assert row is not None
         updated = row.finished_at or row.heartbeat
         return _Task(task_id=view.job_id, status=status, created_at=_iso(row.created_at),

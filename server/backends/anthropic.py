@@ -32,6 +32,7 @@ from conclave.backends.base import (
     redact,
 )
 from conclave.backends.retry import parse_retry_after
+from conclave.backends.tls import client_context
 from conclave.errors import (
     AuthFailed,
     BadRequest,
@@ -56,7 +57,8 @@ class AnthropicBackend:
 
         self._endpoint = endpoint
         self._client = anthropic.AsyncAnthropic(
-            api_key=endpoint.api_key, base_url=endpoint.base_url, max_retries=0, timeout=endpoint.timeout_s
+            api_key=endpoint.api_key, base_url=endpoint.base_url, max_retries=0, timeout=endpoint.timeout_s,
+            http_client=anthropic.DefaultAsyncHttpxClient(verify=client_context()),  # backends/tls.py
         )
 
     async def stream(self, request: Request) -> AsyncIterator[Event]:

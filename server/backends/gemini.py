@@ -31,6 +31,7 @@ from typing import Any, ClassVar
 
 from conclave.backends.base import Done, Endpoint, Event, Message, Request, TextDelta, ToolCall, Usage, redact
 from conclave.backends.retry import parse_retry_after
+from conclave.backends.tls import client_context
 from conclave.errors import (
     AuthFailed,
     BadRequest,
@@ -61,6 +62,9 @@ class GeminiBackend:
             api_version="v1beta",
             timeout=max(1, round(endpoint.timeout_s * 1000)),  # milliseconds
             retry_options=types.HttpRetryOptions(attempts=1),  # retry.py retries, not the SDK
+            # the shared TLS context (backends/tls.py) for its HTTP clients and its websocket one
+            client_args={"verify": client_context()},
+            async_client_args={"verify": client_context(), "ssl": client_context()},
         )
         self._client = genai.Client(enterprise=False, api_key=endpoint.api_key, http_options=options)
         self._ids = itertools.count(1)

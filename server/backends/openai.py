@@ -27,6 +27,7 @@ from conclave.backends.base import (
     redact,
 )
 from conclave.backends.retry import parse_retry_after
+from conclave.backends.tls import client_context
 from conclave.errors import (
     AuthFailed,
     BadRequest,
@@ -59,6 +60,7 @@ class OpenAIBackend:
             base_url=endpoint.base_url,
             timeout=endpoint.timeout_s,
             max_retries=0,
+            http_client=openai.DefaultAsyncHttpxClient(verify=client_context()),  # backends/tls.py
         )
 
     async def stream(self, request: Request) -> AsyncIterator[Event]:

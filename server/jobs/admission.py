@@ -130,5 +130,5 @@ class Admission:
             request.caller,
         )
         if earlier is not None:
-            await self.store.write(job_id, self.store.sync.set_follow_up, job_id, earlier.id)
+            await self.store.set_follow_up(job_id, earlier.id)
         return Admitted(job_id, task, resolved)

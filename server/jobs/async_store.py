@@ -1,13 +1,18 @@
 """The job store as a server uses it: the same methods (names and arguments) as jobs/store.py, awaited,
 so the event loop never waits on SQLite.
 
+One pattern: every Store method a server calls has its awaitable twin here, in its lane (a read in a
+reader thread, a write by the writer); a function of several reads that takes the Store (a view's
+parts, a transcript: jobs/view_read.py, jobs/reader.py) runs whole through `read`, one thread hop.
+Only code already in a worker thread uses `sync`.
+
 Writes go through one writer: a task that takes every write queued since its last turn and runs them
-in a worker thread as one transaction (a batch: 16 busy jobs commit together, not one by one), then
+in its one thread as one transaction (a batch: 16 busy jobs commit together, not one by one), then
 wakes what waited on them. Writes keep the order they were queued in, whoever queued them. A job's
 events (`record`) are queued without waiting, so reporting never holds a job up, nor lets another
 job's turn in between (the budget and the turns see the same order as with no store at all); every
-other write returns once it is committed. Reads run in worker threads of their own, each with its own
-connection, beside the writes (WAL readers never wait for a writer). Every write to a job wakes this
+other write returns once it is committed. Reads run in threads of their own (jobs/store_lanes.py),
+each with its own connection, beside the writes (WAL readers never wait for a writer). Every write to a job wakes this
 process's waiters on that job (`changed`): a long-poll here is woken, not polling; a job run by
 another process is still polled (jobs/service.py).
 
@@ -29,6 +34,7 @@ import anyio.to_thread
 from conclave.coordination.reports import JobEvent, Progress
 from conclave.jobs.records import FilesResult, JobOptions
 from conclave.jobs.store import AgentUsage, AnswerRow, JobRow, Store
+from conclave.jobs.store_lanes import Lane
 
 logger = logging.getLogger(__name__)
 P = ParamSpec("P")
@@ -51,7 +57,8 @@ class AsyncStore:
 
     def __init__(self, store: Store) -> None:
         self.sync = store
-        self._readers = anyio.CapacityLimiter(READERS)
+        self._readers = Lane(READERS, "conclave-store-reader")
+        self._writer_thread = Lane(1, "conclave-store-writer")
         self._changes: dict[str, anyio.Event] = {}
         self._queue: list[_Write] = []
         self._queued = anyio.Event()
@@ -71,15 +78,16 @@ class AsyncStore:
             finally:
                 with anyio.CancelScope(shield=True):
                     await self.write(None, lambda: None)  # after every write queued before it
-                tg.cancel_scope.cancel()
+                    tg.cancel_scope.cancel()
+                    await self._readers.close()
+                    await self._writer_thread.close()
         if body_error is not None:
             raise body_error
 
     # The seam: any Store method, in the right lane --------------------------------------------------
     async def read(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         """`fn(*args)` in a reader thread (a method of `self.sync` that only reads)."""
-        return await anyio.to_thread.run_sync(lambda: fn(*args, **kwargs), limiter=self._readers,
-                                              abandon_on_cancel=True)
+        return await self._readers.run(lambda: fn(*args, **kwargs))
 
     async def write(self, job_id: str | None, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         """`fn(*args)` by the writer, after every write queued before it; returns once committed."""
@@ -111,7 +119,7 @@ class AsyncStore:
             await self._queued.wait()
             self._queued = anyio.Event()
             batch, self._queue = self._queue, []
-            await anyio.to_thread.run_sync(self._commit, batch)  # never abandoned: a write is finished
+            await self._writer_thread.run(lambda: self._commit(batch), finish=True)  # a write is finished
             for write in batch:
                 if write.job_id is not None:
                     event = self._changes.pop(write.job_id, None)
@@ -190,3 +198,13 @@ class AsyncStore:
 
     async def answers(self, job_id: str) -> list[AnswerRow]:
         return await self.read(self.sync.answers, job_id)
+
+    # Conversations: follow-ups and steering notes (jobs/store_threads.py) ----------------------------
+    async def set_follow_up(self, job_id: str, earlier: str) -> None:
+        await self.write(job_id, self.sync.set_follow_up, job_id, earlier)
+
+    async def add_note(self, job_id: str, text: str) -> int:
+        return await self.write(job_id, self.sync.add_note, job_id, text)
+
+    async def notes_after(self, job_id: str, seq: int) -> list[tuple[int, str]]:
+        return await self.read(self.sync.notes_after, job_id, seq)

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import anyio
+
 from conclave.config import Team
 from conclave.coordination.prompts import Round, history_section
 from conclave.errors import InputError
@@ -100,12 +102,17 @@ def _files_text(row: JobRow) -> str:
 
 async def carry_files(store: Store, row: JobRow, jobs_dir: Path, workspaces: Workspaces) -> dict[str, list[str]]:
     """Start a follow-up's workspaces from its earlier job's answer (files/carry.py); {} when it had none."""
-    earlier = store.job(row.follow_up or "")
+    earlier, label = await anyio.to_thread.run_sync(_earlier_answer, store, row.follow_up or "")
     if earlier is None or not earlier.options.context_paths:
         return {}
     before = Workspaces(jobs_dir / earlier.id)
-    label, _ = best_answer(store, earlier)
     tree = before.final if before.final.is_dir() else before.snapshot_dir(label) if label else None
     if tree is None or not tree.is_dir():
         return {}
     return await workspaces.carry(before, tree, earlier.id)
+
+
+def _earlier_answer(store: Store, job_id: str) -> tuple[JobRow | None, str | None]:
+    """The earlier job and its best answer's label (blocking: reads the store)."""
+    earlier = store.job(job_id)
+    return earlier, best_answer(store, earlier)[0] if earlier is not None else None

@@ -86,7 +86,9 @@ class Lifecycle:
             return
         row = await self._job(job_id)
         files = job_files(job_id, self.job_dir(job_id), team, options, self.settings)
-        past, thread = thread_history(self.store.sync, row) if row.follow_up else ("", None)
+        past, thread = (
+            await self.store.read(thread_history, self.store.sync, row) if row.follow_up else ("", None)
+        )
         try:
             if files is not None and row.follow_up:
                 await self.store.set_state(job_id, "running", "starting from the earlier job's files")
@@ -110,7 +112,7 @@ class Lifecycle:
             history=past,
             thread=thread,
         )
-        self._steering.attach(job_id, orchestrator)
+        await self._steering.attach(job_id, orchestrator)
         try:
             async with files.egress() if files is not None else contextlib.nullcontext():
                 result = await orchestrator.run()

@@ -47,7 +47,7 @@ async def watch(
         for job_id in await store.cancel_requests(owner_id):
             if job_id in scopes:
                 scopes[job_id].cancel()
-        await anyio.to_thread.run_sync(steering.deliver_all)  # notes other processes left for our jobs
+        await steering.deliver_all()  # notes other processes left for our jobs
         if time.monotonic() - last_beat >= settings.heartbeat_s:
             await store.heartbeat(owner_id)
             last_beat = time.monotonic()

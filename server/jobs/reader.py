@@ -108,17 +108,19 @@ async def listing(store: Store, row: JobRow, workspaces: Workspaces | None = Non
     entries = ["transcript"]
     if row.result is not None and row.result.answer is not None:
         entries.append("final")
-    if row.follow_up or store.has_follow_ups(row.id):
-        entries.append("thread")
-    answers = await anyio.to_thread.run_sync(store.answers, row.id, abandon_on_cancel=True)
-    outputs = await anyio.to_thread.run_sync(check_outputs, store, row, abandon_on_cancel=True)
-    entries += [f"answers/{answer.label}" for answer in answers]
-    entries += [f"verify/{label}" for label in outputs]
+    entries += await anyio.to_thread.run_sync(_stored_entries, store, row, abandon_on_cancel=True)
     if workspaces is not None and workspaces.patch.exists():
         entries.append("@diff")
     if workspaces is not None and workspaces.final.is_dir():
         entries += [name for name in await _files(workspaces.final) if name not in entries]
     return entries
+
+
+def _stored_entries(store: Store, row: JobRow) -> list[str]:
+    """The listing's entries that come from the store (blocking: one reader-thread hop)."""
+    thread = ["thread"] if row.follow_up or store.has_follow_ups(row.id) else []
+    answers = [f"answers/{answer.label}" for answer in store.answers(row.id)]
+    return thread + answers + [f"verify/{label}" for label in check_outputs(store, row)]
 
 
 async def _files(tree: Path) -> list[str]:

@@ -41,11 +41,12 @@ from conclave.jobs.maintenance import mark_orphans, prune_old_jobs, sweep_leftov
 from conclave.jobs.reach import endpoints, unreachable
 from conclave.jobs.reader import WorkspacePage, job_workspaces, read_job, read_whole
 from conclave.jobs.records import ApplyMode
-from conclave.jobs.steering import Steering, checked_note, delivered, notes_and_thread
+from conclave.jobs.steering import Steering, checked_note, delivered
 from conclave.jobs.store import JobRow, Store
 from conclave.jobs.teams import TeamList, team_list
+from conclave.jobs.view_read import view_parts
 from conclave.jobs.views import JobView, job_view
-from conclave.jobs.web_link import page_url
+from conclave.jobs.web_link import WebLinks
 from conclave.settings import MAX_WAIT_S, Settings
 
 JOB_ID = re.compile(r"^cj-[0-9a-f]{12}$")
@@ -76,12 +77,11 @@ class JobService:
         self.access = access or Access.local(settings)
         self._environ = environ
         self._owner_id = uuid.uuid4().hex
-        self._steering = Steering(store.sync)
+        self._steering = Steering(store)
         self._admission = Admission(settings, store, self.access, environ, self._owner_id, probe=probe)
         self._jobs = Lifecycle(settings, store, backend_factory, retry, self._steering)
         self._scopes = self._jobs.scopes  # the jobs this process runs
-        # The web view's address when this server serves it (serve --http); else `conclave web`'s, if running.
-        self.web_base: str | None = None
+        self.web_links = WebLinks(settings.home)  # job pages: this server's web view, else `conclave web`'s
 
     @classmethod
     @asynccontextmanager
@@ -200,8 +200,8 @@ class JobService:
         if view.done:
             raise JobFinished(job_id, view.state)
         count = len(view.notes) + 1
-        await self.store.write(view.job_id, self.store.sync.add_note, view.job_id, text)
-        self._steering.deliver(view.job_id)  # a job of ours takes it now; another process's watch loop does
+        await self.store.add_note(view.job_id, text)
+        await self._steering.deliver(view.job_id)  # a job of ours takes it now; another process's watch loop does
         with anyio.move_on_after(5 if view.state != "queued" else 0):
             while not await self.store.read(delivered, self.store.sync, view.job_id, count) and not (
                     await self._view(job_id)).done:
@@ -226,26 +226,33 @@ class JobService:
     async def teams(self) -> TeamList:
         """The presets, each with its status: keys set, and its own servers answering (jobs/reach.py)."""
         presets = list_presets(self._environ)
-        down = await unreachable(endpoints(team for _, team in presets if isinstance(team, Team)))
-        return team_list(presets, self._environ, lambda team: history(team, self.store.sync.team_usage(team.name)),
-                         down)
+        teams = [team for _, team in presets if isinstance(team, Team)]
+        down = await unreachable(endpoints(teams))
+        usage = await self.store.read(lambda: {team.name: self.store.sync.team_usage(team.name) for team in teams})
+        return team_list(presets, self._environ, lambda team: history(team, usage.get(team.name, [])), down)
 
     # Internals -----------------------------------------------------------------------------------
     async def _row(self, job_id: str, caller: str | None = None, field: str = "job_id") -> JobRow:
         """The job, for `caller` (None: the CLI, any job); another caller's job is not found, not refused,
         so its existence is not told either."""
-        if not isinstance(job_id, str) or not JOB_ID.match(job_id.strip()):
-            raise InputError(field, job_id, f"job ids look like cj-1a2b3c4d5e6f; see {term('list_jobs')}")
-        row = await self.store.job(job_id.strip())
+        row = await self.store.job(_checked_id(job_id, field))
         if row is None or (caller is not None and row.caller != caller):
             raise JobNotFound(job_id)
         return row
 
     async def _view(self, job_id: str, caller: str | None = None) -> JobView:
-        row = await self._row(job_id, caller)
-        notes, thread = await self.store.read(notes_and_thread, self.store.sync, row)
-        view = job_view(row, time.time(), notes, thread)
-        return view.model_copy(update={"web_url": page_url(self.web_base, self.settings.home, job_id)})
+        """One reader-thread hop for everything the view shows (jobs/view_read.py)."""
+        parts = await self.store.read(view_parts, self.store.sync, self.web_links, _checked_id(job_id), caller)
+        if parts is None:
+            raise JobNotFound(job_id)
+        view = job_view(parts.row, time.time(), parts.notes, parts.thread)
+        return view.model_copy(update={"web_url": parts.web_url})
+
+
+def _checked_id(job_id: object, field: str = "job_id") -> str:
+    if not isinstance(job_id, str) or not JOB_ID.match(job_id.strip()):
+        raise InputError(field, job_id, f"job ids look like cj-1a2b3c4d5e6f; see {term('list_jobs')}")
+    return job_id.strip()
 
 
 def _check_wait(wait_seconds: float) -> None:

@@ -17,38 +17,48 @@ from conclave.jobs.views import NoteView
 
 if TYPE_CHECKING:
     from conclave.coordination.orchestrator import Orchestrator
+    from conclave.jobs.async_store import AsyncStore
 
 
 class Steering:
-    """The orchestrators of the jobs this process runs, and the last note each was given."""
+    """The orchestrators of the jobs this process runs, and the last note each was given. The notes are
+    read in a reader thread and handed over on the event loop (an orchestrator's inbox is not thread-safe)."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: AsyncStore) -> None:
         self._store = store
         self._running: dict[str, Orchestrator] = {}
         self._delivered: dict[str, int] = {}
 
-    def attach(self, job_id: str, orchestrator: Orchestrator) -> None:
+    async def attach(self, job_id: str, orchestrator: Orchestrator) -> None:
         """The job's orchestrator exists: notes left while it was queued reach it before its first turns."""
         self._running[job_id], self._delivered[job_id] = orchestrator, -1
-        self.deliver(job_id)
+        await self.deliver(job_id)
 
     def detach(self, job_id: str) -> None:
         self._running.pop(job_id, None)
         self._delivered.pop(job_id, None)
 
-    def deliver(self, job_id: str) -> None:
-        """Hand the job's new notes to its orchestrator (no await in between: each is given once)."""
+    async def deliver(self, job_id: str) -> None:
+        """Hand the job's new notes to its orchestrator."""
+        if job_id in self._running:  # else not ours, or not started yet (attach delivers)
+            self._hand_over(await self._store.notes_after(job_id, self._delivered[job_id]), job_id)
+
+    async def deliver_all(self) -> None:
+        """Every running job's new notes, read in one reader-thread hop."""
+        marks, sync = dict(self._delivered), self._store.sync
+        pending = await self._store.read(lambda: {job: sync.notes_after(job, seq) for job, seq in marks.items()})
+        for job_id, notes in pending.items():
+            self._hand_over(notes, job_id)
+
+    def _hand_over(self, notes: list[tuple[int, str]], job_id: str) -> None:
         orchestrator = self._running.get(job_id)
-        if orchestrator is None:
-            return  # not ours, or not started yet (attach delivers)
-        for seq, text in self._store.notes_after(job_id, self._delivered[job_id]):
+        for seq, text in notes:
+            # another deliver may have handed it over while this one read: each note is given once
+            if orchestrator is None or seq <= self._delivered.get(job_id, seq):
+                continue
             if not orchestrator.steer(text):
                 return  # the job has ended; its view says the note was not seen
             self._delivered[job_id] = seq
-
-    def deliver_all(self) -> None:
-        for job_id in list(self._running):
-            self.deliver(job_id)
 
 
 def note_views(store: Store, job_id: str) -> list[NoteView]:

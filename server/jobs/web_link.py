@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -17,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from conclave.jobs.owners import process_alive
 
 WEB_FILE = "web.json"
+RACY_NS = 1_000_000_000
 
 
 class WebServed(BaseModel):
@@ -55,17 +57,47 @@ def withdraw(home: Path, pid: int) -> None:
 
 def served(home: Path) -> WebServed | None:
     """The web view running for this state folder, if any."""
+    found = _parsed(home)
+    return found if found is not None and process_alive(found.pid) else None
+
+
+def _parsed(home: Path) -> WebServed | None:
     try:
-        found = WebServed.model_validate(json.loads((home / WEB_FILE).read_text(encoding="utf-8")))
+        return WebServed.model_validate(json.loads((home / WEB_FILE).read_text(encoding="utf-8")))
     except (OSError, ValueError, ValidationError):
         return None
-    return found if process_alive(found.pid) else None
 
 
-def page_url(web_base: str | None, home: Path, job_id: str) -> str | None:
-    """A job's live page: on this server's own web view (`serve --http`), else on `conclave web`'s for
-    the same state folder, if one runs; None when no web view is served."""
-    if web_base is not None:
-        return f"{web_base}/jobs/{job_id}"
-    web = served(home)
-    return web.job_url(job_id) if web else None
+class WebLinks:
+    """Where a server's job pages are: on its own web view (`serve --http` sets `base`), else on `conclave
+    web`'s for the same state folder, if one runs. Every JobView asks, so web.json is parsed again only
+    when it changes (another inode, size or mtime: `announce` rewrites it, `withdraw` removes it); what
+    is left is a stat and a liveness check, blocking, so callers run it in a reader thread
+    (jobs/view_read.py)."""
+
+    def __init__(self, home: Path) -> None:
+        self.home = home
+        self.base: str | None = None
+        self._seen: tuple[tuple[int, int, int, int], WebServed | None] | None = None
+
+    def page_url(self, job_id: str) -> str | None:
+        """The job's live page; None when no web view is served."""
+        if self.base is not None:
+            return f"{self.base}/jobs/{job_id}"
+        web = self._served()
+        return web.job_url(job_id) if web is not None and process_alive(web.pid) else None
+
+    def _served(self) -> WebServed | None:
+        try:
+            info = os.stat(self.home / WEB_FILE)
+        except OSError:
+            return None
+        stamp = (info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+        seen = self._seen  # one read of the pair: reader threads may replace it meanwhile
+        # a file written within the last second may be rewritten within its timestamps' granularity,
+        # the same size: it is read again until it is older (git's "racy" index entries, the same way)
+        if seen is not None and seen[0] == stamp and time.time_ns() - info.st_mtime_ns > RACY_NS:
+            return seen[1]
+        found = _parsed(self.home)
+        self._seen = (stamp, found)
+        return found

@@ -1,0 +1,179 @@
+"""Every backend's HTTP client shares one TLS context (backends/tls.py), and it still verifies servers.
+
+The fake providers are served over HTTPS with a certificate from a test CA: a backend reaches them when
+`SSL_CERT_FILE` names that CA, as the SDKs' own contexts do, and refuses them when it does not.
+"""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+import ssl
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import uvicorn
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+from conclave.backends import create_backend
+from conclave.backends.base import Endpoint, Message, Request, TextDelta
+from conclave.backends.tls import client_context
+from conclave.errors import ProviderError
+from tests.fakes.script import Reply, Script
+from tests.fakes.server import PREFIXES, build_app, free_port
+
+pytestmark = pytest.mark.anyio
+PROVIDERS = ["openai", "anthropic", "gemini"]
+REQUEST = Request(system="You are agent A.", messages=(Message("user", "Say hi."),))
+
+
+def _name(common: str) -> x509.Name:
+    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common)])
+
+
+def _certificate(
+    subject: str, issuer: str, key: ec.EllipticCurvePrivateKey, signer: ec.EllipticCurvePrivateKey, ca: bool
+) -> x509.Certificate:
+    now = datetime.datetime.now(datetime.timezone.utc)
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(_name(subject))
+        .issuer_name(_name(issuer))
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(hours=1))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+    )
+    if ca:
+        builder = builder.add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=True,
+                crl_sign=True,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        builder = builder.add_extension(
+            x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False
+        )
+    else:
+        builder = builder.add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False
+        )
+        builder = builder.add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(signer.public_key()), critical=False
+        )
+    return builder.sign(signer, hashes.SHA256())
+
+
+@pytest.fixture(scope="module")
+def tls_fakes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Script, int, Path]]:
+    """The fake providers over HTTPS on 127.0.0.1: (script, port, the CA's certificate file)."""
+    folder = tmp_path_factory.mktemp("tls")
+    ca_key, server_key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    ca = _certificate("Conclave test CA", "Conclave test CA", ca_key, ca_key, ca=True)
+    server = _certificate("127.0.0.1", "Conclave test CA", server_key, ca_key, ca=False)
+    (folder / "ca.pem").write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    (folder / "server.pem").write_bytes(server.public_bytes(serialization.Encoding.PEM))
+    (folder / "server.key").write_bytes(
+        server_key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
+    script, port = Script(), free_port()
+    config = uvicorn.Config(
+        build_app(script),
+        host="127.0.0.1",
+        port=port,
+        log_level="warning",
+        lifespan="off",
+        ssl_certfile=str(folder / "server.pem"),
+        ssl_keyfile=str(folder / "server.key"),
+        timeout_graceful_shutdown=1,
+    )
+    running = uvicorn.Server(config)
+    thread = threading.Thread(target=running.run, name="tls-fakes", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not running.started:
+        assert time.monotonic() < deadline and thread.is_alive(), "the HTTPS fake did not start"
+        time.sleep(0.01)
+    yield script, port, folder / "ca.pem"
+    running.should_exit = True
+    thread.join(timeout=10)
+
+
+async def _ask(provider: str, port: int, script: Script) -> str:
+    agent = f"tls-{uuid.uuid4().hex[:8]}"
+    script.enqueue(agent, Reply(text=f"hi from {provider}"))
+    url = f"https://127.0.0.1:{port}" + PREFIXES[provider].format(agent=agent)
+    backend = create_backend(
+        Endpoint(provider, f"{provider}-model", "tls-key-0123", base_url=url, timeout_s=10)
+    )
+    try:
+        return "".join([e.text async for e in backend.stream(REQUEST) if isinstance(e, TextDelta)])
+    finally:
+        await backend.aclose()
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+async def test_a_backend_reaches_a_server_its_ca_file_trusts(
+    provider: str, tls_fakes: tuple[Script, int, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    script, port, ca = tls_fakes
+    monkeypatch.setenv("SSL_CERT_FILE", str(ca))
+    assert await _ask(provider, port, script) == f"hi from {provider}"
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+async def test_a_backend_refuses_a_server_it_does_not_trust(
+    provider: str, tls_fakes: tuple[Script, int, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    script, port, _ = tls_fakes
+    monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+    monkeypatch.delenv("SSL_CERT_DIR", raising=False)
+    with pytest.raises(ProviderError):  # the test CA is not in the system's trust store
+        await _ask(provider, port, script)
+
+
+def test_one_context_per_trust_setting(
+    tls_fakes: tuple[Script, int, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("SSL_CERT_DIR", raising=False)
+    monkeypatch.setenv("SSL_CERT_FILE", str(tls_fakes[2]))
+    shared = client_context()
+    assert client_context() is shared  # built once, not once a backend
+    monkeypatch.delenv("SSL_CERT_FILE")
+    assert client_context() is not shared  # another trust store, another context
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_building_a_backend_loads_no_trust_store(provider: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    client_context()  # the process's context, made once
+    loads: list[str] = []
+    for name in ("load_verify_locations", "load_default_certs", "set_default_verify_paths"):
+        real = getattr(ssl.SSLContext, name)
+
+        def counted(
+            self: ssl.SSLContext, *args: object, _real: object = real, _name: str = name, **kwargs: object
+        ) -> object:
+            loads.append(_name)
+            return _real(self, *args, **kwargs)  # type: ignore[operator]
+
+        monkeypatch.setattr(ssl.SSLContext, name, counted)
+    create_backend(Endpoint(provider, f"{provider}-model", "tls-key-0123", base_url="https://127.0.0.1:9"))
+    assert loads == []  # each SDK client would otherwise read the trust store again (about 15 ms)

@@ -12,8 +12,8 @@ After a warm-up job (the SDKs' first imports take seconds here), one job alone, 
 submitted at once; then the same again while get_status is called on
 every running job in turn (the service's `view`, which the tool calls with wait_seconds=0, and the
 real tool through an in-memory MCP client) and each call's latency is kept. The wall time of the jobs
-together is taken in a run of its own, with no one polling (the polling is CPU of its own). Reported: wall time of
-one job alone, of all the jobs together and the ratio, get_status p50/p99.
+together is taken in a run of its own, with no one polling (the polling is CPU of its own).
+Reported: wall time of one job alone, of all the jobs together and the ratio, get_status p50/p99.
 
 Before and after come from the same run: with `--before REV`, that commit's server (git archive, imported
 in place of this tree's) and this tree's are measured in turns, `--rounds` times each, each round in a
@@ -336,7 +336,7 @@ def main() -> None:
             "commit": commit,
             "max_jobs": int(os.environ.get("CONCLAVE_MAX_JOBS", "0")) or "default",
             "python": platform.python_version(),
-            "machine": f"{platform.machine()}, {os.cpu_count()} cores (shared with other engineers' test runs)",
+            "machine": f"{platform.machine()}, {os.cpu_count()} cores (shared with other test runs)",
         }
     if "before" in rounds:
         before, after = data["runs"]["before"], data["runs"]["after"]

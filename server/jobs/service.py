@@ -1,7 +1,7 @@
 """The job registry: jobs run in the background, apart from the MCP request that started them.
 
 `JobService.open` owns the task group every job runs in, so it must be entered outside FastMCP's
-lifespan (see app.py). A job records its owner (process id + a random id) and a heartbeat; a starting
+lifespan (see app/server.py). A job records its owner (process id + a random id) and a heartbeat; a starting
 service marks `interrupted` only jobs whose owner is gone, never another live server's.
 
 `submit` only checks (what the caller may name, jobs/access.py; the queue bound; the team's keys and

@@ -38,7 +38,8 @@ from conclave.coordination.members import (
     seed_for,
 )
 from conclave.coordination.reports import Check, JobEvent, JobResult, Progress, UsageTotals
-from conclave.coordination.turns import TurnContext, present, run_turn
+from conclave.coordination.turn_context import TurnContext
+from conclave.coordination.turns import present, run_turn
 from conclave.errors import ConclaveError, ProviderError
 from conclave.members.runner import CliMember
 

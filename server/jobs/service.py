@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import re
 import secrets
 import time
 import uuid
@@ -31,33 +30,32 @@ import anyio.abc
 
 from conclave.backends.local import LocalServers
 from conclave.backends.retry import RetryPolicy
-from conclave.config import Team, list_presets, resolve_team
+from conclave.config import Team, resolve_team
 from conclave.coordination.limits import ProviderLimits
 from conclave.coordination.orchestrator import BackendFactory, Orchestrator, endpoint_factory
-from conclave.errors import ConclaveError, InputError, JobFinished, JobNotFound, QueueFull, term
+from conclave.errors import ConclaveError, InputError, JobFinished, QueueFull, term
 from conclave.files.contexts import parse_context_paths
 from conclave.files.review import Consent
 from conclave.jobs.access import Access
 from conclave.jobs.async_store import AsyncStore
-from conclave.jobs.estimate import estimate, history
+from conclave.jobs.estimate import estimate
 from conclave.jobs.file_steps import admit, collect, job_files, job_verifier, prepare
 from conclave.jobs.follow_ups import carried, carry_files, thread_history
+from conclave.jobs.lookup import JobLookup
 from conclave.jobs.maintenance import prune_old_jobs, sweep_leftovers
 from conclave.jobs.owners import process_alive
 from conclave.jobs.plan import check_runnable, shape_team
-from conclave.jobs.reach import check_reachable, endpoints, unreachable
-from conclave.jobs.reader import WorkspacePage, job_workspaces, read_job, read_whole
+from conclave.jobs.reach import check_reachable
+from conclave.jobs.reader import WorkspacePage
 from conclave.jobs.records import ApplyMode, JobOptions
-from conclave.jobs.steering import Steering, checked_note, delivered, notes_and_thread
+from conclave.jobs.steering import Steering, checked_note, delivered
 from conclave.jobs.store import ACTIVE_STATES, JobRow, Store
 from conclave.jobs.store_sink import StoreSink
-from conclave.jobs.teams import TeamList, team_list
-from conclave.jobs.views import JobView, job_view
-from conclave.jobs.web_link import page_url
+from conclave.jobs.teams import TeamList
+from conclave.jobs.views import JobView
 from conclave.settings import MAX_WAIT_S, Settings
 
 logger = logging.getLogger(__name__)
-JOB_ID = re.compile(r"^cj-[0-9a-f]{12}$")
 POLL_S = 0.2  # a job another process runs: how often its waiters here look at the store
 # A job this process runs wakes its waiters at every write (jobs/async_store.py); this is only a
 # backstop for a write made around AsyncStore (directly through `store.sync`).
@@ -95,6 +93,7 @@ class JobService:
         self._provider_limits = ProviderLimits(settings.provider_concurrency)  # shared by every job here
         self._scopes: dict[str, anyio.CancelScope] = {}
         self._steering = Steering(store.sync)
+        self.lookup = JobLookup(settings, store, environ)  # every read, the job-id check and the caller's rules
         # The web view's address when this server serves it (serve --http); else `conclave web`'s, if running.
         self.web_base: str | None = None
 
@@ -262,41 +261,25 @@ class JobService:
     async def read(
         self, job_id: str, path: str, source: str | None, offset: int, limit: int, caller: str | None = None
     ) -> WorkspacePage:
-        row = await self._row(job_id, caller)
-        workspaces = job_workspaces(row, self.settings.home / "jobs")
-        return await read_job(self.store.sync, row, workspaces, path, source, offset, limit)
+        return await self.lookup.read(job_id, path, source, offset, limit, caller)
 
     async def read_whole(self, job_id: str, path: str, caller: str | None = None) -> WorkspacePage:
         """One text of a job in full, every page gathered (for resources, which are not paged)."""
-        row = await self._row(job_id, caller)
-        return await read_whole(self.store.sync, row, job_workspaces(row, self.settings.home / "jobs"), path, None)
+        return await self.lookup.read_whole(job_id, path, caller=caller)
 
     def job_dir(self, job_id: str) -> Path:
         return self.settings.home / "jobs" / job_id
 
     async def teams(self) -> TeamList:
-        """The presets, each with its status: keys set, and its own servers answering (jobs/reach.py)."""
-        presets = list_presets(self._environ)
-        down = await unreachable(endpoints(team for _, team in presets if isinstance(team, Team)))
-        return team_list(presets, self._environ, lambda team: history(team, self.store.sync.team_usage(team.name)),
-                         down)
+        """The presets, each with its status (jobs/lookup.py)."""
+        return await self.lookup.teams()
 
     # Internals -----------------------------------------------------------------------------------
     async def _row(self, job_id: str, caller: str | None = None, field: str = "job_id") -> JobRow:
-        """The job, for `caller` (None: the CLI, any job); another caller's job is not found, not refused,
-        so its existence is not told either."""
-        if not isinstance(job_id, str) or not JOB_ID.match(job_id.strip()):
-            raise InputError(field, job_id, f"job ids look like cj-1a2b3c4d5e6f; see {term('list_jobs')}")
-        row = await self.store.job(job_id.strip())
-        if row is None or (caller is not None and row.caller != caller):
-            raise JobNotFound(job_id)
-        return row
+        return await self.lookup.row(job_id, caller, field)
 
     async def _view(self, job_id: str, caller: str | None = None) -> JobView:
-        row = await self._row(job_id, caller)
-        notes, thread = await self.store.read(notes_and_thread, self.store.sync, row)
-        view = job_view(row, time.time(), notes, thread)
-        return view.model_copy(update={"web_url": page_url(self.web_base, self.settings.home, job_id)})
+        return await self.lookup.view(job_id, caller, self.web_base)
 
 
     async def _run(self, job_id: str, task: str, team: Team) -> None:

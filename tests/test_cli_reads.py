@@ -19,7 +19,9 @@ from conclave.jobs.store import Store
 from conclave.settings import Settings
 
 # Each of these reached the store as a job id through the CLI, which then said "no job ... here".
-BAD_IDS = ("not a job", "cj-XYZ", "../../etc/passwd", "cj-0123456789ab/../x", "cj-0123456789AB", "' OR 1=1 --")
+BAD_IDS = (
+    "not a job", "cj-XYZ", "../../etc/passwd", "cj-0123456789ab/../x", "cj-0123456789AB", "' OR 1=1 --",
+)
 FIX = "job ids look like cj-1a2b3c4d5e6f; see"
 
 
@@ -37,7 +39,7 @@ async def _mcp_errors(home: Path) -> dict[tuple[str, str], str]:
     """What get_status and read_workspace answer over MCP for each bad id."""
     settings = Settings(home=home)
     found: dict[tuple[str, str], str] = {}
-    async with JobService.open(settings, environ={}) as service, Client(create_app(service, settings)) as client:
+    async with JobService.open(settings, environ={}) as jobs, Client(create_app(jobs, settings)) as client:
         for bad in BAD_IDS:
             for tool in ("get_status", "read_workspace"):
                 result = await client.call_tool(tool, {"job_id": bad}, raise_on_error=False)
@@ -53,8 +55,9 @@ def test_a_bad_job_id_gets_the_same_error_from_the_cli_as_over_mcp(
     capsys.readouterr()  # FastMCP's own log of those errors
     for bad in BAD_IDS:
         for tool in ("get_status", "read_workspace"):
-            assert f"job_id={bad!r} is not valid: {FIX} a job_id from ask_team's result" in over_mcp[tool, bad]
-        for argv in (["status", bad], ["show", bad], ["show", bad, "--transcript"], ["show", bad, "--file", "a.py"]):
+            expected = f"job_id={bad!r} is not valid: {FIX} a job_id from ask_team's result"
+            assert expected in over_mcp[tool, bad]
+        for argv in (["status", bad], ["show", bad], ["show", bad, "--diff"], ["show", bad, "--file", "a"]):
             assert main(argv) == 2, argv
             captured = capsys.readouterr()
             assert captured.out == "", argv

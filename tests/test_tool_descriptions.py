@@ -18,7 +18,7 @@ SNAKE = re.compile(r"\b[a-z][a-z0-9]*(?:_[a-z0-9]+)+\b")  # parse_context_paths,
 CONSTANT = re.compile(r"\b[A-Z][A-Z0-9]{3,}\b|\b[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+\b")  # CALLER, MAX_WAIT_S
 MODULE = re.compile(
     r"\bconclave\.\w+|\b(?:server|tools|tests|bench)/[\w/]+\.py\b"
-)  # conclave.files, server/x.py
+)  # conclave.files, server/errors.py
 # Words in capitals a reader knows; variables a user sets (keys, CONCLAVE_* settings).
 PLAIN_CAPS = {"JSON", "YAML", "HTTP", "HTTPS", "UTF", "NUL", "PATH"}
 USER_VARIABLE = re.compile(r"^(CONCLAVE_\w+|\w+_API_KEY)$")

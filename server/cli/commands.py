@@ -10,10 +10,9 @@ import argparse
 import json
 import os
 import sys
-import time
 import webbrowser
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from contextlib import asynccontextmanager, contextmanager, suppress
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager, suppress
 from pathlib import Path
 
 import anyio
@@ -24,17 +23,13 @@ from rich.text import Text
 from conclave.cli import EXIT_FAILED, EXIT_OK
 from conclave.cli.render import render, see_more, wrapped
 from conclave.cli.terminal import printable
-from conclave.config import list_presets, load_team_file
-from conclave.errors import ConclaveError, JobNotFound
-from conclave.jobs.estimate import history
-from conclave.jobs.reach import endpoints, unreachable
-from conclave.jobs.reader import WorkspacePage as ReadPage
-from conclave.jobs.reader import job_workspaces, read_whole
+from conclave.config import load_team_file
+from conclave.errors import ConclaveError
+from conclave.jobs.lookup import JobLookup
+from conclave.jobs.maintenance import prune_jobs
+from conclave.jobs.reader import WorkspacePage
 from conclave.jobs.service import JobService
-from conclave.jobs.steering import note_views
-from conclave.jobs.store import Store
-from conclave.jobs.teams import team_list
-from conclave.jobs.views import DEMO_TEAM, JobView, job_view
+from conclave.jobs.views import DEMO_TEAM, JobView
 from conclave.jobs.web_link import WebServed, served
 from conclave.settings import Settings
 
@@ -128,31 +123,18 @@ def _print(text: str, end: str = "\n", exact: bool = False) -> None:
     print(text if exact and not sys.stdout.isatty() else printable(text), end=end)
 
 
-@contextmanager
-def _job_store() -> Iterator[tuple[Settings, Store]]:
-    """The settings and the job store, closed again when the command is done with them."""
-    settings = Settings()
-    store = Store(settings.db_path)
-    try:
-        yield settings, store
-    finally:
-        store.close()
-
-
 def status(args: argparse.Namespace) -> int:
-    with _job_store() as (settings, store):
-        now = time.time()
+    """A job as get_status shows it, or the recent jobs; through the same lookup as the MCP tools."""
+
+    async def run(jobs: JobLookup) -> int:
         if args.job_id:
-            row = store.job(args.job_id.strip())
-            if row is None:
-                raise JobNotFound(args.job_id)
-            view = job_view(row, now)
+            view = await jobs.view(args.job_id)
             if args.json:
                 print(json.dumps(view.model_dump(mode="json"), indent=2))
             else:
                 _print(view.text("cli"))
             return EXIT_OK
-        views = [job_view(row, now) for row in store.recent_jobs()]
+        views = await jobs.recent()
         if args.json:
             print(json.dumps([view.model_dump(mode="json") for view in views], indent=2))
         elif not views:
@@ -161,33 +143,43 @@ def status(args: argparse.Namespace) -> int:
             _print(f"{view.job_id}  {view.state:<11} {view.team:<10} {view.elapsed_s:>6.0f}s  {view.task[:60]}")
         return EXIT_OK
 
+    return _with_lookup(run)
+
 
 def show(args: argparse.Namespace) -> int:
     """What read_workspace serves, for a person: the job and its listing, or one text in full."""
-    with _job_store() as (settings, store):
-        row = store.job(args.job_id.strip())
-        if row is None:
-            raise JobNotFound(args.job_id)
-        workspaces = job_workspaces(row, settings.home / "jobs")
 
-        def read(path: str, source: str | None = None) -> ReadPage:
-            return anyio.run(read_whole, store, row, workspaces, path, source)
+    async def run(jobs: JobLookup) -> int:
+        async def read(path: str, source: str | None = None) -> WorkspacePage:
+            return await jobs.read_whole(args.job_id, path, source)
 
         if args.answers:
-            for entry in read("").entries or []:
+            for entry in (await read("")).entries or []:
                 if entry.startswith("answers/"):
-                    _print(f"## {entry.removeprefix('answers/')}\n{read(entry).content}\n")
+                    _print(f"## {entry.removeprefix('answers/')}\n{(await read(entry)).content}\n")
         elif args.transcript or args.diff or args.thread:
-            _print(read("transcript" if args.transcript else "@diff" if args.diff else "thread").content,
-                   exact=args.diff)
+            path = "transcript" if args.transcript else "@diff" if args.diff else "thread"
+            _print((await read(path)).content, exact=args.diff)
         elif args.file:
-            _print(read(args.file, args.source).content, end="", exact=True)
+            _print((await read(args.file, args.source)).content, end="", exact=True)
         else:
-            thread = [job.id for job in store.thread(row.id)]
-            _print(job_view(row, time.time(), note_views(store, row.id), thread).text("cli"))
-            print(f"\nReadable (conclave show {row.id} --answers | --transcript | --diff | --thread | --file PATH):")
-            _print("  " + "\n  ".join(read("").entries or []))
+            view = await jobs.view(args.job_id)
+            _print(view.text("cli"))
+            print(f"\nReadable (conclave show {view.job_id} --answers | --transcript | --diff | --thread | --file PATH):")
+            _print("  " + "\n  ".join((await read("")).entries or []))
         return EXIT_OK
+
+    return _with_lookup(run)
+
+
+def _with_lookup(command: Callable[[JobLookup], Awaitable[int]]) -> int:
+    """Run `command` with a lookup on the state folder's store, closed again when it is done."""
+
+    async def run() -> int:
+        async with JobLookup.open(Settings()) as jobs:
+            return await command(jobs)
+
+    return anyio.run(run)
 
 
 def steer(args: argparse.Namespace) -> int:
@@ -204,23 +196,16 @@ def steer(args: argparse.Namespace) -> int:
 
 
 def teams(args: argparse.Namespace) -> int:
-    with _job_store() as (settings, store):
-        presets = list_presets()
-        down = anyio.run(unreachable, endpoints(team for _, team in presets if not isinstance(team, ConclaveError)))
-        _print(team_list(presets, os.environ, lambda team: history(team, store.team_usage(team.name)), down).text())
-    return EXIT_OK
+    async def run(jobs: JobLookup) -> int:
+        _print((await jobs.teams()).text())
+        return EXIT_OK
+
+    return _with_lookup(run)
 
 
 def gc(args: argparse.Namespace) -> int:
-    from conclave.jobs.gc import prune
-
-    with _job_store() as (settings, store):
-        report = prune(
-            store, settings.home / "jobs",
-            keep_days=settings.gc_keep_days if args.keep_days is None else args.keep_days,
-            max_bytes=(settings.gc_max_mb if args.max_mb is None else args.max_mb) * 1024 * 1024,
-            dry_run=args.dry_run,
-        )
+    settings = Settings()
+    report = anyio.run(prune_jobs, settings, args.keep_days, args.max_mb, args.dry_run)
     print(("would have " if args.dry_run else "") + report.text())
     for job_id in report.removed:
         print(f"  {job_id}")

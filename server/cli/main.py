@@ -3,7 +3,7 @@
 Every command's work lives in `commands.py` (or `install.py`), imported only when that command runs:
 `conclave serve` must answer the MCP handshake before FastMCP is even imported (see
 conclave.app.stdio_front), and `conclave ask` should reach its first provider quickly, so nothing here
-pulls in pydantic, rich or the SDKs (tests/test_startup.py checks which modules `--help` imports).
+pulls in pydantic, rich or the SDKs (tests/test_stdio_front.py checks which modules importing it loads).
 """
 
 from __future__ import annotations
@@ -238,11 +238,11 @@ def _serve(args: argparse.Namespace) -> int:
 def _run_stdio_app(startup: Startup) -> None:
     """Open the settings and the store (the front says it is ready only then), load the app, serve."""
     try:
-        from conclave.jobs.store import Store
+        from conclave.jobs.lookup import check_state_folder
         from conclave.settings import Settings
 
         settings = Settings()
-        Store(settings.db_path).close()  # the state folder is usable and the schema is current
+        check_state_folder(settings)
     except Exception as exc:  # bad settings, an unusable state folder or database: the client is told why
         startup.failed(f"{type(exc).__name__}: {exc}")
         return

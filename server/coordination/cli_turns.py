@@ -14,15 +14,13 @@ processes (members/runner.py). The workspace is snapshotted by the orchestrator 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from conclave.backends.base import ToolCall
 from conclave.coordination import prompts, protocol
+from conclave.coordination.turn_context import TurnContext
 from conclave.members.base import CliOutput, last_json_object
 from conclave.members.runner import CliMember
-
-if TYPE_CHECKING:
-    from conclave.coordination.turns import TurnContext
 
 NEW = "new_answer"
 MAX_SHOWN = 12_000  # characters of each answer in a CLI's prompt (an argument has a size limit)

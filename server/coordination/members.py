@@ -16,7 +16,7 @@ from conclave.backends import create_backend
 from conclave.backends.base import Backend, Endpoint
 from conclave.config import AgentSpec
 from conclave.coordination.reports import JobEvent, Progress, UsageTotals
-from conclave.coordination.turns import TurnContext
+from conclave.coordination.turn_context import TurnContext
 from conclave.members.runner import CliMember
 
 if TYPE_CHECKING:

@@ -41,7 +41,8 @@ from conclave.coordination.members import (
 from conclave.coordination.reporting import Reporter
 from conclave.coordination.reports import Check, EventKind, JobResult, Progress, UsageTotals
 from conclave.coordination.tally import StopReason
-from conclave.coordination.turns import TurnContext, present, run_turn
+from conclave.coordination.turn_context import TurnContext
+from conclave.coordination.turns import present, run_turn
 from conclave.errors import ConclaveError, ProviderError
 from conclave.members.runner import CliMember
 

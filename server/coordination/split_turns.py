@@ -14,13 +14,10 @@ writes a vote (bench/results/quality-local.json).
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING
 
 from conclave.backends.base import Message, Request, Scorer
 from conclave.coordination import prompts, protocol
-
-if TYPE_CHECKING:
-    from conclave.coordination.turns import TurnContext
+from conclave.coordination.turn_context import TurnContext
 
 
 async def split_turn(

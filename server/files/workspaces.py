@@ -75,7 +75,7 @@ WORKSPACE_CAPS = Caps(max_files=20_000, max_bytes=200 * 1024 * 1024)
 
 
 async def diff(base: Path, final: Path) -> Patch:
-    """The git-style patch from `base` to `final` (diffing.py), computed in a worker thread."""
+    """The git-style patch from `base` to `final` (diff.py), computed in a worker thread."""
     return await anyio.to_thread.run_sync(diff_trees, base, final, abandon_on_cancel=True)
 
 

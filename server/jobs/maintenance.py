@@ -2,7 +2,8 @@
 `interrupted`, prunes old finished jobs and removes containers left by dead servers; while it serves,
 it heartbeats its own jobs and takes the cancel requests and steering notes other processes left for them.
 
-All of it runs in the service's task group (jobs/service.py) and never touches a live server's jobs.
+All of it runs in the service's task group (jobs/service.py) and never touches a live server's jobs;
+`conclave gc` prunes through `prune_jobs` too.
 """
 
 from __future__ import annotations
@@ -56,22 +57,28 @@ async def watch(
 
 async def prune_old_jobs(settings: Settings) -> None:
     """Prune old finished jobs once at start (CONCLAVE_GC_AUTO; `conclave gc` does it by hand)."""
+    report = await prune_jobs(settings)
+    if report.removed:
+        logger.info("pruned old jobs: %s", report.text())
+
+
+async def prune_jobs(
+    settings: Settings, keep_days: float | None = None, max_mb: int | None = None, dry_run: bool = False
+) -> GcReport:
+    """Prune finished jobs (jobs/gc.py) by the settings' limits, or the ones given, in a worker thread."""
 
     def run() -> GcReport:
         store = Store(settings.db_path)  # its own connection: a transaction in a thread stays its own
         try:
             return prune(
-                store,
-                settings.home / "jobs",
-                keep_days=settings.gc_keep_days,
-                max_bytes=settings.gc_max_mb * MB,
+                store, settings.home / "jobs",
+                keep_days=settings.gc_keep_days if keep_days is None else keep_days,
+                max_bytes=(settings.gc_max_mb if max_mb is None else max_mb) * MB, dry_run=dry_run,
             )
         finally:
             store.close()
 
-    report = await anyio.to_thread.run_sync(run, abandon_on_cancel=True)
-    if report.removed:
-        logger.info("pruned old jobs: %s", report.text())
+    return await anyio.to_thread.run_sync(run, abandon_on_cancel=True)
 
 
 async def sweep_leftovers() -> None:

@@ -75,6 +75,6 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE jobs ADD COLUMN follow_up TEXT;
     CREATE INDEX IF NOT EXISTS jobs_follow_up ON jobs(follow_up)
     """,
-    # who started the job: `local` (the CLI and stdio) or an HTTP token's caller name (jobs/callers.py)
+    # who started the job: `local` (the CLI and stdio) or an HTTP token's caller name (app/tokens.py)
     "ALTER TABLE jobs ADD COLUMN caller TEXT NOT NULL DEFAULT 'local'",
 )

@@ -1,7 +1,7 @@
 """The job registry: jobs run in the background, apart from the MCP request that started them.
 
 `JobService.open` owns the task group every job runs in, so it must be entered outside FastMCP's
-lifespan (see app.py). The service is the one door the tools (and the CLI) use; behind it, three parts:
+lifespan (see app/server.py). The service is the one door the tools (and the CLI) use; behind it, three parts:
 - admission (jobs/admission.py): what `submit` checks, and the queued job it stores; ask_team returns
   at once, the context paths are copied when the job gets its slot;
 - lifecycle (jobs/lifecycle.py): a job's run from its slot to its one final state;
@@ -17,8 +17,6 @@ CLI passes none and sees all (tests/security/test_callers.py).
 from __future__ import annotations
 
 import os
-import re
-import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
@@ -29,27 +27,22 @@ import anyio.abc
 
 from conclave.backends.local import LocalServers
 from conclave.backends.retry import RetryPolicy
-from conclave.config import Team, list_presets
 from conclave.coordination.orchestrator import BackendFactory, endpoint_factory
-from conclave.errors import InputError, JobFinished, JobNotFound, term
+from conclave.errors import InputError, JobFinished
 from conclave.jobs.access import Access
 from conclave.jobs.admission import Admission, Request
 from conclave.jobs.async_store import AsyncStore
-from conclave.jobs.estimate import history
 from conclave.jobs.lifecycle import Lifecycle
+from conclave.jobs.lookup import JobLookup
 from conclave.jobs.maintenance import mark_orphans, prune_old_jobs, sweep_leftovers, watch
-from conclave.jobs.reach import endpoints, unreachable
-from conclave.jobs.reader import WorkspacePage, job_workspaces, read_job, read_whole
+from conclave.jobs.reader import WorkspacePage
 from conclave.jobs.records import ApplyMode
 from conclave.jobs.steering import Steering, checked_note, delivered
 from conclave.jobs.store import JobRow, Store
-from conclave.jobs.teams import TeamList, team_list
-from conclave.jobs.view_read import view_parts
-from conclave.jobs.views import JobView, job_view
-from conclave.jobs.web_link import WebLinks
+from conclave.jobs.teams import TeamList
+from conclave.jobs.views import JobView
 from conclave.settings import MAX_WAIT_S, Settings
 
-JOB_ID = re.compile(r"^cj-[0-9a-f]{12}$")
 POLL_S = 0.2  # a job another process runs: how often its waiters here look at the store
 # A job this process runs wakes its waiters at every write (jobs/async_store.py); this is only a
 # backstop for a write made around AsyncStore (directly through `store.sync`).
@@ -81,7 +74,8 @@ class JobService:
         self._admission = Admission(settings, store, self.access, environ, self._owner_id, probe=probe)
         self._jobs = Lifecycle(settings, store, backend_factory, retry, self._steering)
         self._scopes = self._jobs.scopes  # the jobs this process runs
-        self.web_links = WebLinks(settings.home)  # job pages: this server's web view, else `conclave web`'s
+        self.lookup = JobLookup(settings, store, environ)  # every read, the job-id check and the caller's rules
+        self.web_links = self.lookup.web_links  # job pages: this server's web view, else `conclave web`'s
 
     @classmethod
     @asynccontextmanager
@@ -211,48 +205,25 @@ class JobService:
     async def read(
         self, job_id: str, path: str, source: str | None, offset: int, limit: int, caller: str | None = None
     ) -> WorkspacePage:
-        row = await self._row(job_id, caller)
-        workspaces = job_workspaces(row, self.settings.home / "jobs")
-        return await read_job(self.store.sync, row, workspaces, path, source, offset, limit)
+        return await self.lookup.read(job_id, path, source, offset, limit, caller)
 
     async def read_whole(self, job_id: str, path: str, caller: str | None = None) -> WorkspacePage:
         """One text of a job in full, every page gathered (for resources, which are not paged)."""
-        row = await self._row(job_id, caller)
-        return await read_whole(self.store.sync, row, job_workspaces(row, self.settings.home / "jobs"), path, None)
+        return await self.lookup.read_whole(job_id, path, caller=caller)
 
     def job_dir(self, job_id: str) -> Path:
         return self._jobs.job_dir(job_id)
 
     async def teams(self) -> TeamList:
-        """The presets, each with its status: keys set, and its own servers answering (jobs/reach.py)."""
-        presets = list_presets(self._environ)
-        teams = [team for _, team in presets if isinstance(team, Team)]
-        down = await unreachable(endpoints(teams))
-        usage = await self.store.read(lambda: {team.name: self.store.sync.team_usage(team.name) for team in teams})
-        return team_list(presets, self._environ, lambda team: history(team, usage.get(team.name, [])), down)
+        """The presets, each with its status (jobs/lookup.py)."""
+        return await self.lookup.teams()
 
     # Internals -----------------------------------------------------------------------------------
     async def _row(self, job_id: str, caller: str | None = None, field: str = "job_id") -> JobRow:
-        """The job, for `caller` (None: the CLI, any job); another caller's job is not found, not refused,
-        so its existence is not told either."""
-        row = await self.store.job(_checked_id(job_id, field))
-        if row is None or (caller is not None and row.caller != caller):
-            raise JobNotFound(job_id)
-        return row
+        return await self.lookup.row(job_id, caller, field)
 
     async def _view(self, job_id: str, caller: str | None = None) -> JobView:
-        """One reader-thread hop for everything the view shows (jobs/view_read.py)."""
-        parts = await self.store.read(view_parts, self.store.sync, self.web_links, _checked_id(job_id), caller)
-        if parts is None:
-            raise JobNotFound(job_id)
-        view = job_view(parts.row, time.time(), parts.notes, parts.thread)
-        return view.model_copy(update={"web_url": parts.web_url})
-
-
-def _checked_id(job_id: object, field: str = "job_id") -> str:
-    if not isinstance(job_id, str) or not JOB_ID.match(job_id.strip()):
-        raise InputError(field, job_id, f"job ids look like cj-1a2b3c4d5e6f; see {term('list_jobs')}")
-    return job_id.strip()
+        return await self.lookup.view(job_id, caller)
 
 
 def _check_wait(wait_seconds: float) -> None:

@@ -81,7 +81,7 @@ class AgentUsage(BaseModel):
     cost_usd: float | None
 
 
-class Store(ThreadRecords):
+class Store(ThreadRecords[JobRow]):
     """Typed access to conclave.db."""
 
     def __init__(self, path: Path, clock: Callable[[], float] = time.time) -> None:

@@ -11,15 +11,23 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from conclave.jobs.store import JobRow
+from typing import Any, Generic, Protocol, TypeVar
 
 THREAD_LIMIT = 100  # jobs in one thread, at most: a longer chain is shown from its most recent jobs
 
 
-class ThreadRecords:
+class Linked(Protocol):
+    """What the thread walk reads of a stored job (store.py's `JobRow`, which this module cannot import:
+    store.py imports it)."""
+
+    @property
+    def follow_up(self) -> str | None: ...
+
+
+Row = TypeVar("Row", bound=Linked)
+
+
+class ThreadRecords(Generic[Row]):
     """Follow-up links and steering notes (see the module docstring)."""
 
     @property
@@ -28,14 +36,14 @@ class ThreadRecords:
 
     _clock: Callable[[], float]
     _write: Callable[[], Any]
-    job: Callable[[str], JobRow | None]
+    job: Callable[[str], Row | None]
 
     def set_follow_up(self, job_id: str, earlier: str) -> None:
         """Record that `job_id` continues `earlier` (right after create_job, before the job runs)."""
         with self._write():
             self._db.execute("UPDATE jobs SET follow_up = ?, rev = rev + 1 WHERE id = ?", (earlier, job_id))
 
-    def thread(self, job_id: str) -> list[JobRow]:
+    def thread(self, job_id: str) -> list[Row]:
         """Every job of `job_id`'s thread, oldest first: its first job and each follow-up of it, chained."""
         root, seen = job_id, {job_id}
         while (row := self.job(root)) is not None and row.follow_up and row.follow_up not in seen:

@@ -3,5 +3,5 @@
 The coordination layer calls `CliRunner.run(prompt, schema)` for a member's work and its decision; a
 CLI runs headless inside the agent's sandbox container (sandbox/container.py) with a private HOME on
 the container's tmpfs holding the user's login (runner.py). The CLI modules know their CLI's flags and
-JSON output and nothing of the protocol (/work/shared/CLI-FACTS.md lists the facts they rely on).
+JSON output and nothing of the protocol (docs/subscriptions.md says what they rely on).
 """

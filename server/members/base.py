@@ -26,7 +26,7 @@ class Login:
     base_url: str | None = None
 
     def secrets(self) -> list[str]:
-        """Every secret value, for the leak checks (tests/members/test_credentials.py)."""
+        """Every secret value, for the leak checks (tests/members/test_cli_members_e2e.py)."""
         found = [self.key] if self.key else []
         for content in self.files.values():
             found += list(_secret_strings(content))

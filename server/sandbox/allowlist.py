@@ -1,7 +1,7 @@
 """Which hosts a coding-agent CLI member may reach through its egress proxy (sandbox/egress.py).
 
-A member's allowlist is its CLI's own hosts (`CLI_HOSTS`: the model API and the login refresh, from
-/work/shared/CLI-FACTS.md's "model hosts" row, checked against the pinned packages' code), plus the host of
+A member's allowlist is its CLI's own hosts (`CLI_HOSTS`: the model API and the login refresh, as
+docs/subscriptions.md lists them, checked against the pinned packages' code), plus the host of
 the member's `base_url` when it names one, plus what the user adds: the team file's `sandbox.allow_hosts`
 and the server's `CONCLAVE_EGRESS_ALLOW`. Everything else is denied. docs/subscriptions.md lists them.
 """

@@ -29,7 +29,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 
-from conclave.jobs.service import JOB_ID
+from conclave.jobs.lookup import JOB_ID
 from conclave.jobs.store import JobRow
 from conclave.jobs.views import FINAL_STATES
 from conclave.web.auth import Caller, Refused, WebAuth

@@ -1,5 +1,5 @@
 """CLI members without a container: team files, the subscriptions preset, logins, each CLI's command
-line and its JSON output read back (shapes from /work/shared/CLI-FACTS.md and the CLIs' own output)."""
+line and its JSON output read back (shapes from the CLIs' own output)."""
 
 from __future__ import annotations
 

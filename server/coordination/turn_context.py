@@ -1,0 +1,87 @@
+"""What one agent brings to every turn of a job: its spec, backend, limits, work tools and gate.
+
+Every kind of turn takes it (turns.py, split_turns.py, cli_turns.py); the orchestrator builds one per
+agent (coordination/members.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Literal, Protocol
+
+import anyio
+import anyio.lowlevel
+
+from conclave.backends.base import Backend, JsonObject, Message, Request, Scorer, ToolCall, ToolSpec, Usage
+from conclave.backends.retry import Completion, RetryPolicy, complete
+from conclave.config import AgentSpec
+from conclave.files.agent_tools import ToolHandler
+
+
+class UsageSink(Protocol):
+    """Hears every Usage: (usage, opens_attempt) as retry.py's UsageCallback, and a CLI member's own cost."""
+
+    def __call__(self, usage: Usage, first: bool, cost_usd: float | None = None, /) -> Awaitable[None]: ...
+
+
+@dataclass
+class TurnContext:
+    """What one agent needs for every turn of a job."""
+
+    spec: AgentSpec
+    backend: Backend
+    letter: str
+    system: str
+    task: str
+    retry: RetryPolicy
+    limiter: anyio.CapacityLimiter
+    on_usage: UsageSink  # every Usage a provider reports, as it arrives (retries and cancelled calls too)
+    on_work: Callable[[ToolCall], Awaitable[None]]
+    max_tool_steps: int = 8
+    work_tools: tuple[ToolSpec, ...] = ()
+    handlers: Mapping[str, ToolHandler] = field(default_factory=dict)
+    # Awaited before every model call: once the job's budget is reached it never returns, so no call
+    # starts after the limit (the job's end cancels the waiting turn).
+    gate: Callable[[], Awaitable[None]] = anyio.lowlevel.checkpoint
+
+    async def call(self, request: Request) -> Completion:
+        """One model call under this agent's provider limit, retry policy and overall deadline."""
+        limit = self.spec.timeout_s * self.spec.max_attempts + 30
+        await self.gate()
+        async with self.limiter:
+            with anyio.fail_after(limit):
+                policy = replace(self.retry, max_attempts=self.spec.max_attempts)
+                return await complete(self.backend, request, policy, on_usage=self.on_usage)
+
+    async def score(self, request: Request, candidates: list[str]) -> list[float]:
+        """The model's mean token log-probability of each candidate as its reply (a `Scorer` backend)."""
+        assert isinstance(self.backend, Scorer)
+        await self.gate()
+        async with self.limiter:
+            with anyio.fail_after(self.spec.timeout_s):
+                scores, usage = await self.backend.score(request, candidates)
+        await self.on_usage(usage, True)
+        return scores
+
+    def request(
+        self,
+        messages: list[Message],
+        *,
+        system: str | None = None,
+        tools: tuple[ToolSpec, ...] = (),
+        tool_choice: Literal["auto", "required"] = "auto",
+        response_schema: JsonObject | None = None,
+        max_tokens: int | None = None,
+    ) -> Request:
+        """This agent's request: its system prompt and settings unless the call names others."""
+        return Request(
+            system=self.system if system is None else system,
+            messages=tuple(messages),
+            tools=tools,
+            tool_choice=tool_choice,
+            response_schema=response_schema,
+            temperature=self.spec.temperature,
+            max_tokens=self.spec.max_tokens if max_tokens is None else max_tokens,
+            seed=self.spec.seed,
+        )

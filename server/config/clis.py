@@ -124,9 +124,11 @@ def login_fix(facts: CliFacts) -> str:
         return (
             "Copilot CLI keeps its sign-in in the system keychain, which Conclave does not read: set "
             "COPILOT_GITHUB_TOKEN to a fine-grained token with the Copilot Requests permission "
-            f"(or sign in with the keychain unavailable, so that it writes ~/{facts.config_dir}/{facts.login_files[0]})"
+            f"(or sign in where no keychain is available, so that it writes "
+            f"~/{facts.config_dir}/{facts.login_files[0]})"
         )
     return (
-        f"run {facts.program} once and sign in (it keeps its login in ~/{facts.config_dir}/{facts.login_files[0]}), "
+        f"run {facts.program} once and sign in "
+        f"(it keeps its login in ~/{facts.config_dir}/{facts.login_files[0]}), "
         f"or set {' or '.join(facts.key_variables)}"
     )

@@ -10,7 +10,8 @@ action's labels), with their author's letter and where their files are (/peers/<
 cost come from each run's JSON output (members/), a killed run's included. A work run changes files,
 so, like an API agent's tool work, a new answer does not cancel it; a decision run is only thinking,
 so a stale one is cancelled. A cancelled turn (stale, the job cancelled, its deadline, its budget)
-kills the CLI's whole process tree at once (members/runner.py). The workspace is snapshotted by the orchestrator like any agent's.
+kills the CLI's whole process tree at once (members/runner.py). The workspace is snapshotted by the
+orchestrator like any agent's.
 """
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# ruff: noqa: F811 - the e2e module's fixtures, imported by name
 """A CLI member's run cut short, and a CLI member that wins and presents: the real Claude Code inside
 its container against the fake Anthropic server, as in test_cli_members_e2e.py.
 
@@ -39,7 +40,8 @@ FIX = "sed -i 's/return a - b/return a + b/' calc.py"
 
 def _team(path: Path, fakes: FakeProviders, *, api: bool, final: str = "reuse") -> str:
     extra = (
-        f"  - model: openai/gpt-fake\n    base_url: {fakes.base_url('openai', 'api')}\n    api_key_env: {KEY}\n"
+        f"  - model: openai/gpt-fake\n    base_url: {fakes.base_url('openai', 'api')}\n"
+        f"    api_key_env: {KEY}\n"
         if api
         else ""
     )
@@ -132,7 +134,8 @@ async def test_a_winning_cli_member_presents_the_final_answer(
 ) -> None:
     """`final: present`: Claude Code's fix wins the vote, and its presentation run (one more headless
     run in its container) writes the job's answer; the diff is its workspace change."""
-    claude = CliWorker("anthropic", FIX, "add() subtracted; I changed it and ran pytest.\n\nAnswer: add() returns a + b.")
+    answer = "add() subtracted; I changed it and ran pytest.\n\nAnswer: add() returns a + b."
+    claude = CliWorker("anthropic", FIX, answer)
     # a rewrite that keeps the winner's final line (a presentation may not change the final answer)
     presented = (
         "The bug was in add() in calc.py: it returned a - b. I changed that line, and the test in "

@@ -5,7 +5,7 @@ its container against the fake Anthropic server, as in test_cli_members_e2e.py.
 - A run killed mid-way (the job cancelled, or its decision gone stale when a peer answers) is charged
   what the CLI's stream reported before the kill: the fake streams `message_start` (billing the
   input) and then stalls; the member's usage equals what the fake billed, the stalled call included.
-- A stale decision run is killed at once and the turn asked again: the job still ends in a vote.
+- A stale decision run is killed at once, charged, and the turn asked again: the job still ends in a vote.
 - With `final: present`, a winning CLI member presents: its presentation is the job's answer, and
   the diff is the change it made in its workspace.
 """
@@ -101,9 +101,12 @@ async def test_a_stale_decision_run_is_killed_charged_and_asked_again(
     first_decision: list[int] = []
 
     def respond(request: RecordedRequest) -> Reply:
-        if "Do not change any files in this step" in request.text() and not first_decision:
+        # the decision run's main request (streamed, with tools), not a side call of the CLI's own
+        main = request.streamed and bool(request.body.get("tools"))
+        if main and "Do not change any files in this step" in request.text() and not first_decision:
             first_decision.append(1)
-            deciding.set()
+            # the peer answers once the stalled response's message_start has reached the CLI's stream
+            threading.Timer(3.0, deciding.set).start()
             return Reply(text="thinking", stall=300)
         return claude(request)
 
@@ -124,9 +127,15 @@ async def test_a_stale_decision_run_is_killed_charged_and_asked_again(
     print(view.text())
     assert view.state == "completed" and view.winner == f"{letter}1", view.text()
     assert first_decision and claude.decisions, "the second decision run never came"
-    assert any(event.kind == "turn_cancelled" and event.letter == letter for event in events)
-    assert any(event.kind == "vote" and event.letter == letter for event in events)
-    assert _usage(view, "cli/claude-code") == fakes.script.bill["claude"][:2]
+    cancelled = next(
+        index for index, e in enumerate(events) if e.kind == "turn_cancelled" and e.letter == letter
+    )
+    assert any(event.kind == "vote" and event.letter == letter for event in events[cancelled:])
+    # the killed run was charged (then the next decision run): exactly what its stream reported when
+    # the stalled response's start reached it, else an estimate (the CLI may not print it before its
+    # first content: docs/subscriptions.md), so the total is not compared with the bill here
+    charged = [e.data for e in events[cancelled:] if e.kind == "usage" and e.letter == letter]
+    assert len(charged) >= 2 and all(usage["input_tokens"] > 0 for usage in charged), charged
 
 
 async def test_a_winning_cli_member_presents_the_final_answer(

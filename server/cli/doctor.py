@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from conclave.backends.local import BUNDLED, check_installed, model_file
 from conclave.config import KEY_VARIABLES, Sandbox
-from conclave.config.clis import CLIS, login_source
+from conclave.config.clis import CLIS, login_fix, login_source
 from conclave.errors import ConfigError
 from conclave.sandbox.clis_image import CLI_PINS, clis_tag
 from conclave.sandbox.container import engine_status, image_tag
@@ -99,7 +99,7 @@ def _clis(environ: Mapping[str, str]) -> list[Check]:
     for facts in CLIS.values():
         source = login_source(facts, environ)
         detail = f"logged in ({source})" if source else "not logged in"
-        fix = f"run {facts.program} once and sign in, or set {facts.key_variables[0]}"
+        fix = login_fix(facts)
         checks.append(Check(f"cli/{facts.name}", source is not None, detail, fix, essential=False))
     return checks
 

@@ -9,6 +9,7 @@ preset keeps only the members whose login is found (`logged_in`), and `conclave 
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -106,3 +107,28 @@ def login_source(facts: CliFacts, environ: Mapping[str, str]) -> str | None:
             return variable
     files = login_files(facts, environ)
     return str(files[0]) if files else None
+
+
+def login_fix(facts: CliFacts) -> str:
+    """How to log in so that Conclave finds the login. Logins kept in a system keychain are not read
+    (docs/subscriptions.md says why): Claude Code on macOS keeps its plan login in the Keychain, so
+    there the way in is a long-lived plan token from `claude setup-token` in CLAUDE_CODE_OAUTH_TOKEN;
+    Copilot CLI keeps its sign-in in the keychain where it has one, so a token variable is the way in."""
+    if facts.name == "claude-code" and sys.platform == "darwin":
+        return (
+            "on macOS Claude Code keeps its login in the Keychain, which Conclave does not read: run "
+            "`claude setup-token` and set CLAUDE_CODE_OAUTH_TOKEN to the token it prints (your Claude plan), "
+            "or set ANTHROPIC_API_KEY"
+        )
+    if facts.name == "copilot":
+        return (
+            "Copilot CLI keeps its sign-in in the system keychain, which Conclave does not read: set "
+            "COPILOT_GITHUB_TOKEN to a fine-grained token with the Copilot Requests permission "
+            f"(or sign in where no keychain is available, so that it writes "
+            f"~/{facts.config_dir}/{facts.login_files[0]})"
+        )
+    return (
+        f"run {facts.program} once and sign in "
+        f"(it keeps its login in ~/{facts.config_dir}/{facts.login_files[0]}), "
+        f"or set {' or '.join(facts.key_variables)}"
+    )

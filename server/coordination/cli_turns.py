@@ -7,16 +7,18 @@ constrained call to the same CLI. Both become the protocol's usual events.
 
 The answers reach the CLI in this voter's own order (the orchestrator's `shown`, ordered by the
 action's labels), with their author's letter and where their files are (/peers/<letter>). Usage and
-cost come from each run's JSON output (members/). Every run counts as work, so a new answer does not
-cancel it (a killed CLI reports no usage); a cancelled job, its deadline or its budget kills the CLI's
-processes (members/runner.py). The workspace is snapshotted by the orchestrator like any agent's.
+cost come from each run's JSON output (members/), a killed run's included. A work run changes files,
+so, like an API agent's tool work, a new answer does not cancel it; a decision run is only thinking,
+so a stale one is cancelled. A cancelled turn (stale, the job cancelled, its deadline, its budget)
+kills the CLI's whole process tree at once (members/runner.py). The workspace is snapshotted by the
+orchestrator like any agent's.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from conclave.backends.base import ToolCall
+from conclave.backends.base import ToolCall, Usage
 from conclave.coordination import prompts, protocol
 from conclave.coordination.turn_context import TurnContext
 from conclave.members.base import CliOutput, last_json_object
@@ -42,9 +44,8 @@ async def cli_turn(
     if not action.labels:
         return protocol.NoDecision(ctx.letter, action.turn_id, "")
     schema = decision_schema(action.labels, action.can_answer)
-    # Not cancelled when it goes stale either: a killed CLI reports no usage, so what it was billed would
-    # be lost to the job's usage and budget. A stale vote is discarded and asked again (protocol.py).
-    await ctx.on_work(ToolCall(f"cli-{action.turn_id}", "cli_decide", {"cli": member.adapter.facts.name}))
+    # Only thinking: when a new answer makes it stale, the turn is cancelled, which kills the CLI's whole
+    # tree at once (members/runner.py) and charges what its stream reported; the protocol asks again.
     output = await _run(ctx, member, decision_prompt(ctx, action, shown), schema)
     decision = output.structured or last_json_object(output.text) or {}
     choice, label = decision.get("decision"), str(decision.get("answer") or "").strip()
@@ -76,10 +77,11 @@ async def _work(
 async def _run(ctx: TurnContext, member: CliMember, prompt: str, schema: dict[str, Any] | None) -> CliOutput:
     """One run under the job's budget gate and the provider limit; its usage charged as reported."""
     await ctx.gate()
+    async def charge(usage: Usage, cost_usd: float | None) -> None:
+        await ctx.on_usage(usage, True, cost_usd)
+
     async with ctx.limiter:
-        output = await member.run(prompt, schema)
-    await ctx.on_usage(output.usage, True, output.cost_usd)
-    return output
+        return await member.run(prompt, schema, charge)
 
 
 def work_prompt(

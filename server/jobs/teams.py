@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping
 from pydantic import BaseModel, ConfigDict, Field
 
 from conclave.config import AgentSpec, ConfigError, Team, resolve_team
-from conclave.config.clis import CLIS, login_source, split_cli_model
+from conclave.config.clis import CLIS, login_fix, login_source, split_cli_model
 from conclave.jobs.views import DEMO_TEAM, plural
 
 WIDTH = 96  # `conclave teams` lines: a terminal's width, never a 200-character line
@@ -141,6 +141,5 @@ def cli_status(agent: AgentSpec, environ: Mapping[str, str]) -> str | None:
         return f"uses {agent.base_url} with the key in {agent.api_key_env or 'no variable'}"
     source = login_source(facts, environ)
     if source is None:
-        return (f"not logged in: run {facts.program} once and sign in (~/{facts.config_dir}/{facts.login_files[0]}), "
-                f"or set {facts.key_variables[0]}")
+        return f"not logged in: {login_fix(facts)}"
     return f"logged in ({source}); runs in the CLI image (`conclave sandbox build --clis`)"

@@ -1,4 +1,7 @@
-"""Claude Code: `claude -p PROMPT --output-format json`, one `result` object with usage and total cost.
+"""Claude Code: `claude -p PROMPT --output-format stream-json`, JSONL ending in one `result` object with
+usage and total cost. With `--include-partial-messages` the stream also carries each API response's raw
+`message_start` (its input usage) and `message_delta` (its output so far): a run killed mid-way is
+charged what those reported (`streamed_usage`), as the API billed it.
 
 Full-auto is `--permission-mode bypassPermissions`; as root it refuses unless IS_SANDBOX=1 (set: the
 container is the sandbox). The decision uses `--json-schema`, read back from `structured_output`.
@@ -11,7 +14,7 @@ from typing import Any
 
 from conclave.backends.base import Usage
 from conclave.config.clis import CLIS
-from conclave.members.base import HOME, CliOutput, Login, last_json_object
+from conclave.members.base import HOME, CliOutput, Login, json_lines, last_json_object
 
 CONFIG = ".claude"  # under HOME; CLAUDE_CONFIG_DIR points here
 
@@ -26,7 +29,9 @@ class ClaudeCode:
             "-p",
             prompt,
             "--output-format",
-            "json",
+            "stream-json",
+            "--verbose",
+            "--include-partial-messages",
             "--permission-mode",
             "bypassPermissions",
             "--no-session-persistence",
@@ -59,7 +64,8 @@ class ClaudeCode:
         return dict(login.files)
 
     def parse(self, stdout: str) -> CliOutput:
-        data = last_json_object(stdout)
+        results = [event for event in json_lines(stdout) if event.get("type") == "result"]
+        data = results[-1] if results else last_json_object(stdout)
         if data is None or "result" not in data and "structured_output" not in data:
             return CliOutput("", error=f"Claude Code printed no result: {stdout[-500:]!r}")
         usage = data.get("usage") or {}
@@ -75,3 +81,24 @@ class ClaudeCode:
             structured=structured if isinstance(structured, dict) else None,
             error=error,
         )
+
+    def streamed_usage(self, stdout: str) -> Usage:
+        """What the API responses in the stream reported: each `message_start`'s usage, plus its
+        `message_delta`'s cumulative output tokens (the last one seen for that response)."""
+        total, output = Usage(), {}
+        last: dict[object, int] = {}  # the open response of each (sub)agent, by parent tool use
+        for event in json_lines(stdout):
+            raw = event.get("event") if event.get("type") == "stream_event" else None
+            if not isinstance(raw, dict):
+                continue
+            parent = event.get("parent_tool_use_id")
+            if raw.get("type") == "message_start":
+                used = (raw.get("message") or {}).get("usage") or {}
+                read = int(used.get("cache_read_input_tokens") or 0)
+                fresh = int(used.get("input_tokens") or 0) + int(used.get("cache_creation_input_tokens") or 0)
+                total = total + Usage(fresh + read, 0, read)
+                last[parent] = len(output)
+                output[len(output)] = int(used.get("output_tokens") or 0)
+            elif raw.get("type") == "message_delta" and parent in last:
+                output[last[parent]] = int((raw.get("usage") or {}).get("output_tokens") or 0)
+        return total + Usage(0, sum(output.values()), 0)

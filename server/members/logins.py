@@ -9,7 +9,7 @@ import stat
 from collections.abc import Mapping
 
 from conclave.config import AgentSpec, Team
-from conclave.config.clis import CLIS, CliFacts, login_files, split_cli_model
+from conclave.config.clis import CLIS, CliFacts, login_files, login_fix, split_cli_model
 from conclave.errors import ConfigError
 from conclave.members.base import Login
 
@@ -38,9 +38,7 @@ def resolve_login(spec: AgentSpec, environ: Mapping[str, str]) -> Login:
     if files:
         return Login(files=files)
     raise ConfigError(
-        f"{spec.model}: you are not logged in to {facts.name}: run it once on this machine and sign in "
-        f"(it keeps its login in ~/{facts.config_dir}/{facts.login_files[0]}), or set "
-        f"{' or '.join(facts.key_variables)}"
+        f"{spec.model}: you are not logged in to {facts.name}: {login_fix(facts)}"
     )
 
 

@@ -11,6 +11,7 @@ the CLI with stdin closed. The login reaches the container only as the exec's en
 prelude unsets before the CLI starts. A cancelled run (stale turn, cancelled job, budget) kills every
 process of the member's user in the container at once (`Sandbox.kill_all`: `setsid` children too).
 
+Every run's usage goes to `charge` however it ends, a killed one's included (`CliMember.reported`).
 It is also a `Backend` (one text reply from the CLI), so a CLI member presents like any other.
 """
 
@@ -18,14 +19,15 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import shlex
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import anyio
 
-from conclave.backends.base import Done, Event, Request, TextDelta
+from conclave.backends.base import Done, Event, Request, TextDelta, Usage
 from conclave.config import AgentSpec
 from conclave.config.clis import split_cli_model
 from conclave.errors import ProviderError
@@ -43,6 +45,8 @@ ADAPTERS: dict[str, CliAdapter] = {
     "gemini": Gemini(),
     "copilot": Copilot(),
 }
+Charge = Callable[[Usage, float | None], Awaitable[None]]  # a run's usage and cost, to the job
+logger = logging.getLogger(__name__)
 OUTPUT_CAP = 8 * 1024 * 1024  # a run's JSON output (Codex's stream carries every tool output)
 
 
@@ -74,8 +78,14 @@ class CliMember:
         self.sandbox = sandbox
         self.egress = dict(egress if egress is not None else getattr(sandbox, "egress_env", None) or {})
 
-    async def run(self, prompt: str, schema: dict[str, Any] | None = None) -> CliOutput:
-        """One headless run to its output; ProviderError when the CLI fails or prints nothing usable."""
+    async def run(
+        self, prompt: str, schema: dict[str, Any] | None = None, charge: Charge | None = None
+    ) -> CliOutput:
+        """One headless run to its output; ProviderError when the CLI fails or prints nothing usable.
+
+        `charge` gets the run's usage however it ends: finished, past its timeout, or killed because
+        its turn was cancelled (stale, the job cancelled, the budget reached), then the cancellation
+        goes on. A killed run is charged what its stream reported before the kill (`reported`)."""
         if self.sandbox is None:
             raise ProviderError(
                 "cli",
@@ -84,8 +94,15 @@ class CliMember:
             )
         command, env = self.script(prompt, schema)
         self.runs += 1
-        async with self._one_run:
-            result = await self._exec(self.sandbox, command, env)
+        results: list[CommandResult] = []
+        try:
+            async with self._one_run:
+                await self._exec(self.sandbox, command, env, results)
+        finally:
+            if charge is not None and results:  # a run killed before its exec started used nothing
+                with anyio.CancelScope(shield=True):
+                    await charge(*self.reported(prompt, results[0].stdout))
+        result = results[0]
         output = self.adapter.parse(result.stdout)
         if result.timed_out:
             raise ProviderError(
@@ -96,12 +113,32 @@ class CliMember:
             raise ProviderError("cli", f"{self.spec.model} failed (exit code {result.exit_code}): {detail}")
         return output
 
-    async def _exec(self, sandbox: Sandbox, command: str, env: dict[str, str]) -> CommandResult:
+    def reported(self, prompt: str, stdout: str) -> tuple[Usage, float | None]:
+        """A run's usage and cost: its CLI's final report; for a run cut short, what its stream said
+        before the kill (Claude Code's per-response usage); failing both (Codex, Gemini CLI and Copilot
+        CLI report tokens only at the end, Copilot's only in a file), an estimate of four characters a
+        token over the prompt (input) and the printed stream (output), which misses the CLI's own
+        system prompt and tools: a lower bound (docs/subscriptions.md)."""
+        output = self.adapter.parse(stdout)
+        if output.usage != Usage():
+            return output.usage, output.cost_usd
+        streamed = getattr(self.adapter, "streamed_usage", None)
+        usage = streamed(stdout) if streamed is not None else Usage()
+        if usage != Usage():
+            return usage, None
+        if not stdout.strip():
+            return Usage(), None  # killed before the CLI said anything: no model call is known
+        logger.info("%s: no usage reported by the run; charging an estimate", self.spec.model)
+        return Usage(len(prompt) // 4 + 1, len(stdout) // 4, 0), None
+
+    async def _exec(
+        self, sandbox: Sandbox, command: str, env: dict[str, str], results: list[CommandResult]
+    ) -> None:
         """The exec, never abandoned: when the turn is cancelled, every process of the member's user is
-        killed at once (`setsid` children too) and the exec is awaited to its end before the
-        cancellation goes on. An abandoned exec would reap after it ends, killing the next turn's run
-        (tests/members/test_cli_members_e2e.py, the team test, caught that race)."""
-        results: list[CommandResult] = []
+        killed at once (`setsid` children too) and the exec is awaited to its end (its output, the
+        usage so far, lands in `results`) before the cancellation goes on. An abandoned exec would
+        reap after it ends, killing the next turn's run (tests/members/test_cli_members_e2e.py, the
+        team test, caught that race)."""
 
         async def execute() -> None:
             with anyio.CancelScope(shield=True):
@@ -120,7 +157,6 @@ class CliMember:
         async with anyio.create_task_group() as group:
             group.start_soon(execute)
             group.start_soon(kill_when_cancelled)
-        return results[0]
 
     def script(self, prompt: str, schema: dict[str, Any] | None) -> tuple[str, dict[str, str]]:
         """The exec's shell command and environment (tests read both; the login is only in `env`)."""

@@ -38,6 +38,7 @@ import anyio.to_thread
 from conclave.config import Sandbox as SandboxSpec
 from conclave.errors import SandboxError
 from conclave.sandbox.container import ENVIRONMENT, PROCESS_OWNER, Owner, Sandbox, keeper_user
+from conclave.sandbox.disk_watch import kill_user_processes
 from conclave.sandbox.image import IMAGE_REPO
 
 __all__ = ["HOME", "PROXY_PORT", "PROXY_URL", "SOCKET", "MemberSandbox", "member_environment"]
@@ -141,6 +142,18 @@ class MemberSandbox(Sandbox):
         )
         if result.exit_code != 0:
             raise SandboxError(f"could not write {path!r} into the member's HOME: {result.as_text()}")
+
+    async def kill_all(self) -> None:
+        """Kill every process of the command user at once from the host (a cancelled CLI run's whole
+        tree, `setsid` children too); the exec then ends and its own reaping (container.py) sweeps up.
+        Not a reaping exec of its own here: two at once kill each other (`kill -1`), and the loser's
+        failure would restart the container under the ending exec. Where the host cannot signal the
+        container's processes, the reaping exec it is."""
+        if self.container is None:
+            return
+        with anyio.CancelScope(shield=True):
+            if not await anyio.to_thread.run_sync(kill_user_processes, self.container.id, self.uid):
+                await super().kill_all()
 
     def _restart(self) -> None:
         super()._restart()

@@ -1,0 +1,86 @@
+"""What a CLI member is charged when its run is cut short, and how each CLI's login is found or
+explained (macOS Keychain, Copilot's keychain), without a container."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conclave.backends.base import Usage
+from conclave.config import parse_team
+from conclave.config.clis import CLIS, login_fix
+from conclave.errors import ConfigError
+from conclave.jobs.teams import cli_status
+from conclave.members.claude_code import ClaudeCode
+from conclave.members.logins import resolve_login
+from conclave.members.runner import CliMember
+
+PROMPT = "Fix add() in calc.py." * 20
+
+
+def _member(model: str) -> CliMember:
+    spec = parse_team({"agents": [{"model": model, "api_key_env": "K"}]}, "t").agents[0]
+    return CliMember.for_spec(spec, {"K": "key-0123456789"})
+
+
+def _stream(*events: dict[str, object]) -> str:
+    return "\n".join(json.dumps(event) for event in events) + "\n"
+
+
+def _start(input_tokens: int, read: int = 0, output: int = 1) -> dict[str, object]:
+    usage = {"input_tokens": input_tokens, "cache_read_input_tokens": read, "output_tokens": output}
+    return {"type": "stream_event", "event": {"type": "message_start", "message": {"usage": usage}},
+            "parent_tool_use_id": None}
+
+
+def _delta(output: int) -> dict[str, object]:
+    return {"type": "stream_event", "event": {"type": "message_delta", "usage": {"output_tokens": output}},
+            "parent_tool_use_id": None}
+
+
+def test_a_killed_claude_code_run_is_charged_each_response_it_streamed() -> None:
+    """Two responses: the first complete (its delta's cumulative output counts), the second cut after
+    its message_start (input billed, the early output token); no result event (the run was killed)."""
+    stdout = _stream(_start(1000, 200), _delta(5), _delta(40), {"type": "assistant"}, _start(1300, 0, 1))
+    assert ClaudeCode().streamed_usage(stdout) == Usage(2500, 41, 200)
+    member = _member("cli/claude-code")
+    assert member.reported(PROMPT, stdout) == (Usage(2500, 41, 200), None)
+    # a finished run is charged its result's totals, with its cost
+    result = {"type": "result", "result": "done", "usage": {"input_tokens": 9, "output_tokens": 3},
+              "total_cost_usd": 0.25}
+    assert member.reported(PROMPT, stdout + _stream(result)) == (Usage(9, 3, 0), 0.25)
+
+
+@pytest.mark.parametrize("model", ["cli/codex", "cli/gemini", "cli/copilot"])
+def test_a_run_that_reported_no_tokens_is_charged_an_estimate(model: str) -> None:
+    """Codex and Gemini CLI report tokens only when the run ends, Copilot CLI never in its stream: a
+    run killed after printing something is charged about four characters a token (a lower bound)."""
+    member = _member(model)
+    printed = _stream({"type": "item.started", "item": {"type": "command_execution", "command": "pytest"}})
+    usage, cost = member.reported(PROMPT, printed)
+    assert usage == Usage(len(PROMPT) // 4 + 1, len(printed) // 4, 0) and cost is None
+    assert member.reported(PROMPT, "") == (Usage(), None)  # killed before it printed anything
+
+
+def test_on_macos_claude_codes_keychain_login_is_explained(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No file login and no key: on macOS the message says the login is in the Keychain, which is not
+    read, and how to give Claude Code a plan login that is (`claude setup-token`); elsewhere the file."""
+    environ = {"HOME": str(tmp_path)}
+    spec = parse_team({"agents": [{"model": "cli/claude-code"}]}, "t").agents[0]
+    monkeypatch.setattr("conclave.config.clis.sys.platform", "darwin")
+    with pytest.raises(ConfigError, match="Keychain, which Conclave does not read.*claude setup-token"):
+        resolve_login(spec, environ)
+    assert "CLAUDE_CODE_OAUTH_TOKEN" in (cli_status(spec, environ) or "")
+    assert "Keychain" in login_fix(CLIS["claude-code"])
+    # the token from `claude setup-token` is a login Conclave finds, on macOS too
+    login = resolve_login(spec, {**environ, "CLAUDE_CODE_OAUTH_TOKEN": "sk-ant-oat01-abcdefgh"})
+    assert login.variable == "CLAUDE_CODE_OAUTH_TOKEN"
+    assert cli_status(spec, {**environ, "CLAUDE_CODE_OAUTH_TOKEN": "x"}).startswith("logged in")  # type: ignore[union-attr]
+    monkeypatch.setattr("conclave.config.clis.sys.platform", "linux")
+    assert ".claude/.credentials.json" in login_fix(CLIS["claude-code"])
+    assert "Keychain" not in login_fix(CLIS["claude-code"])
+    assert "COPILOT_GITHUB_TOKEN" in login_fix(CLIS["copilot"])

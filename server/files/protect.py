@@ -23,7 +23,7 @@ from pathlib import Path
 
 from pathspec import GitIgnoreSpec
 
-from conclave.files import safe
+from conclave.files import safe, walking
 from conclave.files.removal import remove_tree
 from conclave.files.trees import list_tree, read_bytes, sha256_file
 
@@ -117,7 +117,7 @@ def _shadowing(copy: Path, before: Iterable[str]) -> list[str]:
     tops = {rel.split("/", 1)[0] for rel in before}
     found = []
     with safe.directory(copy, []) as fd:
-        for entry in safe.entries(fd, "", limit=safe.MAX_ENTRIES):
+        for entry in walking.entries(fd, "", limit=walking.MAX_ENTRIES):
             if entry.name in tops:
                 continue
             kind = entry.info.st_mode

@@ -22,14 +22,14 @@ import os
 import posixpath
 import secrets
 import stat
-from collections.abc import Generator, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from conclave.errors import FileTooLarge, NotAFile, PathOutsideRoot, TreeTooLarge
+from conclave.errors import FileTooLarge, NotAFile, PathOutsideRoot
 
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 _O_PATH = getattr(os, "O_PATH", 0)
 # Reopening the checked inode needs O_PATH and /proc (Linux). Elsewhere a file is opened O_NONBLOCK
 # (a FIFO then does not block) and checked after the open instead.
@@ -68,7 +68,7 @@ def _refuse_link(field: str, rel: str) -> PathOutsideRoot:
 
 def _open_dir_at(parent: int, name: str, rel: str, field: str) -> int:
     try:
-        return os.open(name, _DIR_FLAGS, dir_fd=parent)
+        return os.open(name, DIR_FLAGS, dir_fd=parent)
     except OSError as exc:
         if exc.errno in (errno.ENOTDIR, errno.ELOOP):
             info = os.stat(name, dir_fd=parent, follow_symlinks=False)
@@ -287,106 +287,3 @@ def _unlink_quietly(dir_fd: int, name: str) -> None:
         os.unlink(name, dir_fd=dir_fd)
     except OSError:
         pass
-
-
-@dataclass(frozen=True, slots=True)
-class Found:
-    """One entry of a folder, as `lstat` saw it."""
-
-    name: str
-    rel: str
-    info: os.stat_result
-
-
-def entries(dir_fd: int, dir_rel: str, limit: int | None = None) -> list[Found]:
-    """The entries of an open folder, sorted by name, each with its lstat (links not followed).
-
-    With `limit`, scanning stops once more than `limit` entries were seen and `TreeTooLarge` is raised:
-    a folder of millions of entries is never loaded whole before the cap is checked.
-    """
-    found: list[Found] = []
-    with os.scandir(dir_fd) as scan:
-        for item in scan:
-            if limit is not None and len(found) >= limit:
-                raise TreeTooLarge(dir_rel or ".", f"more than {limit:,} entries", f"{limit:,} entries")
-            try:
-                info = item.stat(follow_symlinks=False)
-            except FileNotFoundError:
-                continue  # removed while we looked
-            found.append(Found(item.name, f"{dir_rel}/{item.name}" if dir_rel else item.name, info))
-    found.sort(key=lambda entry: entry.name)
-    return found
-
-
-MAX_DEPTH = 256  # folders nested deeper than this stop a walk (a recursion would die near 1,000)
-MAX_ENTRIES = 1_000_000  # entries one walk looks at, in all
-
-
-def walk(
-    root: Path, start: str = "", *, skip: frozenset[str] = frozenset(), max_depth: int = MAX_DEPTH,
-    max_entries: int = MAX_ENTRIES,
-) -> Generator[tuple[str, int, list[Found]]]:
-    """Every folder under `root/start`, depth first.
-
-    Each as (its path, an open fd valid until the next step, its entries).
-
-    The caller may remove names from the entries list to keep the walk out of those folders. Folders
-    that vanish or turn into something else meanwhile are left out; `skip` names are never entered.
-    Iterative, with its caps checked while walking: a folder deeper than `max_depth` below `start`, or
-    more than `max_entries` entries in all, raise `TreeTooLarge` at that point (tests/security/test_names.py).
-    """
-    with directory(root, start) as top:
-        yield from _walk(top, "/".join(split(start)), skip, max_depth, max_entries)
-
-
-def _walk(
-    top: int, rel: str, skip: frozenset[str], max_depth: int, max_entries: int
-) -> Iterator[tuple[str, int, list[Found]]]:
-    seen = 0
-
-    def listed_in(fd: int, at: str) -> list[Found]:
-        nonlocal seen
-        try:
-            found = entries(fd, at, max_entries - seen)
-        except TreeTooLarge:
-            raise TreeTooLarge(
-                at or ".", f"more than {max_entries:,} entries in all", f"{max_entries:,}"
-            ) from None
-        seen += len(found)
-        return found
-
-    listed = listed_in(top, rel)
-    yield rel, top, listed
-    # each frame: an open folder (closed when popped; the top one is the caller's), its path, what is
-    # left of its entries to enter, and its depth below the start
-    stack: list[tuple[int, str, Iterator[Found], int]] = [(top, rel, iter(listed), 0)]
-    try:
-        while stack:
-            fd, _, pending, depth = stack[-1]
-            entry = next((e for e in pending if stat.S_ISDIR(e.info.st_mode) and e.name not in skip), None)
-            if entry is None:
-                stack.pop()
-                if fd != top:
-                    os.close(fd)
-                continue
-            try:
-                child = os.open(entry.name, _DIR_FLAGS, dir_fd=fd)
-            except OSError:
-                continue  # gone, or swapped for a link or a file since it was listed
-            info = os.fstat(child)
-            if (info.st_dev, info.st_ino) != (entry.info.st_dev, entry.info.st_ino):
-                os.close(child)
-                continue
-            if depth + 1 > max_depth:
-                os.close(child)
-                raise TreeTooLarge(
-                    entry.rel, f"folders nested more than {max_depth} deep", f"{max_depth} levels"
-                )
-            stack.append((child, entry.rel, iter(()), depth + 1))
-            listed = listed_in(child, entry.rel)
-            yield entry.rel, child, listed
-            stack[-1] = (child, entry.rel, iter(listed), depth + 1)  # what the caller left of it
-    finally:
-        for fd, *_ in stack:
-            if fd != top:
-                os.close(fd)

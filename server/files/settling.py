@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from conclave.errors import TreeTooLarge
-from conclave.files.safe import _O_PATH, _REOPEN, UNSAFE_MODE_BITS, Found, Owner, walk
+from conclave.files.safe import _O_PATH, _REOPEN, UNSAFE_MODE_BITS, Owner
+from conclave.files.walking import Found, walk
 
 
 @dataclass(slots=True)

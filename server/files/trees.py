@@ -25,7 +25,7 @@ from pathlib import Path, PurePosixPath
 from pathspec import GitIgnoreSpec
 
 from conclave.errors import InputError, TreeTooLarge
-from conclave.files import safe
+from conclave.files import safe, walking
 
 GIT_DIR = ".git"
 CHUNK = 1 << 20
@@ -133,8 +133,8 @@ def list_tree(
     tracked = set(tracked)
     tracked_dirs = {str(parent) for rel in tracked for parent in PurePosixPath(rel).parents}
     listing = Listing()
-    entries = safe.MAX_ENTRIES if max_files is None else max(10 * max_files, 10_000)
-    walker = safe.walk(root, start, skip=frozenset({GIT_DIR}), max_entries=entries)
+    entries = walking.MAX_ENTRIES if max_files is None else max(10 * max_files, 10_000)
+    walker = walking.walk(root, start, skip=frozenset({GIT_DIR}), max_entries=entries)
     try:
         for _, _, found in walker:
             for entry in list(found):

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from conclave.errors import TreeTooLarge
-from conclave.files.safe import walk
+from conclave.files.walking import walk
 
 POLL_S = 0.005  # between two statvfs calls with a budget
 FLOOR_POLL_S = 0.05  # without one, only the host's free space is watched

@@ -9,7 +9,10 @@ calls ask_team, then get_status until the job is done, and prints the team's ans
 the CLI starts it (`conclave serve` over stdio), on a team of fake providers that answers in seconds.
 
 The CLIs are installed by .ci/install-agent-clis.sh into .ci/agents/ (git-ignored); without them
-these tests skip and say how to install them. CI installs them, so nothing skips there.
+these tests skip and say how to install them. CI installs them, so nothing skips there. Claude Code comes
+twice: 2.1.330 run with Node 22 (.ci/agents), and 2.1.197, what `npm install` resolves on Node 20, run with
+the machine's Node (.ci/agents-node20). 2.1.197 ignores a project's permissions until the workspace is
+trusted, so the two take different routes through `conclave install` (server/cli/claude_trust.py).
 """
 
 from __future__ import annotations
@@ -32,6 +35,12 @@ from tests.fakes.team import TRIO, install, voter, write_team
 ROOT = Path(__file__).resolve().parents[1]
 AGENTS = ROOT / ".ci" / "agents" / "node_modules"
 CLAUDE = AGENTS / ".bin" / "claude"
+NODE22 = ROOT / ".ci" / "node" / "node_modules" / ".bin"
+# Each Claude Code with the Node that `npm install` would have picked it for: (claude's bin folder, Node's).
+CLAUDES = {
+    "2.1.330": (AGENTS / ".bin", NODE22),
+    "2.1.197": (ROOT / ".ci" / "agents-node20" / "node_modules" / ".bin", None),  # None: the machine's node
+}
 CODEX_JS = AGENTS / "@openai" / "codex" / "bin" / "codex.js"
 COPILOT_JS = AGENTS / "@github" / "copilot" / "npm-loader.js"
 GEMINI_JS = AGENTS / "@google" / "gemini-cli" / "bundle" / "gemini.js"
@@ -96,9 +105,10 @@ def _run(command: list[str], project: Path, env: dict[str, str]) -> subprocess.C
 
 
 def _check_delegation(agent: CodingAgent, printed: str) -> None:
-    """The model found the tools with its first search, asked, polled, and the CLI printed the answer."""
-    assert agent.searches, "the model never searched"
-    assert {"ask_team", "get_status"} <= _bare(agent.searches[0]), agent.searches
+    """The model found the tools with its first search (or, after waiting for the server, in the request
+    itself), asked, polled, and the CLI printed the answer."""
+    found = agent.searches[0] if agent.searches else agent.first_step or []
+    assert {"ask_team", "get_status"} <= _bare(found), (agent.searches, agent.first_step)
     assert agent.calls[0] == "ask_team" and "get_status" in agent.calls[1:], agent.calls
     final = json.loads(agent.results[-1][agent.results[-1].find('{"'):])
     assert final["state"] == "completed" and final["answer"].startswith("FINAL: the team's answer")
@@ -109,19 +119,39 @@ def _bare(names: list[str]) -> set[str]:
     return {name.replace("/", "__").split("__")[-1] for name in names if "conclave" in name}
 
 
+def _claude_on_path(version: str, env: dict[str, str]) -> dict[str, str]:
+    """`env` with this Claude Code, and the Node it was installed with, first on PATH: `conclave install`
+    asks `claude --version` there, as it would on a user's machine."""
+    claude_bin, node_bin = CLAUDES[version]
+    _require(claude_bin / "claude")
+    if node_bin is not None:
+        _require(node_bin / "node")
+    folders = [str(claude_bin)] + ([str(node_bin)] if node_bin is not None else [])
+    return {**env, "PATH": os.pathsep.join([*folders, env["PATH"]])}
+
+
+@pytest.mark.parametrize("version", list(CLAUDES))
 def test_claude_code_print_mode_delegates_with_what_install_wrote(
-    setup: tuple[Path, dict[str, str]], fakes: FakeProviders
+    setup: tuple[Path, dict[str, str]], fakes: FakeProviders, version: str
 ) -> None:
-    _require(CLAUDE)
+    """A fresh project and a fresh home: nothing trusted by hand, only what `conclave install` wrote."""
     project, env = setup
+    env = _claude_on_path(version, env)
+    found = subprocess.run(["claude", "--version"], env=env, capture_output=True, text=True, timeout=60)
+    assert found.stdout.startswith(version), found.stdout + found.stderr
     said = _install("claude-code", project, env)
-    assert "settings.local.json (tool approvals)" in said and ".mcp.json (MCP registration)" in said
+    assert ".mcp.json (MCP registration)" in said and "tool approvals" in said, said
+    # 2.1.197 ignores a project's allow list in an untrusted folder: install says so and writes the user's.
+    gated = version == "2.1.197"
+    assert ("tool approvals at user scope: Claude Code 2.1.197 ignores" in said) == gated, said
+    assert (Path(env["HOME"]) / ".claude" / "settings.json").exists() == gated
     agent = CodingAgent("anthropic", TASK, TEAM)
     fakes.script.set_default("claude", agent)
     env = {**env, "ANTHROPIC_BASE_URL": fakes.base_url("anthropic", "claude"), "ANTHROPIC_API_KEY": "sk-ant-fake",
            "DISABLE_TELEMETRY": "1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1"}
-    done = _run([str(CLAUDE), "-p", f"Ask the conclave team: {TASK}", "--output-format", "json"], project, env)
+    done = _run(["claude", "-p", f"Ask the conclave team: {TASK}", "--output-format", "json"], project, env)
     assert done.returncode == 0
+    assert "has not been trusted" not in done.stderr  # no permission of ours was dropped
     result = json.loads(done.stdout)
     assert not result["is_error"] and result["permission_denials"] == []
     _check_delegation(agent, result["result"])

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conclave.cli import client_files, jsonc
+from conclave.cli import client_files, install_claude, jsonc
 from conclave.cli import install as installers
 from conclave.cli.main import main
 from conclave.config import configs_dir, list_presets, package_dir
@@ -215,16 +215,70 @@ def test_claude_code_allows_the_five_tools_and_trusts_the_project_server(dirs: t
     settings = project / ".claude" / "settings.local.json"
     settings.parent.mkdir(parents=True)
     settings.write_text('{\n  // mine\n  "permissions": {"allow": ["Bash(ls)"], "deny": ["Read(.env)"]}\n}\n')
-    change = plan("claude-code", project, home).changes[1]
+    change = installers.plan("claude-code", None, cwd=project, home=home, environ={}, command=COMMAND,
+                             claude_version=(2, 1, 330)).changes[1]
     assert change.path == settings and change.what == "tool approvals"
     data = jsonc.loads(change.after)
-    tools = [f"mcp__conclave__{tool}" for tool in installers.TOOLS]
+    tools = [f"mcp__conclave__{tool}" for tool in install_claude.TOOLS]
     assert data["permissions"] == {"allow": ["Bash(ls)", *tools], "deny": ["Read(.env)"]}
     assert data["enabledMcpjsonServers"] == ["conclave"] and "// mine" in change.after
     user = plan("claude-code", project, home, "user").changes[0]
     assert "enabledMcpjsonServers" not in jsonc.loads(user.after)  # user servers need no project trust
     assert [c.what for c in plan("claude-code", project, home, approvals=False).changes] == [
         "MCP registration", "skill"]
+
+
+@pytest.mark.parametrize("version", [(2, 1, 197), None])
+def test_claude_code_that_gates_project_permissions_gets_them_at_user_scope(
+    dirs: tuple[Path, Path], version: tuple[int, int, int] | None
+) -> None:
+    """Claude Code before 2.1.330 (or one that did not say its version) drops a project's allow list in a
+    folder not trusted interactively, so `claude -p` refused ask_team: the list goes to the user's settings,
+    merged into what is there (comments and the user's own entries kept), and the output says why."""
+    project, home = dirs
+    user = home / ".claude" / "settings.json"
+    user.parent.mkdir()
+    user.write_text('{\n  // my settings\n  "model": "opus",\n  "permissions": {"allow": ["Bash(ls)"]}\n}\n')
+    user.chmod(0o600)
+    made = installers.plan("claude-code", None, cwd=project, home=home, environ={}, command=COMMAND,
+                           claude_version=version)
+    local, shared = made.changes[1], made.changes[2]
+    assert jsonc.loads(local.after) == {"enabledMcpjsonServers": ["conclave"]}  # what starts the server
+    data = jsonc.loads(shared.after)
+    tools = [f"mcp__conclave__{tool}" for tool in install_claude.TOOLS]
+    assert shared.path == user and data == {"model": "opus", "permissions": {"allow": ["Bash(ls)", *tools]}}
+    assert "// my settings" in shared.after and "enabledMcpjsonServers" not in data
+    said = installers.describe(made)
+    assert f"{user}: tool approvals at user scope: " in said and "the project's until the folder is trusted" in said
+    assert ("Claude Code 2.1.197 ignores" in said) == (version is not None)
+    written = "\n".join(installers.write(made, stamp="t"))
+    assert f"wrote {user} (tool approvals at user scope" in written and "backup at" in written
+    assert user.stat().st_mode & 0o777 == 0o600 and jsonc.loads(user.read_text()) == data
+    backups = list(user.parent.glob("settings.json.t-*.bak"))
+    assert len(backups) == 1 and "// my settings" in backups[0].read_text()
+    assert not any(c.needed for c in installers.plan("claude-code", None, cwd=project, home=home, environ={},
+                                                     command=COMMAND, claude_version=version).changes)
+
+
+def test_claude_code_user_settings_that_are_not_json_stop_the_install(dirs: tuple[Path, Path]) -> None:
+    project, home = dirs
+    user = home / ".claude" / "settings.json"
+    user.parent.mkdir()
+    user.write_text('{"permissions": {"allow": ["Bash(ls)"],}')
+    with pytest.raises(ConfigError, match=re.escape(str(user)) + r" is not JSON .*nothing was written; fix it"):
+        installers.plan("claude-code", None, cwd=project, home=home, environ={}, command=COMMAND,
+                        claude_version=(2, 1, 197))
+    assert user.read_text() == '{"permissions": {"allow": ["Bash(ls)"],}'
+
+
+def test_the_installed_claude_code_version_is_asked_on_path(tmp_path: Path) -> None:
+    fake = tmp_path / "claude"
+    fake.write_text("#!/bin/sh\necho '2.1.197 (Claude Code)'\n")
+    fake.chmod(0o755)
+    assert install_claude.installed_version({"PATH": str(tmp_path)}) == (2, 1, 197)
+    assert install_claude.installed_version({"PATH": str(tmp_path / "none")}) is None
+    fake.write_text("#!/bin/sh\nexit 3\n")
+    assert install_claude.installed_version({"PATH": str(tmp_path)}) is None
 
 
 CODEX_CONFIG = """\

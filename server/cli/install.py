@@ -11,7 +11,9 @@ What each client gets, and why (docs/clients.md says the same to users):
 - Claude Code: `.mcp.json` (project) or `claude mcp add` (user), the skill, and in its settings
   (`.claude/settings.local.json`, or `~/.claude/settings.json` for user scope) `permissions.allow`
   for the six tools (`claude -p` refuses a tool nobody allowed) and, for project scope,
-  `enabledMcpjsonServers` (so the project's server starts without the interactive trust prompt).
+  `enabledMcpjsonServers` (so the project's server starts without the interactive trust prompt). A
+  Claude Code older than 2.1.330 (or none found) gets the allow list at user scope too
+  (install_claude.py: it ignores the project's until the folder is trusted).
 - Gemini CLI: `mcpServers.conclave` in its settings.json with `"trust": true`, its per-server switch
   for calling tools without a confirmation (`gemini -p` cannot confirm anything), and `env` naming the
   provider keys (`"OPENAI_API_KEY": "$OPENAI_API_KEY"`): Gemini CLI drops variables that look like
@@ -64,9 +66,9 @@ from conclave.cli.client_files import (
     existing_entry,
     merge_codex_toml,
     merge_json,
-    merge_settings,
 )
 from conclave.cli.copilot_hints import copilot_hints
+from conclave.cli.install_claude import Version, approval_files, installed_version, merged
 from conclave.errors import ConfigError
 from conclave.settings import setting_variables
 
@@ -77,7 +79,6 @@ CLIENT_NAMES = {"claude-code": "Claude Code", "codex": "Codex", "cursor": "Curso
 DEFAULT_SCOPE = {"claude-code": "project", "codex": "user", "cursor": "project", "vscode": "project",
                  "gemini": "user", "copilot": "user"}
 NAME = "conclave"
-TOOLS = ("ask_team", "get_status", "read_workspace", "cancel_job", "list_teams", "steer_job")
 # Codex asks before these (not read-only, and ask_team reaches the providers: open world).
 CODEX_APPROVED = ("ask_team", "cancel_job", "steer_job")
 # Codex starts MCP servers with a short list of variables; forward the ones the presets read.
@@ -213,24 +214,6 @@ def codex_table(command: list[str], approvals: bool = True, url: str | None = No
     return table
 
 
-def claude_settings(scope: str) -> dict[tuple[str, ...], list[str]]:
-    """The lists Claude Code's settings need to hold so that `claude -p` may call the tools."""
-    settings = {("permissions", "allow"): [f"mcp__{NAME}__{tool}" for tool in TOOLS]}
-    if scope == "project":
-        settings[("enabledMcpjsonServers",)] = [NAME]
-    return settings
-
-
-def _nested(lists: Mapping[tuple[str, ...], list[str]]) -> dict[str, Any]:
-    nested: dict[str, Any] = {}
-    for path, items in lists.items():
-        holder = nested
-        for part in path[:-1]:
-            holder = holder.setdefault(part, {})
-        holder[path[-1]] = list(items)
-    return nested
-
-
 # Plans ------------------------------------------------------------------------------------------
 def _read(path: Path) -> str | None:
     """The file's text (None: absent); a symlink is refused, never read or written through."""
@@ -245,10 +228,11 @@ def _read(path: Path) -> str | None:
 
 def plan(
     target: str, scope: str | None, *, cwd: Path, home: Path, environ: Mapping[str, str], command: list[str],
-    approvals: bool = True, http: str | None = None,
+    approvals: bool = True, http: str | None = None, claude_version: Version | None = None,
 ) -> Plan:
     """What `conclave install target` would change; reads files, writes nothing. With `http` (the URL of a
-    running `conclave serve --http`), an HTTP registration sending the token from CONCLAVE_HTTP_TOKEN."""
+    running `conclave serve --http`), an HTTP registration sending the token from CONCLAVE_HTTP_TOKEN.
+    `claude_version`: what `claude --version` said (None: unknown; install_claude.py says what differs)."""
     if target not in TARGETS:
         raise ConfigError(f"unknown install target {target!r}; choose one of {', '.join(TARGETS)}")
     scope = scope or DEFAULT_SCOPE[target]
@@ -282,14 +266,10 @@ def plan(
                   ["claude", "mcp", "add", "--scope", scope, NAME, "--", *command])
         hints.append(("or register it with Claude Code's own CLI: " if path else "register it with: ")
                      + shlex.join(claude))
-        if approvals:
-            settings = (cwd / ".claude" / "settings.local.json" if scope == "project"
-                        else home / ".claude" / "settings.json")
-            wanted = claude_settings(scope)
-            before = _read(settings)
-            after = merge_settings(before, settings, wanted)
-            changes.append(Change(settings, before, after, "tool approvals",
-                                  json.dumps(_nested(wanted), indent=2) + "\n", root=root))
+        for file in approval_files(scope, cwd, home, claude_version) if approvals else []:
+            before = _read(file.path)
+            after, snippet = merged(file.path, before, file.lists)
+            changes.append(Change(file.path, before, after, file.what, snippet, root=file.root))
         changes.append(_skill_change(cwd if scope == "project" else home, root))
     if http:
         hints.append(f"{CLIENT_NAMES[target]} sends the token from {TOKEN_VARIABLE}: set it where it runs, e.g. "
@@ -365,10 +345,11 @@ def install(
     out: Callable[[str], None] = print,
 ) -> int:
     """The `conclave install` command: print the plan, or write it. Returns the exit code."""
+    environ = os.environ if environ is None else environ
+    version = installed_version(environ) if target == "claude-code" and approvals else None
     made = plan(
-        target, scope, cwd=cwd or Path.cwd(), home=home or Path.home(),
-        environ=os.environ if environ is None else environ, command=server_command(), approvals=approvals,
-        http=http,
+        target, scope, cwd=cwd or Path.cwd(), home=home or Path.home(), environ=environ,
+        command=server_command(), approvals=approvals, http=http, claude_version=version,
     )
     if not write_files:
         out(describe(made))

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conclave.cli import client_files, install_claude, jsonc
+from conclave.cli import client_files, install_claude, install_entries, jsonc
 from conclave.cli import install as installers
 from conclave.cli.main import main
 from conclave.config import configs_dir, list_presets, package_dir
@@ -81,11 +81,11 @@ def test_codex_forwards_every_key_a_preset_needs() -> None:
     for _, team in list_presets({}):
         if not isinstance(team, ConfigError):
             needed |= {name for agent in team.agents for name in agent.key_variables()}
-    assert needed and needed <= set(installers.FORWARDED_ENV)
+    assert needed and needed <= set(install_entries.FORWARDED_ENV)
     for preset in configs_dir().glob("*.yaml"):  # ${VAR} settings too
         text = preset.read_text(encoding="utf-8")
         for name in re.findall(r"\$\{([A-Z_][A-Z0-9_]*)", text):
-            assert name in installers.FORWARDED_ENV, (preset.name, name)
+            assert name in install_entries.FORWARDED_ENV, (preset.name, name)
 
 
 def test_codex_forwards_every_setting(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -95,7 +95,7 @@ def test_codex_forwards_every_setting(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in Settings.model_fields:
         variable = f"CONCLAVE_{name.upper()}"
         if name != "http_token":  # only `serve --http` reads it, and Codex starts stdio servers
-            assert variable in installers.FORWARDED_ENV, variable
+            assert variable in install_entries.FORWARDED_ENV, variable
     monkeypatch.setenv("CONCLAVE_MAX_QUEUED", "3")
     assert Settings().max_queued == 3  # the variable names are the ones pydantic-settings reads
 
@@ -130,7 +130,7 @@ def test_gemini_cli_trusts_the_server_and_names_the_keys_it_would_strip(dirs: tu
     assert change.path == home / ".gemini" / "settings.json" and change.what == "MCP registration and tool approvals"
     entry = jsonc.loads(change.after)["mcpServers"]["conclave"]
     assert entry["trust"] is True and entry["command"] == COMMAND[0] and entry["args"] == ["serve"]
-    assert entry["env"]["OPENAI_API_KEY"] == "$OPENAI_API_KEY" and set(entry["env"]) == set(installers.KEY_VARIABLES)
+    assert entry["env"]["OPENAI_API_KEY"] == "$OPENAI_API_KEY" and set(entry["env"]) == set(install_entries.KEY_VARIABLES)
     assert "trust" not in jsonc.loads(plan("gemini", project, home, approvals=False).changes[0].after)[
         "mcpServers"]["conclave"]
     assert plan("gemini", project, home, "project").changes[0].path == project / ".gemini" / "settings.json"
@@ -304,7 +304,7 @@ model = "gpt-5-mini"
 
 
 def test_codex_merge_replaces_only_our_table_wholesale_and_keeps_comments(tmp_path: Path) -> None:
-    table = installers.codex_table(COMMAND)
+    table = install_entries.codex_table(COMMAND)
     after = client_files.merge_codex_toml(CODEX_CONFIG, tmp_path / "config.toml", table)
     data = tomllib.loads(after)
     ours = data["mcp_servers"]["conclave"]
@@ -326,7 +326,7 @@ def test_codex_merge_replaces_only_our_table_wholesale_and_keeps_comments(tmp_pa
 
 def test_codex_merge_appends_to_a_file_without_us_and_refuses_inline_tables(tmp_path: Path) -> None:
     path = tmp_path / "config.toml"
-    table = installers.codex_table(COMMAND)
+    table = install_entries.codex_table(COMMAND)
     after = client_files.merge_codex_toml('model = "o3"', path, table)
     assert after.startswith('model = "o3"\n\n[mcp_servers.conclave]\n')
     assert tomllib.loads(after)["mcp_servers"]["conclave"]["args"] == ["serve"]

@@ -19,6 +19,7 @@ Claude Code's own state, rewritten while it runs; install leaves it alone (docs/
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -34,12 +35,15 @@ TOOLS = ("ask_team", "get_status", "read_workspace", "cancel_job", "list_teams",
 # The oldest version seen honouring a project's own permissions in `-p` mode in an untrusted folder.
 HONOURS_PROJECT_PERMISSIONS = (2, 1, 330)
 Version = tuple[int, int, int]
+Lists = dict[tuple[str, ...], list[str]]  # a settings list, by its path of keys, and the items it must hold
 _VERSION = re.compile(r"\s*(\d+)\.(\d+)\.(\d+)")
 
 
 def installed_version(environ: Mapping[str, str]) -> Version | None:
     """The version `claude --version` reports on `environ`'s PATH (None: no claude, or no answer)."""
-    found = shutil.which("claude", path=environ.get("PATH", ""))
+    # Absolute folders only: an empty or relative PATH entry would find a `claude` the project planted.
+    folders = [folder for folder in environ.get("PATH", "").split(os.pathsep) if os.path.isabs(folder)]
+    found = shutil.which("claude", path=os.pathsep.join(folders))
     if found is None:
         return None
     try:
@@ -60,9 +64,9 @@ def version_text(version: Version) -> str:
     return "Claude Code " + ".".join(map(str, version))
 
 
-def claude_settings(scope: str) -> dict[tuple[str, ...], list[str]]:
+def claude_settings(scope: str) -> Lists:
     """The lists Claude Code's settings need to hold so that `claude -p` may call the tools."""
-    settings = {("permissions", "allow"): [f"mcp__{NAME}__{tool}" for tool in TOOLS]}
+    settings: Lists = {("permissions", "allow"): [f"mcp__{NAME}__{tool}" for tool in TOOLS]}
     if scope == "project":
         settings[("enabledMcpjsonServers",)] = [NAME]
     return settings
@@ -84,7 +88,7 @@ class ApprovalFile:
     path: Path
     root: Path | None  # the project folder (no link followed below it); None: the user's own file
     what: str
-    lists: dict[tuple[str, ...], list[str]]
+    lists: Lists
 
 
 def approval_files(scope: str, cwd: Path, home: Path, version: Version | None) -> list[ApprovalFile]:
@@ -100,7 +104,7 @@ def approval_files(scope: str, cwd: Path, home: Path, version: Version | None) -
     what = f"tool approvals at user scope: {why} the project's until the folder is trusted interactively"
     # The project keeps what starts its server; an allow list there would only be dropped, with a warning
     # on every run.
-    server = {("enabledMcpjsonServers",): [NAME]}
+    server: Lists = {("enabledMcpjsonServers",): [NAME]}
     return [ApprovalFile(local, cwd, "project MCP server enabled", server),
             ApprovalFile(user, None, what, claude_settings("user"))]
 

@@ -9,7 +9,10 @@ calls ask_team, then get_status until the job is done, and prints the team's ans
 the CLI starts it (`conclave serve` over stdio), on a team of fake providers that answers in seconds.
 
 The CLIs are installed by .ci/install-agent-clis.sh into .ci/agents/ (git-ignored); without them
-these tests skip and say how to install them. CI installs them, so nothing skips there.
+these tests skip and say how to install them. CI installs them, so nothing skips there. Claude Code comes
+twice: 2.1.330 run with Node 22 (.ci/agents), and 2.1.197, what `npm install` resolves on Node 20, run with
+the machine's Node (.ci/agents-node20). 2.1.197 ignores a project's permissions until the workspace is
+trusted, so the two take different routes through `conclave install` (server/cli/claude_trust.py).
 """
 
 from __future__ import annotations
@@ -32,6 +35,12 @@ from tests.fakes.team import TRIO, install, voter, write_team
 ROOT = Path(__file__).resolve().parents[1]
 AGENTS = ROOT / ".ci" / "agents" / "node_modules"
 CLAUDE = AGENTS / ".bin" / "claude"
+NODE22 = ROOT / ".ci" / "node" / "node_modules" / ".bin"
+# Each Claude Code with the Node that `npm install` would have picked it for: (claude's bin folder, Node's).
+CLAUDES = {
+    "2.1.330": (AGENTS / ".bin", NODE22),
+    "2.1.197": (ROOT / ".ci" / "agents-node20" / "node_modules" / ".bin", None),  # None: the machine's node
+}
 CODEX_JS = AGENTS / "@openai" / "codex" / "bin" / "codex.js"
 COPILOT_JS = AGENTS / "@github" / "copilot" / "npm-loader.js"
 GEMINI_JS = AGENTS / "@google" / "gemini-cli" / "bundle" / "gemini.js"
@@ -75,34 +84,46 @@ def setup(tmp_path: Path, fakes: FakeProviders) -> tuple[Path, dict[str, str]]:
         tmp_path / "config" / "conclave" / "teams" / f"{TEAM}.yaml", fakes, TRIO, name=TEAM, key_env=TEAM_KEY
     )
     env = {
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home), "LANG": "C.UTF-8",
-        "CONCLAVE_HOME": str(tmp_path / "state"), "XDG_CONFIG_HOME": str(tmp_path / "config"),
-        TEAM_KEY: "test-key", "FASTMCP_LOG_LEVEL": "WARNING",
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(home),
+        "LANG": "C.UTF-8",
+        "CONCLAVE_HOME": str(tmp_path / "state"),
+        "XDG_CONFIG_HOME": str(tmp_path / "config"),
+        TEAM_KEY: "test-key",
+        "FASTMCP_LOG_LEVEL": "WARNING",
     }
     return project, env
 
 
 def _install(target: str, project: Path, env: dict[str, str]) -> str:
     """`conclave install TARGET --write`, run as a user would; its output."""
-    done = subprocess.run([str(CONCLAVE), "install", target, "--write"], cwd=project, env=env,
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [str(CONCLAVE), "install", target, "--write"],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     return done.stdout
 
 
 def _run(command: list[str], project: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run(command, cwd=project, env=env, capture_output=True, text=True, timeout=300,
-                          stdin=subprocess.DEVNULL)
+    done = subprocess.run(
+        command, cwd=project, env=env, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL
+    )
     print(f"$ {' '.join(command[:3])} ...\nstdout:\n{done.stdout[-3000:]}\nstderr:\n{done.stderr[-3000:]}")
     return done
 
 
 def _check_delegation(agent: CodingAgent, printed: str) -> None:
-    """The model found the tools with its first search, asked, polled, and the CLI printed the answer."""
-    assert agent.searches, "the model never searched"
-    assert {"ask_team", "get_status"} <= _bare(agent.searches[0]), agent.searches
+    """The model found the tools with its first search (or, after waiting for the server, in the request
+    itself), asked, polled, and the CLI printed the answer."""
+    found = agent.searches[0] if agent.searches else agent.first_step or []
+    assert {"ask_team", "get_status"} <= _bare(found), (agent.searches, agent.first_step)
     assert agent.calls[0] == "ask_team" and "get_status" in agent.calls[1:], agent.calls
-    final = json.loads(agent.results[-1][agent.results[-1].find('{"'):])
+    final = json.loads(agent.results[-1][agent.results[-1].find('{"') :])
     assert final["state"] == "completed" and final["result"]["answer"].startswith("FINAL: the team's answer")
     assert f"{FINAL_PREFIX} {final['result']['answer']}" in printed
 
@@ -111,13 +132,32 @@ def _bare(names: list[str]) -> set[str]:
     return {name.replace("/", "__").split("__")[-1] for name in names if "conclave" in name}
 
 
+def _claude_on_path(version: str, env: dict[str, str]) -> dict[str, str]:
+    """`env` with this Claude Code, and the Node it was installed with, first on PATH: `conclave install`
+    asks `claude --version` there, as it would on a user's machine."""
+    claude_bin, node_bin = CLAUDES[version]
+    _require(claude_bin / "claude")
+    if node_bin is not None:
+        _require(node_bin / "node")
+    folders = [str(claude_bin)] + ([str(node_bin)] if node_bin is not None else [])
+    return {**env, "PATH": os.pathsep.join([*folders, env["PATH"]])}
+
+
+@pytest.mark.parametrize("version", list(CLAUDES))
 def test_claude_code_print_mode_delegates_with_what_install_wrote(
-    setup: tuple[Path, dict[str, str]], fakes: FakeProviders
+    setup: tuple[Path, dict[str, str]], fakes: FakeProviders, version: str
 ) -> None:
-    _require(CLAUDE)
+    """A fresh project and a fresh home: nothing trusted by hand, only what `conclave install` wrote."""
     project, env = setup
+    env = _claude_on_path(version, env)
+    found = subprocess.run(["claude", "--version"], env=env, capture_output=True, text=True, timeout=60)
+    assert found.stdout.startswith(version), found.stdout + found.stderr
     said = _install("claude-code", project, env)
-    assert "settings.local.json (tool approvals)" in said and ".mcp.json (MCP registration)" in said
+    assert ".mcp.json (MCP registration)" in said and "tool approvals" in said, said
+    # 2.1.197 ignores a project's allow list in an untrusted folder: install says so and writes the user's.
+    gated = version == "2.1.197"
+    assert ("tool approvals at user scope: Claude Code 2.1.197 ignores" in said) == gated, said
+    assert (Path(env["HOME"]) / ".claude" / "settings.json").exists() == gated
     agent = CodingAgent("anthropic", TASK, TEAM)
     fakes.script.set_default("claude", agent)
     env = {
@@ -127,15 +167,14 @@ def test_claude_code_print_mode_delegates_with_what_install_wrote(
         "DISABLE_TELEMETRY": "1",
         "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
     }
-    done = _run(
-        [str(CLAUDE), "-p", f"Ask the conclave team: {TASK}", "--output-format", "json"], project, env
-    )
+    done = _run(["claude", "-p", f"Ask the conclave team: {TASK}", "--output-format", "json"], project, env)
     assert done.returncode == 0
+    assert "has not been trusted" not in done.stderr  # no permission of ours was dropped
     result = json.loads(done.stdout)
     assert not result["is_error"] and result["permission_denials"] == []
     _check_delegation(agent, result["result"])
     # What Claude Code's model read: the structured result as JSON, led by what matters.
-    read = json.loads(agent.results[-1][agent.results[-1].find('{"'):])
+    read = json.loads(agent.results[-1][agent.results[-1].find('{"') :])
     assert list(read)[:3] == ["job_id", "state", "result"]
     assert list(read["result"])[:3] == ["answer", "consensus", "winner"]
 
@@ -193,12 +232,17 @@ def test_codex_exec_delegates_with_what_install_wrote(
     fakes.script.set_default("codex", agent)
     # The model provider is the test's; everything about conclave is as `conclave install` wrote it.
     config = codex_home / "config.toml"
-    provider = (f'model = "gpt-5.5"\nmodel_provider = "fake"\n\n[model_providers.fake]\nname = "fake"\n'
-                f'base_url = "{fakes.base_url("responses", "codex")}"\nwire_api = "responses"\n'
-                f'env_key = "FAKE_MODEL_KEY"\n\n')
+    provider = (
+        f'model = "gpt-5.5"\nmodel_provider = "fake"\n\n[model_providers.fake]\nname = "fake"\n'
+        f'base_url = "{fakes.base_url("responses", "codex")}"\nwire_api = "responses"\n'
+        f'env_key = "FAKE_MODEL_KEY"\n\n'
+    )
     config.write_text(provider + config.read_text(encoding="utf-8"), encoding="utf-8")
-    done = _run([_node(), str(CODEX_JS), "exec", "--skip-git-repo-check", f"Ask the conclave team: {TASK}"],
-                project, env)
+    done = _run(
+        [_node(), str(CODEX_JS), "exec", "--skip-git-repo-check", f"Ask the conclave team: {TASK}"],
+        project,
+        env,
+    )
     assert done.returncode == 0
     assert "requires approval" not in done.stdout + done.stderr
     # Codex's first step already had conclave: its first tool_search returned the tools.
@@ -212,22 +256,44 @@ def test_copilot_print_mode_delegates_with_the_project_mcp_json(
     team runs without a key (like an Ollama team); docs/clients.md says how to forward keys to it."""
     _require(COPILOT_JS)
     project, env = setup
-    write_team(tmp_path / "config" / "conclave" / "teams" / f"{TEAM}.yaml", fakes, TRIO, name=TEAM,
-               key_env="CONCLAVE_TEST_UNSET_KEY", api_key_required=False)
+    write_team(
+        tmp_path / "config" / "conclave" / "teams" / f"{TEAM}.yaml",
+        fakes,
+        TRIO,
+        name=TEAM,
+        key_env="CONCLAVE_TEST_UNSET_KEY",
+        api_key_required=False,
+    )
     _install("claude-code", project, env)  # .mcp.json: Copilot CLI reads the same file
     agent = CodingAgent("anthropic", TASK, TEAM)
     fakes.script.set_default("copilot", agent)
-    env = {**env, "COPILOT_PROVIDER_BASE_URL": fakes.base_url("anthropic", "copilot"),
-           "COPILOT_PROVIDER_TYPE": "anthropic", "COPILOT_PROVIDER_API_KEY": "sk-fake",
-           "COPILOT_MODEL": "claude-sonnet-5", "COPILOT_OFFLINE": "true", "COPILOT_AUTO_UPDATE": "false"}
+    env = {
+        **env,
+        "COPILOT_PROVIDER_BASE_URL": fakes.base_url("anthropic", "copilot"),
+        "COPILOT_PROVIDER_TYPE": "anthropic",
+        "COPILOT_PROVIDER_API_KEY": "sk-fake",
+        "COPILOT_MODEL": "claude-sonnet-5",
+        "COPILOT_OFFLINE": "true",
+        "COPILOT_AUTO_UPDATE": "false",
+    }
     # -p mode reads a project's MCP servers only from a trusted folder, and runs only allowed tools;
     # both are command-line flags (docs/clients.md, "GitHub Copilot CLI").
-    done = _run([_node(), str(COPILOT_JS), "-p", f"Ask the conclave team: {TASK}", "--trust-folder",
-                 "--allow-tool=conclave"], project, env)
+    done = _run(
+        [
+            _node(),
+            str(COPILOT_JS),
+            "-p",
+            f"Ask the conclave team: {TASK}",
+            "--trust-folder",
+            "--allow-tool=conclave",
+        ],
+        project,
+        env,
+    )
     assert done.returncode == 0
     assert {"conclave-ask_team", "conclave-get_status"} <= set(agent.first_step or []), agent.first_step
     assert agent.calls[0] == "ask_team" and "get_status" in agent.calls[1:], agent.calls
-    final = json.loads(agent.results[-1][agent.results[-1].find('{"'):])
+    final = json.loads(agent.results[-1][agent.results[-1].find('{"') :])
     assert final["state"] == "completed" and f"{FINAL_PREFIX} {final['result']['answer']}" in done.stdout
 
 
@@ -244,14 +310,23 @@ def test_copilot_print_mode_delegates_with_what_install_copilot_wrote(
     assert "--allow-tool=conclave" in said
     agent = CodingAgent("anthropic", TASK, TEAM)
     fakes.script.set_default("copilot", agent)
-    env = {**env, "COPILOT_PROVIDER_BASE_URL": fakes.base_url("anthropic", "copilot"),
-           "COPILOT_PROVIDER_TYPE": "anthropic", "COPILOT_PROVIDER_API_KEY": "sk-fake",
-           "COPILOT_MODEL": "claude-sonnet-5", "COPILOT_OFFLINE": "true", "COPILOT_AUTO_UPDATE": "false"}
-    done = _run([_node(), str(COPILOT_JS), "-p", f"Ask the conclave team: {TASK}", "--allow-tool=conclave"],
-                project, env)
+    env = {
+        **env,
+        "COPILOT_PROVIDER_BASE_URL": fakes.base_url("anthropic", "copilot"),
+        "COPILOT_PROVIDER_TYPE": "anthropic",
+        "COPILOT_PROVIDER_API_KEY": "sk-fake",
+        "COPILOT_MODEL": "claude-sonnet-5",
+        "COPILOT_OFFLINE": "true",
+        "COPILOT_AUTO_UPDATE": "false",
+    }
+    done = _run(
+        [_node(), str(COPILOT_JS), "-p", f"Ask the conclave team: {TASK}", "--allow-tool=conclave"],
+        project,
+        env,
+    )
     assert done.returncode == 0
     assert agent.calls[0] == "ask_team" and "get_status" in agent.calls[1:], agent.calls
-    final = json.loads(agent.results[-1][agent.results[-1].find('{"'):])
+    final = json.loads(agent.results[-1][agent.results[-1].find('{"') :])
     assert final["state"] == "completed" and f"{FINAL_PREFIX} {final['result']['answer']}" in done.stdout
 
 
@@ -273,8 +348,12 @@ def test_gemini_cli_prompt_mode_delegates_with_what_install_wrote(
     assert "// set up by the user" in settings.read_text(encoding="utf-8")
     agent = CodingAgent("gemini", TASK, TEAM)
     fakes.script.set_default("gemini", agent)
-    env = {**env, "GEMINI_API_KEY": "fake-key", "GOOGLE_GEMINI_BASE_URL": fakes.base_url("gemini", "gemini"),
-           "GEMINI_CLI_NO_RELAUNCH": "true"}
+    env = {
+        **env,
+        "GEMINI_API_KEY": "fake-key",
+        "GOOGLE_GEMINI_BASE_URL": fakes.base_url("gemini", "gemini"),
+        "GEMINI_CLI_NO_RELAUNCH": "true",
+    }
     # --skip-trust: headless Gemini CLI refuses any folder not trusted before, Conclave or not.
     done = _run(
         [_node(), str(GEMINI_JS), "-p", f"Ask the conclave team: {TASK}", "--skip-trust"], project, env

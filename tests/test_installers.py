@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conclave.cli import client_files, jsonc
+from conclave.cli import client_files, install_claude, install_entries, jsonc
 from conclave.cli import install as installers
 from conclave.cli.main import main
 from conclave.config import configs_dir, list_presets, package_dir
@@ -37,10 +37,12 @@ def dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
     return project, home
 
 
-def plan(target: str, project: Path, home: Path, scope: str | None = None, approvals: bool = True,
-         **environ: str) -> installers.Plan:
-    return installers.plan(target, scope, cwd=project, home=home, environ=environ, command=COMMAND,
-                           approvals=approvals)
+def plan(
+    target: str, project: Path, home: Path, scope: str | None = None, approvals: bool = True, **environ: str
+) -> installers.Plan:
+    return installers.plan(
+        target, scope, cwd=project, home=home, environ=environ, command=COMMAND, approvals=approvals
+    )
 
 
 # Formats and places ------------------------------------------------------------------------------
@@ -81,11 +83,11 @@ def test_codex_forwards_every_key_a_preset_needs() -> None:
     for _, team in list_presets({}):
         if not isinstance(team, ConfigError):
             needed |= {name for agent in team.agents for name in agent.key_variables()}
-    assert needed and needed <= set(installers.FORWARDED_ENV)
+    assert needed and needed <= set(install_entries.FORWARDED_ENV)
     for preset in configs_dir().glob("*.yaml"):  # ${VAR} settings too
         text = preset.read_text(encoding="utf-8")
         for name in re.findall(r"\$\{([A-Z_][A-Z0-9_]*)", text):
-            assert name in installers.FORWARDED_ENV, (preset.name, name)
+            assert name in install_entries.FORWARDED_ENV, (preset.name, name)
 
 
 def test_codex_forwards_every_setting(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -95,7 +97,7 @@ def test_codex_forwards_every_setting(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in Settings.model_fields:
         variable = f"CONCLAVE_{name.upper()}"
         if name != "http_token":  # only `serve --http` reads it, and Codex starts stdio servers
-            assert variable in installers.FORWARDED_ENV, variable
+            assert variable in install_entries.FORWARDED_ENV, variable
     monkeypatch.setenv("CONCLAVE_MAX_QUEUED", "3")
     assert Settings().max_queued == 3  # the variable names are the ones pydantic-settings reads
 
@@ -113,8 +115,10 @@ def test_user_scopes(dirs: tuple[Path, Path]) -> None:
     ]  # ~/.claude.json is Claude's own
     assert claude.changes[0].path == home / ".claude" / "settings.json"
     assert claude.changes[1].path == home / ".claude" / "skills" / "conclave" / "SKILL.md"
-    assert any("claude mcp add --scope user conclave -- /opt/conclave/bin/conclave serve" in hint
-               for hint in claude.hints)
+    assert any(
+        "claude mcp add --scope user conclave -- /opt/conclave/bin/conclave serve" in hint
+        for hint in claude.hints
+    )
 
 
 def test_claude_code_copies_the_skill_with_its_front_matter(dirs: tuple[Path, Path]) -> None:
@@ -137,10 +141,14 @@ def test_gemini_cli_trusts_the_server_and_names_the_keys_it_would_strip(dirs: tu
     entry = jsonc.loads(change.after)["mcpServers"]["conclave"]
     assert entry["trust"] is True and entry["command"] == COMMAND[0] and entry["args"] == ["serve"]
     assert entry["env"]["OPENAI_API_KEY"] == "$OPENAI_API_KEY" and set(entry["env"]) == set(
-        installers.KEY_VARIABLES
+        install_entries.KEY_VARIABLES
     )
-    assert "trust" not in jsonc.loads(plan("gemini", project, home, approvals=False).changes[0].after)[
-        "mcpServers"]["conclave"]
+    assert (
+        "trust"
+        not in jsonc.loads(plan("gemini", project, home, approvals=False).changes[0].after)["mcpServers"][
+            "conclave"
+        ]
+    )
     assert plan("gemini", project, home, "project").changes[0].path == project / ".gemini" / "settings.json"
 
 
@@ -160,7 +168,8 @@ def test_json_merge_keeps_other_servers_and_keys_and_replaces_our_entry_wholesal
     assert merged["servers"]["github"] == before["servers"]["github"]
     assert merged["servers"]["conclave"] == {"command": "new", "args": []}  # a repo's env does not survive
     assert client_files.dropped(before["servers"]["conclave"], ours, "servers.conclave") == [
-        "servers.conclave.env (CONCLAVE_MAX_JOBS)"]
+        "servers.conclave.env (CONCLAVE_MAX_JOBS)"
+    ]
 
 
 VSCODE_JSONC = """\
@@ -204,8 +213,11 @@ def test_jsonc_edits_keep_layout_and_refuse_what_is_not_json() -> None:
     created = jsonc.add_items("{\n  // only a comment\n}\n", ["permissions", "allow"], ["a"])
     assert "// only a comment" in created and jsonc.loads(created) == {"permissions": {"allow": ["a"]}}
     assert jsonc.loads('{"a": "// not a comment", "b": [1, 2,],}') == {"a": "// not a comment", "b": [1, 2]}
-    for broken, where in (('{"a": /* open', "line 1 column 7"), ('{"a": 1 "b": 2}', "line 1 column 9"),
-                          ("[1]", "object")):
+    for broken, where in (
+        ('{"a": /* open', "line 1 column 7"),
+        ('{"a": 1 "b": 2}', "line 1 column 9"),
+        ("[1]", "object"),
+    ):
         with pytest.raises(jsonc.JsoncError, match=where):
             jsonc.set_value(broken, ["x"], 1)
     with pytest.raises(jsonc.JsoncError, match="a is not an object"):
@@ -234,16 +246,99 @@ def test_claude_code_allows_the_five_tools_and_trusts_the_project_server(dirs: t
     settings = project / ".claude" / "settings.local.json"
     settings.parent.mkdir(parents=True)
     settings.write_text('{\n  // mine\n  "permissions": {"allow": ["Bash(ls)"], "deny": ["Read(.env)"]}\n}\n')
-    change = plan("claude-code", project, home).changes[1]
+    change = installers.plan(
+        "claude-code", None, cwd=project, home=home, environ={}, command=COMMAND, claude_version=(2, 1, 330)
+    ).changes[1]
     assert change.path == settings and change.what == "tool approvals"
     data = jsonc.loads(change.after)
-    tools = [f"mcp__conclave__{tool}" for tool in installers.TOOLS]
+    tools = [f"mcp__conclave__{tool}" for tool in install_claude.TOOLS]
     assert data["permissions"] == {"allow": ["Bash(ls)", *tools], "deny": ["Read(.env)"]}
     assert data["enabledMcpjsonServers"] == ["conclave"] and "// mine" in change.after
     user = plan("claude-code", project, home, "user").changes[0]
     assert "enabledMcpjsonServers" not in jsonc.loads(user.after)  # user servers need no project trust
     assert [c.what for c in plan("claude-code", project, home, approvals=False).changes] == [
-        "MCP registration", "skill"]
+        "MCP registration",
+        "skill",
+    ]
+
+
+@pytest.mark.parametrize("version", [(2, 1, 197), None])
+def test_claude_code_that_gates_project_permissions_gets_them_at_user_scope(
+    dirs: tuple[Path, Path], version: tuple[int, int, int] | None
+) -> None:
+    """Claude Code before 2.1.330 (or one that did not say its version) drops a project's allow list in a
+    folder not trusted interactively, so `claude -p` refused ask_team: the list goes to the user's settings,
+    merged into what is there (comments and the user's own entries kept), and the output says why."""
+    project, home = dirs
+    user = home / ".claude" / "settings.json"
+    user.parent.mkdir()
+    user.write_text('{\n  // my settings\n  "model": "opus",\n  "permissions": {"allow": ["Bash(ls)"]}\n}\n')
+    user.chmod(0o600)
+    made = installers.plan(
+        "claude-code", None, cwd=project, home=home, environ={}, command=COMMAND, claude_version=version
+    )
+    local, shared = made.changes[1], made.changes[2]
+    assert jsonc.loads(local.after) == {"enabledMcpjsonServers": ["conclave"]}  # what starts the server
+    data = jsonc.loads(shared.after)
+    tools = [f"mcp__conclave__{tool}" for tool in install_claude.TOOLS]
+    assert shared.path == user and data == {"model": "opus", "permissions": {"allow": ["Bash(ls)", *tools]}}
+    assert "// my settings" in shared.after and "enabledMcpjsonServers" not in data
+    said = installers.describe(made)
+    assert (
+        f"{user}: tool approvals at user scope: " in said
+        and "the project's until the folder is trusted" in said
+    )
+    assert ("Claude Code 2.1.197 ignores" in said) == (version is not None)
+    written = "\n".join(installers.write(made, stamp="t"))
+    assert f"wrote {user} (tool approvals at user scope" in written and "backup at" in written
+    assert user.stat().st_mode & 0o777 == 0o600 and jsonc.loads(user.read_text()) == data
+    backups = list(user.parent.glob("settings.json.t-*.bak"))
+    assert len(backups) == 1 and "// my settings" in backups[0].read_text()
+    assert not any(
+        c.needed
+        for c in installers.plan(
+            "claude-code", None, cwd=project, home=home, environ={}, command=COMMAND, claude_version=version
+        ).changes
+    )
+
+
+def test_claude_code_user_settings_that_are_not_json_stop_the_install(dirs: tuple[Path, Path]) -> None:
+    project, home = dirs
+    user = home / ".claude" / "settings.json"
+    user.parent.mkdir()
+    user.write_text('{"permissions": {"allow": ["Bash(ls)"],}')
+    with pytest.raises(
+        ConfigError, match=re.escape(str(user)) + r" is not JSON .*nothing was written; fix it"
+    ):
+        installers.plan(
+            "claude-code",
+            None,
+            cwd=project,
+            home=home,
+            environ={},
+            command=COMMAND,
+            claude_version=(2, 1, 197),
+        )
+    assert user.read_text() == '{"permissions": {"allow": ["Bash(ls)"],}'
+
+
+def test_the_installed_claude_code_version_is_asked_on_path(tmp_path: Path) -> None:
+    fake = tmp_path / "claude"
+    fake.write_text("#!/bin/sh\necho '2.1.197 (Claude Code)'\n")
+    fake.chmod(0o755)
+    assert install_claude.installed_version({"PATH": str(tmp_path)}) == (2, 1, 197)
+    assert install_claude.installed_version({"PATH": str(tmp_path / "none")}) is None
+    fake.write_text("#!/bin/sh\nexit 3\n")
+    assert install_claude.installed_version({"PATH": str(tmp_path)}) is None
+
+
+def test_a_claude_planted_in_the_project_is_never_run(dirs: tuple[Path, Path]) -> None:
+    """An empty or relative PATH entry means the working folder: a cloned repository's `./claude` would run."""
+    project, _ = dirs
+    planted = project / "claude"
+    planted.write_text(f"#!/bin/sh\ntouch {project}/ran\necho 2.1.330\n")
+    planted.chmod(0o755)
+    assert install_claude.installed_version({"PATH": ":.:bin"}) is None and not (project / "ran").exists()
 
 
 CODEX_CONFIG = """\
@@ -269,7 +364,7 @@ model = "gpt-5-mini"
 
 
 def test_codex_merge_replaces_only_our_table_wholesale_and_keeps_comments(tmp_path: Path) -> None:
-    table = installers.codex_table(COMMAND)
+    table = install_entries.codex_table(COMMAND)
     after = client_files.merge_codex_toml(CODEX_CONFIG, tmp_path / "config.toml", table)
     data = tomllib.loads(after)
     ours = data["mcp_servers"]["conclave"]
@@ -278,7 +373,9 @@ def test_codex_merge_replaces_only_our_table_wholesale_and_keeps_comments(tmp_pa
     assert ours == table  # wholesale: what was there is named, not kept
     existing = tomllib.loads(CODEX_CONFIG)["mcp_servers"]["conclave"]
     assert client_files.dropped(existing, table, "mcp_servers.conclave") == [
-        "mcp_servers.conclave.env_vars: MY_OWN_VAR", "mcp_servers.conclave.env (CONCLAVE_MAX_JOBS)"]
+        "mcp_servers.conclave.env_vars: MY_OWN_VAR",
+        "mcp_servers.conclave.env (CONCLAVE_MAX_JOBS)",
+    ]
     assert data["mcp_servers"]["docs"] == {"command": "npx", "args": ["-y", "docs-mcp"]}
     assert data["model"] == "gpt-5" and data["profiles"] == {"fast": {"model": "gpt-5-mini"}}
     for comment in ("# my Codex settings", "# the default model", "# keep me: the profile below"):
@@ -291,7 +388,7 @@ def test_codex_merge_replaces_only_our_table_wholesale_and_keeps_comments(tmp_pa
 
 def test_codex_merge_appends_to_a_file_without_us_and_refuses_inline_tables(tmp_path: Path) -> None:
     path = tmp_path / "config.toml"
-    table = installers.codex_table(COMMAND)
+    table = install_entries.codex_table(COMMAND)
     after = client_files.merge_codex_toml('model = "o3"', path, table)
     assert after.startswith('model = "o3"\n\n[mcp_servers.conclave]\n')
     assert tomllib.loads(after)["mcp_servers"]["conclave"]["args"] == ["serve"]
@@ -328,8 +425,13 @@ def test_install_write_merges_backs_up_and_is_idempotent(
 ) -> None:
     project, home = dirs
     monkeypatch.setenv("CODEX_HOME", str(home / "codex"))
-    path = installers.plan(target, None, cwd=project, home=home, environ={"CODEX_HOME": str(home / "codex")},
-                           command=COMMAND).changes[0].path
+    path = (
+        installers.plan(
+            target, None, cwd=project, home=home, environ={"CODEX_HOME": str(home / "codex")}, command=COMMAND
+        )
+        .changes[0]
+        .path
+    )
     path.parent.mkdir(parents=True, exist_ok=True)
     if path.suffix == ".toml":
         original = '# mine\n[mcp_servers.other]\ncommand = "other"\n'
@@ -379,7 +481,7 @@ def test_a_broken_file_is_left_alone_with_an_error(
 
 
 def test_an_http_registration_sends_the_token_from_a_variable_in_each_clients_syntax(
-    dirs: tuple[Path, Path]
+    dirs: tuple[Path, Path],
 ) -> None:
     project, home = dirs
     url = "http://127.0.0.1:8765/mcp"

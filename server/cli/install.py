@@ -11,7 +11,9 @@ What each client gets, and why (docs/clients.md says the same to users):
 - Claude Code: `.mcp.json` (project) or `claude mcp add` (user), the skill, and in its settings
   (`.claude/settings.local.json`, or `~/.claude/settings.json` for user scope) `permissions.allow`
   for the six tools (`claude -p` refuses a tool nobody allowed) and, for project scope,
-  `enabledMcpjsonServers` (so the project's server starts without the interactive trust prompt).
+  `enabledMcpjsonServers` (so the project's server starts without the interactive trust prompt). A
+  Claude Code older than 2.1.330 (or none found) gets the allow list at user scope too
+  (install_claude.py: it ignores the project's until the folder is trusted).
 - Gemini CLI: `mcpServers.conclave` in its settings.json with `"trust": true`, its per-server switch
   for calling tools without a confirmation (`gemini -p` cannot confirm anything), and `env` naming the
   provider keys (`"OPENAI_API_KEY": "$OPENAI_API_KEY"`): Gemini CLI drops variables that look like
@@ -54,7 +56,6 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from conclave.cli import EXIT_OK, TARGETS
 from conclave.cli.client_files import (
@@ -64,11 +65,19 @@ from conclave.cli.client_files import (
     existing_entry,
     merge_codex_toml,
     merge_json,
-    merge_settings,
 )
 from conclave.cli.copilot_hints import copilot_hints
+from conclave.cli.install_claude import Version, approval_files, installed_version, merged
+from conclave.cli.install_entries import (
+    BEARER,
+    KEY_VARIABLES,
+    TOKEN_VARIABLE,
+    codex_table,
+    config_path,
+    http_entry,
+    json_entry,
+)
 from conclave.errors import ConfigError
-from conclave.settings import setting_variables
 
 CLIENT_NAMES = {"claude-code": "Claude Code", "codex": "Codex", "cursor": "Cursor", "vscode": "VS Code",
                 "gemini": "Gemini CLI", "copilot": "Copilot CLI"}
@@ -77,22 +86,6 @@ CLIENT_NAMES = {"claude-code": "Claude Code", "codex": "Codex", "cursor": "Curso
 DEFAULT_SCOPE = {"claude-code": "project", "codex": "user", "cursor": "project", "vscode": "project",
                  "gemini": "user", "copilot": "user"}
 NAME = "conclave"
-TOOLS = ("ask_team", "get_status", "read_workspace", "cancel_job", "list_teams", "steer_job")
-# Codex asks before these (not read-only, and ask_team reaches the providers: open world).
-CODEX_APPROVED = ("ask_team", "cancel_job", "steer_job")
-# Codex starts MCP servers with a short list of variables; forward the ones the presets read.
-# tests/test_installers.py::test_codex_forwards_every_key_a_preset_needs keeps this in step.
-# Every Conclave setting goes along too (tests/test_installers.py::test_codex_forwards_every_setting).
-FORWARDED_ENV = (
-    "ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY", "OPENROUTER_API_KEY",
-    "OLLAMA_API_KEY", "OLLAMA_BASE_URL", "OLLAMA_MODEL", "VLLM_API_KEY", "VLLM_BASE_URL", "VLLM_MODEL",
-    *setting_variables(), "XDG_STATE_HOME", "XDG_CONFIG_HOME",
-)
-# The variables Gemini CLI would strip (they look like secrets); listed in its `env`, it passes them on.
-KEY_VARIABLES = tuple(name for name in FORWARDED_ENV if name.endswith("_API_KEY"))
-# Tools return within 50 s (settings.MAX_WAIT_S), so Codex's 60 s default fits; say so explicitly.
-# The stdio front answers the handshake at once; the rest loads behind it, a few seconds on a cold disk.
-CODEX_TIMEOUTS = {"startup_timeout_sec": 30, "tool_timeout_sec": 60}
 
 
 @dataclass(frozen=True)
@@ -133,102 +126,6 @@ def server_command(argv0: str | None = None, executable: str | None = None) -> l
     return [executable, "-m", NAME, "serve"]
 
 
-def config_path(target: str, scope: str, cwd: Path, home: Path, environ: Mapping[str, str]) -> Path | None:
-    """Where `target` reads its MCP servers for `scope` (None: Claude Code's user scope, via its CLI)."""
-    project = scope == "project"
-    match target:
-        case "claude-code":
-            return cwd / ".mcp.json" if project else None
-        case "codex":
-            codex_home = Path(environ["CODEX_HOME"]) if environ.get("CODEX_HOME") else home / ".codex"
-            return (cwd / ".codex" if project else codex_home) / "config.toml"
-        case "cursor":
-            return (cwd if project else home) / ".cursor" / "mcp.json"
-        case "vscode":
-            return cwd / ".vscode" / "mcp.json" if project else _vscode_user_dir(home, environ) / "mcp.json"
-        case "gemini":
-            return (cwd if project else home) / ".gemini" / "settings.json"
-        case "copilot":
-            return cwd / ".mcp.json" if project else home / ".copilot" / "mcp-config.json"
-    raise ConfigError(f"unknown install target {target!r}; choose one of {', '.join(TARGETS)}")
-
-
-def _vscode_user_dir(home: Path, environ: Mapping[str, str]) -> Path:
-    if sys.platform == "darwin":
-        return home / "Library" / "Application Support" / "Code" / "User"
-    if os.name == "nt":
-        return Path(environ.get("APPDATA", home / "AppData" / "Roaming")) / "Code" / "User"
-    return Path(environ.get("XDG_CONFIG_HOME") or home / ".config") / "Code" / "User"
-
-
-# `--http URL`: the client sends the server's token (app/tokens.py) from this variable, in its own syntax,
-# so the token itself never lands in a file a repository may commit.
-TOKEN_VARIABLE = "CONCLAVE_HTTP_TOKEN"
-BEARER = {"claude-code": f"Bearer ${{{TOKEN_VARIABLE}}}", "gemini": f"Bearer ${{{TOKEN_VARIABLE}}}",
-          "cursor": f"Bearer ${{env:{TOKEN_VARIABLE}}}", "vscode": f"Bearer ${{env:{TOKEN_VARIABLE}}}"}
-
-
-def http_entry(target: str, url: str, approvals: bool = True) -> tuple[str, dict[str, Any]]:
-    """The top-level key and the entry of an HTTP registration, with the Authorization header."""
-    if not url.startswith(("http://", "https://")):
-        raise ConfigError(f"--http {url!r} is not a URL: give the server's, e.g. http://127.0.0.1:8765/mcp")
-    if target not in BEARER:
-        raise ConfigError(f"install {target} --http is not supported: register the stdio server (leave out --http)")
-    headers = {"Authorization": BEARER[target]}
-    if target == "gemini":
-        entry = {"httpUrl": url, "headers": headers}
-        return "mcpServers", {**entry, "trust": True} if approvals else entry
-    if target == "cursor":
-        return "mcpServers", {"url": url, "headers": headers}
-    return ("servers" if target == "vscode" else "mcpServers"), {"type": "http", "url": url, "headers": headers}
-
-
-def json_entry(
-    target: str, command: list[str], approvals: bool = True, keys: tuple[str, ...] = ()
-) -> tuple[str, dict[str, Any]]:
-    """The top-level key and the server entry for the JSON clients (`keys`: Copilot CLI's env, the
-    provider keys set now)."""
-    entry: dict[str, Any] = {"command": command[0], "args": command[1:]}
-    if target == "copilot":
-        return "mcpServers", {"type": "local", **entry, "env": {name: f"${{{name}}}" for name in keys},
-                              "tools": ["*"]}
-    if target == "gemini":
-        entry["env"] = {name: f"${name}" for name in KEY_VARIABLES}
-        return "mcpServers", {**entry, "trust": True} if approvals else entry
-    if target == "vscode":
-        return "servers", {"type": "stdio", **entry}
-    if target == "claude-code":
-        return "mcpServers", {"type": "stdio", **entry}
-    return "mcpServers", entry
-
-
-def codex_table(command: list[str], approvals: bool = True, url: str | None = None) -> dict[str, Any]:
-    if url is not None:
-        http_entry("claude-code", url)  # the same check of the URL
-    table: dict[str, Any] = (
-        {"url": url, "bearer_token_env_var": TOKEN_VARIABLE, **CODEX_TIMEOUTS} if url is not None else
-        {"command": command[0], "args": command[1:], "env_vars": list(FORWARDED_ENV), **CODEX_TIMEOUTS})
-    if approvals:
-        table["tools"] = {tool: {"approval_mode": "approve"} for tool in CODEX_APPROVED}
-    return table
-
-
-def claude_settings(scope: str) -> dict[tuple[str, ...], list[str]]:
-    """The lists Claude Code's settings need to hold so that `claude -p` may call the tools."""
-    settings = {("permissions", "allow"): [f"mcp__{NAME}__{tool}" for tool in TOOLS]}
-    if scope == "project":
-        settings[("enabledMcpjsonServers",)] = [NAME]
-    return settings
-
-
-def _nested(lists: Mapping[tuple[str, ...], list[str]]) -> dict[str, Any]:
-    nested: dict[str, Any] = {}
-    for path, items in lists.items():
-        holder = nested
-        for part in path[:-1]:
-            holder = holder.setdefault(part, {})
-        holder[path[-1]] = list(items)
-    return nested
 
 
 # Plans ------------------------------------------------------------------------------------------
@@ -245,10 +142,11 @@ def _read(path: Path) -> str | None:
 
 def plan(
     target: str, scope: str | None, *, cwd: Path, home: Path, environ: Mapping[str, str], command: list[str],
-    approvals: bool = True, http: str | None = None,
+    approvals: bool = True, http: str | None = None, claude_version: Version | None = None,
 ) -> Plan:
     """What `conclave install target` would change; reads files, writes nothing. With `http` (the URL of a
-    running `conclave serve --http`), an HTTP registration sending the token from CONCLAVE_HTTP_TOKEN."""
+    running `conclave serve --http`), an HTTP registration sending the token from CONCLAVE_HTTP_TOKEN.
+    `claude_version`: what `claude --version` said (None: unknown; install_claude.py says what differs)."""
     if target not in TARGETS:
         raise ConfigError(f"unknown install target {target!r}; choose one of {', '.join(TARGETS)}")
     scope = scope or DEFAULT_SCOPE[target]
@@ -282,14 +180,10 @@ def plan(
                   ["claude", "mcp", "add", "--scope", scope, NAME, "--", *command])
         hints.append(("or register it with Claude Code's own CLI: " if path else "register it with: ")
                      + shlex.join(claude))
-        if approvals:
-            settings = (cwd / ".claude" / "settings.local.json" if scope == "project"
-                        else home / ".claude" / "settings.json")
-            wanted = claude_settings(scope)
-            before = _read(settings)
-            after = merge_settings(before, settings, wanted)
-            changes.append(Change(settings, before, after, "tool approvals",
-                                  json.dumps(_nested(wanted), indent=2) + "\n", root=root))
+        for file in approval_files(scope, cwd, home, claude_version) if approvals else []:
+            before = _read(file.path)
+            after, snippet = merged(file.path, before, file.lists)
+            changes.append(Change(file.path, before, after, file.what, snippet, root=file.root))
         changes.append(_skill_change(cwd if scope == "project" else home, root))
     if http:
         hints.append(f"{CLIENT_NAMES[target]} sends the token from {TOKEN_VARIABLE}: set it where it runs, e.g. "
@@ -365,10 +259,11 @@ def install(
     out: Callable[[str], None] = print,
 ) -> int:
     """The `conclave install` command: print the plan, or write it. Returns the exit code."""
+    environ = os.environ if environ is None else environ
+    version = installed_version(environ) if target == "claude-code" and approvals else None
     made = plan(
-        target, scope, cwd=cwd or Path.cwd(), home=home or Path.home(),
-        environ=os.environ if environ is None else environ, command=server_command(), approvals=approvals,
-        http=http,
+        target, scope, cwd=cwd or Path.cwd(), home=home or Path.home(), environ=environ,
+        command=server_command(), approvals=approvals, http=http, claude_version=version,
     )
     if not write_files:
         out(describe(made))

@@ -4,8 +4,9 @@ one task to Conclave.
 The CLI runs its own agent loop against a fake provider; this responder plays the model, reading each
 request the way a model would:
 
-    1. no tool result yet       -> search for the conclave tools
-                                   (Claude Code: ToolSearch; Codex: tool_search),
+    0. conclave still starting  -> wait for it (Claude Code offers WaitForMcpServers, and neither the tools
+                                   nor ToolSearch, when its first request goes out before the server is up)
+    1. no tool result yet       -> search for the conclave tools (Claude Code: ToolSearch; Codex: tool_search),
                                    unless the request offers them already (Copilot: conclave-ask_team;
                                    Gemini CLI: mcp_conclave_ask_team)
     2. the tools are known      -> ask_team(task, team, wait_seconds=0): the job comes back queued
@@ -44,10 +45,14 @@ class CodingAgent:
     results: list[str] = field(default_factory=list)  # each conclave tool result as the model read it
 
     first_step: list[str] | None = None  # the conclave tools the first step offered without a search
+    waited: bool = False  # whether it asked Claude Code to wait for the conclave server once
 
     def __call__(self, request: RecordedRequest) -> Reply:
         offered = [name for name in _tool_names(request.body) if "conclave" in name]
         if not (offered or self._searchable(request.body)):
+            if not self.waited and "WaitForMcpServers" in _tool_names(request.body):
+                self.waited = True
+                return Reply(tool_calls=[("WaitForMcpServers", {"servers": ["conclave"]})])
             return Reply(text=json.dumps({"complexity_reasoning": "one delegation", "complexity_score": 10}))
         if self.first_step is None:
             self.first_step = offered

@@ -333,7 +333,8 @@ def test_the_installed_claude_code_version_is_asked_on_path(tmp_path: Path) -> N
 
 
 def test_a_claude_planted_in_the_project_is_never_run(dirs: tuple[Path, Path]) -> None:
-    """An empty or relative PATH entry means the working folder: a cloned repository's `./claude` would run."""
+    """An empty or relative PATH entry means the working folder: a cloned repository's `./claude` would
+    run."""
     project, _ = dirs
     planted = project / "claude"
     planted.write_text(f"#!/bin/sh\ntouch {project}/ran\necho 2.1.330\n")

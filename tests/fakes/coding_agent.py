@@ -6,7 +6,8 @@ request the way a model would:
 
     0. conclave still starting  -> wait for it (Claude Code offers WaitForMcpServers, and neither the tools
                                    nor ToolSearch, when its first request goes out before the server is up)
-    1. no tool result yet       -> search for the conclave tools (Claude Code: ToolSearch; Codex: tool_search),
+    1. no tool result yet       -> search for the conclave tools
+                                   (Claude Code: ToolSearch; Codex: tool_search),
                                    unless the request offers them already (Copilot: conclave-ask_team;
                                    Gemini CLI: mcp_conclave_ask_team)
     2. the tools are known      -> ask_team(task, team, wait_seconds=0): the job comes back queued

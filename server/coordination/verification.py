@@ -2,17 +2,23 @@
 
 Each check gets a fresh copy of the answer's snapshot (files/workspaces.py `check_copy`: the snapshot
 stays immutable), with the caller's protected test files put back first (files/protect.py, the team's
-`verify_protect`; the check then names what it put back, to voters and in the result) and its own new container with run_command's confinement (sandbox/container.py: no
-network whatever the team says, limits, a non-root user, processes reaped, output capped). With one
-context path the project folder is /workspace; with several, /workspace holds one folder each. Checks
-run beside the team's turns (a task of the orchestrator's task group), at most
-`CONCLAVE_VERIFY_CONCURRENCY` at once on the server, each within `CONCLAVE_VERIFY_TIMEOUT_S`.
-tests/test_verify.py runs them against a real Docker engine.
+`verify_protect`; the check then names what it put back, to voters and in the result). It runs in a
+warm check container of the job's, with run_command's confinement (sandbox/container.py: no network
+whatever the team says, limits, a non-root user, processes reaped, output capped): the job's first
+one is started beside the first turns (`warm`), another only when checks overlap, and each is
+removed with the job (`close`, also on cancel or failure). A container runs one check at a time, on
+its own folder refilled in place with the check's copy (files/check_slots.py), its /tmp and /dev/shm
+emptied first: nothing of one check reaches the next. With one context path the project folder is
+/workspace; with several, /workspace holds one folder each. Checks run beside the team's turns (tasks
+of the orchestrator's task group), at most `CONCLAVE_VERIFY_CONCURRENCY` at once on the server, each
+within `CONCLAVE_VERIFY_TIMEOUT_S`. tests/test_verify.py runs them against a real Docker engine;
+bench/bench_checks.py measures what a check costs beyond its command.
 """
 
 from __future__ import annotations
 
 import logging
+import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,12 +29,15 @@ import anyio.to_thread
 from conclave.config import Sandbox as SandboxSpec
 from conclave.coordination.reports import LINE_CHARS, TAIL_LINES, Check
 from conclave.errors import ConclaveError
+from conclave.files.check_slots import make_slot, refill
 from conclave.files.protect import DEFAULT_PROTECT, restore
 from conclave.files.removal import remove_tree
 from conclave.files.workspaces import Workspaces
 from conclave.sandbox.container import CommandResult, Sandbox
 
 logger = logging.getLogger(__name__)
+# Before each check, as the command's user: what an earlier check left where the container keeps it.
+CLEAN = "rm -rf /tmp/* /tmp/.[!.]* /tmp/..?* /dev/shm/* /dev/shm/.[!.]* /dev/shm/..?* 2>/dev/null; exec sh -c "
 
 
 @dataclass(frozen=True)
@@ -39,8 +48,16 @@ class CheckRun:
     output: str
 
 
+@dataclass(frozen=True)
+class _Box:
+    """A warm check container and the folder it mounts at /workspace."""
+
+    sandbox: Sandbox
+    slot: Path
+
+
 class Verifier:
-    """Runs one job's check command on answers' snapshots."""
+    """Runs one job's check command on answers' snapshots, in the job's warm check containers."""
 
     def __init__(
         self,
@@ -58,6 +75,28 @@ class Verifier:
         self.spec = spec.model_copy(update={"network": "none"})  # a check never gets the network
         self.timeout_s, self._limiter, self._factory = timeout_s, limiter, sandbox_factory
         self.protect = tuple(DEFAULT_PROTECT if protect is None else protect)
+        self._boxes: list[_Box] = []  # every container started, for `close`
+        self._idle: list[_Box] = []
+        self._warming: anyio.Event | None = None
+
+    async def warm(self) -> None:
+        """Start the job's first check container before its first answer (a task beside the turns). A
+        failure is only logged: the first check then starts its own and reports why it cannot."""
+        self._warming = anyio.Event()
+        try:
+            self._idle.append(await self._start())
+        except Exception:
+            logger.info("the check container of %s did not start ahead of its checks", self.job_id, exc_info=True)
+        finally:
+            self._warming.set()
+
+    async def close(self) -> None:
+        """Remove every check container of the job (safe to call twice)."""
+        boxes, self._boxes, self._idle = self._boxes, [], []
+        with anyio.CancelScope(shield=True):
+            async with anyio.create_task_group() as tg:
+                for box in boxes:
+                    tg.start_soon(box.sandbox.stop)
 
     async def run(self, label: str) -> CheckRun:
         """Check answer `label`; a check that cannot run is an `error` check, never an exception."""
@@ -76,16 +115,42 @@ class Verifier:
 
     async def _run(self, label: str) -> tuple[CommandResult, list[str]]:
         copy = await self.workspaces.check_copy(label)
-        sandbox = self._factory()
         try:
             protected = await anyio.to_thread.run_sync(self._protect, copy, abandon_on_cancel=True)
-            await sandbox.start(self.workspaces.rooted(copy), {}, self.job_id, f"check-{label}", self.spec)
-            return await sandbox.exec(self.command, self.timeout_s), protected
-        finally:
+            box = await self._take()
+        except BaseException:
             with anyio.CancelScope(shield=True):
-                await sandbox.stop()
                 await anyio.to_thread.run_sync(remove_tree, copy)
+            raise
+        kept = False
+        try:
+            await anyio.to_thread.run_sync(refill, box.slot, copy, self.workspaces.rooted(copy))
+            result = await box.sandbox.exec(CLEAN + shlex.quote(self.command), self.timeout_s)
+            kept = True
+            return result, protected
+        finally:
+            if kept:
+                self._idle.append(box)
+            else:  # failed or cancelled part way: this container is not trusted with another check
+                with anyio.CancelScope(shield=True):
+                    await box.sandbox.stop()
 
+    async def _take(self) -> _Box:
+        """An idle check container; the one `warm` is starting if none is idle yet, else a new one."""
+        if not self._idle and self._warming is not None and not self._warming.is_set():
+            await self._warming.wait()
+        if self._idle:
+            return self._idle.pop()
+        return await self._start()
+
+    async def _start(self) -> _Box:
+        number = len(self._boxes) + 1
+        checks, owner = self.workspaces.job_dir / "checks", self.workspaces.agent_owner
+        slot = await anyio.to_thread.run_sync(make_slot, checks, number, owner)
+        box = _Box(self._factory(), slot)
+        self._boxes.append(box)
+        await box.sandbox.start(slot, {}, self.job_id, f"check-{number}", self.spec)
+        return box
 
     def _protect(self, copy: Path) -> list[str]:
         """Put the caller's protected files back in the check copy, per context folder (files/protect.py)."""

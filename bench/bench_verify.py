@@ -78,9 +78,14 @@ async def one_job(root: Path, latency: float, verify: str | None, concurrency: i
             events = await service.store.events(view.job_id)
     assert view.state == "completed", view.text()
     durations = [e.data["duration_s"] for e in events if e.kind == "checked"]
+    started = {e.data["label"]: e.at for e in events if e.kind == "check_started"}
+    overheads = [e.at - started[e.data["label"]] - (e.data["duration_s"] or 0) for e in events if e.kind == "checked"]
+    errors = [e.data for e in events if e.kind == "checked" and e.data["status"] == "error"]
+    assert not errors, errors
     return {"wall_s": wall, "requests": len(fakes.script.requests), "tokens": view.usage.tokens,
             "winner_passed": bool(view.winner_check and view.winner_check.startswith("passed")),
-            "checks": len(durations), "check_command_s": durations, "max_check_containers": seen}
+            "checks": len(durations), "check_command_s": durations, "max_check_containers": seen,
+            "overheads_s": overheads}
 
 
 def med(rows: list[dict[str, Any]], key: str) -> float:

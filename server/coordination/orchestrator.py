@@ -117,8 +117,8 @@ class Orchestrator:
             await self._emit("started", agents=agents)
             async with anyio.create_task_group() as tg, send, receive:
                 tg.start_soon(self._deadline, send.clone(), deadline)
-                if self.verifier is not None:  # its first check container, while the agents work
-                    tg.start_soon(self.verifier.warm)
+                if self.verifier is not None:  # the check containers, while the agents work
+                    tg.start_soon(self.verifier.warm, min(len(self.members), self.verifier.concurrency))
                 if self.budget.limited:
                     tg.start_soon(self.budget.watch, send.clone())
                 while (early := _pending(receive)) is not None:  # notes that came before the first turns

@@ -18,6 +18,7 @@ bench/bench_checks.py measures what a check costs beyond its command.
 from __future__ import annotations
 
 import logging
+import math
 import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -76,23 +77,37 @@ class Verifier:
         self.timeout_s, self._limiter, self._factory = timeout_s, limiter, sandbox_factory
         self.protect = tuple(DEFAULT_PROTECT if protect is None else protect)
         self._boxes: list[_Box] = []  # every container started, for `close`
-        self._idle: list[_Box] = []
-        self._warming: anyio.Event | None = None
+        # idle containers, and None for one `warm` could not start (its waiter then starts its own)
+        self._put, self._idle = anyio.create_memory_object_stream[_Box | None](math.inf)
+        self._coming = self._waiting = self._started = 0  # being warmed; checks waiting for one; numbers
 
-    async def warm(self) -> None:
-        """Start the job's first check container before its first answer (a task beside the turns). A
-        failure is only logged: the first check then starts its own and reports why it cannot."""
-        self._warming = anyio.Event()
+    @property
+    def concurrency(self) -> int:
+        """How many checks may run at once on the server (CONCLAVE_VERIFY_CONCURRENCY)."""
+        return int(self._limiter.total_tokens)
+
+    async def warm(self, count: int = 1) -> None:
+        """Start `count` check containers before the first answers (a task beside the turns): as many
+        as checks may run at once, so none waits for a container to start. A failure is only logged:
+        a check then starts its own, and reports why it cannot."""
+        self._coming += count
+        async with anyio.create_task_group() as tg:
+            for _ in range(count):
+                tg.start_soon(self._warm_one)
+
+    async def _warm_one(self) -> None:
+        box = None
         try:
-            self._idle.append(await self._start())
+            box = await self._start()
         except Exception:
-            logger.info("the check container of %s did not start ahead of its checks", self.job_id, exc_info=True)
+            logger.info("a check container of %s did not start ahead of its checks", self.job_id, exc_info=True)
         finally:
-            self._warming.set()
+            self._coming -= 1
+            self._put.send_nowait(box)
 
     async def close(self) -> None:
         """Remove every check container of the job (safe to call twice)."""
-        boxes, self._boxes, self._idle = self._boxes, [], []
+        boxes, self._boxes = self._boxes, []
         with anyio.CancelScope(shield=True):
             async with anyio.create_task_group() as tg:
                 for box in boxes:
@@ -130,21 +145,28 @@ class Verifier:
             return result, protected
         finally:
             if kept:
-                self._idle.append(box)
+                self._put.send_nowait(box)
             else:  # failed or cancelled part way: this container is not trusted with another check
                 with anyio.CancelScope(shield=True):
                     await box.sandbox.stop()
 
     async def _take(self) -> _Box:
-        """An idle check container; the one `warm` is starting if none is idle yet, else a new one."""
-        if not self._idle and self._warming is not None and not self._warming.is_set():
-            await self._warming.wait()
-        if self._idle:
-            return self._idle.pop()
-        return await self._start()
+        """An idle check container; else one `warm` is starting, if it has one for this check; else a new one."""
+        try:
+            box = self._idle.receive_nowait()
+        except anyio.WouldBlock:
+            box = None
+            if self._coming > self._waiting:
+                self._waiting += 1
+                try:
+                    box = await self._idle.receive()
+                finally:
+                    self._waiting -= 1
+        return box if box is not None else await self._start()
 
     async def _start(self) -> _Box:
-        number = len(self._boxes) + 1
+        self._started += 1
+        number = self._started  # taken before any await: checks may start containers at once
         checks, owner = self.workspaces.job_dir / "checks", self.workspaces.agent_owner
         slot = await anyio.to_thread.run_sync(make_slot, checks, number, owner)
         box = _Box(self._factory(), slot)

@@ -5,7 +5,8 @@
 The code at REF is exported (`git archive`) to a temporary folder, and each measurement runs in a child
 process, once on that code and once on this checkout's, alternately, so the machine's load hits both
 alike. Measured, against the real Docker engine and the fake providers through the real SDKs:
-- `run_command`: a warm container's `exec("true")`, p50 and p90 (sandbox/container.py);
+- `run_command`: a warm container's `exec("true")`, p50 and p90 (sandbox/container.py), beside one bare
+  engine exec of `true` (create, start, inspect: the floor any command pays);
 - a check's cost beyond its command: `Verifier.run` of `true` on an answer's snapshot, wall time (the
   command itself takes nothing), the job's warm container started ahead as the orchestrator does;
 - the end-to-end job of tests/test_verify.py (three agents fix calc.py and vote, bench/bench_verify.py)
@@ -56,20 +57,33 @@ async def run_command() -> dict[str, float]:
     from conclave.config import Sandbox as SandboxSpec
     from conclave.sandbox.container import Sandbox, connect
 
-    samples = []
+    import anyio.to_thread
+
+    samples, floor = [], []
     with tempfile.TemporaryDirectory() as tmp:
         sandbox = Sandbox(connect())
         try:
             await sandbox.start(Path(tmp), {}, "cj-bench", "A", SandboxSpec())
             await sandbox.exec("true", timeout_s=10)
-            for _ in range(EXECS):
+            api, user = sandbox._client.api, f"{sandbox.uid}:{sandbox.gid}"
+
+            def bare() -> None:  # one engine exec of `true` and nothing else: what any command costs
+                exec_id = api.exec_create(sandbox.container.id, ["true"], user=user)
+                api.exec_start(exec_id["Id"])
+                api.exec_inspect(exec_id["Id"])
+
+            for _ in range(EXECS):  # alternately, so the load hits both alike
                 started = time.perf_counter()
                 assert (await sandbox.exec("true", timeout_s=10)).exit_code == 0
                 samples.append(time.perf_counter() - started)
+                started = time.perf_counter()
+                await anyio.to_thread.run_sync(bare)
+                floor.append(time.perf_counter() - started)
         finally:
             await sandbox.stop()
     return {"p50_ms": round(statistics.median(samples) * 1000, 1),
-            "p90_ms": round(statistics.quantiles(samples, n=10)[-1] * 1000, 1)}
+            "p90_ms": round(statistics.quantiles(samples, n=10)[-1] * 1000, 1),
+            "bare_engine_exec_p50_ms": round(statistics.median(floor) * 1000, 1)}
 
 
 async def check_cost() -> dict[str, float]:

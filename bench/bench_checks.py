@@ -198,6 +198,9 @@ def main() -> None:
     result: dict[str, Any] = {"before": f"{args.before} ({commit})", "after": "this branch", "run_command": {
         **found["run_command"], "p50_after_to_before": ratio(found["run_command"]["after"]["p50_ms"],
                                                             found["run_command"]["before"]["p50_ms"])}}
+    for name in ("before", "after"):  # the machine's load moves both; this ratio much less
+        row = found["run_command"][name]
+        row["p50_to_bare_engine_exec"] = ratio(row["p50_ms"], row["bare_engine_exec_p50_ms"])
     result["check_true"] = {**found["check_cost"], "p50_after_to_before": ratio(
         found["check_cost"]["after"]["p50_ms"], found["check_cost"]["before"]["p50_ms"])}
     for latency in LATENCIES:

@@ -33,7 +33,12 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results" / "checks.json"
-PACKAGES = {"conclave": "server", "conclave.configs": "configs", "conclave.skills": "skills", "conclave.tools": "tools"}
+PACKAGES = {
+    "conclave": "server",
+    "conclave.configs": "configs",
+    "conclave.skills": "skills",
+    "conclave.tools": "tools",
+}
 EXECS, CHECKS, JOBS = 30, 12, 3
 LATENCIES = (0.0, 1.0)
 
@@ -48,16 +53,17 @@ class _Tree(importlib.abc.MetaPathFinder):
         if fullname not in PACKAGES:
             return None
         folder = self.root / PACKAGES[fullname]
-        return importlib.util.spec_from_file_location(fullname, folder / "__init__.py",
-                                                      submodule_search_locations=[str(folder)])
+        return importlib.util.spec_from_file_location(
+            fullname, folder / "__init__.py", submodule_search_locations=[str(folder)]
+        )
 
 
 # The child: one measurement on one tree --------------------------------------------------------------
 async def run_command() -> dict[str, float]:
+    import anyio.to_thread
+
     from conclave.config import Sandbox as SandboxSpec
     from conclave.sandbox.container import Sandbox, connect
-
-    import anyio.to_thread
 
     samples, floor = [], []
     with tempfile.TemporaryDirectory() as tmp:
@@ -81,9 +87,11 @@ async def run_command() -> dict[str, float]:
                 floor.append(time.perf_counter() - started)
         finally:
             await sandbox.stop()
-    return {"p50_ms": round(statistics.median(samples) * 1000, 1),
-            "p90_ms": round(statistics.quantiles(samples, n=10)[-1] * 1000, 1),
-            "bare_engine_exec_p50_ms": round(statistics.median(floor) * 1000, 1)}
+    return {
+        "p50_ms": round(statistics.median(samples) * 1000, 1),
+        "p90_ms": round(statistics.quantiles(samples, n=10)[-1] * 1000, 1),
+        "bare_engine_exec_p50_ms": round(statistics.median(floor) * 1000, 1),
+    }
 
 
 async def check_cost() -> dict[str, float]:
@@ -106,8 +114,9 @@ async def check_cost() -> dict[str, float]:
         await workspaces.prepare([ContextPath(path=str(project))])
         await workspaces.create(["A"])
         await workspaces.snapshot("A", "A1")
-        verifier = Verifier("cj-bench", "true", workspaces, SandboxSpec(), timeout_s=30,
-                            limiter=anyio.CapacityLimiter(1))
+        verifier = Verifier(
+            "cj-bench", "true", workspaces, SandboxSpec(), timeout_s=30, limiter=anyio.CapacityLimiter(1)
+        )
         try:
             if hasattr(verifier, "warm"):  # as the orchestrator does beside the first turns
                 await verifier.warm()
@@ -119,8 +128,10 @@ async def check_cost() -> dict[str, float]:
         finally:
             if hasattr(verifier, "close"):
                 await verifier.close()
-    return {"p50_ms": round(statistics.median(samples) * 1000, 1),
-            "p90_ms": round(statistics.quantiles(samples, n=10)[-1] * 1000, 1)}
+    return {
+        "p50_ms": round(statistics.median(samples) * 1000, 1),
+        "p90_ms": round(statistics.quantiles(samples, n=10)[-1] * 1000, 1),
+    }
 
 
 async def jobs(latency: float) -> dict[str, Any]:
@@ -159,8 +170,13 @@ def child(part: str, tree: Path) -> None:
 
 # The parent: export the old tree, alternate the children, write the ratios --------------------------
 def measure(part: str, tree: Path) -> dict[str, Any]:
-    done = subprocess.run([sys.executable, __file__, "--child", part, "--tree", str(tree)], capture_output=True,
-                          text=True, check=False, env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
+    done = subprocess.run(
+        [sys.executable, __file__, "--child", part, "--tree", str(tree)],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
+    )
     if done.returncode != 0:
         raise SystemExit(f"{part} on {tree} failed:\n{done.stderr[-4000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -179,12 +195,17 @@ def main() -> None:
     if args.child:
         child(args.child, Path(args.tree))
         return
-    commit = subprocess.run(["git", "rev-parse", "--short", args.before], cwd=ROOT, capture_output=True, text=True,
-                            check=True).stdout.strip()
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", args.before], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.strip()
     with tempfile.TemporaryDirectory() as tmp:
         old = Path(tmp)
-        archive = subprocess.run(["git", "archive", args.before, *sorted(set(PACKAGES.values())), "tests", "bench"],
-                                 cwd=ROOT, capture_output=True, check=True).stdout
+        archive = subprocess.run(
+            ["git", "archive", args.before, *sorted(set(PACKAGES.values())), "tests", "bench"],
+            cwd=ROOT,
+            capture_output=True,
+            check=True,
+        ).stdout
         with tarfile.open(fileobj=__import__("io").BytesIO(archive)) as tar:
             tar.extractall(old, filter="data")
         trees = {"before": old, "after": ROOT}
@@ -195,14 +216,25 @@ def main() -> None:
             for name, tree in trees.items():
                 found[part][name] = measure(part, tree)
                 print(part, name, found[part][name], flush=True)
-    result: dict[str, Any] = {"before": f"{args.before} ({commit})", "after": "this branch", "run_command": {
-        **found["run_command"], "p50_after_to_before": ratio(found["run_command"]["after"]["p50_ms"],
-                                                            found["run_command"]["before"]["p50_ms"])}}
+    result: dict[str, Any] = {
+        "before": f"{args.before} ({commit})",
+        "after": "this branch",
+        "run_command": {
+            **found["run_command"],
+            "p50_after_to_before": ratio(
+                found["run_command"]["after"]["p50_ms"], found["run_command"]["before"]["p50_ms"]
+            ),
+        },
+    }
     for name in ("before", "after"):  # the machine's load moves both; this ratio much less
         row = found["run_command"][name]
         row["p50_to_bare_engine_exec"] = ratio(row["p50_ms"], row["bare_engine_exec_p50_ms"])
-    result["check_true"] = {**found["check_cost"], "p50_after_to_before": ratio(
-        found["check_cost"]["after"]["p50_ms"], found["check_cost"]["before"]["p50_ms"])}
+    result["check_true"] = {
+        **found["check_cost"],
+        "p50_after_to_before": ratio(
+            found["check_cost"]["after"]["p50_ms"], found["check_cost"]["before"]["p50_ms"]
+        ),
+    }
     for latency in LATENCIES:
         part = found[f"jobs:{latency:g}"]
         summary = {}
@@ -213,7 +245,8 @@ def main() -> None:
                 "tokens_with_to_without": ratio(row["with"]["tokens"], row["without"]["tokens"]),
                 "wall_with_to_without": ratio(row["with"]["wall_s"], row["without"]["wall_s"]),
                 "check_overhead_per_answer_ms_p50": row["check_overhead_per_answer_ms_p50"],
-                "winner_passed": row["winner_passed"], "raw": {k: row[k] for k in ("with", "without")},
+                "winner_passed": row["winner_passed"],
+                "raw": {k: row[k] for k in ("with", "without")},
             }
         result[f"job_{latency:g}s_per_reply"] = summary
     result["note"] = (

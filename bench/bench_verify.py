@@ -79,7 +79,8 @@ async def one_job(root: Path, latency: float, verify: str | None, concurrency: i
     assert view.state == "completed", view.text()
     durations = [e.data["duration_s"] for e in events if e.kind == "checked"]
     started = {e.data["label"]: e.at for e in events if e.kind == "check_started"}
-    overheads = [e.at - started[e.data["label"]] - (e.data["duration_s"] or 0) for e in events if e.kind == "checked"]
+    checked = [e for e in events if e.kind == "checked"]
+    overheads = [e.at - started[e.data["label"]] - (e.data["duration_s"] or 0) for e in checked]
     errors = [e.data for e in events if e.kind == "checked" and e.data["status"] == "error"]
     assert not errors, errors
     return {"wall_s": wall, "requests": len(fakes.script.requests), "tokens": view.usage.tokens,

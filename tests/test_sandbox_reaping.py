@@ -18,7 +18,10 @@ from conclave.sandbox.leftovers import REAP, cgroup_of, nothing_left
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("docker_image")]
 # the names of the command user's processes but the lister and its `timeout`
-LIST_MINE = 'for d in /proc/[0-9]*; do p=${d#/proc/}; [ -O "$d" ] && [ $p != $$ ] && [ $p != $PPID ] && cat $d/comm; done; true'
+LIST_MINE = (
+    'for d in /proc/[0-9]*; do p=${d#/proc/}; [ -O "$d" ] && [ $p != $$ ] && [ $p != $PPID ] && cat $d/comm; '
+    "done; true"
+)
 
 
 class CountingApi:
@@ -44,14 +47,18 @@ async def counted(tmp_path: Path) -> AsyncIterator[tuple[Sandbox, CountingApi]]:
     try:
         await sandbox.start(tmp_path, {}, "cj-test", "A", SandboxSpec(memory="256m", cpus=1, pids=64))
         if cgroup_of(sandbox.container.id) is None:
-            pytest.skip("this host cannot see the container's pids cgroup: every command is reaped by an exec")
+            pytest.skip(
+                "this host cannot see the container's pids cgroup: every command is reaped by an exec"
+            )
         yield sandbox, api
     finally:
         with anyio.CancelScope(shield=True):
             await sandbox.stop()
 
 
-async def test_a_command_that_leaves_nothing_costs_no_reaping_exec(counted: tuple[Sandbox, CountingApi]) -> None:
+async def test_a_command_that_leaves_nothing_costs_no_reaping_exec(
+    counted: tuple[Sandbox, CountingApi],
+) -> None:
     sandbox, api = counted
     for command in ("true", "echo hi > /workspace/a.txt", "sleep 0.1 & wait"):
         assert (await sandbox.exec(command, timeout_s=10)).exit_code == 0
@@ -68,7 +75,9 @@ async def test_what_a_command_leaves_is_still_reaped(counted: tuple[Sandbox, Cou
     assert (await sandbox.exec(LIST_MINE, timeout_s=10)).stdout == ""
 
 
-async def test_only_the_keeper_alone_counts_as_nothing_left(counted: tuple[Sandbox, CountingApi], tmp_path: Path) -> None:
+async def test_only_the_keeper_alone_counts_as_nothing_left(
+    counted: tuple[Sandbox, CountingApi], tmp_path: Path
+) -> None:
     """A running command, or a count the task list does not match (a fork in flight, a zombie), is not
     'nothing left'; the keeper alone is."""
     sandbox, _ = counted

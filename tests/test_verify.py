@@ -7,6 +7,7 @@ sandbox image (.ci/run provides both)."""
 
 from __future__ import annotations
 
+import os
 import re
 import threading
 from pathlib import Path
@@ -235,3 +236,43 @@ async def test_a_job_that_fails_removes_its_warm_check_container(
         view = await finished(service, view)
     assert view.state == "failed" and view.checks == {}
     assert client.containers.list(all=True, filters={"label": f"conclave.job={view.job_id}"}) == []
+
+
+async def test_checks_at_once_get_a_warm_container_each_and_later_ones_reuse_them(
+    tmp_path: Path, project: Path
+) -> None:
+    import docker
+
+    from conclave.config import Sandbox as SandboxSpec
+    from conclave.coordination.verification import Verifier
+    from conclave.files.contexts import ContextPath
+    from conclave.files.workspaces import Workspaces
+    from conclave.sandbox.container import container_user
+
+    workspaces = Workspaces(tmp_path / "job", agent_owner=container_user())
+    await workspaces.prepare([ContextPath(path=str(project))])
+    await workspaces.create(["A", "B"])
+    for letter in "AB":
+        await workspaces.snapshot(letter, f"{letter}1")
+    job_id = "cj-" + os.urandom(6).hex()
+    verifier = Verifier(job_id, "hostname; ls; sleep 1", workspaces, SandboxSpec(), timeout_s=30,
+                        limiter=anyio.CapacityLimiter(2))
+    runs: list[str] = []
+
+    async def check(label: str) -> None:
+        runs.append((await verifier.run(label)).output)
+
+    try:
+        await verifier.warm(2)
+        async with anyio.create_task_group() as tg:
+            for label in ("A1", "B1"):
+                tg.start_soon(check, label)
+        await check("B1")
+        hosts = [output.split("--- stdout ---\n", 1)[1].split()[0] for output in runs]
+        assert len(set(hosts[:2])) == 2 and hosts[2] in hosts[:2]  # two at once in two; the third reuses one
+        assert all(output.split()[-2:] == ["calc.py", "test_calc.py"] for output in runs)  # a fresh copy each
+        seen = docker.from_env().containers.list(filters={"label": f"conclave.job={job_id}"})
+        assert len(seen) == 2
+    finally:
+        await verifier.close()
+    assert docker.from_env().containers.list(all=True, filters={"label": f"conclave.job={job_id}"}) == []

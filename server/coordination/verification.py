@@ -38,7 +38,10 @@ from conclave.sandbox.container import CommandResult, Sandbox
 
 logger = logging.getLogger(__name__)
 # Before each check, as the command's user: what an earlier check left where the container keeps it.
-CLEAN = "rm -rf /tmp/* /tmp/.[!.]* /tmp/..?* /dev/shm/* /dev/shm/.[!.]* /dev/shm/..?* 2>/dev/null; exec sh -c "
+CLEAN = (
+    "rm -rf /tmp/* /tmp/.[!.]* /tmp/..?* /dev/shm/* /dev/shm/.[!.]* /dev/shm/..?* 2>/dev/null; "
+    "exec sh -c "
+)
 
 
 @dataclass(frozen=True)
@@ -100,7 +103,7 @@ class Verifier:
         try:
             box = await self._start()
         except Exception:
-            logger.info("a check container of %s did not start ahead of its checks", self.job_id, exc_info=True)
+            logger.info("a check container of %s did not start ahead", self.job_id, exc_info=True)
         finally:
             self._coming -= 1
             self._put.send_nowait(box)
@@ -151,7 +154,7 @@ class Verifier:
                     await box.sandbox.stop()
 
     async def _take(self) -> _Box:
-        """An idle check container; else one `warm` is starting, if it has one for this check; else a new one."""
+        """An idle container; else one `warm` is starting, if one is left for this check; else a new one."""
         try:
             box = self._idle.receive_nowait()
         except anyio.WouldBlock:

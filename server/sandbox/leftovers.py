@@ -24,8 +24,10 @@ from typing import Any
 
 # Where a container's cgroup with the pids controller lies on the host: v1 then v2, cgroupfs then systemd.
 CGROUPS = (
-    "/sys/fs/cgroup/pids/docker/{id}", "/sys/fs/cgroup/pids/system.slice/docker-{id}.scope",
-    "/sys/fs/cgroup/docker/{id}", "/sys/fs/cgroup/system.slice/docker-{id}.scope",
+    "/sys/fs/cgroup/pids/docker/{id}",
+    "/sys/fs/cgroup/pids/system.slice/docker-{id}.scope",
+    "/sys/fs/cgroup/docker/{id}",
+    "/sys/fs/cgroup/system.slice/docker-{id}.scope",
 )
 # Run as the command's user after a command: kill every process of that user but this shell (kill -1
 # spares the caller, PID 1 and other users' processes), then make sure none is left but zombies.

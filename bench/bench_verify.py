@@ -117,7 +117,8 @@ async def main() -> None:
                 "wall_s_median": med(jobs, "wall_s"),
             }
     result["note"] = ("wall time is submit to done in-process on a 2-core machine shared with other work; the "
-                      "check command is the test's unittest run in a fresh container per answer")
+                      "check command is the test's pytest run in the job's warm check containers (as many as "
+                      "checks may run at once); bench/results/checks.json has before and after")
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))

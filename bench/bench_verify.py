@@ -80,9 +80,21 @@ async def one_job(root: Path, latency: float, verify: str | None, concurrency: i
             events = await service.store.events(view.job_id)
     assert view.state == "completed", view.text()
     durations = [e.data["duration_s"] for e in events if e.kind == "checked"]
-    return {"wall_s": wall, "requests": len(fakes.script.requests), "tokens": view.usage.tokens,
-            "winner_passed": bool(view.winner_check and view.winner_check.startswith("passed")),
-            "checks": len(durations), "check_command_s": durations, "max_check_containers": seen}
+    started = {e.data["label"]: e.at for e in events if e.kind == "check_started"}
+    checked = [e for e in events if e.kind == "checked"]
+    overheads = [e.at - started[e.data["label"]] - (e.data["duration_s"] or 0) for e in checked]
+    errors = [e.data for e in events if e.kind == "checked" and e.data["status"] == "error"]
+    assert not errors, errors
+    return {
+        "wall_s": wall,
+        "requests": len(fakes.script.requests),
+        "tokens": view.usage.tokens,
+        "winner_passed": bool(view.winner_check and view.winner_check.startswith("passed")),
+        "checks": len(durations),
+        "check_command_s": durations,
+        "max_check_containers": seen,
+        "overheads_s": overheads,
+    }
 
 
 def med(rows: list[dict[str, Any]], key: str) -> float:
@@ -98,11 +110,14 @@ async def main() -> None:
             for _ in range(RUNS):  # alternate, so load on the shared machine hits both alike
                 runs["without"].append(await one_job(root, latency, None))
                 runs["with"].append(await one_job(root, latency, CHECK))
-            rows = {name: {key: med(jobs, key) for key in ("wall_s", "requests", "tokens")}
-                    for name, jobs in runs.items()}
+            rows = {
+                name: {key: med(jobs, key) for key in ("wall_s", "requests", "tokens")}
+                for name, jobs in runs.items()
+            }
             rows["with"]["winner_passed"] = all(job["winner_passed"] for job in runs["with"])
-            rows["with"]["check_command_s"] = round(statistics.median(
-                d for job in runs["with"] for d in job["check_command_s"]), 3)
+            rows["with"]["check_command_s"] = round(
+                statistics.median(d for job in runs["with"] for d in job["check_command_s"]), 3
+            )
             keys = ("wall_s", "requests", "tokens")
             ratio = {key: round(rows["with"][key] / rows["without"][key], 2) for key in keys}
             result["by_latency"][f"{latency:g}s per reply"] = {**rows, "ratio_with_to_without": ratio}
@@ -114,7 +129,8 @@ async def main() -> None:
             }
     result["note"] = (
         "wall time is submit to done in-process on a 2-core machine shared with other work; the "
-        "check command is the test's unittest run in a fresh container per answer"
+        "check command is the test's pytest run in the job's warm check containers (as many as "
+        "checks may run at once); bench/results/checks.json has before and after"
     )
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(result, indent=2) + "\n")

@@ -109,6 +109,9 @@ class ProtocolMachine(RuleBasedStateMachine):
     def pick(self, data: st.DataObject) -> StartTurn:
         return data.draw(st.sampled_from(sorted(self.turns.in_flight.values(), key=lambda t: t.letter)))
 
+    def votes(self) -> dict[str, object]:
+        return {letter: agent.vote for letter, agent in self.c.agents.items()}
+
     def end_turn(self, turn: StartTurn, event: object) -> list:
         """Apply an event that ends `turn` (the driver no longer runs it, whatever the protocol says)."""
         del self.turns.in_flight[turn.letter]
@@ -195,15 +198,18 @@ class ProtocolMachine(RuleBasedStateMachine):
         self.turns.checks.remove(label)
         self.turns.checked.add(label)
         current = self.c.latest.get(label[0]) is self.c.answer(label)
-        coordinating, version = self.c.phase == "coordinating", self.c.version
-        self.turns.track(self.c, self.c.apply(Verified(label, passed)))
+        coordinating, version, votes = self.c.phase == "coordinating", self.c.version, self.votes()
+        waiting = {letter for letter, agent in self.c.agents.items() if agent.waiting}
+        actions = self.c.apply(Verified(label, passed))
+        self.turns.track(self.c, actions)
+        started = {a.letter for a in actions if isinstance(a, StartTurn)}
         if coordinating:
             assert self.c.verdicts[label] == ("passed" if passed else "failed")
-            if current:  # a result for a current answer clears every vote, like a new answer
-                assert self.c.version == version + 1
-                assert all(agent.vote is None for agent in self.c.agents.values())
-            else:
-                assert self.c.version == version
+            assert self.c.version == version and votes == self.votes()  # a result is no new round
+            if self.c.pending() or not current:
+                assert not started, "a turn started while a current answer was being checked"
+            else:  # the last result in: every waiting agent gets its turn, once
+                assert started == waiting and not any(a.waiting for a in self.c.agents.values())
         assert self.c.apply(Verified(label, not passed)) == []  # a result counts once
         self.just_answered = False
 
@@ -337,6 +343,16 @@ class ProtocolMachine(RuleBasedStateMachine):
                 assert agent.failed_turns < self.c.max_failed_turns
 
     @invariant()
+    def every_vote_knows_every_result(self) -> None:
+        """While a current answer is being checked no vote stands and no turn of this round runs: the
+        agents wait (each with its next turn held back) and decide once the results are in."""
+        if self.c.pending() and self.c.phase == "coordinating":
+            assert all(agent.vote is None for agent in self.c.agents.values())
+            assert all(t.version < self.c.version for t in self.turns.in_flight.values())
+        for agent in self.c.agents.values():
+            assert agent.waiting is None or (agent.turn is None and agent.active and self.c.pending())
+
+    @invariant()
     def a_coordinating_job_never_stalls(self) -> None:
         if self.c.phase == "coordinating":
             waiting = set(self.c.pending()) <= set(self.turns.checks) and self.c.pending()
@@ -370,11 +386,11 @@ TestProtocolMachine = ProtocolMachine.TestCase
 
 # Every job ends ---------------------------------------------------------------------------------
 def step_bound(n: int, cap: int, max_failed: int, verify: bool = False) -> int:
-    """Most decisions a job can take. Versions: V <= n*cap + 1 (twice that with checks: each result for
-    a current answer bumps it too). Per agent: at most one valid vote and one stale re-ask per version,
+    """Most decisions a job can take. Versions: V <= n*cap + 1 (a check's result is no new version).
+    Per agent: at most one valid vote and one stale re-ask per version,
     one answer per version at most, and at most `max_failed` invalid votes between two successes (so
     max_failed * (V + 1)); plus one presentation, and one result per answer."""
-    versions = (2 if verify else 1) * n * cap + 1
+    versions = n * cap + 1
     return n * (2 * versions + max_failed * (versions + 1)) + 1 + (n * cap if verify else 0)
 
 

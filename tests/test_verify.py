@@ -7,7 +7,9 @@ sandbox image (.ci/run provides both)."""
 
 from __future__ import annotations
 
+import os
 import re
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -114,11 +116,11 @@ async def test_the_answer_that_passes_the_tests_wins_over_the_voters_favourite(
     assert (
         "-    return a - b\n+    return a + b\n" in patch and project.joinpath("calc.py").read_text() == CALC
     )
-    # voters saw both results beside the answers, and voted again after each one came back
+    # voters saw every result beside the answers and decided once: no turn showed a check still running
     prompts = [r.text() for r in fakes.script.requests if "verify passed in" in r.text()]
     assert any(re.search(rf"## Answer {bob}[^\\]*? - verify failed \(exit 1\): 1 failed", p) for p in prompts)
     assert any(re.search(rf"## Answer {ann}[^\\]*? - verify passed in \d", p) for p in prompts)
-    assert any("verify running" in r.text() for r in fakes.script.requests)
+    assert not any("verify running" in r.text() for r in fakes.script.requests) and len(prompts) == 3
     # read_workspace serves the whole output, the listing names it, the transcript records each check
     assert "FAILED test_calc.py::test_add - assert 6 == 5" in failing_output and failing_output.startswith(
         f"$ {CHECK}\n"
@@ -146,15 +148,17 @@ async def test_without_verify_the_voters_favourite_wins(
 
 
 CONFINED = (  # what a check tries: every line of its output is asserted below
-    "id -u; touch /workspace/left-by-check; echo gone > calc.py; "
+    "id -u; hostname; ls -A /tmp /dev/shm /workspace | grep -c left-by-check; "
+    "touch /workspace/left-by-check /tmp/left-by-check /dev/shm/left-by-check; echo gone > calc.py; "
     "python3 -c 'import socket; socket.create_connection((\"1.1.1.1\", 53), timeout=3)' 2>&1 | tail -1; "
     "(sleep 300 &) ; date +%s.%N; sleep 1; date +%s.%N"
 )
 
 
 async def test_a_check_is_confined_and_bounded(tmp_path: Path, fakes: FakeProviders, project: Path) -> None:
-    """No network, not root, on a copy (the snapshot keeps its files), processes reaped, one check at a
-    time with CONCLAVE_VERIFY_CONCURRENCY=1; a check over CONCLAVE_VERIFY_TIMEOUT_S fails as timed out."""
+    """No network, not root, on a fresh copy (the snapshot keeps its files; what an earlier check left
+    in the warm container is gone), processes reaped, one check at a time with
+    CONCLAVE_VERIFY_CONCURRENCY=1, in one container removed with the job."""
     for name in ("ann", "bob", "cy"):
         fakes.script.set_default(name, agent(name))
     team = str(write_team(tmp_path / "team.yaml", fakes, TRIO, coordination={"final": "reuse"}))
@@ -168,16 +172,19 @@ async def test_a_check_is_confined_and_bounded(tmp_path: Path, fakes: FakeProvid
             for label in view.checks
         }
         job_dir = service.job_dir(view.job_id)
-    spans = []
+    spans, hosts = [], set()
     for label, output in outputs.items():
         lines = output.split("--- stdout ---", 1)[1].split()
         assert lines[0] != "0" and "unreachable" in output.lower(), output  # not root; no network
+        assert lines[2] == "0", output  # no earlier check's files in /workspace, /tmp or /dev/shm
+        hosts.add(lines[1])
         spans.append((float(lines[-2]), float(lines[-1])))
         snapshot = job_dir / "snapshots" / label / "proj"
         assert not (snapshot / "left-by-check").exists() and "gone" not in (snapshot / "calc.py").read_text()
     spans.sort()
     assert all(end <= start for (_, end), (start, _) in zip(spans, spans[1:])), spans  # one at a time
     assert len(spans) == 3 and all(check.startswith("passed in ") for check in view.checks.values())
+    assert len(hosts) == 1  # the job's warm check container ran all three
     import docker
 
     left = docker.from_env().containers.list(all=True, filters={"label": f"conclave.job={view.job_id}"})
@@ -234,3 +241,73 @@ async def test_a_job_cancelled_while_its_checks_start_leaves_no_container(
         assert (await service.cancel(view.job_id)).state == "cancelled"
         left = docker.from_env().containers.list(all=True, filters={"label": f"conclave.job={view.job_id}"})
         assert left == [] and not (service.job_dir(view.job_id) / "checks").exists()
+
+
+async def test_a_job_that_fails_removes_its_warm_check_container(
+    tmp_path: Path, fakes: FakeProviders, project: Path
+) -> None:
+    """The job's first check container starts beside the first turns; every agent then fails, and the
+    container goes with the job."""
+    import docker
+
+    gate = threading.Event()
+    for name in ("ann", "bob", "cy"):
+        fakes.script.set_default(name, lambda request: Reply(status=401, error_message="bad key", gate=gate))
+    team = str(write_team(tmp_path / "team.yaml", fakes, TRIO))
+    client = docker.from_env()
+    async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV, retry=FAST) as service:
+        view = await service.submit(TASK, team, [{"path": str(project)}], verify=CHECK)
+        labels = {"label": [f"conclave.job={view.job_id}", "conclave.agent=check-1"]}
+        with anyio.fail_after(60):
+            while not await anyio.to_thread.run_sync(lambda: client.containers.list(filters=labels)):
+                await anyio.sleep(0.05)
+        gate.set()
+        view = await finished(service, view)
+    assert view.state == "failed" and view.checks == {}
+    assert client.containers.list(all=True, filters={"label": f"conclave.job={view.job_id}"}) == []
+
+
+async def test_checks_at_once_get_a_warm_container_each_and_later_ones_reuse_them(
+    tmp_path: Path, project: Path
+) -> None:
+    import docker
+
+    from conclave.config import Sandbox as SandboxSpec
+    from conclave.coordination.verification import Verifier
+    from conclave.files.contexts import ContextPath
+    from conclave.files.workspaces import Workspaces
+    from conclave.sandbox.container import container_user
+
+    workspaces = Workspaces(tmp_path / "job", agent_owner=container_user())
+    await workspaces.prepare([ContextPath(path=str(project))])
+    await workspaces.create(["A", "B"])
+    for letter in "AB":
+        await workspaces.snapshot(letter, f"{letter}1")
+    job_id = "cj-" + os.urandom(6).hex()
+    verifier = Verifier(
+        job_id,
+        "hostname; ls; sleep 1",
+        workspaces,
+        SandboxSpec(),
+        timeout_s=30,
+        limiter=anyio.CapacityLimiter(2),
+    )
+    runs: list[str] = []
+
+    async def check(label: str) -> None:
+        runs.append((await verifier.run(label)).output)
+
+    try:
+        await verifier.warm(2)
+        async with anyio.create_task_group() as tg:
+            for label in ("A1", "B1"):
+                tg.start_soon(check, label)
+        await check("B1")
+        hosts = [output.split("--- stdout ---\n", 1)[1].split()[0] for output in runs]
+        assert len(set(hosts[:2])) == 2 and hosts[2] in hosts[:2]  # two at once in two; the third reuses one
+        assert all(output.split()[-2:] == ["calc.py", "test_calc.py"] for output in runs)  # a fresh copy each
+        seen = docker.from_env().containers.list(filters={"label": f"conclave.job={job_id}"})
+        assert len(seen) == 2
+    finally:
+        await verifier.close()
+    assert docker.from_env().containers.list(all=True, filters={"label": f"conclave.job={job_id}"}) == []

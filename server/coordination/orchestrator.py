@@ -118,6 +118,8 @@ class Orchestrator:
             await self._emit("started", agents=agents)
             async with anyio.create_task_group() as tg, send, receive:
                 tg.start_soon(self._deadline, send.clone(), deadline)
+                if self.verifier is not None:  # the check containers, while the agents work
+                    tg.start_soon(self.verifier.warm, min(len(self.members), self.verifier.concurrency))
                 if self.budget.limited:
                     tg.start_soon(self.budget.watch, send.clone())
                 while (early := _pending(receive)) is not None:  # notes that came before the first turns
@@ -129,6 +131,8 @@ class Orchestrator:
         finally:
             self._send.close()  # a note from now on finds the job over (steer says so)
             with anyio.CancelScope(shield=True):
+                if self.verifier is not None:  # its containers mount folders of checks/
+                    await self.verifier.close()
                 if self.files is not None:
                     await self.files.close()
                 for member in self.members.values():

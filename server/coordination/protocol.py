@@ -9,9 +9,11 @@ log. Who wins is tally.py's (pure too). Rules, tested in tests/test_protocol.py 
   current version and names a current answer; else the agent gets a fresh turn (a wrong label is a
   failed turn, a stale one is not). A stale turn that has done no work and is not its agent's first
   answer is cancelled and restarted. An agent at `max_answers` may only vote.
-- Verification (`verify`): each accepted answer gets a `Verify` action and is pending until `Verified`,
-  which (for a current answer) clears every vote like a new answer: every vote knows every result. The
-  vote cannot end while a current answer is pending (a deadline or a stop can, naming what was pending).
+- Verification (`verify`): each accepted answer gets a `Verify` action and is pending until `Verified`.
+  While a current answer is pending no turn starts: the agent waits (`Deferred`), and every waiting
+  turn starts once the last current result is in. So every vote knows every result, and a result
+  clears no vote (voters are not paid twice). The vote cannot end while a current answer is pending
+  (a deadline or a stop can, naming what was pending).
 - `all_voted` ends when every active agent holds a vote; `majority` when one group holds votes from
   more than half of the active agents. The winner: tally.py. Consensus: a strict majority of the votes.
 - Ending early (deadline, all but one agent failed, a `Stop` such as a budget) picks the best-supported
@@ -53,7 +55,7 @@ from conclave.coordination.protocol_events import (
     VoteCast,
     WorkStarted,
 )
-from conclave.coordination.protocol_state import AgentState, Phase, Rule, Turn, Vote
+from conclave.coordination.protocol_state import AgentState, Deferred, Phase, Rule, Turn, Vote
 from conclave.coordination.tally import (
     Answer,
     Board,
@@ -173,7 +175,8 @@ class Coordination:
                 return self._on_vote(agent, event)
             case NoDecision():
                 if not agent.turn.corrective:
-                    return [self._start_turn(agent, corrective=True)]
+                    agent.turn = None
+                    return self._turn_or_wait(agent, corrective=True)
                 if event.text.strip():
                     return self._on_answer(agent, event.text, event.key)
                 return self._on_failed_turn(agent, "the turn ended with no text and no decision")
@@ -210,9 +213,14 @@ class Coordination:
         if self.verdicts.get(event.label) != "pending":
             return []  # unknown, or already known: a result counts once
         self.verdicts[event.label] = "passed" if event.passed else "failed"
-        if self.latest.get(event.label[0]) is not self.answer(event.label):
-            return []  # its author has posted again since: no vote can name it any more
-        return self._invalidate(f"the check of {event.label} came back")
+        if self.pending():
+            return []  # the turns wait for every current result
+        actions: list[Action] = []
+        for agent in self.active():  # no vote was cast since the answers changed: nothing to clear
+            if agent.waiting is not None:
+                deferred, agent.waiting = agent.waiting, None
+                actions.append(self._start_turn(agent, corrective=deferred.corrective, note=deferred.note))
+        return actions
 
     def _on_steer(self, note: str) -> list[Action]:
         self.notes = (*self.notes, note)
@@ -230,16 +238,18 @@ class Coordination:
             other.vote = None
             turn = other.turn
             if turn is None:
-                actions.append(self._start_turn(other, note=f"{why}; look again"))
+                actions += self._turn_or_wait(other, note=f"{why}; look again")
             elif turn.version < self.version and not turn.did_work and (other.answers > 0 or first_answers):
+                other.turn = None
                 actions.append(CancelTurn(other.letter, turn.turn_id))
-                actions.append(self._start_turn(other, note=f"{why} while you were thinking"))
+                actions += self._turn_or_wait(other, note=f"{why} while you were thinking")
         return actions
 
     def _on_vote(self, agent: AgentState, event: VoteCast) -> list[Action]:
         assert agent.turn is not None
         if agent.turn.version != self.version:
-            return [self._start_turn(agent, note="the answers changed since your vote; vote again")]
+            agent.turn = None
+            return self._turn_or_wait(agent, note="the answers changed since your vote; vote again")
         current = [answer.label for answer in self.latest_answers()]
         if event.label not in current:
             valid = ", ".join(current) or "none yet: post an answer"
@@ -253,7 +263,8 @@ class Coordination:
     def _on_failed_turn(self, agent: AgentState, error: str, *, fatal: bool = False) -> list[Action]:
         agent.failed_turns += 1
         if not fatal and agent.failed_turns < self.max_failed_turns:
-            return [self._start_turn(agent, note=error)]
+            agent.turn = None
+            return self._turn_or_wait(agent, note=error)
         agent.error, agent.turn, agent.vote = error, None, None
         active = self.active()
         if not active:
@@ -303,6 +314,7 @@ class Coordination:
             outcome = outcome.model_copy(update={"reason": reason})
         actions: list[Action] = []
         for agent in self.agents.values():
+            agent.waiting = None
             if agent.turn is not None:
                 actions.append(CancelTurn(agent.letter, agent.turn.turn_id))
                 agent.turn = None
@@ -315,6 +327,13 @@ class Coordination:
             self.phase = "done"
             actions.append(Finish(outcome, None))
         return actions
+
+    def _turn_or_wait(self, agent: AgentState, *, corrective: bool = False, note: str = "") -> list[Action]:
+        """The agent's next turn, or none yet while a current answer is being checked (it waits)."""
+        if self.pending():
+            agent.waiting = Deferred(note, corrective)
+            return []
+        return [self._start_turn(agent, corrective=corrective, note=note)]
 
     def _start_turn(self, agent: AgentState, *, corrective: bool = False, note: str = "") -> StartTurn:
         self._next_turn += 1

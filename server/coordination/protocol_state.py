@@ -28,6 +28,15 @@ class Turn:
     corrective: bool = False
 
 
+@dataclass(frozen=True)
+class Deferred:
+    """A turn held back while a current answer is being checked: it starts, as it was asked for, once
+    the results are in."""
+
+    note: str
+    corrective: bool = False
+
+
 @dataclass
 class AgentState:
     letter: str
@@ -36,6 +45,7 @@ class AgentState:
     turn: Turn | None = None
     failed_turns: int = 0
     error: str | None = None
+    waiting: Deferred | None = None  # with `verify`: its next turn, until the checks are in
 
     @property
     def active(self) -> bool:

@@ -2,17 +2,24 @@
 
 Each check gets a fresh copy of the answer's snapshot (files/workspaces.py `check_copy`: the snapshot
 stays immutable), with the caller's protected test files put back first (files/protect.py, the team's
-`verify_protect`; the check then names what it put back, to voters and in the result) and its own new container with run_command's confinement (sandbox/container.py: no
-network whatever the team says, limits, a non-root user, processes reaped, output capped). With one
-context path the project folder is /workspace; with several, /workspace holds one folder each. Checks
-run beside the team's turns (a task of the orchestrator's task group), at most
-`CONCLAVE_VERIFY_CONCURRENCY` at once on the server, each within `CONCLAVE_VERIFY_TIMEOUT_S`.
-tests/test_verify.py runs them against a real Docker engine.
+`verify_protect`; the check then names what it put back, to voters and in the result). It runs in a
+warm check container of the job's, with run_command's confinement (sandbox/container.py: no network
+whatever the team says, limits, a non-root user, processes reaped, output capped): the job's first
+one is started beside the first turns (`warm`), another only when checks overlap, and each is
+removed with the job (`close`, also on cancel or failure). A container runs one check at a time, on
+its own folder refilled in place with the check's copy (files/check_slots.py), its /tmp and /dev/shm
+emptied first: nothing of one check reaches the next. With one context path the project folder is
+/workspace; with several, /workspace holds one folder each. Checks run beside the team's turns (tasks
+of the orchestrator's task group), at most `CONCLAVE_VERIFY_CONCURRENCY` at once on the server, each
+within `CONCLAVE_VERIFY_TIMEOUT_S`. tests/test_verify.py runs them against a real Docker engine;
+bench/bench_checks.py measures what a check costs beyond its command.
 """
 
 from __future__ import annotations
 
 import logging
+import math
+import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,12 +30,18 @@ import anyio.to_thread
 from conclave.config import Sandbox as SandboxSpec
 from conclave.coordination.reports import LINE_CHARS, TAIL_LINES, Check
 from conclave.errors import ConclaveError
+from conclave.files.check_slots import make_slot, refill
 from conclave.files.protect import DEFAULT_PROTECT, restore
 from conclave.files.removal import remove_tree
 from conclave.files.workspaces import Workspaces
 from conclave.sandbox.container import CommandResult, Sandbox
 
 logger = logging.getLogger(__name__)
+# Before each check, as the command's user: what an earlier check left where the container keeps it.
+CLEAN = (
+    "rm -rf /tmp/* /tmp/.[!.]* /tmp/..?* /dev/shm/* /dev/shm/.[!.]* /dev/shm/..?* 2>/dev/null; "
+    "exec sh -c "
+)
 
 
 @dataclass(frozen=True)
@@ -39,8 +52,16 @@ class CheckRun:
     output: str
 
 
+@dataclass(frozen=True)
+class _Box:
+    """A warm check container and the folder it mounts at /workspace."""
+
+    sandbox: Sandbox
+    slot: Path
+
+
 class Verifier:
-    """Runs one job's check command on answers' snapshots."""
+    """Runs one job's check command on answers' snapshots, in the job's warm check containers."""
 
     def __init__(
         self,
@@ -58,6 +79,42 @@ class Verifier:
         self.spec = spec.model_copy(update={"network": "none"})  # a check never gets the network
         self.timeout_s, self._limiter, self._factory = timeout_s, limiter, sandbox_factory
         self.protect = tuple(DEFAULT_PROTECT if protect is None else protect)
+        self._boxes: list[_Box] = []  # every container started, for `close`
+        # idle containers, and None for one `warm` could not start (its waiter then starts its own)
+        self._put, self._idle = anyio.create_memory_object_stream[_Box | None](math.inf)
+        self._coming = self._waiting = self._started = 0  # being warmed; checks waiting for one; numbers
+
+    @property
+    def concurrency(self) -> int:
+        """How many checks may run at once on the server (CONCLAVE_VERIFY_CONCURRENCY)."""
+        return int(self._limiter.total_tokens)
+
+    async def warm(self, count: int = 1) -> None:
+        """Start `count` check containers before the first answers (a task beside the turns): as many
+        as checks may run at once, so none waits for a container to start. A failure is only logged:
+        a check then starts its own, and reports why it cannot."""
+        self._coming += count
+        async with anyio.create_task_group() as tg:
+            for _ in range(count):
+                tg.start_soon(self._warm_one)
+
+    async def _warm_one(self) -> None:
+        box = None
+        try:
+            box = await self._start()
+        except Exception:
+            logger.info("a check container of %s did not start ahead", self.job_id, exc_info=True)
+        finally:
+            self._coming -= 1
+            self._put.send_nowait(box)
+
+    async def close(self) -> None:
+        """Remove every check container of the job (safe to call twice)."""
+        boxes, self._boxes = self._boxes, []
+        with anyio.CancelScope(shield=True):
+            async with anyio.create_task_group() as tg:
+                for box in boxes:
+                    tg.start_soon(box.sandbox.stop)
 
     async def run(self, label: str) -> CheckRun:
         """Check answer `label`; a check that cannot run is an `error` check, never an exception."""
@@ -76,16 +133,49 @@ class Verifier:
 
     async def _run(self, label: str) -> tuple[CommandResult, list[str]]:
         copy = await self.workspaces.check_copy(label)
-        sandbox = self._factory()
         try:
             protected = await anyio.to_thread.run_sync(self._protect, copy, abandon_on_cancel=True)
-            await sandbox.start(self.workspaces.rooted(copy), {}, self.job_id, f"check-{label}", self.spec)
-            return await sandbox.exec(self.command, self.timeout_s), protected
-        finally:
+            box = await self._take()
+        except BaseException:
             with anyio.CancelScope(shield=True):
-                await sandbox.stop()
                 await anyio.to_thread.run_sync(remove_tree, copy)
+            raise
+        kept = False
+        try:
+            await anyio.to_thread.run_sync(refill, box.slot, copy, self.workspaces.rooted(copy))
+            result = await box.sandbox.exec(CLEAN + shlex.quote(self.command), self.timeout_s)
+            kept = True
+            return result, protected
+        finally:
+            if kept:
+                self._put.send_nowait(box)
+            else:  # failed or cancelled part way: this container is not trusted with another check
+                with anyio.CancelScope(shield=True):
+                    await box.sandbox.stop()
 
+    async def _take(self) -> _Box:
+        """An idle container; else one `warm` is starting, if one is left for this check; else a new one."""
+        try:
+            box = self._idle.receive_nowait()
+        except anyio.WouldBlock:
+            box = None
+            if self._coming > self._waiting:
+                self._waiting += 1
+                try:
+                    box = await self._idle.receive()
+                finally:
+                    self._waiting -= 1
+        return box if box is not None else await self._start()
+
+    async def _start(self) -> _Box:
+        self._started += 1
+        number = self._started  # taken before any await: checks may start containers at once
+        checks, owner = self.workspaces.job_dir / "checks", self.workspaces.agent_owner
+        slot = await anyio.to_thread.run_sync(make_slot, checks, number, owner)
+        box = _Box(self._factory(), slot)
+        self._boxes.append(box)
+        await box.sandbox.start(slot, {}, self.job_id, f"check-{number}", self.spec)
+        return box
 
     def _protect(self, copy: Path) -> list[str]:
         """Put the caller's protected files back in the check copy, per context folder (files/protect.py)."""

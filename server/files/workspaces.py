@@ -8,7 +8,8 @@
         agents/<letter>/   each agent's working copy, made from base/ by copying: never shares an inode
                            with base/ or a snapshot, since agents write here (bind-mounted at /workspace)
         snapshots/<label>/ the author's workspace at each new_answer (`B2`), immutable
-        checks/<label>-*/  a fresh, writable copy of a snapshot for its verification run, removed after it
+        checks/<label>-*/  a fresh, writable copy of a snapshot for its verification run, moved into
+                           checks/slot-<n>/ (what a check container mounts: files/check_slots.py)
         final/             the winner's workspace after presentation, immutable
         diff.patch         the winner's git-style patch over every context path, written at the end
         meta/<tree>        when base/ or a snapshot was captured (for safe reuse of unchanged files)

@@ -27,7 +27,9 @@ Choices:
 - Background processes do not outlive their command: after every command (and after a timeout) a second
   exec, as the command's user, runs `kill -KILL -1`, which reaches every process of that user in the
   container (`setsid` escapees included) but not the keeper, and checks /proc until none is left; if
-  that fails the container is restarted (tests/security/test_background.py races it).
+  that fails the container is restarted (tests/security/test_background.py races it). That exec is
+  skipped when the host sees, in the container's pids cgroup, that only the keeper is left
+  (leftovers.py): most commands leave nothing, and the exec cost as much as the command.
 - After every command the workspace is settled through files/safe.py's no-follow walk: setuid, setgid
   and world-write bits are cleared, every entry is handed to the command user (as root), and its size
   is measured for the job's disk budget (`CommandResult.workspace_bytes`).
@@ -68,6 +70,7 @@ from conclave.sandbox.engine import (
     sweep,
 )
 from conclave.sandbox.image import IMAGE_REPO, default_tag
+from conclave.sandbox.leftovers import cgroup_of, nothing_left, reap
 from conclave.sandbox.output import _Capped
 
 __all__ = [
@@ -91,22 +94,6 @@ ENVIRONMENT = {
 TMP = "rw,exec,nosuid,nodev,size=512m,mode=1777"  # /tmp (see the module docstring for why exec)
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 KEEPER = 65534  # nobody: the keeper's uid, never the commands' (see the module docstring)
-# Run as the command's user after each command: kill every process of that user but this shell (kill -1
-# spares the caller, PID 1 and other users' processes), then make sure none is left but zombies.
-REAP = r"""me=$$; i=0
-while [ $i -lt 50 ]; do
-  kill -KILL -1 2>/dev/null; left=
-  for d in /proc/[0-9]*; do
-    [ "${d#/proc/}" = "$me" ] && continue
-    [ -O "$d" ] || continue
-    read -r s < "$d/stat" 2>/dev/null || continue
-    case "$s" in *") Z "*) continue;; esac
-    left=1; break
-  done
-  [ -z "$left" ] && exit 0
-  i=$((i+1))
-done
-exit 1"""
 
 
 @dataclass(frozen=True)
@@ -161,6 +148,7 @@ class Sandbox:
 
     grace_s = GRACE_S
     output_cap = OUTPUT_CAP
+    reap_always = False  # True: never skip the reaping exec (a keeper that forks: member.py)
 
     def __init__(self, client: Any | None = None, owner: Owner = PROCESS_OWNER) -> None:
         self._client, self.owner = client, owner
@@ -168,6 +156,7 @@ class Sandbox:
         self._limiter: anyio.CapacityLimiter | None = None  # one command at a time, off the shared pool
         self.uid, self.gid = container_user()
         self._workspace: Path | None = None
+        self._cgroup: Path | None = None  # the container's pids cgroup on this host, once found
         # Bumped when an overrunning exec is abandoned and the container restarted: that exec's thread,
         # still running, must then neither reap nor restart (it would kill the next command's container).
         self._generation = 0
@@ -337,24 +326,22 @@ class Sandbox:
                 exit_code = api.exec_inspect(exec_id["Id"]).get("ExitCode")
             finally:
                 watched = watcher.finish()
-                if generation == self._generation:  # else abandoned: the container was restarted already
+                if generation == self._generation and not self._nothing_left():  # else abandoned: restarted
                     self._reap()
             return exit_code, out, err, self._settle(), watched
         except docker.errors.DockerException as exc:
             raise SandboxError(f"the command could not run in the sandbox: {exc}") from exc
 
-    def _reap(self) -> None:
-        """Kill every process the command left behind (see REAP); restart the container if any stays."""
-        import docker
+    def _nothing_left(self) -> bool:
+        """Whether the host sees only the keeper left in the container (leftovers.py); False when unsure."""
+        if self.reap_always:
+            return False
+        self._cgroup = self._cgroup or cgroup_of(self.container.id)
+        return self._cgroup is not None and nothing_left(self._cgroup)
 
-        api = self._client.api
-        try:
-            exec_id = api.exec_create(self.container.id, ["sh", "-c", REAP], user=f"{self.uid}:{self.gid}")
-            api.exec_start(exec_id["Id"])
-            reaped = api.exec_inspect(exec_id["Id"]).get("ExitCode") == 0
-        except docker.errors.APIError:
-            reaped = False
-        if not reaped:
+    def _reap(self) -> None:
+        """Kill every process the command left behind (leftovers.REAP); restart the container if any stays."""
+        if not reap(self._client.api, self.container.id, f"{self.uid}:{self.gid}"):
             self._restart()
 
     def _settle(self) -> Settled:

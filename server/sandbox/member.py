@@ -81,6 +81,8 @@ def member_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
 class MemberSandbox(Sandbox):
     """One CLI member's container for one job; `start`, `exec`, `stop` as for `Sandbox`."""
 
+    reap_always = True  # its keeper forks socat per connection: a count of tasks proves nothing here
+
     def __init__(
         self,
         client: Any | None,

@@ -1,0 +1,263 @@
+"""What checks and commands cost, before and after a change, measured in the same run.
+
+    python bench/bench_checks.py [--before REF]     # REF: the code to compare with (default: main)
+
+The code at REF is exported (`git archive`) to a temporary folder, and each measurement runs in a child
+process, once on that code and once on this checkout's, alternately, so the machine's load hits both
+alike. Measured, against the real Docker engine and the fake providers through the real SDKs:
+- `run_command`: a warm container's `exec("true")`, p50 and p90 (sandbox/container.py), beside one bare
+  engine exec of `true` (create, start, inspect: the floor any command pays);
+- a check's cost beyond its command: `Verifier.run` of `true` on an answer's snapshot, wall time (the
+  command itself takes nothing), the job's warm container started ahead as the orchestrator does;
+- the end-to-end job of tests/test_verify.py (three agents fix calc.py and vote, bench/bench_verify.py)
+  with and without `verify`: model requests and tokens, their ratios with/without, and per answer the
+  check's overhead from the job's events (check_started to checked, less the command's duration).
+Writes bench/results/checks.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.abc
+import importlib.util
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results" / "checks.json"
+PACKAGES = {
+    "conclave": "server",
+    "conclave.configs": "configs",
+    "conclave.skills": "skills",
+    "conclave.tools": "tools",
+}
+EXECS, CHECKS, JOBS = 30, 12, 3
+LATENCIES = (0.0, 1.0)
+
+
+class _Tree(importlib.abc.MetaPathFinder):
+    """Imports `conclave` from the given source tree, ahead of the installed (editable) one."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if fullname not in PACKAGES:
+            return None
+        folder = self.root / PACKAGES[fullname]
+        return importlib.util.spec_from_file_location(
+            fullname, folder / "__init__.py", submodule_search_locations=[str(folder)]
+        )
+
+
+# The child: one measurement on one tree --------------------------------------------------------------
+async def run_command() -> dict[str, float]:
+    import anyio.to_thread
+
+    from conclave.config import Sandbox as SandboxSpec
+    from conclave.sandbox.container import Sandbox, connect
+
+    samples, floor = [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        sandbox = Sandbox(connect())
+        try:
+            await sandbox.start(Path(tmp), {}, "cj-bench", "A", SandboxSpec())
+            await sandbox.exec("true", timeout_s=10)
+            api, user = sandbox._client.api, f"{sandbox.uid}:{sandbox.gid}"
+
+            def bare() -> None:  # one engine exec of `true` and nothing else: what any command costs
+                exec_id = api.exec_create(sandbox.container.id, ["true"], user=user)
+                api.exec_start(exec_id["Id"])
+                api.exec_inspect(exec_id["Id"])
+
+            for _ in range(EXECS):  # alternately, so the load hits both alike
+                started = time.perf_counter()
+                assert (await sandbox.exec("true", timeout_s=10)).exit_code == 0
+                samples.append(time.perf_counter() - started)
+                started = time.perf_counter()
+                await anyio.to_thread.run_sync(bare)
+                floor.append(time.perf_counter() - started)
+        finally:
+            await sandbox.stop()
+    return {
+        "p50_ms": round(statistics.median(samples) * 1000, 1),
+        "p90_ms": round(statistics.quantiles(samples, n=10)[-1] * 1000, 1),
+        "bare_engine_exec_p50_ms": round(statistics.median(floor) * 1000, 1),
+    }
+
+
+async def check_cost() -> dict[str, float]:
+    import anyio
+
+    from conclave.config import Sandbox as SandboxSpec
+    from conclave.coordination.verification import Verifier
+    from conclave.files.contexts import ContextPath
+    from conclave.files.workspaces import Workspaces
+    from conclave.sandbox.container import container_user
+
+    samples = []
+    with tempfile.TemporaryDirectory() as tmp:
+        project = Path(tmp, "proj")
+        project.mkdir()
+        for i in range(20):
+            (project / f"m{i}.py").write_text(f"X = {i}\n")
+        (project / "test_m.py").write_text("def test_x():\n    assert True\n")
+        workspaces = Workspaces(Path(tmp, "job"), agent_owner=container_user())
+        await workspaces.prepare([ContextPath(path=str(project))])
+        await workspaces.create(["A"])
+        await workspaces.snapshot("A", "A1")
+        verifier = Verifier(
+            "cj-bench", "true", workspaces, SandboxSpec(), timeout_s=30, limiter=anyio.CapacityLimiter(1)
+        )
+        try:
+            if hasattr(verifier, "warm"):  # as the orchestrator does beside the first turns
+                await verifier.warm()
+            for _ in range(CHECKS):
+                started = time.perf_counter()
+                run = await verifier.run("A1")
+                samples.append(time.perf_counter() - started)
+                assert run.check.passed, run.output
+        finally:
+            if hasattr(verifier, "close"):
+                await verifier.close()
+    return {
+        "p50_ms": round(statistics.median(samples) * 1000, 1),
+        "p90_ms": round(statistics.quantiles(samples, n=10)[-1] * 1000, 1),
+    }
+
+
+async def jobs(latency: float) -> dict[str, Any]:
+    from bench.bench_verify import one_job
+    from tests.test_verify import CHECK
+
+    rows: dict[str, list[dict[str, Any]]] = {"without": [], "with": []}
+    overheads: list[float] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for _ in range(JOBS):
+            rows["without"].append(await one_job(Path(tmp), latency, None))
+            job = await one_job(Path(tmp), latency, CHECK, concurrency=3)
+            rows["with"].append(job)
+            overheads += job["overheads_s"]
+    result: dict[str, Any] = {
+        name: {key: statistics.median(job[key] for job in runs) for key in ("requests", "tokens", "wall_s")}
+        for name, runs in rows.items()
+    }
+    result["check_overhead_per_answer_ms_p50"] = round(statistics.median(overheads) * 1000, 1)
+    result["winner_passed"] = all(job["winner_passed"] for job in rows["with"])
+    return result
+
+
+def child(part: str, tree: Path) -> None:
+    import anyio
+
+    sys.meta_path.insert(0, _Tree(tree))
+    sys.path.insert(0, str(ROOT))  # this checkout's bench and tests (the fakes, the job's script) for both
+    found = {"run_command": run_command, "check_cost": check_cost}
+    if part.startswith("jobs:"):
+        result = anyio.run(jobs, float(part.split(":", 1)[1]))
+    else:
+        result = anyio.run(found[part])
+    print(json.dumps(result))
+
+
+# The parent: export the old tree, alternate the children, write the ratios --------------------------
+def measure(part: str, tree: Path) -> dict[str, Any]:
+    done = subprocess.run(
+        [sys.executable, __file__, "--child", part, "--tree", str(tree)],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"{part} on {tree} failed:\n{done.stderr[-4000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def ratio(after: float, before: float) -> float:
+    return round(after / before, 2) if before else float("nan")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--before", default="main")
+    parser.add_argument("--child")
+    parser.add_argument("--tree")
+    args = parser.parse_args()
+    if args.child:
+        child(args.child, Path(args.tree))
+        return
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", args.before], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.strip()
+    with tempfile.TemporaryDirectory() as tmp:
+        old = Path(tmp)
+        archive = subprocess.run(
+            ["git", "archive", args.before, *sorted(set(PACKAGES.values())), "tests", "bench"],
+            cwd=ROOT,
+            capture_output=True,
+            check=True,
+        ).stdout
+        with tarfile.open(fileobj=__import__("io").BytesIO(archive)) as tar:
+            tar.extractall(old, filter="data")
+        trees = {"before": old, "after": ROOT}
+        parts = ["run_command", "check_cost", *(f"jobs:{latency:g}" for latency in LATENCIES)]
+        found: dict[str, dict[str, Any]] = {}
+        for part in parts:
+            found[part] = {}
+            for name, tree in trees.items():
+                found[part][name] = measure(part, tree)
+                print(part, name, found[part][name], flush=True)
+    result: dict[str, Any] = {
+        "before": f"{args.before} ({commit})",
+        "after": "this branch",
+        "run_command": {
+            **found["run_command"],
+            "p50_after_to_before": ratio(
+                found["run_command"]["after"]["p50_ms"], found["run_command"]["before"]["p50_ms"]
+            ),
+        },
+    }
+    for name in ("before", "after"):  # the machine's load moves both; this ratio much less
+        row = found["run_command"][name]
+        row["p50_to_bare_engine_exec"] = ratio(row["p50_ms"], row["bare_engine_exec_p50_ms"])
+    result["check_true"] = {
+        **found["check_cost"],
+        "p50_after_to_before": ratio(
+            found["check_cost"]["after"]["p50_ms"], found["check_cost"]["before"]["p50_ms"]
+        ),
+    }
+    for latency in LATENCIES:
+        part = found[f"jobs:{latency:g}"]
+        summary = {}
+        for name in ("before", "after"):
+            row = part[name]
+            summary[name] = {
+                "requests_with_to_without": ratio(row["with"]["requests"], row["without"]["requests"]),
+                "tokens_with_to_without": ratio(row["with"]["tokens"], row["without"]["tokens"]),
+                "wall_with_to_without": ratio(row["with"]["wall_s"], row["without"]["wall_s"]),
+                "check_overhead_per_answer_ms_p50": row["check_overhead_per_answer_ms_p50"],
+                "winner_passed": row["winner_passed"],
+                "raw": {k: row[k] for k in ("with", "without")},
+            }
+        result[f"job_{latency:g}s_per_reply"] = summary
+    result["note"] = (
+        "before and after measured alternately in one run on a 2-core machine shared with other work (load "
+        "average above 10 while it ran); check_true is Verifier.run of `true`: everything a check costs "
+        "beyond its command; check_overhead_per_answer is, in the end-to-end job, check_started to checked "
+        "less the command's own duration (which includes the exec)"
+    )
+    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()

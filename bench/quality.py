@@ -48,7 +48,7 @@ from conclave.jobs.service import JobService
 from conclave.settings import Settings
 
 sys.path.insert(0, str(Path(__file__).parent))
-from stats import mcnemar, wilson  # noqa: E402  (bench/ is not a package)
+from report import rows, table  # noqa: E402  (bench/ is not a package)
 
 HERE = Path(__file__).parent
 QUESTIONS = HERE / "questions" / "heldout.jsonl"
@@ -111,25 +111,31 @@ async def members_and_sc(team: Team, questions: list[dict[str, Any]], modes: set
         backends = [make(spec) for spec in team.agents]
         try:
             entries = [out["per_question"].setdefault(str(q["id"]), {"question": q["question"]}) for q in questions]
-            if "member" in modes:
-                for index, (question, entry) in enumerate(zip(questions, entries, strict=True)):
-                    for number, (spec, backend) in enumerate(zip(team.agents, backends, strict=True)):
-                        if f"member {number + 1}" not in entry:  # a resumed run keeps what it has
-                            entry[f"member {number + 1}"] = await ask(backend, spec, question["question"], 0.0,
-                                                                      spec.seed)
-                    save()
-                    print(f"[{index + 1}/{len(questions)}] members: {question['question']}", flush=True)
+            spec0, backend0 = team.agents[0], backends[0]
+
+            async def sample(question: dict[str, Any], entry: dict[str, Any], wanted: int) -> None:
+                samples = entry.setdefault("sc_samples", [])
+                while len(samples) < wanted:
+                    seed = (spec0.seed or 0) + 100 + len(samples)
+                    samples.append(await ask(backend0, spec0, question["question"], SC_TEMPERATURE, seed))
+
+            # Per question, each member and the 3 samples together: a run cut short leaves every baseline
+            # on the same questions. Then the cost-matched samples, whose number the team's tokens set.
+            for index, (question, entry) in enumerate(zip(questions, entries, strict=True)):
+                for number, (spec, backend) in enumerate(zip(team.agents, backends, strict=True)):
+                    if "member" in modes and f"member {number + 1}" not in entry:  # a resumed run keeps its own
+                        entry[f"member {number + 1}"] = await ask(backend, spec, question["question"], 0.0, spec.seed)
+                if "sc" in modes:
+                    await sample(question, entry, SC_SAMPLES)
+                save()
+                print(f"[{index + 1}/{len(questions)}] {'+'.join(sorted(modes - {'team'}))}: {question['question']}",
+                      flush=True)
             if "sc" in modes:
-                spec, backend = team.agents[0], backends[0]
-                for want in (SC_SAMPLES, None):  # the 3-sample baseline first: it sets the cost-matched K
-                    wanted = want or matched_samples(entries) or SC_SAMPLES
-                    for index, (question, entry) in enumerate(zip(questions, entries, strict=True)):
-                        samples = entry.setdefault("sc_samples", [])
-                        while len(samples) < wanted:
-                            seed = (spec.seed or 0) + 100 + len(samples)
-                            samples.append(await ask(backend, spec, question["question"], SC_TEMPERATURE, seed))
-                        save()
-                        print(f"[{index + 1}/{len(questions)}] sc@{wanted}: {question['question']}", flush=True)
+                wanted = matched_samples(entries) or SC_SAMPLES
+                for index, (question, entry) in enumerate(zip(questions, entries, strict=True)):
+                    await sample(question, entry, wanted)
+                    save()
+                    print(f"[{index + 1}/{len(questions)}] sc@{wanted}: {question['question']}", flush=True)
         finally:
             for backend in backends:
                 await backend.aclose()
@@ -197,42 +203,6 @@ def outcomes(questions: list[dict[str, Any]], per_question: dict[str, Any]) -> d
                                 "s": sum(s["s"] for s in samples)})
         add(f"sc@{n}" + (" (cost-matched)" if n == matched and n != SC_SAMPLES else ""), records)
     return modes
-
-
-def rows(modes: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
-    team = next(({r["i"]: r["ok"] for r in records} for label, records in modes.items()
-                 if label.startswith("team")), {})
-    out = []
-    for label, records in modes.items():
-        asked, right = len(records), sum(r["ok"] for r in records)
-        tokens = sum(r["in"] + r["out"] for r in records)
-        low, high = wilson(right, asked)
-        row: dict[str, Any] = {
-            "mode": label, "correct": right, "asked": asked, "accuracy": round(right / asked, 3),
-            "ci95": [round(low, 3), round(high, 3)], "input_tokens": sum(r["in"] for r in records),
-            "output_tokens": sum(r["out"] for r in records), "tokens_per_question": round(tokens / asked, 1),
-            "accuracy_per_1k_tokens": round((right / asked) / (tokens / asked / 1000), 3) if tokens else None,
-            "seconds": round(sum(r["s"] for r in records), 1),
-        }
-        both = [r for r in records if r["i"] in team]  # the paired test runs on the questions both answered
-        if team and not label.startswith("team") and both:
-            row["team_vs_this"] = {**mcnemar([team[r["i"]] for r in both], [r["ok"] for r in both]),
-                                   "questions": len(both)}
-        out.append(row)
-    return out
-
-
-def table(rows: list[dict[str, Any]]) -> str:
-    lines = [f"{'mode':<34} {'correct':>9} {'accuracy':>8} {'95% interval':>14} {'tok/q':>7} {'acc/1k tok':>10} "
-             f"{'team vs this: +/- (p)':>22}"]
-    for row in rows:
-        versus = row.get("team_vs_this")
-        paired = f"+{versus['a_only']}/-{versus['b_only']} (p={versus['p_value']:.3f})" if versus else ""
-        low, high = row["ci95"]
-        lines.append(f"{row['mode']:<34} {row['correct']:>4}/{row['asked']:<4} {row['accuracy']:>8.3f} "
-                     f"{f'{low:.2f}-{high:.2f}':>14} {row['tokens_per_question']:>7.0f} "
-                     f"{row['accuracy_per_1k_tokens'] or 0:>10.3f} {paired:>22}")
-    return "\n".join(lines)
 
 
 async def main() -> None:

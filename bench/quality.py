@@ -23,9 +23,11 @@ questions, and prints the table.
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import os
 import platform
+import random
 import sys
 import tempfile
 import time
@@ -35,8 +37,9 @@ from typing import Any
 
 import anyio
 
+from conclave.backends import bundled
 from conclave.backends.base import Message, Request
-from conclave.backends.local import LocalServers
+from conclave.backends.local import LocalServers, ServerOptions, model_file
 from conclave.backends.retry import RetryPolicy, complete
 from conclave.config import AgentSpec, Team, resolve_team
 from conclave.coordination.answers import answer_key, matches
@@ -45,19 +48,29 @@ from conclave.jobs.service import JobService
 from conclave.settings import Settings
 
 sys.path.insert(0, str(Path(__file__).parent))
-from stats import mcnemar, wilson  # noqa: E402  (bench/ is not a package)
+from report import rows, table  # noqa: E402  (bench/ is not a package)
 
 HERE = Path(__file__).parent
 QUESTIONS = HERE / "questions" / "heldout.jsonl"
 MODES = ("member", "sc", "team")
 SC_SAMPLES, SC_TEMPERATURE, SC_MAX = 3, 0.7, 40
+ORDER_SEED = 20261123
 
 
 def load(path: Path, split: str, limit: int | None) -> list[dict[str, Any]]:
     questions = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     if split != "all":
         questions = [q for q in questions if q.get("split", "test") == split]
-    return questions[:limit] if limit else questions
+    if limit:  # a random sample (fixed by ORDER_SEED), kept in file order: the file groups questions by kind
+        keep = {q["id"] for q in random.Random(ORDER_SEED).sample(questions, min(limit, len(questions)))}
+        questions = [q for q in questions if q["id"] in keep]
+    return questions
+
+
+def run_order(questions: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The order runs go through the questions: shuffled by a fixed seed, so that a run cut short has
+    covered a random sample of them, not the first kinds of the file."""
+    return random.Random(ORDER_SEED).sample(questions, len(questions))
 
 
 def correct(answer: str | None, question: dict[str, Any]) -> bool:
@@ -91,107 +104,112 @@ def matched_samples(entries: list[dict[str, Any]]) -> int | None:
     return max(SC_SAMPLES, min(SC_MAX, round(per_team / max(per_sample, 1))))
 
 
-async def members_and_sc(team: Team, questions: list[dict[str, Any]], modes: set[str], out: dict[str, Any]) -> None:
+async def members_and_sc(team: Team, questions: list[dict[str, Any]], modes: set[str], out: dict[str, Any],
+                         save: Any) -> None:
     async with LocalServers() as pool:
         make = endpoint_factory(os.environ, pool)
         backends = [make(spec) for spec in team.agents]
         try:
             entries = [out["per_question"].setdefault(str(q["id"]), {"question": q["question"]}) for q in questions]
-            if "member" in modes:
-                for index, (question, entry) in enumerate(zip(questions, entries, strict=True)):
-                    for number, (spec, backend) in enumerate(zip(team.agents, backends, strict=True)):
+            spec0, backend0 = team.agents[0], backends[0]
+
+            async def sample(question: dict[str, Any], entry: dict[str, Any], wanted: int) -> None:
+                samples = entry.setdefault("sc_samples", [])
+                while len(samples) < wanted:
+                    seed = (spec0.seed or 0) + 100 + len(samples)
+                    samples.append(await ask(backend0, spec0, question["question"], SC_TEMPERATURE, seed))
+
+            # Per question, each member and the 3 samples together: a run cut short leaves every baseline
+            # on the same questions. Then the cost-matched samples, whose number the team's tokens set.
+            for index, (question, entry) in enumerate(zip(questions, entries, strict=True)):
+                for number, (spec, backend) in enumerate(zip(team.agents, backends, strict=True)):
+                    if "member" in modes and f"member {number + 1}" not in entry:  # a resumed run keeps its own
                         entry[f"member {number + 1}"] = await ask(backend, spec, question["question"], 0.0, spec.seed)
-                    print(f"[{index + 1}/{len(questions)}] members: {question['question']}", flush=True)
+                if "sc" in modes:
+                    await sample(question, entry, SC_SAMPLES)
+                save()
+                print(f"[{index + 1}/{len(questions)}] {'+'.join(sorted(modes - {'team'}))}: {question['question']}",
+                      flush=True)
             if "sc" in modes:
-                spec, backend = team.agents[0], backends[0]
-                for want in (SC_SAMPLES, None):  # the 3-sample baseline first: it sets the cost-matched K
-                    wanted = want or matched_samples(entries) or SC_SAMPLES
-                    for index, (question, entry) in enumerate(zip(questions, entries, strict=True)):
-                        samples = entry.setdefault("sc_samples", [])
-                        while len(samples) < wanted:
-                            seed = (spec.seed or 0) + 100 + len(samples)
-                            samples.append(await ask(backend, spec, question["question"], SC_TEMPERATURE, seed))
-                        print(f"[{index + 1}/{len(questions)}] sc@{wanted}: {question['question']}", flush=True)
+                wanted = matched_samples(entries) or SC_SAMPLES
+                for index, (question, entry) in enumerate(zip(questions, entries, strict=True)):
+                    await sample(question, entry, wanted)
+                    save()
+                    print(f"[{index + 1}/{len(questions)}] sc@{wanted}: {question['question']}", flush=True)
         finally:
             for backend in backends:
                 await backend.aclose()
 
 
-async def team_runs(team_name: str, questions: list[dict[str, Any]], out: dict[str, Any]) -> None:
+async def team_runs(team: Team, team_name: str, questions: list[dict[str, Any]], out: dict[str, Any],
+                    save: Any) -> None:
+    """Each question as a job of a real JobService, the way `conclave ask` submits it; the bench holds one
+    reference to each local model's server for the whole run, so a job does not start and stop the
+    llama.cpp server around itself (the same server and scorer, only not reloaded per question)."""
+    options = {ServerOptions(model_file(a.model_name, a.model_path), bundled.chat_format(a.model_name, a.model_path))
+               for a in team.agents if a.provider == "local"}
     with tempfile.TemporaryDirectory(prefix="conclave-quality-") as home:
-        async with JobService.open(Settings(home=Path(home)), environ=dict(os.environ)) as service:
-            for index, question in enumerate(questions):
-                started = time.perf_counter()
-                view = await service.submit(question["question"], team_name)
-                while not view.done:
-                    view = await service.wait(view.job_id, 30)
-                wall = time.perf_counter() - started
-                entry = out["per_question"].setdefault(str(question["id"]), {"question": question["question"]})
-                ended = view.result  # None for a job cancelled or interrupted before it ended
-                entry["team"] = {"answer": view.answer, "state": view.state,
-                                 "consensus": ended.consensus if ended else None,
-                                 "winner": ended.winner if ended else None, "reason": ended.reason if ended else None,
-                                 "in": view.usage.input_tokens,
-                                 "out": view.usage.output_tokens, "s": round(wall, 3)}
-                ok = view.state == "completed" and correct(view.answer, question)
-                print(f"[{index + 1}/{len(questions)}] team {'ok ' if ok else 'BAD'} {wall:5.1f}s "
-                      f"{question['question']} -> {(view.answer or '')[:70]!r}", flush=True)
+        async with LocalServers() as pool:
+            held = [await pool.acquire(option) for option in options]
+            try:
+                async with JobService.open(Settings(home=Path(home)), environ=dict(os.environ),
+                                           backend_factory=endpoint_factory(os.environ, pool)) as service:
+                    for index, question in enumerate(questions):
+                        entry = out["per_question"].setdefault(str(question["id"]), {"question": question["question"]})
+                        if "team" in entry:  # a resumed run keeps what it has
+                            continue
+                        started = time.perf_counter()
+                        view = await service.submit(question["question"], team_name)
+                        while not view.done:
+                            view = await service.wait(view.job_id, 30)
+                        wall = time.perf_counter() - started
+                        ended = view.result  # None for a job cancelled or interrupted before it ended
+                        entry["team"] = {
+                            "answer": view.answer,
+                            "state": view.state,
+                            "consensus": ended.consensus if ended else None,
+                            "winner": ended.winner if ended else None,
+                            "reason": ended.reason if ended else None,
+                            "in": view.usage.input_tokens,
+                            "out": view.usage.output_tokens,
+                            "s": round(wall, 3),
+                        }
+                        save()
+                        ok = view.state == "completed" and correct(view.answer, question)
+                        print(f"[{index + 1}/{len(questions)}] team {'ok ' if ok else 'BAD'} {wall:5.1f}s "
+                              f"{question['question']} -> {(view.answer or '')[:70]!r}", flush=True)
+            finally:
+                for server in held:
+                    await pool.release(server)
 
 
 def outcomes(questions: list[dict[str, Any]], per_question: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
-    """Per mode, one record per question ({ok, in, out, s}); a mode appears only if it ran on all of them."""
+    """Per mode, one record per question it ran on ({i, ok, in, out, s}; i is the question's index). A mode
+    that has not run on every question yet is labelled with how many it covers (a run cut short, or
+    self-consistency's cost-matched samples still under way): its rows compare like with like."""
     entries = [per_question.get(str(q["id"]), {}) for q in questions]
     modes: dict[str, list[dict[str, Any]]] = {}
+
+    def add(label: str, records: list[dict[str, Any]]) -> None:
+        if records:
+            modes[label + ("" if len(records) == len(questions) else f" [{len(records)} of {len(questions)}]")] = records
+
     labels = sorted({k for e in entries for k in e if k.startswith("member ")})
     for label in [*labels, "team"]:
-        if all(label in e for e in entries):
-            modes[label] = [{**e[label], "ok": e[label].get("state", "completed") == "completed"
-                             and correct(e[label]["answer"], q)} for e, q in zip(entries, questions, strict=True)]
-    counts = sorted({len(e.get("sc_samples", [])) for e in entries})
+        add(label, [{**e[label], "i": i, "ok": e[label].get("state", "completed") == "completed"
+                     and correct(e[label]["answer"], q)}
+                    for i, (e, q) in enumerate(zip(entries, questions, strict=True)) if label in e])
     matched = matched_samples(entries)
     for n in sorted({SC_SAMPLES, *([matched] if matched else [])}):
-        if counts and counts[0] >= n:
-            label = f"sc@{n}" + (" (cost-matched)" if n == matched and n != SC_SAMPLES else "")
-            modes[label] = []
-            for e, q in zip(entries, questions, strict=True):
-                samples = e["sc_samples"][:n]
-                modes[label].append({"ok": correct(majority(samples, q["question"]), q),
-                                     "in": sum(s["in"] for s in samples), "out": sum(s["out"] for s in samples),
-                                     "s": sum(s["s"] for s in samples)})
+        records = []
+        for i, (e, q) in enumerate(zip(entries, questions, strict=True)):
+            samples = e.get("sc_samples", [])[:n]
+            if len(samples) == n:
+                records.append({"i": i, "ok": correct(majority(samples, q["question"]), q),
+                                "in": sum(s["in"] for s in samples), "out": sum(s["out"] for s in samples),
+                                "s": sum(s["s"] for s in samples)})
+        add(f"sc@{n}" + (" (cost-matched)" if n == matched and n != SC_SAMPLES else ""), records)
     return modes
-
-
-def rows(modes: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
-    team = [r["ok"] for r in modes.get("team", [])]
-    out = []
-    for label, records in modes.items():
-        asked, right = len(records), sum(r["ok"] for r in records)
-        tokens = sum(r["in"] + r["out"] for r in records)
-        low, high = wilson(right, asked)
-        row: dict[str, Any] = {
-            "mode": label, "correct": right, "asked": asked, "accuracy": round(right / asked, 3),
-            "ci95": [round(low, 3), round(high, 3)], "input_tokens": sum(r["in"] for r in records),
-            "output_tokens": sum(r["out"] for r in records), "tokens_per_question": round(tokens / asked, 1),
-            "accuracy_per_1k_tokens": round((right / asked) / (tokens / asked / 1000), 3) if tokens else None,
-            "seconds": round(sum(r["s"] for r in records), 1),
-        }
-        if team and label != "team":
-            row["team_vs_this"] = mcnemar(team, [r["ok"] for r in records])
-        out.append(row)
-    return out
-
-
-def table(rows: list[dict[str, Any]]) -> str:
-    lines = [f"{'mode':<22} {'correct':>9} {'accuracy':>8} {'95% interval':>14} {'tok/q':>7} {'acc/1k tok':>10} "
-             f"{'team vs this: +/- (p)':>22}"]
-    for row in rows:
-        versus = row.get("team_vs_this")
-        paired = f"+{versus['a_only']}/-{versus['b_only']} (p={versus['p_value']:.3f})" if versus else ""
-        low, high = row["ci95"]
-        lines.append(f"{row['mode']:<22} {row['correct']:>4}/{row['asked']:<4} {row['accuracy']:>8.3f} "
-                     f"{f'{low:.2f}-{high:.2f}':>14} {row['tokens_per_question']:>7.0f} "
-                     f"{row['accuracy_per_1k_tokens'] or 0:>10.3f} {paired:>22}")
-    return "\n".join(lines)
 
 
 async def main() -> None:
@@ -199,9 +217,11 @@ async def main() -> None:
     parser.add_argument("--team", default="local", help="a preset name or a team file (default: local)")
     parser.add_argument("--split", choices=("dev", "test", "all"), default="dev",
                         help="which questions: dev (tune here), test (report only), all")
-    parser.add_argument("--limit", type=int, help="only the first N questions")
+    parser.add_argument("--limit", type=int, help="a random sample of N questions (fixed seed), e.g. for a quick look or a short trial")
     parser.add_argument("--only", default=",".join(MODES), help="modes to run, comma-separated: member,sc,team")
     parser.add_argument("--questions", type=Path, default=QUESTIONS)
+    parser.add_argument("--reverse", action="store_true",
+                        help="members and samples from the last question back (a second process on a free core)")
     parser.add_argument("--label", default="", help="a suffix for the result file (e.g. a design under trial)")
     args = parser.parse_args()
     modes = {mode.strip() for mode in args.only.split(",") if mode.strip()}
@@ -211,26 +231,44 @@ async def main() -> None:
     questions = load(args.questions, args.split, args.limit)
     suffix = f"-{args.split}" + (f"-limit{args.limit}" if args.limit else "") + (f"-{args.label}" if args.label else "")
     path = HERE / "results" / f"quality-{team.name}{suffix}.json"
-    earlier = json.loads(path.read_text()) if path.exists() else {}
-    same = earlier.get("question_ids") == [q["id"] for q in questions]
-    out: dict[str, Any] = {"per_question": earlier.get("per_question", {}) if same else {}}
+    ids = [q["id"] for q in questions]
+    out: dict[str, Any] = {"per_question": {}}
     load_before = os.getloadavg()
+
+    def save() -> list[dict[str, Any]]:
+        """Merge this run's records into the result file under a lock (runs of other modes may share it:
+        team and members at once on two cores) and write it with its table; a rerun resumes from it."""
+        with open(path.with_suffix(".lock"), "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            earlier = json.loads(path.read_text()) if path.exists() else {}
+            merged = earlier.get("per_question", {}) if earlier.get("question_ids") == ids else {}
+            for qid, entry in out["per_question"].items():
+                into = merged.setdefault(qid, {})
+                for key, value in entry.items():
+                    if key != "sc_samples" or len(value) >= len(into.get(key, [])):
+                        into[key] = value
+            for qid, entry in merged.items():  # this run sees the others' records (same objects kept)
+                out["per_question"].setdefault(qid, {}).update(entry)
+            ordered = rows(outcomes(questions, merged))
+            result = {
+                "team": team.name, "agents": [agent.model_dump(exclude_defaults=True) for agent in team.agents],
+                "coordination": team.coordination.model_dump(), "questions": args.questions.name,
+                "split": args.split, "question_ids": ids, "rows": ordered,
+                "machine": {"cpus": os.cpu_count(), "processor": platform.processor() or platform.machine(),
+                            "python": sys.version.split()[0], "load_average_before": load_before},
+                "per_question": merged,
+            }
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.with_suffix(".tmp").write_text(json.dumps(result, indent=1) + "\n")
+            path.with_suffix(".tmp").replace(path)
+            return ordered
+
+    save()  # loads what an earlier run of these questions left
     if "team" in modes:  # first: the cost-matched self-consistency takes its size from the team's tokens
-        await team_runs(args.team, questions, out)
+        await team_runs(team, args.team, run_order(questions), out, save)
     if modes & {"member", "sc"}:
-        await members_and_sc(team, questions, modes, out)
-    ordered = rows(outcomes(questions, out["per_question"]))
-    result = {
-        "team": team.name, "agents": [agent.model_dump(exclude_defaults=True) for agent in team.agents],
-        "coordination": team.coordination.model_dump(), "questions": args.questions.name, "split": args.split,
-        "question_ids": [q["id"] for q in questions], "rows": ordered,
-        "machine": {"cpus": os.cpu_count(), "processor": platform.processor() or platform.machine(),
-                    "python": sys.version.split()[0], "load_average_before": load_before},
-        "per_question": out["per_question"],
-    }
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(result, indent=1) + "\n")
-    print(table(ordered))
+        await members_and_sc(team, run_order(questions)[::-1] if args.reverse else run_order(questions), modes, out, save)
+    print(table(save()))
     print(f"wrote {path}")
 
 

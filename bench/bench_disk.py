@@ -20,10 +20,11 @@ from pathlib import Path
 
 import anyio
 
-from conclave.config import Sandbox as SandboxSpec
+from conclave.config.models import SandboxSpec
 from conclave.files.budget import MB
-from conclave.sandbox.container import Sandbox, connect, engine_status
+from conclave.sandbox.container import Sandbox
 from conclave.sandbox.disk_watch import measure
+from conclave.sandbox.engine import connect, engine_status
 
 RESULTS = Path(__file__).parent / "results" / "disk.json"
 LIMIT = 64 * MB

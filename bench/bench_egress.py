@@ -24,11 +24,12 @@ from pathlib import Path
 
 import anyio
 
-from conclave.config import Sandbox as SandboxSpec
+from conclave.config.models import SandboxSpec
 from conclave.sandbox.allowlist import allowlist_for
 from conclave.sandbox.clis_image import CLIS_REPO, build_clis_image
-from conclave.sandbox.container import Sandbox, connect, engine_status
+from conclave.sandbox.container import Sandbox
 from conclave.sandbox.egress import egress_proxy
+from conclave.sandbox.engine import connect, engine_status
 from conclave.sandbox.image import BuildReport, build_image
 from conclave.sandbox.member import MemberSandbox
 from tests.fakes.script import Reply

@@ -25,10 +25,11 @@ from typing import Any
 import anyio
 import openai
 
-from conclave.backends import local
-from conclave.backends.local import LocalServers, ServerOptions
-from conclave.config import resolve_team
-from conclave.coordination.orchestrator import Orchestrator, endpoint_factory
+from conclave.backends import llama_server, local
+from conclave.backends.llama_server import LocalServers, ServerOptions
+from conclave.config.presets import resolve_team
+from conclave.coordination.members import endpoint_factory
+from conclave.coordination.orchestrator import Orchestrator
 from conclave.coordination.reports import JobEvent, Progress
 
 RESULTS = Path(__file__).parent / "results" / "local.json"
@@ -132,7 +133,7 @@ async def job() -> dict[str, Any]:
 
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--threads", type=int, nargs="*", default=[local.default_threads()])
+    parser.add_argument("--threads", type=int, nargs="*", default=[llama_server.default_threads()])
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--job", action="store_true", help="also time one `local` team job")
     args = parser.parse_args()

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import anyio
 
-from conclave.config import Sandbox as SandboxSpec
-from conclave.sandbox.container import Sandbox, connect, engine_status
+from conclave.config.models import SandboxSpec
+from conclave.sandbox.container import Sandbox
+from conclave.sandbox.engine import connect, engine_status
 from conclave.sandbox.image import build_image
 
 RESULTS = Path(__file__).parent / "results" / "sandbox.json"

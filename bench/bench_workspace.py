@@ -22,7 +22,8 @@ from pathlib import Path
 
 import anyio
 
-from conclave.files.workspaces import ContextPath, Workspaces
+from conclave.files.contexts import ContextPath
+from conclave.files.workspaces import Workspaces
 
 RESULTS = Path(__file__).parent / "results" / "workspace.json"
 OLD = time.time() - 3600

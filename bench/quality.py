@@ -39,11 +39,13 @@ import anyio
 
 from conclave.backends import bundled
 from conclave.backends.base import Message, Request
-from conclave.backends.local import LocalServers, ServerOptions, model_file
+from conclave.backends.llama_server import LocalServers, ServerOptions
+from conclave.backends.local import model_file
 from conclave.backends.retry import RetryPolicy, complete
-from conclave.config import AgentSpec, Team, resolve_team
+from conclave.config.models import AgentSpec, Team
+from conclave.config.presets import resolve_team
 from conclave.coordination.answers import answer_key, matches
-from conclave.coordination.orchestrator import endpoint_factory
+from conclave.coordination.members import endpoint_factory
 from conclave.jobs.service import JobService
 from conclave.settings import Settings
 

@@ -4,8 +4,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from conclave.config import Sandbox as SandboxSpec
-from conclave.sandbox.container import engine_status, image_tag
+from conclave.config.models import SandboxSpec
+from conclave.sandbox.container import image_tag
+from conclave.sandbox.engine import engine_status
 from tests.fakes.server import FakeProviders
 
 

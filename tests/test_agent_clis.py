@@ -12,7 +12,7 @@ The CLIs are installed by .ci/install-agent-clis.sh into .ci/agents/ (git-ignore
 these tests skip and say how to install them. CI installs them, so nothing skips there. Claude Code comes
 twice: 2.1.330 run with Node 22 (.ci/agents), and 2.1.197, what `npm install` resolves on Node 20, run with
 the machine's Node (.ci/agents-node20). 2.1.197 ignores a project's permissions until the workspace is
-trusted, so the two take different routes through `conclave install` (server/cli/claude_trust.py).
+trusted, so the two take different routes through `conclave install` (server/cli/install_claude.py).
 """
 
 from __future__ import annotations

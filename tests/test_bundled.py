@@ -15,10 +15,10 @@ from pathlib import Path
 import anyio
 import pytest
 
-from conclave.backends import bundled, create_backend, local
+from conclave.backends import bundled, create_backend, llama_server, local
 from conclave.backends.base import Endpoint, Message, Request, TextDelta
-from conclave.backends.local import LocalServers
-from conclave.config import resolve_team
+from conclave.backends.llama_server import LocalServers
+from conclave.config.presets import resolve_team
 from conclave.errors import ConfigError
 
 pytestmark = pytest.mark.anyio
@@ -89,7 +89,7 @@ def test_a_missing_extra_names_the_install(
 
 def _gemma_missing() -> str | None:
     try:
-        local.check_installed()
+        llama_server.check_installed()
         bundled.model_path("gemma3-270m")
     except ConfigError as exc:
         return str(exc)

@@ -7,7 +7,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from conclave.config import Sandbox as SandboxSpec
+from conclave.config.models import SandboxSpec
 from conclave.coordination.prompts import ShownAnswer, turn_prompt
 from conclave.coordination.reports import Check
 from conclave.coordination.verification import Verifier, summarize

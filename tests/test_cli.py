@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from conclave.cli.main import main
-from conclave.config import preset_paths
+from conclave.config.presets import preset_paths
 from conclave.jobs.views import JobView
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import KEY_ENV, TRIO, install, voter, write_team
@@ -404,7 +404,7 @@ def test_doctor_reports_each_check_with_its_fix(capsys: pytest.CaptureFixture[st
 def test_the_live_view_says_whether_there_was_a_majority_and_by_how_many_votes() -> None:
     from rich.console import Console
 
-    from conclave.cli.commands import render
+    from conclave.cli.render import render
     from conclave.coordination.reports import JobResult
     from conclave.jobs.views import majority_text
 

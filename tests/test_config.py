@@ -11,19 +11,9 @@ from typing import Any
 import pytest
 import yaml
 
-from conclave.config import (
-    PROVIDERS,
-    AgentSpec,
-    Sandbox,
-    Team,
-    configs_dir,
-    expand_env,
-    list_presets,
-    load_team_file,
-    parse_team,
-    preset_paths,
-    resolve_team,
-)
+from conclave.config.loading import expand_env, load_team_file, parse_team
+from conclave.config.models import PROVIDERS, AgentSpec, SandboxSpec, Team
+from conclave.config.presets import configs_dir, list_presets, preset_paths, resolve_team
 from conclave.errors import ConfigError, MissingApiKey, TeamNotFound
 
 SHIPPED = ("frontier", "anthropic", "openai", "gemini", "ollama", "vllm", "openrouter")
@@ -90,7 +80,7 @@ def test_frontier_preset_matches_the_design(env: dict[str, str]) -> None:
     assert team.coordination.max_answers_per_agent == 3
     assert team.coordination.consensus == "all_voted"
     assert team.coordination.timeout_s == 900
-    assert isinstance(team.sandbox, Sandbox) and team.sandbox.network == "none"
+    assert isinstance(team.sandbox, SandboxSpec) and team.sandbox.network == "none"
 
 
 def test_local_server_presets_use_defaults_and_need_no_key(env: dict[str, str]) -> None:
@@ -191,7 +181,7 @@ def test_unknown_nested_price_key_names_the_full_path() -> None:
 def test_unknown_sandbox_key_names_the_path_without_union_tags() -> None:
     message = config_error({**one_agent(), "sandbox": {"netwrk": "none"}}, source="s.yaml")
     assert "s.yaml: unknown key 'sandbox.netwrk'; did you mean 'network'?" in message
-    assert "Sandbox." not in message and "literal[" not in message
+    assert "SandboxSpec." not in message and "literal[" not in message
 
 
 def test_unknown_key_far_from_any_lists_the_valid_keys() -> None:

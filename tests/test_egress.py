@@ -18,8 +18,8 @@ import anyio.abc
 import pytest
 from pydantic import ValidationError
 
-from conclave.config import Sandbox as SandboxSpec
 from conclave.config.hosts import parse_host_rule, url_rule
+from conclave.config.models import SandboxSpec
 from conclave.errors import ConfigError, SandboxError
 from conclave.sandbox.allowlist import CLI_HOSTS, CLIS, allowlist_for
 from conclave.sandbox.clis_image import CLI_PINS

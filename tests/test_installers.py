@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conclave.cli import client_files, install_claude, install_entries, jsonc
+from conclave.cli import TARGETS, client_files, install_claude, install_entries, jsonc
 from conclave.cli import install as installers
 from conclave.cli.main import main
-from conclave.config import configs_dir, list_presets, package_dir
+from conclave.config.presets import configs_dir, list_presets, package_dir
 from conclave.errors import ConfigError
 
 COMMAND = ["/opt/conclave/bin/conclave", "serve"]
@@ -420,7 +420,7 @@ def test_install_prints_without_writing(dirs: tuple[Path, Path], capsys: pytest.
     assert '"mcpServers"' in printed and not (project / ".cursor").exists()
 
 
-@pytest.mark.parametrize("target", installers.TARGETS)
+@pytest.mark.parametrize("target", TARGETS)
 def test_install_write_merges_backs_up_and_is_idempotent(
     dirs: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], target: str
 ) -> None:

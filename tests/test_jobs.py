@@ -11,8 +11,9 @@ import anyio
 import pytest
 
 from conclave.backends.retry import RetryPolicy
-from conclave.config import load_team_file
+from conclave.config.loading import load_team_file
 from conclave.errors import ConfigError, InputError, JobNotFound, MissingApiKey, TeamNotFound
+from conclave.jobs.file_steps import prepare
 from conclave.jobs.service import JobService
 from conclave.jobs.store import Store
 from conclave.jobs.views import JobView
@@ -225,7 +226,7 @@ async def test_the_timeout_covers_copying_the_context_paths(
 ) -> None:
     from conclave.jobs import lifecycle as lifecycle_module
 
-    real_prepare = lifecycle_module.prepare
+    real_prepare = prepare
 
     async def slow_prepare(job_dir: Path, options: object) -> None:
         await real_prepare(job_dir, options)  # type: ignore[arg-type]

@@ -15,11 +15,12 @@ from pathlib import Path
 import anyio
 import pytest
 
-from conclave.backends import create_backend, local
+from conclave.backends import create_backend, llama_server, local
 from conclave.backends.base import Endpoint, Message, Request, TextDelta, ToolSpec
-from conclave.backends.local import LocalServers, ServerOptions
-from conclave.config import resolve_team
-from conclave.coordination.orchestrator import Orchestrator, endpoint_factory
+from conclave.backends.llama_server import LocalServers, ServerOptions
+from conclave.config.presets import resolve_team
+from conclave.coordination.members import endpoint_factory
+from conclave.coordination.orchestrator import Orchestrator
 from conclave.coordination.prompts import decision_schema
 from conclave.errors import BadRequest, ConfigError, ProviderError
 from conclave.jobs.service import JobService
@@ -31,7 +32,7 @@ pytestmark = pytest.mark.anyio
 
 def _why_missing() -> str | None:
     try:
-        local.check_installed()
+        llama_server.check_installed()
         local.model_file(local.BUNDLED, None)
     except ConfigError as exc:
         return str(exc)
@@ -107,7 +108,7 @@ def test_missing_bundled_model_names_the_package(monkeypatch: pytest.MonkeyPatch
 
 
 def test_missing_llama_cpp_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(local, "SERVER_MODULES", ("no_such_module_for_conclave",))
+    monkeypatch.setattr(llama_server, "SERVER_MODULES", ("no_such_module_for_conclave",))
     with pytest.raises(ConfigError) as caught:
         create_backend(endpoint(), local_servers=LocalServers())
     message = str(caught.value)

@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 
 from conclave.backends.retry import RetryPolicy
-from conclave.config import Team
-from conclave.coordination.orchestrator import Orchestrator, assign_letters, endpoint_factory, seed_for
+from conclave.config.models import Team
+from conclave.coordination.members import assign_letters, endpoint_factory, seed_for
+from conclave.coordination.orchestrator import Orchestrator
 from conclave.coordination.reports import JobEvent, JobResult, Progress
 from tests.fakes.script import RecordedRequest, Reply
 from tests.fakes.server import FakeProviders

@@ -105,7 +105,7 @@ def test_every_code_folder_is_a_declared_package() -> None:
 
 
 def test_dev_install_finds_the_shipped_data() -> None:
-    from conclave.config import configs_dir, package_dir
+    from conclave.config.presets import configs_dir, package_dir
 
     assert (configs_dir() / "frontier.yaml").is_file()
     assert (package_dir("conclave.skills") / "conclave" / "SKILL.md").is_file()
@@ -168,7 +168,7 @@ def test_wheel_installs_and_runs(built: Built, tmp_path: Path) -> None:
             str(python),
             "-c",
             "import importlib.util, conclave, conclave.tools, conclave.configs, conclave.skills\n"
-            "from conclave.config import configs_dir, package_dir\n"
+            "from conclave.config.presets import configs_dir, package_dir\n"
             "print(conclave.__file__)\n"
             "print((configs_dir() / 'frontier.yaml').is_file(),\n"
             "      (package_dir('conclave.skills') / 'conclave' / 'SKILL.md').is_file())\n"

@@ -6,11 +6,11 @@ import string
 
 import pytest
 
-from conclave.coordination.orchestrator import assign_letters
-from conclave.coordination.protocol import (
+from conclave.coordination.members import assign_letters
+from conclave.coordination.protocol import Coordination
+from conclave.coordination.protocol_events import (
     AnswerPosted,
     CancelTurn,
-    Coordination,
     Deadline,
     Finish,
     NoDecision,

@@ -14,10 +14,10 @@ from hypothesis.stateful import (
     rule,
 )
 
-from conclave.coordination.protocol import (
+from conclave.coordination.protocol import Coordination
+from conclave.coordination.protocol_events import (
     AnswerPosted,
     CancelTurn,
-    Coordination,
     Deadline,
     Finish,
     NoDecision,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from conclave.coordination.protocol import (
+from conclave.coordination.protocol_events import (
     CancelTurn,
     Deadline,
     Finish,

@@ -10,20 +10,13 @@ from pathlib import Path
 import anyio
 import pytest
 
-from conclave.config import Sandbox as SandboxSpec
+from conclave.config.models import SandboxSpec
 from conclave.errors import SandboxError
 from conclave.jobs.owners import process_alive
-from conclave.sandbox.container import (
-    ENVIRONMENT,
-    Owner,
-    Sandbox,
-    _Capped,
-    connect,
-    engine_status,
-    image_tag,
-    sweep,
-)
+from conclave.sandbox.container import ENVIRONMENT, Sandbox, image_tag
+from conclave.sandbox.engine import Owner, connect, engine_status, sweep
 from conclave.sandbox.image import build_image, default_tag, host_apt_sources
+from conclave.sandbox.output import _Capped
 
 pytestmark = pytest.mark.anyio
 SPEC = SandboxSpec(memory="256m", cpus=1, pids=64)

@@ -12,8 +12,9 @@ import anyio
 import anyio.to_thread
 import pytest
 
-from conclave.config import Sandbox as SandboxSpec
-from conclave.sandbox.container import Owner, Sandbox, connect
+from conclave.config.models import SandboxSpec
+from conclave.sandbox.container import Sandbox
+from conclave.sandbox.engine import Owner, connect
 from conclave.sandbox.leftovers import REAP, cgroup_of, nothing_left
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("docker_image")]

@@ -10,7 +10,7 @@ import anyio
 import pytest
 
 from conclave.backends.retry import RetryPolicy
-from conclave.coordination.protocol import CancelTurn, Start, StartTurn, Steer
+from conclave.coordination.protocol_events import CancelTurn, Start, StartTurn, Steer
 from conclave.errors import InputError, JobFinished
 from conclave.jobs.service import JobService
 from conclave.jobs.views import JobView

@@ -141,7 +141,7 @@ def test_apply_matches_every_event_exhaustively() -> None:
         for node in ast.walk(function):
             if isinstance(node, ast.MatchClass):
                 matched.add(ast.unparse(node.cls))
-    events = {cls.__name__ for cls in typing.get_args(protocol_events.Event)}
+    events = {cls.__name__ for cls in typing.get_args(protocol_events.ProtocolEvent)}
     assert events <= matched, f"events no exhaustive match takes: {events - matched}"
     assert "TurnEvent" not in events, "the union names each event class, so assert_never can check it"
 

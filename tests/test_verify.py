@@ -272,7 +272,7 @@ async def test_checks_at_once_get_a_warm_container_each_and_later_ones_reuse_the
 ) -> None:
     import docker
 
-    from conclave.config import Sandbox as SandboxSpec
+    from conclave.config.models import SandboxSpec
     from conclave.coordination.verification import Verifier
     from conclave.files.contexts import ContextPath
     from conclave.files.workspaces import Workspaces

@@ -15,8 +15,9 @@ import pytest
 
 from conclave.backends import create_backend
 from conclave.backends.base import Backend, Endpoint
-from conclave.config import AgentSpec, Team
-from conclave.coordination.orchestrator import Orchestrator, endpoint_factory
+from conclave.config.models import AgentSpec, Team
+from conclave.coordination.members import endpoint_factory
+from conclave.coordination.orchestrator import Orchestrator
 from conclave.coordination.reports import JobResult
 from conclave.jobs.service import JobService
 from conclave.jobs.views import JobView

@@ -26,20 +26,12 @@ from conclave.errors import (
 )
 from conclave.files import apply as applying
 from conclave.files import safe
-from conclave.files.contexts import CALLER
+from conclave.files.contexts import CALLER, Caps, ContextPath, copy_context, copy_context_sync
 from conclave.files.diff import diff_trees
 from conclave.files.review import Consent
 from conclave.files.settling import settle
 from conclave.files.trees import read_bytes
-from conclave.files.workspaces import (
-    Caps,
-    ContextPath,
-    Workspaces,
-    apply,
-    copy_context,
-    copy_context_sync,
-    diff,
-)
+from conclave.files.workspaces import Workspaces, apply, diff
 
 OLD = time.time() - 3600  # an mtime well before any capture: unchanged files may be reused
 

@@ -26,8 +26,8 @@ from pathlib import Path
 from fastmcp.server.auth import AccessToken, TokenVerifier
 
 from conclave.errors import ConfigError
+from conclave.jobs.connections import private_dir
 from conclave.jobs.service import LOCAL
-from conclave.jobs.store import private_dir
 from conclave.settings import Settings
 
 TOKEN_FILE = "http-token"

@@ -18,7 +18,7 @@ from conclave.backends.base import Backend, Endpoint
 from conclave.errors import ConfigError
 
 if TYPE_CHECKING:
-    from conclave.backends.local import LocalServers
+    from conclave.backends.llama_server import LocalServers
 
 # provider -> (module under conclave.backends, class name)
 BACKENDS: dict[str, tuple[str, str]] = {

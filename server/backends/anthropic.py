@@ -22,10 +22,10 @@ from typing import Any, ClassVar
 from conclave.backends.base import (
     Done,
     Endpoint,
-    Event,
     JsonObject,
     Message,
     Request,
+    StreamEvent,
     TextDelta,
     ToolCall,
     Usage,
@@ -61,7 +61,7 @@ class AnthropicBackend:
             http_client=anthropic.DefaultAsyncHttpxClient(verify=client_context()),  # backends/tls.py
         )
 
-    async def stream(self, request: Request) -> AsyncIterator[Event]:
+    async def stream(self, request: Request) -> AsyncIterator[StreamEvent]:
         params = build_params(self._endpoint.model, request)
         try:
             if self._endpoint.stream:
@@ -78,7 +78,7 @@ class AnthropicBackend:
                 raise
             raise mapped from exc
 
-    async def _streamed(self, params: JsonObject) -> AsyncIterator[Event]:
+    async def _streamed(self, params: JsonObject) -> AsyncIterator[StreamEvent]:
         fold = _StreamFold()
         async with await self._client.messages.create(**params, stream=True) as events:
             async for raw in events:
@@ -173,12 +173,12 @@ def tool_call(call_id: str, name: str, raw: str) -> ToolCall:
     return ToolCall(call_id, name, value, raw)
 
 
-def read_message(message: Any) -> list[Event]:
+def read_message(message: Any) -> list[StreamEvent]:
     """The events of a non-streamed reply; MalformedResponse when it is not a Message."""
     try:
         if getattr(message, "type", None) != "message":
             raise TypeError(f"expected a message object, got {type(message).__name__}")
-        events: list[Event] = []
+        events: list[StreamEvent] = []
         for block in message.content:
             if block.type == "text" and block.text:
                 events.append(TextDelta(block.text))
@@ -211,7 +211,7 @@ class _StreamFold:
         self.reported = Usage()  # what earlier Usage events of this stream already said
         self.tools: dict[int, tuple[str, str, list[str]]] = {}
 
-    def feed(self, event: Any) -> list[Event]:
+    def feed(self, event: Any) -> list[StreamEvent]:
         kind = event.type
         if kind == "message_start":
             self.started = True

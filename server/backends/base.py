@@ -106,7 +106,7 @@ class Done:
     stop_reason: str
 
 
-Event = TextDelta | ToolCall | Usage | Done
+StreamEvent = TextDelta | ToolCall | Usage | Done
 
 
 @dataclass(frozen=True)
@@ -137,7 +137,7 @@ class Backend(Protocol):
 
     provider: ClassVar[str]
 
-    def stream(self, request: Request) -> AsyncIterator[Event]: ...
+    def stream(self, request: Request) -> AsyncIterator[StreamEvent]: ...
 
     async def aclose(self) -> None: ...
 

@@ -29,7 +29,17 @@ import re
 from collections.abc import AsyncIterator
 from typing import Any, ClassVar
 
-from conclave.backends.base import Done, Endpoint, Event, Message, Request, TextDelta, ToolCall, Usage, redact
+from conclave.backends.base import (
+    Done,
+    Endpoint,
+    Message,
+    Request,
+    StreamEvent,
+    TextDelta,
+    ToolCall,
+    Usage,
+    redact,
+)
 from conclave.backends.retry import parse_retry_after
 from conclave.backends.tls import client_context
 from conclave.errors import (
@@ -73,7 +83,7 @@ class GeminiBackend:
     async def aclose(self) -> None:
         await self._client.aio.aclose()
 
-    async def stream(self, request: Request) -> AsyncIterator[Event]:
+    async def stream(self, request: Request) -> AsyncIterator[StreamEvent]:
         """Yield TextDelta/ToolCall as they arrive, then Done.
 
         Usage as each chunk reports more (running totals).
@@ -211,7 +221,7 @@ class _Turn:
         self.blocked: str | None = None
         self.calls = 0
 
-    def feed(self, response: Any) -> list[Event]:
+    def feed(self, response: Any) -> list[StreamEvent]:
         events = self._feed(response)
         if response.usage_metadata is not None:
             self.usage = response.usage_metadata  # running totals: each chunk's news is reported at once
@@ -221,8 +231,8 @@ class _Turn:
                 self.reported += new
         return events
 
-    def _feed(self, response: Any) -> list[Event]:
-        events: list[Event] = []
+    def _feed(self, response: Any) -> list[StreamEvent]:
+        events: list[StreamEvent] = []
         feedback = response.prompt_feedback
         if feedback is not None and feedback.block_reason is not None:
             self.blocked = str(getattr(feedback.block_reason, "value", feedback.block_reason))
@@ -247,7 +257,7 @@ class _Turn:
         output = count("candidates_token_count") + count("thoughts_token_count")
         return Usage(count("prompt_token_count"), output, count("cached_content_token_count"))
 
-    def finish(self, *, streamed: bool) -> list[Event]:
+    def finish(self, *, streamed: bool) -> list[StreamEvent]:
         """What usage is left to report, then Done; raises when the response never said it was complete."""
         if self.finish_reason is None and self.blocked is None:
             if streamed:
@@ -256,7 +266,7 @@ class _Turn:
                 raise MalformedResponse("gemini", "the response has neither candidates nor prompt feedback")
 
         rest = self._usage() - self.reported
-        events: list[Event] = [rest] if rest != Usage() or self.reported == Usage() else []
+        events: list[StreamEvent] = [rest] if rest != Usage() or self.reported == Usage() else []
         if self.blocked is not None:
             stop = "blocked"
         elif self.calls and self.finish_reason == "STOP":

@@ -18,9 +18,9 @@ from typing import Any, ClassVar
 from conclave.backends.base import (
     Done,
     Endpoint,
-    Event,
     JsonObject,
     Request,
+    StreamEvent,
     TextDelta,
     ToolCall,
     Usage,
@@ -63,7 +63,7 @@ class OpenAIBackend:
             http_client=openai.DefaultAsyncHttpxClient(verify=client_context()),  # backends/tls.py
         )
 
-    async def stream(self, request: Request) -> AsyncIterator[Event]:
+    async def stream(self, request: Request) -> AsyncIterator[StreamEvent]:
         """Yield TextDelta and ToolCall events, then one Usage, then Done."""
         params = self._params(request)
         try:
@@ -106,7 +106,7 @@ class OpenAIBackend:
             params["tool_choice"] = request.tool_choice
         return params
 
-    async def _streamed(self, params: dict[str, Any]) -> AsyncIterator[Event]:
+    async def _streamed(self, params: dict[str, Any]) -> AsyncIterator[StreamEvent]:
         chunks = await self._client.chat.completions.create(
             **params, stream=True, stream_options={"include_usage": True}
         )
@@ -204,13 +204,13 @@ def _messages(request: Request) -> list[JsonObject]:
     return out
 
 
-def _completion_events(completion: Any, provider: str) -> list[Event]:
+def _completion_events(completion: Any, provider: str) -> list[StreamEvent]:
     with _parsing(provider):
         if isinstance(completion, str) or not completion.choices:
             raise MalformedResponse(provider, "the reply has no choices")
         choice = completion.choices[0]
         message = choice.message
-        events: list[Event] = [TextDelta(text) for text in (message.content, message.refusal) if text]
+        events: list[StreamEvent] = [TextDelta(text) for text in (message.content, message.refusal) if text]
         events += [
             _tool_call(call.id, call.function.name, call.function.arguments)
             for call in message.tool_calls or ()

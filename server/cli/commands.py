@@ -23,7 +23,7 @@ from rich.text import Text
 from conclave.cli import EXIT_FAILED, EXIT_OK
 from conclave.cli.render import render, see_more, wrapped
 from conclave.cli.terminal import printable
-from conclave.config import load_team_file
+from conclave.config.loading import load_team_file
 from conclave.errors import ConclaveError
 from conclave.jobs.lookup import JobLookup
 from conclave.jobs.maintenance import prune_jobs

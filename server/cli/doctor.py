@@ -7,17 +7,19 @@ import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from conclave.backends.local import BUNDLED, check_installed, model_file
-from conclave.config import KEY_VARIABLES, Sandbox
+from conclave.backends.llama_server import check_installed
+from conclave.backends.local import BUNDLED, model_file
 from conclave.config.clis import CLIS, login_fix, login_source
+from conclave.config.models import KEY_VARIABLES, SandboxSpec
 from conclave.errors import ConfigError
 from conclave.sandbox.clis_image import CLI_PINS, clis_tag
-from conclave.sandbox.container import engine_status, image_tag
+from conclave.sandbox.container import image_tag
+from conclave.sandbox.engine import engine_status
 from conclave.settings import Settings
 
 
 @dataclass(frozen=True)
-class Check:
+class Probe:
     name: str
     ok: bool
     detail: str
@@ -30,43 +32,43 @@ class Check:
         return f"[{mark}] {self.name}: {self.detail}{fix}"
 
 
-def run_checks(settings: Settings, environ: Mapping[str, str]) -> list[Check]:
+def run_checks(settings: Settings, environ: Mapping[str, str]) -> list[Probe]:
     return [_state_dir(settings), *_docker(), *_keys(environ), _local_model(), *_clis(environ)]
 
 
-def _state_dir(settings: Settings) -> Check:
+def _state_dir(settings: Settings) -> Probe:
     try:
         settings.home.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=settings.home):
             pass
     except OSError as exc:
-        return Check("state directory", False, f"{settings.home} is not writable ({exc.strerror})",
+        return Probe("state directory", False, f"{settings.home} is not writable ({exc.strerror})",
                      "set CONCLAVE_HOME to a writable folder")
-    return Check("state directory", True, f"{settings.home} is writable")
+    return Probe("state directory", True, f"{settings.home} is writable")
 
 
-def _docker() -> list[Check]:
-    tag = image_tag(Sandbox())
+def _docker() -> list[Probe]:
+    tag = image_tag(SandboxSpec())
     status = engine_status(tag)
     if not status.available:
         fix = "start the Docker engine (e.g. `dockerd &`); teams with `sandbox: none` work without it"
-        return [Check("docker engine", False, status.error or "unreachable", fix, essential=False)]
-    checks = [Check("docker engine", True, f"version {status.version}")]
+        return [Probe("docker engine", False, status.error or "unreachable", fix, essential=False)]
+    checks = [Probe("docker engine", True, f"version {status.version}")]
     if status.image_present:
-        checks.append(Check("sandbox image", True, f"{tag} is present"))
+        checks.append(Probe("sandbox image", True, f"{tag} is present"))
     else:
         checks.append(
-            Check("sandbox image", False, f"{tag} is missing", "run `conclave sandbox build`", False)
+            Probe("sandbox image", False, f"{tag} is missing", "run `conclave sandbox build`", False)
         )
     clis = engine_status(clis_tag())
     detail = f"{clis_tag()} is {'present' if clis.image_present else 'missing'} (for cli/... members)"
     checks.append(
-        Check("CLI image", bool(clis.image_present), detail, "run `conclave sandbox build --clis`", False)
+        Probe("CLI image", bool(clis.image_present), detail, "run `conclave sandbox build --clis`", False)
     )
     return checks
 
 
-def _keys(environ: Mapping[str, str]) -> list[Check]:
+def _keys(environ: Mapping[str, str]) -> list[Probe]:
     checks = []
     for provider, variables in KEY_VARIABLES.items():
         if not variables:
@@ -74,32 +76,32 @@ def _keys(environ: Mapping[str, str]) -> list[Check]:
         found = [name for name in variables if environ.get(name)]
         detail = f"{found[0]} is set" if found else f"{' or '.join(variables)} not set"
         checks.append(
-            Check(f"{provider} key", bool(found), detail, f"export {variables[0]}=...", essential=False)
+            Probe(f"{provider} key", bool(found), detail, f"export {variables[0]}=...", essential=False)
         )
     return checks
 
 
-def _local_model() -> Check:
+def _local_model() -> Probe:
     try:
         check_installed()
         path = model_file(BUNDLED, None)
     except ConfigError as exc:
-        return Check("local model", False, "not available", str(exc), essential=False)
-    return Check("local model", True, f"llama-cpp-python and {path.name} ({os.path.getsize(path) >> 20} MB)")
+        return Probe("local model", False, "not available", str(exc), essential=False)
+    return Probe("local model", True, f"llama-cpp-python and {path.name} ({os.path.getsize(path) >> 20} MB)")
 
 
-def _clis(environ: Mapping[str, str]) -> list[Check]:
+def _clis(environ: Mapping[str, str]) -> list[Probe]:
     """Coding-agent CLIs as members: installed (the CLI image, pinned versions) and logged in."""
     tag = clis_tag()
     status = engine_status(tag)
     pins = ", ".join(CLI_PINS)
     detail = f"{tag} ({pins})" if status.image_present else f"{tag} is missing"
     fix = "run `conclave sandbox build --clis` for cli/ members"
-    checks = [Check("CLI image", bool(status.image_present), detail, fix, essential=False)]
+    checks = [Probe("CLI image", bool(status.image_present), detail, fix, essential=False)]
     for facts in CLIS.values():
         source = login_source(facts, environ)
         detail = f"logged in ({source})" if source else "not logged in"
         fix = login_fix(facts)
-        checks.append(Check(f"cli/{facts.name}", source is not None, detail, fix, essential=False))
+        checks.append(Probe(f"cli/{facts.name}", source is not None, detail, fix, essential=False))
     return checks
 

@@ -195,7 +195,7 @@ def plan(
 
 
 def _skill_change(folder: Path, root: Path | None) -> Change:
-    from conclave.config import package_dir
+    from conclave.config.presets import package_dir
 
     skill = folder / ".claude" / "skills" / NAME / "SKILL.md"
     source = (package_dir("conclave.skills") / NAME / "SKILL.md").read_text(encoding="utf-8")

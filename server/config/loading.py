@@ -118,12 +118,12 @@ def _model_at(model: type[BaseModel], loc: tuple[int | str, ...]) -> type[BaseMo
 
 
 def _key_path(loc: tuple[int | str, ...]) -> tuple[int | str, ...]:
-    """`loc` without pydantic's union-member tags (`sandbox.Sandbox.network` -> `sandbox.network`)."""
+    """`loc` without pydantic's union-member tags (`sandbox.SandboxSpec.network` -> `sandbox.network`)."""
     path: list[int | str] = []
     current: type[BaseModel] | None = Team
     after_union = False
     for part in loc:
-        if after_union:  # the tag naming the union member pydantic tried, e.g. `Sandbox`
+        if after_union:  # the tag naming the union member pydantic tried, e.g. `SandboxSpec`
             after_union = False
             continue
         path.append(part)

@@ -175,7 +175,7 @@ class AgentSpec(_Strict):
         raise MissingApiKey(variables[0], self.model)
 
 
-class Coordination(_Strict):
+class CoordinationSpec(_Strict):
     """How the team converges."""
 
     max_answers_per_agent: Annotated[int, Field(ge=1, le=MAX_ANSWERS)] = 3
@@ -190,7 +190,7 @@ class Coordination(_Strict):
     max_tokens: Annotated[int, Field(ge=1, le=10**10)] | None = None
 
 
-class Sandbox(_Strict):
+class SandboxSpec(_Strict):
     """The Docker confinement of agents' commands (sandbox/container.py)."""
 
     image: str = "conclave-sandbox"
@@ -232,8 +232,8 @@ class Team(_Strict):
     name: str
     description: str = ""
     agents: Annotated[list[AgentSpec], Field(min_length=1, max_length=MAX_AGENTS)]
-    coordination: Coordination = Coordination()
-    sandbox: Sandbox | Literal["none"] = Sandbox()
+    coordination: CoordinationSpec = CoordinationSpec()
+    sandbox: SandboxSpec | Literal["none"] = SandboxSpec()
     # A check run on each answer's files in a fresh sandbox (e.g. `python3 -m unittest -q`);
     # ask_team's `verify` overrides it. Needs context paths and Docker (coordination/verification.py).
     verify: Annotated[str, Field(min_length=1, max_length=MAX_VERIFY_CHARS)] | None = None

@@ -16,7 +16,13 @@ import re
 import unicodedata
 from dataclasses import replace
 
-from conclave.coordination.protocol_events import AnswerPosted, Event, NoDecision, StartTurn, TurnFailed
+from conclave.coordination.protocol_events import (
+    AnswerPosted,
+    NoDecision,
+    ProtocolEvent,
+    StartTurn,
+    TurnFailed,
+)
 
 # Kept even when the task has them: a yes/no answer repeats the task's own words.
 KEEP = frozenset({"yes", "no", "true", "false", "not", "none", "never", "always"})
@@ -175,7 +181,7 @@ def matches(answer: str, expected: str, task: str = "") -> bool:
     return any(have[i : i + len(want)] == want for i in range(len(have) - len(want) + 1)) if want else False
 
 
-def read_decision(action: StartTurn, task: str, event: Event) -> Event:
+def read_decision(action: StartTurn, task: str, event: ProtocolEvent) -> ProtocolEvent:
     """A turn's answer (or a corrective turn's text, taken as one) with its key; a non-answer becomes a
     refused, failed turn whose note tells the agent why (tests/test_voting.py::test_non_answers_*)."""
     if isinstance(event, AnswerPosted):

@@ -12,8 +12,9 @@ import anyio
 import anyio.lowlevel
 from anyio.streams.memory import MemoryObjectSendStream
 
-from conclave.coordination import protocol
+from conclave.coordination.protocol_events import ProtocolEvent, Stop
 from conclave.coordination.reports import UsageTotals
+from conclave.coordination.tally import StopReason
 
 BUDGET_REACHED = "budget reached"  # how a stopped job's reason begins
 
@@ -47,9 +48,9 @@ class Budget:
             await anyio.sleep_forever()
         await anyio.lowlevel.checkpoint()
 
-    async def watch(self, send: MemoryObjectSendStream[protocol.Event]) -> None:
+    async def watch(self, send: MemoryObjectSendStream[ProtocolEvent]) -> None:
         """Feed the protocol a Stop the moment the budget is reached."""
         async with send:
             await self._reached.wait()
             assert self.reason is not None
-            await send.send(protocol.Stop(self.reason, protocol.StopReason.BUDGET))
+            await send.send(Stop(self.reason, StopReason.BUDGET))

@@ -19,7 +19,15 @@ from __future__ import annotations
 from typing import Any
 
 from conclave.backends.base import ToolCall, Usage
-from conclave.coordination import prompts, protocol
+from conclave.coordination import prompts
+from conclave.coordination.protocol_events import (
+    AnswerPosted,
+    NoDecision,
+    ProtocolEvent,
+    StartTurn,
+    TurnFailed,
+    VoteCast,
+)
 from conclave.coordination.turn_context import TurnContext
 from conclave.members.base import CliOutput, last_json_object
 from conclave.members.runner import CliMember
@@ -30,19 +38,19 @@ MAX_SHOWN = 12_000  # characters of each answer in a CLI's prompt (an argument h
 
 async def cli_turn(
     ctx: TurnContext,
-    action: protocol.StartTurn,
+    action: StartTurn,
     shown: list[prompts.ShownAnswer],
     files: prompts.FilesPicture | None,
-) -> protocol.Event:
+) -> ProtocolEvent:
     member = ctx.backend
     assert isinstance(member, CliMember)
     own = any(answer.letter == ctx.letter for answer in shown)
     if action.can_answer and not own:
-        return protocol.AnswerPosted(
+        return AnswerPosted(
             ctx.letter, action.turn_id, await _work(ctx, member, action, shown, files)
         )
     if not action.labels:
-        return protocol.NoDecision(ctx.letter, action.turn_id, "")
+        return NoDecision(ctx.letter, action.turn_id, "")
     schema = decision_schema(action.labels, action.can_answer)
     # Only thinking: when a new answer makes it stale, the turn is cancelled, which kills the CLI's whole
     # tree at once (members/runner.py) and charges what its stream reported; the protocol asks again.
@@ -51,20 +59,20 @@ async def cli_turn(
     choice, label = decision.get("decision"), str(decision.get("answer") or "").strip()
     reason = str(decision.get("reason") or "")[:500]
     if choice == "vote" and label in action.labels:
-        return protocol.VoteCast(ctx.letter, action.turn_id, label, reason)
+        return VoteCast(ctx.letter, action.turn_id, label, reason)
     if choice == NEW and action.can_answer:
-        return protocol.AnswerPosted(
+        return AnswerPosted(
             ctx.letter, action.turn_id, await _work(ctx, member, action, shown, files)
         )
     if action.corrective:  # its second unreadable decision: never take a decision's text as an answer
-        return protocol.TurnFailed(ctx.letter, action.turn_id, f"no valid decision: {output.text[:300]!r}")
-    return protocol.NoDecision(ctx.letter, action.turn_id, "")
+        return TurnFailed(ctx.letter, action.turn_id, f"no valid decision: {output.text[:300]!r}")
+    return NoDecision(ctx.letter, action.turn_id, "")
 
 
 async def _work(
     ctx: TurnContext,
     member: CliMember,
-    action: protocol.StartTurn,
+    action: StartTurn,
     shown: list[prompts.ShownAnswer],
     files: prompts.FilesPicture | None,
 ) -> str:
@@ -86,7 +94,7 @@ async def _run(ctx: TurnContext, member: CliMember, prompt: str, schema: dict[st
 
 def work_prompt(
     ctx: TurnContext,
-    action: protocol.StartTurn,
+    action: StartTurn,
     shown: list[prompts.ShownAnswer],
     files: prompts.FilesPicture | None,
 ) -> str:
@@ -117,7 +125,7 @@ def work_prompt(
     return "\n\n".join(parts)
 
 
-def decision_prompt(ctx: TurnContext, action: protocol.StartTurn, shown: list[prompts.ShownAnswer]) -> str:
+def decision_prompt(ctx: TurnContext, action: StartTurn, shown: list[prompts.ShownAnswer]) -> str:
     """The decision run: the current answers in this voter's order, and a JSON decision (no edits)."""
     listed = "\n\n".join(_answer(answer, own=answer.letter == ctx.letter) for answer in shown)
     new = (

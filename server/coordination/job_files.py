@@ -19,9 +19,8 @@ import anyio.abc
 import anyio.to_thread
 from anyio.abc import TaskStatus
 
-from conclave.config import AgentSpec
-from conclave.config import Sandbox as SandboxSpec
 from conclave.config.clis import split_cli_model
+from conclave.config.models import AgentSpec, SandboxSpec
 from conclave.coordination.prompts import FilesPicture
 from conclave.errors import ConclaveError, ConfigError, HostStepFailed, SandboxError
 from conclave.files.agent_tools import AgentTools

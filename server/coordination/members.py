@@ -14,13 +14,13 @@ from typing import TYPE_CHECKING, Protocol
 
 from conclave.backends import create_backend
 from conclave.backends.base import Backend, Endpoint
-from conclave.config import AgentSpec
+from conclave.config.models import AgentSpec
 from conclave.coordination.reports import JobEvent, Progress, UsageTotals
 from conclave.coordination.turn_context import TurnContext
 from conclave.members.runner import CliMember
 
 if TYPE_CHECKING:
-    from conclave.backends.local import LocalServers
+    from conclave.backends.llama_server import LocalServers
 
 BackendFactory = Callable[[AgentSpec], Backend]
 

@@ -26,17 +26,27 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 
 from conclave.backends.base import Backend, ToolCall, Usage
 from conclave.backends.retry import RetryPolicy
-from conclave.config import Team
+from conclave.config.models import Team
 from conclave.coordination import answers, picture, prompts, protocol
 from conclave.coordination.budget import Budget
 from conclave.coordination.limits import ProviderLimits
-from conclave.coordination.members import (
-    BackendFactory,
-    JobSink,
-    Member,
-    assign_letters,
-    endpoint_factory,
-    seed_for,
+from conclave.coordination.members import BackendFactory, JobSink, Member, assign_letters, seed_for
+from conclave.coordination.protocol_events import (
+    Action,
+    CancelTurn,
+    Deadline,
+    Finish,
+    Present,
+    PresentationFailed,
+    Presented,
+    ProtocolEvent,
+    Start,
+    StartTurn,
+    Steer,
+    TurnFailed,
+    Verified,
+    Verify,
+    WorkStarted,
 )
 from conclave.coordination.reporting import Reporter
 from conclave.coordination.reports import Check, EventKind, JobResult, Progress, UsageTotals
@@ -50,7 +60,7 @@ if TYPE_CHECKING:
     from conclave.coordination.job_files import JobFiles
     from conclave.coordination.verification import Verifier
 
-__all__ = ["BackendFactory", "JobSink", "Orchestrator", "assign_letters", "endpoint_factory", "seed_for"]
+__all__ = ["Orchestrator"]
 logger = logging.getLogger(__name__)
 
 
@@ -96,7 +106,7 @@ class Orchestrator:
         self.reports = Reporter(sink, self.state, self.members, clock)  # events, progress, the result
         self._scopes: dict[int, anyio.CancelScope] = {}
         self._result: JobResult | None = None
-        self._send, self._receive = anyio.create_memory_object_stream[protocol.Event](math.inf)
+        self._send, self._receive = anyio.create_memory_object_stream[ProtocolEvent](math.inf)
 
     # Public --------------------------------------------------------------------------------------
     async def run(self) -> JobResult:
@@ -124,7 +134,7 @@ class Orchestrator:
                     tg.start_soon(self.budget.watch, send.clone())
                 while (early := _pending(receive)) is not None:  # notes that came before the first turns
                     await self._handle(early, tg, send)
-                await self._execute(self.state.apply(protocol.Start()), tg, send)
+                await self._execute(self.state.apply(Start()), tg, send)
                 while self._result is None:
                     await self._handle(await receive.receive(), tg, send)
                 tg.cancel_scope.cancel()
@@ -165,7 +175,7 @@ class Orchestrator:
     def steer(self, note: str) -> bool:
         """Hand a steering note to the running job; False once the job has ended (nothing reads it)."""
         try:
-            self._send.send_nowait(protocol.Steer(note))
+            self._send.send_nowait(Steer(note))
         except (anyio.ClosedResourceError, anyio.BrokenResourceError):
             return False
         return True
@@ -179,7 +189,7 @@ class Orchestrator:
         return self.reports.checks
 
     # The loop ------------------------------------------------------------------------------------
-    async def _handle(self, event: protocol.Event, tg: anyio.abc.TaskGroup, send: MemoryObjectSendStream[protocol.Event]) -> None:
+    async def _handle(self, event: ProtocolEvent, tg: anyio.abc.TaskGroup, send: MemoryObjectSendStream[ProtocolEvent]) -> None:
         letter = getattr(event, "letter", None)
         current = letter is None or self._in_turn(letter, getattr(event, "turn_id", -1))
         if not current:
@@ -193,7 +203,7 @@ class Orchestrator:
         turn = self.state.agents[letter].turn
         return turn is not None and turn.turn_id == turn_id
 
-    async def _report(self, event: protocol.Event, posted: int) -> None:
+    async def _report(self, event: ProtocolEvent, posted: int) -> None:
         if len(self.state.answers) <= posted:
             await self.reports.event(event)
             return
@@ -206,32 +216,32 @@ class Orchestrator:
                 await self._emit("snapshot_failed", answer.letter, label=answer.label, error=str(exc))
 
     async def _execute(
-        self, actions: list[protocol.Action], tg: anyio.abc.TaskGroup, send: MemoryObjectSendStream[protocol.Event]
+        self, actions: list[Action], tg: anyio.abc.TaskGroup, send: MemoryObjectSendStream[ProtocolEvent]
     ) -> None:
         for action in actions:
             match action:
-                case protocol.StartTurn():
+                case StartTurn():
                     scope = self._scopes[action.turn_id] = anyio.CancelScope()
                     await self._emit("turn_started", action.letter, turn_id=action.turn_id, round=action.version,
                                      note=action.note, corrective=action.corrective)
                     tg.start_soon(self._turn, action, scope, send.clone())
-                case protocol.CancelTurn():
+                case CancelTurn():
                     self._scopes.pop(action.turn_id, anyio.CancelScope()).cancel()
                     await self._emit("turn_cancelled", action.letter, turn_id=action.turn_id)
-                case protocol.Verify():
+                case Verify():
                     self.checks[action.label] = Check(status="running")
                     await self._emit("check_started", action.label[0], label=action.label)
                     tg.start_soon(self._verify, action.label, send.clone())
-                case protocol.Present():
+                case Present():
                     self.members[action.letter].presenting = True
                     await self._emit("presenting", action.letter, winner=action.outcome.winner)
                     tg.start_soon(self._present, action, send.clone())
-                case protocol.Finish():
+                case Finish():
                     await self._finish(action)
                 case _:
                     assert_never(action)
 
-    async def _finish(self, action: protocol.Finish) -> None:
+    async def _finish(self, action: Finish) -> None:
         outcome = action.outcome
         for member in self.members.values():
             member.presenting = False
@@ -244,12 +254,12 @@ class Orchestrator:
         await self.reports.finished(self._result)
 
     # Tasks ---------------------------------------------------------------------------------------
-    async def _turn(self, action: protocol.StartTurn, scope: anyio.CancelScope, send: MemoryObjectSendStream[protocol.Event]) -> None:
+    async def _turn(self, action: StartTurn, scope: anyio.CancelScope, send: MemoryObjectSendStream[ProtocolEvent]) -> None:
         member = self.members[action.letter]
         assert member.ctx is not None
 
         async def on_work(call: ToolCall) -> None:
-            await send.send(protocol.WorkStarted(action.letter, action.turn_id))
+            await send.send(WorkStarted(action.letter, action.turn_id))
             await self._emit("tool_call", action.letter, name=call.name, arguments=call.arguments)
 
         ctx = replace(member.ctx, on_work=on_work)
@@ -260,17 +270,17 @@ class Orchestrator:
                     decided = await run_turn(ctx, action, self._shown(action.labels), picture)
                     event = answers.read_decision(action, self.task, decided)
                 except (ProviderError, TimeoutError) as exc:  # retries are spent: the agent is out
-                    event = protocol.TurnFailed(action.letter, action.turn_id, _describe(exc), fatal=True)
+                    event = TurnFailed(action.letter, action.turn_id, _describe(exc), fatal=True)
                 except Exception as exc:  # anything else fails this turn only, never the job
                     logger.warning("agent %s's turn failed", action.letter, exc_info=True)
                     error = f"the turn failed with {type(exc).__name__}: {exc}"
-                    event = protocol.TurnFailed(action.letter, action.turn_id, error)
-                if isinstance(event, protocol.TurnFailed) and event.refused:
+                    event = TurnFailed(action.letter, action.turn_id, error)
+                if isinstance(event, TurnFailed) and event.refused:
                     await self._emit("answer_refused", action.letter, error=event.error)
                 await send.send(event)
             self._scopes.pop(action.turn_id, None)
 
-    async def _present(self, action: protocol.Present, send: MemoryObjectSendStream[protocol.Event]) -> None:
+    async def _present(self, action: Present, send: MemoryObjectSendStream[ProtocolEvent]) -> None:
         member = self.members[action.letter]
         assert member.ctx is not None
         winner = self.state.answer(action.outcome.winner or "")
@@ -280,24 +290,24 @@ class Orchestrator:
                 task = prompts.with_notes(prompts.task_section(self.task, self.history), self.state.notes)
                 text = await present(member.ctx, task, self._shown(), action.outcome)
                 why = answers.presentation_problem(text, winner.content, self.task)
-                await send.send(protocol.PresentationFailed(why) if why else protocol.Presented(text))
+                await send.send(PresentationFailed(why) if why else Presented(text))
             except (ProviderError, TimeoutError) as exc:
-                await send.send(protocol.PresentationFailed(_describe(exc)))
+                await send.send(PresentationFailed(_describe(exc)))
             except Exception as exc:  # a bug in presenting: the winning answer stands as it is
                 logger.warning("the presentation failed", exc_info=True)
-                await send.send(protocol.PresentationFailed(f"{type(exc).__name__}: {exc}"))
+                await send.send(PresentationFailed(f"{type(exc).__name__}: {exc}"))
 
-    async def _verify(self, label: str, send: MemoryObjectSendStream[protocol.Event]) -> None:
+    async def _verify(self, label: str, send: MemoryObjectSendStream[ProtocolEvent]) -> None:
         assert self.verifier is not None
         async with send:
             run = await self.verifier.run(label)
             self.reports.runs[label] = run
-            await send.send(protocol.Verified(label, run.check.passed))
+            await send.send(Verified(label, run.check.passed))
 
-    async def _deadline(self, send: MemoryObjectSendStream[protocol.Event], deadline: float) -> None:
+    async def _deadline(self, send: MemoryObjectSendStream[ProtocolEvent], deadline: float) -> None:
         async with send:
             await anyio.sleep_until(deadline)
-            await send.send(protocol.Deadline(f"the job reached its timeout of {self.team.coordination.timeout_s:g} s"))
+            await send.send(Deadline(f"the job reached its timeout of {self.team.coordination.timeout_s:g} s"))
 
     # Helpers -------------------------------------------------------------------------------------
     def _context(self, member: Member, backend: Backend) -> TurnContext:
@@ -333,7 +343,7 @@ class Orchestrator:
         await self.reports.emit(kind, letter, **data)
 
 
-def _pending(receive: MemoryObjectReceiveStream[protocol.Event]) -> protocol.Event | None:
+def _pending(receive: MemoryObjectReceiveStream[ProtocolEvent]) -> ProtocolEvent | None:
     try:
         return receive.receive_nowait()
     except anyio.WouldBlock:

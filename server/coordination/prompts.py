@@ -12,9 +12,6 @@ from dataclasses import dataclass
 from typing import Literal
 
 from conclave.backends.base import JsonObject, ToolSpec
-from conclave.files.agent_tools import tool_error
-
-__all__ = ["tool_error"]  # the work tools' error wording lives with them; turns use it too
 
 MAX_ANSWER_CHARS = 40_000  # per answer shown to peers; longer answers are cut with a note
 

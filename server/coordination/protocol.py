@@ -37,17 +37,16 @@ from conclave.coordination.protocol_events import (
     AnswerPosted,
     CancelTurn,
     Deadline,
-    Event,
     Finish,
     NoDecision,
     Present,
     PresentationFailed,
     Presented,
+    ProtocolEvent,
     Start,
     StartTurn,
     Steer,
     Stop,
-    TurnEvent,
     TurnEvents,
     TurnFailed,
     Verified,
@@ -68,12 +67,6 @@ from conclave.coordination.tally import (
     leading,
 )
 
-__all__ = [  # re-exported: the driver and the tests read the vocabulary from here
-    "Action", "Answer", "AnswerPosted", "CancelTurn", "Deadline", "Event", "Finish", "NoDecision", "Outcome", "Present",
-    "Presented", "PresentationFailed", "Start", "StartTurn", "Steer", "Stop", "StopReason", "TurnEvent", "TurnFailed",
-    "Verdict",
-    "Verified", "Verify", "VoteCast", "WorkStarted",
-]
 
 class Coordination:
     """The state of one job's coordination. Not thread-safe; one driver feeds it."""
@@ -134,7 +127,7 @@ class Coordination:
         return tuple(labels)
 
     # The one entry point -------------------------------------------------------------------------
-    def apply(self, event: Event) -> list[Action]:
+    def apply(self, event: ProtocolEvent) -> list[Action]:
         """Advance the state by one event and return what the driver must do next."""
         match event:
             case Steer():  # in every phase: a note is kept even after the vote

@@ -86,7 +86,7 @@ class PresentationFailed:
 
 # Every event, each class named: protocol.py's `apply` matches them all (typing.assert_never checks it).
 TurnEvents = WorkStarted | AnswerPosted | VoteCast | NoDecision | TurnFailed
-Event = Start | Deadline | Stop | Steer | Verified | TurnEvents | Presented | PresentationFailed
+ProtocolEvent = Start | Deadline | Stop | Steer | Verified | TurnEvents | Presented | PresentationFailed
 
 
 # Actions: what the driver must do.

@@ -13,7 +13,20 @@ from typing import TYPE_CHECKING
 
 from conclave.coordination import picture, protocol
 from conclave.coordination.members import JobSink, Member
+from conclave.coordination.protocol_events import (
+    AnswerPosted,
+    Deadline,
+    Finish,
+    NoDecision,
+    ProtocolEvent,
+    Steer,
+    Stop,
+    TurnFailed,
+    Verified,
+    VoteCast,
+)
 from conclave.coordination.reports import Check, EventKind, JobEvent, JobResult, Progress
+from conclave.coordination.tally import Answer
 
 if TYPE_CHECKING:
     from conclave.coordination.verification import CheckRun
@@ -42,45 +55,45 @@ class Reporter:
         event = JobEvent(kind=kind, letter=letter, data=data, at=round(self._clock() - self.started, 3))
         await self.sink.record(event, self.progress())
 
-    async def answer(self, answer: protocol.Answer) -> None:
+    async def answer(self, answer: Answer) -> None:
         await self.emit(
             "answer", answer.letter, label=answer.label, revision=answer.revision, content=answer.content
         )
 
-    async def event(self, event: protocol.Event) -> None:
+    async def event(self, event: ProtocolEvent) -> None:
         """An event that posted no answer, in words (an answer posted: `answer`)."""
         state = self.state
         match event:
-            case protocol.AnswerPosted():
+            case AnswerPosted():
                 await self.emit("turn_failed", event.letter, error="answer refused; the agent is asked again")
-            case protocol.VoteCast():
+            case VoteCast():
                 vote, turn = state.agents[event.letter].vote, state.agents[event.letter].turn
                 kept = vote is not None and vote.label == event.label and turn is None
                 await self.emit(
                     "vote" if kept else "vote_discarded", event.letter, label=event.label, reason=event.reason
                 )
-            case protocol.NoDecision():
+            case NoDecision():
                 await self.emit("no_decision", event.letter, text=event.text[:2000])
-            case protocol.TurnFailed():
+            case TurnFailed():
                 kind: EventKind = "agent_failed" if not state.agents[event.letter].active else "turn_failed"
                 await self.emit(kind, event.letter, error=event.error)
-            case protocol.Verified() if event.label in self.runs:
+            case Verified() if event.label in self.runs:
                 run = self.runs.pop(event.label)
                 self.checks[event.label] = run.check
                 await self.emit(
                     "checked", event.label[0], label=event.label, **run.check.model_dump(), output=run.output
                 )
-            case protocol.Stop():
+            case Stop():
                 await self.emit("budget_reached", reason=event.reason)
-            case protocol.Deadline():
+            case Deadline():
                 await self.emit("deadline", reason=event.reason)
-            case protocol.Steer():
+            case Steer():
                 late = state.phase != "coordinating"
                 await self.emit("steered", note=event.note, round=state.version, late=late)
             case _:
                 pass  # a tool call was reported when it was made; the rest say nothing new
 
-    def result(self, action: protocol.Finish) -> JobResult:
+    def result(self, action: Finish) -> JobResult:
         """The job's result: the outcome with the final text (the presented one, else the winner's)."""
         outcome = action.outcome
         winner = self.state.answer(outcome.winner) if outcome.winner else None

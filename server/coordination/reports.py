@@ -10,7 +10,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from conclave.backends.base import Usage
-from conclave.config import Price
+from conclave.config.models import Price
 from conclave.coordination.tally import Outcome, StopReason
 
 EventKind = Literal[

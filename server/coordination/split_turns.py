@@ -16,30 +16,31 @@ from __future__ import annotations
 import json
 
 from conclave.backends.base import Message, Request, Scorer
-from conclave.coordination import prompts, protocol
+from conclave.coordination import prompts
+from conclave.coordination.protocol_events import AnswerPosted, NoDecision, ProtocolEvent, StartTurn, VoteCast
 from conclave.coordination.turn_context import TurnContext
 
 
 async def split_turn(
-    ctx: TurnContext, action: protocol.StartTurn, shown: list[prompts.ShownAnswer]
-) -> protocol.Event:
+    ctx: TurnContext, action: StartTurn, shown: list[prompts.ShownAnswer]
+) -> ProtocolEvent:
     """One split turn to its decision; `shown` is every current answer in this voter's order."""
     own = any(answer.letter == ctx.letter for answer in shown)
     task = prompts.with_notes(ctx.task, action.notes)  # steering notes follow the task
     if action.can_answer and not (own and action.labels):
-        return protocol.AnswerPosted(ctx.letter, action.turn_id, await _answer(ctx, task, action.note))
+        return AnswerPosted(ctx.letter, action.turn_id, await _answer(ctx, task, action.note))
     if isinstance(ctx.backend, Scorer):
         groups = agreeing_groups(shown)
         if len(groups) == 1:  # every answer says the same: any vote counts for all of them, so no scoring
             label = next((a.label for a in shown if a.letter == ctx.letter), shown[0].label)
-            return protocol.VoteCast(ctx.letter, action.turn_id, label, "every answer gives the same final answer")
+            return VoteCast(ctx.letter, action.turn_id, label, "every answer gives the same final answer")
         # One score per group of equivalent answers, from its earliest-posted member (label order is
         # the same for every voter, so the choice does not depend on this voter's order).
         firsts = [min(group, key=lambda answer: answer.label) for group in groups]
         scores = await ctx.score(_answer_request(ctx, task, ""), [answer.content for answer in firsts])
         by_label = {answer.label: score for group, score in zip(groups, scores, strict=True) for answer in group}
         label, reason = pick(shown, [by_label[answer.label] for answer in shown])
-        return protocol.VoteCast(ctx.letter, action.turn_id, label, reason)
+        return VoteCast(ctx.letter, action.turn_id, label, reason)
     request = ctx.request(
         [Message("user", prompts.choice_prompt(task, ctx.letter, shown, action.can_answer))],
         system=ctx.spec.system_prompt or "", max_tokens=64,
@@ -49,10 +50,10 @@ async def split_turn(
     choice = _choice(completion.text)
     if choice == prompts.NEW and action.can_answer:
         text = await _answer(ctx, task, action.note, shown)
-        return protocol.AnswerPosted(ctx.letter, action.turn_id, text)
+        return AnswerPosted(ctx.letter, action.turn_id, text)
     if choice not in action.labels:
-        return protocol.NoDecision(ctx.letter, action.turn_id, completion.text)
-    return protocol.VoteCast(ctx.letter, action.turn_id, choice, "chosen as correct and complete")
+        return NoDecision(ctx.letter, action.turn_id, completion.text)
+    return VoteCast(ctx.letter, action.turn_id, choice, "chosen as correct and complete")
 
 
 def agreeing_groups(shown: list[prompts.ShownAnswer]) -> list[list[prompts.ShownAnswer]]:

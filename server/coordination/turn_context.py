@@ -15,7 +15,7 @@ import anyio.lowlevel
 
 from conclave.backends.base import Backend, JsonObject, Message, Request, Scorer, ToolCall, ToolSpec, Usage
 from conclave.backends.retry import Completion, RetryPolicy, complete
-from conclave.config import AgentSpec
+from conclave.config.models import AgentSpec
 from conclave.files.agent_tools import ToolHandler
 
 

@@ -11,10 +11,20 @@ import re
 
 from conclave.backends.base import Message, ToolCall
 from conclave.backends.retry import Completion
-from conclave.coordination import prompts, protocol
+from conclave.coordination import prompts
 from conclave.coordination.cli_turns import cli_turn
+from conclave.coordination.protocol_events import (
+    AnswerPosted,
+    NoDecision,
+    ProtocolEvent,
+    StartTurn,
+    TurnFailed,
+    VoteCast,
+)
 from conclave.coordination.split_turns import split_turn
+from conclave.coordination.tally import Outcome
 from conclave.coordination.turn_context import TurnContext
+from conclave.files.agent_tools import tool_error
 
 WORKFLOW = ("new_answer", "vote")
 MIN_REPAIR_STEPS = 2  # malformed workflow calls get at least this many chances to be fixed
@@ -22,10 +32,10 @@ MIN_REPAIR_STEPS = 2  # malformed workflow calls get at least this many chances 
 
 async def run_turn(
     ctx: TurnContext,
-    action: protocol.StartTurn,
+    action: StartTurn,
     shown: list[prompts.ShownAnswer],
     files: prompts.FilesPicture | None = None,
-) -> protocol.Event:
+) -> ProtocolEvent:
     """Run one turn to its decision: a CLI member's (cli_turns.py), a split turn (split_turns.py) or one
     call ending in a decision."""
     if ctx.spec.provider == "cli":
@@ -44,7 +54,7 @@ async def run_turn(
     return await _native_turn(ctx, action, messages)
 
 
-async def _native_turn(ctx: TurnContext, action: protocol.StartTurn, messages: list[Message]) -> protocol.Event:
+async def _native_turn(ctx: TurnContext, action: StartTurn, messages: list[Message]) -> ProtocolEvent:
     tools = prompts.workflow_tools(action.labels, action.can_answer) + ctx.work_tools
     work_steps = repairs = 0
     while True:
@@ -52,7 +62,7 @@ async def _native_turn(ctx: TurnContext, action: protocol.StartTurn, messages: l
         request = ctx.request(messages, tools=tools, tool_choice="required" if action.corrective else "auto")
         completion = await ctx.call(request)
         if not completion.tool_calls:
-            return protocol.NoDecision(ctx.letter, action.turn_id, completion.text)
+            return NoDecision(ctx.letter, action.turn_id, completion.text)
         decision = next((call for call in completion.tool_calls if call.name in WORKFLOW), None)
         if decision is not None:
             event, problem = _decide(ctx.letter, action, decision)
@@ -60,15 +70,15 @@ async def _native_turn(ctx: TurnContext, action: protocol.StartTurn, messages: l
                 return event
             repairs += 1
             if repairs > max(MIN_REPAIR_STEPS, ctx.max_tool_steps):
-                return protocol.TurnFailed(ctx.letter, action.turn_id, f"{decision.name}: {problem}")
-            messages += _tool_round(completion, {decision.id: prompts.tool_error(problem)})
+                return TurnFailed(ctx.letter, action.turn_id, f"{decision.name}: {problem}")
+            messages += _tool_round(completion, {decision.id: tool_error(problem)})
             continue
         work_steps += 1
         if work_steps > ctx.max_tool_steps:
             note = f"you used all {ctx.max_tool_steps} tool steps of this turn; decide now with new_answer or vote"
             if work_steps > ctx.max_tool_steps + MIN_REPAIR_STEPS:  # it ignores the note: a failed turn
-                return protocol.TurnFailed(ctx.letter, action.turn_id, f"kept calling tools after: {note}")
-            messages += _tool_round(completion, {call.id: prompts.tool_error(note) for call in completion.tool_calls})
+                return TurnFailed(ctx.letter, action.turn_id, f"kept calling tools after: {note}")
+            messages += _tool_round(completion, {call.id: tool_error(note) for call in completion.tool_calls})
             tools = prompts.workflow_tools(action.labels, action.can_answer)
             continue
         results = {call.id: await _work(ctx, call) for call in completion.tool_calls}
@@ -77,11 +87,11 @@ async def _native_turn(ctx: TurnContext, action: protocol.StartTurn, messages: l
 
 async def _work(ctx: TurnContext, call: ToolCall) -> str:
     if call.error:
-        return prompts.tool_error(f"the arguments of {call.name} were not valid JSON ({call.error})")
+        return tool_error(f"the arguments of {call.name} were not valid JSON ({call.error})")
     handler = ctx.handlers.get(call.name)
     if handler is None:
         valid = ", ".join([*WORKFLOW, *ctx.handlers])
-        return prompts.tool_error(f"there is no tool named {call.name!r}; the tools are {valid}")
+        return tool_error(f"there is no tool named {call.name!r}; the tools are {valid}")
     await ctx.on_work(call)
     return await handler(call.arguments)
 
@@ -95,7 +105,7 @@ def _tool_round(completion: Completion, results: dict[str, str]) -> list[Message
     return [Message("assistant", completion.text, tool_calls=completion.tool_calls), *replies]
 
 
-def _decide(letter: str, action: protocol.StartTurn, call: ToolCall) -> tuple[protocol.Event | None, str]:
+def _decide(letter: str, action: StartTurn, call: ToolCall) -> tuple[ProtocolEvent | None, str]:
     """A workflow call as a protocol event, or the problem to tell the model."""
     if call.error:
         return None, f"the arguments were not valid JSON ({call.error})"
@@ -104,15 +114,15 @@ def _decide(letter: str, action: protocol.StartTurn, call: ToolCall) -> tuple[pr
         content = args.get("content")
         if not isinstance(content, str) or not content.strip():
             return None, "new_answer needs a non-empty string `content` with your complete answer"
-        return protocol.AnswerPosted(letter, action.turn_id, content), ""
+        return AnswerPosted(letter, action.turn_id, content), ""
     label = args.get("answer")
     if not isinstance(label, str) or not label.strip():
         return None, f"vote needs `answer`: one of {', '.join(action.labels) or '(none yet)'}"
     reason = args.get("reason")
-    return protocol.VoteCast(letter, action.turn_id, label.strip(), reason if isinstance(reason, str) else ""), ""
+    return VoteCast(letter, action.turn_id, label.strip(), reason if isinstance(reason, str) else ""), ""
 
 
-async def _json_turn(ctx: TurnContext, action: protocol.StartTurn, messages: list[Message]) -> protocol.Event:
+async def _json_turn(ctx: TurnContext, action: StartTurn, messages: list[Message]) -> ProtocolEvent:
     """Decisions and work-tool calls as schema-constrained JSON, one per reply."""
     names = tuple(tool.name for tool in ctx.work_tools)
     steps = 0
@@ -151,21 +161,21 @@ def _load_json(text: str) -> object | None:
     return value
 
 
-def parse_json_decision(letter: str, action: protocol.StartTurn, text: str) -> protocol.Event:
+def parse_json_decision(letter: str, action: StartTurn, text: str) -> ProtocolEvent:
     """A `json`-mode reply as a decision; anything unreadable is a NoDecision for the corrective retry."""
     data = _load_json(text)
     if data is None:
-        return protocol.NoDecision(letter, action.turn_id, text)
+        return NoDecision(letter, action.turn_id, text)
     if isinstance(data, dict) and data.get("action") in WORKFLOW:
         call = ToolCall("json", str(data["action"]), {k: v for k, v in data.items() if k != "action"})
         event, _ = _decide(letter, action, call)
         if event is not None:
             return event
     content = data.get("content") if isinstance(data, dict) else None
-    return protocol.NoDecision(letter, action.turn_id, content if isinstance(content, str) else text)
+    return NoDecision(letter, action.turn_id, content if isinstance(content, str) else text)
 
 
-async def present(ctx: TurnContext, task: str, shown: list[prompts.ShownAnswer], outcome: protocol.Outcome) -> str:
+async def present(ctx: TurnContext, task: str, shown: list[prompts.ShownAnswer], outcome: Outcome) -> str:
     """The winner's presentation: the final answer in plain text."""
     assert outcome.winner is not None
     messages = [Message("user", prompts.presentation_prompt(task, shown, outcome.tally, outcome.winner))]

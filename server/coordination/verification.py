@@ -27,7 +27,7 @@ from pathlib import Path
 import anyio
 import anyio.to_thread
 
-from conclave.config import Sandbox as SandboxSpec
+from conclave.config.models import SandboxSpec
 from conclave.coordination.reports import LINE_CHARS, TAIL_LINES, Check
 from conclave.errors import ConclaveError
 from conclave.files.check_slots import make_slot, refill

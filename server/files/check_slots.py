@@ -14,12 +14,12 @@ import os
 from pathlib import Path
 
 from conclave.files.removal import remove_tree
-from conclave.files.safe import Owner
+from conclave.files.safe import UidGid
 
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-def make_slot(checks: Path, number: int, owner: Owner | None = None) -> Path:
+def make_slot(checks: Path, number: int, owner: UidGid | None = None) -> Path:
     """Create the empty folder `checks/slot-<number>` (handed to `owner` when we run as root)."""
     slot = checks / f"slot-{number}"
     checks.mkdir(parents=True, exist_ok=True)

@@ -35,7 +35,7 @@ _O_PATH = getattr(os, "O_PATH", 0)
 # (a FIFO then does not block) and checked after the open instead.
 _REOPEN = bool(_O_PATH) and os.path.isdir("/proc/self/fd")
 UNSAFE_MODE_BITS = stat.S_ISUID | stat.S_ISGID | stat.S_IWOTH
-Owner = tuple[int, int]
+UidGid = tuple[int, int]
 
 
 def split(rel: str, field: str = "path") -> list[str]:
@@ -80,7 +80,7 @@ def _open_dir_at(parent: int, name: str, rel: str, field: str) -> int:
 
 @contextmanager
 def directory(
-    root: Path, parts: list[str] | str, *, create: bool = False, owner: Owner | None = None,
+    root: Path, parts: list[str] | str, *, create: bool = False, owner: UidGid | None = None,
     field: str = "path",
 ) -> Iterator[int]:
     """A file descriptor of the folder `root/parts`, walked without following links; closed on exit.
@@ -107,7 +107,7 @@ def directory(
         os.close(fd)
 
 
-def _chown_at(dir_fd: int, name: str, owner: Owner | None) -> None:
+def _chown_at(dir_fd: int, name: str, owner: UidGid | None) -> None:
     if owner is not None and os.geteuid() == 0:
         os.chown(name, *owner, dir_fd=dir_fd, follow_symlinks=False)
 
@@ -201,7 +201,7 @@ class Written:
 
 
 def write_bytes(
-    root: Path, rel: str, data: bytes, *, owner: Owner | None = None, mode: int | None = None,
+    root: Path, rel: str, data: bytes, *, owner: UidGid | None = None, mode: int | None = None,
     field: str = "path",
 ) -> Written:
     """Create or replace `root/rel` atomically: a new `O_EXCL` file in the same folder fd, renamed over it.
@@ -218,7 +218,7 @@ def write_bytes(
 
 
 def write_at(
-    dir_fd: int, name: str, rel: str, data: bytes, *, owner: Owner | None = None, mode: int | None = None,
+    dir_fd: int, name: str, rel: str, data: bytes, *, owner: UidGid | None = None, mode: int | None = None,
     fsync: bool = False,
 ) -> Written:
     """`write_bytes` inside an open folder fd."""
@@ -255,7 +255,9 @@ def write_at(
     return Written(old.st_size if regular and old else 0, len(data))
 
 
-def _rewrite(dir_fd: int, name: str, old: os.stat_result, data: bytes, owner: Owner | None) -> Written | None:
+def _rewrite(
+    dir_fd: int, name: str, old: os.stat_result, data: bytes, owner: UidGid | None
+) -> Written | None:
     """Overwrite an existing regular file in place (cheaper than a new file and a rename), through an
     O_PATH fd of exactly the inode that was looked at; None when it changed meanwhile (then replace it)."""
     try:

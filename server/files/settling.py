@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from conclave.errors import TreeTooLarge
-from conclave.files.safe import _O_PATH, _REOPEN, UNSAFE_MODE_BITS, Owner
+from conclave.files.safe import _O_PATH, _REOPEN, UNSAFE_MODE_BITS, UidGid
 from conclave.files.walking import Found, walk
 
 
@@ -25,7 +25,7 @@ class Settled:
     limited: str | None = None  # why the walk stopped early (a cap), else None
 
 
-def settle(root: Path, owner: Owner | None = None) -> Settled:
+def settle(root: Path, owner: UidGid | None = None) -> Settled:
     """Clear setuid, setgid and world-write bits in a tree, hand every entry to `owner` (as root), and
     measure it (the bytes of its regular files, by size). Links are changed themselves, never followed.
     """
@@ -41,7 +41,7 @@ def settle(root: Path, owner: Owner | None = None) -> Settled:
     return report
 
 
-def _settle_folder(fd: int, listed: list[Found], owner: Owner | None, report: Settled) -> None:
+def _settle_folder(fd: int, listed: list[Found], owner: UidGid | None, report: Settled) -> None:
     for entry in listed:
         info = entry.info
         if stat.S_ISREG(info.st_mode):

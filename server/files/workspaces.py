@@ -45,20 +45,11 @@ from pathlib import Path
 
 import anyio.to_thread
 
-from conclave.config import LABEL, LETTER
+from conclave.config.models import LABEL, LETTER
 from conclave.errors import ContextTooLarge, InputError
 from conclave.files.apply import Changes, apply_tree
 from conclave.files.carry import carry
-from conclave.files.contexts import (
-    Caps,
-    ContextManifest,
-    ContextPath,
-    CopiedContext,
-    FileRecord,
-    copy_context,
-    copy_context_sync,
-    mb,
-)
+from conclave.files.contexts import Caps, ContextManifest, ContextPath, CopiedContext, copy_context_sync, mb
 from conclave.files.diff import Patch, diff_trees
 from conclave.files.removal import remove_tree
 from conclave.files.review import Consent
@@ -66,10 +57,7 @@ from conclave.files.roots import run_pinned
 from conclave.files.settling import settle
 from conclave.files.trees import Listing, Reference, copy_tree, list_tree
 
-__all__ = [
-    "Caps", "ContextManifest", "ContextPath", "CopiedContext", "FileRecord", "Patch", "Workspaces",
-    "apply", "copy_context", "copy_context_sync", "diff",
-]
+__all__ = ["Workspaces", "apply", "diff"]
 
 ALWAYS = 2**63 - 1  # a capture time that makes every file of an immutable reference reusable
 WORKSPACE_CAPS = Caps(max_files=20_000, max_bytes=200 * 1024 * 1024)

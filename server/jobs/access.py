@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from conclave.config import configs_dir, user_teams_dir
+from conclave.config.presets import configs_dir, user_teams_dir
 from conclave.errors import NotPermitted, term
 from conclave.settings import Settings
 

@@ -14,7 +14,8 @@ import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from conclave.config import Team, resolve_team
+from conclave.config.models import Team
+from conclave.config.presets import resolve_team
 from conclave.errors import InputError, QueueFull, term
 from conclave.files.contexts import parse_context_paths
 from conclave.files.review import Consent
@@ -35,7 +36,7 @@ def new_job_id() -> str:
 
 
 @dataclass(frozen=True)
-class Request:
+class JobRequest:
     """A job as the caller asked for it (ask_team's arguments)."""
 
     task: str
@@ -76,7 +77,7 @@ class Admission:
         self._owner_id = owner_id
         self._probe = probe  # refuse a team whose own server is down (a test's fake backends have none)
 
-    async def admit(self, request: Request, earlier: JobRow | None = None) -> Admitted:
+    async def admit(self, request: JobRequest, earlier: JobRow | None = None) -> Admitted:
         """Check the request (with `earlier`: the job it follows up) and store it as a queued job."""
         task, apply = request.task, request.apply
         text = task.strip() if isinstance(task, str) else ""

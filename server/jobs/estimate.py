@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from statistics import median
 
-from conclave.config import Team
+from conclave.config.models import Team
 from conclave.jobs.records import Estimate
 from conclave.jobs.store import AgentUsage
 from conclave.jobs.teams import TeamHistory

@@ -8,8 +8,7 @@ from pathlib import Path
 import anyio
 import anyio.to_thread
 
-from conclave.config import Sandbox as SandboxSpec
-from conclave.config import Team
+from conclave.config.models import SandboxSpec, Team
 from conclave.coordination.job_files import JobFiles
 from conclave.coordination.verification import Verifier
 from conclave.errors import ApplyError, PathOutsideRoot, SandboxUnavailable
@@ -21,7 +20,8 @@ from conclave.files.roots import identify
 from conclave.files.trees import list_tree
 from conclave.files.workspaces import Workspaces
 from conclave.jobs.records import ApplyMode, ContextChanges, FilesResult, JobOptions
-from conclave.sandbox.container import container_user, engine_status, image_tag
+from conclave.sandbox.container import container_user, image_tag
+from conclave.sandbox.engine import engine_status
 from conclave.settings import Settings
 
 MAX_OUTSIDE = 200  # files listed outside the context folders; more are cut

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import anyio
 
-from conclave.config import Team
+from conclave.config.models import Team
 from conclave.coordination.prompts import Round, history_section
 from conclave.errors import InputError
 from conclave.files.workspaces import Workspaces

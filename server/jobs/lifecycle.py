@@ -15,9 +15,10 @@ from pathlib import Path
 import anyio
 
 from conclave.backends.retry import RetryPolicy
-from conclave.config import Team
+from conclave.config.models import Team
 from conclave.coordination.limits import ProviderLimits
-from conclave.coordination.orchestrator import BackendFactory, Orchestrator
+from conclave.coordination.members import BackendFactory
+from conclave.coordination.orchestrator import Orchestrator
 from conclave.errors import ConclaveError
 from conclave.jobs.async_store import AsyncStore
 from conclave.jobs.file_steps import collect, job_files, job_verifier, prepare

@@ -18,7 +18,8 @@ from contextlib import asynccontextmanager
 
 import anyio.to_thread
 
-from conclave.config import Team, list_presets
+from conclave.config.models import Team
+from conclave.config.presets import list_presets
 from conclave.errors import InputError, JobNotFound, term
 from conclave.files.workspaces import Workspaces
 from conclave.jobs.async_store import AsyncStore

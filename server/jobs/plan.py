@@ -13,9 +13,8 @@ import math
 from collections.abc import Mapping
 
 from conclave.backends import check_ready
-from conclave.config import ConfigError, Team
-from conclave.config.models import MAX_VERIFY_CHARS
-from conclave.errors import InputError, term
+from conclave.config.models import MAX_VERIFY_CHARS, Team
+from conclave.errors import ConfigError, InputError, term
 from conclave.members.logins import cli_ready
 
 

@@ -9,14 +9,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
-Patch = list[tuple[str, str]]  # (JSON path, JSON text) pairs for json_set
+ProgressPatch = list[tuple[str, str]]  # (JSON path, JSON text) pairs for json_set
 
 
-def progress_patch(old: dict[str, Any], new: dict[str, Any]) -> Patch | None:
+def progress_patch(old: dict[str, Any], new: dict[str, Any]) -> ProgressPatch | None:
     """The parts of `new` that differ from `old`; None when the shape changed and the whole must be written."""
     if old.keys() != new.keys():
         return None
-    patch: Patch = []
+    patch: ProgressPatch = []
     for key, value in new.items():
         before = old[key]
         if value == before:
@@ -28,8 +28,8 @@ def progress_patch(old: dict[str, Any], new: dict[str, Any]) -> Patch | None:
     return patch
 
 
-def _agents(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> Patch:
-    patch: Patch = []
+def _agents(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> ProgressPatch:
+    patch: ProgressPatch = []
     for index, (before, agent) in enumerate(zip(old, new, strict=True)):
         if before.keys() != agent.keys():
             patch.append((f"$.agents[{index}]", json.dumps(agent)))
@@ -39,7 +39,7 @@ def _agents(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> Patch:
     return patch
 
 
-def json_set_sql(column: str, patch: Patch) -> tuple[str, list[str]]:
+def json_set_sql(column: str, patch: ProgressPatch) -> tuple[str, list[str]]:
     """`json_set(column, path, json(value), ...)` and its parameters."""
     pairs = ", ".join("?, json(?)" for _ in patch)
     return f"json_set({column}, {pairs})", [part for pair in patch for part in pair]

@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 
 import anyio
 
-from conclave.config import Team
+from conclave.config.models import Team
 from conclave.errors import ConfigError
 
 PROBE_S = 1.5  # a local or LAN server answers a connect in milliseconds

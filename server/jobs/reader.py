@@ -16,7 +16,7 @@ from pathlib import Path
 import anyio.to_thread
 from pydantic import BaseModel, ConfigDict, Field
 
-from conclave.config import LABEL
+from conclave.config.models import LABEL
 from conclave.coordination.reports import JobEvent
 from conclave.errors import InputError, term
 from conclave.files.trees import list_tree, read_bytes

@@ -25,12 +25,12 @@ from pathlib import Path
 import anyio
 import anyio.abc
 
-from conclave.backends.local import LocalServers
+from conclave.backends.llama_server import LocalServers
 from conclave.backends.retry import RetryPolicy
-from conclave.coordination.orchestrator import BackendFactory, endpoint_factory
+from conclave.coordination.members import BackendFactory, endpoint_factory
 from conclave.errors import InputError, JobFinished
 from conclave.jobs.access import Access
-from conclave.jobs.admission import Admission, Request
+from conclave.jobs.admission import Admission, JobRequest
 from conclave.jobs.async_store import AsyncStore
 from conclave.jobs.lifecycle import Lifecycle
 from conclave.jobs.lookup import JobLookup
@@ -137,7 +137,7 @@ class JobService:
 
         With `follow_up`, the job continues that earlier one (follow_ups.py says what carries over)."""
         earlier = await self._row(follow_up, caller, "follow_up") if follow_up is not None else None
-        request = Request(task, team, context_paths, apply, force_binary, allow_artifacts, verify, max_cost_usd,
+        request = JobRequest(task, team, context_paths, apply, force_binary, allow_artifacts, verify, max_cost_usd,
                           max_tokens, caller or LOCAL)
         job = await self._admission.admit(request, earlier)
         self._jobs.admitted(job.job_id)

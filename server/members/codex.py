@@ -14,7 +14,8 @@ from typing import Any
 
 from conclave.backends.base import Usage
 from conclave.config.clis import CLIS
-from conclave.members.base import HOME, SCHEMA_FILE, CliOutput, Login, json_lines
+from conclave.members.base import SCHEMA_FILE, CliOutput, Login, json_lines
+from conclave.sandbox.member import HOME
 
 CONFIG = ".codex"  # under HOME; CODEX_HOME points here
 KEY_VARIABLE = "CONCLAVE_CODEX_KEY"  # the provider's env_key: the key under a name only Codex reads

@@ -12,7 +12,8 @@ from typing import Any
 
 from conclave.backends.base import Usage
 from conclave.config.clis import CLIS
-from conclave.members.base import HOME, CliOutput, Login, json_lines, last_json_object
+from conclave.members.base import CliOutput, Login, json_lines, last_json_object
+from conclave.sandbox.member import HOME
 
 USAGE_FILE = f"{HOME}/copilot-usage.json"
 USAGE_MARK = "@@conclave-copilot-usage@@"  # the runner prints the usage file after this line

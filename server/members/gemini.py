@@ -12,7 +12,8 @@ from typing import Any
 
 from conclave.backends.base import Usage
 from conclave.config.clis import CLIS
-from conclave.members.base import HOME, CliOutput, Login, last_json_object
+from conclave.members.base import CliOutput, Login, last_json_object
+from conclave.sandbox.member import HOME
 
 
 class Gemini:

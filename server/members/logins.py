@@ -8,8 +8,8 @@ import os
 import stat
 from collections.abc import Mapping
 
-from conclave.config import AgentSpec, Team
 from conclave.config.clis import CLIS, CliFacts, login_files, login_fix, split_cli_model
+from conclave.config.models import AgentSpec, Team
 from conclave.errors import ConfigError
 from conclave.members.base import Login
 

@@ -27,17 +27,18 @@ from typing import Any, ClassVar
 
 import anyio
 
-from conclave.backends.base import Done, Event, Request, TextDelta, Usage
-from conclave.config import AgentSpec
+from conclave.backends.base import Done, Request, StreamEvent, TextDelta, Usage
 from conclave.config.clis import split_cli_model
+from conclave.config.models import AgentSpec
 from conclave.errors import ProviderError
-from conclave.members.base import HOME, SCHEMA_FILE, CliAdapter, CliOutput, Login
+from conclave.members.base import SCHEMA_FILE, CliAdapter, CliOutput, Login
 from conclave.members.claude_code import ClaudeCode
 from conclave.members.codex import Codex
 from conclave.members.copilot import Copilot
 from conclave.members.gemini import Gemini
 from conclave.members.logins import resolve_login
 from conclave.sandbox.container import CommandResult, Sandbox
+from conclave.sandbox.member import HOME
 
 ADAPTERS: dict[str, CliAdapter] = {
     "claude-code": ClaudeCode(),
@@ -192,7 +193,7 @@ class CliMember:
         return text
 
     # The Backend seam: one reply from the CLI (a presentation) ----------------------------------------
-    async def stream(self, request: Request) -> AsyncIterator[Event]:  # type: ignore[override]
+    async def stream(self, request: Request) -> AsyncIterator[StreamEvent]:  # type: ignore[override]
         prompt = "\n\n".join([request.system, *(message.content for message in request.messages)]).strip()
         output = await self.run(prompt)
         yield TextDelta(output.text)

@@ -54,29 +54,16 @@ from typing import Any
 import anyio
 import anyio.to_thread
 
-from conclave.config import Sandbox as SandboxSpec
+from conclave.config.models import SandboxSpec
 from conclave.errors import SandboxError, SandboxUnavailable
 from conclave.files.settling import Settled, settle
 from conclave.sandbox.disk_watch import Watched, Watcher, kill_user_processes
-from conclave.sandbox.engine import (
-    FIX,
-    PROCESS_OWNER,
-    EngineStatus,
-    Owner,
-    connect,
-    engine_status,
-    missing_image,
-    remove_container,
-    sweep,
-)
+from conclave.sandbox.engine import FIX, PROCESS_OWNER, Owner, connect, missing_image, remove_container
 from conclave.sandbox.image import IMAGE_REPO, default_tag
 from conclave.sandbox.leftovers import cgroup_of, nothing_left, reap
 from conclave.sandbox.output import _Capped
 
-__all__ = [
-    "CommandResult", "EngineStatus", "Owner", "Sandbox", "_Capped", "connect", "container_user",
-    "engine_status", "image_tag", "sweep",
-]
+__all__ = ["CommandResult", "Sandbox", "container_user", "image_tag"]
 
 OUTPUT_CAP = 20_000  # bytes kept per stream (head and tail halves); the middle is cut with a note
 GRACE_S = 10.0  # how long past its timeout an exec may take before the container is killed

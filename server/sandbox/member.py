@@ -35,10 +35,11 @@ from typing import Any
 
 import anyio.to_thread
 
-from conclave.config import Sandbox as SandboxSpec
+from conclave.config.models import SandboxSpec
 from conclave.errors import SandboxError
-from conclave.sandbox.container import ENVIRONMENT, PROCESS_OWNER, Owner, Sandbox, keeper_user
+from conclave.sandbox.container import ENVIRONMENT, Sandbox, keeper_user
 from conclave.sandbox.disk_watch import kill_user_processes
+from conclave.sandbox.engine import PROCESS_OWNER, Owner
 from conclave.sandbox.image import IMAGE_REPO
 
 __all__ = ["HOME", "PROXY_PORT", "PROXY_URL", "SOCKET", "MemberSandbox", "member_environment"]

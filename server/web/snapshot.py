@@ -15,8 +15,9 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
+from conclave.coordination.reports import JobEvent
 from conclave.jobs.reader import check_outputs, job_workspaces
-from conclave.jobs.store import JobEvent, JobRow, Store
+from conclave.jobs.store import JobRow, Store
 from conclave.jobs.views import JobView, job_view
 
 MAX_DIFF_CHARS = 400_000  # a bigger patch is cut; read_workspace(path='@diff') pages through all of it

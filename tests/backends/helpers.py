@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from conclave.backends import create_backend
-from conclave.backends.base import Backend, Endpoint, Event, Request, TextDelta, ToolCall
+from conclave.backends.base import Backend, Endpoint, Request, StreamEvent, TextDelta, ToolCall
 from conclave.errors import ProviderError
 from tests.fakes.script import Reply
 from tests.fakes.server import FakeProviders
@@ -41,7 +41,7 @@ def backend_for(
     return create_backend(Endpoint(provider, model, key, base_url=url, timeout_s=timeout_s, stream=stream))
 
 
-async def run(fakes: FakeProviders, stream: bool, request: Request, **options: Any) -> list[Event]:
+async def run(fakes: FakeProviders, stream: bool, request: Request, **options: Any) -> list[StreamEvent]:
     """Every event of one `request` to a fresh backend (`options` as for `backend_for`), closed afterwards."""
     backend = backend_for(fakes, stream, **options)
     try:
@@ -68,9 +68,9 @@ async def fail(
     return caught.value
 
 
-def text_of(events: list[Event]) -> str:
+def text_of(events: list[StreamEvent]) -> str:
     return "".join(e.text for e in events if isinstance(e, TextDelta))
 
 
-def calls_of(events: list[Event]) -> list[ToolCall]:
+def calls_of(events: list[StreamEvent]) -> list[ToolCall]:
     return [e for e in events if isinstance(e, ToolCall)]

@@ -14,9 +14,9 @@ import pytest
 from conclave.backends.base import (
     Backend,
     Done,
-    Event,
     Message,
     Request,
+    StreamEvent,
     TextDelta,
     ToolCall,
     ToolSpec,
@@ -67,7 +67,7 @@ async def test_same_reply_gives_the_same_events(fakes: FakeProviders, provider: 
     backend = backend_for(fakes, provider, agent, stream=stream)
     assert backend.provider == provider
     try:
-        events: list[Event] = [event async for event in backend.stream(REQUEST)]
+        events: list[StreamEvent] = [event async for event in backend.stream(REQUEST)]
     finally:
         await backend.aclose()
 

@@ -14,9 +14,9 @@ import pytest
 from conclave.backends.base import (
     Done,
     Endpoint,
-    Event,
     Message,
     Request,
+    StreamEvent,
     TextDelta,
     ToolCall,
     ToolSpec,
@@ -59,7 +59,7 @@ class Fake:
     agent: str
     streamed: bool
 
-    async def run(self, reply: Reply, request: Request = ASK) -> tuple[list[Event], RecordedRequest]:
+    async def run(self, reply: Reply, request: Request = ASK) -> tuple[list[StreamEvent], RecordedRequest]:
         self.fakes.script.enqueue(self.agent, reply)
         events = await run(self.fakes, self.streamed, request, agent=self.agent)
         (recorded,) = self.fakes.script.requests_of(self.agent)
@@ -282,7 +282,7 @@ async def test_stream_closed_cleanly_before_finish_is_unavailable() -> None:
     backend._client = openai.AsyncOpenAI(
         api_key=KEY, base_url="http://proxy.invalid/v1", http_client=http_client
     )
-    events: list[Event] = []
+    events: list[StreamEvent] = []
     with pytest.raises(ProviderUnavailable, match="no finish_reason"):
         async for event in backend.stream(ASK):
             events.append(event)

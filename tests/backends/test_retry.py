@@ -10,7 +10,7 @@ from typing import ClassVar
 
 import pytest
 
-from conclave.backends.base import Done, Event, Message, Request, TextDelta, ToolCall, Usage
+from conclave.backends.base import Done, Message, Request, StreamEvent, TextDelta, ToolCall, Usage
 from conclave.backends.retry import Completion, RetryPolicy, complete, parse_retry_after
 from conclave.errors import (
     AuthFailed,
@@ -30,12 +30,12 @@ class ScriptedBackend:
 
     provider: ClassVar[str] = "scripted"
 
-    def __init__(self, *scripts: Sequence[Event | ProviderError]) -> None:
+    def __init__(self, *scripts: Sequence[StreamEvent | ProviderError]) -> None:
         self.scripts = list(scripts)
         self.calls = 0
         self.closed_streams = 0
 
-    async def stream(self, request: Request) -> AsyncIterator[Event]:
+    async def stream(self, request: Request) -> AsyncIterator[StreamEvent]:
         assert request is REQUEST
         script = self.scripts[self.calls]
         self.calls += 1
@@ -51,11 +51,11 @@ class ScriptedBackend:
         pass
 
 
-def ok(text: str = "fine") -> list[Event | ProviderError]:
+def ok(text: str = "fine") -> list[StreamEvent | ProviderError]:
     return [TextDelta(text), Usage(10, 2, 4), Done("stop")]
 
 
-def unavailable() -> list[Event | ProviderError]:
+def unavailable() -> list[StreamEvent | ProviderError]:
     return [ProviderUnavailable("scripted", "503", status=503)]
 
 
@@ -153,7 +153,7 @@ async def test_client_errors_are_not_retried(error: ProviderError) -> None:
 
 @pytest.mark.anyio
 async def test_a_retry_discards_the_partial_output_of_the_failed_attempt() -> None:
-    partial: list[Event | ProviderError] = [
+    partial: list[StreamEvent | ProviderError] = [
         TextDelta("half of a"),
         ToolCall("c0", "vote", {"answer": "A1"}),
         MalformedResponse("scripted", "?"),

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from conclave.config import parse_team, resolve_team
+from conclave.config.loading import parse_team
+from conclave.config.presets import resolve_team
 from conclave.coordination.cli_turns import decision_schema
 from conclave.errors import ConfigError
 from conclave.members.base import Login

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from conclave.backends.base import Usage
-from conclave.config import parse_team
 from conclave.config.clis import CLIS, login_fix
+from conclave.config.loading import parse_team
 from conclave.errors import ConfigError
 from conclave.jobs.teams import cli_status
 from conclave.members.claude_code import ClaudeCode

@@ -12,8 +12,9 @@ from typing import Any
 import anyio
 import pytest
 
-from conclave.config import Sandbox as SandboxSpec
-from conclave.sandbox.container import Owner, Sandbox, connect
+from conclave.config.models import SandboxSpec
+from conclave.sandbox.container import Sandbox
+from conclave.sandbox.engine import Owner, connect
 
 SPEC = SandboxSpec(memory="256m", cpus=1, pids=128)
 

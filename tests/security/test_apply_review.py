@@ -11,8 +11,9 @@ from pathlib import Path
 import anyio
 import pytest
 
+from conclave.files.contexts import ContextPath
 from conclave.files.review import Consent, is_artifact, is_vcs_metadata
-from conclave.files.workspaces import ContextPath, Workspaces
+from conclave.files.workspaces import Workspaces
 from conclave.jobs.service import JobService
 from conclave.settings import Settings
 from tests.fakes.script import RecordedRequest, Reply
@@ -150,7 +151,7 @@ async def test_the_job_result_says_what_was_held_back_and_why(tmp_path: Path, fa
 def test_conclave_ask_names_what_was_held_back() -> None:
     from rich.console import Console
 
-    from conclave.cli.commands import render
+    from conclave.cli.render import render
     from conclave.jobs.views import JobView
 
     held = {"path": "pkg/__pycache__/m.pyc", "reason": "artifact", "fix": "pass allow_artifacts=true"}

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from conclave.files.contexts import ContextPath
 from conclave.files.review import Consent
-from conclave.files.workspaces import ContextPath, Workspaces
+from conclave.files.workspaces import Workspaces
 
 pytestmark = pytest.mark.anyio
 HIDDEN = (

@@ -13,8 +13,8 @@ from typing import Any
 import anyio
 import pytest
 
-from conclave.config import Sandbox as SandboxSpec
-from conclave.config import parse_team
+from conclave.config.loading import parse_team
+from conclave.config.models import SandboxSpec
 from conclave.members.claude_code import ClaudeCode
 from conclave.members.runner import CliMember
 from conclave.sandbox.allowlist import allowlist_for

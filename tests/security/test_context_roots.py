@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conclave.config import parse_team
+from conclave.config.loading import parse_team
 from conclave.errors import PathOutsideRoot
 from conclave.files.contexts import parse_context_paths
 from conclave.files.workspaces import Workspaces

@@ -21,12 +21,13 @@ from typing import Any
 import anyio
 import pytest
 
-from conclave.config import Sandbox as SandboxSpec
+from conclave.config.models import SandboxSpec
 from conclave.errors import SandboxError
 from conclave.sandbox.allowlist import allowlist_for
 from conclave.sandbox.clis_image import build_clis_image
-from conclave.sandbox.container import Owner, Sandbox, connect, engine_status
+from conclave.sandbox.container import Sandbox
 from conclave.sandbox.egress import EgressProxy, egress_proxy
+from conclave.sandbox.engine import Owner, connect, engine_status
 from conclave.sandbox.member import PROXY_URL, MemberSandbox
 from tests.fakes.script import Reply
 from tests.fakes.server import FakeProviders

@@ -14,9 +14,10 @@ import pytest
 from conclave.errors import ContextTooLarge
 from conclave.files import safe
 from conclave.files.agent_tools import AgentTools
+from conclave.files.contexts import ContextPath
 from conclave.files.removal import remove_tree
 from conclave.files.trees import list_tree
-from conclave.files.workspaces import ContextPath, Workspaces
+from conclave.files.workspaces import Workspaces
 from conclave.jobs.service import JobService
 from conclave.settings import Settings
 from tests.fakes.script import RecordedRequest, Reply

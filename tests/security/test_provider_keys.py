@@ -17,7 +17,7 @@ import yaml
 from mcp import ClientSession
 from mcp.client.stdio import stdio_client
 
-from conclave.config import parse_team
+from conclave.config.loading import parse_team
 from conclave.errors import ConfigError
 from conclave.jobs.service import JobService
 from conclave.settings import Settings

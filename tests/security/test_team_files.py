@@ -11,7 +11,7 @@ import yaml
 from fastmcp import Client
 from fastmcp.exceptions import ToolError
 
-from conclave.config import parse_team
+from conclave.config.loading import parse_team
 from conclave.errors import ConfigError
 from conclave.jobs.service import JobService
 from conclave.settings import Settings

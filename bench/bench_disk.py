@@ -100,8 +100,10 @@ async def main() -> None:
     }
     print(f"{'scenario':<22} {'overshoot max MB':>17} {'median':>7} {'x cap':>6} {'stopped':>8}")
     for name, row in results.items():
-        print(f"{name:<22} {row['overshoot_mb_max']:>17} {row['overshoot_mb_median']:>7} "
-              f"{row['overshoot_ratio_of_cap_max']:>6} {row['stopped_by_watcher']:>8}")
+        print(
+            f"{name:<22} {row['overshoot_mb_max']:>17} {row['overshoot_mb_median']:>7} "
+            f"{row['overshoot_ratio_of_cap_max']:>6} {row['stopped_by_watcher']:>8}"
+        )
     RESULTS.write_text(json.dumps(report, indent=2) + "\n")
     print(f"wrote {RESULTS}")
 

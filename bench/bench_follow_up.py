@@ -38,8 +38,12 @@ MESSAGE = "The tests still fail:\nFAILED test_calc.py::test_add - assert 6 == 5\
 
 
 def usage(view: JobView) -> dict[str, int]:
-    return {"input_tokens": view.usage.input_tokens, "output_tokens": view.usage.output_tokens,
-            "tokens": view.usage.tokens, "calls": view.usage.calls}
+    return {
+        "input_tokens": view.usage.input_tokens,
+        "output_tokens": view.usage.output_tokens,
+        "tokens": view.usage.tokens,
+        "calls": view.usage.calls,
+    }
 
 
 async def one_run(root: Path) -> dict[str, Any]:
@@ -60,8 +64,12 @@ async def one_run(root: Path) -> dict[str, Any]:
             )
             fresh = await service.wait((await service.submit(f"{TASK}\n\n{MESSAGE}", team, paths)).job_id, 50)
     assert first.state == follow.state == fresh.state == "completed", (first.state, follow.state, fresh.state)
-    return {"first": usage(first), "follow_up": usage(follow), "fresh": usage(fresh),
-            "ratio_tokens": round(follow.usage.tokens / fresh.usage.tokens, 3)}
+    return {
+        "first": usage(first),
+        "follow_up": usage(follow),
+        "fresh": usage(fresh),
+        "ratio_tokens": round(follow.usage.tokens / fresh.usage.tokens, 3),
+    }
 
 
 async def main() -> None:
@@ -73,12 +81,14 @@ async def main() -> None:
             runs.append(await one_run(root))
     ratios = [run["ratio_tokens"] for run in runs]
     result = {
-        "runs": RUNS, "ratio_follow_up_to_fresh_tokens": ratios,
-        "mean_ratio": round(sum(ratios) / len(ratios), 3), "example": runs[0],
+        "runs": RUNS,
+        "ratio_follow_up_to_fresh_tokens": ratios,
+        "mean_ratio": round(sum(ratios) / len(ratios), 3),
+        "example": runs[0],
         "note": "the fakes derive usage from request and reply sizes (about 4 characters a token); the same "
-                "scripted team answers both ways in the same number of turns, so the ratio is the price of "
-                "the history the follow-up carries (earlier task, answer, verdict, files changed) in every "
-                "prompt, against a fresh task that only repeats the original task",
+        "scripted team answers both ways in the same number of turns, so the ratio is the price of "
+        "the history the follow-up carries (earlier task, answer, verdict, files changed) in every "
+        "prompt, against a fresh task that only repeats the original task",
     }
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(result, indent=2) + "\n")

@@ -47,19 +47,23 @@ def main() -> None:
         turn = prompts.turn_prompt("A", shown, ["A1", "B1", "C1"], True)
         tools = json.dumps([t.__dict__ for t in prompts.workflow_tools(["A1", "B1", "C1"], True)])
         total = tokens(system) + tokens(turn) + tokens(tools)
-        rows.append({
-            "answer_words": words,
-            "system_tokens": tokens(system),
-            "turn_tokens": tokens(turn),
-            "tool_definition_tokens": tokens(tools),
-            "input_tokens": total,
-            "answers_share": round(sum(tokens(a.content) for a in shown) / total, 3),
-            "characters": len(system) + len(turn) + len(tools),
-        })
+        rows.append(
+            {
+                "answer_words": words,
+                "system_tokens": tokens(system),
+                "turn_tokens": tokens(turn),
+                "tool_definition_tokens": tokens(tools),
+                "input_tokens": total,
+                "answers_share": round(sum(tokens(a.content) for a in shown) / total, 3),
+                "characters": len(system) + len(turn) + len(tools),
+            }
+        )
     print(f"{'words/answer':>12} {'system':>7} {'turn':>6} {'tools':>6} {'input tokens':>12} {'answers':>8}")
     for row in rows:
-        print(f"{row['answer_words']:>12} {row['system_tokens']:>7} {row['turn_tokens']:>6} "
-              f"{row['tool_definition_tokens']:>6} {row['input_tokens']:>12} {row['answers_share']:>8.0%}")
+        print(
+            f"{row['answer_words']:>12} {row['system_tokens']:>7} {row['turn_tokens']:>6} "
+            f"{row['tool_definition_tokens']:>6} {row['input_tokens']:>12} {row['answers_share']:>8.0%}"
+        )
     out = Path(__file__).parent / "results" / "prompt.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps({"tokenizer": "SmolLM2-135M (BPE, 49k)", "rows": rows}, indent=2) + "\n")

@@ -1,6 +1,6 @@
 """Sandbox timings: container start, warm `docker exec` of `true`, and the image. Prints a table, writes JSON.
 
-    python bench/bench_sandbox.py        # builds the image first if it is missing (about a minute)
+python bench/bench_sandbox.py        # builds the image first if it is missing (about a minute)
 """
 
 from __future__ import annotations

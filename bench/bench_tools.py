@@ -29,8 +29,12 @@ WARMUP = 20
 CALLS = {
     "read_file": {"path": "src/pkg3/mod1/file13.py"},
     "write_file": {"path": "src/pkg3/mod1/out.py", "content": "x = 1\n" * 200},
-    "edit_file": {"path": "src/pkg3/mod1/file13.py", "old_text": "return x + 7", "new_text": "return x + 7",
-                  "replace_all": True},
+    "edit_file": {
+        "path": "src/pkg3/mod1/file13.py",
+        "old_text": "return x + 7",
+        "new_text": "return x + 7",
+        "replace_all": True,
+    },
     "search": {"pattern": r"def f13_1\b", "path": "src/pkg3"},
 }
 
@@ -62,8 +66,10 @@ async def run(calls: int) -> dict[str, float]:
         build_workspace(workspace)
         owner = (os.getuid(), os.getgid())
         tools = AgentTools(workspace, peers=dict, owner=owner)
-        return {name: statistics.median(await measure(tools, name, args, calls)) * 1e6
-                for name, args in CALLS.items()}
+        return {
+            name: statistics.median(await measure(tools, name, args, calls)) * 1e6
+            for name, args in CALLS.items()
+        }
 
 
 def main() -> None:

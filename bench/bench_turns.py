@@ -42,8 +42,11 @@ async def measure(options: dict[str, str]) -> dict[str, Any]:
     totals = {"requests": 0, "input_tokens": 0, "output_tokens": 0, "wall_s": 0.0}
     for job in range(JOBS):
         with FakeProviders() as fakes:
-            install(fakes.script, TRIO, voter(answer=lambda request: "Paris is the capital of France.",
-                                              delay=LATENCY_S))
+            install(
+                fakes.script,
+                TRIO,
+                voter(answer=lambda request: "Paris is the capital of France.", delay=LATENCY_S),
+            )
             team = Team.model_validate(team_data(fakes, TRIO, coordination={"final": "reuse"}, **options))
             sink = MemorySink()
             started = time.perf_counter()
@@ -66,8 +69,12 @@ async def measure(options: dict[str, str]) -> dict[str, Any]:
 
 async def main() -> None:
     rows = {name: await measure(options) for name, options in DESIGNS.items()}
-    result = {"latency_per_reply_s": LATENCY_S, "jobs_each": JOBS, "per_job": rows,
-              "note": "fake providers with a scripted voter: cost only; quality needs real models"}
+    result = {
+        "latency_per_reply_s": LATENCY_S,
+        "jobs_each": JOBS,
+        "per_job": rows,
+        "note": "fake providers with a scripted voter: cost only; quality needs real models",
+    }
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(result, indent=2) + "\n")
     print(f"{'design':<22} {'requests':>9} {'tokens in':>10} {'tokens out':>11} {'seconds':>8}")

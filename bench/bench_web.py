@@ -77,8 +77,10 @@ def build_job(home: Path) -> Store:
         )
     patch = home / "jobs" / JOB / "diff.patch"
     patch.parent.mkdir(parents=True, exist_ok=True)
-    patch.write_text("diff --git a/p.py b/p.py\n--- a/p.py\n+++ b/p.py\n@@ -1,400 +1,400 @@\n"
-                     + "".join(f"-old line {i}\n+new line {i}\n" for i in range(2000)))
+    patch.write_text(
+        "diff --git a/p.py b/p.py\n--- a/p.py\n+++ b/p.py\n@@ -1,400 +1,400 @@\n"
+        + "".join(f"-old line {i}\n+new line {i}\n" for i in range(2000))
+    )
     store.set_files(JOB, FilesResult(contexts=[ContextChanges(name="p", path=str(home), permission="read")]))
     return store
 
@@ -87,8 +89,13 @@ def start_web(home: Path) -> tuple[subprocess.Popen[str], str]:
     port = free_port()
     env = {**os.environ, "CONCLAVE_HOME": str(home)}
     env.pop("CONCLAVE_HTTP_TOKEN", None)
-    process = subprocess.Popen([sys.executable, "-m", "conclave", "web", "--port", str(port)], env=env,
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "conclave", "web", "--port", str(port)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     assert process.stdout is not None
     text = process.stdout.readline() + process.stdout.readline()
     found = re.search(r"(http://\S+/login\?token=\S+)", text)
@@ -118,10 +125,18 @@ def measure(loads: int, events: int) -> dict[str, Any]:
                 first: list[float] = []
                 for _ in range(loads):
                     driver.get(driver.current_url)
-                    until(driver, lambda d: d.execute_script(
-                        "return performance.getEntriesByName('conclave:first-render').length"), 60)
-                    first.append(driver.execute_script(
-                        "return performance.getEntriesByName('conclave:first-render')[0].startTime"))
+                    until(
+                        driver,
+                        lambda d: d.execute_script(
+                            "return performance.getEntriesByName('conclave:first-render').length"
+                        ),
+                        60,
+                    )
+                    first.append(
+                        driver.execute_script(
+                            "return performance.getEntriesByName('conclave:first-render')[0].startTime"
+                        )
+                    )
                 driver.execute_script(WATCH)
                 delays: list[float] = []
                 for n in range(events):

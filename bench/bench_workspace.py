@@ -91,14 +91,24 @@ def main() -> None:
     for step, seconds in medians.items():
         print(f"{step:<22}{seconds:>10.3f}")
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps({
-        "files": args.files, "changed": args.changed, "repeat": args.repeat,
-        "median_s": {step: round(seconds, 4) for step, seconds in medians.items()},
-        "runs_s": [{step: round(seconds, 4) for step, seconds in run.items()} for run in runs],
-        "machine": {
-            "python": platform.python_version(), "system": platform.platform(), "cpus": os.cpu_count(),
-        },
-    }, indent=2) + "\n")
+    RESULTS.write_text(
+        json.dumps(
+            {
+                "files": args.files,
+                "changed": args.changed,
+                "repeat": args.repeat,
+                "median_s": {step: round(seconds, 4) for step, seconds in medians.items()},
+                "runs_s": [{step: round(seconds, 4) for step, seconds in run.items()} for run in runs],
+                "machine": {
+                    "python": platform.python_version(),
+                    "system": platform.platform(),
+                    "cpus": os.cpu_count(),
+                },
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     print(f"wrote {RESULTS}")
 
 

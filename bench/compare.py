@@ -39,13 +39,17 @@ def main() -> None:
     out: dict[str, Any] = {"questions": len(common), "teams": {}}
     oks = []
     for path, records in ((args.first, first), (args.second, second)):
-        ok = [records[q]["state"] == "completed" and correct(records[q]["answer"], questions[q])
-              for q in common]
+        ok = [
+            records[q]["state"] == "completed" and correct(records[q]["answer"], questions[q]) for q in common
+        ]
         tokens = sum(records[q]["in"] + records[q]["out"] for q in common)
         low, high = wilson(sum(ok), len(ok))
-        out["teams"][path.name] = {"correct": sum(ok), "accuracy": round(sum(ok) / max(len(ok), 1), 3),
-                                   "ci95": [round(low, 3), round(high, 3)],
-                                   "tokens_per_question": round(tokens / max(len(ok), 1), 1)}
+        out["teams"][path.name] = {
+            "correct": sum(ok),
+            "accuracy": round(sum(ok) / max(len(ok), 1), 3),
+            "ci95": [round(low, 3), round(high, 3)],
+            "tokens_per_question": round(tokens / max(len(ok), 1), 1),
+        }
         oks.append(ok)
     out["first_vs_second"] = mcnemar(oks[0], oks[1])
     if args.json:
@@ -53,11 +57,14 @@ def main() -> None:
         return
     print(f"{len(common)} questions both answered")
     for name, row in out["teams"].items():
-        print(f"{name:<48} {row['correct']:>4}/{len(common):<4} {row['accuracy']:.3f} "
-              f"({row['ci95'][0]:.2f}-{row['ci95'][1]:.2f}) {row['tokens_per_question']:>7.0f} tok/q")
+        print(
+            f"{name:<48} {row['correct']:>4}/{len(common):<4} {row['accuracy']:.3f} "
+            f"({row['ci95'][0]:.2f}-{row['ci95'][1]:.2f}) {row['tokens_per_question']:>7.0f} tok/q"
+        )
     versus = out["first_vs_second"]
-    print(f"first vs second: +{versus['a_only']}/-{versus['b_only']} "
-          f"(exact McNemar p={versus['p_value']:.3f})")
+    print(
+        f"first vs second: +{versus['a_only']}/-{versus['b_only']} (exact McNemar p={versus['p_value']:.3f})"
+    )
 
 
 if __name__ == "__main__":

@@ -42,19 +42,35 @@ def main() -> None:
         started, answers = time.perf_counter(), []
         for question in questions:
             reply = llama.create_chat_completion(
-                messages=[{"role": "system", "content": PERSONA},
-                          {"role": "user", "content": question["question"]}],
-                max_tokens=64, temperature=0)
+                messages=[
+                    {"role": "system", "content": PERSONA},
+                    {"role": "user", "content": question["question"]},
+                ],
+                max_tokens=64,
+                temperature=0,
+            )
             answers.append(str(reply["choices"][0]["message"]["content"] or "").strip())
         right = sum(correct(answer, question) for answer, question in zip(answers, questions, strict=True))
-        rows.append({"chat_format": chat_format, "correct": right, "asked": len(questions),
-                     "seconds": round(time.perf_counter() - started, 1), "answers": answers})
+        rows.append(
+            {
+                "chat_format": chat_format,
+                "correct": right,
+                "asked": len(questions),
+                "seconds": round(time.perf_counter() - started, 1),
+                "answers": answers,
+            }
+        )
         print(f"{chat_format:<18} {right}/{len(questions)}  e.g. {answers[0][:60]!r}", flush=True)
         llama.close()
     out = Path(__file__).parent / "results" / "gemma-formats.json"
     ids = [q["id"] for q in questions]
-    out.write_text(json.dumps({"model": model.name, "split": "dev", "question_ids": ids, "persona": PERSONA,
-                               "rows": rows}, indent=1) + "\n")
+    out.write_text(
+        json.dumps(
+            {"model": model.name, "split": "dev", "question_ids": ids, "persona": PERSONA, "rows": rows},
+            indent=1,
+        )
+        + "\n"
+    )
     print(f"wrote {out}")
 
 

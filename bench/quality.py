@@ -76,16 +76,29 @@ def run_order(questions: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def correct(answer: str | None, question: dict[str, Any]) -> bool:
-    return bool(answer) and any(matches(answer or "", expected, question["question"]) for expected in question["answers"])
+    return bool(answer) and any(
+        matches(answer or "", expected, question["question"]) for expected in question["answers"]
+    )
 
 
-async def ask(backend: Any, spec: AgentSpec, question: str, temperature: float, seed: int | None) -> dict[str, Any]:
-    request = Request(system=spec.system_prompt or "", messages=(Message("user", question),),
-                      temperature=temperature, max_tokens=spec.max_tokens, seed=seed)
+async def ask(
+    backend: Any, spec: AgentSpec, question: str, temperature: float, seed: int | None
+) -> dict[str, Any]:
+    request = Request(
+        system=spec.system_prompt or "",
+        messages=(Message("user", question),),
+        temperature=temperature,
+        max_tokens=spec.max_tokens,
+        seed=seed,
+    )
     started = time.perf_counter()
     completion = await complete(backend, request, RetryPolicy(max_attempts=spec.max_attempts))
-    return {"answer": completion.text.strip(), "in": completion.usage.input_tokens,
-            "out": completion.usage.output_tokens, "s": round(time.perf_counter() - started, 3)}
+    return {
+        "answer": completion.text.strip(),
+        "in": completion.usage.input_tokens,
+        "out": completion.usage.output_tokens,
+        "s": round(time.perf_counter() - started, 3),
+    }
 
 
 def majority(samples: list[dict[str, Any]], question: str) -> str:
@@ -106,13 +119,16 @@ def matched_samples(entries: list[dict[str, Any]]) -> int | None:
     return max(SC_SAMPLES, min(SC_MAX, round(per_team / max(per_sample, 1))))
 
 
-async def members_and_sc(team: Team, questions: list[dict[str, Any]], modes: set[str], out: dict[str, Any],
-                         save: Any) -> None:
+async def members_and_sc(
+    team: Team, questions: list[dict[str, Any]], modes: set[str], out: dict[str, Any], save: Any
+) -> None:
     async with LocalServers() as pool:
         make = endpoint_factory(os.environ, pool)
         backends = [make(spec) for spec in team.agents]
         try:
-            entries = [out["per_question"].setdefault(str(q["id"]), {"question": q["question"]}) for q in questions]
+            entries = [
+                out["per_question"].setdefault(str(q["id"]), {"question": q["question"]}) for q in questions
+            ]
             spec0, backend0 = team.agents[0], backends[0]
 
             async def sample(question: dict[str, Any], entry: dict[str, Any], wanted: int) -> None:
@@ -125,13 +141,20 @@ async def members_and_sc(team: Team, questions: list[dict[str, Any]], modes: set
             # on the same questions. Then the cost-matched samples, whose number the team's tokens set.
             for index, (question, entry) in enumerate(zip(questions, entries, strict=True)):
                 for number, (spec, backend) in enumerate(zip(team.agents, backends, strict=True)):
-                    if "member" in modes and f"member {number + 1}" not in entry:  # a resumed run keeps its own
-                        entry[f"member {number + 1}"] = await ask(backend, spec, question["question"], 0.0, spec.seed)
+                    if (
+                        "member" in modes and f"member {number + 1}" not in entry
+                    ):  # a resumed run keeps its own
+                        entry[f"member {number + 1}"] = await ask(
+                            backend, spec, question["question"], 0.0, spec.seed
+                        )
                 if "sc" in modes:
                     await sample(question, entry, SC_SAMPLES)
                 save()
-                print(f"[{index + 1}/{len(questions)}] {'+'.join(sorted(modes - {'team'}))}: {question['question']}",
-                      flush=True)
+                print(
+                    f"[{index + 1}/{len(questions)}] {'+'.join(sorted(modes - {'team'}))}: "
+                    f"{question['question']}",
+                    flush=True,
+                )
             if "sc" in modes:
                 wanted = matched_samples(entries) or SC_SAMPLES
                 for index, (question, entry) in enumerate(zip(questions, entries, strict=True)):
@@ -143,21 +166,30 @@ async def members_and_sc(team: Team, questions: list[dict[str, Any]], modes: set
                 await backend.aclose()
 
 
-async def team_runs(team: Team, team_name: str, questions: list[dict[str, Any]], out: dict[str, Any],
-                    save: Any) -> None:
+async def team_runs(
+    team: Team, team_name: str, questions: list[dict[str, Any]], out: dict[str, Any], save: Any
+) -> None:
     """Each question as a job of a real JobService, the way `conclave ask` submits it; the bench holds one
     reference to each local model's server for the whole run, so a job does not start and stop the
     llama.cpp server around itself (the same server and scorer, only not reloaded per question)."""
-    options = {ServerOptions(model_file(a.model_name, a.model_path), bundled.chat_format(a.model_name, a.model_path))
-               for a in team.agents if a.provider == "local"}
+    options = {
+        ServerOptions(model_file(a.model_name, a.model_path), bundled.chat_format(a.model_name, a.model_path))
+        for a in team.agents
+        if a.provider == "local"
+    }
     with tempfile.TemporaryDirectory(prefix="conclave-quality-") as home:
         async with LocalServers() as pool:
             held = [await pool.acquire(option) for option in options]
             try:
-                async with JobService.open(Settings(home=Path(home)), environ=dict(os.environ),
-                                           backend_factory=endpoint_factory(os.environ, pool)) as service:
+                async with JobService.open(
+                    Settings(home=Path(home)),
+                    environ=dict(os.environ),
+                    backend_factory=endpoint_factory(os.environ, pool),
+                ) as service:
                     for index, question in enumerate(questions):
-                        entry = out["per_question"].setdefault(str(question["id"]), {"question": question["question"]})
+                        entry = out["per_question"].setdefault(
+                            str(question["id"]), {"question": question["question"]}
+                        )
                         if "team" in entry:  # a resumed run keeps what it has
                             continue
                         started = time.perf_counter()
@@ -178,14 +210,19 @@ async def team_runs(team: Team, team_name: str, questions: list[dict[str, Any]],
                         }
                         save()
                         ok = view.state == "completed" and correct(view.answer, question)
-                        print(f"[{index + 1}/{len(questions)}] team {'ok ' if ok else 'BAD'} {wall:5.1f}s "
-                              f"{question['question']} -> {(view.answer or '')[:70]!r}", flush=True)
+                        print(
+                            f"[{index + 1}/{len(questions)}] team {'ok ' if ok else 'BAD'} {wall:5.1f}s "
+                            f"{question['question']} -> {(view.answer or '')[:70]!r}",
+                            flush=True,
+                        )
             finally:
                 for server in held:
                     await pool.release(server)
 
 
-def outcomes(questions: list[dict[str, Any]], per_question: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+def outcomes(
+    questions: list[dict[str, Any]], per_question: dict[str, Any]
+) -> dict[str, list[dict[str, Any]]]:
     """Per mode, one record per question it ran on ({i, ok, in, out, s}; i is the question's index). A mode
     that has not run on every question yet is labelled with how many it covers (a run cut short, or
     self-consistency's cost-matched samples still under way): its rows compare like with like."""
@@ -194,22 +231,40 @@ def outcomes(questions: list[dict[str, Any]], per_question: dict[str, Any]) -> d
 
     def add(label: str, records: list[dict[str, Any]]) -> None:
         if records:
-            modes[label + ("" if len(records) == len(questions) else f" [{len(records)} of {len(questions)}]")] = records
+            modes[
+                label + ("" if len(records) == len(questions) else f" [{len(records)} of {len(questions)}]")
+            ] = records
 
     labels = sorted({k for e in entries for k in e if k.startswith("member ")})
     for label in [*labels, "team"]:
-        add(label, [{**e[label], "i": i, "ok": e[label].get("state", "completed") == "completed"
-                     and correct(e[label]["answer"], q)}
-                    for i, (e, q) in enumerate(zip(entries, questions, strict=True)) if label in e])
+        add(
+            label,
+            [
+                {
+                    **e[label],
+                    "i": i,
+                    "ok": e[label].get("state", "completed") == "completed"
+                    and correct(e[label]["answer"], q),
+                }
+                for i, (e, q) in enumerate(zip(entries, questions, strict=True))
+                if label in e
+            ],
+        )
     matched = matched_samples(entries)
     for n in sorted({SC_SAMPLES, *([matched] if matched else [])}):
         records = []
         for i, (e, q) in enumerate(zip(entries, questions, strict=True)):
             samples = e.get("sc_samples", [])[:n]
             if len(samples) == n:
-                records.append({"i": i, "ok": correct(majority(samples, q["question"]), q),
-                                "in": sum(s["in"] for s in samples), "out": sum(s["out"] for s in samples),
-                                "s": sum(s["s"] for s in samples)})
+                records.append(
+                    {
+                        "i": i,
+                        "ok": correct(majority(samples, q["question"]), q),
+                        "in": sum(s["in"] for s in samples),
+                        "out": sum(s["out"] for s in samples),
+                        "s": sum(s["s"] for s in samples),
+                    }
+                )
         add(f"sc@{n}" + (" (cost-matched)" if n == matched and n != SC_SAMPLES else ""), records)
     return modes
 
@@ -217,21 +272,40 @@ def outcomes(questions: list[dict[str, Any]], per_question: dict[str, Any]) -> d
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--team", default="local", help="a preset name or a team file (default: local)")
-    parser.add_argument("--split", choices=("dev", "test", "all"), default="dev",
-                        help="which questions: dev (tune here), test (report only), all")
-    parser.add_argument("--limit", type=int, help="a random sample of N questions (fixed seed), e.g. for a quick look or a short trial")
-    parser.add_argument("--only", default=",".join(MODES), help="modes to run, comma-separated: member,sc,team")
+    parser.add_argument(
+        "--split",
+        choices=("dev", "test", "all"),
+        default="dev",
+        help="which questions: dev (tune here), test (report only), all",
+    )
+    parser.add_argument(
+        "--limit",
+        type=int,
+        help="a random sample of N questions (fixed seed), e.g. for a quick look or a short trial",
+    )
+    parser.add_argument(
+        "--only", default=",".join(MODES), help="modes to run, comma-separated: member,sc,team"
+    )
     parser.add_argument("--questions", type=Path, default=QUESTIONS)
-    parser.add_argument("--reverse", action="store_true",
-                        help="members and samples from the last question back (a second process on a free core)")
-    parser.add_argument("--label", default="", help="a suffix for the result file (e.g. a design under trial)")
+    parser.add_argument(
+        "--reverse",
+        action="store_true",
+        help="members and samples from the last question back (a second process on a free core)",
+    )
+    parser.add_argument(
+        "--label", default="", help="a suffix for the result file (e.g. a design under trial)"
+    )
     args = parser.parse_args()
     modes = {mode.strip() for mode in args.only.split(",") if mode.strip()}
     if not modes <= set(MODES):
         parser.error(f"--only takes {', '.join(MODES)}")
     team = resolve_team(args.team, os.environ)
     questions = load(args.questions, args.split, args.limit)
-    suffix = f"-{args.split}" + (f"-limit{args.limit}" if args.limit else "") + (f"-{args.label}" if args.label else "")
+    suffix = (
+        f"-{args.split}"
+        + (f"-limit{args.limit}" if args.limit else "")
+        + (f"-{args.label}" if args.label else "")
+    )
     path = HERE / "results" / f"quality-{team.name}{suffix}.json"
     ids = [q["id"] for q in questions]
     out: dict[str, Any] = {"per_question": {}}
@@ -253,11 +327,19 @@ async def main() -> None:
                 out["per_question"].setdefault(qid, {}).update(entry)
             ordered = rows(outcomes(questions, merged))
             result = {
-                "team": team.name, "agents": [agent.model_dump(exclude_defaults=True) for agent in team.agents],
-                "coordination": team.coordination.model_dump(), "questions": args.questions.name,
-                "split": args.split, "question_ids": ids, "rows": ordered,
-                "machine": {"cpus": os.cpu_count(), "processor": platform.processor() or platform.machine(),
-                            "python": sys.version.split()[0], "load_average_before": load_before},
+                "team": team.name,
+                "agents": [agent.model_dump(exclude_defaults=True) for agent in team.agents],
+                "coordination": team.coordination.model_dump(),
+                "questions": args.questions.name,
+                "split": args.split,
+                "question_ids": ids,
+                "rows": ordered,
+                "machine": {
+                    "cpus": os.cpu_count(),
+                    "processor": platform.processor() or platform.machine(),
+                    "python": sys.version.split()[0],
+                    "load_average_before": load_before,
+                },
                 "per_question": merged,
             }
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -269,7 +351,9 @@ async def main() -> None:
     if "team" in modes:  # first: the cost-matched self-consistency takes its size from the team's tokens
         await team_runs(team, args.team, run_order(questions), out, save)
     if modes & {"member", "sc"}:
-        await members_and_sc(team, run_order(questions)[::-1] if args.reverse else run_order(questions), modes, out, save)
+        await members_and_sc(
+            team, run_order(questions)[::-1] if args.reverse else run_order(questions), modes, out, save
+        )
     print(table(save()))
     print(f"wrote {path}")
 

@@ -34,8 +34,16 @@ from tests.fakes.server import FakeProviders  # noqa: E402
 from tests.fakes.team import KEY_ENV, voter, write_team  # noqa: E402
 
 CONCLAVE = str(Path(sys.executable).parent / "conclave")
-INITIALIZE = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-    "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "bench", "version": "1"}}}
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 0,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "bench", "version": "1"},
+    },
+}
 
 
 def handshake(command: list[str], env: dict[str, str]) -> tuple[float, float]:
@@ -49,8 +57,10 @@ def handshake(command: list[str], env: dict[str, str]) -> tuple[float, float]:
     server.stdin.flush()
     assert json.loads(server.stdout.readline())["id"] == 0
     initialized = time.perf_counter()
-    server.stdin.write(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n'
-                       b'{"jsonrpc":"2.0","id":1,"method":"tools/list"}\n')
+    server.stdin.write(
+        b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n'
+        b'{"jsonrpc":"2.0","id":1,"method":"tools/list"}\n'
+    )
     server.stdin.flush()
     tools = json.loads(server.stdout.readline())
     listed = time.perf_counter()
@@ -70,15 +80,24 @@ def first_call(fakes: FakeProviders, team: Path, env: dict[str, str], seen: list
     """ms from spawning `conclave ask` to the fake provider's first request."""
     seen.clear()
     start = time.perf_counter()
-    subprocess.run([CONCLAVE, "ask", "--json", "--team", str(team), "What is 6 * 7?"], env=env, check=True,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120)
+    subprocess.run(
+        [CONCLAVE, "ask", "--json", "--team", str(team), "What is 6 * 7?"],
+        env=env,
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        timeout=120,
+    )
     return 1000 * (seen[0] - start)
 
 
 def median(samples: Callable[[], float], runs: int) -> dict[str, float]:
     values = [samples() for _ in range(runs)]
-    return {"median_ms": round(statistics.median(values), 1), "min_ms": round(min(values), 1),
-            "max_ms": round(max(values), 1)}
+    return {
+        "median_ms": round(statistics.median(values), 1),
+        "min_ms": round(min(values), 1),
+        "max_ms": round(max(values), 1),
+    }
 
 
 def main() -> None:
@@ -89,8 +108,13 @@ def main() -> None:
     args = parser.parse_args()
     only = set(args.only.split(","))
     home = Path(tempfile.mkdtemp(prefix="conclave-bench-"))
-    env = {**os.environ, "CONCLAVE_HOME": str(home / "state"), "XDG_CONFIG_HOME": str(home / "config"),
-           "FASTMCP_LOG_LEVEL": "WARNING", KEY_ENV: "bench-key"}
+    env = {
+        **os.environ,
+        "CONCLAVE_HOME": str(home / "state"),
+        "XDG_CONFIG_HOME": str(home / "config"),
+        "FASTMCP_LOG_LEVEL": "WARNING",
+        KEY_ENV: "bench-key",
+    }
     results: dict[str, dict[str, float]] = {}
     base = median(lambda: bare("import mcp"), args.runs)
     results["import-mcp"] = base
@@ -103,7 +127,8 @@ def main() -> None:
             results[name] = {
                 "initialize_median_ms": round(statistics.median(p[0] for p in pairs), 1),
                 "median_ms": round(statistics.median(p[1] for p in pairs), 1),
-                "min_ms": round(min(p[1] for p in pairs), 1), "max_ms": round(max(p[1] for p in pairs), 1),
+                "min_ms": round(min(p[1] for p in pairs), 1),
+                "max_ms": round(max(p[1] for p in pairs), 1),
             }
     if "ask" in only:
         seen: list[float] = []
@@ -115,19 +140,26 @@ def main() -> None:
 
         with FakeProviders() as fakes:
             fakes.script.set_default("solo", reply)
-            team = write_team(home / "solo.yaml", fakes, [("openai", "solo")], name="solo",
-                              coordination={"final": "reuse"})
+            team = write_team(
+                home / "solo.yaml", fakes, [("openai", "solo")], name="solo", coordination={"final": "reuse"}
+            )
             results["ask"] = median(lambda: first_call(fakes, team, env, seen), args.runs)
     for row in results.values():
         row["ratio_to_import_mcp"] = round(row["median_ms"] / base["median_ms"], 2)
     print(f"{'':<14}{'median ms':>10}{'ratio':>8}{'min':>8}{'max':>8}   (load {os.getloadavg()[0]:.2f})")
     for name, row in results.items():
-        print(f"{name:<14}{row['median_ms']:>10.0f}{row['ratio_to_import_mcp']:>8.2f}"
-              f"{row['min_ms']:>8.0f}{row['max_ms']:>8.0f}")
+        print(
+            f"{name:<14}{row['median_ms']:>10.0f}{row['ratio_to_import_mcp']:>8.2f}"
+            f"{row['min_ms']:>8.0f}{row['max_ms']:>8.0f}"
+        )
     out = ROOT / "bench" / "results" / "startup.json"
     saved = json.loads(out.read_text()) if out.exists() else {}
-    saved[args.label] = {"runs": args.runs, "load_average_1m": round(os.getloadavg()[0], 2),
-                         "cpus": os.cpu_count(), "results": results}
+    saved[args.label] = {
+        "runs": args.runs,
+        "load_average_1m": round(os.getloadavg()[0], 2),
+        "cpus": os.cpu_count(),
+        "results": results,
+    }
     out.write_text(json.dumps(saved, indent=2) + "\n")
 
 

@@ -180,8 +180,10 @@ class FileTooLarge(InputError):
     def __init__(self, field: str, value: str, size: int, cap: int) -> None:
         self.size, self.cap = size, cap
         super().__init__(
-            field, value, f"it holds {size:,} bytes, over the cap of {cap:,} bytes; read a smaller file, or "
-            "look into it with run_command (head, grep) where the team has commands"
+            field,
+            value,
+            f"it holds {size:,} bytes, over the cap of {cap:,} bytes; read a smaller file, or "
+            "look into it with run_command (head, grep) where the team has commands",
         )
 
 
@@ -251,8 +253,10 @@ class TreeTooLarge(InputError):
     def __init__(self, where: str, found: str, cap: str) -> None:
         self.where, self.found, self.cap = where, found, cap
         super().__init__(
-            "path", where, f"{found}, over the cap of {cap}; the walk stopped there. Remove or flatten "
-            "those folders (keep generated trees in /tmp)"
+            "path",
+            where,
+            f"{found}, over the cap of {cap}; the walk stopped there. Remove or flatten "
+            "those folders (keep generated trees in /tmp)",
         )
 
 

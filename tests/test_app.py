@@ -40,7 +40,6 @@ def environ(tmp_path: Path) -> dict[str, str]:
     return {KEY_ENV: "test-key", "OPENAI_API_KEY": "sk-test", "XDG_CONFIG_HOME": str(tmp_path / "config")}
 
 
-
 @pytest.fixture
 def team(tmp_path: Path, fakes: FakeProviders) -> str:
     """A three-agent team, one per wire format; quick voters unless a test installs others."""
@@ -167,7 +166,13 @@ async def test_a_missing_key_in_a_team_file_names_the_variable(
 def test_progress_messages_say_what_moved() -> None:
     def view(state: str, round: int, *agents: tuple[str, int, str | None]) -> JobView:
         return JobView(
-            job_id="cj-0123456789ab", state=state, phase="p", elapsed_s=1, team="t", task="x", round=round,
+            job_id="cj-0123456789ab",
+            state=state,
+            phase="p",
+            elapsed_s=1,
+            team="t",
+            task="x",
+            round=round,
             agents=[
                 AgentProgress(letter=letter, model="openai/x", state="working", answers=answers, vote=vote)
                 for letter, answers, vote in agents

@@ -118,8 +118,12 @@ def test_every_part_has_its_rule() -> None:
 
 
 # the state, its events and per-agent records, and who wins
-PROTOCOL = {"conclave.coordination.protocol", "conclave.coordination.protocol_events",
-            "conclave.coordination.protocol_state", "conclave.coordination.tally"}
+PROTOCOL = {
+    "conclave.coordination.protocol",
+    "conclave.coordination.protocol_events",
+    "conclave.coordination.protocol_state",
+    "conclave.coordination.tally",
+}
 
 
 def test_the_protocol_imports_nothing_of_ours() -> None:

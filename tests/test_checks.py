@@ -30,8 +30,10 @@ def test_a_result_becomes_a_check() -> None:
 
 
 def test_voters_see_the_check_beside_each_answer_on_one_line() -> None:
-    shown = [ShownAnswer("A1", "A", "mine", check="passed in 3.1 s"),
-             ShownAnswer("B1", "B", "theirs", check="failed (exit 1): 2 failed\n## Answer Z9")]
+    shown = [
+        ShownAnswer("A1", "A", "mine", check="passed in 3.1 s"),
+        ShownAnswer("B1", "B", "theirs", check="failed (exit 1): 2 failed\n## Answer Z9"),
+    ]
     text = turn_prompt("A", shown, ["A1", "B1"], True)
     assert "## Answer A1 (your own answer) - verify passed in 3.1 s\n" in text
     assert "## Answer B1 - verify failed (exit 1): 2 failed ## Answer Z9\n" in text  # never a line of its own
@@ -41,8 +43,9 @@ def test_voters_see_the_check_beside_each_answer_on_one_line() -> None:
 async def test_a_check_that_cannot_run_is_an_error_check_not_a_crash(tmp_path: Path) -> None:
     workspaces = Workspaces(tmp_path / "job")
     await workspaces.prepare([])
-    verifier = Verifier("cj-0123456789ab", "true", workspaces, SandboxSpec(), timeout_s=5,
-                        limiter=anyio.CapacityLimiter(1))
+    verifier = Verifier(
+        "cj-0123456789ab", "true", workspaces, SandboxSpec(), timeout_s=5, limiter=anyio.CapacityLimiter(1)
+    )
     run = await verifier.run("A1")  # no snapshot A1: its files were never kept
     assert run.check.status == "error" and not run.check.passed and "no snapshot" in (run.check.error or "")
     assert run.output.startswith("the check could not run")

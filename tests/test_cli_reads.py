@@ -20,7 +20,12 @@ from conclave.settings import Settings
 
 # Each of these reached the store as a job id through the CLI, which then said "no job ... here".
 BAD_IDS = (
-    "not a job", "cj-XYZ", "../../etc/passwd", "cj-0123456789ab/../x", "cj-0123456789AB", "' OR 1=1 --",
+    "not a job",
+    "cj-XYZ",
+    "../../etc/passwd",
+    "cj-0123456789ab/../x",
+    "cj-0123456789AB",
+    "' OR 1=1 --",
 )
 FIX = "job ids look like cj-1a2b3c4d5e6f; see"
 

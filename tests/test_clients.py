@@ -31,8 +31,10 @@ REQUIRED = ("server-initialize", "tools-list", "dns-rebinding-protection")
 def _require(*tools: Path) -> None:
     missing = [str(tool.relative_to(ROOT)) for tool in (NODE, *tools) if not tool.exists()]
     if missing:
-        pytest.skip(f"the Node MCP clients are not installed ({', '.join(missing)} missing): "
-                    f"run .ci/install-node-clients.sh")
+        pytest.skip(
+            f"the Node MCP clients are not installed ({', '.join(missing)} missing): "
+            f"run .ci/install-node-clients.sh"
+        )
 
 
 def _server_env(tmp_path: Path) -> dict[str, str]:
@@ -47,8 +49,18 @@ def _inspector(tmp_path: Path, *method: str) -> dict[str, object]:
     """`mcp-inspector --cli` against `python -m conclave serve` over stdio; its JSON output."""
     server_env = _server_env(tmp_path)
     env_options = [option for key, value in server_env.items() for option in ("-e", f"{key}={value}")]
-    command = [str(NODE), str(INSPECTOR), "--cli", *env_options, *method,
-               "--", sys.executable, "-m", "conclave", "serve"]
+    command = [
+        str(NODE),
+        str(INSPECTOR),
+        "--cli",
+        *env_options,
+        *method,
+        "--",
+        sys.executable,
+        "-m",
+        "conclave",
+        "serve",
+    ]
     # HOME keeps the inspector's own catalog (~/.mcp-inspector) out of the real home
     env = {**os.environ, "HOME": str(tmp_path)}
     done = subprocess.run(command, capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
@@ -91,11 +103,23 @@ def test_conformance_suite_over_http(tmp_path: Path, http_url: str) -> None:
     """The active server suite: the required scenarios pass, the rest match the expected failures."""
     results = tmp_path / "results"
     done = subprocess.run(
-        [str(NODE), str(CONFORMANCE), "server", "--url", http_url,
-         "--expected-failures", str(EXPECTED_FAILURES), "-o", str(results)],
-        capture_output=True, text=True, timeout=300, env={**os.environ, "HOME": str(tmp_path)},
+        [
+            str(NODE),
+            str(CONFORMANCE),
+            "server",
+            "--url",
+            http_url,
+            "--expected-failures",
+            str(EXPECTED_FAILURES),
+            "-o",
+            str(results),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "HOME": str(tmp_path)},
     )
-    summary = done.stdout[done.stdout.find("=== SUMMARY ==="):]
+    summary = done.stdout[done.stdout.find("=== SUMMARY ===") :]
     print(summary)
     assert done.returncode == 0, f"unexpected failures or stale entries:\n{summary}\n{done.stderr}"
     for scenario in REQUIRED:

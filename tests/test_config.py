@@ -128,8 +128,15 @@ def test_set_variable_wins_over_its_default() -> None:
 
 
 def test_expansion_applies_when_parsing_a_team() -> None:
-    data = {"agents": [{"model": "openai/${MODEL}", "base_url": "${URL:-http://localhost:1/v1}",
-                        "api_key_env": "LOCAL_KEY"}]}
+    data = {
+        "agents": [
+            {
+                "model": "openai/${MODEL}",
+                "base_url": "${URL:-http://localhost:1/v1}",
+                "api_key_env": "LOCAL_KEY",
+            }
+        ]
+    }
     team = parse_team(data, "mine.yaml", {"MODEL": "gpt-5-mini"})
     assert team.agents[0].model == "openai/gpt-5-mini"
     assert team.agents[0].base_url == "http://localhost:1/v1"

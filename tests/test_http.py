@@ -23,7 +23,9 @@ INIT = {
     "id": 1,
     "method": "initialize",
     "params": {
-        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "0"},
     },
 }
 HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}

@@ -274,8 +274,10 @@ async def test_the_local_team_reaches_a_final_answer_within_its_timeout() -> Non
     # the split turn: every answer is plain text and every vote a score by the model's log-probabilities
     assert all(not event.data["content"].lstrip().startswith("{") for event in sink.kinds("answer"))
     # (or, when every answer says the same, a vote cast without scoring: coordination/split_turns.py)
-    assert all("log-probability" in event.data["reason"] or event.data["reason"] == SAME
-               for event in sink.kinds("vote"))
+    assert all(
+        "log-probability" in event.data["reason"] or event.data["reason"] == SAME
+        for event in sink.kinds("vote")
+    )
     assert llama_children() == []
 
 

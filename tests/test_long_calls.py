@@ -40,7 +40,6 @@ ACTIVE = ("queued", "running", "presenting")
 Note = tuple[float, float | None, str | None]
 
 
-
 @pytest.fixture
 def team(tmp_path: Path, fakes: FakeProviders) -> str:
     return str(write_team(tmp_path / "config" / "conclave" / "teams" / "trio.yaml", fakes, TRIO, name="trio"))
@@ -166,6 +165,7 @@ async def abandon_mid_call(client: Any, arguments: dict[str, Any], *, after: str
             seen.set()
 
     async with anyio.create_task_group() as tg:
+
         async def call() -> None:
             if isinstance(client, ClientSession):
                 await client.call_tool("ask_team", arguments, progress_callback=on_progress)
@@ -198,8 +198,11 @@ async def test_over_http_a_client_gone_mid_call_leaves_the_job_running(
     tmp_path: Path, fakes: FakeProviders, team: str
 ) -> None:
     install(fakes.script, TRIO, voter(delay=0.5))
-    env = {"CONCLAVE_HOME": str(tmp_path / "home"), "XDG_CONFIG_HOME": str(tmp_path / "config"),
-           KEY_ENV: "test-key"}
+    env = {
+        "CONCLAVE_HOME": str(tmp_path / "home"),
+        "XDG_CONFIG_HOME": str(tmp_path / "config"),
+        KEY_ENV: "test-key",
+    }
     with http_server(tmp_path, env) as url:
         for mode in ("auto", "legacy"):  # one server process for both protocol eras
             async with Client(url, mode=mode, auth=HTTP_TOKEN) as first:

@@ -50,7 +50,6 @@ class MemorySink:
         return [event for event in self.events if event.kind == kind]
 
 
-
 def letters_of(job_id: str = JOB) -> dict[str, str]:
     """The anonymous letter of each fake agent (ann, bob, cy) in this job."""
     letters = assign_letters(3, seed_for(job_id))

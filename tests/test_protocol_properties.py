@@ -406,8 +406,9 @@ def step_bound(n: int, cap: int, max_failed: int, verify: bool = False) -> int:
 def test_every_job_ends(
     n: int, cap: int, rule_: str, present: bool, verify: bool, data: st.DataObject
 ) -> None:
-    c = Coordination(list(string.ascii_uppercase[:n]), max_answers=cap, consensus=rule_, present=present,
-                     verify=verify)
+    c = Coordination(
+        list(string.ascii_uppercase[:n]), max_answers=cap, consensus=rule_, present=present, verify=verify
+    )
     pending: dict[str, StartTurn] = {}
     checks: list[str] = []
     ended: list = []

@@ -29,8 +29,10 @@ def sandbox_image() -> str:
     if not status.available:
         pytest.skip(f"no Docker engine reachable, sandbox tests skipped: {status.error}")
     report = anyio.run(build_image)
-    print(f"\nsandbox image {report.tag}: {report.size_bytes / 1e6:.0f} MB, built={report.built}, "
-          f"{report.seconds:.1f} s")
+    print(
+        f"\nsandbox image {report.tag}: {report.size_bytes / 1e6:.0f} MB, built={report.built}, "
+        f"{report.seconds:.1f} s"
+    )
     return report.tag
 
 

@@ -52,7 +52,8 @@ async def test_stdio_server_runs_a_job_to_completion(tmp_path: Path, fakes: Fake
         assert bad.is_error and "job_id='nope'" in bad.content[0].text
 
         result = await session.call_tool(
-            "ask_team", {"task": "What is 6 * 7?", "team": "fake-trio", "wait_seconds": 40},
+            "ask_team",
+            {"task": "What is 6 * 7?", "team": "fake-trio", "wait_seconds": 40},
             progress_callback=on_progress,
         )
         assert not result.is_error, result.content[0].text

@@ -64,7 +64,13 @@ def test_the_shipped_manifest_is_what_the_server_answers() -> None:
         "run `python -m conclave.app.manifest --write` and commit server/app/manifest.json"
     )
     assert {tool["name"] for tool in fresh["results"]["tools/list"]["tools"]} == {
-        "ask_team", "get_status", "read_workspace", "cancel_job", "list_teams", "steer_job"}
+        "ask_team",
+        "get_status",
+        "read_workspace",
+        "cancel_job",
+        "list_teams",
+        "steer_job",
+    }
 
 
 def test_a_manifest_for_other_versions_is_not_used(tmp_path: Path, shipped: dict[str, Any]) -> None:
@@ -133,10 +139,17 @@ def test_front_leaves_to_the_app_what_it_cannot_answer_exactly(shipped: dict[str
 
 # The real process ----------------------------------------------------------------------------------------
 def test_stdlib_alone_until_the_app_loads() -> None:
-    code = ("import sys; import conclave.cli.main, conclave.app.stdio_front; "
-            "print(sorted({m.split('.')[0] for m in sys.modules}))")
-    loaded = set(json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                                           check=True).stdout.replace("'", '"')))
+    code = (
+        "import sys; import conclave.cli.main, conclave.app.stdio_front; "
+        "print(sorted({m.split('.')[0] for m in sys.modules}))"
+    )
+    loaded = set(
+        json.loads(
+            subprocess.run(
+                [sys.executable, "-c", code], capture_output=True, text=True, check=True
+            ).stdout.replace("'", '"')
+        )
+    )
     assert not loaded & LIGHT, loaded & LIGHT
 
 
@@ -168,8 +181,13 @@ class Lines:
 @pytest.fixture
 def gated(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], Path]]:
     gate = tmp_path / "gate"
-    env = {**os.environ, "GATE": str(gate), "CONCLAVE_HOME": str(tmp_path / "home"),
-           "XDG_CONFIG_HOME": str(tmp_path / "config"), "FASTMCP_LOG_LEVEL": "WARNING"}
+    env = {
+        **os.environ,
+        "GATE": str(gate),
+        "CONCLAVE_HOME": str(tmp_path / "home"),
+        "XDG_CONFIG_HOME": str(tmp_path / "config"),
+        "FASTMCP_LOG_LEVEL": "WARNING",
+    }
     process = subprocess.Popen(
         [sys.executable, "-c", GATED_SERVE],
         stdin=subprocess.PIPE,
@@ -200,8 +218,11 @@ def test_the_handshake_is_answered_while_fastmcp_is_not_yet_imported(
     process.stdin.flush()
     initialize, tools = lines.next(), lines.next()
     assert not gate.exists()  # both answers came while FastMCP's import was held
-    assert initialize == {"jsonrpc": "2.0", "id": 0,
-                          "result": {"protocolVersion": "2025-06-18", **shipped["initialize"]}}
+    assert initialize == {
+        "jsonrpc": "2.0",
+        "id": 0,
+        "result": {"protocolVersion": "2025-06-18", **shipped["initialize"]},
+    }
     assert tools["id"] == 1 and tools["result"] == shipped["results"]["tools/list"]
     gate.touch()
     called = lines.next()
@@ -288,8 +309,14 @@ sys.exit(stdio_front.serve(app))
 
 def run_front(tmp_path: Path, lines: bytes, **env: str) -> subprocess.CompletedProcess[bytes]:
     environ = {**os.environ, "CONCLAVE_HOME": str(tmp_path / "home"), "FASTMCP_LOG_LEVEL": "WARNING", **env}
-    return subprocess.run([sys.executable, "-c", FAKE_APP], input=lines, capture_output=True, env=environ,
-                          cwd=tmp_path, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-c", FAKE_APP],
+        input=lines,
+        capture_output=True,
+        env=environ,
+        cwd=tmp_path,
+        timeout=120,
+    )
 
 
 def test_a_batch_from_the_app_reaches_the_client(tmp_path: Path) -> None:
@@ -310,8 +337,14 @@ def test_a_bug_in_the_front_is_reported_and_the_app_still_answers(tmp_path: Path
 def test_a_server_that_cannot_start_says_why_to_initialize_and_exits_1(tmp_path: Path) -> None:
     """Bad settings: the real `conclave serve`, with its front, refuses the handshake with the reason."""
     environ = {**os.environ, "CONCLAVE_HOME": str(tmp_path / "home"), "CONCLAVE_MAX_JOBS": "0"}
-    done = subprocess.run([sys.executable, "-m", "conclave", "serve"], input=message(0, "initialize", HELLO),
-                          capture_output=True, env=environ, cwd=tmp_path, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "conclave", "serve"],
+        input=message(0, "initialize", HELLO),
+        capture_output=True,
+        env=environ,
+        cwd=tmp_path,
+        timeout=120,
+    )
     answer = json.loads(done.stdout)
     assert answer["id"] == 0 and "result" not in answer, answer
     assert "could not start" in answer["error"]["message"] and "max_jobs" in answer["error"]["message"]
@@ -321,8 +354,14 @@ def test_a_server_that_cannot_start_says_why_to_initialize_and_exits_1(tmp_path:
 def test_an_unusable_state_folder_fails_the_handshake(tmp_path: Path) -> None:
     (tmp_path / "home").write_text("a file where the state folder should be")
     environ = {**os.environ, "CONCLAVE_HOME": str(tmp_path / "home" / "state")}
-    done = subprocess.run([sys.executable, "-m", "conclave", "serve"], input=message(0, "initialize", HELLO),
-                          capture_output=True, env=environ, cwd=tmp_path, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "conclave", "serve"],
+        input=message(0, "initialize", HELLO),
+        capture_output=True,
+        env=environ,
+        cwd=tmp_path,
+        timeout=120,
+    )
     answer = json.loads(done.stdout)
     assert answer["error"]["code"] == STARTUP_FAILED and done.returncode == 1, answer
 
@@ -333,8 +372,13 @@ GATED_STORE = GATED_SERVE.replace('name == "fastmcp"', 'name == "conclave.jobs.s
 def test_readiness_waits_for_the_store(tmp_path: Path, shipped: dict[str, Any]) -> None:
     """With the store's import held, ping is answered and initialize is not; the gate opens, it is."""
     gate = tmp_path / "gate"
-    env = {**os.environ, "GATE": str(gate), "CONCLAVE_HOME": str(tmp_path / "home"),
-           "XDG_CONFIG_HOME": str(tmp_path / "config"), "FASTMCP_LOG_LEVEL": "WARNING"}
+    env = {
+        **os.environ,
+        "GATE": str(gate),
+        "CONCLAVE_HOME": str(tmp_path / "home"),
+        "XDG_CONFIG_HOME": str(tmp_path / "config"),
+        "FASTMCP_LOG_LEVEL": "WARNING",
+    }
     process = subprocess.Popen(
         [sys.executable, "-c", GATED_STORE],
         stdin=subprocess.PIPE,

@@ -21,9 +21,15 @@ JOB = "cj-0123456789ab"
 
 
 def progress(calls: int = 0, state: str = "working", phase: str = "working") -> Progress:
-    agents = [AgentProgress(letter=letter, model=f"openai/m{letter}", state=state,  # type: ignore[arg-type]
-                            usage=UsageTotals(calls=calls, input_tokens=10 * calls))
-              for letter in "AB"]
+    agents = [
+        AgentProgress(
+            letter=letter,
+            model=f"openai/m{letter}",
+            state=state,  # type: ignore[arg-type]
+            usage=UsageTotals(calls=calls, input_tokens=10 * calls),
+        )
+        for letter in "AB"
+    ]
     return Progress(phase=phase, agents=agents)
 
 

@@ -95,8 +95,14 @@ class TasksAd(ClientExtension):
     identifier = TASKS
 
     def claims(self) -> tuple[ResultClaim[Any], ...]:
-        return (ResultClaim(result_type="task", model=Handle, resolve=self._keep,
-                            protocol_versions=frozenset(MODERN_PROTOCOL_VERSIONS)),)
+        return (
+            ResultClaim(
+                result_type="task",
+                model=Handle,
+                resolve=self._keep,
+                protocol_versions=frozenset(MODERN_PROTOCOL_VERSIONS),
+            ),
+        )
 
     async def _keep(self, handle: Handle, ctx: ClaimContext) -> CallToolResult:
         raise AssertionError("the test follows the task itself (allow_claimed=True)")
@@ -150,9 +156,14 @@ async def test_fastmcp_client_gets_a_handle_at_once_and_the_task_is_the_job(
             assert len(messages) > 1, "the status never moved"
             done = await task.result()
             status = await client.call_tool("get_status", {"job_id": task.task_id})
-            same_view(done.structured_content and {"structuredContent": done.structured_content,
-                                                   "content": [{"text": done.content[0].text}]},
-                      JobView.model_validate(status.structured_content))
+            same_view(
+                done.structured_content
+                and {
+                    "structuredContent": done.structured_content,
+                    "content": [{"text": done.content[0].text}],
+                },
+                JobView.model_validate(status.structured_content),
+            )
             # a plain call_tool is tasked too, and fastmcp-tasks polls it to the final result for the caller
             plain = await client.call_tool(
                 "ask_team", {"task": "And 7 * 6?", "team": team, "wait_seconds": 0}

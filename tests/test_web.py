@@ -54,8 +54,13 @@ def web(home: Path, tmp_path: Path) -> Iterator[tuple[str, str]]:
     port = free_port()
     env = {**os.environ, "CONCLAVE_HOME": str(home)}
     env.pop("CONCLAVE_HTTP_TOKEN", None)
-    process = subprocess.Popen([sys.executable, "-m", "conclave", "web", "--port", str(port)], env=env,
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "conclave", "web", "--port", str(port)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         assert process.stdout is not None
         lines = [process.stdout.readline() for _ in range(2)]
@@ -87,8 +92,10 @@ async def test_a_jobview_carries_the_url_when_a_web_view_is_served(web: tuple[st
 def test_every_route_needs_the_token(web: tuple[str, str]) -> None:
     base, token = web
     forged_cookie = {f"conclave_web_{base.rsplit(':', 1)[1]}": token}
-    with httpx2.Client(base_url=base, timeout=10) as http, \
-            httpx2.Client(base_url=base, timeout=10, cookies=forged_cookie) as forged:
+    with (
+        httpx2.Client(base_url=base, timeout=10) as http,
+        httpx2.Client(base_url=base, timeout=10, cookies=forged_cookie) as forged,
+    ):
         for path in (
             "/",
             f"/jobs/{JOB}",
@@ -165,8 +172,12 @@ def test_the_stream_sends_each_change_and_ends_with_the_job(web: tuple[str, str]
     store = Store(home / "conclave.db")
     pages: list[dict[str, object]] = []
     try:
-        with httpx2.Client(base_url=base, timeout=30) as http, http.stream(
-                "GET", f"/api/jobs/{JOB}/events", headers={"Authorization": f"Bearer {token}"}) as stream:
+        with (
+            httpx2.Client(base_url=base, timeout=30) as http,
+            http.stream(
+                "GET", f"/api/jobs/{JOB}/events", headers={"Authorization": f"Bearer {token}"}
+            ) as stream,
+        ):
             assert stream.headers["content-type"].startswith("text/event-stream")
             kind = ""
             for line in stream.iter_lines():
@@ -293,6 +304,14 @@ def test_the_shipped_pages_have_no_inline_script_and_the_script_writes_no_markup
     code = "\n".join(
         line for line in (static / "app.js").read_text().splitlines() if not line.lstrip().startswith("//")
     )
-    for sink in ("innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval(", "new Function",
-                 "setAttribute(\"on", "srcdoc"):
+    for sink in (
+        "innerHTML",
+        "outerHTML",
+        "insertAdjacentHTML",
+        "document.write",
+        "eval(",
+        "new Function",
+        'setAttribute("on',
+        "srcdoc",
+    ):
         assert sink not in code, f"app.js uses {sink}: model text must go through textContent"

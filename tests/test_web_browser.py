@@ -38,8 +38,10 @@ PRESENTED = (
     "add() in calc.py subtracted its arguments; the fix makes it return a + b. The two other answers "
     "found the same bug.\n<script>alert(1)</script>\nAnswer: return a + b"
 )
-MARKUP = ('<script>window.__pwned = 1; alert("xss")</script><img src=x onerror="window.__pwned = 2">'
-          '<b id="bold">not bold</b> The bug: add() returns a - b.')
+MARKUP = (
+    '<script>window.__pwned = 1; alert("xss")</script><img src=x onerror="window.__pwned = 2">'
+    '<b id="bold">not bold</b> The bug: add() returns a - b.'
+)
 NEW_LINE = "return a + b  # </pre><script>window.__pwned = 3</script>"
 
 pytestmark = pytest.mark.skipif(missing() is not None, reason=str(missing()))
@@ -73,8 +75,11 @@ def script_team(fakes: FakeProviders, gates: Gates) -> None:
         if mine is None:
             if "replaced 1 occurrence in calc.py" in request.text():
                 return decide("new_answer", {"content": FIX}, request)
-            return Reply(tool_calls=[("edit_file", {"path": "calc.py", "old_text": "return a - b",
-                                                    "new_text": NEW_LINE})])
+            return Reply(
+                tool_calls=[
+                    ("edit_file", {"path": "calc.py", "old_text": "return a - b", "new_text": NEW_LINE})
+                ]
+            )
         gates.ann_votes += 1
         reply = decide("vote", {"answer": mine, "reason": "my fix is tested"}, request)
         reply.gate = None if gates.ann_votes == 1 else gates.ann_again  # the first vote at once
@@ -112,8 +117,12 @@ def served(tmp_path: Path) -> Iterator[tuple[str, FakeProviders, Gates, Path]]:
         project = tmp_path / "proj"
         project.mkdir()
         (project / "calc.py").write_text("def add(a, b):\n    return a - b\n")
-        env = {"CONCLAVE_HOME": str(tmp_path / "home"), "CONCLAVE_HTTP_TOKEN": TOKEN,
-               "XDG_CONFIG_HOME": str(config), KEY_ENV: "test-key"}
+        env = {
+            "CONCLAVE_HOME": str(tmp_path / "home"),
+            "CONCLAVE_HTTP_TOKEN": TOKEN,
+            "XDG_CONFIG_HOME": str(config),
+            KEY_ENV: "test-key",
+        }
         try:
             with http_server(tmp_path, env) as url:
                 yield url.removesuffix("/mcp"), fakes, gates, project
@@ -132,9 +141,13 @@ def ask(base: str, tool: str, arguments: dict[str, Any]) -> JobView:
 
 def column(driver: Any, agent: str) -> str:
     """The text of the agent's column (found by its model name, since letters are shuffled per job)."""
-    return str(driver.execute_script(
-        "for (const c of document.querySelectorAll('.agent')) if (c.textContent.includes(arguments[0]))"
-        " return c.textContent; return ''", f"fake-{agent}"))
+    return str(
+        driver.execute_script(
+            "for (const c of document.querySelectorAll('.agent')) if (c.textContent.includes(arguments[0]))"
+            " return c.textContent; return ''",
+            f"fake-{agent}",
+        )
+    )
 
 
 def nothing_ran(driver: Any) -> None:
@@ -147,8 +160,16 @@ def nothing_ran(driver: Any) -> None:
 
 def test_the_page_follows_a_job_live(served: tuple[str, FakeProviders, Gates, Path], tmp_path: Path) -> None:
     base, _fakes, gates, project = served
-    view = ask(base, "ask_team", {"task": "Fix add() in calc.py", "team": "web-trio", "wait_seconds": 0,
-                                  "context_paths": [{"path": str(project)}]})
+    view = ask(
+        base,
+        "ask_team",
+        {
+            "task": "Fix add() in calc.py",
+            "team": "web-trio",
+            "wait_seconds": 0,
+            "context_paths": [{"path": str(project)}],
+        },
+    )
     assert view.web_url == f"{base}/jobs/{view.job_id}"  # the result says where to watch
     with chromium() as driver:
         driver.get(f"{base}/login?token={TOKEN}&next=/jobs/{view.job_id}")
@@ -177,15 +198,19 @@ def test_the_page_follows_a_job_live(served: tuple[str, FakeProviders, Gates, Pa
         gates.cy.set()
         until(driver, lambda d: "Answer from cy" in column(d, "cy"), what="cy's answer")
         gates.ann_again.set()
-        until(driver, lambda d: d.execute_script("return document.body.dataset.state") == "completed",
-              what="the job's end")
+        until(
+            driver,
+            lambda d: d.execute_script("return document.body.dataset.state") == "completed",
+            what="the job's end",
+        )
         assert driver.execute_script("return window.__loaded_once") is True  # no reload happened
         winner = text_of(driver, "[data-winner]")
         assert winner and winner[0] == column(driver, "ann").strip()[0]  # ann's label won
         assert "consensus" in text_of(driver, "#winner") and "3 of 3 votes" in text_of(driver, "#winner")
         cy_label = driver.execute_script(  # cy's answer has ann's final answer: the tally groups them
             "for (const c of document.querySelectorAll('.agent')) if (c.textContent.includes('fake-cy'))"
-            " return c.querySelector('[data-label]').dataset.label")
+            " return c.querySelector('[data-label]').dataset.label"
+        )
         groups = driver.execute_script(
             "return [...document.querySelectorAll('#tally [data-group]')].map(n => n.dataset.group)"
         )
@@ -195,8 +220,9 @@ def test_the_page_follows_a_job_live(served: tuple[str, FakeProviders, Gates, Pa
         added = driver.execute_script(
             "return [...document.querySelectorAll('#diff .d-add')].map(n => n.textContent)"
         )
-        assert any(NEW_LINE in line for line in added) and any("-    return a - b" in text_of(driver, "#diff")
-                                                                for _ in [0])
+        assert any(NEW_LINE in line for line in added) and any(
+            "-    return a - b" in text_of(driver, "#diff") for _ in [0]
+        )
         usage = text_of(driver, "#usage")
         assert "fake-ann" in usage and "fake-bob" in usage and "fake-cy" in usage
         store = Store(tmp_path / "home" / "conclave.db")
@@ -234,16 +260,22 @@ def test_the_page_cancels_a_job_and_shows_it(
     served: tuple[str, FakeProviders, Gates, Path], tmp_path: Path
 ) -> None:
     base, _fakes, _gates, project = served
-    view = ask(base, "ask_team", {"task": "Say 42", "team": "web-trio", "wait_seconds": 0,
-                                  "context_paths": [{"path": str(project)}]})
+    view = ask(
+        base,
+        "ask_team",
+        {"task": "Say 42", "team": "web-trio", "wait_seconds": 0, "context_paths": [{"path": str(project)}]},
+    )
     with chromium() as driver:
         driver.get(f"{base}/login?token={TOKEN}&next=/jobs/{view.job_id}")
         until(
             driver, lambda d: MARK in column(d, "ann") or "votes for" in column(d, "ann"), what="ann's turn"
         )
         driver.find_element("id", "cancel").click()  # bob and cy are still held: the job is running
-        until(driver, lambda d: d.execute_script("return document.body.dataset.state") == "cancelled",
-              what="the cancelled state")
+        until(
+            driver,
+            lambda d: d.execute_script("return document.body.dataset.state") == "cancelled",
+            what="the cancelled state",
+        )
         assert not driver.find_element("id", "cancel").is_displayed()
         driver.save_screenshot(str(tmp_path / "cancelled.png"))
     assert ask(base, "get_status", {"job_id": view.job_id}).state == "cancelled"
@@ -251,14 +283,18 @@ def test_the_page_cancels_a_job_and_shows_it(
 
 def test_a_page_without_the_token_shows_no_job(served: tuple[str, FakeProviders, Gates, Path]) -> None:
     base, _fakes, _gates, project = served
-    view = ask(base, "ask_team", {"task": "Say 42", "team": "web-trio", "wait_seconds": 0,
-                                  "context_paths": [{"path": str(project)}]})
+    view = ask(
+        base,
+        "ask_team",
+        {"task": "Say 42", "team": "web-trio", "wait_seconds": 0, "context_paths": [{"path": str(project)}]},
+    )
     with chromium() as driver:
         driver.get(f"{base}/jobs/{view.job_id}")
         until(driver, lambda d: d.find_elements("id", "token"), what="the sign-in form")
         assert "Say 42" not in driver.page_source and not driver.find_elements("css selector", ".agent")
         status = driver.execute_script(
-            "return fetch(arguments[0]).then(r => r.status)", f"/api/jobs/{view.job_id}")
+            "return fetch(arguments[0]).then(r => r.status)", f"/api/jobs/{view.job_id}"
+        )
         assert status == 401
         driver.get(f"{base}/login?token=wrong&next=/jobs/{view.job_id}")
         assert driver.find_elements("id", "token") and "Say 42" not in driver.page_source

@@ -66,26 +66,47 @@ def copied(tmp_path: Path, source: Path, caps: Caps = Caps()):
 
 
 def test_gitignore_root_nested_and_negation(tmp_path):
-    src = make_tree(tmp_path / "proj", {
-        ".gitignore": "*.log\n!keep.log\nbuild/\n/top.txt\n",
-        "a.log": "x", "keep.log": "k", "top.txt": "t", "build/out.o": "o", "src/build/gen.py": "g",
-        "src/top.txt": "nested top is not anchored at root",
-        "src/.gitignore": "secret.txt\n!debug.log\n",
-        "src/secret.txt": "s", "src/debug.log": "d", "src/other.log": "o", "src/main.py": "m",
-        ".git/info/exclude": "local-only.txt\n", "local-only.txt": "l",
-    })
+    src = make_tree(
+        tmp_path / "proj",
+        {
+            ".gitignore": "*.log\n!keep.log\nbuild/\n/top.txt\n",
+            "a.log": "x",
+            "keep.log": "k",
+            "top.txt": "t",
+            "build/out.o": "o",
+            "src/build/gen.py": "g",
+            "src/top.txt": "nested top is not anchored at root",
+            "src/.gitignore": "secret.txt\n!debug.log\n",
+            "src/secret.txt": "s",
+            "src/debug.log": "d",
+            "src/other.log": "o",
+            "src/main.py": "m",
+            ".git/info/exclude": "local-only.txt\n",
+            "local-only.txt": "l",
+        },
+    )
     context, dest = copied(tmp_path, src)
     assert sorted(context.files) == [
-        ".gitignore", "keep.log", "src/.gitignore", "src/debug.log", "src/main.py", "src/top.txt",
+        ".gitignore",
+        "keep.log",
+        "src/.gitignore",
+        "src/debug.log",
+        "src/main.py",
+        "src/top.txt",
     ]
     assert sorted(read_tree(dest)) == sorted(context.files)
 
 
 def test_git_dir_skipped(tmp_path):
-    src = make_tree(tmp_path / "proj", {
-        ".git/HEAD": "ref", ".git/objects/ab/cd": "x", "lib/.git": "gitdir: ../.git/modules/lib",
-        "lib/code.py": "print()",
-    })
+    src = make_tree(
+        tmp_path / "proj",
+        {
+            ".git/HEAD": "ref",
+            ".git/objects/ab/cd": "x",
+            "lib/.git": "gitdir: ../.git/modules/lib",
+            "lib/code.py": "print()",
+        },
+    )
     context, dest = copied(tmp_path, src)
     assert sorted(context.files) == ["lib/code.py"]
     assert not (dest / ".git").exists() and not (dest / "lib/.git").exists()
@@ -235,18 +256,21 @@ def root(tmp_path):
     return root
 
 
-@pytest.mark.parametrize("relative, reason", [
-    ("../outside/secret.txt", "'..' leads outside"),
-    ("src/../../outside", "'..' leads outside"),
-    ("/etc/passwd", "absolute paths"),
-    ("out.txt", "symlink"),
-    ("outdir/secret.txt", "symlink"),
-    ("dangling", "symlink"),
-    ("inlink/app.py", "symlink"),  # a link is never followed, even one that stays inside
-    ("inlink/../../outside", "'..' leads outside"),
-    ("src/\x00x", "NUL byte"),
-    ("src/\udc80x", "not valid UTF-8"),
-])
+@pytest.mark.parametrize(
+    "relative, reason",
+    [
+        ("../outside/secret.txt", "'..' leads outside"),
+        ("src/../../outside", "'..' leads outside"),
+        ("/etc/passwd", "absolute paths"),
+        ("out.txt", "symlink"),
+        ("outdir/secret.txt", "symlink"),
+        ("dangling", "symlink"),
+        ("inlink/app.py", "symlink"),  # a link is never followed, even one that stays inside
+        ("inlink/../../outside", "'..' leads outside"),
+        ("src/\x00x", "NUL byte"),
+        ("src/\udc80x", "not valid UTF-8"),
+    ],
+)
 def test_the_walk_refuses_escapes_and_links(root, relative, reason):
     with pytest.raises(PathOutsideRoot, match=reason) as caught:
         safe.read_bytes(root, relative)
@@ -254,9 +278,15 @@ def test_the_walk_refuses_escapes_and_links(root, relative, reason):
     assert str(root) not in str(caught.value)
 
 
-@pytest.mark.parametrize("relative, expected", [
-    ("src/app.py", b"a"), ("./src/app.py", b"a"), ("src/../docs/readme.md", b"r"), ("docs//readme.md", b"r"),
-])
+@pytest.mark.parametrize(
+    "relative, expected",
+    [
+        ("src/app.py", b"a"),
+        ("./src/app.py", b"a"),
+        ("src/../docs/readme.md", b"r"),
+        ("docs//readme.md", b"r"),
+    ],
+)
 def test_the_walk_reads_paths_inside(root, relative, expected):
     assert safe.read_bytes(root, relative) == expected
 
@@ -316,9 +346,14 @@ def test_reading_follows_no_symlink_and_never_blocks_on_a_fifo(root):
 
 @pytest.fixture
 async def job(tmp_path):
-    src = make_tree(tmp_path / "proj", {
-        "app.py": "print('hi')\n", "lib/util.py": "def f():\n    return 1\n", "data.bin": b"\0\1\2",
-    })
+    src = make_tree(
+        tmp_path / "proj",
+        {
+            "app.py": "print('hi')\n",
+            "lib/util.py": "def f():\n    return 1\n",
+            "data.bin": b"\0\1\2",
+        },
+    )
     spaces = Workspaces(tmp_path / "jobs" / "j1")
     await spaces.prepare([ContextPath(path=str(src), permission="write")])
     await spaces.create(["A", "B", "C"])
@@ -459,7 +494,8 @@ BASE_FILES = {
 }
 FINAL_FILES = {
     "keep.txt": "same\n",
-    "mod.py": "".join(f"line {i}\n" for i in range(1, 21)).replace("line 3\n", "line three\n")
+    "mod.py": "".join(f"line {i}\n" for i in range(1, 21))
+    .replace("line 3\n", "line three\n")
     .replace("line 18\n", "line 18\nline 18b\n"),
     "tail.txt": "no newline at end, changed",
     "img.png": b"\x89PNG\r\n\x1a\n\0\0BINARY!",
@@ -477,9 +513,16 @@ def trees(tmp_path: Path) -> tuple[Path, Path]:
 def git(cwd: Path, *args: str) -> subprocess.CompletedProcess:
     # git's output must not depend on the machine or on what other tests left in the environment
     clean = {key: value for key, value in os.environ.items() if not key.startswith("GIT_")}
-    env = {**clean, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@t", "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull,
-           "HOME": str(cwd)}
+    env = {
+        **clean,
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@t",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@t",
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "GIT_CONFIG_GLOBAL": os.devnull,
+        "HOME": str(cwd),
+    }
     return subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, text=True)
 
 
@@ -586,9 +629,16 @@ async def test_workspace_diffs_per_context(job):
 
 @pytest.fixture
 async def applied_job(tmp_path):
-    src = make_tree(tmp_path / "proj", {
-        "app.py": "v1\n", "old.txt": "old\n", "dir/only.txt": "x\n", "logo.bin": b"\0\1", "same.txt": "s\n",
-    })
+    src = make_tree(
+        tmp_path / "proj",
+        {
+            "app.py": "v1\n",
+            "old.txt": "old\n",
+            "dir/only.txt": "x\n",
+            "logo.bin": b"\0\1",
+            "same.txt": "s\n",
+        },
+    )
     spaces = Workspaces(tmp_path / "job")
     await spaces.prepare([ContextPath(path=str(src), permission="write")])
     await spaces.create(["A"])
@@ -608,9 +658,15 @@ async def test_apply_success(applied_job):
     spaces, src = applied_job
     changes = await spaces.apply("proj", consent=Consent(force_binary=True))  # logo.bin is binary
     assert (changes.added, sorted(changes.modified), changes.deleted) == (
-        ["pkg/new/mod.py"], ["app.py", "logo.bin"], ["dir/only.txt", "old.txt"])
+        ["pkg/new/mod.py"],
+        ["app.py", "logo.bin"],
+        ["dir/only.txt", "old.txt"],
+    )
     assert read_tree(src) == {
-        "app.py": b"v2\n", "logo.bin": b"\0\2\3", "pkg/new/mod.py": b"new\n", "same.txt": b"s\n",
+        "app.py": b"v2\n",
+        "logo.bin": b"\0\2\3",
+        "pkg/new/mod.py": b"new\n",
+        "same.txt": b"s\n",
     }
     assert not (src / "dir").exists()  # emptied by the deletion, pruned like git does
 

@@ -30,8 +30,14 @@ def missing() -> str | None:
 def chromium(width: int = 1600, height: int = 1000, dark: bool = False) -> Iterator[webdriver.Chrome]:
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                 f"--window-size={width},{height}", "--hide-scrollbars"):
+    for flag in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        f"--window-size={width},{height}",
+        "--hide-scrollbars",
+    ):
         options.add_argument(flag)
     if dark:
         options.add_argument("--force-dark-mode")
@@ -47,8 +53,9 @@ def chromium(width: int = 1600, height: int = 1000, dark: bool = False) -> Itera
         driver.quit()
 
 
-def until(driver: webdriver.Chrome, condition: Callable[[webdriver.Chrome], T], timeout: float = 60,
-          what: str = "") -> T:
+def until(
+    driver: webdriver.Chrome, condition: Callable[[webdriver.Chrome], T], timeout: float = 60, what: str = ""
+) -> T:
     """Wait for a condition on the page (the page's own state, never a fixed sleep)."""
     wait = WebDriverWait(driver, timeout, poll_frequency=0.05)
     return wait.until(condition, what)  # type: ignore[no-any-return]

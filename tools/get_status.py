@@ -19,7 +19,8 @@ async def get_status(
     wait_seconds: Annotated[
         float,
         Field(
-            ge=0, le=MAX_WAIT_S,
+            ge=0,
+            le=MAX_WAIT_S,
             description=f"Wait up to this long for the job to finish (0-{MAX_WAIT_S}); 0 returns at once.",
         ),
     ] = 0,

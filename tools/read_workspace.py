@@ -28,8 +28,10 @@ async def read_workspace(
     ] = "",
     source: Annotated[
         str | None,
-        Field(description='For a file path or a file listing: "final" (the default: the winner\'s files) or '
-                          'an answer label like "B2" (the files as that answer left them).'),
+        Field(
+            description='For a file path or a file listing: "final" (the default: the winner\'s files) or '
+            'an answer label like "B2" (the files as that answer left them).'
+        ),
     ] = None,
     offset: Annotated[
         int, Field(ge=0, description="Start at this character of a text, or this entry of a listing.")

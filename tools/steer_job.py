@@ -14,8 +14,11 @@ from conclave.tools._deps import caller, result, service
 async def steer_job(
     job_id: Annotated[str, Field(description="The job_id of a running job (from ask_team).")],
     message: Annotated[
-        str, Field(description="The note, self-contained, e.g. 'keep the public API unchanged' or 'stop "
-                               "exploring the caching idea'."),
+        str,
+        Field(
+            description="The note, self-contained, e.g. 'keep the public API unchanged' or 'stop "
+            "exploring the caching idea'."
+        ),
     ],
     ctx: Context,
 ) -> JobView:

@@ -23,8 +23,11 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERS
 
 from conclave.app.manifest_key import MANIFEST, installed_versions
 
-LISTS = {"tools": ["tools/list"], "resources": ["resources/list", "resources/templates/list"],
-         "prompts": ["prompts/list"]}
+LISTS = {
+    "tools": ["tools/list"],
+    "resources": ["resources/list", "resources/templates/list"],
+    "prompts": ["prompts/list"],
+}
 
 
 def record() -> dict[str, Any]:
@@ -47,8 +50,12 @@ def _session(version: str) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="conclave-manifest-") as home:
         env = {**os.environ, "CONCLAVE_HOME": home, "FASTMCP_LOG_LEVEL": "WARNING"}
         server = subprocess.Popen(
-            [sys.executable, "-m", "conclave", "serve", "--no-front"], env=env, cwd=home,
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+            [sys.executable, "-m", "conclave", "serve", "--no-front"],
+            env=env,
+            cwd=home,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
         )
         assert server.stdin is not None and server.stdout is not None
         calls = iter(range(1, 100))
@@ -69,12 +76,19 @@ def _session(version: str) -> dict[str, Any]:
             return answer["result"]  # type: ignore[no-any-return]
 
         try:
-            hello = {"protocolVersion": version, "capabilities": {},
-                     "clientInfo": {"name": "conclave-manifest", "version": "1"}}
+            hello = {
+                "protocolVersion": version,
+                "capabilities": {},
+                "clientInfo": {"name": "conclave-manifest", "version": "1"},
+            }
             initialize = ask("initialize", hello)
             server.stdin.write(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
-            results = {method: ask(method) for capability, methods in LISTS.items()
-                       if capability in initialize["capabilities"] for method in methods}
+            results = {
+                method: ask(method)
+                for capability, methods in LISTS.items()
+                if capability in initialize["capabilities"]
+                for method in methods
+            }
         finally:
             server.stdin.close()
             server.wait(timeout=30)

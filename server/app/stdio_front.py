@@ -54,8 +54,12 @@ class Front:
     Without a manifest it answers nothing itself, but still answers a failed start (`failed`).
     """
 
-    def __init__(self, manifest: dict[str, Any] | None, reply: Callable[[dict[str, Any]], None],
-                 forward: Callable[[bytes], None]) -> None:
+    def __init__(
+        self,
+        manifest: dict[str, Any] | None,
+        reply: Callable[[dict[str, Any]], None],
+        forward: Callable[[bytes], None],
+    ) -> None:
         self._manifest, self._reply, self._forward = manifest, reply, forward
         self._lock = threading.Lock()
         self._answering = manifest is not None
@@ -197,8 +201,11 @@ def _result(key: object, result: dict[str, Any]) -> dict[str, Any]:
 
 
 def _failure(key: object, reason: str) -> dict[str, Any]:
-    return {"jsonrpc": "2.0", "id": key,
-            "error": {"code": STARTUP_FAILED, "message": f"conclave could not start: {reason}"}}
+    return {
+        "jsonrpc": "2.0",
+        "id": key,
+        "error": {"code": STARTUP_FAILED, "message": f"conclave could not start: {reason}"},
+    }
 
 
 class StdioPipes:
@@ -315,7 +322,7 @@ def _report(what: str) -> None:
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
-        view = view[os.write(fd, view):]
+        view = view[os.write(fd, view) :]
 
 
 class Startup:

@@ -170,9 +170,14 @@ class JobTasks(ServerExtension):
         row = await self._service.store.job(view.job_id)
         assert row is not None
         updated = row.finished_at or row.heartbeat
-        return _Task(task_id=view.job_id, status=status, created_at=_iso(row.created_at),
-                     last_updated_at=_iso(max(updated, row.created_at)), status_message=view.phase,
-                     ttl_ms=int(self._service.settings.gc_keep_days * DAY_MS))
+        return _Task(
+            task_id=view.job_id,
+            status=status,
+            created_at=_iso(row.created_at),
+            last_updated_at=_iso(max(updated, row.created_at)),
+            status_message=view.phase,
+            ttl_ms=int(self._service.settings.gc_keep_days * DAY_MS),
+        )
 
 
 def _caller() -> str:

@@ -111,7 +111,7 @@ def _read_named(path: Path) -> dict[str, str]:
     except json.JSONDecodeError as exc:
         raise ConfigError(f'{path} is not JSON ({exc}); write it as {{"caller name": "token", ...}}') from exc
     if not isinstance(data, dict) or not all(isinstance(v, str) for v in data.values()):
-        raise ConfigError(f"{path}: write it as {{\"caller name\": \"token\", ...}} (strings only)")
+        raise ConfigError(f'{path}: write it as {{"caller name": "token", ...}} (strings only)')
     for caller, token in data.items():
         if not CALLER_NAME.fullmatch(caller) or caller == LOCAL:
             raise ConfigError(
@@ -126,8 +126,10 @@ def _read_named(path: Path) -> dict[str, str]:
 
 def _checked_token(token: str, where: str) -> str:
     if len(token) < MIN_TOKEN:
-        raise ConfigError(f"{where}: a token needs at least {MIN_TOKEN} characters; make one with "
-                          "python3 -c 'import secrets; print(secrets.token_urlsafe(32))'")
+        raise ConfigError(
+            f"{where}: a token needs at least {MIN_TOKEN} characters; make one with "
+            "python3 -c 'import secrets; print(secrets.token_urlsafe(32))'"
+        )
     return token
 
 

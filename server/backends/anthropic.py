@@ -57,7 +57,10 @@ class AnthropicBackend:
 
         self._endpoint = endpoint
         self._client = anthropic.AsyncAnthropic(
-            api_key=endpoint.api_key, base_url=endpoint.base_url, max_retries=0, timeout=endpoint.timeout_s,
+            api_key=endpoint.api_key,
+            base_url=endpoint.base_url,
+            max_retries=0,
+            timeout=endpoint.timeout_s,
             http_client=anthropic.DefaultAsyncHttpxClient(verify=client_context()),  # backends/tls.py
         )
 

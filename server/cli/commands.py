@@ -41,15 +41,29 @@ def ask(args: argparse.Namespace) -> int:
 async def _ask(args: argparse.Namespace, console: Console) -> int:
     settings = Settings()
     async with JobService.open(settings) as service, _web_for_ask(settings, args.web) as web:
-        contexts = (context_arguments(args.context, args.allow_secret_folders)
-                    if args.context or not args.follow_up else None)
+        contexts = (
+            context_arguments(args.context, args.allow_secret_folders)
+            if args.context or not args.follow_up
+            else None
+        )
         view = await service.submit(
-            args.task, args.team, contexts, args.apply, args.force_binary,
-            allow_artifacts=args.allow_artifacts, verify=args.verify, max_cost_usd=args.max_cost,
-            max_tokens=args.max_tokens, follow_up=args.follow_up,
+            args.task,
+            args.team,
+            contexts,
+            args.apply,
+            args.force_binary,
+            allow_artifacts=args.allow_artifacts,
+            verify=args.verify,
+            max_cost_usd=args.max_cost,
+            max_tokens=args.max_tokens,
+            follow_up=args.follow_up,
         )
         if web is not None:
-            print(f"Watch it live: {web.job_url(view.job_id)}", file=sys.stderr if args.json else sys.stdout, flush=True)
+            print(
+                f"Watch it live: {web.job_url(view.job_id)}",
+                file=sys.stderr if args.json else sys.stdout,
+                flush=True,
+            )
             if args.web:  # a browser command may wait for the page: off the loop that serves it
                 await anyio.to_thread.run_sync(webbrowser.open, web.login_url(view.job_id))
         if args.json:
@@ -63,7 +77,9 @@ async def _ask(args: argparse.Namespace, console: Console) -> int:
             for label in view.votes()[0]:  # answers never change once posted: each is read once
                 if label not in texts:
                     with suppress(ConclaveError):
-                        texts[label] = (await service.read(view.job_id, f"answers/{label}", None, 0, 4000)).content
+                        texts[label] = (
+                            await service.read(view.job_id, f"answers/{label}", None, 0, 4000)
+                        ).content
             return render(view, texts, console.width)
 
         try:
@@ -80,8 +96,13 @@ async def _ask(args: argparse.Namespace, console: Console) -> int:
             console.rule("Final answer")
             console.print(Text(printable(view.answer)))
         if view.team == DEMO_TEAM:
-            console.print(wrapped("note: the local team is a 135M-parameter demo of the protocol, not a second "
-                                  "opinion; `conclave teams` shows the teams your keys allow", console.width))
+            console.print(
+                wrapped(
+                    "note: the local team is a 135M-parameter demo of the protocol, not a second "
+                    "opinion; `conclave teams` shows the teams your keys allow",
+                    console.width,
+                )
+            )
         console.print(see_more(view))
         return EXIT_OK if view.state == "completed" else EXIT_FAILED
 
@@ -112,14 +133,17 @@ def context_arguments(values: Sequence[str], allow_secrets: bool = False) -> lis
     """`--context PATH[:write]` as ask_team's context_paths."""
     paths: list[object] = []
     for value in values:
-        path, _, permission = value.rpartition(":") if value.endswith((":write", ":read")) else (value, "", "read")
+        path, _, permission = (
+            value.rpartition(":") if value.endswith((":write", ":read")) else (value, "", "read")
+        )
         paths.append({"path": path, "permission": permission, "allow_secrets": allow_secrets})
     return paths
 
 
 def _print(text: str, end: str = "\n", exact: bool = False) -> None:
     """Print text that may hold model text, control sequences stripped; `exact` output (a patch, a file)
-    keeps its bytes when it goes to a pipe or a file rather than a terminal (`conclave show --diff > x.patch`)."""
+    keeps its bytes when it goes to a pipe or a file rather than a terminal (`conclave show --diff >
+    x.patch`)."""
     print(text if exact and not sys.stdout.isatty() else printable(text), end=end)
 
 
@@ -138,9 +162,11 @@ def status(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps([view.model_dump(mode="json") for view in views], indent=2))
         elif not views:
-            Console().print("no jobs yet; start one with `conclave ask \"...\"`")
+            Console().print('no jobs yet; start one with `conclave ask "..."`')
         for view in views if not args.json else []:
-            _print(f"{view.job_id}  {view.state:<11} {view.team:<10} {view.elapsed_s:>6.0f}s  {view.task[:60]}")
+            _print(
+                f"{view.job_id}  {view.state:<11} {view.team:<10} {view.elapsed_s:>6.0f}s  {view.task[:60]}"
+            )
         return EXIT_OK
 
     return _with_lookup(run)
@@ -165,7 +191,10 @@ def show(args: argparse.Namespace) -> int:
         else:
             view = await jobs.view(args.job_id)
             _print(view.text("cli"))
-            print(f"\nReadable (conclave show {view.job_id} --answers | --transcript | --diff | --thread | --file PATH):")
+            print(
+                f"\nReadable (conclave show {view.job_id} --answers | --transcript | --diff | --thread | "
+                "--file PATH):"
+            )
             _print("  " + "\n  ".join((await read("")).entries or []))
         return EXIT_OK
 
@@ -191,7 +220,10 @@ def steer(args: argparse.Namespace) -> int:
 
     view = anyio.run(run)
     note = view.notes[-1] if view.notes else None
-    print(f"{view.job_id}: note {'seen by the agents' if note and note.seen else 'left; the agents see it from their next turn'}")
+    print(
+        f"{view.job_id}: note "
+        f"{'seen by the agents' if note and note.seen else 'left; the agents see it from their next turn'}"
+    )
     return EXIT_OK
 
 
@@ -252,6 +284,14 @@ def serve_http(args: argparse.Namespace) -> int:
 
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
-    "ask": ask, "status": status, "show": show, "teams": teams, "config": config, "doctor": doctor,
-    "sandbox": sandbox, "gc": gc, "steer": steer, "web": web,
+    "ask": ask,
+    "status": status,
+    "show": show,
+    "teams": teams,
+    "config": config,
+    "doctor": doctor,
+    "sandbox": sandbox,
+    "gc": gc,
+    "steer": steer,
+    "web": web,
 }

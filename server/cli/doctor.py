@@ -42,8 +42,12 @@ def _state_dir(settings: Settings) -> Probe:
         with tempfile.NamedTemporaryFile(dir=settings.home):
             pass
     except OSError as exc:
-        return Probe("state directory", False, f"{settings.home} is not writable ({exc.strerror})",
-                     "set CONCLAVE_HOME to a writable folder")
+        return Probe(
+            "state directory",
+            False,
+            f"{settings.home} is not writable ({exc.strerror})",
+            "set CONCLAVE_HOME to a writable folder",
+        )
     return Probe("state directory", True, f"{settings.home} is writable")
 
 
@@ -104,4 +108,3 @@ def _clis(environ: Mapping[str, str]) -> list[Probe]:
         fix = login_fix(facts)
         checks.append(Probe(f"cli/{facts.name}", source is not None, detail, fix, essential=False))
     return checks
-

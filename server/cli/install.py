@@ -6,7 +6,8 @@
 
 What each client gets, and why (docs/clients.md says the same to users):
 - Codex: `[mcp_servers.conclave]` in config.toml, and `approval_mode = "approve"` for `ask_team`,
-  `cancel_job` and `steer_job` (Codex asks before a tool that is not read-only unless it is non-destructive and
+  `cancel_job` and `steer_job` (Codex asks before a tool that is not read-only unless it is non-destructive
+  and
   closed-world, and `codex exec` never approves, so without it a headless run cannot delegate).
 - Claude Code: `.mcp.json` (project) or `claude mcp add` (user), the skill, and in its settings
   (`.claude/settings.local.json`, or `~/.claude/settings.json` for user scope) `permissions.allow`
@@ -79,12 +80,24 @@ from conclave.cli.install_entries import (
 )
 from conclave.errors import ConfigError
 
-CLIENT_NAMES = {"claude-code": "Claude Code", "codex": "Codex", "cursor": "Cursor", "vscode": "VS Code",
-                "gemini": "Gemini CLI", "copilot": "Copilot CLI"}
+CLIENT_NAMES = {
+    "claude-code": "Claude Code",
+    "codex": "Codex",
+    "cursor": "Cursor",
+    "vscode": "VS Code",
+    "gemini": "Gemini CLI",
+    "copilot": "Copilot CLI",
+}
 # Gemini CLI reads a project's settings only in a folder the user trusted, so user scope by default;
 # Copilot CLI's own file (with the keys' `env`) is user-wide.
-DEFAULT_SCOPE = {"claude-code": "project", "codex": "user", "cursor": "project", "vscode": "project",
-                 "gemini": "user", "copilot": "user"}
+DEFAULT_SCOPE = {
+    "claude-code": "project",
+    "codex": "user",
+    "cursor": "project",
+    "vscode": "project",
+    "gemini": "user",
+    "copilot": "user",
+}
 NAME = "conclave"
 
 
@@ -126,8 +139,6 @@ def server_command(argv0: str | None = None, executable: str | None = None) -> l
     return [executable, "-m", NAME, "serve"]
 
 
-
-
 # Plans ------------------------------------------------------------------------------------------
 def _read(path: Path) -> str | None:
     """The file's text (None: absent); a symlink is refused, never read or written through."""
@@ -141,8 +152,16 @@ def _read(path: Path) -> str | None:
 
 
 def plan(
-    target: str, scope: str | None, *, cwd: Path, home: Path, environ: Mapping[str, str], command: list[str],
-    approvals: bool = True, http: str | None = None, claude_version: Version | None = None,
+    target: str,
+    scope: str | None,
+    *,
+    cwd: Path,
+    home: Path,
+    environ: Mapping[str, str],
+    command: list[str],
+    approvals: bool = True,
+    http: str | None = None,
+    claude_version: Version | None = None,
 ) -> Plan:
     """What `conclave install target` would change; reads files, writes nothing. With `http` (the URL of a
     running `conclave serve --http`), an HTTP registration sending the token from CONCLAVE_HTTP_TOKEN.
@@ -165,8 +184,11 @@ def plan(
         changes.append(Change(path, before, after, what, codex_snippet(table), tuple(removed), root))
     else:
         shared = target == "copilot" and scope == "project"  # Claude Code's .mcp.json: its entry, no env
-        key, entry = (http_entry(target, http, approvals) if http else
-                      json_entry("claude-code" if shared else target, command, approvals, keys))
+        key, entry = (
+            http_entry(target, http, approvals)
+            if http
+            else json_entry("claude-code" if shared else target, command, approvals, keys)
+        )
         if path is not None:
             before = _read(path)
             after = merge_json(before, path, key, entry)
@@ -175,20 +197,38 @@ def plan(
             what = "MCP registration and tool approvals" if entry.get("trust") else "MCP registration"
             changes.append(Change(path, before, after, what, snippet, tuple(removed), root))
     if target == "claude-code":
-        claude = (["claude", "mcp", "add", "--transport", "http", "--scope", scope, NAME, http, "--header",
-                   f"Authorization: {BEARER[target]}"] if http else
-                  ["claude", "mcp", "add", "--scope", scope, NAME, "--", *command])
-        hints.append(("or register it with Claude Code's own CLI: " if path else "register it with: ")
-                     + shlex.join(claude))
+        claude = (
+            [
+                "claude",
+                "mcp",
+                "add",
+                "--transport",
+                "http",
+                "--scope",
+                scope,
+                NAME,
+                http,
+                "--header",
+                f"Authorization: {BEARER[target]}",
+            ]
+            if http
+            else ["claude", "mcp", "add", "--scope", scope, NAME, "--", *command]
+        )
+        hints.append(
+            ("or register it with Claude Code's own CLI: " if path else "register it with: ")
+            + shlex.join(claude)
+        )
         for file in approval_files(scope, cwd, home, claude_version) if approvals else []:
             before = _read(file.path)
             after, snippet = merged(file.path, before, file.lists)
             changes.append(Change(file.path, before, after, file.what, snippet, root=file.root))
         changes.append(_skill_change(cwd if scope == "project" else home, root))
     if http:
-        hints.append(f"{CLIENT_NAMES[target]} sends the token from {TOKEN_VARIABLE}: set it where it runs, e.g. "
-                     f"export {TOKEN_VARIABLE}=$(cat \"${{CONCLAVE_HOME:-$HOME/.local/state/conclave}}/http-token\") "
-                     "(the token `conclave serve --http` printed)")
+        hints.append(
+            f"{CLIENT_NAMES[target]} sends the token from {TOKEN_VARIABLE}: set it where it runs, e.g. "
+            f'export {TOKEN_VARIABLE}=$(cat "${{CONCLAVE_HOME:-$HOME/.local/state/conclave}}/http-token") '
+            "(the token `conclave serve --http` printed)"
+        )
     if target == "copilot":
         hints += copilot_hints(scope, keys)
     return Plan(target, scope, (http,) if http else tuple(command), tuple(changes), tuple(hints))
@@ -204,12 +244,18 @@ def _skill_change(folder: Path, root: Path | None) -> Change:
 
 def describe(plan: Plan) -> str:
     """What `install` would do, for the printing (no --write) mode."""
-    server = f"server: {plan.command[0]}" if plan.command[0].startswith("http") else \
-        f"server command: {shlex.join(plan.command)}"
+    server = (
+        f"server: {plan.command[0]}"
+        if plan.command[0].startswith("http")
+        else f"server command: {shlex.join(plan.command)}"
+    )
     out = [f"conclave install {plan.target} ({plan.scope} scope); {server}"]
     for change in plan.changes:
-        state = "already up to date" if not change.needed else (
-            "would be created" if change.before is None else "would be updated")
+        state = (
+            "already up to date"
+            if not change.needed
+            else ("would be created" if change.before is None else "would be updated")
+        )
         out.append(f"\n{change.path}: {change.what}, {state}")
         if change.snippet:
             out.append(change.snippet.rstrip("\n"))
@@ -217,16 +263,20 @@ def describe(plan: Plan) -> str:
             out.append(_removed_text(change, "would replace"))
     out += ["", *plan.hints] if plan.hints else []
     if any("approvals" in change.what for change in plan.changes):
-        out.append(f"\nThe tool approvals let {CLIENT_NAMES[plan.target]}'s non-interactive mode call {NAME}; "
-                   f"--no-approvals leaves them out.")
+        out.append(
+            f"\nThe tool approvals let {CLIENT_NAMES[plan.target]}'s non-interactive mode call {NAME}; "
+            f"--no-approvals leaves them out."
+        )
     if any(change.needed for change in plan.changes):
         out.append("\nRun again with --write to write this (a backup of every changed file is kept).")
     return "\n".join(out)
 
 
 def _removed_text(change: Change, verb: str) -> str:
-    return (f"({verb} the {NAME} entry there wholesale; removed from it: {'; '.join(change.removed)}. "
-            "Add back by hand what you need)")
+    return (
+        f"({verb} the {NAME} entry there wholesale; removed from it: {'; '.join(change.removed)}. "
+        "Add back by hand what you need)"
+    )
 
 
 def write(plan: Plan, stamp: str | None = None) -> list[str]:
@@ -262,8 +312,15 @@ def install(
     environ = os.environ if environ is None else environ
     version = installed_version(environ) if target == "claude-code" and approvals else None
     made = plan(
-        target, scope, cwd=cwd or Path.cwd(), home=home or Path.home(), environ=environ,
-        command=server_command(), approvals=approvals, http=http, claude_version=version,
+        target,
+        scope,
+        cwd=cwd or Path.cwd(),
+        home=home or Path.home(),
+        environ=environ,
+        command=server_command(),
+        approvals=approvals,
+        http=http,
+        claude_version=version,
     )
     if not write_files:
         out(describe(made))
@@ -272,7 +329,9 @@ def install(
         out(line)
     # Claude Code's hint is an alternative registration (needed only when no file holds it); Copilot
     # CLI's say what no file can hold.
-    if made.target == "copilot" or not any(change.what.startswith("MCP registration") for change in made.changes):
+    if made.target == "copilot" or not any(
+        change.what.startswith("MCP registration") for change in made.changes
+    ):
         for hint in made.hints:
             out(hint)
     elif http:
@@ -288,5 +347,6 @@ def install(
 
 
 def install_command(args: argparse.Namespace) -> int:
-    return install(args.target, args.scope, write_files=args.write, approvals=not args.no_approvals,
-                   http=args.http)
+    return install(
+        args.target, args.scope, write_files=args.write, approvals=not args.no_approvals, http=args.http
+    )

@@ -47,8 +47,15 @@ def installed_version(environ: Mapping[str, str]) -> Version | None:
     if found is None:
         return None
     try:
-        done = subprocess.run([found, "--version"], capture_output=True, text=True, timeout=30,
-                              stdin=subprocess.DEVNULL, env=dict(environ), check=False)
+        done = subprocess.run(
+            [found, "--version"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            stdin=subprocess.DEVNULL,
+            env=dict(environ),
+            check=False,
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     match = _VERSION.match(done.stdout)
@@ -99,14 +106,19 @@ def approval_files(scope: str, cwd: Path, home: Path, version: Version | None) -
     local = cwd / ".claude" / "settings.local.json"
     if not gates_project_permissions(version):
         return [ApprovalFile(local, cwd, "tool approvals", claude_settings("project"))]
-    why = ("no `claude` on PATH said its version, and versions before 2.1.330 ignore" if version is None
-           else f"{version_text(version)} ignores")
+    why = (
+        "no `claude` on PATH said its version, and versions before 2.1.330 ignore"
+        if version is None
+        else f"{version_text(version)} ignores"
+    )
     what = f"tool approvals at user scope: {why} the project's until the folder is trusted interactively"
     # The project keeps what starts its server; an allow list there would only be dropped, with a warning
     # on every run.
     server: Lists = {("enabledMcpjsonServers",): [NAME]}
-    return [ApprovalFile(local, cwd, "project MCP server enabled", server),
-            ApprovalFile(user, None, what, claude_settings("user"))]
+    return [
+        ApprovalFile(local, cwd, "project MCP server enabled", server),
+        ApprovalFile(user, None, what, claude_settings("user")),
+    ]
 
 
 def merged(path: Path, before: str | None, lists: Mapping[tuple[str, ...], list[str]]) -> tuple[str, str]:

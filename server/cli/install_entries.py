@@ -19,9 +19,20 @@ CODEX_APPROVED = ("ask_team", "cancel_job", "steer_job")
 # tests/test_installers.py::test_codex_forwards_every_key_a_preset_needs keeps this in step.
 # Every Conclave setting goes along too (tests/test_installers.py::test_codex_forwards_every_setting).
 FORWARDED_ENV = (
-    "ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY", "OPENROUTER_API_KEY",
-    "OLLAMA_API_KEY", "OLLAMA_BASE_URL", "OLLAMA_MODEL", "VLLM_API_KEY", "VLLM_BASE_URL", "VLLM_MODEL",
-    *setting_variables(), "XDG_STATE_HOME", "XDG_CONFIG_HOME",
+    "ANTHROPIC_API_KEY",
+    "OPENAI_API_KEY",
+    "GEMINI_API_KEY",
+    "GOOGLE_API_KEY",
+    "OPENROUTER_API_KEY",
+    "OLLAMA_API_KEY",
+    "OLLAMA_BASE_URL",
+    "OLLAMA_MODEL",
+    "VLLM_API_KEY",
+    "VLLM_BASE_URL",
+    "VLLM_MODEL",
+    *setting_variables(),
+    "XDG_STATE_HOME",
+    "XDG_CONFIG_HOME",
 )
 # The variables Gemini CLI would strip (they look like secrets); listed in its `env`, it passes them on.
 KEY_VARIABLES = tuple(name for name in FORWARDED_ENV if name.endswith("_API_KEY"))
@@ -61,8 +72,12 @@ def _vscode_user_dir(home: Path, environ: Mapping[str, str]) -> Path:
 # `--http URL`: the client sends the server's token (app/tokens.py) from this variable, in its own syntax,
 # so the token itself never lands in a file a repository may commit.
 TOKEN_VARIABLE = "CONCLAVE_HTTP_TOKEN"
-BEARER = {"claude-code": f"Bearer ${{{TOKEN_VARIABLE}}}", "gemini": f"Bearer ${{{TOKEN_VARIABLE}}}",
-          "cursor": f"Bearer ${{env:{TOKEN_VARIABLE}}}", "vscode": f"Bearer ${{env:{TOKEN_VARIABLE}}}"}
+BEARER = {
+    "claude-code": f"Bearer ${{{TOKEN_VARIABLE}}}",
+    "gemini": f"Bearer ${{{TOKEN_VARIABLE}}}",
+    "cursor": f"Bearer ${{env:{TOKEN_VARIABLE}}}",
+    "vscode": f"Bearer ${{env:{TOKEN_VARIABLE}}}",
+}
 
 
 def http_entry(target: str, url: str, approvals: bool = True) -> tuple[str, dict[str, Any]]:
@@ -70,8 +85,9 @@ def http_entry(target: str, url: str, approvals: bool = True) -> tuple[str, dict
     if not url.startswith(("http://", "https://")):
         raise ConfigError(f"--http {url!r} is not a URL: give the server's, e.g. http://127.0.0.1:8765/mcp")
     if target not in BEARER:
-        raise ConfigError(f"install {target} --http is not supported: register the stdio server "
-                          "(leave out --http)")
+        raise ConfigError(
+            f"install {target} --http is not supported: register the stdio server (leave out --http)"
+        )
     headers = {"Authorization": BEARER[target]}
     if target == "gemini":
         entry = {"httpUrl": url, "headers": headers}
@@ -89,8 +105,12 @@ def json_entry(
     provider keys set now)."""
     entry: dict[str, Any] = {"command": command[0], "args": command[1:]}
     if target == "copilot":
-        return "mcpServers", {"type": "local", **entry, "env": {name: f"${{{name}}}" for name in keys},
-                              "tools": ["*"]}
+        return "mcpServers", {
+            "type": "local",
+            **entry,
+            "env": {name: f"${{{name}}}" for name in keys},
+            "tools": ["*"],
+        }
     if target == "gemini":
         entry["env"] = {name: f"${name}" for name in KEY_VARIABLES}
         return "mcpServers", {**entry, "trust": True} if approvals else entry
@@ -105,8 +125,10 @@ def codex_table(command: list[str], approvals: bool = True, url: str | None = No
     if url is not None:
         http_entry("claude-code", url)  # the same check of the URL
     table: dict[str, Any] = (
-        {"url": url, "bearer_token_env_var": TOKEN_VARIABLE, **CODEX_TIMEOUTS} if url is not None else
-        {"command": command[0], "args": command[1:], "env_vars": list(FORWARDED_ENV), **CODEX_TIMEOUTS})
+        {"url": url, "bearer_token_env_var": TOKEN_VARIABLE, **CODEX_TIMEOUTS}
+        if url is not None
+        else {"command": command[0], "args": command[1:], "env_vars": list(FORWARDED_ENV), **CODEX_TIMEOUTS}
+    )
     if approvals:
         table["tools"] = {tool: {"approval_mode": "approve"} for tool in CODEX_APPROVED}
     return table

@@ -36,8 +36,10 @@ def write_file(path: Path, before: str | None, after: str, stamp: str, root: Pat
     try:
         info = _lstat(folder, path.name)
         if info is not None and stat.S_ISLNK(info.st_mode):
-            raise ConfigError(f"{path} is a symlink; conclave install never writes through a link: replace it "
-                              "with a regular file, or add the entry by hand (run without --write to see it)")
+            raise ConfigError(
+                f"{path} is a symlink; conclave install never writes through a link: replace it "
+                "with a regular file, or add the entry by hand (run without --write to see it)"
+            )
         if info is not None and not stat.S_ISREG(info.st_mode):
             raise ConfigError(f"{path} is not a regular file; nothing was written")
         current = _read_at(folder, path.name) if info is not None else None
@@ -73,8 +75,10 @@ def _open_folder(folder: Path, root: Path | None) -> int:
                 step = os.open(name, _DIR, dir_fd=fd)
             except OSError as exc:
                 if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-                    raise ConfigError(f"{folder}: '{name}' on the way is a symlink or a file; conclave install "
-                                      "never writes through a link in a project: nothing was written") from exc
+                    raise ConfigError(
+                        f"{folder}: '{name}' on the way is a symlink or a file; conclave install "
+                        "never writes through a link in a project: nothing was written"
+                    ) from exc
                 raise
             os.close(fd)
             fd = step
@@ -98,7 +102,8 @@ def _read_at(folder: int, name: str) -> str:
 
 
 def _create(folder: int, name: str, text: str, mode: int) -> str:
-    """A new file `name` in `folder` holding `text` with `mode`; O_EXCL|O_NOFOLLOW, so nothing planted is used."""
+    """A new file `name` in `folder` holding `text` with `mode`; O_EXCL|O_NOFOLLOW, so nothing planted is
+    used."""
     fd = os.open(name, _CREATE, 0o600, dir_fd=folder)
     try:
         with os.fdopen(fd, "wb", closefd=False) as handle:

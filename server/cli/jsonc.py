@@ -49,13 +49,13 @@ def set_value(text: str, path: Sequence[str], value: Any) -> str:
     for depth, key in enumerate(path[:-1]):
         found = node.members.get(key)
         if found is None:
-            return _insert_member(text, node, key, _nest(path[depth + 1:], value))
+            return _insert_member(text, node, key, _nest(path[depth + 1 :], value))
         node = _object(found[1], path[: depth + 1])
     found = node.members.get(path[-1])
     if found is None:
         return _insert_member(text, node, path[-1], value)
     key_at, old = found
-    return text[: old.start] + _dump(value, _indent(text, key_at)) + text[old.end:]
+    return text[: old.start] + _dump(value, _indent(text, key_at)) + text[old.end :]
 
 
 def add_items(text: str, path: Sequence[str], items: Sequence[Any]) -> str:
@@ -82,7 +82,7 @@ def add_items(text: str, path: Sequence[str], items: Sequence[Any]) -> str:
         return text[:after] + added + text[after:]
     indent = _indent(text, node.start) + "  "
     body = ",".join(f"\n{indent}{_dump(item, indent)}" for item in missing)
-    return text[: node.start + 1] + body + "\n" + _indent(text, node.start) + text[node.end - 1:]
+    return text[: node.start + 1] + body + "\n" + _indent(text, node.start) + text[node.end - 1 :]
 
 
 # Inserting ------------------------------------------------------------------------------------------
@@ -92,16 +92,16 @@ def _insert_member(text: str, node: Node, key: str, value: Any) -> str:
         key_at, last = max(node.members.values(), key=lambda member: member[1].end)
         if "\n" not in text[node.start : key_at]:  # written on one line: stay on it
             entry = json.dumps({key: value}, ensure_ascii=False)[1:-1]
-            return text[: last.end] + f", {entry}" + text[last.end:]
+            return text[: last.end] + f", {entry}" + text[last.end :]
         indent = _indent(text, key_at)
         entry = f"{json.dumps(key, ensure_ascii=False)}: {_dump(value, indent)}"
-        return text[: last.end] + f",\n{indent}{entry}" + text[last.end:]
+        return text[: last.end] + f",\n{indent}{entry}" + text[last.end :]
     outer = _indent(text, node.start)
     indent = outer + "  "
     entry = f"{json.dumps(key, ensure_ascii=False)}: {_dump(value, indent)}"
     inner = text[node.start + 1 : node.end - 1]
     keep = inner if inner.strip() else ""  # comments in an empty object stay, after the new member
-    return text[: node.start + 1] + f"\n{indent}{entry}{keep}\n{outer}" + text[node.end - 1:]
+    return text[: node.start + 1] + f"\n{indent}{entry}{keep}\n{outer}" + text[node.end - 1 :]
 
 
 def _dump(value: Any, indent: str) -> str:

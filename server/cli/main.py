@@ -49,24 +49,41 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--http", action="store_true", help="serve streamable HTTP instead of stdio")
     serve.add_argument("--host", default=HTTP_HOST, help=f"HTTP bind address (default {HTTP_HOST})")
     serve.add_argument("--port", type=int, default=HTTP_PORT, help=f"HTTP port (default {HTTP_PORT})")
-    serve.add_argument("--no-front", action="store_true",
-                       help="stdio: let the server answer the handshake itself once loaded (no quick front)")
+    serve.add_argument(
+        "--no-front",
+        action="store_true",
+        help="stdio: let the server answer the handshake itself once loaded (no quick front)",
+    )
 
-    ask = _add(commands, "ask", help="ask a team and watch it converge", epilog=ASK_EXAMPLES,
-                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    ask = _add(
+        commands,
+        "ask",
+        help="ask a team and watch it converge",
+        epilog=ASK_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ask.add_argument("task", help="the task, in words")
     ask.add_argument("--team", help="a preset name or a team YAML file (default: the first with keys set)")
     ask.add_argument("--json", action="store_true", help="print the final JobView as JSON, no live view")
     ask.add_argument(
-        "--context", action="append", default=[], metavar="PATH[:write]",
+        "--context",
+        action="append",
+        default=[],
+        metavar="PATH[:write]",
         help="a project folder to copy into every agent's workspace (repeatable); ':write' allows --apply",
     )
     ask.add_argument(
-        "--apply", action="store_const", const=True, default=False,
+        "--apply",
+        action="store_const",
+        const=True,
+        default=False,
         help="apply the winner's changes to ':write' folders if the team reached consensus",
     )
     ask.add_argument(
-        "--force-apply", dest="apply", action="store_const", const="force",
+        "--force-apply",
+        dest="apply",
+        action="store_const",
+        const="force",
         help="apply the winner's changes to ':write' folders even without consensus",
     )
     ask.add_argument(
@@ -84,12 +101,23 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="CMD",
         help="check each answer's files with CMD (e.g. 'pytest -q') in a fresh sandbox; needs --context",
     )
-    ask.add_argument("--max-cost", type=float, metavar="USD",
-                     help="stop once the job has spent this many US dollars (every agent needs a price)")
-    ask.add_argument("--max-tokens", type=int, metavar="N",
-                     help="stop once the job's agents have used this many tokens (input and output)")
-    ask.add_argument("--follow-up", metavar="JOB_ID",
-                     help="continue that finished job: the same team goes on from its answer and files")
+    ask.add_argument(
+        "--max-cost",
+        type=float,
+        metavar="USD",
+        help="stop once the job has spent this many US dollars (every agent needs a price)",
+    )
+    ask.add_argument(
+        "--max-tokens",
+        type=int,
+        metavar="N",
+        help="stop once the job's agents have used this many tokens (input and output)",
+    )
+    ask.add_argument(
+        "--follow-up",
+        metavar="JOB_ID",
+        help="continue that finished job: the same team goes on from its answer and files",
+    )
     ask.add_argument(
         "--web",
         action="store_true",
@@ -147,8 +175,11 @@ def build_parser() -> argparse.ArgumentParser:
     sandbox = _add(commands, "sandbox", help="the Docker sandbox image")
     sandbox_commands = sandbox.add_subparsers(dest="sandbox_command", required=True, metavar="SUBCOMMAND")
     build = _add(sandbox_commands, "build", help="build the sandbox image locally (no registry needed)")
-    build.add_argument("--clis", action="store_true",
-                       help="also the image for coding-agent CLI members: Node and the pinned CLIs from npm")
+    build.add_argument(
+        "--clis",
+        action="store_true",
+        help="also the image for coding-agent CLI members: Node and the pinned CLIs from npm",
+    )
 
     setup = _add(commands, "install", help="register the MCP server with a coding agent")
     setup.add_argument("target", choices=TARGETS, help="the coding agent")
@@ -160,8 +191,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="register a running `conclave serve --http` (e.g. http://127.0.0.1:8765/mcp) instead of "
         "stdio; the client sends the token from CONCLAVE_HTTP_TOKEN",
     )
-    setup.add_argument("--no-approvals", action="store_true",
-                       help="leave tool approvals to the user (headless runs then cannot call the tools)")
+    setup.add_argument(
+        "--no-approvals",
+        action="store_true",
+        help="leave tool approvals to the user (headless runs then cannot call the tools)",
+    )
     return parser
 
 

@@ -83,7 +83,8 @@ def _expand_agents(data: dict[str, Any], environ: Mapping[str, str], source: str
     secrets = secret_variables(environ)
     agents = [
         {**agent, "api_key_env": expand_env(agent["api_key_env"], environ, source, secrets)}
-        if isinstance(agent, dict) and "api_key_env" in agent else agent
+        if isinstance(agent, dict) and "api_key_env" in agent
+        else agent
         for agent in agents
     ]
     named = {str(agent.get("api_key_env")) for agent in agents if isinstance(agent, dict)}
@@ -143,9 +144,11 @@ def _key_path(loc: tuple[int | str, ...]) -> tuple[int | str, ...]:
 
 def _union_noise(error: Mapping[str, Any]) -> bool:
     """The `Literal` branch of a union (`sandbox: none`) rejecting a mapping meant for the other branch."""
-    return error["type"] == "literal_error" and isinstance(error.get("input"), dict) and _key_path(
-        tuple(error["loc"])
-    ) != tuple(error["loc"])
+    return (
+        error["type"] == "literal_error"
+        and isinstance(error.get("input"), dict)
+        and _key_path(tuple(error["loc"])) != tuple(error["loc"])
+    )
 
 
 def _describe(error: Mapping[str, Any], source: str) -> str:
@@ -181,8 +184,10 @@ def _logged_in_only(team: Team, environ: Mapping[str, str], source: str) -> Team
     if not any(agent.if_logged_in for agent in team.agents):
         return team
     kept = [
-        agent for agent in team.agents
-        if not agent.if_logged_in or agent.provider != "cli"
+        agent
+        for agent in team.agents
+        if not agent.if_logged_in
+        or agent.provider != "cli"
         or login_source(CLIS[split_cli_model(agent.model_name)[0]], environ) is not None
     ]
     # logged in to none: the team stays whole, and its missing keys name the logins (Team.missing_keys)
@@ -202,5 +207,3 @@ def load_team_file(path: Path, environ: Mapping[str, str] | None = None) -> Team
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         raise ConfigError(f"{path}: malformed YAML{where}: {getattr(exc, 'problem', exc)}") from exc
     return parse_team(data, str(path), environ)
-
-

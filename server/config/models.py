@@ -26,12 +26,20 @@ KEY_VARIABLES: dict[str, tuple[str, ...]] = {
     "cli": (),  # a coding-agent CLI member logs in with its own login or key (config/clis.py)
 }
 # The provider's own endpoints: its default key may go there without the team naming the variable.
-OFFICIAL_HOSTS = {"openai": "api.openai.com", "anthropic": "api.anthropic.com",
-                  "gemini": "generativelanguage.googleapis.com", "local": "", "cli": ""}
+OFFICIAL_HOSTS = {
+    "openai": "api.openai.com",
+    "anthropic": "api.anthropic.com",
+    "gemini": "generativelanguage.googleapis.com",
+    "local": "",
+    "cli": "",
+}
 # Given to the SDKs explicitly: with no base_url they read OPENAI_BASE_URL / ANTHROPIC_BASE_URL (and Gemini's
 # GOOGLE_GEMINI_BASE_URL) from the environment, which a repository's client config may set.
-OFFICIAL_URLS = {"openai": "https://api.openai.com/v1", "anthropic": "https://api.anthropic.com",
-                 "gemini": "https://generativelanguage.googleapis.com/"}
+OFFICIAL_URLS = {
+    "openai": "https://api.openai.com/v1",
+    "anthropic": "https://api.anthropic.com",
+    "gemini": "https://generativelanguage.googleapis.com/",
+}
 # Every provider's own key variable: each goes only to its provider's official endpoint.
 OFFICIAL_KEYS = {
     variable: provider for provider, variables in KEY_VARIABLES.items() for variable in variables
@@ -46,7 +54,6 @@ MAX_VERIFY_CHARS = 2000  # a check command is a command line, not a script
 # letter and revision, B2. The one pattern for both, everywhere a letter or label is read back.
 LETTER = re.compile(r"[A-P]")
 LABEL = re.compile(r"([A-P])([1-9][0-9]?)")
-
 
 
 class _Strict(BaseModel):
@@ -247,8 +254,11 @@ class Team(_Strict):
     def unpriced(self) -> list[str]:
         """The agents (`provider/model`) without a price: a cost budget cannot be kept for them."""
         # Claude Code reports its own cost (members/claude_code.py): it needs no price
-        return [agent.model for agent in self.agents if agent.price is None
-                and not agent.model.partition(":")[0] == "cli/claude-code"]
+        return [
+            agent.model
+            for agent in self.agents
+            if agent.price is None and not agent.model.partition(":")[0] == "cli/claude-code"
+        ]
 
     def missing_keys(self, environ: Mapping[str, str]) -> list[str]:
         """The variables to set before this team can run (empty when all keys are there)."""
@@ -262,8 +272,8 @@ class Team(_Strict):
             if agent.provider == "cli" and not agent.base_url and not agent.api_key_env:
                 facts = CLIS[split_cli_model(agent.model_name)[0]]
                 if login_source(facts, environ) is None:
-                    missing.append(f"a {facts.name} login (~/{facts.config_dir}/{facts.login_files[0]}) "
-                                   f"or {facts.key_variables[0]}")
+                    missing.append(
+                        f"a {facts.name} login (~/{facts.config_dir}/{facts.login_files[0]}) "
+                        f"or {facts.key_variables[0]}"
+                    )
         return missing
-
-

@@ -38,7 +38,6 @@ def configs_dir() -> Path:
     return package_dir("conclave.configs")
 
 
-
 def user_teams_dir(environ: Mapping[str, str]) -> Path:
     base = environ.get("XDG_CONFIG_HOME") or str(Path(environ.get("HOME", "~")).expanduser() / ".config")
     return Path(base) / "conclave" / "teams"

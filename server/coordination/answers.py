@@ -36,7 +36,8 @@ STOP = frozenset(
 # talks about the question instead of answering it.
 META = frozenset(
     "question questions task tasks ask asks asking asked answer answers reply replies response respond "
-    "prompt request requests provide please incomplete complete current edit edits must need needs should want "
+    "prompt request requests provide please incomplete complete current edit edits must need needs should "
+    "want "
     "wants user assistant agent write writing given following about regarding topic simple simply short "
     "sentence one two correct".split()
 )
@@ -51,8 +52,17 @@ NUMBER_WORDS = {
         "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen "
         "sixteen seventeen eighteen nineteen twenty".split()
     )
-} | {"thirty": "30", "forty": "40", "fifty": "50", "sixty": "60", "seventy": "70", "eighty": "80",
-     "ninety": "90", "hundred": "100", "thousand": "1000"}
+} | {
+    "thirty": "30",
+    "forty": "40",
+    "fifty": "50",
+    "sixty": "60",
+    "seventy": "70",
+    "eighty": "80",
+    "ninety": "90",
+    "hundred": "100",
+    "thousand": "1000",
+}
 _NUMBER = re.compile(r"-?\d+(?:,\d{3})*(?:\.\d+)?")
 _TOKEN = re.compile(r"-?\d+(?:,\d{3})*(?:\.\d+)?|[^\W_]+")
 _QUOTED = re.compile(r"(?<!\w)['\"‘“]([^'\"‘’“”\n]{1,40})['\"’”](?!\w)")
@@ -62,6 +72,7 @@ LONG_REPLY_WORDS = 60  # a reply longer than this is read for its final line
 
 
 REFUSED = "answer refused: "  # a failed turn's error when the driver refused its answer
+
 
 def words(text: str) -> list[str]:
     """Casefolded words and normalised numbers ("1,000.0" -> "1000", "seven" -> "7"), punctuation dropped."""

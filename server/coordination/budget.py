@@ -38,7 +38,9 @@ class Budget:
         if self.max_tokens is not None and totals.tokens >= self.max_tokens:
             self.reason = f"{BUDGET_REACHED}: {totals.tokens:,} tokens used of max_tokens {self.max_tokens:,}"
         elif self.max_cost_usd is not None and (totals.cost_usd or 0.0) >= self.max_cost_usd:
-            self.reason = f"{BUDGET_REACHED}: ${totals.cost_usd:.4f} spent of max_cost_usd ${self.max_cost_usd:g}"
+            self.reason = (
+                f"{BUDGET_REACHED}: ${totals.cost_usd:.4f} spent of max_cost_usd ${self.max_cost_usd:g}"
+            )
         if self.reason is not None:
             self._reached.set()
 

@@ -46,9 +46,7 @@ async def cli_turn(
     assert isinstance(member, CliMember)
     own = any(answer.letter == ctx.letter for answer in shown)
     if action.can_answer and not own:
-        return AnswerPosted(
-            ctx.letter, action.turn_id, await _work(ctx, member, action, shown, files)
-        )
+        return AnswerPosted(ctx.letter, action.turn_id, await _work(ctx, member, action, shown, files))
     if not action.labels:
         return NoDecision(ctx.letter, action.turn_id, "")
     schema = decision_schema(action.labels, action.can_answer)
@@ -61,9 +59,7 @@ async def cli_turn(
     if choice == "vote" and label in action.labels:
         return VoteCast(ctx.letter, action.turn_id, label, reason)
     if choice == NEW and action.can_answer:
-        return AnswerPosted(
-            ctx.letter, action.turn_id, await _work(ctx, member, action, shown, files)
-        )
+        return AnswerPosted(ctx.letter, action.turn_id, await _work(ctx, member, action, shown, files))
     if action.corrective:  # its second unreadable decision: never take a decision's text as an answer
         return TurnFailed(ctx.letter, action.turn_id, f"no valid decision: {output.text[:300]!r}")
     return NoDecision(ctx.letter, action.turn_id, "")
@@ -85,6 +81,7 @@ async def _work(
 async def _run(ctx: TurnContext, member: CliMember, prompt: str, schema: dict[str, Any] | None) -> CliOutput:
     """One run under the job's budget gate and the provider limit; its usage charged as reported."""
     await ctx.gate()
+
     async def charge(usage: Usage, cost_usd: float | None) -> None:
         await ctx.on_usage(usage, True, cost_usd)
 
@@ -139,7 +136,7 @@ def decision_prompt(ctx: TurnContext, action: StartTurn, shown: list[prompts.Sho
         f"The current answers (each agent's files are read-only at /peers/<letter>; yours are the current "
         f"folder):\n\n{listed}\n\n"
         'Decide: "vote" for the answer that best solves the task '
-        f'(one of {", ".join(action.labels)}; it may be '
+        f"(one of {', '.join(action.labels)}; it may be "
         f"your own){new}. {action.note}\n"
         'Reply with one JSON object and nothing else: {"decision": "vote" or "new_answer", "answer": LABEL, '
         '"reason": "one sentence"}'

@@ -35,6 +35,7 @@ SandboxFactory = Callable[[], Sandbox]
 logger = logging.getLogger(__name__)
 MemberSandboxFactory = Callable[[Path], Sandbox]  # a CLI member's container, given its proxy's socket
 
+
 class JobFiles:
     """Workspaces (always) and sandboxes (when the team runs commands) for one job."""
 
@@ -70,7 +71,9 @@ class JobFiles:
         egress proxy (sandbox/member.py, sandbox/egress.py), allowing its CLI's hosts and its base_url."""
         await self.workspaces.create(letters)
         if self._budget is not None:
-            copied = sum(record.size for c in self.workspaces.manifest().contexts for record in c.files.values())
+            copied = sum(
+                record.size for c in self.workspaces.manifest().contexts for record in c.files.values()
+            )
             for letter in letters:
                 self._budget.measured(letter, copied)
         if self.spec is None:
@@ -175,8 +178,9 @@ def _host_step(what: str) -> Iterator[None]:
         raise
     except Exception as exc:
         logger.warning("%s failed", what, exc_info=True)
-        raise HostStepFailed(f"{what} could not be made ({type(exc).__name__}: {exc}); the answer stands "
-                             "without its files") from exc
+        raise HostStepFailed(
+            f"{what} could not be made ({type(exc).__name__}: {exc}); the answer stands without its files"
+        ) from exc
 
 
 def _cli_name(model_name: str) -> CliName:

@@ -32,13 +32,19 @@ class JobSink(Protocol):
 
 
 def endpoint_factory(environ: Mapping[str, str], local_servers: LocalServers | None = None) -> BackendFactory:
-    """Backends for real providers, keys read from `environ`; `local` agents start servers in `local_servers`."""
+    """Backends for real providers, keys read from `environ`; `local` agents start servers in
+    `local_servers`."""
 
     def make(spec: AgentSpec) -> Backend:
         if spec.provider == "cli":  # a coding-agent CLI: its login is read here, at the job's start
             return CliMember.for_spec(spec, environ)
         endpoint = Endpoint(
-            spec.provider, spec.model_name, spec.api_key(environ), spec.endpoint_url, spec.timeout_s, spec.stream,
+            spec.provider,
+            spec.model_name,
+            spec.api_key(environ),
+            spec.endpoint_url,
+            spec.timeout_s,
+            spec.stream,
             spec.model_path,
         )
         return create_backend(endpoint, local_servers=local_servers)

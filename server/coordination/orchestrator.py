@@ -85,7 +85,9 @@ class Orchestrator:
         thread: str | None = None,
     ) -> None:
         self.job_id, self.task, self.team, self.sink = job_id, task, team, sink
-        self.history = history  # a follow-up's earlier rounds, shown before its task (prompts.history_section)
+        self.history = (
+            history  # a follow-up's earlier rounds, shown before its task (prompts.history_section)
+        )
         # the job's end on anyio's clock when the caller's set-up (copying the context) already used
         # part of its timeout; else the timeout counts from `run`
         self._deadline_at = deadline
@@ -97,10 +99,16 @@ class Orchestrator:
         self.budget = Budget(rules.max_tokens, rules.max_cost_usd)
         # a follow-up's agents keep the letters of the thread's first job (the same team, the same seed)
         letters = assign_letters(len(team.agents), seed_for(thread or job_id))
-        self.members = {letter: Member(spec, letter) for spec, letter in zip(team.agents, letters, strict=True)}
+        self.members = {
+            letter: Member(spec, letter) for spec, letter in zip(team.agents, letters, strict=True)
+        }
         self.state = protocol.Coordination(
-            sorted(self.members), max_answers=rules.max_answers_per_agent, consensus=rules.consensus,
-            present=rules.final == "present", max_failed_turns=rules.max_failed_turns, seed=seed_for(job_id),
+            sorted(self.members),
+            max_answers=rules.max_answers_per_agent,
+            consensus=rules.consensus,
+            present=rules.final == "present",
+            max_failed_turns=rules.max_failed_turns,
+            seed=seed_for(job_id),
             verify=verifier is not None,
         )
         self.reports = Reporter(sink, self.state, self.members, clock)  # events, progress, the result
@@ -123,7 +131,9 @@ class Orchestrator:
             with anyio.move_on_after(deadline - anyio.current_time()) as setting_up:
                 await self._set_up()
             if setting_up.cancelled_caught:
-                return await self._ended_in_set_up(f"the job reached its timeout of {timeout:g} s while setting up")
+                return await self._ended_in_set_up(
+                    f"the job reached its timeout of {timeout:g} s while setting up"
+                )
             agents = [{"letter": m.letter, "model": m.spec.model} for m in self.members.values()]
             await self._emit("started", agents=agents)
             async with anyio.create_task_group() as tg, send, receive:
@@ -158,8 +168,9 @@ class Orchestrator:
         for member in self.members.values():
             # SDK imports and client set-up block for seconds on first use: keep them off the loop, and
             # let the deadline abandon them (a client made after it is simply dropped).
-            backend = await anyio.to_thread.run_sync(self._factory, member.spec, abandon_on_cancel=True,
-                                                     limiter=self._limiters.building)
+            backend = await anyio.to_thread.run_sync(
+                self._factory, member.spec, abandon_on_cancel=True, limiter=self._limiters.building
+            )
             if isinstance(backend, CliMember):  # a coding-agent CLI runs in its agent's container
                 backend.bind(self.files.sandbox(member.letter) if self.files is not None else None)
             member.ctx = self._context(member, backend)
@@ -167,8 +178,15 @@ class Orchestrator:
     async def _ended_in_set_up(self, reason: str) -> JobResult:
         await self._emit("deadline", reason=reason)
         errors = {"job": f"{reason}; raise coordination.timeout_s or retry when the machine is less busy"}
-        self._result = JobResult(winner=None, consensus=False, reason=reason, failed=True, errors=errors,
-                                 fallback=True, stopped_by=StopReason.DEADLINE)
+        self._result = JobResult(
+            winner=None,
+            consensus=False,
+            reason=reason,
+            failed=True,
+            errors=errors,
+            fallback=True,
+            stopped_by=StopReason.DEADLINE,
+        )
         await self.reports.finished(self._result)
         return self._result
 
@@ -189,7 +207,9 @@ class Orchestrator:
         return self.reports.checks
 
     # The loop ------------------------------------------------------------------------------------
-    async def _handle(self, event: ProtocolEvent, tg: anyio.abc.TaskGroup, send: MemoryObjectSendStream[ProtocolEvent]) -> None:
+    async def _handle(
+        self, event: ProtocolEvent, tg: anyio.abc.TaskGroup, send: MemoryObjectSendStream[ProtocolEvent]
+    ) -> None:
         letter = getattr(event, "letter", None)
         current = letter is None or self._in_turn(letter, getattr(event, "turn_id", -1))
         if not current:
@@ -222,8 +242,14 @@ class Orchestrator:
             match action:
                 case StartTurn():
                     scope = self._scopes[action.turn_id] = anyio.CancelScope()
-                    await self._emit("turn_started", action.letter, turn_id=action.turn_id, round=action.version,
-                                     note=action.note, corrective=action.corrective)
+                    await self._emit(
+                        "turn_started",
+                        action.letter,
+                        turn_id=action.turn_id,
+                        round=action.version,
+                        note=action.note,
+                        corrective=action.corrective,
+                    )
                     tg.start_soon(self._turn, action, scope, send.clone())
                 case CancelTurn():
                     self._scopes.pop(action.turn_id, anyio.CancelScope()).cancel()
@@ -254,7 +280,9 @@ class Orchestrator:
         await self.reports.finished(self._result)
 
     # Tasks ---------------------------------------------------------------------------------------
-    async def _turn(self, action: StartTurn, scope: anyio.CancelScope, send: MemoryObjectSendStream[ProtocolEvent]) -> None:
+    async def _turn(
+        self, action: StartTurn, scope: anyio.CancelScope, send: MemoryObjectSendStream[ProtocolEvent]
+    ) -> None:
         member = self.members[action.letter]
         assert member.ctx is not None
 
@@ -307,7 +335,9 @@ class Orchestrator:
     async def _deadline(self, send: MemoryObjectSendStream[ProtocolEvent], deadline: float) -> None:
         async with send:
             await anyio.sleep_until(deadline)
-            await send.send(Deadline(f"the job reached its timeout of {self.team.coordination.timeout_s:g} s"))
+            await send.send(
+                Deadline(f"the job reached its timeout of {self.team.coordination.timeout_s:g} s")
+            )
 
     # Helpers -------------------------------------------------------------------------------------
     def _context(self, member: Member, backend: Backend) -> TurnContext:
@@ -315,8 +345,14 @@ class Orchestrator:
         limiter = self._limiters.of(spec.provider)
         rules = self.team.coordination
         system = prompts.system_prompt(
-            self.task, member.letter, len(self.members), rules.max_answers_per_agent, spec.tool_mode,
-            spec.system_prompt, verify=self.verifier is not None, history=self.history,
+            self.task,
+            member.letter,
+            len(self.members),
+            rules.max_answers_per_agent,
+            spec.tool_mode,
+            spec.system_prompt,
+            verify=self.verifier is not None,
+            history=self.history,
         )
 
         async def on_usage(usage: Usage, first: bool, cost_usd: float | None = None) -> None:
@@ -329,10 +365,18 @@ class Orchestrator:
 
         tools = self.files.tools(member.letter) if self.files is not None else None
         return TurnContext(
-            spec=spec, backend=backend, letter=member.letter, system=system, retry=self._retry,
+            spec=spec,
+            backend=backend,
+            letter=member.letter,
+            system=system,
+            retry=self._retry,
             task=prompts.task_section(self.task, self.history) if self.history else self.task,
-            limiter=limiter, on_usage=on_usage, on_work=no_work, max_tool_steps=rules.max_tool_steps,
-            work_tools=tools.specs() if tools else (), handlers=tools.handlers() if tools else {},
+            limiter=limiter,
+            on_usage=on_usage,
+            on_work=no_work,
+            max_tool_steps=rules.max_tool_steps,
+            work_tools=tools.specs() if tools else (),
+            handlers=tools.handlers() if tools else {},
             gate=self.budget.gate,
         )
 

@@ -14,13 +14,21 @@ from conclave.coordination.reports import AgentProgress, AgentStateName, Check, 
 PREVIEW = 200  # characters of the leading answer in the progress
 
 
-def progress(state: protocol.Coordination, members: Mapping[str, Member], checks: Mapping[str, Check]) -> Progress:
+def progress(
+    state: protocol.Coordination, members: Mapping[str, Member], checks: Mapping[str, Check]
+) -> Progress:
     """Each agent's state, answers and vote, the tally, the round, and the notes the agents see."""
     agents = []
     for letter, member in sorted(members.items()):
         agent = state.agents[letter]
         name: AgentStateName = (
-            "failed" if not agent.active else "working" if agent.turn else "voted" if agent.vote else "waiting"
+            "failed"
+            if not agent.active
+            else "working"
+            if agent.turn
+            else "voted"
+            if agent.vote
+            else "waiting"
         )
         if member.presenting:
             name = "presenting"
@@ -29,13 +37,26 @@ def progress(state: protocol.Coordination, members: Mapping[str, Member], checks
         vote = agent.vote.label if agent.vote else None
         agents.append(
             AgentProgress(
-                letter=letter, model=member.spec.model, state=name, answers=agent.answers,
-                vote=vote, error=agent.error, usage=member.usage,
+                letter=letter,
+                model=member.spec.model,
+                state=name,
+                answers=agent.answers,
+                vote=vote,
+                error=agent.error,
+                usage=member.usage,
             )
         )
     agree = [list(group) for group in state.agreeing()]
-    return Progress(phase=state.phase, round=state.version, agents=agents, tally=state.tally(),
-                    agree=agree, checks=dict(checks), leading=leading(state, checks), notes=list(state.notes))
+    return Progress(
+        phase=state.phase,
+        round=state.version,
+        agents=agents,
+        tally=state.tally(),
+        agree=agree,
+        checks=dict(checks),
+        leading=leading(state, checks),
+        notes=list(state.notes),
+    )
 
 
 def leading(state: protocol.Coordination, checks: Mapping[str, Check]) -> Leading | None:
@@ -46,8 +67,12 @@ def leading(state: protocol.Coordination, checks: Mapping[str, Check]) -> Leadin
     if lead is None or answer is None:
         return None
     check = checks.get(answer.label)
-    return Leading(label=answer.label, votes=lead.votes, check=check.text() if check else None,
-                   preview=answer.content[:PREVIEW])
+    return Leading(
+        label=answer.label,
+        votes=lead.votes,
+        check=check.text() if check else None,
+        preview=answer.content[:PREVIEW],
+    )
 
 
 def shown(
@@ -61,6 +86,9 @@ def shown(
     for label in labels:
         others = next((tuple(o for o in group if o != label) for group in groups if label in group), ())
         check = checks.get(label)
-        found.append(prompts.ShownAnswer(label, latest[label].letter, latest[label].content, others,
-                                         check.text() if check else ""))
+        found.append(
+            prompts.ShownAnswer(
+                label, latest[label].letter, latest[label].content, others, check.text() if check else ""
+            )
+        )
     return found

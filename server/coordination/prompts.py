@@ -65,10 +65,18 @@ them, one per reply: {"action": "call_tool", "tool": "<name>", "arguments": {...
 
 
 def system_prompt(
-    task: str, letter: str, size: int, max_answers: int, mode: Literal["native", "json"], persona: str | None,
-    *, verify: bool = False, history: str = "",
+    task: str,
+    letter: str,
+    size: int,
+    max_answers: int,
+    mode: Literal["native", "json"],
+    persona: str | None,
+    *,
+    verify: bool = False,
+    history: str = "",
 ) -> str:
-    """The stable prefix of every turn of one agent in one job; a follow-up's `history` comes before its task."""
+    """The stable prefix of every turn of one agent in one job; a follow-up's `history` comes before its
+    task."""
     parts = [persona.strip()] if persona else []
     rules = _RULES.format(
         letter=letter,
@@ -94,12 +102,16 @@ def history_section(rounds: Sequence[Round]) -> str:
     """A follow-up's history: each earlier round's task, answer and verdict, oldest first."""
     if not rounds:
         return ""
-    lines = ["# Earlier in this conversation",
-             "The team has worked with the person who asked before; this is what they asked and what the "
-             "team answered. The workspace starts from the files of the last answer."]
+    lines = [
+        "# Earlier in this conversation",
+        "The team has worked with the person who asked before; this is what they asked and what the "
+        "team answered. The workspace starts from the files of the last answer.",
+    ]
     for number, earlier in enumerate(rounds, 1):
         lines.append(f"\n## Round {number}: the task\n\n{earlier.task.strip()}")
-        lines.append(f"\n## Round {number}: the team's answer ({earlier.verdict})\n\n{_shown(earlier.answer)}")
+        lines.append(
+            f"\n## Round {number}: the team's answer ({earlier.verdict})\n\n{_shown(earlier.answer)}"
+        )
         if earlier.files:
             lines.append(f"\nFiles: {earlier.files}")
     return "\n".join(lines)
@@ -114,8 +126,10 @@ def task_section(task: str, history: str = "") -> str:
 
 def notes_section(notes: Sequence[str]) -> str:
     """Steering notes, oldest first: the person who asked added them while the team worked."""
-    lines = ["# Notes from the person who asked (added while the team works; where they differ from the "
-             "task, the notes win)"]
+    lines = [
+        "# Notes from the person who asked (added while the team works; where they differ from the "
+        "task, the notes win)"
+    ]
     return "\n".join(lines + [f"{number}. {note.strip()}" for number, note in enumerate(notes, 1)])
 
 
@@ -145,13 +159,14 @@ def files_section(files: FilesPicture) -> str:
     folders = ", ".join(f"{name}/" for name in files.folders) or "(empty)"
     where = (
         f"Your workspace is the project folder {files.root}/: its files are at the top of your workspace."
-        if files.root else
-        f"Your workspace holds the project folders {folders}; only files inside them become the result."
+        if files.root
+        else f"Your workspace holds the project folders {folders}; only files inside them become the result."
     )
     lines = [
         "# Files",
         f"{where} Change files with write_file and edit_file; your answer should say what you changed and "
-        "why. Your files are snapshotted with each answer you post, and the winner's files become the result.",
+        "why. Your files are snapshotted with each answer you post, and the winner's files become the "
+        "result.",
     ]
     if files.commands:
         lines.append("run_command runs shell commands in your sandbox with your workspace at /workspace.")
@@ -174,7 +189,8 @@ def turn_prompt(
     files: FilesPicture | None = None,
     notes: Sequence[str] = (),
 ) -> str:
-    """The changing picture of one turn: notes, current answers, files, what the agent may do, why it is asked."""
+    """The changing picture of one turn: notes, current answers, files, what the agent may do, why it is
+    asked."""
     lines: list[str] = [notes_section(notes), ""] if notes else []
     lines += [files_section(files), ""] if files else []
     if corrective:
@@ -185,7 +201,9 @@ def turn_prompt(
     if note:
         lines.append(f"Note: {note}.")
     if not answers:
-        lines.append("No agent has posted an answer yet. Write your complete answer and post it with new_answer.")
+        lines.append(
+            "No agent has posted an answer yet. Write your complete answer and post it with new_answer."
+        )
     else:
         lines.append("# Current answers")
         for answer in answers:
@@ -198,7 +216,8 @@ def turn_prompt(
             )
         else:
             lines.append(
-                f"You have posted all the answers you may. Vote for the best answer: one of {', '.join(labels)}."
+                "You have posted all the answers you may. Vote for the best answer: one of "
+                f"{', '.join(labels)}."
             )
     return "\n".join(lines)
 
@@ -227,7 +246,11 @@ def workflow_tools(labels: Sequence[str], can_answer: bool) -> tuple[ToolSpec, .
                 {
                     "type": "object",
                     "properties": {
-                        "answer": {"type": "string", "enum": list(labels), "description": "the label, e.g. A1"},
+                        "answer": {
+                            "type": "string",
+                            "enum": list(labels),
+                            "description": "the label, e.g. A1",
+                        },
                         "reason": {"type": "string", "description": "one or two sentences"},
                     },
                     "required": ["answer", "reason"],
@@ -281,9 +304,7 @@ person who asked. Start from your winning answer; fold in what is clearly better
 it complete and self-contained. Reply with the final answer only, no preamble about the vote."""
 
 
-def presentation_prompt(
-    task: str, answers: Sequence[ShownAnswer], tally: dict[str, int], winner: str
-) -> str:
+def presentation_prompt(task: str, answers: Sequence[ShownAnswer], tally: dict[str, int], winner: str) -> str:
     """The winner's last turn: every answer and the vote tally."""
     lines = [f"# The task\n\n{task.strip()}\n", f"# The vote\n\nYour answer {winner} won."]
     lines += [f"- {label}: {count} vote{'s' if count != 1 else ''}" for label, count in tally.items()]

@@ -72,8 +72,14 @@ class Coordination:
     """The state of one job's coordination. Not thread-safe; one driver feeds it."""
 
     def __init__(
-        self, letters: list[str], *, max_answers: int = 3, consensus: Rule = "all_voted",
-        present: bool = True, max_failed_turns: int = 3, seed: int = 0,  # seed: the voters' orders
+        self,
+        letters: list[str],
+        *,
+        max_answers: int = 3,
+        consensus: Rule = "all_voted",
+        present: bool = True,
+        max_failed_turns: int = 3,
+        seed: int = 0,  # seed: the voters' orders
         verify: bool = False,  # every answer is checked (Verify / Verified) before the vote may end
     ) -> None:
         if not letters or len(set(letters)) != len(letters):
@@ -145,7 +151,9 @@ class Coordination:
                 self.started = True
                 return [self._start_turn(agent) for agent in self.active()]
             case Deadline() | Stop():
-                outcome = fallback(self._board(), event.reason).model_copy(update={"stopped_by": _stopped_by(event)})
+                outcome = fallback(self._board(), event.reason).model_copy(
+                    update={"stopped_by": _stopped_by(event)}
+                )
                 return self._finish(outcome, present=isinstance(event, Deadline))
             case Verified():
                 return self._on_verified(event)
@@ -189,8 +197,14 @@ class Coordination:
         agent.turn = None
         agent.failed_turns = 0
         label, seq = f"{agent.letter}{agent.answers}", len(self.answers)
-        answer = Answer(label=label, letter=agent.letter, revision=agent.answers, content=content, seq=seq,
-                        key=key or content.strip())
+        answer = Answer(
+            label=label,
+            letter=agent.letter,
+            revision=agent.answers,
+            content=content,
+            seq=seq,
+            key=key or content.strip(),
+        )
         self.answers.append(answer)
         self.latest[agent.letter] = answer
         if len(self.agents) > 1 and len(self.active()) == 1:
@@ -262,7 +276,9 @@ class Coordination:
         active = self.active()
         if not active:
             errors = {a.letter: a.error or "" for a in self.agents.values()}
-            outcome = Outcome(winner=None, consensus=False, reason="every agent failed", failed=True, errors=errors)
+            outcome = Outcome(
+                winner=None, consensus=False, reason="every agent failed", failed=True, errors=errors
+            )
             return self._finish(outcome)
         if len(self.agents) > 1 and len(active) == 1 and self.answers:
             return self._finish(fallback(self._board(), "all but one agent failed"))
@@ -278,14 +294,23 @@ class Coordination:
             return [Finish(self.outcome, event.text)]
         error = event.error if isinstance(event, PresentationFailed) else "empty presentation"
         reason = f"not presented ({error}): the winning answer is returned as it stands"
-        update = {"reason": f"{self.outcome.reason}; {reason}", "stopped_by": stopped_by or self.outcome.stopped_by}
+        update = {
+            "reason": f"{self.outcome.reason}; {reason}",
+            "stopped_by": stopped_by or self.outcome.stopped_by,
+        }
         self.outcome = self.outcome.model_copy(update=update)
         return [Finish(self.outcome, None)]
 
     # Ending ------------------------------------------------------------------------------------
     def _board(self) -> Board:
-        return Board(tuple(self.answers), tuple(self.latest_answers()), self.tally(), self.votes_ever,
-                     all(agent.vote for agent in self.active()), self.verdicts)
+        return Board(
+            tuple(self.answers),
+            tuple(self.latest_answers()),
+            self.tally(),
+            self.votes_ever,
+            all(agent.vote for agent in self.active()),
+            self.verdicts,
+        )
 
     def _check_consensus(self) -> list[Action]:
         if not any(self.tally().values()) or self.pending():
@@ -301,7 +326,9 @@ class Coordination:
 
     def _finish(self, outcome: Outcome, *, present: bool = True) -> list[Action]:
         dropped = {a.letter: a.error for a in self.agents.values() if a.error}
-        outcome = outcome.model_copy(update={"errors": {**dropped, **outcome.errors}, "pending": self.pending()})
+        outcome = outcome.model_copy(
+            update={"errors": {**dropped, **outcome.errors}, "pending": self.pending()}
+        )
         if outcome.pending:
             reason = f"{outcome.reason}; still being checked: {', '.join(outcome.pending)}"
             outcome = outcome.model_copy(update={"reason": reason})
@@ -332,7 +359,9 @@ class Coordination:
         self._next_turn += 1
         agent.turn = Turn(self._next_turn, self.version, False, corrective)
         can_answer, labels = agent.answers < self.max_answers, self.order_for(agent.letter, self.version)
-        return StartTurn(agent.letter, self._next_turn, self.version, can_answer, labels, corrective, note, self.notes)
+        return StartTurn(
+            agent.letter, self._next_turn, self.version, can_answer, labels, corrective, note, self.notes
+        )
 
 
 def _reason(outcome: Outcome, consensus: bool, why: str) -> Outcome:  # why it ended, then decide()'s notes

@@ -51,7 +51,9 @@ class UsageTotals(_Record):
     cached_input_tokens: int = 0
     cost_usd: float | None = None
 
-    def add(self, usage: Usage, price: Price | None, call: bool = True, cost_usd: float | None = None) -> UsageTotals:
+    def add(
+        self, usage: Usage, price: Price | None, call: bool = True, cost_usd: float | None = None
+    ) -> UsageTotals:
         """These totals plus one report (`call`: the first of its attempt); an agent without a price has
         no cost, never a guessed one. `cost_usd` is a cost the provider itself reported (a CLI member's
         output), which wins over the price."""
@@ -61,7 +63,11 @@ class UsageTotals(_Record):
         elif price is not None:
             cached_price = price.input if price.cached_input is None else price.cached_input
             fresh = usage.input_tokens - usage.cached_input_tokens
-            spent = fresh * price.input + usage.cached_input_tokens * cached_price + usage.output_tokens * price.output
+            spent = (
+                fresh * price.input
+                + usage.cached_input_tokens * cached_price
+                + usage.output_tokens * price.output
+            )
             cost = (self.cost_usd or 0.0) + spent / 1e6
         return UsageTotals(
             calls=self.calls + int(call),
@@ -123,8 +129,11 @@ class Check(_Record):
         with what the answer changed of the protected test files."""
         if not self.protected:
             return self._status_text()
-        shown = ", ".join(self.protected[:5]) + (f" and {len(self.protected) - 5} more" if len(self.protected) > 5 else "")
-        return f"{self._status_text()} [run with the original tests: this answer changed protected files {shown}]"
+        shown = ", ".join(self.protected[:5]) + (
+            f" and {len(self.protected) - 5} more" if len(self.protected) > 5 else ""
+        )
+        protected = f"run with the original tests: this answer changed protected files {shown}"
+        return f"{self._status_text()} [{protected}]"
 
     def _status_text(self) -> str:
         if self.status == "running":

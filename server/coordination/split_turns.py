@@ -21,9 +21,7 @@ from conclave.coordination.protocol_events import AnswerPosted, NoDecision, Prot
 from conclave.coordination.turn_context import TurnContext
 
 
-async def split_turn(
-    ctx: TurnContext, action: StartTurn, shown: list[prompts.ShownAnswer]
-) -> ProtocolEvent:
+async def split_turn(ctx: TurnContext, action: StartTurn, shown: list[prompts.ShownAnswer]) -> ProtocolEvent:
     """One split turn to its decision; `shown` is every current answer in this voter's order."""
     own = any(answer.letter == ctx.letter for answer in shown)
     task = prompts.with_notes(ctx.task, action.notes)  # steering notes follow the task
@@ -38,12 +36,15 @@ async def split_turn(
         # the same for every voter, so the choice does not depend on this voter's order).
         firsts = [min(group, key=lambda answer: answer.label) for group in groups]
         scores = await ctx.score(_answer_request(ctx, task, ""), [answer.content for answer in firsts])
-        by_label = {answer.label: score for group, score in zip(groups, scores, strict=True) for answer in group}
+        by_label = {
+            answer.label: score for group, score in zip(groups, scores, strict=True) for answer in group
+        }
         label, reason = pick(shown, [by_label[answer.label] for answer in shown])
         return VoteCast(ctx.letter, action.turn_id, label, reason)
     request = ctx.request(
         [Message("user", prompts.choice_prompt(task, ctx.letter, shown, action.can_answer))],
-        system=ctx.spec.system_prompt or "", max_tokens=64,
+        system=ctx.spec.system_prompt or "",
+        max_tokens=64,
         response_schema=prompts.choice_schema(action.labels, action.can_answer),
     )
     completion = await ctx.call(request)
@@ -61,8 +62,14 @@ def agreeing_groups(shown: list[prompts.ShownAnswer]) -> list[list[prompts.Shown
     order their first member is shown; equal texts always share a group."""
     groups: list[list[prompts.ShownAnswer]] = []
     for answer in shown:
-        home = next((g for g in groups if any(o.label in answer.agrees_with or o.content == answer.content
-                                              for o in g)), None)
+        home = next(
+            (
+                g
+                for g in groups
+                if any(o.label in answer.agrees_with or o.content == answer.content for o in g)
+            ),
+            None,
+        )
         if home is None:
             groups.append([answer])
         else:
@@ -78,7 +85,9 @@ def pick(shown: list[prompts.ShownAnswer], scores: list[float]) -> tuple[str, st
     return shown[best].label, f"the most likely answer by mean token log-probability ({listed})"
 
 
-async def _answer(ctx: TurnContext, task: str, note: str, material: list[prompts.ShownAnswer] | None = None) -> str:
+async def _answer(
+    ctx: TurnContext, task: str, note: str, material: list[prompts.ShownAnswer] | None = None
+) -> str:
     completion = await ctx.call(_answer_request(ctx, task, note, material or []))
     return completion.text.strip()
 

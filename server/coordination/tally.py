@@ -58,24 +58,31 @@ class Outcome(_Value):
 
     winner: str | None = Field(description="the winning answer's label, e.g. B2")
     consensus: bool = Field(
-        description="true only when a strict majority of the votes cast chose the winner (or answers with the "
-        "same final answer)")
+        description="true only when a strict majority of the votes cast chose the winner (or answers with "
+        "the same final answer)"
+    )
     tie: bool = False
     reason: str = Field(description="why the job ended the way it did")
-    tally: dict[str, int] = Field(default_factory=dict, description="valid votes per latest answer at the end")
+    tally: dict[str, int] = Field(
+        default_factory=dict, description="valid votes per latest answer at the end"
+    )
     failed: bool = False
     errors: dict[str, str] = Field(default_factory=dict, description="why each agent that dropped out failed")
     votes: int = Field(default=0, description="valid votes for the winner and its equivalents")
     voters: int = Field(default=0, description="valid votes cast")
     all_voted: bool = Field(default=False, description="every active agent held a valid vote")
     fallback: bool = Field(
-        default=False, description="the vote never finished (timeout, agents failed): the best-supported answer")
+        default=False,
+        description="the vote never finished (timeout, agents failed): the best-supported answer",
+    )
     agree: tuple[tuple[str, ...], ...] = Field(default=(), description="answers with the same final answer")
     verdict: Verdict | None = None
     by_verification: bool = False
     none_passed: bool = False
     pending: tuple[str, ...] = ()
-    stopped_by: StopReason | None = Field(default=None, description="what stopped the vote early, if anything")
+    stopped_by: StopReason | None = Field(
+        default=None, description="what stopped the vote early, if anything"
+    )
 
 
 @dataclass(frozen=True)
@@ -126,8 +133,10 @@ def decide(board: Board, counts: Mapping[str, int], among: Sequence[Answer], rea
         chosen, tie = _pick(counts, passed)
         if chosen.label != winner.label:
             by_verification = True
-            reason = (f"{reason}; the verification rule chose {chosen.label} (passed its check) over "
-                      f"{winner.label} (check {board.verdicts.get(winner.label)})")
+            reason = (
+                f"{reason}; the verification rule chose {chosen.label} (passed its check) over "
+                f"{winner.label} (check {board.verdicts.get(winner.label)})"
+            )
         winner, candidates = chosen, passed
     current = {a.label for a in board.latest}
     votes = sum(board.tally.get(a.label, 0) for a in candidates if a.key == winner.key and a.label in current)
@@ -135,10 +144,18 @@ def decide(board: Board, counts: Mapping[str, int], among: Sequence[Answer], rea
     if none_passed:
         reason = f"{reason}; no answer passed verification"
     return Outcome(
-        winner=winner.label, consensus=False, tie=tie, reason=reason, tally=dict(board.tally), votes=votes,
+        winner=winner.label,
+        consensus=False,
+        tie=tie,
+        reason=reason,
+        tally=dict(board.tally),
+        votes=votes,
         voters=sum(board.tally.values()),
-        all_voted=board.all_voted, agree=agreeing(board.latest), verdict=board.verdicts.get(winner.label),
-        by_verification=by_verification, none_passed=none_passed,
+        all_voted=board.all_voted,
+        agree=agreeing(board.latest),
+        verdict=board.verdicts.get(winner.label),
+        by_verification=by_verification,
+        none_passed=none_passed,
     )
 
 
@@ -146,8 +163,13 @@ def fallback(board: Board, reason: str) -> Outcome:
     """The best-supported answer when the vote cannot finish, marked `fallback`; `failed` with none."""
     latest, tally = list(board.latest), board.tally
     if not board.answers:
-        return Outcome(winner=None, consensus=False, reason=f"{reason}; no answer was posted", tally=dict(tally),
-                       failed=True)
+        return Outcome(
+            winner=None,
+            consensus=False,
+            reason=f"{reason}; no answer was posted",
+            tally=dict(tally),
+            failed=True,
+        )
     if any(tally.values()):
         counts, among, why = tally, latest, "the answer with the most current votes"
     elif any(board.votes_ever.values()):
@@ -156,7 +178,11 @@ def fallback(board: Board, reason: str) -> Outcome:
         counts, among, why = {a.label: 1 for a in latest}, latest, "the answer most agents agree on"
     elif board.passed(board.answers):
         last = board.passed(board.answers)[-1]
-        counts, among, why = {last.label: 1}, list(board.answers), "the latest answer that passed verification"
+        counts, among, why = (
+            {last.label: 1},
+            list(board.answers),
+            "the latest answer that passed verification",
+        )
     else:
         counts, among, why = {board.answers[-1].label: 1}, list(board.answers), "the latest answer"
     return decide(board, counts, among, f"{reason}; {why}").model_copy(update={"fallback": True})

@@ -43,8 +43,14 @@ async def run_turn(
     if ctx.spec.turn == "split" and not ctx.work_tools:
         return await split_turn(ctx, action, shown)
     text = prompts.turn_prompt(
-        ctx.letter, shown, action.labels, action.can_answer, note=action.note, corrective=action.corrective,
-        files=files, notes=action.notes,
+        ctx.letter,
+        shown,
+        action.labels,
+        action.can_answer,
+        note=action.note,
+        corrective=action.corrective,
+        files=files,
+        notes=action.notes,
     )
     if ctx.spec.tool_mode == "json" and ctx.work_tools:
         text = f"{prompts.tools_section(ctx.work_tools)}\n\n{text}"
@@ -75,7 +81,10 @@ async def _native_turn(ctx: TurnContext, action: StartTurn, messages: list[Messa
             continue
         work_steps += 1
         if work_steps > ctx.max_tool_steps:
-            note = f"you used all {ctx.max_tool_steps} tool steps of this turn; decide now with new_answer or vote"
+            note = (
+                f"you used all {ctx.max_tool_steps} tool steps of this turn; "
+                "decide now with new_answer or vote"
+            )
             if work_steps > ctx.max_tool_steps + MIN_REPAIR_STEPS:  # it ignores the note: a failed turn
                 return TurnFailed(ctx.letter, action.turn_id, f"kept calling tools after: {note}")
             messages += _tool_round(completion, {call.id: tool_error(note) for call in completion.tool_calls})
@@ -99,7 +108,12 @@ async def _work(ctx: TurnContext, call: ToolCall) -> str:
 def _tool_round(completion: Completion, results: dict[str, str]) -> list[Message]:
     """The assistant's calls and one result per call, in the shape every backend maps."""
     replies = [
-        Message("tool", results.get(call.id, "not run: one decision per turn"), tool_call_id=call.id, tool_name=call.name)
+        Message(
+            "tool",
+            results.get(call.id, "not run: one decision per turn"),
+            tool_call_id=call.id,
+            tool_name=call.name,
+        )
         for call in completion.tool_calls
     ]
     return [Message("assistant", completion.text, tool_calls=completion.tool_calls), *replies]
@@ -135,7 +149,10 @@ async def _json_turn(ctx: TurnContext, action: StartTurn, messages: list[Message
             return parse_json_decision(ctx.letter, action, completion.text)
         steps += 1
         result = await _work(ctx, call)
-        messages += [Message("assistant", completion.text), Message("user", prompts.tool_result(call.name, result))]
+        messages += [
+            Message("assistant", completion.text),
+            Message("user", prompts.tool_result(call.name, result)),
+        ]
 
 
 def parse_json_tool_call(text: str, offered: tuple[str, ...]) -> ToolCall | None:

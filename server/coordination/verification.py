@@ -39,8 +39,7 @@ from conclave.sandbox.container import CommandResult, Sandbox
 logger = logging.getLogger(__name__)
 # Before each check, as the command's user: what an earlier check left where the container keeps it.
 CLEAN = (
-    "rm -rf /tmp/* /tmp/.[!.]* /tmp/..?* /dev/shm/* /dev/shm/.[!.]* /dev/shm/..?* 2>/dev/null; "
-    "exec sh -c "
+    "rm -rf /tmp/* /tmp/.[!.]* /tmp/..?* /dev/shm/* /dev/shm/.[!.]* /dev/shm/..?* 2>/dev/null; exec sh -c "
 )
 
 
@@ -183,7 +182,9 @@ class Verifier:
         for context in self.workspaces.manifest().contexts:
             base, mine = self.workspaces.base / context.name, copy / context.name
             prefix = "" if self.workspaces.root_name() else f"{context.name}/"
-            changed += [prefix + rel for rel in restore(mine, base, self.protect, self.workspaces.agent_owner)]
+            changed += [
+                prefix + rel for rel in restore(mine, base, self.protect, self.workspaces.agent_owner)
+            ]
         return changed
 
 
@@ -191,6 +192,13 @@ def summarize(result: CommandResult) -> Check:
     """A command's result as a check: passed only on exit code 0 within the time limit."""
     passed = result.exit_code == 0 and not result.timed_out
     lines = [line.strip() for line in f"{result.stdout}\n{result.stderr}".splitlines() if line.strip()]
-    tail = [line if len(line) <= LINE_CHARS else line[: LINE_CHARS - 3] + "..." for line in lines[-TAIL_LINES:]]
-    return Check(status="passed" if passed else "failed", exit_code=result.exit_code,
-                 duration_s=round(result.duration_s, 2), timed_out=result.timed_out, tail=tail)
+    tail = [
+        line if len(line) <= LINE_CHARS else line[: LINE_CHARS - 3] + "..." for line in lines[-TAIL_LINES:]
+    ]
+    return Check(
+        status="passed" if passed else "failed",
+        exit_code=result.exit_code,
+        duration_s=round(result.duration_s, 2),
+        timed_out=result.timed_out,
+        tail=tail,
+    )

@@ -90,32 +90,74 @@ class AgentTools:
     def specs(self) -> tuple[ToolSpec, ...]:
         peer = {"type": "string", "description": "read a peer's latest snapshot instead, by its letter"}
         specs = [
-            ToolSpec("list_files", "List files under a folder of your workspace (or a peer's snapshot).",
-                     _schema({"path": {**_PATH, "default": ""}, "peer": peer}, [])),
-            ToolSpec("read_file", "Read a text file, optionally lines start_line..end_line (1-based).",
-                     _schema({"path": _PATH, "start_line": {"type": "integer", "minimum": 1},
-                              "end_line": {"type": "integer", "minimum": 1}, "peer": peer}, ["path"])),
-            ToolSpec("write_file", "Create or overwrite a file in your workspace with the given content.",
-                     _schema({"path": _PATH, "content": {"type": "string"}}, ["path", "content"])),
-            ToolSpec("edit_file", "Replace an exact piece of text in a file of your workspace. old_text must "
-                     "match exactly once unless replace_all is true.",
-                     _schema({"path": _PATH, "old_text": {"type": "string"}, "new_text": {"type": "string"},
-                              "replace_all": {"type": "boolean", "default": False}},
-                             ["path", "old_text", "new_text"])),
-            ToolSpec("search", "Search files for a regular expression; returns path:line: text.",
-                     _schema({"pattern": {"type": "string"}, "path": {**_PATH, "default": ""}, "peer": peer},
-                             ["pattern"])),
+            ToolSpec(
+                "list_files",
+                "List files under a folder of your workspace (or a peer's snapshot).",
+                _schema({"path": {**_PATH, "default": ""}, "peer": peer}, []),
+            ),
+            ToolSpec(
+                "read_file",
+                "Read a text file, optionally lines start_line..end_line (1-based).",
+                _schema(
+                    {
+                        "path": _PATH,
+                        "start_line": {"type": "integer", "minimum": 1},
+                        "end_line": {"type": "integer", "minimum": 1},
+                        "peer": peer,
+                    },
+                    ["path"],
+                ),
+            ),
+            ToolSpec(
+                "write_file",
+                "Create or overwrite a file in your workspace with the given content.",
+                _schema({"path": _PATH, "content": {"type": "string"}}, ["path", "content"]),
+            ),
+            ToolSpec(
+                "edit_file",
+                "Replace an exact piece of text in a file of your workspace. old_text must "
+                "match exactly once unless replace_all is true.",
+                _schema(
+                    {
+                        "path": _PATH,
+                        "old_text": {"type": "string"},
+                        "new_text": {"type": "string"},
+                        "replace_all": {"type": "boolean", "default": False},
+                    },
+                    ["path", "old_text", "new_text"],
+                ),
+            ),
+            ToolSpec(
+                "search",
+                "Search files for a regular expression; returns path:line: text.",
+                _schema(
+                    {"pattern": {"type": "string"}, "path": {**_PATH, "default": ""}, "peer": peer},
+                    ["pattern"],
+                ),
+            ),
         ]
         if self.runner is not None:
-            specs.append(ToolSpec(
-                "run_command",
-                "Run a shell command in your sandbox: /workspace is your workspace, /peers/<letter> holds "
-                "each peer's latest snapshot read-only, there is no network. Background processes end "
-                "with the command.",
-                _schema({"command": {"type": "string"},
-                         "timeout_s": {"type": "integer", "minimum": 1, "maximum": MAX_COMMAND_TIMEOUT_S,
-                                       "default": DEFAULT_COMMAND_TIMEOUT_S}}, ["command"]),
-            ))
+            specs.append(
+                ToolSpec(
+                    "run_command",
+                    "Run a shell command in your sandbox: /workspace is your workspace, /peers/<letter> "
+                    "holds "
+                    "each peer's latest snapshot read-only, there is no network. Background processes end "
+                    "with the command.",
+                    _schema(
+                        {
+                            "command": {"type": "string"},
+                            "timeout_s": {
+                                "type": "integer",
+                                "minimum": 1,
+                                "maximum": MAX_COMMAND_TIMEOUT_S,
+                                "default": DEFAULT_COMMAND_TIMEOUT_S,
+                            },
+                        },
+                        ["command"],
+                    ),
+                )
+            )
         return tuple(specs)
 
     def handlers(self) -> dict[str, ToolHandler]:

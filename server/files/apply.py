@@ -62,8 +62,12 @@ class Changes:
     def without(self, held: list[HeldBack]) -> Changes:
         """These changes less the held-back paths, which are recorded in `held`."""
         out = {entry.path for entry in held}
-        return Changes([p for p in self.added if p not in out], [p for p in self.modified if p not in out],
-                       [p for p in self.deleted if p not in out], list(held))
+        return Changes(
+            [p for p in self.added if p not in out],
+            [p for p in self.modified if p not in out],
+            [p for p in self.deleted if p not in out],
+            list(held),
+        )
 
 
 def plan(final: Path, recorded: Mapping[str, Recorded], base: Path | None = None) -> Changes:
@@ -127,8 +131,13 @@ def _blocked_parent(target: Path, rel: str) -> str:
 
 
 def apply_tree(
-    final: Path, target: Path, recorded: Mapping[str, Recorded], base: Path | None = None, *,
-    patch: Patch, consent: Consent = Consent(),
+    final: Path,
+    target: Path,
+    recorded: Mapping[str, Recorded],
+    base: Path | None = None,
+    *,
+    patch: Patch,
+    consent: Consent = Consent(),
 ) -> Changes:
     """Make `target` match `final` where it changed since job start, as `patch` shows it; the rest is
     held back (review.py). All or nothing for what is written (blocking)."""
@@ -182,8 +191,15 @@ def _write(final: Path, target: Path, changes: Changes) -> None:
             _, backup = _names(current, "backup", token)
             modified = current in changes.modified
 
-            def replace(fd: int, _name: str, rel: str = current, name: str = name, temp: str = temp,
-                        backup: str = backup, modified: bool = modified) -> None:
+            def replace(
+                fd: int,
+                _name: str,
+                rel: str = current,
+                name: str = name,
+                temp: str = temp,
+                backup: str = backup,
+                modified: bool = modified,
+            ) -> None:
                 now = os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode if modified else None
                 _copy_in(final, rel, fd, temp, now)
                 try:

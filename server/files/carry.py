@@ -26,8 +26,14 @@ from conclave.files.contexts import ContextManifest, CopiedContext
 from conclave.files.trees import IgnoreRules, copy_file, copy_tree, list_tree, sha256_file
 
 
-def carry(earlier_manifest: ContextManifest, earlier_tree: Path, base: Path, manifest: ContextManifest,
-          start: Path, earlier_id: str) -> dict[str, list[str]]:
+def carry(
+    earlier_manifest: ContextManifest,
+    earlier_tree: Path,
+    base: Path,
+    manifest: ContextManifest,
+    start: Path,
+    earlier_id: str,
+) -> dict[str, list[str]]:
     """Build `start` (absent before) from `base` and the earlier answer's files `earlier_tree`; return the
     paths taken from the earlier answer per context name. Raises FollowUpConflict, leaving no `start`."""
     by_source = {context.source: context for context in earlier_manifest.contexts}

@@ -34,11 +34,31 @@ from conclave.files.trees import IgnoreRules, Listing, copy_tree, list_tree
 
 CALLER = {"caller": True}  # validation context of a caller's request: the folder must exist now
 # Kernel and device filesystems: their files report a size of 0 (or block, or change on every read).
-PSEUDO = frozenset({
-    "proc", "sysfs", "devtmpfs", "devpts", "debugfs", "tracefs", "securityfs", "cgroup", "cgroup2", "pstore",
-    "bpf", "configfs", "fusectl", "mqueue", "binfmt_misc", "efivarfs", "hugetlbfs", "autofs", "rpc_pipefs",
-    "nsfs", "selinuxfs",
-})
+PSEUDO = frozenset(
+    {
+        "proc",
+        "sysfs",
+        "devtmpfs",
+        "devpts",
+        "debugfs",
+        "tracefs",
+        "securityfs",
+        "cgroup",
+        "cgroup2",
+        "pstore",
+        "bpf",
+        "configfs",
+        "fusectl",
+        "mqueue",
+        "binfmt_misc",
+        "efivarfs",
+        "hugetlbfs",
+        "autofs",
+        "rpc_pipefs",
+        "nsfs",
+        "selinuxfs",
+    }
+)
 PSEUDO_ROOTS = (Path("/proc"), Path("/sys"), Path("/dev"))
 # Folders that hold credentials: a context path inside one, or holding one (a home folder), would send
 # the keys to every provider of the team; refused unless the caller insists (docs/SECURITY.md).
@@ -82,7 +102,8 @@ class ContextPath(BaseModel):
         default="read", description="write: the winning changes may be applied back with apply=true"
     )
     allow_secrets: bool = Field(
-        default=False, description="true only if the user explicitly asked to send a folder of credentials "
+        default=False,
+        description="true only if the user explicitly asked to send a folder of credentials "
         "(~/.ssh, ~/.aws, ~/.gnupg, or a folder holding one) to the team's providers",
     )
     name: SkipJsonSchema[str | None] = None
@@ -247,8 +268,12 @@ def _scan(sources: list[ContextPath], caps: Caps, roots: list[Path] | None = Non
     ]
     limited = next((listing.limit for listing in listings if listing.limit), None)
     if limited:
-        raise ContextTooLarge(", ".join(str(path) for path in paths), limited, "the walk's caps",
-                              fix="remove those folders or add them to a .gitignore")
+        raise ContextTooLarge(
+            ", ".join(str(path) for path in paths),
+            limited,
+            "the walk's caps",
+            fix="remove those folders or add them to a .gitignore",
+        )
     count = sum(len(listing.files) for listing in listings)
     size = sum(listing.total_bytes for listing in listings)
     shown = ", ".join(str(path) for path in paths)
@@ -307,10 +332,16 @@ def _copy_pinned(sources: list[ContextPath], roots: list[Path], dest: Path, caps
             for rel, entry in listing.files.items()
             if rel in hashes
         }
-        contexts.append(CopiedContext(
-            name=name, source=source.path, permission=source.permission, files=files, skipped=skipped,
-            identity=source.identity,
-        ))
+        contexts.append(
+            CopiedContext(
+                name=name,
+                source=source.path,
+                permission=source.permission,
+                files=files,
+                skipped=skipped,
+                identity=source.identity,
+            )
+        )
     return ContextManifest(contexts=contexts)
 
 

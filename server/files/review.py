@@ -29,8 +29,22 @@ HoldReason = Literal["binary", "became_binary", "artifact", "vcs_metadata", "not
 VCS_NAMES = frozenset({".git", ".hg", ".svn", ".bzr", "_darcs"})
 ARTIFACT_DIRS = frozenset({"__pycache__"})
 ARTIFACT_SUFFIXES = (
-    ".pyc", ".pyo", ".pyd", ".so", ".dylib", ".dll", ".exe", ".o", ".obj", ".a", ".lib", ".class", ".jar",
-    ".node", ".wasm", ".bundle",
+    ".pyc",
+    ".pyo",
+    ".pyd",
+    ".so",
+    ".dylib",
+    ".dll",
+    ".exe",
+    ".o",
+    ".obj",
+    ".a",
+    ".lib",
+    ".class",
+    ".jar",
+    ".node",
+    ".wasm",
+    ".bundle",
 )
 # Code points HFS+ ignores in names (git's is_hfs_dotgit): `.g\u200cit` is `.git` there.
 _IGNORABLE = dict.fromkeys(
@@ -38,11 +52,11 @@ _IGNORABLE = dict.fromkeys(
 )
 FIXES: dict[HoldReason, str] = {
     "binary": "binary: the patch cannot show it; review it in the job's files, then pass force_binary=true "
-              "(CLI: --force-binary) to apply it",
+    "(CLI: --force-binary) to apply it",
     "became_binary": "a text file that became binary (the patch shows an escaped excerpt); pass "
-                     "force_binary=true (CLI: --force-binary) to apply it",
+    "force_binary=true (CLI: --force-binary) to apply it",
     "artifact": "a compiled or loadable artefact (it can run on your next import or load); pass "
-                "allow_artifacts=true (CLI: --allow-artifacts) to apply it",
+    "allow_artifacts=true (CLI: --allow-artifacts) to apply it",
     "vcs_metadata": "version-control metadata (.git, .hg, .svn in any letter case) is never applied",
     "not_in_patch": "not in the reviewed patch, so never applied",
 }

@@ -80,7 +80,11 @@ def _open_dir_at(parent: int, name: str, rel: str, field: str) -> int:
 
 @contextmanager
 def directory(
-    root: Path, parts: list[str] | str, *, create: bool = False, owner: UidGid | None = None,
+    root: Path,
+    parts: list[str] | str,
+    *,
+    create: bool = False,
+    owner: UidGid | None = None,
     field: str = "path",
 ) -> Iterator[int]:
     """A file descriptor of the folder `root/parts`, walked without following links; closed on exit.
@@ -201,7 +205,12 @@ class Written:
 
 
 def write_bytes(
-    root: Path, rel: str, data: bytes, *, owner: UidGid | None = None, mode: int | None = None,
+    root: Path,
+    rel: str,
+    data: bytes,
+    *,
+    owner: UidGid | None = None,
+    mode: int | None = None,
     field: str = "path",
 ) -> Written:
     """Create or replace `root/rel` atomically: a new `O_EXCL` file in the same folder fd, renamed over it.
@@ -218,7 +227,13 @@ def write_bytes(
 
 
 def write_at(
-    dir_fd: int, name: str, rel: str, data: bytes, *, owner: UidGid | None = None, mode: int | None = None,
+    dir_fd: int,
+    name: str,
+    rel: str,
+    data: bytes,
+    *,
+    owner: UidGid | None = None,
+    mode: int | None = None,
     fsync: bool = False,
 ) -> Written:
     """`write_bytes` inside an open folder fd."""

@@ -61,8 +61,12 @@ def _strip(dir_fd: int, entry: Found) -> int:
     """Clear the unsafe bits of one entry through an O_PATH fd of exactly the inode that was listed."""
     if not _REOPEN:
         try:
-            os.chmod(entry.name, stat.S_IMODE(entry.info.st_mode) & ~UNSAFE_MODE_BITS, dir_fd=dir_fd,
-                     follow_symlinks=False)
+            os.chmod(
+                entry.name,
+                stat.S_IMODE(entry.info.st_mode) & ~UNSAFE_MODE_BITS,
+                dir_fd=dir_fd,
+                follow_symlinks=False,
+            )
             return 1
         except (OSError, NotImplementedError):
             return 0

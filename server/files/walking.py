@@ -49,7 +49,11 @@ MAX_ENTRIES = 1_000_000  # entries one walk looks at, in all
 
 
 def walk(
-    root: Path, start: str = "", *, skip: frozenset[str] = frozenset(), max_depth: int = MAX_DEPTH,
+    root: Path,
+    start: str = "",
+    *,
+    skip: frozenset[str] = frozenset(),
+    max_depth: int = MAX_DEPTH,
     max_entries: int = MAX_ENTRIES,
 ) -> Generator[tuple[str, int, list[Found]]]:
     """Every folder under `root/start`, depth first.

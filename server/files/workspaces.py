@@ -84,8 +84,10 @@ async def apply(
     """
     if context.permission != "write":
         raise InputError(
-            "apply", True, f"context path {context.source} was given read-only; give it with "
-            f"permission 'write' to apply the team's changes to it"
+            "apply",
+            True,
+            f"context path {context.source} was given read-only; give it with "
+            f"permission 'write' to apply the team's changes to it",
         )
     if patch is None:
         if base is None:
@@ -94,7 +96,9 @@ async def apply(
     reviewed = patch
     # the folder is reached without following a link and must be the one admitted (files/roots.py)
     return await anyio.to_thread.run_sync(
-        run_pinned, str(target), context.identity,
+        run_pinned,
+        str(target),
+        context.identity,
         lambda root: apply_tree(final, root, context.files, base, patch=reviewed, consent=consent),
     )
 
@@ -163,6 +167,7 @@ class Workspaces:
 
     async def carry(self, earlier: Workspaces, tree: Path, earlier_id: str) -> dict[str, list[str]]:
         """A follow-up's start/: the earlier job's answer `tree` over base/ (carry.py); the paths taken."""
+
         def build() -> dict[str, list[str]]:
             taken = carry(earlier.manifest(), tree, self.base, self.manifest(), self.start, earlier_id)
             self._set_captured("start", time.time_ns())
@@ -333,11 +338,13 @@ class Workspaces:
         (review.py), and listed in `Changes.held`."""
         context = self.manifest().get(name)
         patch = patch or await diff(self.base / name, self.final / name)
-        return await apply(self.final / name, Path(context.source), context, self.base / name, patch=patch,
-                           consent=consent)
+        return await apply(
+            self.final / name, Path(context.source), context, self.base / name, patch=patch, consent=consent
+        )
 
     async def remove_working_copies(self) -> None:
         """Delete agents/, peers/ and checks/ (the job is over): snapshots, final/ and the patch stay."""
+
         def remove() -> None:
             for folder in (self.agents, self.job_dir / "peers", self.job_dir / "checks"):
                 remove_tree(folder)  # iterative, by fd: links are removed, not followed; any depth

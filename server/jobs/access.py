@@ -56,8 +56,10 @@ class Access:
         if not any(real == root or real.is_relative_to(root) for root in self.folders):
             roots = os.pathsep.join(str(root) for root in self.folders)
             raise NotPermitted(
-                field, path, f"over {self.transport} a caller may name folders only under {roots}; the server's "
-                "user can allow more with CONCLAVE_ALLOWED_ROOTS (folders separated by ':')"
+                field,
+                path,
+                f"over {self.transport} a caller may name folders only under {roots}; the server's "
+                "user can allow more with CONCLAVE_ALLOWED_ROOTS (folders separated by ':')",
             )
 
     def check_team(self, name: str | None) -> None:
@@ -68,11 +70,15 @@ class Access:
         if not any(real.is_relative_to(folder) for folder in self.team_dirs):
             where = ", ".join(str(folder) for folder in self.team_dirs)
             raise NotPermitted(
-                "team", name, f"over {self.transport} a team file is read only from {where} (a project's own "
+                "team",
+                name,
+                f"over {self.transport} a team file is read only from {where} (a project's own "
                 "files are not trusted: a cloned repository may have written them); name a preset "
-                f"({term('list_teams')}), put the file in the user's team folder and name it without its path, or "
-                f"let the server's user allow its folder with CONCLAVE_TEAM_DIRS={real.parent} (folders separated "
-                "by ':')"
+                f"({term('list_teams')}), put the file in the user's team folder and name it without its "
+                "path, or "
+                f"let the server's user allow its folder with CONCLAVE_TEAM_DIRS={real.parent} (folders "
+                "separated "
+                "by ':')",
             )
 
 

@@ -12,7 +12,8 @@ wakes what waited on them. Writes keep the order they were queued in, whoever qu
 events (`record`) are queued without waiting, so reporting never holds a job up, nor lets another
 job's turn in between (the budget and the turns see the same order as with no store at all); every
 other write returns once it is committed. Reads run in threads of their own (jobs/store_lanes.py),
-each with its own connection, beside the writes (WAL readers never wait for a writer). Every write to a job wakes this
+each with its own connection, beside the writes (WAL readers never wait for a writer). Every write to a job
+wakes this
 process's waiters on that job (`changed`): a long-poll here is woken, not polling; a job run by
 another process is still polled (jobs/service.py).
 
@@ -148,10 +149,29 @@ class AsyncStore:
                 write.error = exc
 
     # Jobs -------------------------------------------------------------------------------------------
-    async def create_job(self, job_id: str, task: str, team_name: str, team_json: str, owner_pid: int,
-                         owner_id: str, options: JobOptions | None = None, caller: str = "local") -> None:
-        await self.write(job_id, self.sync.create_job, job_id, task, team_name, team_json, owner_pid,
-                         owner_id, options, caller)
+    async def create_job(
+        self,
+        job_id: str,
+        task: str,
+        team_name: str,
+        team_json: str,
+        owner_pid: int,
+        owner_id: str,
+        options: JobOptions | None = None,
+        caller: str = "local",
+    ) -> None:
+        await self.write(
+            job_id,
+            self.sync.create_job,
+            job_id,
+            task,
+            team_name,
+            team_json,
+            owner_pid,
+            owner_id,
+            options,
+            caller,
+        )
 
     async def set_files(self, job_id: str, files: FilesResult) -> None:
         await self.write(job_id, self.sync.set_files, job_id, files)
@@ -165,7 +185,9 @@ class AsyncStore:
     async def rev(self, job_id: str) -> int | None:
         return await self.read(self.sync.rev, job_id)
 
-    async def set_state(self, job_id: str, state: str, phase: str | None = None, error: str | None = None) -> None:
+    async def set_state(
+        self, job_id: str, state: str, phase: str | None = None, error: str | None = None
+    ) -> None:
         await self.write(job_id, self.sync.set_state, job_id, state, phase, error)
 
     async def request_cancel(self, job_id: str) -> None:

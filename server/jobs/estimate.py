@@ -30,7 +30,9 @@ def _cost(team: Team, job: list[AgentUsage]) -> float | None:
             continue
         cached = price.input if price.cached_input is None else price.cached_input
         fresh = row.input_tokens - row.cached_input_tokens
-        total += (fresh * price.input + row.cached_input_tokens * cached + row.output_tokens * price.output) / 1e6
+        total += (
+            fresh * price.input + row.cached_input_tokens * cached + row.output_tokens * price.output
+        ) / 1e6
     return total
 
 
@@ -60,10 +62,15 @@ def estimate(team: Team, past: list[list[AgentUsage]]) -> Estimate:
         cost_range = [round(min(min(known), top), 4), round(top, 4)]
     capped = " (the budget caps the top)" if rules.max_tokens or rules.max_cost_usd else ""
     priced = "" if cost_range else "; no cost: an agent has no price"
-    note = f"from the last {plural(len(past), 'completed job')} of team {team.name!r} on this server{capped}{priced}"
+    last = plural(len(past), "completed job")
+    note = f"from the last {last} of team {team.name!r} on this server{capped}{priced}"
     return Estimate(
-        jobs=len(past), tokens=[low, high], cost_usd=cost_range, typical_tokens=int(median(tokens)),
-        typical_cost_usd=round(median(known), 4) if cost_range else None, note=note,
+        jobs=len(past),
+        tokens=[low, high],
+        cost_usd=cost_range,
+        typical_tokens=int(median(tokens)),
+        typical_cost_usd=round(median(known), 4) if cost_range else None,
+        note=note,
     )
 
 
@@ -85,5 +92,6 @@ def history(team: Team, past: list[list[AgentUsage]]) -> TeamHistory | None:
     costs = [_cost(team, job) for job in past]
     known = [cost for cost in costs if cost is not None]
     cost = round(median(known), 4) if len(known) == len(costs) else None  # a partial figure is no figure
-    return TeamHistory(jobs=len(past), typical_tokens=int(median(_tokens(job) for job in past)),
-                       typical_cost_usd=cost)
+    return TeamHistory(
+        jobs=len(past), typical_tokens=int(median(_tokens(job) for job in past)), typical_cost_usd=cost
+    )

@@ -1,5 +1,6 @@
 """A job's file steps around its run: admit the context paths when the job is submitted (checks only, no
-copying: ask_team returns at once), prepare them when it starts (the copy), collect the diff and apply after."""
+copying: ask_team returns at once), prepare them when it starts (the copy), collect the diff and apply
+after."""
 
 from __future__ import annotations
 
@@ -46,12 +47,15 @@ async def admit(
                     "or set `sandbox: none` in the team file to work on files without commands"
                 )
             raise SandboxUnavailable(
-                f"verify runs {team.verify!r} on each answer's files in a Docker sandbox, but {status.error}; "
+                f"verify runs {team.verify!r} on each answer's files in a Docker sandbox, but "
+                f"{status.error}; "
                 "or leave verify out to run the job without checks"
             )
     # each folder's identity, taken without following a link: the copy and the apply check it (files/roots.py)
-    pinned = [source.model_copy(update={"identity": await anyio.to_thread.run_sync(identify, source.path)})
-              for source in named(sources)]
+    pinned = [
+        source.model_copy(update={"identity": await anyio.to_thread.run_sync(identify, source.path)})
+        for source in named(sources)
+    ]
     return JobOptions(context_paths=pinned, apply=apply, commands=commands, **consent.model_dump())
 
 
@@ -67,7 +71,7 @@ async def prepare(job_dir: Path, options: JobOptions) -> None:
 
 NO_CONSENSUS = (
     "not applied: the team reached no consensus (no strict majority of the votes); review the diff, "
-    "or run it again with apply \"force\" (CLI: --force-apply) to apply without one"
+    'or run it again with apply "force" (CLI: --force-apply) to apply without one'
 )
 
 
@@ -86,7 +90,9 @@ async def collect(files: JobFiles, options: JobOptions, consensus: bool) -> File
         if patch.text:
             chunks.append(f"# {name}: {option.path}\n{patch.text}")
         changes = ContextChanges(
-            name=name, path=option.path, permission=option.permission,
+            name=name,
+            path=option.path,
+            permission=option.permission,
             files=list(patch.files),
             added_lines=sum(f.added_lines for f in patch.files),
             removed_lines=sum(f.removed_lines for f in patch.files),
@@ -108,24 +114,30 @@ async def collect(files: JobFiles, options: JobOptions, consensus: bool) -> File
         contexts.append(changes)
     text = "".join(chunks)
     await anyio.to_thread.run_sync(workspaces.patch.write_text, text)
-    outside = await anyio.to_thread.run_sync(_outside, workspaces.final, {o.name for o in options.context_paths if o.name})
+    outside = await anyio.to_thread.run_sync(
+        _outside, workspaces.final, {o.name for o in options.context_paths if o.name}
+    )
     return FilesResult(contexts=contexts, patch_chars=len(text), outside=outside)
 
 
 def _outside(final: Path, names: set[str]) -> list[str]:
-    """Files of the final tree outside every context folder (a command wrote them): said, never lost silently."""
+    """Files of the final tree outside every context folder (a command wrote them): said, never lost
+    silently."""
     files = list_tree(final, max_files=MAX_OUTSIDE).files
     return sorted(rel for rel in files if rel.split("/", 1)[0] not in names)[:MAX_OUTSIDE]
 
 
-def job_files(job_id: str, job_dir: Path, team: Team, options: JobOptions, settings: Settings) -> JobFiles | None:
+def job_files(
+    job_id: str, job_dir: Path, team: Team, options: JobOptions, settings: Settings
+) -> JobFiles | None:
     """A job's files and sandboxes, or None for a job without context paths."""
     if not options.context_paths:
         return None
     sandbox = team.sandbox if options.commands and not isinstance(team.sandbox, str) else None
     workspaces = Workspaces(job_dir, agent_owner=container_user())
-    return JobFiles(job_id, workspaces, sandbox, disk_budget=settings.job_disk_mb * MB,
-                    egress_allow=settings.egress_allow)
+    return JobFiles(
+        job_id, workspaces, sandbox, disk_budget=settings.job_disk_mb * MB, egress_allow=settings.egress_allow
+    )
 
 
 def job_verifier(
@@ -135,5 +147,12 @@ def job_verifier(
     if team.verify is None or files is None:
         return None
     spec = team.sandbox if not isinstance(team.sandbox, str) else SandboxSpec()
-    return Verifier(job_id, team.verify, files.workspaces, spec, timeout_s=settings.verify_timeout_s,
-                    limiter=limiter, protect=team.verify_protect)
+    return Verifier(
+        job_id,
+        team.verify,
+        files.workspaces,
+        spec,
+        timeout_s=settings.verify_timeout_s,
+        limiter=limiter,
+        protect=team.verify_protect,
+    )

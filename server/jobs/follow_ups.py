@@ -30,17 +30,23 @@ from conclave.jobs.views import majority_text, winner_check
 MAX_ROUNDS = 5  # the most recent earlier rounds the team sees; older ones are left out
 
 
-def carried(earlier: JobRow, team: str | None, context_paths: list[object] | None) -> tuple[Team, list[object]]:
+def carried(
+    earlier: JobRow, team: str | None, context_paths: list[object] | None
+) -> tuple[Team, list[object]]:
     """The team and context paths a follow-up of `earlier` runs with; refuses a job still running."""
     if earlier.state in ACTIVE_STATES:
         raise InputError(
-            "follow_up", earlier.id, f"that job is still {earlier.state}; steer it with steer_job, or wait for it "
+            "follow_up",
+            earlier.id,
+            f"that job is still {earlier.state}; steer it with steer_job, or wait for it "
             "(get_status) or cancel it (cancel_job) before following up",
         )
     stored = Team.model_validate_json(earlier.team_json)
     if team is not None and team.strip() not in (stored.name, ""):
         raise InputError(
-            "team", team, f"a follow-up continues with the earlier job's team ({stored.name!r}); leave team out, "
+            "team",
+            team,
+            f"a follow-up continues with the earlier job's team ({stored.name!r}); leave team out, "
             "or call ask_team without follow_up to start afresh with another team",
         )
     if context_paths is None:
@@ -88,8 +94,15 @@ def thread_history(store: Store, row: JobRow) -> tuple[str, str]:
         current = earlier
     chain.reverse()
     root = chain[0].id if chain else row.id
-    rounds = [Round(task=e.task, answer=best_answer(store, e)[1] or "(no answer was posted)",
-                    verdict=verdict(store, e), files=_files_text(e)) for e in chain[-MAX_ROUNDS:]]
+    rounds = [
+        Round(
+            task=e.task,
+            answer=best_answer(store, e)[1] or "(no answer was posted)",
+            verdict=verdict(store, e),
+            files=_files_text(e),
+        )
+        for e in chain[-MAX_ROUNDS:]
+    ]
     return history_section(rounds), root
 
 
@@ -100,7 +113,9 @@ def _files_text(row: JobRow) -> str:
     return "it changed " + ", ".join(changed[:30]) if changed else "it changed no file"
 
 
-async def carry_files(store: Store, row: JobRow, jobs_dir: Path, workspaces: Workspaces) -> dict[str, list[str]]:
+async def carry_files(
+    store: Store, row: JobRow, jobs_dir: Path, workspaces: Workspaces
+) -> dict[str, list[str]]:
     """Start a follow-up's workspaces from its earlier job's answer (files/carry.py); {} when it had none."""
     earlier, label = await anyio.to_thread.run_sync(_earlier_answer, store, row.follow_up or "")
     if earlier is None or not earlier.options.context_paths:

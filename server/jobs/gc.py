@@ -53,7 +53,12 @@ def folder_bytes(path: Path) -> int:
 
 
 def prune(
-    store: Store, jobs_dir: Path, *, keep_days: float, max_bytes: int, now: float | None = None,
+    store: Store,
+    jobs_dir: Path,
+    *,
+    keep_days: float,
+    max_bytes: int,
+    now: float | None = None,
     dry_run: bool = False,
 ) -> GcReport:
     """Remove finished jobs older than `keep_days`, then the oldest while over `max_bytes` (blocking)."""

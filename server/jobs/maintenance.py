@@ -71,9 +71,11 @@ async def prune_jobs(
         store = Store(settings.db_path)  # its own connection: a transaction in a thread stays its own
         try:
             return prune(
-                store, settings.home / "jobs",
+                store,
+                settings.home / "jobs",
                 keep_days=settings.gc_keep_days if keep_days is None else keep_days,
-                max_bytes=(settings.gc_max_mb if max_mb is None else max_mb) * MB, dry_run=dry_run,
+                max_bytes=(settings.gc_max_mb if max_mb is None else max_mb) * MB,
+                dry_run=dry_run,
             )
         finally:
             store.close()

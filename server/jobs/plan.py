@@ -34,21 +34,26 @@ def shape_team(
     unpriced = team.unpriced()
     if cost is not None and unpriced:
         raise InputError(
-            "max_cost_usd", cost,
-            f"a cost budget needs a price for every agent of team {team.name!r}, and {', '.join(unpriced)} has "
+            "max_cost_usd",
+            cost,
+            f"a cost budget needs a price for every agent of team {team.name!r}, and {', '.join(unpriced)} "
+            "has "
             "none: add `price: {input: ..., output: ...}` (US$ per million tokens) to that agent in the team "
             f"file, or bound the job with {term('max_tokens')} instead",
         )
     clis = [agent.model for agent in team.agents if agent.provider == "cli"]
     if clis and not has_context:
         raise InputError(
-            "context_paths", [],
-            f"{', '.join(clis)} run as coding agents on the job's files, so the job needs context_paths: give "
+            "context_paths",
+            [],
+            f"{', '.join(clis)} run as coding agents on the job's files, so the job needs context_paths: "
+            "give "
             "the project folder (context_paths=[{path: ...}]), or use a team without cli/ members",
         )
     if command is not None and not has_context:
         raise InputError(
-            "verify", command,
+            "verify",
+            command,
             f"it runs on each answer's files, so the job needs the project folder: give it with "
             f"{term('context_example')}, or leave {term('verify')} out",
         )
@@ -77,18 +82,28 @@ def _command(value: object) -> str:
         fix = "give a shell command that exits 0 when the files pass, e.g. 'python3 -m unittest -q'"
         raise InputError("verify", value, fix)
     if len(command) > MAX_VERIFY_CHARS or "\x00" in command:
-        fix = f"keep it under {MAX_VERIFY_CHARS} characters, without NUL bytes; put a longer script in the project"
+        fix = (
+            f"keep it under {MAX_VERIFY_CHARS} characters, without NUL bytes; "
+            "put a longer script in the project"
+        )
         raise InputError("verify", value, fix)
     return command
 
 
 def _positive(field: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or value <= 0
+    ):
         raise InputError(field, value, "give a positive number of US dollars, e.g. 0.50")
     return float(value)
 
 
 def _tokens(value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InputError("max_tokens", value, "give a positive whole number of tokens (in and out), e.g. 200000")
+        raise InputError(
+            "max_tokens", value, "give a positive whole number of tokens (in and out), e.g. 200000"
+        )
     return value

@@ -13,7 +13,8 @@ ProgressPatch = list[tuple[str, str]]  # (JSON path, JSON text) pairs for json_s
 
 
 def progress_patch(old: dict[str, Any], new: dict[str, Any]) -> ProgressPatch | None:
-    """The parts of `new` that differ from `old`; None when the shape changed and the whole must be written."""
+    """The parts of `new` that differ from `old`; None when the shape changed and the whole must be
+    written."""
     if old.keys() != new.keys():
         return None
     patch: ProgressPatch = []
@@ -21,7 +22,12 @@ def progress_patch(old: dict[str, Any], new: dict[str, Any]) -> ProgressPatch | 
         before = old[key]
         if value == before:
             continue
-        if key == "agents" and isinstance(value, list) and isinstance(before, list) and len(value) == len(before):
+        if (
+            key == "agents"
+            and isinstance(value, list)
+            and isinstance(before, list)
+            and len(value) == len(before)
+        ):
             patch += _agents(before, value)
         else:
             patch.append((f"$.{key}", json.dumps(value)))
@@ -34,8 +40,11 @@ def _agents(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> ProgressPat
         if before.keys() != agent.keys():
             patch.append((f"$.agents[{index}]", json.dumps(agent)))
             continue
-        patch += [(f"$.agents[{index}].{field}", json.dumps(value))
-                  for field, value in agent.items() if value != before[field]]
+        patch += [
+            (f"$.agents[{index}].{field}", json.dumps(value))
+            for field, value in agent.items()
+            if value != before[field]
+        ]
     return patch
 
 

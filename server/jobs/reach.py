@@ -62,6 +62,7 @@ async def check_reachable(team: Team) -> None:
     if down:
         url, why = next(iter(down.items()))
         raise ConfigError(
-            f"team {team.name!r}: its server is not reachable at {url} ({why}); start it (e.g. `ollama serve`) "
+            f"team {team.name!r}: its server is not reachable at {url} ({why}); start it (e.g. `ollama "
+            "serve`) "
             "or point the team at a running one (OLLAMA_BASE_URL, VLLM_BASE_URL, or base_url in a team file)"
         )

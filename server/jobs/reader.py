@@ -25,8 +25,10 @@ from conclave.jobs.follow_ups import best_answer, verdict
 from conclave.jobs.store import JobRow, Store
 
 MAX_LIMIT = 100_000
-PATH_HELP = ("use '' to list, 'transcript', 'final', 'thread', 'answers/<label>' such as answers/B2, "
-             "or 'verify/<label>'")
+PATH_HELP = (
+    "use '' to list, 'transcript', 'final', 'thread', 'answers/<label>' such as answers/B2, "
+    "or 'verify/<label>'"
+)
 JOB_TEXTS = ("transcript", "final", "thread")
 MAX_LISTED = 2000
 MAX_FILE_BYTES = 16 * 1024 * 1024  # a larger file is refused by its size, not read
@@ -51,11 +53,18 @@ class WorkspacePage(BaseModel):
         if self.entries is not None:
             span = f"entries {self.offset}-{self.offset + len(self.entries)} of {self.total}"
             return f"{self.path or 'listing'} [{span}]\n{self.content}{more}"
-        return f"{self.path} [{self.offset}:{self.offset + len(self.content)} of {self.total}]\n{self.content}{more}"
+        span = f"{self.offset}:{self.offset + len(self.content)} of {self.total}"
+        return f"{self.path} [{span}]\n{self.content}{more}"
 
 
 async def read_job(
-    store: Store, row: JobRow, workspaces: Workspaces | None, path: str, source: str | None, offset: int, limit: int
+    store: Store,
+    row: JobRow,
+    workspaces: Workspaces | None,
+    path: str,
+    source: str | None,
+    offset: int,
+    limit: int,
 ) -> WorkspacePage:
     if not isinstance(offset, int) or offset < 0:
         raise InputError("offset", offset, "use 0 or a next_offset from an earlier page")
@@ -94,8 +103,14 @@ async def read_whole(
         parts.append(page.content)
         entries += page.entries or []
     content = "\n".join(parts) if first.entries is not None else "".join(parts)
-    return first.model_copy(update={"content": content, "entries": first.entries and entries,
-                                    "limit": max(first.total, 1), "next_offset": None})
+    return first.model_copy(
+        update={
+            "content": content,
+            "entries": first.entries and entries,
+            "limit": max(first.total, 1),
+            "next_offset": None,
+        }
+    )
 
 
 def job_workspaces(row: JobRow, jobs_dir: Path) -> Workspaces | None:
@@ -135,7 +150,9 @@ async def _patch(row: JobRow, workspaces: Workspaces | None) -> str:
         raise InputError("path", "@diff", no_files)
     patch = workspaces.patch
     if not patch.exists():
-        raise InputError("path", "@diff", f"the diff is written when the job ends (state: {row.state}); try later")
+        raise InputError(
+            "path", "@diff", f"the diff is written when the job ends (state: {row.state}); try later"
+        )
     return await anyio.to_thread.run_sync(patch.read_text)
 
 
@@ -143,7 +160,9 @@ def _file_text(tree: Path, path: str) -> str:
     try:
         data = read_bytes(tree, path, MAX_FILE_BYTES)  # fd-relative, no link followed, size checked first
     except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
-        raise InputError("path", path, f"no such file in that tree; list it with {term('list_files')}") from None
+        raise InputError(
+            "path", path, f"no such file in that tree; list it with {term('list_files')}"
+        ) from None
     if b"\x00" in data[:8192]:
         return f"[binary file, {len(data)} bytes: not shown]"
     return data.decode("utf-8", errors="replace")
@@ -169,7 +188,9 @@ def _text(store: Store, row: JobRow, path: str) -> str:
         label, outputs = path.removeprefix("verify/"), check_outputs(store, row)
         if label in outputs:
             return outputs[label]
-        known = ", ".join(outputs) or "none yet (with verify, each answer's check comes back after it is posted)"
+        known = (
+            ", ".join(outputs) or "none yet (with verify, each answer's check comes back after it is posted)"
+        )
         raise InputError("path", path, f"no check output for {label!r} in this job (checked: {known})")
     raise InputError("path", path, PATH_HELP)
 
@@ -194,8 +215,10 @@ def _sentence(event: JobEvent) -> str | None:
     d, who = event.data, event.letter or "the job"
     match event.kind:
         case "started":
-            models = ", ".join(f"{a.get('letter')} ({a.get('model')})" if isinstance(a, dict) else str(a)
-                               for a in d.get("agents", []))
+            models = ", ".join(
+                f"{a.get('letter')} ({a.get('model')})" if isinstance(a, dict) else str(a)
+                for a in d.get("agents", [])
+            )
             return f"The job started with agents {models}."
         case "turn_started":
             return f"{who} started a turn (round {d.get('round')})."
@@ -213,16 +236,21 @@ def _sentence(event: JobEvent) -> str | None:
         case "no_decision":
             return f"{who} neither answered nor voted; it said: {str(d.get('text', ''))[:300]}"
         case "turn_failed" | "agent_failed" | "answer_refused" | "snapshot_failed":
-            verb = {"turn_failed": "'s turn failed", "agent_failed": " dropped out",
-                    "answer_refused": "'s answer was refused", "snapshot_failed": "'s files could not be saved"}
+            verb = {
+                "turn_failed": "'s turn failed",
+                "agent_failed": " dropped out",
+                "answer_refused": "'s answer was refused",
+                "snapshot_failed": "'s files could not be saved",
+            }
             return f"{who}{verb[event.kind]}: {d.get('error')}."
         case "usage" | "check_started":
             return None
         case "checked":
             tail = "\n    ".join(d.get("tail") or [])
             status = f"{d['status']} (exit {d.get('exit_code')}, {d.get('duration_s')} s)"
-            return (f"The check of {d['label']} {status}; its whole output is verify/{d['label']}."
-                    + (f"\n    {tail}" if tail else ""))
+            return f"The check of {d['label']} {status}; its whole output is verify/{d['label']}." + (
+                f"\n    {tail}" if tail else ""
+            )
         case "note":
             return f"A note from the person who asked: {d.get('text')}"
         case "steered":
@@ -251,8 +279,13 @@ def thread_text(store: Store, row: JobRow) -> str:
             names = [f"{c.name}/{f.path}" for c in job.files.contexts for f in c.files]
             changed = f"\nFiles changed: {', '.join(names) or 'none'}"
         _, answer = best_answer(store, job)
-        lines += [f"{mark}{number}. {job.id} ({job.state}{after})", f"Task: {job.task}",
-                  f"Verdict: {verdict(store, job)}{changed}", f"Answer:\n{answer or '(none)'}", ""]
+        lines += [
+            f"{mark}{number}. {job.id} ({job.state}{after})",
+            f"Task: {job.task}",
+            f"Verdict: {verdict(store, job)}{changed}",
+            f"Answer:\n{answer or '(none)'}",
+            "",
+        ]
     return "\n".join(lines)
 
 
@@ -260,7 +293,12 @@ def _page(job_id: str, path: str, text: str, offset: int, limit: int) -> Workspa
     chunk = text[offset : offset + limit]
     end = offset + len(chunk)
     return WorkspacePage(
-        job_id=job_id, path=path, offset=offset, limit=limit, total=len(text), content=chunk,
+        job_id=job_id,
+        path=path,
+        offset=offset,
+        limit=limit,
+        total=len(text),
+        content=chunk,
         next_offset=end if end < len(text) else None,
     )
 
@@ -270,6 +308,12 @@ def _listing(job_id: str, entries: list[str], offset: int, limit: int) -> Worksp
     shown = entries[offset : offset + limit]
     end = offset + len(shown)
     return WorkspacePage(
-        job_id=job_id, path="", offset=offset, limit=limit, total=len(entries), content="\n".join(shown),
-        entries=shown, next_offset=end if end < len(entries) else None,
+        job_id=job_id,
+        path="",
+        offset=offset,
+        limit=limit,
+        total=len(entries),
+        content="\n".join(shown),
+        entries=shown,
+        next_offset=end if end < len(entries) else None,
     )

@@ -61,7 +61,8 @@ class ContextChanges(_Record):
             return files
         return [
             {**f, "change": "modified" if f.get("status") == "binary" else f.get("status")}
-            if isinstance(f, dict) and "change" not in f else f
+            if isinstance(f, dict) and "change" not in f
+            else f
             for f in files
         ]
 
@@ -72,7 +73,10 @@ class FilesResult(_Record):
     contexts: list[ContextChanges] = Field(default_factory=list)
     patch_chars: int = 0
     outside: list[str] = Field(
-        default_factory=list, description="files the winner left outside every project folder: not in the diff"
+        default_factory=list,
+        description="files the winner left outside every project folder: not in the diff",
     )
     error: str | None = None
-    read: str | None = Field(default=None, description="how to read the whole patch (the view says it, never stored)")
+    read: str | None = Field(
+        default=None, description="how to read the whole patch (the view says it, never stored)"
+    )

@@ -74,7 +74,9 @@ class JobService:
         self._admission = Admission(settings, store, self.access, environ, self._owner_id, probe=probe)
         self._jobs = Lifecycle(settings, store, backend_factory, retry, self._steering)
         self._scopes = self._jobs.scopes  # the jobs this process runs
-        self.lookup = JobLookup(settings, store, environ)  # every read, the job-id check and the caller's rules
+        self.lookup = JobLookup(
+            settings, store, environ
+        )  # every read, the job-id check and the caller's rules
         self.web_links = self.lookup.web_links  # job pages: this server's web view, else `conclave web`'s
 
     @classmethod
@@ -137,8 +139,18 @@ class JobService:
 
         With `follow_up`, the job continues that earlier one (follow_ups.py says what carries over)."""
         earlier = await self._row(follow_up, caller, "follow_up") if follow_up is not None else None
-        request = JobRequest(task, team, context_paths, apply, force_binary, allow_artifacts, verify, max_cost_usd,
-                          max_tokens, caller or LOCAL)
+        request = JobRequest(
+            task,
+            team,
+            context_paths,
+            apply,
+            force_binary,
+            allow_artifacts,
+            verify,
+            max_cost_usd,
+            max_tokens,
+            caller or LOCAL,
+        )
         job = await self._admission.admit(request, earlier)
         self._jobs.admitted(job.job_id)
         self._tg.start_soon(self._jobs.run, job.job_id, job.task, job.team)
@@ -148,7 +160,11 @@ class JobService:
         return await self._view(job_id, caller)
 
     async def wait(
-        self, job_id: str, wait_seconds: float, on_progress: ProgressCallback | None = None, caller: str | None = None
+        self,
+        job_id: str,
+        wait_seconds: float,
+        on_progress: ProgressCallback | None = None,
+        caller: str | None = None,
     ) -> JobView:
         """Long-poll: return when the job is done or `wait_seconds` pass, reporting every change."""
         _check_wait(wait_seconds)
@@ -195,10 +211,14 @@ class JobService:
             raise JobFinished(job_id, view.state)
         count = len(view.notes) + 1
         await self.store.add_note(view.job_id, text)
-        await self._steering.deliver(view.job_id)  # a job of ours takes it now; another process's watch loop does
+        await self._steering.deliver(
+            view.job_id
+        )  # a job of ours takes it now; another process's watch loop does
         with anyio.move_on_after(5 if view.state != "queued" else 0):
-            while not await self.store.read(delivered, self.store.sync, view.job_id, count) and not (
-                    await self._view(job_id)).done:
+            while (
+                not await self.store.read(delivered, self.store.sync, view.job_id, count)
+                and not (await self._view(job_id)).done
+            ):
                 await anyio.sleep(POLL_S)
         return await self._view(job_id)
 

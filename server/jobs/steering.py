@@ -46,7 +46,9 @@ class Steering:
     async def deliver_all(self) -> None:
         """Every running job's new notes, read in one reader-thread hop."""
         marks, sync = dict(self._delivered), self._store.sync
-        pending = await self._store.read(lambda: {job: sync.notes_after(job, seq) for job, seq in marks.items()})
+        pending = await self._store.read(
+            lambda: {job: sync.notes_after(job, seq) for job, seq in marks.items()}
+        )
         for job_id, notes in pending.items():
             self._hand_over(notes, job_id)
 
@@ -68,8 +70,14 @@ def note_views(store: Store, job_id: str) -> list[NoteView]:
     for index, event in enumerate(store.events(job_id, "note")):
         taken = steered[index] if index < len(steered) else None  # notes reach the protocol in order
         seen = taken is not None and not taken.get("late")  # a note after the vote changes nothing
-        views.append(NoteView(text=str(event.data["text"]), at=event.at, seen=seen,
-                              round=int(taken["round"]) if taken and seen else None))
+        views.append(
+            NoteView(
+                text=str(event.data["text"]),
+                at=event.at,
+                seen=seen,
+                round=int(taken["round"]) if taken and seen else None,
+            )
+        )
     return views
 
 
@@ -83,7 +91,9 @@ def checked_note(message: object, max_chars: int) -> str:
     text = message.strip() if isinstance(message, str) else ""
     if not text or len(text) > max_chars:
         fix = f"give a note of 1 to {max_chars} characters, e.g. 'keep the public API unchanged'"
-        raise InputError("message", message if len(str(message)) < 80 else f"<{len(str(message))} characters>", fix)
+        raise InputError(
+            "message", message if len(str(message)) < 80 else f"<{len(str(message))} characters>", fix
+        )
     return text
 
 

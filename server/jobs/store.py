@@ -159,17 +159,29 @@ class Store(ThreadRecords[JobRow]):
         now = self._clock()
         with self._write():
             self._db.execute(
-                "INSERT INTO jobs (id, task, team_name, team_json, state, phase, created_at, owner_pid, owner_id,"
+                "INSERT INTO jobs (id, task, team_name, team_json, state, phase, created_at, owner_pid, "
+                "owner_id,"
                 " heartbeat, options_json, caller)"
                 " VALUES (?, ?, ?, ?, 'queued', 'waiting for a free slot', ?, ?, ?, ?, ?, ?)",
-                (job_id, task, team_name, team_json, now, owner_pid, owner_id, now,
-                 (options or JobOptions()).model_dump_json(), caller),
+                (
+                    job_id,
+                    task,
+                    team_name,
+                    team_json,
+                    now,
+                    owner_pid,
+                    owner_id,
+                    now,
+                    (options or JobOptions()).model_dump_json(),
+                    caller,
+                ),
             )
 
     def set_files(self, job_id: str, files: FilesResult) -> None:
         with self._write():
             self._db.execute(
-                "UPDATE jobs SET files_json = ?, rev = rev + 1 WHERE id = ?", (files.model_dump_json(), job_id)
+                "UPDATE jobs SET files_json = ?, rev = rev + 1 WHERE id = ?",
+                (files.model_dump_json(), job_id),
             )
 
     def job(self, job_id: str) -> JobRow | None:
@@ -187,7 +199,8 @@ class Store(ThreadRecords[JobRow]):
     def changes(self, job_id: str) -> tuple[int, int, str] | None:
         """(rev, events, state): what a watcher compares to see that anything happened; None: no such job."""
         row = self._db.execute(
-            "SELECT rev, state, (SELECT COUNT(*) FROM events WHERE job_id = ?) AS events FROM jobs WHERE id = ?",
+            "SELECT rev, state, (SELECT COUNT(*) FROM events WHERE job_id = ?) AS events FROM jobs WHERE id "
+            "= ?",
             (job_id, job_id),
         ).fetchone()
         return None if row is None else (int(row["rev"]), int(row["events"]), str(row["state"]))
@@ -197,7 +210,8 @@ class Store(ThreadRecords[JobRow]):
         final = state not in ACTIVE_STATES
         with self._write():
             self._db.execute(
-                "UPDATE jobs SET state = ?, phase = COALESCE(?, phase), error = COALESCE(?, error), rev = rev + 1,"
+                "UPDATE jobs SET state = ?, phase = COALESCE(?, phase), error = COALESCE(?, error), rev = "
+                "rev + 1,"
                 " started_at = CASE WHEN ? = 'running' AND started_at IS NULL THEN ? ELSE started_at END,"
                 " finished_at = CASE WHEN ? THEN ? ELSE finished_at END WHERE id = ?",
                 (state, phase, error, state, now, final, now, job_id),
@@ -226,7 +240,8 @@ class Store(ThreadRecords[JobRow]):
     def finished_jobs(self) -> list[tuple[str, float]]:
         """Every job that is over (not queued, running or presenting), oldest first: (id, finished_at)."""
         rows = self._db.execute(
-            "SELECT id, COALESCE(finished_at, created_at) AS at FROM jobs WHERE state NOT IN (?, ?, ?) ORDER BY at",
+            "SELECT id, COALESCE(finished_at, created_at) AS at FROM jobs WHERE state NOT IN (?, ?, ?) "
+            "ORDER BY at",
             ACTIVE_STATES,
         ).fetchall()
         return [(row["id"], float(row["at"])) for row in rows]
@@ -236,7 +251,9 @@ class Store(ThreadRecords[JobRow]):
         with self._write():
             for table in ("events", "answers", "votes", "usage"):
                 self._db.execute(f"DELETE FROM {table} WHERE job_id = ?", (job_id,))
-            self._db.execute("DELETE FROM jobs WHERE id = ? AND state NOT IN (?, ?, ?)", (job_id, *ACTIVE_STATES))
+            self._db.execute(
+                "DELETE FROM jobs WHERE id = ? AND state NOT IN (?, ?, ?)", (job_id, *ACTIVE_STATES)
+            )
 
     def heartbeat(self, owner_id: str) -> None:
         with self._write():
@@ -266,21 +283,39 @@ class Store(ThreadRecords[JobRow]):
             )
             if event.kind == "answer":
                 self._db.execute(
-                    "INSERT INTO answers (job_id, label, letter, revision, content, at) VALUES (?, ?, ?, ?, ?, ?)",
+                    "INSERT INTO answers (job_id, label, letter, revision, content, at) VALUES (?, ?, ?, ?, "
+                    "?, ?)",
                     (job_id, data["label"], event.letter, data["revision"], data["content"], now),
                 )
             elif event.kind in ("vote", "vote_discarded"):
                 self._db.execute(
-                    "INSERT INTO votes (job_id, seq, voter, label, reason, valid, at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    (job_id, seq, event.letter, data["label"], data.get("reason", ""), event.kind == "vote", now),
+                    "INSERT INTO votes (job_id, seq, voter, label, reason, valid, at) VALUES (?, ?, ?, ?, "
+                    "?, ?, ?)",
+                    (
+                        job_id,
+                        seq,
+                        event.letter,
+                        data["label"],
+                        data.get("reason", ""),
+                        event.kind == "vote",
+                        now,
+                    ),
                 )
             elif event.kind == "usage":
                 agent = next(a for a in progress.agents if a.letter == event.letter)
                 u = agent.usage
                 self._db.execute(
                     "INSERT OR REPLACE INTO usage VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    (job_id, agent.letter, agent.model, u.calls, u.input_tokens, u.output_tokens,
-                     u.cached_input_tokens, u.cost_usd),
+                    (
+                        job_id,
+                        agent.letter,
+                        agent.model,
+                        u.calls,
+                        u.input_tokens,
+                        u.output_tokens,
+                        u.cached_input_tokens,
+                        u.cost_usd,
+                    ),
                 )
             result = JobResult.model_validate(data).model_dump_json() if event.kind == "finished" else None
             stored = progress.model_dump(mode="json")
@@ -294,7 +329,6 @@ class Store(ThreadRecords[JobRow]):
         self._next_seq[job_id], self._stored_progress[job_id] = seq + 1, stored
         if event.kind == "finished":
             self.forget(job_id)
-
 
     def _seq(self, job_id: str) -> int:
         """The job's next event number: remembered, or read once from the primary key's index."""
@@ -317,10 +351,14 @@ class Store(ThreadRecords[JobRow]):
     def events(self, job_id: str, kind: str | None = None) -> list[JobEvent]:
         """The job's events in order; with `kind`, only those."""
         rows = self._db.execute(
-            "SELECT at, kind, letter, data_json FROM events WHERE job_id = ? AND (? IS NULL OR kind = ?) ORDER BY seq",
+            "SELECT at, kind, letter, data_json FROM events WHERE job_id = ? AND (? IS NULL OR kind = ?) "
+            "ORDER BY seq",
             (job_id, kind, kind),
         ).fetchall()
-        return [JobEvent(kind=r["kind"], letter=r["letter"], data=json.loads(r["data_json"]), at=r["at"]) for r in rows]
+        return [
+            JobEvent(kind=r["kind"], letter=r["letter"], data=json.loads(r["data_json"]), at=r["at"])
+            for r in rows
+        ]
 
     def team_usage(self, team_name: str, limit: int = 20) -> list[list[AgentUsage]]:
         """Per agent, the usage of the last `limit` completed jobs of team `team_name`, newest job first."""
@@ -338,7 +376,8 @@ class Store(ThreadRecords[JobRow]):
 
     def answers(self, job_id: str) -> list[AnswerRow]:
         rows = self._db.execute(
-            "SELECT label, letter, revision, content, at FROM answers WHERE job_id = ? ORDER BY at, label", (job_id,)
+            "SELECT label, letter, revision, content, at FROM answers WHERE job_id = ? ORDER BY at, label",
+            (job_id,),
         ).fetchall()
         return [AnswerRow(**dict(row)) for row in rows]
 

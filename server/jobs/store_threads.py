@@ -52,14 +52,18 @@ class ThreadRecords(Generic[Row]):
             root = row.follow_up
             seen.add(root)
         rows = self._db.execute(
-            "WITH RECURSIVE chain(id) AS (SELECT ? UNION SELECT j.id FROM jobs j JOIN chain c ON j.follow_up = c.id)"
+            "WITH RECURSIVE chain(id) AS (SELECT ? UNION SELECT j.id FROM jobs j JOIN chain c ON "
+            "j.follow_up = c.id)"
             " SELECT id FROM jobs WHERE id IN (SELECT id FROM chain) ORDER BY created_at LIMIT ?",
             (root, THREAD_LIMIT),
         ).fetchall()
         return [found for r in rows if (found := self.job(r["id"])) is not None]
 
     def has_follow_ups(self, job_id: str) -> bool:
-        return self._db.execute("SELECT 1 FROM jobs WHERE follow_up = ? LIMIT 1", (job_id,)).fetchone() is not None
+        return (
+            self._db.execute("SELECT 1 FROM jobs WHERE follow_up = ? LIMIT 1", (job_id,)).fetchone()
+            is not None
+        )
 
     def add_note(self, job_id: str, text: str) -> int:
         """Store a steering note as an event of the job; its sequence number."""
@@ -69,7 +73,8 @@ class ThreadRecords(Generic[Row]):
             at = round(now - row["started_at"], 3) if row is not None and row["started_at"] else 0.0
             seq = self._db.execute("SELECT COUNT(*) FROM events WHERE job_id = ?", (job_id,)).fetchone()[0]
             self._db.execute(
-                "INSERT INTO events (job_id, seq, at, kind, letter, data_json) VALUES (?, ?, ?, 'note', NULL, ?)",
+                "INSERT INTO events (job_id, seq, at, kind, letter, data_json) VALUES (?, ?, ?, 'note', "
+                "NULL, ?)",
                 (job_id, seq, at, json.dumps({"text": text, "seq": seq})),
             )
             self._db.execute("UPDATE jobs SET rev = rev + 1 WHERE id = ?", (job_id,))

@@ -29,14 +29,18 @@ class TeamHistory(_View):
 
     def text(self) -> str:
         cost = f", ${self.typical_cost_usd:.4f}" if self.typical_cost_usd is not None else ""
-        return f"typically {self.typical_tokens:,} tokens{cost} per job ({plural(self.jobs, 'past job')} here)"
+        return (
+            f"typically {self.typical_tokens:,} tokens{cost} per job ({plural(self.jobs, 'past job')} here)"
+        )
 
 
 class TeamAgentInfo(_View):
     model: str
     key_variables: list[str] = Field(description="environment variables that may hold the key")
     key_set: bool
-    cli: str | None = Field(default=None, description="a coding-agent CLI member: how you are logged in to it")
+    cli: str | None = Field(
+        default=None, description="a coding-agent CLI member: how you are logged in to it"
+    )
 
 
 class TeamInfo(_View):
@@ -48,9 +52,12 @@ class TeamInfo(_View):
     demo: bool = Field(default=False, description="a demo of the protocol on a tiny model: not for real work")
     missing_keys: list[str] = Field(default_factory=list)
     unreachable: dict[str, str] = Field(
-        default_factory=dict, description="the team's own servers (base URLs) that did not answer, and why")
+        default_factory=dict, description="the team's own servers (base URLs) that did not answer, and why"
+    )
     error: str | None = Field(default=None, description="why the preset does not load")
-    history: TeamHistory | None = Field(default=None, description="typical usage per job here; none without history")
+    history: TeamHistory | None = Field(
+        default=None, description="typical usage per job here; none without history"
+    )
 
     def status(self) -> str:
         """ready, needs KEY, or not reachable at URL, in a few words."""
@@ -81,8 +88,9 @@ class TeamList(_View):
                 lines += textwrap.wrap(team.description, WIDTH, initial_indent="  ", subsequent_indent="  ")
             for agent in team.agents:
                 if agent.cli:
-                    lines += textwrap.wrap(f"{agent.model}: {agent.cli}", WIDTH, initial_indent="  ",
-                                           subsequent_indent="    ")
+                    lines += textwrap.wrap(
+                        f"{agent.model}: {agent.cli}", WIDTH, initial_indent="  ", subsequent_indent="    "
+                    )
             if team.history is not None:
                 lines.append(f"  {team.history.text()}")
         lines.append(f"Default team: {self.default or 'none (set a provider key or name a team)'}")
@@ -103,7 +111,8 @@ def team_list(
     history: Callable[[Team], TeamHistory | None] = lambda team: None,
     unreachable: Mapping[str, str] | None = None,
 ) -> TeamList:
-    """Each preset with its status; `unreachable` (from jobs/reach.py) names the servers that did not answer."""
+    """Each preset with its status; `unreachable` (from jobs/reach.py) names the servers that did not
+    answer."""
     down = unreachable or {}
     teams: list[TeamInfo] = []
     default: str | None = None
@@ -121,11 +130,21 @@ def team_list(
             )
             for agent in team.agents
         ]
-        gone = {url: down[url] for agent in team.agents if (url := agent.base_url) is not None and url in down}
+        gone = {
+            url: down[url] for agent in team.agents if (url := agent.base_url) is not None and url in down
+        }
         teams.append(
-            TeamInfo(name=name, description=team.description, source=name, agents=agents,
-                     ready=not missing and not gone, demo=name == DEMO_TEAM, missing_keys=missing,
-                     unreachable=gone, history=history(team))
+            TeamInfo(
+                name=name,
+                description=team.description,
+                source=name,
+                agents=agents,
+                ready=not missing and not gone,
+                demo=name == DEMO_TEAM,
+                missing_keys=missing,
+                unreachable=gone,
+                history=history(team),
+            )
         )
     try:
         default = resolve_team(None, environ).name

@@ -29,7 +29,9 @@ class NoteView(_View):
 
     text: str
     at: float = Field(description="seconds into the job when it was left")
-    seen: bool = Field(description="the agents see it from their next turn; false: not yet, or the job ended first")
+    seen: bool = Field(
+        description="the agents see it from their next turn; false: not yet, or the job ended first"
+    )
     round: int | None = Field(default=None, description="the round the note started (its votes were cleared)")
 
 
@@ -46,28 +48,49 @@ class JobView(_View):
     agents: list[AgentProgress] = Field(default_factory=list)
     # The live picture (coordination/reports.py Progress) while the job runs; once it is done, `result`
     # says how it ended (the protocol's outcome and the final answer: one type, coordination/tally.py).
-    tally: dict[str, int] = Field(default_factory=dict, description="while the job runs: valid votes per latest answer")
+    tally: dict[str, int] = Field(
+        default_factory=dict, description="while the job runs: valid votes per latest answer"
+    )
     agree: list[list[str]] = Field(
-        default_factory=list, description="while the job runs: answers with the same final answer")
+        default_factory=list, description="while the job runs: answers with the same final answer"
+    )
     result: JobResult | None = Field(
-        default=None, description="when done: how the job ended: answer, winner, consensus, votes, reason, errors")
-    majority: str | None = Field(default=None, description="the vote in words, e.g. 'a majority: 2 of 3 votes'")
+        default=None,
+        description="when done: how the job ended: answer, winner, consensus, votes, reason, errors",
+    )
+    majority: str | None = Field(
+        default=None, description="the vote in words, e.g. 'a majority: 2 of 3 votes'"
+    )
     winner_check: str | None = Field(
-        default=None, description="with verify: the winner's check; whether it decided the vote, or none passed")
+        default=None,
+        description="with verify: the winner's check; whether it decided the vote, or none passed",
+    )
     leading: Leading | None = Field(
-        default=None, description="while the job runs: the answer that would win if it stopped now")
+        default=None, description="while the job runs: the answer that would win if it stopped now"
+    )
     estimate: Estimate | None = Field(default=None, description="while the job runs: what it may use")
-    checks: dict[str, str] = Field(default_factory=dict, description="with verify: each answer's check in words; "
-                                   "read_workspace path='verify/<label>' has its whole output")
-    budget: dict[str, float] = Field(default_factory=dict, description="the job's max_tokens and max_cost_usd")
+    checks: dict[str, str] = Field(
+        default_factory=dict,
+        description="with verify: each answer's check in words; "
+        "read_workspace path='verify/<label>' has its whole output",
+    )
+    budget: dict[str, float] = Field(
+        default_factory=dict, description="the job's max_tokens and max_cost_usd"
+    )
     diff_summary: FilesResult | None = Field(default=None, description="files changed (with workspaces)")
     usage: UsageTotals = UsageTotals()
-    notes: list[NoteView] = Field(default_factory=list, description="steering notes (steer_job), oldest first")
+    notes: list[NoteView] = Field(
+        default_factory=list, description="steering notes (steer_job), oldest first"
+    )
     follow_up: str | None = Field(default=None, description="the earlier job this one continues")
-    thread: list[str] = Field(default_factory=list, description="every job of this conversation, oldest first")
+    thread: list[str] = Field(
+        default_factory=list, description="every job of this conversation, oldest first"
+    )
     next: str = Field(description="what the caller should do next")
     web_url: str | None = Field(
-        default=None, description="the job's live page, when a web view is served (conclave web, serve --http)")
+        default=None,
+        description="the job's live page, when a web view is served (conclave web, serve --http)",
+    )
 
     @property
     def done(self) -> bool:
@@ -86,11 +109,17 @@ class JobView(_View):
 
     def text(self, surface: Surface = "mcp") -> str:
         """The readable block sent beside the structured result (`cli`: the hint in the CLI's words)."""
-        lines = [f"Job {self.job_id} ({self.team}): {self.state} - {self.phase} [{self.elapsed_s:.0f}s, round {self.round}]"]
+        lines = [
+            f"Job {self.job_id} ({self.team}): {self.state} - {self.phase} [{self.elapsed_s:.0f}s, round "
+            f"{self.round}]"
+        ]
         for agent in self.agents:
             vote = f", votes {agent.vote}" if agent.vote else ""
             error = f", error: {agent.error}" if agent.error else ""
-            lines.append(f"  {agent.letter} {agent.model}: {agent.state}, {plural(agent.answers, 'answer')}{vote}{error}")
+            lines.append(
+                f"  {agent.letter} {agent.model}: {agent.state}, "
+                f"{plural(agent.answers, 'answer')}{vote}{error}"
+            )
         result = self.result
         tally = self.votes()[0]
         if tally:
@@ -121,7 +150,8 @@ class JobView(_View):
         usage = self.usage
         cost = f", ${usage.cost_usd:.4f}" if usage.cost_usd is not None else ""
         lines.append(
-            f"Usage: {usage.input_tokens} in ({usage.cached_input_tokens} cached), {usage.output_tokens} out{cost}"
+            f"Usage: {usage.input_tokens} in ({usage.cached_input_tokens} cached), {usage.output_tokens} "
+            f"out{cost}"
         )
         if self.answer is not None:
             lines += ["", "Final answer:", self.answer]
@@ -143,7 +173,9 @@ def structured(view: JobView) -> dict[str, object]:
     """The view as an MCP result's structured content: what matters first (in the result too), then the
     rest in model order; empty fields and per-agent token counts left out (the job's total stays). Still
     a valid JobView."""
-    data = _lead(view.model_dump(mode="json", exclude_none=True, exclude={"agents": {"__all__": {"usage"}}}), LEAD)
+    data = _lead(
+        view.model_dump(mode="json", exclude_none=True, exclude={"agents": {"__all__": {"usage"}}}), LEAD
+    )
     result = data.get("result")
     if isinstance(result, dict):
         data["result"] = _lead(result, RESULT_LEAD)
@@ -152,7 +184,10 @@ def structured(view: JobView) -> dict[str, object]:
 
 def _lead(data: dict[str, object], lead: tuple[str, ...]) -> dict[str, object]:
     data = {key: value for key, value in data.items() if value not in ({}, [])}
-    return {**{key: data[key] for key in lead if key in data}, **{k: v for k, v in data.items() if k not in lead}}
+    return {
+        **{key: data[key] for key in lead if key in data},
+        **{k: v for k, v in data.items() if k not in lead},
+    }
 
 
 def estimate_text(estimate: Estimate) -> str:
@@ -183,10 +218,15 @@ def majority_text(result: JobResult) -> str:
     """Whether there was a majority and by how many votes, in words (the JobView and the CLI say it)."""
     margin = f"{result.votes} of {result.voters} vote{'s' if result.voters != 1 else ''}"
     same = [labels for labels in result.agree if result.winner in labels]
-    with_same = f" (with {', '.join(label for label in same[0] if label != result.winner)}: the same answer)" if same else ""
+    with_same = (
+        f" (with {', '.join(label for label in same[0] if label != result.winner)}: the same answer)"
+        if same
+        else ""
+    )
     if result.fallback:
-        return (f"no majority: the vote did not finish; the best-supported answer so far has {margin}"
-                f"{with_same}")
+        return (
+            f"no majority: the vote did not finish; the best-supported answer so far has {margin}{with_same}"
+        )
     turnout = "every agent voted" if result.all_voted else "not every agent voted"
     if result.consensus:
         return f"a majority: {margin}{with_same}; {turnout}"
@@ -207,7 +247,8 @@ def phase_of(event: JobEvent) -> str | None:
         case "answer_refused":
             return f"{who}'s answer was refused ({d['error']}); it is asked again"
         case "vote_discarded":
-            return f"{who}'s vote for {d['label']} was discarded (the answers changed or it named no current answer)"
+            why = "the answers changed or it named no current answer"
+            return f"{who}'s vote for {d['label']} was discarded ({why})"
         case "agent_failed":
             return f"{who} dropped out: {d['error']}"
         case "deadline" | "budget_reached":
@@ -238,28 +279,44 @@ def next_hint(state: str, job_id: str, team: str, surface: Surface = "mcp") -> s
     """What to do now, in the words of the surface that shows it."""
     match state:
         case "queued" | "running" | "presenting":
-            hint = (f"call get_status with job_id={job_id!r} and wait_seconds=45 to wait for the result; "
-                    f"cancel_job stops it; {term('steer')}") if surface == "mcp" else (
-                    f"wait with `conclave status {job_id}`; {term('steer')}")
+            hint = (
+                (
+                    f"call get_status with job_id={job_id!r} and wait_seconds=45 to wait for the result; "
+                    f"cancel_job stops it; {term('steer')}"
+                )
+                if surface == "mcp"
+                else (f"wait with `conclave status {job_id}`; {term('steer')}")
+            )
         case "completed":
-            hint = (f"use the answer above; {term('read_transcript')} shows how the team got there; to go on "
-                    f"from it (a failing test, a new requirement), {term('follow_up')}")
+            hint = (
+                f"use the answer above; {term('read_transcript')} shows how the team got there; to go on "
+                f"from it (a failing test, a new requirement), {term('follow_up')}"
+            )
         case "interrupted":
-            hint = (f"the server stopped while this job ran; its answers stay readable with "
-                    f"{term('read_answers')}; {term('ask_again')} to run it anew, or {term('follow_up')} to go on "
-                    "from its last best answer")
+            hint = (
+                f"the server stopped while this job ran; its answers stay readable with "
+                f"{term('read_answers')}; {term('ask_again')} to run it anew, or {term('follow_up')} to go "
+                "on "
+                "from its last best answer"
+            )
         case "cancelled":
-            hint = (f"the job was cancelled; its answers so far are readable with {term('read_answers')}; "
-                    f"to go on from its last best answer, {term('follow_up')}")
+            hint = (
+                f"the job was cancelled; its answers so far are readable with {term('read_answers')}; "
+                f"to go on from its last best answer, {term('follow_up')}"
+            )
         case _:
-            hint = (f"see the errors and the reason above; fix what they name (a key, a team file, a provider) "
-                    f"and {term('ask_again')}")
+            hint = (
+                f"see the errors and the reason above; fix what they name (a key, a team file, a provider) "
+                f"and {term('ask_again')}"
+            )
     if team == DEMO_TEAM and state not in ("failed", "cancelled"):
         hint += "; " + DEMO_NOTE.format(fix=term("demo_fix"))
     return say(hint, surface).replace("JOB", job_id)
 
 
-def job_view(row: JobRow, now: float, notes: list[NoteView] | None = None, thread: list[str] | None = None) -> JobView:
+def job_view(
+    row: JobRow, now: float, notes: list[NoteView] | None = None, thread: list[str] | None = None
+) -> JobView:
     progress, result = row.progress, job_result(row)
     checks = {label: check.text() for label, check in progress.checks.items()} if progress else {}
     active = row.state not in FINAL_STATES
@@ -314,4 +371,6 @@ def _diff_summary(row: JobRow) -> FilesResult | None:
     """The files the winner changed per context path, with how to read the whole patch."""
     if row.files is None or not row.files.patch_chars:
         return row.files
-    return row.files.model_copy(update={"read": f"read_workspace(job_id={row.id!r}, path='@diff') pages through the patch"})
+    return row.files.model_copy(
+        update={"read": f"read_workspace(job_id={row.id!r}, path='@diff') pages through the patch"}
+    )

@@ -161,6 +161,12 @@ async def _run(argv: list[str], what: str, cwd: Path | None = None) -> None:
 
 
 def _smoke_test(docker: object, image: str) -> None:
-    smoke_test(docker, image, ["sh", "-c", CLIS_SMOKE_TEST], timeout_s=300, what="the candidate CLI image",
-               environment={"HOME": "/tmp", "GEMINI_CLI_NO_RELAUNCH": "true", "DISABLE_AUTOUPDATER": "1"},
-               tmpfs={"/tmp": "rw,exec,size=1g"})
+    smoke_test(
+        docker,
+        image,
+        ["sh", "-c", CLIS_SMOKE_TEST],
+        timeout_s=300,
+        what="the candidate CLI image",
+        environment={"HOME": "/tmp", "GEMINI_CLI_NO_RELAUNCH": "true", "DISABLE_AUTOUPDATER": "1"},
+        tmpfs={"/tmp": "rw,exec,size=1g"},
+    )

@@ -222,13 +222,21 @@ class Sandbox:
         """The image, command, environment, network, tmpfs and extra mounts; a CLI member's sandbox extends
         them (sandbox/member.py), the confinement above stays the same."""
         return {
-            "image": image_tag(limits), "command": ["sleep", "infinity"], "environment": dict(ENVIRONMENT),
-            "network_mode": limits.network, "tmpfs": {"/tmp": TMP}, "mounts": [],
+            "image": image_tag(limits),
+            "command": ["sleep", "infinity"],
+            "environment": dict(ENVIRONMENT),
+            "network_mode": limits.network,
+            "tmpfs": {"/tmp": TMP},
+            "mounts": [],
         }
 
     async def exec(
-        self, command: str, timeout_s: float, max_bytes: int | None = None,
-        environment: Mapping[str, str] | None = None, output_cap: int | None = None,
+        self,
+        command: str,
+        timeout_s: float,
+        max_bytes: int | None = None,
+        environment: Mapping[str, str] | None = None,
+        output_cap: int | None = None,
     ) -> CommandResult:
         """Run `command` with `sh -c` in /workspace; kill it and its process group after `timeout_s`.
 
@@ -246,8 +254,14 @@ class Sandbox:
             argv = ["sh", "-c", 'ulimit -f "$1" || exit 125; shift; exec "$@"', "sh", limit, *argv]
         with anyio.move_on_after(timeout_s + self.grace_s) as overrun:
             raw = await anyio.to_thread.run_sync(
-                self._run, argv, self._generation, max_bytes, dict(environment or {}),
-                output_cap or self.output_cap, abandon_on_cancel=True, limiter=self._limiter
+                self._run,
+                argv,
+                self._generation,
+                max_bytes,
+                dict(environment or {}),
+                output_cap or self.output_cap,
+                abandon_on_cancel=True,
+                limiter=self._limiter,
             )
         duration = time.monotonic() - started
         if overrun.cancelled_caught:
@@ -264,20 +278,27 @@ class Sandbox:
         timed_out = exit_code == 137 and duration >= timeout_s * 0.95 and watched.reason is None
         notes = [note for note in (out.note("stdout"), err.note("stderr")) if note]
         if watched.reason is not None:
-            notes.insert(0, f"killed: {watched.reason} (the job's disk budget, CONCLAVE_JOB_DISK_MB); "
-                            "the sandbox was restarted (/workspace kept, /tmp emptied); "
-                            "delete files you do not need")
+            notes.insert(
+                0,
+                f"killed: {watched.reason} (the job's disk budget, CONCLAVE_JOB_DISK_MB); "
+                "the sandbox was restarted (/workspace kept, /tmp emptied); "
+                "delete files you do not need",
+            )
         elif max_bytes is not None and (exit_code == 153 or settled.total_bytes >= max_bytes):
-            notes.insert(0, f"the workspace reached the {max_bytes / 2**20:,.1f} MB the job's disk budget "
-                            "leaves it (CONCLAVE_JOB_DISK_MB): a file was stopped there (SIGXFSZ); "
-                            "delete files you do not need")
+            notes.insert(
+                0,
+                f"the workspace reached the {max_bytes / 2**20:,.1f} MB the job's disk budget "
+                "leaves it (CONCLAVE_JOB_DISK_MB): a file was stopped there (SIGXFSZ); "
+                "delete files you do not need",
+            )
         elif timed_out:
             notes.insert(0, f"killed after {timeout_s:g} s (the timeout), with every process it started")
         elif exit_code == 137:
             notes.insert(0, "killed by SIGKILL: most likely out of memory (the sandbox's memory limit)")
         if settled.stripped:
-            notes.append(f"setuid, setgid and world-write bits cleared on {settled.stripped} "
-                         "workspace entries")
+            notes.append(
+                f"setuid, setgid and world-write bits cleared on {settled.stripped} workspace entries"
+            )
         return CommandResult(
             exit_code, out.text(), err.text(), timed_out, duration, tuple(notes), settled.total_bytes
         )
@@ -286,7 +307,11 @@ class Sandbox:
         return ["timeout", "-s", "KILL", f"{timeout_s:g}", "sh", "-c", command]
 
     def _run(
-        self, argv: list[str], generation: int, max_bytes: int | None, environment: dict[str, str],
+        self,
+        argv: list[str],
+        generation: int,
+        max_bytes: int | None,
+        environment: dict[str, str],
         cap: int = OUTPUT_CAP,
     ) -> tuple[int | None, _Capped, _Capped, Settled, Watched]:
         import docker

@@ -64,8 +64,9 @@ def _free(root: Path) -> int:
     return info.f_bavail * info.f_frsize
 
 
-def watch(root: Path, room: int | None, stop: Callable[[str], None], done: threading.Event,
-          floor: int = FREE_FLOOR) -> Watched:
+def watch(
+    root: Path, room: int | None, stop: Callable[[str], None], done: threading.Event, floor: int = FREE_FLOOR
+) -> Watched:
     """Poll until `done` is set; call `stop(reason)` once when the workspace outgrows `room` bytes (or its
     size at the start when that is more: a command may delete files) (None: no budget, only the
     free-space floor), or the host's free space falls below `floor`."""
@@ -101,7 +102,8 @@ def watch(root: Path, room: int | None, stop: Callable[[str], None], done: threa
 
 # Where a container's processes are listed on the host (cgroup v1 and v2, cgroupfs and systemd drivers).
 CGROUP_PROCS = (
-    "/sys/fs/cgroup/pids/docker/{id}/cgroup.procs", "/sys/fs/cgroup/docker/{id}/cgroup.procs",
+    "/sys/fs/cgroup/pids/docker/{id}/cgroup.procs",
+    "/sys/fs/cgroup/docker/{id}/cgroup.procs",
     "/sys/fs/cgroup/system.slice/docker-{id}.scope/cgroup.procs",
 )
 

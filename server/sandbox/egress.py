@@ -149,12 +149,19 @@ class EgressProxy:
         self.denied.append(denial)
         logger.warning(
             "egress %s: refused %s %s:%d (not on its allowlist)",
-            self.label or "-", denial.method, denial.host, denial.port,
+            self.label or "-",
+            denial.method,
+            denial.host,
+            denial.port,
         )
-        return _Refused(403, "Forbidden", (
-            f"conclave egress: {request.host}:{request.port} is not on this member's allowlist "
-            "(docs/subscriptions.md says how to add a host)"
-        ))
+        return _Refused(
+            403,
+            "Forbidden",
+            (
+                f"conclave egress: {request.host}:{request.port} is not on this member's allowlist "
+                "(docs/subscriptions.md says how to add a host)"
+            ),
+        )
 
     async def _connect(self, request: _Request) -> anyio.abc.SocketStream:
         try:

@@ -253,12 +253,24 @@ def _import(docker: object, tarball: Path, candidate: str) -> None:
 
 
 def _smoke_test(docker: object, image: str) -> None:
-    smoke_test(docker, image, list(SMOKE_TEST), environment={"HOME": "/workspace"}, timeout_s=120,
-               what=f"the candidate image ({' '.join(SMOKE_TEST)})")
+    smoke_test(
+        docker,
+        image,
+        list(SMOKE_TEST),
+        environment={"HOME": "/workspace"},
+        timeout_s=120,
+        what=f"the candidate image ({' '.join(SMOKE_TEST)})",
+    )
 
 
 def smoke_test(
-    docker: object, image: str, command: list[str], *, environment: dict[str, str], timeout_s: int, what: str,
+    docker: object,
+    image: str,
+    command: list[str],
+    *,
+    environment: dict[str, str],
+    timeout_s: int,
+    what: str,
     tmpfs: dict[str, str] | None = None,
 ) -> None:
     """Run `command` in `image` as uid 1000 with no network, read-only, every capability dropped; a

@@ -57,7 +57,8 @@ BRIDGE = (
 # 127.0.0.1:3128 listening, as /proc/net/tcp writes it (address:port in hex, state 0A)
 _LISTENING = f"0100007F:{PROXY_PORT:04X} 00000000:0000 0A"
 _AWAIT_BRIDGE = (
-    f"i=0; until grep -q '{_LISTENING}' /proc/net/tcp; do i=$((i+1)); [ $i -gt 200 ] && exit 1; sleep 0.05; done"
+    f"i=0; until grep -q '{_LISTENING}' /proc/net/tcp; "
+    "do i=$((i+1)); [ $i -gt 200 ] && exit 1; sleep 0.05; done"
 )
 
 
@@ -136,7 +137,9 @@ class MemberSandbox(Sandbox):
         """
         parts = PurePosixPath(path).parts
         if not parts or PurePosixPath(path).is_absolute() or ".." in parts or len(data) > 96_000:
-            raise SandboxError(f"cannot write {path!r} into the member's HOME: give a relative path, files < 96 KB")
+            raise SandboxError(
+                f"cannot write {path!r} into the member's HOME: give a relative path, files < 96 KB"
+            )
         script = 'umask 077; mkdir -p "$(dirname "$1")" && printf %s "$CONCLAVE_FILE" | base64 -d > "$1"'
         result = await self.exec(
             f"sh -c {shlex.quote(script)} sh {shlex.quote(f'{HOME}/{path}')}",

@@ -37,8 +37,10 @@ from conclave.web.snapshot import Reader
 
 POLL_S = 0.25  # how often an open page's stream looks at the store
 KEEP_ALIVE_S = 15.0
-CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
-       "object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
+CSP = (
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
+    "object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+)
 HEADERS = {
     "Content-Security-Policy": CSP,
     "X-Content-Type-Options": "nosniff",
@@ -73,8 +75,9 @@ class WebView:
             return JSONResponse({"error": refused.reason}, refused.status, headers=HEADERS)
         return self.html("login.html", 401)  # a page without the token: the sign-in form, and no job data
 
-    def guarded(self, handler: Callable[[Request, Caller], Awaitable[Response]], *, write: bool = False
-                ) -> Callable[[Request], Awaitable[Response]]:
+    def guarded(
+        self, handler: Callable[[Request, Caller], Awaitable[Response]], *, write: bool = False
+    ) -> Callable[[Request], Awaitable[Response]]:
         """The route behind the one auth check (auth.py)."""
 
         async def route(request: Request) -> Response:
@@ -122,8 +125,11 @@ class WebView:
     async def events(self, request: Request, caller: Caller) -> Response:
         row = await self.job_row(request, caller)
         url = str(request.url_for("job", job_id=row.id))
-        return StreamingResponse(self._stream(row.id, url), headers={**HEADERS, "X-Accel-Buffering": "no"},
-                                 media_type="text/event-stream")
+        return StreamingResponse(
+            self._stream(row.id, url),
+            headers={**HEADERS, "X-Accel-Buffering": "no"},
+            media_type="text/event-stream",
+        )
 
     async def _stream(self, job_id: str, url: str) -> AsyncIterator[str]:
         yield "retry: 2000\n\n"
@@ -183,8 +189,11 @@ class WebView:
         name = request.path_params["name"]
         if name not in STATIC:
             return JSONResponse({"error": f"no static file {name!r}"}, 404, headers=HEADERS)
-        return Response(self._files[name], headers={**HEADERS, "Cache-Control": "no-cache"},
-                        media_type=f"{STATIC[name]}; charset=utf-8")
+        return Response(
+            self._files[name],
+            headers={**HEADERS, "Cache-Control": "no-cache"},
+            media_type=f"{STATIC[name]}; charset=utf-8",
+        )
 
     def routes(self) -> list[BaseRoute]:
         return [
@@ -198,4 +207,3 @@ class WebView:
             Route("/api/jobs/{job_id}/events", self.guarded(self.events), methods=["GET"]),
             Route("/api/jobs/{job_id}/cancel", self.guarded(self.cancel, write=True), methods=["POST"]),
         ]
-

@@ -54,8 +54,14 @@ async def running_web(settings: Settings, port: int, token: str | None = None) -
     token = token or web_token(settings)
     port = port or _free_port()  # known before the routes: the session cookie is named after it
     async with web_routes(settings, token, port, "127.0.0.1") as routes, anyio.create_task_group() as tg:
-        config = uvicorn.Config(Starlette(routes=routes), host="127.0.0.1", port=port, log_level="warning",
-                                lifespan="off", timeout_graceful_shutdown=SHUTDOWN_S)
+        config = uvicorn.Config(
+            Starlette(routes=routes),
+            host="127.0.0.1",
+            port=port,
+            log_level="warning",
+            lifespan="off",
+            timeout_graceful_shutdown=SHUTDOWN_S,
+        )
         server = uvicorn.Server(config)
         # Signals are the caller's.
         server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign]

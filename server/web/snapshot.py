@@ -133,15 +133,29 @@ class Reader:
         for answer in answers:
             check = checks.get(answer.label)
             output = outputs.get(answer.label)
-            cards.setdefault(answer.letter, []).append(AnswerCard(
-                label=answer.label, revision=answer.revision, content=answer.content, at=answer.at,
-                latest=latest[answer.letter] == answer.label, votes=tally.get(answer.label, 0),
-                check=check.text() if check else None, check_status=check.status if check else None,
-                check_output=output[-MAX_OUTPUT_CHARS:] if output else None,
-            ))
+            cards.setdefault(answer.letter, []).append(
+                AnswerCard(
+                    label=answer.label,
+                    revision=answer.revision,
+                    content=answer.content,
+                    at=answer.at,
+                    latest=latest[answer.letter] == answer.label,
+                    votes=tally.get(answer.label, 0),
+                    check=check.text() if check else None,
+                    check_status=check.status if check else None,
+                    check_output=output[-MAX_OUTPUT_CHARS:] if output else None,
+                )
+            )
         diff, cut = self._diff(row)
-        return JobPage(view=view, task=row.task, answers=cards, timeline=timeline(events), diff=diff,
-                       diff_cut=cut, seq=len(events))
+        return JobPage(
+            view=view,
+            task=row.task,
+            answers=cards,
+            timeline=timeline(events),
+            diff=diff,
+            diff_cut=cut,
+            seq=len(events),
+        )
 
     def _diff(self, row: JobRow) -> tuple[str | None, bool]:
         workspaces = job_workspaces(row, self._jobs_dir)
@@ -170,12 +184,28 @@ def timeline(events: list[JobEvent]) -> list[Moment]:
             held.clear()
         match kind:
             case "answer":
-                moments.append(Moment(at=event.at, kind=kind, letter=who, label=d["label"],
-                                      text=f"{who} posted {d['label']}", body=d["content"]))
+                moments.append(
+                    Moment(
+                        at=event.at,
+                        kind=kind,
+                        letter=who,
+                        label=d["label"],
+                        text=f"{who} posted {d['label']}",
+                        body=d["content"],
+                    )
+                )
             case "vote":
                 held[who or "?"] = d["label"]
-                moments.append(Moment(at=event.at, kind=kind, letter=who, label=d["label"],
-                                      text=f"{who} voted for {d['label']}", body=d.get("reason") or None))
+                moments.append(
+                    Moment(
+                        at=event.at,
+                        kind=kind,
+                        letter=who,
+                        label=d["label"],
+                        text=f"{who} voted for {d['label']}",
+                        body=d.get("reason") or None,
+                    )
+                )
             case "vote_discarded":
                 moments.append(
                     Moment(

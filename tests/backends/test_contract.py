@@ -116,8 +116,12 @@ async def test_every_attempt_counts_what_its_provider_billed(fakes: FakeProvider
     """A 429 bills nothing; a stream cut after its start bills its input where the provider said it
     (Anthropic, Gemini), and OpenAI's usage only ever comes in the last chunk; then the retry's."""
     agent = uuid.uuid4().hex[:12]
-    fakes.script.enqueue(agent, Reply(status=429), Reply(text="cut short", cut_stream=True),
-                         Reply(text="third time, whole", usage=(300, 7, 0)))
+    fakes.script.enqueue(
+        agent,
+        Reply(status=429),
+        Reply(text="cut short", cut_stream=True),
+        Reply(text="third time, whole", usage=(300, 7, 0)),
+    )
     backend = backend_for(fakes, provider, agent, stream=True)
     heard: list[tuple[Usage, bool]] = []
 

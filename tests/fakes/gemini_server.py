@@ -111,8 +111,11 @@ class _Bill:
         self.script, self.agent, self.said = script, agent, (0, 0, 0)
 
     def sent(self, usage: dict[str, Any]) -> None:
-        now = (usage.get("promptTokenCount", 0), usage.get("candidatesTokenCount", 0),
-               usage.get("cachedContentTokenCount", 0))
+        now = (
+            usage.get("promptTokenCount", 0),
+            usage.get("candidatesTokenCount", 0),
+            usage.get("cachedContentTokenCount", 0),
+        )
         new = tuple(a - b for a, b in zip(now, self.said, strict=True))
         self.said = now
         self.script.charge(self.agent, *new)

@@ -54,7 +54,11 @@ def http_server(tmp_path: Path, env: Mapping[str, str], token: str | None = HTTP
     with log_path.open("wb") as log:
         process = subprocess.Popen(
             [sys.executable, "-m", "conclave", "serve", "--http", "--port", str(port)],
-            env=environ, cwd=tmp_path, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            env=environ,
+            cwd=tmp_path,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
         )
         url = f"http://127.0.0.1:{port}/mcp"
         try:

@@ -43,8 +43,14 @@ def routes(script: Script) -> list[Route]:
         billed = usage_for(reply, recorded, json.dumps(items))
         script.charge(recorded.agent, billed[0], billed[1], billed[2])  # sent whole in response.completed
         usage = usage_json(billed)
-        response = {"id": _id("resp"), "object": "response", "model": body.get("model", "gpt-fake"),
-                    "status": "completed", "output": items, "usage": usage}
+        response = {
+            "id": _id("resp"),
+            "object": "response",
+            "model": body.get("model", "gpt-fake"),
+            "status": "completed",
+            "output": items,
+            "usage": usage,
+        }
         if not recorded.streamed:
             return JSONResponse(response)
         return StreamingResponse(_events(response), media_type="text/event-stream")
@@ -52,41 +58,69 @@ def routes(script: Script) -> list[Route]:
     async def models(request: Request) -> Response:
         return JSONResponse({"object": "list", "data": [], "models": []})
 
-    return [Route(PREFIX + "/responses", responses, methods=["POST"]),
-            Route(PREFIX + "/models", models, methods=["GET"])]
+    return [
+        Route(PREFIX + "/responses", responses, methods=["POST"]),
+        Route(PREFIX + "/models", models, methods=["GET"]),
+    ]
 
 
 def output_items(reply: Reply) -> list[dict[str, Any]]:
     items: list[dict[str, Any]] = []
     for name, arguments in reply.tool_calls:
         if name == "tool_search":
-            items.append({"type": "tool_search_call", "id": _id("ts"), "call_id": _id("search"),
-                          "status": "completed", "execution": "client", "arguments": arguments})
+            items.append(
+                {
+                    "type": "tool_search_call",
+                    "id": _id("ts"),
+                    "call_id": _id("search"),
+                    "status": "completed",
+                    "execution": "client",
+                    "arguments": arguments,
+                }
+            )
             continue
         namespace, _, bare = name.rpartition("/")
-        call = {"type": "function_call", "id": _id("fc"), "call_id": _id("call"), "name": bare,
-                "arguments": arguments if isinstance(arguments, str) else json.dumps(arguments),
-                "status": "completed"}
+        call = {
+            "type": "function_call",
+            "id": _id("fc"),
+            "call_id": _id("call"),
+            "name": bare,
+            "arguments": arguments if isinstance(arguments, str) else json.dumps(arguments),
+            "status": "completed",
+        }
         items.append({**call, "namespace": namespace} if namespace else call)
     if reply.text:
-        items.append({"type": "message", "id": _id("msg"), "role": "assistant", "status": "completed",
-                      "content": [{"type": "output_text", "text": reply.text, "annotations": []}]})
+        items.append(
+            {
+                "type": "message",
+                "id": _id("msg"),
+                "role": "assistant",
+                "status": "completed",
+                "content": [{"type": "output_text", "text": reply.text, "annotations": []}],
+            }
+        )
     return items
 
 
 def usage_json(usage: tuple[int, int, int]) -> dict[str, Any]:
     prompt, completion, cached = usage
-    return {"input_tokens": prompt, "input_tokens_details": {"cached_tokens": cached},
-            "output_tokens": completion, "output_tokens_details": {"reasoning_tokens": 0},
-            "total_tokens": prompt + completion}
+    return {
+        "input_tokens": prompt,
+        "input_tokens_details": {"cached_tokens": cached},
+        "output_tokens": completion,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": prompt + completion,
+    }
 
 
 async def _events(response: dict[str, Any]) -> AsyncIterator[bytes]:
     started = {**response, "status": "in_progress", "output": []}
     yield _sse("response.created", {"type": "response.created", "response": started})
     for index, item in enumerate(response["output"]):
-        yield _sse("response.output_item.added",
-                   {"type": "response.output_item.added", "output_index": index, "item": item})
+        yield _sse(
+            "response.output_item.added",
+            {"type": "response.output_item.added", "output_index": index, "item": item},
+        )
         if item["type"] == "message":
             text = item["content"][0]["text"]
             yield _sse(
@@ -99,8 +133,10 @@ async def _events(response: dict[str, Any]) -> AsyncIterator[bytes]:
                     "delta": text,
                 },
             )
-        yield _sse("response.output_item.done",
-                   {"type": "response.output_item.done", "output_index": index, "item": item})
+        yield _sse(
+            "response.output_item.done",
+            {"type": "response.output_item.done", "output_index": index, "item": item},
+        )
     yield _sse("response.completed", {"type": "response.completed", "response": response})
 
 

@@ -22,8 +22,12 @@ from starlette.routing import BaseRoute
 from tests.fakes import anthropic_server, gemini_server, openai_server, responses_server
 from tests.fakes.script import Script
 
-PREFIXES = {"openai": "/openai/{agent}/v1", "anthropic": "/anthropic/{agent}", "gemini": "/gemini/{agent}",
-            "responses": responses_server.PREFIX}
+PREFIXES = {
+    "openai": "/openai/{agent}/v1",
+    "anthropic": "/anthropic/{agent}",
+    "gemini": "/gemini/{agent}",
+    "responses": responses_server.PREFIX,
+}
 
 
 def free_port() -> int:
@@ -49,7 +53,11 @@ class FakeProviders:
         self.script = script or Script()
         self.port = free_port()
         config = uvicorn.Config(
-            build_app(self.script), host="127.0.0.1", port=self.port, log_level="warning", lifespan="off",
+            build_app(self.script),
+            host="127.0.0.1",
+            port=self.port,
+            log_level="warning",
+            lifespan="off",
             timeout_graceful_shutdown=1,  # scripted delays of tens of seconds must not hold up a test's end
         )
         self._server = uvicorn.Server(config)

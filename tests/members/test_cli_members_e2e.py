@@ -43,7 +43,8 @@ def clis_image() -> str:
     status = engine_status(tag)
     if not status.available or not status.image_present:
         pytest.skip(
-            f"needs the Docker engine and the CLI image {tag} ({status.error}): `conclave sandbox build --clis`"
+            f"needs the Docker engine and the CLI image {tag} ({status.error}): `conclave sandbox build "
+            "--clis`"
         )
     return tag
 

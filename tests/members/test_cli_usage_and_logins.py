@@ -31,13 +31,19 @@ def _stream(*events: dict[str, object]) -> str:
 
 def _start(input_tokens: int, read: int = 0, output: int = 1) -> dict[str, object]:
     usage = {"input_tokens": input_tokens, "cache_read_input_tokens": read, "output_tokens": output}
-    return {"type": "stream_event", "event": {"type": "message_start", "message": {"usage": usage}},
-            "parent_tool_use_id": None}
+    return {
+        "type": "stream_event",
+        "event": {"type": "message_start", "message": {"usage": usage}},
+        "parent_tool_use_id": None,
+    }
 
 
 def _delta(output: int) -> dict[str, object]:
-    return {"type": "stream_event", "event": {"type": "message_delta", "usage": {"output_tokens": output}},
-            "parent_tool_use_id": None}
+    return {
+        "type": "stream_event",
+        "event": {"type": "message_delta", "usage": {"output_tokens": output}},
+        "parent_tool_use_id": None,
+    }
 
 
 def test_a_killed_claude_code_run_is_charged_each_response_it_streamed() -> None:
@@ -48,8 +54,12 @@ def test_a_killed_claude_code_run_is_charged_each_response_it_streamed() -> None
     member = _member("cli/claude-code")
     assert member.reported(PROMPT, stdout) == (Usage(2500, 41, 200), None)
     # a finished run is charged its result's totals, with its cost
-    result = {"type": "result", "result": "done", "usage": {"input_tokens": 9, "output_tokens": 3},
-              "total_cost_usd": 0.25}
+    result = {
+        "type": "result",
+        "result": "done",
+        "usage": {"input_tokens": 9, "output_tokens": 3},
+        "total_cost_usd": 0.25,
+    }
     assert member.reported(PROMPT, stdout + _stream(result)) == (Usage(9, 3, 0), 0.25)
 
 

@@ -82,8 +82,10 @@ def test_gc_prunes_finished_jobs_by_age_then_size_and_never_an_active_one(tmp_pa
     store = Store(tmp_path / "conclave.db", clock=lambda: clock[0])
     jobs = tmp_path / "jobs"
     for job_id, age_days, size, state in [
-        ("cj-000000000001", 40, 10, "completed"), ("cj-000000000002", 5, 3000, "failed"),
-        ("cj-000000000003", 1, 3000, "completed"), ("cj-000000000004", 50, 10, "running"),
+        ("cj-000000000001", 40, 10, "completed"),
+        ("cj-000000000002", 5, 3000, "failed"),
+        ("cj-000000000003", 1, 3000, "completed"),
+        ("cj-000000000004", 50, 10, "running"),
     ]:
         clock[0] = now - age_days * 86400
         store.create_job(job_id, "t", "team", "{}", os.getpid(), "owner")

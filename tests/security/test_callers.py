@@ -25,8 +25,16 @@ from tests.fakes.team import KEY_ENV, install, voter, write_team
 
 pytestmark = pytest.mark.anyio
 SOLO = (("openai", "ann"),)
-INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-    "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}}
+INIT = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "0"},
+    },
+}
 HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 ALICE, BOB = "alice-token-0123456789abcdef", "bob-token-0123456789abcdef"
 

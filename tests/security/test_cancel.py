@@ -61,8 +61,11 @@ async def test_cancel_job_ends_a_job_blocked_in_a_tool_within_seconds(
         text = request.text()
         if "--- stdout ---" not in text and "exit code" not in text:
             return Reply(tool_calls=[("run_command", {"command": "mkfifo pipe && echo made"})])
-        return Reply(tool_calls=[("write_file", {"path": "pipe", "content": "x"})], delay=0.0) \
-            if "wrote" not in text else Reply(text="", delay=60)
+        return (
+            Reply(tool_calls=[("write_file", {"path": "pipe", "content": "x"})], delay=0.0)
+            if "wrote" not in text
+            else Reply(text="", delay=60)
+        )
 
     fakes.script.set_default("ann", agent)
     sandbox = {"memory": SPEC.memory, "pids": SPEC.pids}

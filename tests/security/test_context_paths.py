@@ -63,12 +63,22 @@ async def test_over_http_a_caller_names_folders_only_under_the_working_directory
         async with Client(url, auth=HTTP_TOKEN) as client:
             for folder in (outside, served / "project" / "escape", Path("/etc")):
                 with pytest.raises(ToolError, match="CONCLAVE_ALLOWED_ROOTS"):
-                    await client.call_tool("ask_team", {
-                        "task": "read it", "team": "solo", "context_paths": [{"path": str(folder)}],
-                        "wait_seconds": 0,
-                    })
-            allowed = await client.call_tool("ask_team", {
-                "task": "read it", "team": "solo", "context_paths": [{"path": str(served / "project")}],
-                "wait_seconds": 0,
-            })
+                    await client.call_tool(
+                        "ask_team",
+                        {
+                            "task": "read it",
+                            "team": "solo",
+                            "context_paths": [{"path": str(folder)}],
+                            "wait_seconds": 0,
+                        },
+                    )
+            allowed = await client.call_tool(
+                "ask_team",
+                {
+                    "task": "read it",
+                    "team": "solo",
+                    "context_paths": [{"path": str(served / "project")}],
+                    "wait_seconds": 0,
+                },
+            )
             assert allowed.structured_content["job_id"].startswith("cj-")

@@ -27,8 +27,9 @@ def tools(box: Sandbox, workspace: Path) -> tuple[DiskBudget, dict]:  # type: ig
 
 async def test_one_command_cannot_write_600_mb_past_a_64_mb_budget(box: Sandbox, workspace: Path) -> None:
     _, handlers = tools(box, workspace)
-    ran = await handlers["run_command"]({"command": "head -c 600000000 /dev/zero > big.bin; echo exit=$?",
-                                         "timeout_s": 120})
+    ran = await handlers["run_command"](
+        {"command": "head -c 600000000 /dev/zero > big.bin; echo exit=$?", "timeout_s": 120}
+    )
     size = measure(workspace)
     assert size <= LIMIT + MARGIN, f"{size / MB:.0f} MB written past a {LIMIT / MB:.0f} MB budget: {ran}"
     assert "disk budget" in ran, ran

@@ -24,7 +24,11 @@ def serve(tmp_path: Path, host: str, token: str | None) -> tuple[subprocess.Pope
         env["CONCLAVE_HTTP_TOKEN"] = token
     process = subprocess.Popen(
         [sys.executable, "-m", "conclave", "serve", "--http", "--host", host, "--port", str(port)],
-        env=env, cwd=tmp_path, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        env=env,
+        cwd=tmp_path,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
     )
     return process, port
 

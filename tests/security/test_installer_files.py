@@ -36,8 +36,14 @@ def conclave(cwd: Path, home: Path, *args: str) -> subprocess.CompletedProcess[s
     env = {**os.environ, "HOME": str(home)}
     for name in ("CODEX_HOME", "XDG_CONFIG_HOME"):
         env.pop(name, None)
-    return subprocess.run([sys.executable, "-m", "conclave", "install", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "conclave", "install", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 @pytest.fixture
@@ -73,7 +79,7 @@ def test_the_dry_run_shows_the_whole_entry_and_what_replacing_it_removes(cloned:
     done = conclave(repo, home, "claude-code")
     assert done.returncode == 0, done.stderr
     assert REMOVED in done.stdout and "would replace" in done.stdout, done.stdout
-    shown = done.stdout[done.stdout.index('{\n  "mcpServers"'):]
+    shown = done.stdout[done.stdout.index('{\n  "mcpServers"') :]
     entry = json.loads(shown[: shown.index("\n}\n") + 2])["mcpServers"]["conclave"]
     assert set(entry) == {"type", "command", "args"}  # the whole resulting entry, nothing of the repo's
 

@@ -95,9 +95,19 @@ async def test_official_teams_ignore_the_sdks_base_url_variables(
     install(fakes.script, (("openai", "ann"), ("anthropic", "bob"), ("gemini", "cy")), voter())
     agent = {"max_attempts": 1, "timeout_s": 5}
     team = tmp_path / "official.yaml"
-    team.write_text(yaml.safe_dump({"name": "official", "sandbox": "none", "agents": [
-        {"model": "openai/gpt-test", **agent}, {"model": "anthropic/claude-test", **agent},
-        {"model": "gemini/gemini-test", **agent}]}))
+    team.write_text(
+        yaml.safe_dump(
+            {
+                "name": "official",
+                "sandbox": "none",
+                "agents": [
+                    {"model": "openai/gpt-test", **agent},
+                    {"model": "anthropic/claude-test", **agent},
+                    {"model": "gemini/gemini-test", **agent},
+                ],
+            }
+        )
+    )
     await _run(
         tmp_path, team, {"OPENAI_API_KEY": SECRET, "ANTHROPIC_API_KEY": SECRET, "GEMINI_API_KEY": SECRET}
     )

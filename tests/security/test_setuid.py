@@ -24,8 +24,10 @@ async def test_setuid_setgid_and_world_writable_bits_are_cleared_after_each_comm
         timeout_s=20,
     )
     assert planted.exit_code == 0, planted.as_text()
-    modes = {name: stat.S_IMODE(os.lstat(workspace / name).st_mode)
-             for name in ("rootshell", "shared", "shared/open.txt", "gid")}
+    modes = {
+        name: stat.S_IMODE(os.lstat(workspace / name).st_mode)
+        for name in ("rootshell", "shared", "shared/open.txt", "gid")
+    }
     assert modes == {"rootshell": 0o755, "shared": 0o775, "shared/open.txt": 0o664, "gid": 0o711}, {
         name: oct(mode) for name, mode in modes.items()
     }

@@ -29,10 +29,14 @@ def test_variables_expand_only_in_key_url_and_model_fields() -> None:
     data = {
         "name": "${OPENAI_API_KEY}",
         "description": "team ${OPENAI_API_KEY}",
-        "agents": [{
-            "model": "openai/${MODEL:-gpt-5}", "system_prompt": "say ${OPENAI_API_KEY}",
-            "base_url": "${URL:-http://127.0.0.1:1/v1}", "api_key_env": "${KEY_VAR:-PROXY_KEY}",
-        }],
+        "agents": [
+            {
+                "model": "openai/${MODEL:-gpt-5}",
+                "system_prompt": "say ${OPENAI_API_KEY}",
+                "base_url": "${URL:-http://127.0.0.1:1/v1}",
+                "api_key_env": "${KEY_VAR:-PROXY_KEY}",
+            }
+        ],
     }
     team = parse_team(data, "evil.yaml", {"OPENAI_API_KEY": SECRET, "URL": "http://127.0.0.1:2/v1"})
     assert SECRET not in team.model_dump_json()

@@ -34,13 +34,22 @@ def test_conclave_show_and_status_print_no_control_sequence(
     monkeypatch.setenv("CONCLAVE_HOME", str(tmp_path / "state"))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
     monkeypatch.setenv(KEY_ENV, "test-key")
-    install(fakes.script, TRIO, voter(answer=lambda request: f"{HOSTILE} ({request.agent})",
-                                      final=lambda request: f"FINAL {HOSTILE}"))
+    install(
+        fakes.script,
+        TRIO,
+        voter(
+            answer=lambda request: f"{HOSTILE} ({request.agent})", final=lambda request: f"FINAL {HOSTILE}"
+        ),
+    )
     team = write_team(tmp_path / "trio.yaml", fakes, TRIO)
     assert main(["ask", "What is six times seven?", "--team", str(team), "--json"]) == 0
     job_id = json.loads(capsys.readouterr().out)["job_id"]
-    for argv in (["show", job_id], ["show", job_id, "--answers"], ["show", job_id, "--transcript"],
-                 ["status", job_id]):
+    for argv in (
+        ["show", job_id],
+        ["show", job_id, "--answers"],
+        ["show", job_id, "--transcript"],
+        ["status", job_id],
+    ):
         assert main(argv) == 0
         out = capsys.readouterr().out
         assert "42 " in out, argv

@@ -58,8 +58,9 @@ async def test_editing_skipping_or_shadowing_the_tests_does_not_make_a_wrong_ans
     for _, name in QUARTET:
         fakes.script.set_default(name, agent)
     team = str(write_team(tmp_path / "team.yaml", fakes, QUARTET, coordination={"final": "reuse"}))
-    async with JobService.open(Settings(home=tmp_path / "state", verify_concurrency=2),
-                               environ={KEY_ENV: "test-key-0123456789"}) as service:
+    async with JobService.open(
+        Settings(home=tmp_path / "state", verify_concurrency=2), environ={KEY_ENV: "test-key-0123456789"}
+    ) as service:
         view = await service.submit("Fix add() in calc.py.", team, [{"path": str(project)}], verify=CHECK)
         with anyio.fail_after(240):
             while not view.done:

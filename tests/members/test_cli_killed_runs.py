@@ -125,7 +125,7 @@ async def test_a_stale_decision_run_is_killed_charged_and_asked_again(
         events = list(service.store.sync.events(view.job_id))
     letter = next(agent.letter for agent in view.agents if agent.model == "cli/claude-code")
     print(view.text())
-    assert view.state == "completed" and view.winner == f"{letter}1", view.text()
+    assert view.state == "completed" and view.result and view.result.winner == f"{letter}1", view.text()
     assert first_decision and claude.decisions, "the second decision run never came"
     cancelled = next(
         index for index, e in enumerate(events) if e.kind == "turn_cancelled" and e.letter == letter
@@ -168,7 +168,7 @@ async def test_a_winning_cli_member_presents_the_final_answer(
         events = list(service.store.sync.events(view.job_id))
     letter = next(agent.letter for agent in view.agents if agent.model == "cli/claude-code")
     print(view.text())
-    assert view.state == "completed" and view.winner == f"{letter}1", view.text()
+    assert view.state == "completed" and view.result and view.result.winner == f"{letter}1", view.text()
     assert presentations, "the winner never presented"
     assert view.answer == presented
     assert [event.letter for event in events if event.kind == "presenting"] == [letter]

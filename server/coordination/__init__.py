@@ -1,2 +1,1 @@
-"""How a team converges: the pure protocol, the orchestrator that drives it, turns and the words agents
-see."""
+"""How a team converges: the pure protocol, its driver, one agent's turn, and the words agents see."""

@@ -110,6 +110,7 @@ def tls_fakes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Script
     thread.start()
     deadline = time.monotonic() + 10
     while not running.started:
+        # wall-time: a guard against a fake that never starts, not a measurement
         assert time.monotonic() < deadline and thread.is_alive(), "the HTTPS fake did not start"
         time.sleep(0.01)
     yield script, port, folder / "ca.pem"

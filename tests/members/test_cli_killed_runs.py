@@ -79,7 +79,8 @@ async def test_a_cancelled_run_is_charged_what_its_stream_reported(
         with anyio.fail_after(300):
             while not stalled:
                 await anyio.sleep(0.5)
-        await anyio.sleep(2)  # the stalled response's message_start reaches the CLI's stream
+        # sleep-ok: nothing on the host shows when the CLI has read the stalled response's message_start
+        await anyio.sleep(2)
         view = await service.cancel(view.job_id)
         with anyio.fail_after(60):
             while not view.done:

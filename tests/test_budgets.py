@@ -129,17 +129,18 @@ async def test_the_job_stops_at_its_token_budget_and_usage_equals_the_bill(
 
 async def test_a_cost_budget_stops_the_job_too(tmp_path: Path, fakes: FakeProviders) -> None:
     install(fakes.script, TRIO, voter())
-    # US$ per million tokens: a call is ~$0.0025 (~140 in, ~11 out); the three calls' inputs are charged
-    # as they stream (~$0.0042), so $0.006 is reached only once a first answer has landed
+    # US$ per million tokens: a first call is ~$0.0025 (~140 in, ~11 out), so the three first calls cost
+    # ~$0.0074 together, however they interleave. $0.009 is reached only by a fourth call, and a fourth
+    # call starts only once the protocol has taken an answer: the job ends with answers to choose from.
     price = {"input": 10.0, "output": 100.0}
     team = str(write_team(tmp_path / "team.yaml", fakes, TRIO, price=price))
     async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV, retry=FAST) as service:
-        view = await run_job(service, team, max_cost_usd=0.006)
+        view = await run_job(service, team, max_cost_usd=0.009)
     assert view.state == "completed" and view.result.reason.startswith("budget reached: $"), view.text()
     assert (
         view.usage.cost_usd is not None
-        and view.usage.cost_usd >= 0.006
-        and view.budget == {"max_cost_usd": 0.006}
+        and view.usage.cost_usd >= 0.009
+        and view.budget == {"max_cost_usd": 0.009}
     )
 
 

@@ -12,7 +12,7 @@ import pytest
 from fastmcp import Client
 
 from conclave.app.server import create_app
-from conclave.coordination.reports import AgentProgress
+from conclave.coordination.reports import AgentProgress, Progress
 from conclave.jobs.reader import WorkspacePage
 from conclave.jobs.service import JobService
 from conclave.jobs.teams import TeamList
@@ -172,11 +172,14 @@ def test_progress_messages_say_what_moved() -> None:
             elapsed_s=1,
             team="t",
             task="x",
-            round=round,
-            agents=[
-                AgentProgress(letter=letter, model="openai/x", state="working", answers=answers, vote=vote)
-                for letter, answers, vote in agents
-            ],
+            progress=Progress(
+                phase="coordinating",
+                round=round,
+                agents=[
+                    AgentProgress(letter=letter, model="x/y", state="working", answers=answers, vote=vote)
+                    for letter, answers, vote in agents
+                ],
+            ),
             next="wait",
         )
 
@@ -267,9 +270,11 @@ async def test_budgets_the_estimate_and_the_leading_answer_reach_the_caller(
         while not view.done:
             await anyio.sleep(0.1)
             view = await job(client, "get_status", job_id=view.job_id)
-            leading = leading or view.leading
-            presenting = presenting or (view.leading if view.state == "presenting" else None)
-    assert leading is not None and leading.preview.startswith("Answer from") and view.leading is None
+            now = view.progress.leading if view.progress is not None else None
+            leading = leading or now
+            presenting = presenting or (now if view.state == "presenting" else None)
+    assert view.progress is not None and view.progress.leading is None  # done: the result has the vote
+    assert leading is not None and leading.preview.startswith("Answer from")
     assert presenting is not None and presenting.label == view.result.winner  # while it presents: the winner
     assert view.state == "completed" and view.estimate is None
 

@@ -232,7 +232,10 @@ async def test_list_teams_says_not_reachable_too(
 
 # Tallies by answer ----------------------------------------------------------------------------------
 def a_view(**fields: object) -> JobView:
+    """A running job's view; `tally`, `agree` and `leading` go into its live picture."""
+    picture = {key: fields.pop(key) for key in ("tally", "agree", "leading") if key in fields}
     base: dict[str, object] = {
+        "progress": {"phase": "coordinating", **picture},
         "job_id": "cj-000000000001",
         "state": "running",
         "phase": "voting",

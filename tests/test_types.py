@@ -21,7 +21,7 @@ import pytest
 from pydantic import BaseModel
 
 from conclave.coordination import protocol_events
-from conclave.coordination.reports import AgentProgress, JobResult
+from conclave.coordination.reports import AgentProgress, JobResult, Progress
 from conclave.coordination.tally import Answer, Outcome, Posted, StopReason
 from conclave.files.diff import FileChange
 from conclave.jobs import records, views
@@ -95,11 +95,15 @@ def test_a_result_stored_before_stopped_by_reads_back() -> None:
 
 
 def test_views_embed_the_types_they_show() -> None:
-    # the job's view: the result embedded; only the live picture (while running) shares names with it
+    # the job's view: the result and the live picture embedded, none of their fields copied
     assert typing.get_args(JobView.model_fields["result"].annotation) == (JobResult, type(None))
+    assert typing.get_args(JobView.model_fields["progress"].annotation) == (Progress, type(None))
+    assert Progress.model_fields["agents"].annotation == list[AgentProgress]
     shared = set(JobView.model_fields) & set(JobResult.model_fields)
-    assert shared <= {"tally", "agree"}, f"JobView copies the result's {shared}: read them from `result`"
-    assert JobView.model_fields["agents"].annotation == list[AgentProgress]
+    assert not shared, f"JobView copies the result's {shared}: read them from `result`"
+    # `phase` is the view's in words ("B posted B1"), `notes` with whether the agents saw them
+    shared = set(JobView.model_fields) & set(Progress.model_fields)
+    assert shared <= {"phase", "notes"}, f"JobView copies the picture's {shared}: read them from `progress`"
     assert typing.get_args(JobView.model_fields["diff_summary"].annotation) == (FilesResult, type(None))
     assert ContextChanges.model_fields["files"].annotation == list[FileChange]
     # an answer as stored and as the protocol keeps it: one declaration of what names it

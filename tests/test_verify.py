@@ -103,10 +103,10 @@ async def test_the_answer_that_passes_the_tests_wins_over_the_voters_favourite(
     assert (
         view.result.tally == {ann: 1, bob: 2, cy: 0} and not view.result.consensus
     )  # honest: 1 of 3 votes chose it
-    assert view.checks[ann].startswith("passed in ") and view.checks[bob].startswith(
+    assert view.checks()[ann].startswith("passed in ") and view.checks()[bob].startswith(
         "failed (exit 1): 1 failed"
     )
-    assert view.checks[cy].startswith("failed (exit 1)")
+    assert view.checks()[cy].startswith("failed (exit 1)")
     assert view.winner_check and view.winner_check.startswith("passed in ")
     assert "the verification rule chose it over an answer with more votes" in view.winner_check
     assert f"the verification rule chose {ann} (passed its check) over {bob} (check failed)" in (
@@ -143,7 +143,7 @@ async def test_without_verify_the_voters_favourite_wins(
     team = str(write_team(tmp_path / "team.yaml", fakes, TRIO, coordination={"final": "reuse"}))
     async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV, retry=FAST) as service:
         view = await finished(service, await service.submit(TASK, team, [{"path": str(project)}]))
-    assert view.answer == "add() fixed in calc.py (bob)." and view.result.consensus and view.checks == {}
+    assert view.answer == "add() fixed in calc.py (bob)." and view.result.consensus and view.checks() == {}
     assert view.winner_check is None and not any("verify" in r.text() for r in fakes.script.requests)
 
 
@@ -169,7 +169,7 @@ async def test_a_check_is_confined_and_bounded(tmp_path: Path, fakes: FakeProvid
         )
         outputs = {
             label: (await service.read(view.job_id, f"verify/{label}", None, 0, 100_000)).content
-            for label in view.checks
+            for label in view.checks()
         }
         job_dir = service.job_dir(view.job_id)
     spans, hosts = [], set()
@@ -183,7 +183,7 @@ async def test_a_check_is_confined_and_bounded(tmp_path: Path, fakes: FakeProvid
         assert not (snapshot / "left-by-check").exists() and "gone" not in (snapshot / "calc.py").read_text()
     spans.sort()
     assert all(end <= start for (_, end), (start, _) in zip(spans, spans[1:])), spans  # one at a time
-    assert len(spans) == 3 and all(check.startswith("passed in ") for check in view.checks.values())
+    assert len(spans) == 3 and all(check.startswith("passed in ") for check in view.checks().values())
     assert len(hosts) == 1  # the job's warm check container ran all three
     import docker
 
@@ -202,7 +202,7 @@ async def test_a_check_over_its_time_limit_fails(tmp_path: Path, fakes: FakeProv
         view = await finished(
             service, await service.submit(TASK, team, [{"path": str(project)}], verify="sleep 30")
         )
-    (check,) = view.checks.values()
+    (check,) = view.checks().values()
     assert check == "failed: timed out after 1 s" and view.state == "completed"
     assert "no answer passed its check" in (view.winner_check or "")
 
@@ -263,7 +263,7 @@ async def test_a_job_that_fails_removes_its_warm_check_container(
                 await anyio.sleep(0.05)
         gate.set()
         view = await finished(service, view)
-    assert view.state == "failed" and view.checks == {}
+    assert view.state == "failed" and view.checks() == {}
     assert client.containers.list(all=True, filters={"label": f"conclave.job={view.job_id}"}) == []
 
 

@@ -12,8 +12,9 @@ def changes(before: JobView | None, after: JobView) -> list[str]:
     if before is None:
         return [f"job {after.job_id} {after.state}: {after.phase}"]
     said: list[str] = []
-    if after.round != before.round and after.round > 1:
-        said.append(f"round {after.round}")
+    rounds = [view.progress.round if view.progress is not None else 0 for view in (before, after)]
+    if rounds[1] != rounds[0] and rounds[1] > 1:
+        said.append(f"round {rounds[1]}")
     previous = {agent.letter: agent for agent in before.agents}
     for agent in after.agents:
         old = previous.get(agent.letter)

@@ -26,11 +26,11 @@ async def get_status(
     ] = 0,
 ) -> JobView:
     """Show a job: its state, each agent's answers and votes, the tally, and when done the final answer.
-    While it runs, `leading` is the answer that would win if it stopped now (label, votes, its check).
+    While it runs, `progress.leading` is the answer that would win if it stopped now (label, votes, check).
 
     With `wait_seconds` it returns as soon as the job finishes, or when the time is up, sending progress
     notifications as agents post and vote. While the job runs, call again (e.g. with wait_seconds=45);
-    when it is done, read `answer`, and use `read_workspace` for the other answers and the transcript.
+    when it is done, read `result.answer`, and use `read_workspace` for the other answers and the transcript.
     """
     jobs, who = service(ctx), caller(ctx)
     if wait_seconds <= 0:

@@ -77,21 +77,21 @@ def render(view: JobView, texts: Mapping[str, str] | None = None, width: int = 1
         cells = (agent.letter, agent.model, state, str(agent.answers), agent.vote or "-", tokens)
         table.add_row(*(printable(cell) for cell in cells))
     lines: list[Table | Text] = [table]
-    status = f"{view.phase} | round {view.round} | {view.elapsed_s:.0f}s"
+    round_ = view.progress.round if view.progress is not None else 0
+    status = f"{view.phase} | round {round_} | {view.elapsed_s:.0f}s"
     lines.append(wrapped(status, width))
     groups = tally_by_answer(view, texts)
     if any(group.votes for group in groups):
         lines.append(wrapped("votes by answer: " + "; ".join(group.text() for group in groups), width))
-    if view.checks:
+    if checks := view.checks():
         lines.append(
-            wrapped("checks: " + "; ".join(f"{label} {check}" for label, check in view.checks.items()), width)
+            wrapped("checks: " + "; ".join(f"{label} {check}" for label, check in checks.items()), width)
         )
     if view.estimate is not None and (view.estimate.tokens or view.estimate.cost_usd):
         lines.append(wrapped(f"estimate: {estimate_text(view.estimate)}", width))
-    if view.leading is not None and view.leading.votes > 0:
-        lines.append(
-            wrapped(f"leading: {view.leading.label} with {plural(view.leading.votes, 'vote')}", width)
-        )
+    leading = view.progress.leading if view.progress is not None else None
+    if leading is not None and leading.votes > 0:
+        lines.append(wrapped(f"leading: {leading.label} with {plural(leading.votes, 'vote')}", width))
     lines += [
         wrapped(f"note{'' if note.seen else ' (not seen yet)'}: {note.text}", width) for note in view.notes
     ]

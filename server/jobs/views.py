@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -10,7 +11,7 @@ from conclave.coordination.reports import (
     AgentProgress,
     JobEvent,
     JobResult,
-    Leading,
+    Progress,
     UsageTotals,
 )
 from conclave.errors import Surface, say, term
@@ -44,15 +45,13 @@ class JobView(_View):
     elapsed_s: float
     team: str
     task: str = Field(description="the task, cut to 200 characters")
-    round: int = Field(default=0, description="bumps with every new answer")
-    agents: list[AgentProgress] = Field(default_factory=list)
-    # The live picture (coordination/reports.py Progress) while the job runs; once it is done, `result`
-    # says how it ended (the protocol's outcome and the final answer: one type, coordination/tally.py).
-    tally: dict[str, int] = Field(
-        default_factory=dict, description="while the job runs: valid votes per latest answer"
-    )
-    agree: list[list[str]] = Field(
-        default_factory=list, description="while the job runs: answers with the same final answer"
+    # The live picture as the job last wrote it (coordination/reports.py); once the job is done its
+    # tally, agree and leading are left empty: `result` says how it ended (one type, coordination/tally.py).
+    progress: Progress | None = Field(
+        default=None,
+        description="the team's picture: protocol phase, round (bumps with every new answer), agents; "
+        "while running the tally, agree (answers with the same final answer) and the leading answer; "
+        "with verify each answer's check (read_workspace path='verify/<label>' has its whole output)",
     )
     result: JobResult | None = Field(
         default=None,
@@ -65,15 +64,7 @@ class JobView(_View):
         default=None,
         description="with verify: the winner's check; whether it decided the vote, or none passed",
     )
-    leading: Leading | None = Field(
-        default=None, description="while the job runs: the answer that would win if it stopped now"
-    )
     estimate: Estimate | None = Field(default=None, description="while the job runs: what it may use")
-    checks: dict[str, str] = Field(
-        default_factory=dict,
-        description="with verify: each answer's check in words; "
-        "read_workspace path='verify/<label>' has its whole output",
-    )
     budget: dict[str, float] = Field(
         default_factory=dict, description="the job's max_tokens and max_cost_usd"
     )
@@ -97,6 +88,11 @@ class JobView(_View):
         return self.state in FINAL_STATES
 
     @property
+    def agents(self) -> list[AgentProgress]:
+        """Each agent as the picture shows it (none before the job starts)."""
+        return self.progress.agents if self.progress is not None else []
+
+    @property
     def answer(self) -> str | None:
         """The final answer, when done (the CLI and the tools print it)."""
         return self.result.answer if self.result is not None else None
@@ -105,13 +101,21 @@ class JobView(_View):
         """The tally and the groups of agreeing answers: the result's once done, the live ones before."""
         if self.result is not None:
             return dict(self.result.tally), [list(group) for group in self.result.agree]
-        return self.tally, self.agree
+        live = self.progress or Progress(phase="")
+        return live.tally, live.agree
+
+    def checks(self) -> dict[str, str]:
+        """Each answer's check in words (with verify), e.g. "passed in 3.1 s"."""
+        return {
+            label: check.text() for label, check in (self.progress.checks if self.progress else {}).items()
+        }
 
     def text(self, surface: Surface = "mcp") -> str:
         """The readable block sent beside the structured result (`cli`: the hint in the CLI's words)."""
+        picture = self.progress or Progress(phase="")
         lines = [
             f"Job {self.job_id} ({self.team}): {self.state} - {self.phase} [{self.elapsed_s:.0f}s, round "
-            f"{self.round}]"
+            f"{picture.round}]"
         ]
         for agent in self.agents:
             vote = f", votes {agent.vote}" if agent.vote else ""
@@ -124,11 +128,11 @@ class JobView(_View):
         tally = self.votes()[0]
         if tally:
             lines.append("Tally: " + ", ".join(f"{label}={count}" for label, count in tally.items()))
-        if self.checks:
-            lines.append("Checks: " + "; ".join(f"{label} {check}" for label, check in self.checks.items()))
-        if self.leading is not None:
-            check = f", verify {self.leading.check}" if self.leading.check else ""
-            lines.append(f"Leading: {self.leading.label} ({plural(self.leading.votes, 'vote')}{check})")
+        if checks := self.checks():
+            lines.append("Checks: " + "; ".join(f"{label} {check}" for label, check in checks.items()))
+        if (leading := picture.leading) is not None:
+            check = f", verify {leading.check}" if leading.check else ""
+            lines.append(f"Leading: {leading.label} ({plural(leading.votes, 'vote')}{check})")
         if self.estimate is not None:
             lines.append(f"Estimate: {estimate_text(self.estimate)}")
         if self.budget:
@@ -165,20 +169,22 @@ class JobView(_View):
 TASK_PREVIEW = 200
 # What a calling model reads first: Claude Code and Codex hand it the structured result as JSON, not
 # the text block (tests/test_agent_clis.py checks the order Claude Code's model sees).
-LEAD = ("job_id", "state", "result", "majority", "winner_check", "leading", "estimate", "next")
+LEAD = ("job_id", "state", "result", "majority", "winner_check", "estimate", "next", "progress")
 RESULT_LEAD = ("answer", "consensus", "winner")
+PROGRESS_LEAD = ("leading", "tally", "agree", "checks")
 
 
 def structured(view: JobView) -> dict[str, object]:
     """The view as an MCP result's structured content: what matters first (in the result too), then the
     rest in model order; empty fields and per-agent token counts left out (the job's total stays). Still
     a valid JobView."""
-    data = _lead(
-        view.model_dump(mode="json", exclude_none=True, exclude={"agents": {"__all__": {"usage"}}}), LEAD
-    )
-    result = data.get("result")
-    if isinstance(result, dict):
-        data["result"] = _lead(result, RESULT_LEAD)
+    # the notes are the view's own `notes` (with whether the agents have seen them)
+    left_out: dict[str, Any] = {"progress": {"notes": True, "agents": {"__all__": {"usage"}}}}
+    data = _lead(view.model_dump(mode="json", exclude_none=True, exclude=left_out), LEAD)
+    for key, lead in (("result", RESULT_LEAD), ("progress", PROGRESS_LEAD)):
+        part = data.get(key)
+        if isinstance(part, dict):
+            data[key] = _lead(part, lead)
     return data
 
 
@@ -317,12 +323,14 @@ def next_hint(state: str, job_id: str, team: str, surface: Surface = "mcp") -> s
 def job_view(
     row: JobRow, now: float, notes: list[NoteView] | None = None, thread: list[str] | None = None
 ) -> JobView:
-    progress, result = row.progress, job_result(row)
-    checks = {label: check.text() for label, check in progress.checks.items()} if progress else {}
+    result = job_result(row)
     active = row.state not in FINAL_STATES
     start = row.started_at or row.created_at
     end = row.finished_at or now
-    live = progress if progress is not None and active else None
+    progress = row.progress
+    if progress is not None and not active:  # the vote is the result's now
+        progress = progress.model_copy(update={"tally": {}, "agree": [], "leading": None})
+    checks = {label: check.text() for label, check in progress.checks.items()} if progress else {}
     return JobView(
         job_id=row.id,
         state=row.state,
@@ -330,16 +338,11 @@ def job_view(
         elapsed_s=round(max(0.0, end - start), 1),
         team=row.team_name,
         task=row.task if len(row.task) <= TASK_PREVIEW else row.task[: TASK_PREVIEW - 3] + "...",
-        round=progress.round if progress else 0,
-        agents=progress.agents if progress else [],
-        tally=live.tally if live else {},
-        agree=live.agree if live else [],
+        progress=progress,
         result=result,
         majority=majority_text(result) if result and result.winner else None,
         winner_check=winner_check(result, checks) if result else None,
-        leading=live.leading if live else None,
         estimate=row.options.estimate if active else None,
-        checks=checks,
         budget=_budget(row),
         diff_summary=_diff_summary(row),
         usage=UsageTotals.total([agent.usage for agent in progress.agents]) if progress else UsageTotals(),

@@ -116,7 +116,7 @@ async def test_claude_code_and_codex_fix_a_failing_test_with_an_api_agent(
     mine, theirs, api = letters["cli/claude-code"], letters["cli/codex:gpt-5.5"], letters["openai/gpt-fake"]
     assert view.state == "completed" and view.result.winner == f"{mine}1", view.text()
     assert view.answer == "Fixed add() in calc.py: it subtracted; the test passes now."
-    assert view.checks[f"{mine}1"].startswith("passed") and view.checks[f"{theirs}1"].startswith("failed")
+    assert view.checks()[f"{mine}1"].startswith("passed") and view.checks()[f"{theirs}1"].startswith("failed")
     # the diff is the winning CLI's change, made by its own shell tool inside its container
     assert "-    return a - b\n+    return a + b\n" in patch and "a * b" not in patch
     assert any("1 passed" in result for result in claude.tool_results), claude.tool_results

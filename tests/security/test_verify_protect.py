@@ -68,7 +68,7 @@ async def test_editing_skipping_or_shadowing_the_tests_does_not_make_a_wrong_ans
         letters = {a.model.rsplit("-", 1)[1]: a.letter for a in view.agents}
         label = {name: f"{letters[name]}1" for name in letters}
         shadow_output = (await service.read(view.job_id, f"verify/{label['cy']}", None, 0, 100_000)).content
-    checks = view.checks
+    checks = view.checks()
     assert checks[label["dan"]].startswith("passed in "), checks
     for name, protected in (("ann", "test_calc.py"), ("bob", "conftest.py"), ("cy", "json.py")):
         assert checks[label[name]].startswith("failed (exit 1)"), (name, checks[label[name]])

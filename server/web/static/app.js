@@ -53,6 +53,10 @@ function jobId() {
   return decodeURIComponent(location.pathname.replace(/^\/jobs\//, "").replace(/\/$/, ""));
 }
 
+function picture(view) {
+  return view.progress || { round: 0, agents: [] };  // the team's live picture (JobView.progress)
+}
+
 function outcome(view) {
   const result = view.result || {};  // how the job ended, once it has (JobView.result)
   const lines = [];
@@ -65,9 +69,10 @@ function outcome(view) {
     if (result.tie) lines.push(el("p", { text: "A tie, broken by the earliest-posted answer." }));
     if (result.fallback) lines.push(el("p", { text: "The vote did not finish: the best-supported answer so far won." }));
     if (view.winner_check) lines.push(el("p", { text: "Its check: " + view.winner_check }));
-  } else if (view.leading) {
-    lines.push(el("p", { text: `Leading: ${view.leading.label} with ${view.leading.votes} vote(s)` +
-      (view.leading.check ? `, check ${view.leading.check}` : "") }));
+  } else if (picture(view).leading) {
+    const leading = picture(view).leading;
+    lines.push(el("p", { text: `Leading: ${leading.label} with ${leading.votes} vote(s)` +
+      (leading.check ? `, check ${leading.check}` : "") }));
   } else if (!FINAL.has(view.state)) {
     lines.push(el("p", { cls: "muted", text: "No votes yet." }));
   }
@@ -77,14 +82,14 @@ function outcome(view) {
 }
 
 function tally(view) {
-  const picture = view.result || view;  // the final tally once done, the live one before
-  const groups = (picture.agree || []).map((labels) => labels.slice());
+  const standing = view.result || picture(view);  // the final tally once done, the live one before
+  const groups = (standing.agree || []).map((labels) => labels.slice());
   const grouped = new Set(groups.flat());
-  for (const label of Object.keys(picture.tally || {})) if (!grouped.has(label)) groups.push([label]);
+  for (const label of Object.keys(standing.tally || {})) if (!grouped.has(label)) groups.push([label]);
   if (!groups.length) return [el("p", { cls: "muted", text: "No valid votes." })];
-  const total = Math.max(1, ...groups.map((g) => g.reduce((n, l) => n + (picture.tally[l] || 0), 0)));
+  const total = Math.max(1, ...groups.map((g) => g.reduce((n, l) => n + (standing.tally[l] || 0), 0)));
   return groups.map((labels) => {
-    const votes = labels.reduce((n, l) => n + (picture.tally[l] || 0), 0);
+    const votes = labels.reduce((n, l) => n + (standing.tally[l] || 0), 0);
     const bar = el("span", { cls: "meter-fill" });
     bar.style.width = Math.round((100 * votes) / total) + "%";
     return el("div", { cls: "tally-row", "data-group": labels.join(" ") }, [
@@ -98,7 +103,7 @@ function tally(view) {
 
 function usage(view) {
   const head = el("tr", {}, ["agent", "model", "calls", "in", "cached", "out", "cost"].map((h) => el("th", { text: h })));
-  const rows = view.agents.map((a) => el("tr", { "data-letter": a.letter }, [
+  const rows = picture(view).agents.map((a) => el("tr", { "data-letter": a.letter }, [
     el("td", { text: a.letter }), el("td", { cls: "mono", text: a.model }), el("td", { text: count(a.usage.calls) }),
     el("td", { text: count(a.usage.input_tokens) }), el("td", { text: count(a.usage.cached_input_tokens) }),
     el("td", { text: count(a.usage.output_tokens) }), el("td", { text: money(a.usage.cost_usd) }),
@@ -178,13 +183,13 @@ function renderJob(page) {
   const state = document.getElementById("state");
   state.textContent = view.state;
   state.className = "badge state-" + view.state;
-  setText("phase", `${view.phase} · round ${view.round} · ${secs(view.elapsed_s)}`);
+  setText("phase", `${view.phase} · round ${picture(view).round} · ${secs(view.elapsed_s)}`);
   setText("task", page.task);
   document.getElementById("cancel").hidden = FINAL.has(view.state);
   fill("winner", outcome(view));
   fill("tally", tally(view));
   fill("usage", usage(view));
-  fill("agents", view.agents.map((agent) => agentColumn(agent, page.answers[agent.letter] || [], result.winner)));
+  fill("agents", picture(view).agents.map((agent) => agentColumn(agent, page.answers[agent.letter] || [], result.winner)));
   document.getElementById("final-section").hidden = result.answer === null || result.answer === undefined;
   setText("final", result.answer);
   document.getElementById("diff-section").hidden = page.diff === null || page.diff === undefined;

@@ -18,12 +18,14 @@ import pytest
 
 from conclave.cli.main import main
 from conclave.coordination.reports import AgentProgress, Check, JobEvent, Progress
+from conclave.errors import JobNotFound
+from conclave.jobs.lookup import JobLookup
 from conclave.jobs.service import JobService
 from conclave.jobs.store import Store
 from conclave.jobs.views import JobView
 from conclave.jobs.web_link import served
 from conclave.settings import Settings
-from conclave.web.snapshot import Reader, timeline
+from conclave.web.snapshot import job_page, timeline
 from tests.fakes.server import FakeProviders, free_port
 from tests.fakes.team import KEY_ENV, TRIO, install, voter, write_team
 
@@ -257,7 +259,8 @@ def test_ask_web_opens_the_page_and_prints_its_url(
     assert not (tmp_path / "state" / "web.json").exists()  # the page went with the command
 
 
-def test_a_page_carries_each_answers_check_and_output(home: Path) -> None:
+@pytest.mark.anyio
+async def test_a_page_carries_each_answers_check_and_output(home: Path) -> None:
     store = Store(home / "conclave.db")
     agents = [AgentProgress(letter=x, model=f"openai/m-{x}", state="working") for x in "AB"]
     checks = {"A1": Check(status="failed", exit_code=1, duration_s=2.0, tail=["1 failed"])}
@@ -279,13 +282,10 @@ def test_a_page_carries_each_answers_check_and_output(home: Path) -> None:
         None,
     )
     store.close()
-    reader = Reader(home / "conclave.db", home / "jobs")
-    try:
-        row = reader.row(JOB)
-        assert row is not None
-        page = reader.page(row, "http://127.0.0.1/jobs/x")
-    finally:
-        reader.close()
+    async with JobLookup.open(Settings(home=home)) as jobs:
+        page = job_page(await jobs.page(JOB), "http://127.0.0.1/jobs/x")
+        with pytest.raises(JobNotFound):
+            await jobs.page(JOB, caller="not-the-owner")  # a caller's own jobs only, as over MCP
     (card,) = page.answers["A"]
     assert (card.check, card.check_status) == ("failed (exit 1): 1 failed", "failed")
     assert card.check_output == "E   assert 1 == 2\n1 failed" and card.latest and page.answers["B"] == []

@@ -26,10 +26,10 @@ from conclave.jobs.async_store import AsyncStore
 from conclave.jobs.estimate import history
 from conclave.jobs.reach import endpoints, unreachable
 from conclave.jobs.reader import WorkspacePage, job_workspaces, read_job, read_whole
-from conclave.jobs.store import JobRow, Store
+from conclave.jobs.store import JobRow, JobState, Store
 from conclave.jobs.teams import TeamList, team_list
-from conclave.jobs.view_read import view_parts
-from conclave.jobs.views import JobView, job_view
+from conclave.jobs.view_read import JobLine, PageParts, job_line, page_parts, view_parts
+from conclave.jobs.views import FINAL_STATES, JobView, job_view
 from conclave.jobs.web_link import WebLinks
 from conclave.settings import Settings
 
@@ -92,6 +92,35 @@ class JobLookup:
         now = time.time()
         rows = await self.store.recent_jobs(limit)
         return [job_view(row, now) for row in rows if caller is None or row.caller == caller]
+
+    async def lines(self, caller: str | None = None, limit: int = 50) -> list[JobLine]:
+        """The latest jobs as a list shows them, newest first (only `caller`'s when given)."""
+        rows = await self.store.recent_jobs(limit)
+        return [job_line(row) for row in rows if caller is None or row.caller == caller]
+
+    async def changes(self, job_id: object) -> tuple[int, int, str] | None:
+        """What tells a watcher the job moved: (rev, events, state); None once it is gone."""
+        return await self.store.read(self.store.sync.changes, checked_job_id(job_id))
+
+    async def page(self, job_id: object, caller: str | None = None, patch_chars: int = 400_000) -> PageParts:
+        """Everything the job's web page shows, read in one reader-thread hop (jobs/view_read.py); the
+        patch cut at `patch_chars`."""
+        job_id = checked_job_id(job_id)
+        jobs_dir = self.settings.home / "jobs"
+        parts = await self.store.read(
+            page_parts, self.store.sync, self.web_links, jobs_dir, job_id, caller, patch_chars
+        )
+        if parts is None:
+            raise JobNotFound(str(job_id))
+        return parts
+
+    async def request_cancel(self, job_id: object, caller: str | None = None) -> JobState:
+        """Ask whichever server runs the job to cancel it (it watches the store: jobs/maintenance.py);
+        the job's state when asked (a job already over is left as it is)."""
+        row = await self.row(job_id, caller)
+        if row.state not in FINAL_STATES:
+            await self.store.request_cancel(row.id)
+        return row.state
 
     async def read(
         self,

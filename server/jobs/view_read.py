@@ -1,4 +1,5 @@
-"""Everything a JobView shows, read in one reader thread: the job's row, its notes, its thread, its page.
+"""Everything a JobView shows, read in one reader thread: the job's row, its notes, its thread, its page;
+and everything its web page shows beside (`page_parts`), and a job as a list shows it (`JobLine`).
 
 `get_status` is the call a client makes most, often while many jobs run; each hop between the event loop
 and a worker thread waits for the loop's next turn, which a busy loop makes long (bench/bench_store.py).
@@ -8,11 +9,17 @@ reader connection (jobs/connections.py), and web.json is looked at there too, ne
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
+from pathlib import Path
 
+from pydantic import BaseModel, ConfigDict, Field
+
+from conclave.coordination.reports import JobEvent
+from conclave.jobs.reader import job_workspaces
 from conclave.jobs.steering import notes_and_thread
-from conclave.jobs.store import JobRow, Store
-from conclave.jobs.views import NoteView
+from conclave.jobs.store import AnswerRow, JobRow, JobState, Store
+from conclave.jobs.views import JobView, NoteView, job_view
 from conclave.jobs.web_link import WebLinks
 
 
@@ -32,3 +39,62 @@ def view_parts(store: Store, links: WebLinks, job_id: str, caller: str | None) -
         return None
     notes, thread = notes_and_thread(store, row)
     return ViewParts(row, notes, thread, links.page_url(job_id))
+
+
+@dataclass(frozen=True)
+class PageParts:
+    """What a job's web page shows (web/snapshot.py): its view, the whole task, every answer, the
+    events, each check's whole output, and the start of the winner's patch (`cut`: there is more)."""
+
+    view: JobView
+    task: str
+    events: list[JobEvent]
+    answers: list[AnswerRow]
+    outputs: dict[str, str]
+    patch: str | None
+    cut: bool
+
+
+def page_parts(
+    store: Store, links: WebLinks, jobs_dir: Path, job_id: str, caller: str | None, patch_chars: int
+) -> PageParts | None:
+    """The job's page, read in one go like its view (None: no such job for `caller`). Blocking."""
+    parts = view_parts(store, links, job_id, caller)
+    if parts is None:
+        return None
+    patch, cut = None, False
+    workspaces = job_workspaces(parts.row, jobs_dir)
+    if workspaces is not None and workspaces.patch.is_file():
+        with workspaces.patch.open(encoding="utf-8", errors="replace") as file:
+            text = file.read(patch_chars + 1)
+        patch, cut = text[:patch_chars], len(text) > patch_chars
+    events = store.events(job_id)
+    outputs = {e.data["label"]: e.data.get("output", "") for e in events if e.kind == "checked"}
+    view = job_view(parts.row, time.time(), parts.notes, parts.thread)
+    return PageParts(view, parts.row.task, events, store.answers(job_id), outputs, patch, cut)
+
+
+class JobLine(BaseModel):
+    """One job in a list of jobs (the web view's)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    job_id: str
+    state: JobState
+    team: str
+    task: str = Field(description="the task, cut to 300 characters")
+    phase: str
+    created_at: float
+    winner: str | None = None
+
+
+def job_line(row: JobRow) -> JobLine:
+    return JobLine(
+        job_id=row.id,
+        state=row.state,
+        team=row.team_name,
+        task=row.task[:300],
+        phase=row.phase,
+        created_at=row.created_at,
+        winner=row.result.winner if row.result else None,
+    )

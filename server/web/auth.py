@@ -13,7 +13,7 @@ A request passes when
 
 Callers: under `serve --http` every token of the server (app/tokens.py) names its caller, who sees only
 its own jobs, as over MCP; `conclave web` has one token of its own for the local user, who sees every job
-(`Caller.may_read`; see docs/web-view.md).
+(`Caller.name`, passed to every read of jobs/lookup.py; see docs/web-view.md).
 """
 
 from __future__ import annotations
@@ -25,8 +25,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from starlette.requests import Request
-
-from conclave.jobs.store import JobRow
 
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 CSRF_HEADER = "x-conclave-csrf"
@@ -42,16 +40,12 @@ class Refused(Exception):
 
 @dataclass(frozen=True)
 class Caller:
-    """Who a request comes from: the caller its token names (None: the local user of `conclave web`, who
-    sees every job, as the CLI does), and the token, kept for the values derived from it."""
+    """Who a request comes from: the caller its token names, who may see, read and cancel its own jobs
+    only, as over MCP (None: the local user of `conclave web`, who sees every job, as the CLI does), and
+    the token, kept for the values derived from it."""
 
     name: str | None
     token: bytes = field(repr=False)
-
-    def may_read(self, row: JobRow) -> bool:
-        """Whether this caller may see, read and cancel the job: its own jobs only, as over MCP
-        (jobs/service.py); the local user every job."""
-        return self.name is None or row.caller == self.name
 
     def _derived(self, purpose: bytes) -> str:
         return hmac.new(self.token, purpose, hashlib.sha256).hexdigest()

@@ -11,8 +11,9 @@
     POST /api/jobs/<id>/cancel    cancel it (CSRF-checked)
     GET  /static/<file>           app.js, style.css
 
-Live updates: the event stream compares the job's (rev, events, state) in the store every POLL_S
-seconds, in a worker thread, and sends the whole JobPage when it changed; the store is shared by every
+Every read goes through the lookup (jobs/lookup.py), with the caller's name: the job id checked, and a
+caller's own jobs only. Live updates: the event stream compares the job's (rev, events, state) every
+POLL_S seconds and sends the whole JobPage when it changed; the store is shared by every
 Conclave process, so a job run by any server shows. The stream ends with `end` once the job is over
 (completed, failed, cancelled or interrupted), after sending that final state.
 """
@@ -20,20 +21,21 @@ Conclave process, so a job run by any server shows. The stream ends with `end` o
 from __future__ import annotations
 
 import importlib.resources
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from urllib.parse import parse_qs
 
-import anyio.to_thread
+import anyio
 from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 
-from conclave.jobs.lookup import JOB_ID
-from conclave.jobs.store import JobRow
+from conclave.errors import InputError, JobNotFound
+from conclave.jobs.lookup import JobLookup
 from conclave.jobs.views import FINAL_STATES
 from conclave.web.auth import Caller, Refused, WebAuth
-from conclave.web.snapshot import Reader
+from conclave.web.snapshot import MAX_DIFF_CHARS, JobPage, job_page
 
 POLL_S = 0.25  # how often an open page's stream looks at the store
 KEEP_ALIVE_S = 15.0
@@ -56,11 +58,25 @@ def _asset(name: str) -> bytes:
     return (importlib.resources.files("conclave.web") / "static" / name).read_bytes()
 
 
+@contextmanager
+def refused_job(job_id: str) -> Iterator[None]:
+    """A 404 in the same words for a bad id, another caller's job and a job that is gone, so none tells
+    whether the job exists."""
+    try:
+        yield
+    except (InputError, JobNotFound):
+        raise Refused(
+            404,
+            f"no job {job_id!r} here: job ids look like cj-1a2b3c4d5e6f, and finished jobs are pruned after "
+            "a while (conclave gc)",
+        ) from None
+
+
 @dataclass
 class WebView:
-    """What the routes need: the store reader, the auth check, and the assets read once."""
+    """What the routes need: the jobs' lookup, the auth check, and the assets read once."""
 
-    reader: Reader
+    lookup: JobLookup
     auth: WebAuth
 
     def __post_init__(self) -> None:
@@ -89,65 +105,59 @@ class WebView:
 
         return route
 
-    async def job_row(self, request: Request, caller: Caller) -> JobRow:
+    async def job_page(self, request: Request, caller: Caller) -> JobPage:
+        """The job's page, if this caller may see it (else a 404: `refused_job`)."""
         job_id = request.path_params["job_id"]
-        if not JOB_ID.match(job_id):
-            raise Refused(404, f"no job {job_id!r}: job ids look like cj-1a2b3c4d5e6f")
-        row = await anyio.to_thread.run_sync(self.reader.row, job_id)
-        if row is None or not caller.may_read(row):
-            raise Refused(
-                404, f"no job {job_id!r} here (finished jobs are pruned after a while: conclave gc)"
-            )
-        return row
+        with refused_job(job_id):
+            parts = await self.lookup.page(job_id, caller.name, MAX_DIFF_CHARS)
+        return job_page(parts, str(request.url_for("job", job_id=parts.view.job_id)))
 
     # Routes ------------------------------------------------------------------------------------------------
     async def index(self, request: Request, caller: Caller) -> Response:
         return self.html("index.html")
 
     async def job(self, request: Request, caller: Caller) -> Response:
-        await self.job_row(request, caller)
+        job_id = request.path_params["job_id"]
+        with refused_job(job_id):
+            await self.lookup.row(job_id, caller.name)
         return self.html("job.html")
 
     async def session(self, request: Request, caller: Caller) -> Response:
         return JSONResponse({"csrf": caller.csrf, "caller": caller.name or "local"}, headers=HEADERS)
 
     async def jobs(self, request: Request, caller: Caller) -> Response:
-        lines = await anyio.to_thread.run_sync(self.reader.jobs, caller.may_read)
+        lines = await self.lookup.lines(caller.name)
         return JSONResponse([line.model_dump(mode="json") for line in lines], headers=HEADERS)
 
     async def snapshot(self, request: Request, caller: Caller) -> Response:
-        row = await self.job_row(request, caller)
-        page = await anyio.to_thread.run_sync(
-            self.reader.page, row, str(request.url_for("job", job_id=row.id))
-        )
+        page = await self.job_page(request, caller)
         return Response(page.model_dump_json(), headers=HEADERS, media_type="application/json")
 
     async def events(self, request: Request, caller: Caller) -> Response:
-        row = await self.job_row(request, caller)
-        url = str(request.url_for("job", job_id=row.id))
+        page = await self.job_page(request, caller)
         return StreamingResponse(
-            self._stream(row.id, url),
+            self._stream(request, caller, page.view.job_id),
             headers={**HEADERS, "X-Accel-Buffering": "no"},
             media_type="text/event-stream",
         )
 
-    async def _stream(self, job_id: str, url: str) -> AsyncIterator[str]:
+    async def _stream(self, request: Request, caller: Caller, job_id: str) -> AsyncIterator[str]:
         yield "retry: 2000\n\n"
         last: tuple[int, int, str] | None = None
         quiet = 0.0
         while True:
-            now = await anyio.to_thread.run_sync(self.reader.changes, job_id)
+            now = await self.lookup.changes(job_id)
             if now is None:
                 yield "event: gone\ndata: {}\n\n"
                 return
             if now != last:
-                row = await anyio.to_thread.run_sync(self.reader.row, job_id)
-                if row is None:
-                    continue
-                page = await anyio.to_thread.run_sync(self.reader.page, row, url)
+                try:
+                    page = await self.job_page(request, caller)
+                except Refused:
+                    continue  # gone between the two reads: the next look says so
                 yield f"event: job\ndata: {page.model_dump_json()}\n\n"
                 last, quiet = now, 0.0
-                if row.state in FINAL_STATES:
+                if page.view.state in FINAL_STATES:
                     yield "event: end\ndata: {}\n\n"
                     return
             elif quiet >= KEEP_ALIVE_S:
@@ -157,11 +167,12 @@ class WebView:
             quiet += POLL_S
 
     async def cancel(self, request: Request, caller: Caller) -> Response:
-        row = await self.job_row(request, caller)
-        if row.state in FINAL_STATES:
-            return JSONResponse({"state": row.state, "cancel": "the job is already over"}, headers=HEADERS)
-        await anyio.to_thread.run_sync(self.reader.request_cancel, row.id)
-        return JSONResponse({"state": row.state, "cancel": "requested"}, 202, headers=HEADERS)
+        job_id = request.path_params["job_id"]
+        with refused_job(job_id):
+            state = await self.lookup.request_cancel(job_id, caller.name)
+        if state in FINAL_STATES:
+            return JSONResponse({"state": state, "cancel": "the job is already over"}, headers=HEADERS)
+        return JSONResponse({"state": state, "cancel": "requested"}, 202, headers=HEADERS)
 
     async def login(self, request: Request) -> Response:
         """Sign in with the token (a link's ?token= or the form): set the session cookie, go to `next`."""

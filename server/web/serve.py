@@ -21,11 +21,11 @@ import uvicorn
 from starlette.applications import Starlette
 from starlette.routing import BaseRoute
 
+from conclave.jobs.lookup import JobLookup
 from conclave.jobs.web_link import WebServed, announce, withdraw
 from conclave.settings import Settings
 from conclave.web.auth import WebAuth
 from conclave.web.routes import WebView
-from conclave.web.snapshot import Reader
 
 SHUTDOWN_S = 2  # open event streams never end on their own: stop waiting for them after this
 
@@ -39,13 +39,11 @@ def web_token(settings: Settings) -> str:
 async def web_routes(
     settings: Settings, tokens: str | Mapping[str, str | None], port: int, host: str
 ) -> AsyncIterator[list[BaseRoute]]:
-    """The web view's routes over a reader of the shared store, closed when the server is done. `tokens`:
-    one token for the local user (`conclave web`), or each HTTP token with the caller it names."""
-    reader = Reader(settings.db_path, settings.home / "jobs")
-    try:
-        yield WebView(reader, WebAuth(tokens, port, [host])).routes()
-    finally:
-        reader.close()
+    """The web view's routes over a lookup of its own on the shared store (jobs/lookup.py), closed when
+    the server is done. `tokens`: one token for the local user (`conclave web`), or each HTTP token with
+    the caller it names."""
+    async with JobLookup.open(settings) as jobs:
+        yield WebView(jobs, WebAuth(tokens, port, [host])).routes()
 
 
 @asynccontextmanager

@@ -1,24 +1,18 @@
-"""What a job's page shows, read from the store in one go: the JobView, every answer with its check,
-a timeline of the transcript, the diff and the final answer.
+"""What a job's page shows, read through the lookup in one go (jobs/lookup.py `page`): the JobView,
+every answer with its check, a timeline of the transcript, the diff and the final answer.
 
-Everything here runs in a worker thread (routes.py), on the web view's own connection to the store,
-so a page never blocks the event loop the jobs run on. The page's script renders every string with
-textContent: answers, reasons and the diff are model text, hence attacker-controlled.
+The lookup reads in a reader thread, so a page never blocks the event loop the jobs run on. The page's
+script renders every string with textContent: answers, reasons and the diff are model text, hence
+attacker-controlled.
 """
 
 from __future__ import annotations
 
-import threading
-import time
-from collections.abc import Callable
-from pathlib import Path
-
 from pydantic import BaseModel, ConfigDict
 
 from conclave.coordination.reports import JobEvent
-from conclave.jobs.reader import check_outputs, job_workspaces
-from conclave.jobs.store import JobRow, Store
-from conclave.jobs.views import JobView, job_view
+from conclave.jobs.view_read import PageParts
+from conclave.jobs.views import JobView
 
 MAX_DIFF_CHARS = 400_000  # a bigger patch is cut; read_workspace(path='@diff') pages through all of it
 MAX_OUTPUT_CHARS = 20_000  # of one check's output, its end kept
@@ -66,104 +60,38 @@ class JobPage(_Page):
     seq: int = 0  # events the page reflects
 
 
-class JobLine(_Page):
-    """One job in the list of jobs."""
-
-    job_id: str
-    state: str
-    team: str
-    task: str
-    phase: str
-    created_at: float
-    winner: str | None = None
-
-
-class Reader:
-    """The web view's own connection to the shared store, one thread at a time."""
-
-    def __init__(self, db_path: Path, jobs_dir: Path) -> None:
-        self._store = Store(db_path)
-        self._jobs_dir = jobs_dir
-        self._lock = threading.Lock()
-
-    def close(self) -> None:
-        with self._lock:
-            self._store.close()
-
-    def row(self, job_id: str) -> JobRow | None:
-        with self._lock:
-            return self._store.job(job_id)
-
-    def changes(self, job_id: str) -> tuple[int, int, str] | None:
-        """What tells a page something happened: (rev, events, state); None when the job is gone."""
-        with self._lock:
-            return self._store.changes(job_id)
-
-    def jobs(self, may_read: Callable[[JobRow], bool], limit: int = 50) -> list[JobLine]:
-        with self._lock:
-            rows = [row for row in self._store.recent_jobs(limit) if may_read(row)]
-        return [
-            JobLine(
-                job_id=row.id,
-                state=row.state,
-                team=row.team_name,
-                task=row.task[:300],
-                phase=row.phase,
-                created_at=row.created_at,
-                winner=row.result.winner if row.result else None,
+def job_page(parts: PageParts, web_url: str | None) -> JobPage:
+    """The page from what the lookup read (jobs/view_read.py), its own URL in the view."""
+    view = parts.view.model_copy(update={"web_url": web_url})
+    checks = view.progress.checks if view.progress is not None else {}
+    latest = {answer.letter: answer.label for answer in parts.answers}
+    tally = view.votes()[0]
+    cards: dict[str, list[AnswerCard]] = {agent.letter: [] for agent in view.agents}
+    for answer in parts.answers:
+        check = checks.get(answer.label)
+        output = parts.outputs.get(answer.label)
+        cards.setdefault(answer.letter, []).append(
+            AnswerCard(
+                label=answer.label,
+                revision=answer.revision,
+                content=answer.content,
+                at=answer.at,
+                latest=latest[answer.letter] == answer.label,
+                votes=tally.get(answer.label, 0),
+                check=check.text() if check else None,
+                check_status=check.status if check else None,
+                check_output=output[-MAX_OUTPUT_CHARS:] if output else None,
             )
-            for row in rows
-        ]
-
-    def request_cancel(self, job_id: str) -> None:
-        """Ask whichever server runs the job to cancel it (it watches the store: jobs/service.py)."""
-        with self._lock:
-            self._store.request_cancel(job_id)
-
-    def page(self, row: JobRow, web_url: str | None = None) -> JobPage:
-        with self._lock:
-            events = self._store.events(row.id)
-            answers = self._store.answers(row.id)
-            outputs = check_outputs(self._store, row)
-        view = job_view(row, time.time()).model_copy(update={"web_url": web_url})
-        checks = row.progress.checks if row.progress else {}
-        latest = {answer.letter: answer.label for answer in answers}
-        tally = view.votes()[0]
-        cards: dict[str, list[AnswerCard]] = {agent.letter: [] for agent in view.agents}
-        for answer in answers:
-            check = checks.get(answer.label)
-            output = outputs.get(answer.label)
-            cards.setdefault(answer.letter, []).append(
-                AnswerCard(
-                    label=answer.label,
-                    revision=answer.revision,
-                    content=answer.content,
-                    at=answer.at,
-                    latest=latest[answer.letter] == answer.label,
-                    votes=tally.get(answer.label, 0),
-                    check=check.text() if check else None,
-                    check_status=check.status if check else None,
-                    check_output=output[-MAX_OUTPUT_CHARS:] if output else None,
-                )
-            )
-        diff, cut = self._diff(row)
-        return JobPage(
-            view=view,
-            task=row.task,
-            answers=cards,
-            timeline=timeline(events),
-            diff=diff,
-            diff_cut=cut,
-            seq=len(events),
         )
-
-    def _diff(self, row: JobRow) -> tuple[str | None, bool]:
-        workspaces = job_workspaces(row, self._jobs_dir)
-        if workspaces is None or not workspaces.patch.is_file():
-            return None, False
-        with workspaces.patch.open(encoding="utf-8", errors="replace") as patch:
-            text = patch.read(MAX_DIFF_CHARS + 1)
-        return text[:MAX_DIFF_CHARS], len(text) > MAX_DIFF_CHARS
+    return JobPage(
+        view=view,
+        task=parts.task,
+        answers=cards,
+        timeline=timeline(parts.events),
+        diff=parts.patch,
+        diff_cut=parts.cut,
+        seq=len(parts.events),
+    )
 
 
 def timeline(events: list[JobEvent]) -> list[Moment]:

@@ -17,43 +17,14 @@ import yaml
 from conclave.cli.main import main
 from conclave.config.presets import preset_paths
 from conclave.jobs.views import JobView
-from tests.fakes.server import FakeProviders
-from tests.fakes.team import KEY_ENV, TRIO, install, voter, write_team
+from tests.fakes.team import KEY_ENV, PROVIDER_KEYS
 
 SHIPPED = ("frontier", "anthropic", "openai", "gemini", "ollama", "vllm", "openrouter")
 COMMANDS = ("serve", "ask", "status", "show", "teams", "config", "install")
-KEY_VARIABLES = (
-    "OPENAI_API_KEY",
-    "ANTHROPIC_API_KEY",
-    "GEMINI_API_KEY",
-    "GOOGLE_API_KEY",
-    "OPENROUTER_API_KEY",
-    "OLLAMA_API_KEY",
-    "VLLM_API_KEY",
-    KEY_ENV,
-)
 UNKNOWN_JOB = "cj-000000000000"
 
 
-@pytest.fixture(autouse=True)
-def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """State and user teams under tmp_path, and no provider key from the real environment."""
-    for name in list(os.environ):
-        if name.startswith("CONCLAVE_") or name.startswith(("OLLAMA_", "VLLM_")):
-            monkeypatch.delenv(name, raising=False)
-    for name in KEY_VARIABLES:
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("CONCLAVE_HOME", str(tmp_path))
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
-    return tmp_path
-
-
-@pytest.fixture
-def trio(tmp_path: Path, fakes: FakeProviders, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A team file of three fake agents (one per wire format) that answer once and then vote."""
-    install(fakes.script, TRIO, voter())
-    monkeypatch.setenv(KEY_ENV, "test-key")
-    return write_team(tmp_path / "trio.yaml", fakes, TRIO)
+pytestmark = pytest.mark.usefixtures("isolated")  # tests/conftest.py: no real keys or state
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -87,7 +58,7 @@ def test_installed_console_script_runs(tmp_path: Path) -> None:
     script = Path(sys.executable).with_name("conclave")
     assert script.is_file(), f"no console script at {script}: install the project (pip install -e '.[test]')"
     command = [str(script), "--help"]
-    env = {key: value for key, value in os.environ.items() if key not in KEY_VARIABLES}
+    env = {key: value for key, value in os.environ.items() if key not in PROVIDER_KEYS}
     env.update(CONCLAVE_HOME=str(tmp_path), XDG_CONFIG_HOME=str(tmp_path))
     done = subprocess.run(command, capture_output=True, text=True, timeout=120, env=env)
     assert done.returncode == 0, done.stderr

@@ -4,7 +4,6 @@ syntax or pydantic's phrasing; teams are called ready only when they can run; ta
 
 from __future__ import annotations
 
-import os
 import re
 import socket
 from collections.abc import Iterator
@@ -20,39 +19,15 @@ from conclave.coordination.reports import Leading
 from conclave.errors import TERMS, say, term
 from conclave.jobs.records import Estimate
 from conclave.jobs.views import JobView
-from tests.fakes.server import FakeProviders
-from tests.fakes.team import KEY_ENV, TRIO, install, voter, write_team
 
 # What only an MCP caller types: argument names, call syntax, tool names, pydantic's phrasing.
 MCP_SYNTAX = re.compile(
     r"context_paths|force_binary|max_cost_usd|job_id|\w+=\[|\w+='|path='|read_workspace|get_status|ask_team|"
     r"cancel_job|list_teams|Value error|validation error|input_value|apply: \""
 )
-KEYS = (
-    "OPENAI_API_KEY",
-    "ANTHROPIC_API_KEY",
-    "GEMINI_API_KEY",
-    "GOOGLE_API_KEY",
-    "OPENROUTER_API_KEY",
-    KEY_ENV,
-)
 
 
-@pytest.fixture(autouse=True)
-def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    for name in list(os.environ):
-        if name.startswith(("CONCLAVE_", "OLLAMA_", "VLLM_")) or name in KEYS:
-            monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("CONCLAVE_HOME", str(tmp_path / "state"))
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
-    return tmp_path
-
-
-@pytest.fixture
-def trio(tmp_path: Path, fakes: FakeProviders, monkeypatch: pytest.MonkeyPatch) -> Path:
-    install(fakes.script, TRIO, voter())
-    monkeypatch.setenv(KEY_ENV, "test-key")
-    return write_team(tmp_path / "trio.yaml", fakes, TRIO)
+pytestmark = pytest.mark.usefixtures("isolated")  # tests/conftest.py: no real keys or state
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:

@@ -19,11 +19,8 @@ from __future__ import annotations
 
 import hashlib
 import os
-import secrets
 import shlex
 import shutil
-import tempfile
-import time
 from functools import partial
 from pathlib import Path
 
@@ -32,17 +29,13 @@ import anyio.to_thread
 
 from conclave import __version__
 from conclave.errors import SandboxError
-from conclave.sandbox.engine import connect
 from conclave.sandbox.image import (
     DEFAULT_PACKAGES,
     BuildReport,
     Log,
-    _image_size,
-    _import,
     _mmdebstrap,
-    _remove_tag,
-    _tag,
     _tail,
+    build_once,
     default_tag,
     host_apt_sources,
     smoke_test,
@@ -86,41 +79,29 @@ async def build_clis_image(
     tag: str | None = None, *, client: object | None = None, log: Log | None = None
 ) -> BuildReport:
     """Build `tag` (default `clis_tag()`) unless it exists; see the module docstring."""
-    tag = tag or clis_tag()
-    say = log or (lambda _line: None)
-    docker = client or await anyio.to_thread.run_sync(connect)
-    started = time.monotonic()
-    existing = await anyio.to_thread.run_sync(_image_size, docker, tag)
-    if existing is not None:
-        return BuildReport(tag, False, time.monotonic() - started, existing)
-    for tool, package in (("mmdebstrap", "mmdebstrap"), ("npm", "npm")):
-        if shutil.which(tool) is None:
-            raise SandboxError(
-                f"cannot build {tag}: {tool} is not installed; install it (`apt-get install "
-                f"{package}`) and run `conclave sandbox build --clis` again"
-            )
-    sources = host_apt_sources()
-    candidate = f"{CLIS_REPO}-candidate:{secrets.token_hex(4)}"
-    with tempfile.TemporaryDirectory(prefix="conclave-clis-") as tmp:
-        prefix = Path(tmp) / "clis"
+
+    async def root(folder: Path, say: Log) -> Path:
+        sources = host_apt_sources()
+        prefix = folder / "clis"
         say(f"npm install {' '.join(CLI_PINS)} {NODE_PIN}")
         await _npm_install(prefix)
-        tarball = Path(tmp) / "root.tar"
+        tarball = folder / "root.tar"
         say(f"mmdebstrap {sources.suite} with {', '.join(CLI_PACKAGES)} and the CLIs (a few minutes)")
         copy = f'mkdir -p "$1{PREFIX}" && cp -a {shlex.quote(str(prefix))}/. "$1{PREFIX}/" && {_LINKS}'
-        await _mmdebstrap(sources, CLI_PACKAGES, Path(tmp), tarball, hooks=(copy,))
-        say(f"importing {tarball.stat().st_size // 1_000_000} MB as {candidate}")
-        await anyio.to_thread.run_sync(_import, docker, tarball, candidate)
-    try:
-        say("smoke test: every CLI's --version, offline")
-        await anyio.to_thread.run_sync(_smoke_test, docker, candidate)
-        await anyio.to_thread.run_sync(_tag, docker, candidate, tag)
-    finally:
-        with anyio.CancelScope(shield=True):
-            await anyio.to_thread.run_sync(_remove_tag, docker, candidate)
-    size = await anyio.to_thread.run_sync(_image_size, docker, tag)
-    say(f"built {tag}: {(size or 0) // 1_000_000} MB in {time.monotonic() - started:.0f} s")
-    return BuildReport(tag, True, time.monotonic() - started, size or 0)
+        await _mmdebstrap(sources, CLI_PACKAGES, folder, tarball, hooks=(copy,))
+        return tarball
+
+    return await build_once(
+        tag or clis_tag(),
+        CLIS_REPO,
+        root,
+        _smoke_test,
+        smoke="every CLI's --version, offline",
+        tools=("mmdebstrap", "npm"),
+        rerun="conclave sandbox build --clis",
+        client=client,
+        log=log,
+    )
 
 
 def build_clis_image_sync(tag: str | None = None, *, log: Log | None = print) -> BuildReport:

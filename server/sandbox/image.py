@@ -26,7 +26,7 @@ import secrets
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -105,29 +105,63 @@ async def build_image(
     log: Log | None = None,
 ) -> BuildReport:
     """Build `tag` (default `conclave-sandbox:<version>`) unless it exists; see the module docstring."""
-    tag = tag or default_tag()
+
+    async def root(folder: Path, say: Log) -> Path:
+        apt = sources or host_apt_sources()
+        tarball = folder / "root.tar"
+        say(f"mmdebstrap {apt.suite} with {', '.join(packages)} (about a minute)")
+        await _mmdebstrap(apt, packages, folder, tarball)
+        return tarball
+
+    return await build_once(
+        tag or default_tag(),
+        IMAGE_REPO,
+        root,
+        _smoke_test,
+        smoke=" ".join(SMOKE_TEST),
+        tools=("mmdebstrap",),
+        rerun="conclave sandbox build",
+        client=client,
+        log=log,
+    )
+
+
+async def build_once(
+    tag: str,
+    repo: str,
+    root: Callable[[Path, Log], Awaitable[Path]],
+    check: Callable[[object, str], None],
+    *,
+    smoke: str,
+    tools: Sequence[str],
+    rerun: str,
+    client: object | None,
+    log: Log | None,
+) -> BuildReport:
+    """Build `tag` unless it exists: `root(folder, say)` writes the root tarball in a temporary folder,
+    it is imported under a candidate tag, and only a candidate that passes `check` (`smoke`, in words)
+    gets `tag`; the candidate goes either way. `tools`: host commands the build needs (the apt package of
+    the same name), `rerun`: the command to run once they are installed (this file and clis_image.py)."""
     say = log or (lambda _line: None)
     docker = client or await anyio.to_thread.run_sync(connect)
     started = time.monotonic()
     existing = await anyio.to_thread.run_sync(_image_size, docker, tag)
     if existing is not None:
         return BuildReport(tag, False, time.monotonic() - started, existing)
-    if shutil.which("mmdebstrap") is None:
-        raise SandboxError(
-            f"cannot build {tag}: mmdebstrap is not installed; install it (`apt-get install mmdebstrap`) "
-            "and run `conclave sandbox build` again"
-        )
-    sources = sources or host_apt_sources()
-    candidate = f"{IMAGE_REPO}-candidate:{secrets.token_hex(4)}"
-    with tempfile.TemporaryDirectory(prefix="conclave-image-") as tmp:
-        tarball = Path(tmp) / "root.tar"
-        say(f"mmdebstrap {sources.suite} with {', '.join(packages)} (about a minute)")
-        await _mmdebstrap(sources, packages, Path(tmp), tarball)
+    for tool in tools:
+        if shutil.which(tool) is None:
+            raise SandboxError(
+                f"cannot build {tag}: {tool} is not installed; install it (`apt-get install {tool}`) "
+                f"and run `{rerun}` again"
+            )
+    candidate = f"{repo}-candidate:{secrets.token_hex(4)}"
+    with tempfile.TemporaryDirectory(prefix=f"{repo}-") as tmp:
+        tarball = await root(Path(tmp), say)
         say(f"importing {tarball.stat().st_size // 1_000_000} MB as {candidate}")
         await anyio.to_thread.run_sync(_import, docker, tarball, candidate)
     try:
-        say("smoke test: " + " ".join(SMOKE_TEST))
-        await anyio.to_thread.run_sync(_smoke_test, docker, candidate)
+        say(f"smoke test: {smoke}")
+        await anyio.to_thread.run_sync(check, docker, candidate)
         await anyio.to_thread.run_sync(_tag, docker, candidate, tag)
     finally:
         with anyio.CancelScope(shield=True):

@@ -30,6 +30,15 @@ from tests.fakes.script import RecordedRequest, Reply, Script
 from tests.fakes.server import FakeProviders
 
 KEY_ENV = "CONCLAVE_FAKE_KEY"  # the variable every fake agent's key is read from (pass it in environ)
+# The real providers' key variables and the fakes' (tests clear them: tests/conftest.py `isolated`).
+PROVIDER_KEYS = (
+    "OPENAI_API_KEY",
+    "ANTHROPIC_API_KEY",
+    "GEMINI_API_KEY",
+    "GOOGLE_API_KEY",
+    "OPENROUTER_API_KEY",
+    KEY_ENV,
+)
 PRESENTATION = "You are the author of the answer your team voted best"
 _HEADING = re.compile(r"## Answer ([A-Z][0-9]+)")
 _OWN_LETTER = re.compile(r"You are agent ([A-Z])\b")

@@ -31,6 +31,7 @@ from conclave.backends.base import (
     Usage,
     redact,
 )
+from conclave.backends.mapping import mapped, transport_error
 from conclave.backends.retry import parse_retry_after
 from conclave.backends.tls import client_context
 from conclave.errors import (
@@ -66,20 +67,13 @@ class AnthropicBackend:
 
     async def stream(self, request: Request) -> AsyncIterator[StreamEvent]:
         params = build_params(self._endpoint.model, request)
-        try:
-            if self._endpoint.stream:
-                async for event in self._streamed(params):
-                    yield event
-            else:
-                for event in read_message(await self._client.messages.create(**params)):
-                    yield event
-        except ProviderError:
-            raise
-        except Exception as exc:
-            mapped = map_error(exc, self._endpoint.api_key)
-            if mapped is None:
-                raise
-            raise mapped from exc
+        events = self._streamed(params) if self._endpoint.stream else self._whole(params)
+        async for event in mapped(events, lambda exc: map_error(exc, self._endpoint.api_key)):
+            yield event
+
+    async def _whole(self, params: JsonObject) -> AsyncIterator[StreamEvent]:
+        for event in read_message(await self._client.messages.create(**params)):
+            yield event
 
     async def _streamed(self, params: JsonObject) -> AsyncIterator[StreamEvent]:
         fold = _StreamFold()
@@ -270,7 +264,6 @@ class _StreamFold:
 def map_error(exc: Exception, api_key: str) -> ProviderError | None:
     """The Conclave error for an SDK or transport exception; None for anything else (a bug)."""
     import anthropic
-    import httpx2
 
     if isinstance(exc, anthropic.APIStatusError):
         return _status_error(exc, api_key)
@@ -281,13 +274,7 @@ def map_error(exc: Exception, api_key: str) -> ProviderError | None:
     if isinstance(exc, anthropic.APIConnectionError):
         cause = redact(str(exc.__cause__ or exc), api_key)
         return ProviderUnavailable(PROVIDER, f"could not connect: {cause}")
-    if isinstance(exc, httpx2.TimeoutException):
-        return ProviderUnavailable(PROVIDER, "the stream timed out")
-    if isinstance(exc, httpx2.TransportError):
-        return ProviderUnavailable(PROVIDER, f"the stream was cut: {redact(str(exc), api_key)}")
-    if isinstance(exc, json.JSONDecodeError):
-        return MalformedResponse(PROVIDER, f"a stream event was not JSON: {exc.msg}")
-    return None
+    return transport_error(PROVIDER, exc, api_key)
 
 
 def _status_error(exc: Any, api_key: str) -> ProviderError:

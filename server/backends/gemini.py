@@ -40,6 +40,7 @@ from conclave.backends.base import (
     Usage,
     redact,
 )
+from conclave.backends.mapping import mapped, transport_error
 from conclave.backends.retry import parse_retry_after
 from conclave.backends.tls import client_context
 from conclave.errors import (
@@ -100,17 +101,16 @@ class GeminiBackend:
         models = self._client.aio.models
         contents, config = self._contents(request.messages), self._config(request)
         kwargs = {"model": self._endpoint.model, "contents": contents, "config": config}
-        try:
+
+        async def responses() -> AsyncIterator[Any]:
             if self._endpoint.stream:
                 async for chunk in await models.generate_content_stream(**kwargs):
                     yield chunk
             else:
                 yield await models.generate_content(**kwargs)
-        except Exception as exc:
-            mapped = self._map_error(exc)
-            if mapped is None:
-                raise
-            raise mapped from exc
+
+        async for response in mapped(responses(), self._map_error):
+            yield response
 
     def _config(self, request: Request) -> Any:
         types = self._types
@@ -181,7 +181,6 @@ class GeminiBackend:
 
     def _map_error(self, exc: Exception) -> ProviderError | None:
         """The one translation of SDK and transport exceptions into ours; None for bugs."""
-        import httpx2
         import pydantic
         from google.genai import errors
 
@@ -195,14 +194,9 @@ class GeminiBackend:
             if isinstance(code, int) and 400 <= code < 500 and code != 408:
                 return BadRequest(name, message, status=code)
             return ProviderUnavailable(name, message, status=code if isinstance(code, int) else None)
-        if isinstance(exc, httpx2.TimeoutException):
-            return ProviderUnavailable(name, f"no answer within {self._endpoint.timeout_s:g}s")
-        if isinstance(exc, httpx2.TransportError):
-            reason = self._scrub(str(exc)) or type(exc).__name__
-            return ProviderUnavailable(name, f"connection failed: {reason}")
-        if isinstance(exc, (json.JSONDecodeError, errors.UnknownApiResponseError, pydantic.ValidationError)):
+        if isinstance(exc, (errors.UnknownApiResponseError, pydantic.ValidationError)):
             return MalformedResponse(name, f"unreadable response: {self._scrub(str(exc), 200)}")
-        return None
+        return transport_error(name, exc, self._endpoint.api_key, self._endpoint.timeout_s)
 
     def _scrub(self, text: str, limit: int = 500) -> str:
         """A provider's text fit for our messages: never the key, never a whole HTML page."""

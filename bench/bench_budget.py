@@ -11,9 +11,7 @@ bench/results/budget.json.
 
 from __future__ import annotations
 
-import json
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +19,7 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tests' fakes and scripts
 
+from bench.results_file import in_fresh_folders, write_results  # noqa: E402
 from conclave.jobs.service import JobService  # noqa: E402
 from conclave.settings import Settings  # noqa: E402
 from tests.fakes.server import FakeProviders  # noqa: E402
@@ -66,12 +65,7 @@ async def one_run(root: Path) -> dict[str, Any]:
 
 
 async def main() -> None:
-    with tempfile.TemporaryDirectory() as tmp:
-        runs = []
-        for index in range(RUNS):
-            root = Path(tmp) / str(index)
-            root.mkdir()
-            runs.append(await one_run(root))
+    runs = await in_fresh_folders(one_run, RUNS)
     result = {
         "runs": RUNS,
         "all_usage_equals_bill": all(run["usage_equals_bill"] for run in runs),
@@ -83,9 +77,7 @@ async def main() -> None:
         "note": "OpenAI reports usage only at a stream's end (a call cut or cancelled before it counts "
         "nothing, and bills nothing here); Anthropic and Gemini report the input side first",
     }
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps(result, indent=2))
+    write_results(RESULTS, result)
 
 
 if __name__ == "__main__":

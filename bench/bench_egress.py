@@ -24,6 +24,9 @@ from pathlib import Path
 
 import anyio
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/results_file.py, the tests' fakes
+
+from bench.results_file import write_results  # noqa: E402
 from conclave.config.models import SandboxSpec
 from conclave.sandbox.allowlist import allowlist_for
 from conclave.sandbox.clis_image import CLIS_REPO, build_clis_image
@@ -129,12 +132,7 @@ def main() -> None:
     if not engine_status().available:
         raise SystemExit(f"no Docker engine: {engine_status().error}")
     results = anyio.run(measure, "--build" in sys.argv)
-    width = max(map(len, results))
-    for key, value in results.items():
-        print(f"{key:<{width}}  {value}")
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(results, indent=2) + "\n")
-    print(f"wrote {RESULTS}")
+    write_results(RESULTS, results, table=True)
 
 
 if __name__ == "__main__":

@@ -15,9 +15,7 @@ bench/results/follow-up.json.
 
 from __future__ import annotations
 
-import json
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +23,7 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tests' fakes and scripts
 
+from bench.results_file import in_fresh_folders, write_results  # noqa: E402
 from conclave.jobs.service import JobService  # noqa: E402
 from conclave.jobs.views import JobView  # noqa: E402
 from conclave.settings import Settings  # noqa: E402
@@ -73,12 +72,7 @@ async def one_run(root: Path) -> dict[str, Any]:
 
 
 async def main() -> None:
-    with tempfile.TemporaryDirectory() as tmp:
-        runs = []
-        for index in range(RUNS):
-            root = Path(tmp) / str(index)
-            root.mkdir()
-            runs.append(await one_run(root))
+    runs = await in_fresh_folders(one_run, RUNS)
     ratios = [run["ratio_tokens"] for run in runs]
     result = {
         "runs": RUNS,
@@ -90,9 +84,7 @@ async def main() -> None:
         "the history the follow-up carries (earlier task, answer, verdict, files changed) in every "
         "prompt, against a fresh task that only repeats the original task",
     }
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps(result, indent=2))
+    write_results(RESULTS, result)
 
 
 if __name__ == "__main__":

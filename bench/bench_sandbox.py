@@ -5,15 +5,18 @@ python bench/bench_sandbox.py        # builds the image first if it is missing (
 
 from __future__ import annotations
 
-import json
 import platform
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 import anyio
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/results_file.py
+
+from bench.results_file import write_results  # noqa: E402
 from conclave.config.models import SandboxSpec
 from conclave.sandbox.container import Sandbox
 from conclave.sandbox.engine import connect, engine_status
@@ -70,12 +73,7 @@ def main() -> None:
     if not engine_status().available:
         raise SystemExit(f"no Docker engine: {engine_status().error}")
     results = anyio.run(measure)
-    width = max(map(len, results))
-    for key, value in results.items():
-        print(f"{key:<{width}}  {value}")
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(results, indent=2) + "\n")
-    print(f"wrote {RESULTS}")
+    write_results(RESULTS, results, table=True)
 
 
 if __name__ == "__main__":

@@ -122,10 +122,28 @@ def _check_delegation(agent: CodingAgent, printed: str) -> None:
     itself), asked, polled, and the CLI printed the answer."""
     found = agent.searches[0] if agent.searches else agent.first_step or []
     assert {"ask_team", "get_status"} <= _bare(found), (agent.searches, agent.first_step)
+    _check_answer(agent, printed)
+
+
+def _check_answer(agent: CodingAgent, printed: str) -> None:
+    """The model asked, polled until the job completed, and the CLI printed the team's answer."""
     assert agent.calls[0] == "ask_team" and "get_status" in agent.calls[1:], agent.calls
     final = json.loads(agent.results[-1][agent.results[-1].find('{"') :])
     assert final["state"] == "completed" and final["result"]["answer"].startswith("FINAL: the team's answer")
     assert f"{FINAL_PREFIX} {final['result']['answer']}" in printed
+
+
+def _copilot_env(fakes: FakeProviders, env: dict[str, str]) -> dict[str, str]:
+    """Copilot CLI offline, its model the scripted fake behind the Anthropic wire format."""
+    return {
+        **env,
+        "COPILOT_PROVIDER_BASE_URL": fakes.base_url("anthropic", "copilot"),
+        "COPILOT_PROVIDER_TYPE": "anthropic",
+        "COPILOT_PROVIDER_API_KEY": "sk-fake",
+        "COPILOT_MODEL": "claude-sonnet-5",
+        "COPILOT_OFFLINE": "true",
+        "COPILOT_AUTO_UPDATE": "false",
+    }
 
 
 def _bare(names: list[str]) -> set[str]:
@@ -267,15 +285,7 @@ def test_copilot_print_mode_delegates_with_the_project_mcp_json(
     _install("claude-code", project, env)  # .mcp.json: Copilot CLI reads the same file
     agent = CodingAgent("anthropic", TASK, TEAM)
     fakes.script.set_default("copilot", agent)
-    env = {
-        **env,
-        "COPILOT_PROVIDER_BASE_URL": fakes.base_url("anthropic", "copilot"),
-        "COPILOT_PROVIDER_TYPE": "anthropic",
-        "COPILOT_PROVIDER_API_KEY": "sk-fake",
-        "COPILOT_MODEL": "claude-sonnet-5",
-        "COPILOT_OFFLINE": "true",
-        "COPILOT_AUTO_UPDATE": "false",
-    }
+    env = _copilot_env(fakes, env)
     # -p mode reads a project's MCP servers only from a trusted folder, and runs only allowed tools;
     # both are command-line flags (docs/clients.md, "GitHub Copilot CLI").
     done = _run(
@@ -292,9 +302,7 @@ def test_copilot_print_mode_delegates_with_the_project_mcp_json(
     )
     assert done.returncode == 0
     assert {"conclave-ask_team", "conclave-get_status"} <= set(agent.first_step or []), agent.first_step
-    assert agent.calls[0] == "ask_team" and "get_status" in agent.calls[1:], agent.calls
-    final = json.loads(agent.results[-1][agent.results[-1].find('{"') :])
-    assert final["state"] == "completed" and f"{FINAL_PREFIX} {final['result']['answer']}" in done.stdout
+    _check_answer(agent, done.stdout)
 
 
 def test_copilot_print_mode_delegates_with_what_install_copilot_wrote(
@@ -310,24 +318,14 @@ def test_copilot_print_mode_delegates_with_what_install_copilot_wrote(
     assert "--allow-tool=conclave" in said
     agent = CodingAgent("anthropic", TASK, TEAM)
     fakes.script.set_default("copilot", agent)
-    env = {
-        **env,
-        "COPILOT_PROVIDER_BASE_URL": fakes.base_url("anthropic", "copilot"),
-        "COPILOT_PROVIDER_TYPE": "anthropic",
-        "COPILOT_PROVIDER_API_KEY": "sk-fake",
-        "COPILOT_MODEL": "claude-sonnet-5",
-        "COPILOT_OFFLINE": "true",
-        "COPILOT_AUTO_UPDATE": "false",
-    }
+    env = _copilot_env(fakes, env)
     done = _run(
         [_node(), str(COPILOT_JS), "-p", f"Ask the conclave team: {TASK}", "--allow-tool=conclave"],
         project,
         env,
     )
     assert done.returncode == 0
-    assert agent.calls[0] == "ask_team" and "get_status" in agent.calls[1:], agent.calls
-    final = json.loads(agent.results[-1][agent.results[-1].find('{"') :])
-    assert final["state"] == "completed" and f"{FINAL_PREFIX} {final['result']['answer']}" in done.stdout
+    _check_answer(agent, done.stdout)
 
 
 def test_gemini_cli_prompt_mode_delegates_with_what_install_wrote(

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -178,8 +179,9 @@ class Lines:
             return len(self._lines)
 
 
-@pytest.fixture
-def gated(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], Path]]:
+@contextmanager
+def gated_serve(tmp_path: Path, script: str = GATED_SERVE) -> Iterator[tuple[subprocess.Popen[bytes], Path]]:
+    """`conclave serve` with one import held until the gate file exists: (the process, the gate)."""
     gate = tmp_path / "gate"
     env = {
         **os.environ,
@@ -189,7 +191,7 @@ def gated(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], Path]]:
         "FASTMCP_LOG_LEVEL": "WARNING",
     }
     process = subprocess.Popen(
-        [sys.executable, "-c", GATED_SERVE],
+        [sys.executable, "-c", script],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         env=env,
@@ -201,6 +203,12 @@ def gated(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], Path]]:
         if process.poll() is None:
             process.kill()
         process.wait(timeout=30)
+
+
+@pytest.fixture
+def gated(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], Path]]:
+    with gated_serve(tmp_path) as running:
+        yield running
 
 
 def test_the_handshake_is_answered_while_fastmcp_is_not_yet_imported(
@@ -371,22 +379,7 @@ GATED_STORE = GATED_SERVE.replace('name == "fastmcp"', 'name == "conclave.jobs.s
 
 def test_readiness_waits_for_the_store(tmp_path: Path, shipped: dict[str, Any]) -> None:
     """With the store's import held, ping is answered and initialize is not; the gate opens, it is."""
-    gate = tmp_path / "gate"
-    env = {
-        **os.environ,
-        "GATE": str(gate),
-        "CONCLAVE_HOME": str(tmp_path / "home"),
-        "XDG_CONFIG_HOME": str(tmp_path / "config"),
-        "FASTMCP_LOG_LEVEL": "WARNING",
-    }
-    process = subprocess.Popen(
-        [sys.executable, "-c", GATED_STORE],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        env=env,
-        cwd=tmp_path,
-    )
-    try:
+    with gated_serve(tmp_path, GATED_STORE) as (process, gate):
         assert process.stdin is not None
         lines = Lines(process)
         process.stdin.write(message(0, "initialize", HELLO) + message(1, "ping"))
@@ -397,7 +390,3 @@ def test_readiness_waits_for_the_store(tmp_path: Path, shipped: dict[str, Any]) 
         assert ready["id"] == 0 and ready["result"]["protocolVersion"] == "2025-06-18"
         process.stdin.close()
         assert process.wait(timeout=60) == 0
-    finally:
-        if process.poll() is None:
-            process.kill()
-        process.wait(timeout=30)

@@ -110,73 +110,40 @@ def timeline(events: list[JobEvent]) -> list[Moment]:
             )
             moments.append(Moment(at=event.at, kind="invalidated", text=f"{cause} cleared {cleared}"))
             held.clear()
-        match kind:
-            case "answer":
-                moments.append(
-                    Moment(
-                        at=event.at,
-                        kind=kind,
-                        letter=who,
-                        label=d["label"],
-                        text=f"{who} posted {d['label']}",
-                        body=d["content"],
-                    )
-                )
-            case "vote":
-                held[who or "?"] = d["label"]
-                moments.append(
-                    Moment(
-                        at=event.at,
-                        kind=kind,
-                        letter=who,
-                        label=d["label"],
-                        text=f"{who} voted for {d['label']}",
-                        body=d.get("reason") or None,
-                    )
-                )
-            case "vote_discarded":
-                moments.append(
-                    Moment(
-                        at=event.at,
-                        kind=kind,
-                        letter=who,
-                        label=d.get("label"),
-                        text=f"{who}'s vote for {d.get('label')} was discarded (it named no current "
-                        "answer, or the answers changed)",
-                        body=d.get("reason") or None,
-                    )
-                )
-            case "checked":
-                tail = "\n".join(d.get("tail") or []) or None
-                moments.append(
-                    Moment(
-                        at=event.at,
-                        kind=kind,
-                        letter=who,
-                        label=d["label"],
-                        text=f"check of {d['label']}: {d['status']} (exit {d.get('exit_code')})",
-                        body=tail,
-                    )
-                )
-            case "steer" | "steered" | "steering":
-                note = d.get("note") or d.get("text") or d.get("message") or ""
-                moments.append(
-                    Moment(at=event.at, kind="steer", letter=who, text="steering note", body=str(note))
-                )
-            case "finished":
-                winner = d.get("winner")
-                moments.append(
-                    Moment(
-                        at=event.at,
-                        kind=kind,
-                        label=winner,
-                        text=(f"finished: {winner} won" if winner else "finished without a winner")
-                        + f"; {d.get('reason')}",
-                    )
-                )
-            case _:
-                moments.append(Moment(at=event.at, kind=kind, letter=who, text=_words(kind, who, d)))
+        if kind == "vote":
+            held[who or "?"] = d["label"]
+        moments.append(_moment(event))
     return moments
+
+
+def _moment(event: JobEvent) -> Moment:
+    """One event on the timeline: a line in words, with the label it is about and the text behind it."""
+    d, who, kind = event.data, event.letter, event.kind
+    match kind:
+        case "answer":
+            label, text, body = d["label"], f"{who} posted {d['label']}", d["content"]
+        case "vote":
+            label, text, body = d["label"], f"{who} voted for {d['label']}", d.get("reason") or None
+        case "vote_discarded":
+            label, body = d.get("label"), d.get("reason") or None
+            text = (
+                f"{who}'s vote for {label} was discarded (it named no current answer, or the answers changed)"
+            )
+        case "checked":
+            label, body = d["label"], "\n".join(d.get("tail") or []) or None
+            text = f"check of {label}: {d['status']} (exit {d.get('exit_code')})"
+        case "steer" | "steered" | "steering":
+            note = d.get("note") or d.get("text") or d.get("message") or ""
+            return Moment(at=event.at, kind="steer", letter=who, text="steering note", body=str(note))
+        case "finished":
+            winner = d.get("winner")
+            text = (
+                f"finished: {winner} won" if winner else "finished without a winner"
+            ) + f"; {d.get('reason')}"
+            return Moment(at=event.at, kind=kind, label=winner, text=text)
+        case _:
+            return Moment(at=event.at, kind=kind, letter=who, text=_words(kind, who, d))
+    return Moment(at=event.at, kind=kind, letter=who, label=label, text=text, body=body)
 
 
 def _words(kind: str, who: str | None, d: dict[str, object]) -> str:

@@ -344,34 +344,30 @@ def test_a_bug_in_the_front_is_reported_and_the_app_still_answers(tmp_path: Path
 
 def test_a_server_that_cannot_start_says_why_to_initialize_and_exits_1(tmp_path: Path) -> None:
     """Bad settings: the real `conclave serve`, with its front, refuses the handshake with the reason."""
-    environ = {**os.environ, "CONCLAVE_HOME": str(tmp_path / "home"), "CONCLAVE_MAX_JOBS": "0"}
-    done = subprocess.run(
-        [sys.executable, "-m", "conclave", "serve"],
-        input=message(0, "initialize", HELLO),
-        capture_output=True,
-        env=environ,
-        cwd=tmp_path,
-        timeout=120,
-    )
-    answer = json.loads(done.stdout)
+    bad = {"CONCLAVE_HOME": str(tmp_path / "home"), "CONCLAVE_MAX_JOBS": "0"}
+    answer, code = initialize_serve(tmp_path, bad)
     assert answer["id"] == 0 and "result" not in answer, answer
     assert "could not start" in answer["error"]["message"] and "max_jobs" in answer["error"]["message"]
-    assert done.returncode == 1
+    assert code == 1
 
 
 def test_an_unusable_state_folder_fails_the_handshake(tmp_path: Path) -> None:
     (tmp_path / "home").write_text("a file where the state folder should be")
-    environ = {**os.environ, "CONCLAVE_HOME": str(tmp_path / "home" / "state")}
+    answer, code = initialize_serve(tmp_path, {"CONCLAVE_HOME": str(tmp_path / "home" / "state")})
+    assert answer["error"]["code"] == STARTUP_FAILED and code == 1, answer
+
+
+def initialize_serve(tmp_path: Path, environ: dict[str, str]) -> tuple[dict[str, Any], int]:
+    """The real `conclave serve`, with `environ` over ours, sent `initialize` alone: its reply, its exit."""
     done = subprocess.run(
         [sys.executable, "-m", "conclave", "serve"],
         input=message(0, "initialize", HELLO),
         capture_output=True,
-        env=environ,
+        env={**os.environ, **environ},
         cwd=tmp_path,
         timeout=120,
     )
-    answer = json.loads(done.stdout)
-    assert answer["error"]["code"] == STARTUP_FAILED and done.returncode == 1, answer
+    return json.loads(done.stdout), done.returncode
 
 
 GATED_STORE = GATED_SERVE.replace('name == "fastmcp"', 'name == "conclave.jobs.store"')

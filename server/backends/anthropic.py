@@ -31,20 +31,25 @@ from conclave.backends.base import (
     Usage,
     redact,
 )
-from conclave.backends.mapping import mapped, transport_error
+from conclave.backends.mapping import ErrorKind, mapped, status_error, transport_error
 from conclave.backends.retry import parse_retry_after
 from conclave.backends.tls import client_context
 from conclave.errors import (
-    AuthFailed,
-    BadRequest,
     MalformedResponse,
     ProviderError,
     ProviderUnavailable,
-    RateLimited,
 )
 
 PROVIDER = "anthropic"
 CACHE_MARK = {"type": "ephemeral"}
+ERROR_KINDS: dict[str, ErrorKind] = {
+    "rate_limit_error": "rate_limited",
+    "authentication_error": "auth",
+    "permission_error": "auth",
+    "invalid_request_error": "refused",
+    "not_found_error": "refused",
+    "request_too_large": "refused",
+}  # any other (overloaded_error, api_error, unknown): unavailable
 COUNTS = ("input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
 
 
@@ -279,15 +284,8 @@ def map_error(exc: Exception, api_key: str) -> ProviderError | None:
 
 def _status_error(exc: Any, api_key: str) -> ProviderError:
     status: int = exc.status_code
-    kind = exc.type or ""  # error.type of the body; in-stream `error` events come with HTTP 200
     message = redact(exc.api_message or exc.message, api_key)
-    if status == 429 or kind == "rate_limit_error":
-        return RateLimited(
-            PROVIDER, message, status=status, retry_after=parse_retry_after(exc.response.headers)
-        )
-    if status in (401, 403) or kind in ("authentication_error", "permission_error"):
-        return AuthFailed(PROVIDER, message, status=status)
-    refused = 400 <= status < 500 or kind in ("invalid_request_error", "not_found_error", "request_too_large")
-    if status >= 500 or not refused:  # 5xx, overloaded_error, api_error, unknown in-stream errors
-        return ProviderUnavailable(PROVIDER, message, status=status)
-    return BadRequest(PROVIDER, message, status=status)
+    # error.type of the body decides for an in-stream `error` event, which comes with HTTP 200
+    kind = ERROR_KINDS.get(exc.type or "") if status < 400 else None
+    retry_after = parse_retry_after(exc.response.headers)
+    return status_error(PROVIDER, status, message, retry_after=retry_after, kind=kind)

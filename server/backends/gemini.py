@@ -40,16 +40,13 @@ from conclave.backends.base import (
     Usage,
     redact,
 )
-from conclave.backends.mapping import mapped, transport_error
+from conclave.backends.mapping import mapped, status_error, transport_error
 from conclave.backends.retry import parse_retry_after
 from conclave.backends.tls import client_context
 from conclave.errors import (
-    AuthFailed,
-    BadRequest,
     MalformedResponse,
     ProviderError,
     ProviderUnavailable,
-    RateLimited,
 )
 
 SKIP_SIGNATURE = b"skip_thought_signature_validator"
@@ -186,14 +183,15 @@ class GeminiBackend:
 
         name = self.provider
         if isinstance(exc, errors.APIError):
-            code, message = exc.code, self._scrub(exc.message or exc.status or "no message")
-            if code == 429:
-                return RateLimited(name, message, retry_after=_retry_after(exc))
-            if code in (401, 403) or (code == 400 and _error_reasons(exc) & _AUTH_REASONS):
-                return AuthFailed(name, f"{message} (check the Gemini API key)", status=code)
-            if isinstance(code, int) and 400 <= code < 500 and code != 408:
-                return BadRequest(name, message, status=code)
-            return ProviderUnavailable(name, message, status=code if isinstance(code, int) else None)
+            code = exc.code if isinstance(exc.code, int) else None
+            message = self._scrub(exc.message or exc.status or "no message")
+            bad_key = code == 400 and bool(_error_reasons(exc) & _AUTH_REASONS)  # a bad key is a 400
+            if bad_key or code in (401, 403):
+                message += " (check the Gemini API key)"
+            retry_after = _retry_after(exc) if code == 429 else None
+            return status_error(
+                name, code, message, retry_after=retry_after, kind="auth" if bad_key else None
+            )
         if isinstance(exc, (errors.UnknownApiResponseError, pydantic.ValidationError)):
             return MalformedResponse(name, f"unreadable response: {self._scrub(str(exc), 200)}")
         return transport_error(name, exc, self._endpoint.api_key, self._endpoint.timeout_s)

@@ -1,20 +1,29 @@
 """What every backend's error mapping shares: an SDK call's failures raised as conclave.errors, and the
 failures of the transport under the SDK (httpx2) in one wording.
 
-Each backend still maps its SDK's own status errors (their bodies differ); `mapped` runs that mapping
-around a stream of events, so a failure is translated in one place (anthropic.py, gemini.py).
+Each backend reads its SDK's errors (their bodies differ) and `status_error` turns the status, or the
+kind of error the provider named, into our type by one rule; `mapped` runs a backend's mapping around
+its stream of events, so a failure is translated in one place (anthropic.py, gemini.py, openai.py).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Callable
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 from conclave.backends.base import redact
-from conclave.errors import MalformedResponse, ProviderError, ProviderUnavailable
+from conclave.errors import (
+    AuthFailed,
+    BadRequest,
+    MalformedResponse,
+    ProviderError,
+    ProviderUnavailable,
+    RateLimited,
+)
 
 T = TypeVar("T")
+ErrorKind = Literal["rate_limited", "auth", "refused", "unavailable"]
 
 
 async def mapped(
@@ -49,3 +58,35 @@ def transport_error(
     if isinstance(exc, json.JSONDecodeError):
         return MalformedResponse(provider, f"a reply was not JSON: {exc.msg}")
     return None
+
+
+def status_error(
+    provider: str,
+    status: int | None,
+    message: str,
+    *,
+    retry_after: float | None = None,
+    kind: ErrorKind | None = None,
+) -> ProviderError:
+    """An error reply in our terms: `kind` when the provider named one (an error inside a stream comes
+    with HTTP 200), else by its status: 429 rate limited, 401 and 403 a refused key, any other 4xx but
+    408 a bad request, the rest (408, 5xx, none) unavailable; rate limits and unavailability are retried."""
+    if kind is None:
+        client_error = status is not None and 400 <= status < 500 and status != 408
+        kind = (
+            "rate_limited"
+            if status == 429
+            else "auth"
+            if status in (401, 403)
+            else "refused"
+            if client_error
+            else "unavailable"
+        )
+    match kind:
+        case "rate_limited":
+            return RateLimited(provider, message, status=status, retry_after=retry_after)
+        case "auth":
+            return AuthFailed(provider, message, status=status)
+        case "refused":
+            return BadRequest(provider, message, status=status)
+    return ProviderUnavailable(provider, message, status=status)

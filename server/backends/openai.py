@@ -26,16 +26,14 @@ from conclave.backends.base import (
     Usage,
     redact,
 )
+from conclave.backends.mapping import status_error
 from conclave.backends.retry import parse_retry_after
 from conclave.backends.tls import client_context
 from conclave.errors import (
-    AuthFailed,
-    BadRequest,
     ConfigError,
     MalformedResponse,
     ProviderError,
     ProviderUnavailable,
-    RateLimited,
 )
 
 
@@ -139,14 +137,11 @@ class OpenAIBackend:
         """The one place SDK exceptions become Conclave errors."""
         sdk, name = self._sdk, self.provider
         if isinstance(exc, sdk.APIStatusError):
-            status, message = exc.status_code, self._scrub(_provider_message(exc))
-            if status == 429:
-                return RateLimited(name, message, retry_after=parse_retry_after(exc.response.headers))
-            if status in (401, 403):
-                return AuthFailed(name, message, status=status)
-            if status == 408 or status >= 500:
-                return ProviderUnavailable(name, message, status=status)
-            return BadRequest(name, message, status=status)
+            message, retry_after = (
+                self._scrub(_provider_message(exc)),
+                parse_retry_after(exc.response.headers),
+            )
+            return status_error(name, exc.status_code, message, retry_after=retry_after)
         if isinstance(exc, sdk.APITimeoutError):
             return ProviderUnavailable(name, f"no answer within {self._endpoint.timeout_s:g}s")
         if isinstance(exc, sdk.APIConnectionError):

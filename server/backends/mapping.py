@@ -12,15 +12,9 @@ import json
 from collections.abc import AsyncIterator, Callable
 from typing import Literal, TypeVar
 
+from conclave import errors
 from conclave.backends.base import redact
-from conclave.errors import (
-    AuthFailed,
-    BadRequest,
-    MalformedResponse,
-    ProviderError,
-    ProviderUnavailable,
-    RateLimited,
-)
+from conclave.errors import ProviderError
 
 T = TypeVar("T")
 ErrorKind = Literal["rate_limited", "auth", "refused", "unavailable"]
@@ -51,12 +45,12 @@ def transport_error(
 
     if isinstance(exc, httpx2.TimeoutException):
         within = f" within {timeout_s:g}s" if timeout_s is not None else ""
-        return ProviderUnavailable(provider, f"no answer{within}: the request or the stream timed out")
+        return errors.ProviderUnavailable(provider, f"no answer{within}: the request or the stream timed out")
     if isinstance(exc, httpx2.TransportError):
         reason = redact(str(exc), api_key) or type(exc).__name__
-        return ProviderUnavailable(provider, f"the connection failed or was cut: {reason}")
+        return errors.ProviderUnavailable(provider, f"the connection failed or was cut: {reason}")
     if isinstance(exc, json.JSONDecodeError):
-        return MalformedResponse(provider, f"a reply was not JSON: {exc.msg}")
+        return errors.MalformedResponse(provider, f"a reply was not JSON: {exc.msg}")
     return None
 
 
@@ -84,9 +78,9 @@ def status_error(
         )
     match kind:
         case "rate_limited":
-            return RateLimited(provider, message, status=status, retry_after=retry_after)
+            return errors.RateLimited(provider, message, status=status, retry_after=retry_after)
         case "auth":
-            return AuthFailed(provider, message, status=status)
+            return errors.AuthFailed(provider, message, status=status)
         case "refused":
-            return BadRequest(provider, message, status=status)
-    return ProviderUnavailable(provider, message, status=status)
+            return errors.BadRequest(provider, message, status=status)
+    return errors.ProviderUnavailable(provider, message, status=status)

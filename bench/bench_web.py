@@ -18,22 +18,20 @@ import argparse
 import json
 import os
 import platform
-import re
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tests helpers: free_port, chromium
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tests helpers: web_server, chromium
 
 from conclave.coordination.reports import AgentProgress, JobEvent, Progress
 from conclave.jobs.records import ContextChanges, FilesResult, JobOptions
 from conclave.jobs.store import Store
 from conclave.web.routes import POLL_S
-from tests.fakes.server import free_port
+from tests.fakes.processes import web_server
 from tests.web_browser import chromium, missing, until
 
 RESULTS = Path(__file__).parent / "results" / "web.json"
@@ -85,24 +83,6 @@ def build_job(home: Path) -> Store:
     return store
 
 
-def start_web(home: Path) -> tuple[subprocess.Popen[str], str]:
-    port = free_port()
-    env = {**os.environ, "CONCLAVE_HOME": str(home)}
-    env.pop("CONCLAVE_HTTP_TOKEN", None)
-    process = subprocess.Popen(
-        [sys.executable, "-m", "conclave", "web", "--port", str(port)],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    assert process.stdout is not None
-    text = process.stdout.readline() + process.stdout.readline()
-    found = re.search(r"(http://\S+/login\?token=\S+)", text)
-    assert found, text
-    return process, found.group(1)
-
-
 WATCH = """
 window.__seen = {};
 new MutationObserver(() => {
@@ -118,7 +98,7 @@ def measure(loads: int, events: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         home = Path(tmp) / "home"
         store = build_job(home)
-        process, login = start_web(home)
+        process, login = web_server(home)
         try:
             with chromium() as driver:
                 driver.get(f"{login}&next=/jobs/{JOB}")

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,7 +25,8 @@ from conclave.jobs.views import JobView
 from conclave.jobs.web_link import served
 from conclave.settings import Settings
 from conclave.web.snapshot import job_page, timeline
-from tests.fakes.server import FakeProviders, free_port
+from tests.fakes.processes import web_server
+from tests.fakes.server import FakeProviders
 from tests.fakes.team import KEY_ENV, TRIO, install, voter, write_team
 
 JOB = "cj-0123456789ab"
@@ -53,21 +53,10 @@ def home(tmp_path: Path) -> Path:
 @pytest.fixture
 def web(home: Path, tmp_path: Path) -> Iterator[tuple[str, str]]:
     """`conclave web` on a free port: (its base URL, the token from the link it printed)."""
-    port = free_port()
-    env = {**os.environ, "CONCLAVE_HOME": str(home)}
-    env.pop("CONCLAVE_HTTP_TOKEN", None)
-    process = subprocess.Popen(
-        [sys.executable, "-m", "conclave", "web", "--port", str(port)],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    process, link = web_server(home)
     try:
-        assert process.stdout is not None
-        lines = [process.stdout.readline() for _ in range(2)]
-        found = re.search(r"(http://127\.0\.0\.1:\d+)/login\?token=(\S+)", "".join(lines))
-        assert found, lines
+        found = re.search(r"(http://127\.0\.0\.1:\d+)/login\?token=(\S+)", link)
+        assert found, link
         yield found.group(1), found.group(2)
     finally:
         process.terminate()

@@ -4,11 +4,13 @@ the parameters the official `mcp` client needs to start it over stdio.
     with http_server(tmp_path, {"CONCLAVE_HOME": ...}) as url:   # http://127.0.0.1:<port>/mcp
         async with Client(url, auth=HTTP_TOKEN) as client: ...
     async with stdio_client(stdio_params(tmp_path)) as (read, write): ...
+    process, link = web_server(home)   # `conclave web`, and the sign-in link it printed
 """
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -95,3 +97,25 @@ def stdio_params(tmp_path: Path) -> StdioServerParameters:
             "FASTMCP_LOG_LEVEL": "WARNING",
         },
     )
+
+
+def web_server(home: Path) -> tuple[subprocess.Popen[str], str]:
+    """`conclave web` on a free port for the state folder `home`, without an HTTP token from our
+    environment: the process (the caller stops it) and the sign-in link it printed, token included."""
+    env = {**os.environ, "CONCLAVE_HOME": str(home)}
+    env.pop("CONCLAVE_HTTP_TOKEN", None)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "conclave", "web", "--port", str(free_port())],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert process.stdout is not None
+    text = process.stdout.readline() + process.stdout.readline()
+    found = re.search(r"http://127\.0\.0\.1:\d+/login\?token=\S+", text)
+    if found is None:
+        process.kill()
+        process.wait(timeout=30)
+        raise AssertionError(f"conclave web printed no sign-in link: {text!r}")
+    return process, found.group(0)

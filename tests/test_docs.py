@@ -1,6 +1,6 @@
 """The documentation stays true and complete: every setting and every CLI flag is documented, the
-README's set-up commands are the ones CI runs, its links resolve, and the skill says what a calling
-agent must know.
+README's set-up commands are the ones CI runs, its links resolve, the architecture page names every
+module, and the skill says what a calling agent must know.
 """
 
 from __future__ import annotations
@@ -116,3 +116,22 @@ def test_the_skill_warns_about_the_demo_team_and_what_leaves_the_machine() -> No
     assert "README" not in skill  # an installed skill cannot see the README
     assert "do not hand it real work" in skill and "subscription member" in skill
     assert "sent to each model" in skill and "provider" in skill
+
+
+def test_the_architecture_page_names_every_module() -> None:
+    """docs/ARCHITECTURE.md's "Every module" has a bullet per folder naming each of its modules."""
+    page = (DOCS / "ARCHITECTURE.md").read_text(encoding="utf-8")
+    section = page.split("\n## Every module\n", 1)[1].split("\n## ", 1)[0]
+    bullets = {
+        match.group(1): match.group(2)
+        for match in re.finditer(r"^- `([\w/]+/)`:(.*?)(?=^- |\Z)", section, re.M | re.S)
+    }
+    missing = []
+    for folder in ("server", "tools"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            rel = path.relative_to(ROOT)
+            if path.name == "__init__.py" and rel.parent.name != "server":
+                continue  # a subpackage's first docstring line says what it holds (test_architecture)
+            if f"`{path.name}`" not in bullets.get(f"{rel.parent}/", ""):
+                missing.append(str(rel))
+    assert not missing, f"name these in docs/ARCHITECTURE.md, 'Every module', under their folder: {missing}"

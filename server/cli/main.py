@@ -184,7 +184,11 @@ def build_parser() -> argparse.ArgumentParser:
     setup = _add(commands, "install", help="register the MCP server with a coding agent")
     setup.add_argument("target", choices=TARGETS, help="the coding agent")
     setup.add_argument("--write", action="store_true", help="merge it into the client's files (backups kept)")
-    setup.add_argument("--scope", choices=SCOPES, help="project (this folder) or user; codex, gemini: user")
+    setup.add_argument(
+        "--scope",
+        choices=SCOPES,
+        help="project (this folder) or user (the default for codex, gemini, copilot)",
+    )
     setup.add_argument(
         "--http",
         metavar="URL",

@@ -185,6 +185,10 @@ def structured(view: JobView) -> dict[str, object]:
         part = data.get(key)
         if isinstance(part, dict):
             data[key] = _lead(part, lead)
+    progress = data.get("progress")
+    if isinstance(progress, dict) and isinstance(progress.get("checks"), dict):
+        # a check's empty tail and protected files are left out too
+        progress["checks"] = {label: _lead(check, ()) for label, check in progress["checks"].items()}
     return data
 
 

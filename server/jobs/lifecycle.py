@@ -23,6 +23,7 @@ from conclave.errors import ConclaveError
 from conclave.jobs.async_store import AsyncStore
 from conclave.jobs.file_steps import collect, job_files, job_verifier, prepare
 from conclave.jobs.follow_ups import carry_files, thread_history
+from conclave.jobs.heap import Heap
 from conclave.jobs.records import JobOptions
 from conclave.jobs.steering import Steering
 from conclave.jobs.store import ACTIVE_STATES, JobRow, JobState
@@ -49,6 +50,7 @@ class Lifecycle:
         self._slots = anyio.CapacityLimiter(settings.max_jobs)
         self._check_slots = anyio.CapacityLimiter(settings.verify_concurrency)  # verification containers
         self._provider_limits = ProviderLimits(settings.provider_concurrency)  # shared by every job here
+        self._heap = Heap()  # a warm server's objects, kept out of the collector's walks
 
     def job_dir(self, job_id: str) -> Path:
         return self.settings.home / "jobs" / job_id
@@ -82,6 +84,7 @@ class Lifecycle:
         finally:
             self.scopes.pop(job_id, None)
             self.steering.detach(job_id)
+            self._heap.settle(agent.provider for agent in team.agents)
 
     async def _run(self, job_id: str, task: str, team: Team) -> None:
         options = (await self._job(job_id)).options

@@ -3,6 +3,7 @@ loop is busy, and what crosses between the loops (a job started, a call, its err
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -15,7 +16,7 @@ from fastmcp import Client
 from conclave.app.server import create_app
 from conclave.backends.base import Backend, Request, StreamEvent
 from conclave.coordination.members import endpoint_factory
-from conclave.jobs.job_thread import JobThread
+from conclave.jobs.job_thread import SWITCH_S, JobThread
 from conclave.jobs.service import JobService
 from conclave.settings import Settings
 from tests.fakes.server import FakeProviders
@@ -93,10 +94,13 @@ async def test_calls_run_in_order_on_the_jobs_loop_and_errors_come_back() -> Non
     async def fails() -> None:
         raise ValueError("from the jobs' loop")
 
+    before = sys.getswitchinterval()
     async with JobThread.open(side) as (thread, value):
         assert value == "the jobs' side"
+        assert sys.getswitchinterval() == min(before, SWITCH_S)  # the loops take turns in 1 ms slices
         thread.start(where, 0)
         assert [await thread.call(where, n) for n in (1, 2)] == [1, 2]
         with pytest.raises(ValueError, match="from the jobs' loop"):
             await thread.call(fails)
     assert len(loops) == 3 and set(loops) != {threading.get_ident()} and len(set(loops)) == 1
+    assert sys.getswitchinterval() == before

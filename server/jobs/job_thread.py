@@ -7,6 +7,11 @@ or stdio framing, the tool, the store's thread hop): get_status waited for the j
 (bench/bench_store.py). With the jobs on a loop of their own, the serving loop's turns hold only the
 MCP work, and the two threads share the interpreter by its switch interval (a few milliseconds).
 
+Two loops share the interpreter: a thread that makes a blocking call (a socket's, a select) lets the
+other run, and waits for the switch interval to have it back (5 ms by default). The jobs' loop makes
+hundreds of such calls a second, so while the loops take turns it is given 1 ms (`SWITCH_S`; 16 jobs
+took x1.47-1.49 of one at 5 ms, x1.29-1.30 at 1 ms, in alternate rounds of bench/bench_store.py).
+
 What crosses between the loops goes through `start` and `call` (a job started, a cancel, a note handed
 over), in the order they were made; the jobs write through an AsyncStore of their own (its writer wakes
 the serving loop's waiters: jobs/async_store.py `on_change`). Everything of the jobs' side (the
@@ -20,6 +25,7 @@ import asyncio
 import collections
 import concurrent.futures
 import contextlib
+import sys
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -31,6 +37,7 @@ import anyio.abc
 import anyio.to_thread
 
 T = TypeVar("T")
+SWITCH_S = 0.001  # the interpreter's switch interval while the jobs' loop runs beside the serving one
 
 
 @dataclass
@@ -60,11 +67,14 @@ class JobThread:
         self = cls()
         ready: concurrent.futures.Future[T] = concurrent.futures.Future()
         thread = threading.Thread(target=self._main, args=(setup, ready), name=name, daemon=True)
+        switch = sys.getswitchinterval()
+        sys.setswitchinterval(min(switch, SWITCH_S))
         thread.start()
         try:
             value = await asyncio.wrap_future(ready)
         except BaseException:
             await anyio.to_thread.run_sync(thread.join)
+            sys.setswitchinterval(switch)
             raise
         try:
             yield self, value
@@ -75,6 +85,7 @@ class JobThread:
                 with contextlib.suppress(RuntimeError):  # the loop has closed already (its error follows)
                     loop.call_soon_threadsafe(stop.set)
                 await anyio.to_thread.run_sync(thread.join)
+                sys.setswitchinterval(switch)
                 if self._error is not None:
                     raise self._error
 

@@ -56,8 +56,9 @@ class AsyncStore:
     """Awaitable access to a `Store`; `store.sync` is the Store itself, for code running in a thread.
     Open it with `AsyncStore.open(store)`: its writer runs in there."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, on_change: Callable[[str], None] | None = None) -> None:
         self.sync = store
+        self._on_change = on_change
         self._readers = Lane(READERS, "conclave-store-reader")
         self._writer_thread = Lane(1, "conclave-store-writer")
         self._changes: dict[str, anyio.Event] = {}
@@ -66,9 +67,13 @@ class AsyncStore:
 
     @classmethod
     @asynccontextmanager
-    async def open(cls, store: Store) -> AsyncIterator[AsyncStore]:
-        """Run the writer while the body runs; every queued write is committed before it ends."""
-        self = cls(store)
+    async def open(
+        cls, store: Store, on_change: Callable[[str], None] | None = None
+    ) -> AsyncIterator[AsyncStore]:
+        """Run the writer while the body runs; every queued write is committed before it ends.
+        `on_change(job_id)` hears every committed write to a job (the jobs' store tells the serving
+        loop's: jobs/job_thread.py)."""
+        self = cls(store, on_change)
         body_error: Exception | None = None
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._writer)
@@ -111,6 +116,12 @@ class AsyncStore:
             event = self._changes[job_id] = anyio.Event()
         return event
 
+    def wake(self, job_id: str) -> None:
+        """Wake what waits on `job_id`'s next write (on this store's loop)."""
+        event = self._changes.pop(job_id, None)
+        if event is not None:
+            event.set()
+
     def _put(self, write: _Write) -> None:
         self._queue.append(write)
         self._queued.set()
@@ -123,9 +134,9 @@ class AsyncStore:
             await self._writer_thread.run(lambda: self._commit(batch), finish=True)  # a write is finished
             for write in batch:
                 if write.job_id is not None:
-                    event = self._changes.pop(write.job_id, None)
-                    if event is not None:
-                        event.set()
+                    self.wake(write.job_id)
+                    if self._on_change is not None:
+                        self._on_change(write.job_id)
                 if write.done is not None:
                     write.done.set()
                 elif write.error is not None:

@@ -1,9 +1,9 @@
 """A job's life once admitted: it waits for a slot, copies its context paths, runs its orchestrator and
 ends in one final state, whatever happens (cancelled, interrupted by the server stopping, a crash).
 
-The service (jobs/service.py) starts `Lifecycle.run` in its task group for every job it admits
-(jobs/admission.py); the cancel scopes kept here are how `cancel_job` and the watch loop
-(jobs/maintenance.py) reach a job this process runs.
+The service (jobs/service.py) starts `Lifecycle.run` on the jobs' loop (jobs/job_thread.py) for every
+job it admits (jobs/admission.py); everything here lives on that loop. The cancel scopes kept here are
+how `cancel_job` and the watch loop (jobs/maintenance.py) reach a job this process runs.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from conclave.errors import ConclaveError
 from conclave.jobs.async_store import AsyncStore
 from conclave.jobs.file_steps import collect, job_files, job_verifier, prepare
 from conclave.jobs.follow_ups import carry_files, thread_history
+from conclave.jobs.heap import Heap
 from conclave.jobs.records import JobOptions
 from conclave.jobs.steering import Steering
 from conclave.jobs.store import ACTIVE_STATES, JobRow, JobState
@@ -44,21 +45,26 @@ class Lifecycle:
         steering: Steering,
     ) -> None:
         self.settings, self.store, self._factory, self._retry = settings, store, factory, retry
-        self._steering = steering
+        self.steering = steering
         self.scopes: dict[str, anyio.CancelScope] = {}  # the jobs this process runs, by id
         self._slots = anyio.CapacityLimiter(settings.max_jobs)
         self._check_slots = anyio.CapacityLimiter(settings.verify_concurrency)  # verification containers
         self._provider_limits = ProviderLimits(settings.provider_concurrency)  # shared by every job here
+        self._heap = Heap()  # a warm server's objects, kept out of the collector's walks
 
     def job_dir(self, job_id: str) -> Path:
         return self.settings.home / "jobs" / job_id
 
-    def admitted(self, job_id: str) -> None:
-        """The job is stored and queued: from now on it can be cancelled here (before `run` starts)."""
-        self.scopes[job_id] = anyio.CancelScope()
+    async def cancel(self, job_id: str) -> bool:
+        """Cancel the job if this process runs it (on the jobs' loop); whether it did."""
+        scope = self.scopes.get(job_id)
+        if scope is not None:
+            scope.cancel()
+        return scope is not None
 
     async def run(self, job_id: str, task: str, team: Team) -> None:
-        scope = self.scopes[job_id]
+        """The job from its queued state to its final one (started on the jobs' loop: jobs/job_thread.py)."""
+        scope = self.scopes[job_id] = anyio.CancelScope()
         try:
             with scope:
                 async with self._slots:
@@ -77,7 +83,8 @@ class Lifecycle:
             )
         finally:
             self.scopes.pop(job_id, None)
-            self._steering.detach(job_id)
+            self.steering.detach(job_id)
+            self._heap.settle(agent.provider for agent in team.agents)
 
     async def _run(self, job_id: str, task: str, team: Team) -> None:
         options = (await self._job(job_id)).options
@@ -113,7 +120,7 @@ class Lifecycle:
             history=past,
             thread=thread,
         )
-        await self._steering.attach(job_id, orchestrator)
+        await self.steering.attach(job_id, orchestrator)
         try:
             async with files.egress() if files is not None else contextlib.nullcontext():
                 result = await orchestrator.run()

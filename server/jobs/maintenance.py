@@ -2,8 +2,9 @@
 `interrupted`, prunes old finished jobs and removes containers left by dead servers; while it serves,
 it heartbeats its own jobs and takes the cancel requests and steering notes other processes left for them.
 
-All of it runs in the service's task group (jobs/service.py) and never touches a live server's jobs;
-`conclave gc` prunes through `prune_jobs` too.
+All of it runs in the service's task group (jobs/service.py), but the watch loop, which runs on the
+jobs' own loop beside them (jobs/job_thread.py); none of it touches a live server's jobs. `conclave gc`
+prunes through `prune_jobs` too.
 """
 
 from __future__ import annotations

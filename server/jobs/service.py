@@ -4,7 +4,9 @@
 lifespan (see app/server.py). The service is the one door the tools (and the CLI) use; behind it, three parts:
 - admission (jobs/admission.py): what `submit` checks, and the queued job it stores; ask_team returns
   at once, the context paths are copied when the job gets its slot;
-- lifecycle (jobs/lifecycle.py): a job's run from its slot to its one final state;
+- lifecycle (jobs/lifecycle.py): a job's run from its slot to its one final state, on the jobs' own
+  event loop in a thread of its own (jobs/job_thread.py), so the loop serving MCP calls never waits
+  behind the jobs' work;
 - maintenance (jobs/maintenance.py): what a server does beside its jobs (orphans, heartbeats, cancel
   requests and notes from other processes, pruning). A job records its owner (process id + a random
   id) and a heartbeat; a starting service marks `interrupted` only jobs whose owner is gone.
@@ -16,6 +18,7 @@ CLI passes none and sees all (tests/security/test_callers.py).
 
 from __future__ import annotations
 
+import asyncio
 import os
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -23,7 +26,6 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 import anyio
-import anyio.abc
 
 from conclave.backends.llama_server import LocalServers
 from conclave.backends.retry import RetryPolicy
@@ -32,6 +34,7 @@ from conclave.errors import InputError, JobFinished
 from conclave.jobs.access import Access
 from conclave.jobs.admission import Admission, JobRequest
 from conclave.jobs.async_store import AsyncStore
+from conclave.jobs.job_thread import JobThread
 from conclave.jobs.lifecycle import Lifecycle
 from conclave.jobs.lookup import JobLookup
 from conclave.jobs.maintenance import mark_orphans, prune_old_jobs, sweep_leftovers, watch
@@ -59,21 +62,19 @@ class JobService:
         self,
         settings: Settings,
         store: AsyncStore,
-        tg: anyio.abc.TaskGroup,
+        jobs: JobThread,
+        lifecycle: Lifecycle,
         environ: Mapping[str, str],
-        backend_factory: BackendFactory,
-        retry: RetryPolicy | None,
+        owner_id: str,
         access: Access | None = None,
         probe: bool = True,
     ) -> None:
-        self.settings, self.store, self._tg = settings, store, tg
+        self.settings, self.store = settings, store
         self.access = access or Access.local(settings)
         self._environ = environ
-        self._owner_id = uuid.uuid4().hex
-        self._steering = Steering(store)
+        self._owner_id = owner_id
+        self._thread, self._jobs = jobs, lifecycle  # the jobs run on the thread's loop, never on ours
         self._admission = Admission(settings, store, self.access, environ, self._owner_id, probe=probe)
-        self._jobs = Lifecycle(settings, store, backend_factory, retry, self._steering)
-        self._scopes = self._jobs.scopes  # the jobs this process runs
         self.lookup = JobLookup(
             settings, store, environ
         )  # every read, the job-id check and the caller's rules
@@ -92,28 +93,43 @@ class JobService:
     ) -> AsyncIterator[JobService]:
         env = dict(os.environ if environ is None else environ)
         sync_store = await anyio.to_thread.run_sync(Store, settings.db_path)
+        owner_id, serving = uuid.uuid4().hex, asyncio.get_running_loop()
         try:
-            # The pool outlives the jobs' task group: jobs release their servers as they end, then the
-            # pool stops any left over (tests/test_local.py).
             body_error: Exception | None = None
-            async with (
-                AsyncStore.open(sync_store) as store,
-                LocalServers() as local_servers,
-                anyio.create_task_group() as tg,
-            ):
+            async with AsyncStore.open(sync_store) as store, anyio.create_task_group() as tg:
                 await mark_orphans(store, settings)
-                factory = backend_factory or endpoint_factory(env, local_servers)
-                service = cls(settings, store, tg, env, factory, retry, access, probe=backend_factory is None)
-                tg.start_soon(watch, store, settings, service._owner_id, service._scopes, service._steering)
-                tg.start_soon(sweep_leftovers)
-                if settings.gc_auto:
-                    tg.start_soon(prune_old_jobs, settings)
-                try:
-                    yield service
-                except Exception as exc:  # the caller's error: re-raised below as itself, not in a group
-                    body_error = exc
-                finally:
-                    tg.cancel_scope.cancel()  # running jobs end as `interrupted`, answers kept
+
+                @asynccontextmanager
+                async def jobs_side() -> AsyncIterator[Lifecycle]:
+                    """On the jobs' loop: their store (waking our waiters), the local model servers (the
+                    pool outlives the jobs, and stops any left over: tests/test_local.py), the lifecycle."""
+
+                    def tell(job_id: str) -> None:
+                        serving.call_soon_threadsafe(store.wake, job_id)
+
+                    async with (
+                        AsyncStore.open(sync_store, on_change=tell) as jobs_store,
+                        LocalServers() as local_servers,
+                    ):
+                        factory = backend_factory or endpoint_factory(env, local_servers)
+                        yield Lifecycle(settings, jobs_store, factory, retry, Steering(jobs_store))
+
+                async with JobThread.open(jobs_side) as (thread, lifecycle):
+                    probe = backend_factory is None
+                    service = cls(settings, store, thread, lifecycle, env, owner_id, access, probe=probe)
+                    thread.start(
+                        watch, lifecycle.store, settings, owner_id, lifecycle.scopes, lifecycle.steering
+                    )
+                    tg.start_soon(sweep_leftovers)
+                    if settings.gc_auto:
+                        tg.start_soon(prune_old_jobs, settings)
+                    try:
+                        yield service
+                    except Exception as exc:  # the caller's error: re-raised below as itself, not in a group
+                        body_error = exc
+                    finally:
+                        tg.cancel_scope.cancel()
+                # leaving the thread: running jobs ended `interrupted`, answers kept
             if body_error is not None:
                 raise body_error
         finally:
@@ -152,8 +168,7 @@ class JobService:
             caller or LOCAL,
         )
         job = await self._admission.admit(request, earlier)
-        self._jobs.admitted(job.job_id)
-        self._tg.start_soon(self._jobs.run, job.job_id, job.task, job.team)
+        self._thread.start(self._jobs.run, job.job_id, job.task, job.team)  # cancellable from now on
         return await self._view(job.job_id)
 
     async def view(self, job_id: str, caller: str | None = None) -> JobView:
@@ -185,7 +200,7 @@ class JobService:
     async def _changed(self, job_id: str) -> None:
         """Until the job may have changed: woken by our own write to it, else polled (another process's)."""
         changed = self.store.changed(job_id)
-        with anyio.move_on_after(OWN_POLL_S if job_id in self._scopes else POLL_S):
+        with anyio.move_on_after(OWN_POLL_S if job_id in self._jobs.scopes else POLL_S):
             await changed.wait()
 
     async def cancel(self, job_id: str, caller: str | None = None) -> JobView:
@@ -193,10 +208,7 @@ class JobService:
         view = await self._view(job_id, caller)
         if view.done:
             return view
-        scope = self._scopes.get(job_id)
-        if scope is not None:
-            scope.cancel()
-        else:
+        if not await self._thread.call(self._jobs.cancel, job_id):  # not ours: its server takes it
             await self.store.request_cancel(job_id)
         with anyio.move_on_after(10):
             while not (view := await self._view(job_id)).done:
@@ -211,9 +223,8 @@ class JobService:
             raise JobFinished(job_id, view.state)
         count = len(view.notes) + 1
         await self.store.add_note(view.job_id, text)
-        await self._steering.deliver(
-            view.job_id
-        )  # a job of ours takes it now; another process's watch loop does
+        # a job of ours takes it now; another process's watch loop does
+        await self._thread.call(self._jobs.steering.deliver, view.job_id)
         with anyio.move_on_after(5 if view.state != "queued" else 0):
             while (
                 not await self.store.read(delivered, self.store.sync, view.job_id, count)

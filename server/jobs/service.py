@@ -27,6 +27,8 @@ import anyio.abc
 
 from conclave.backends.llama_server import LocalServers
 from conclave.backends.retry import RetryPolicy
+from conclave.config.models import SandboxSpec
+from conclave.coordination.check_pool import CheckPool
 from conclave.coordination.members import BackendFactory, endpoint_factory
 from conclave.errors import InputError, JobFinished
 from conclave.jobs.access import Access
@@ -35,12 +37,14 @@ from conclave.jobs.async_store import AsyncStore
 from conclave.jobs.lifecycle import Lifecycle
 from conclave.jobs.lookup import JobLookup
 from conclave.jobs.maintenance import mark_orphans, prune_old_jobs, sweep_leftovers, watch
+from conclave.jobs.owners import process_alive
 from conclave.jobs.reader import WorkspacePage
 from conclave.jobs.records import ApplyMode
 from conclave.jobs.steering import Steering, checked_note, delivered
 from conclave.jobs.store import JobRow, Store
 from conclave.jobs.teams import TeamList
 from conclave.jobs.views import JobView
+from conclave.sandbox.container import container_user
 from conclave.settings import MAX_WAIT_S, Settings
 
 POLL_S = 0.2  # a job another process runs: how often its waiters here look at the store
@@ -65,6 +69,7 @@ class JobService:
         retry: RetryPolicy | None,
         access: Access | None = None,
         probe: bool = True,
+        pool: CheckPool | None = None,
     ) -> None:
         self.settings, self.store, self._tg = settings, store, tg
         self.access = access or Access.local(settings)
@@ -72,7 +77,7 @@ class JobService:
         self._owner_id = uuid.uuid4().hex
         self._steering = Steering(store)
         self._admission = Admission(settings, store, self.access, environ, self._owner_id, probe=probe)
-        self._jobs = Lifecycle(settings, store, backend_factory, retry, self._steering)
+        self._jobs = Lifecycle(settings, store, backend_factory, retry, self._steering, pool)
         self._scopes = self._jobs.scopes  # the jobs this process runs
         self.lookup = JobLookup(
             settings, store, environ
@@ -103,9 +108,12 @@ class JobService:
             ):
                 await mark_orphans(store, settings)
                 factory = backend_factory or endpoint_factory(env, local_servers)
-                service = cls(settings, store, tg, env, factory, retry, access, probe=backend_factory is None)
+                pool = CheckPool(settings.home, container_user(), settings.check_pool)
+                probe = backend_factory is None
+                service = cls(settings, store, tg, env, factory, retry, access, probe=probe, pool=pool)
                 tg.start_soon(watch, store, settings, service._owner_id, service._scopes, service._steering)
                 tg.start_soon(sweep_leftovers)
+                tg.start_soon(pool.keep, SandboxSpec(), lambda pid: not process_alive(pid))
                 if settings.gc_auto:
                     tg.start_soon(prune_old_jobs, settings)
                 try:

@@ -5,8 +5,8 @@ from collections.abc import Iterator
 import pytest
 
 from conclave.config.models import SandboxSpec
-from conclave.sandbox.container import image_tag
 from conclave.sandbox.engine import engine_status
+from conclave.sandbox.image import image_tag
 from tests.fakes.server import FakeProviders
 
 

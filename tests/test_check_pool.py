@@ -31,14 +31,21 @@ def pooled() -> list[Any]:
     return docker.from_env().containers.list(all=True, filters=POOLED)
 
 
+def started(container: Any) -> bool:
+    """Running, with its command runner up: the last step of `Sandbox.start` (sandbox/runner.py)."""
+    if container.status != "running":
+        return False
+    return any("python3 -I" in " ".join(row) for row in container.top().get("Processes") or [])
+
+
 async def pooled_running(but: frozenset[str] = frozenset()) -> Any:
-    """The pool's started container (not one of `but`), once it runs."""
+    """The pool's started container (not one of `but`), once it is ready for a job."""
     with anyio.fail_after(60):
         while True:
-            found = [c for c in await anyio.to_thread.run_sync(pooled) if c.status == "running"]
-            found = [c for c in found if c.id not in but]
-            if found:
-                return found[0]
+            found = [c for c in await anyio.to_thread.run_sync(pooled) if c.id not in but]
+            ready = [c for c in found if await anyio.to_thread.run_sync(started, c)]
+            if ready:
+                return ready[0]
             await anyio.sleep(0.05)
 
 

@@ -5,12 +5,13 @@ answer that comes at once waited for the container (about 0.4-0.8 s here). The p
 containers per check spec started ahead (CONCLAVE_CHECK_POOL, one by default, for the default sandbox
 from the server's start and for any other spec once a job has used it). A job's Verifier takes one when
 it starts (`take`); from then on that container is the job's alone and is removed with the job, and the
-pool starts another in the background. Each container is started exactly as the Verifier starts its own
-(`Sandbox.start` with the check spec: network none, the team's limits, a non-root user), on an empty
-folder of its own, `<home>/check-pool/<pid>-<owner id>/slot-<n>`, that each check refills in place
-(files/check_slots.py) as for the job's own containers. Containers are labelled with the server's owner
-like every sandbox, so a server that dies leaves them to engine.py's sweep; its folder is removed by the
-next server's pool (`reap_folders`), and by `close` on shutdown with every idle container.
+pool starts another in the background, a second later (`TOP_UP_AFTER_S`). Each is started exactly as
+the Verifier starts its own (`Sandbox.start` with the check spec: network none, the team's limits, a
+non-root user), on an empty folder of its own, `<home>/check-pool/<pid>-<owner id>/slot-<n>`, that each
+check refills in place (files/check_slots.py) as for the job's own containers. Containers are labelled
+with the server's owner like every sandbox, so a server that dies leaves them to engine.py's sweep; its
+folder is removed by the next server's pool (`reap_folders`), and by `close` on shutdown with every idle
+container.
 """
 
 from __future__ import annotations
@@ -34,6 +35,9 @@ from conclave.sandbox.engine import PROCESS_OWNER
 
 logger = logging.getLogger(__name__)
 JOB_LABEL = "check-pool"  # a pooled container's `conclave.job` label: it was started before any job
+# How long after a `take` the pool waits before starting the next container: a container start takes
+# the CPU the taker's first check needs (bench/bench_checks.py saw the first check's p50 1.5x with it).
+TOP_UP_AFTER_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -77,7 +81,7 @@ class CheckPool:
         self._shelves: dict[str, _Shelf] = {}
         self._starting: set[Box] = set()  # being started: removed on close too
         self._number = 0
-        self._put, self._requests = anyio.create_memory_object_stream[str](math.inf)
+        self._put, self._requests = anyio.create_memory_object_stream[tuple[str, bool]](math.inf)
 
     async def keep(
         self, default: SandboxSpec | None = None, is_dead: Callable[[int], bool] | None = None
@@ -88,9 +92,11 @@ class CheckPool:
             if is_dead is not None:
                 await anyio.to_thread.run_sync(reap_folders, self.parent, is_dead)
             if self.size > 0 and default is not None:
-                self._request(check_spec(default))
+                self._request(check_spec(default), taken=False)
             async with self._requests:
-                async for key in self._requests:
+                async for key, taken in self._requests:
+                    if taken:
+                        await anyio.sleep(TOP_UP_AFTER_S)
                     await self._fill(self._shelves[key])
         finally:
             with anyio.CancelScope(shield=True):
@@ -123,11 +129,11 @@ class CheckPool:
                     tg.start_soon(box.sandbox.stop)
             await anyio.to_thread.run_sync(remove_tree, self.root)
 
-    def _request(self, spec: SandboxSpec) -> None:
+    def _request(self, spec: SandboxSpec, *, taken: bool = True) -> None:
         key = spec.model_dump_json()
         self._shelves.setdefault(key, _Shelf(spec))
         try:
-            self._put.send_nowait(key)
+            self._put.send_nowait((key, taken))
         except (anyio.ClosedResourceError, anyio.BrokenResourceError):
             pass  # the server is stopping
 

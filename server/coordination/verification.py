@@ -36,7 +36,8 @@ from conclave.files.check_slots import make_slot, refill
 from conclave.files.protect import DEFAULT_PROTECT, restore
 from conclave.files.removal import remove_tree
 from conclave.files.workspaces import Workspaces
-from conclave.sandbox.container import CommandResult, Sandbox
+from conclave.sandbox.container import Sandbox
+from conclave.sandbox.output import CommandResult
 
 logger = logging.getLogger(__name__)
 # Before each check, as the command's user: what an earlier check left where the container keeps it.
@@ -137,15 +138,14 @@ class Verifier:
     async def _run(self, label: str) -> tuple[CommandResult, list[str]]:
         copy = await self.workspaces.check_copy(label)
         try:
-            protected = await anyio.to_thread.run_sync(self._protect, copy, abandon_on_cancel=True)
             box = await self._take()
         except BaseException:
             with anyio.CancelScope(shield=True):
                 await anyio.to_thread.run_sync(remove_tree, copy)
             raise
         kept = False
-        try:
-            await anyio.to_thread.run_sync(refill, box.slot, copy, self.workspaces.rooted(copy))
+        try:  # one trip to a worker thread for both: under load each trip costs
+            protected = await anyio.to_thread.run_sync(self._fill, box.slot, copy)
             result = await box.sandbox.exec(CLEAN + shlex.quote(self.command), self.timeout_s)
             kept = True
             return result, protected
@@ -179,6 +179,16 @@ class Verifier:
         self._boxes.append(box)
         await box.sandbox.start(slot, {}, self.job_id, f"check-{number}", self.spec)
         return box
+
+    def _fill(self, slot: Path, copy: Path) -> list[str]:
+        """Put the protected files back in the check copy, then move it into the container's folder."""
+        try:
+            protected = self._protect(copy)
+        except BaseException:
+            remove_tree(copy)
+            raise
+        refill(slot, copy, self.workspaces.rooted(copy))
+        return protected
 
     def _protect(self, copy: Path) -> list[str]:
         """Put the caller's protected files back in the check copy, per context folder (files/protect.py)."""

@@ -22,8 +22,9 @@ from conclave.files.roots import identify
 from conclave.files.trees import list_tree
 from conclave.files.workspaces import Workspaces
 from conclave.jobs.records import ApplyMode, ContextChanges, FilesResult, JobOptions
-from conclave.sandbox.container import container_user, image_tag
+from conclave.sandbox.container import container_user
 from conclave.sandbox.engine import engine_status
+from conclave.sandbox.image import image_tag
 from conclave.settings import Settings
 
 MAX_OUTSIDE = 200  # files listed outside the context folders; more are cut

@@ -65,7 +65,7 @@ async def test_the_first_check_runs_in_a_container_started_before_the_job(
         write_team(tmp_path / "team.yaml", fakes, [("openai", "ann")], coordination={"final": "reuse"})
     )
     settings = Settings(home=tmp_path / "state", verify_concurrency=1)
-    async with JobService.open(settings, environ=ENV, retry=FAST) as service:
+    async with JobService.open(settings, environ=ENV, retry=FAST, check_pool=True) as service:
         first = await pooled_running()
         view = await service.submit(TASK, team, [{"path": str(project)}], verify="hostname")
         view = await finished(service, view)

@@ -2,10 +2,11 @@
 
 A job's own warm check container (coordination/verification.py) starts beside its first turns, so an
 answer that comes at once waited for the container (about 0.4-0.8 s here). The pool keeps `size`
-containers per check spec started ahead (CONCLAVE_CHECK_POOL, one by default, for the default sandbox
-from the server's start and for any other spec once a job has used it). A job's Verifier takes one when
-it starts (`take`); from then on that container is the job's alone and is removed with the job, and the
-pool starts another in the background, a second later (`TOP_UP_AFTER_S`). Each is started exactly as
+containers per check spec started ahead (CONCLAVE_CHECK_POOL, by default as many as checks may run at
+once, for the default sandbox from the server's start and for any other spec once a job has used it).
+A job's Verifier takes what it would warm when it starts (`take`); from then on those containers are
+the job's alone and are removed with the job, and the pool starts others in the background, a second
+later (`TOP_UP_AFTER_S`). Each is started exactly as
 the Verifier starts its own (`Sandbox.start` with the check spec: network none, the team's limits, a
 non-root user), on an empty folder of its own, `<home>/check-pool/<pid>-<owner id>/slot-<n>`, that each
 check refills in place (files/check_slots.py) as for the job's own containers. Containers are labelled

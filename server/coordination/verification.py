@@ -89,9 +89,8 @@ class Verifier:
         """Start `count` check containers before the first answers (a task beside the turns): as many
         as checks may run at once, so none waits for a container to start. A failure is only logged:
         a check then starts its own, and reports why it cannot."""
-        taken = self._pool.take(self.spec) if self._pool is not None and count > 0 else None
-        if taken is not None:  # started before the job was (check_pool.py)
-            self._boxes.append(taken)
+        while count > 0 and self._pool is not None and (taken := self._pool.take(self.spec)) is not None:
+            self._boxes.append(taken)  # started before the job was (check_pool.py)
             self._put.send_nowait(taken)
             count -= 1
         self._coming += count

@@ -94,7 +94,10 @@ class JobService:
         backend_factory: BackendFactory | None = None,
         retry: RetryPolicy | None = None,
         access: Access | None = None,
+        check_pool: bool = False,
     ) -> AsyncIterator[JobService]:
+        """The service, for the body's life. `check_pool`: keep check containers started ahead of jobs
+        (coordination/check_pool.py), for a server that serves many; a one-job CLI run starts none."""
         env = dict(os.environ if environ is None else environ)
         sync_store = await anyio.to_thread.run_sync(Store, settings.db_path)
         try:
@@ -108,7 +111,8 @@ class JobService:
             ):
                 await mark_orphans(store, settings)
                 factory = backend_factory or endpoint_factory(env, local_servers)
-                pool = CheckPool(settings.home, container_user(), settings.check_pool)
+                size = settings.verify_concurrency if settings.check_pool is None else settings.check_pool
+                pool = CheckPool(settings.home, container_user(), size if check_pool else 0)
                 probe = backend_factory is None
                 service = cls(settings, store, tg, env, factory, retry, access, probe=probe, pool=pool)
                 tg.start_soon(watch, store, settings, service._owner_id, service._scopes, service._steering)

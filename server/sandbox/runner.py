@@ -1,24 +1,27 @@
 """A command runner that lives in the container: one engine exec per container, not one per command.
 
-An engine exec costs about 70-100 ms on a loaded 2-core host (the engine, containerd and runc set up
+An engine exec costs about 50-90 ms on a loaded 2-core host (the engine, containerd and runc set up
 each process: bench/results/checks.json), more than most commands take. So sandbox/container.py
 starts `RUNNER` once per container, as the command user, with one `docker exec -i` whose stdin and
 stdout stay open, and hands it one command after another:
 - the host writes one JSON line per command (`argv`, `env`); the runner starts it in /workspace with
-  the container's environment plus `env`, stdin empty, and streams its stdout and stderr back in
-  frames (a tag byte `O`, `E`, then a 4-byte length and the bytes), then `X` with the exit code and
-  whether the reaping below succeeded. The argv is the same as an exec's (`timeout -s KILL N sh -c
-  ...`, the `ulimit -f` prefix), so timeouts and file caps behave as before.
+  the container's environment plus `env`, stdin empty, says so (`S`: a stream that ends before it
+  means the container stopped, and the command is tried once more on a new runner), streams its
+  stdout and stderr back in frames (a tag byte `O`, `E`, then a 4-byte length and the bytes), then `X`
+  with the exit code and whether the reaping below succeeded. The argv is the same as an exec's
+  (`timeout -s KILL N sh -c ...`, the `ulimit -f` prefix), so timeouts and file caps behave as before.
 - after every command the runner itself reaps: `kill(-1, SIGKILL)` reaches every process of the
   command user but the runner (as leftovers.REAP does from an exec), then /proc is read until none is
   left but zombies; a reap that fails is reported and the host restarts the container.
 - the runner makes itself non-dumpable (`PR_SET_DUMPABLE` 0) before it says it is ready: a process of
   the same uid then can neither ptrace it nor open its /proc files (fd, mem, environ), so a command
   cannot write frames into its output or read its requests. It starts with `python3 -I` from /, so
-  nothing in /workspace can shadow a module it imports. A command can still kill or stop it (it runs
-  as the same user): the host sees the stream end, reaps by an exec as before, and starts a new one.
+  nothing in /workspace can shadow a module it imports. A command can still kill it (it runs as the
+  same user): the host sees the stream end, reaps by an exec as before, and starts a new one; one that
+  stops it is an exec that overran (container.py restarts the container).
 - an image without python3, or where prctl fails, has no runner: every command is an exec as before.
-tests/test_sandbox.py and tests/security/test_background.py run commands through it.
+tests/test_sandbox_runner.py tests it; tests/test_sandbox.py and tests/security/test_background.py run
+commands through it.
 """
 
 from __future__ import annotations

@@ -9,6 +9,9 @@ alike. Measured, against the real Docker engine and the fake providers through t
   engine exec of `true` (create, start, inspect: the floor any command pays);
 - a check's cost beyond its command: `Verifier.run` of `true` on an answer's snapshot, wall time (the
   command itself takes nothing), the job's warm container started ahead as the orchestrator does;
+- the same for a job's first check when its answer comes at once: a fresh Verifier per sample, its
+  `warm` started and the check run at the same moment, on a server whose check pool (where the code has
+  one: coordination/check_pool.py) was filled before the job, as a running server's is;
 - the end-to-end job of tests/test_verify.py (three agents fix calc.py and vote, bench/bench_verify.py)
   with and without `verify`: model requests and tokens, their ratios with/without, and per answer the
   check's overhead from the job's events (check_started to checked, less the command's duration).
@@ -39,7 +42,7 @@ PACKAGES = {
     "conclave.skills": "skills",
     "conclave.tools": "tools",
 }
-EXECS, CHECKS, JOBS = 30, 12, 3
+EXECS, CHECKS, FIRSTS, JOBS = 30, 12, 8, 3
 LATENCIES = (0.0, 1.0)
 
 
@@ -135,6 +138,65 @@ async def check_cost() -> dict[str, float]:
     }
 
 
+async def first_check() -> dict[str, float]:
+    import anyio
+    import anyio.to_thread
+
+    from conclave.config.models import SandboxSpec
+    from conclave.coordination.verification import Verifier
+    from conclave.files.contexts import ContextPath
+    from conclave.files.workspaces import Workspaces
+    from conclave.sandbox.container import container_user
+
+    try:
+        from conclave.coordination.check_pool import CheckPool
+    except ImportError:
+        CheckPool = None  # noqa: N806 (the code before has no pool)
+    samples = []
+    with tempfile.TemporaryDirectory() as tmp:
+        project = Path(tmp, "proj")
+        project.mkdir()
+        for i in range(20):
+            (project / f"m{i}.py").write_text(f"X = {i}\n")
+        async with anyio.create_task_group() as tg:
+            pool = None
+            if CheckPool is not None:
+                pool = CheckPool(Path(tmp, "home"), container_user(), 1)
+                tg.start_soon(pool.keep, SandboxSpec())
+            for n in range(FIRSTS):
+                with anyio.fail_after(60):  # a running server's pool is filled between jobs
+                    while pool is not None and pool.ready(SandboxSpec()) < 1:
+                        await anyio.sleep(0.02)
+                workspaces = Workspaces(Path(tmp, f"job{n}"), agent_owner=container_user())
+                await workspaces.prepare([ContextPath(path=str(project))])
+                await workspaces.create(["A"])
+                await workspaces.snapshot("A", "A1")
+                extra = {"pool": pool} if pool is not None else {}
+                verifier = Verifier(
+                    f"cj-bench{n}",
+                    "true",
+                    workspaces,
+                    SandboxSpec(),
+                    timeout_s=30,
+                    limiter=anyio.CapacityLimiter(1),
+                    **extra,
+                )
+                try:
+                    async with anyio.create_task_group() as job:
+                        job.start_soon(verifier.warm)  # as the orchestrator, beside the first turns
+                        started = time.perf_counter()
+                        run = await verifier.run("A1")  # an answer that came at once
+                        samples.append(time.perf_counter() - started)
+                        assert run.check.passed, run.output
+                finally:
+                    await verifier.close()
+            tg.cancel_scope.cancel()
+    return {
+        "p50_ms": round(statistics.median(samples) * 1000, 1),
+        "p90_ms": round(statistics.quantiles(samples, n=10)[-1] * 1000, 1),
+    }
+
+
 async def jobs(latency: float) -> dict[str, Any]:
     from bench.bench_verify import one_job
     from tests.test_verify import CHECK
@@ -161,7 +223,7 @@ def child(part: str, tree: Path) -> None:
 
     sys.meta_path.insert(0, _Tree(tree))
     sys.path.insert(0, str(ROOT))  # this checkout's bench and tests (the fakes, the job's script) for both
-    found = {"run_command": run_command, "check_cost": check_cost}
+    found = {"run_command": run_command, "check_cost": check_cost, "first_check": first_check}
     if part.startswith("jobs:"):
         result = anyio.run(jobs, float(part.split(":", 1)[1]))
     else:
@@ -210,7 +272,8 @@ def main() -> None:
         with tarfile.open(fileobj=__import__("io").BytesIO(archive)) as tar:
             tar.extractall(old, filter="data")
         trees = {"before": old, "after": ROOT}
-        parts = ["run_command", "check_cost", *(f"jobs:{latency:g}" for latency in LATENCIES)]
+        parts = ["run_command", "check_cost", "first_check", *(f"jobs:{latency:g}" for latency in LATENCIES)]
+        load_before = os.getloadavg()
         found: dict[str, dict[str, Any]] = {}
         for part in parts:
             found[part] = {}
@@ -230,12 +293,11 @@ def main() -> None:
     for name in ("before", "after"):  # the machine's load moves both; this ratio much less
         row = found["run_command"][name]
         row["p50_to_bare_engine_exec"] = ratio(row["p50_ms"], row["bare_engine_exec_p50_ms"])
-    result["check_true"] = {
-        **found["check_cost"],
-        "p50_after_to_before": ratio(
-            found["check_cost"]["after"]["p50_ms"], found["check_cost"]["before"]["p50_ms"]
-        ),
-    }
+    for part, name in (("check_cost", "check_true"), ("first_check", "first_check_at_once")):
+        result[name] = {
+            **found[part],
+            "p50_after_to_before": ratio(found[part]["after"]["p50_ms"], found[part]["before"]["p50_ms"]),
+        }
     for latency in LATENCIES:
         part = found[f"jobs:{latency:g}"]
         summary = {}
@@ -250,11 +312,15 @@ def main() -> None:
                 "raw": {k: row[k] for k in ("with", "without")},
             }
         result[f"job_{latency:g}s_per_reply"] = summary
+    load_after = os.getloadavg()
+    result["load_average_1_5_15"] = {"at_start": load_before, "at_end": load_after}
     result["note"] = (
         "before and after measured alternately in one run on a 2-core machine shared with other work (load "
-        "average above 10 while it ran); check_true is Verifier.run of `true`: everything a check costs "
-        "beyond its command; check_overhead_per_answer is, in the end-to-end job, check_started to checked "
-        "less the command's own duration (which includes the exec)"
+        "average above); check_true is Verifier.run of `true` in the job's warm container: everything a "
+        "check costs beyond its command; first_check_at_once is the same for a job's first check run the "
+        "moment its Verifier starts warming (after: the server's check pool filled before the job); "
+        "check_overhead_per_answer is, in the end-to-end job, check_started to checked less the command's "
+        "own duration (which includes the exec, or the runner's round trip)"
     )
     RESULTS.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))

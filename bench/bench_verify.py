@@ -13,6 +13,7 @@ bench/results/verify.json.
 
 from __future__ import annotations
 
+import inspect
 import json
 import statistics
 import sys
@@ -64,7 +65,12 @@ async def one_job(root: Path, latency: float, verify: str | None, concurrency: i
             fakes.script.set_default(name, slowed(agent(favourite), latency))
         team = str(write_team(root / "team.yaml", fakes, TRIO, coordination={"final": "reuse"}))
         settings = Settings(home=root / "state", verify_concurrency=concurrency, gc_auto=False)
-        async with JobService.open(settings, environ=ENV, retry=RetryPolicy(max_attempts=2)) as service:
+        pool = {"check_pool": True} if "check_pool" in inspect.signature(JobService.open).parameters else {}
+        async with JobService.open(
+            settings, environ=ENV, retry=RetryPolicy(max_attempts=2), **pool
+        ) as service:
+            if verify is not None:  # a job on a running server: its check pool, where it has one, is filled
+                await pool_filled(client, concurrency)
             started = time.perf_counter()
             view = await service.submit(TASK, team, [{"path": str(project)}], verify=verify)
             seen = 0
@@ -95,6 +101,28 @@ async def one_job(root: Path, latency: float, verify: str | None, concurrency: i
         "max_check_containers": seen,
         "overheads_s": overheads,
     }
+
+
+async def pool_filled(client: Any, count: int) -> None:
+    """Until `count` pooled check containers of this server (coordination/check_pool.py) have their
+    runner up; at once for code without a pool."""
+    try:
+        from conclave.coordination.check_pool import JOB_LABEL
+        from conclave.sandbox.engine import PROCESS_OWNER
+    except ImportError:
+        return
+    labels = {"label": [f"conclave.job={JOB_LABEL}", f"conclave.owner={PROCESS_OWNER.id}"]}
+
+    def ready() -> bool:
+        started = 0
+        for container in client.containers.list(filters=labels):
+            rows = container.top().get("Processes") or []
+            started += any("python3 -I" in " ".join(row) for row in rows)  # the last step of its start
+        return started >= count
+
+    with anyio.fail_after(60):
+        while not await anyio.to_thread.run_sync(ready):
+            await anyio.sleep(0.05)
 
 
 def med(rows: list[dict[str, Any]], key: str) -> float:

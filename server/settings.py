@@ -50,6 +50,9 @@ class Settings(BaseSettings):
     # Verification (ask_team's `verify`): checks running at once on this server, each one's time limit.
     verify_concurrency: Annotated[int, Field(ge=1, le=64)] = 2
     verify_timeout_s: Annotated[float, Field(gt=0, le=3600)] = 120.0
+    # Check containers kept started ahead of jobs, per sandbox spec (coordination/check_pool.py); 0: none,
+    # unset: as many as checks may run at once (verify_concurrency), so a job's first checks all find one.
+    check_pool: Annotated[int, Field(ge=0, le=64)] | None = None
     # Pruning finished jobs (`conclave gc`, and at server start when gc_auto): older than gc_keep_days,
     # then the oldest while all jobs hold more than gc_max_mb.
     gc_auto: bool = True

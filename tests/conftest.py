@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from conclave.config.models import SandboxSpec
-from conclave.sandbox.container import image_tag
 from conclave.sandbox.engine import engine_status
+from conclave.sandbox.image import image_tag
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import KEY_ENV, PROVIDER_KEYS, TRIO, install, voter, write_team
 

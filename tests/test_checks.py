@@ -12,7 +12,7 @@ from conclave.coordination.prompts import ShownAnswer, turn_prompt
 from conclave.coordination.reports import Check
 from conclave.coordination.verification import Verifier, summarize
 from conclave.files.workspaces import Workspaces
-from conclave.sandbox.container import CommandResult
+from conclave.sandbox.output import CommandResult
 
 
 def test_a_result_becomes_a_check() -> None:

@@ -1,4 +1,5 @@
-"""The reaping exec after a command is skipped only when the host sees nothing left in the container
+"""Where a container has no command runner (sandbox/runner.py: an image without python3), the reaping
+exec after a command is skipped only when the host sees nothing left in the container
 (server/sandbox/leftovers.py), against the real Docker engine: what a command leaves is still reaped."""
 
 from __future__ import annotations
@@ -25,6 +26,12 @@ LIST_MINE = (
 )
 
 
+class ExecSandbox(Sandbox):
+    """A sandbox whose commands are one exec each, as in an image that cannot run the runner."""
+
+    use_runner = False
+
+
 class CountingApi:
     """The real docker API client, counting the reaping execs it is asked to create."""
 
@@ -44,7 +51,7 @@ async def counted(tmp_path: Path) -> AsyncIterator[tuple[Sandbox, CountingApi]]:
     client = connect()
     api = CountingApi(client.api)
     client.api = api
-    sandbox = Sandbox(client, Owner("test-" + os.urandom(4).hex()))
+    sandbox = ExecSandbox(client, Owner("test-" + os.urandom(4).hex()))
     try:
         await sandbox.start(tmp_path, {}, "cj-test", "A", SandboxSpec(memory="256m", cpus=1, pids=64))
         if cgroup_of(sandbox.container.id) is None:

@@ -175,7 +175,7 @@ def check_exposure(tokens: HttpTokens, host: str) -> None:
 async def serve_stdio(settings: Settings) -> None:
     """Serve one client over stdin/stdout until it closes them."""
     access = Access.stdio(settings, os.environ, Path.cwd())
-    async with JobService.open(settings, access=access) as service:
+    async with JobService.open(settings, access=access, check_pool=True) as service:
         await create_app(service, settings).run_async(transport="stdio", show_banner=False)
 
 
@@ -211,7 +211,9 @@ async def serve_http(settings: Settings, host: str = "127.0.0.1", port: int = 87
     previous = signal.signal(signal.SIGTERM, _terminated) if in_main_thread else None
     try:
         async with (
-            JobService.open(settings, access=Access.http(settings, os.environ, Path.cwd())) as service,
+            JobService.open(
+                settings, access=Access.http(settings, os.environ, Path.cwd()), check_pool=True
+            ) as service,
             web_routes(settings, dict(tokens.callers), port, host) as pages,
         ):
             app = create_app(service, settings, tokens).http_app(path="/mcp", host_origin_protection=True)

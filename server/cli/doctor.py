@@ -13,8 +13,8 @@ from conclave.config.clis import CLIS, login_fix, login_source
 from conclave.config.models import KEY_VARIABLES, SandboxSpec
 from conclave.errors import ConfigError
 from conclave.sandbox.clis_image import CLI_PINS, clis_tag
-from conclave.sandbox.container import image_tag
 from conclave.sandbox.engine import engine_status
+from conclave.sandbox.image import image_tag
 from conclave.settings import Settings
 
 

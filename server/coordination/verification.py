@@ -5,7 +5,8 @@ stays immutable), with the caller's protected test files put back first (files/p
 `verify_protect`; the check then names what it put back, to voters and in the result). It runs in a
 warm check container of the job's, with run_command's confinement (sandbox/container.py: no network
 whatever the team says, limits, a non-root user, processes reaped, output capped): the job's first
-one is started beside the first turns (`warm`), another only when checks overlap, and each is
+one is taken from the server's pool, started before the job (coordination/check_pool.py), else started
+beside the first turns (`warm`) like the others it warms; another only when checks overlap; each is
 removed with the job (`close`, also on cancel or failure). A container runs one check at a time, on
 its own folder refilled in place with the check's copy (files/check_slots.py), its /tmp and /dev/shm
 emptied first: nothing of one check reaches the next. With one context path the project folder is
@@ -28,13 +29,15 @@ import anyio
 import anyio.to_thread
 
 from conclave.config.models import SandboxSpec
+from conclave.coordination.check_pool import Box, CheckPool, check_spec
 from conclave.coordination.reports import LINE_CHARS, TAIL_LINES, Check
 from conclave.errors import ConclaveError
 from conclave.files.check_slots import make_slot, refill
 from conclave.files.protect import DEFAULT_PROTECT, restore
 from conclave.files.removal import remove_tree
 from conclave.files.workspaces import Workspaces
-from conclave.sandbox.container import CommandResult, Sandbox
+from conclave.sandbox.container import Sandbox
+from conclave.sandbox.output import CommandResult
 
 logger = logging.getLogger(__name__)
 # Before each check, as the command's user: what an earlier check left where the container keeps it.
@@ -51,14 +54,6 @@ class CheckRun:
     output: str
 
 
-@dataclass(frozen=True)
-class _Box:
-    """A warm check container and the folder it mounts at /workspace."""
-
-    sandbox: Sandbox
-    slot: Path
-
-
 class Verifier:
     """Runs one job's check command on answers' snapshots, in the job's warm check containers."""
 
@@ -73,14 +68,16 @@ class Verifier:
         limiter: anyio.CapacityLimiter,
         sandbox_factory: Callable[[], Sandbox] = Sandbox,
         protect: Sequence[str] | None = None,
+        pool: CheckPool | None = None,
     ) -> None:
         self.job_id, self.command, self.workspaces = job_id, command, workspaces
-        self.spec = spec.model_copy(update={"network": "none"})  # a check never gets the network
+        self.spec = check_spec(spec)  # a check never gets the network
+        self._pool = pool
         self.timeout_s, self._limiter, self._factory = timeout_s, limiter, sandbox_factory
         self.protect = tuple(DEFAULT_PROTECT if protect is None else protect)
-        self._boxes: list[_Box] = []  # every container started, for `close`
+        self._boxes: list[Box] = []  # every container started, for `close`
         # idle containers, and None for one `warm` could not start (its waiter then starts its own)
-        self._put, self._idle = anyio.create_memory_object_stream[_Box | None](math.inf)
+        self._put, self._idle = anyio.create_memory_object_stream[Box | None](math.inf)
         self._coming = self._waiting = self._started = 0  # being warmed; checks waiting for one; numbers
 
     @property
@@ -92,6 +89,10 @@ class Verifier:
         """Start `count` check containers before the first answers (a task beside the turns): as many
         as checks may run at once, so none waits for a container to start. A failure is only logged:
         a check then starts its own, and reports why it cannot."""
+        while count > 0 and self._pool is not None and (taken := self._pool.take(self.spec)) is not None:
+            self._boxes.append(taken)  # started before the job was (check_pool.py)
+            self._put.send_nowait(taken)
+            count -= 1
         self._coming += count
         async with anyio.create_task_group() as tg:
             for _ in range(count):
@@ -114,6 +115,9 @@ class Verifier:
             async with anyio.create_task_group() as tg:
                 for box in boxes:
                     tg.start_soon(box.sandbox.stop)
+            for box in boxes:  # the job's own slots go with its checks/ folder; a pooled one's here
+                if box.pooled:
+                    await anyio.to_thread.run_sync(remove_tree, box.slot)
 
     async def run(self, label: str) -> CheckRun:
         """Check answer `label`; a check that cannot run is an `error` check, never an exception."""
@@ -133,15 +137,14 @@ class Verifier:
     async def _run(self, label: str) -> tuple[CommandResult, list[str]]:
         copy = await self.workspaces.check_copy(label)
         try:
-            protected = await anyio.to_thread.run_sync(self._protect, copy, abandon_on_cancel=True)
             box = await self._take()
         except BaseException:
             with anyio.CancelScope(shield=True):
                 await anyio.to_thread.run_sync(remove_tree, copy)
             raise
         kept = False
-        try:
-            await anyio.to_thread.run_sync(refill, box.slot, copy, self.workspaces.rooted(copy))
+        try:  # one trip to a worker thread for both: under load each trip costs
+            protected = await anyio.to_thread.run_sync(self._fill, box.slot, copy)
             result = await box.sandbox.exec(CLEAN + shlex.quote(self.command), self.timeout_s)
             kept = True
             return result, protected
@@ -152,7 +155,7 @@ class Verifier:
                 with anyio.CancelScope(shield=True):
                     await box.sandbox.stop()
 
-    async def _take(self) -> _Box:
+    async def _take(self) -> Box:
         """An idle container; else one `warm` is starting, if one is left for this check; else a new one."""
         try:
             box = self._idle.receive_nowait()
@@ -166,15 +169,25 @@ class Verifier:
                     self._waiting -= 1
         return box if box is not None else await self._start()
 
-    async def _start(self) -> _Box:
+    async def _start(self) -> Box:
         self._started += 1
         number = self._started  # taken before any await: checks may start containers at once
         checks, owner = self.workspaces.job_dir / "checks", self.workspaces.agent_owner
         slot = await anyio.to_thread.run_sync(make_slot, checks, number, owner)
-        box = _Box(self._factory(), slot)
+        box = Box(self._factory(), slot)
         self._boxes.append(box)
         await box.sandbox.start(slot, {}, self.job_id, f"check-{number}", self.spec)
         return box
+
+    def _fill(self, slot: Path, copy: Path) -> list[str]:
+        """Put the protected files back in the check copy, then move it into the container's folder."""
+        try:
+            protected = self._protect(copy)
+        except BaseException:
+            remove_tree(copy)
+            raise
+        refill(slot, copy, self.workspaces.rooted(copy))
+        return protected
 
     def _protect(self, copy: Path) -> list[str]:
         """Put the caller's protected files back in the check copy, per context folder (files/protect.py)."""

@@ -3,14 +3,17 @@
 A bind mount pins the inode of the folder it mounts (sandbox/container.py), so a container that runs
 many checks keeps one folder, `checks/slot-<n>/`, mounted at /workspace, and each check gets a fresh
 copy there: the slot is emptied, then the entries of the check's own copy (files/workspaces.py
-`check_copy`, protected files already put back) are moved in, renames within one filesystem. Nothing
+`check_copy`, protected files already put back) are moved in, renames within one filesystem (a copy
+when a pooled slot, coordination/check_pool.py, lies on another). Nothing
 runs in the container meanwhile (its command's processes are reaped after every command), and every
 removal goes through removal.py's no-follow walk (coordination/verification.py uses it).
 """
 
 from __future__ import annotations
 
+import errno
 import os
+import shutil
 from pathlib import Path
 
 from conclave.files.removal import remove_tree
@@ -36,7 +39,12 @@ def refill(slot: Path, copy: Path, root: Path) -> None:
     source, target = os.open(root, _DIR), os.open(slot, _DIR)
     try:
         for name in os.listdir(source):
-            os.rename(name, name, src_dir_fd=source, dst_dir_fd=target)
+            try:
+                os.rename(name, name, src_dir_fd=source, dst_dir_fd=target)
+            except OSError as exc:  # a pooled slot (coordination/check_pool.py) on another filesystem
+                if exc.errno != errno.EXDEV:
+                    raise
+                shutil.move(root / name, slot / name)
     finally:
         os.close(source)
         os.close(target)

@@ -10,6 +10,7 @@ import anyio
 import anyio.to_thread
 
 from conclave.config.models import SandboxSpec, Team
+from conclave.coordination.check_pool import CheckPool
 from conclave.coordination.job_files import JobFiles
 from conclave.coordination.verification import Verifier
 from conclave.errors import ApplyError, PathOutsideRoot, SandboxUnavailable
@@ -21,8 +22,9 @@ from conclave.files.roots import identify
 from conclave.files.trees import list_tree
 from conclave.files.workspaces import Workspaces
 from conclave.jobs.records import ApplyMode, ContextChanges, FilesResult, JobOptions
-from conclave.sandbox.container import container_user, image_tag
+from conclave.sandbox.container import container_user
 from conclave.sandbox.engine import engine_status
+from conclave.sandbox.image import image_tag
 from conclave.settings import Settings
 
 MAX_OUTSIDE = 200  # files listed outside the context folders; more are cut
@@ -141,7 +143,12 @@ def job_files(
 
 
 def job_verifier(
-    job_id: str, team: Team, files: JobFiles | None, settings: Settings, limiter: anyio.CapacityLimiter
+    job_id: str,
+    team: Team,
+    files: JobFiles | None,
+    settings: Settings,
+    limiter: anyio.CapacityLimiter,
+    pool: CheckPool | None = None,
 ) -> Verifier | None:
     """The job's checks (`verify`), or None; plan.shape_team refused a verify without context paths."""
     if team.verify is None or files is None:
@@ -155,4 +162,5 @@ def job_verifier(
         timeout_s=settings.verify_timeout_s,
         limiter=limiter,
         protect=team.verify_protect,
+        pool=pool,
     )

@@ -16,6 +16,7 @@ import anyio
 
 from conclave.backends.retry import RetryPolicy
 from conclave.config.models import Team
+from conclave.coordination.check_pool import CheckPool
 from conclave.coordination.limits import ProviderLimits
 from conclave.coordination.members import BackendFactory
 from conclave.coordination.orchestrator import Orchestrator
@@ -43,12 +44,14 @@ class Lifecycle:
         factory: BackendFactory,
         retry: RetryPolicy | None,
         steering: Steering,
+        pool: CheckPool | None = None,
     ) -> None:
         self.settings, self.store, self._factory, self._retry = settings, store, factory, retry
         self.steering = steering
         self.scopes: dict[str, anyio.CancelScope] = {}  # the jobs this process runs, by id
         self._slots = anyio.CapacityLimiter(settings.max_jobs)
         self._check_slots = anyio.CapacityLimiter(settings.verify_concurrency)  # verification containers
+        self._check_pool = pool  # check containers started ahead of the jobs (coordination/check_pool.py)
         self._provider_limits = ProviderLimits(settings.provider_concurrency)  # shared by every job here
         self._heap = Heap()  # a warm server's objects, kept out of the collector's walks
 
@@ -105,7 +108,7 @@ class Lifecycle:
             await self._fail(job_id, str(exc))
             return
         await self.store.set_state(job_id, "running", "starting the agents")
-        verifier = job_verifier(job_id, team, files, self.settings, self._check_slots)
+        verifier = job_verifier(job_id, team, files, self.settings, self._check_slots, self._check_pool)
         orchestrator = Orchestrator(
             job_id,
             task,

@@ -29,6 +29,8 @@ import anyio
 
 from conclave.backends.llama_server import LocalServers
 from conclave.backends.retry import RetryPolicy
+from conclave.config.models import SandboxSpec
+from conclave.coordination.check_pool import CheckPool
 from conclave.coordination.members import BackendFactory, endpoint_factory
 from conclave.errors import InputError, JobFinished
 from conclave.jobs.access import Access
@@ -38,12 +40,14 @@ from conclave.jobs.job_thread import JobThread
 from conclave.jobs.lifecycle import Lifecycle
 from conclave.jobs.lookup import JobLookup
 from conclave.jobs.maintenance import mark_orphans, prune_old_jobs, sweep_leftovers, watch
+from conclave.jobs.owners import process_alive
 from conclave.jobs.reader import WorkspacePage
 from conclave.jobs.records import ApplyMode
 from conclave.jobs.steering import Steering, checked_note, delivered
 from conclave.jobs.store import JobRow, Store
 from conclave.jobs.teams import TeamList
 from conclave.jobs.views import JobView
+from conclave.sandbox.container import container_user
 from conclave.settings import MAX_WAIT_S, Settings
 
 POLL_S = 0.2  # a job another process runs: how often its waiters here look at the store
@@ -90,7 +94,10 @@ class JobService:
         backend_factory: BackendFactory | None = None,
         retry: RetryPolicy | None = None,
         access: Access | None = None,
+        check_pool: bool = False,
     ) -> AsyncIterator[JobService]:
+        """The service, for the body's life. `check_pool`: keep check containers started ahead of jobs
+        (coordination/check_pool.py), for a server that serves many; a one-job CLI run starts none."""
         env = dict(os.environ if environ is None else environ)
         sync_store = await anyio.to_thread.run_sync(Store, settings.db_path)
         owner_id, serving = uuid.uuid4().hex, asyncio.get_running_loop()
@@ -107,12 +114,20 @@ class JobService:
                     def tell(job_id: str) -> None:
                         serving.call_soon_threadsafe(store.wake, job_id)
 
+                    size = settings.verify_concurrency if settings.check_pool is None else settings.check_pool
+                    pool = CheckPool(settings.home, container_user(), size if check_pool else 0)
                     async with (
                         AsyncStore.open(sync_store, on_change=tell) as jobs_store,
                         LocalServers() as local_servers,
+                        anyio.create_task_group() as pool_tg,
                     ):
+                        # the check pool lives on the jobs' loop, where the checks take from it
+                        pool_tg.start_soon(pool.keep, SandboxSpec(), lambda pid: not process_alive(pid))
                         factory = backend_factory or endpoint_factory(env, local_servers)
-                        yield Lifecycle(settings, jobs_store, factory, retry, Steering(jobs_store))
+                        try:
+                            yield Lifecycle(settings, jobs_store, factory, retry, Steering(jobs_store), pool)
+                        finally:
+                            pool_tg.cancel_scope.cancel()
 
                 async with JobThread.open(jobs_side) as (thread, lifecycle):
                     probe = backend_factory is None

@@ -37,8 +37,9 @@ from conclave.members.codex import Codex
 from conclave.members.copilot import Copilot
 from conclave.members.gemini import Gemini
 from conclave.members.logins import resolve_login
-from conclave.sandbox.container import CommandResult, Sandbox
+from conclave.sandbox.container import Sandbox
 from conclave.sandbox.member import HOME
+from conclave.sandbox.output import CommandResult
 
 ADAPTERS: dict[str, CliAdapter] = {
     "claude-code": ClaudeCode(),

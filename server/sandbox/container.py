@@ -24,19 +24,22 @@ Choices:
   as the server's own uid/gid, so files agents write stay the server user's to read, diff and delete. The
   container's keeper (`sleep infinity` under docker-init) runs as another uid (`KEEPER`, nobody), which the
   agent's processes cannot signal.
-- Background processes do not outlive their command: after every command (and after a timeout) a second
-  exec, as the command's user, runs `kill -KILL -1`, which reaches every process of that user in the
-  container (`setsid` escapees included) but not the keeper, and checks /proc until none is left; if
-  that fails the container is restarted (tests/security/test_background.py races it). That exec is
-  skipped when the host sees, in the container's pids cgroup, that only the keeper is left
-  (leftovers.py): most commands leave nothing, and the exec cost as much as the command.
+- Commands go through the container's runner (runner.py): one long-lived exec that starts each command,
+  since an engine exec per command cost more than most commands. Where the image cannot run it, each
+  command is an exec of its own.
+- Background processes do not outlive their command: after every command (and after a timeout) the
+  runner, as the command's user, sends `kill(-1, SIGKILL)`, which reaches every process of that user in
+  the container (`setsid` escapees included) but not the keeper, and checks /proc until none is left;
+  if that fails the container is restarted (tests/security/test_background.py races it). Without a
+  runner a second exec does the same (leftovers.REAP), skipped when the host sees in the container's
+  pids cgroup that only the keeper is left (leftovers.py).
 - After every command the workspace is settled through files/safe.py's no-follow walk: setuid, setgid
   and world-write bits are cleared, every entry is handed to the command user (as root), and its size
   is measured for the job's disk budget (`CommandResult.workspace_bytes`).
 - /tmp is a tmpfs that allows exec (Docker's default is noexec): /workspace is executable anyway, so noexec
   buys nothing and breaks compilers and test runners that run what they build in /tmp.
 - Timeouts: the command runs as `timeout -s KILL N sh -c CMD`; coreutils `timeout` leads its own process group
-  and kills the whole group, and the reaping exec above gets the rest. `exec_run` has no timeout of its
+  and kills the whole group, and the reaping above gets the rest. `exec_run` has no timeout of its
   own, so if an exec overruns timeout + grace the container is killed and restarted.
 """
 
@@ -47,7 +50,6 @@ import re
 import secrets
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -59,11 +61,12 @@ from conclave.errors import SandboxError, SandboxUnavailable
 from conclave.files.settling import Settled, settle
 from conclave.sandbox.disk_watch import Watched, Watcher, kill_user_processes
 from conclave.sandbox.engine import FIX, PROCESS_OWNER, Owner, connect, missing_image, remove_container
-from conclave.sandbox.image import IMAGE_REPO, default_tag
+from conclave.sandbox.image import image_tag
 from conclave.sandbox.leftovers import cgroup_of, nothing_left, reap
-from conclave.sandbox.output import _Capped
+from conclave.sandbox.output import CommandResult, _Capped, described
+from conclave.sandbox.runner import Runner, RunnerGone, Runners
 
-__all__ = ["CommandResult", "Sandbox", "container_user", "image_tag"]
+__all__ = ["Sandbox", "container_user"]
 
 OUTPUT_CAP = 20_000  # bytes kept per stream (head and tail halves); the middle is cut with a note
 GRACE_S = 10.0  # how long past its timeout an exec may take before the container is killed
@@ -83,29 +86,6 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 KEEPER = 65534  # nobody: the keeper's uid, never the commands' (see the module docstring)
 
 
-@dataclass(frozen=True)
-class CommandResult:
-    """What a command did; stdout and stderr are kept apart and capped."""
-
-    exit_code: int | None  # None: the exec itself overran and the sandbox was restarted
-    stdout: str
-    stderr: str
-    timed_out: bool
-    duration_s: float
-    notes: tuple[str, ...] = ()  # what was cut, what was killed
-    workspace_bytes: int | None = None  # the workspace's size after the command (for the disk budget)
-
-    def as_text(self) -> str:
-        """A compact rendering for a model: exit code, notes, then both streams."""
-        status = "timed out" if self.timed_out else f"exit code {self.exit_code}"
-        parts = [f"[{status} after {self.duration_s:.1f} s]", *(f"[{note}]" for note in self.notes)]
-        if self.stdout:
-            parts += ["--- stdout ---", self.stdout.rstrip("\n")]
-        if self.stderr:
-            parts += ["--- stderr ---", self.stderr.rstrip("\n")]
-        return "\n".join(parts)
-
-
 def container_user() -> tuple[int, int]:
     """Who commands run as: the image's `sandbox` user (1000) under a root server, else the server's user.
 
@@ -120,22 +100,13 @@ def keeper_user(uid: int) -> str:
     return f"{keeper}:{keeper}"
 
 
-def image_tag(spec: SandboxSpec) -> str:
-    """The team's image, with this version's tag when it names none.
-
-    `conclave-sandbox` -> `conclave-sandbox:0.1.0-<recipe digest>`.
-    """
-    if spec.image == IMAGE_REPO:
-        return default_tag()
-    return spec.image if ":" in spec.image.rsplit("/", 1)[-1] else f"{spec.image}:latest"
-
-
 class Sandbox:
     """One agent's container for one job: `start`, then `exec` any number of times, then `stop`."""
 
     grace_s = GRACE_S
     output_cap = OUTPUT_CAP
     reap_always = False  # True: never skip the reaping exec (a keeper that forks: member.py)
+    use_runner = True  # commands go through the in-container runner (runner.py) where it starts
 
     def __init__(self, client: Any | None = None, owner: Owner = PROCESS_OWNER) -> None:
         self._client, self.owner = client, owner
@@ -144,6 +115,7 @@ class Sandbox:
         self.uid, self.gid = container_user()
         self._workspace: Path | None = None
         self._cgroup: Path | None = None  # the container's pids cgroup on this host, once found
+        self._runners = Runners(self.use_runner)
         # Bumped when an overrunning exec is abandoned and the container restarted: that exec's thread,
         # still running, must then neither reap nor restart (it would kill the next command's container).
         self._generation = 0
@@ -168,6 +140,8 @@ class Sandbox:
         if self._client is None:
             self._client = await anyio.to_thread.run_sync(connect)
         self.container = await anyio.to_thread.run_sync(self._create, job_id, letter, dict(peers), limits)
+        api, user = self._client.api, f"{self.uid}:{self.gid}"  # the runner, ready before the first command
+        await anyio.to_thread.run_sync(self._runners.ahead, api, self.container.id, user, self._restart)
         return self.container
 
     def _create(self, job_id: str, letter: str, peers: dict[str, Path], limits: SandboxSpec) -> Any:
@@ -274,34 +248,7 @@ class Sandbox:
                 "(/workspace kept, /tmp emptied, background processes gone)"
             )
             return CommandResult(None, "", "", True, duration, (note,), settled.total_bytes)
-        exit_code, out, err, settled, watched = raw
-        timed_out = exit_code == 137 and duration >= timeout_s * 0.95 and watched.reason is None
-        notes = [note for note in (out.note("stdout"), err.note("stderr")) if note]
-        if watched.reason is not None:
-            notes.insert(
-                0,
-                f"killed: {watched.reason} (the job's disk budget, CONCLAVE_JOB_DISK_MB); "
-                "the sandbox was restarted (/workspace kept, /tmp emptied); "
-                "delete files you do not need",
-            )
-        elif max_bytes is not None and (exit_code == 153 or settled.total_bytes >= max_bytes):
-            notes.insert(
-                0,
-                f"the workspace reached the {max_bytes / 2**20:,.1f} MB the job's disk budget "
-                "leaves it (CONCLAVE_JOB_DISK_MB): a file was stopped there (SIGXFSZ); "
-                "delete files you do not need",
-            )
-        elif timed_out:
-            notes.insert(0, f"killed after {timeout_s:g} s (the timeout), with every process it started")
-        elif exit_code == 137:
-            notes.insert(0, "killed by SIGKILL: most likely out of memory (the sandbox's memory limit)")
-        if settled.stripped:
-            notes.append(
-                f"setuid, setgid and world-write bits cleared on {settled.stripped} workspace entries"
-            )
-        return CommandResult(
-            exit_code, out.text(), err.text(), timed_out, duration, tuple(notes), settled.total_bytes
-        )
+        return described(raw, duration, timeout_s, max_bytes)
 
     def _argv(self, command: str, timeout_s: float) -> list[str]:
         return ["timeout", "-s", "KILL", f"{timeout_s:g}", "sh", "-c", command]
@@ -323,6 +270,8 @@ class Sandbox:
         assert self._workspace is not None
         watcher = Watcher(self._workspace, max_bytes, lambda _reason: self._kill()).start()
         try:
+            if (runner := self._runner_or_none()) is not None:
+                return self._run_in(runner, argv, generation, environment, out, err, watcher)
             options = {"user": f"{self.uid}:{self.gid}", "workdir": "/workspace", "environment": environment}
             try:
                 exec_id = api.exec_create(self.container.id, argv, **options)
@@ -343,6 +292,38 @@ class Sandbox:
             return exit_code, out, err, self._settle(), watched
         except docker.errors.DockerException as exc:
             raise SandboxError(f"the command could not run in the sandbox: {exc}") from exc
+
+    def _run_in(
+        self,
+        runner: Runner,
+        argv: list[str],
+        generation: int,
+        environment: dict[str, str],
+        out: _Capped,
+        err: _Capped,
+        watcher: Watcher,
+    ) -> tuple[int | None, _Capped, _Capped, Settled, Watched]:
+        """`_run` through the container's runner, which reaps after the command itself."""
+        try:
+            try:
+                exit_code, reaped = runner.run(argv, environment, out, err)
+            except RunnerGone as gone:  # before the command started: the container stopped meanwhile
+                self._runners.drop(runner)
+                if gone.started or (runner := self._runner_or_none()) is None:  # (which restarts it)
+                    raise
+                exit_code, reaped = runner.run(argv, environment, out, err)
+        except RunnerGone:  # killed (by the command, the disk watcher, a restart): reap by an exec
+            exit_code, reaped = 137, False
+            self._runners.drop(runner)
+        finally:
+            watched = watcher.finish()
+        if not reaped and generation == self._generation and not self._nothing_left():
+            self._reap()
+        return exit_code, out, err, self._settle(), watched
+
+    def _runner_or_none(self) -> Runner | None:
+        api, user = self._client.api, f"{self.uid}:{self.gid}"
+        return self._runners.get(api, self.container.id, user, self._restart)
 
     def _nothing_left(self) -> bool:
         """Whether the host sees only the keeper left in the container (leftovers.py); False when unsure."""
@@ -376,6 +357,7 @@ class Sandbox:
     def _restart(self) -> None:
         import docker
 
+        self._runners.close()
         try:
             self.container.kill()
         except docker.errors.APIError:
@@ -392,6 +374,7 @@ class Sandbox:
     async def stop(self) -> None:
         """Remove the container (force); safe to call twice or before `start`."""
         container, self.container = self.container, None
+        self._runners.close()
         if container is None:
             return
         with anyio.CancelScope(shield=True):

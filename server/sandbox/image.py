@@ -35,6 +35,7 @@ import anyio
 import anyio.to_thread
 
 from conclave import __version__
+from conclave.config.models import SandboxSpec
 from conclave.errors import SandboxError
 from conclave.sandbox.engine import connect
 
@@ -364,3 +365,13 @@ def _remove_tag(docker: object, tag: str) -> None:
 def _tail(data: bytes | str, limit: int = 4000) -> str:
     text = data.decode(errors="replace") if isinstance(data, bytes) else data
     return text if len(text) <= limit else "…" + text[-limit:]
+
+
+def image_tag(spec: SandboxSpec) -> str:
+    """The team's image, with this version's tag when it names none.
+
+    `conclave-sandbox` -> `conclave-sandbox:0.1.0-<recipe digest>`.
+    """
+    if spec.image == IMAGE_REPO:
+        return default_tag()
+    return spec.image if ":" in spec.image.rsplit("/", 1)[-1] else f"{spec.image}:latest"

@@ -84,6 +84,7 @@ class MemberSandbox(Sandbox):
     """One CLI member's container for one job; `start`, `exec`, `stop` as for `Sandbox`."""
 
     reap_always = True  # its keeper forks socat per connection: a count of tasks proves nothing here
+    use_runner = False  # a CLI turn runs for minutes: an exec each costs it nothing
 
     def __init__(
         self,

@@ -1,26 +1,53 @@
 """Agents' background processes do not outlive their command: not a `&` child, not a `setsid` escapee, not
-a fork loop; and the container's keeper survives the cleanup (no restart needed)."""
+a fork loop; and the container's keeper survives the cleanup (no restart needed). Both ways commands
+run: through the container's runner (sandbox/runner.py), and one exec each (an image without it)."""
 
 from __future__ import annotations
 
+import os
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import anyio
 import pytest
 
 from conclave.sandbox.container import Sandbox
+from conclave.sandbox.engine import Owner, connect
+from conclave.sandbox.runner import RUNNER
+from tests.security.conftest import SPEC
 
 pytestmark = pytest.mark.anyio
 
 
+class ExecSandbox(Sandbox):
+    use_runner = False
+
+
+@pytest.fixture(params=["runner", "exec"])
+async def box(request: pytest.FixtureRequest, docker_image: str, workspace: Path) -> AsyncIterator[Sandbox]:
+    sandbox = (Sandbox if request.param == "runner" else ExecSandbox)(
+        connect(), Owner("bg-" + os.urandom(4).hex())
+    )
+    try:
+        await sandbox.start(workspace, {}, "cj-security", "A", SPEC)
+        yield sandbox
+    finally:
+        with anyio.CancelScope(shield=True):
+            await sandbox.stop()
+
+
 async def survivors(box: Sandbox) -> list[str]:
-    """Command lines of the processes running as the command user, other than the lister itself."""
+    """Command lines of the processes running as the command user, other than the lister itself and the
+    container's command runner (sandbox/runner.py), which is meant to stay."""
     listing = await box.exec(
         'for d in /proc/[0-9]*; do [ -O "$d" ] && [ "${d#/proc/}" != "$$" ] && '
-        'tr "\\0" " " < "$d/cmdline" && echo; done',
+        'tr "\\0\\n" "  " < "$d/cmdline" && echo; done',
         timeout_s=10,
     )
-    return [line for line in listing.stdout.splitlines() if line.strip() and "/proc/[0-9]" not in line]
+    runner = " ".join(["python3", "-I", "-c", RUNNER]).replace("\n", " ").strip()
+    lines = [line.strip() for line in listing.stdout.splitlines()]
+    assert (runner in lines) == box.use_runner, lines  # else the test would not show what it claims
+    return [line for line in lines if line and "/proc/[0-9]" not in line and line != runner]
 
 
 async def test_setsid_escapees_and_fork_loops_die_with_their_command(box: Sandbox, workspace: Path) -> None:

@@ -1,0 +1,101 @@
+"""The container's command runner (server/sandbox/runner.py), against the real Docker engine: commands
+cost no engine exec each, a timed-out command's whole process tree is killed, a command can neither
+read nor write the runner's streams, and a command that kills the runner gets a new one next time."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from conclave.config.models import SandboxSpec
+from conclave.sandbox.container import Sandbox
+from conclave.sandbox.engine import Owner, connect
+
+pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("docker_image")]
+# pid and name of the command user's processes but the lister and its `timeout`
+LIST_MINE = (
+    'for d in /proc/[0-9]*; do p=${d#/proc/}; [ -O "$d" ] && [ $p != $$ ] && [ $p != $PPID ] && '
+    'echo "$p $(cat $d/comm)"; done; true'
+)
+
+
+class CountingApi:
+    """The real docker API client, counting the execs it is asked to create."""
+
+    def __init__(self, api: Any) -> None:
+        self._api, self.execs = api, 0
+
+    def exec_create(self, container: str, cmd: Any, **options: Any) -> Any:
+        self.execs += 1
+        return self._api.exec_create(container, cmd, **options)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._api, name)
+
+
+@pytest.fixture
+async def counted(tmp_path: Path) -> AsyncIterator[tuple[Sandbox, CountingApi]]:
+    client = connect()
+    api = CountingApi(client.api)
+    client.api = api
+    sandbox = Sandbox(client, Owner("test-" + os.urandom(4).hex()))
+    try:
+        await sandbox.start(tmp_path, {}, "cj-test", "A", SandboxSpec(memory="256m", cpus=1, pids=64))
+        yield sandbox, api
+    finally:
+        with anyio.CancelScope(shield=True):
+            await sandbox.stop()
+
+
+async def mine(sandbox: Sandbox) -> dict[str, str]:
+    """The command user's processes (pid: name) but the lister's own."""
+    listing = await sandbox.exec(LIST_MINE, timeout_s=10)
+    return dict(line.split(" ", 1) for line in listing.stdout.splitlines())
+
+
+async def test_commands_go_through_one_runner_started_with_the_container(
+    counted: tuple[Sandbox, CountingApi],
+) -> None:
+    sandbox, api = counted
+    assert api.execs == 1  # the runner, started by `start`
+    first = await sandbox.exec("echo out; echo err >&2; exit 3", timeout_s=10)
+    assert (first.exit_code, first.stdout, first.stderr) == (3, "out\n", "err\n")
+    env = await sandbox.exec('echo "$SECRET:$HOME"; pwd', timeout_s=10, environment={"SECRET": "s3"})
+    assert env.stdout == "s3:/workspace\n/workspace\n"
+    assert (await sandbox.exec('echo "${SECRET:-unset}"', timeout_s=10)).stdout == "unset\n"  # per command
+    assert api.execs == 1  # three commands, no exec of their own
+
+
+async def test_a_timed_out_command_has_its_process_tree_killed(counted: tuple[Sandbox, CountingApi]) -> None:
+    sandbox, api = counted
+    result = await sandbox.exec("sleep 300 & setsid sleep 301 >/dev/null 2>&1 & (sleep 302 &); sleep 60", 1)
+    assert result.timed_out and result.exit_code == 137
+    assert list((await mine(sandbox)).values()) == ["python3"]  # the runner alone
+    assert api.execs == 1  # reaped by the runner, no restart
+
+
+async def test_a_command_cannot_reach_the_runners_streams_or_memory(
+    counted: tuple[Sandbox, CountingApi],
+) -> None:
+    sandbox, _ = counted
+    (runner,) = [pid for pid, name in (await mine(sandbox)).items() if name == "python3"]
+    for probe_command in (f"ls /proc/{runner}/fd", f"cat /proc/{runner}/environ", f"cat /proc/{runner}/mem"):
+        probe = await sandbox.exec(f"{probe_command} > /dev/null || echo denied", timeout_s=10)
+        assert "denied" in probe.stdout and "Permission denied" in probe.stderr, probe.as_text()
+    forged = await sandbox.exec(f"printf 'X\\0\\0\\0\\5\\0\\0\\0\\0\\1' > /proc/{runner}/fd/1; exit 7", 10)
+    assert forged.exit_code == 7
+
+
+async def test_a_command_that_kills_the_runner_gets_a_new_one(counted: tuple[Sandbox, CountingApi]) -> None:
+    sandbox, api = counted
+    killed = await sandbox.exec("kill -KILL -1; sleep 5", timeout_s=10)
+    assert killed.exit_code == 137 and not killed.timed_out
+    after = await sandbox.exec("echo after", timeout_s=10)
+    assert (after.exit_code, after.stdout) == (0, "after\n")
+    assert list((await mine(sandbox)).values()) == ["python3"]  # the new runner, nothing else
+    assert api.execs >= 2  # a new runner (and the reaping exec, when the host could not see the cgroup)

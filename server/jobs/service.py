@@ -41,6 +41,7 @@ from conclave.jobs.steering import Steering, checked_note, delivered
 from conclave.jobs.store import JobRow, Store
 from conclave.jobs.teams import TeamList
 from conclave.jobs.views import JobView
+from conclave.sandbox.redirect import ProviderRedirect
 from conclave.settings import MAX_WAIT_S, Settings
 
 POLL_S = 0.2  # a job another process runs: how often its waiters here look at the store
@@ -65,6 +66,7 @@ class JobService:
         retry: RetryPolicy | None,
         access: Access | None = None,
         probe: bool = True,
+        redirect: ProviderRedirect | None = None,
     ) -> None:
         self.settings, self.store, self._tg = settings, store, tg
         self.access = access or Access.local(settings)
@@ -72,7 +74,7 @@ class JobService:
         self._owner_id = uuid.uuid4().hex
         self._steering = Steering(store)
         self._admission = Admission(settings, store, self.access, environ, self._owner_id, probe=probe)
-        self._jobs = Lifecycle(settings, store, backend_factory, retry, self._steering)
+        self._jobs = Lifecycle(settings, store, backend_factory, retry, self._steering, redirect)
         self._scopes = self._jobs.scopes  # the jobs this process runs
         self.lookup = JobLookup(
             settings, store, environ
@@ -89,7 +91,10 @@ class JobService:
         backend_factory: BackendFactory | None = None,
         retry: RetryPolicy | None = None,
         access: Access | None = None,
+        redirect: ProviderRedirect | None = None,
     ) -> AsyncIterator[JobService]:
+        """`redirect` is for tests only: CLI members' provider hosts go to fakes (sandbox/redirect.py);
+        the server and the CLI never pass one."""
         env = dict(os.environ if environ is None else environ)
         sync_store = await anyio.to_thread.run_sync(Store, settings.db_path)
         try:
@@ -103,7 +108,17 @@ class JobService:
             ):
                 await mark_orphans(store, settings)
                 factory = backend_factory or endpoint_factory(env, local_servers)
-                service = cls(settings, store, tg, env, factory, retry, access, probe=backend_factory is None)
+                service = cls(
+                    settings,
+                    store,
+                    tg,
+                    env,
+                    factory,
+                    retry,
+                    access,
+                    probe=backend_factory is None,
+                    redirect=redirect,
+                )
                 tg.start_soon(watch, store, settings, service._owner_id, service._scopes, service._steering)
                 tg.start_soon(sweep_leftovers)
                 if settings.gc_auto:

@@ -4,9 +4,10 @@
     codex_auth(token, refresh, account)                # ~/.codex/auth.json (a ChatGPT plan)
 
 The formats are the pinned CLIs' (read from their code, and seen accepted by them in
-tests/members/test_cli_logins_e2e.py): Claude Code refreshes a token that expires within five minutes,
-Codex one last refreshed over eight days ago; neither checks a token's signature itself (the provider
-does), so made-up JWTs carry the claims Codex reads (plan, account).
+tests/members/test_cli_logins_e2e.py): Claude Code refreshes a token that expires within five minutes
+(`expiresAt`), Codex 0.169 an access token past its JWT `exp` (a `last_refresh` nine days old alone did not
+make it refresh); neither checks a token's signature itself (the provider does), so made-up JWTs carry
+the claims Codex reads (plan, account, expiry).
 """
 
 from __future__ import annotations
@@ -40,8 +41,8 @@ def jwt(claims: dict[str, Any]) -> str:
     return f"{part({'alg': 'RS256', 'typ': 'JWT'})}.{part(claims)}.c2lnbmF0dXJl"
 
 
-def codex_claims(account: str, nonce: str) -> dict[str, Any]:
-    """The ID token's claims Codex reads: the e-mail, the ChatGPT plan and account."""
+def codex_claims(account: str, nonce: str, expires_in_s: float = 36_000) -> dict[str, Any]:
+    """The ID token's claims Codex reads: the e-mail, the ChatGPT plan and account, the expiry."""
     return {
         "email": "member@example.com",
         "https://api.openai.com/auth": {
@@ -49,7 +50,7 @@ def codex_claims(account: str, nonce: str) -> dict[str, Any]:
             "chatgpt_account_id": account,
             "chatgpt_user_id": "user-conclave-test",
         },
-        "exp": int(time.time()) + 36_000,  # wall-time: the token's own expiry claim
+        "exp": int(time.time() + expires_in_s),  # wall-time: the token's own expiry claim
         "nonce": nonce,
     }
 

@@ -7,16 +7,20 @@ allowlist, then connects it to this port; the member's container trusts the test
 
     with LoginHosts(script, tmp_path / "tls") as hosts:
         redirect = hosts.redirect()           # every host below -> this port, and the CA file
-        hosts.seen                            # every request: host, method, path, Authorization
+        hosts.seen                            # every request: host, method, path, Authorization, body
+        hosts.tokens["platform.claude.com"] = {"access_token": ...}   # what a token refresh gets
 
 The model paths of each host map onto the fake providers (tests/fakes/server.py), one agent name a host:
 `api.anthropic.com/v1/messages` is agent "claude" of the Anthropic fake, `chatgpt.com/backend-api/codex/
-responses` agent "codex" of the Responses fake. Every other request is recorded and answered 404 (a CLI's
-side calls: profiles, feature flags), so a test sees what a CLI asked for.
+responses` agent "codex" of the Responses fake. A login's token refresh (`TOKEN_PATHS`) gets the JSON the
+test put in `tokens` for its host. Every other request is recorded and answered 404 (a CLI's side calls:
+profiles, feature flags), so a test sees what a CLI asked for.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import threading
 import time
 from dataclasses import dataclass
@@ -36,8 +40,8 @@ MODEL_PATHS: dict[str, tuple[str, str]] = {
     "api.anthropic.com": ("/v1/messages", "/anthropic/claude/v1/messages"),
     "chatgpt.com": ("/backend-api/codex/", "/responses/codex/v1/"),
 }
-# Hosts served (and so redirected) without a model path: their calls are recorded and refused.
-OTHER_HOSTS = ("platform.claude.com", "auth.openai.com")
+# The token refresh of each login (Claude Code's OAuth TOKEN_URL, Codex's refresh URL).
+TOKEN_PATHS = {"platform.claude.com": "/v1/oauth/token", "auth.openai.com": "/oauth/token"}
 
 
 @dataclass(frozen=True)
@@ -49,13 +53,14 @@ class Seen:
     path: str
     authorization: str
     headers: dict[str, str]
+    body: bytes = b""
 
 
 class _HostRouter:
     """Records every request, then sends a known host's model path to its fake provider's route."""
 
-    def __init__(self, app: ASGIApp, seen: list[Seen]) -> None:
-        self.app, self.seen = app, seen
+    def __init__(self, app: ASGIApp, seen: list[Seen], tokens: dict[str, dict[str, object]]) -> None:
+        self.app, self.seen, self.tokens = app, seen, tokens
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -64,21 +69,34 @@ class _HostRouter:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         host = headers.get("host", "").rsplit(":", 1)[0]
         path = scope["path"]
-        self.seen.append(Seen(host, scope["method"], path, headers.get("authorization", ""), headers))
+        seen = Seen(host, scope["method"], path, headers.get("authorization", ""), headers)
+        if TOKEN_PATHS.get(host) == path:  # a refresh: its body (the refresh token) is what counts
+            body = b""
+            while True:
+                message = await receive()
+                body += message.get("body", b"")
+                if not message.get("more_body"):
+                    break
+            self.seen.append(dataclasses.replace(seen, body=body))
+            await _reply(send, 200, json.dumps(self.tokens[host]).encode() if host in self.tokens else b"")
+            return
+        self.seen.append(seen)
         real, fake = MODEL_PATHS.get(host, ("", ""))
         if not real or not path.startswith(real):
-            await _not_found(send)
+            await _reply(send, 404, b"")
             return
         routed = fake + path[len(real) :]
         await self.app({**scope, "path": routed, "raw_path": routed.encode()}, receive, send)
 
 
-async def _not_found(send: Send) -> None:
-    body = b'{"error": {"type": "not_found_error", "message": "not faked"}}'
+async def _reply(send: Send, status: int, body: bytes) -> None:
+    """A JSON answer; an empty `body` is the not-found error."""
+    if not body:
+        status, body = 404, b'{"error": {"type": "not_found_error", "message": "not faked"}}'
     await send(
         {
             "type": "http.response.start",
-            "status": 404,
+            "status": status,
             "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
         }
     )
@@ -91,11 +109,12 @@ class LoginHosts:
     def __init__(self, script: Script, folder: Path) -> None:
         self.script = script
         self.seen: list[Seen] = []
-        self.hosts = (*MODEL_PATHS, *OTHER_HOSTS)
+        self.tokens: dict[str, dict[str, object]] = {}  # token host -> its refresh's JSON reply
+        self.hosts = (*MODEL_PATHS, *TOKEN_PATHS)
         self.ca = TestCa.create(folder, [*self.hosts, "127.0.0.1"])
         self.port = free_port()
         config = uvicorn.Config(
-            _HostRouter(build_app(script), self.seen),
+            _HostRouter(build_app(script), self.seen, self.tokens),
             host="127.0.0.1",
             port=self.port,
             log_level="warning",

@@ -225,3 +225,91 @@ async def test_claude_code_and_codex_work_from_the_users_login_files(
     assert probes["cli/claude-code"].ok and probes["cli/claude-code"].detail == f"logged in ({claude_file})"
     assert probes["cli/codex"].ok and probes["cli/codex"].detail == f"logged in ({codex_file})"
     assert not probes["cli/gemini"].ok and not probes["cli/copilot"].ok
+
+
+NEW_CLAUDE_TOKEN = "sk-ant-oat01-" + "refreshedinside" * 4
+NEW_CODEX_TOKEN = jwt(codex_claims(CODEX_ACCOUNT, "refreshed-inside-the-container"))
+REFRESHES = {
+    # cli -> its token host, the reply the fake gives a refresh, the token the model must see after it
+    "claude-code": (
+        "platform.claude.com",
+        {
+            "access_token": NEW_CLAUDE_TOKEN,
+            "refresh_token": "sk-ant-ort01-" + "rotatedinside" * 4,
+            "expires_in": 28_800,
+            "scope": "user:inference user:profile user:sessions:claude_code",
+            "token_type": "Bearer",
+        },
+        NEW_CLAUDE_TOKEN,
+    ),
+    "codex": (
+        "auth.openai.com",
+        {
+            "id_token": jwt(codex_claims(CODEX_ACCOUNT, "refreshed-id")),
+            "access_token": NEW_CODEX_TOKEN,
+            "refresh_token": "rt-" + "rotatedinside" * 4,
+        },
+        NEW_CODEX_TOKEN,
+    ),
+}
+
+
+@pytest.mark.parametrize("cli", ["claude-code", "codex"])
+async def test_an_expired_login_is_refreshed_inside_the_container_only(
+    clis_image: str,
+    tmp_path: Path,
+    project: Path,
+    hosts: LoginHosts,
+    cli: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A login past its refresh time (Claude's token expiring within five minutes, Codex's access
+    token past its `exp`): the CLI refreshes it through its own refresh host, which its allowlist
+    admits, and works with the new token. The refreshed login lives and dies in the container's tmpfs
+    HOME: the user's file stays as it was, and no new token reaches the job's state or the log."""
+    caplog.set_level(logging.DEBUG, logger="conclave")
+    home = tmp_path / "user"
+    if cli == "claude-code":
+        login = home / ".claude" / ".credentials.json"
+        content, model, wire, agent = (
+            claude_credentials(CLAUDE_TOKEN, CLAUDE_REFRESH, 60),
+            "",
+            "anthropic",
+            "claude",
+        )
+    else:
+        login = home / ".codex" / "auth.json"
+        expired = jwt(codex_claims(CODEX_ACCOUNT, "chatgpt-plan-access-token", expires_in_s=-60))
+        content = codex_auth(expired, CODEX_REFRESH, CODEX_ACCOUNT, refreshed_days_ago=9)
+        model, wire, agent = ":gpt-5.5", "responses", "codex"
+    login.parent.mkdir(parents=True)
+    login.write_bytes(content)
+    token_host, reply, new_token = REFRESHES[cli]
+    hosts.tokens[token_host] = reply
+    worker = CliWorker(wire, "sed -i 's/return a - b/return a + b/' calc.py", "Fixed add().")
+    hosts.script.set_default(agent, worker)
+    team = tmp_path / "team.yaml"
+    team.write_text(f"agents:\n  - model: cli/{cli}{model}\ncoordination: {{final: reuse}}\n")
+    settings = Settings(home=tmp_path / "state")
+    async with JobService.open(
+        settings, environ={"HOME": str(home)}, retry=FAST, redirect=hosts.redirect()
+    ) as service:
+        view = await finished(service, await service.submit(TASK, str(team), [{"path": str(project)}]))
+        transcript = (await service.read(view.job_id, "transcript", None, 0, 100_000)).content
+
+    assert view.state == "completed" and view.answer == "Fixed add().", view.text()
+    refreshes = [call for call in hosts.seen if call.host == token_host]
+    assert refreshes and all(call.method == "POST" for call in refreshes)
+    old_refresh = CLAUDE_REFRESH if cli == "claude-code" else CODEX_REFRESH
+    assert old_refresh.encode() in refreshes[0].body  # the user's refresh token, sent to its own host
+    model_host = "api.anthropic.com" if cli == "claude-code" else "chatgpt.com"
+    calls = [
+        call
+        for call in hosts.seen
+        if call.host == model_host and call.path.endswith(("/messages", "/responses"))
+    ]
+    assert calls and {call.authorization for call in calls} == {f"Bearer {new_token}"}
+    assert login.read_bytes() == content  # the refresh was written in the container's HOME only
+    fresh = [str(value) for value in reply.values() if len(str(value)) >= 20]
+    assert holding(tmp_path / "state", fresh) == [] and holding(project, fresh) == []
+    assert not [token for token in fresh if token in transcript or token in caplog.text]

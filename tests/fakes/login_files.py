@@ -2,6 +2,7 @@
 
     claude_credentials(token, refresh, expires_in_s)   # ~/.claude/.credentials.json (a Claude plan)
     codex_auth(token, refresh, account)                # ~/.codex/auth.json (a ChatGPT plan)
+    gemini_oauth_creds(token, refresh)                 # ~/.gemini/oauth_creds.json (a Google login)
 
 The formats are the pinned CLIs' (read from their code, and seen accepted by them in
 tests/members/test_cli_logins_e2e.py): Claude Code refreshes a token that expires within five minutes
@@ -69,3 +70,17 @@ def codex_auth(token: str, refresh: str, account: str, refreshed_days_ago: float
         "last_refresh": when.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
     }
     return json.dumps(auth).encode()
+
+
+def gemini_oauth_creds(token: str, refresh: str, expires_in_s: float = 3_600) -> bytes:
+    """Gemini CLI's Google login (google-auth-library's cached credentials, `oauth-personal`)."""
+    creds = {
+        "access_token": token,
+        "refresh_token": refresh,
+        "scope": "https://www.googleapis.com/auth/cloud-platform openid "
+        "https://www.googleapis.com/auth/userinfo.email https://www.googleapis.com/auth/userinfo.profile",
+        "token_type": "Bearer",
+        "id_token": jwt({"email": "member@example.com", "aud": "gemini-cli"}),
+        "expiry_date": int((time.time() + expires_in_s) * 1000),  # wall-time: the file's own expiry stamp
+    }
+    return json.dumps(creds).encode()

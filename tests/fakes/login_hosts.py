@@ -28,9 +28,11 @@ from pathlib import Path
 from types import TracebackType
 
 import uvicorn
+from starlette.applications import Starlette
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from conclave.sandbox.redirect import ProviderRedirect
+from tests.fakes import code_assist_server
 from tests.fakes.script import Script
 from tests.fakes.server import build_app, free_port
 from tests.fakes.tls_ca import TestCa
@@ -39,9 +41,25 @@ from tests.fakes.tls_ca import TestCa
 MODEL_PATHS: dict[str, tuple[str, str]] = {
     "api.anthropic.com": ("/v1/messages", "/anthropic/claude/v1/messages"),
     "chatgpt.com": ("/backend-api/codex/", "/responses/codex/v1/"),
+    "cloudcode-pa.googleapis.com": ("/v1internal:", "/code-assist/gemini/v1internal:"),
 }
 # The token refresh of each login (Claude Code's OAuth TOKEN_URL, Codex's refresh URL).
-TOKEN_PATHS = {"platform.claude.com": "/v1/oauth/token", "auth.openai.com": "/oauth/token"}
+TOKEN_PATHS = {
+    "platform.claude.com": "/v1/oauth/token",
+    "auth.openai.com": "/oauth/token",
+    "oauth2.googleapis.com": "/token",
+}
+# Fixed answers: Gemini CLI checks a cached Google login's token at start (google-auth-library's
+# getTokenInfo) before it uses it.
+FIXED: dict[tuple[str, str], dict[str, object]] = {
+    ("oauth2.googleapis.com", "/tokeninfo"): {
+        "aud": "gemini-cli.apps.googleusercontent.com",
+        "scope": "https://www.googleapis.com/auth/cloud-platform",
+        "expires_in": "3599",
+        "email": "member@example.com",
+        "access_type": "offline",
+    }
+}
 
 
 @dataclass(frozen=True)
@@ -54,6 +72,7 @@ class Seen:
     authorization: str
     headers: dict[str, str]
     body: bytes = b""
+    at: float = dataclasses.field(default_factory=time.monotonic)  # when it came (a test's diagnostics)
 
 
 class _HostRouter:
@@ -70,7 +89,7 @@ class _HostRouter:
         host = headers.get("host", "").rsplit(":", 1)[0]
         path = scope["path"]
         seen = Seen(host, scope["method"], path, headers.get("authorization", ""), headers)
-        if TOKEN_PATHS.get(host) == path:  # a refresh: its body (the refresh token) is what counts
+        if TOKEN_PATHS.get(host) == path or (host, path) in FIXED:  # the body (a token) is what counts
             body = b""
             while True:
                 message = await receive()
@@ -78,7 +97,10 @@ class _HostRouter:
                 if not message.get("more_body"):
                     break
             self.seen.append(dataclasses.replace(seen, body=body))
-            await _reply(send, 200, json.dumps(self.tokens[host]).encode() if host in self.tokens else b"")
+            answer = FIXED.get((host, path)) or (
+                self.tokens.get(host) if TOKEN_PATHS.get(host) == path else None
+            )
+            await _reply(send, 200, json.dumps(answer).encode() if answer else b"")
             return
         self.seen.append(seen)
         real, fake = MODEL_PATHS.get(host, ("", ""))
@@ -114,7 +136,11 @@ class LoginHosts:
         self.ca = TestCa.create(folder, [*self.hosts, "127.0.0.1"])
         self.port = free_port()
         config = uvicorn.Config(
-            _HostRouter(build_app(script), self.seen, self.tokens),
+            _HostRouter(
+                Starlette(routes=[*build_app(script).routes, *code_assist_server.routes(script)]),
+                self.seen,
+                self.tokens,
+            ),
             host="127.0.0.1",
             port=self.port,
             log_level="warning",

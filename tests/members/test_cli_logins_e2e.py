@@ -32,7 +32,7 @@ from conclave.sandbox.clis_image import clis_tag
 from conclave.sandbox.engine import engine_status
 from conclave.settings import Settings
 from tests.fakes.cli_worker import CliWorker
-from tests.fakes.login_files import claude_credentials, codex_auth, codex_claims, jwt
+from tests.fakes.login_files import claude_credentials, codex_auth, codex_claims, gemini_oauth_creds, jwt
 from tests.fakes.login_hosts import LoginHosts, Seen
 from tests.fakes.script import RecordedRequest, Reply, Script
 
@@ -313,3 +313,52 @@ async def test_an_expired_login_is_refreshed_inside_the_container_only(
     fresh = [str(value) for value in reply.values() if len(str(value)) >= 20]
     assert holding(tmp_path / "state", fresh) == [] and holding(project, fresh) == []
     assert not [token for token in fresh if token in transcript or token in caplog.text]
+
+
+GEMINI_TOKEN = "ya29." + "googleloginaccess" * 4
+GEMINI_REFRESH = "1//" + "googleloginrefresh" * 4
+
+
+async def test_gemini_cli_works_from_a_google_login(
+    clis_image: str, tmp_path: Path, project: Path, hosts: LoginHosts, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Gemini CLI signed in with Google (`~/.gemini/oauth_creds.json`) speaks Code Assist at
+    cloudcode-pa.googleapis.com, not the Gemini API: it checks its token at oauth2.googleapis.com
+    (tokeninfo), finds its tier and project, then works. Both hosts are on its allowlist; its one other
+    call (www.googleapis.com, the account's e-mail for its own display) is refused, and it goes on."""
+    caplog.set_level(logging.DEBUG, logger="conclave")
+    home = tmp_path / "user"
+    login = home / ".gemini" / "oauth_creds.json"
+    login.parent.mkdir(parents=True)
+    login.write_bytes(gemini_oauth_creds(GEMINI_TOKEN, GEMINI_REFRESH))
+    environ = {"HOME": str(home)}
+    worker = CliWorker("gemini", "sed -i 's/return a - b/return a + b/' calc.py", "Fixed add() (gemini).")
+    hosts.script.set_default("gemini", worker)
+    team = tmp_path / "team.yaml"
+    team.write_text("agents:\n  - model: cli/gemini\ncoordination: {final: reuse}\nsandbox: {memory: 2g}\n")
+    async with JobService.open(
+        Settings(home=tmp_path / "state"), environ=environ, retry=FAST, redirect=hosts.redirect()
+    ) as service:
+        view = await finished(
+            service, await service.submit(TASK, str(team), [{"path": str(project)}], verify="pytest -q")
+        )
+        patch = (await service.read(view.job_id, "@diff", None, 0, 100_000)).content
+        transcript = (await service.read(view.job_id, "transcript", None, 0, 100_000)).content
+
+    print(view.text())
+    assert view.state == "completed" and view.answer == "Fixed add() (gemini).", view.text()
+    assert "+    return a + b\n" in patch and worker.decisions
+    generate = model_calls(hosts.seen, "cloudcode-pa.googleapis.com", "/v1internal:streamGenerateContent")
+    assert generate and {call.authorization for call in generate} == {f"Bearer {GEMINI_TOKEN}"}
+    tokeninfo = [call for call in hosts.seen if call.path == "/tokeninfo"]
+    assert tokeninfo and {call.authorization for call in tokeninfo} == {f"Bearer {GEMINI_TOKEN}"}
+    assert not any("x-goog-api-key" in call.headers for call in hosts.seen)
+    member = view.agents[0]
+    assert (member.usage.input_tokens, member.usage.output_tokens) == hosts.script.bill["gemini"][:2]
+    secrets = login_secrets(home)
+    assert GEMINI_TOKEN in secrets and GEMINI_REFRESH in secrets
+    assert holding(tmp_path / "state", secrets) == [] and holding(project, secrets) == []
+    assert not [secret for secret in secrets if secret in transcript or secret in caplog.text]
+    assert [agent.model for agent in resolve_team("subscriptions", environ).agents] == ["cli/gemini"]
+    probe = {probe.name: probe for probe in run_checks(Settings(home=tmp_path / "state"), environ)}
+    assert probe["cli/gemini"].detail == f"logged in ({login})"

@@ -195,7 +195,8 @@ async def test_claude_code_and_codex_work_from_the_users_login_files(
     # usage is what the fakes billed, per member; Claude Code prices its run
     usage = {agent.letter: agent.usage for agent in view.agents}
     for letter, fake in ((mine, "claude"), (theirs, "codex")):
-        assert (usage[letter].input_tokens, usage[letter].output_tokens) == hosts.script.bill[fake][:2]
+        billed = hosts.script.bill[fake][:2]
+        assert (usage[letter].input_tokens, usage[letter].output_tokens) == billed, transcript[-6000:]
     assert usage[mine].cost_usd is not None and usage[mine].cost_usd > 0
 
     # the login never left the member's private HOME: nothing of the job keeps a token of it

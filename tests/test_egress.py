@@ -24,6 +24,7 @@ from conclave.errors import ConfigError, SandboxError
 from conclave.sandbox.allowlist import CLI_HOSTS, CLIS, allowlist_for
 from conclave.sandbox.clis_image import CLI_PINS
 from conclave.sandbox.egress import egress_proxy
+from conclave.sandbox.redirect import ProviderRedirect
 from conclave.settings import Settings
 
 pytestmark = pytest.mark.anyio
@@ -175,6 +176,33 @@ async def test_hosts_off_the_allowlist_get_a_403_and_a_log_line_without_secrets(
     assert other.heads == [] and allowed.heads == []
     assert "refused" in caplog.text and "cj-1/A" in caplog.text
     assert "SECRET" not in caplog.text and "steal" not in caplog.text, "paths, queries, headers never logged"
+
+
+async def test_the_tests_redirect_sends_an_admitted_host_to_its_fake_and_widens_nothing(
+    tmp_path: Path, origins: tuple[Origin, Origin]
+) -> None:
+    """The tests-only `ProviderRedirect` (sandbox/redirect.py) changes where an admitted host connects,
+    never what is admitted: a redirected name off the allowlist, or on another port, is still refused."""
+    allowed, other = origins
+    redirect = ProviderRedirect(
+        {"api.anthropic.com": allowed.port, "api.openai.com": other.port}, tmp_path / "ca.pem"
+    )
+    sock = tmp_path / "A.sock"
+    async with egress_proxy(sock, allowlist_for("claude-code"), redirect=redirect) as proxy:
+        inside = b"GET /v1/messages HTTP/1.1\r\n\r\n"
+        reply = await anyio.to_thread.run_sync(
+            ask, sock, b"CONNECT API.Anthropic.com.:443 HTTP/1.1\r\n\r\n" + inside
+        )
+        for refused in ("CONNECT api.openai.com:443", f"CONNECT api.anthropic.com:{allowed.port}"):
+            denied = await anyio.to_thread.run_sync(ask, sock, f"{refused} HTTP/1.1\r\n\r\n".encode())
+            assert denied.startswith(b"HTTP/1.1 403"), refused
+    assert reply.startswith(b"HTTP/1.1 200 Connection Established") and reply.endswith(b"from allowed")
+    assert allowed.heads == [b"GET /v1/messages HTTP/1.1"] and other.heads == []
+    assert [(d.host, d.port) for d in proxy.denied] == [
+        ("api.openai.com", 443),
+        ("api.anthropic.com", allowed.port),
+    ]
+    assert redirect.target("api.anthropic.com", 80) == ("api.anthropic.com", 80)  # only HTTPS is sent
 
 
 async def test_a_kept_alive_connection_cannot_carry_a_second_request_elsewhere(

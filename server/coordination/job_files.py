@@ -30,10 +30,12 @@ from conclave.sandbox.allowlist import CLIS, Allowlist, CliName, allowlist_for
 from conclave.sandbox.container import Sandbox, container_user
 from conclave.sandbox.egress import EgressProxy, egress_proxy
 from conclave.sandbox.member import MemberSandbox
+from conclave.sandbox.redirect import ProviderRedirect
 
 SandboxFactory = Callable[[], Sandbox]
 logger = logging.getLogger(__name__)
-MemberSandboxFactory = Callable[[Path], Sandbox]  # a CLI member's container, given its proxy's socket
+# a CLI member's container, given its proxy's socket and the tests' redirect (sandbox/redirect.py)
+MemberSandboxFactory = Callable[[Path, ProviderRedirect | None], Sandbox]
 
 
 class JobFiles:
@@ -48,11 +50,15 @@ class JobFiles:
         disk_budget: int | None = None,
         *,
         egress_allow: tuple[str, ...] = (),
-        member_factory: MemberSandboxFactory = lambda socket: MemberSandbox(None, socket=socket),
+        member_factory: MemberSandboxFactory = lambda socket, redirect: MemberSandbox(
+            None, socket=socket, redirect=redirect
+        ),
+        redirect: ProviderRedirect | None = None,
     ) -> None:
+        """`redirect`: tests only, CLI members' provider hosts go to fakes (sandbox/redirect.py)."""
         self.job_id, self.workspaces, self.spec = job_id, workspaces, sandbox
         self._factory, self._member_factory = sandbox_factory, member_factory
-        self._egress_allow = egress_allow
+        self._egress_allow, self._redirect = egress_allow, redirect
         self._proxies: anyio.abc.TaskGroup | None = None  # hosts CLI members' egress proxies (`egress`)
         self._budget = DiskBudget(disk_budget) if disk_budget is not None else None
         self._sandboxes: dict[str, Sandbox] = {}
@@ -109,13 +115,12 @@ class JobFiles:
         allow = allowlist_for(_cli_name(spec.model_name), base_url=spec.base_url, extra=extra)
         socket = self.workspaces.job_dir / "egress" / f"{letter}.sock"
         proxy = await self._proxies.start(self._serve, socket, allow, f"{self.job_id}/{letter}")
-        return self._member_factory(proxy.socket)
+        return self._member_factory(proxy.socket, self._redirect)
 
-    @staticmethod
     async def _serve(
-        socket: Path, allow: Allowlist, label: str, *, task_status: TaskStatus[EgressProxy]
+        self, socket: Path, allow: Allowlist, label: str, *, task_status: TaskStatus[EgressProxy]
     ) -> None:
-        async with egress_proxy(socket, allow, label=label) as proxy:
+        async with egress_proxy(socket, allow, label=label, redirect=self._redirect) as proxy:
             task_status.started(proxy)
             await anyio.sleep_forever()
 

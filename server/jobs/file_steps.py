@@ -25,6 +25,7 @@ from conclave.jobs.records import ApplyMode, ContextChanges, FilesResult, JobOpt
 from conclave.sandbox.container import container_user
 from conclave.sandbox.engine import engine_status
 from conclave.sandbox.image import image_tag
+from conclave.sandbox.redirect import ProviderRedirect
 from conclave.settings import Settings
 
 MAX_OUTSIDE = 200  # files listed outside the context folders; more are cut
@@ -130,15 +131,26 @@ def _outside(final: Path, names: set[str]) -> list[str]:
 
 
 def job_files(
-    job_id: str, job_dir: Path, team: Team, options: JobOptions, settings: Settings
+    job_id: str,
+    job_dir: Path,
+    team: Team,
+    options: JobOptions,
+    settings: Settings,
+    redirect: ProviderRedirect | None = None,
 ) -> JobFiles | None:
-    """A job's files and sandboxes, or None for a job without context paths."""
+    """A job's files and sandboxes, or None for a job without context paths; `redirect` is the tests'
+    (sandbox/redirect.py)."""
     if not options.context_paths:
         return None
     sandbox = team.sandbox if options.commands and not isinstance(team.sandbox, str) else None
     workspaces = Workspaces(job_dir, agent_owner=container_user())
     return JobFiles(
-        job_id, workspaces, sandbox, disk_budget=settings.job_disk_mb * MB, egress_allow=settings.egress_allow
+        job_id,
+        workspaces,
+        sandbox,
+        disk_budget=settings.job_disk_mb * MB,
+        egress_allow=settings.egress_allow,
+        redirect=redirect,
     )
 
 

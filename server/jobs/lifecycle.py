@@ -29,6 +29,7 @@ from conclave.jobs.records import JobOptions
 from conclave.jobs.steering import Steering
 from conclave.jobs.store import ACTIVE_STATES, JobRow, JobState
 from conclave.jobs.store_sink import StoreSink
+from conclave.sandbox.redirect import ProviderRedirect
 from conclave.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -45,9 +46,10 @@ class Lifecycle:
         retry: RetryPolicy | None,
         steering: Steering,
         pool: CheckPool | None = None,
+        redirect: ProviderRedirect | None = None,
     ) -> None:
         self.settings, self.store, self._factory, self._retry = settings, store, factory, retry
-        self.steering = steering
+        self.steering, self._redirect = steering, redirect  # the redirect: tests only (sandbox/redirect.py)
         self.scopes: dict[str, anyio.CancelScope] = {}  # the jobs this process runs, by id
         self._slots = anyio.CapacityLimiter(settings.max_jobs)
         self._check_slots = anyio.CapacityLimiter(settings.verify_concurrency)  # verification containers
@@ -96,7 +98,7 @@ class Lifecycle:
         if options.context_paths and not await self._copied(job_id, options, timeout):
             return
         row = await self._job(job_id)
-        files = job_files(job_id, self.job_dir(job_id), team, options, self.settings)
+        files = job_files(job_id, self.job_dir(job_id), team, options, self.settings, self._redirect)
         past, thread = (
             await self.store.read(thread_history, self.store.sync, row) if row.follow_up else ("", None)
         )

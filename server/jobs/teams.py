@@ -88,8 +88,13 @@ class TeamList(_View):
                 lines += textwrap.wrap(team.description, WIDTH, initial_indent="  ", subsequent_indent="  ")
             for agent in team.agents:
                 if agent.cli:
-                    lines += textwrap.wrap(
-                        f"{agent.model}: {agent.cli}", WIDTH, initial_indent="  ", subsequent_indent="    "
+                    lines += textwrap.wrap(  # a login file's path stays whole, to be copied
+                        f"{agent.model}: {agent.cli}",
+                        WIDTH,
+                        initial_indent="  ",
+                        subsequent_indent="    ",
+                        break_on_hyphens=False,
+                        break_long_words=False,
                     )
             if team.history is not None:
                 lines.append(f"  {team.history.text()}")

@@ -49,6 +49,7 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 from conclave.config.hosts import normal_host
 from conclave.errors import SandboxError
 from conclave.sandbox.allowlist import Allowlist
+from conclave.sandbox.redirect import ProviderRedirect
 
 __all__ = ["Denial", "EgressProxy", "egress_proxy"]
 
@@ -98,8 +99,11 @@ class _Request:
 class EgressProxy:
     """Serves one member's socket: admits the allowlist, refuses and records the rest."""
 
-    def __init__(self, allowlist: Allowlist, socket: Path, *, label: str = "") -> None:
-        self.allowlist, self.socket, self.label = allowlist, socket, label
+    def __init__(
+        self, allowlist: Allowlist, socket: Path, *, label: str = "", redirect: ProviderRedirect | None = None
+    ) -> None:
+        """`redirect`: tests only, admitted provider hosts connect to fakes (sandbox/redirect.py)."""
+        self.allowlist, self.socket, self.label, self.redirect = allowlist, socket, label, redirect
         self.denied: list[Denial] = []
         self.admitted = 0
         self._limiter = anyio.CapacityLimiter(MAX_TUNNELS)
@@ -164,9 +168,12 @@ class EgressProxy:
         )
 
     async def _connect(self, request: _Request) -> anyio.abc.SocketStream:
+        host, port = (request.host, request.port)
+        if self.redirect is not None:  # after the allowlist admitted the request: it never widens it
+            host, port = self.redirect.target(host, port)
         try:
             with anyio.fail_after(CONNECT_TIMEOUT_S):
-                return await anyio.connect_tcp(request.host, request.port)
+                return await anyio.connect_tcp(host, port)
         except (OSError, TimeoutError) as exc:
             logger.info(
                 "egress %s: %s:%d unreachable (%s)",
@@ -242,7 +249,9 @@ async def _splice(
 
 
 @asynccontextmanager
-async def egress_proxy(socket: Path, allowlist: Allowlist, *, label: str = "") -> AsyncIterator[EgressProxy]:
+async def egress_proxy(
+    socket: Path, allowlist: Allowlist, *, label: str = "", redirect: ProviderRedirect | None = None
+) -> AsyncIterator[EgressProxy]:
     """Serve `allowlist` on the unix socket `socket` (made mode 0666, in its private folder) until exit.
 
     The folder holding the socket must be the job's private one (0700): the socket's own mode lets the
@@ -253,7 +262,7 @@ async def egress_proxy(socket: Path, allowlist: Allowlist, *, label: str = "") -
         raise SandboxError(f"cannot serve the egress proxy at {socket}: something else is there")
     listener = await _listen(socket)
     os.chmod(socket, 0o666)
-    proxy = EgressProxy(allowlist, socket, label=label)
+    proxy = EgressProxy(allowlist, socket, label=label, redirect=redirect)
     try:
         async with listener, anyio.create_task_group() as group:
             group.start_soon(listener.serve, proxy.handle)

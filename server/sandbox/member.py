@@ -41,6 +41,7 @@ from conclave.sandbox.container import ENVIRONMENT, Sandbox, keeper_user
 from conclave.sandbox.disk_watch import kill_user_processes
 from conclave.sandbox.engine import PROCESS_OWNER, Owner
 from conclave.sandbox.image import IMAGE_REPO
+from conclave.sandbox.redirect import CA_PATH, ProviderRedirect
 
 __all__ = ["HOME", "PROXY_PORT", "PROXY_URL", "SOCKET", "MemberSandbox", "member_environment"]
 
@@ -94,13 +95,16 @@ class MemberSandbox(Sandbox):
         *,
         image: str | None = None,
         environment: dict[str, str] | None = None,
+        redirect: ProviderRedirect | None = None,
     ) -> None:
         """`socket`: the member's egress proxy (`EgressProxy.socket`); `image`: default the CLI image, or
-        the team's own when it names one; `environment`: constants added to the container's (no keys)."""
+        the team's own when it names one; `environment`: constants added to the container's (no keys);
+        `redirect`: tests only, the fakes' CA mounted and trusted (sandbox/redirect.py)."""
         super().__init__(client, owner)
         if socket is None:
             raise SandboxError("a CLI member's sandbox needs its egress proxy's socket")
         self.socket, self.image, self.environment = socket, image, dict(environment or {})
+        self.redirect = redirect
 
     def _launch(self, limits: SandboxSpec) -> dict[str, Any]:
         from docker.types import Mount
@@ -109,13 +113,18 @@ class MemberSandbox(Sandbox):
 
         launch = super()._launch(limits)
         home = f"rw,exec,nosuid,nodev,size={HOME_SIZE},mode=0700,uid={self.uid},gid={self.gid}"
+        mounts = [Mount(SOCKET, str(self.socket.resolve()), type="bind", read_only=True)]
+        environment = dict(self.environment)
+        if self.redirect is not None:
+            mounts.append(Mount(CA_PATH, str(self.redirect.ca_file.resolve()), type="bind", read_only=True))
+            environment.update(self.redirect.environment())
         launch.update(
             image=self.image or (launch["image"] if limits.image != IMAGE_REPO else clis_tag()),
             command=["sh", "-c", BRIDGE],
-            environment=member_environment(self.environment),
+            environment=member_environment(environment),
             network_mode="none",
             tmpfs={**launch["tmpfs"], HOME: home},
-            mounts=[Mount(SOCKET, str(self.socket.resolve()), type="bind", read_only=True)],
+            mounts=mounts,
         )
         return launch
 

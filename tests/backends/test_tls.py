@@ -6,8 +6,6 @@ The fake providers are served over HTTPS with a certificate from a test CA: a ba
 
 from __future__ import annotations
 
-import datetime
-import ipaddress
 import ssl
 import threading
 import time
@@ -17,10 +15,6 @@ from pathlib import Path
 
 import pytest
 import uvicorn
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
 from conclave.backends import create_backend
 from conclave.backends.base import Endpoint, Message, Request, TextDelta
@@ -28,72 +22,17 @@ from conclave.backends.tls import client_context
 from conclave.errors import ProviderError
 from tests.fakes.script import Reply, Script
 from tests.fakes.server import PREFIXES, build_app, free_port
+from tests.fakes.tls_ca import TestCa
 
 pytestmark = pytest.mark.anyio
 PROVIDERS = ["openai", "anthropic", "gemini"]
 REQUEST = Request(system="You are agent A.", messages=(Message("user", "Say hi."),))
 
 
-def _name(common: str) -> x509.Name:
-    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common)])
-
-
-def _certificate(
-    subject: str, issuer: str, key: ec.EllipticCurvePrivateKey, signer: ec.EllipticCurvePrivateKey, ca: bool
-) -> x509.Certificate:
-    now = datetime.datetime.now(datetime.timezone.utc)
-    builder = (
-        x509.CertificateBuilder()
-        .subject_name(_name(subject))
-        .issuer_name(_name(issuer))
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(hours=1))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
-    )
-    if ca:
-        builder = builder.add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=True,
-                crl_sign=True,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-        builder = builder.add_extension(
-            x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False
-        )
-    else:
-        builder = builder.add_extension(
-            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False
-        )
-        builder = builder.add_extension(
-            x509.AuthorityKeyIdentifier.from_issuer_public_key(signer.public_key()), critical=False
-        )
-    return builder.sign(signer, hashes.SHA256())
-
-
 @pytest.fixture(scope="module")
 def tls_fakes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Script, int, Path]]:
     """The fake providers over HTTPS on 127.0.0.1: (script, port, the CA's certificate file)."""
-    folder = tmp_path_factory.mktemp("tls")
-    ca_key, server_key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
-    ca = _certificate("Conclave test CA", "Conclave test CA", ca_key, ca_key, ca=True)
-    server = _certificate("127.0.0.1", "Conclave test CA", server_key, ca_key, ca=False)
-    (folder / "ca.pem").write_bytes(ca.public_bytes(serialization.Encoding.PEM))
-    (folder / "server.pem").write_bytes(server.public_bytes(serialization.Encoding.PEM))
-    (folder / "server.key").write_bytes(
-        server_key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        )
-    )
+    ca = TestCa.create(tmp_path_factory.mktemp("tls"), ["127.0.0.1"])
     script, port = Script(), free_port()
     config = uvicorn.Config(
         build_app(script),
@@ -101,8 +40,8 @@ def tls_fakes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Script
         port=port,
         log_level="warning",
         lifespan="off",
-        ssl_certfile=str(folder / "server.pem"),
-        ssl_keyfile=str(folder / "server.key"),
+        ssl_certfile=str(ca.cert_file),
+        ssl_keyfile=str(ca.key_file),
         timeout_graceful_shutdown=1,
     )
     running = uvicorn.Server(config)
@@ -113,7 +52,7 @@ def tls_fakes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Script
         # wall-time: a guard against a fake that never starts, not a measurement
         assert time.monotonic() < deadline and thread.is_alive(), "the HTTPS fake did not start"
         time.sleep(0.01)
-    yield script, port, folder / "ca.pem"
+    yield script, port, ca.ca_file
     running.should_exit = True
     thread.join(timeout=10)
 

@@ -15,6 +15,7 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
+import anyio
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -36,6 +37,9 @@ def routes(script: Script) -> list[Route]:
             bool(body.get("stream")),
         )
         reply = script.next_reply(recorded)
+        if reply.delay:
+            await anyio.sleep(reply.delay)
+        await reply.pass_gate()  # a test's ordering, as the other fakes hold it (tests/fakes/script.py)
         if reply.status != 200:
             error = {"message": reply.error_message, "type": "server_error", "param": None, "code": None}
             return JSONResponse({"error": error}, status_code=reply.status)

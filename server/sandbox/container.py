@@ -46,7 +46,7 @@ import os
 import re
 import secrets
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -237,14 +237,15 @@ class Sandbox:
         max_bytes: int | None = None,
         environment: Mapping[str, str] | None = None,
         output_cap: int | None = None,
+        on_stdout: Callable[[bytes], None] | None = None,
     ) -> CommandResult:
         """Run `command` with `sh -c` in /workspace; kill it and its process group after `timeout_s`.
 
         With `max_bytes` (the room the job's disk budget leaves this workspace), no file may grow past it
         and the command is killed as soon as the workspace does (disk_watch.py). `environment` adds to the
         container's for this command only (a CLI member's key: not in the container's stored
-        configuration); `output_cap` overrides OUTPUT_CAP for it (a CLI's JSON output).
-        """
+        configuration); `output_cap` overrides OUTPUT_CAP for it (a CLI's JSON output). `on_stdout` hears
+        each chunk of stdout as it arrives, in the exec's worker thread (a CLI member's live usage)."""
         if self.container is None or self._limiter is None:
             raise SandboxError("the sandbox is not started")
         started = time.monotonic()
@@ -252,6 +253,7 @@ class Sandbox:
         if max_bytes is not None:  # POSIX sh counts `ulimit -f` in 512-byte blocks
             limit = str(max(max_bytes, 0) // 512)
             argv = ["sh", "-c", 'ulimit -f "$1" || exit 125; shift; exec "$@"', "sh", limit, *argv]
+        out = _Capped(output_cap or self.output_cap, on_stdout)
         with anyio.move_on_after(timeout_s + self.grace_s) as overrun:
             raw = await anyio.to_thread.run_sync(
                 self._run,
@@ -259,7 +261,7 @@ class Sandbox:
                 self._generation,
                 max_bytes,
                 dict(environment or {}),
-                output_cap or self.output_cap,
+                out,
                 abandon_on_cancel=True,
                 limiter=self._limiter,
             )
@@ -274,7 +276,7 @@ class Sandbox:
                 "(/workspace kept, /tmp emptied, background processes gone)"
             )
             return CommandResult(None, "", "", True, duration, (note,), settled.total_bytes)
-        exit_code, out, err, settled, watched = raw
+        exit_code, err, settled, watched = raw
         timed_out = exit_code == 137 and duration >= timeout_s * 0.95 and watched.reason is None
         notes = [note for note in (out.note("stdout"), err.note("stderr")) if note]
         if watched.reason is not None:
@@ -312,14 +314,14 @@ class Sandbox:
         generation: int,
         max_bytes: int | None,
         environment: dict[str, str],
-        cap: int = OUTPUT_CAP,
-    ) -> tuple[int | None, _Capped, _Capped, Settled, Watched]:
+        out: _Capped,
+    ) -> tuple[int | None, _Capped, Settled, Watched]:
         import docker
 
         if os.getuid() == 0:
             self._settle()  # host-side code may have made root-owned entries since: the agent's to edit
         api = self._client.api
-        out, err = _Capped(cap), _Capped(cap)
+        err = _Capped(out.cap)
         assert self._workspace is not None
         watcher = Watcher(self._workspace, max_bytes, lambda _reason: self._kill()).start()
         try:
@@ -340,7 +342,7 @@ class Sandbox:
                 watched = watcher.finish()
                 if generation == self._generation and not self._nothing_left():  # else abandoned: restarted
                     self._reap()
-            return exit_code, out, err, self._settle(), watched
+            return exit_code, err, self._settle(), watched
         except docker.errors.DockerException as exc:
             raise SandboxError(f"the command could not run in the sandbox: {exc}") from exc
 

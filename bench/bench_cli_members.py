@@ -15,6 +15,7 @@ Prints a table and writes bench/results/cli-members.json (medians, and ratios CL
 from __future__ import annotations
 
 import json
+import os
 import platform
 import statistics
 import sys
@@ -112,9 +113,11 @@ async def measure() -> dict[str, object]:
         raise SystemExit(
             f"the CLI image {tag} is missing: run `conclave sandbox build --clis` ({status.error})"
         )
+    load_before = os.getloadavg()
     with FakeProviders() as fakes, tempfile.TemporaryDirectory() as tmp:
         results = {cli: await measure_cli(fakes, cli, Path(tmp)) for cli in PAIRS}
     return {
+        "load_average_1_5_15": {"before": list(load_before), "after": list(os.getloadavg())},
         "machine": platform.machine(),
         "engine": status.version,
         "clis_image": tag,
@@ -123,7 +126,8 @@ async def measure() -> dict[str, object]:
         "note": "medians on the shared 2-core machine while other engineers' builds and tests ran; the fake "
         "answers at once, so a turn here is pure overhead (exec, CLI start, its own system prompt "
         "of ~12-14k tokens sent through the egress proxy). API turns: the Anthropic SDK for Claude "
-        "Code's pair, Chat Completions for Codex's (Conclave has no Responses backend).",
+        "Code's pair, Chat Completions for Codex's (Conclave has no Responses backend). A CLI run is "
+        "charged as its output arrives (members/meter.py): the CLI turn includes that reading.",
     }
 
 

@@ -7,11 +7,13 @@ constrained call to the same CLI. Both become the protocol's usual events.
 
 The answers reach the CLI in this voter's own order (the orchestrator's `shown`, ordered by the
 action's labels), with their author's letter and where their files are (/peers/<letter>). Usage and
-cost come from each run's JSON output (members/), a killed run's included. A work run changes files,
-so, like an API agent's tool work, a new answer does not cancel it; a decision run is only thinking,
-so a stale one is cancelled. A cancelled turn (stale, the job cancelled, its deadline, its budget)
-kills the CLI's whole process tree at once (members/runner.py). The workspace is snapshotted by the
-orchestrator like any agent's.
+cost come from each run's JSON output (members/), while it runs and a killed run's included. Neither
+run tells the protocol it did work (`CLI_WORK` is only reported), so a turn that goes stale is
+cancelled like one that has only been thinking: a decision run, and a revision's work run (its answer
+would be written against answers that changed; the protocol never cancels a first answer's). A
+cancelled turn (stale, the job cancelled, its deadline, its budget) kills the CLI's whole process tree
+at once (members/runner.py) and charges what it used; the next turn starts from the files as the killed
+run left them. The workspace is snapshotted by the orchestrator like any agent's.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from conclave.members.base import CliOutput, last_json_object
 from conclave.members.runner import CliMember
 
 NEW = "new_answer"
+CLI_WORK = "cli_work"  # the transcript's mark of a work run; not the protocol's WorkStarted (see above)
 MAX_SHOWN = 12_000  # characters of each answer in a CLI's prompt (an argument has a size limit)
 
 
@@ -72,18 +75,19 @@ async def _work(
     shown: list[prompts.ShownAnswer],
     files: prompts.FilesPicture | None,
 ) -> str:
-    # Work changes files: the turn is no longer only thinking, so a new answer does not cancel it.
-    await ctx.on_work(ToolCall(f"cli-{action.turn_id}", "cli_work", {"cli": member.adapter.facts.name}))
+    # the transcript says a work run started; the turn stays cancellable when it goes stale (see above)
+    await ctx.on_work(ToolCall(f"cli-{action.turn_id}", CLI_WORK, {"cli": member.adapter.facts.name}))
     output = await _run(ctx, member, work_prompt(ctx, action, shown, files), None)
     return output.text.strip()
 
 
 async def _run(ctx: TurnContext, member: CliMember, prompt: str, schema: dict[str, Any] | None) -> CliOutput:
-    """One run under the job's budget gate and the provider limit; its usage charged as reported."""
+    """One run under the job's budget gate and the provider limit; its usage charged as reported, while
+    it runs too (members/meter.py): reaching the budget mid-run ends the job, which kills the run."""
     await ctx.gate()
 
-    async def charge(usage: Usage, cost_usd: float | None) -> None:
-        await ctx.on_usage(usage, True, cost_usd)
+    async def charge(usage: Usage, cost_usd: float | None, first: bool) -> None:
+        await ctx.on_usage(usage, first, cost_usd)
 
     async with ctx.limiter:
         return await member.run(prompt, schema, charge)
@@ -110,7 +114,7 @@ def work_prompt(
         )
     if mine:
         parts.append(
-            f"Your own current answer ({mine[0].label}); your files are as you left them:\n"
+            f"Your own current answer ({mine[0].label}); your folder is as your last run left it:\n"
             + _answer(mine[0], own=True)
         )
     if action.note:

@@ -29,6 +29,7 @@ from conclave.backends.retry import RetryPolicy
 from conclave.config.models import Team
 from conclave.coordination import answers, picture, prompts, protocol
 from conclave.coordination.budget import Budget
+from conclave.coordination.cli_turns import CLI_WORK
 from conclave.coordination.limits import ProviderLimits
 from conclave.coordination.members import BackendFactory, JobSink, Member, assign_letters, seed_for
 from conclave.coordination.protocol_events import (
@@ -287,7 +288,8 @@ class Orchestrator:
         assert member.ctx is not None
 
         async def on_work(call: ToolCall) -> None:
-            await send.send(WorkStarted(action.letter, action.turn_id))
+            if call.name != CLI_WORK:  # a CLI's stale work run is cancelled, killing it (cli_turns.py)
+                await send.send(WorkStarted(action.letter, action.turn_id))
             await self._emit("tool_call", action.letter, name=call.name, arguments=call.arguments)
 
         ctx = replace(member.ctx, on_work=on_work)

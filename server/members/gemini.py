@@ -1,4 +1,6 @@
-"""Gemini CLI: `gemini -p PROMPT -o json`, one object with `response` and `stats.models.<m>.tokens`.
+"""Gemini CLI: `gemini -p PROMPT -o stream-json`, JSONL events as the run goes (its messages, tool calls
+and results: a run killed mid-way has printed something to be charged on), ending in a `result` event
+with `stats.models.<m>.{input_tokens,output_tokens,cached}`; the answer is the assistant's messages.
 
 Full-auto is `--approval-mode yolo` with `--skip-trust` (headless runs in an untrusted folder abort, and
 yolo falls back). It has no schema-constrained output: the decision is asked for as JSON in the prompt.
@@ -12,7 +14,7 @@ from typing import Any
 
 from conclave.backends.base import Usage
 from conclave.config.clis import CLIS
-from conclave.members.base import CliOutput, Login, last_json_object
+from conclave.members.base import CliOutput, Login, json_lines, last_json_object
 from conclave.sandbox.member import HOME
 
 
@@ -21,7 +23,7 @@ class Gemini:
     native_schema = False
 
     def command(self, prompt: str, model: str | None, schema: dict[str, Any] | None) -> list[str]:
-        argv = ["gemini", "-p", prompt, "--approval-mode", "yolo", "--skip-trust", "-o", "json"]
+        argv = ["gemini", "-p", prompt, "--approval-mode", "yolo", "--skip-trust", "-o", "stream-json"]
         return argv + (["-m", model] if model else [])
 
     def environment(self, login: Login, model: str | None) -> dict[str, str]:
@@ -42,17 +44,41 @@ class Gemini:
         return {**login.files, ".gemini/settings.json": json.dumps(settings).encode()}
 
     def parse(self, stdout: str) -> CliOutput:
-        data = last_json_object(stdout)
-        if data is None or "response" not in data:
-            return CliOutput("", error=f"Gemini CLI printed no response: {stdout[-500:]!r}")
+        events = list(json_lines(stdout))
+        result = next((event for event in reversed(events) if event.get("type") == "result"), None)
+        if result is None:  # `-o json`'s one object (its answer in `response`)
+            return _parse_object(stdout)
+        text = "".join(
+            str(event.get("content") or "")
+            for event in events
+            if event.get("type") == "message" and event.get("role") == "assistant"
+        )
         usage = Usage()
-        for model in ((data.get("stats") or {}).get("models") or {}).values():
-            tokens = (model or {}).get("tokens") or {}
+        for model in ((result.get("stats") or {}).get("models") or {}).values():
+            used = model or {}
             usage = usage + Usage(
-                int(tokens.get("prompt") or tokens.get("input") or 0),
-                int(tokens.get("candidates") or 0) + int(tokens.get("thoughts") or 0),
-                int(tokens.get("cached") or 0),
+                int(used.get("input_tokens") or 0),
+                int(used.get("output_tokens") or 0),
+                int(used.get("cached") or 0),
             )
-        error = data.get("error")
-        text = str(data.get("response") or "")
+        error = result.get("error") if result.get("status") != "success" else None
+        if error is None and not text and result.get("status") != "success":
+            error = f"Gemini CLI's run ended {result.get('status')!r}"
         return CliOutput(text, usage, None, None, str(error) if error and not text else None)
+
+
+def _parse_object(stdout: str) -> CliOutput:
+    data = last_json_object(stdout)
+    if data is None or "response" not in data:
+        return CliOutput("", error=f"Gemini CLI printed no response: {stdout[-500:]!r}")
+    usage = Usage()
+    for model in ((data.get("stats") or {}).get("models") or {}).values():
+        tokens = (model or {}).get("tokens") or {}
+        usage = usage + Usage(
+            int(tokens.get("prompt") or tokens.get("input") or 0),
+            int(tokens.get("candidates") or 0) + int(tokens.get("thoughts") or 0),
+            int(tokens.get("cached") or 0),
+        )
+    error = data.get("error")
+    text = str(data.get("response") or "")
+    return CliOutput(text, usage, None, None, str(error) if error and not text else None)

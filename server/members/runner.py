@@ -11,21 +11,27 @@ the CLI with stdin closed. The login reaches the container only as the exec's en
 prelude unsets before the CLI starts. A cancelled run (stale turn, cancelled job, budget) kills every
 process of the member's user in the container at once (`Sandbox.kill_all`: `setsid` children too).
 
-Every run's usage goes to `charge` however it ends, a killed one's included (`CliMember.reported`).
+Every run's usage goes to `charge` as its output reports it (meter.py: a budget can stop a long run)
+and however it ends, a killed one's included (`CliMember.reported`).
 It is also a `Backend` (one text reply from the CLI), so a CLI member presents like any other.
 """
 
 from __future__ import annotations
 
 import base64
+import codecs
 import json
 import logging
+import math
 import shlex
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, ClassVar
 
 import anyio
+import anyio.from_thread
+from anyio.streams.memory import MemoryObjectReceiveStream
 
 from conclave.backends.base import Done, Request, StreamEvent, TextDelta, Usage
 from conclave.config.clis import split_cli_model
@@ -37,6 +43,7 @@ from conclave.members.codex import Codex
 from conclave.members.copilot import Copilot
 from conclave.members.gemini import Gemini
 from conclave.members.logins import resolve_login
+from conclave.members.meter import Charge, Meter
 from conclave.sandbox.container import Sandbox
 from conclave.sandbox.member import HOME
 from conclave.sandbox.output import CommandResult
@@ -47,9 +54,9 @@ ADAPTERS: dict[str, CliAdapter] = {
     "gemini": Gemini(),
     "copilot": Copilot(),
 }
-Charge = Callable[[Usage, float | None], Awaitable[None]]  # a run's usage and cost, to the job
 logger = logging.getLogger(__name__)
 OUTPUT_CAP = 8 * 1024 * 1024  # a run's JSON output (Codex's stream carries every tool output)
+METER_PAUSE_S = 0.25  # between two reads of a run's output for its usage so far
 
 
 @dataclass
@@ -85,9 +92,10 @@ class CliMember:
     ) -> CliOutput:
         """One headless run to its output; ProviderError when the CLI fails or prints nothing usable.
 
-        `charge` gets the run's usage however it ends: finished, past its timeout, or killed because
-        its turn was cancelled (stale, the job cancelled, the budget reached), then the cancellation
-        goes on. A killed run is charged what its stream reported before the kill (`reported`)."""
+        `charge` gets the run's usage while it runs, as its output reports it (meter.py: a job's budget
+        can stop a long run), and its total however it ends: finished, past its timeout, or killed
+        because its turn was cancelled (stale, the job cancelled, the budget reached), then the
+        cancellation goes on. A killed run is charged what its stream reported before the kill."""
         if self.sandbox is None:
             raise ProviderError(
                 "cli",
@@ -97,13 +105,18 @@ class CliMember:
         command, env = self.script(prompt, schema)
         self.runs += 1
         results: list[CommandResult] = []
+        meter = None
+        if charge is not None:
+            meter = Meter(
+                partial(self.streamed, prompt), partial(self.reported, prompt), charge, self.spec.price
+            )
         try:
             async with self._one_run:
-                await self._exec(self.sandbox, command, env, results)
+                await self._exec(self.sandbox, command, env, results, meter)
         finally:
-            if charge is not None and results:  # a run killed before its exec started used nothing
+            if meter is not None and results:  # a run killed before its exec started used nothing
                 with anyio.CancelScope(shield=True):
-                    await charge(*self.reported(prompt, results[0].stdout))
+                    await meter.update(results[0].stdout, final=True)
         result = results[0]
         output = self.adapter.parse(result.stdout)
         if result.timed_out:
@@ -115,7 +128,14 @@ class CliMember:
             raise ProviderError("cli", f"{self.spec.model} failed (exit code {result.exit_code}): {detail}")
         return output
 
-    def reported(self, prompt: str, stdout: str) -> tuple[Usage, float | None]:
+    def streamed(self, prompt: str, stdout: str) -> tuple[Usage, float | None]:
+        """A run's usage so far, mid-run: Claude Code's per-response reports, else `reported`'s."""
+        streamed = getattr(self.adapter, "streamed_usage", None)
+        if streamed is not None:
+            return streamed(stdout), None  # nothing yet until the first response starts: no estimate
+        return self.reported(prompt, stdout, quiet=True)
+
+    def reported(self, prompt: str, stdout: str, *, quiet: bool = False) -> tuple[Usage, float | None]:
         """A run's usage and cost: its CLI's final report; for a run cut short, what its stream said
         before the kill (Claude Code's per-response usage); failing both (Codex, Gemini CLI and Copilot
         CLI report tokens only at the end, Copilot's only in a file), an estimate of four characters a
@@ -130,22 +150,41 @@ class CliMember:
             return usage, None
         if not stdout.strip():
             return Usage(), None  # killed before the CLI said anything: no model call is known
-        logger.info("%s: no usage reported by the run; charging an estimate", self.spec.model)
+        if not quiet:
+            logger.info("%s: no usage reported by the run; charging an estimate", self.spec.model)
         return Usage(len(prompt) // 4 + 1, len(stdout) // 4, 0), None
 
     async def _exec(
-        self, sandbox: Sandbox, command: str, env: dict[str, str], results: list[CommandResult]
+        self,
+        sandbox: Sandbox,
+        command: str,
+        env: dict[str, str],
+        results: list[CommandResult],
+        meter: Meter | None,
     ) -> None:
         """The exec, never abandoned: when the turn is cancelled, every process of the member's user is
         killed at once (`setsid` children too) and the exec is awaited to its end (its output, the
         usage so far, lands in `results`) before the cancellation goes on. An abandoned exec would
         reap after it ends, killing the next turn's run (tests/members/test_cli_members_e2e.py, the
-        team test, caught that race)."""
+        team test, caught that race). Meanwhile the meter charges the output as it arrives."""
+        send, receive = anyio.create_memory_object_stream[bytes](math.inf)
+
+        def heard(chunk: bytes) -> None:  # in the exec's worker thread
+            try:
+                anyio.from_thread.run_sync(send.send_nowait, chunk)
+            except (anyio.ClosedResourceError, anyio.BrokenResourceError, RuntimeError):
+                pass  # the run is over (or the loop is): its final charge reads the whole output
 
         async def execute() -> None:
             with anyio.CancelScope(shield=True):
                 results.append(
-                    await sandbox.exec(command, self.spec.timeout_s, environment=env, output_cap=OUTPUT_CAP)
+                    await sandbox.exec(
+                        command,
+                        self.spec.timeout_s,
+                        environment=env,
+                        output_cap=OUTPUT_CAP,
+                        on_stdout=heard if meter is not None else None,
+                    )
                 )
             group.cancel_scope.cancel()
 
@@ -156,9 +195,11 @@ class CliMember:
                 if not results:  # cancelled from outside while the CLI runs
                     await sandbox.kill_all()
 
-        async with anyio.create_task_group() as group:
+        async with send, receive, anyio.create_task_group() as group:
             group.start_soon(execute)
             group.start_soon(kill_when_cancelled)
+            if meter is not None:
+                group.start_soon(_charge_as_heard, meter, receive)
 
     def script(self, prompt: str, schema: dict[str, Any] | None) -> tuple[str, dict[str, str]]:
         """The exec's shell command and environment (tests read both; the login is only in `env`)."""
@@ -203,3 +244,22 @@ class CliMember:
 
     async def aclose(self) -> None:
         return None
+
+
+async def _charge_as_heard(meter: Meter, receive: MemoryObjectReceiveStream[bytes]) -> None:
+    """Charge a run's output as it arrives: every chunk heard so far, read together, then a pause so a
+    chatty stream is read a few times a second, not once a chunk (each read parses the whole output)."""
+    decoder = codecs.getincrementaldecoder("utf-8")("replace")
+    stdout = ""
+    async for chunk in receive:
+        chunks = [chunk]
+        while True:
+            try:
+                chunks.append(receive.receive_nowait())
+            except anyio.WouldBlock:
+                break
+        if len(stdout) < OUTPUT_CAP:  # past it, the final charge reads the (capped) whole
+            stdout += "".join(decoder.decode(part) for part in chunks)
+        with anyio.CancelScope(shield=True):  # a charge is never cut half-way (its event written)
+            await meter.update(stdout)
+        await anyio.sleep(METER_PAUSE_S)

@@ -49,7 +49,7 @@ import os
 import re
 import secrets
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -211,14 +211,15 @@ class Sandbox:
         max_bytes: int | None = None,
         environment: Mapping[str, str] | None = None,
         output_cap: int | None = None,
+        on_stdout: Callable[[bytes], None] | None = None,
     ) -> CommandResult:
         """Run `command` with `sh -c` in /workspace; kill it and its process group after `timeout_s`.
 
         With `max_bytes` (the room the job's disk budget leaves this workspace), no file may grow past it
         and the command is killed as soon as the workspace does (disk_watch.py). `environment` adds to the
         container's for this command only (a CLI member's key: not in the container's stored
-        configuration); `output_cap` overrides OUTPUT_CAP for it (a CLI's JSON output).
-        """
+        configuration); `output_cap` overrides OUTPUT_CAP for it (a CLI's JSON output). `on_stdout` hears
+        each chunk of stdout as it arrives, in the exec's worker thread (a CLI member's live usage)."""
         if self.container is None or self._limiter is None:
             raise SandboxError("the sandbox is not started")
         started = time.monotonic()
@@ -226,6 +227,7 @@ class Sandbox:
         if max_bytes is not None:  # POSIX sh counts `ulimit -f` in 512-byte blocks
             limit = str(max(max_bytes, 0) // 512)
             argv = ["sh", "-c", 'ulimit -f "$1" || exit 125; shift; exec "$@"', "sh", limit, *argv]
+        out = _Capped(output_cap or self.output_cap, on_stdout)
         with anyio.move_on_after(timeout_s + self.grace_s) as overrun:
             raw = await anyio.to_thread.run_sync(
                 self._run,
@@ -233,7 +235,7 @@ class Sandbox:
                 self._generation,
                 max_bytes,
                 dict(environment or {}),
-                output_cap or self.output_cap,
+                out,
                 abandon_on_cancel=True,
                 limiter=self._limiter,
             )
@@ -259,14 +261,14 @@ class Sandbox:
         generation: int,
         max_bytes: int | None,
         environment: dict[str, str],
-        cap: int = OUTPUT_CAP,
+        out: _Capped,
     ) -> tuple[int | None, _Capped, _Capped, Settled, Watched]:
         import docker
 
         if os.getuid() == 0:
             self._settle()  # host-side code may have made root-owned entries since: the agent's to edit
         api = self._client.api
-        out, err = _Capped(cap), _Capped(cap)
+        err = _Capped(out.cap)
         assert self._workspace is not None
         watcher = Watcher(self._workspace, max_bytes, lambda _reason: self._kill()).start()
         try:

@@ -5,6 +5,7 @@ Of a stream the first and last halves are kept, the middle counted and cut.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from conclave.files.settling import Settled
@@ -14,13 +15,15 @@ from conclave.sandbox.disk_watch import Watched
 class _Capped:
     """One output stream: the first and last halves of `cap` bytes kept, the middle counted and cut."""
 
-    def __init__(self, cap: int) -> None:
-        self.cap, self.total = cap, 0
+    def __init__(self, cap: int, listener: Callable[[bytes], None] | None = None) -> None:
+        self.cap, self.total, self.listener = cap, 0, listener  # `listener` hears every chunk, uncut
         self.head, self.tail = bytearray(), bytearray()
 
     def add(self, chunk: bytes | None) -> None:
         if not chunk:
             return
+        if self.listener is not None:
+            self.listener(chunk)
         self.total += len(chunk)
         room = self.cap // 2 - len(self.head)
         if room > 0:

@@ -1,0 +1,133 @@
+# ruff: noqa: F811 - the e2e module's fixtures, imported by name
+"""Each CLI's run cut short, in its container, through its egress proxy, against the fakes: Codex
+(OpenAI Responses), Gemini CLI (the Gemini API) and Copilot CLI (its own-key provider, Anthropic-style),
+as test_cli_killed_runs.py does for Claude Code.
+
+- A cancelled job, while the CLI waits on its model with a `setsid` child of its own running, leaves
+  no CLI process and no container, and the run is charged (an estimate: these CLIs say their tokens
+  only when a run ends, members/meter.py).
+- A budget reached mid-run, from what the run's stream has reported so far (Claude Code: each
+  response's usage as the API billed it; the others: the estimate), stops the job and kills the run;
+  Claude Code's charge is exactly what its fake billed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+import docker
+import pytest
+
+from conclave.jobs.service import JobService
+from conclave.jobs.views import JobView
+from conclave.settings import Settings
+from tests.fakes.cli_worker import CliWorker
+from tests.fakes.script import RecordedRequest, Reply
+from tests.fakes.server import FakeProviders
+from tests.members.test_cli_members_e2e import (  # noqa: F401 - fixtures
+    ENV,
+    FAST,
+    KEY,
+    TASK,
+    _host_processes,
+    _processes,
+    clis_image,
+    project,
+)
+
+pytestmark = pytest.mark.anyio
+WIRES = {"codex": "responses", "gemini": "gemini", "copilot": "anthropic", "claude-code": "anthropic"}
+HEADLESS = {"codex": "codex exec", "gemini": "gemini -p", "copilot": "copilot -p", "claude": "claude -p"}
+
+
+def _team(path: Path, fakes: FakeProviders, cli: str, extra: str = "") -> str:
+    path.write_text(
+        f"agents:\n  - model: cli/{cli}:fake-model\n    base_url: {fakes.base_url(WIRES[cli], cli)}\n"
+        f"    api_key_env: {KEY}\ncoordination: {{final: reuse{extra}}}\nsandbox: {{memory: 2g}}\n"
+    )
+    return str(path)
+
+
+def _waiting(worker: CliWorker, waits: list[int]) -> object:
+    """The CLI's model: its shell command first, then every later call hangs (the CLI waits on it)."""
+
+    def respond(request: RecordedRequest) -> Reply:
+        reply = worker(request)
+        if worker.tool_results:
+            waits.append(1)
+            return Reply(text="late", delay=300)
+        return reply
+
+    return respond
+
+
+async def _ended(service: JobService, view: JobView) -> JobView:
+    with anyio.fail_after(120):  # far under the fake's 300 s hang: the run was killed, not finished
+        while not view.done:
+            view = await service.wait(view.job_id, 5)
+    return view
+
+
+def _left(job_id: str, cli: str, marker: str) -> tuple[list[object], list[str]]:
+    containers = docker.from_env().containers.list(all=True, filters={"label": f"conclave.job={job_id}"})
+    running = [
+        line for line in _host_processes() if marker in line or HEADLESS[cli] in line and "Fix" in line
+    ]
+    return containers, running
+
+
+@pytest.mark.parametrize("cli", ["codex", "gemini", "copilot"])
+async def test_a_cancelled_job_kills_the_cli_and_charges_its_run(
+    clis_image: str, tmp_path: Path, fakes: FakeProviders, project: Path, cli: str
+) -> None:
+    marker = f"conclave-cancel-{cli}"
+    worker = CliWorker(WIRES[cli], f"setsid sh -c 'sleep 600; echo {marker}' >/dev/null 2>&1 & echo ok", "x")
+    waits: list[int] = []
+    fakes.script.set_default(cli, _waiting(worker, waits))
+    team = _team(tmp_path / "team.yaml", fakes, cli)
+    async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV, retry=FAST) as service:
+        view = await service.submit(TASK, team, [{"path": str(project)}])
+        with anyio.fail_after(400):
+            while not waits:
+                await anyio.sleep(0.5)
+        running = docker.from_env().containers.list(filters={"label": f"conclave.job={view.job_id}"})
+        # the CLI runs (its `setsid` child too, unless the CLI's shell tool ended it with the command)
+        assert running and HEADLESS[cli] in _processes(running[0])
+        view = await _ended(service, await service.cancel(view.job_id))
+    assert view.state == "cancelled"
+    assert _left(view.job_id, cli, marker) == ([], [])
+    usage = view.agents[0].usage
+    # charged an estimate (four characters a token over the prompt and the printed stream): a lower
+    # bound of the input billed (the CLI's own system prompt and tools are not in it)
+    assert 0 < usage.input_tokens <= fakes.script.bill[cli][0], (usage, fakes.script.bill[cli])
+
+
+@pytest.mark.parametrize("cli", ["codex", "gemini", "copilot", "claude-code"])
+async def test_a_budget_reached_mid_run_stops_the_job_and_kills_the_run(
+    clis_image: str, tmp_path: Path, fakes: FakeProviders, project: Path, cli: str
+) -> None:
+    """A long task (its prompt alone is ~6k tokens of estimate) and max_tokens 4000: the run is charged
+    while the CLI waits on its model, the budget stops the job, and the run is killed (the fake would
+    hang 300 s). Claude Code's first response starts (its input billed), then stalls."""
+    task = TASK + "\n\nNotes:\n" + "Keep the change small and run the tests. " * 600
+    marker = f"conclave-budget-{cli}"
+    if cli == "claude-code":  # its side calls (not streamed) answer at once
+        fakes.script.set_default(cli, Reply(text="late", stall=300))
+    else:
+        worker = CliWorker(WIRES[cli], f"setsid sh -c 'sleep 600; echo {marker}' >/dev/null 2>&1 &", "x")
+        fakes.script.set_default(cli, _waiting(worker, []))
+    team = _team(tmp_path / "team.yaml", fakes, cli, ", max_tokens: 4000")
+    async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV, retry=FAST) as service:
+        view = await service.submit(task, team, [{"path": str(project)}])
+        with anyio.fail_after(400):
+            view = await _ended(service, view)
+    assert view.result and (view.result.reason or "").startswith("budget reached: "), view.text()
+    assert _left(view.job_id, "claude" if cli == "claude-code" else cli, marker) == ([], [])
+    usage = view.agents[0].usage
+    assert usage.input_tokens + usage.output_tokens >= 4000
+    billed = fakes.script.bill.get(cli, (0, 0, 0))
+    if cli == "claude-code":  # what the API reported to it: exactly the bill
+        assert (usage.input_tokens, usage.output_tokens) == billed[:2], (usage, billed)
+    else:  # the estimate: the prompt (the task at four characters a token, and more)
+        assert len(task) // 4 <= usage.input_tokens <= len(task) // 4 + 1000, (usage, len(task))

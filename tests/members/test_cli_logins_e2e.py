@@ -179,7 +179,7 @@ async def test_claude_code_and_codex_work_from_the_users_login_files(
     letters = {agent.model: agent.letter for agent in view.agents}
     mine, theirs = letters["cli/claude-code"], letters["cli/codex:gpt-5.5"]
     assert view.state == "completed" and view.result.winner == f"{mine}1", view.text()
-    assert view.checks[f"{mine}1"].startswith("passed") and view.checks[f"{theirs}1"].startswith("failed")
+    assert view.checks()[f"{mine}1"].startswith("passed") and view.checks()[f"{theirs}1"].startswith("failed")
     assert "-    return a - b\n+    return a + b\n" in patch and "a * b" not in patch
     assert claude.decisions and codex.decisions  # each voted, through its own CLI
 

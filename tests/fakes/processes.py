@@ -76,7 +76,7 @@ def http_server(tmp_path: Path, env: Mapping[str, str], token: str | None = HTTP
                     time.sleep(0.1)
             yield url
             process.terminate()
-            # a hang guard, not a speed: shutdown removes the job's and the check pool's containers, slow under load
+            # a hang guard, not a speed: shutdown removes the jobs' and the check pool's containers
             assert process.wait(timeout=60) == 0, log_path.read_text()
         finally:
             if process.poll() is None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import anyio
 import anyio.to_thread
@@ -15,8 +14,8 @@ import pytest
 
 from conclave.config.models import SandboxSpec
 from conclave.sandbox.container import Sandbox
-from conclave.sandbox.engine import Owner, connect
 from conclave.sandbox.leftovers import REAP, cgroup_of, nothing_left
+from tests.fakes.counting_docker import CountingApi, counting_sandbox
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("docker_image")]
 # the names of the command user's processes but the lister and its `timeout`
@@ -32,26 +31,13 @@ class ExecSandbox(Sandbox):
     use_runner = False
 
 
-class CountingApi:
-    """The real docker API client, counting the reaping execs it is asked to create."""
-
-    def __init__(self, api: Any) -> None:
-        self._api, self.reaps = api, 0
-
-    def exec_create(self, container: str, cmd: Any, **options: Any) -> Any:
-        self.reaps += cmd == ["sh", "-c", REAP]
-        return self._api.exec_create(container, cmd, **options)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._api, name)
+def reaps(api: CountingApi) -> int:
+    return sum(cmd == ["sh", "-c", REAP] for cmd in api.commands)
 
 
 @pytest.fixture
 async def counted(tmp_path: Path) -> AsyncIterator[tuple[Sandbox, CountingApi]]:
-    client = connect()
-    api = CountingApi(client.api)
-    client.api = api
-    sandbox = ExecSandbox(client, Owner("test-" + os.urandom(4).hex()))
+    sandbox, api = counting_sandbox(ExecSandbox)
     try:
         await sandbox.start(tmp_path, {}, "cj-test", "A", SandboxSpec(memory="256m", cpus=1, pids=64))
         if cgroup_of(sandbox.container.id) is None:
@@ -70,16 +56,16 @@ async def test_a_command_that_leaves_nothing_costs_no_reaping_exec(
     sandbox, api = counted
     for command in ("true", "echo hi > /workspace/a.txt", "sleep 0.1 & wait"):
         assert (await sandbox.exec(command, timeout_s=10)).exit_code == 0
-    assert api.reaps == 0
+    assert reaps(api) == 0
 
 
 async def test_what_a_command_leaves_is_still_reaped(counted: tuple[Sandbox, CountingApi]) -> None:
     sandbox, api = counted
     left = await sandbox.exec("setsid sleep 300 >/dev/null 2>&1 & (sleep 301 &); echo started", timeout_s=10)
-    assert left.stdout == "started\n" and api.reaps == 1
+    assert left.stdout == "started\n" and reaps(api) == 1
     assert (await sandbox.exec(LIST_MINE, timeout_s=10)).stdout == ""  # both sleeps gone
     timed_out = await sandbox.exec("setsid sleep 302 >/dev/null 2>&1 & sleep 60", timeout_s=1)
-    assert timed_out.timed_out and api.reaps == 2
+    assert timed_out.timed_out and reaps(api) == 2
     assert (await sandbox.exec(LIST_MINE, timeout_s=10)).stdout == ""
 
 

@@ -4,17 +4,15 @@ read nor write the runner's streams, and a command that kills the runner gets a 
 
 from __future__ import annotations
 
-import os
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import anyio
 import pytest
 
 from conclave.config.models import SandboxSpec
 from conclave.sandbox.container import Sandbox
-from conclave.sandbox.engine import Owner, connect
+from tests.fakes.counting_docker import CountingApi, counting_sandbox
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("docker_image")]
 # pid and name of the command user's processes but the lister and its `timeout`
@@ -24,26 +22,9 @@ LIST_MINE = (
 )
 
 
-class CountingApi:
-    """The real docker API client, counting the execs it is asked to create."""
-
-    def __init__(self, api: Any) -> None:
-        self._api, self.execs = api, 0
-
-    def exec_create(self, container: str, cmd: Any, **options: Any) -> Any:
-        self.execs += 1
-        return self._api.exec_create(container, cmd, **options)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._api, name)
-
-
 @pytest.fixture
 async def counted(tmp_path: Path) -> AsyncIterator[tuple[Sandbox, CountingApi]]:
-    client = connect()
-    api = CountingApi(client.api)
-    client.api = api
-    sandbox = Sandbox(client, Owner("test-" + os.urandom(4).hex()))
+    sandbox, api = counting_sandbox(Sandbox)
     try:
         await sandbox.start(tmp_path, {}, "cj-test", "A", SandboxSpec(memory="256m", cpus=1, pids=64))
         yield sandbox, api

@@ -28,9 +28,8 @@ from conclave.cli.doctor import run_checks
 from conclave.config.presets import resolve_team
 from conclave.jobs.service import JobService
 from conclave.jobs.views import JobView
-from conclave.sandbox.clis_image import clis_tag
-from conclave.sandbox.engine import engine_status
 from conclave.settings import Settings
+from tests.fakes.calc_task import TASK
 from tests.fakes.cli_worker import CliWorker
 from tests.fakes.login_files import claude_credentials, codex_auth, codex_claims, gemini_oauth_creds, jwt
 from tests.fakes.login_hosts import LoginHosts, Seen
@@ -38,26 +37,11 @@ from tests.fakes.script import RecordedRequest, Reply, Script
 
 pytestmark = pytest.mark.anyio
 FAST = RetryPolicy(max_attempts=2, base_delay_s=0.01, max_delay_s=0.05)
-CALC = "def add(a, b):\n    return a - b\n"
-TESTS = "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n"
-TASK = "Fix add() in calc.py so that the tests in test_calc.py pass."
 CLAUDE_TOKEN = "sk-ant-oat01-" + "claudeplanlogin" * 4
 CLAUDE_REFRESH = "sk-ant-ort01-" + "claudeplanrefresh" * 4
 CODEX_ACCOUNT = "acct-conclave-login-0123"
 CODEX_TOKEN = jwt(codex_claims(CODEX_ACCOUNT, "chatgpt-plan-access-token"))
 CODEX_REFRESH = "rt-" + "chatgptplanrefresh" * 4
-
-
-@pytest.fixture(scope="module")
-def clis_image() -> str:
-    tag = clis_tag()
-    status = engine_status(tag)
-    if not status.available or not status.image_present:
-        pytest.skip(
-            f"needs the Docker engine and the CLI image {tag} ({status.error}): `conclave sandbox build "
-            "--clis`"
-        )
-    return tag
 
 
 @pytest.fixture
@@ -71,15 +55,6 @@ def user_home(tmp_path: Path) -> Path:
     for path in home.rglob("*.json"):
         path.chmod(0o600)
     return home
-
-
-@pytest.fixture
-def project(tmp_path: Path) -> Path:
-    root = tmp_path / "proj"
-    root.mkdir()
-    (root / "calc.py").write_text(CALC)
-    (root / "test_calc.py").write_text(TESTS)
-    return root
 
 
 @pytest.fixture

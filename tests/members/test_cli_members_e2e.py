@@ -19,9 +19,8 @@ import pytest
 from conclave.backends.retry import RetryPolicy
 from conclave.jobs.service import JobService
 from conclave.jobs.views import JobView
-from conclave.sandbox.clis_image import clis_tag
-from conclave.sandbox.engine import engine_status
 from conclave.settings import Settings
+from tests.fakes.calc_task import TASK
 from tests.fakes.cli_worker import CliWorker
 from tests.fakes.script import RecordedRequest, Reply
 from tests.fakes.server import FakeProviders
@@ -31,31 +30,7 @@ pytestmark = pytest.mark.anyio
 KEY = "CONCLAVE_FAKE_KEY"
 ENV = {KEY: "fake-key-0123456789"}
 FAST = RetryPolicy(max_attempts=2, base_delay_s=0.01, max_delay_s=0.05)
-CALC = "def add(a, b):\n    return a - b\n"
-TESTS = "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n"
-TASK = "Fix add() in calc.py so that the tests in test_calc.py pass."
 _PASSED = re.compile(r"## Answer ([A-P][0-9]+)[^\n]*verify passed")
-
-
-@pytest.fixture(scope="module")
-def clis_image() -> str:
-    tag = clis_tag()
-    status = engine_status(tag)
-    if not status.available or not status.image_present:
-        pytest.skip(
-            f"needs the Docker engine and the CLI image {tag} ({status.error}): `conclave sandbox build "
-            "--clis`"
-        )
-    return tag
-
-
-@pytest.fixture
-def project(tmp_path: Path) -> Path:
-    root = tmp_path / "proj"
-    root.mkdir()
-    (root / "calc.py").write_text(CALC)
-    (root / "test_calc.py").write_text(TESTS)
-    return root
 
 
 def api_agent(request: RecordedRequest) -> Reply:

@@ -214,7 +214,11 @@ class JobService:
                 await self._changed(job_id)
                 now = await self.store.rev(job_id)
                 if now != rev:
-                    view, rev = await self._view(job_id), now
+                    fresh, rev = await self._view(job_id), now
+                    # a write landing between the revision read and the view read shows up twice
+                    if fresh.model_dump(exclude={"elapsed_s"}) == view.model_dump(exclude={"elapsed_s"}):
+                        continue
+                    view = fresh
                     if on_progress is not None:
                         await on_progress(view)
         return await self._view(job_id)

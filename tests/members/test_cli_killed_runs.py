@@ -20,18 +20,16 @@ import pytest
 
 from conclave.jobs.service import JobService
 from conclave.settings import Settings
+from tests.fakes.calc_task import TASK
 from tests.fakes.cli_worker import CliWorker
 from tests.fakes.script import RecordedRequest, Reply
 from tests.fakes.server import FakeProviders
-from tests.members.test_cli_members_e2e import (  # noqa: F401 - fixtures
+from tests.members.test_cli_members_e2e import (
     ENV,
     FAST,
     KEY,
-    TASK,
     api_agent,
-    clis_image,
     finished,
-    project,
 )
 
 pytestmark = pytest.mark.anyio

@@ -22,18 +22,16 @@ import pytest
 from conclave.jobs.service import JobService
 from conclave.jobs.views import JobView
 from conclave.settings import Settings
+from tests.fakes.calc_task import TASK
 from tests.fakes.cli_worker import CliWorker
 from tests.fakes.script import RecordedRequest, Reply
 from tests.fakes.server import FakeProviders
-from tests.members.test_cli_members_e2e import (  # noqa: F401 - fixtures
+from tests.members.test_cli_members_e2e import (
     ENV,
     FAST,
     KEY,
-    TASK,
     _host_processes,
     _processes,
-    clis_image,
-    project,
 )
 
 pytestmark = pytest.mark.anyio

@@ -7,8 +7,6 @@ The fake providers are served over HTTPS with a certificate from a test CA: a ba
 from __future__ import annotations
 
 import ssl
-import threading
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +20,7 @@ from conclave.backends.tls import client_context
 from conclave.errors import ProviderError
 from tests.fakes.script import Reply, Script
 from tests.fakes.server import PREFIXES, build_app, free_port
+from tests.fakes.threaded import serving
 from tests.fakes.tls_ca import TestCa
 
 pytestmark = pytest.mark.anyio
@@ -44,17 +43,8 @@ def tls_fakes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Script
         ssl_keyfile=str(ca.key_file),
         timeout_graceful_shutdown=1,
     )
-    running = uvicorn.Server(config)
-    thread = threading.Thread(target=running.run, name="tls-fakes", daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not running.started:
-        # wall-time: a guard against a fake that never starts, not a measurement
-        assert time.monotonic() < deadline and thread.is_alive(), "the HTTPS fake did not start"
-        time.sleep(0.01)
-    yield script, port, ca.ca_file
-    running.should_exit = True
-    thread.join(timeout=10)
+    with serving(config, "tls-fakes"):
+        yield script, port, ca.ca_file
 
 
 async def _ask(provider: str, port: int, script: Script) -> str:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +34,7 @@ from conclave.sandbox.redirect import ProviderRedirect
 from tests.fakes import code_assist_server
 from tests.fakes.script import Script
 from tests.fakes.server import build_app, free_port
+from tests.fakes.threaded import serving
 from tests.fakes.tls_ca import TestCa
 
 # host -> (its model path's prefix, the fake provider's prefix for it)
@@ -149,24 +149,16 @@ class LoginHosts:
             ssl_keyfile=str(self.ca.key_file),
             timeout_graceful_shutdown=1,
         )
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self._server.run, name="login-hosts", daemon=True)
+        self._serving = serving(config, "login-hosts")
 
     def redirect(self) -> ProviderRedirect:
         return ProviderRedirect({host: self.port for host in self.hosts}, self.ca.ca_file)
 
     def __enter__(self) -> LoginHosts:
-        self._thread.start()
-        deadline = time.monotonic() + 10
-        while not self._server.started:
-            # wall-time: a guard against a fake that never starts, not a measurement
-            if time.monotonic() > deadline or not self._thread.is_alive():
-                raise RuntimeError("the faked provider hosts did not start")
-            time.sleep(0.01)
+        self._serving.__enter__()
         return self
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        self._server.should_exit = True
-        self._thread.join(timeout=10)
+        self._serving.__exit__(exc_type, exc, tb)

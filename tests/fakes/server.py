@@ -11,8 +11,6 @@ subprocess) reach it over real HTTP.
 from __future__ import annotations
 
 import socket
-import threading
-import time
 from types import TracebackType
 
 import uvicorn
@@ -21,6 +19,7 @@ from starlette.routing import BaseRoute
 
 from tests.fakes import anthropic_server, gemini_server, openai_server, responses_server
 from tests.fakes.script import Script
+from tests.fakes.threaded import serving
 
 PREFIXES = {
     "openai": "/openai/{agent}/v1",
@@ -60,23 +59,16 @@ class FakeProviders:
             lifespan="off",
             timeout_graceful_shutdown=1,  # scripted delays of tens of seconds must not hold up a test's end
         )
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self._server.run, name="fake-providers", daemon=True)
+        self._serving = serving(config, "fake-providers")
 
     def base_url(self, provider: str, agent: str) -> str:
         return f"http://127.0.0.1:{self.port}" + PREFIXES[provider].format(agent=agent)
 
     def __enter__(self) -> FakeProviders:
-        self._thread.start()
-        deadline = time.monotonic() + 10
-        while not self._server.started:
-            if time.monotonic() > deadline or not self._thread.is_alive():
-                raise RuntimeError("fake provider server did not start")
-            time.sleep(0.01)
+        self._serving.__enter__()
         return self
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        self._server.should_exit = True
-        self._thread.join(timeout=10)
+        self._serving.__exit__(exc_type, exc, tb)

@@ -208,7 +208,7 @@ class JobService:
         view = await self._view(job_id, caller)
         if view.done or wait_seconds == 0:
             return view
-        rev = await self.store.rev(job_id)
+        rev, shown = await self.store.rev(job_id), view.model_dump(exclude={"elapsed_s"})
         with anyio.move_on_after(wait_seconds):
             while not view.done:
                 await self._changed(job_id)
@@ -216,9 +216,9 @@ class JobService:
                 if now != rev:
                     fresh, rev = await self._view(job_id), now
                     # a write landing between the revision read and the view read shows up twice
-                    if fresh.model_dump(exclude={"elapsed_s"}) == view.model_dump(exclude={"elapsed_s"}):
+                    if (seen := fresh.model_dump(exclude={"elapsed_s"})) == shown:
                         continue
-                    view = fresh
+                    view, shown = fresh, seen
                     if on_progress is not None:
                         await on_progress(view)
         return await self._view(job_id)

@@ -341,7 +341,11 @@ def main() -> None:
             "commit": commit,
             "max_jobs": int(os.environ.get("CONCLAVE_MAX_JOBS", "0")) or "default",
             "python": platform.python_version(),
-            "machine": f"{platform.machine()}, {os.cpu_count()} cores (shared with other test runs)",
+            "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+            # the machine may be shared: its load, as each round began, says how much
+            "loadavg_1m": sorted(r["loadavg_before"][0] for r in rounds[label]),
+            "all_over_one_worst": max(r["all_over_one"] for r in rounds[label]),
+            "get_status_tool_p99_worst": max(r["get_status_tool_ms"]["p99"] for r in rounds[label]),
         }
     if "before" in rounds:
         before, after = data["runs"]["before"], data["runs"]["after"]

@@ -19,6 +19,7 @@ from conclave.errors import InputError
 from conclave.jobs.service import JobService
 from conclave.jobs.views import JobView
 from conclave.settings import Settings
+from tests.fakes.calc_task import CALC, TASK, calc_project
 from tests.fakes.processes import HTTP_TOKEN, http_server, stdio_params
 from tests.fakes.script import RecordedRequest, Reply
 from tests.fakes.server import FakeProviders
@@ -27,9 +28,6 @@ from tests.fakes.team import KEY_ENV, TRIO, decide, vote_labels, write_team
 pytestmark = pytest.mark.anyio
 ENV = {KEY_ENV: "test-key-0123456789"}
 FAST = RetryPolicy(max_attempts=3, base_delay_s=0.01, max_delay_s=0.05)
-CALC = "def add(a, b):\n    return a - b\n"
-TESTS = "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n"
-TASK = "Fix add() in calc.py so that the tests in test_calc.py pass."
 FOLLOW_UP_MARK = "The task now: their follow-up"
 
 
@@ -63,12 +61,7 @@ def fakes() -> Iterator[FakeProviders]:
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
-    root = tmp_path / "proj"
-    root.mkdir()
-    (root / "calc.py").write_text(CALC)
-    (root / "test_calc.py").write_text(TESTS)
-    (root / "README.md").write_text("calc\n")
-    return root
+    return calc_project(tmp_path, {"README.md": "calc\n"})
 
 
 async def finished(call: Any, view: JobView) -> JobView:

@@ -21,6 +21,7 @@ from conclave.errors import InputError, SandboxUnavailable
 from conclave.jobs.service import JobService
 from conclave.jobs.views import JobView
 from conclave.settings import Settings
+from tests.fakes.calc_task import CALC, TASK, calc_project
 from tests.fakes.script import RecordedRequest, Reply
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import KEY_ENV, TRIO, decide, vote_labels, write_team
@@ -28,20 +29,13 @@ from tests.fakes.team import KEY_ENV, TRIO, decide, vote_labels, write_team
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("docker_image")]
 ENV = {KEY_ENV: "test-key-0123456789"}
 FAST = RetryPolicy(max_attempts=3, base_delay_s=0.01, max_delay_s=0.05)
-CALC = "def add(a, b):\n    return a - b\n"
-TESTS = "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n"
 CHECK = "pytest -q"  # the sandbox image carries pytest, so the check a Python project names works as is
-TASK = "Fix add() in calc.py so that the tests in test_calc.py pass."
 FIXES = {"ann": "return a + b", "bob": "return a * b"}  # bob's "fix" fails the test: 2 * 3 != 5
 
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
-    root = tmp_path / "proj"
-    root.mkdir()
-    (root / "calc.py").write_text(CALC)
-    (root / "test_calc.py").write_text(TESTS)
-    return root
+    return calc_project(tmp_path)
 
 
 def label_of(request: RecordedRequest, author: str) -> str | None:

@@ -8,7 +8,7 @@ import pytest
 
 from conclave.sandbox.clis_image import clis_tag
 from conclave.sandbox.engine import engine_status
-from tests.fakes.calc_task import CALC, TESTS
+from tests.fakes.calc_task import calc_project
 
 
 @pytest.fixture(scope="session")
@@ -25,8 +25,4 @@ def clis_image() -> str:
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
-    root = tmp_path / "proj"
-    root.mkdir()
-    (root / "calc.py").write_text(CALC)
-    (root / "test_calc.py").write_text(TESTS)
-    return root
+    return calc_project(tmp_path)

@@ -105,12 +105,14 @@ class CliMember:
         command, env = self.script(prompt, schema)
         self.runs += 1
         results: list[CommandResult] = []
-        meter, since = None, self._connections()
-        if charge is not None:
-            live = partial(self.streamed, prompt, since=since)
-            meter = Meter(live, partial(self.reported, prompt, since=since), charge, self.spec.price)
+        meter: Meter | None = None
         try:
             async with self._one_run:
+                # the proxy's count once the previous run is over (a killed one's last attempts included)
+                since = self._connections()
+                if charge is not None:
+                    live = partial(self.streamed, prompt, since=since)
+                    meter = Meter(live, partial(self.reported, prompt, since=since), charge, self.spec.price)
                 await self._exec(self.sandbox, command, env, results, meter)
         finally:
             if meter is not None and results:  # a run killed before its exec started used nothing

@@ -34,8 +34,8 @@ from conclave.sandbox.redirect import ProviderRedirect
 
 SandboxFactory = Callable[[], Sandbox]
 logger = logging.getLogger(__name__)
-# a CLI member's container, given its proxy's socket and the tests' redirect (sandbox/redirect.py)
-MemberSandboxFactory = Callable[[Path, ProviderRedirect | None], Sandbox]
+# a CLI member's container, given its egress proxy and the tests' redirect (sandbox/redirect.py)
+MemberSandboxFactory = Callable[[EgressProxy, ProviderRedirect | None], Sandbox]
 
 
 class JobFiles:
@@ -50,8 +50,8 @@ class JobFiles:
         disk_budget: int | None = None,
         *,
         egress_allow: tuple[str, ...] = (),
-        member_factory: MemberSandboxFactory = lambda socket, redirect: MemberSandbox(
-            None, socket=socket, redirect=redirect
+        member_factory: MemberSandboxFactory = lambda proxy, redirect: MemberSandbox(
+            None, socket=proxy.socket, redirect=redirect, egress=proxy
         ),
         redirect: ProviderRedirect | None = None,
     ) -> None:
@@ -115,7 +115,7 @@ class JobFiles:
         allow = allowlist_for(_cli_name(spec.model_name), base_url=spec.base_url, extra=extra)
         socket = self.workspaces.job_dir / "egress" / f"{letter}.sock"
         proxy = await self._proxies.start(self._serve, socket, allow, f"{self.job_id}/{letter}")
-        return self._member_factory(proxy.socket, self._redirect)
+        return self._member_factory(proxy, self._redirect)
 
     async def _serve(
         self, socket: Path, allow: Allowlist, label: str, *, task_status: TaskStatus[EgressProxy]

@@ -45,7 +45,7 @@ from conclave.members.gemini import Gemini
 from conclave.members.logins import resolve_login
 from conclave.members.meter import Charge, Meter
 from conclave.sandbox.container import Sandbox
-from conclave.sandbox.member import HOME
+from conclave.sandbox.member import HOME, MemberSandbox
 from conclave.sandbox.output import CommandResult
 
 ADAPTERS: dict[str, CliAdapter] = {
@@ -105,13 +105,14 @@ class CliMember:
         command, env = self.script(prompt, schema)
         self.runs += 1
         results: list[CommandResult] = []
-        meter = None
-        if charge is not None:
-            meter = Meter(
-                partial(self.streamed, prompt), partial(self.reported, prompt), charge, self.spec.price
-            )
+        meter: Meter | None = None
         try:
             async with self._one_run:
+                # the proxy's count once the previous run is over (a killed one's last attempts included)
+                since = self._connections()
+                if charge is not None:
+                    live = partial(self.streamed, prompt, since=since)
+                    meter = Meter(live, partial(self.reported, prompt, since=since), charge, self.spec.price)
                 await self._exec(self.sandbox, command, env, results, meter)
         finally:
             if meter is not None and results:  # a run killed before its exec started used nothing
@@ -128,19 +129,23 @@ class CliMember:
             raise ProviderError("cli", f"{self.spec.model} failed (exit code {result.exit_code}): {detail}")
         return output
 
-    def streamed(self, prompt: str, stdout: str) -> tuple[Usage, float | None]:
+    def streamed(self, prompt: str, stdout: str, *, since: int | None = None) -> tuple[Usage, float | None]:
         """A run's usage so far, mid-run: Claude Code's per-response reports, else `reported`'s."""
         streamed = getattr(self.adapter, "streamed_usage", None)
         if streamed is not None:
             return streamed(stdout), None  # nothing yet until the first response starts: no estimate
-        return self.reported(prompt, stdout, quiet=True)
+        return self.reported(prompt, stdout, quiet=True, since=since)
 
-    def reported(self, prompt: str, stdout: str, *, quiet: bool = False) -> tuple[Usage, float | None]:
+    def reported(
+        self, prompt: str, stdout: str, *, quiet: bool = False, since: int | None = None
+    ) -> tuple[Usage, float | None]:
         """A run's usage and cost: its CLI's final report; for a run cut short, what its stream said
         before the kill (Claude Code's per-response usage); failing both (Codex, Gemini CLI and Copilot
         CLI report tokens only at the end, Copilot's only in a file), an estimate of four characters a
         token over the prompt (input) and the printed stream (output), which misses the CLI's own
-        system prompt and tools: a lower bound (docs/subscriptions.md)."""
+        system prompt and tools: a lower bound (docs/subscriptions.md). No estimate for a run that never
+        reached its provider: its egress proxy admitted no connection after `since` (its count when the
+        run began), so no provider saw a request to bill, e.g. a CLI killed while still starting up."""
         output = self.adapter.parse(stdout)
         if output.usage != Usage():
             return output.usage, output.cost_usd
@@ -150,6 +155,9 @@ class CliMember:
             return usage, None
         if not stdout.strip():
             return Usage(), None  # killed before the CLI said anything: no model call is known
+        now = self._connections()
+        if since is not None and now is not None and now <= since:
+            return Usage(), None  # it never got through to its provider: nothing was billed
         if not quiet:
             logger.info("%s: no usage reported by the run; charging an estimate", self.spec.model)
         return Usage(len(prompt) // 4 + 1, len(stdout) // 4, 0), None
@@ -227,6 +235,11 @@ class CliMember:
         after = getattr(self.adapter, "after", None)
         lines.append(f"{run}; status=$?; {after}; exit $status" if after else f"exec {run}")
         return "\n".join(lines), env
+
+    def _connections(self) -> int | None:
+        """How many connections the member's egress proxy has admitted (None without one at hand)."""
+        proxy = self.sandbox.egress if isinstance(self.sandbox, MemberSandbox) else None
+        return proxy.admitted if proxy is not None else None
 
     def _redact(self, text: str) -> str:
         for secret in self.login.secrets():

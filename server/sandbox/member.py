@@ -39,6 +39,7 @@ from conclave.config.models import SandboxSpec
 from conclave.errors import SandboxError
 from conclave.sandbox.container import ENVIRONMENT, Sandbox, keeper_user
 from conclave.sandbox.disk_watch import kill_user_processes
+from conclave.sandbox.egress import EgressProxy
 from conclave.sandbox.engine import PROCESS_OWNER, Owner
 from conclave.sandbox.image import IMAGE_REPO
 from conclave.sandbox.redirect import CA_PATH, ProviderRedirect
@@ -96,15 +97,18 @@ class MemberSandbox(Sandbox):
         image: str | None = None,
         environment: dict[str, str] | None = None,
         redirect: ProviderRedirect | None = None,
+        egress: EgressProxy | None = None,
     ) -> None:
         """`socket`: the member's egress proxy (`EgressProxy.socket`); `image`: default the CLI image, or
         the team's own when it names one; `environment`: constants added to the container's (no keys);
-        `redirect`: tests only, the fakes' CA mounted and trusted (sandbox/redirect.py)."""
+        `redirect`: tests only, the fakes' CA mounted and trusted (sandbox/redirect.py); `egress`: that
+        proxy, when the caller has it: its count of admitted connections says whether a CLI run reached
+        its provider at all (members/runner.py charges no estimate for one that did not)."""
         super().__init__(client, owner)
         if socket is None:
             raise SandboxError("a CLI member's sandbox needs its egress proxy's socket")
         self.socket, self.image, self.environment = socket, image, dict(environment or {})
-        self.redirect = redirect
+        self.redirect, self.egress = redirect, egress
 
     def _launch(self, limits: SandboxSpec) -> dict[str, Any]:
         from docker.types import Mount

@@ -13,6 +13,8 @@ as test_cli_killed_runs.py does for Claude Code.
 
 from __future__ import annotations
 
+import logging
+import socket
 from pathlib import Path
 
 import anyio
@@ -129,3 +131,33 @@ async def test_a_budget_reached_mid_run_stops_the_job_and_kills_the_run(
         assert (usage.input_tokens, usage.output_tokens) == billed[:2], (usage, billed)
     else:  # the estimate: the prompt (the task at four characters a token, and more)
         assert len(task) // 4 <= usage.input_tokens <= len(task) // 4 + 1000, (usage, len(task))
+
+
+async def test_a_run_that_never_reached_its_provider_is_charged_nothing(
+    clis_image: str, tmp_path: Path, fakes: FakeProviders, project: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Nothing listens at Codex's base_url, so its proxy answers every attempt 502 and no provider ever
+    sees a request; the job is cancelled while Codex retries (or after it gave up). Its stream had
+    started (thread.started, turn.started), which once earned the run an estimate of four characters a
+    token: e2e's Codex decision run killed as stale before its request left was charged 173 tokens the
+    fake never billed. A run whose proxy admitted no connection is charged nothing (members/runner.py)."""
+    caplog.set_level(logging.INFO, logger="conclave.sandbox.egress")
+    listener = socket.create_server(("127.0.0.1", 0))  # for the submit's reachability probe only
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}/v1"
+    team = tmp_path / "team.yaml"
+    team.write_text(
+        f"agents:\n  - model: cli/codex:fake-model\n    base_url: {url}\n    api_key_env: {KEY}\n"
+        "coordination: {final: reuse}\nsandbox: {memory: 2g}\n"
+    )
+    async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV, retry=FAST) as service:
+        with listener:
+            view = await service.submit(TASK, str(team), [{"path": str(project)}])
+        with anyio.fail_after(120):  # Codex's request reached its proxy, which found nothing there
+            while not any("unreachable" in record.getMessage() for record in caplog.records):
+                await anyio.sleep(0.05)  # a condition polled under a limit, not a guess at how long
+        if not (await service.view(view.job_id)).done:
+            view = await service.cancel(view.job_id)
+        view = await _ended(service, view)
+    assert _left(view.job_id, "codex", "never-a-marker") == ([], [])
+    usage = view.agents[0].usage
+    assert usage.calls >= 1 and (usage.input_tokens, usage.output_tokens) == (0, 0), usage

@@ -110,7 +110,7 @@ async def test_copilot_cli_works_from_the_users_github_login(
     assert not any(call.path.startswith("/mcp") for call in hosts.seen)  # its GitHub MCP server is off
     # the allowlist admits exactly these, and the member's proxy refused nothing
     assert all(allowlist_for("copilot").admits(host, 443) for host in ("api.github.com", MODEL_HOST))
-    assert not [r.message for r in caplog.records if "egress" in r.message and "refused" in r.message]
+    assert not [r for r in caplog.records if "egress" in r.getMessage() and "refused" in r.getMessage()]
 
     # usage is what the fake billed (from --usage-output-file: the stream carries none)
     member = view.agents[0]

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from conclave.backends.llama_server import check_installed
 from conclave.backends.local import BUNDLED, model_file
-from conclave.config.clis import CLIS, login_fix, login_source
+from conclave.config.clis import CLIS, keychain_user, login_fix, login_source
 from conclave.config.models import KEY_VARIABLES, SandboxSpec
 from conclave.errors import ConfigError
 from conclave.sandbox.clis_image import CLI_PINS, clis_tag
@@ -104,7 +104,9 @@ def _clis(environ: Mapping[str, str]) -> list[Probe]:
     checks = [Probe("CLI image", bool(status.image_present), detail, fix, essential=False)]
     for facts in CLIS.values():
         source = login_source(facts, environ)
+        user = None if source else keychain_user(facts, environ)
         detail = f"logged in ({source})" if source else "not logged in"
-        fix = login_fix(facts)
+        detail = f"signed in as {user}, in the system keychain only" if user else detail
+        fix = login_fix(facts, environ)
         checks.append(Probe(f"cli/{facts.name}", source is not None, detail, fix, essential=False))
     return checks

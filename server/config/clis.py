@@ -9,6 +9,7 @@ preset keeps only the members whose login is found (`logged_in`), and `conclave 
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -29,6 +30,9 @@ class CliFacts:
     key_variables: tuple[str, ...]
     hosts: tuple[str, ...]  # the provider's hosts its login and model calls reach (docs/subscriptions.md)
     binary: str = ""  # its command, when not its name
+    # A key a login file must hold to be a login: Copilot CLI writes its config.json on any first run, and
+    # keeps the token there (`authTokens`) only when its sign-in may not use a keychain.
+    login_key: str = ""
 
     @property
     def program(self) -> str:
@@ -72,8 +76,10 @@ CLIS: dict[str, CliFacts] = {
         ("config.json",),
         ("COPILOT_GITHUB_TOKEN", "GH_TOKEN", "GITHUB_TOKEN"),
         ("api.githubcopilot.com", "api.github.com"),
+        login_key="authTokens",
     ),
 }
+MAX_CONFIG_FILE = 256 * 1024  # a login file is a few KB
 
 
 def split_cli_model(name: str) -> tuple[str, str | None]:
@@ -91,13 +97,42 @@ def config_folder(facts: CliFacts, environ: Mapping[str, str]) -> Path:
 
 
 def login_files(facts: CliFacts, environ: Mapping[str, str]) -> list[Path]:
-    """The CLI's login files that exist here (regular files only: never a link someone planted)."""
+    """The CLI's login files that exist here (regular files only: never a link someone planted) and,
+    for a CLI with a `login_key`, hold it."""
     folder = config_folder(facts, environ)
     return [
         folder / name
         for name in facts.login_files
-        if (folder / name).is_file() and not (folder / name).is_symlink()
+        if (folder / name).is_file()
+        and not (folder / name).is_symlink()
+        and (not facts.login_key or _settings(folder / name).get(facts.login_key))
     ]
+
+
+def keychain_user(facts: CliFacts, environ: Mapping[str, str]) -> str | None:
+    """The account a CLI says it is signed in to while its login file holds no token: Copilot CLI's
+    config.json names its user (`lastLoggedInUser`) and keeps the token in the system keychain."""
+    if not facts.login_key:
+        return None
+    for name in facts.login_files:
+        settings = _settings(config_folder(facts, environ) / name)
+        user = settings.get("lastLoggedInUser")
+        if not settings.get(facts.login_key) and isinstance(user, dict) and user.get("login"):
+            return str(user["login"])
+    return None
+
+
+def _settings(path: Path) -> dict[str, object]:
+    """A CLI's JSON settings file, its `//` comment lines skipped (Copilot CLI heads its config.json with
+    two); {} when it is missing, a link, too big or not JSON."""
+    try:
+        if path.is_symlink() or path.stat().st_size > MAX_CONFIG_FILE:
+            return {}
+        lines = path.read_text(encoding="utf-8").splitlines()
+        found = json.loads("\n".join(line for line in lines if not line.lstrip().startswith("//")))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return {}
+    return found if isinstance(found, dict) else {}
 
 
 def login_source(facts: CliFacts, environ: Mapping[str, str]) -> str | None:
@@ -109,11 +144,12 @@ def login_source(facts: CliFacts, environ: Mapping[str, str]) -> str | None:
     return str(files[0]) if files else None
 
 
-def login_fix(facts: CliFacts) -> str:
+def login_fix(facts: CliFacts, environ: Mapping[str, str] | None = None) -> str:
     """How to log in so that Conclave finds the login. Logins kept in a system keychain are not read
     (docs/subscriptions.md says why): Claude Code on macOS keeps its plan login in the Keychain, so
     there the way in is a long-lived plan token from `claude setup-token` in CLAUDE_CODE_OAUTH_TOKEN;
-    Copilot CLI keeps its sign-in in the keychain where it has one, so a token variable is the way in."""
+    Copilot CLI keeps its sign-in in the keychain where it has one, so a token variable is the way in
+    (with `environ`, the message names the account signed in there)."""
     if facts.name == "claude-code" and sys.platform == "darwin":
         return (
             "on macOS Claude Code keeps its login in the Keychain, which Conclave does not read: run "
@@ -121,11 +157,14 @@ def login_fix(facts: CliFacts) -> str:
             "or set ANTHROPIC_API_KEY"
         )
     if facts.name == "copilot":
+        user = keychain_user(facts, environ) if environ is not None else None
+        where = f"you are signed in to Copilot CLI as {user}, but it" if user else "Copilot CLI"
         return (
-            "Copilot CLI keeps its sign-in in the system keychain, which Conclave does not read: set "
-            "COPILOT_GITHUB_TOKEN to a fine-grained token with the Copilot Requests permission "
-            f"(or sign in where no keychain is available, so that it writes "
-            f"~/{facts.config_dir}/{facts.login_files[0]})"
+            f"{where} keeps its sign-in in the system keychain, which cannot go into a container: set "
+            "COPILOT_GITHUB_TOKEN to a fine-grained token with only the Copilot Requests permission, or "
+            'export COPILOT_GITHUB_TOKEN="$(gh auth token)" (GitHub CLI\'s token, with all its scopes); '
+            "or `copilot login` with storeTokenPlaintext set, so that it keeps the token in "
+            f"~/{facts.config_dir}/{facts.login_files[0]}"
         )
     return (
         f"run {facts.program} once and sign in "

@@ -167,5 +167,5 @@ def cli_status(agent: AgentSpec, environ: Mapping[str, str]) -> str | None:
         return f"uses {agent.base_url} with the key in {agent.api_key_env or 'no variable'}"
     source = login_source(facts, environ)
     if source is None:
-        return f"not logged in: {login_fix(facts)}"
+        return f"not logged in: {login_fix(facts, environ)}"
     return f"logged in ({source}); runs in the CLI image (`conclave sandbox build --clis`)"

@@ -2,8 +2,10 @@
 last `assistant.message`. Its stream carries no token counts: they come from `--usage-output-file`
 (read back after the run, `modelMetrics.<m>.usage`). Cost is in premium requests, not dollars.
 
-Full-auto is `--allow-all-tools`. A custom endpoint (`base_url`) is Copilot's own-key provider
-(COPILOT_PROVIDER_*, offline: no GitHub sign-in). No schema-constrained output: JSON in the prompt.
+Full-auto is `--allow-all-tools`. Its built-in MCP servers (GitHub's, on the model host) are off: a
+member works on its files, not on the user's repositories through their GitHub login. A custom endpoint
+(`base_url`) is Copilot's own-key provider (COPILOT_PROVIDER_*, offline: no GitHub sign-in). No
+schema-constrained output: JSON in the prompt.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ class Copilot:
             "json",
             "--no-auto-update",
             "--disable-client-telemetry",
+            "--disable-builtin-mcps",  # its GitHub MCP server would act on the user's GitHub with the token
             "--usage-output-file",
             USAGE_FILE,
             "-C",

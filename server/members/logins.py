@@ -37,7 +37,7 @@ def resolve_login(spec: AgentSpec, environ: Mapping[str, str]) -> Login:
     files = {f"{facts.config_dir}/{path.name}": _read(path) for path in login_files(facts, environ)}
     if files:
         return Login(files=files)
-    raise ConfigError(f"{spec.model}: you are not logged in to {facts.name}: {login_fix(facts)}")
+    raise ConfigError(f"{spec.model}: you are not logged in to {facts.name}: {login_fix(facts, environ)}")
 
 
 def cli_ready(spec: AgentSpec, team: Team, environ: Mapping[str, str]) -> None:

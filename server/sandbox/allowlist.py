@@ -37,7 +37,7 @@ CLI_HOSTS: dict[CliName, tuple[str, ...]] = {
     "copilot": (
         "api.githubcopilot.com",  # the Copilot model API
         "*.githubcopilot.com",  # its per-plan endpoints (api.individual., api.business., ...)
-        "api.github.com",  # token exchange and the user's Copilot entitlement
+        "api.github.com",  # the user's Copilot plan (copilot_internal/user names its model host)
     ),
 }
 

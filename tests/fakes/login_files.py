@@ -3,6 +3,7 @@
     claude_credentials(token, refresh, expires_in_s)   # ~/.claude/.credentials.json (a Claude plan)
     codex_auth(token, refresh, account)                # ~/.codex/auth.json (a ChatGPT plan)
     gemini_oauth_creds(token, refresh)                 # ~/.gemini/oauth_creds.json (a Google login)
+    copilot_config(token, login)                       # ~/.copilot/config.json (GitHub, no keychain)
 
 The formats are the pinned CLIs' (read from their code, and seen accepted by them in
 tests/members/test_cli_logins_e2e.py): Claude Code refreshes a token that expires within five minutes
@@ -84,3 +85,17 @@ def gemini_oauth_creds(token: str, refresh: str, expires_in_s: float = 3_600) ->
         "expiry_date": int((time.time() + expires_in_s) * 1000),  # wall-time: the file's own expiry stamp
     }
     return json.dumps(creds).encode()
+
+
+def copilot_config(token: str, login: str = "member-octocat") -> bytes:
+    """~/.copilot/config.json as `copilot login` writes it where it may keep the token in plain text
+    (no keychain, `storeTokenPlaintext`): JSON after two comment lines. With a keychain the same file
+    names the user (`loggedInUsers`, `lastLoggedInUser`) but holds no `authTokens`."""
+    host = "https://github.com"
+    config = {
+        "authTokens": {f"{host}:{login}:github": {"token": token}, f"{host}:{login}": {"token": token}},
+        "loggedInUsers": [{"host": host, "login": login, "kind": "githubDotCom"}],
+        "lastLoggedInUser": {"host": host, "login": login},
+    }
+    head = "// User settings belong in settings.json.\n// This file is managed automatically.\n"
+    return (head + json.dumps(config, indent=2)).encode()

@@ -12,9 +12,10 @@ allowlist, then connects it to this port; the member's container trusts the test
 
 The model paths of each host map onto the fake providers (tests/fakes/server.py), one agent name a host:
 `api.anthropic.com/v1/messages` is agent "claude" of the Anthropic fake, `chatgpt.com/backend-api/codex/
-responses` agent "codex" of the Responses fake. A login's token refresh (`TOKEN_PATHS`) gets the JSON the
-test put in `tokens` for its host. Every other request is recorded and answered 404 (a CLI's side calls:
-profiles, feature flags), so a test sees what a CLI asked for.
+responses` agent "codex" of the Responses fake, Copilot's model host agent "copilot" of the Anthropic fake
+(tests/fakes/copilot_api.py, whose plan and models replies are in `FIXED`). A login's token refresh
+(`TOKEN_PATHS`) gets the JSON the test put in `tokens` for its host. Every other request is recorded and
+answered 404 (a CLI's side calls: profiles, feature flags), so a test sees what a CLI asked for.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from starlette.applications import Starlette
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from conclave.sandbox.redirect import ProviderRedirect
-from tests.fakes import code_assist_server
+from tests.fakes import code_assist_server, copilot_api
 from tests.fakes.script import Script
 from tests.fakes.server import build_app, free_port
 from tests.fakes.threaded import serving
@@ -42,6 +43,7 @@ MODEL_PATHS: dict[str, tuple[str, str]] = {
     "api.anthropic.com": ("/v1/messages", "/anthropic/claude/v1/messages"),
     "chatgpt.com": ("/backend-api/codex/", "/responses/codex/v1/"),
     "cloudcode-pa.googleapis.com": ("/v1internal:", "/code-assist/gemini/v1internal:"),
+    **copilot_api.MODEL_PATHS,
 }
 # The token refresh of each login (Claude Code's OAuth TOKEN_URL, Codex's refresh URL).
 TOKEN_PATHS = {
@@ -50,7 +52,7 @@ TOKEN_PATHS = {
     "oauth2.googleapis.com": "/token",
 }
 # Fixed answers: Gemini CLI checks a cached Google login's token at start (google-auth-library's
-# getTokenInfo) before it uses it.
+# getTokenInfo) before it uses it; Copilot CLI asks for the user's plan and its models.
 FIXED: dict[tuple[str, str], dict[str, object]] = {
     ("oauth2.googleapis.com", "/tokeninfo"): {
         "aud": "gemini-cli.apps.googleusercontent.com",
@@ -58,7 +60,8 @@ FIXED: dict[tuple[str, str], dict[str, object]] = {
         "expires_in": "3599",
         "email": "member@example.com",
         "access_type": "offline",
-    }
+    },
+    **copilot_api.FIXED,  # Copilot CLI's GitHub login: the user's plan, then the models (copilot_api.py)
 }
 
 
@@ -132,7 +135,7 @@ class LoginHosts:
         self.script = script
         self.seen: list[Seen] = []
         self.tokens: dict[str, dict[str, object]] = {}  # token host -> its refresh's JSON reply
-        self.hosts = (*MODEL_PATHS, *TOKEN_PATHS)
+        self.hosts = tuple(dict.fromkeys([*MODEL_PATHS, *TOKEN_PATHS, *(host for host, _ in FIXED)]))
         self.ca = TestCa.create(folder, [*self.hosts, "127.0.0.1"])
         self.port = free_port()
         config = uvicorn.Config(

@@ -31,6 +31,7 @@ from conclave.jobs.views import JobView
 from conclave.settings import Settings
 from tests.fakes.calc_task import TASK
 from tests.fakes.cli_worker import CliWorker
+from tests.fakes.leaks import holding
 from tests.fakes.login_files import claude_credentials, codex_auth, codex_claims, gemini_oauth_creds, jwt
 from tests.fakes.login_hosts import LoginHosts, Seen
 from tests.fakes.script import RecordedRequest, Reply, Script
@@ -76,17 +77,6 @@ def login_secrets(home: Path) -> list[str]:
                 stack += item
             elif isinstance(item, str) and len(item) >= 20:
                 found.append(item)
-    return found
-
-
-def holding(root: Path, secrets: list[str]) -> list[str]:
-    """The files under `root` that hold any of `secrets`."""
-    found = []
-    for path in root.rglob("*"):
-        if path.is_file() and not path.is_symlink() and not path.is_socket():
-            data = path.read_bytes()
-            if any(secret.encode() in data for secret in secrets):
-                found.append(str(path))
     return found
 
 

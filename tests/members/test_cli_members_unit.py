@@ -183,6 +183,8 @@ def test_gemini_and_copilot_outputs() -> None:
     usage = {"modelMetrics": {"claude-sonnet-5": {"usage": {"inputTokens": 30, "outputTokens": 4}}}}
     out = Copilot().parse(f"{stream}\n{USAGE_MARK}\n{json.dumps(usage)}")
     assert out.text == "All set." and (out.usage.input_tokens, out.usage.output_tokens) == (30, 4)
+    # no built-in GitHub MCP server: with a GitHub login it would act on the user's repositories
+    assert "--disable-builtin-mcps" in Copilot().command("p", None, None)
 
 
 def test_the_decision_schema_is_strict_for_codex() -> None:

@@ -1,5 +1,5 @@
 """What a CLI member is charged when its run is cut short, and how each CLI's login is found or
-explained (macOS Keychain, Copilot's keychain), without a container."""
+explained (macOS Keychain, Copilot's keychain, Copilot's config.json), without a container."""
 
 from __future__ import annotations
 
@@ -9,13 +9,18 @@ from pathlib import Path
 import pytest
 
 from conclave.backends.base import Usage
-from conclave.config.clis import CLIS, login_fix
+from conclave.cli.doctor import run_checks
+from conclave.config.clis import CLIS, keychain_user, login_fix, login_source
 from conclave.config.loading import parse_team
+from conclave.config.presets import resolve_team
 from conclave.errors import ConfigError
 from conclave.jobs.teams import cli_status
 from conclave.members.claude_code import ClaudeCode
+from conclave.members.copilot import Copilot
 from conclave.members.logins import resolve_login
 from conclave.members.runner import CliMember
+from conclave.settings import Settings
+from tests.fakes.login_files import copilot_config
 
 PROMPT = "Fix add() in calc.py." * 20
 
@@ -94,3 +99,67 @@ def test_on_macos_claude_codes_keychain_login_is_explained(
     assert ".claude/.credentials.json" in login_fix(CLIS["claude-code"])
     assert "Keychain" not in login_fix(CLIS["claude-code"])
     assert "COPILOT_GITHUB_TOKEN" in login_fix(CLIS["copilot"])
+
+
+GITHUB_TOKEN = "gho_" + "copilotgithublogin" * 2
+
+
+@pytest.mark.parametrize(
+    ("config", "variables", "source"),
+    [
+        (None, {"GH_TOKEN": GITHUB_TOKEN}, "GH_TOKEN"),
+        (None, {"GITHUB_TOKEN": GITHUB_TOKEN}, "GITHUB_TOKEN"),
+        (copilot_config(GITHUB_TOKEN), {}, "config.json"),
+        (b'// managed automatically\n{"firstLaunchAt": "2026-11-26T20:32:57.045Z"}', {}, None),
+        (b"// a half-written file\n{", {}, None),
+    ],
+)
+def test_copilot_logins_are_its_token_variables_or_a_config_json_that_holds_the_token(
+    tmp_path: Path, config: bytes | None, variables: dict[str, str], source: str | None
+) -> None:
+    """Copilot CLI 1.0.102 honours COPILOT_GITHUB_TOKEN, GH_TOKEN and GITHUB_TOKEN, and keeps a sign-in
+    in ~/.copilot/config.json (`authTokens`) only where it may not use a keychain; the same file exists
+    after any first run without one, and is then no login."""
+    environ = {"HOME": str(tmp_path), **variables}
+    spec = parse_team({"agents": [{"model": "cli/copilot"}]}, "t").agents[0]
+    if config is not None:
+        (tmp_path / ".copilot").mkdir()
+        (tmp_path / ".copilot" / "config.json").write_bytes(config)
+    found = login_source(CLIS["copilot"], environ)
+    # beside a Claude key, the subscriptions preset keeps Copilot only when its login is found
+    preset = resolve_team("subscriptions", {**environ, "ANTHROPIC_API_KEY": "sk-ant-test"})
+    assert ("cli/copilot" in [agent.model for agent in preset.agents]) == (source is not None)
+    assert (Path(found).name if found and not variables else found) == source
+    if source is None:
+        with pytest.raises(ConfigError, match="COPILOT_GITHUB_TOKEN"):
+            resolve_login(spec, environ)
+        return
+    login = resolve_login(spec, environ)
+    environment = Copilot().environment(login, None)
+    if variables:
+        assert login.files == {} and environment["COPILOT_GITHUB_TOKEN"] == GITHUB_TOKEN
+    else:  # the file goes whole into the member's private HOME, where the CLI reads it
+        assert login.files == {".copilot/config.json": config} and "COPILOT_GITHUB_TOKEN" not in environment
+
+
+def test_a_copilot_sign_in_kept_in_the_keychain_is_named_with_its_fix(tmp_path: Path) -> None:
+    """With a keychain, config.json names the account but holds no token: Copilot is not usable in a
+    container, and doctor, list_teams and the error at submit say so, naming the account and the fix."""
+    config = json.loads(copilot_config(GITHUB_TOKEN).decode().split("\n", 2)[2])
+    del config["authTokens"]
+    (tmp_path / ".copilot").mkdir()
+    (tmp_path / ".copilot" / "config.json").write_text("// managed automatically\n" + json.dumps(config))
+    environ = {"HOME": str(tmp_path)}
+    spec = parse_team({"agents": [{"model": "cli/copilot"}]}, "t").agents[0]
+    assert login_source(CLIS["copilot"], environ) is None
+    assert keychain_user(CLIS["copilot"], environ) == "member-octocat"
+    said = "signed in to Copilot CLI as member-octocat, but it keeps its sign-in in the system keychain"
+    with pytest.raises(ConfigError, match=said):
+        resolve_login(spec, environ)
+    status = cli_status(spec, environ) or ""
+    assert status.startswith(f"not logged in: you are {said}") and "gh auth token" in status
+    probe = {probe.name: probe for probe in run_checks(Settings(home=tmp_path / "state"), environ)}
+    copilot = probe["cli/copilot"]
+    assert not copilot.ok and copilot.detail == "signed in as member-octocat, in the system keychain only"
+    assert "COPILOT_GITHUB_TOKEN" in (copilot.fix or "") and "Copilot Requests" in (copilot.fix or "")
+    assert keychain_user(CLIS["codex"], environ) is None  # only a CLI with a login key says this

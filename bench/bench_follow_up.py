@@ -27,9 +27,10 @@ from bench.results_file import in_fresh_folders, write_results  # noqa: E402
 from conclave.jobs.service import JobService  # noqa: E402
 from conclave.jobs.views import JobView  # noqa: E402
 from conclave.settings import Settings  # noqa: E402
+from tests.fakes.calc_task import CALC, TASK, TESTS  # noqa: E402
 from tests.fakes.server import FakeProviders  # noqa: E402
 from tests.fakes.team import TRIO, write_team  # noqa: E402
-from tests.test_follow_ups import CALC, ENV, FAST, TASK, TESTS, fixer  # noqa: E402
+from tests.test_follow_ups import ENV, FAST, fixer  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results" / "follow-up.json"
 RUNS = 3

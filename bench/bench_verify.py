@@ -32,10 +32,11 @@ import docker  # noqa: E402
 from conclave.backends.retry import RetryPolicy  # noqa: E402
 from conclave.jobs.service import JobService  # noqa: E402
 from conclave.settings import Settings  # noqa: E402
+from tests.fakes.calc_task import CALC, TASK, TESTS  # noqa: E402
 from tests.fakes.script import RecordedRequest, Reply  # noqa: E402
 from tests.fakes.server import FakeProviders  # noqa: E402
 from tests.fakes.team import KEY_ENV, TRIO, write_team  # noqa: E402
-from tests.test_verify import CALC, CHECK, TASK, TESTS, agent  # noqa: E402
+from tests.test_verify import CHECK, agent  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results" / "verify.json"
 ENV = {KEY_ENV: "bench-key-0123456789"}

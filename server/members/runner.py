@@ -145,7 +145,8 @@ class CliMember:
         token over the prompt (input) and the printed stream (output), which misses the CLI's own
         system prompt and tools: a lower bound (docs/subscriptions.md). No estimate for a run that never
         reached its provider: its egress proxy admitted no connection after `since` (its count when the
-        run began), so no provider saw a request to bill, e.g. a CLI killed while still starting up."""
+        run began), so no provider saw a request to bill, e.g. a CLI killed while still starting up; an
+        estimate for one that did, though it printed nothing."""
         output = self.adapter.parse(stdout)
         if output.usage != Usage():
             return output.usage, output.cost_usd
@@ -153,11 +154,13 @@ class CliMember:
         usage = streamed(stdout) if streamed is not None else Usage()
         if usage != Usage():
             return usage, None
-        if not stdout.strip():
-            return Usage(), None  # killed before the CLI said anything: no model call is known
         now = self._connections()
-        if since is not None and now is not None and now <= since:
+        reached = None if since is None or now is None else now > since
+        if reached is False:
             return Usage(), None  # it never got through to its provider: nothing was billed
+        if reached is None and not stdout.strip():
+            return Usage(), None  # no proxy to ask, and killed before the CLI said anything
+        # a connection went out: its request may be billed, though the CLI may have printed nothing yet
         if not quiet:
             logger.info("%s: no usage reported by the run; charging an estimate", self.spec.model)
         return Usage(len(prompt) // 4 + 1, len(stdout) // 4, 0), None

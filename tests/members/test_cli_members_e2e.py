@@ -11,6 +11,8 @@ Needs the Docker engine and the CLI image; skips, saying how to get them, withou
 from __future__ import annotations
 
 import re
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import anyio
@@ -77,15 +79,33 @@ async def test_claude_code_and_codex_fix_a_failing_test_with_an_api_agent(
         "Fixed add() in calc.py: it subtracted; the test passes now.",
     )
     codex = CliWorker("responses", "sed -i 's/return a - b/return a * b/' calc.py", "add() now multiplies.")
-    fakes.script.set_default("claude", claude).set_default("codex", codex).set_default("api", api_agent)
+    # The answers land in a fixed order: the API agent's, Codex's, then Claude's once Codex has voted.
+    # So no CLI decision is in flight when a new answer lands, and none is killed as stale: a run killed
+    # after its request reached the fake is charged only an estimate (Codex reports tokens at its end),
+    # which tests/members/test_cli_killed_runs_each.py covers; here every run's usage is its CLI's own.
+    api_in, codex_voted = threading.Event(), threading.Event()
+    fakes.script.set_default("claude", _held(claude, codex_voted)).set_default("codex", _held(codex, api_in))
+    fakes.script.set_default("api", api_agent)
     team = write_team(tmp_path / "team.yaml", fakes)
     async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV, retry=FAST) as service:
-        view = await finished(
-            service, await service.submit(TASK, team, [{"path": str(project)}], verify="pytest -q")
-        )
+        view = await service.submit(TASK, team, [{"path": str(project)}], verify="pytest -q")
+        try:
+            with anyio.fail_after(300):
+                while not codex_voted.is_set() and not view.done:
+                    view = await service.wait(view.job_id, 10)
+                    for agent in view.agents:
+                        if agent.model == "openai/gpt-fake" and agent.answers:
+                            api_in.set()
+                        if agent.model == "cli/codex:gpt-5.5" and agent.vote:
+                            codex_voted.set()
+            view = await finished(service, view)
+        finally:
+            api_in.set()
+            codex_voted.set()
         letters = {agent.model: agent.letter for agent in view.agents}
         patch = (await service.read(view.job_id, "@diff", None, 0, 100_000)).content
         transcript = (await service.read(view.job_id, "transcript", None, 0, 100_000)).content
+        events = list(service.store.sync.events(view.job_id))
 
     print(view.text())
     mine, theirs, api = letters["cli/claude-code"], letters["cli/codex:gpt-5.5"], letters["openai/gpt-fake"]
@@ -99,12 +119,11 @@ async def test_claude_code_and_codex_fix_a_failing_test_with_an_api_agent(
     assert claude.decisions and {f"{theirs}1", f"{api}1"} <= set(claude.decisions[-1])
     assert codex.decisions and {f"{mine}1", f"{api}1"} <= set(codex.decisions[-1])
     assert view.result.tally.get(f"{mine}1", 0) >= 2, view.result.tally
-    # usage is what the fakes billed, per CLI member (an API agent's stale call, cancelled after the fake
-    # billed it, may be missing: that is the API agents' own accounting, tests/test_budgets.py). A CLI's
-    # decision killed as stale before its request left is charged nothing: no estimate without a
-    # connection through its proxy (test_cli_killed_runs_each.py; Codex's was once 173 tokens over).
-    # One killed after its request reached the fake is still charged only the estimate (Codex reports
-    # tokens at the end of a run): a narrower window this scenario leaves open (docs/subscriptions.md)
+    # usage is what the fakes billed, per CLI member, every run of theirs having finished (no CLI turn
+    # was cancelled; an API agent's stale call, cancelled after the fake billed it, may be missing: that
+    # is the API agents' own accounting, tests/test_budgets.py)
+    cancelled = {event.letter for event in events if event.kind == "turn_cancelled"}
+    assert not cancelled & {mine, theirs}, cancelled
     usage = {agent.letter: agent.usage for agent in view.agents}
     for letter, fake in ((mine, "claude"), (theirs, "codex")):
         billed = fakes.script.bill[fake]
@@ -115,6 +134,18 @@ async def test_claude_code_and_codex_fix_a_failing_test_with_an_api_agent(
         )
     assert usage[mine].cost_usd is not None and usage[mine].cost_usd > 0  # Claude Code reports its cost
     assert "cli_work" in transcript
+
+
+def _held(worker: CliWorker, until: threading.Event) -> Callable[[RecordedRequest], Reply]:
+    """`worker`, with its work run's final message (its answer) held until `until` is set."""
+
+    def respond(request: RecordedRequest) -> Reply:
+        reply = worker(request)
+        if reply.text == worker.answer:
+            reply.gate = until
+        return reply
+
+    return respond
 
 
 def _secret_in_tree(root: Path, secret: str) -> list[str]:

@@ -74,12 +74,12 @@ async def measure_cli(fakes: FakeProviders, cli: str, root: Path) -> dict[str, f
     async with egress_proxy(socket, allowlist_for(cli, base_url=url)) as proxy:  # type: ignore[arg-type]
 
         async def start_stop() -> None:
-            box = MemberSandbox(None, socket=proxy.socket)
+            box = MemberSandbox(None, egress=proxy)
             await box.start(workspace, {}, "cj-benchclimember", "A", SandboxSpec())
             await box.stop()
 
         starts = await timed(STARTS, start_stop)
-        box = MemberSandbox(None, socket=proxy.socket)
+        box = MemberSandbox(None, egress=proxy)
         await box.start(workspace, {}, "cj-benchclimember", "A", SandboxSpec())
         try:
             member.bind(box)

@@ -51,7 +51,7 @@ class JobFiles:
         *,
         egress_allow: tuple[str, ...] = (),
         member_factory: MemberSandboxFactory = lambda proxy, redirect: MemberSandbox(
-            None, socket=proxy.socket, redirect=redirect, egress=proxy
+            None, egress=proxy, redirect=redirect
         ),
         redirect: ProviderRedirect | None = None,
     ) -> None:

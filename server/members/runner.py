@@ -241,8 +241,7 @@ class CliMember:
 
     def _connections(self) -> int | None:
         """How many connections the member's egress proxy has admitted (None without one at hand)."""
-        proxy = self.sandbox.egress if isinstance(self.sandbox, MemberSandbox) else None
-        return proxy.admitted if proxy is not None else None
+        return self.sandbox.egress.admitted if isinstance(self.sandbox, MemberSandbox) else None
 
     def _redact(self, text: str) -> str:
         for secret in self.login.secrets():

@@ -5,7 +5,7 @@ Interface (the CLI members of issue 16 use it through sandbox/member.py):
     extra = [*team.sandbox.allow_hosts, *settings.egress_allow]
     allow = allowlist_for("claude-code", base_url=agent.base_url, extra=extra)
     async with egress_proxy(job_dir / "egress" / f"{letter}.sock", allow, label=f"{job}/{letter}") as proxy:
-        sandbox = MemberSandbox(client, owner, proxy.socket)
+        sandbox = MemberSandbox(client, owner, proxy)
         await sandbox.start(workspace, peers, job_id, letter, limits)   # network none, socket bridged
         result = await sandbox.exec("claude -p ...", timeout_s=600, environment={...})
     proxy.denied  # the (method, host, port) it refused, for the transcript; never a path, header or body

@@ -2,7 +2,7 @@
 
     allow = allowlist_for("codex", base_url=agent.base_url, extra=extra_hosts)
     async with egress_proxy(job_dir / "egress" / f"{letter}.sock", allow, label=f"{job}/{letter}") as proxy:
-        sandbox = MemberSandbox(client, owner, proxy.socket)
+        sandbox = MemberSandbox(client, owner, proxy)
         try:
             await sandbox.start(workspace, peers, job_id, letter, limits)
             result = await sandbox.exec("codex exec ... </dev/null", timeout_s=600, environment=secrets)
@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import base64
 import shlex
-from pathlib import Path, PurePosixPath
+from pathlib import PurePosixPath
 from typing import Any
 
 import anyio.to_thread
@@ -92,23 +92,22 @@ class MemberSandbox(Sandbox):
         self,
         client: Any | None,
         owner: Owner = PROCESS_OWNER,
-        socket: Path | None = None,
+        egress: EgressProxy | None = None,
         *,
         image: str | None = None,
         environment: dict[str, str] | None = None,
         redirect: ProviderRedirect | None = None,
-        egress: EgressProxy | None = None,
     ) -> None:
-        """`socket`: the member's egress proxy (`EgressProxy.socket`); `image`: default the CLI image, or
-        the team's own when it names one; `environment`: constants added to the container's (no keys);
-        `redirect`: tests only, the fakes' CA mounted and trusted (sandbox/redirect.py); `egress`: that
-        proxy, when the caller has it: its count of admitted connections says whether a CLI run reached
-        its provider at all (members/runner.py charges no estimate for one that did not)."""
+        """`egress`: the member's egress proxy, whose socket is bridged in, and whose count of admitted
+        connections says whether a CLI run reached its provider at all (members/runner.py charges no
+        estimate for one that did not); `image`: default the CLI image, or the team's own when it names
+        one; `environment`: constants added to the container's (no keys); `redirect`: tests only, the
+        fakes' CA mounted and trusted (sandbox/redirect.py)."""
         super().__init__(client, owner)
-        if socket is None:
-            raise SandboxError("a CLI member's sandbox needs its egress proxy's socket")
-        self.socket, self.image, self.environment = socket, image, dict(environment or {})
-        self.redirect, self.egress = redirect, egress
+        if egress is None:
+            raise SandboxError("a CLI member's sandbox needs its egress proxy")
+        self.egress, self.image, self.environment = egress, image, dict(environment or {})
+        self.redirect = redirect
 
     def _launch(self, limits: SandboxSpec) -> dict[str, Any]:
         from docker.types import Mount
@@ -117,7 +116,7 @@ class MemberSandbox(Sandbox):
 
         launch = super()._launch(limits)
         home = f"rw,exec,nosuid,nodev,size={HOME_SIZE},mode=0700,uid={self.uid},gid={self.gid}"
-        mounts = [Mount(SOCKET, str(self.socket.resolve()), type="bind", read_only=True)]
+        mounts = [Mount(SOCKET, str(self.egress.socket.resolve()), type="bind", read_only=True)]
         environment = dict(self.environment)
         if self.redirect is not None:
             mounts.append(Mount(CA_PATH, str(self.redirect.ca_file.resolve()), type="bind", read_only=True))

@@ -60,7 +60,7 @@ async def test_the_login_file_lands_only_in_the_private_tmpfs_home(clis_image: s
     workspace = tmp_path / "ws"
     workspace.mkdir()
     async with egress_proxy(tmp_path / "egress" / "a.sock", allowlist_for("claude-code")) as proxy:
-        box = MemberSandbox(None, socket=proxy.socket)
+        box = MemberSandbox(None, egress=proxy)
         await box.start(workspace, {}, "cj-0123456789ab", "A", SandboxSpec())
         try:
             member.bind(box)

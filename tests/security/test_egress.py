@@ -128,9 +128,7 @@ async def member(
     job.mkdir(mode=0o700)
     allow = allowlist_for("claude-code", base_url=fakes.base_url("anthropic", "A"))
     async with egress_proxy(job / "egress" / "A.sock", allow, label="cj-egress/A") as proxy:
-        box = MemberSandbox(
-            connect(), Owner("security-" + os.urandom(4).hex()), proxy.socket, image=clis_image
-        )
+        box = MemberSandbox(connect(), Owner("security-" + os.urandom(4).hex()), proxy, image=clis_image)
         try:
             await box.start(workspace, {}, "cj-egress", "A", SPEC)
             (workspace / "probe.py").write_text(PROBE)

@@ -19,7 +19,8 @@ from conclave.sandbox.engine import PROCESS_OWNER
 from conclave.settings import Settings
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import write_team
-from tests.test_verify import ENV, FAST, TASK, agent, finished
+from tests.fakes.waits import until_done
+from tests.test_verify import ENV, FAST, TASK, agent
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("docker_image")]
 POOLED = {"label": [f"conclave.job={JOB_LABEL}", f"conclave.owner={PROCESS_OWNER.id}"]}
@@ -68,7 +69,7 @@ async def test_the_first_check_runs_in_a_container_started_before_the_job(
     async with JobService.open(settings, environ=ENV, retry=FAST, check_pool=True) as service:
         first = await pooled_running()
         view = await service.submit(TASK, team, [{"path": str(project)}], verify="hostname")
-        view = await finished(service, view)
+        view = await until_done(service, view)
         (label,) = view.checks()
         output = (await service.read(view.job_id, f"verify/{label}", None, 0, 10_000)).content
         assert output.split("--- stdout ---\n", 1)[1].split()[0] == first.id[:12], output

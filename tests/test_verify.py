@@ -19,12 +19,12 @@ import pytest
 from conclave.backends.retry import RetryPolicy
 from conclave.errors import InputError, SandboxUnavailable
 from conclave.jobs.service import JobService
-from conclave.jobs.views import JobView
 from conclave.settings import Settings
 from tests.fakes.calc_task import CALC, TASK, calc_project
 from tests.fakes.script import RecordedRequest, Reply
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import KEY_ENV, TRIO, decide, vote_labels, write_team
+from tests.fakes.waits import until_done
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("docker_image")]
 ENV = {KEY_ENV: "test-key-0123456789"}
@@ -63,13 +63,6 @@ def agent(favourite: str) -> Any:
     return respond
 
 
-async def finished(service: JobService, view: JobView) -> JobView:
-    with anyio.fail_after(120):
-        while not view.done:
-            view = await service.wait(view.job_id, 10)
-    return view
-
-
 async def test_the_answer_that_passes_the_tests_wins_over_the_voters_favourite(
     tmp_path: Path, fakes: FakeProviders, project: Path
 ) -> None:
@@ -78,7 +71,7 @@ async def test_the_answer_that_passes_the_tests_wins_over_the_voters_favourite(
     fakes.script.set_default("cy", agent("bob"))  # two of three votes for bob's answer, which fails
     team = str(write_team(tmp_path / "team.yaml", fakes, TRIO, coordination={"final": "reuse"}))
     async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV, retry=FAST) as service:
-        view = await finished(
+        view = await until_done(
             service, await service.submit(TASK, team, [{"path": str(project)}], verify=CHECK)
         )
         letters = {a.model.rsplit("-", 1)[1]: a.letter for a in view.agents}
@@ -136,7 +129,7 @@ async def test_without_verify_the_voters_favourite_wins(
         fakes.script.set_default(name, agent(favourite))
     team = str(write_team(tmp_path / "team.yaml", fakes, TRIO, coordination={"final": "reuse"}))
     async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV, retry=FAST) as service:
-        view = await finished(service, await service.submit(TASK, team, [{"path": str(project)}]))
+        view = await until_done(service, await service.submit(TASK, team, [{"path": str(project)}]))
     assert view.answer == "add() fixed in calc.py (bob)." and view.result.consensus and view.checks() == {}
     assert view.winner_check is None and not any("verify" in r.text() for r in fakes.script.requests)
 
@@ -158,7 +151,7 @@ async def test_a_check_is_confined_and_bounded(tmp_path: Path, fakes: FakeProvid
     team = str(write_team(tmp_path / "team.yaml", fakes, TRIO, coordination={"final": "reuse"}))
     settings = Settings(home=tmp_path / "state", verify_concurrency=1, verify_timeout_s=20)
     async with JobService.open(settings, environ=ENV, retry=FAST) as service:
-        view = await finished(
+        view = await until_done(
             service, await service.submit(TASK, team, [{"path": str(project)}], verify=CONFINED)
         )
         outputs = {
@@ -193,7 +186,7 @@ async def test_a_check_over_its_time_limit_fails(tmp_path: Path, fakes: FakeProv
     )
     settings = Settings(home=tmp_path / "state", verify_timeout_s=1)
     async with JobService.open(settings, environ=ENV, retry=FAST) as service:
-        view = await finished(
+        view = await until_done(
             service, await service.submit(TASK, team, [{"path": str(project)}], verify="sleep 30")
         )
     (check,) = view.checks().values()
@@ -256,7 +249,7 @@ async def test_a_job_that_fails_removes_its_warm_check_container(
             while not await anyio.to_thread.run_sync(lambda: client.containers.list(filters=labels)):
                 await anyio.sleep(0.05)
         gate.set()
-        view = await finished(service, view)
+        view = await until_done(service, view)
     assert view.state == "failed" and view.checks() == {}
     assert client.containers.list(all=True, filters={"label": f"conclave.job={view.job_id}"}) == []
 

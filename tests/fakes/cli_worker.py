@@ -15,8 +15,11 @@ results the CLI sent back.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -84,6 +87,17 @@ class CliWorker:
             if tool is not None:
                 return Reply(tool_calls=[(tool, decision)])
         return Reply(text=json.dumps(decision))
+
+
+def answer_held(worker: CliWorker, until: threading.Event) -> Callable[[RecordedRequest], Reply]:
+    """`worker`, with its work run's final message (its answer) held until `until` is set: a test orders
+    when the member's answer lands without sleeping."""
+
+    def respond(request: RecordedRequest) -> Reply:
+        reply = worker(request)
+        return dataclasses.replace(reply, gate=until) if reply.text == worker.answer else reply
+
+    return respond
 
 
 def _first_user_text(body: dict[str, Any], wire: str) -> str:

@@ -8,6 +8,7 @@ from conclave.jobs.service import JobService
 from conclave.jobs.views import JobView
 
 JOB_LIMIT_S = 120.0
+CLI_JOB_LIMIT_S = 800.0  # a job of CLI members: their containers, and real CLIs started for every run
 
 
 async def until_done(service: JobService, view: JobView, limit_s: float = JOB_LIMIT_S) -> JobView:
@@ -16,6 +17,11 @@ async def until_done(service: JobService, view: JobView, limit_s: float = JOB_LI
         while not view.done:
             view = await service.wait(view.job_id, 10)
     return view
+
+
+async def until_cli_done(service: JobService, view: JobView) -> JobView:
+    """`until_done` for a job of CLI members (tests/members/)."""
+    return await until_done(service, view, CLI_JOB_LIMIT_S)
 
 
 async def until_state(service: JobService, job_id: str, state: str, limit_s: float = 30.0) -> JobView:

@@ -1,7 +1,9 @@
-"""What the CLI members' end-to-end tests share: the CLI image, and the project with its failing test."""
+"""What the CLI members' end-to-end tests share: the CLI image, the project with its failing test, and
+the fake provider hosts the login tests reach over TLS."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -9,6 +11,8 @@ import pytest
 from conclave.sandbox.clis_image import clis_tag
 from conclave.sandbox.engine import engine_status
 from tests.fakes.calc_task import calc_project
+from tests.fakes.login_hosts import LoginHosts
+from tests.fakes.script import Script
 
 
 @pytest.fixture(scope="session")
@@ -26,3 +30,9 @@ def clis_image() -> str:
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
     return calc_project(tmp_path)
+
+
+@pytest.fixture
+def hosts(tmp_path: Path) -> Iterator[LoginHosts]:
+    with LoginHosts(Script(), tmp_path / "tls") as running:
+        yield running

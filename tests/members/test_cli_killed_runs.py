@@ -24,12 +24,12 @@ from tests.fakes.calc_task import TASK
 from tests.fakes.cli_worker import CliWorker
 from tests.fakes.script import RecordedRequest, Reply
 from tests.fakes.server import FakeProviders
+from tests.fakes.waits import until_cli_done
 from tests.members.test_cli_members_e2e import (
     ENV,
     FAST,
     KEY,
     api_agent,
-    finished,
 )
 
 pytestmark = pytest.mark.anyio
@@ -118,7 +118,7 @@ async def test_a_stale_decision_run_is_killed_charged_and_asked_again(
     fakes.script.set_default("claude", respond).set_default("api", api)
     team = _team(tmp_path / "team.yaml", fakes, api=True)
     async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV, retry=FAST) as service:
-        view = await finished(
+        view = await until_cli_done(
             service, await service.submit(TASK, team, [{"path": str(project)}], verify="pytest -q")
         )
         events = list(service.store.sync.events(view.job_id))
@@ -163,7 +163,7 @@ async def test_a_winning_cli_member_presents_the_final_answer(
     fakes.script.set_default("claude", respond).set_default("api", api_agent)
     team = _team(tmp_path / "team.yaml", fakes, api=True, final="present")
     async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV, retry=FAST) as service:
-        view = await finished(
+        view = await until_cli_done(
             service, await service.submit(TASK, team, [{"path": str(project)}], verify="pytest -q")
         )
         patch = (await service.read(view.job_id, "@diff", None, 0, 100_000)).content

@@ -13,11 +13,9 @@ Needs the Docker engine and the CLI image; skips, saying how to get them, withou
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
@@ -27,14 +25,13 @@ from conclave.backends.retry import RetryPolicy
 from conclave.cli.doctor import run_checks
 from conclave.config.presets import resolve_team
 from conclave.jobs.service import JobService
-from conclave.jobs.views import JobView
 from conclave.settings import Settings
 from tests.fakes.calc_task import TASK
-from tests.fakes.cli_worker import CliWorker
+from tests.fakes.cli_worker import CliWorker, answer_held
 from tests.fakes.leaks import holding
 from tests.fakes.login_files import claude_credentials, codex_auth, codex_claims, gemini_oauth_creds, jwt
 from tests.fakes.login_hosts import LoginHosts, Seen
-from tests.fakes.script import RecordedRequest, Reply, Script
+from tests.fakes.waits import until_cli_done
 
 pytestmark = pytest.mark.anyio
 FAST = RetryPolicy(max_attempts=2, base_delay_s=0.01, max_delay_s=0.05)
@@ -58,12 +55,6 @@ def user_home(tmp_path: Path) -> Path:
     return home
 
 
-@pytest.fixture
-def hosts(tmp_path: Path) -> Iterator[LoginHosts]:
-    with LoginHosts(Script(), tmp_path / "tls") as running:
-        yield running
-
-
 def login_secrets(home: Path) -> list[str]:
     """Every token of the user's login files (access, refresh, ID tokens)."""
     found: list[str] = []
@@ -82,13 +73,6 @@ def login_secrets(home: Path) -> list[str]:
 
 def model_calls(seen: list[Seen], host: str, path: str) -> list[Seen]:
     return [call for call in seen if call.host == host and call.path.startswith(path)]
-
-
-async def finished(service: JobService, view: JobView) -> JobView:
-    with anyio.fail_after(800):
-        while not view.done:
-            view = await service.wait(view.job_id, 10)
-    return view
 
 
 async def test_claude_code_and_codex_work_from_the_users_login_files(
@@ -112,15 +96,10 @@ async def test_claude_code_and_codex_work_from_the_users_login_files(
         "Fixed add() in calc.py: it subtracted; the test passes now.",
     )
     codex = CliWorker("responses", "sed -i 's/return a - b/return a * b/' calc.py", "add() now multiplies.")
+    # Codex's answer waits until Claude Code has voted on its own: no decision run is then cut short by
+    # a new answer (a killed Codex run is charged an estimate, members/runner.py)
     claude_voted = threading.Event()
-
-    def codex_model(request: RecordedRequest) -> Reply:
-        """Codex's answer waits until Claude Code has voted on its own: no decision run is then cut
-        short by a new answer (a killed Codex run is charged an estimate, members/runner.py)."""
-        reply = codex(request)
-        return dataclasses.replace(reply, gate=claude_voted) if reply.text == codex.answer else reply
-
-    hosts.script.set_default("claude", claude).set_default("codex", codex_model)
+    hosts.script.set_default("claude", claude).set_default("codex", answer_held(codex, claude_voted))
     team = tmp_path / "team.yaml"
     team.write_text(
         "name: plans\nagents:\n  - model: cli/claude-code\n  - model: cli/codex:gpt-5.5\n"
@@ -135,7 +114,7 @@ async def test_claude_code_and_codex_work_from_the_users_login_files(
             while not view.done and not any(a.vote for a in view.agents if a.model == "cli/claude-code"):
                 view = await service.wait(view.job_id, 10)
         claude_voted.set()
-        view = await finished(service, view)
+        view = await until_cli_done(service, view)
         patch = (await service.read(view.job_id, "@diff", None, 0, 100_000)).content
         transcript = (await service.read(view.job_id, "transcript", None, 0, 100_000)).content
         events = [event.model_dump_json() for event in service.store.sync.events(view.job_id)]
@@ -260,7 +239,7 @@ async def test_an_expired_login_is_refreshed_inside_the_container_only(
     async with JobService.open(
         settings, environ={"HOME": str(home)}, retry=FAST, redirect=hosts.redirect()
     ) as service:
-        view = await finished(service, await service.submit(TASK, str(team), [{"path": str(project)}]))
+        view = await until_cli_done(service, await service.submit(TASK, str(team), [{"path": str(project)}]))
         transcript = (await service.read(view.job_id, "transcript", None, 0, 100_000)).content
 
     assert view.state == "completed" and view.answer == "Fixed add().", view.text()
@@ -305,7 +284,7 @@ async def test_gemini_cli_works_from_a_google_login(
     async with JobService.open(
         Settings(home=tmp_path / "state"), environ=environ, retry=FAST, redirect=hosts.redirect()
     ) as service:
-        view = await finished(
+        view = await until_cli_done(
             service, await service.submit(TASK, str(team), [{"path": str(project)}], verify="pytest -q")
         )
         patch = (await service.read(view.job_id, "@diff", None, 0, 100_000)).content

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Callable
 from pathlib import Path
 
 import anyio
@@ -20,13 +19,13 @@ import pytest
 
 from conclave.backends.retry import RetryPolicy
 from conclave.jobs.service import JobService
-from conclave.jobs.views import JobView
 from conclave.settings import Settings
 from tests.fakes.calc_task import TASK
-from tests.fakes.cli_worker import CliWorker
+from tests.fakes.cli_worker import CliWorker, answer_held
 from tests.fakes.script import RecordedRequest, Reply
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import decide, vote_labels
+from tests.fakes.waits import until_cli_done
 
 pytestmark = pytest.mark.anyio
 KEY = "CONCLAVE_FAKE_KEY"
@@ -63,13 +62,6 @@ sandbox: {{memory: 2g, cpus: 1}}
     return str(path)
 
 
-async def finished(service: JobService, view: JobView) -> JobView:
-    with anyio.fail_after(800):
-        while not view.done:
-            view = await service.wait(view.job_id, 10)
-    return view
-
-
 async def test_claude_code_and_codex_fix_a_failing_test_with_an_api_agent(
     clis_image: str, tmp_path: Path, fakes: FakeProviders, project: Path
 ) -> None:
@@ -84,8 +76,8 @@ async def test_claude_code_and_codex_fix_a_failing_test_with_an_api_agent(
     # after its request reached the fake is charged only an estimate (Codex reports tokens at its end),
     # which tests/members/test_cli_killed_runs_each.py covers; here every run's usage is its CLI's own.
     api_in, codex_voted = threading.Event(), threading.Event()
-    fakes.script.set_default("claude", _held(claude, codex_voted)).set_default("codex", _held(codex, api_in))
-    fakes.script.set_default("api", api_agent)
+    fakes.script.set_default("claude", answer_held(claude, codex_voted))
+    fakes.script.set_default("codex", answer_held(codex, api_in)).set_default("api", api_agent)
     team = write_team(tmp_path / "team.yaml", fakes)
     async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV, retry=FAST) as service:
         view = await service.submit(TASK, team, [{"path": str(project)}], verify="pytest -q")
@@ -98,7 +90,7 @@ async def test_claude_code_and_codex_fix_a_failing_test_with_an_api_agent(
                             api_in.set()
                         if agent.model == "cli/codex:gpt-5.5" and agent.vote:
                             codex_voted.set()
-            view = await finished(service, view)
+            view = await until_cli_done(service, view)
         finally:
             api_in.set()
             codex_voted.set()
@@ -136,18 +128,6 @@ async def test_claude_code_and_codex_fix_a_failing_test_with_an_api_agent(
     assert "cli_work" in transcript
 
 
-def _held(worker: CliWorker, until: threading.Event) -> Callable[[RecordedRequest], Reply]:
-    """`worker`, with its work run's final message (its answer) held until `until` is set."""
-
-    def respond(request: RecordedRequest) -> Reply:
-        reply = worker(request)
-        if reply.text == worker.answer:
-            reply.gate = until
-        return reply
-
-    return respond
-
-
 def _secret_in_tree(root: Path, secret: str) -> list[str]:
     return [
         str(path)
@@ -181,7 +161,7 @@ agents:
 coordination: {{max_answers_per_agent: 1, final: reuse}}
 """)
     async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV, retry=FAST) as service:
-        view = await finished(
+        view = await until_cli_done(
             service, await service.submit(TASK, str(team), [{"path": str(project)}], verify="pytest -q")
         )
         transcript = (await service.read(view.job_id, "transcript", None, 0, 100_000)).content
@@ -272,7 +252,7 @@ coordination: {{max_answers_per_agent: 1, final: reuse}}
 sandbox: {{memory: 2g}}
 """)
     async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV, retry=FAST) as service:
-        view = await finished(
+        view = await until_cli_done(
             service, await service.submit(TASK, str(team), [{"path": str(project)}], verify="pytest -q")
         )
         patch = (await service.read(view.job_id, "@diff", None, 0, 100_000)).content
@@ -301,7 +281,7 @@ agents:
 coordination: {{max_tokens: 2000, final: reuse}}
 """)
     async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV, retry=FAST) as service:
-        view = await finished(service, await service.submit(TASK, str(team), [{"path": str(project)}]))
+        view = await until_cli_done(service, await service.submit(TASK, str(team), [{"path": str(project)}]))
     member = next(agent for agent in view.agents if agent.model == "cli/claude-code")
     assert view.result.reason and view.result.reason.startswith("budget reached: "), view.text()
     assert member.usage.input_tokens == fakes.script.bill["claude"][0] > 2000

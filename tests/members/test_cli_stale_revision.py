@@ -27,7 +27,8 @@ from tests.fakes.cli_worker import DECISION_MARK, WORK_MARK, CliWorker, _first_u
 from tests.fakes.script import RecordedRequest, Reply
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import decide, own_letter, vote_labels
-from tests.members.test_cli_members_e2e import ENV, FAST, KEY, _processes, finished
+from tests.fakes.waits import until_cli_done
+from tests.members.test_cli_members_e2e import ENV, FAST, KEY, _processes
 
 pytestmark = pytest.mark.anyio
 FIX = "sed -i 's/return a - b/return a + b/' calc.py"
@@ -121,7 +122,7 @@ async def test_a_stale_revisions_run_is_killed_and_the_member_decides_on_the_new
             await _until(asked, "Codex's next run after the revision went stale")
             running = _processes(container)
             looked.set()
-            view = await finished(service, view)
+            view = await until_cli_done(service, view)
             events = list(service.store.sync.events(view.job_id))
     finally:
         release.set()

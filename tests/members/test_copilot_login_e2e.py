@@ -14,17 +14,14 @@ Needs the Docker engine and the CLI image; skips, saying how to get them, withou
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
 from pathlib import Path
 
-import anyio
 import pytest
 
 from conclave.backends.retry import RetryPolicy
 from conclave.cli.doctor import run_checks
 from conclave.config.presets import resolve_team
 from conclave.jobs.service import JobService
-from conclave.jobs.views import JobView
 from conclave.sandbox.allowlist import allowlist_for
 from conclave.settings import Settings
 from tests.fakes.calc_task import TASK
@@ -33,24 +30,11 @@ from tests.fakes.copilot_api import AGENT, MODEL_HOST
 from tests.fakes.leaks import holding
 from tests.fakes.login_files import copilot_config
 from tests.fakes.login_hosts import LoginHosts
-from tests.fakes.script import Script
+from tests.fakes.waits import until_cli_done
 
 pytestmark = pytest.mark.anyio
 FAST = RetryPolicy(max_attempts=2, base_delay_s=0.01, max_delay_s=0.05)
 GITHUB_TOKEN = "gho_" + "copilotgithublogin" * 2  # a GitHub OAuth token's shape (`gh auth token`'s)
-
-
-@pytest.fixture
-def hosts(tmp_path: Path) -> Iterator[LoginHosts]:
-    with LoginHosts(Script(), tmp_path / "tls") as running:
-        yield running
-
-
-async def finished(service: JobService, view: JobView) -> JobView:
-    with anyio.fail_after(800):
-        while not view.done:
-            view = await service.wait(view.job_id, 10)
-    return view
 
 
 @pytest.mark.parametrize("login", ["variable", "file"])
@@ -84,7 +68,7 @@ async def test_copilot_cli_works_from_the_users_github_login(
     settings = Settings(home=tmp_path / "state")
     async with JobService.open(settings, environ=environ, retry=FAST, redirect=hosts.redirect()) as service:
         listed = await service.teams()
-        view = await finished(
+        view = await until_cli_done(
             service, await service.submit(TASK, str(team), [{"path": str(project)}], verify="pytest -q")
         )
         patch = (await service.read(view.job_id, "@diff", None, 0, 100_000)).content

@@ -151,7 +151,7 @@ async def first_check() -> dict[str, float]:
     try:
         from conclave.coordination.check_pool import CheckPool
     except ImportError:
-        CheckPool = None  # noqa: N806 (the code before has no pool)
+        CheckPool = None  # the code before has no pool
     samples = []
     with tempfile.TemporaryDirectory() as tmp:
         project = Path(tmp, "proj")

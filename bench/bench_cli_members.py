@@ -39,8 +39,8 @@ from conclave.sandbox.engine import engine_status
 from conclave.sandbox.member import MemberSandbox
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tests' fakes
-from tests.fakes.script import Reply  # noqa: E402
-from tests.fakes.server import FakeProviders  # noqa: E402
+from tests.fakes.script import Reply
+from tests.fakes.server import FakeProviders
 
 RESULTS = Path(__file__).parent / "results" / "cli-members.json"
 RUNS, STARTS = 5, 3

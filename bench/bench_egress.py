@@ -26,7 +26,7 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/results_file.py, the tests' fakes
 
-from bench.results_file import write_results  # noqa: E402
+from bench.results_file import write_results
 from conclave.config.models import SandboxSpec
 from conclave.sandbox.allowlist import allowlist_for
 from conclave.sandbox.clis_image import CLIS_REPO, build_clis_image

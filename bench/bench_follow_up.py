@@ -23,14 +23,14 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tests' fakes and scripts
 
-from bench.results_file import in_fresh_folders, write_results  # noqa: E402
-from conclave.jobs.service import JobService  # noqa: E402
-from conclave.jobs.views import JobView  # noqa: E402
-from conclave.settings import Settings  # noqa: E402
-from tests.fakes.calc_task import CALC, TASK, TESTS  # noqa: E402
-from tests.fakes.server import FakeProviders  # noqa: E402
-from tests.fakes.team import TRIO, write_team  # noqa: E402
-from tests.test_follow_ups import ENV, FAST, fixer  # noqa: E402
+from bench.results_file import in_fresh_folders, write_results
+from conclave.jobs.service import JobService
+from conclave.jobs.views import JobView
+from conclave.settings import Settings
+from tests.fakes.calc_task import CALC, TASK, TESTS
+from tests.fakes.server import FakeProviders
+from tests.fakes.team import TRIO, write_team
+from tests.test_follow_ups import ENV, FAST, fixer
 
 RESULTS = Path(__file__).parent / "results" / "follow-up.json"
 RUNS = 3

@@ -16,7 +16,7 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/results_file.py
 
-from bench.results_file import write_results  # noqa: E402
+from bench.results_file import write_results
 from conclave.config.models import SandboxSpec
 from conclave.sandbox.container import Sandbox
 from conclave.sandbox.engine import connect, engine_status

@@ -42,8 +42,8 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tests' fakes
 
-from tests.fakes.script import RecordedRequest, Reply  # noqa: E402
-from tests.fakes.team import KEY_ENV, decide, is_presentation, own_letter, vote_labels  # noqa: E402
+from tests.fakes.script import RecordedRequest, Reply
+from tests.fakes.team import KEY_ENV, decide, is_presentation, own_letter, vote_labels
 
 RESULTS = Path(__file__).parent / "results" / "store.json"
 TASK = "What is 6 times 7?"

@@ -21,13 +21,13 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tests' fakes
 
-from conclave.backends.retry import RetryPolicy  # noqa: E402
-from conclave.config.models import Team  # noqa: E402
-from conclave.coordination.members import endpoint_factory  # noqa: E402
+from conclave.backends.retry import RetryPolicy
+from conclave.config.models import Team
+from conclave.coordination.members import endpoint_factory
 from conclave.coordination.orchestrator import Orchestrator
-from tests.fakes.server import FakeProviders  # noqa: E402
-from tests.fakes.team import KEY_ENV, TRIO, install, team_data, voter  # noqa: E402
-from tests.test_orchestrator import MemorySink  # noqa: E402
+from tests.fakes.server import FakeProviders
+from tests.fakes.team import KEY_ENV, TRIO, install, team_data, voter
+from tests.test_orchestrator import MemorySink
 
 RESULTS = Path(__file__).parent / "results" / "turns.json"
 LATENCY_S, JOBS = 0.3, 3

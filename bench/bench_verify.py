@@ -19,6 +19,7 @@ import statistics
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -27,16 +28,16 @@ import anyio.to_thread
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tests' fakes and scripts
 
-import docker  # noqa: E402
+import docker
 
-from conclave.backends.retry import RetryPolicy  # noqa: E402
-from conclave.jobs.service import JobService  # noqa: E402
-from conclave.settings import Settings  # noqa: E402
-from tests.fakes.calc_task import CALC, TASK, TESTS  # noqa: E402
-from tests.fakes.script import RecordedRequest, Reply  # noqa: E402
-from tests.fakes.server import FakeProviders  # noqa: E402
-from tests.fakes.team import KEY_ENV, TRIO, write_team  # noqa: E402
-from tests.test_verify import CHECK, agent  # noqa: E402
+from conclave.backends.retry import RetryPolicy
+from conclave.jobs.service import JobService
+from conclave.settings import Settings
+from tests.fakes.calc_task import CALC, TASK, TESTS
+from tests.fakes.script import RecordedRequest, Reply
+from tests.fakes.server import FakeProviders
+from tests.fakes.team import KEY_ENV, TRIO, write_team
+from tests.test_verify import CHECK, agent
 
 RESULTS = Path(__file__).parent / "results" / "verify.json"
 ENV = {KEY_ENV: "bench-key-0123456789"}
@@ -78,7 +79,7 @@ async def one_job(root: Path, latency: float, verify: str | None, concurrency: i
             while not view.done:
                 labels = {"label": f"conclave.job={view.job_id}"}
                 # the low-level list: no per-container inspect that races a check container's removal
-                running = await anyio.to_thread.run_sync(lambda: client.api.containers(filters=labels))
+                running = await anyio.to_thread.run_sync(partial(client.api.containers, filters=labels))
                 seen = max(
                     seen, sum(c["Labels"].get("conclave.agent", "").startswith("check-") for c in running)
                 )

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
-from quality import QUESTIONS, correct, load  # noqa: E402  (bench/ is not a package)
-from stats import mcnemar, wilson  # noqa: E402
+from quality import QUESTIONS, correct, load
+from stats import mcnemar, wilson
 
 
 def team_records(path: Path) -> dict[str, dict[str, Any]]:

@@ -20,7 +20,7 @@ from typing import Any
 from conclave.backends import bundled
 
 sys.path.insert(0, str(Path(__file__).parent))
-from quality import QUESTIONS, correct  # noqa: E402  (bench/ is not a package)
+from quality import QUESTIONS, correct
 
 FORMATS = ("snoozy", "alpaca", "chatml", "gemma", "redpajama-incite")
 PERSONA = "Be precise. Give the answer first, in one or two sentences."

@@ -50,7 +50,7 @@ from conclave.jobs.service import JobService
 from conclave.settings import Settings
 
 sys.path.insert(0, str(Path(__file__).parent))
-from report import rows, table  # noqa: E402  (bench/ is not a package)
+from report import rows, table
 
 HERE = Path(__file__).parent
 QUESTIONS = HERE / "questions" / "heldout.jsonl"

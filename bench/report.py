@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
-from stats import mcnemar, wilson  # noqa: E402  (bench/ is not a package)
+from stats import mcnemar, wilson
 
 
 def rows(modes: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:

@@ -62,7 +62,8 @@ def test_a_long_reply_keys_on_its_final_line_or_answer_line() -> None:
     assert answer_key(f"Answer: Paris\n{reasoning}", CAPITAL) == "paris"
     assert final_answer(f"{reasoning}\nSo the result is 42.", TIMES) == "#42"
     essay = " ".join(
-        f"point {word} matters" for word in "alpha beta gamma delta epsilon zeta eta theta".split() * 4
+        f"point {word} matters"
+        for word in ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta"] * 4
     )
     assert final_answer(essay, "Discuss.") is None  # a long answer with no final answer to hold on to
 
@@ -124,7 +125,7 @@ def test_the_presentation_guard() -> None:
     assert changed is not None and "'paris'" in changed and "'lyon'" in changed
     assert "no answer" in (presentation_problem("{", "Paris.", CAPITAL) or "")
     long_winner = " ".join(
-        f"idea {n} helps" for n in "red green blue amber violet teal pink grey".split() * 4
+        f"idea {n} helps" for n in ["red", "green", "blue", "amber", "violet", "teal", "pink", "grey"] * 4
     )
     assert (
         presentation_problem(

@@ -57,9 +57,11 @@ async def client(tmp_path: Path, fakes: FakeProviders) -> AsyncIterator[tuple[Cl
     project.mkdir()
     (project / "README.md").write_text("hello\n")
     settings = Settings(home=tmp_path / "home")
-    async with JobService.open(settings, environ={KEY_ENV: "test-key-0123456789"}) as service:
-        async with Client(create_app(service, settings)) as connected:
-            yield connected, team, project
+    async with (
+        JobService.open(settings, environ={KEY_ENV: "test-key-0123456789"}) as service,
+        Client(create_app(service, settings)) as connected,
+    ):
+        yield connected, team, project
 
 
 async def call(client: Client, tool: str, **arguments: Any) -> Any:

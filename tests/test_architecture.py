@@ -160,7 +160,7 @@ def cycles(runtime_only: bool) -> list[list[str]]:
         state[node] = 1
         for nxt in sorted(graph[node]):
             if state.get(nxt) == 1:
-                cycles.append(stack[stack.index(nxt) :] + [nxt])
+                cycles.append([*stack[stack.index(nxt) :], nxt])
             elif nxt not in state:
                 visit(nxt, [*stack, nxt])
         state[node] = 2

@@ -56,7 +56,7 @@ def packaged(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[bundled.B
 
 
 def test_chunks_are_joined_once_into_the_cache_and_checked(packaged: tuple[bundled.Bundled, bytes]) -> None:
-    model, whole = packaged
+    _model, whole = packaged
     path = bundled.model_path("toy")
     assert path.read_bytes() == whole and path.parent == bundled.cache_dir()
     stamp = path.stat().st_mtime_ns

@@ -318,7 +318,7 @@ def test_ask_with_context_and_apply_writes_nothing_without_changes(
 
 
 def test_ask_apply_without_a_write_context_is_refused(capsys: pytest.CaptureFixture[str], trio: Path) -> None:
-    code, _, err = run(capsys, "ask", "t", "--team", str(trio), "--apply")
+    _code, _, err = run(capsys, "ask", "t", "--team", str(trio), "--apply")
     assert err == "conclave: --apply: applying needs a --context PATH:write folder\n"
 
 

@@ -50,7 +50,7 @@ def test_no_cli_error_or_hint_carries_mcp_syntax(
     (home / ".ssh").mkdir(parents=True)
     keyless = tmp_path / "keyless.yaml"
     keyless.write_text(yaml.safe_dump({"agents": [{"model": "openai/gpt-5"}]}))
-    code, out, _ = run(capsys, "ask", "What is six times seven?", "--team", str(trio), "--json")
+    _, out, _ = run(capsys, "ask", "What is six times seven?", "--team", str(trio), "--json")
     job = JobView.model_validate_json(out).job_id
     said: dict[str, str] = {}
     for argv in (
@@ -72,7 +72,7 @@ def test_no_cli_error_or_hint_carries_mcp_syntax(
         ("status", job),
         ("show", job),
     ):
-        code, out, err = run(capsys, *argv)
+        _code, out, err = run(capsys, *argv)
         said[" ".join(argv)] = err + "\n".join(line for line in out.splitlines() if line.startswith("Next:"))
     for argv, text in said.items():
         assert text.strip(), argv
@@ -180,7 +180,7 @@ def test_a_job_for_an_unreachable_server_is_refused_at_submit(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, closed_port: int
 ) -> None:
     monkeypatch.setenv("OLLAMA_BASE_URL", f"http://127.0.0.1:{closed_port}/v1")
-    code, out, err = run(capsys, "ask", "t", "--team", "ollama")
+    code, _out, err = run(capsys, "ask", "t", "--team", "ollama")
     assert code == 2 and f"not reachable at http://127.0.0.1:{closed_port}/v1" in err
     assert "no jobs yet" in run(capsys, "status")[1]
 

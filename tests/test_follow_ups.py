@@ -68,7 +68,7 @@ async def finished(call: Any, view: JobView) -> JobView:
     with anyio.fail_after(180):
         while not view.done:
             view = JobView.model_validate(
-                (await call("get_status", {"job_id": view.job_id, "wait_seconds": 20}))
+                await call("get_status", {"job_id": view.job_id, "wait_seconds": 20})
             )
     return view
 
@@ -154,7 +154,7 @@ async def test_carried_options_a_clashing_edit_and_a_running_job(
     team = str(write_team(tmp_path / "team.yaml", fakes, TRIO, coordination={"final": "reuse"}))
     async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV, retry=FAST) as service:
         first = await service.submit(TASK, team, [{"path": str(project), "permission": "write"}])
-        with pytest.raises(InputError, match="still (queued|running)"):
+        with pytest.raises(InputError, match=r"still (queued|running)"):
             await service.submit("more", None, follow_up=first.job_id)
         first = await service.wait(first.job_id, 50)
         assert first.state == "completed" and project.joinpath("calc.py").read_text() == CALC  # not applied

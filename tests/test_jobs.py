@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+import re
 import sqlite3
 import subprocess
 import sys
@@ -66,7 +68,7 @@ async def test_a_job_runs_in_the_background_and_is_stored(tmp_path: Path, fakes:
         assert seen and seen[-1].done
         assert all(
             a.model_dump(exclude={"elapsed_s"}) != b.model_dump(exclude={"elapsed_s"})
-            for a, b in zip(seen, seen[1:])
+            for a, b in itertools.pairwise(seen)
         )
         listing = await service.read(view.job_id, "", None, 0, 1000)
         assert "transcript" in listing.entries and "final" in listing.entries
@@ -164,7 +166,7 @@ async def test_a_stale_heartbeat_counts_as_a_dead_owner(tmp_path: Path) -> None:
 async def test_bad_input_names_the_field_and_the_fix(tmp_path: Path, fakes: FakeProviders) -> None:
     team = team_file(tmp_path, fakes)
     async with JobService.open(settings(tmp_path, max_task_chars=100), environ=ENV) as service:
-        with pytest.raises(InputError, match="task.*non-empty"):
+        with pytest.raises(InputError, match=r"task.*non-empty"):
             await service.submit("   ", team)
         with pytest.raises(InputError, match="under 100 characters"):
             await service.submit("x" * 101, team)
@@ -216,7 +218,7 @@ async def test_a_local_model_that_is_missing_is_refused_at_submit(tmp_path: Path
         "agents:\n  - model: local/mine\n    model_path: /no/such/model.gguf\n    tool_mode: json\n"
     )
     async with JobService.open(settings(tmp_path), environ=ENV) as service:
-        with pytest.raises(ConfigError, match="model_path '/no/such/model.gguf' is not a file"):
+        with pytest.raises(ConfigError, match=re.escape("model_path '/no/such/model.gguf' is not a file")):
             await service.submit("task", str(team))
         assert await service.store.recent_jobs() == []  # nothing was queued
 

@@ -92,7 +92,7 @@ async def collect(backend: object, request: Request) -> str:
 
 # Errors that say what to install or set (no llama.cpp needed) --------------------------------------
 def test_missing_model_path_names_the_file_and_the_fix(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="model_path '.*nothing.gguf' is not a file"):
+    with pytest.raises(ConfigError, match=r"model_path '.*nothing\.gguf' is not a file"):
         local.model_file("mine", str(tmp_path / "nothing.gguf"))
     with pytest.raises(ConfigError, match="local/mine needs model_path"):
         local.model_file("mine", None)
@@ -234,7 +234,7 @@ async def test_a_second_scoring_of_the_same_answers_evaluates_nothing_and_a_shar
     model = local.model_file(local.BUNDLED, None)
     warm, fresh = LlamaScorer(model), LlamaScorer(model)
     try:
-        scores, usage = await anyio.to_thread.run_sync(warm.score, first_request, candidates)
+        scores, _usage = await anyio.to_thread.run_sync(warm.score, first_request, candidates)
         again, usage_again = await anyio.to_thread.run_sync(warm.score, first_request, candidates)
         other, usage_other = await anyio.to_thread.run_sync(warm.score, other_request, candidates)
         other_fresh, usage_fresh = await anyio.to_thread.run_sync(fresh.score, other_request, candidates)
@@ -305,14 +305,16 @@ async def test_the_local_team_over_mcp(tmp_path: Path) -> None:
     from conclave.jobs.views import JobView
 
     settings = Settings(home=tmp_path / "home")
-    async with JobService.open(settings, environ={"XDG_CONFIG_HOME": str(tmp_path / "config")}) as service:
-        async with Client(create_app(service, settings)) as client:
-            result = await client.call_tool("ask_team", {"task": TASK, "team": "local", "wait_seconds": 50})
-            view = JobView.model_validate(result.structured_content)
-            with anyio.fail_after(resolve_team("local", {}).coordination.timeout_s + 30):
-                while not view.done:
-                    result = await client.call_tool("get_status", {"job_id": view.job_id, "wait_seconds": 50})
-                    view = JobView.model_validate(result.structured_content)
+    async with (
+        JobService.open(settings, environ={"XDG_CONFIG_HOME": str(tmp_path / "config")}) as service,
+        Client(create_app(service, settings)) as client,
+    ):
+        result = await client.call_tool("ask_team", {"task": TASK, "team": "local", "wait_seconds": 50})
+        view = JobView.model_validate(result.structured_content)
+        with anyio.fail_after(resolve_team("local", {}).coordination.timeout_s + 30):
+            while not view.done:
+                result = await client.call_tool("get_status", {"job_id": view.job_id, "wait_seconds": 50})
+                view = JobView.model_validate(result.structured_content)
     assert view.state == "completed" and view.answer and view.team == "local"
     assert [agent.model for agent in view.agents] == ["local/smollm2"] * 3
     assert sum(agent.answers for agent in view.agents) >= 1 and view.result.winner

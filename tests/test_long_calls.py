@@ -9,6 +9,7 @@ call may take `wait_seconds` plus MARGIN at most.
 
 from __future__ import annotations
 
+import itertools
 import re
 import time
 from collections.abc import AsyncIterator, Callable
@@ -67,7 +68,7 @@ async def timed(client: Client, tool: str, **arguments: Any) -> tuple[float, Any
 
 def check_progress(notes: list[Note]) -> None:
     values = [value for value, _, _ in notes]
-    assert values and all(later > earlier for earlier, later in zip(values, values[1:])), values
+    assert values and all(later > earlier for earlier, later in itertools.pairwise(values)), values
     for value, total, message in notes:
         assert isinstance(message, str) and 0 < len(message) <= SHORT, message
         assert total is None or total >= value

@@ -153,7 +153,7 @@ class ProtocolMachine(RuleBasedStateMachine):
         turn = self.pick(data)
         current = {a.label for a in self.c.latest.values()}
         old = [a.label for a in self.c.answers if a.label not in current]
-        label = data.draw(st.sampled_from(old + ["Z9", "", "a1"]))
+        label = data.draw(st.sampled_from([*old, "Z9", "", "a1"]))
         before = self.c.agents[turn.letter].failed_turns
         self.end_turn(turn, VoteCast(turn.letter, turn.turn_id, label))
         agent = self.c.agents[turn.letter]

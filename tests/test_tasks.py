@@ -178,13 +178,15 @@ async def test_a_client_without_the_extension_keeps_the_wait_seconds_route(
     tmp_path: Path, fakes: FakeProviders
 ) -> None:
     team = str(write_team(tmp_path / "team.yaml", fakes, TRIO, name="fake-trio"))
-    async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV, retry=FAST) as service:
-        async with Client(create_app(service, service.settings)) as client:
-            result = await client.call_tool(
-                "ask_team", {"task": "What is 6 * 7?", "team": team, "wait_seconds": 0}
-            )
-            view = JobView.model_validate(result.structured_content)
-            assert not view.done and "get_status" in view.next
+    async with (
+        JobService.open(Settings(home=tmp_path / "state"), environ=ENV, retry=FAST) as service,
+        Client(create_app(service, service.settings)) as client,
+    ):
+        result = await client.call_tool(
+            "ask_team", {"task": "What is 6 * 7?", "team": team, "wait_seconds": 0}
+        )
+        view = JobView.model_validate(result.structured_content)
+        assert not view.done and "get_status" in view.next
 
 
 # Over HTTP, across a restart ---------------------------------------------------------------------------
@@ -210,7 +212,7 @@ async def test_over_http_a_task_outlives_its_server(
         async with McpClient(
             official_http(url), extensions=[TasksAd()]
         ) as official:  # the official client, same server
-            handle, polls, view = await follow_with_mcp(official, ASK)
+            _handle, polls, view = await follow_with_mcp(official, ASK)
             assert polls[0].status == "working" and polls[-1].status == "completed"
             same_view(polls[-1].result, view)
     with http_server(tmp_path, env) as url:  # a new server process on the same store

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import enum
+import inspect
 import re
 import shutil
 import subprocess
@@ -35,7 +36,7 @@ STRICT = ("coordination", "jobs")  # the packages mypy checks strictly, with no 
 
 def own_fields(model: type[BaseModel]) -> set[str]:
     """The fields `model` declares itself (not those it inherits)."""
-    return set(model.__dict__.get("__annotations__", {})) & set(model.model_fields)
+    return set(inspect.get_annotations(model)) & set(model.model_fields)
 
 
 def sources(*packages: str) -> list[Path]:

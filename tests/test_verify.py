@@ -7,6 +7,7 @@ sandbox image (.ci/run provides both)."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import threading
@@ -169,7 +170,7 @@ async def test_a_check_is_confined_and_bounded(tmp_path: Path, fakes: FakeProvid
         snapshot = job_dir / "snapshots" / label / "proj"
         assert not (snapshot / "left-by-check").exists() and "gone" not in (snapshot / "calc.py").read_text()
     spans.sort()
-    assert all(end <= start for (_, end), (start, _) in zip(spans, spans[1:])), spans  # one at a time
+    assert all(end <= start for (_, end), (start, _) in itertools.pairwise(spans)), spans  # one at a time
     assert len(spans) == 3 and all(check.startswith("passed in ") for check in view.checks().values())
     assert len(hosts) == 1  # the job's warm check container ran all three
     import docker

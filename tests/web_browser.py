@@ -20,7 +20,7 @@ CHROMIUM, DRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 
 def missing() -> str | None:
     """Why no browser can run here, or None."""
-    for name, path in (("chromium", CHROMIUM), ("chromium-driver", DRIVER)):
+    for _name, path in (("chromium", CHROMIUM), ("chromium-driver", DRIVER)):
         if shutil.which(path) is None:
             return f"{path} is missing: apt-get install -y chromium chromium-driver (.ci/test-env.sh does it)"
     return None

@@ -18,9 +18,8 @@ def changes(before: JobView | None, after: JobView) -> list[str]:
     previous = {agent.letter: agent for agent in before.agents}
     for agent in after.agents:
         old = previous.get(agent.letter)
-        if old is None or agent.answers > old.answers:
-            if agent.answers:
-                said.append(f"{agent.letter} posted {agent.letter}{agent.answers}")
+        if (old is None or agent.answers > old.answers) and agent.answers:
+            said.append(f"{agent.letter} posted {agent.letter}{agent.answers}")
         if agent.vote and (old is None or agent.vote != old.vote):
             said.append(f"{agent.letter} voted {agent.vote}")
         if agent.state == "failed" and (old is None or old.state != "failed"):

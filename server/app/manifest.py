@@ -34,7 +34,9 @@ def record() -> dict[str, Any]:
     """The manifest as the installed server answers today: the answers at the latest protocol version,
     and under `differs` those of any other version whose answers are not the same."""
     with ThreadPoolExecutor(max_workers=len(HANDSHAKE_PROTOCOL_VERSIONS)) as pool:
-        sessions = dict(zip(HANDSHAKE_PROTOCOL_VERSIONS, pool.map(_session, HANDSHAKE_PROTOCOL_VERSIONS)))
+        sessions = dict(
+            zip(HANDSHAKE_PROTOCOL_VERSIONS, pool.map(_session, HANDSHAKE_PROTOCOL_VERSIONS), strict=True)
+        )
     common = sessions[LATEST_HANDSHAKE_VERSION]
     return {
         "versions": installed_versions(),

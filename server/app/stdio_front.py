@@ -30,6 +30,7 @@ answers; the pipes then carry everything to the app.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
@@ -268,10 +269,8 @@ class StdioPipes:
         except Exception:
             _report("the stdio front stopped reading the client")
         finally:
-            try:
+            with contextlib.suppress(OSError):
                 os.close(self._to_app)
-            except OSError:
-                pass
 
     def _relay_app(self) -> None:
         """The app's output to the client, line by line, leaving out its second initialize answer."""

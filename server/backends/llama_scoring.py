@@ -100,7 +100,7 @@ class LlamaScorer:
         last one is always evaluated again: its logits score the first token of a reply)."""
         cached = list(llama.input_ids[: llama.n_tokens])
         common = 0
-        for old, new in zip(cached, head[:-1]):
+        for old, new in zip(cached, head[:-1], strict=False):
             if old != new:
                 break
             common += 1

@@ -259,7 +259,7 @@ class LocalServers:
         self._stack: AsyncExitStack | None = None
         self._tg: anyio.abc.TaskGroup | None = None
 
-    async def __aenter__(self) -> LocalServers:  # noqa: PYI034 (the class is not subclassed)
+    async def __aenter__(self) -> LocalServers:  # the class is not subclassed
         async with AsyncExitStack() as stack:
             self._tg = await stack.enter_async_context(anyio.create_task_group())
             self._stack = stack.pop_all()

@@ -257,7 +257,7 @@ class Team(_Strict):
         return [
             agent.model
             for agent in self.agents
-            if agent.price is None and not agent.model.partition(":")[0] == "cli/claude-code"
+            if agent.price is None and agent.model.partition(":")[0] != "cli/claude-code"
         ]
 
     def missing_keys(self, environ: Mapping[str, str]) -> list[str]:

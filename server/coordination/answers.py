@@ -27,19 +27,137 @@ from conclave.coordination.protocol_events import (
 # Kept even when the task has them: a yes/no answer repeats the task's own words.
 KEEP = frozenset({"yes", "no", "true", "false", "not", "none", "never", "always"})
 STOP = frozenset(
-    "a an the is are was were be been being of in on at to for from by with as and or but so it its this "
-    "that these those there here which who whom whose what when where why how than then also very just "
-    "called known i we you he she they my our your his her their me us them do does did can could would "
-    "will shall may might there's it's that's".split()
+    [
+        "a",
+        "an",
+        "the",
+        "is",
+        "are",
+        "was",
+        "were",
+        "be",
+        "been",
+        "being",
+        "of",
+        "in",
+        "on",
+        "at",
+        "to",
+        "for",
+        "from",
+        "by",
+        "with",
+        "as",
+        "and",
+        "or",
+        "but",
+        "so",
+        "it",
+        "its",
+        "this",
+        "that",
+        "these",
+        "those",
+        "there",
+        "here",
+        "which",
+        "who",
+        "whom",
+        "whose",
+        "what",
+        "when",
+        "where",
+        "why",
+        "how",
+        "than",
+        "then",
+        "also",
+        "very",
+        "just",
+        "called",
+        "known",
+        "i",
+        "we",
+        "you",
+        "he",
+        "she",
+        "they",
+        "my",
+        "our",
+        "your",
+        "his",
+        "her",
+        "their",
+        "me",
+        "us",
+        "them",
+        "do",
+        "does",
+        "did",
+        "can",
+        "could",
+        "would",
+        "will",
+        "shall",
+        "may",
+        "might",
+        "there's",
+        "it's",
+        "that's",
+    ]
 )
 # Words about the task rather than in answer to it: a reply made only of these (and the task's own words)
 # talks about the question instead of answering it.
 META = frozenset(
-    "question questions task tasks ask asks asking asked answer answers reply replies response respond "
-    "prompt request requests provide please incomplete complete current edit edits must need needs should "
-    "want "
-    "wants user assistant agent write writing given following about regarding topic simple simply short "
-    "sentence one two correct".split()
+    [
+        "question",
+        "questions",
+        "task",
+        "tasks",
+        "ask",
+        "asks",
+        "asking",
+        "asked",
+        "answer",
+        "answers",
+        "reply",
+        "replies",
+        "response",
+        "respond",
+        "prompt",
+        "request",
+        "requests",
+        "provide",
+        "please",
+        "incomplete",
+        "complete",
+        "current",
+        "edit",
+        "edits",
+        "must",
+        "need",
+        "needs",
+        "should",
+        "want",
+        "wants",
+        "user",
+        "assistant",
+        "agent",
+        "write",
+        "writing",
+        "given",
+        "following",
+        "about",
+        "regarding",
+        "topic",
+        "simple",
+        "simply",
+        "short",
+        "sentence",
+        "one",
+        "two",
+        "correct",
+    ]
 )
 META_OPENINGS = re.compile(
     r"^\s*(this|that|it|here)\s+(is|was|seems)\s+(a|an|the)\s+(question|task|query|request)\b"
@@ -49,8 +167,29 @@ META_OPENINGS = re.compile(
 NUMBER_WORDS = {
     word: str(value)
     for value, word in enumerate(
-        "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen "
-        "sixteen seventeen eighteen nineteen twenty".split()
+        [
+            "zero",
+            "one",
+            "two",
+            "three",
+            "four",
+            "five",
+            "six",
+            "seven",
+            "eight",
+            "nine",
+            "ten",
+            "eleven",
+            "twelve",
+            "thirteen",
+            "fourteen",
+            "fifteen",
+            "sixteen",
+            "seventeen",
+            "eighteen",
+            "nineteen",
+            "twenty",
+        ]
     )
 } | {
     "thirty": "30",
@@ -65,7 +204,8 @@ NUMBER_WORDS = {
 }
 _NUMBER = re.compile(r"-?\d+(?:,\d{3})*(?:\.\d+)?")
 _TOKEN = re.compile(r"-?\d+(?:,\d{3})*(?:\.\d+)?|[^\W_]+")
-_QUOTED = re.compile(r"(?<!\w)['\"‘“]([^'\"‘’“”\n]{1,40})['\"’”](?!\w)")
+# typographic quotes are quotes too
+_QUOTED = re.compile(r"(?<!\w)['\"‘“]([^'\"‘’“”\n]{1,40})['\"’”](?!\w)")  # noqa: RUF001
 _FINAL_LINE = re.compile(r"^\s*(?:\**\s*)?(?:final\s+answer|answer)\s*\**\s*[:=-]\s*(.+)$", re.IGNORECASE)
 SHORT_LINE_WORDS = 15  # a last line this short holds the final answer of a longer reply
 LONG_REPLY_WORDS = 60  # a reply longer than this is read for its final line

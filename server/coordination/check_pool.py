@@ -17,6 +17,7 @@ container.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
@@ -133,10 +134,8 @@ class CheckPool:
     def _request(self, spec: SandboxSpec, *, taken: bool = True) -> None:
         key = spec.model_dump_json()
         self._shelves.setdefault(key, _Shelf(spec))
-        try:
+        with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):  # the server stops
             self._put.send_nowait((key, taken))
-        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
-            pass  # the server is stopping
 
     async def _fill(self, shelf: _Shelf) -> None:
         """Start containers one after another until the shelf holds `size`; a failure ends this round

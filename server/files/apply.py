@@ -21,6 +21,7 @@ says `old mode`/`new mode`; an added file is 0644 or 0755, as git writes it
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import stat
@@ -223,10 +224,8 @@ def _write(final: Path, target: Path, changes: Changes) -> None:
         ) from exc
     for rel in backups:
         _, backup = _names(rel, "backup", token)
-        try:
+        with contextlib.suppress(OSError, InputError):
             _at(target, rel, partial(_unlink_other, backup))
-        except (OSError, InputError):
-            pass
     for rel in changes.deleted:
         _prune_empty_parents(target, rel)
 

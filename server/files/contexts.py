@@ -238,7 +238,10 @@ def named(sources: list[ContextPath]) -> list[ContextPath]:
     if len(set(paths)) != len(paths):
         shown = [source.path for source in sources]
         raise InputError("context_paths", shown, "a folder is listed twice; give each folder once")
-    return [source.model_copy(update={"name": name}) for source, name in zip(sources, _names(sources))]
+    return [
+        source.model_copy(update={"name": name})
+        for source, name in zip(sources, _names(sources), strict=True)
+    ]
 
 
 def _names(sources: list[ContextPath]) -> list[str]:
@@ -291,7 +294,7 @@ def _biggest(paths: list[Path], listings: list[Listing], by: str) -> str:
     """The three top-level folders (or files) holding the most files or bytes, for the error message."""
     weight: Counter[Path] = Counter()
     files: Counter[Path] = Counter()
-    for root, listing in zip(paths, listings):
+    for root, listing in zip(paths, listings, strict=True):
         for rel, entry in listing.files.items():
             top = root / PurePosixPath(rel).parts[0]
             weight[top] += 1 if by == "files" else entry.size
@@ -320,7 +323,7 @@ def copy_context_sync(sources: list[ContextPath], dest: Path, caps: Caps = Caps(
 def _copy_pinned(sources: list[ContextPath], roots: list[Path], dest: Path, caps: Caps) -> ContextManifest:
     listings = _scan(sources, caps, roots)
     contexts = []
-    for source, root, name, listing in zip(sources, roots, _names(sources), listings):
+    for source, root, name, listing in zip(sources, roots, _names(sources), listings, strict=True):
         skipped = dict(listing.skipped)
 
         def unreadable(rel: str, exc: OSError | InputError, skipped: dict[str, str] = skipped) -> None:

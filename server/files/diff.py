@@ -141,7 +141,9 @@ def hidden_change(old: bytes, new: bytes) -> list[str]:
 
     With the new bytes escaped from the first change.
     """
-    first = next((i for i, (x, y) in enumerate(zip(old, new)) if x != y), min(len(old), len(new)))
+    first = next(
+        (i for i, (x, y) in enumerate(zip(old, new, strict=False)) if x != y), min(len(old), len(new))
+    )
     start = new.rfind(b"\n", 0, first) + 1
     nul = new.find(b"\0", 0, BINARY_SNIFF)
     try:

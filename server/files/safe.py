@@ -23,7 +23,7 @@ import posixpath
 import secrets
 import stat
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -300,7 +300,5 @@ def temp_name(name: str) -> str:
 
 
 def _unlink_quietly(dir_fd: int, name: str) -> None:
-    try:
+    with suppress(OSError):
         os.unlink(name, dir_fd=dir_fd)
-    except OSError:
-        pass

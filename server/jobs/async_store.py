@@ -27,6 +27,7 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, ParamSpec, TypeVar, cast
 
 import anyio
@@ -131,7 +132,7 @@ class AsyncStore:
             await self._queued.wait()
             self._queued = anyio.Event()
             batch, self._queue = self._queue, []
-            await self._writer_thread.run(lambda: self._commit(batch), finish=True)  # a write is finished
+            await self._writer_thread.run(partial(self._commit, batch), finish=True)  # a write is finished
             for write in batch:
                 if write.job_id is not None:
                     self.wake(write.job_id)

@@ -94,7 +94,7 @@ class JobThread:
     ) -> None:
         try:
             anyio.run(self._serve, setup, ready, backend="asyncio")
-        except BaseException as exc:  # noqa: BLE001 - handed to the serving loop, which re-raises it
+        except BaseException as exc:  # handed to the serving loop, which re-raises it
             if not ready.done():
                 ready.set_exception(exc)
             else:

@@ -207,7 +207,7 @@ def estimate_text(estimate: Estimate) -> str:
         parts.append(f"{estimate.tokens[0]:,}-{estimate.tokens[1]:,} tokens")
     if estimate.cost_usd:
         parts.append(f"${estimate.cost_usd[0]:.4f}-${estimate.cost_usd[1]:.4f}")
-    return ", ".join(parts + [estimate.note]) if parts else estimate.note
+    return ", ".join([*parts, estimate.note]) if parts else estimate.note
 
 
 def winner_check(result: JobResult, checks: dict[str, str]) -> str | None:

@@ -67,7 +67,7 @@ class ClaudeCode:
     def parse(self, stdout: str) -> CliOutput:
         results = [event for event in json_lines(stdout) if event.get("type") == "result"]
         data = results[-1] if results else last_json_object(stdout)
-        if data is None or "result" not in data and "structured_output" not in data:
+        if data is None or ("result" not in data and "structured_output" not in data):
             return CliOutput("", error=f"Claude Code printed no result: {stdout[-500:]!r}")
         usage = data.get("usage") or {}
         read = int(usage.get("cache_read_input_tokens") or 0)

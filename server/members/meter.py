@@ -42,7 +42,9 @@ class Meter:
         usage, cost = (self.final if final else self.live)(stdout)
         if not final:
             # mid-run, a figure only grows: a lower one (an estimate before the first real report) waits
-            usage = Usage(*(max(now, then) for now, then in zip(_fields(usage), _fields(self.charged))))
+            usage = Usage(
+                *(max(now, then) for now, then in zip(_fields(usage), _fields(self.charged), strict=True))
+            )
         delta = usage - self.charged
         if cost is not None:  # the CLI's own cost for the whole run (Claude Code): what was priced so far
             cost -= _priced(self.charged, self.price)  # went in already

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import codecs
+import contextlib
 import json
 import logging
 import math
@@ -181,10 +182,9 @@ class CliMember:
         send, receive = anyio.create_memory_object_stream[bytes](math.inf)
 
         def heard(chunk: bytes) -> None:  # in the exec's worker thread
-            try:
+            # once the run is over (or the loop is), its final charge reads the whole output
+            with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError, RuntimeError):
                 anyio.from_thread.run_sync(send.send_nowait, chunk)
-            except (anyio.ClosedResourceError, anyio.BrokenResourceError, RuntimeError):
-                pass  # the run is over (or the loop is): its final charge reads the whole output
 
         async def execute() -> None:
             with anyio.CancelScope(shield=True):

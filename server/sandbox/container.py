@@ -45,6 +45,7 @@ Choices:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import secrets
@@ -360,10 +361,8 @@ class Sandbox:
         import docker
 
         self._runners.close()
-        try:
+        with contextlib.suppress(docker.errors.APIError):  # already stopped
             self.container.kill()
-        except docker.errors.APIError:
-            pass  # already stopped
         self.container.start()
 
     async def kill_all(self) -> None:

@@ -37,7 +37,7 @@ import logging
 import os
 import stat
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -112,7 +112,7 @@ class EgressProxy:
         """One client connection; whatever goes wrong with it ends it alone, never the listener."""
         try:
             await self._handle(client)
-        except Exception as exc:  # noqa: BLE001 - one connection's failure must not stop the member's proxy
+        except Exception as exc:  # one connection's failure must not stop the member's proxy
             logger.info("egress %s: a connection failed (%s)", self.label or "-", type(exc).__name__)
 
     async def _handle(self, client: anyio.abc.ByteStream) -> None:
@@ -224,10 +224,8 @@ def _authority(target: str) -> tuple[str, int]:
 async def _reply(client: anyio.abc.ByteStream, status: int, reason: str, message: str) -> None:
     body = (message + "\n").encode()
     head = f"HTTP/1.1 {status} {reason}\r\nContent-Type: text/plain\r\nContent-Length: {len(body)}\r\n"
-    try:
+    with suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
         await client.send(head.encode() + b"Connection: close\r\n\r\n" + body)
-    except (anyio.BrokenResourceError, anyio.ClosedResourceError):
-        pass
 
 
 async def _splice(

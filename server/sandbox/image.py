@@ -19,6 +19,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
@@ -356,10 +357,8 @@ def _image_size(docker: object, tag: str) -> int | None:
 def _remove_tag(docker: object, tag: str) -> None:
     import docker as sdk
 
-    try:
+    with contextlib.suppress(sdk.errors.ImageNotFound):
         docker.images.remove(tag)  # type: ignore[attr-defined]  # untags only when the real tag shares it
-    except sdk.errors.ImageNotFound:
-        pass
 
 
 def _tail(data: bytes | str, limit: int = 4000) -> str:

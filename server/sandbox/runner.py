@@ -26,6 +26,7 @@ commands through it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import struct
 from collections.abc import Callable
@@ -161,10 +162,8 @@ class Runner:
                 raise RunnerGone(f"the runner sent {tag!r}")
 
     def close(self) -> None:
-        try:
+        with contextlib.suppress(OSError):
             self._socket.close()
-        except OSError:
-            pass
 
     def _frame(self) -> tuple[bytes, bytes]:
         head = self._read(5)
@@ -215,10 +214,8 @@ class Runners:
         """Start it before the first command; an engine error leaves that to the first command."""
         import docker
 
-        try:
+        with contextlib.suppress(docker.errors.DockerException):
             self.get(api, container_id, user, restart)
-        except docker.errors.DockerException:
-            pass
 
     def drop(self, runner: Runner) -> None:
         """Forget a runner whose stream ended; the next `get` starts another."""

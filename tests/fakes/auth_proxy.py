@@ -39,7 +39,7 @@ class _Forward(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server: _Proxy
 
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the stdlib's name
+    def log_message(self, format: str, *args: object) -> None:  # the stdlib's name
         pass
 
     def _forward(self) -> None:

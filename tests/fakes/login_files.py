@@ -59,7 +59,7 @@ def codex_claims(account: str, nonce: str, expires_in_s: float = 36_000) -> dict
 
 def codex_auth(token: str, refresh: str, account: str, refreshed_days_ago: float = 0) -> bytes:
     """Codex's ChatGPT login: no API key, the tokens, the account, and when they were last refreshed."""
-    when = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(days=refreshed_days_ago)
+    when = datetime.datetime.now(datetime.UTC) - datetime.timedelta(days=refreshed_days_ago)
     auth = {
         "OPENAI_API_KEY": None,
         "tokens": {

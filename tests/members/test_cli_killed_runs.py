@@ -1,4 +1,3 @@
-# ruff: noqa: F811 - the e2e module's fixtures, imported by name
 """A CLI member's run cut short, and a CLI member that wins and presents: the real Claude Code inside
 its container against the fake Anthropic server, as in test_cli_members_e2e.py.
 

@@ -1,4 +1,3 @@
-# ruff: noqa: F811 - the e2e module's fixtures, imported by name
 """Each CLI's run cut short, in its container, through its egress proxy, against the fakes: Codex
 (OpenAI Responses), Gemini CLI (the Gemini API) and Copilot CLI (its own-key provider, Anthropic-style),
 as test_cli_killed_runs.py does for Claude Code.
@@ -72,7 +71,7 @@ async def _ended(service: JobService, view: JobView) -> JobView:
 def _left(job_id: str, cli: str, marker: str) -> tuple[list[object], list[str]]:
     containers = docker.from_env().containers.list(all=True, filters={"label": f"conclave.job={job_id}"})
     running = [
-        line for line in _host_processes() if marker in line or HEADLESS[cli] in line and "Fix" in line
+        line for line in _host_processes() if marker in line or (HEADLESS[cli] in line and "Fix" in line)
     ]
     return containers, running
 

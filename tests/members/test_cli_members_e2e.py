@@ -216,7 +216,7 @@ agents:
     assert view.state == "cancelled"
     assert client.containers.list(all=True, filters={"label": f"conclave.job={view.job_id}"}) == []
     assert not [
-        line for line in _host_processes() if marker in line or "claude -p" in line and TASK[:20] in line
+        line for line in _host_processes() if marker in line or ("claude -p" in line and TASK[:20] in line)
     ]
 
 

@@ -87,7 +87,7 @@ def test_on_macos_claude_codes_keychain_login_is_explained(
     environ = {"HOME": str(tmp_path)}
     spec = parse_team({"agents": [{"model": "cli/claude-code"}]}, "t").agents[0]
     monkeypatch.setattr("conclave.config.clis.sys.platform", "darwin")
-    with pytest.raises(ConfigError, match="Keychain, which Conclave does not read.*claude setup-token"):
+    with pytest.raises(ConfigError, match=r"Keychain, which Conclave does not read.*claude setup-token"):
         resolve_login(spec, environ)
     assert "CLAUDE_CODE_OAUTH_TOKEN" in (cli_status(spec, environ) or "")
     assert "Keychain" in login_fix(CLIS["claude-code"])

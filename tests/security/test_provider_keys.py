@@ -9,6 +9,7 @@ server accepted a team file from the project folder it was started in.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import anyio
@@ -55,7 +56,7 @@ async def test_a_team_cannot_point_a_providers_own_key_at_its_server(
             await _run(tmp_path, team, {variable: SECRET})
         assert f"api_key_env {variable!r}" in str(refused.value) and SECRET not in str(refused.value)
     # another provider's key, even to the official endpoint of this one
-    with pytest.raises(ConfigError, match="only to https://api.anthropic.com"):
+    with pytest.raises(ConfigError, match=re.escape("only to https://api.anthropic.com")):
         parse_team({"agents": [{"model": "openai/gpt-5", "api_key_env": "ANTHROPIC_API_KEY"}]}, "t.yaml", {})
     assert not fakes.script.requests and not _leaked(fakes)
 

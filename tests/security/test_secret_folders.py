@@ -61,12 +61,14 @@ async def test_over_mcp_the_refusal_names_the_argument(tmp_path: Path, fakes: Fa
     home = a_home(tmp_path, ".ssh")
     team = str(write_team(tmp_path / "team.yaml", fakes, SOLO))
     settings = Settings(home=tmp_path / "state")
-    async with JobService.open(settings, environ=ENV) as service:
-        async with Client(create_app(service, settings)) as client:
-            refused = await client.call_tool(
-                "ask_team",
-                {"task": "t", "team": team, "context_paths": [{"path": str(home)}]},
-                raise_on_error=False,
-            )
+    async with (
+        JobService.open(settings, environ=ENV) as service,
+        Client(create_app(service, settings)) as client,
+    ):
+        refused = await client.call_tool(
+            "ask_team",
+            {"task": "t", "team": team, "context_paths": [{"path": str(home)}]},
+            raise_on_error=False,
+        )
     message = refused.content[0].text  # type: ignore[union-attr]
     assert refused.is_error and "holds credentials" in message and "allow_secrets" in message

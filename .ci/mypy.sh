@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # mypy on the import package as it is installed: server/ is `conclave` and tools/ is `conclave.tools`
 # (pyproject's package-dir), which mypy cannot see through an editable install's import hook, so it
-# reads them through a tree of links. Strict on coordination, jobs, files, backends
-# and config ([tool.mypy] in pyproject).
+# reads them through a tree of links. Strict on the whole package ([tool.mypy] in pyproject).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root="$PWD"
@@ -12,5 +11,4 @@ mkdir "$tree/conclave"
 for entry in "$root"/server/*; do ln -s "$entry" "$tree/conclave/"; done
 ln -s "$root/tools" "$tree/conclave/tools"
 cd "$tree"
-"${MYPY:-$root/.venv/bin/mypy}" --config-file "$root/pyproject.toml" -p conclave.coordination -p conclave.jobs -p conclave.files \
-  -p conclave.backends -p conclave.config
+"${MYPY:-$root/.venv/bin/mypy}" --config-file "$root/pyproject.toml" -p conclave

@@ -7,7 +7,7 @@ anything and in-memory clients may come and go.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from fastmcp import Context
 from fastmcp.server.dependencies import get_access_token
@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from conclave.jobs.service import JobService
 
 DEPS_KEY = "conclave"
+Shown = TypeVar("Shown", JobView, TeamList, WorkspacePage)
 
 
 def service(ctx: Context) -> JobService:
@@ -42,13 +43,16 @@ def caller(ctx: Context) -> str:
     return token.client_id if token is not None and token.client_id else LOCAL
 
 
-def result(view: JobView | TeamList | WorkspacePage) -> Any:
-    """The readable text block plus the structured view.
-
-    Tools keep their view model as the return annotation, so FastMCP derives the output schema from
-    it; what they actually return is this ToolResult, hence `Any`.
-    """
+def tool_result(view: JobView | TeamList | WorkspacePage) -> ToolResult:
+    """The readable text block plus the structured view."""
     content: list[Any] = [TextContent(type="text", text=view.text())]
     if isinstance(view, JobView):
         return ToolResult(content=content + links(view), structured_content=structured(view))
     return ToolResult(content=content, structured_content=view)
+
+
+def result(view: Shown) -> Shown:
+    """`tool_result(view)`, typed as the view. Tools keep their view model as the return annotation, so
+    FastMCP derives the output schema from it; what they return is the ToolResult, which FastMCP sends
+    as it is: the one cast of the tools, here."""
+    return cast(Shown, tool_result(view))

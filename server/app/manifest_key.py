@@ -50,9 +50,9 @@ def source_hash(package: Path = PACKAGE) -> str:
 def installed_versions(conclave_version: str | None = None) -> dict[str, str]:
     """Conclave's and the listed libraries' versions, and the hash of Conclave's sources, as the manifest
     records them."""
-    if conclave_version is None:
-        from conclave import __version__ as conclave_version
-    found = {"conclave": conclave_version, "sources": source_hash()}
+    from conclave import __version__
+
+    found = {"conclave": conclave_version or __version__, "sources": source_hash()}
     for name in LIBRARIES:
         try:
             found[name] = metadata.version(name)

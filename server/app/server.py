@@ -63,8 +63,9 @@ Use it for questions where a second and third opinion pay: design decisions, tri
    ask_team(task, follow_up=job_id) continues a finished one with the same team and its files.
 Jobs run in the background and survive a client disconnect."""
 
-_LOCAL = {"open_world_hint": False, "destructive_hint": False}
-_READ_ONLY = ToolAnnotations(read_only_hint=True, idempotent_hint=True, **_LOCAL)
+_READ_ONLY = ToolAnnotations(
+    read_only_hint=True, idempotent_hint=True, open_world_hint=False, destructive_hint=False
+)
 
 
 @dataclass(frozen=True)
@@ -85,13 +86,19 @@ TOOLS = (
     _Published(get_status, "Get a job's status", _READ_ONLY),
     _Published(read_workspace, "Read a job's answers, transcript, diff and files", _READ_ONLY),
     _Published(
-        cancel_job, "Cancel a job", ToolAnnotations(read_only_hint=False, idempotent_hint=True, **_LOCAL)
+        cancel_job,
+        "Cancel a job",
+        ToolAnnotations(
+            read_only_hint=False, idempotent_hint=True, open_world_hint=False, destructive_hint=False
+        ),
     ),
     _Published(list_teams, "List teams", _READ_ONLY),
     _Published(
         steer_job,
         "Steer a running job",
-        ToolAnnotations(read_only_hint=False, idempotent_hint=False, **_LOCAL),
+        ToolAnnotations(
+            read_only_hint=False, idempotent_hint=False, open_world_hint=False, destructive_hint=False
+        ),
     ),
 )
 

@@ -135,7 +135,8 @@ class Front:
         method, params, key = message["method"], message.get("params"), message["id"]
         if params is not None and not isinstance(params, dict):
             return None
-        if isinstance((params or {}).get("_meta"), dict) and ENVELOPE_KEY in params["_meta"]:
+        meta = (params or {}).get("_meta")
+        if isinstance(meta, dict) and ENVELOPE_KEY in meta:
             self._answering = False  # a 2026-era client: the app serves it from the first message
             return None
         if method == "ping":

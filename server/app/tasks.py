@@ -43,7 +43,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from conclave.errors import ConclaveError
 from conclave.jobs.service import LOCAL, JobService
 from conclave.jobs.views import JobView
-from conclave.tools._deps import result
+from conclave.tools._deps import tool_result
 
 TASKS = "io.modelcontextprotocol/tasks"
 TASKED_TOOLS = frozenset({"ask_team"})
@@ -190,12 +190,13 @@ def _caller() -> str:
 
 def _call_result(view: JobView) -> dict[str, Any]:
     """ask_team's result for the finished job, as a CallToolResult: what get_status returns for it."""
-    made = result(view).to_mcp_result()
-    call = (
-        made
-        if isinstance(made, CallToolResult)
-        else CallToolResult(content=made[0], structured_content=made[1])
-    )
+    made = tool_result(view).to_mcp_result()
+    if isinstance(made, CallToolResult):
+        call = made
+    elif isinstance(made, tuple):  # (content, structured content)
+        call = CallToolResult(content=made[0], structured_content=made[1])
+    else:
+        call = CallToolResult(content=made)
     return call.model_dump(by_alias=True, mode="json", exclude_none=True)
 
 

@@ -141,12 +141,12 @@ def merge_codex_toml(text: str | None, path: Path, table: dict[str, Any]) -> str
                 document.add(tomlkit.nl())  # a blank line before our table
             if "mcp_servers" not in document:
                 document["mcp_servers"] = tomlkit.table(is_super_table=True)
-            document["mcp_servers"][NAME] = _toml_table(merged)  # type: ignore[index]
+            document["mcp_servers"][NAME] = _toml_table(merged)
         else:
-            trailing = _prune(document["mcp_servers"][NAME], merged)  # type: ignore[index]
-            _update(document["mcp_servers"][NAME], merged)  # type: ignore[index]
+            trailing = _prune(document["mcp_servers"][NAME], merged)
+            _update(document["mcp_servers"][NAME], merged)
             for item in trailing:  # the comments that followed a removed sub-table belong to what comes next
-                document["mcp_servers"][NAME].add(item)  # type: ignore[index]
+                document["mcp_servers"][NAME].add(item)
         after = tomlkit.dumps(document)
         ok = tomlkit.parse(after).unwrap() == {**data, "mcp_servers": {**servers, NAME: merged}}
     except (TOMLKitError, ValueError, TypeError):
@@ -223,5 +223,5 @@ def codex_snippet(table: Mapping[str, Any]) -> str:
 
     document = tomlkit.document()
     document["mcp_servers"] = tomlkit.table(is_super_table=True)
-    document["mcp_servers"][NAME] = _toml_table(table)  # type: ignore[index]
+    document["mcp_servers"][NAME] = _toml_table(table)
     return tomlkit.dumps(document)

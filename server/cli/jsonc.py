@@ -10,12 +10,14 @@ What an edit rewrites (the value it sets, comments inside it included) is writte
 from __future__ import annotations
 
 import json
+import json.decoder
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from json.decoder import scanstring
 from typing import Any
 
+# the stdlib's own JSON string scanner (typeshed leaves it out): (decoded text, index after the quote)
+scanstring: Callable[[str, int], tuple[str, int]] = json.decoder.scanstring  # type: ignore[attr-defined]
 _SPACE = re.compile(r"\s*")
 _NUMBER = re.compile(r"-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?")
 _LITERALS = {"true": True, "false": False, "null": None}

@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import os
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -162,7 +162,7 @@ class JobService:
         self,
         task: str,
         team: str | None,
-        context_paths: list[object] | None = None,
+        context_paths: Sequence[object] | None = None,
         apply: ApplyMode = False,
         force_binary: bool = False,
         *,
@@ -180,7 +180,7 @@ class JobService:
         request = JobRequest(
             task,
             team,
-            context_paths,
+            None if context_paths is None else list(context_paths),
             apply,
             force_binary,
             allow_artifacts,

@@ -86,7 +86,7 @@ class ClaudeCode:
     def streamed_usage(self, stdout: str) -> Usage:
         """What the API responses in the stream reported: each `message_start`'s usage, plus its
         `message_delta`'s cumulative output tokens (the last one seen for that response)."""
-        total, output = Usage(), {}
+        total, output = Usage(), dict[object, int]()
         last: dict[object, int] = {}  # the open response of each (sub)agent, by parent tool use
         for event in json_lines(stdout):
             raw = event.get("event") if event.get("type") == "stream_event" else None

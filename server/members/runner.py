@@ -250,7 +250,7 @@ class CliMember:
         return text
 
     # The Backend seam: one reply from the CLI (a presentation) ----------------------------------------
-    async def stream(self, request: Request) -> AsyncIterator[StreamEvent]:  # type: ignore[override]
+    async def stream(self, request: Request) -> AsyncIterator[StreamEvent]:
         prompt = "\n\n".join([request.system, *(message.content for message in request.messages)]).strip()
         output = await self.run(prompt)
         yield TextDelta(output.text)

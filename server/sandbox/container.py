@@ -110,8 +110,10 @@ class Sandbox:
     use_runner = True  # commands go through the in-container runner (runner.py) where it starts
 
     def __init__(self, client: Any | None = None, owner: Owner = PROCESS_OWNER) -> None:
-        self._client, self.owner = client, owner
-        self.container: Any | None = None
+        # docker-py's objects are untyped (Any); each is None until `start` connects or creates it
+        self._client: Any = client
+        self.owner = owner
+        self.container: Any = None
         self._limiter: anyio.CapacityLimiter | None = None  # one command at a time, off the shared pool
         self.uid, self.gid = container_user()
         self._workspace: Path | None = None
@@ -312,8 +314,10 @@ class Sandbox:
                 exit_code, reaped = runner.run(argv, environment, out, err)
             except RunnerGone as gone:  # before the command started: the container stopped meanwhile
                 self._runners.drop(runner)
-                if gone.started or (runner := self._runner_or_none()) is None:  # (which restarts it)
+                again = None if gone.started else self._runner_or_none()  # (which restarts it)
+                if again is None:
                     raise
+                runner = again
                 exit_code, reaped = runner.run(argv, environment, out, err)
         except RunnerGone:  # killed (by the command, the disk watcher, a restart): reap by an exec
             exit_code, reaped = 137, False

@@ -93,7 +93,7 @@ async def sweep(
     as this engine's servers share the host's pid namespace).
     """
     dead = is_owner_dead
-    docker_client = client or await anyio.to_thread.run_sync(connect)
+    docker_client: Any = client or await anyio.to_thread.run_sync(connect)
 
     def listed() -> list[Any]:
         """The labelled containers, each inspected.

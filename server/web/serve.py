@@ -62,7 +62,7 @@ async def running_web(settings: Settings, port: int, token: str | None = None) -
         )
         server = uvicorn.Server(config)
         # Signals are the caller's.
-        server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign]
+        server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign,assignment]
         tg.start_soon(server.serve)
         while not server.started:
             if tg.cancel_scope.cancel_called:

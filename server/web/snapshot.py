@@ -150,7 +150,8 @@ def _words(kind: str, who: str | None, d: dict[str, object]) -> str:
     """An event with no line of its own, in words."""
     match kind:
         case "started":
-            return f"{len(d.get('agents') or [])} agents started"
+            agents = d.get("agents")
+            return f"{len(agents) if isinstance(agents, list) else 0} agents started"
         case "presenting":
             return f"{who} is writing the final answer ({d.get('winner')} won the vote)"
         case "agent_failed" | "turn_failed" | "answer_refused" | "snapshot_failed":

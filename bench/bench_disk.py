@@ -21,7 +21,7 @@ from pathlib import Path
 import anyio
 
 from conclave.config.models import SandboxSpec
-from conclave.files.budget import MB
+from conclave.files.disk_budget import MB
 from conclave.sandbox.container import Sandbox
 from conclave.sandbox.disk_watch import measure
 from conclave.sandbox.engine import connect, engine_status

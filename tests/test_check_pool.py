@@ -33,7 +33,7 @@ def pooled() -> list[Any]:
 
 
 def started(container: Any) -> bool:
-    """Running, with its command runner up: the last step of `Sandbox.start` (sandbox/runner.py)."""
+    """Running, with its command runner up: the last step of `Sandbox.start` (sandbox/command_runner.py)."""
     if container.status != "running":
         return False
     return any("python3 -I" in " ".join(row) for row in container.top().get("Processes") or [])

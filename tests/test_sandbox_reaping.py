@@ -1,4 +1,4 @@
-"""Where a container has no command runner (sandbox/runner.py: an image without python3), the reaping
+"""Where a container has no command runner (sandbox/command_runner.py: an image without python3), the reaping
 exec after a command is skipped only when the host sees nothing left in the container
 (server/sandbox/leftovers.py), against the real Docker engine: what a command leaves is still reaped."""
 

@@ -24,7 +24,7 @@ from conclave.config.models import AgentSpec, SandboxSpec
 from conclave.coordination.prompts import FilesPicture
 from conclave.errors import ConclaveError, ConfigError, HostStepFailed, SandboxError
 from conclave.files.agent_tools import AgentTools
-from conclave.files.budget import DiskBudget
+from conclave.files.disk_budget import DiskBudget
 from conclave.files.workspaces import Workspaces
 from conclave.sandbox.allowlist import CLIS, Allowlist, CliName, allowlist_for
 from conclave.sandbox.container import Sandbox, container_user

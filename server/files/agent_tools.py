@@ -25,7 +25,7 @@ import regex
 from conclave.backends.base import ToolSpec
 from conclave.errors import ConclaveError, InputError
 from conclave.files import safe
-from conclave.files.budget import AgentDisk, OverBudget
+from conclave.files.disk_budget import AgentDisk, OverBudget
 from conclave.files.tool_args import (
     DEFAULT_COMMAND_TIMEOUT_S,
     MAX_COMMAND_TIMEOUT_S,

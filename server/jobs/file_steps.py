@@ -14,8 +14,8 @@ from conclave.coordination.check_pool import CheckPool
 from conclave.coordination.job_files import JobFiles
 from conclave.coordination.verification import Verifier
 from conclave.errors import ApplyError, PathOutsideRoot, SandboxUnavailable
-from conclave.files.budget import MB
 from conclave.files.contexts import ContextPath, named
+from conclave.files.disk_budget import MB
 from conclave.files.removal import remove_tree
 from conclave.files.review import Consent
 from conclave.files.roots import identify

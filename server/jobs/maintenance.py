@@ -17,7 +17,7 @@ import anyio
 import anyio.to_thread
 
 from conclave.errors import ConclaveError
-from conclave.files.budget import MB
+from conclave.files.disk_budget import MB
 from conclave.jobs.async_store import AsyncStore
 from conclave.jobs.gc import GcReport, prune
 from conclave.jobs.owners import process_alive

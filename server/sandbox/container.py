@@ -60,12 +60,12 @@ import anyio.to_thread
 from conclave.config.models import SandboxSpec
 from conclave.errors import SandboxError, SandboxUnavailable
 from conclave.files.settling import Settled, settle
+from conclave.sandbox.command_runner import Runner, RunnerGone, Runners
 from conclave.sandbox.disk_watch import Watched, Watcher, kill_user_processes
 from conclave.sandbox.engine import FIX, PROCESS_OWNER, Owner, connect, missing_image, remove_container
 from conclave.sandbox.image import image_tag
 from conclave.sandbox.leftovers import cgroup_of, nothing_left, reap
 from conclave.sandbox.output import CommandResult, _Capped, described
-from conclave.sandbox.runner import Runner, RunnerGone, Runners
 
 __all__ = ["Sandbox", "container_user"]
 

@@ -1,5 +1,6 @@
 """The real Docker API client, keeping the command of every exec it is asked to create (the sandbox
-tests count the execs a command costs: tests/test_sandbox_runner.py, tests/test_sandbox_reaping.py)."""
+tests count the execs a command costs:
+tests/test_sandbox_command_runner.py, tests/test_sandbox_reaping.py)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Agents' background processes do not outlive their command: not a `&` child, not a `setsid` escapee, not
 a fork loop; and the container's keeper survives the cleanup (no restart needed). Both ways commands
-run: through the container's runner (sandbox/runner.py), and one exec each (an image without it)."""
+run: through the container's runner (sandbox/command_runner.py), and one exec each (an image without it)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from pathlib import Path
 import anyio
 import pytest
 
+from conclave.sandbox.command_runner import RUNNER
 from conclave.sandbox.container import Sandbox
 from conclave.sandbox.engine import Owner, connect
-from conclave.sandbox.runner import RUNNER
 from tests.security.conftest import SPEC
 
 pytestmark = pytest.mark.anyio
@@ -38,7 +38,7 @@ async def box(request: pytest.FixtureRequest, docker_image: str, workspace: Path
 
 async def survivors(box: Sandbox) -> list[str]:
     """Command lines of the processes running as the command user, other than the lister itself and the
-    container's command runner (sandbox/runner.py), which is meant to stay."""
+    container's command runner (sandbox/command_runner.py), which is meant to stay."""
     listing = await box.exec(
         'for d in /proc/[0-9]*; do [ -O "$d" ] && [ "${d#/proc/}" != "$$" ] && '
         'tr "\\0\\n" "  " < "$d/cmdline" && echo; done',

@@ -11,7 +11,7 @@ import pytest
 
 from conclave.errors import QueueFull
 from conclave.files.agent_tools import AgentTools
-from conclave.files.budget import MB, DiskBudget
+from conclave.files.disk_budget import MB, DiskBudget
 from conclave.jobs.gc import prune
 from conclave.jobs.service import JobService
 from conclave.jobs.store import Store

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from conclave.files.agent_tools import AgentTools
-from conclave.files.budget import MB, DiskBudget
+from conclave.files.disk_budget import MB, DiskBudget
 from conclave.sandbox.container import Sandbox
 from conclave.sandbox.disk_watch import measure
 

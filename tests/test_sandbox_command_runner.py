@@ -1,4 +1,4 @@
-"""The container's command runner (server/sandbox/runner.py), against the real Docker engine: commands
+"""The container's command runner (server/sandbox/command_runner.py), against the real Docker engine: commands
 cost no engine exec each, a timed-out command's whole process tree is killed, a command can neither
 read nor write the runner's streams, and a command that kills the runner gets a new one next time."""
 

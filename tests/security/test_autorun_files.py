@@ -21,8 +21,10 @@ from conclave.files.autorun import classify
 from conclave.files.contexts import ContextPath
 from conclave.files.review import Consent
 from conclave.files.workspaces import Workspaces
+from conclave.jobs.lookup import JobLookup
 from conclave.jobs.service import JobService
 from conclave.settings import Settings
+from conclave.web.snapshot import JobPage, job_page
 from tests.fakes.script import RecordedRequest, Reply
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import KEY_ENV, decide, is_presentation, vote_labels, write_team
@@ -161,7 +163,7 @@ def test_the_rules_hold_in_every_letter_case_and_only_where_code_can_run() -> No
     assert classify("pyproject.toml", toml, toml + backend) is not None
 
 
-# The whole path: a job over MCP, the result's structured content and text, and `conclave show`.
+# The whole path: a job over MCP, the result's structured content and text, `conclave show`, the web page.
 WRITES = ((".envrc", f"{SHELL}\n"), (".vscode/tasks.json", ATTACKS["vscode_folder_open_task"][2]))
 
 
@@ -205,6 +207,11 @@ async def _ask(tmp_path: Path, fakes: FakeProviders, project: Path, **consent: b
     return data["job_id"], data, result.content[0].text  # type: ignore[union-attr]
 
 
+async def _page(home: Path, job_id: str) -> JobPage:
+    async with JobLookup.open(Settings(home=home)) as jobs:
+        return job_page(await jobs.page(job_id), None)
+
+
 def _project(tmp_path: Path) -> Path:
     project = tmp_path / "proj"
     project.mkdir()
@@ -238,6 +245,11 @@ def test_the_held_files_reach_the_mcp_result_and_conclave_show(
     shown = capsys.readouterr().out
     assert "held back, not applied: proj/.envrc: direnv runs it as shell code" in shown
     assert "held back, not applied: proj/.vscode/tasks.json: VS Code runs its tasks" in shown
+    notes = anyio.run(_page, tmp_path / "state", job_id).file_notes  # the web page's list (app.js shows it)
+    assert [note.split(": ")[0:2] for note in notes] == [
+        ["held back, not applied", "proj/.envrc"],
+        ["held back, not applied", "proj/.vscode/tasks.json"],
+    ]
 
 
 def test_allow_autorun_over_mcp_applies_them_and_still_names_them(

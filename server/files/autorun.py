@@ -29,7 +29,15 @@ from pydantic import BaseModel, ConfigDict
 from conclave.files.folding import folded_parts
 
 AutorunKind = Literal[
-    "editor", "direnv", "agent_settings", "agent_instructions", "mcp", "install_script", "ci", "git_hooks"
+    "editor",
+    "direnv",
+    "agent_settings",
+    "agent_instructions",
+    "mcp",
+    "install_script",
+    "interpreter_startup",
+    "ci",
+    "git_hooks",
 ]
 # npm (and yarn, pnpm) run these on their own during `npm install` of the project or of a git dependency.
 NPM_LIFECYCLE = frozenset(
@@ -119,6 +127,8 @@ _INSTRUCTIONS = "instructions your coding agent loads on its own at the start of
 _MCP = "registers MCP servers: commands your coding agent starts on its own when it opens the folder"
 _CI = "a CI pipeline: it runs on the CI service, with the repository's secrets, when pushed"
 _HOOKS = "git hooks: they run on your next commit or push"
+_MISE = "mise runs its enter hooks and env scripts when you enter the folder"
+_JETBRAINS = "JetBrains run configurations: commands your IDE runs"
 
 RULES: tuple[AutorunRule, ...] = (
     # editors
@@ -146,11 +156,9 @@ RULES: tuple[AutorunRule, ...] = (
         "a dev container: VS Code and Codespaces run its initializeCommand (on your machine) and "
         "postCreateCommand when the folder opens in it",
     ),
-    AutorunRule(
-        ".idea/runconfigurations/**", "editor", "JetBrains run configurations: commands your IDE runs"
-    ),
+    AutorunRule(".idea/runconfigurations/**", "editor", _JETBRAINS),
     AutorunRule(".idea/workspace.xml", "editor", "JetBrains workspace: run configurations and startup tasks"),
-    AutorunRule(".run/**", "editor", "JetBrains run configurations: commands your IDE runs"),
+    AutorunRule(".run/**", "editor", _JETBRAINS),
     # direnv and environment files
     AutorunRule(".envrc", "direnv", "direnv runs it as shell code when you enter the folder"),
     AutorunRule(
@@ -159,6 +167,9 @@ RULES: tuple[AutorunRule, ...] = (
         "environment variables that direnv (load_dotenv), VS Code's Python extension and dotenv loaders set "
         "for you: NODE_OPTIONS, PYTHONSTARTUP or LD_PRELOAD there run code",
     ),
+    AutorunRule("mise.toml", "direnv", _MISE),
+    AutorunRule(".mise.toml", "direnv", _MISE),
+    AutorunRule("mise.local.toml", "direnv", _MISE),
     # coding agents: settings, hooks, MCP registrations, standing instructions
     AutorunRule(".claude/**", "agent_settings", _CLAUDE),
     AutorunRule(".mcp.json", "mcp", f"Claude Code, Copilot CLI and others: {_MCP}"),
@@ -221,6 +232,16 @@ RULES: tuple[AutorunRule, ...] = (
         "install_script",
         "its [build-system] names the backend pip runs on `pip install .` (backend-path: from the project)",
         build_system_changed,
+    ),
+    # Python's own start-up: a venv's site-packages is part of a project folder when it is not ignored
+    AutorunRule(
+        "site-packages/*.pth", "interpreter_startup", "Python runs its `import` lines at every start"
+    ),
+    AutorunRule(
+        "sitecustomize.py", "interpreter_startup", "Python imports it at every start when on its path"
+    ),
+    AutorunRule(
+        "usercustomize.py", "interpreter_startup", "Python imports it at every start when on its path"
     ),
     # CI
     AutorunRule(".github/workflows/**", "ci", _CI),

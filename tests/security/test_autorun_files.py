@@ -149,9 +149,18 @@ def test_the_rules_hold_in_every_letter_case_and_only_where_code_can_run() -> No
         ".husky/pre-commit",
         "setup.py",
         "app.code-workspace",
+        ".venv/lib/python3.12/site-packages/x.PTH",
+        "mise.toml",
     ):
         assert classify(rel, None, b"x") is not None, rel
-    for rel in ("src/envrc.py", "docs/ci.md", "vscode/tasks.json", "claude.txt", ".github/README.md"):
+    for rel in (
+        "src/envrc.py",
+        "docs/ci.md",
+        "vscode/tasks.json",
+        "claude.txt",
+        ".github/README.md",
+        "m.pth",
+    ):
         assert classify(rel, None, b"x") is None, rel
     old = _json({"name": "a", "version": "1", "scripts": {"test": "jest", "postinstall": "node x"}}).encode()
     bumped = old.replace(b'"version": "1"', b'"version": "2"')

@@ -291,3 +291,15 @@ def test_the_job_page_lists_them_in_a_browser(tmp_path: Path, fakes: FakeProvide
         process.communicate(timeout=20)
     assert "held back, not applied: proj/.envrc: direnv runs it as shell code" in notes
     assert "held back, not applied: proj/.vscode/tasks.json: VS Code runs its tasks" in notes
+
+
+def test_conclave_ask_allow_autorun_applies_them(
+    isolated: Path, fakes: FakeProviders, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    project = _project(isolated)
+    fakes.script.set_default("ann", agent)
+    team = write_team(isolated / "team.yaml", fakes, (("openai", "ann"),), coordination={"final": "reuse"})
+    monkeypatch.setenv(KEY_ENV, "test-key-0123456789")
+    argv = ["ask", "fix x", "--team", str(team), "--json", "--context", f"{project}:write", "--apply"]
+    assert main([*argv, "--allow-autorun"]) == 0, capsys.readouterr().err
+    assert (project / ".envrc").read_text() == f"{SHELL}\n" and (project / "mod.py").read_text() == "x = 2\n"

@@ -19,7 +19,8 @@ from conclave.app.server import create_app
 from conclave.cli.main import main
 from conclave.files.autorun import classify
 from conclave.files.contexts import ContextPath
-from conclave.files.review import Consent
+from conclave.files.diff import Patch, file_diff
+from conclave.files.review import Consent, hold_back
 from conclave.files.workspaces import Workspaces
 from conclave.jobs.lookup import JobLookup
 from conclave.jobs.service import JobService
@@ -303,3 +304,18 @@ def test_conclave_ask_allow_autorun_applies_them(
     argv = ["ask", "fix x", "--team", str(team), "--json", "--context", f"{project}:write", "--apply"]
     assert main([*argv, "--allow-autorun"]) == 0, capsys.readouterr().err
     assert (project / ".envrc").read_text() == f"{SHELL}\n" and (project / "mod.py").read_text() == "x = 2\n"
+
+
+def test_a_deletion_or_a_mode_change_of_one_is_held_back_too() -> None:
+    """Deleting `.claude/settings.json` can drop its deny rules; `chmod +x .husky/pre-commit` arms a hook
+    the patch shows only as `old mode`/`new mode`."""
+    _, deleted = file_diff(
+        ".claude/settings.json", b'{"permissions": {"deny": ["Bash(*)"]}}\n', None, "100644", None
+    )
+    _, armed = file_diff(".husky/pre-commit", b"npm test\n", b"npm test\n", "100644", "100755")
+    held = hold_back(Patch(files=[deleted, armed]), Consent())
+    assert [(entry.path, entry.reason) for entry in held] == [
+        (".claude/settings.json", "autorun"),
+        (".husky/pre-commit", "autorun"),
+    ]
+    assert hold_back(Patch(files=[deleted, armed]), Consent(allow_autorun=True)) == []

@@ -101,6 +101,7 @@ async def test_context_paths_give_a_diff_files_and_links(client: tuple[Client, s
             "added_lines": 1,
             "removed_lines": 0,
             "became_binary": False,
+            "autorun": None,  # runs nothing on its own (files/autorun.py)
         }
     ]
     assert diff_uri in links and "+Run it." in patch and "docs/USAGE.md" in patch

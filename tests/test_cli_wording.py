@@ -119,6 +119,8 @@ def test_a_bad_flag_shows_that_commands_usage(capsys: pytest.CaptureFixture[str]
     [
         (["show", "cj-000000000000", "--source", "B1"], "--file"),
         (["ask", "t", "--force-binary"], "--apply"),
+        (["ask", "t", "--allow-artifacts"], "--apply"),
+        (["ask", "t", "--allow-autorun"], "--apply"),
         (["ask", "t", "--allow-secret-folders"], "--context"),
         (["serve", "--port", "9000"], "--http"),
         (["serve", "--http", "--no-front"], "--no-front"),

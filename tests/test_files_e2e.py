@@ -128,6 +128,7 @@ async def test_team_edits_files_and_the_diff_is_exact(
             "added_lines": 1,
             "removed_lines": 1,
             "became_binary": False,
+            "autorun": None,
         }
     ]
     # bob read ann's snapshot through /peers in its container, as uid 1000

@@ -64,6 +64,15 @@ async def ask_team(
             "*.dll, ...), which apply holds back otherwise. VCS metadata (.git) is never applied."
         ),
     ] = False,
+    allow_autorun: Annotated[
+        bool,
+        Field(
+            description="With apply: also apply files that run code or widen a coding agent's permissions "
+            "on their own (.vscode/tasks.json, .envrc, .claude/ settings and hooks, .mcp.json, "
+            "package.json install scripts, CI workflows, git hooks, ...), which apply holds back "
+            "otherwise (listed in the result with why). Pass it only after the user has read them."
+        ),
+    ] = False,
     verify: Annotated[
         str | None,
         Field(
@@ -121,6 +130,7 @@ async def ask_team(
         apply,
         force_binary,
         allow_artifacts=allow_artifacts,
+        allow_autorun=allow_autorun,
         verify=verify,
         max_cost_usd=max_cost_usd,
         max_tokens=max_tokens,

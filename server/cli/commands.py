@@ -53,6 +53,7 @@ async def _ask(args: argparse.Namespace, console: Console) -> int:
             args.apply,
             args.force_binary,
             allow_artifacts=args.allow_artifacts,
+            allow_autorun=args.allow_autorun,
             verify=args.verify,
             max_cost_usd=args.max_cost,
             max_tokens=args.max_tokens,

@@ -97,6 +97,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --apply, also apply compiled or loadable artefacts (__pycache__/, *.pyc, *.so, ...)",
     )
     ask.add_argument(
+        "--allow-autorun",
+        action="store_true",
+        help="with --apply, also apply files that run code or widen an agent's permissions on their own "
+        "(.vscode/tasks.json, .envrc, .claude/, .mcp.json, package.json install scripts, CI workflows, ...)",
+    )
+    ask.add_argument(
         "--verify",
         metavar="CMD",
         help="check each answer's files with CMD (e.g. 'pytest -q') in a fresh sandbox; needs --context",
@@ -204,8 +210,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _check_ask(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    if args.force_binary and not args.apply:
-        parser.error("--force-binary changes what --apply writes: give --apply (or --force-apply) with it")
+    for flag in ("force_binary", "allow_artifacts", "allow_autorun"):
+        if getattr(args, flag) and not args.apply:
+            option = "--" + flag.replace("_", "-")
+            parser.error(f"{option} changes what --apply writes: give --apply (or --force-apply) with it")
     if args.allow_secret_folders and not args.context:
         parser.error("--allow-secret-folders is about --context folders: give --context PATH with it")
 

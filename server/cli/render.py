@@ -112,9 +112,8 @@ def closing(view: JobView, width: int) -> list[Text]:
         lines.append(wrapped(f"why: {result.reason}", width))
     for letter, error in (result.errors if result is not None else {}).items():
         lines.append(wrapped(f"{letter} failed: {error}", width))
-    for context in view.diff_summary.contexts if view.diff_summary else []:
-        for held in context.held_back:
-            lines.append(wrapped(f"held back, not applied: {context.name}/{held.path}: {held.fix}", width))
+    for note in view.diff_summary.file_notes() if view.diff_summary else []:
+        lines.append(wrapped(note, width))
     cost = f", ${view.usage.cost_usd:.4f}" if view.usage.cost_usd is not None else ""
     lines.append(
         Text(f"usage: {view.usage.input_tokens:,} tokens in, {view.usage.output_tokens:,} out{cost}")

@@ -12,7 +12,8 @@ is kept as a backup sibling until all writes succeed. A failure midway undoes ev
 raises `ApplyFailed` (`test_apply_failure_midway_rolls_back`).
 
 Only what the reviewed patch shows is written (review.py): binary changes without `force_binary`,
-compiled artefacts without `allow_artifacts`, VCS metadata, and anything the patch does not list are held
+compiled artefacts without `allow_artifacts`, files that run code or widen an agent's permissions on their
+own without `allow_autorun` (autorun.py), VCS metadata, and anything the patch does not list are held
 back, never written, and returned in `Changes.held` with why. A file's mode is what the patch shows: a
 modified file keeps the caller's own mode bits, with only the executable bit changed where the patch
 says `old mode`/`new mode`; an added file is 0644 or 0755, as git writes it

@@ -9,7 +9,9 @@ entries unless the repository holds those blobs, so applying them goes through `
 A text file that became binary is a way to hide a change from a reviewer, so it is flagged
 (`became_binary`) and its new content follows the `Binary files` line as an escaped excerpt from the first
 changed byte, on `#` lines that `git apply` skips (tests/security/test_binary_diff.py).
-Renames show as a deletion plus an addition. Symlinks in either tree are not part of the diff.
+A file that can run code or widen an agent's permissions on its own is marked (`autorun`, autorun.py),
+so the summary names it whether or not apply runs. Renames show as a deletion plus an addition. Symlinks
+in either tree are not part of the diff.
 
 Which files count (git's rule): every file of the base, plus the final's files its own .gitignore files
 do not ignore.
@@ -26,6 +28,7 @@ from typing import Literal
 
 from pydantic import BaseModel, computed_field
 
+from conclave.files.autorun import Autorun, classify
 from conclave.files.trees import IgnoreRules, Listing, list_tree, read_bytes
 
 BINARY_SNIFF = 8000
@@ -43,6 +46,7 @@ class FileChange(BaseModel):
     added_lines: int = 0
     removed_lines: int = 0
     became_binary: bool = False  # was text at job start: its change cannot be reviewed as text
+    autorun: Autorun | None = None  # it can run code or widen an agent's permissions on its own (autorun.py)
 
 
 class Patch(BaseModel):
@@ -101,6 +105,7 @@ def file_diff(
     change: Literal["added", "modified", "deleted"] = (
         "added" if a is None else "deleted" if b is None else "modified"
     )
+    autorun = classify(rel, a, b)
     qa, qb = quote_path("a/", rel), quote_path("b/", rel)
     out = [f"diff --git {qa} {qb}\n"]
     if change == "added":
@@ -110,7 +115,7 @@ def file_diff(
     elif a_mode != b_mode:
         out += [f"old mode {a_mode}\n", f"new mode {b_mode}\n"]
     if a == b:  # a mode change only
-        return "".join(out), FileChange(path=rel, status="modified", change=change)
+        return "".join(out), FileChange(path=rel, status="modified", change=change, autorun=autorun)
     a_text, b_text = _text(a), _text(b)
     binary = a_text is None or b_text is None
     width = 40 if binary else 7
@@ -124,12 +129,14 @@ def file_diff(
         became = change == "modified" and a_text is not None
         if became:
             out += hidden_change(a or b"", b or b"")
-        return "".join(out), FileChange(path=rel, status="binary", change=change, became_binary=became)
+        return "".join(out), FileChange(
+            path=rel, status="binary", change=change, became_binary=became, autorun=autorun
+        )
     hunks, added, removed = _hunks(a_text or "", b_text or "")
     if hunks:
         out += [f"--- {src}\n", f"+++ {dst}\n", *hunks]
     return "".join(out), FileChange(
-        path=rel, status=change, change=change, added_lines=added, removed_lines=removed
+        path=rel, status=change, change=change, added_lines=added, removed_lines=removed, autorun=autorun
     )
 
 

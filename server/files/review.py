@@ -10,22 +10,27 @@ allow it) when:
   Needs `allow_artifacts`;
 - it is VCS metadata (`.git`, `.hg`, `.svn`, ... in any letter case, with the spellings case-insensitive
   and Windows/HFS+ filesystems fold onto them, as git's own `verify_dotfile` rule does): never applied;
+- it can run code or widen a coding agent's permissions on its own (editor tasks, direnv, agent settings
+  and hooks, MCP registrations, install scripts, CI workflows, git hooks: the table in autorun.py), added,
+  modified or deleted (deleting an agent's settings can drop its deny rules): needs `allow_autorun`;
 - it is not in the patch at all (defence in depth: apply's plan and the patch are built apart).
-A deletion shows in the patch whatever the content, so it needs no consent (VCS metadata excepted).
+A deletion shows in the patch whatever the content, so it needs no consent (VCS metadata and the autorun
+files excepted).
 tests/security/test_apply_review.py covers each rule; docs/apply-and-verify.md tells users.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from pathlib import PurePosixPath
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from conclave.files.autorun import classify
 from conclave.files.diff import Patch
+from conclave.files.folding import folded_parts
 
-HoldReason = Literal["binary", "became_binary", "artifact", "vcs_metadata", "not_in_patch"]
+HoldReason = Literal["binary", "became_binary", "artifact", "vcs_metadata", "autorun", "not_in_patch"]
 VCS_NAMES = frozenset({".git", ".hg", ".svn", ".bzr", "_darcs"})
 ARTIFACT_DIRS = frozenset({"__pycache__"})
 ARTIFACT_SUFFIXES = (
@@ -46,10 +51,6 @@ ARTIFACT_SUFFIXES = (
     ".wasm",
     ".bundle",
 )
-# Code points HFS+ ignores in names (git's is_hfs_dotgit): `.g\u200cit` is `.git` there.
-_IGNORABLE = dict.fromkeys(
-    [0x200C, 0x200D, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x206A, 0x2070), 0xFEFF]
-)
 FIXES: dict[HoldReason, str] = {
     "binary": "binary: the patch cannot show it; review it in the job's files, then pass force_binary=true "
     "(CLI: --force-binary) to apply it",
@@ -58,6 +59,7 @@ FIXES: dict[HoldReason, str] = {
     "artifact": "a compiled or loadable artefact (it can run on your next import or load); pass "
     "allow_artifacts=true (CLI: --allow-artifacts) to apply it",
     "vcs_metadata": "version-control metadata (.git, .hg, .svn in any letter case) is never applied",
+    "autorun": "review it in the patch, then pass allow_autorun=true (CLI: --allow-autorun) to apply it",
     "not_in_patch": "not in the reviewed patch, so never applied",
 }
 
@@ -69,6 +71,7 @@ class Consent(BaseModel):
 
     force_binary: bool = False
     allow_artifacts: bool = False
+    allow_autorun: bool = False
 
 
 class HeldBack(BaseModel):
@@ -78,21 +81,15 @@ class HeldBack(BaseModel):
 
     path: str
     reason: HoldReason
-    fix: str
-
-
-def _folded(name: str) -> str:
-    """A name as case-insensitive, HFS+ and NTFS filesystems compare it (trailing dots and spaces dropped)."""
-    name = name.translate(_IGNORABLE).casefold().rstrip(" .")
-    return ".git" if name == "git~1" else name  # NTFS's 8.3 short name of .git
+    fix: str  # why, and what would allow it
 
 
 def is_vcs_metadata(rel: str) -> bool:
-    return any(_folded(part) in VCS_NAMES for part in PurePosixPath(rel).parts)
+    return any(part in VCS_NAMES for part in folded_parts(rel))
 
 
 def is_artifact(rel: str) -> bool:
-    parts = [_folded(part) for part in PurePosixPath(rel).parts]
+    parts = folded_parts(rel)
     if any(part in ARTIFACT_DIRS for part in parts[:-1]):
         return True
     name = parts[-1] if parts else ""
@@ -101,19 +98,24 @@ def is_artifact(rel: str) -> bool:
 
 def hold_back(patch: Patch, consent: Consent, planned: Iterable[str] = ()) -> list[HeldBack]:
     """The changes of `patch` (and of `planned`, apply's own list) that apply must not write."""
-    held: dict[str, HoldReason] = {}
+    held: dict[str, HeldBack] = {}
     for change in patch.files:
         reason: HoldReason | None = None
+        # the patch marks it from both sides' content; its path alone is checked again in case it did not
+        autorun = change.autorun or classify(change.path, None, None)
         if is_vcs_metadata(change.path):
             reason = "vcs_metadata"
+        elif autorun is not None and not consent.allow_autorun:
+            reason = "autorun"
         elif change.change != "deleted" and is_artifact(change.path) and not consent.allow_artifacts:
             reason = "artifact"
         elif change.status == "binary" and change.change != "deleted" and not consent.force_binary:
             reason = "became_binary" if change.became_binary else "binary"
         if reason is not None:
-            held[change.path] = reason
+            why = f"{autorun.why}; " if reason == "autorun" and autorun is not None else ""
+            held[change.path] = HeldBack(path=change.path, reason=reason, fix=why + FIXES[reason])
     shown = {change.path for change in patch.files}
     for rel in planned:
         if rel not in shown:
-            held.setdefault(rel, "not_in_patch")
-    return [HeldBack(path=path, reason=reason, fix=FIXES[reason]) for path, reason in sorted(held.items())]
+            held.setdefault(rel, HeldBack(path=rel, reason="not_in_patch", fix=FIXES["not_in_patch"]))
+    return [held[path] for path in sorted(held)]

@@ -334,8 +334,8 @@ class Workspaces:
 
     async def apply(self, name: str, *, consent: Consent = Consent(), patch: Patch | None = None) -> Changes:
         """Apply final/<name> to that context path's folder (permission write only), as its patch shows
-        it: binary changes, artefacts and VCS metadata are held back unless `consent` allows them
-        (review.py), and listed in `Changes.held`."""
+        it: binary changes, artefacts, autorun files and VCS metadata are held back unless `consent`
+        allows them (review.py), and listed in `Changes.held`."""
         context = self.manifest().get(name)
         patch = patch or await diff(self.base / name, self.final / name)
         return await apply(

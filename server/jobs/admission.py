@@ -45,6 +45,7 @@ class JobRequest:
     apply: ApplyMode = False
     force_binary: bool = False
     allow_artifacts: bool = False
+    allow_autorun: bool = False
     verify: str | None = None
     max_cost_usd: float | None = None
     max_tokens: int | None = None
@@ -115,7 +116,9 @@ class Admission:
             has_context=bool(sources),
         )
         consent = Consent(
-            force_binary=request.force_binary is True, allow_artifacts=request.allow_artifacts is True
+            force_binary=request.force_binary is True,
+            allow_artifacts=request.allow_artifacts is True,
+            allow_autorun=request.allow_autorun is True,
         )
         options = await admit(sources, resolved, apply, consent) if sources else JobOptions()
         options.estimate = estimate(resolved, await self.store.team_usage(resolved.name))

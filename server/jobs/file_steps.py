@@ -105,7 +105,11 @@ async def collect(files: JobFiles, options: JobOptions, consensus: bool) -> File
                 changes.apply_error = NO_CONSENSUS
                 contexts.append(changes)
                 continue
-            consent = Consent(force_binary=options.force_binary, allow_artifacts=options.allow_artifacts)
+            consent = Consent(
+                force_binary=options.force_binary,
+                allow_artifacts=options.allow_artifacts,
+                allow_autorun=options.allow_autorun,
+            )
             try:
                 done = await workspaces.apply(name, consent=consent, patch=patch)
                 changes.held_back = done.held

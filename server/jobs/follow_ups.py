@@ -8,7 +8,8 @@
     the files                          each workspace starts from the earlier answer (files/carry.py); the
                                        diff is against the caller's folder as it is now
     the history                        every earlier round's task, answer and verdict, before the task
-    not apply or force_binary          writing the caller's files is a consent given per job
+    not apply or its consents          writing the caller's files is a consent given per job (force_binary,
+                                       allow_artifacts, allow_autorun too)
 
 A job that did not finish (failed, cancelled, interrupted) carries its last best answer: the winner if
 one was chosen, else the answer leading when it stopped, else the latest posted (tests/test_follow_ups.py).

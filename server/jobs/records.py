@@ -35,6 +35,7 @@ class JobOptions(_Record):
     commands: bool = False  # agents get run_command in a sandbox
     force_binary: bool = False  # apply binary changes too (the patch cannot show them as text)
     allow_artifacts: bool = False  # apply compiled or loadable artefacts too (__pycache__/, *.pyc, *.so, ...)
+    allow_autorun: bool = False  # apply files that run code or widen an agent's permissions too (autorun.py)
     estimate: Estimate | None = None  # made at submit, shown while the job runs
 
 
@@ -80,3 +81,20 @@ class FilesResult(_Record):
     read: str | None = Field(
         default=None, description="how to read the whole patch (the view says it, never stored)"
     )
+
+    def file_notes(self) -> list[str]:
+        """What a person must see about the files, one line each: every change apply held back (why, and
+        what would allow it), then every file that runs code or widens an agent's permissions on its own
+        and was not held back (applied with consent, or left for the caller to apply)."""
+        held = [
+            f"held back, not applied: {context.name}/{entry.path}: {entry.fix}"
+            for context in self.contexts
+            for entry in context.held_back
+        ]
+        autorun = [
+            f"runs code on its own, read it before use: {context.name}/{change.path}: {change.autorun.why}"
+            for context in self.contexts
+            for change in context.files
+            if change.autorun is not None and change.path not in {entry.path for entry in context.held_back}
+        ]
+        return held + autorun

@@ -157,6 +157,8 @@ class JobView(_View):
             f"Usage: {usage.input_tokens} in ({usage.cached_input_tokens} cached), {usage.output_tokens} "
             f"out{cost}"
         )
+        if self.diff_summary is not None and (notes := self.diff_summary.file_notes()):
+            lines += ["", "Files:", *(f"  {note}" for note in notes)]
         if self.answer is not None:
             lines += ["", "Final answer:", self.answer]
         hint = self.next if surface == "mcp" else next_hint(self.state, self.job_id, self.team, "cli")

@@ -57,6 +57,7 @@ class JobPage(_Page):
     timeline: list[Moment]
     diff: str | None = None
     diff_cut: bool = False
+    file_notes: list[str] = []  # held-back changes and files that run code on their own, with why
     seq: int = 0  # events the page reflects
 
 
@@ -90,6 +91,7 @@ def job_page(parts: PageParts, web_url: str | None) -> JobPage:
         timeline=timeline(parts.events),
         diff=parts.patch,
         diff_cut=parts.cut,
+        file_notes=view.diff_summary.file_notes() if view.diff_summary is not None else [],
         seq=len(parts.events),
     )
 

@@ -196,6 +196,8 @@ function renderJob(page) {
   setText("diff-note", page.diff_cut ? "The patch is cut here; read_workspace(path='@diff') pages through all of it." :
     page.diff === "" ? "The winner changed no files." : "");
   fill("diff", page.diff ? diffLines(page.diff) : []);
+  // held-back changes and files that run code on their own (.envrc, .vscode/tasks.json, ...), with why
+  fill("file-notes", (page.file_notes || []).map((note) => el("li", { cls: "file-note", text: note })));
   fill("timeline", timeline(page.timeline));
   if (!document.body.dataset.seq) performance.mark("conclave:first-render");  // bench/bench_web.py reads it
   document.body.dataset.state = view.state;

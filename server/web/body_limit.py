@@ -18,7 +18,8 @@ MAX_BODY_BYTES = 2 * 1024 * 1024
 
 
 class BodyTooLarge(Exception):
-    """Raised from `receive` when a streamed body passes the cap; BodyLimit turns it into the 413."""
+    """Raised from `receive` when a streamed body passes the cap, once BodyLimit has answered 413: it ends
+    whatever the app was doing with the body."""
 
 
 class BodyLimit:
@@ -36,27 +37,34 @@ class BodyLimit:
             await self._refuse(send)
             return
         received = 0
-        started = False
+        started = refused = False
 
         async def counted() -> Message:
-            nonlocal received
+            nonlocal received, refused
             message = await receive()
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > self.limit:
+                    if not started:  # answered here, before any error handler of the app can answer 500
+                        await self._refuse(send)
+                        refused = True
                     raise BodyTooLarge
             return message
 
         async def tracked(message: Message) -> None:
             nonlocal started
+            if refused:
+                return  # the 413 went out already: what the app says about the aborted read is dropped
             started = started or message["type"] == "http.response.start"
             await send(message)
 
         try:
             await self.app(scope, counted, tracked)
-        except BodyTooLarge:
-            if not started:
-                await self._refuse(send)
+        except Exception:
+            # BodyTooLarge, as the app let it out: plain, wrapped in a task group's ExceptionGroup, or
+            # re-raised by an error handler; anything else the app raised is the app's
+            if not refused:
+                raise
 
     async def _refuse(self, send: Send) -> None:
         body = json.dumps(

@@ -276,25 +276,26 @@ def post_big(port: int, path: str, *, chunked: bool, headers: str = "") -> int |
 def test_a_huge_body_is_refused_before_it_is_read(tmp_path: Path, home: Path) -> None:
     with serve_http(tmp_path, home) as (base, pid):
         port = int(base.rsplit(":", 1)[1])
+        same = f"Origin: {base}\r\n"  # as the server's own page sends it: the routes go on to the body
+        alice = f"Authorization: Bearer {ALICE}\r\n"
         before = peak_rss_kb(pid)
-        assert post_big(port, "/login", chunked=False) == 413  # the review's request: no token, 64 MB
-        assert post_big(port, "/api/sign-in", chunked=False) == 413
-        same = f"Origin: {base}\r\n"  # from the page itself: the route reads the body
-        assert post_big(port, "/api/sign-in", chunked=True, headers=same) in (413, None)
-        assert post_big(port, "/mcp", chunked=False, headers=f"Authorization: Bearer {ALICE}\r\n") == 413
-        assert post_big(port, "/mcp", chunked=True, headers=f"Authorization: Bearer {ALICE}\r\n") in (
-            413,
-            None,
-        )
+        answers = [
+            post_big(port, "/login", chunked=False, headers=same),  # the review's request: no token
+            post_big(port, "/api/sign-in", chunked=False, headers=same),
+            post_big(port, "/api/sign-in", chunked=True, headers=same),
+            post_big(port, "/mcp", chunked=False, headers=alice),  # signed in or not, the same cap
+            post_big(port, "/mcp", chunked=True, headers=alice),
+        ]
         grown_mb = (peak_rss_kb(pid) - before) / 1024
+        # a streamed body is refused mid-stream: the 413 may be lost when the server drops the rest
+        assert answers[:2] == [413, 413] and answers[3] == 413, (answers, grown_mb)
+        assert answers[2] in (413, None) and answers[4] in (413, None), (answers, grown_mb)
         assert grown_mb < 24, f"the server's peak memory grew by {grown_mb:.0f} MB for five refused bodies"
         with httpx2.Client(timeout=10) as http:  # and it still serves
-            assert (
-                http.post(
-                    f"{base}/mcp", json=INIT, headers={**MCP_HEADERS, "Authorization": f"Bearer {ALICE}"}
-                ).status_code
-                == 200
+            initialized = http.post(
+                f"{base}/mcp", json=INIT, headers={**MCP_HEADERS, "Authorization": f"Bearer {ALICE}"}
             )
+            assert initialized.status_code == 200
 
 
 # 4. A cookie read on another port of the host is useless

@@ -11,6 +11,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,6 +27,8 @@ from conclave.jobs.store import Store
 from conclave.jobs.views import JobView
 from conclave.jobs.web_link import served
 from conclave.settings import Settings
+from conclave.web import sessions
+from conclave.web.sessions import Caller, Sessions, digest
 from conclave.web.snapshot import job_page, timeline
 from tests.fakes.processes import web_server
 from tests.fakes.server import FakeProviders
@@ -343,3 +346,20 @@ def test_the_shipped_pages_have_no_inline_script_and_the_script_writes_no_markup
         "srcdoc",
     ):
         assert sink not in code, f"app.js uses {sink}: model text must go through textContent"
+
+
+def test_codes_and_sessions_expire_and_end(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sessions, "CODE_TTL_S", 0.05)  # a minute and 8 hours, made short to watch them end
+    monkeypatch.setattr(sessions, "SESSION_TTL_S", 0.05)
+    grants, alice = Sessions(), Caller("alice", digest("alice-token"))
+    code = grants.code_for(alice)
+    assert grants.peek(code) == alice and grants.peek(code) == alice  # looking does not use it
+    time.sleep(0.1)
+    assert grants.peek(code) is None and grants.redeem(code) is None
+    opened = grants.redeem(grants.code_for(alice))
+    assert opened is not None and grants.caller_of(opened[0]) == alice
+    time.sleep(0.1)
+    assert grants.caller_of(opened[0]) is None
+    key = grants.open(alice)
+    grants.revoke({Caller("alice", digest("alice-new-token"))})  # alice's token replaced: her session ends
+    assert grants.caller_of(key) is None

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 CODE_TTL_S = 60.0
 SESSION_TTL_S = 8 * 3600.0
 MAX_CODES = 1000  # codes wait at most a minute: more than this at once is someone minting in a loop
+MAX_SESSIONS = 10_000  # past this, a new session ends the oldest (a token holder signing in in a loop)
 
 
 @dataclass(frozen=True)
@@ -58,9 +59,7 @@ class Sessions:
 
     def code_for(self, caller: Caller) -> str:
         """A new one-time sign-in code for `caller`."""
-        self._prune(self._codes)
-        while len(self._codes) >= MAX_CODES:  # the oldest go first
-            del self._codes[next(iter(self._codes))]
+        self._prune(self._codes, MAX_CODES)
         code = secrets.token_urlsafe(24)
         self._codes[digest(code)] = _Grant(caller, time.monotonic() + CODE_TTL_S)
         return code
@@ -79,7 +78,7 @@ class Sessions:
 
     def open(self, caller: Caller) -> str:
         """A new session for `caller`: its key."""
-        self._prune(self._sessions)
+        self._prune(self._sessions, MAX_SESSIONS)
         key = secrets.token_urlsafe(32)
         self._sessions[digest(key)] = _Grant(caller, time.monotonic() + SESSION_TTL_S)
         return key
@@ -102,7 +101,10 @@ class Sessions:
                 del grants[key]
 
     @staticmethod
-    def _prune(grants: dict[str, _Grant]) -> None:
+    def _prune(grants: dict[str, _Grant], room_for: int) -> None:
+        """Drop the expired grants, then the oldest (dicts keep their order) until one more fits."""
         now = time.monotonic()
         for key in [key for key, grant in grants.items() if grant.expires <= now]:
             del grants[key]
+        while len(grants) >= room_for:
+            del grants[next(iter(grants))]

@@ -12,6 +12,7 @@ import re
 import subprocess
 import sys
 import time
+import webbrowser
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -274,6 +275,7 @@ def test_ask_web_opens_the_page_and_prints_its_url(
     opener.write_text(OPENER.format(python=sys.executable, record=str(record)))
     opener.chmod(0o700)
     monkeypatch.setenv("BROWSER", f"{opener} %s")  # the webbrowser module runs it, as it would a browser
+    monkeypatch.setattr(webbrowser, "_tryorder", None)  # it reads BROWSER once per process: read it again
     monkeypatch.setenv("CONCLAVE_HOME", str(tmp_path / "state"))
     monkeypatch.setenv(KEY_ENV, "test-key")
     monkeypatch.delenv("CONCLAVE_HTTP_TOKEN", raising=False)

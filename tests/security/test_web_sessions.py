@@ -24,6 +24,7 @@ import subprocess
 import sys
 import threading
 import time
+import webbrowser
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -224,6 +225,7 @@ def test_ask_web_puts_a_one_time_code_in_the_browsers_command_line(
     opener.write_text(OPENER.format(python=sys.executable, record=str(record)))
     opener.chmod(0o700)
     monkeypatch.setenv("BROWSER", f"{opener} %s")
+    monkeypatch.setattr(webbrowser, "_tryorder", None)  # it reads BROWSER once per process: read it again
     monkeypatch.setenv("CONCLAVE_HOME", str(tmp_path / "state"))
     monkeypatch.setenv(KEY_ENV, "test-key")
     monkeypatch.delenv("CONCLAVE_HTTP_TOKEN", raising=False)

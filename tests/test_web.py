@@ -116,21 +116,19 @@ def test_a_one_time_code_names_its_caller_and_signs_in_once(web: tuple[str, str,
     base, token, printed = web
     same = {"Origin": base}
     with httpx2.Client(base_url=base, timeout=10) as http:
-        peek = http.post("/api/sign-in", json={"code": printed}, headers=same)
-        assert peek.status_code == 200 and peek.json() == {"caller": "local"}  # shown before it is used
-        assert (
-            http.post("/api/sign-in", json={"code": printed, "confirm": True}).status_code == 403
-        )  # no Origin
         evil = {"Origin": "http://127.0.0.1:1"}
-        assert (
-            http.post("/api/sign-in", json={"code": printed, "confirm": True}, headers=evil).status_code
-            == 403
-        )
-        signed = session_of(base, printed)
+        for refused in ({}, evil):  # the page's own origin only
+            assert http.post("/api/sign-in", json={"code": printed}, headers=refused).status_code == 403
+        claimed = http.post("/api/sign-in", json={"code": printed}, headers=same)  # the page, as it loads
+        assert claimed.status_code == 200 and claimed.json()["caller"] == "local"  # shown before it is used
+        mine = claimed.json()["code"]
+        dead = http.post("/api/sign-in", json={"code": printed, "confirm": True}, headers=same)
+        assert dead.status_code == 401  # the link's code died as the page loaded: /proc shows a dead one
+        signed = session_of(base, mine)  # the page's own code, when the user confirms
         assert http.get("/api/session", headers=signed).json() == {"caller": "local"}
         lines = http.get("/api/jobs", headers=signed).json()
         assert [line["job_id"] for line in lines] == [JOB]  # the local user sees every job
-        again = http.post("/api/sign-in", json={"code": printed, "confirm": True}, headers=same)
+        again = http.post("/api/sign-in", json={"code": mine, "confirm": True}, headers=same)
         assert again.status_code == 401 and "conclave web --link" in again.json()["error"]  # used up
         wrong = http.post("/api/sign-in", json={"token": "not-the-token"}, headers=same)
         assert wrong.status_code == 401
@@ -355,9 +353,10 @@ def test_codes_and_sessions_expire_and_end(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setattr(sessions, "SESSION_TTL_S", 0.05)
     grants, alice = Sessions(), Caller("alice", digest("alice-token"))
     code = grants.code_for(alice)
-    assert grants.peek(code) == alice and grants.peek(code) == alice  # looking does not use it
+    claimed = grants.claim(code)
+    assert claimed is not None and claimed[1] == alice and grants.claim(code) is None  # swapped once
     time.sleep(0.1)
-    assert grants.peek(code) is None and grants.redeem(code) is None
+    assert grants.redeem(claimed[0]) is None  # the page's code expires too
     opened = grants.redeem(grants.code_for(alice))
     assert opened is not None and grants.caller_of(opened[0]) == alice
     time.sleep(0.1)

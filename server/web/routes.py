@@ -66,8 +66,9 @@ PAGES = ("index.html", "job.html", "login.html")
 
 
 class SignIn(BaseModel):
-    """POST /api/sign-in: the token typed into the form, or a one-time code (`confirm` false: only say
-    whose it is, for the confirmation step; true: use it up)."""
+    """POST /api/sign-in: the token typed into the form, or a one-time code (`confirm` false: swap the
+    link's code for one only this page knows, and say whose it is, for the confirmation step; true: use
+    it up for a session)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -168,11 +169,11 @@ class WebView:
             await self.auth.current()  # a code of a token the server no longer has is void
             if asked.code is None:
                 raise Refused(400, 'send {"token": "..."} or {"code": "..."}')
-            if not asked.confirm:
-                named = self.auth.sessions.peek(asked.code)
-                if named is None:
+            if not asked.confirm:  # the link's code for the page's own, and whose it is, to confirm
+                claimed = self.auth.sessions.claim(asked.code)
+                if claimed is None:
                     raise Refused(401, EXPIRED_CODE)
-                return JSONResponse({"caller": named.shown}, headers=HEADERS)
+                return JSONResponse({"caller": claimed[1].shown, "code": claimed[0]}, headers=HEADERS)
             redeemed = self.auth.sessions.redeem(asked.code)
             if redeemed is None:
                 raise Refused(401, EXPIRED_CODE)

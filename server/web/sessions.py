@@ -1,8 +1,9 @@
 """The web view's sign-in codes and sessions, kept in the memory of the server that made them.
 
 - A **code** signs one browser in: made for a caller who proved a token (`conclave web --link`, `conclave
-  ask --web`, or the sign-in form), used once, dead after CODE_TTL_S. It is what goes into a URL and a
-  browser's command line, never the token.
+  ask --web`), used once, dead after CODE_TTL_S. It is what goes into a URL and a browser's command
+  line, never the token; the sign-in page swaps it at once for a code of its own (`claim`) and uses
+  that one when the user confirms.
 - A **session** is a random key the page keeps in sessionStorage and sends in the X-Conclave-Session
   header (auth.py). It ends after SESSION_TTL_S, at sign-out, and when the token it was made from is no
   longer one of the server's (auth.py checks that on every request). No cookie holds it: every server
@@ -64,10 +65,14 @@ class Sessions:
         self._codes[digest(code)] = _Grant(caller, time.monotonic() + CODE_TTL_S)
         return code
 
-    def peek(self, code: str) -> Caller | None:
-        """The caller a live code names, the code left unused (the confirmation page shows it)."""
-        grant = self._codes.get(digest(code))
-        return grant.caller if grant is not None and grant.expires > time.monotonic() else None
+    def claim(self, code: str) -> tuple[str, Caller] | None:
+        """Use a code up for a new one of the same caller, which only the page that claimed it knows: the
+        code in a URL (and in a browser's command line) dies as the page loads, while the sign-in waits
+        for the user to confirm it. None for an unknown, used or expired code."""
+        grant = self._codes.pop(digest(code), None)
+        if grant is None or grant.expires <= time.monotonic():
+            return None
+        return self.code_for(grant.caller), grant.caller
 
     def redeem(self, code: str) -> tuple[str, Caller] | None:
         """Use a code up: a new session's key and its caller; None for an unknown, used or expired code."""

@@ -327,8 +327,9 @@ function startList() {
 }
 
 // Sign in --------------------------------------------------------------------------------------------------
-// A one-time link (?code=) is shown with the caller it names and used only when the user confirms, here
-// on this origin: a page elsewhere that sends the browser to such a link cannot replace a session.
+// A one-time link (?code=) is swapped at once for a code only this page holds (the link's, also in the
+// browser's command line, dies), shown with the caller it names, and used only when the user confirms
+// here on this origin: a page elsewhere that sends the browser to such a link cannot replace a session.
 function wantedPage() {
   const wanted = new URLSearchParams(location.search).get("next") || "/";
   return wanted.startsWith("/") && !wanted.startsWith("//") && !wanted.includes("\\") ? wanted : "/";
@@ -362,7 +363,7 @@ async function startLogin() {
     params.delete("code");
     history.replaceState(null, "", "/login" + (params.toString() ? "?" + params : ""));
     try {
-      const named = await postSignIn({ code, confirm: false });
+      const named = await postSignIn({ code, confirm: false });  // the link's code dies here
       setText("confirm-caller", named.caller);
       const current = session();
       if (current && current.caller) {
@@ -371,7 +372,7 @@ async function startLogin() {
       }
       document.getElementById("confirm").hidden = false;
       document.getElementById("confirm-button").addEventListener("click", async () => {
-        try { signedIn(await postSignIn({ code, confirm: true })); } catch (error) { problem(error.message); }
+        try { signedIn(await postSignIn({ code: named.code, confirm: true })); } catch (error) { problem(error.message); }
       }, { once: true });
     } catch (error) {
       problem(error.message);

@@ -37,7 +37,7 @@ def fix(answer: Path) -> None:
 
 
 def cached_bytecode(answer: Path) -> None:
-    """A byte-code cache of the untouched test_calc.py, stamped with its mtime and size, whose test does
+    """A byte-code cache of the untouched test file, stamped with its mtime and size, whose test does
     nothing: the import system and pytest's assertion rewriter both take it for the source's."""
     source = answer / "test_calc.py"
     info = source.stat()

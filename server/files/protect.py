@@ -9,11 +9,12 @@ is put back in line with the caller's project as it was at job start, for every 
 `DEFAULT_PROTECT` holds the runner's configuration files (`pytest.ini`, `.pytest.ini`, `pyproject.toml`,
 `tox.ini`, `setup.cfg`, `conftest.py`) and the project root's package marker, `__init__` at the top
 (pytest imports the root as a package, and that module runs, before any test module).
-And, whatever the patterns, a top-level module or package that shadows a standard-library module or the
-runner's own imports (`unittest.py`, `json/` with an `__init__` module, `_pytest.abi3.so`, `attr`) and
-did not at job start is put back as the caller had it, whether or not a folder of that name was there
-(an `__init__` added to an existing `json/` folder is removed): once pytest puts that folder on
-`sys.path`, such a module would run instead of the real one. A module that shadowed at job start is the
+And, whatever the patterns, a module or package that shadows a standard-library module or the runner's
+own imports (`unittest.py`, `json/` with an `__init__` module, `_pytest.abi3.so`, `attr`) and did not at
+job start is put back as the caller had it, whether or not a folder of that name was there (an
+`__init__` added to an existing `json/` folder is removed), at the top of the context folder and in
+every folder pytest puts on `sys.path` for a test module (`import_roots`): there such a module would
+run instead of the real one. A module that shadowed at job start is the
 project's own and stays as the answer made it. What was put back is returned, and the check says so to
 voters and in the result (tests/security/test_verify_protect.py).
 """
@@ -21,14 +22,15 @@ voters and in the result (tests/security/test_verify_protect.py).
 from __future__ import annotations
 
 import os
+import re
 import stat
 import sys
-from collections.abc import Sequence
-from pathlib import Path
+from collections.abc import Iterable, Sequence
+from pathlib import Path, PurePosixPath
 
 from pathspec import GitIgnoreSpec
 
-from conclave.files import safe, walking
+from conclave.files import safe
 from conclave.files.removal import remove_tree
 from conclave.files.trees import list_tree, read_bytes, sha256_file
 
@@ -91,6 +93,7 @@ SHADOWED = frozenset(sys.stdlib_module_names) | RUNNERS
 # What the import system loads as a module besides a folder: source, byte-code, and extension modules
 # under any platform's suffix (`.so`, `.abi3.so`, `.cpython-312-x86_64-linux-gnu.so`, `.pyd`, ...).
 MODULE_SUFFIXES = ("py", "pyw", "pyc", "pyd", "so")
+TEST_MODULE = re.compile(r"test_.*\.py|.*_test\.py|conftest\.py")  # pytest's default python_files
 
 
 def shadows(name: str, is_dir: bool, has_init: bool = False) -> bool:
@@ -115,16 +118,20 @@ def restore(
     copy: Path, base: Path, patterns: Sequence[str], owner: tuple[int, int] | None = None
 ) -> list[str]:
     """Put `copy` (a check copy of one context folder) back in line with `base` for every protected
-    path, and for every top-level module or package that shadows a standard module or the runner's
-    own and did not at job start (whether or not a folder of that name was there). Return the paths
-    the answer had changed, sorted (blocking)."""
-    before = list_tree(base).files
-    names = [f"/{name}" + ("/" if is_dir else "") for name, is_dir in _shadowing(copy, base)]
-    spec = GitIgnoreSpec.from_lines([*patterns, *names])
-    after = list_tree(copy)
+    path, and for every module or package that shadows a standard module or the runner's own where
+    pytest imports from (`import_roots`) and did not at job start. Return the paths the answer had
+    changed, sorted (blocking)."""
+    spec = GitIgnoreSpec.from_lines(list(patterns))
+    before, after = list_tree(base).files, list_tree(copy)
+    roots = import_roots([*before, *after.files])
+    shadowing = sorted(_shadowing(after.files, roots) - _shadowing(before, roots))
+
+    def protected(rel: str) -> bool:
+        return spec.match_file(rel) or any(rel == path or rel.startswith(f"{path}/") for path in shadowing)
+
     changed: set[str] = set()
     for rel, entry in before.items():
-        if not spec.match_file(rel):
+        if not protected(rel):
             continue
         now = after.files.get(rel)
         if now is not None and now.size == entry.size and sha256_file(copy, rel) == sha256_file(base, rel):
@@ -133,40 +140,51 @@ def restore(
         _clear(copy, rel)
         safe.write_bytes(copy, rel, read_bytes(base, rel), owner=owner, mode=entry.mode)
     for rel in after.files:
-        if rel not in before and spec.match_file(rel):
+        if rel not in before and protected(rel):
             changed.add(rel)
             _clear(copy, rel)
     return sorted(changed)
 
 
-def _shadowing(copy: Path, base: Path) -> list[tuple[str, bool]]:
-    """Top-level entries of `copy` that shadow a standard module or the runner's own, less those that
-    already did in `base` (the project's own modules); each with whether it is a folder."""
-    return sorted(_shadows_in(copy) - _shadows_in(base))
+def import_roots(files: Iterable[str]) -> set[str]:
+    """The folders (relative to the context folder, "" for itself) whose modules pytest can import in
+    place of a standard one: the context folder, and for each test module or conftest, the first
+    folder above it that is not a package (what pytest's default `prepend` import mode puts first on
+    `sys.path`)."""
+    files = list(files)
+    packages = {_parent(rel) for rel in files if _is_init(rel)}
+    roots = {""}
+    for rel in files:
+        if TEST_MODULE.fullmatch(PurePosixPath(rel).name):
+            folder = _parent(rel)
+            while folder and folder in packages:
+                folder = _parent(folder)
+            roots.add(folder)
+    return roots
 
 
-def _shadows_in(root: Path) -> set[tuple[str, bool]]:
+def _shadowing(files: Iterable[str], roots: set[str]) -> set[str]:
+    """The modules (`json.py`) and packages (`json`, for `json/__init__.py`) among `files`, directly in
+    one of `roots`, that shadow a standard module or the runner's own."""
     found = set()
-    with safe.directory(root, []) as fd:
-        for entry in walking.entries(fd, "", limit=walking.MAX_ENTRIES):
-            kind = entry.info.st_mode
-            if entry.name.partition(".")[0] not in SHADOWED:
-                continue
-            if stat.S_ISDIR(kind):
-                if shadows(entry.name, True, _has_init(root, entry.name)):
-                    found.add((entry.name, True))
-            elif stat.S_ISREG(kind) and shadows(entry.name, False):
-                found.add((entry.name, False))
+    for rel in files:
+        folder, _, name = rel.rpartition("/")
+        if folder in roots and shadows(name, False):
+            found.add(rel)
+        if folder and _is_init(rel):
+            above, _, package = folder.rpartition("/")
+            if above in roots and shadows(package, True, True):
+                found.add(folder)
     return found
 
 
-def _has_init(root: Path, folder: str) -> bool:
-    """Whether `root/folder` holds an `__init__` module of any kind (source, byte-code, extension)."""
-    with safe.directory(root, [folder]) as fd:
-        return any(
-            entry.name.partition(".")[0] == "__init__" and is_module_file(entry.name)
-            for entry in walking.entries(fd, folder, limit=walking.MAX_ENTRIES)
-        )
+def _is_init(rel: str) -> bool:
+    name = PurePosixPath(rel).name
+    return name.partition(".")[0] == "__init__" and is_module_file(name)
+
+
+def _parent(rel: str) -> str:
+    return rel.rpartition("/")[0]
 
 
 def _clear(root: Path, rel: str) -> None:

@@ -28,6 +28,7 @@ SKIP_ALL = (
     "    for item in items:\n        item.add_marker(pytest.mark.skip(reason='not today'))\n"
 )
 SHADOW = "import os\nprint('1 passed in 0.01s')\nos._exit(0)\n"
+EXIT = "import os\nos._exit(0)\n"
 MOVES: dict[str, tuple[str, dict[str, Any]]] = {
     "ann": ("write_file", {"path": "test_calc.py", "content": "def test_add():\n    assert True\n"}),
     "bob": ("write_file", {"path": "conftest.py", "content": SKIP_ALL}),
@@ -114,14 +115,22 @@ def test_restore_puts_back_runner_files_and_shadowing_whether_or_not_the_folder_
         (root / "json" / "data.json").write_text("{}\n")  # a folder of data, not a package
         (root / "queue").mkdir()
         (root / "queue" / "__init__.py").write_text("# the project's own package, shadowing from the start\n")
-    (copy / "json" / "__init__.py").write_text("import os\nos._exit(0)\n")
+    (copy / "json" / "__init__.py").write_text(EXIT)
     (copy / "queue" / "__init__.py").write_text("# the answer's change to the project's own package\n")
     (copy / ".pytest.ini").write_text("[pytest]\naddopts = --collect-only\n")
-    (copy / "__init__.py").write_text("import os\nos._exit(0)\n")
+    (copy / "__init__.py").write_text(EXIT)
     (copy / "sub").mkdir()
     (copy / "sub" / "__init__.py").write_text("# a package below the root: the answer's own\n")
+    (copy / "sub" / "types.py").write_text("# sub.types, never imported as types\n")
+    for root in (base, copy):  # checks beside their code: pytest puts lib/ first on sys.path
+        (root / "lib").mkdir()
+        (root / "lib" / "test_lib.py").write_text("import json\n")
+    (copy / "lib" / "json.py").write_text(EXIT)
+    changed = restore(copy, base, [])  # whatever the patterns
+    assert changed == ["json/__init__.py", "lib/json.py"]
+    assert (copy / ".pytest.ini").exists() and (copy / "sub" / "types.py").exists()
     changed = restore(copy, base, DEFAULT_PROTECT)
-    assert changed == [".pytest.ini", "__init__.py", "json/__init__.py"]
+    assert changed == [".pytest.ini", "__init__.py"]
     assert (copy / "json" / "data.json").exists() and not (copy / "json" / "__init__.py").exists()
     assert "the answer's change" in (copy / "queue" / "__init__.py").read_text()
     assert (copy / "sub" / "__init__.py").exists()

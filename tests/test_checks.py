@@ -10,7 +10,7 @@ import pytest
 from conclave.config.models import SandboxSpec
 from conclave.coordination.prompts import ShownAnswer, turn_prompt
 from conclave.coordination.reports import Check
-from conclave.coordination.verdicts import Baseline, read_summary
+from conclave.coordination.verdicts import Baseline, RunCounts, read_summary
 from conclave.coordination.verification import Verifier, summarize
 from conclave.files.workspaces import Workspaces
 from conclave.sandbox.output import CommandResult
@@ -64,6 +64,11 @@ def test_a_pass_needs_the_runners_summary_of_at_least_the_original_tests_none_fa
     assert unittest.required == 2
     assert check("", "..\nRan 2 tests in 0.001s\n\nOK\n", unittest).startswith("passed in 1.0 s (2 tests")
     assert check("", "Ran 2 tests in 0.001s\n\nOK (skipped=1)\n", unittest).endswith("ran passed, 1 skipped")
+    coloured = "\x1b[31m\x1b[1m2 failed\x1b[0m, \x1b[32m5 passed\x1b[0m\x1b[31m in 61.20s (0:01:01)\x1b[0m"
+    assert read_summary(f"===== {coloured} =====\n", "") == RunCounts(
+        runner="pytest", line="2 failed, 5 passed in 61.20s (0:01:01)", passed=5, failed=2
+    )
+    assert read_summary("print('1 passed')\n", "") is None and read_summary("", "Ran 2 tests in 0s\n") is None
     # a run that timed out at the start still asks for a summary
     assert check("", baseline=Baseline(None, timed_out=True)).startswith("failed (exit 0): no test summary")
 

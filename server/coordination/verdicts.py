@@ -32,6 +32,7 @@ _PART = rf"\d+ (?:{_WORDS})"
 PYTEST = re.compile(
     rf"^=*\s*(?P<parts>{_PART}(?:, {_PART})*|no tests ran) in \d+(?:\.\d+)?s(?: \([\d:.]+\))?\s*=*$"
 )
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
 UNITTEST_RAN = re.compile(r"^Ran (?P<count>\d+) tests? in \d+(?:\.\d+)?s$")
 UNITTEST_VERDICT = re.compile(r"^(?P<verdict>OK|FAILED|NO TESTS RAN)(?: \((?P<parts>[^)]*)\))?$")
 
@@ -111,7 +112,9 @@ def read_summary(stdout: str, stderr: str) -> RunCounts | None:
 
 
 def _lines(text: str) -> list[str]:
-    return [line.strip() for line in text.splitlines() if line.strip()]
+    """The non-blank lines, without colour codes (`--color=yes`)."""
+    plain = ANSI.sub("", text)
+    return [line.strip() for line in plain.splitlines() if line.strip()]
 
 
 def _pytest(line: str) -> RunCounts | None:

@@ -58,6 +58,10 @@ def test_a_pass_needs_the_runners_summary_of_at_least_the_original_tests_none_fa
         check("2 passed in 0.01s\nmake: done\n")
         == "passed in 1.0 s (2 tests passed; the original files ran 1)"
     )
+    # every summary counts: one printed after the runner's own (an atexit hook) hides no failure
+    forged = check("1 failed in 0.05s\n5 passed in 0.01s\n")
+    assert forged.startswith("failed (exit 0): 1 failed in 0.05s; 5 passed in 0.01s"), forged
+    assert check("1 passed in 0.01s\n1 passed in 0.02s\n").startswith("passed in 1.0 s (2 tests passed")
     assert check("1 passed in 0.01s\n", code=1) == "failed (exit 1): 1 passed in 0.01s"
     # unittest prints on stderr
     unittest = Baseline(read_summary("", "Ran 2 tests in 0.001s\n\nFAILED (failures=1)\n"))

@@ -8,7 +8,7 @@ the runner's own summary reports at least as many tests run as the caller's file
 ones left out), all of them passed. When the caller's files' run printed no summary recognised here (a
 `make lint`), the verdict is the exit code, and the check says so (`verdict="exit_code"`).
 
-Summaries recognised, the last in the output (a runner prints its summary last):
+Summaries recognised (every one in the output counts, added up):
 - pytest's final line: `=== 1 failed, 4 passed, 1 skipped in 0.12s ===`, `-q`'s bare `5 passed in 0.12s`,
   `no tests ran in 0.01s`;
 - unittest's `Ran 5 tests in 0.001s` and the verdict line after it: `OK`, `OK (skipped=1)`,
@@ -100,15 +100,26 @@ def _tests(count: int) -> str:
 
 
 def read_summary(stdout: str, stderr: str) -> RunCounts | None:
-    """The runner's summary in a check's output (pytest prints on stdout, unittest on stderr), or None."""
-    for stream in (stdout, stderr):
-        for line in reversed(_lines(stream)):
-            if found := _pytest(line):
-                return found
-    for stream in (stderr, stdout):
-        if found := _unittest(_lines(stream)):
-            return found
-    return None
+    """Every runner summary in a check's output, added up (pytest prints on stdout, unittest on
+    stderr), or None. All count, not only the last: a command may run its tests in several runs, and a
+    line printed after the runner's own (from an `atexit` hook) cannot hide the failures it reported."""
+    lines = _lines(stdout) + _lines(stderr)
+    found = [counts for line in lines if (counts := _pytest(line)) is not None]
+    found += _unittest(_lines(stderr)) + _unittest(_lines(stdout))
+    if not found:
+        return None
+    if len(found) == 1:
+        return found[0]
+    shown = "; ".join(counts.line for counts in found[:3]) + (
+        f" and {len(found) - 3} more" if len(found) > 3 else ""
+    )
+    return RunCounts(
+        runner=found[0].runner,
+        line=shown,
+        passed=sum(counts.passed for counts in found),
+        failed=sum(counts.failed for counts in found),
+        skipped=sum(counts.skipped for counts in found),
+    )
 
 
 def _lines(text: str) -> list[str]:
@@ -132,26 +143,29 @@ def _pytest(line: str) -> RunCounts | None:
     return RunCounts(runner="pytest", line=line.strip("= "), **counts)
 
 
-def _unittest(lines: list[str]) -> RunCounts | None:
-    for at in range(len(lines) - 2, -1, -1):
-        ran, verdict = UNITTEST_RAN.match(lines[at]), UNITTEST_VERDICT.match(lines[at + 1])
+def _unittest(lines: list[str]) -> list[RunCounts]:
+    found = []
+    for ran_line, verdict_line in zip(lines, lines[1:]):
+        ran, verdict = UNITTEST_RAN.match(ran_line), UNITTEST_VERDICT.match(verdict_line)
         if ran is None or verdict is None:
             continue
-        parts = dict(
-            (key.strip(), int(value))
+        parts = {
+            key.strip(): int(value)
             for key, _, value in (part.partition("=") for part in (verdict.group("parts") or "").split(","))
             if value.strip().isdigit()
-        )
+        }
         failed = parts.get("failures", 0) + parts.get("errors", 0) + parts.get("unexpected successes", 0)
         skipped = parts.get("skipped", 0)
         total = int(ran.group("count"))
         if verdict.group("verdict") == "FAILED":
             failed = max(failed, 1)
-        return RunCounts(
-            runner="unittest",
-            line=f"{lines[at]}: {lines[at + 1]}",
-            passed=max(total - failed - skipped, 0),
-            failed=failed,
-            skipped=skipped,
+        found.append(
+            RunCounts(
+                runner="unittest",
+                line=f"{ran_line}: {verdict_line}",
+                passed=max(total - failed - skipped, 0),
+                failed=failed,
+                skipped=skipped,
+            )
         )
-    return None
+    return found

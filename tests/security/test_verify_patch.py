@@ -94,6 +94,14 @@ def exit_at_import(answer: Path) -> None:
     (answer / "calc.py").write_text(EXIT + CALC)
 
 
+def summary_after_the_runners(answer: Path) -> None:
+    """Prints a passing summary after pytest's own and exits 0 (an atexit hook runs after pytest)."""
+    forge = (
+        "import atexit, os\natexit.register(lambda: (print('1 passed in 0.01s', flush=True), os._exit(0)))\n"
+    )
+    (answer / "calc.py").write_text(forge + CALC)
+
+
 async def check(tmp_path: Path, answer: Callable[[Path], None], *, outside: bool = False) -> CheckRun:
     """Answer A1's check: `answer` writes into the agent's copy of the calc project (`outside`: with a
     second context folder, into /workspace itself, which holds both)."""
@@ -145,6 +153,7 @@ async def test_the_honest_fix_passes_on_the_runners_count(tmp_path: Path) -> Non
         root_package,
         package_in_existing_folder,
         exit_at_import,
+        summary_after_the_runners,
     ],
     ids=[
         "pyc-of-the-test",
@@ -155,6 +164,7 @@ async def test_the_honest_fix_passes_on_the_runners_count(tmp_path: Path) -> Non
         "root-__init__",
         "json-package-in-existing-folder",
         "os._exit-in-calc",
+        "summary-after-the-runners",
     ],
 )
 async def test_an_answer_that_leaves_calc_wrong_does_not_pass(

@@ -73,6 +73,14 @@ def test_a_pass_needs_the_runners_summary_of_at_least_the_original_tests_none_fa
         runner="pytest", line="2 failed, 5 passed in 61.20s (0:01:01)", passed=5, failed=2
     )
     assert read_summary("print('1 passed')\n", "") is None and read_summary("", "Ran 2 tests in 0s\n") is None
+    # the original files could not import a module: the check's output says why that may be
+    failed_import = (
+        "ModuleNotFoundError: No module named 'test_calc'\n\nRan 1 test in 0.000s\n\nFAILED (errors=1)\n"
+    )
+    hinted = Baseline.of(CommandResult(1, "", failed_import, False, 0.1))
+    assert hinted.required == 1 and "could not import a module: checks run Python with PYTHONSAFEPATH=1" in (
+        hinted.text()
+    )
     # a run that timed out at the start still asks for a summary
     assert check("", baseline=Baseline(None, timed_out=True)).startswith("failed (exit 0): no test summary")
 

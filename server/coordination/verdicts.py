@@ -32,6 +32,11 @@ _PART = rf"\d+ (?:{_WORDS})"
 PYTEST = re.compile(
     rf"^=*\s*(?P<parts>{_PART}(?:, {_PART})*|no tests ran) in \d+(?:\.\d+)?s(?: \([\d:.]+\))?\s*=*$"
 )
+MISSING_MODULE_FIX = (
+    "checks run Python with PYTHONSAFEPATH=1, so the project folder is on sys.path only where the "
+    "runner puts it (pytest beside a test module or a conftest.py, `pythonpath = .` in its configuration, "
+    "`python3 -m unittest` discovery) or the command does (`PYTHONPATH=. python3 -m unittest test_x`)"
+)
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 UNITTEST_RAN = re.compile(r"^Ran (?P<count>\d+) tests? in \d+(?:\.\d+)?s$")
 UNITTEST_VERDICT = re.compile(r"^(?P<verdict>OK|FAILED|NO TESTS RAN)(?: \((?P<parts>[^)]*)\))?$")
@@ -60,10 +65,12 @@ class Baseline:
 
     counts: RunCounts | None
     timed_out: bool = False
+    missing_module: bool = False  # it could not import a module: perhaps the project's, see `text`
 
     @classmethod
     def of(cls, result: CommandResult) -> Baseline:
-        return cls(read_summary(result.stdout, result.stderr), result.timed_out)
+        missing = "ModuleNotFoundError: No module named" in f"{result.stdout}\n{result.stderr}"
+        return cls(read_summary(result.stdout, result.stderr), result.timed_out, missing)
 
     @property
     def required(self) -> int | None:
@@ -77,10 +84,14 @@ class Baseline:
     def text(self) -> str:
         """What the caller's files' run said, for a check's output."""
         if self.counts is not None:
-            return f"the original files' run reported {self.counts.line!r}"
-        if self.timed_out:
-            return "the original files' run timed out without a test summary"
-        return "the original files' run printed no test summary recognised: the verdict is the exit code"
+            said = f"the original files' run reported {self.counts.line!r}"
+        elif self.timed_out:
+            said = "the original files' run timed out without a test summary"
+        else:
+            said = "the original files' run printed no test summary recognised: the verdict is the exit code"
+        if self.missing_module:
+            said += f"; it could not import a module: {MISSING_MODULE_FIX}"
+        return said
 
 
 def shortfall(counts: RunCounts | None, required: int) -> str | None:

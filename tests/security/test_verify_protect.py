@@ -72,6 +72,7 @@ async def test_editing_skipping_or_shadowing_the_tests_does_not_make_a_wrong_ans
         shadow_output = (await service.read(view.job_id, f"verify/{label['cy']}", None, 0, 100_000)).content
     checks = view.checks()
     assert checks[label["dan"]].startswith("passed in "), checks
+    assert "(1 test passed; the original files ran 1)" in checks[label["dan"]]  # the runner's count
     for name, protected in (("ann", "test_calc.py"), ("bob", "conftest.py"), ("cy", "json.py")):
         assert checks[label[name]].startswith("failed (exit 1)"), (name, checks[label[name]])
         assert f"this answer changed protected files {protected}" in checks[label[name]]

@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from conclave.backends.base import Usage
 from conclave.config.models import Price
 from conclave.coordination.tally import Outcome, StopReason
+from conclave.coordination.verdicts import RunCounts
 
 EventKind = Literal[
     "started",
@@ -109,7 +110,8 @@ TAIL_LINES, LINE_CHARS = 5, 200  # what a check keeps of its output's end for vo
 
 
 class Check(_Record):
-    """One answer's verification: the caller's command run on that answer's files (verification.py)."""
+    """One answer's verification: the caller's command run on that answer's reviewed patch
+    (verification.py), judged by the runner's own summary (verdicts.py)."""
 
     status: CheckStatus
     exit_code: int | None = None
@@ -119,21 +121,33 @@ class Check(_Record):
     error: str | None = None  # why the check could not run (status "error")
     # protected files (verify_protect) the answer changed: put back as they were before the check ran
     protected: list[str] = Field(default_factory=list)
+    # what apply would hold back of the answer (binaries, artefacts, ...): left out of the check too
+    held: list[str] = Field(default_factory=list)
+    tests: RunCounts | None = Field(default=None, description="the test runner's summary in the output")
+    required: int | None = Field(
+        default=None, description="tests the original files' run reported; null: it printed no summary"
+    )
+    verdict: Literal["tests", "exit_code"] | None = Field(
+        default=None, description="tests: the runner's summary decided; exit_code: no summary to count"
+    )
+    reason: str | None = None  # why a run that exited 0 did not pass
 
     @property
     def passed(self) -> bool:
         return self.status == "passed"
 
     def text(self) -> str:
-        """In words, on one line: "passed in 3.1 s", "failed (exit 1): 2 failed, 3 passed", "running";
-        with what the answer changed of the protected test files."""
-        if not self.protected:
-            return self._status_text()
-        shown = ", ".join(self.protected[:5]) + (
-            f" and {len(self.protected) - 5} more" if len(self.protected) > 5 else ""
-        )
-        protected = f"run with the original tests: this answer changed protected files {shown}"
-        return f"{self._status_text()} [{protected}]"
+        """In words, on one line: "passed in 3.1 s (5 tests passed, as many as the original files
+        ran)", "failed (exit 1): 2 failed, 3 passed", "running"; with what the answer changed of the
+        protected files and what was held back."""
+        notes = []
+        if self.protected:
+            notes.append(
+                f"run with the original tests: this answer changed protected files {_few(self.protected)}"
+            )
+        if self.held:
+            notes.append(f"not in the check, as apply holds them back: {_few(self.held)}")
+        return " ".join([self._status_text(), *(f"[{note}]" for note in notes)])
 
     def _status_text(self) -> str:
         if self.status == "running":
@@ -142,11 +156,22 @@ class Check(_Record):
             return f"could not run: {self.error}"
         took = f" in {self.duration_s:.1f} s" if self.duration_s is not None else ""
         if self.status == "passed":
+            if self.verdict == "exit_code":
+                return f"passed{took} (by its exit code: the original files' run printed no test summary)"
+            if self.tests is not None and self.required is not None:
+                ran = f"{self.tests.passed} test" + ("" if self.tests.passed == 1 else "s")
+                return f"passed{took} ({ran} passed; the original files ran {self.required})"
             return f"passed{took}"
         if self.timed_out:
             return f"failed: timed out after {self.duration_s or 0:.0f} s"
+        if self.reason:
+            return f"failed (exit {self.exit_code}): {self.reason}"
         last = f": {self.tail[-1]}" if self.tail else ""
         return f"failed (exit {self.exit_code}){last}"
+
+
+def _few(paths: list[str]) -> str:
+    return ", ".join(paths[:5]) + (f" and {len(paths) - 5} more" if len(paths) > 5 else "")
 
 
 class Leading(_Record):

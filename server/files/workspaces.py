@@ -8,7 +8,8 @@
         agents/<letter>/   each agent's working copy, made from base/ by copying: never shares an inode
                            with base/ or a snapshot, since agents write here (bind-mounted at /workspace)
         snapshots/<label>/ the author's workspace at each new_answer (`B2`), immutable
-        checks/<label>-*/  a fresh, writable copy of a snapshot for its verification run, moved into
+        checks/<label>-*/  a check's fresh, writable copy: base/ plus what apply would write of an
+                           answer (check_copy.py; `base-*` for the caller's files alone), moved into
                            checks/slot-<n>/ (what a check container mounts: files/check_slots.py)
         final/             the winner's workspace after presentation, immutable
         diff.patch         the winner's git-style patch over every context path, written at the end
@@ -41,6 +42,7 @@ import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import anyio.to_thread
@@ -49,6 +51,7 @@ from conclave.config.models import LABEL, LETTER
 from conclave.errors import ContextTooLarge, InputError
 from conclave.files.apply import Changes, apply_tree
 from conclave.files.carry import carry
+from conclave.files.check_copy import reviewed_copy
 from conclave.files.contexts import Caps, ContextManifest, ContextPath, CopiedContext, copy_context_sync, mb
 from conclave.files.diff import Patch, diff_trees
 from conclave.files.removal import remove_tree
@@ -57,7 +60,7 @@ from conclave.files.roots import run_pinned
 from conclave.files.settling import settle
 from conclave.files.trees import Listing, Reference, copy_tree, list_tree
 
-__all__ = ["Workspaces", "apply", "diff"]
+__all__ = ["CheckCopy", "Workspaces", "apply", "diff"]
 
 ALWAYS = 2**63 - 1  # a capture time that makes every file of an immutable reference reusable
 WORKSPACE_CAPS = Caps(max_files=20_000, max_bytes=200 * 1024 * 1024)
@@ -233,20 +236,26 @@ class Workspaces:
         except (OSError, ValueError):
             return 0  # unknown: no file counts as unchanged, everything is copied
 
-    async def check_copy(self, label: str) -> Path:
-        """A fresh, writable copy of snapshot `label` for its verification (the snapshot stays as it is)."""
+    async def check_copy(self, label: str | None) -> CheckCopy:
+        """A fresh, writable check copy (check_copy.py): base/ plus what apply would write of answer
+        `label` to each context path; base/ alone for None (the caller's files as they were)."""
         return await anyio.to_thread.run_sync(self._check_copy, label, abandon_on_cancel=True)
 
-    def _check_copy(self, label: str) -> Path:
-        source = self.snapshot_dir(label)
-        if not source.is_dir():
+    def _check_copy(self, label: str | None) -> CheckCopy:
+        source = self.snapshot_dir(label) if label is not None else None
+        if source is not None and not source.is_dir():
             raise InputError("source", label, "no snapshot by that label: the answer's files were not kept")
-        dest = self.job_dir / "checks" / f"{label}-{time.monotonic_ns()}"
+        dest = self.job_dir / "checks" / f"{label or 'base'}-{time.monotonic_ns()}"
+        held: list[str] = []
         with _building(dest) as tmp:
-            copy_tree(source, tmp, list_tree(source))  # copied, never linked: the check may write anywhere
+            for context in self.manifest().contexts:
+                answer = source / context.name if source is not None else None
+                prefix = "" if self.root_name() else f"{context.name}/"
+                found = reviewed_copy(self.base / context.name, answer, context, tmp / context.name)
+                held += [f"{prefix}{entry.path} ({entry.reason})" for entry in found]
             if self.agent_owner is not None:
                 settle(tmp, self.agent_owner)
-        return dest
+        return CheckCopy(dest, held)
 
     # -- naming and reading ---------------------------------------------------------------------
 
@@ -369,6 +378,14 @@ def _building(dest: Path, *, replace: bool = False) -> Iterator[Path]:
     finally:
         remove_tree(tmp)
         remove_tree(old)
+
+
+@dataclass(frozen=True)
+class CheckCopy:
+    """A check's copy of an answer (`path`, removed by its check) and what apply would hold back of it."""
+
+    path: Path
+    held: list[str]
 
 
 def _leave_out(rel: str, exc: OSError | InputError) -> None:

@@ -17,7 +17,7 @@ from rich.text import Text
 
 from conclave.cli.terminal import printable
 from conclave.coordination.answers import final_answer
-from conclave.jobs.views import JobView, estimate_text, plural
+from conclave.jobs.views import JobView, cost_text, estimate_text, plural
 
 SHOWN_ANSWER = 40  # characters of an answer's short form in the tally
 
@@ -115,7 +115,7 @@ def closing(view: JobView, width: int) -> list[Text]:
     for context in view.diff_summary.contexts if view.diff_summary else []:
         for held in context.held_back:
             lines.append(wrapped(f"held back, not applied: {context.name}/{held.path}: {held.fix}", width))
-    cost = f", ${view.usage.cost_usd:.4f}" if view.usage.cost_usd is not None else ""
+    cost = f", {cost_text(view.usage)}" if view.usage.cost_usd is not None else ""
     lines.append(
         Text(f"usage: {view.usage.input_tokens:,} tokens in, {view.usage.output_tokens:,} out{cost}")
     )

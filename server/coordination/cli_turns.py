@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from conclave.backends.base import ToolCall, Usage
+from conclave.backends.base import ToolCall
 from conclave.coordination import prompts
 from conclave.coordination.protocol_events import (
     AnswerPosted,
@@ -85,12 +85,8 @@ async def _run(ctx: TurnContext, member: CliMember, prompt: str, schema: dict[st
     """One run under the job's budget gate and the provider limit; its usage charged as reported, while
     it runs too (members/meter.py): reaching the budget mid-run ends the job, which kills the run."""
     await ctx.gate()
-
-    async def charge(usage: Usage, cost_usd: float | None, first: bool) -> None:
-        await ctx.on_usage(usage, first, cost_usd)
-
     async with ctx.limiter:
-        return await member.run(prompt, schema, charge)
+        return await member.run(prompt, schema, ctx.on_usage)
 
 
 def work_prompt(

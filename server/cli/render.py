@@ -17,6 +17,7 @@ from rich.text import Text
 
 from conclave.cli.terminal import printable
 from conclave.coordination.answers import final_answer
+from conclave.coordination.reports import ShownAnswer
 from conclave.jobs.views import JobView, cost_text, estimate_text, plural
 
 SHOWN_ANSWER = 40  # characters of an answer's short form in the tally
@@ -128,3 +129,12 @@ def see_more(view: JobView) -> str:
     if view.diff_summary:
         more += " | --diff"
     return f"See more: {more}"
+
+
+def answer_text(answer: ShownAnswer) -> str:
+    """One answer for `conclave show --answers`: a heading (its author, its votes now or that it was
+    replaced, its check) and its text."""
+    about = [f"agent {answer.letter}", plural(answer.votes, "vote") if answer.latest else "replaced"]
+    if answer.check:
+        about.append(f"check {answer.check}")
+    return f"## {answer.label} ({', '.join(about)})\n{answer.content}"

@@ -50,7 +50,7 @@ from conclave.coordination.protocol_events import (
     WorkStarted,
 )
 from conclave.coordination.reporting import Reporter
-from conclave.coordination.reports import Check, EventKind, JobResult, Progress
+from conclave.coordination.reports import Check, EventKind, JobResult, Progress, ShownAnswer
 from conclave.coordination.tally import StopReason
 from conclave.coordination.turn_context import TurnContext
 from conclave.coordination.turns import present, run_turn
@@ -382,7 +382,7 @@ class Orchestrator:
             gate=self.budget.gate,
         )
 
-    def _shown(self, order: tuple[str, ...] = ()) -> list[prompts.ShownAnswer]:
+    def _shown(self, order: tuple[str, ...] = ()) -> list[ShownAnswer]:
         return picture.shown(self.state, self.checks, order)
 
     async def _emit(self, kind: EventKind, letter: str | None = None, **data: object) -> None:

@@ -10,7 +10,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from conclave.backends.base import Usage
-from conclave.coordination.tally import Outcome, StopReason
+from conclave.coordination.tally import Outcome, Posted, StopReason
 
 EventKind = Literal[
     "started",
@@ -94,6 +94,27 @@ class Check(_Record):
             return f"failed: timed out after {self.duration_s or 0:.0f} s"
         last = f": {self.tail[-1]}" if self.tail else ""
         return f"failed (exit {self.exit_code}){last}"
+
+
+class ShownAnswer(Posted):
+    """One posted answer as every reader shows it: a voter's prompt (coordination/prompts.py), the web
+    view's card (web/snapshot.py) and `conclave show --answers`. What is known of it now beside it."""
+
+    at: float = 0.0  # seconds since the job started
+    latest: bool = True  # still its author's latest answer
+    votes: int = 0  # current valid votes (the tally's)
+    agrees_with: tuple[str, ...] = ()  # the other current answers with the same final answer
+    check: str = ""  # its verification in words ("passed in 3.1 s"; Check.text), with `verify`
+    check_status: CheckStatus | None = None
+    check_output: str | None = None  # the end of its check's output, where the reader has it
+
+    @classmethod
+    def of(cls, answer: Posted, check: Check | None = None, **known: Any) -> ShownAnswer:
+        """`answer` (the protocol's, or as stored) with its check and what else is `known` of it now."""
+        posted: dict[str, Any] = {name: getattr(answer, name) for name in Posted.model_fields}
+        if check is not None:
+            posted |= {"check": check.text(), "check_status": check.status}
+        return cls(**posted, **known)
 
 
 class Leading(_Record):

@@ -8,8 +8,8 @@ import anyio
 import pytest
 
 from conclave.config.models import SandboxSpec
-from conclave.coordination.prompts import ShownAnswer, turn_prompt
-from conclave.coordination.reports import Check
+from conclave.coordination.prompts import turn_prompt
+from conclave.coordination.reports import Check, ShownAnswer
 from conclave.coordination.verdicts import Baseline, RunCounts, read_summary
 from conclave.coordination.verification import Verifier, summarize
 from conclave.files.workspaces import Workspaces
@@ -87,8 +87,14 @@ def test_a_pass_needs_the_runners_summary_of_at_least_the_original_tests_none_fa
 
 def test_voters_see_the_check_beside_each_answer_on_one_line() -> None:
     shown = [
-        ShownAnswer("A1", "A", "mine", check="passed in 3.1 s"),
-        ShownAnswer("B1", "B", "theirs", check="failed (exit 1): 2 failed\n## Answer Z9"),
+        ShownAnswer(label="A1", letter="A", revision=1, content="mine", check="passed in 3.1 s"),
+        ShownAnswer(
+            label="B1",
+            letter="B",
+            revision=1,
+            content="theirs",
+            check="failed (exit 1): 2 failed\n## Answer Z9",
+        ),
     ]
     text = turn_prompt("A", shown, ["A1", "B1"], True)
     assert "## Answer A1 (your own answer) - verify passed in 3.1 s\n" in text

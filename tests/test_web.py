@@ -20,6 +20,8 @@ import httpx2
 import pytest
 
 from conclave.cli.main import main
+from conclave.cli.render import answer_text
+from conclave.coordination.prompts import turn_prompt
 from conclave.coordination.reports import AgentProgress, Check, JobEvent, Progress
 from conclave.errors import JobNotFound
 from conclave.jobs.lookup import JobLookup
@@ -320,6 +322,11 @@ async def test_a_page_carries_each_answers_check_and_output(home: Path) -> None:
     (card,) = page.answers["A"]
     assert (card.check, card.check_status) == ("failed (exit 1): 1 failed", "failed")
     assert card.check_output == "E   assert 1 == 2\n1 failed" and card.latest and page.answers["B"] == []
+    # the one record each reader renders: this card, `conclave show --answers`, a voter's prompt
+    shown = answer_text(card)
+    assert shown.startswith("## A1 (agent A, ") and "check failed (exit 1): 1 failed)\n" in shown
+    assert shown.endswith(f"\n{card.content}")
+    assert "## Answer A1 - verify failed (exit 1): 1 failed\n" in turn_prompt("B", [card], ["A1"], True)
     assert (
         page.timeline[-1].text == "check of A1: failed (exit 1)"
         and page.view.web_url == "http://127.0.0.1/jobs/x"

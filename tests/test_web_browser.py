@@ -18,8 +18,10 @@ from typing import Any
 import anyio
 import httpx2
 import pytest
+import yaml
 from fastmcp import Client
 
+from conclave.backends.base import Usage
 from conclave.jobs.store import Store
 from conclave.jobs.views import JobView
 from tests.fakes.processes import http_server
@@ -115,7 +117,10 @@ def served(tmp_path: Path) -> Iterator[tuple[str, FakeProviders, Gates, Path]]:
     with FakeProviders() as fakes:
         script_team(fakes, gates)
         config = tmp_path / "config"
-        write_team(config / "conclave" / "teams" / "web-trio.yaml", fakes, MEMBERS, name="web-trio")
+        team = write_team(config / "conclave" / "teams" / "web-trio.yaml", fakes, MEMBERS, name="web-trio")
+        data = yaml.safe_load(team.read_text(encoding="utf-8"))
+        data["agents"][0]["price"] = {"input": 2.0, "output": 8.0}  # ann's alone: the total is partial
+        team.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
         project = tmp_path / "proj"
         project.mkdir()
         (project / "calc.py").write_text("def add(a, b):\n    return a - b\n")
@@ -256,6 +261,16 @@ def test_the_page_follows_a_job_live(served: tuple[str, FakeProviders, Gates, Pa
                 agent.usage.cached_input_tokens,
                 agent.usage.output_tokens,
             ]
+            cost = agent.usage.cost_usd
+            assert row[6] == (f"${cost:.4f}" if cost is not None else "-")
+            assert (cost is not None) == agent.model.endswith("ann")
+        # the total: ann's cost, a lower bound (bob's and cy's tokens have none)
+        total = sum((agent.usage for agent in stored.progress.agents), Usage())
+        assert total.cost_partial and total.cost_usd is not None
+        last = driver.execute_script(
+            "return document.querySelector('#usage tbody tr.total').cells[6].textContent"
+        )
+        assert last == f"≥ ${total.cost_usd:.4f} (partial)"
         nothing_ran(driver)
         assert until(
             driver, lambda d: d.find_element("id", "live").text == "job over", what="the stream's end"

@@ -21,7 +21,7 @@ from rich.live import Live
 from rich.text import Text
 
 from conclave.cli import EXIT_FAILED, EXIT_OK
-from conclave.cli.render import render, see_more, wrapped
+from conclave.cli.render import answer_text, render, see_more, wrapped
 from conclave.cli.terminal import printable
 from conclave.config.loading import load_team_file
 from conclave.errors import ConclaveError
@@ -196,9 +196,8 @@ def show(args: argparse.Namespace) -> int:
             return await jobs.read_whole(args.job_id, path, source)
 
         if args.answers:
-            for entry in (await read("")).entries or []:
-                if entry.startswith("answers/"):
-                    _print(f"## {entry.removeprefix('answers/')}\n{(await read(entry)).content}\n")
+            for answer in (await jobs.page(args.job_id, patch_chars=0)).answers:
+                _print(answer_text(answer) + "\n")
         elif args.transcript or args.diff or args.thread:
             path = "transcript" if args.transcript else "@diff" if args.diff else "thread"
             _print((await read(path)).content, exact=args.diff)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import asdict, replace
 from typing import TYPE_CHECKING, assert_never
 
 import anyio
@@ -50,7 +50,7 @@ from conclave.coordination.protocol_events import (
     WorkStarted,
 )
 from conclave.coordination.reporting import Reporter
-from conclave.coordination.reports import Check, EventKind, JobResult, Progress, UsageTotals
+from conclave.coordination.reports import Check, EventKind, JobResult, Progress, ShownAnswer
 from conclave.coordination.tally import StopReason
 from conclave.coordination.turn_context import TurnContext
 from conclave.coordination.turns import present, run_turn
@@ -357,10 +357,10 @@ class Orchestrator:
             history=self.history,
         )
 
-        async def on_usage(usage: Usage, first: bool, cost_usd: float | None = None) -> None:
-            member.usage = member.usage.add(usage, spec.price, first, cost_usd)
-            self.budget.charge(UsageTotals.total([m.usage for m in self.members.values()]))
-            await self._emit("usage", member.letter, **usage.__dict__)
+        async def on_usage(usage: Usage, first: bool) -> None:
+            charged = member.charge(usage, first)
+            self.budget.charge(sum((m.usage for m in self.members.values()), Usage()))
+            await self._emit("usage", member.letter, **asdict(charged))
 
         async def no_work(call: ToolCall) -> None:
             raise AssertionError("work tools are bound per turn")
@@ -382,7 +382,7 @@ class Orchestrator:
             gate=self.budget.gate,
         )
 
-    def _shown(self, order: tuple[str, ...] = ()) -> list[prompts.ShownAnswer]:
+    def _shown(self, order: tuple[str, ...] = ()) -> list[ShownAnswer]:
         return picture.shown(self.state, self.checks, order)
 
     async def _emit(self, kind: EventKind, letter: str | None = None, **data: object) -> None:

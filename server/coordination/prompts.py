@@ -12,17 +12,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 from conclave.backends.base import JsonObject, ToolSpec
+from conclave.coordination.reports import ShownAnswer
 
 MAX_ANSWER_CHARS = 40_000  # per answer shown to peers; longer answers are cut with a note
-
-
-@dataclass(frozen=True)
-class ShownAnswer:
-    label: str
-    letter: str
-    content: str
-    agrees_with: tuple[str, ...] = ()  # the other current answers with the same final answer
-    check: str = ""  # its verification in words ("passed in 3.1 s"), with `verify`
 
 
 def _agreement(answer: ShownAnswer) -> str:

@@ -10,8 +10,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from conclave.backends.base import Usage
-from conclave.config.models import Price
-from conclave.coordination.tally import Outcome, StopReason
+from conclave.coordination.tally import Outcome, Posted, StopReason
 from conclave.coordination.verdicts import RunCounts
 
 EventKind = Literal[
@@ -41,58 +40,6 @@ EventKind = Literal[
 
 class _Record(BaseModel):
     model_config = ConfigDict(extra="forbid")
-
-
-class UsageTotals(_Record):
-    """Tokens and, where the price is known, US dollars; `calls`: provider attempts that reported usage."""
-
-    calls: int = 0
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cached_input_tokens: int = 0
-    cost_usd: float | None = None
-
-    def add(
-        self, usage: Usage, price: Price | None, call: bool = True, cost_usd: float | None = None
-    ) -> UsageTotals:
-        """These totals plus one report (`call`: the first of its attempt); an agent without a price has
-        no cost, never a guessed one. `cost_usd` is a cost the provider itself reported (a CLI member's
-        output), which wins over the price."""
-        cost = None
-        if cost_usd is not None:
-            cost = (self.cost_usd or 0.0) + cost_usd
-        elif price is not None:
-            cached_price = price.input if price.cached_input is None else price.cached_input
-            fresh = usage.input_tokens - usage.cached_input_tokens
-            spent = (
-                fresh * price.input
-                + usage.cached_input_tokens * cached_price
-                + usage.output_tokens * price.output
-            )
-            cost = (self.cost_usd or 0.0) + spent / 1e6
-        return UsageTotals(
-            calls=self.calls + int(call),
-            input_tokens=self.input_tokens + usage.input_tokens,
-            output_tokens=self.output_tokens + usage.output_tokens,
-            cached_input_tokens=self.cached_input_tokens + usage.cached_input_tokens,
-            cost_usd=cost,
-        )
-
-    @property
-    def tokens(self) -> int:
-        return self.input_tokens + self.output_tokens
-
-    @staticmethod
-    def total(parts: list[UsageTotals]) -> UsageTotals:
-        """The sum; cost only when every part with calls has a known cost (never a partial figure)."""
-        costs = [part.cost_usd for part in parts if part.calls]
-        return UsageTotals(
-            calls=sum(part.calls for part in parts),
-            input_tokens=sum(part.input_tokens for part in parts),
-            output_tokens=sum(part.output_tokens for part in parts),
-            cached_input_tokens=sum(part.cached_input_tokens for part in parts),
-            cost_usd=sum(c for c in costs if c is not None) if costs and None not in costs else None,
-        )
 
 
 class JobEvent(_Record):
@@ -174,6 +121,27 @@ def _few(paths: list[str]) -> str:
     return ", ".join(paths[:5]) + (f" and {len(paths) - 5} more" if len(paths) > 5 else "")
 
 
+class ShownAnswer(Posted):
+    """One posted answer as every reader shows it: a voter's prompt (coordination/prompts.py), the web
+    view's card (web/snapshot.py) and `conclave show --answers`. What is known of it now beside it."""
+
+    at: float = 0.0  # seconds since the job started
+    latest: bool = True  # still its author's latest answer
+    votes: int = 0  # current valid votes (the tally's)
+    agrees_with: tuple[str, ...] = ()  # the other current answers with the same final answer
+    check: str = ""  # its verification in words ("passed in 3.1 s"; Check.text), with `verify`
+    check_status: CheckStatus | None = None
+    check_output: str | None = None  # the end of its check's output, where the reader has it
+
+    @classmethod
+    def of(cls, answer: Posted, check: Check | None = None, **known: Any) -> ShownAnswer:
+        """`answer` (the protocol's, or as stored) with its check and what else is `known` of it now."""
+        posted: dict[str, Any] = {name: getattr(answer, name) for name in Posted.model_fields}
+        if check is not None:
+            posted |= {"check": check.text(), "check_status": check.status}
+        return cls(**posted, **known)
+
+
 class Leading(_Record):
     """The answer that would win if the job stopped now."""
 
@@ -192,7 +160,7 @@ class AgentProgress(_Record):
     answers: int = Field(default=0, description="answers posted so far")
     vote: str | None = Field(default=None, description="the answer label this agent currently votes for")
     error: str | None = None
-    usage: UsageTotals = UsageTotals()
+    usage: Usage = Usage()
 
 
 class Progress(_Record):

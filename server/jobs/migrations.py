@@ -77,4 +77,7 @@ MIGRATIONS: tuple[str, ...] = (
     """,
     # who started the job: `local` (the CLI and stdio) or an HTTP token's caller name (app/tokens.py)
     "ALTER TABLE jobs ADD COLUMN caller TEXT NOT NULL DEFAULT 'local'",
+    # the tokens an agent's cost does not cover (backends/base.py `Usage`); 0 for older rows, whose cost
+    # was recorded only when it covered every token
+    "ALTER TABLE usage ADD COLUMN uncosted_tokens INTEGER NOT NULL DEFAULT 0",
 )

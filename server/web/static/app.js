@@ -70,6 +70,9 @@ function live(text) { setText("live", text); }
 
 const FINAL = new Set(["completed", "failed", "cancelled", "interrupted"]);
 const money = (usd) => (usd === null || usd === undefined ? "-" : "$" + usd.toFixed(4));
+// a usage's cost: a lower bound when some of its tokens came without one (backends/base.py Usage)
+const cost = (u) => (u.cost_usd !== null && u.cost_usd !== undefined && u.uncosted_tokens > 0
+  ? "≥ " + money(u.cost_usd) + " (partial)" : money(u.cost_usd));
 const count = (n) => Number(n || 0).toLocaleString("en-US");
 const secs = (s) => Number(s || 0).toFixed(1) + " s";
 
@@ -145,12 +148,12 @@ function usage(view) {
   const rows = picture(view).agents.map((a) => el("tr", { "data-letter": a.letter }, [
     el("td", { text: a.letter }), el("td", { cls: "mono", text: a.model }), el("td", { text: count(a.usage.calls) }),
     el("td", { text: count(a.usage.input_tokens) }), el("td", { text: count(a.usage.cached_input_tokens) }),
-    el("td", { text: count(a.usage.output_tokens) }), el("td", { text: money(a.usage.cost_usd) }),
+    el("td", { text: count(a.usage.output_tokens) }), el("td", { text: cost(a.usage) }),
   ]));
   const u = view.usage;
   const total = el("tr", { cls: "total" }, [
     el("td", { text: "all" }), el("td"), el("td", { text: count(u.calls) }), el("td", { text: count(u.input_tokens) }),
-    el("td", { text: count(u.cached_input_tokens) }), el("td", { text: count(u.output_tokens) }), el("td", { text: money(u.cost_usd) }),
+    el("td", { text: count(u.cached_input_tokens) }), el("td", { text: count(u.output_tokens) }), el("td", { text: cost(u) }),
   ]);
   return [el("thead", {}, [head]), el("tbody", {}, [...rows, total])];
 }
@@ -182,7 +185,7 @@ function agentColumn(agent, cards, winner) {
     ]),
     el("div", { cls: "agent-meta" }, [
       el("span", { cls: "vote", text: vote }),
-      el("span", { cls: "muted small", text: `${count(u.input_tokens)} in / ${count(u.output_tokens)} out · ${money(u.cost_usd)}` }),
+      el("span", { cls: "muted small", text: `${count(u.input_tokens)} in / ${count(u.output_tokens)} out · ${cost(u)}` }),
     ]),
     agent.error ? el("p", { cls: "error", text: agent.error }) : null,
     ...latest.map((c) => answerCard(c, winner)),

@@ -87,7 +87,7 @@ def _header(head: bytes, name: bytes) -> bytes:
     )
 
 
-@pytest.mark.parametrize("form", ["origin", "absolute"])
+@pytest.mark.parametrize("form", ["origin", "absolute", "tunnel"])
 async def test_a_request_to_the_bridge_reaches_the_provider_with_the_real_key(
     tmp_path: Path, provider: Provider, form: str, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -97,7 +97,8 @@ async def test_a_request_to_the_bridge_reaches_the_provider_with_the_real_key(
     target = "/gw/v1/messages?alt=sse&key=" + PLACEHOLDER_KEY
     if form == "absolute":  # a client that sends everything through HTTP_PROXY names the bridge itself
         target = "http://127.0.0.1:3128" + target
-    request = (
+    tunnel = "CONNECT 127.0.0.1:3128 HTTP/1.1\r\n\r\n" if form == "tunnel" else ""  # Node's fetch does this
+    request = tunnel + (
         f"POST {target} HTTP/1.1\r\nHost: 127.0.0.1:3128\r\nx-api-key: {PLACEHOLDER_KEY}\r\n"
         f"Authorization: Bearer {PLACEHOLDER_KEY}\r\nx-goog-api-key: {PLACEHOLDER_KEY}\r\n"
         f"api-key: {PLACEHOLDER_KEY}\r\nanthropic-version: 2023-06-01\r\nConnection: keep-alive\r\n"
@@ -107,6 +108,7 @@ async def test_a_request_to_the_bridge_reaches_the_provider_with_the_real_key(
         proxy.serve_key(ProviderKey(url, KEY))
         reply = await anyio.to_thread.run_sync(ask, sock, request.encode())
     assert reply.startswith(b"HTTP/1.1 200") and reply.endswith(b"from provider")
+    assert reply.startswith(b"HTTP/1.1 200 Connection Established\r\n\r\nHTTP/1.1 200 OK") == bool(tunnel)
     (head,) = provider.heads
     assert head.startswith(f"POST /gw/v1/messages?alt=sse&key={KEY} HTTP/1.1\r\n".encode()), head
     assert _header(head, b"host") == f"127.0.0.1:{provider.port}".encode()
@@ -186,6 +188,21 @@ async def test_other_hosts_are_still_refused_and_logged_without_path_or_key(
     assert "steal" not in caplog.text and KEY not in caplog.text and PLACEHOLDER_KEY not in caplog.text
 
 
+async def test_a_tunnel_to_the_bridge_carries_only_a_request_to_the_bridge(
+    tmp_path: Path, provider: Provider
+) -> None:
+    url = f"http://127.0.0.1:{provider.port}"
+    sock = tmp_path / "A.sock"
+    inner = f"GET http://evil.example/ HTTP/1.1\r\nx-api-key: {PLACEHOLDER_KEY}\r\n\r\n"
+    async with egress_proxy(sock, allowlist_for("claude-code", base_url=url)) as proxy:
+        proxy.serve_key(ProviderKey(url, KEY))
+        reply = await anyio.to_thread.run_sync(
+            ask, sock, b"CONNECT 127.0.0.1:3128 HTTP/1.1\r\n\r\n" + inner.encode()
+        )
+    assert reply.startswith(b"HTTP/1.1 200 Connection Established\r\n\r\nHTTP/1.1 400")
+    assert provider.heads == [] and proxy.admitted == 0
+
+
 async def test_without_a_key_held_a_request_to_the_bridge_is_refused(
     tmp_path: Path, provider: Provider
 ) -> None:
@@ -195,7 +212,9 @@ async def test_without_a_key_held_a_request_to_the_bridge_is_refused(
         sock, allowlist_for("claude-code", base_url=f"http://127.0.0.1:{provider.port}")
     ) as proxy:
         reply = await anyio.to_thread.run_sync(ask, sock, b"POST /v1/messages HTTP/1.1\r\n\r\n")
-    assert reply.startswith(b"HTTP/1.1 400") and provider.heads == [] and proxy.admitted == 0
+        tunnel = await anyio.to_thread.run_sync(ask, sock, b"CONNECT 127.0.0.1:3128 HTTP/1.1\r\n\r\n")
+    assert reply.startswith(b"HTTP/1.1 400") and tunnel.startswith(b"HTTP/1.1 403")
+    assert provider.heads == [] and proxy.admitted == 0
 
 
 async def test_an_https_provider_is_reached_over_tls_from_the_host(tmp_path: Path) -> None:

@@ -128,7 +128,10 @@ class EgressProxy:
             try:
                 with anyio.fail_after(HEAD_TIMEOUT_S):
                     head = await reader.receive_until(b"\r\n\r\n", MAX_HEAD)
-                request = self._routed(parse_request(head))
+                request = parse_request(head)
+                if request.method == "CONNECT" and self._provider and is_bridge(request.host, request.port):
+                    request = await self._tunnelled(client, reader)
+                request = self._routed(request)
                 if not self.allowlist.admits(request.host, request.port):
                     raise self._deny(request)
                 upstream = await self._connect(request)
@@ -152,6 +155,19 @@ class EgressProxy:
                     await upstream.send(request.forward)
                 # the reader hands out first what the client sent right after its head (a body, a TLS hello)
                 await _splice(reader, client, upstream)
+
+    async def _tunnelled(self, client: anyio.abc.ByteStream, reader: BufferedByteReceiveStream) -> _Request:
+        """A CONNECT to the bridge itself (Node's fetch tunnels even plain http through its proxy): the
+        request inside the tunnel is one to the bridge, so to the member's provider."""
+        await client.send(b"HTTP/1.1 200 Connection Established\r\n\r\n")
+        with anyio.fail_after(HEAD_TIMEOUT_S):
+            head = await reader.receive_until(b"\r\n\r\n", MAX_HEAD)
+        request = parse_request(head)
+        if request.to_bridge is None:
+            raise _Refused(
+                400, "Bad Request", "conclave egress: a tunnel to the bridge carries plain HTTP to it"
+            )
+        return request
 
     def _routed(self, request: _Request) -> _Request:
         """A request to the bridge itself, as the request to the member's provider (with its key)."""

@@ -30,12 +30,13 @@ from conclave.settings import Settings
 from tests.fakes.calc_task import TASK
 from tests.fakes.cli_worker import CliWorker
 from tests.fakes.leaks import holding
+from tests.fakes.login_hosts import LoginHosts
 from tests.fakes.script import RecordedRequest, Reply
 from tests.fakes.server import FakeProviders
 from tests.fakes.waits import until_cli_done
-from tests.members.conftest import clis_image, project
+from tests.members.conftest import clis_image, hosts, project
 
-__all__ = ["clis_image", "project"]  # the fixtures this module uses, from tests/members/conftest.py
+__all__ = ["clis_image", "hosts", "project"]  # the fixtures this module uses, from tests/members/conftest.py
 
 pytestmark = pytest.mark.anyio
 CLAUDE_KEY = "sk-ant-api03-claude-key-0123456789abcdef"
@@ -117,6 +118,42 @@ sandbox: {{memory: 2g, cpus: 1}}
     assert all(request.headers.get("x-api-key") == CLAUDE_KEY for request in claude_requests)
     assert all(request.headers.get("authorization") == f"Bearer {CODEX_KEY}" for request in codex_requests)
     assert not any(PLACEHOLDER_KEY in json.dumps(r.headers) for r in claude_requests + codex_requests)
+
+
+async def test_a_key_for_the_official_api_goes_there_over_tls_from_the_host(
+    clis_image: str, tmp_path: Path, project: Path, hosts: LoginHosts
+) -> None:
+    """Claude Code on ANTHROPIC_API_KEY and Codex on OPENAI_API_KEY, no base_url: the proxy opens TLS to
+    api.anthropic.com and api.openai.com on the host (the tests' redirect sends those names to fakes
+    with a test CA's certificate, sandbox/redirect.py), each request with the real key, which the
+    containers never held."""
+    (tmp_path / "user").mkdir()
+    environ = {"HOME": str(tmp_path / "user"), "ANTHROPIC_API_KEY": CLAUDE_KEY, "OPENAI_API_KEY": CODEX_KEY}
+    claude = CliWorker("anthropic", "env > leak_env.txt", "Looked at it (Claude).")
+    codex = CliWorker("responses", "env > leak_env.txt", "Looked at it (Codex).")
+    hosts.script.set_default("claude", claude).set_default("codex", codex)
+    team = tmp_path / "team.yaml"
+    team.write_text(
+        "agents:\n  - model: cli/claude-code\n  - model: cli/codex:gpt-5.5\n"
+        "coordination: {max_answers_per_agent: 1, final: reuse, timeout_s: 900}\nsandbox: {memory: 2g}\n"
+    )
+    state = tmp_path / "state"
+    async with JobService.open(
+        Settings(home=state), environ=environ, retry=FAST, redirect=hosts.redirect()
+    ) as service:
+        view = await until_cli_done(service, await service.submit(TASK, str(team), [{"path": str(project)}]))
+    print(view.text())
+    assert view.state == "completed" and {a.answers for a in view.agents} == {1}, view.text()
+    messages = [call for call in hosts.seen if call.host == "api.anthropic.com"]
+    responses = [call for call in hosts.seen if call.host == "api.openai.com"]
+    assert messages and {call.headers.get("x-api-key") for call in messages} == {CLAUDE_KEY}
+    assert responses and {call.authorization for call in responses} == {f"Bearer {CODEX_KEY}"}
+    # each key went to its own API only (Codex also fetches chatgpt.com's curated plugin list, keyless)
+    assert not any(CLAUDE_KEY in json.dumps(c.headers) for c in hosts.seen if c.host != "api.anthropic.com")
+    assert not any(CODEX_KEY in json.dumps(c.headers) for c in hosts.seen if c.host != "api.openai.com")
+    dumps = sorted(state.rglob("leak_env.txt"))
+    assert dumps and all(PLACEHOLDER_KEY.encode() in path.read_bytes() for path in dumps)
+    assert holding(state, [CLAUDE_KEY, CODEX_KEY]) == []
 
 
 def _seen(request: RecordedRequest) -> str:

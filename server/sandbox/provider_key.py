@@ -99,7 +99,7 @@ class ProviderKey:
 
 
 def is_bridge(host: str, port: int) -> bool:
-    """Whether an absolute-form request names the bridge itself (the member's own provider)."""
+    """Whether a request (absolute form, or CONNECT) names the bridge itself: the member's own provider."""
     return port == BRIDGE_PORT and normal_host(host) in BRIDGE_HOSTS
 
 

@@ -46,8 +46,8 @@ class ClaudeCode:
         return argv
 
     def provider_url(self, login: Login) -> str | None:
-        if not login.key or login.variable == OAUTH_VARIABLE:
-            return None
+        if not login.key or (login.variable == OAUTH_VARIABLE and not login.base_url):
+            return None  # a plan's token for the official API; a custom endpoint's key is a key
         return login.base_url or API_URL
 
     def environment(self, login: Login, model: str | None) -> dict[str, str]:

@@ -21,7 +21,7 @@ import pytest
 from conclave.members.base import PLACEHOLDER_KEY
 from conclave.sandbox.allowlist import allowlist_for
 from conclave.sandbox.egress import EgressProxy, egress_proxy
-from conclave.sandbox.provider_key import ProviderKey
+from conclave.sandbox.provider_key import KeyScrubber, ProviderKey
 from conclave.sandbox.redirect import ProviderRedirect
 from tests.fakes.tls_ca import TestCa
 from tests.test_egress import ask
@@ -59,6 +59,13 @@ class Provider:
             while len(body) < length:
                 body += await stream.receive()
             self.bodies.append(body)
+            if b"/echo" in head.split(b"\r\n")[0]:  # a gateway quoting the key it got, split in two chunks
+                echo = [b"you sent " + KEY[:10].encode(), KEY[10:].encode() + b" ok"]
+                size = sum(map(len, echo))
+                await stream.send(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (size, echo[0]))
+                await anyio.sleep(0.2)
+                await stream.send(echo[1])
+                return
             if b"/stream" not in head.split(b"\r\n")[0]:
                 reply = b"from provider"
                 await stream.send(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(reply), reply))
@@ -102,6 +109,7 @@ async def test_a_request_to_the_bridge_reaches_the_provider_with_the_real_key(
         f"POST {target} HTTP/1.1\r\nHost: 127.0.0.1:3128\r\nx-api-key: {PLACEHOLDER_KEY}\r\n"
         f"Authorization: Bearer {PLACEHOLDER_KEY}\r\nx-goog-api-key: {PLACEHOLDER_KEY}\r\n"
         f"api-key: {PLACEHOLDER_KEY}\r\nanthropic-version: 2023-06-01\r\nConnection: keep-alive\r\n"
+        "Accept-Encoding: gzip, br\r\n"
         "Content-Length: 2\r\n\r\n{}"
     )
     async with egress_proxy(sock, allowlist_for("claude-code", base_url=url)) as proxy:
@@ -119,6 +127,7 @@ async def test_a_request_to_the_bridge_reaches_the_provider_with_the_real_key(
     )
     assert _header(head, b"anthropic-version") == b"2023-06-01" and _header(head, b"connection") == b"close"
     assert PLACEHOLDER_KEY.encode() not in head and b"keep-alive" not in head
+    assert b"accept-encoding" not in head.lower(), "an uncompressed response, where an echoed key shows"
     assert provider.bodies == [b"{}"] and proxy.admitted == 1 and proxy.denied == []
     assert KEY not in caplog.text
 
@@ -149,6 +158,21 @@ async def test_a_streamed_response_passes_through_chunk_by_chunk(tmp_path: Path,
         with anyio.fail_after(20):
             received = await anyio.to_thread.run_sync(_read_as_streamed, sock, request.encode(), provider)
     assert received.startswith(b"HTTP/1.1 200 OK") and received.endswith(b"".join(STREAMED))
+
+
+async def test_a_key_echoed_in_the_response_is_masked_on_the_way_back(
+    tmp_path: Path, provider: Provider
+) -> None:
+    """The key, echoed across two chunks of the response, reaches the container as `*`s of its length
+    (the response's Content-Length still holds)."""
+    url = f"http://127.0.0.1:{provider.port}"
+    sock = tmp_path / "A.sock"
+    request = f"POST /echo HTTP/1.1\r\nx-api-key: {PLACEHOLDER_KEY}\r\nContent-Length: 0\r\n\r\n"
+    async with egress_proxy(sock, allowlist_for("claude-code", base_url=url)) as proxy:
+        proxy.serve_key(ProviderKey(url, KEY))
+        reply = await anyio.to_thread.run_sync(ask, sock, request.encode())
+    assert _header(provider.heads[0], b"x-api-key") == KEY.encode()  # the provider got it
+    assert KEY.encode() not in reply and reply.endswith(b"you sent " + b"*" * len(KEY) + b" ok"), reply
 
 
 def _read_as_streamed(path: Path, request: bytes, provider: Provider) -> bytes:
@@ -253,3 +277,16 @@ async def _wrong_name(proxy: EgressProxy, sock: Path) -> bytes:
     return await anyio.to_thread.run_sync(
         ask, sock, f"POST /x HTTP/1.1\r\nx-api-key: {PLACEHOLDER_KEY}\r\n\r\n".encode()
     )
+
+
+def test_the_scrubber_masks_a_key_split_anywhere_and_holds_back_nothing_else() -> None:
+    text = b"data: {" + KEY.encode() + b"} and " + KEY.encode() + b"\n\n"
+    for cut in range(len(text) + 1):
+        scrubber = KeyScrubber(KEY)
+        out = scrubber.feed(text[:cut]) + scrubber.feed(text[cut:]) + scrubber.flush()
+        assert out == text.replace(KEY.encode(), b"*" * len(KEY)), cut
+    scrubber = KeyScrubber(KEY)
+    assert scrubber.feed(b"event: one\n\n") == b"event: one\n\n"  # an event passes at once
+    assert (
+        scrubber.feed(b"ends with sk") == b"ends with " and scrubber.flush() == b"sk"
+    )  # a key's start waits

@@ -42,7 +42,7 @@ import ssl
 import stat
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -53,7 +53,14 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 from conclave.config.hosts import normal_host
 from conclave.errors import SandboxError
 from conclave.sandbox.allowlist import Allowlist
-from conclave.sandbox.provider_key import HOP_HEADERS, ProviderKey, is_bridge, provider_head, tls_context
+from conclave.sandbox.provider_key import (
+    HOP_HEADERS,
+    KeyScrubber,
+    ProviderKey,
+    is_bridge,
+    provider_head,
+    tls_context,
+)
 from conclave.sandbox.redirect import ProviderRedirect
 
 __all__ = ["Denial", "EgressProxy", "egress_proxy"]
@@ -92,6 +99,7 @@ class _Request:
     tls: bool = False  # the proxy opens TLS to the host (a key-mode member's https provider)
     # a request to the bridge itself: its path and headers, for the member's provider (`serve_key`)
     to_bridge: tuple[str, list[bytes]] | None = None
+    scrubbed: str | None = field(default=None, repr=False)  # a key to mask in the response (`KeyScrubber`)
 
 
 class EgressProxy:
@@ -154,7 +162,8 @@ class EgressProxy:
                 else:
                     await upstream.send(request.forward)
                 # the reader hands out first what the client sent right after its head (a body, a TLS hello)
-                await _splice(reader, client, upstream)
+                scrubber = KeyScrubber(request.scrubbed) if request.scrubbed else None
+                await _splice(reader, client, upstream, scrubber)
 
     async def _tunnelled(self, client: anyio.abc.ByteStream, reader: BufferedByteReceiveStream) -> _Request:
         """A CONNECT to the bridge itself (Node's fetch tunnels even plain http through its proxy): the
@@ -180,7 +189,9 @@ class EgressProxy:
         path, headers = request.to_bridge
         provider = self._provider
         head = provider_head(request.method, path, headers, provider)
-        return _Request(request.method, provider.host, provider.port, head, tls=provider.tls)
+        return _Request(
+            request.method, provider.host, provider.port, head, tls=provider.tls, scrubbed=provider.key
+        )
 
     def _deny(self, request: _Request) -> _Refused:
         """Record and log the denial; the 403 to send back."""
@@ -288,15 +299,25 @@ async def _reply(client: anyio.abc.ByteStream, status: int, reason: str, message
 
 
 async def _splice(
-    reader: BufferedByteReceiveStream, client: anyio.abc.ByteStream, upstream: anyio.abc.ByteStream
+    reader: BufferedByteReceiveStream,
+    client: anyio.abc.ByteStream,
+    upstream: anyio.abc.ByteStream,
+    scrubber: KeyScrubber | None = None,
 ) -> None:
     """Copy both ways until both sides are done; half-closes pass through (not into TLS, which has
-    none: the provider closes after its response, `Connection: close`), an error ends both."""
+    none: the provider closes after its response, `Connection: close`), an error ends both. `scrubber`
+    masks a key in what comes back."""
 
-    async def copy(source: anyio.abc.ByteReceiveStream, sink: anyio.abc.ByteStream) -> None:
+    async def copy(
+        source: anyio.abc.ByteReceiveStream, sink: anyio.abc.ByteStream, scrub: KeyScrubber | None = None
+    ) -> None:
         try:
             async for chunk in source:
-                await sink.send(chunk)
+                out = scrub.feed(chunk) if scrub is not None else chunk
+                if out:
+                    await sink.send(out)
+            if scrub is not None and (rest := scrub.flush()):
+                await sink.send(rest)
             await sink.send_eof()
         except NotImplementedError:
             pass  # a TLS stream cannot half-close
@@ -305,7 +326,7 @@ async def _splice(
 
     async with anyio.create_task_group() as group:
         group.start_soon(copy, reader, upstream)
-        group.start_soon(copy, upstream, client)
+        group.start_soon(copy, upstream, client, scrubber)
 
 
 @asynccontextmanager

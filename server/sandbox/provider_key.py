@@ -10,6 +10,9 @@ from a client that sends everything through HTTP_PROXY). The proxy (sandbox/egre
 the member's real endpoint, over TLS from the host when it is https, with every credential the request
 carries (`x-api-key`, `authorization`, `x-goog-api-key`, `api-key` headers, a `key=` query parameter)
 replaced by the real key. Bodies and streamed responses pass through as they come; `Connection: close`.
+A response that echoes the key (a gateway reflecting its request, an error quoting it) has it masked on the
+way back (`KeyScrubber`, same length, so the response's framing holds), and the request asks for an
+uncompressed response so that an echo cannot hide in a compressed body.
 
 Plan logins (login files, OAuth tokens, GitHub tokens) are not served here: their CLIs talk to their
 providers' hosts through CONNECT, as docs/subscriptions.md says.
@@ -30,6 +33,7 @@ __all__ = [
     "BRIDGE_PORT",
     "CREDENTIAL_HEADERS",
     "HOP_HEADERS",
+    "KeyScrubber",
     "ProviderKey",
     "is_bridge",
     "provider_head",
@@ -114,12 +118,36 @@ def provider_head(method: str, path: str, headers: list[bytes], provider: Provid
     for line in headers:
         name, sep, value = line.partition(b":")
         lowered = name.strip().lower()
-        if not sep or lowered in HOP_HEADERS or lowered == b"host":  # the provider's Host is set above
+        # the provider's Host is set above; no Accept-Encoding: an uncompressed response, for `KeyScrubber`
+        if not sep or lowered in HOP_HEADERS or lowered in (b"host", b"accept-encoding"):
             continue
         if lowered in CREDENTIAL_HEADERS:
             line = name.strip() + b": " + _credential(lowered, value.strip(), provider.key)
         forwarded.append(line)
     return b"\r\n".join([*forwarded, b"Connection: close", b"", b""])
+
+
+class KeyScrubber:
+    """Masks every occurrence of a key in a byte stream fed chunk by chunk, an occurrence split across
+    chunks included, by as many `*`: a response's length (and so its framing) is unchanged. It holds back
+    only a chunk's tail that could begin the key, so a stream of events still passes as it comes."""
+
+    def __init__(self, key: str) -> None:
+        self.key = key.encode()
+        self.held = b""
+
+    def feed(self, chunk: bytes) -> bytes:
+        data = (self.held + chunk).replace(self.key, b"*" * len(self.key))
+        keep = next(
+            (n for n in range(min(len(self.key) - 1, len(data)), 0, -1) if data.endswith(self.key[:n])), 0
+        )
+        self.held = data[len(data) - keep :]
+        return data[: len(data) - keep]
+
+    def flush(self) -> bytes:
+        """What was held back, at the end of the stream (it never completed the key)."""
+        held, self.held = self.held, b""
+        return held
 
 
 def _credential(name: bytes, value: bytes, key: str) -> bytes:

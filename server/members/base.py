@@ -24,8 +24,8 @@ class Login:
     (HOME-relative path -> content). Never printed: `repr` leaves the secrets out.
 
     `base_url` is the member's own endpoint (None: its CLI's official one). `bridge` is set only on the
-    login as its container sees it (`held_by_proxy`): the URL the CLI sends its requests to, where its
-    egress proxy adds the key it holds in place of `key`, then the placeholder."""
+    login as its container sees it (`held_by_proxy`): the URL the CLI sends its requests to; `key` is
+    then the placeholder, and the member's egress proxy puts the real key in its place."""
 
     variable: str | None = None
     key: str | None = field(default=None, repr=False)

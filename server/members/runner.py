@@ -7,9 +7,11 @@
 
 Each run is one exec, `sh -c` under coreutils `timeout -s KILL` (sandbox/container.py): it writes the
 private HOME on the container's tmpfs (0700, only once: a CLI may refresh its token there), then runs
-the CLI with stdin closed. The login reaches the container only as the exec's environment, which the
-prelude unsets before the CLI starts. A cancelled run (stale turn, cancelled job, budget) kills every
-process of the member's user in the container at once (`Sandbox.kill_all`: `setsid` children too).
+the CLI with stdin closed. A key never reaches the container: the member's egress proxy holds it (`bind`)
+and adds it to the requests the CLI sends to the bridge, where the CLI holds a placeholder (the adapter's
+`provider_url`, sandbox/provider_key.py). Login files reach the container only as the exec's environment,
+which the prelude unsets before the CLI starts. A cancelled run (stale turn, cancelled job, budget) kills
+every process of the member's user in the container at once (`Sandbox.kill_all`: `setsid` children too).
 
 Every run's usage goes to `charge` as its output reports it (meter.py: a budget can stop a long run)
 and however it ends, a killed one's included (`CliMember.reported`).
@@ -37,7 +39,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream
 from conclave.backends.base import Done, Request, StreamEvent, TextDelta, Usage
 from conclave.config.clis import split_cli_model
 from conclave.config.models import AgentSpec
-from conclave.errors import ProviderError
+from conclave.errors import ProviderError, SandboxError
 from conclave.members.base import SCHEMA_FILE, CliAdapter, CliOutput, Login
 from conclave.members.claude_code import ClaudeCode
 from conclave.members.codex import Codex
@@ -48,6 +50,7 @@ from conclave.members.meter import Charge, Meter
 from conclave.sandbox.container import Sandbox
 from conclave.sandbox.member import HOME, MemberSandbox
 from conclave.sandbox.output import CommandResult
+from conclave.sandbox.provider_key import ProviderKey
 
 ADAPTERS: dict[str, CliAdapter] = {
     "claude-code": ClaudeCode(),
@@ -84,9 +87,29 @@ class CliMember:
 
     def bind(self, sandbox: Sandbox | None, egress: Mapping[str, str] | None = None) -> None:
         """Its container, and the variables that point the CLI at its way out (the egress proxy the
-        sandbox was started with, as `sandbox.egress_env`, when it has one)."""
+        sandbox was started with, as `sandbox.egress_env`, when it has one). A key login's key goes to
+        the container's egress proxy, never into the container; SandboxError for a container without one."""
+        provider = self._provider()
+        if provider is not None and sandbox is not None:
+            if not isinstance(sandbox, MemberSandbox):
+                raise SandboxError(
+                    f"{self.spec.model} logs in with a key, which only its egress proxy may hold: it needs a "
+                    "CLI member's sandbox (sandbox/member.py)"
+                )
+            sandbox.egress.serve_key(provider)
         self.sandbox = sandbox
         self.egress = dict(egress if egress is not None else getattr(sandbox, "egress_env", None) or {})
+
+    def _provider(self) -> ProviderKey | None:
+        """Where the member's key login goes, with its key, through its egress proxy (None: no key login)."""
+        url = self.adapter.provider_url(self.login)
+        return ProviderKey(url, self.login.key) if url is not None and self.login.key else None
+
+    @property
+    def inside(self) -> Login:
+        """The login as the container gets it: a key login's placeholder and bridge, or its login files."""
+        provider = self._provider()
+        return self.login if provider is None else self.login.held_by_proxy(provider.bridge_url())
 
     async def run(
         self, prompt: str, schema: dict[str, Any] | None = None, charge: Charge | None = None
@@ -214,12 +237,11 @@ class CliMember:
 
     def script(self, prompt: str, schema: dict[str, Any] | None) -> tuple[str, dict[str, str]]:
         """The exec's shell command and environment (tests read both; the login is only in `env`)."""
-        env = {**self.egress, **self.adapter.environment(self.login, self.model), "HOME": HOME}
+        login = self.inside
+        env = {**self.egress, **self.adapter.environment(login, self.model), "HOME": HOME}
         lines = [f'umask 077; mkdir -p "{HOME}"']
         passed: list[str] = []
-        for index, (path, content) in enumerate(
-            sorted(self.adapter.home_files(self.login, self.model).items())
-        ):
+        for index, (path, content) in enumerate(sorted(self.adapter.home_files(login, self.model).items())):
             variable = f"CONCLAVE_HOME_FILE_{index}"
             target = shlex.quote(f"{HOME}/{path}")
             env[variable] = base64.b64encode(content).decode()

@@ -30,7 +30,9 @@ ALLOWED: dict[str, set[str]] = {
     "tools": {"jobs", "files"},
     "jobs": {"coordination", "backends", "files", "sandbox", "members"},
     "coordination": {"backends", "files", "sandbox", "members"},
-    "members": {"backends", "sandbox"},  # coding-agent CLIs as members, run in the agent's sandbox
+    # coding-agent CLIs as members, run in the agent's sandbox; their output is redacted with the job's
+    # secrets (files/secrets.py)
+    "members": {"backends", "sandbox", "files"},
     "backends": set(),
     "files": {"backends"},  # the work tools describe themselves as backends.base.ToolSpec
     "sandbox": {"files"},  # the workspace is settled after each command through files/safe.py

@@ -172,8 +172,8 @@ class Orchestrator:
             backend = await anyio.to_thread.run_sync(
                 self._factory, member.spec, abandon_on_cancel=True, limiter=self._limiters.building
             )
-            if isinstance(backend, CliMember):  # a coding-agent CLI runs in its agent's container
-                backend.bind(self.files.sandbox(member.letter) if self.files is not None else None)
+            if isinstance(backend, CliMember) and self.files is not None:  # in its agent's container
+                self.files.bind(member.letter, backend)
             member.ctx = self._context(member, backend)
 
     async def _ended_in_set_up(self, reason: str) -> JobResult:

@@ -11,6 +11,8 @@ allow it) when:
 - it is VCS metadata (`.git`, `.hg`, `.svn`, ... in any letter case, with the spellings case-insensitive
   and Windows/HFS+ filesystems fold onto them, as git's own `verify_dotfile` rule does): never applied;
 - it is not in the patch at all (defence in depth: apply's plan and the patch are built apart).
+A file that holds a secret of a member (`secret`) is never in the patch at all: it was left out of the
+answer's snapshot (workspaces.py, secrets.py), and the result names it with the others.
 A deletion shows in the patch whatever the content, so it needs no consent (VCS metadata excepted).
 tests/security/test_apply_review.py covers each rule; docs/apply-and-verify.md tells users.
 """
@@ -25,7 +27,7 @@ from pydantic import BaseModel, ConfigDict
 
 from conclave.files.diff import Patch
 
-HoldReason = Literal["binary", "became_binary", "artifact", "vcs_metadata", "not_in_patch"]
+HoldReason = Literal["binary", "became_binary", "artifact", "vcs_metadata", "not_in_patch", "secret"]
 VCS_NAMES = frozenset({".git", ".hg", ".svn", ".bzr", "_darcs"})
 ARTIFACT_DIRS = frozenset({"__pycache__"})
 ARTIFACT_SUFFIXES = (
@@ -59,6 +61,8 @@ FIXES: dict[HoldReason, str] = {
     "allow_artifacts=true (CLI: --allow-artifacts) to apply it",
     "vcs_metadata": "version-control metadata (.git, .hg, .svn in any letter case) is never applied",
     "not_in_patch": "not in the reviewed patch, so never applied",
+    "secret": "it holds a team member's login token or key (as it is, or base64 or hex): left out of the "
+    "answer's files, so no peer, diff or apply has it; never applied",
 }
 
 

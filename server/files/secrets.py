@@ -6,6 +6,7 @@ that holds one, and text that carries one.
                                               # run (a CLI may refresh its token inside its container)
     secrets.held(open(path, "rb"))            # "base64" (how it was found), or None
     secrets.redact(text)                      # each one replaced by [secret]
+    secrets.scrub(event_data)                 # the same in every string of a JSON-like value
 
 A value is found verbatim, or in one of the encodings a shell makes in one step: base64 (standard and
 url-safe alphabets, at any alignment inside a longer encoded text, as `base64 FILE` or a JWT writes it)
@@ -25,7 +26,7 @@ import binascii
 import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import BinaryIO, Literal
+from typing import Any, BinaryIO, Literal
 
 from conclave.files import safe
 
@@ -90,6 +91,16 @@ class Secrets:
                 return hit
             tail = data[-keep:]
         return None
+
+    def scrub(self, value: Any) -> Any:
+        """A JSON-like value (an event's data, a decision) with `redact` applied to every string in it."""
+        if isinstance(value, str):
+            return self.redact(value)
+        if isinstance(value, dict):
+            return {self.redact(str(key)): self.scrub(item) for key, item in value.items()}
+        if isinstance(value, list | tuple):
+            return [self.scrub(item) for item in value]
+        return value
 
     def redact(self, text: str) -> str:
         """`text` with every known value (and its encodings) replaced by MASK."""

@@ -29,7 +29,7 @@ import json
 import logging
 import math
 import shlex
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, ClassVar
@@ -287,7 +287,7 @@ class CliMember:
 
     def _redacted(self, output: CliOutput) -> CliOutput:
         """The run's output with every known secret of the job replaced (files/secrets.py)."""
-        structured = _scrubbed(output.structured, self._redact) if output.structured else None
+        structured = self.secrets.scrub(output.structured) if output.structured else None
         error = self._redact(output.error) if output.error is not None else None
         return replace(output, text=self._redact(output.text), structured=structured, error=error)
 
@@ -304,17 +304,6 @@ class CliMember:
 
     async def aclose(self) -> None:
         return None
-
-
-def _scrubbed(value: Any, redact: Callable[[str], str]) -> Any:
-    """A JSON value with `redact` applied to every string in it, keys included."""
-    if isinstance(value, str):
-        return redact(value)
-    if isinstance(value, dict):
-        return {redact(str(key)): _scrubbed(item, redact) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_scrubbed(item, redact) for item in value]
-    return value
 
 
 async def _charge_as_heard(meter: Meter, receive: MemoryObjectReceiveStream[bytes]) -> None:

@@ -22,7 +22,12 @@ import pytest
 from conclave.backends.base import Backend
 from conclave.backends.retry import RetryPolicy
 from conclave.cli.render import closing
+from conclave.config.loading import parse_team
 from conclave.config.models import AgentSpec
+from conclave.coordination.members import Member
+from conclave.coordination.protocol import Coordination
+from conclave.coordination.reporting import Reporter
+from conclave.coordination.reports import JobEvent, Progress
 from conclave.files.agent_tools import AgentTools
 from conclave.files.contexts import ContextPath
 from conclave.files.secrets import Secrets
@@ -94,6 +99,25 @@ async def test_a_file_holding_a_login_token_is_in_no_snapshot_peer_view_check_co
         assert keeping(tree, forms) == [], tree
     await ws.remove_working_copies()
     assert keeping(tmp_path / "job", forms) == []  # the state folder keeps no value, nor the filter's record
+
+
+async def test_no_event_keeps_a_secret_whoever_wrote_it() -> None:
+    """Every event's data is masked on its way to the store, whatever wrote it (here an API agent's
+    tool call and answer: it could hold a token only through a way the filter did not know)."""
+    recorded: list[JobEvent] = []
+
+    class Sink:
+        async def record(self, event: JobEvent, progress: Progress) -> None:
+            recorded.append(event)
+
+    spec = parse_team({"agents": [{"model": "openai/gpt-fake"}]}, "t.yaml").agents[0]
+    secrets = Secrets(Login(files={CREDENTIALS: claude_credentials(TOKEN, REFRESH)}).secrets())
+    reports = Reporter(Sink(), Coordination(["A"]), {"A": Member(spec, "A")}, lambda: 0.0, secrets)
+    encoded = base64.b64encode(f"token={REFRESH}".encode()).decode()
+    await reports.emit("tool_call", "A", name="write_file", arguments={"path": "x", "content": TOKEN})
+    await reports.emit("answer", "A", label="A1", revision=1, content=f"mine: {TOKEN} and {encoded}")
+    stored = json.dumps([event.model_dump() for event in recorded])
+    assert TOKEN not in stored and encoded[4:40] not in stored and stored.count("[secret]") == 3
 
 
 class Leaker(ClaudeCode):

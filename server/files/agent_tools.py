@@ -282,13 +282,12 @@ class AgentTools:
         deadline, budget = time.monotonic() + SEARCH_BUDGET_S, MAX_SEARCH_BYTES
         matches: list[str] = []
         large = 0
-        folders: dict[str, bool] = {}
         for rel, entry in listing.files.items():
             if entry.size > MAX_SEARCH_FILE or entry.size > budget:
                 large += 1
                 continue
             path = f"{prefix}/{rel}" if prefix else rel
-            if args.peer and not peer_readable(root, path, folders):
+            if args.peer and not peer_readable(root, path):
                 continue  # private to its author, as at /peers/<letter> (peer_access.py)
             try:
                 data = safe.read_bytes(root, path, MAX_SEARCH_FILE)

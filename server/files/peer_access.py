@@ -2,13 +2,13 @@
 
 A snapshot's files are the server's (copied by it, modes kept: trees.py), and a peer's container runs
 its commands as another user (uid 1000 under a root server: sandbox/container.py), so inside a
-container the kernel lets a peer read a file only through its "other" bits: read on the file, search
-(x) on the snapshot's root and every folder on the way. The host-side tools (`read_file` and `search`
-with `peer`, agent_tools.py) ask the same here, so a file the author kept private (a login file copied
-with its 0600) reaches no peer and no peer's provider by either way. Where the server runs as the
-sandbox user itself, the kernel would let a container read its own uid's files: `Workspaces.publish`
-then leaves such files out of /peers, so the answer is the same on every engine (tests/security/
-test_peer_modes.py).
+container the kernel lets a peer read a file only through its "other" read bit. The host-side tools
+(`read_file` and `search` with `peer`, agent_tools.py) ask the same here, so a file its author kept
+private (a login file copied with its 0600) reaches no peer and no peer's provider by either way.
+Where the server runs as the sandbox user itself, the kernel would let a container read its own uid's
+files: `Workspaces.publish` then leaves such files out of /peers, so the answer is the same on every
+engine (tests/security/test_peer_modes.py). A snapshot's folders are the server's own (their modes say
+nothing of the author's wishes), so only the file's mode counts.
 """
 
 from __future__ import annotations
@@ -19,21 +19,7 @@ from pathlib import Path
 from conclave.files import safe
 
 
-def peer_readable(root: Path, rel: str, folders: dict[str, bool] | None = None) -> bool:
-    """Whether a peer may read the regular file `root/rel` (links never followed); `folders` caches
-    what was found of each folder across calls on one tree."""
-    parts = safe.split(rel)
-    if not parts:
-        return False
-    for depth in range(len(parts)):  # the root, then each folder on the way
-        folder = "/".join(parts[:depth])
-        known = folders.get(folder) if folders is not None else None
-        if known is None:
-            info = safe.lstat(root, folder)
-            known = info is not None and stat.S_ISDIR(info.st_mode) and bool(info.st_mode & stat.S_IXOTH)
-            if folders is not None:
-                folders[folder] = known
-        if not known:
-            return False
+def peer_readable(root: Path, rel: str) -> bool:
+    """Whether a peer may read the regular file `root/rel` (links never followed)."""
     info = safe.lstat(root, rel)
     return info is not None and stat.S_ISREG(info.st_mode) and bool(info.st_mode & stat.S_IROTH)

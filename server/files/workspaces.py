@@ -336,9 +336,8 @@ class Workspaces:
                 remove_tree(entry.path)
             else:
                 os.unlink(entry.path)
-        folders: dict[str, bool] = {}
         for rel in list_tree(source).files:  # snapshots are immutable: linking their files is safe
-            if not peer_readable(source, rel, folders):
+            if not peer_readable(source, rel):
                 continue  # private to its author: as a peer's container sees it (peer_access.py)
             target = mount / rel
             target.parent.mkdir(parents=True, exist_ok=True)

@@ -47,6 +47,10 @@ LEAK = (
 )
 CLAUDE_WORK = (
     LEAK.format(config="$CLAUDE_CONFIG_DIR", file=".credentials.json")
+    # the access token alone, as the CLI refreshed it before its first request: only the read-back of
+    # its HOME after the run knows that one (members/runner.py)
+    + "python3 -c \"import json, os; print(json.load(open(os.environ['CLAUDE_CONFIG_DIR'] + "
+    + "'/.credentials.json'))['claudeAiOauth']['accessToken'])\" > token_only.txt; "
     + "sed -i 's/return a - b/return a + b/' calc.py; "
     # then what Codex's answer shares (its snapshot at /peers/<letter>), sent back to Claude's provider
     + "for i in $(seq 100); do ls /peers/*/calc.py >/dev/null 2>&1 && break; sleep 1; done; "
@@ -149,6 +153,7 @@ async def test_a_prompt_injected_member_leaks_no_login_token(
     (changes,) = view.diff_summary.contexts
     held = {held.path: held.reason for held in changes.held_back}
     assert held.get("login_copy/.credentials.json") == "secret" and held.get("login.b64") == "secret", held
+    assert held.get("token_only.txt") == "secret", held  # the refreshed token, known only after the run
     assert changes.applied and (project / "calc.py").read_text().endswith("a + b\n")
     assert not (project / "login.b64").exists()
     assert not (project / "login_copy" / ".credentials.json").exists()

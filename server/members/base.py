@@ -38,14 +38,15 @@ class Login:
         return replace(self, key=PLACEHOLDER_KEY, bridge=bridge)
 
     def secrets(self) -> list[str]:
-        """Every secret value, for the leak checks (tests/members/test_cli_members_e2e.py)."""
+        """Every secret value: the key, and each token of the login files (files/secrets.py keeps them
+        out of the job's files and text)."""
         found = [self.key] if self.key else []
         for content in self.files.values():
-            found += list(_secret_strings(content))
+            found += list(secret_strings(content))
         return found
 
 
-def _secret_strings(content: bytes) -> Iterator[str]:
+def secret_strings(content: bytes) -> Iterator[str]:
     """The long strings of a login file (tokens), or the whole text when it is not JSON."""
     text = content.decode("utf-8", "replace")
     try:

@@ -159,7 +159,7 @@ class JobFiles:
         """Freeze the author's workspace as the answer's snapshot and show it to the peers.
 
         Any failure is a ConclaveError: the orchestrator then keeps the answer without files, and
-        something unexpected here never fails the job (tests/security/test_names.py).
+        something unexpected here never fails the job.
         """
         with _host_step(f"the snapshot of {label}"):
             snapshot = await self.workspaces.snapshot(letter, label)

@@ -5,9 +5,8 @@ workspace, or a peer's latest snapshot, read-only) only through safe.py's no-fol
 an agent's background process may swap anything in its workspace at any time, so nothing here opens a
 workspace path by name. Files are read only when regular and under the cap (checked with fstat first);
 `search` has a time budget (the `regex` module's timeout, matching without the GIL) and a size cap.
-A tool never raises to the model: a problem comes back as a tool result that says what to fix
-(tests/test_agent_tools.py, tests/security/). Blocking file work runs in an abandonable worker thread,
-so cancelling a job never waits for it. The workflow calls (`new_answer`, `vote`) are in turns.py.
+A tool never raises to the model: a problem comes back as a tool result that says what to fix. Blocking
+file work runs in an abandonable worker thread, so cancelling a job never waits for it. The workflow calls (`new_answer`, `vote`) are in turns.py.
 """
 
 from __future__ import annotations
@@ -85,7 +84,7 @@ class AgentTools:
     owner: tuple[int, int] | None = None  # who owns files written for the sandbox user
     disk: AgentDisk | None = None  # the job's disk budget, as this agent sees it
     # With several context paths the workspace root holds one folder each, and only they reach the
-    # diff: writes elsewhere are refused (tests/test_agent_tools.py). Empty: anywhere in the workspace.
+    # diff: writes elsewhere are refused. Empty: anywhere in the workspace.
     folders: tuple[str, ...] = ()
 
     def specs(self) -> tuple[ToolSpec, ...]:

@@ -7,7 +7,7 @@ container the kernel lets a peer read a file only through its "other" read bit. 
 private (a login file copied with its 0600) reaches no peer and no peer's provider by either way.
 Where the server runs as the sandbox user itself, the kernel would let a container read its own uid's
 files: `Workspaces.publish` then leaves such files out of /peers, so the answer is the same on every
-engine (tests/security/test_peer_modes.py). A snapshot's folders are the server's own (their modes say
+engine. A snapshot's folders are the server's own (their modes say
 nothing of the author's wishes), so only the file's mode counts.
 """
 

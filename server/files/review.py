@@ -18,7 +18,7 @@ A file that holds a secret of a member (`secret`) is never in the patch at all: 
 answer's snapshot (workspaces.py, secrets.py), and the result names it with the others.
 A deletion shows in the patch whatever the content, so it needs no consent (VCS metadata and the autorun
 files excepted).
-tests/security/test_apply_review.py covers each rule; docs/apply-and-verify.md tells users.
+docs/apply-and-verify.md tells users each rule.
 """
 
 from __future__ import annotations

@@ -81,7 +81,7 @@ NO_CONSENSUS = (
 
 async def collect(files: JobFiles, options: JobOptions, consensus: bool) -> FilesResult:
     """The winner's diff per context path, written as one patch file; applied where asked and allowed:
-    `apply: true` only with consensus, `apply: "force"` without (tests/test_voting.py::test_apply_*)."""
+    `apply: true` only with consensus, `apply: "force"` without."""
     workspaces = files.workspaces
     if not workspaces.final.is_dir():
         return FilesResult(error="no final files: the winning answer has no snapshot (see the transcript)")

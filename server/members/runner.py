@@ -224,8 +224,8 @@ class CliMember:
         """The exec, never abandoned: when the turn is cancelled, every process of the member's user is
         killed at once (`setsid` children too) and the exec is awaited to its end (its output, the
         usage so far, lands in `results`) before the cancellation goes on. An abandoned exec would
-        reap after it ends, killing the next turn's run (tests/members/test_cli_members_e2e.py, the
-        team test, caught that race). Meanwhile the meter charges the output as it arrives."""
+        reap after it ends, killing the next turn's run. Meanwhile the meter charges the output as it
+        arrives."""
         send, receive = anyio.create_memory_object_stream[bytes](math.inf)
 
         def heard(chunk: bytes) -> None:  # in the exec's worker thread

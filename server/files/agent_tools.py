@@ -6,7 +6,8 @@ an agent's background process may swap anything in its workspace at any time, so
 workspace path by name. Files are read only when regular and under the cap (checked with fstat first);
 `search` has a time budget (the `regex` module's timeout, matching without the GIL) and a size cap.
 A tool never raises to the model: a problem comes back as a tool result that says what to fix. Blocking
-file work runs in an abandonable worker thread, so cancelling a job never waits for it. The workflow calls (`new_answer`, `vote`) are in turns.py.
+file work runs in an abandonable worker thread, so cancelling a job never waits for it. The workflow
+calls (`new_answer`, `vote`) are in turns.py.
 """
 
 from __future__ import annotations

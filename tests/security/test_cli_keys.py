@@ -34,9 +34,9 @@ from tests.fakes.login_hosts import LoginHosts
 from tests.fakes.script import RecordedRequest, Reply
 from tests.fakes.server import FakeProviders
 from tests.fakes.waits import until_cli_done
-from tests.members.conftest import clis_image, hosts, project
+from tests.members.conftest import hosts, project
 
-__all__ = ["clis_image", "hosts", "project"]  # the fixtures this module uses, from tests/members/conftest.py
+__all__ = ["hosts", "project"]  # the fixtures this module uses, from tests/members/conftest.py
 
 pytestmark = pytest.mark.anyio
 CLAUDE_KEY = "sk-ant-api03-claude-key-0123456789abcdef"

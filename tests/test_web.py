@@ -362,11 +362,11 @@ def test_codes_and_sessions_expire_and_end(monkeypatch: pytest.MonkeyPatch) -> N
     code = grants.code_for(alice)
     claimed = grants.claim(code)
     assert claimed is not None and claimed[1] == alice and grants.claim(code) is None  # swapped once
-    time.sleep(0.1)
+    time.sleep(0.1)  # sleep-ok: outlives the shortened lifetimes; nothing else runs to wait for
     assert grants.redeem(claimed[0]) is None  # the page's code expires too
     opened = grants.redeem(grants.code_for(alice))
     assert opened is not None and grants.caller_of(opened[0]) == alice
-    time.sleep(0.1)
+    time.sleep(0.1)  # sleep-ok: as above
     assert grants.caller_of(opened[0]) is None
     key = grants.open(alice)
     grants.revoke({Caller("alice", digest("alice-new-token"))})  # alice's token replaced: her session ends

@@ -109,7 +109,8 @@ def serve_http(tmp_path: Path, home: Path, token: str | None = None) -> Iterator
                 httpx2.get(f"{base}/mcp", timeout=1)
                 break
             except httpx2.TransportError:
-                assert time.monotonic() < deadline, "the HTTP server did not start"  # a start limit
+                # wall-time: a start limit, not a measurement
+                assert time.monotonic() < deadline, "the HTTP server did not start"
                 time.sleep(0.1)
         yield base, process.pid
     finally:

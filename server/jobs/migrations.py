@@ -77,4 +77,7 @@ MIGRATIONS: tuple[str, ...] = (
     """,
     # who started the job: `local` (the CLI and stdio) or an HTTP token's caller name (app/tokens.py)
     "ALTER TABLE jobs ADD COLUMN caller TEXT NOT NULL DEFAULT 'local'",
+    # the job as the caller asked for it (jobs/request.py); a job stored before has none (store.py reads
+    # it from the task and the options of then)
+    "ALTER TABLE jobs ADD COLUMN request_json TEXT",
 )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from conclave.files.contexts import ContextPath
 from conclave.files.diff import FileChange
@@ -15,7 +15,9 @@ class _Record(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-ApplyMode = bool | Literal["force"]  # true: only with consensus; "force": whatever the vote
+# What a job stored before its request was kept (jobs/request.py) held in its options; read from there
+# for such a job's request (jobs/store.py), dropped from its options.
+REQUEST_FIELDS = ("apply", "force_binary", "allow_artifacts", "allow_autorun")
 
 
 class Estimate(_Record):
@@ -30,13 +32,19 @@ class Estimate(_Record):
 
 
 class JobOptions(_Record):
-    context_paths: list[ContextPath] = Field(default_factory=list)
-    apply: ApplyMode = False
+    """What admission derived from the job's request (the request itself is stored beside it)."""
+
+    context_paths: list[ContextPath] = Field(default_factory=list)  # named and pinned (file_steps.admit)
     commands: bool = False  # agents get run_command in a sandbox
-    force_binary: bool = False  # apply binary changes too (the patch cannot show them as text)
-    allow_artifacts: bool = False  # apply compiled or loadable artefacts too (__pycache__/, *.pyc, *.so, ...)
-    allow_autorun: bool = False  # apply files that run code or widen an agent's permissions too (autorun.py)
     estimate: Estimate | None = None  # made at submit, shown while the job runs
+
+    @model_validator(mode="before")
+    @classmethod
+    def _stored_before_requests(cls, data: Any) -> Any:
+        """Options stored before the request was kept also held apply and its consents: the request's now."""
+        if isinstance(data, dict) and any(key in data for key in REQUEST_FIELDS):
+            return {key: value for key, value in data.items() if key not in REQUEST_FIELDS}
+        return data
 
 
 class ContextChanges(_Record):

@@ -1,4 +1,5 @@
-"""What the job store keeps beside a job's reports: the caller's options and the files result."""
+"""What the job store keeps beside a job's reports: what admission derived from the request, and the
+files result."""
 
 from __future__ import annotations
 

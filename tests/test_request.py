@@ -10,9 +10,11 @@ from typing import Any
 
 import pytest
 from fastmcp import Client
+from pydantic import ValidationError
 
 from conclave.app.server import create_app
 from conclave.errors import InputError
+from conclave.jobs.records import JobOptions
 from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
 from conclave.jobs.store import Store
@@ -141,3 +143,9 @@ def test_a_job_stored_before_requests_reads_its_request_from_its_options(tmp_pat
     assert request.follow_up == "cj-000000000001" and request.allow_artifacts is False
     assert [c.path for c in request.context_paths or []] == ["/old/project"]
     assert row.options.commands and [c.name for c in row.options.context_paths] == ["project"]
+
+
+def test_options_hold_no_copy_of_the_request() -> None:
+    """apply and its consents are the request's: options given them refuse, rather than keep a copy."""
+    with pytest.raises(ValidationError, match="apply"):
+        JobOptions(apply=True)  # type: ignore[call-arg]

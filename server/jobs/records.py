@@ -3,9 +3,10 @@ files result."""
 
 from __future__ import annotations
 
+import json
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from conclave.files.contexts import ContextPath
 from conclave.files.diff import FileChange
@@ -39,13 +40,12 @@ class JobOptions(_Record):
     commands: bool = False  # agents get run_command in a sandbox
     estimate: Estimate | None = None  # made at submit, shown while the job runs
 
-    @model_validator(mode="before")
     @classmethod
-    def _stored_before_requests(cls, data: Any) -> Any:
-        """Options stored before the request was kept also held apply and its consents: the request's now."""
-        if isinstance(data, dict) and any(key in data for key in REQUEST_FIELDS):
-            return {key: value for key, value in data.items() if key not in REQUEST_FIELDS}
-        return data
+    def stored(cls, options_json: str) -> JobOptions:
+        """Options as stored; those stored before the request was kept also held apply and its consents,
+        which are the request's now (jobs/request.py stored_request), not options."""
+        data = json.loads(options_json)
+        return cls.model_validate({key: value for key, value in data.items() if key not in REQUEST_FIELDS})
 
 
 class ContextChanges(_Record):

@@ -399,6 +399,6 @@ def _job_row(row: sqlite3.Row) -> JobRow:
         else stored_request(values["task"], options, values["follow_up"]),
         progress=Progress.model_validate_json(progress) if progress else None,
         result=JobResult.model_validate_json(result) if result else None,
-        options=JobOptions.model_validate_json(options),
+        options=JobOptions.stored(options),
         files=FilesResult.model_validate_json(files) if files else None,
     )

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from conclave.backends.local import BUNDLED, model_file
 from conclave.coordination import prompts
+from conclave.coordination.reports import ShownAnswer
 
 TASK = (
     "Our Flask service times out under load when it calls the payments API. Propose a fix: what to "
@@ -42,7 +43,10 @@ def main() -> None:
 
     rows = []
     for words in (100, 300, 800):
-        shown = [prompts.ShownAnswer(f"{letter}1", letter, answer(words)) for letter in "ABC"]
+        shown = [
+            ShownAnswer(label=f"{letter}1", letter=letter, revision=1, content=answer(words))
+            for letter in "ABC"
+        ]
         system = prompts.system_prompt(TASK, "A", 3, 3, "native", None)
         turn = prompts.turn_prompt("A", shown, ["A1", "B1", "C1"], True)
         tools = json.dumps([t.__dict__ for t in prompts.workflow_tools(["A1", "B1", "C1"], True)])

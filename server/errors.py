@@ -31,8 +31,7 @@
 One error, two surfaces: a message names arguments and commands through `term("...")` markers, and
 `render("mcp")` (what `str()` gives, so MCP tool errors keep the MCP names) or `render("cli")` (what
 the `conclave` command prints) spells them the way that surface's user types them: `context_paths`
-or `--context`, `read_workspace(job_id, path='@diff')` or `conclave show JOB --diff`
-(tests/test_cli_wording.py checks no CLI message carries MCP syntax).
+or `--context`, `read_workspace(job_id, path='@diff')` or `conclave show JOB --diff`.
 """
 
 from __future__ import annotations

@@ -5,14 +5,19 @@ cancelled calls included; a cost budget needs prices; the estimate and list_team
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import anyio
 import pytest
+import yaml
 
+from conclave.backends.base import Backend, Request, StreamEvent, Usage
 from conclave.backends.retry import RetryPolicy
+from conclave.config.models import AgentSpec, Team
+from conclave.coordination.members import endpoint_factory
 from conclave.errors import InputError
 from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
@@ -20,7 +25,7 @@ from conclave.jobs.views import JobView, structured
 from conclave.settings import Settings
 from tests.fakes.script import RecordedRequest, Reply, Script
 from tests.fakes.server import FakeProviders
-from tests.fakes.team import KEY_ENV, TRIO, decide, install, vote_labels, voter, write_team
+from tests.fakes.team import KEY_ENV, TRIO, decide, install, team_data, vote_labels, voter, write_team
 
 pytestmark = pytest.mark.anyio
 ENV = {KEY_ENV: "test-key-0123456789"}
@@ -213,3 +218,90 @@ async def test_the_estimate_comes_from_past_jobs_and_list_teams_shows_history(
     assert listed.history is not None and (listed.history.jobs, listed.history.typical_tokens) == (1, tokens)
     assert listed.history.typical_cost_usd == round(cost, 4)
     assert f"typically {tokens:,} tokens, ${round(cost, 4):.4f} per job (1 past job here)" in teams.text()
+
+
+def priced_team(path: Path, fakes: FakeProviders, price: dict[str, float]) -> str:
+    """TRIO with a price for ann only: bob's and cy's providers bill tokens Conclave cannot cost."""
+    data = team_data(fakes, TRIO)
+    data["agents"][0]["price"] = price
+    path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    return str(path)
+
+
+def priced(bill: tuple[int, int, int], price: dict[str, float]) -> float:
+    return (bill[0] * price["input"] + bill[1] * price["output"]) / 1e6
+
+
+async def test_an_agent_without_a_price_leaves_the_jobs_cost_known_and_partial(
+    tmp_path: Path, fakes: FakeProviders
+) -> None:
+    """ann has a price, bob and cy none: the job's cost is ann's, marked partial (it was None: one agent
+    without a cost hid every other's); each agent's own figure is as it was."""
+    install(fakes.script, TRIO, voter())
+    price = {"input": 2.0, "output": 8.0}
+    team = priced_team(tmp_path / "team.yaml", fakes, price)
+    async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV, retry=FAST) as service:
+        view = await run_job(service, team)
+    bill = fakes.script.bill
+    assert view.usage.cost_usd == pytest.approx(priced(bill["ann"], price)), view.text()
+    unpriced = sum(bill[name][0] + bill[name][1] for name in ("bob", "cy"))
+    assert view.usage.cost_partial and view.usage.uncosted_tokens == unpriced
+    assert f"cost ≥ ${view.usage.cost_usd:.4f} (partial: {unpriced:,} tokens without a cost)" in view.text()
+    costs = {agent.model.rsplit("-", 1)[1]: agent.usage.cost_usd for agent in view.agents}
+    assert costs == {"ann": pytest.approx(priced(bill["ann"], price)), "bob": None, "cy": None}
+
+
+@dataclass
+class SomeCallsCosted:
+    """bob's provider, saying the cost of every odd call itself (as a CLI says its run's cost) and
+    nothing of the others: what it reported, costed and not, is kept for the test."""
+
+    inner: Backend
+    provider: ClassVar[str] = "anthropic"
+    calls: int = 0
+    cost: float = 0.0
+    uncosted_tokens: int = 0
+
+    async def stream(self, request: Request) -> AsyncIterator[StreamEvent]:
+        self.calls += 1
+        async for event in self.inner.stream(request):
+            if isinstance(event, Usage) and self.calls % 2:
+                self.cost += 0.01
+                event = event.costing(0.01)
+            elif isinstance(event, Usage):
+                self.uncosted_tokens += event.tokens
+            yield event
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+async def test_charges_with_and_without_a_cost_sum_to_every_known_cost(
+    tmp_path: Path, fakes: FakeProviders
+) -> None:
+    """bob's charges come with a cost and without one, in turn: its cost is the sum of every cost that
+    came (a charge without one used to wipe the cost before it), partial by the tokens of the others,
+    in the job's total and in the stored usage that estimates read."""
+    install(fakes.script, TRIO, voter())
+    price = {"input": 2.0, "output": 8.0}
+    team = priced_team(tmp_path / "team.yaml", fakes, price)
+    made = endpoint_factory(ENV)
+    bob = SomeCallsCosted(made(Team.model_validate(team_data(fakes, TRIO)).agents[1]))
+
+    def backends(spec: AgentSpec) -> Backend:
+        return bob if spec.model.endswith("bob") else made(spec)
+
+    settings = Settings(home=tmp_path / "state")
+    async with JobService.open(settings, environ=ENV, retry=FAST, backend_factory=backends) as service:
+        view = await run_job(service, team)
+        stored = await service.store.team_usage("fake-team")
+    assert bob.calls >= 2 and bob.uncosted_tokens > 0, view.text()  # both kinds of charge came
+    usage = {agent.model.rsplit("-", 1)[1]: agent.usage for agent in view.agents}
+    assert usage["bob"].cost_usd == pytest.approx(bob.cost) and usage["bob"].cost_partial
+    assert usage["bob"].uncosted_tokens == bob.uncosted_tokens
+    bill = fakes.script.bill
+    assert view.usage.cost_usd == pytest.approx(priced(bill["ann"], price) + bob.cost)
+    assert view.usage.uncosted_tokens == bob.uncosted_tokens + bill["cy"][0] + bill["cy"][1]
+    assert [row.usage for row in stored[0]] == [
+        agent.usage for agent in sorted(view.agents, key=lambda a: a.letter)
+    ]

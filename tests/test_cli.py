@@ -230,7 +230,9 @@ def test_show_prints_what_read_workspace_serves(capsys: pytest.CaptureFixture[st
     assert f"conclave show {view.job_id} --answers" in out and "\n  transcript\n  final\n" in out
     code, out, _ = run(capsys, "show", view.job_id, "--answers")
     assert code == 0 and out.count("\n## ") + out.startswith("## ") == 3
-    assert f"## {view.result.winner}\nAnswer from " in out
+    winner = view.result.winner or ""
+    votes = view.result.tally[winner]
+    assert f"## {winner} (agent {winner[0]}, {votes} vote{'s' * (votes != 1)})\nAnswer from " in out
     code, out, _ = run(capsys, "show", view.job_id, "--transcript")
     assert code == 0 and view.job_id in out and "voted for" in out
     code, _, err = run(capsys, "show", view.job_id, "--diff")

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx2
 import pytest
 from fastmcp import Client
 
-from conclave.app.tokens import CallerTokens, HttpTokens
+from conclave.app.tokens import CallerTokens, HttpTokens, TokenSource, load_tokens
 from conclave.jobs.teams import TeamList
 from conclave.jobs.views import JobView
+from conclave.settings import Settings
 from tests.fakes.processes import http_server
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import KEY_ENV, TRIO, install, voter, write_team
@@ -94,11 +97,31 @@ async def test_a_job_outlives_the_client_that_started_it(server: str, mode: str)
         assert view.state == "completed" and view.answer
 
 
-async def test_a_token_must_match_exactly_and_names_its_caller() -> None:
-    verifier = CallerTokens(HttpTokens({TOKEN: "http", "another-token-0123456789": "alice"}))
+async def test_a_token_must_match_exactly_and_names_its_caller(tmp_path: Path) -> None:
+    tokens = HttpTokens({TOKEN: "http", "another-token-0123456789": "alice"})
+    verifier = CallerTokens(TokenSource(Settings(home=tmp_path), tokens))
     found = await verifier.verify_token(TOKEN)
     assert found is not None and found.client_id == "http"
     alice = await verifier.verify_token("another-token-0123456789")
     assert alice is not None and alice.client_id == "alice"
     for wrong in ("", TOKEN[:-1], TOKEN + "x", TOKEN.upper(), "s3crét"):
         assert await verifier.verify_token(wrong) is None
+
+
+async def test_a_broken_tokens_file_refuses_every_token_until_it_is_fixed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv("CONCLAVE_HTTP_TOKEN", raising=False)
+    named = tmp_path / "http-tokens.json"
+    named.write_text(json.dumps({"alice": TOKEN}))
+    named.chmod(0o600)
+    settings = Settings(home=tmp_path)
+    verifier = CallerTokens(TokenSource(settings, load_tokens(settings)))
+    alice = await verifier.verify_token(TOKEN)
+    assert alice is not None and alice.client_id == "alice"
+    named.write_text('{"alice": ')  # halfway through an edit: which tokens it means is unknown
+    assert await verifier.verify_token(TOKEN) is None
+    assert "is not JSON" in capsys.readouterr().err
+    named.write_text(json.dumps({"bob": TOKEN}))
+    bob = await verifier.verify_token(TOKEN)
+    assert bob is not None and bob.client_id == "bob"

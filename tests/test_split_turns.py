@@ -3,12 +3,14 @@ all agree) and the scoring voter's pick. The turns themselves run on the real mo
 
 from __future__ import annotations
 
-from conclave.coordination.prompts import ShownAnswer
+from conclave.coordination.reports import ShownAnswer
 from conclave.coordination.split_turns import agreeing_groups, pick
 
 
 def shown(label: str, content: str, *agrees: str) -> ShownAnswer:
-    return ShownAnswer(label, label[0], content, tuple(agrees))
+    return ShownAnswer(
+        label=label, letter=label[0], revision=int(label[1:]), content=content, agrees_with=agrees
+    )
 
 
 def test_answers_with_the_same_final_answer_form_one_group_in_the_order_shown() -> None:

@@ -3,6 +3,7 @@ loop goes on, waiters woken by writes, event numbers without counting, progress 
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import threading
 from pathlib import Path
@@ -10,9 +11,11 @@ from pathlib import Path
 import anyio
 import pytest
 
+from conclave.backends.base import Usage
 from conclave.coordination.limits import ProviderLimits
-from conclave.coordination.reports import AgentProgress, JobEvent, Progress, UsageTotals
+from conclave.coordination.reports import AgentProgress, JobEvent, Progress
 from conclave.jobs.async_store import AsyncStore
+from conclave.jobs.migrations import MIGRATIONS
 from conclave.jobs.progress_patch import progress_patch
 from conclave.jobs.store import Store
 
@@ -26,7 +29,7 @@ def progress(calls: int = 0, state: str = "working", phase: str = "working") -> 
             letter=letter,
             model=f"openai/m{letter}",
             state=state,  # type: ignore[arg-type]
-            usage=UsageTotals(calls=calls, input_tokens=10 * calls),
+            usage=Usage(calls=calls, input_tokens=10 * calls),
         )
         for letter in "AB"
     ]
@@ -139,7 +142,7 @@ async def test_progress_is_written_in_parts_and_reads_back_whole(tmp_path: Path)
     latest = progress(0)
     for calls in range(1, 6):  # usage reports change one agent's counters
         latest = progress(0)
-        latest.agents[1].usage = UsageTotals(calls=calls, input_tokens=7 * calls)
+        latest.agents[1].usage = Usage(calls=calls, input_tokens=7 * calls)
         store.record(JOB, usage_event("B"), latest, None)
     row = store.job(JOB)
     assert row is not None and row.progress == latest
@@ -154,7 +157,7 @@ async def test_progress_is_written_in_parts_and_reads_back_whole(tmp_path: Path)
 
 def test_a_usage_report_patches_one_agents_usage_only() -> None:
     before, after = progress(1), progress(1)
-    after.agents[0].usage = UsageTotals(calls=2, input_tokens=25)
+    after.agents[0].usage = Usage(calls=2, input_tokens=25)
     patch = progress_patch(before.model_dump(mode="json"), after.model_dump(mode="json"))
     assert patch is not None and [path for path, _ in patch] == ["$.agents[0].usage"]
     assert progress_patch(before.model_dump(mode="json"), before.model_dump(mode="json")) == []
@@ -216,3 +219,42 @@ async def test_a_column_a_counted_migration_missed_is_added(tmp_path: Path) -> N
         assert row is not None and row.follow_up is None
     finally:
         again.close()
+
+
+async def test_usage_an_older_database_recorded_reads_back_as_it_was(tmp_path: Path) -> None:
+    """A database from before `usage.uncosted_tokens` (its rows' cost, when known, covered every token)
+    opens, gains the column, and its rows read back whole; the progress it stored too."""
+    store = new_store(tmp_path)
+    store.set_state(JOB, "completed")
+    store.close()
+    db = sqlite3.connect(tmp_path / "conclave.db")
+    db.execute("ALTER TABLE usage DROP COLUMN uncosted_tokens")
+    db.execute(f"PRAGMA user_version={len(MIGRATIONS) - 1}")
+    db.execute("INSERT INTO usage VALUES (?, 'A', 'openai/mA', 2, 1000, 50, 200, 0.25)", (JOB,))
+    db.execute("INSERT INTO usage VALUES (?, 'B', 'openai/mB', 1, 300, 5, 0, NULL)", (JOB,))
+    old = {
+        "calls": 2,
+        "input_tokens": 1000,
+        "output_tokens": 50,
+        "cached_input_tokens": 200,
+        "cost_usd": 0.25,
+    }
+    agents = [{"letter": "A", "model": "openai/mA", "state": "done", "usage": old}]
+    db.execute(
+        "UPDATE jobs SET progress_json = ? WHERE id = ?",
+        (json.dumps({"phase": "done", "agents": agents}), JOB),
+    )
+    db.commit()
+    db.close()
+    again = Store(tmp_path / "conclave.db")
+    try:
+        past = again.team_usage("team")
+        row = again.job(JOB)
+    finally:
+        again.close()
+    assert [agent.usage for agent in past[0]] == [
+        Usage(1000, 50, 200, cost_usd=0.25, calls=2),
+        Usage(300, 5, 0, calls=1),
+    ]
+    assert not past[0][0].usage.cost_partial
+    assert row is not None and row.progress is not None and row.progress.agents[0].usage == past[0][0].usage

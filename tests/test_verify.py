@@ -182,6 +182,8 @@ async def test_a_check_is_confined_and_bounded(tmp_path: Path, fakes: FakeProvid
     spans.sort()
     assert all(end <= start for (_, end), (start, _) in itertools.pairwise(spans)), spans  # one at a time
     assert len(spans) == 3 and all(check.startswith("passed in ") for check in view.checks().values())
+    # no test summary here, nor in the original files' run: the exit code decides, and each check says so
+    assert all("(by its exit code: " in check for check in view.checks().values()), view.checks()
     assert len(hosts) == 1  # the job's warm check container ran all three
     import docker
 

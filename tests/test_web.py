@@ -1,6 +1,7 @@
 """The web view over plain HTTP: `conclave web` as a real process on a state folder, its one auth check
-(token or cookie, Host, Origin, CSRF), the snapshot, the event stream, cancel, and the URL in JobViews.
-The browser tests are in tests/test_web_browser.py.
+(token or session header, Host, Origin), signing in with one-time codes, the snapshot, the event stream,
+cancel, and the URL in JobViews. The browser tests are in tests/test_web_browser.py; the attacks on the
+sign-in are in tests/security/test_web_sessions.py.
 """
 
 from __future__ import annotations
@@ -8,7 +9,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
 import sys
+import time
+import webbrowser
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,6 +20,8 @@ import httpx2
 import pytest
 
 from conclave.cli.main import main
+from conclave.cli.render import answer_text
+from conclave.coordination.prompts import turn_prompt
 from conclave.coordination.reports import AgentProgress, Check, JobEvent, Progress
 from conclave.errors import JobNotFound
 from conclave.jobs.lookup import JobLookup
@@ -24,10 +30,13 @@ from conclave.jobs.store import Store
 from conclave.jobs.views import JobView
 from conclave.jobs.web_link import served
 from conclave.settings import Settings
+from conclave.web import sessions
+from conclave.web.sessions import Caller, Sessions, digest
 from conclave.web.snapshot import job_page, timeline
 from tests.fakes.processes import web_server
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import KEY_ENV, TRIO, install, voter, write_team
+from tests.web_sign_in import SESSION_HEADER, code_for, session_of
 
 JOB = "cj-0123456789ab"
 
@@ -51,13 +60,14 @@ def home(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def web(home: Path, tmp_path: Path) -> Iterator[tuple[str, str]]:
-    """`conclave web` on a free port: (its base URL, the token from the link it printed)."""
+def web(home: Path, tmp_path: Path) -> Iterator[tuple[str, str, str]]:
+    """`conclave web` on a free port: (its base URL, its token from web.json, the code it printed)."""
     process, link = web_server(home)
     try:
-        found = re.search(r"(http://127\.0\.0\.1:\d+)/login\?token=(\S+)", link)
-        assert found, link
-        yield found.group(1), found.group(2)
+        found = re.search(r"(http://127\.0\.0\.1:\d+)/login\?code=(\S+)", link)
+        running = served(home)
+        assert found and running is not None, link
+        yield found.group(1), running.token, found.group(2)
     finally:
         process.terminate()
         rest = process.communicate(timeout=20)[0]
@@ -65,101 +75,122 @@ def web(home: Path, tmp_path: Path) -> Iterator[tuple[str, str]]:
     assert not (home / "web.json").exists()  # withdrawn at exit
 
 
-def test_conclave_web_announces_itself_and_jobviews_carry_the_url(web: tuple[str, str], home: Path) -> None:
-    base, token = web
+def test_conclave_web_announces_itself_and_jobviews_carry_the_url(
+    web: tuple[str, str, str], home: Path
+) -> None:
+    base, token, code = web
     found = served(home)
-    assert found is not None and found.url == base and found.token == token
+    assert found is not None and found.url == base and found.token == token and token not in code
     assert (home / "web.json").stat().st_mode & 0o077 == 0
 
 
 @pytest.mark.anyio
-async def test_a_jobview_carries_the_url_when_a_web_view_is_served(web: tuple[str, str], home: Path) -> None:
-    base, _token = web
+async def test_a_jobview_carries_the_url_when_a_web_view_is_served(
+    web: tuple[str, str, str], home: Path
+) -> None:
+    base, _token, _code = web
     async with JobService.open(Settings(home=home)) as service:
         view = await service.view(JOB)
         assert view.web_url == f"{base}/jobs/{JOB}" and f"Watch it live: {base}/jobs/{JOB}" in view.text()
 
 
-def test_every_route_needs_the_token(web: tuple[str, str]) -> None:
-    base, token = web
-    forged_cookie = {f"conclave_web_{base.rsplit(':', 1)[1]}": token}
-    with (
-        httpx2.Client(base_url=base, timeout=10) as http,
-        httpx2.Client(base_url=base, timeout=10, cookies=forged_cookie) as forged,
-    ):
-        for path in (
-            "/",
-            f"/jobs/{JOB}",
-            "/api/jobs",
-            f"/api/jobs/{JOB}",
-            f"/api/jobs/{JOB}/events",
-            "/api/session",
-        ):
-            refused = http.get(path)
+def test_every_data_route_needs_a_token_or_a_session(web: tuple[str, str, str]) -> None:
+    base, token, _code = web
+    port = base.rsplit(":", 1)[1]
+    with httpx2.Client(base_url=base, timeout=10, cookies={f"conclave_web_{port}": token}) as http:
+        for path in ("/api/jobs", f"/api/jobs/{JOB}", f"/api/jobs/{JOB}/events", "/api/session"):
+            refused = http.get(path)  # a cookie, even one holding the token, is no credential
             assert refused.status_code == 401, path
             assert "<b>42" not in refused.text and "alert(1)" not in refused.text and JOB not in refused.text
             assert http.get(path, headers={"Authorization": "Bearer wrong"}).status_code == 401
-            assert forged.get(path).status_code == 401  # the cookie holds an HMAC of the token, not the token
-        assert http.post(f"/api/jobs/{JOB}/cancel", headers={"Origin": base}).status_code == 401
+            assert http.get(path, headers={SESSION_HEADER: token}).status_code == 401
+        for path in ("/", f"/jobs/{JOB}", "/login"):  # the pages are static: the script fetches the data
+            page = http.get(path)
+            assert page.status_code == 200 and "<b>42" not in page.text and "alert(1)" not in page.text
+            csp = page.headers["content-security-policy"]
+            assert "default-src 'self'" in csp and "unsafe-inline" not in csp and "script-src 'self'" in csp
+        for path in (f"/api/jobs/{JOB}/cancel", "/api/sign-in/link", "/api/sign-out"):
+            assert http.post(path, headers={"Origin": base}).status_code == 401, path
         assert http.get("/static/app.js").status_code == 200  # the assets are public: they hold no data
 
 
-def test_login_sets_an_httponly_cookie_that_is_not_the_token(web: tuple[str, str]) -> None:
-    base, token = web
+def test_a_one_time_code_names_its_caller_and_signs_in_once(web: tuple[str, str, str]) -> None:
+    base, token, printed = web
+    same = {"Origin": base}
     with httpx2.Client(base_url=base, timeout=10) as http:
-        signed = http.get("/login", params={"token": token, "next": f"/jobs/{JOB}"})
-        assert signed.status_code == 303 and signed.headers["location"] == f"/jobs/{JOB}"
-        cookie = signed.headers["set-cookie"]
-        assert "HttpOnly" in cookie and "SameSite=strict" in cookie and token not in cookie
-        page = http.get(f"/jobs/{JOB}")
-        assert (
-            page.status_code == 200 and "alert(1)" not in page.text
-        )  # the page is static: data comes as JSON
-        csp = page.headers["content-security-policy"]
-        assert "default-src 'self'" in csp and "unsafe-inline" not in csp and "script-src 'self'" in csp
-        assert (
-            http.get("/login", params={"token": token, "next": "//evil.example/x"}).headers["location"] == "/"
-        )
-        assert http.get("/login", params={"token": "wrong"}).status_code == 401
+        evil = {"Origin": "http://127.0.0.1:1"}
+        for refused in ({}, evil):  # the page's own origin only
+            assert http.post("/api/sign-in", json={"code": printed}, headers=refused).status_code == 403
+        claimed = http.post("/api/sign-in", json={"code": printed}, headers=same)  # the page, as it loads
+        assert claimed.status_code == 200 and claimed.json()["caller"] == "local"  # shown before it is used
+        mine = claimed.json()["code"]
+        dead = http.post("/api/sign-in", json={"code": printed, "confirm": True}, headers=same)
+        assert dead.status_code == 401  # the link's code died as the page loaded: /proc shows a dead one
+        signed = session_of(base, mine)  # the page's own code, when the user confirms
+        assert http.get("/api/session", headers=signed).json() == {"caller": "local"}
+        lines = http.get("/api/jobs", headers=signed).json()
+        assert [line["job_id"] for line in lines] == [JOB]  # the local user sees every job
+        again = http.post("/api/sign-in", json={"code": mine, "confirm": True}, headers=same)
+        assert again.status_code == 401 and "conclave web --link" in again.json()["error"]  # used up
+        wrong = http.post("/api/sign-in", json={"token": "not-the-token"}, headers=same)
+        assert wrong.status_code == 401
+        typed = http.post("/api/sign-in", json={"token": token}, headers=same)  # the form
+        assert typed.status_code == 200 and typed.json()["caller"] == "local"
+        assert http.post("/api/sign-in", content=b"token=" + token.encode(), headers=same).status_code == 400
+        assert http.post("/api/sign-out", headers=signed).status_code == 200
+        assert http.get("/api/jobs", headers=signed).status_code == 401  # signed out: the key is dead
+        other = session_of(base, code_for(base, token))
+        assert http.get("/api/jobs", headers=other).status_code == 200
 
 
-def test_host_and_origin_are_checked(web: tuple[str, str]) -> None:
-    base, token = web
+def test_conclave_web_link_prints_a_new_code(web: tuple[str, str, str], home: Path) -> None:
+    base, _token, printed = web
+    env = {key: value for key, value in os.environ.items() if key != "CONCLAVE_HTTP_TOKEN"}
+    done = subprocess.run(
+        [sys.executable, "-m", "conclave", "web", "--link"],
+        env={**env, "CONCLAVE_HOME": str(home)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    found = re.fullmatch(rf"{re.escape(base)}/login\?code=(\S+)\n", done.stdout)
+    assert done.returncode == 0 and found, done
+    assert found.group(1) != printed
+    assert session_of(base, found.group(1))
+
+
+def test_host_and_origin_are_checked(web: tuple[str, str, str]) -> None:
+    base, token, _code = web
     auth = {"Authorization": f"Bearer {token}"}
     with httpx2.Client(base_url=base, timeout=10) as http:
         assert http.get("/api/jobs", headers=auth).status_code == 200
         assert http.get("/api/jobs", headers={**auth, "Host": "evil.example"}).status_code == 421
+        assert http.get("/", headers={"Host": "evil.example"}).status_code == 421
         assert http.get("/api/jobs", headers={**auth, "Origin": "http://evil.example"}).status_code == 403
         port = base.rsplit(":", 1)[1]
         assert http.get("/api/jobs", headers={**auth, "Host": f"localhost:{port}"}).status_code == 200
-        form = http.post("/login", content=f"token={token}", headers={"Origin": "http://evil.example"})
+        form = http.post("/api/sign-in", json={"token": token}, headers={"Origin": "http://evil.example"})
         assert form.status_code == 403
 
 
-def test_cancel_needs_the_same_origin_and_the_csrf_value(web: tuple[str, str], home: Path) -> None:
-    base, token = web
+def test_cancel_needs_a_token_or_a_session_and_no_other_origin(web: tuple[str, str, str], home: Path) -> None:
+    base, token, code = web
     auth = {"Authorization": f"Bearer {token}"}
     with httpx2.Client(base_url=base, timeout=10) as http:
-        csrf = http.get("/api/session", headers=auth).json()["csrf"]
-        assert csrf not in http.get(f"/jobs/{JOB}", headers=auth).text
         path = f"/api/jobs/{JOB}/cancel"
-        assert http.post(path, headers={**auth, "Origin": base}).status_code == 403  # no CSRF value
-        assert http.post(path, headers={**auth, "X-Conclave-CSRF": csrf}).status_code == 403  # no Origin
-        evil = {**auth, "X-Conclave-CSRF": csrf, "Origin": "http://evil.example"}
-        assert http.post(path, headers=evil).status_code == 403
+        assert http.post(path, headers={"Origin": base}).status_code == 401
+        assert http.post(path, headers={**auth, "Origin": "http://evil.example"}).status_code == 403
         store = Store(home / "conclave.db")
         try:
             assert store.job(JOB).cancel_requested is False  # type: ignore[union-attr]
-            assert (
-                http.post(path, headers={**auth, "X-Conclave-CSRF": csrf, "Origin": base}).status_code == 202
-            )
+            assert http.post(path, headers={**session_of(base, code), "Origin": base}).status_code == 202
             assert store.job(JOB).cancel_requested is True  # type: ignore[union-attr]  # the owner honours it
         finally:
             store.close()
 
 
-def test_the_stream_sends_each_change_and_ends_with_the_job(web: tuple[str, str], home: Path) -> None:
-    base, token = web
+def test_the_stream_sends_each_change_and_ends_with_the_job(web: tuple[str, str, str], home: Path) -> None:
+    base, token, _code = web
     store = Store(home / "conclave.db")
     pages: list[dict[str, object]] = []
     try:
@@ -216,10 +247,22 @@ def test_the_timeline_shows_which_votes_a_new_answer_cleared() -> None:
 
 
 OPENER = """#!{python}
-import sys, urllib.request
-browser = urllib.request.build_opener(urllib.request.HTTPCookieProcessor())
-with browser.open(sys.argv[1]) as page:  # follows the sign-in redirect, with the cookie it set
-    open({record!r}, "w").write(sys.argv[1] + "\\n" + page.url + "\\n" + str(page.status))
+import json, sys, urllib.parse, urllib.request
+# what the sign-in page's script does with the link: confirm its code, then read the job with the session
+link = urllib.parse.urlsplit(sys.argv[1])
+base = link.scheme + "://" + link.netloc
+query = urllib.parse.parse_qs(link.query)
+confirm = urllib.request.Request(
+    base + "/api/sign-in", json.dumps({{"code": query["code"][0], "confirm": True}}).encode(),
+    {{"Origin": base, "Content-Type": "application/json"}},
+)
+with urllib.request.urlopen(confirm) as answer:
+    key = json.load(answer)["session"]
+path = "/api/" + query["next"][0].lstrip("/")
+read = urllib.request.Request(base + path, headers={{"X-Conclave-Session": key}})
+with urllib.request.urlopen(read) as page:
+    job_id = json.load(page)["view"]["job_id"]
+    open({record!r}, "w").write(sys.argv[1] + "\\n" + job_id + "\\n" + str(page.status))
 """
 
 
@@ -232,6 +275,7 @@ def test_ask_web_opens_the_page_and_prints_its_url(
     opener.write_text(OPENER.format(python=sys.executable, record=str(record)))
     opener.chmod(0o700)
     monkeypatch.setenv("BROWSER", f"{opener} %s")  # the webbrowser module runs it, as it would a browser
+    monkeypatch.setattr(webbrowser, "_tryorder", None)  # it reads BROWSER once per process: read it again
     monkeypatch.setenv("CONCLAVE_HOME", str(tmp_path / "state"))
     monkeypatch.setenv(KEY_ENV, "test-key")
     monkeypatch.delenv("CONCLAVE_HTTP_TOKEN", raising=False)
@@ -241,10 +285,10 @@ def test_ask_web_opens_the_page_and_prints_its_url(
     printed = re.search(r"Watch it live: (http://127\.0\.0\.1:\d+)/jobs/(cj-\w+)", captured.err)
     assert printed and printed.group(2) == view.job_id
     opened, landed, status = record.read_text().splitlines()
-    assert opened.startswith(f"{printed.group(1)}/login?token=") and opened.endswith(
+    assert opened.startswith(f"{printed.group(1)}/login?code=") and opened.endswith(
         f"&next=/jobs/{view.job_id}"
     )
-    assert landed == f"{printed.group(1)}/jobs/{view.job_id}" and status == "200"
+    assert landed == view.job_id and status == "200"
     assert not (tmp_path / "state" / "web.json").exists()  # the page went with the command
 
 
@@ -278,6 +322,11 @@ async def test_a_page_carries_each_answers_check_and_output(home: Path) -> None:
     (card,) = page.answers["A"]
     assert (card.check, card.check_status) == ("failed (exit 1): 1 failed", "failed")
     assert card.check_output == "E   assert 1 == 2\n1 failed" and card.latest and page.answers["B"] == []
+    # the one record each reader renders: this card, `conclave show --answers`, a voter's prompt
+    shown = answer_text(card)
+    assert shown.startswith("## A1 (agent A, ") and "check failed (exit 1): 1 failed)\n" in shown
+    assert shown.endswith(f"\n{card.content}")
+    assert "## Answer A1 - verify failed (exit 1): 1 failed\n" in turn_prompt("B", [card], ["A1"], True)
     assert (
         page.timeline[-1].text == "check of A1: failed (exit 1)"
         and page.view.web_url == "http://127.0.0.1/jobs/x"
@@ -304,3 +353,21 @@ def test_the_shipped_pages_have_no_inline_script_and_the_script_writes_no_markup
         "srcdoc",
     ):
         assert sink not in code, f"app.js uses {sink}: model text must go through textContent"
+
+
+def test_codes_and_sessions_expire_and_end(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sessions, "CODE_TTL_S", 0.05)  # a minute and 8 hours, made short to watch them end
+    monkeypatch.setattr(sessions, "SESSION_TTL_S", 0.05)
+    grants, alice = Sessions(), Caller("alice", digest("alice-token"))
+    code = grants.code_for(alice)
+    claimed = grants.claim(code)
+    assert claimed is not None and claimed[1] == alice and grants.claim(code) is None  # swapped once
+    time.sleep(0.1)
+    assert grants.redeem(claimed[0]) is None  # the page's code expires too
+    opened = grants.redeem(grants.code_for(alice))
+    assert opened is not None and grants.caller_of(opened[0]) == alice
+    time.sleep(0.1)
+    assert grants.caller_of(opened[0]) is None
+    key = grants.open(alice)
+    grants.revoke({Caller("alice", digest("alice-new-token"))})  # alice's token replaced: her session ends
+    assert grants.caller_of(key) is None

@@ -16,9 +16,12 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx2
 import pytest
+import yaml
 from fastmcp import Client
 
+from conclave.backends.base import Usage
 from conclave.jobs.store import Store
 from conclave.jobs.views import JobView
 from tests.fakes.processes import http_server
@@ -26,6 +29,7 @@ from tests.fakes.script import RecordedRequest, Reply
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import KEY_ENV, decide, is_presentation, vote_labels, write_team
 from tests.web_browser import chromium, full_page_png, missing, text_of, until
+from tests.web_sign_in import code_for
 
 TOKEN = "web-test-token-0123456789"
 MEMBERS = (("openai", "ann"), ("anthropic", "bob"), ("gemini", "cy"))
@@ -113,7 +117,10 @@ def served(tmp_path: Path) -> Iterator[tuple[str, FakeProviders, Gates, Path]]:
     with FakeProviders() as fakes:
         script_team(fakes, gates)
         config = tmp_path / "config"
-        write_team(config / "conclave" / "teams" / "web-trio.yaml", fakes, MEMBERS, name="web-trio")
+        team = write_team(config / "conclave" / "teams" / "web-trio.yaml", fakes, MEMBERS, name="web-trio")
+        data = yaml.safe_load(team.read_text(encoding="utf-8"))
+        data["agents"][0]["price"] = {"input": 2.0, "output": 8.0}  # ann's alone: the total is partial
+        team.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
         project = tmp_path / "proj"
         project.mkdir()
         (project / "calc.py").write_text("def add(a, b):\n    return a - b\n")
@@ -137,6 +144,15 @@ def ask(base: str, tool: str, arguments: dict[str, Any]) -> JobView:
             return JobView.model_validate(result.structured_content)
 
     return anyio.run(call)
+
+
+def sign_in(driver: Any, base: str, job_id: str) -> None:
+    """Open a one-time link to the job's page, as `conclave ask --web` does, and confirm it on the page."""
+    driver.get(f"{base}/login?code={code_for(base, TOKEN)}&next=/jobs/{job_id}")
+    until(driver, lambda d: d.find_element("id", "confirm").is_displayed(), what="the confirmation")
+    assert text_of(driver, "#confirm-caller") == "http" and "code=" not in driver.current_url
+    driver.find_element("id", "confirm-button").click()
+    until(driver, lambda d: d.current_url == f"{base}/jobs/{job_id}", what="the job's page")
 
 
 def column(driver: Any, agent: str) -> str:
@@ -172,8 +188,8 @@ def test_the_page_follows_a_job_live(served: tuple[str, FakeProviders, Gates, Pa
     )
     assert view.web_url == f"{base}/jobs/{view.job_id}"  # the result says where to watch
     with chromium() as driver:
-        driver.get(f"{base}/login?token={TOKEN}&next=/jobs/{view.job_id}")
-        assert driver.current_url == view.web_url  # the token left the address bar
+        sign_in(driver, base, view.job_id)
+        assert driver.current_url == view.web_url  # the code left the address bar
         driver.execute_script("window.__loaded_once = true")
 
         # ann's first answer shows, with ann's vote for it; bob and cy are held at their gates
@@ -245,6 +261,16 @@ def test_the_page_follows_a_job_live(served: tuple[str, FakeProviders, Gates, Pa
                 agent.usage.cached_input_tokens,
                 agent.usage.output_tokens,
             ]
+            cost = agent.usage.cost_usd
+            assert row[6] == (f"${cost:.4f}" if cost is not None else "-")
+            assert (cost is not None) == agent.model.endswith("ann")
+        # the total: ann's cost, a lower bound (bob's and cy's tokens have none)
+        total = sum((agent.usage for agent in stored.progress.agents), Usage())
+        assert total.cost_partial and total.cost_usd is not None
+        last = driver.execute_script(
+            "return document.querySelector('#usage tbody tr.total').cells[6].textContent"
+        )
+        assert last == f"≥ ${total.cost_usd:.4f} (partial)"
         nothing_ran(driver)
         assert until(
             driver, lambda d: d.find_element("id", "live").text == "job over", what="the stream's end"
@@ -266,7 +292,7 @@ def test_the_page_cancels_a_job_and_shows_it(
         {"task": "Say 42", "team": "web-trio", "wait_seconds": 0, "context_paths": [{"path": str(project)}]},
     )
     with chromium() as driver:
-        driver.get(f"{base}/login?token={TOKEN}&next=/jobs/{view.job_id}")
+        sign_in(driver, base, view.job_id)
         until(
             driver, lambda d: MARK in column(d, "ann") or "votes for" in column(d, "ann"), what="ann's turn"
         )
@@ -281,7 +307,9 @@ def test_the_page_cancels_a_job_and_shows_it(
     assert ask(base, "get_status", {"job_id": view.job_id}).state == "cancelled"
 
 
-def test_a_page_without_the_token_shows_no_job(served: tuple[str, FakeProviders, Gates, Path]) -> None:
+def test_a_page_without_a_session_shows_no_job_and_signing_out_ends_it(
+    served: tuple[str, FakeProviders, Gates, Path],
+) -> None:
     base, _fakes, _gates, project = served
     view = ask(
         base,
@@ -290,14 +318,29 @@ def test_a_page_without_the_token_shows_no_job(served: tuple[str, FakeProviders,
     )
     with chromium() as driver:
         driver.get(f"{base}/jobs/{view.job_id}")
-        until(driver, lambda d: d.find_elements("id", "token"), what="the sign-in form")
+        until(driver, lambda d: d.find_element("id", "token").is_displayed(), what="the sign-in form")
         assert "Say 42" not in driver.page_source and not driver.find_elements("css selector", ".agent")
         status = driver.execute_script(
             "return fetch(arguments[0]).then(r => r.status)", f"/api/jobs/{view.job_id}"
         )
         assert status == 401
-        driver.get(f"{base}/login?token=wrong&next=/jobs/{view.job_id}")
-        assert driver.find_elements("id", "token") and "Say 42" not in driver.page_source
+        driver.get(f"{base}/login?code=not-a-code&next=/jobs/{view.job_id}")
+        until(driver, lambda d: "used already" in text_of(d, "#problem"), what="the refused code")
+        assert not driver.find_element("id", "confirm").is_displayed() and "Say 42" not in driver.page_source
+        driver.find_element("id", "token").send_keys("wrong-token-0123456789")
+        driver.find_element("css selector", "form button").click()
+        until(driver, lambda d: "not this server's token" in text_of(d, "#problem"), what="the wrong token")
+        driver.find_element("id", "token").clear()
         driver.find_element("id", "token").send_keys(TOKEN)  # the form signs in and goes on to the job
         driver.find_element("css selector", "form button").click()
         until(driver, lambda d: text_of(d, "#job-id") == view.job_id, what="the job after signing in")
+        assert driver.get_cookies() == []  # the session is in this tab's sessionStorage, in no cookie
+        key = driver.execute_script("return JSON.parse(sessionStorage.getItem('conclave-session')).key")
+        assert "http" in text_of(driver, "#who")
+        driver.find_element("id", "sign-out").click()
+        until(
+            driver, lambda d: d.find_element("id", "token").is_displayed(), what="the form after signing out"
+        )
+        assert driver.execute_script("return sessionStorage.getItem('conclave-session')") is None
+    gone = httpx2.get(f"{base}/api/jobs", headers={"X-Conclave-Session": key}, timeout=10)
+    assert gone.status_code == 401  # signing out ended the session on the server, not only in the tab

@@ -5,8 +5,8 @@
 
 For every protocol version reached by the `initialize` handshake, a real server (`conclave serve
 --no-front`, state in a temporary folder) is asked `initialize` and then each list method its
-capabilities announce; the answers are stored as the server wrote them. tests/test_stdio_front.py
-runs `record()` and fails when the shipped file differs.
+capabilities announce; the answers are stored as the server wrote them. The front trusts the shipped
+file only while `record()` would write the same one (manifest_key.py).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Which recording of the handshake the stdio front may use (server/app/manifest.json), on the standard
 library alone: the recording is keyed on the versions of Conclave and the libraries that shape what the
 app lists, and on a hash of Conclave's own sources, so an edited tool (an editable install) is never
-answered from a stale recording (tests/test_stdio_front.py).
+answered from a stale recording.
 """
 
 from __future__ import annotations

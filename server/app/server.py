@@ -31,7 +31,7 @@ from pydantic import ValidationError
 from conclave import __version__
 from conclave.app.job_resources import TEMPLATES
 from conclave.app.tasks import JobTasks
-from conclave.app.tokens import CallerTokens, HttpTokens, load_tokens
+from conclave.app.tokens import CallerTokens, HttpTokens, TokenSource, load_tokens
 from conclave.errors import ConclaveError, NotPermitted
 from conclave.jobs.access import Access
 from conclave.jobs.service import JobService
@@ -43,6 +43,7 @@ from conclave.tools.get_status import get_status
 from conclave.tools.list_teams import list_teams
 from conclave.tools.read_workspace import read_workspace
 from conclave.tools.steer_job import steer_job
+from conclave.web.body_limit import BodyLimit
 from conclave.web.serve import SHUTDOWN_S, web_routes
 
 INSTRUCTIONS = f"""\
@@ -125,9 +126,9 @@ def _translated(
     return tool
 
 
-def create_app(service: JobService, settings: Settings, tokens: HttpTokens | None = None) -> FastMCP:
+def create_app(service: JobService, settings: Settings, tokens: TokenSource | None = None) -> FastMCP:
     """The MCP server for an open JobService; with `tokens` (HTTP), every request needs one of them, and
-    the token names the caller whose jobs the tools show (app/tokens.py)."""
+    the token names the caller whose jobs the tools show (app/tokens.py, reread as the file changes)."""
 
     @asynccontextmanager
     async def lend(server: FastMCP) -> AsyncIterator[dict[str, Any]]:
@@ -208,12 +209,13 @@ async def serve_http(settings: Settings, host: str = "127.0.0.1", port: int = 87
     uvicorn handles the signals itself, and after shutting down gracefully it restores the previous
     handler and raises the signal again. With the default SIGTERM handler that would kill the process
     before the JobService closes (running jobs would be left for the next server to find), so SIGTERM
-    gets a handler that raises instead (tests/test_http.py checks the exit code).
+    gets a handler that raises instead.
     """
     tokens = load_tokens(settings)
     check_exposure(tokens, host)
     if tokens.notice:
         print(tokens.notice, file=sys.stderr, flush=True)
+    source = TokenSource(settings, tokens)  # one source for /mcp and the web view: both see a change at once
     in_main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _terminated) if in_main_thread else None
     try:
@@ -221,20 +223,20 @@ async def serve_http(settings: Settings, host: str = "127.0.0.1", port: int = 87
             JobService.open(
                 settings, access=Access.http(settings, os.environ, Path.cwd()), check_pool=True
             ) as service,
-            web_routes(settings, dict(tokens.callers), port, host) as pages,
+            web_routes(settings, source.callers, port, host) as pages,
         ):
-            app = create_app(service, settings, tokens).http_app(path="/mcp", host_origin_protection=True)
+            app = create_app(service, settings, source).http_app(path="/mcp", host_origin_protection=True)
             app.router.routes.extend(
                 pages
             )  # the web view, behind its own check of the same tokens (web/auth.py)
             service.web_links.base = f"http://{_url_host(host)}:{port}"
             print(
-                f"Web view: {service.web_links.base}/ (sign in with the same bearer token)",
+                f"Web view: {service.web_links.base}/ (sign in with your bearer token)",
                 file=sys.stderr,
                 flush=True,
             )
             config = uvicorn.Config(
-                app,
+                BodyLimit(app),  # every body capped before /mcp or the web view parses it
                 host=host,
                 port=port,
                 log_level="warning",

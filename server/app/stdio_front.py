@@ -8,8 +8,8 @@ and Codex builds a step's tool list after waiting 1 s for an optional MCP server
     client stdout <- front (its own answers, then all the app writes)  <- pipe <- fd 1 of the app
 
 Until the app is loaded, the front answers `initialize`, `ping` and the list methods from
-`manifest.json`, a recording of the real app's answers (`python -m conclave.app.manifest` writes it;
-tests/test_stdio_front.py fails when it differs from what the app answers). Everything else waits in
+`manifest.json`, a recording of the real app's answers (`python -m conclave.app.manifest` writes it
+again whenever the app's answers change). Everything else waits in
 the pipe, in order. The client's `initialize` goes on to the app too, so the app's session knows the
 client and its protocol version; the app's own answer to it is the one line the front drops. Once the
 app is loaded, every message goes to it. The app itself runs unchanged on FastMCP's stdio transport.

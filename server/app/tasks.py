@@ -19,7 +19,7 @@ memory, lost on restart, or in Redis, a second store to run) would be a second c
 tasks onto jobs meant overriding every handler, and importing it turns task support on for every
 FastMCP client in the process. FastMCP's extension API and mcp 2.3's claimed results (a `resultType`
 outside the core vocabulary passes the runner's sieve) carry this small mapping; the tests drive it
-with fastmcp-tasks's client half and with the official mcp client (tests/test_tasks.py).
+with fastmcp-tasks's client half and with the official mcp client.
 """
 
 from __future__ import annotations

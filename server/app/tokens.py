@@ -8,7 +8,10 @@ Where the tokens come from, all of them accepted at once:
     $CONCLAVE_HOME/http-token               made (0600) when neither of the above gives a token; caller `http`
 
 A job belongs to the caller that started it (jobs/service.py); `local` (the CLI and stdio) is not a name a
-token may take. tests/security/test_callers.py checks both.
+token may take.
+
+A running server rereads them when http-tokens.json changes (`TokenSource`): a new token works and a
+removed one is refused from the next request on, on /mcp and the web view alike, without a restart.
 """
 
 from __future__ import annotations
@@ -20,9 +23,12 @@ import os
 import re
 import secrets
 import stat
+import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import anyio
 from fastmcp.server.auth import AccessToken, TokenVerifier
 
 from conclave.errors import ConfigError
@@ -35,6 +41,7 @@ TOKENS_FILE = "http-tokens.json"
 DEFAULT_CALLER = "http"
 CALLER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}")
 MIN_TOKEN = 16
+RACY_NS = 1_000_000_000  # a file changed this recently may change again within one timestamp: reread it
 
 
 @dataclass(frozen=True)
@@ -133,17 +140,64 @@ def _checked_token(token: str, where: str) -> str:
     return token
 
 
+Stamp = tuple[int, int, int, int] | None
+
+
+def _stamp(path: Path) -> Stamp:
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return (info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+
+
+class TokenSource:
+    """The tokens a running server accepts now: `load_tokens` again whenever http-tokens.json changed
+    (another inode, size or time stamp; a file written within the last second is reread every time).
+
+    A tokens file that has become unreadable or invalid is not guessed at: every token is refused until it
+    is fixed (the error goes to stderr once per change), since the file may be halfway through removing
+    one. The stat and the read run in a worker thread.
+    """
+
+    def __init__(self, settings: Settings, first: HttpTokens) -> None:
+        self._settings = settings
+        self._path = settings.home / TOKENS_FILE
+        self._stamp = _stamp(self._path)
+        self._callers: dict[str, str] = dict(first.callers)
+        self._lock = anyio.Lock()
+
+    async def callers(self) -> dict[str, str]:
+        """Token -> caller name, as the tokens file says now."""
+        async with self._lock:  # one reread at a time; the others wait for it and use its answer
+            await anyio.to_thread.run_sync(self._refresh)
+            return self._callers
+
+    def _refresh(self) -> None:
+        stamp = _stamp(self._path)
+        racy = stamp is not None and time.time_ns() - stamp[2] <= RACY_NS
+        if stamp == self._stamp and not racy:
+            return
+        self._stamp = stamp
+        try:
+            self._callers = dict(load_tokens(self._settings).callers)
+        except ConfigError as exc:
+            if self._callers:
+                print(f"conclave: {exc}; every token is refused until it is fixed", file=sys.stderr)
+            self._callers = {}
+
+
 class CallerTokens(TokenVerifier):
     """FastMCP's bearer check: a known token becomes an AccessToken whose client_id is the caller's name."""
 
-    def __init__(self, tokens: HttpTokens) -> None:
+    def __init__(self, tokens: TokenSource) -> None:
         super().__init__()
-        self._tokens = [(token.encode(), caller) for token, caller in tokens.callers.items()]
+        self._tokens = tokens
 
     async def verify_token(self, token: str) -> AccessToken | None:
         given = token.encode()
         found = None
-        for known, caller in self._tokens:  # every comparison made, in constant time each
-            if hmac.compare_digest(given, known):
+        for known, caller in (await self._tokens.callers()).items():  # every one compared, in constant time
+            if hmac.compare_digest(given, known.encode()):
                 found = caller
         return None if found is None else AccessToken(token=token, client_id=found, scopes=[])

@@ -8,8 +8,12 @@ SDK classes. Retries live in `retry.py`, not here: SDK-level retries are switche
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
+
+from pydantic import ConfigDict
+
+from conclave.config.models import Price
 
 JsonObject = dict[str, Any]
 
@@ -73,32 +77,94 @@ class TextDelta:
     text: str
 
 
+USAGE_SCHEMA = (
+    "Tokens and US dollars. `cost_usd` is null when no agent's tokens have a cost (no price, and no CLI"
+    " reported one); `uncosted_tokens` counts the tokens that came without a cost, so a cost beside"
+    " them is only a lower bound (partial). `calls`: provider attempts that reported usage."
+)
+
+
 @dataclass(frozen=True)
 class Usage:
-    """Tokens a provider reported. `input_tokens` includes `cached_input_tokens`.
+    """Tokens and, when known, what they cost: one provider report, a member's charges or a job's total.
 
-    A call may report in several events (Anthropic and Gemini streams send the input side first): the
-    call's usage is their sum, and each is counted as it arrives, so a call cut off midway still counts
-    what its provider said it billed (tests/backends/test_contract.py).
+    `input_tokens` includes `cached_input_tokens`. A call may report in several events (Anthropic and
+    Gemini streams send the input side first): the call's usage is their sum, and each is counted as it
+    arrives, so a call cut off midway still counts what its provider said it billed. `calls`: the provider
+    attempts counted in (0 in a report).
+
+    The cost: `cost_usd` is None when no part of the sum has a cost (no price, and no CLI said one);
+    else the sum of the parts' costs, and `uncosted_tokens` counts the tokens of the parts that came
+    without one, so the cost is a lower bound (`cost_partial`). A part without a cost never wipes
+    what the others cost. Sums and differences are exact: a CLI run's final charge, which carries the
+    whole run's cost, takes its earlier uncosted charges back (members/meter.py).
     """
 
+    # as read back from the store and shown in a job's view (its schema's words)
+    __pydantic_config__ = ConfigDict(extra="forbid", json_schema_extra={"description": USAGE_SCHEMA})
+
+    calls: int = field(default=0, kw_only=True)
     input_tokens: int = 0
     output_tokens: int = 0
     cached_input_tokens: int = 0
+    cost_usd: float | None = field(default=None, kw_only=True)
+    # with a cost: the tokens it does not cover (without one: all of them)
+    uncosted_tokens: int = field(default=0, kw_only=True)
+
+    @property
+    def tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+    @property
+    def cost_partial(self) -> bool:
+        """A cost is known, but some tokens came without one: the cost is at least `cost_usd`."""
+        return self.cost_usd is not None and self.uncosted_tokens > 0
+
+    def _uncosted(self) -> int:
+        return self.uncosted_tokens if self.cost_usd is not None else self.tokens
 
     def __add__(self, other: Usage) -> Usage:
+        known = self.cost_usd is not None or other.cost_usd is not None
         return Usage(
             self.input_tokens + other.input_tokens,
             self.output_tokens + other.output_tokens,
             self.cached_input_tokens + other.cached_input_tokens,
+            cost_usd=(self.cost_usd or 0.0) + (other.cost_usd or 0.0) if known else None,
+            uncosted_tokens=self._uncosted() + other._uncosted() if known else 0,
+            calls=self.calls + other.calls,
+        )
+
+    def __neg__(self) -> Usage:
+        return Usage(
+            -self.input_tokens,
+            -self.output_tokens,
+            -self.cached_input_tokens,
+            cost_usd=None if self.cost_usd is None else -self.cost_usd,
+            uncosted_tokens=-self.uncosted_tokens if self.cost_usd is not None else 0,
+            calls=-self.calls,
         )
 
     def __sub__(self, other: Usage) -> Usage:
-        return Usage(
-            self.input_tokens - other.input_tokens,
-            self.output_tokens - other.output_tokens,
-            self.cached_input_tokens - other.cached_input_tokens,
-        )
+        return self + -other
+
+    @property
+    def nothing(self) -> bool:
+        """No tokens, no call and no cost: a charge not worth sending."""
+        return self.tokens == 0 and self.calls == 0 and not self.cost_usd and self.uncosted_tokens == 0
+
+    def costing(self, cost_usd: float | None) -> Usage:
+        """These tokens at the cost their provider or CLI reported, all of them covered by it."""
+        return self if cost_usd is None else replace(self, cost_usd=cost_usd, uncosted_tokens=0)
+
+    def priced(self, price: Price | None) -> Usage:
+        """With a cost: its own (a CLI's report wins), else these tokens at `price` (US dollars per
+        million), else none: an agent without a price has no cost, never a guessed one."""
+        if self.cost_usd is not None or price is None:
+            return self
+        cached = price.input if price.cached_input is None else price.cached_input
+        fresh = self.input_tokens - self.cached_input_tokens
+        spent = fresh * price.input + self.cached_input_tokens * cached + self.output_tokens * price.output
+        return replace(self, cost_usd=spent / 1e6, uncosted_tokens=0)
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,11 @@
 """A llama.cpp server as a child process: started, shared and stopped for the `local` provider (local.py).
 
 `start_server()` runs one `python -m llama_cpp.server` on a free 127.0.0.1 port, drains the child's output
-into a bounded log and waits until `/v1/models` answers; a failed or cancelled start leaves no child
-(tests/test_local.py::test_start_cancelled_leaves_no_process). `LocalServers` shares one server among all
-agents that use the same model file, counting references, and stops what is left when it closes. The
-child gets a filtered environment (no provider keys) and a random API key, so other local users cannot
-borrow it, and it dies with us even if we are killed (PR_SET_PDEATHSIG on Linux).
+into a bounded log and waits until `/v1/models` answers; a failed or cancelled start leaves no child.
+`LocalServers` shares one server among all agents that use the same model file, counting references,
+and stops what is left when it closes. The child gets a filtered environment (no provider keys) and a
+random API key, so other local users cannot borrow it, and it dies with us even if we are killed
+(PR_SET_PDEATHSIG on Linux).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@
 retryable `ProviderError` (429, 5xx, timeouts, dropped connections, cut streams, unreadable replies)
 starts the call over from nothing; anything else propagates at once. Backends never retry themselves.
 Every Usage event of every attempt goes to `on_usage` the moment it arrives: a failed attempt, or a
-call cancelled midway, still counts what its provider reported (tests/backends/test_retry.py).
+call cancelled midway, still counts what its provider reported.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ import ssl
 
 
 def client_context() -> ssl.SSLContext:
-    """The shared context for the CA settings in the environment now (tests/backends/test_tls.py)."""
+    """The shared context for the CA settings in the environment now."""
     return _context(os.environ.get("SSL_CERT_FILE") or None, os.environ.get("SSL_CERT_DIR") or None)
 
 

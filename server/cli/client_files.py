@@ -2,11 +2,11 @@
 
 Each merge returns the new text, or the old text itself when nothing changes, and checks that the
 result holds exactly what was meant with everything else as it was; when it cannot, it raises a
-ConfigError carrying the snippet to write by hand. tests/test_installers.py covers both formats.
+ConfigError carrying the snippet to write by hand.
 
 Our own entry is replaced wholesale, never merged: a cloned repository's `.mcp.json` may already hold a
 `conclave` entry whose `env` points the provider SDKs at its server (OPENAI_BASE_URL) or opens the sandbox's
-network; `dropped` names what the replacement removes (tests/security/test_installer_files.py).
+network; `dropped` names what the replacement removes.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ from rich.live import Live
 from rich.text import Text
 
 from conclave.cli import EXIT_FAILED, EXIT_OK
-from conclave.cli.render import render, see_more, wrapped
+from conclave.cli.render import answer_text, render, see_more, wrapped
 from conclave.cli.terminal import printable
 from conclave.config.loading import load_team_file
 from conclave.errors import ConclaveError
@@ -50,7 +50,10 @@ async def _ask(args: argparse.Namespace, console: Console) -> int:
                 flush=True,
             )
             if args.web:  # a browser command may wait for the page: off the loop that serves it
-                await anyio.to_thread.run_sync(webbrowser.open, web.login_url(view.job_id))
+                from conclave.web.serve import sign_in_link
+
+                link = await sign_in_link(web, view.job_id)  # one-time: the token stays out of argv
+                await anyio.to_thread.run_sync(webbrowser.open, link)
         if args.json:
             while not view.done:
                 view = await service.wait(view.job_id, 50)
@@ -107,10 +110,22 @@ async def _web_for_ask(settings: Settings, wanted: bool) -> AsyncIterator[WebSer
 
 
 def web(args: argparse.Namespace) -> int:
-    """`conclave web`: the live view of every job in the state folder, on 127.0.0.1 until interrupted."""
-    from conclave.web.serve import serve_web
+    """`conclave web`: the live view of every job in the state folder, on 127.0.0.1 until interrupted;
+    with --link, a new one-time sign-in link for the one running."""
+    from conclave.web.serve import serve_web, sign_in_link
 
-    anyio.run(serve_web, Settings(), args.port)
+    settings = Settings()
+    if not args.link:
+        anyio.run(serve_web, settings, args.port)
+        return EXIT_OK
+    running = served(settings.home)
+    if running is None:
+        print(
+            f"conclave: no web view is running for {settings.home}: start one with `conclave web`",
+            file=sys.stderr,
+        )
+        return EXIT_FAILED
+    print(anyio.run(sign_in_link, running))
     return EXIT_OK
 
 
@@ -189,9 +204,8 @@ def show(args: argparse.Namespace) -> int:
             return await jobs.read_whole(args.job_id, path, source)
 
         if args.answers:
-            for entry in (await read("")).entries or []:
-                if entry.startswith("answers/"):
-                    _print(f"## {entry.removeprefix('answers/')}\n{(await read(entry)).content}\n")
+            for answer in (await jobs.page(args.job_id, patch_chars=0)).answers:
+                _print(answer_text(answer) + "\n")
         elif args.transcript or args.diff or args.thread:
             path = "transcript" if args.transcript else "@diff" if args.diff else "thread"
             _print((await read(path)).content, exact=args.diff)

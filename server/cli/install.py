@@ -34,12 +34,12 @@ What each client gets, and why (docs/clients.md says the same to users):
 Merging keeps everything already there but our own entry: other servers, other keys, comments (TOML
 through tomlkit; JSON with comments through conclave.cli.jsonc). Our `conclave` entry is replaced
 wholesale, and what that removes is named, in the dry run too. A second run finds nothing to change and
-says so (tests/test_installers.py).
+says so.
 
 A project's files may be a stranger's (a cloned repository), so the write never follows a link: the target
 file must not be a symlink, no folder between the project and it may be one, and every file we make (the
 temporary copy, the backup) is created with O_EXCL|O_NOFOLLOW in the target's folder, through that
-folder's descriptor; a backup keeps the original's mode (tests/security/test_installer_files.py).
+folder's descriptor; a backup keeps the original's mode.
 
 The registered command is the absolute path of the installed `conclave` script: `uvx --from
 conclave-mcp conclave serve` would need the package on PyPI, and a bare `conclave` needs it on the

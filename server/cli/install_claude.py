@@ -5,7 +5,7 @@ project scope they go in `.claude/settings.local.json` (personal, git-ignored), 
 so the project's `.mcp.json` server starts. Claude Code 2.1.197, what `npm install` resolves on Node 20,
 ignores that file's `permissions.allow` until the workspace has been trusted in the interactive dialog
 (in a folder that is not a git repository, or when the file is tracked or a link), and `-p` never shows
-the dialog: it refused ask_team. 2.1.330 honours the file (tests/test_agent_clis.py runs both).
+the dialog: it refused ask_team. 2.1.330 honours the file.
 
 So when `claude --version` reports a version older than 2.1.330, or no `claude` answers, the allow list
 goes to the user's settings instead (~/.claude/settings.json), which no workspace trust gates; the

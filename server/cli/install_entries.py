@@ -16,8 +16,7 @@ from conclave.settings import setting_variables
 # Codex asks before these (not read-only, and ask_team reaches the providers: open world).
 CODEX_APPROVED = ("ask_team", "cancel_job", "steer_job")
 # Codex starts MCP servers with a short list of variables; forward the ones the presets read.
-# tests/test_installers.py::test_codex_forwards_every_key_a_preset_needs keeps this in step.
-# Every Conclave setting goes along too (tests/test_installers.py::test_codex_forwards_every_setting).
+# Every Conclave setting goes along too.
 FORWARDED_ENV = (
     "ANTHROPIC_API_KEY",
     "OPENAI_API_KEY",

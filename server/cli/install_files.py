@@ -11,8 +11,6 @@ place. So nothing here is reached by name through a link:
 - the backup and the temporary copy get fresh random names, created with O_EXCL|O_NOFOLLOW through the
   folder's descriptor (a planted name fails, never redirects), with the original's mode (0600 stays 0600);
 - the copy is renamed over the target through the same descriptor.
-
-tests/security/test_installer_files.py plants each link.
 """
 
 from __future__ import annotations

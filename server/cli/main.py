@@ -141,6 +141,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     web = _add(commands, "web", help="serve the live web view of this machine's jobs on 127.0.0.1")
     web.add_argument("--port", type=int, default=8766, help="port on 127.0.0.1 (default 8766)")
+    web.add_argument(
+        "--link",
+        action="store_true",
+        help="print a new one-time sign-in link (good for a minute) for the `conclave web` running now",
+    )
 
     status = _add(commands, "status", help="show a job, or the recent jobs")
     status.add_argument("job_id", nargs="?", help="the job id (cj-...)")

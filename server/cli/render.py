@@ -1,7 +1,7 @@
 """How `conclave ask` shows a job to a person: the live view, the tally by answer, the closing lines.
 
-Pure functions of a JobView (and the answers' texts, for what each group of votes says), so
-tests/test_cli_wording.py renders them without a job. Lines are wrapped at word boundaries with a
+Pure functions of a JobView (and the answers' texts, for what each group of votes says), so they
+render without a job. Lines are wrapped at word boundaries with a
 hanging indent: a phrase like "2 of 3 votes" never breaks across lines.
 """
 
@@ -17,7 +17,8 @@ from rich.text import Text
 
 from conclave.cli.terminal import printable
 from conclave.coordination.answers import final_answer
-from conclave.jobs.views import JobView, estimate_text, plural
+from conclave.coordination.reports import ShownAnswer
+from conclave.jobs.views import JobView, cost_text, estimate_text, plural
 
 SHOWN_ANSWER = 40  # characters of an answer's short form in the tally
 
@@ -114,7 +115,7 @@ def closing(view: JobView, width: int) -> list[Text]:
         lines.append(wrapped(f"{letter} failed: {error}", width))
     for note in view.diff_summary.file_notes() if view.diff_summary else []:
         lines.append(wrapped(note, width))
-    cost = f", ${view.usage.cost_usd:.4f}" if view.usage.cost_usd is not None else ""
+    cost = f", {cost_text(view.usage)}" if view.usage.cost_usd is not None else ""
     lines.append(
         Text(f"usage: {view.usage.input_tokens:,} tokens in, {view.usage.output_tokens:,} out{cost}")
     )
@@ -127,3 +128,12 @@ def see_more(view: JobView) -> str:
     if view.diff_summary:
         more += " | --diff"
     return f"See more: {more}"
+
+
+def answer_text(answer: ShownAnswer) -> str:
+    """One answer for `conclave show --answers`: a heading (its author, its votes now or that it was
+    replaced, its check) and its text."""
+    about = [f"agent {answer.letter}", plural(answer.votes, "vote") if answer.latest else "replaced"]
+    if answer.check:
+        about.append(f"check {answer.check}")
+    return f"## {answer.label} ({', '.join(about)})\n{answer.content}"

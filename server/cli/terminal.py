@@ -2,7 +2,7 @@
 
 A model's answer, a provider's error or a check's output may hold ANSI/VT sequences that retitle the
 window, rewrite earlier lines, hide text, or (in some terminals) write files or run commands (OSC 52,
-DCS). Every CLI renderer passes what it prints through `printable` (tests/security/test_terminal.py).
+DCS). Every CLI renderer passes what it prints through `printable`.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ user is logged in to one: its login file under the user's home, or its key varia
 These are facts about the CLIs, not about a job (the members package runs them): the subscriptions
 preset keeps only the members whose login is found (`logged_in`), and `conclave doctor` and
 `list_teams` say which are installed and logged in. The file locations are the CLIs' own
-(docs/subscriptions.md lists them); tests/members/test_cli_members_unit.py checks them.
+(docs/subscriptions.md lists them).
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """Reading a team file: YAML, `${ENV}` expansion, and errors that name the file, the key and the fix.
 
 A team file may come from a caller, so `${VAR}` expands only in an agent's EXPANDABLE keys (never in a name
-or prompt a caller or a model sees; tests/security/test_team_files.py), and never a variable that holds
-a key: `model: openai/${ANTHROPIC_API_KEY}` would put the key in a request body
-(tests/security/test_provider_keys.py).
+or prompt a caller or a model sees), and never a variable that holds
+a key: `model: openai/${ANTHROPIC_API_KEY}` would put the key in a request body.
 """
 
 from __future__ import annotations

@@ -246,7 +246,8 @@ class Team(_Strict):
     verify: Annotated[str, Field(min_length=1, max_length=MAX_VERIFY_CHARS)] | None = None
     # Paths (gitignore patterns, per context folder) a check puts back as they were at job start before it
     # runs, so an answer cannot pass by editing the tests; omitted: files/protect.py's defaults for Python
-    # and JavaScript projects; [] protects nothing (but stdlib-shadowing modules are still removed).
+    # and JavaScript projects; [] protects nothing (but modules that shadow the standard library or the
+    # runner's own imports are still put back).
     verify_protect: (
         Annotated[list[Annotated[str, Field(min_length=1, max_length=200)]], Field(max_length=200)] | None
     ) = None

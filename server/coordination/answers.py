@@ -2,7 +2,7 @@
 
 Pure functions, no state: the orchestrator hands the protocol a reading of every answer (the protocol
 groups answers by key and refuses non-answers), and bench/quality.py checks answers with the same
-words. Tested in tests/test_answers.py.
+words.
 
     answer_key("The capital of France is Paris.", "What is the capital of France?")  -> "paris"
     answer_key("6 times 7 is 42", "What is 6 times 7?")                               -> "#42"
@@ -256,7 +256,7 @@ def final_part(text: str) -> str:
 
 
 def answer_key(text: str, task: str = "") -> str:
-    """The normalised final answer: answers with equal keys agree (tests/test_answers.py).
+    """The normalised final answer: answers with equal keys agree.
 
     The last number that is not in the task, else the sorted content words not in the task, else the
     last number, else every word. Words the task already has are dropped, so "Paris" and "The capital
@@ -334,7 +334,7 @@ def matches(answer: str, expected: str, task: str = "") -> bool:
 
 def read_decision(action: StartTurn, task: str, event: ProtocolEvent) -> ProtocolEvent:
     """A turn's answer (or a corrective turn's text, taken as one) with its key; a non-answer becomes a
-    refused, failed turn whose note tells the agent why (tests/test_voting.py::test_non_answers_*)."""
+    refused, failed turn whose note tells the agent why."""
     if isinstance(event, AnswerPosted):
         text = event.content
     elif isinstance(event, NoDecision) and action.corrective:

@@ -12,8 +12,8 @@ import anyio
 import anyio.lowlevel
 from anyio.streams.memory import MemoryObjectSendStream
 
+from conclave.backends.base import Usage
 from conclave.coordination.protocol_events import ProtocolEvent, Stop
-from conclave.coordination.reports import UsageTotals
 from conclave.coordination.tally import StopReason
 
 BUDGET_REACHED = "budget reached"  # how a stopped job's reason begins
@@ -31,7 +31,7 @@ class Budget:
     def limited(self) -> bool:
         return self.max_tokens is not None or self.max_cost_usd is not None
 
-    def charge(self, totals: UsageTotals) -> None:
+    def charge(self, totals: Usage) -> None:
         """Look at the job's usage so far; the first time it reaches a limit, say so and stop calls."""
         if self.reason is not None:
             return

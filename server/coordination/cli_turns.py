@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from conclave.backends.base import ToolCall, Usage
+from conclave.backends.base import ToolCall
 from conclave.coordination import prompts
 from conclave.coordination.protocol_events import (
     AnswerPosted,
@@ -30,6 +30,7 @@ from conclave.coordination.protocol_events import (
     TurnFailed,
     VoteCast,
 )
+from conclave.coordination.reports import ShownAnswer
 from conclave.coordination.turn_context import TurnContext
 from conclave.members.base import CliOutput, last_json_object
 from conclave.members.runner import CliMember
@@ -42,7 +43,7 @@ MAX_SHOWN = 12_000  # characters of each answer in a CLI's prompt (an argument h
 async def cli_turn(
     ctx: TurnContext,
     action: StartTurn,
-    shown: list[prompts.ShownAnswer],
+    shown: list[ShownAnswer],
     files: prompts.FilesPicture | None,
 ) -> ProtocolEvent:
     member = ctx.backend
@@ -72,7 +73,7 @@ async def _work(
     ctx: TurnContext,
     member: CliMember,
     action: StartTurn,
-    shown: list[prompts.ShownAnswer],
+    shown: list[ShownAnswer],
     files: prompts.FilesPicture | None,
 ) -> str:
     # the transcript says a work run started; the turn stays cancellable when it goes stale (see above)
@@ -85,18 +86,14 @@ async def _run(ctx: TurnContext, member: CliMember, prompt: str, schema: dict[st
     """One run under the job's budget gate and the provider limit; its usage charged as reported, while
     it runs too (members/meter.py): reaching the budget mid-run ends the job, which kills the run."""
     await ctx.gate()
-
-    async def charge(usage: Usage, cost_usd: float | None, first: bool) -> None:
-        await ctx.on_usage(usage, first, cost_usd)
-
     async with ctx.limiter:
-        return await member.run(prompt, schema, charge)
+        return await member.run(prompt, schema, ctx.on_usage)
 
 
 def work_prompt(
     ctx: TurnContext,
     action: StartTurn,
-    shown: list[prompts.ShownAnswer],
+    shown: list[ShownAnswer],
     files: prompts.FilesPicture | None,
 ) -> str:
     """The work run: the task, the others' answers as material, and what the final message must be."""
@@ -126,7 +123,7 @@ def work_prompt(
     return "\n\n".join(parts)
 
 
-def decision_prompt(ctx: TurnContext, action: StartTurn, shown: list[prompts.ShownAnswer]) -> str:
+def decision_prompt(ctx: TurnContext, action: StartTurn, shown: list[ShownAnswer]) -> str:
     """The decision run: the current answers in this voter's order, and a JSON decision (no edits)."""
     listed = "\n\n".join(_answer(answer, own=answer.letter == ctx.letter) for answer in shown)
     new = (
@@ -161,7 +158,7 @@ def decision_schema(labels: tuple[str, ...], can_answer: bool) -> dict[str, Any]
     }
 
 
-def _answer(answer: prompts.ShownAnswer, own: bool = False) -> str:
+def _answer(answer: ShownAnswer, own: bool = False) -> str:
     content = (
         answer.content if len(answer.content) <= MAX_SHOWN else answer.content[:MAX_SHOWN] + "\n[... cut]"
     )

@@ -26,6 +26,7 @@ from conclave.errors import ConclaveError, ConfigError, HostStepFailed, SandboxE
 from conclave.files.agent_tools import AgentTools
 from conclave.files.disk_budget import DiskBudget
 from conclave.files.workspaces import Workspaces
+from conclave.members.runner import CliMember
 from conclave.sandbox.allowlist import CLIS, Allowlist, CliName, allowlist_for
 from conclave.sandbox.container import Sandbox, container_user
 from conclave.sandbox.egress import EgressProxy, egress_proxy
@@ -62,6 +63,7 @@ class JobFiles:
         self._proxies: anyio.abc.TaskGroup | None = None  # hosts CLI members' egress proxies (`egress`)
         self._budget = DiskBudget(disk_budget) if disk_budget is not None else None
         self._sandboxes: dict[str, Sandbox] = {}
+        self.final_label: str | None = None
         self._folders = tuple(context.name for context in workspaces.manifest().contexts)
         # one context path: its folder is the agent's whole workspace, so nothing can land outside it
         self._root = workspaces.root_name()
@@ -144,6 +146,11 @@ class JobFiles:
         """The agent's container (a CLI member runs in it), None when the team runs no commands."""
         return self._sandboxes.get(letter)
 
+    def bind(self, letter: str, member: CliMember) -> None:
+        """A CLI member's container, and the job's secrets: its login's values join them, and each of
+        its runs adds what its CLI refreshed (members/runner.py); every snapshot keeps them out."""
+        member.bind(self.sandbox(letter), secrets=self.workspaces.secrets)
+
     def picture(self, letter: str) -> FilesPicture:
         peers = {peer: label for peer, label in self.workspaces.latest().items() if peer != letter}
         return FilesPicture(self._folders, peers, self.commands, root=self._root)
@@ -152,7 +159,7 @@ class JobFiles:
         """Freeze the author's workspace as the answer's snapshot and show it to the peers.
 
         Any failure is a ConclaveError: the orchestrator then keeps the answer without files, and
-        something unexpected here never fails the job (tests/security/test_names.py).
+        something unexpected here never fails the job.
         """
         with _host_step(f"the snapshot of {label}"):
             snapshot = await self.workspaces.snapshot(letter, label)
@@ -164,6 +171,7 @@ class JobFiles:
         """final/ is the winning answer's snapshot: exactly the files the team voted for."""
         if winner is None or not self.workspaces.snapshot_dir(winner).is_dir():
             return None
+        self.final_label = winner  # whose held-back files the result names (jobs/file_steps.py)
         with _host_step(f"the final files of {winner}"):
             return await self.workspaces.finalize(winner)
 

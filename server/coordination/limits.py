@@ -1,7 +1,7 @@
 """Requests in flight per provider, one limiter per provider shared by every job of a server.
 
 A server runs many jobs at once (settings.max_jobs); what bounds the load on a provider is how many
-requests it has open, whichever jobs they belong to (tests/test_jobs.py).
+requests it has open, whichever jobs they belong to.
 """
 
 from __future__ import annotations

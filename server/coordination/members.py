@@ -9,13 +9,13 @@ import hashlib
 import random
 import string
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Protocol
 
 from conclave.backends import create_backend
-from conclave.backends.base import Backend, Endpoint
+from conclave.backends.base import Backend, Endpoint, Usage
 from conclave.config.models import AgentSpec
-from conclave.coordination.reports import JobEvent, Progress, UsageTotals
+from conclave.coordination.reports import JobEvent, Progress
 from conclave.coordination.turn_context import TurnContext
 from conclave.members.runner import CliMember
 
@@ -69,5 +69,13 @@ class Member:
     spec: AgentSpec
     letter: str
     ctx: TurnContext | None = None
-    usage: UsageTotals = field(default_factory=UsageTotals)
+    usage: Usage = Usage()
     presenting: bool = False
+
+    def charge(self, usage: Usage, first: bool) -> Usage:
+        """One report added to this member's usage, at its price unless it says its own cost (a CLI's);
+        `first`: it opens a provider attempt (one call). A report without a cost keeps the cost so far
+        and makes it partial (backends/base.py `Usage`). Returns the charge as added."""
+        charged = replace(usage.priced(self.spec.price), calls=int(first))
+        self.usage = self.usage + charged
+        return charged

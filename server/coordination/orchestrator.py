@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import asdict, replace
 from typing import TYPE_CHECKING, assert_never
 
 import anyio
@@ -50,7 +50,7 @@ from conclave.coordination.protocol_events import (
     WorkStarted,
 )
 from conclave.coordination.reporting import Reporter
-from conclave.coordination.reports import Check, EventKind, JobResult, Progress, UsageTotals
+from conclave.coordination.reports import Check, EventKind, JobResult, Progress, ShownAnswer
 from conclave.coordination.tally import StopReason
 from conclave.coordination.turn_context import TurnContext
 from conclave.coordination.turns import present, run_turn
@@ -86,9 +86,7 @@ class Orchestrator:
         thread: str | None = None,
     ) -> None:
         self.job_id, self.task, self.team, self.sink = job_id, task, team, sink
-        self.history = (
-            history  # a follow-up's earlier rounds, shown before its task (prompts.history_section)
-        )
+        self.history = history  # a follow-up's earlier rounds, shown before its task (prompts.py)
         # the job's end on anyio's clock when the caller's set-up (copying the context) already used
         # part of its timeout; else the timeout counts from `run`
         self._deadline_at = deadline
@@ -112,7 +110,8 @@ class Orchestrator:
             seed=seed_for(job_id),
             verify=verifier is not None,
         )
-        self.reports = Reporter(sink, self.state, self.members, clock)  # events, progress, the result
+        secrets = files.workspaces.secrets if files is not None else None  # the job's (files/secrets.py)
+        self.reports = Reporter(sink, self.state, self.members, clock, secrets)  # events, progress, result
         self._scopes: dict[int, anyio.CancelScope] = {}
         self._result: JobResult | None = None
         self._send, self._receive = anyio.create_memory_object_stream[ProtocolEvent](math.inf)
@@ -172,8 +171,8 @@ class Orchestrator:
             backend = await anyio.to_thread.run_sync(
                 self._factory, member.spec, abandon_on_cancel=True, limiter=self._limiters.building
             )
-            if isinstance(backend, CliMember):  # a coding-agent CLI runs in its agent's container
-                backend.bind(self.files.sandbox(member.letter) if self.files is not None else None)
+            if isinstance(backend, CliMember) and self.files is not None:  # in its agent's container
+                self.files.bind(member.letter, backend)
             member.ctx = self._context(member, backend)
 
     async def _ended_in_set_up(self, reason: str) -> JobResult:
@@ -357,10 +356,10 @@ class Orchestrator:
             history=self.history,
         )
 
-        async def on_usage(usage: Usage, first: bool, cost_usd: float | None = None) -> None:
-            member.usage = member.usage.add(usage, spec.price, first, cost_usd)
-            self.budget.charge(UsageTotals.total([m.usage for m in self.members.values()]))
-            await self._emit("usage", member.letter, **usage.__dict__)
+        async def on_usage(usage: Usage, first: bool) -> None:
+            charged = member.charge(usage, first)
+            self.budget.charge(sum((m.usage for m in self.members.values()), Usage()))
+            await self._emit("usage", member.letter, **asdict(charged))
 
         async def no_work(call: ToolCall) -> None:
             raise AssertionError("work tools are bound per turn")
@@ -382,7 +381,7 @@ class Orchestrator:
             gate=self.budget.gate,
         )
 
-    def _shown(self, order: tuple[str, ...] = ()) -> list[prompts.ShownAnswer]:
+    def _shown(self, order: tuple[str, ...] = ()) -> list[ShownAnswer]:
         return picture.shown(self.state, self.checks, order)
 
     async def _emit(self, kind: EventKind, letter: str | None = None, **data: object) -> None:

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from conclave.coordination import prompts, protocol
+from conclave.coordination import protocol
 from conclave.coordination.members import Member
-from conclave.coordination.reports import AgentProgress, AgentStateName, Check, Leading, Progress
+from conclave.coordination.reports import AgentProgress, AgentStateName, Check, Leading, Progress, ShownAnswer
 
 PREVIEW = 200  # characters of the leading answer in the progress
 
@@ -77,7 +77,7 @@ def leading(state: protocol.Coordination, checks: Mapping[str, Check]) -> Leadin
 
 def shown(
     state: protocol.Coordination, checks: Mapping[str, Check], order: tuple[str, ...] = ()
-) -> list[prompts.ShownAnswer]:
+) -> list[ShownAnswer]:
     """The current answers, in a voter's `order` (else posting order), each with those agreeing."""
     latest = {answer.label: answer for answer in state.latest_answers()}
     labels = [label for label in order if label in latest] + [label for label in latest if label not in order]
@@ -85,10 +85,5 @@ def shown(
     found = []
     for label in labels:
         others = next((tuple(o for o in group if o != label) for group in groups if label in group), ())
-        check = checks.get(label)
-        found.append(
-            prompts.ShownAnswer(
-                label, latest[label].letter, latest[label].content, others, check.text() if check else ""
-            )
-        )
+        found.append(ShownAnswer.of(latest[label], checks.get(label), agrees_with=others))
     return found

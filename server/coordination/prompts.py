@@ -12,17 +12,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 from conclave.backends.base import JsonObject, ToolSpec
+from conclave.coordination.reports import ShownAnswer
 
 MAX_ANSWER_CHARS = 40_000  # per answer shown to peers; longer answers are cut with a note
-
-
-@dataclass(frozen=True)
-class ShownAnswer:
-    label: str
-    letter: str
-    content: str
-    agrees_with: tuple[str, ...] = ()  # the other current answers with the same final answer
-    check: str = ""  # its verification in words ("passed in 3.1 s"), with `verify`
 
 
 def _agreement(answer: ShownAnswer) -> str:
@@ -49,10 +41,12 @@ stand behind. The answer with most votes wins; its author then writes the final 
 You may post at most {max_answers} answers in all.{mode_rules}"""
 
 _VERIFY_RULES = """
-The caller's check command runs on a fresh copy of the files of every answer, and your turn comes
-once every current answer's check is in: you see each result beside its answer (verify passed or
-failed). An answer whose check failed cannot win while one that passed has votes, so weigh the
-results when you vote or revise."""
+The caller's check command runs on every answer's changes as the caller would apply them (files the
+project's .gitignore ignores, binary and compiled files are left out, and the caller's tests and test
+configuration are put back as they were); it passes when the test runner reports at least the tests
+the original files ran, all passed. Your turn comes once every current answer's check is in: you
+see each result beside its answer (verify passed or failed). An answer whose check failed cannot win
+while one that passed has votes, so weigh the results when you vote or revise."""
 
 _NATIVE_RULES = """
 Make your decision by calling the new_answer or vote tool. Text outside a tool call is not seen by

@@ -1,7 +1,7 @@
 """The coordination protocol: a pure state machine. Feed it events, carry out the actions it returns.
 
 No I/O, no clock, no randomness: seeds and moments come in as data, so a job replays from its event
-log. Who wins is tally.py's (pure too). Rules, tested in tests/test_protocol.py and test_protocol_verify.py:
+log. Who wins is tally.py's (pure too). The rules:
 - Answers are labelled letter + revision (A1, B2); the driver gives each a key, its normalised final
   answer, and answers with equal keys agree (a group). Each turn lists the current answers in the
   voter's own order, drawn from (seed, voter, version), labels unchanged: position is never a vote.
@@ -21,9 +21,8 @@ log. Who wins is tally.py's (pure too). Rules, tested in tests/test_protocol.py 
   it stands; a `Stop` never presents.
 - A turn that ends with plain text gets one corrective retry; after that non-empty text is an answer.
 - Steering (`Steer`): the note joins every later turn's picture and clears every vote like a new
-  answer; a turn in flight that has only been thinking restarts with it, a first answer's included
-  (tests/test_steering.py). A note before `Start` waits for the first turns; after the vote it is kept
-  but changes nothing.
+  answer; a turn in flight that has only been thinking restarts with it, a first answer's included.
+  A note before `Start` waits for the first turns; after the vote it is kept but changes nothing.
 """
 
 from __future__ import annotations
@@ -209,7 +208,6 @@ class Coordination:
         self.latest[agent.letter] = answer
         if len(self.agents) > 1 and len(self.active()) == 1:
             # the others failed before any answer: a lone survivor's self-vote is not consensus
-            # (tests/test_protocol.py::test_lone_survivor_answer_ends_without_consensus)
             return self._finish(fallback(self._board(), "all but one agent failed"))
         if not self.verify:
             return self._invalidate("the answers changed")

@@ -10,8 +10,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from conclave.backends.base import Usage
-from conclave.config.models import Price
-from conclave.coordination.tally import Outcome, StopReason
+from conclave.coordination.tally import Outcome, Posted, StopReason
+from conclave.coordination.verdicts import RunCounts
 
 EventKind = Literal[
     "started",
@@ -42,58 +42,6 @@ class _Record(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class UsageTotals(_Record):
-    """Tokens and, where the price is known, US dollars; `calls`: provider attempts that reported usage."""
-
-    calls: int = 0
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cached_input_tokens: int = 0
-    cost_usd: float | None = None
-
-    def add(
-        self, usage: Usage, price: Price | None, call: bool = True, cost_usd: float | None = None
-    ) -> UsageTotals:
-        """These totals plus one report (`call`: the first of its attempt); an agent without a price has
-        no cost, never a guessed one. `cost_usd` is a cost the provider itself reported (a CLI member's
-        output), which wins over the price."""
-        cost = None
-        if cost_usd is not None:
-            cost = (self.cost_usd or 0.0) + cost_usd
-        elif price is not None:
-            cached_price = price.input if price.cached_input is None else price.cached_input
-            fresh = usage.input_tokens - usage.cached_input_tokens
-            spent = (
-                fresh * price.input
-                + usage.cached_input_tokens * cached_price
-                + usage.output_tokens * price.output
-            )
-            cost = (self.cost_usd or 0.0) + spent / 1e6
-        return UsageTotals(
-            calls=self.calls + int(call),
-            input_tokens=self.input_tokens + usage.input_tokens,
-            output_tokens=self.output_tokens + usage.output_tokens,
-            cached_input_tokens=self.cached_input_tokens + usage.cached_input_tokens,
-            cost_usd=cost,
-        )
-
-    @property
-    def tokens(self) -> int:
-        return self.input_tokens + self.output_tokens
-
-    @staticmethod
-    def total(parts: list[UsageTotals]) -> UsageTotals:
-        """The sum; cost only when every part with calls has a known cost (never a partial figure)."""
-        costs = [part.cost_usd for part in parts if part.calls]
-        return UsageTotals(
-            calls=sum(part.calls for part in parts),
-            input_tokens=sum(part.input_tokens for part in parts),
-            output_tokens=sum(part.output_tokens for part in parts),
-            cached_input_tokens=sum(part.cached_input_tokens for part in parts),
-            cost_usd=sum(c for c in costs if c is not None) if costs and None not in costs else None,
-        )
-
-
 class JobEvent(_Record):
     """One thing that happened in a job, in order; the transcript is the list of these."""
 
@@ -109,7 +57,8 @@ TAIL_LINES, LINE_CHARS = 5, 200  # what a check keeps of its output's end for vo
 
 
 class Check(_Record):
-    """One answer's verification: the caller's command run on that answer's files (verification.py)."""
+    """One answer's verification: the caller's command run on that answer's reviewed patch
+    (verification.py), judged by the runner's own summary (verdicts.py)."""
 
     status: CheckStatus
     exit_code: int | None = None
@@ -119,21 +68,33 @@ class Check(_Record):
     error: str | None = None  # why the check could not run (status "error")
     # protected files (verify_protect) the answer changed: put back as they were before the check ran
     protected: list[str] = Field(default_factory=list)
+    # what apply would hold back of the answer (binaries, artefacts, ...): left out of the check too
+    held: list[str] = Field(default_factory=list)
+    tests: RunCounts | None = Field(default=None, description="the test runner's summary in the output")
+    required: int | None = Field(
+        default=None, description="tests the original files' run reported; null: it printed no summary"
+    )
+    verdict: Literal["tests", "exit_code"] | None = Field(
+        default=None, description="tests: the runner's summary decided; exit_code: no summary to count"
+    )
+    reason: str | None = None  # why a run that exited 0 did not pass
 
     @property
     def passed(self) -> bool:
         return self.status == "passed"
 
     def text(self) -> str:
-        """In words, on one line: "passed in 3.1 s", "failed (exit 1): 2 failed, 3 passed", "running";
-        with what the answer changed of the protected test files."""
-        if not self.protected:
-            return self._status_text()
-        shown = ", ".join(self.protected[:5]) + (
-            f" and {len(self.protected) - 5} more" if len(self.protected) > 5 else ""
-        )
-        protected = f"run with the original tests: this answer changed protected files {shown}"
-        return f"{self._status_text()} [{protected}]"
+        """In words, on one line: "passed in 3.1 s (5 tests passed, as many as the original files
+        ran)", "failed (exit 1): 2 failed, 3 passed", "running"; with what the answer changed of the
+        protected files and what was held back."""
+        notes = []
+        if self.protected:
+            notes.append(
+                f"run with the original tests: this answer changed protected files {_few(self.protected)}"
+            )
+        if self.held:
+            notes.append(f"not in the check, as apply holds them back: {_few(self.held)}")
+        return " ".join([self._status_text(), *(f"[{note}]" for note in notes)])
 
     def _status_text(self) -> str:
         if self.status == "running":
@@ -142,11 +103,43 @@ class Check(_Record):
             return f"could not run: {self.error}"
         took = f" in {self.duration_s:.1f} s" if self.duration_s is not None else ""
         if self.status == "passed":
+            if self.verdict == "exit_code":
+                return f"passed{took} (by its exit code: the original files' run printed no test summary)"
+            if self.tests is not None and self.required is not None:
+                ran = f"{self.tests.passed} test" + ("" if self.tests.passed == 1 else "s")
+                return f"passed{took} ({ran} passed; the original files ran {self.required})"
             return f"passed{took}"
         if self.timed_out:
             return f"failed: timed out after {self.duration_s or 0:.0f} s"
+        if self.reason:
+            return f"failed (exit {self.exit_code}): {self.reason}"
         last = f": {self.tail[-1]}" if self.tail else ""
         return f"failed (exit {self.exit_code}){last}"
+
+
+def _few(paths: list[str]) -> str:
+    return ", ".join(paths[:5]) + (f" and {len(paths) - 5} more" if len(paths) > 5 else "")
+
+
+class ShownAnswer(Posted):
+    """One posted answer as every reader shows it: a voter's prompt (coordination/prompts.py), the web
+    view's card (web/snapshot.py) and `conclave show --answers`. What is known of it now beside it."""
+
+    at: float = 0.0  # seconds since the job started
+    latest: bool = True  # still its author's latest answer
+    votes: int = 0  # current valid votes (the tally's)
+    agrees_with: tuple[str, ...] = ()  # the other current answers with the same final answer
+    check: str = ""  # its verification in words ("passed in 3.1 s"; Check.text), with `verify`
+    check_status: CheckStatus | None = None
+    check_output: str | None = None  # the end of its check's output, where the reader has it
+
+    @classmethod
+    def of(cls, answer: Posted, check: Check | None = None, **known: Any) -> ShownAnswer:
+        """`answer` (the protocol's, or as stored) with its check and what else is `known` of it now."""
+        posted: dict[str, Any] = {name: getattr(answer, name) for name in Posted.model_fields}
+        if check is not None:
+            posted |= {"check": check.text(), "check_status": check.status}
+        return cls(**posted, **known)
 
 
 class Leading(_Record):
@@ -167,7 +160,7 @@ class AgentProgress(_Record):
     answers: int = Field(default=0, description="answers posted so far")
     vote: str | None = Field(default=None, description="the answer label this agent currently votes for")
     error: str | None = None
-    usage: UsageTotals = UsageTotals()
+    usage: Usage = Usage()
 
 
 class Progress(_Record):

@@ -18,10 +18,11 @@ import json
 from conclave.backends.base import Message, Request, Scorer
 from conclave.coordination import prompts
 from conclave.coordination.protocol_events import AnswerPosted, NoDecision, ProtocolEvent, StartTurn, VoteCast
+from conclave.coordination.reports import ShownAnswer
 from conclave.coordination.turn_context import TurnContext
 
 
-async def split_turn(ctx: TurnContext, action: StartTurn, shown: list[prompts.ShownAnswer]) -> ProtocolEvent:
+async def split_turn(ctx: TurnContext, action: StartTurn, shown: list[ShownAnswer]) -> ProtocolEvent:
     """One split turn to its decision; `shown` is every current answer in this voter's order."""
     own = any(answer.letter == ctx.letter for answer in shown)
     task = prompts.with_notes(ctx.task, action.notes)  # steering notes follow the task
@@ -57,10 +58,10 @@ async def split_turn(ctx: TurnContext, action: StartTurn, shown: list[prompts.Sh
     return VoteCast(ctx.letter, action.turn_id, choice, "chosen as correct and complete")
 
 
-def agreeing_groups(shown: list[prompts.ShownAnswer]) -> list[list[prompts.ShownAnswer]]:
+def agreeing_groups(shown: list[ShownAnswer]) -> list[list[ShownAnswer]]:
     """The current answers grouped by final answer (`agrees_with`, from coordination/answers.py), in the
     order their first member is shown; equal texts always share a group."""
-    groups: list[list[prompts.ShownAnswer]] = []
+    groups: list[list[ShownAnswer]] = []
     for answer in shown:
         home = next(
             (
@@ -77,7 +78,7 @@ def agreeing_groups(shown: list[prompts.ShownAnswer]) -> list[list[prompts.Shown
     return groups
 
 
-def pick(shown: list[prompts.ShownAnswer], scores: list[float]) -> tuple[str, str]:
+def pick(shown: list[ShownAnswer], scores: list[float]) -> tuple[str, str]:
     """The vote of a scoring voter: the answer the model finds most likely, ties to the one shown
     first; the reason lists every score."""
     best = max(range(len(shown)), key=lambda index: (scores[index], -index))
@@ -85,15 +86,13 @@ def pick(shown: list[prompts.ShownAnswer], scores: list[float]) -> tuple[str, st
     return shown[best].label, f"the most likely answer by mean token log-probability ({listed})"
 
 
-async def _answer(
-    ctx: TurnContext, task: str, note: str, material: list[prompts.ShownAnswer] | None = None
-) -> str:
+async def _answer(ctx: TurnContext, task: str, note: str, material: list[ShownAnswer] | None = None) -> str:
     completion = await ctx.call(_answer_request(ctx, task, note, material or []))
     return completion.text.strip()
 
 
 def _answer_request(
-    ctx: TurnContext, task: str, note: str, material: list[prompts.ShownAnswer] | None = None
+    ctx: TurnContext, task: str, note: str, material: list[ShownAnswer] | None = None
 ) -> Request:
     """The plain answer call: the persona as the system prompt, the task (and material) as the user's."""
     text = prompts.answer_prompt(task, note, material or [])

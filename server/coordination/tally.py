@@ -1,7 +1,7 @@
 """Who wins: pure functions over a job's answers, its votes and its verification results.
 
 The protocol (protocol.py) keeps the state and calls these to decide; they read a `Board` and return
-an `Outcome`, no I/O, no clock, and import nothing of ours (tests/test_architecture.py). The rules:
+an `Outcome`, no I/O, no clock, and import nothing of ours. The rules:
 - Answers with equal keys agree (a group). The group holding most of the counted votes wins (groups
   tied go to the one posted first); in it, the answer with most votes, then the earliest.
 - Verification (`verdicts`, when the caller gave a check command): while an answer that passed holds

@@ -20,9 +20,10 @@ from conclave.files.agent_tools import ToolHandler
 
 
 class UsageSink(Protocol):
-    """Hears every Usage: (usage, opens_attempt) as retry.py's UsageCallback, and a CLI member's own cost."""
+    """Hears every Usage: (usage, opens_attempt) as retry.py's UsageCallback; a CLI member's carries its
+    own cost when its CLI reported one."""
 
-    def __call__(self, usage: Usage, first: bool, cost_usd: float | None = None, /) -> Awaitable[None]: ...
+    def __call__(self, usage: Usage, first: bool, /) -> Awaitable[None]: ...
 
 
 @dataclass

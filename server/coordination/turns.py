@@ -21,6 +21,7 @@ from conclave.coordination.protocol_events import (
     TurnFailed,
     VoteCast,
 )
+from conclave.coordination.reports import ShownAnswer
 from conclave.coordination.split_turns import split_turn
 from conclave.coordination.tally import Outcome
 from conclave.coordination.turn_context import TurnContext
@@ -33,7 +34,7 @@ MIN_REPAIR_STEPS = 2  # malformed workflow calls get at least this many chances 
 async def run_turn(
     ctx: TurnContext,
     action: StartTurn,
-    shown: list[prompts.ShownAnswer],
+    shown: list[ShownAnswer],
     files: prompts.FilesPicture | None = None,
 ) -> ProtocolEvent:
     """Run one turn to its decision: a CLI member's (cli_turns.py), a split turn (split_turns.py) or one
@@ -192,7 +193,7 @@ def parse_json_decision(letter: str, action: StartTurn, text: str) -> ProtocolEv
     return NoDecision(letter, action.turn_id, content if isinstance(content, str) else text)
 
 
-async def present(ctx: TurnContext, task: str, shown: list[prompts.ShownAnswer], outcome: Outcome) -> str:
+async def present(ctx: TurnContext, task: str, shown: list[ShownAnswer], outcome: Outcome) -> str:
     """The winner's presentation: the final answer in plain text."""
     assert outcome.winner is not None
     messages = [Message("user", prompts.presentation_prompt(task, shown, outcome.tally, outcome.winner))]

@@ -1,8 +1,13 @@
 """Verification: the caller's check command (ask_team's `verify`) run on one answer's files.
 
-Each check gets a fresh copy of the answer's snapshot (files/workspaces.py `check_copy`: the snapshot
-stays immutable), with the caller's protected test files put back first (files/protect.py, the team's
-`verify_protect`; the check then names what it put back, to voters and in the result). It runs in a
+A check runs the patch the caller reviews, not the answer's whole workspace: its fresh copy is the
+caller's files at job start plus exactly what apply would write of the answer (files/check_copy.py;
+what apply holds back, binaries and artefacts, is left out and named), with the caller's protected
+files put back (files/protect.py, the team's `verify_protect`; the check names what it put back, to
+voters and in the result). The command runs with `PYTHONSAFEPATH=1` and `PYTHONNOUSERSITE=1` (`RUNNER_ENV`),
+so a project file cannot shadow the runner's own start-up. It passes only on the runner's own summary
+reporting at least the tests the caller's files' run reported, none failed (verdicts.py): that run,
+the `Baseline`, is made once per job on the caller's files, beside the first turns. It runs in a
 warm check container of the job's, with run_command's confinement (sandbox/container.py: no network
 whatever the team says, limits, a non-root user, processes reaped, output capped): the job's first
 one is taken from the server's pool, started before the job (coordination/check_pool.py), else started
@@ -31,11 +36,12 @@ import anyio.to_thread
 from conclave.config.models import SandboxSpec
 from conclave.coordination.check_pool import Box, CheckPool, check_spec
 from conclave.coordination.reports import LINE_CHARS, TAIL_LINES, Check
+from conclave.coordination.verdicts import Baseline, read_summary, shortfall
 from conclave.errors import ConclaveError
 from conclave.files.check_slots import make_slot, refill
 from conclave.files.protect import DEFAULT_PROTECT, restore
 from conclave.files.removal import remove_tree
-from conclave.files.workspaces import Workspaces
+from conclave.files.workspaces import CheckCopy, Workspaces
 from conclave.sandbox.container import Sandbox
 from conclave.sandbox.output import CommandResult
 
@@ -44,6 +50,10 @@ logger = logging.getLogger(__name__)
 CLEAN = (
     "rm -rf /tmp/* /tmp/.[!.]* /tmp/..?* /dev/shm/* /dev/shm/.[!.]* /dev/shm/..?* 2>/dev/null; exec sh -c "
 )
+# Python as the check runs it: the project folder is not put first on sys.path by `python -m pytest`
+# (as the `pytest` command never does), and no user site folder (HOME is /workspace): no project file
+# runs in the runner's start-up. Modules imported later are files/protect.py's.
+RUNNER_ENV = {"PYTHONSAFEPATH": "1", "PYTHONNOUSERSITE": "1"}
 
 
 @dataclass(frozen=True)
@@ -79,6 +89,8 @@ class Verifier:
         # idle containers, and None for one `warm` could not start (its waiter then starts its own)
         self._put, self._idle = anyio.create_memory_object_stream[Box | None](math.inf)
         self._coming = self._waiting = self._started = 0  # being warmed; checks waiting for one; numbers
+        self._baseline: Baseline | None = None  # the command's run on the caller's files, once made
+        self._baseline_lock = anyio.Lock()
 
     @property
     def concurrency(self) -> int:
@@ -97,6 +109,13 @@ class Verifier:
         async with anyio.create_task_group() as tg:
             for _ in range(count):
                 tg.start_soon(self._warm_one)
+        try:  # the caller's files' run, while the agents work: the first answer's check needs it
+            async with self._limiter:
+                await self.baseline()
+        except Exception:
+            logger.info(
+                "the baseline check of %s failed; the first check tries again", self.job_id, exc_info=True
+            )
 
     async def _warm_one(self) -> None:
         box = None
@@ -123,29 +142,58 @@ class Verifier:
         """Check answer `label`; a check that cannot run is an `error` check, never an exception."""
         async with self._limiter:
             try:
-                result, protected = await self._run(label)
+                result, copy, protected, baseline = await self._run(label)
             except ConclaveError as exc:
                 return CheckRun(Check(status="error", error=str(exc)), f"the check could not run: {exc}")
             except Exception as exc:  # e.g. the disk filled while copying: this check fails, never the job
                 logger.warning("the check of %s failed", label, exc_info=True)
                 error = f"{type(exc).__name__}: {exc}"
                 return CheckRun(Check(status="error", error=error), f"the check could not run: {error}")
-        check = summarize(result).model_copy(update={"protected": protected})
-        note = f"[put back before the check: {', '.join(protected)}]\n" if protected else ""
-        return CheckRun(check, f"$ {self.command}\n{note}{result.as_text()}")
+        check = summarize(result, baseline).model_copy(update={"protected": protected, "held": copy.held})
+        notes = [f"[{baseline.text()}]"]
+        if copy.held:
+            notes.append(f"[not in the check, as apply holds them back: {', '.join(copy.held)}]")
+        if protected:
+            notes.append(f"[put back before the check: {', '.join(protected)}]")
+        return CheckRun(
+            check, f"$ {self.command}\n" + "".join(f"{note}\n" for note in notes) + result.as_text()
+        )
 
-    async def _run(self, label: str) -> tuple[CommandResult, list[str]]:
+    async def baseline(self) -> Baseline:
+        """The command's run on the caller's files as they were, made once (the caller holds a token
+        of the limiter: the run counts as its own)."""
+        async with self._baseline_lock:
+            if self._baseline is None:
+                copy = await self.workspaces.check_copy(None)
+                result, _ = await self._exec(copy, protect=False)
+                self._baseline = Baseline.of(result)
+            return self._baseline
+
+    async def _run(self, label: str) -> tuple[CommandResult, CheckCopy, list[str], Baseline]:
         copy = await self.workspaces.check_copy(label)
+        try:
+            baseline = await self.baseline()
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(remove_tree, copy.path)
+            raise
+        result, protected = await self._exec(copy, protect=True)
+        return result, copy, protected, baseline
+
+    async def _exec(self, copy: CheckCopy, *, protect: bool) -> tuple[CommandResult, list[str]]:
+        """Run the command on `copy` (its protected files put back first with `protect`) in a warm
+        container; the copy is moved into the container's folder, or removed."""
         try:
             box = await self._take()
         except BaseException:
             with anyio.CancelScope(shield=True):
-                await anyio.to_thread.run_sync(remove_tree, copy)
+                await anyio.to_thread.run_sync(remove_tree, copy.path)
             raise
         kept = False
         try:  # one trip to a worker thread for both: under load each trip costs
-            protected = await anyio.to_thread.run_sync(self._fill, box.slot, copy)
-            result = await box.sandbox.exec(CLEAN + shlex.quote(self.command), self.timeout_s)
+            protected = await anyio.to_thread.run_sync(self._fill, box.slot, copy.path, protect)
+            command = CLEAN + shlex.quote(self.command)
+            result = await box.sandbox.exec(command, self.timeout_s, environment=RUNNER_ENV)
             kept = True
             return result, protected
         finally:
@@ -179,10 +227,10 @@ class Verifier:
         await box.sandbox.start(slot, {}, self.job_id, f"check-{number}", self.spec)
         return box
 
-    def _fill(self, slot: Path, copy: Path) -> list[str]:
+    def _fill(self, slot: Path, copy: Path, protect: bool) -> list[str]:
         """Put the protected files back in the check copy, then move it into the container's folder."""
         try:
-            protected = self._protect(copy)
+            protected = self._protect(copy) if protect else []
         except BaseException:
             remove_tree(copy)
             raise
@@ -201,17 +249,25 @@ class Verifier:
         return changed
 
 
-def summarize(result: CommandResult) -> Check:
-    """A command's result as a check: passed only on exit code 0 within the time limit."""
-    passed = result.exit_code == 0 and not result.timed_out
+def summarize(result: CommandResult, baseline: Baseline) -> Check:
+    """A command's result as a check (verdicts.py): passed on exit code 0 within the time limit and the
+    runner's summary of at least the tests the caller's files' run reported, none failed; on the exit
+    code alone only when that run printed no summary recognised."""
+    counts, required = read_summary(result.stdout, result.stderr), baseline.required
+    exited = result.exit_code == 0 and not result.timed_out
+    reason = shortfall(counts, required) if exited and required is not None else None
     lines = [line.strip() for line in f"{result.stdout}\n{result.stderr}".splitlines() if line.strip()]
     tail = [
         line if len(line) <= LINE_CHARS else line[: LINE_CHARS - 3] + "..." for line in lines[-TAIL_LINES:]
     ]
     return Check(
-        status="passed" if passed else "failed",
+        status="passed" if exited and reason is None else "failed",
         exit_code=result.exit_code,
         duration_s=round(result.duration_s, 2),
         timed_out=result.timed_out,
         tail=tail,
+        tests=counts,
+        required=required,
+        verdict="exit_code" if required is None else "tests",
+        reason=reason,
     )

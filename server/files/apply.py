@@ -16,8 +16,7 @@ compiled artefacts without `allow_artifacts`, files that run code or widen an ag
 own without `allow_autorun` (autorun.py), VCS metadata, and anything the patch does not list are held
 back, never written, and returned in `Changes.held` with why. A file's mode is what the patch shows: a
 modified file keeps the caller's own mode bits, with only the executable bit changed where the patch
-says `old mode`/`new mode`; an added file is 0644 or 0755, as git writes it
-(tests/security/test_apply_review.py).
+says `old mode`/`new mode`; an added file is 0644 or 0755, as git writes it.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ manifest), E1 in the earlier answer's files, and C in the folder now:
     otherwise         both changed it differently             FollowUpConflict, nothing is started
 A file of the earlier answer that the folder's .gitignore ignores, and that is not in the folder, is
 left out (a cache a command wrote). A context path the earlier job did not have starts from base/.
-Blocking; Workspaces.carry runs it in a worker thread (tests/test_follow_ups.py).
+Blocking; Workspaces.carry runs it in a worker thread.
 """
 
 from __future__ import annotations

@@ -90,7 +90,7 @@ def pseudo_filesystem(path: Path, mountinfo: Path = Path("/proc/self/mountinfo")
 # directory and is made absolute; otherwise (a stored record read back, whose folder may be gone by
 # now) it is taken as it is. `name` is the folder's name in every workspace, set when the job is
 # admitted. The docstring and the descriptions are what a calling model reads, so they name no
-# internals (tests/test_tool_descriptions.py).
+# internals.
 class ContextPath(BaseModel):
     """A project folder on this machine for the team to work on, read-only unless `permission` is
     "write". Its files are sent to every model provider in the team."""

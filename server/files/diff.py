@@ -1,6 +1,6 @@
 """Git-style unified diffs between two trees (a context path at job start and the winner's final copy).
 
-The patch applies with `git apply` and `patch -p1` (tests/test_workspace.py runs both for real):
+The patch applies with `git apply` and `patch -p1`:
 `diff --git` headers, `new file mode` / `deleted file mode` / `old mode`+`new mode`, `index` lines with
 git blob ids, `---`/`+++`, `@@` hunks with 3 lines of context, `\\ No newline at end of file`, and git's
 C-style quoting of unusual paths. Binary files (a NUL byte in the first 8,000 bytes, or not UTF-8) are
@@ -8,7 +8,7 @@ listed (`Binary files a/x and b/x differ`, with full blob ids), never inlined: `
 entries unless the repository holds those blobs, so applying them goes through `apply.py`.
 A text file that became binary is a way to hide a change from a reviewer, so it is flagged
 (`became_binary`) and its new content follows the `Binary files` line as an escaped excerpt from the first
-changed byte, on `#` lines that `git apply` skips (tests/security/test_binary_diff.py).
+changed byte, on `#` lines that `git apply` skips.
 A file that can run code or widen an agent's permissions on its own is marked (`autorun`, autorun.py),
 so the summary names it whether or not apply runs. Renames show as a deletion plus an addition. Symlinks
 in either tree are not part of the diff.

@@ -3,8 +3,7 @@
 Host-side writes (`write_file`, `edit_file`) are checked before they happen and refused with a tool error
 that says what to do. A command is given the room the budget leaves its workspace (`AgentDisk.room`) and
 stopped as soon as it outgrows it (sandbox/disk_watch.py); the workspace is measured again after each
-command and, once over, every further write is refused until files are deleted
-(tests/security/test_bounds.py, tests/security/test_disk_budget.py).
+command and, once over, every further write is refused until files are deleted.
 """
 
 from __future__ import annotations

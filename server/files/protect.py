@@ -6,24 +6,31 @@ is put back in line with the caller's project as it was at job start, for every 
 `verify_protect`, else `DEFAULT_PROTECT`):
 - a protected file the answer modified or deleted is restored from base/ (the job-start copy);
 - a protected file the answer added (a new `conftest.py` that skips everything, a new test) is removed.
-And, whatever the patterns, a module or package the answer added at a context folder's top level under
-the name of a standard-library module or a test runner (`unittest.py`, `json/`, `pytest.py`) is
-removed: `python -m unittest` and `python -m pytest` put that folder first on `sys.path`, so such a file
-would run instead of the real one. What was put back is returned, and the check says so to voters and
-in the result (tests/security/test_verify_protect.py).
+`DEFAULT_PROTECT` holds the runner's configuration files (`pytest.ini`, `.pytest.ini`, `pyproject.toml`,
+`tox.ini`, `setup.cfg`, `conftest.py`) and the project root's package marker, `__init__` at the top
+(pytest imports the root as a package, and that module runs, before any test module).
+And, whatever the patterns, a module or package that shadows a standard-library module or the runner's
+own imports (`unittest.py`, `json/` with an `__init__` module, `_pytest.abi3.so`, `attr`) and did not at
+job start is put back as the caller had it, whether or not a folder of that name was there (an
+`__init__` added to an existing `json/` folder is removed), at the top of the context folder and in
+every folder pytest puts on `sys.path` for a test module (`import_roots`): there such a module would
+run instead of the real one. A module that shadowed at job start is the
+project's own and stays as the answer made it. What was put back is returned, and the check says so to
+voters and in the result.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import stat
 import sys
 from collections.abc import Iterable, Sequence
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from pathspec import GitIgnoreSpec
 
-from conclave.files import safe, walking
+from conclave.files import safe
 from conclave.files.removal import remove_tree
 from conclave.files.trees import list_tree, read_bytes, sha256_file
 
@@ -35,7 +42,9 @@ DEFAULT_PROTECT: tuple[str, ...] = (
     "test_*.py",
     "*_test.py",
     "conftest.py",
+    "/__init__.py",  # the project root as a package: pytest then imports it before any test module
     "pytest.ini",
+    ".pytest.ini",
     "tox.ini",
     "setup.cfg",
     "pyproject.toml",
@@ -55,46 +64,74 @@ DEFAULT_PROTECT: tuple[str, ...] = (
     "karma.conf.*",
     "node_modules/",
 )
+# The runner's own imports: pytest, its plugin system and dependencies (some Python versions only), and
+# the start-up hooks. A project file by one of these names at the top of a context folder would be
+# imported instead of the real one once that folder is on sys.path.
 RUNNERS = frozenset(
     {
         "pytest",
         "_pytest",
+        "py",
         "pluggy",
         "iniconfig",
+        "packaging",
+        "attr",
+        "attrs",
+        "exceptiongroup",
+        "tomli",
+        "colorama",
+        "pygments",
         "hypothesis",
         "nose",
         "nose2",
         "sitecustomize",
         "usercustomize",
+        "apport_python_hook",  # Debian's sitecustomize imports it at every start-up
     }
 )
 SHADOWED = frozenset(sys.stdlib_module_names) | RUNNERS
+# What the import system loads as a module besides a folder: source, byte-code, and extension modules
+# under any platform's suffix (`.so`, `.abi3.so`, `.cpython-312-x86_64-linux-gnu.so`, `.pyd`, ...).
+MODULE_SUFFIXES = ("py", "pyw", "pyc", "pyd", "so")
+TEST_MODULE = re.compile(r"test_.*\.py|.*_test\.py|conftest\.py")  # pytest's default python_files
 
 
 def shadows(name: str, is_dir: bool, has_init: bool = False) -> bool:
-    """Whether a top-level entry would be imported instead of a standard module or a test runner: a
-    module file (`json.py`, `json.pyc`, `json.cpython-312-x86_64-linux-gnu.so`) or a regular package
-    (a folder with `__init__.py`; a folder without one never wins over a module found later)."""
+    """Whether a top-level entry would be imported instead of a standard module or the runner's own: a
+    module file (`json.py`, `json.pyc`, `_pytest.abi3.so`) or a regular package (a folder with an
+    `__init__` module; a folder without one never wins over a module found later)."""
     stem, _, rest = name.partition(".")
     if stem not in SHADOWED:
         return False
     if is_dir:
         return has_init and not rest
-    return rest in ("py", "pyc", "pyd", "so") or (rest.endswith(".so") and rest.startswith("cpython-"))
+    return is_module_file(name)
+
+
+def is_module_file(name: str) -> bool:
+    """Whether the import system would load file `name` as a module (any extension-module suffix)."""
+    rest = name.partition(".")[2]
+    return rest in MODULE_SUFFIXES or rest.endswith((".so", ".pyd"))
 
 
 def restore(
     copy: Path, base: Path, patterns: Sequence[str], owner: tuple[int, int] | None = None
 ) -> list[str]:
-    """Put `copy` (an answer's check copy of one context folder) back in line with `base` for every
-    protected path; remove added top-level modules that shadow the standard library. Return the paths
-    the answer had changed, sorted (blocking)."""
+    """Put `copy` (a check copy of one context folder) back in line with `base` for every protected
+    path, and for every module or package that shadows a standard module or the runner's own where
+    pytest imports from (`import_roots`) and did not at job start. Return the paths the answer had
+    changed, sorted (blocking)."""
     spec = GitIgnoreSpec.from_lines(list(patterns))
-    before = list_tree(base).files
-    after = list_tree(copy)
+    before, after = list_tree(base).files, list_tree(copy)
+    roots = import_roots([*before, *after.files])
+    shadowing = sorted(_shadowing(after.files, roots) - _shadowing(before, roots))
+
+    def protected(rel: str) -> bool:
+        return spec.match_file(rel) or any(rel == path or rel.startswith(f"{path}/") for path in shadowing)
+
     changed: set[str] = set()
     for rel, entry in before.items():
-        if not spec.match_file(rel):
+        if not protected(rel):
             continue
         now = after.files.get(rel)
         if now is not None and now.size == entry.size and sha256_file(copy, rel) == sha256_file(base, rel):
@@ -103,30 +140,51 @@ def restore(
         _clear(copy, rel)
         safe.write_bytes(copy, rel, read_bytes(base, rel), owner=owner, mode=entry.mode)
     for rel in after.files:
-        if rel not in before and spec.match_file(rel):
+        if rel not in before and protected(rel):
             changed.add(rel)
             _clear(copy, rel)
-    for name in _shadowing(copy, before):
-        changed.add(name)
-        _clear(copy, name)
     return sorted(changed)
 
 
-def _shadowing(copy: Path, before: Iterable[str]) -> list[str]:
-    """Top-level entries of `copy`, not in the job-start files, that shadow a standard module or a runner."""
-    tops = {rel.split("/", 1)[0] for rel in before}
-    found = []
-    with safe.directory(copy, []) as fd:
-        for entry in walking.entries(fd, "", limit=walking.MAX_ENTRIES):
-            if entry.name in tops:
-                continue
-            kind = entry.info.st_mode
-            has_init = stat.S_ISDIR(kind) and safe.lstat(copy, f"{entry.name}/__init__.py") is not None
-            if (stat.S_ISREG(kind) or stat.S_ISDIR(kind)) and shadows(
-                entry.name, stat.S_ISDIR(kind), has_init
-            ):
-                found.append(entry.name)
+def import_roots(files: Iterable[str]) -> set[str]:
+    """The folders (relative to the context folder, "" for itself) whose modules pytest can import in
+    place of a standard one: the context folder, and for each test module or conftest, the first
+    folder above it that is not a package (what pytest's default `prepend` import mode puts first on
+    `sys.path`)."""
+    files = list(files)
+    packages = {_parent(rel) for rel in files if _is_init(rel)}
+    roots = {""}
+    for rel in files:
+        if TEST_MODULE.fullmatch(PurePosixPath(rel).name):
+            folder = _parent(rel)
+            while folder and folder in packages:
+                folder = _parent(folder)
+            roots.add(folder)
+    return roots
+
+
+def _shadowing(files: Iterable[str], roots: set[str]) -> set[str]:
+    """The modules (`json.py`) and packages (`json`, for `json/__init__.py`) among `files`, directly in
+    one of `roots`, that shadow a standard module or the runner's own."""
+    found = set()
+    for rel in files:
+        folder, _, name = rel.rpartition("/")
+        if folder in roots and shadows(name, False):
+            found.add(rel)
+        if folder and _is_init(rel):
+            above, _, package = folder.rpartition("/")
+            if above in roots and shadows(package, True, True):
+                found.add(folder)
     return found
+
+
+def _is_init(rel: str) -> bool:
+    name = PurePosixPath(rel).name
+    return name.partition(".")[0] == "__init__" and is_module_file(name)
+
+
+def _parent(rel: str) -> str:
+    return rel.rpartition("/")[0]
 
 
 def _clear(root: Path, rel: str) -> None:

@@ -5,7 +5,7 @@ made 1,500 folders deep, even with `ignore_errors` (it ignores OSError only). He
 fd-relative with O_NOFOLLOW, its files unlinked, its folders removed from an explicit stack; at most
 `MAX_OPEN` folders are open at once, and a deeper one is first moved up beside the tree (a rename in the
 same filesystem) and removed as a tree of its own. Best effort like `rmtree(ignore_errors=True)`: an
-entry that cannot be removed is left (tests/security/test_names.py).
+entry that cannot be removed is left.
 """
 
 from __future__ import annotations

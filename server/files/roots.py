@@ -11,8 +11,7 @@ write outside the allowed roots. So:
                                              (/proc/self/fd/N), so later opens by name cannot drift
     run_pinned(path, identity, step)         step(root) with messages naming `path`, not the descriptor
 
-tests/security/test_context_roots.py swaps a folder for a link between submit and copy, and between
-copy and apply.
+A folder swapped for a link between submit and copy, or between copy and apply, is refused.
 """
 
 from __future__ import annotations

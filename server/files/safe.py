@@ -10,9 +10,6 @@ the size cap, and only then reopened for reading through `/proc/self/fd`: the ve
 checked, so FIFOs, sockets and devices are never opened for reading. A new file is made with `O_EXCL` in
 the same directory fd and renamed over the name through that fd (which replaces a link or a FIFO there,
 never writes through it); an existing regular file is rewritten in place through its reopened O_PATH fd.
-
-tests/security/test_symlink_race.py runs a racer in a real container against the tools built on this;
-tests/test_workspace.py covers each function.
 """
 
 from __future__ import annotations
@@ -50,8 +47,8 @@ def split(rel: str, field: str = "path") -> list[str]:
         raise PathOutsideRoot(
             field, rel.encode("utf-8", "replace").decode(), "it is not valid UTF-8"
         ) from None
-    # Never stripped or rewritten: a name with leading or trailing spaces is a different file
-    # (tests/security/test_names.py). A backslash is an ordinary character in a POSIX name.
+    # Never stripped or rewritten: a name with leading or trailing spaces is a different file. A
+    # backslash is an ordinary character in a POSIX name.
     if rel.startswith("/"):
         raise PathOutsideRoot(field, rel, "absolute paths are not allowed")
     normal = posixpath.normpath(rel) if rel else "."

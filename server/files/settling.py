@@ -1,6 +1,6 @@
 """Settling a tree an agent's commands wrote: unsafe mode bits cleared, entries handed to the command user,
 and the whole measured, through safe.py's no-follow walk (sandbox/container.py runs it after every
-command; tests/security/test_setuid.py, tests/test_workspace.py)."""
+command)."""
 
 from __future__ import annotations
 

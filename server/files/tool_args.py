@@ -2,8 +2,7 @@
 
 A model's tool call is untrusted input: wrong types, lists where a string belongs, lone surrogates from a
 JSON `\\ud800` escape, keys no tool takes. Each of these is a `ValidationError` here, which
-agent_tools.py turns into a tool result the model can act on; none may fail the job
-(tests/security/test_tool_arguments.py).
+agent_tools.py turns into a tool result the model can act on; none may fail the job.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """File trees on disk: .gitignore-aware listing, hashing and copying, all through `safe.py`'s walk.
 
 The leaf under `workspaces.py`, `diff.py` and `apply.py`: synchronous, no models, no async.
-Invariants every function here keeps (tests/test_workspace.py guards each):
+Invariants every function here keeps:
 - symlinks are never followed: every folder and file is reached fd-relative with O_NOFOLLOW (safe.py);
 - a copy reads at most the size the listing saw, so a file that grows (or a pseudo file that reports
   size 0) cannot make it read on (`test_copy_reads_at_most_the_listed_size`);

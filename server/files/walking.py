@@ -1,6 +1,6 @@
 """Listing and walking a tree through safe.py's fd-relative opens: a folder's entries with their lstat,
 and a depth-first walk that checks its caps while it walks (never a recursion, never a whole listing
-before the cap), for trees someone else may be changing (tests/security/test_names.py).
+before the cap), for trees someone else may be changing.
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ def walk(
     The caller may remove names from the entries list to keep the walk out of those folders. Folders
     that vanish or turn into something else meanwhile are left out; `skip` names are never entered.
     Iterative, with its caps checked while walking: a folder deeper than `max_depth` below `start`, or
-    more than `max_entries` entries in all, raise `TreeTooLarge` at that point (tests/security/test_names.py).
+    more than `max_entries` entries in all, raise `TreeTooLarge` at that point.
     """
     with directory(root, start) as top:
         yield from _walk(top, "/".join(split(start)), skip, max_depth, max_entries)

@@ -8,11 +8,13 @@
         agents/<letter>/   each agent's working copy, made from base/ by copying: never shares an inode
                            with base/ or a snapshot, since agents write here (bind-mounted at /workspace)
         snapshots/<label>/ the author's workspace at each new_answer (`B2`), immutable
-        checks/<label>-*/  a fresh, writable copy of a snapshot for its verification run, moved into
+        checks/<label>-*/  a check's fresh, writable copy: base/ plus what apply would write of an
+                           answer (check_copy.py; `base-*` for the caller's files alone), moved into
                            checks/slot-<n>/ (what a check container mounts: files/check_slots.py)
         final/             the winner's workspace after presentation, immutable
         diff.patch         the winner's git-style patch over every context path, written at the end
         meta/<tree>        when base/ or a snapshot was captured (for safe reuse of unchanged files)
+        meta/<label>.held  files left out of that snapshot: they hold a secret (paths only, secrets.py)
 
 The API (blocking work runs in a worker thread through `anyio.to_thread.run_sync`; the copies are
 abandoned on cancel, so a cancelled job never waits for one; apply is not, it must finish or roll back):
@@ -33,14 +35,18 @@ and final/ hard-link files unchanged since the tree they derive from (the agent'
 base/), judged by size, mode and mtime, and never for files modified within 2 s of that tree's capture
 (git's racy-clean rule); immutable trees may share inodes, agents/ never does. Every tree is built under
 a temporary name and renamed into place, so a crash never leaves half a snapshot.
+Every file leaves a workspace through a snapshot (peers, checks, final/, diff, apply, read_workspace),
+so a copied file that holds one of the job's secrets (`secrets`, secrets.py) is left out there.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import anyio.to_thread
@@ -49,15 +55,18 @@ from conclave.config.models import LABEL, LETTER
 from conclave.errors import ContextTooLarge, InputError
 from conclave.files.apply import Changes, apply_tree
 from conclave.files.carry import carry
+from conclave.files.check_copy import reviewed_copy
 from conclave.files.contexts import Caps, ContextManifest, ContextPath, CopiedContext, copy_context_sync, mb
 from conclave.files.diff import Patch, diff_trees
+from conclave.files.peer_access import peer_readable
 from conclave.files.removal import remove_tree
 from conclave.files.review import Consent
 from conclave.files.roots import run_pinned
+from conclave.files.secrets import Secrets, withhold
 from conclave.files.settling import settle
 from conclave.files.trees import Listing, Reference, copy_tree, list_tree
 
-__all__ = ["Workspaces", "apply", "diff"]
+__all__ = ["CheckCopy", "Workspaces", "apply", "diff"]
 
 ALWAYS = 2**63 - 1  # a capture time that makes every file of an immutable reference reusable
 WORKSPACE_CAPS = Caps(max_files=20_000, max_bytes=200 * 1024 * 1024)
@@ -104,7 +113,8 @@ async def apply(
 
 
 class Workspaces:
-    """The workspace trees of one job (see the module docstring for the layout)."""
+    """The workspace trees of one job (see the module docstring for the layout); `secrets`, the job's
+    secret values, grow while it runs (coordination/job_files.py)."""
 
     def __init__(
         self,
@@ -113,9 +123,11 @@ class Workspaces:
         caps: Caps = Caps(),
         workspace_caps: Caps = WORKSPACE_CAPS,
         agent_owner: tuple[int, int] | None = None,
+        secrets: Secrets | None = None,
     ) -> None:
         self.job_dir = Path(job_dir)
         self.caps, self.workspace_caps, self.agent_owner = caps, workspace_caps, agent_owner
+        self.secrets = secrets if secrets is not None else Secrets()
         self.base = self.job_dir / "base"
         self.start = self.job_dir / "start"  # only for a follow-up (carry.py); else agents start from base/
         self.agents = self.job_dir / "agents"
@@ -187,9 +199,16 @@ class Workspaces:
         self._check_workspace(letter, listing)
         reuse = self._reference(self.latest().get(letter))
         with _building(self.snapshot_dir(label)) as tmp:
-            copy_tree(source, tmp, listing, reuse=reuse, on_error=_leave_out)
+            copied = copy_tree(source, tmp, listing, reuse=reuse, on_error=_leave_out)
+            held = withhold(tmp, [rel for rel, digest in copied.items() if digest is not None], self.secrets)
         self._set_captured(label, captured)
+        _write_atomic(self._meta / f"{label}.held", json.dumps(held))
         return self.snapshot_dir(label)
+
+    def held(self, label: str) -> dict[str, str]:
+        """The files left out of snapshot `label` because they hold a secret: path -> how (secrets.py)."""
+        record = self._meta / f"{self.snapshot_dir(label).name}.held"
+        return dict(json.loads(record.read_text())) if record.is_file() else {}
 
     async def finalize(self, label: str) -> Path:
         """Make final/ from an answer's snapshot (`B2`): exactly the files the team voted for."""
@@ -233,20 +252,26 @@ class Workspaces:
         except (OSError, ValueError):
             return 0  # unknown: no file counts as unchanged, everything is copied
 
-    async def check_copy(self, label: str) -> Path:
-        """A fresh, writable copy of snapshot `label` for its verification (the snapshot stays as it is)."""
+    async def check_copy(self, label: str | None) -> CheckCopy:
+        """A fresh, writable check copy (check_copy.py): base/ plus what apply would write of answer
+        `label` to each context path; base/ alone for None (the caller's files as they were)."""
         return await anyio.to_thread.run_sync(self._check_copy, label, abandon_on_cancel=True)
 
-    def _check_copy(self, label: str) -> Path:
-        source = self.snapshot_dir(label)
-        if not source.is_dir():
+    def _check_copy(self, label: str | None) -> CheckCopy:
+        source = self.snapshot_dir(label) if label is not None else None
+        if source is not None and not source.is_dir():
             raise InputError("source", label, "no snapshot by that label: the answer's files were not kept")
-        dest = self.job_dir / "checks" / f"{label}-{time.monotonic_ns()}"
+        dest = self.job_dir / "checks" / f"{label or 'base'}-{time.monotonic_ns()}"
+        held: list[str] = []
         with _building(dest) as tmp:
-            copy_tree(source, tmp, list_tree(source))  # copied, never linked: the check may write anywhere
+            for context in self.manifest().contexts:
+                answer = source / context.name if source is not None else None
+                prefix = "" if self.root_name() else f"{context.name}/"
+                found = reviewed_copy(self.base / context.name, answer, context, tmp / context.name)
+                held += [f"{prefix}{entry.path} ({entry.reason})" for entry in found]
             if self.agent_owner is not None:
                 settle(tmp, self.agent_owner)
-        return dest
+        return CheckCopy(dest, held)
 
     # -- naming and reading ---------------------------------------------------------------------
 
@@ -321,6 +346,8 @@ class Workspaces:
             else:
                 os.unlink(entry.path)
         for rel in list_tree(source).files:  # snapshots are immutable: linking their files is safe
+            if not peer_readable(source, rel):
+                continue  # private to its author: as a peer's container sees it (peer_access.py)
             target = mount / rel
             target.parent.mkdir(parents=True, exist_ok=True)
             os.link(source / rel, target)
@@ -369,6 +396,14 @@ def _building(dest: Path, *, replace: bool = False) -> Iterator[Path]:
     finally:
         remove_tree(tmp)
         remove_tree(old)
+
+
+@dataclass(frozen=True)
+class CheckCopy:
+    """A check's copy of an answer (`path`, removed by its check) and what apply would hold back of it."""
+
+    path: Path
+    held: list[str]
 
 
 def _leave_out(rel: str, exc: OSError | InputError) -> None:

@@ -7,10 +7,10 @@
     local   the `conclave ask` command: the user at the terminal, any team file
 
 The project folder is not trusted for team files: a cloned repository may ship a `conclave.yaml` that
-points a provider's key at its own server (tests/security/test_provider_keys.py).
+points a provider's key at its own server.
 
 A folder is compared after resolving every link, so a link inside an allowed root that points out of it
-is refused too (tests/security/test_context_paths.py, tests/security/test_team_files.py).
+is refused too.
 """
 
 from __future__ import annotations

@@ -3,11 +3,12 @@
 `estimate` gives ask_team's first result a range (the least and the most a past job of the team used
 here, priced at the team's prices now; the budget caps the top); with no history it says so and
 gives only what a budget bounds. `history` gives list_teams the typical (median) tokens and cost per
-job. Both read `Store.team_usage` (tests/test_budgets.py).
+job. Both read `Store.team_usage`.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from statistics import median
 
 from conclave.config.models import Team
@@ -18,26 +19,22 @@ from conclave.jobs.views import plural
 
 
 def _cost(team: Team, job: list[AgentUsage]) -> float | None:
-    """A past job's cost at the team's prices now (by model; else what was recorded); None if unknown."""
+    """A past job's cost at the team's prices now (by model; else what was recorded); None if unknown
+    (a cost recorded for only part of an agent's tokens is no figure for an estimate)."""
     prices = {agent.model: agent.price for agent in reversed(team.agents) if agent.price is not None}
     total = 0.0
     for row in job:
         price = prices.get(row.model)
-        if price is None:
-            if row.cost_usd is None:
-                return None
-            total += row.cost_usd
-            continue
-        cached = price.input if price.cached_input is None else price.cached_input
-        fresh = row.input_tokens - row.cached_input_tokens
-        total += (
-            fresh * price.input + row.cached_input_tokens * cached + row.output_tokens * price.output
-        ) / 1e6
+        tokens = row.usage if price is None else replace(row.usage, cost_usd=None)
+        cost = tokens.priced(price)
+        if cost.cost_usd is None or cost.cost_partial:
+            return None
+        total += cost.cost_usd
     return total
 
 
 def _tokens(job: list[AgentUsage]) -> int:
-    return sum(row.input_tokens + row.output_tokens for row in job)
+    return sum(row.usage.tokens for row in job)
 
 
 def estimate(team: Team, past: list[list[AgentUsage]]) -> Estimate:

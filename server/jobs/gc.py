@@ -2,8 +2,7 @@
 
 Only jobs that are over are pruned (never a queued, running or presenting one, whoever owns it): first
 every one that finished more than `keep_days` ago, then the oldest while all job folders together hold
-more than `max_bytes`. A pruned job loses its folder under jobs/ and its rows in the store
-(tests/security/test_bounds.py).
+more than `max_bytes`. A pruned job loses its folder under jobs/ and its rows in the store.
 """
 
 from __future__ import annotations

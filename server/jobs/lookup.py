@@ -2,7 +2,7 @@
 
 A job id is checked here before the store is asked, and a caller sees only its own jobs (None, the
 CLI: every job), so `get_status` and `conclave status` refuse a bad id with the same error and the
-same rules (tests/test_cli_reads.py). The store is read in worker threads, never on the event loop.
+same rules. The store is read in worker threads, never on the event loop.
 
     async with JobLookup.open(settings) as jobs:       # the CLI: a store of its own, read-only
         view = await jobs.view("cj-0123456789ab")

@@ -4,7 +4,7 @@ The result is the team stored with the job (its `verify` and `coordination.max_*
 limits are part of its record. Refused here, with the fix: a cost budget for a team with an agent
 that has no price (its cost would be unknown), a budget that is not a positive number, and a `verify`
 without context paths (there would be no files to check). A verify without Docker is refused by
-file_steps.admit (tests/test_budgets.py, tests/test_verify.py).
+file_steps.admit.
 """
 
 from __future__ import annotations

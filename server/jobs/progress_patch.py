@@ -1,7 +1,7 @@
 """What changed in a job's progress since it was last stored, as paths for SQLite's `json_set`.
 
 A running job reports its whole progress with every event, but most events (usage, tool calls) change
-one agent's counters or nothing: the store writes only those parts (tests/test_store.py).
+one agent's counters or nothing: the store writes only those parts.
 """
 
 from __future__ import annotations

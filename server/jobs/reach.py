@@ -2,7 +2,7 @@
 
 A key being set says nothing about a server on this machine or the LAN being up: `conclave teams`,
 list_teams and submit probe every custom endpoint at once, within PROBE_S, and call one that does not
-accept a connection "not reachable at URL" instead of ready (tests/test_cli_wording.py). The providers'
+accept a connection "not reachable at URL" instead of ready. The providers'
 own APIs are not probed: their reachability is the provider's business, and a probe would cost every
 `teams` call a round trip to each.
 """

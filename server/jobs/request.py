@@ -114,8 +114,11 @@ class JobRequest(BaseModel):
         Field(
             description='A shell command that checks an answer\'s files, e.g. "pytest -q" '
             "(needs context_paths and Docker; the sandbox image's tools). "
-            "It runs on each answer's files in a fresh sandbox with no "
-            "network; voters see each result, and an answer whose check failed cannot win while "
+            "It runs on each answer's reviewed patch (your files plus what apply would write) in a "
+            "fresh sandbox with no network, and passes when it exits 0 and the test runner's own "
+            "summary (pytest, unittest) reports at least the tests your files' run does, none failed "
+            "(the exit code alone when that run prints no summary); voters see each result, and an "
+            "answer whose check failed cannot win while "
             "one that passed has votes. Default: the team file's `verify`."
         ),
     ] = None

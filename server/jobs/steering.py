@@ -4,7 +4,7 @@ The store is the one source of truth: `steer_job` writes the note as an event of
 may); the process that runs the job hands each note it has not delivered yet to the job's
 orchestrator, at once when it wrote the note itself, else from its watch loop (jobs/service.py), the
 way a cancel from another process arrives. The orchestrator records a "steered" event when the
-protocol takes the note (tests/test_steering.py).
+protocol takes the note.
 """
 
 from __future__ import annotations

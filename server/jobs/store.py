@@ -6,7 +6,7 @@ Calls are short local transactions, safe from any thread (jobs/connections.py): 
 in worker threads through jobs/async_store.py, so the event loop never waits on SQLite; the CLI calls
 them directly. State is private: the state folder and its jobs/ are made 0700 and the database 0600
 (SQLite gives its -wal and -shm files the database's mode), so other users of the machine read nothing
-of it (tests/security/test_private_state.py).
+of it.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from conclave.backends.base import Usage
 from conclave.coordination.reports import JobEvent, JobResult, Progress
 from conclave.coordination.tally import Posted
 from conclave.jobs.connections import Connections, private_dir, tighten
@@ -77,10 +78,7 @@ class AgentUsage(BaseModel):
 
     job_id: str
     model: str
-    input_tokens: int
-    output_tokens: int
-    cached_input_tokens: int
-    cost_usd: float | None
+    usage: Usage
 
 
 class Store(ThreadRecords[JobRow]):
@@ -127,7 +125,7 @@ class Store(ThreadRecords[JobRow]):
 
     def _has_column(self, statement: str) -> bool:
         """Whether `statement` adds a column the table has already: a database written by a development
-        build numbered its migrations differently (tests/test_store.py)."""
+        build numbered its migrations differently."""
         found = ADD_COLUMN.match(statement)
         if found is None:
             return False
@@ -310,7 +308,8 @@ class Store(ThreadRecords[JobRow]):
                 agent = next(a for a in progress.agents if a.letter == event.letter)
                 u = agent.usage
                 self._db.execute(
-                    "INSERT OR REPLACE INTO usage VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    "INSERT OR REPLACE INTO usage (job_id, letter, model, calls, input_tokens, output_tokens,"
+                    " cached_input_tokens, cost_usd, uncosted_tokens) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (
                         job_id,
                         agent.letter,
@@ -320,6 +319,7 @@ class Store(ThreadRecords[JobRow]):
                         u.output_tokens,
                         u.cached_input_tokens,
                         u.cost_usd,
+                        u.uncosted_tokens,
                     ),
                 )
             result = JobResult.model_validate(data).model_dump_json() if event.kind == "finished" else None
@@ -368,15 +368,18 @@ class Store(ThreadRecords[JobRow]):
     def team_usage(self, team_name: str, limit: int = 20) -> list[list[AgentUsage]]:
         """Per agent, the usage of the last `limit` completed jobs of team `team_name`, newest job first."""
         rows = self._db.execute(
-            "SELECT u.job_id, u.model, u.input_tokens, u.output_tokens, u.cached_input_tokens, u.cost_usd"
-            " FROM usage u JOIN jobs j ON j.id = u.job_id WHERE u.job_id IN (SELECT id FROM jobs"
+            "SELECT u.job_id, u.model, u.calls, u.input_tokens, u.output_tokens, u.cached_input_tokens,"
+            " u.cost_usd, u.uncosted_tokens FROM usage u JOIN jobs j ON j.id = u.job_id"
+            " WHERE u.job_id IN (SELECT id FROM jobs"
             " WHERE team_name = ? AND state = 'completed' ORDER BY created_at DESC LIMIT ?)"
             " ORDER BY j.created_at DESC, u.letter",
             (team_name, limit),
         ).fetchall()
         jobs: dict[str, list[AgentUsage]] = {}
         for row in rows:
-            jobs.setdefault(row["job_id"], []).append(AgentUsage(**dict(row)))
+            fields = dict(row)
+            job_id, model = fields.pop("job_id"), fields.pop("model")
+            jobs.setdefault(job_id, []).append(AgentUsage(job_id=job_id, model=model, usage=Usage(**fields)))
         return list(jobs.values())
 
     def answers(self, job_id: str) -> list[AnswerRow]:

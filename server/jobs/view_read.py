@@ -15,7 +15,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from conclave.coordination.reports import JobEvent
+from conclave.coordination.reports import JobEvent, ShownAnswer
 from conclave.jobs.reader import job_workspaces
 from conclave.jobs.steering import notes_and_thread
 from conclave.jobs.store import AnswerRow, JobRow, JobState, Store
@@ -41,16 +41,19 @@ def view_parts(store: Store, links: WebLinks, job_id: str, caller: str | None) -
     return ViewParts(row, notes, thread, links.page_url(job_id))
 
 
+MAX_OUTPUT_CHARS = 20_000  # of one check's output, its end kept
+
+
 @dataclass(frozen=True)
 class PageParts:
-    """What a job's web page shows (web/snapshot.py): its view, the whole task, every answer, the
-    events, each check's whole output, and the start of the winner's patch (`cut`: there is more)."""
+    """What a job's web page shows (web/snapshot.py): its view, the whole task, every answer as every
+    reader shows it (`conclave show --answers` too), the events, and the start of the winner's patch
+    (`cut`: there is more)."""
 
     view: JobView
     task: str
     events: list[JobEvent]
-    answers: list[AnswerRow]
-    outputs: dict[str, str]
+    answers: list[ShownAnswer]
     patch: str | None
     cut: bool
 
@@ -69,9 +72,30 @@ def page_parts(
             text = file.read(patch_chars + 1)
         patch, cut = text[:patch_chars], len(text) > patch_chars
     events = store.events(job_id)
-    outputs = {e.data["label"]: e.data.get("output", "") for e in events if e.kind == "checked"}
     view = job_view(parts.row, time.time(), parts.notes, parts.thread)
-    return PageParts(view, parts.row.task, events, store.answers(job_id), outputs, patch, cut)
+    return PageParts(
+        view, parts.row.task, events, shown_answers(view, store.answers(job_id), events), patch, cut
+    )
+
+
+def shown_answers(view: JobView, rows: list[AnswerRow], events: list[JobEvent]) -> list[ShownAnswer]:
+    """Every answer the job posted, oldest first, with its votes now, whether it is still its author's
+    latest, its check and the end of its check's output."""
+    checks = view.progress.checks if view.progress is not None else {}
+    outputs = {e.data["label"]: e.data.get("output", "") for e in events if e.kind == "checked"}
+    latest = {row.letter: row.label for row in rows}  # rows come oldest first
+    tally = view.votes()[0]
+    return [
+        ShownAnswer.of(
+            row,
+            checks.get(row.label),
+            at=row.at,
+            latest=latest[row.letter] == row.label,
+            votes=tally.get(row.label, 0),
+            check_output=outputs[row.label][-MAX_OUTPUT_CHARS:] if outputs.get(row.label) else None,
+        )
+        for row in rows
+    ]
 
 
 class JobLine(BaseModel):

@@ -7,13 +7,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from conclave.coordination.reports import (
-    AgentProgress,
-    JobEvent,
-    JobResult,
-    Progress,
-    UsageTotals,
-)
+from conclave.backends.base import Usage
+from conclave.coordination.reports import AgentProgress, JobEvent, JobResult, Progress
 from conclave.errors import Surface, say, term
 from conclave.jobs.records import Estimate, FilesResult
 from conclave.jobs.store import JobRow, JobState
@@ -69,7 +64,7 @@ class JobView(_View):
         default_factory=dict, description="the job's max_tokens and max_cost_usd"
     )
     diff_summary: FilesResult | None = Field(default=None, description="files changed (with workspaces)")
-    usage: UsageTotals = UsageTotals()
+    usage: Usage = Usage()
     notes: list[NoteView] = Field(
         default_factory=list, description="steering notes (steer_job), oldest first"
     )
@@ -152,7 +147,7 @@ class JobView(_View):
         if len(self.thread) > 1:
             lines.append(f"Thread: {' -> '.join(self.thread)}")
         usage = self.usage
-        cost = f", ${usage.cost_usd:.4f}" if usage.cost_usd is not None else ""
+        cost = f", {cost_text(usage)}" if usage.cost_usd is not None else ""
         lines.append(
             f"Usage: {usage.input_tokens} in ({usage.cached_input_tokens} cached), {usage.output_tokens} "
             f"out{cost}"
@@ -168,9 +163,19 @@ class JobView(_View):
         return "\n".join(lines)
 
 
+def cost_text(usage: Usage) -> str:
+    """The cost in words: "$0.0700", or "cost ≥ $0.0700 (partial: ...)" when some tokens came without
+    one (an agent with no price whose provider said none); "" when nothing has a cost."""
+    if usage.cost_usd is None:
+        return ""
+    if not usage.cost_partial:
+        return f"${usage.cost_usd:.4f}"
+    return f"cost ≥ ${usage.cost_usd:.4f} (partial: {usage.uncosted_tokens:,} tokens without a cost)"
+
+
 TASK_PREVIEW = 200
 # What a calling model reads first: Claude Code and Codex hand it the structured result as JSON, not
-# the text block (tests/test_agent_clis.py checks the order Claude Code's model sees).
+# the text block.
 LEAD = ("job_id", "state", "result", "majority", "winner_check", "estimate", "next", "progress")
 RESULT_LEAD = ("answer", "consensus", "winner")
 PROGRESS_LEAD = ("leading", "tally", "agree", "checks")
@@ -351,7 +356,7 @@ def job_view(
         estimate=row.options.estimate if active else None,
         budget=_budget(row),
         diff_summary=_diff_summary(row),
-        usage=UsageTotals.total([agent.usage for agent in progress.agents]) if progress else UsageTotals(),
+        usage=sum((agent.usage for agent in progress.agents), Usage()) if progress else Usage(),
         notes=notes or [],
         follow_up=row.follow_up,
         thread=thread if thread and len(thread) > 1 else [],

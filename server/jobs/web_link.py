@@ -2,8 +2,9 @@
 so every server sharing the state folder (stdio ones too) can put the page's URL in a JobView.
 
 The file is private like the rest of the state folder (0600 in a 0700 folder) and holds the web view's
-token, so that `conclave ask --web` can open a login link; it is removed when `conclave web` stops,
-and a file left by a process that is gone is ignored.
+token, with which `conclave web --link` and `conclave ask --web` ask the running view for a one-time
+sign-in code (web/serve.py `sign_in_link`); it is removed when `conclave web` stops, and a file left by a
+process that is gone is ignored.
 """
 
 from __future__ import annotations
@@ -32,11 +33,6 @@ class WebServed(BaseModel):
 
     def job_url(self, job_id: str) -> str:
         return f"{self.url}/jobs/{job_id}"
-
-    def login_url(self, job_id: str | None = None) -> str:
-        """A link that signs the browser in (it sets the session cookie) and opens the job's page."""
-        target = f"&next=/jobs/{job_id}" if job_id else ""
-        return f"{self.url}/login?token={self.token}{target}"
 
 
 def announce(home: Path, served: WebServed) -> Path:

@@ -11,7 +11,9 @@ What counts as reported mid-run: Claude Code's per-response usage (`streamed_usa
 so until then the run is charged the estimate (members/runner.py `reported`: four characters a token over
 the prompt and the printed stream, a lower bound). The final update charges the difference to the run's
 own total, which may take back part of an estimate (a negative delta in a field), so the member's usage
-ends at what its CLI reported.
+ends at what its CLI reported. Claude Code's mid-run charges have no cost (it says one only in its
+result): without a price the member's cost is partial while the run goes, and the final charge, the
+run's whole cost, makes it whole again; a run killed before its result leaves it partial.
 """
 
 from __future__ import annotations
@@ -22,8 +24,8 @@ from dataclasses import dataclass
 from conclave.backends.base import Usage
 from conclave.config.models import Price
 
-# a run's usage and cost so far, to the job; `first`: the run's first charge (it counts one call)
-Charge = Callable[[Usage, float | None, bool], Awaitable[None]]
+# a run's new usage (with its cost when known), to the job; `first`: the run's first charge (one call)
+Charge = Callable[[Usage, bool], Awaitable[None]]
 Report = Callable[[str], tuple[Usage, float | None]]  # stdout -> (usage, cost) so far
 
 
@@ -35,7 +37,7 @@ class Meter:
     final: Report
     charge: Charge
     price: Price | None = None
-    charged: Usage = Usage()
+    charged: Usage = Usage()  # the run's usage charged so far, as the job counts it (priced)
     opened: bool = False  # charged at least once (a run killed before it said anything still counts)
 
     async def update(self, stdout: str, *, final: bool = False) -> None:
@@ -45,25 +47,15 @@ class Meter:
             usage = Usage(
                 *(max(now, then) for now, then in zip(_fields(usage), _fields(self.charged), strict=True))
             )
-        delta = usage - self.charged
-        if cost is not None:  # the CLI's own cost for the whole run (Claude Code): what was priced so far
-            cost -= _priced(self.charged, self.price)  # went in already
-        if delta == Usage() and not cost and (self.opened or not final):
+        # the CLI's own cost covers the whole run (Claude Code's, in its result): the difference takes
+        # back the uncosted tokens of the run's earlier charges (backends/base.py `Usage`)
+        now = usage.costing(cost).priced(self.price)
+        delta = now - self.charged
+        if delta.nothing and (self.opened or not final):
             return
-        first, self.opened, self.charged = not self.opened, True, usage
-        await self.charge(delta, cost, first)
+        first, self.opened, self.charged = not self.opened, True, now
+        await self.charge(delta, first)
 
 
 def _fields(usage: Usage) -> tuple[int, int, int]:
     return usage.input_tokens, usage.output_tokens, usage.cached_input_tokens
-
-
-def _priced(usage: Usage, price: Price | None) -> float:
-    """What the job's usage priced these tokens at (coordination/reports.py `UsageTotals.add`)."""
-    if price is None:
-        return 0.0
-    cached = price.input if price.cached_input is None else price.cached_input
-    fresh = usage.input_tokens - usage.cached_input_tokens
-    return (
-        fresh * price.input + usage.cached_input_tokens * cached + usage.output_tokens * price.output
-    ) / 1e6

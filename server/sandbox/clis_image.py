@@ -42,7 +42,7 @@ from conclave.sandbox.image import (
 )
 
 CLIS_REPO = "conclave-sandbox-clis"
-# The same pins as .ci/install-agent-clis.sh (tests/test_egress.py holds them equal).
+# The same pins as .ci/install-agent-clis.sh.
 CLI_PINS = (
     "@anthropic-ai/claude-code@2.1.330",
     "@openai/codex@0.169.0",

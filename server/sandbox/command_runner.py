@@ -20,8 +20,6 @@ stdout stay open, and hands it one command after another:
   same user): the host sees the stream end, reaps by an exec as before, and starts a new one; one that
   stops it is an exec that overran (container.py restarts the container).
 - an image without python3, or where prctl fails, has no runner: every command is an exec as before.
-tests/test_sandbox_command_runner.py tests it; tests/test_sandbox.py and tests/security/test_background.py run
-commands through it.
 """
 
 from __future__ import annotations

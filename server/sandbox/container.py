@@ -9,7 +9,7 @@
         with anyio.CancelScope(shield=True):
             await sandbox.stop()
 
-Confinement (tests/test_sandbox.py checks each): workspace bind-mounted rw at /workspace, peers' latest
+Confinement: workspace bind-mounted rw at /workspace, peers' latest
 snapshots ro at /peers/<letter>, network `none` unless the team says `bridge`, read-only root, tmpfs /tmp,
 `cap_drop=ALL`, `no-new-privileges`, pids/memory (swap equal: none)/CPU limits, a non-root user, `init=True`
 (else zombies eat the pids limit), an environment built here from constants, nothing of the host's (no keys).
@@ -30,7 +30,7 @@ Choices:
 - Background processes do not outlive their command: after every command (and after a timeout) the
   runner, as the command's user, sends `kill(-1, SIGKILL)`, which reaches every process of that user in
   the container (`setsid` escapees included) but not the keeper, and checks /proc until none is left;
-  if that fails the container is restarted (tests/security/test_background.py races it). Without a
+  if that fails the container is restarted. Without a
   runner a second exec does the same (leftovers.REAP), skipped when the host sees in the container's
   pids cgroup that only the keeper is left (leftovers.py).
 - After every command the workspace is settled through files/safe.py's no-follow walk: setuid, setgid

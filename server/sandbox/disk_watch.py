@@ -11,8 +11,7 @@ is read-only here). So the budget is kept by two means while a command runs (san
   walk's entry or depth caps, or below the host's free-space floor), it calls `stop`, which kills the
   command at once: the command user's processes by SIGKILL from the host (`kill_user_processes`, through
   the container's cgroup), then the container through the engine. Writes between a poll and the kill
-  are the overshoot: bench/bench_disk.py measures it
-  (bench/results/disk.json); tests/security/test_disk_budget.py shows the cap holds.
+  are the overshoot: bench/bench_disk.py measures it (bench/results/disk.json).
 """
 
 from __future__ import annotations

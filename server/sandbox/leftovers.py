@@ -13,8 +13,7 @@ The keeper (docker-init and its `sleep`) forks nothing after the start, so a tas
 alive when the count was read would make the count one more than the keepers listed. Anything else (a
 task of another uid, a count the list does not match, a task gone before its owner was read, a host
 that cannot see the cgroup: a remote or rootless engine, another cgroup namespace) answers False, and
-the reaping exec runs as before. tests/security/test_background.py races the reaping; tests/
-test_sandbox.py shows the exec is skipped only when nothing is left.
+the reaping exec runs as before: the exec is skipped only when nothing is left.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ the internet, a test gives the job service a `ProviderRedirect`:
   and the variables that make its CLI trust it besides the system's roots (sandbox/member.py).
 
 No setting, variable, team file or tool argument builds one: only `JobService.open(..., redirect=...)`
-takes it, and only tests pass it (tests/members/test_cli_logins_e2e.py, test_copilot_login_e2e.py).
+takes it, and only tests pass it.
 """
 
 from __future__ import annotations

@@ -1,33 +1,44 @@
-"""Who may open the web view: one check, `WebAuth.check`, for every page, snapshot, event stream and cancel.
+"""Who may read the web view's data: one check, `WebAuth.check`, for every snapshot, list, event stream,
+cancel and sign-out.
 
 A request passes when
 - its Host names this server (a loopback name, or the address the server was bound to) and its Origin,
   when the browser sends one, is this same origin: a page on another site, or a name rebound to
   127.0.0.1 (DNS rebinding), gets nothing (the same rule FastMCP applies to /mcp);
-- it carries the token: `Authorization: Bearer <token>` (scripts), or the session cookie that /login
-  sets (browsers). The cookie is HttpOnly and SameSite=Strict, and holds an HMAC of the token, never
-  the token itself, so no script on the page and nothing written into a page can read the token;
-- a POST (cancel) also has an Origin equal to this origin and the `X-Conclave-CSRF` header: an HMAC
-  of the token that the page's script fetches from /api/session (a cross-site page cannot read that
-  answer, and no HTML ever contains it).
+- it carries `Authorization: Bearer <token>` (scripts, the CLI) or `X-Conclave-Session: <key>`, a
+  session the page's script keeps in sessionStorage (sessions.py). Neither is a cookie: a browser sends
+  no header of ours by itself, so no other site and no other port of this host can make it send one
+  (no CSRF value is needed), and a cookie read by a server on another port of 127.0.0.1 is worth nothing.
 
-Callers: under `serve --http` every token of the server (app/tokens.py) names its caller, who sees only
-its own jobs, as over MCP; `conclave web` has one token of its own for the local user, who sees every job
+The HTML pages hold no job data (the script fetches it with the header), so they are served to anyone
+who names this server in Host. Signing in (`/api/sign-in`) must come from this very origin.
+
+The tokens are read on every request (`Callers`, app/tokens.py `TokenSource` under `serve --http`):
+a token taken out of http-tokens.json is refused from then on, and the sessions and codes made from it
+end. Under `serve --http` each token names its caller, who sees only its own jobs, as over MCP;
+`conclave web` has one random token of its own for the local user, who sees every job
 (`Caller.name`, passed to every read of jobs/lookup.py; see docs/web-view.md).
 """
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import ipaddress
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 
 from starlette.requests import Request
 
+from conclave.web.sessions import Caller, Sessions, digest
+
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
-CSRF_HEADER = "x-conclave-csrf"
+SESSION_HEADER = "x-conclave-session"
+SIGN_IN_HINT = (
+    "sign in: open /login (`conclave web --link` prints a one-time link), or send Authorization: Bearer "
+    "<token>"
+)
+
+# token -> the caller it names (None: the local user): read again on every request
+Callers = Callable[[], Awaitable[Mapping[str, str | None]]]
 
 
 class Refused(Exception):
@@ -38,55 +49,43 @@ class Refused(Exception):
         self.status, self.reason = status, reason
 
 
-@dataclass(frozen=True)
-class Caller:
-    """Who a request comes from: the caller its token names, who may see, read and cancel its own jobs
-    only, as over MCP (None: the local user of `conclave web`, who sees every job, as the CLI does), and
-    the token, kept for the values derived from it."""
+def fixed_callers(token: str) -> Callers:
+    """The one token of `conclave web`, naming the local user."""
+    if not token:
+        raise ValueError("the web view needs a non-empty token")
 
-    name: str | None
-    token: bytes = field(repr=False)
+    async def callers() -> Mapping[str, str | None]:
+        return {token: None}
 
-    def _derived(self, purpose: bytes) -> str:
-        return hmac.new(self.token, purpose, hashlib.sha256).hexdigest()
-
-    @property
-    def session(self) -> str:
-        return self._derived(b"conclave web session")
-
-    @property
-    def csrf(self) -> str:
-        return self._derived(b"conclave web csrf")
+    return callers
 
 
 class WebAuth:
-    """The tokens (each naming a caller), the hosts this server answers to, and the cookie and CSRF values
-    derived from each token."""
+    """The tokens (each naming a caller), this server's sessions and codes, and the hosts it answers to."""
 
-    def __init__(self, tokens: str | Mapping[str, str | None], port: int, hosts: Iterable[str] = ()) -> None:
-        named = {tokens: None} if isinstance(tokens, str) else dict(tokens)
-        if not named or not all(named):
-            raise ValueError("the web view needs a non-empty token")
-        self._callers = [Caller(name, token.encode()) for token, name in named.items()]
+    def __init__(self, callers: Callers, port: int, hosts: Iterable[str] = ()) -> None:
+        self._callers = callers
+        self.sessions = Sessions()
         self.port = port
         extra = {host.strip("[]").lower() for host in hosts}
         self._any_host = bool(extra & {"0.0.0.0", "::", ""})  # all interfaces: the token alone guards it
         self._hosts = LOOPBACK_NAMES | extra
-        self.cookie = (
-            f"conclave_web_{port}"  # cookies ignore ports: two servers on one host keep theirs apart
-        )
 
-    def caller_of(self, token: str | None, session: str | None) -> Caller | None:
-        """The caller a bearer token or a session cookie names; None for neither or a wrong one."""
-        for caller in self._callers:
-            if token is not None and hmac.compare_digest(token.encode(), caller.token):
-                return caller
-            if session is not None and hmac.compare_digest(session.encode(), caller.session.encode()):
-                return caller
-        return None
+    async def current(self) -> dict[str, Caller]:
+        """Token -> caller as the server's tokens are now; sessions and codes of any other token end."""
+        current = {token: Caller(name, digest(token)) for token, name in (await self._callers()).items()}
+        self.sessions.revoke(set(current.values()))
+        return current
 
-    def check_origin(self, request: Request, *, write: bool = False) -> None:
-        """Host is ours; Origin, if any (always, for a write), is this very origin."""
+    async def caller_of_token(self, token: str) -> Caller | None:
+        found = None
+        for known, caller in (await self.current()).items():  # every one compared, in constant time
+            if hmac.compare_digest(token.encode(), known.encode()):
+                found = caller
+        return found
+
+    def check_origin(self, request: Request, *, required: bool = False) -> None:
+        """Host is ours; Origin, if any (always, when `required`), is this very origin."""
         host = request.headers.get("host", "")
         name = _host_name(host)
         if not (self._any_host or name in self._hosts):
@@ -94,23 +93,25 @@ class WebAuth:
                 421, f"this server does not answer to Host {host!r}; open it as http://127.0.0.1:{self.port}/"
             )
         origin = request.headers.get("origin")
-        if origin is None and not write:
+        if origin is None and not required:
             return
         if origin != f"{request.url.scheme}://{host}":
-            raise Refused(403, f"cross-origin request refused (Origin {origin!r})")
+            raise Refused(
+                403, f"cross-origin request refused (Origin {origin!r}): sign in from this server's page"
+            )
 
-    def check(self, request: Request, *, write: bool = False) -> Caller:
-        """The one check every request of the web view passes; raises Refused, else returns the caller."""
-        self.check_origin(request, write=write)
+    async def check(self, request: Request) -> Caller:
+        """The one check every data request of the web view passes; raises Refused, else the caller."""
+        self.check_origin(request)
         bearer = request.headers.get("authorization", "")
-        token = bearer[7:].strip() if bearer[:7].lower() == "bearer " else None
-        caller = self.caller_of(token, request.cookies.get(self.cookie))
+        if bearer[:7].lower() == "bearer ":
+            caller = await self.caller_of_token(bearer[7:].strip())
+        else:
+            await self.current()  # ends the sessions of tokens the server no longer has
+            key = request.headers.get(SESSION_HEADER)
+            caller = self.sessions.caller_of(key) if key else None
         if caller is None:
-            raise Refused(401, "this page needs the server's token: open /login")
-        if write and not hmac.compare_digest(
-            request.headers.get(CSRF_HEADER, "").encode(), caller.csrf.encode()
-        ):
-            raise Refused(403, f"a change needs the {CSRF_HEADER} header from /api/session")
+            raise Refused(401, SIGN_IN_HINT)
         return caller
 
 

@@ -1,15 +1,20 @@
-"""The web view's routes: the pages, the login, one job's snapshot, its event stream, and cancel.
+"""The web view's routes: the pages, signing in and out, one job's snapshot, its event stream, and cancel.
 
-    GET  /                        the list of jobs
-    GET  /jobs/<id>               one job's page
-    GET  /login[?token=&next=]    sign in (sets the cookie)
-    POST /login                   the same, from the form
-    GET  /api/session             the CSRF value
+    GET  /                        the list of jobs (static: the script fetches the data)
+    GET  /jobs/<id>               one job's page (static)
+    GET  /login[?code=&next=]     sign in: the form, or the confirmation of a one-time link (static)
+    POST /api/sign-in             {"token"} or {"code", "confirm"}: a session key (this origin only)
+    POST /api/sign-in/link        a one-time sign-in code for the caller asking (`conclave web --link`)
+    POST /api/sign-out            end this session
+    GET  /api/session             who this session is
     GET  /api/jobs                the list, as JSON
     GET  /api/jobs/<id>           its JobPage, as JSON
-    GET  /api/jobs/<id>/events    its JobPage on every change (SSE)
-    POST /api/jobs/<id>/cancel    cancel it (CSRF-checked)
+    GET  /api/jobs/<id>/events    its JobPage on every change (SSE, read by the script with fetch)
+    POST /api/jobs/<id>/cancel    cancel it
     GET  /static/<file>           app.js, style.css
+
+Every /api/ route but sign-in passes `WebAuth.check` (auth.py: a bearer token or a session header);
+request bodies are capped before this module sees them (body_limit.py).
 
 Every read goes through the lookup (jobs/lookup.py), with the caller's name: the job id checked, and a
 caller's own jobs only. Live updates: the event stream compares the job's (rev, events, state) every
@@ -24,19 +29,25 @@ import importlib.resources
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from urllib.parse import parse_qs
+from typing import Annotated
 
 import anyio
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.requests import Request
-from starlette.responses import JSONResponse, RedirectResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 
 from conclave.errors import InputError, JobNotFound
 from conclave.jobs.lookup import JobLookup
 from conclave.jobs.views import FINAL_STATES
-from conclave.web.auth import Caller, Refused, WebAuth
+from conclave.web.auth import SESSION_HEADER, Refused, WebAuth
+from conclave.web.sessions import CODE_TTL_S, SESSION_TTL_S, Caller
 from conclave.web.snapshot import MAX_DIFF_CHARS, JobPage, job_page
 
+EXPIRED_CODE = (
+    "this sign-in link was used already or is over a minute old: get a new one with `conclave web --link`, "
+    "or sign in with the token"
+)
 POLL_S = 0.25  # how often an open page's stream looks at the store
 KEEP_ALIVE_S = 15.0
 CSP = (
@@ -52,6 +63,18 @@ HEADERS = {
 }
 STATIC = {"app.js": "text/javascript", "style.css": "text/css"}
 PAGES = ("index.html", "job.html", "login.html")
+
+
+class SignIn(BaseModel):
+    """POST /api/sign-in: the token typed into the form, or a one-time code (`confirm` false: swap the
+    link's code for one only this page knows, and say whose it is, for the confirmation step; true: use
+    it up for a session)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    token: Annotated[str | None, Field(max_length=1024)] = None
+    code: Annotated[str | None, Field(max_length=256)] = None
+    confirm: bool = False
 
 
 def _asset(name: str) -> bytes:
@@ -86,22 +109,33 @@ class WebView:
     def html(self, name: str, status: int = 200) -> Response:
         return Response(self._files[name], status, headers=HEADERS, media_type="text/html; charset=utf-8")
 
-    def refused(self, request: Request, refused: Refused) -> Response:
-        if request.url.path.startswith("/api/") or refused.status != 401:
-            return JSONResponse({"error": refused.reason}, refused.status, headers=HEADERS)
-        return self.html("login.html", 401)  # a page without the token: the sign-in form, and no job data
+    @staticmethod
+    def refused(refused: Refused) -> Response:
+        return JSONResponse({"error": refused.reason}, refused.status, headers=HEADERS)
 
     def guarded(
-        self, handler: Callable[[Request, Caller], Awaitable[Response]], *, write: bool = False
+        self, handler: Callable[[Request, Caller], Awaitable[Response]]
     ) -> Callable[[Request], Awaitable[Response]]:
         """The route behind the one auth check (auth.py)."""
 
         async def route(request: Request) -> Response:
             try:
-                caller = self.auth.check(request, write=write)
+                caller = await self.auth.check(request)
                 return await handler(request, caller)
             except Refused as refused:
-                return self.refused(request, refused)
+                return self.refused(refused)
+
+        return route
+
+    def page(self, name: str) -> Callable[[Request], Awaitable[Response]]:
+        """A static page: no job data in it, so only the Host (and Origin) check."""
+
+        async def route(request: Request) -> Response:
+            try:
+                self.auth.check_origin(request)
+            except Refused as refused:
+                return self.refused(refused)
+            return self.html(name)
 
         return route
 
@@ -113,17 +147,55 @@ class WebView:
         return job_page(parts, str(request.url_for("job", job_id=parts.view.job_id)))
 
     # Routes ------------------------------------------------------------------------------------------------
-    async def index(self, request: Request, caller: Caller) -> Response:
-        return self.html("index.html")
-
-    async def job(self, request: Request, caller: Caller) -> Response:
-        job_id = request.path_params["job_id"]
-        with refused_job(job_id):
-            await self.lookup.row(job_id, caller.name)
-        return self.html("job.html")
-
     async def session(self, request: Request, caller: Caller) -> Response:
-        return JSONResponse({"csrf": caller.csrf, "caller": caller.name or "local"}, headers=HEADERS)
+        return JSONResponse({"caller": caller.shown}, headers=HEADERS)
+
+    async def sign_in(self, request: Request) -> Response:
+        """A session for the token typed into the form or for a one-time code, to this origin's script only
+        (a cross-site page could submit a form here, but never read the key it would get)."""
+        try:
+            self.auth.check_origin(request, required=True)
+            try:
+                asked = SignIn.model_validate_json(await request.body())
+            except ValidationError:
+                raise Refused(
+                    400, 'send {"token": "..."} or {"code": "...", "confirm": true} as JSON'
+                ) from None
+            if asked.token is not None:
+                caller = await self.auth.caller_of_token(asked.token)
+                if caller is None:
+                    raise Refused(401, "that is not this server's token")
+                return self.signed_in(self.auth.sessions.open(caller), caller)
+            await self.auth.current()  # a code of a token the server no longer has is void
+            if asked.code is None:
+                raise Refused(400, 'send {"token": "..."} or {"code": "..."}')
+            if not asked.confirm:  # the link's code for the page's own, and whose it is, to confirm
+                claimed = self.auth.sessions.claim(asked.code)
+                if claimed is None:
+                    raise Refused(401, EXPIRED_CODE)
+                return JSONResponse({"caller": claimed[1].shown, "code": claimed[0]}, headers=HEADERS)
+            redeemed = self.auth.sessions.redeem(asked.code)
+            if redeemed is None:
+                raise Refused(401, EXPIRED_CODE)
+            return self.signed_in(*redeemed)
+        except Refused as refused:
+            return self.refused(refused)
+
+    @staticmethod
+    def signed_in(key: str, caller: Caller) -> Response:
+        return JSONResponse(
+            {"session": key, "caller": caller.shown, "expires_in": SESSION_TTL_S}, headers=HEADERS
+        )
+
+    async def sign_in_link(self, request: Request, caller: Caller) -> Response:
+        code = self.auth.sessions.code_for(caller)
+        return JSONResponse({"code": code, "caller": caller.shown, "expires_in": CODE_TTL_S}, headers=HEADERS)
+
+    async def sign_out(self, request: Request, caller: Caller) -> Response:
+        key = request.headers.get(SESSION_HEADER)
+        if key:
+            self.auth.sessions.end(key)
+        return JSONResponse({"signed_out": bool(key)}, headers=HEADERS)
 
     async def jobs(self, request: Request, caller: Caller) -> Response:
         lines = await self.lookup.lines(caller.name)
@@ -146,6 +218,11 @@ class WebView:
         last: tuple[int, int, str] | None = None
         quiet = 0.0
         while True:
+            try:
+                await self.auth.check(request)
+            except Refused:
+                yield "event: refused\ndata: {}\n\n"  # signed out, expired, or the token was removed
+                return
             now = await self.lookup.changes(job_id)
             if now is None:
                 yield "event: gone\ndata: {}\n\n"
@@ -174,28 +251,6 @@ class WebView:
             return JSONResponse({"state": state, "cancel": "the job is already over"}, headers=HEADERS)
         return JSONResponse({"state": state, "cancel": "requested"}, 202, headers=HEADERS)
 
-    async def login(self, request: Request) -> Response:
-        """Sign in with the token (a link's ?token= or the form): set the session cookie, go to `next`."""
-        try:
-            self.auth.check_origin(request, write=request.method == "POST")
-        except Refused as refused:
-            return self.refused(request, refused)
-        if request.method == "POST":
-            form = parse_qs((await request.body()).decode("utf-8", errors="replace"))
-            token, target = form.get("token", [""])[0], form.get("next", ["/"])[0]
-        else:
-            token, target = request.query_params.get("token", ""), request.query_params.get("next", "/")
-        if not token:
-            return self.html("login.html")
-        caller = self.auth.caller_of(token, None)
-        if caller is None:
-            return self.html("login.html", 401)
-        if not target.startswith("/") or target.startswith("//") or "\\" in target:
-            target = "/"  # only a path on this server: never a redirect elsewhere
-        response = RedirectResponse(target, 303, headers=HEADERS)
-        response.set_cookie(self.auth.cookie, caller.session, httponly=True, samesite="strict", path="/")
-        return response
-
     async def asset(self, request: Request) -> Response:
         name = request.path_params["name"]
         if name not in STATIC:
@@ -208,13 +263,16 @@ class WebView:
 
     def routes(self) -> list[BaseRoute]:
         return [
-            Route("/", self.guarded(self.index), methods=["GET"], name="jobs_page"),
-            Route("/jobs/{job_id}", self.guarded(self.job), methods=["GET"], name="job"),
-            Route("/login", self.login, methods=["GET", "POST"], name="login"),
+            Route("/", self.page("index.html"), methods=["GET"], name="jobs_page"),
+            Route("/jobs/{job_id}", self.page("job.html"), methods=["GET"], name="job"),
+            Route("/login", self.page("login.html"), methods=["GET"], name="login"),
             Route("/static/{name}", self.asset, methods=["GET"], name="static"),
+            Route("/api/sign-in", self.sign_in, methods=["POST"]),
+            Route("/api/sign-in/link", self.guarded(self.sign_in_link), methods=["POST"]),
+            Route("/api/sign-out", self.guarded(self.sign_out), methods=["POST"]),
             Route("/api/session", self.guarded(self.session), methods=["GET"]),
             Route("/api/jobs", self.guarded(self.jobs), methods=["GET"]),
             Route("/api/jobs/{job_id}", self.guarded(self.snapshot), methods=["GET"]),
             Route("/api/jobs/{job_id}/events", self.guarded(self.events), methods=["GET"]),
-            Route("/api/jobs/{job_id}/cancel", self.guarded(self.cancel, write=True), methods=["POST"]),
+            Route("/api/jobs/{job_id}/cancel", self.guarded(self.cancel), methods=["POST"]),
         ]

@@ -1,9 +1,11 @@
 """Serving the web view: on its own for the shared state folder (`conclave web`, `conclave ask --web`),
 or beside /mcp on the HTTP app (`conclave serve --http`, see conclave.app.server).
 
-On its own it listens on loopback only, with a token of its own (random unless CONCLAVE_HTTP_TOKEN is
-set), and announces itself in $CONCLAVE_HOME/web.json (jobs/web_link.py) so that every Conclave
-process sharing the folder puts the job's URL in its results.
+On its own it listens on loopback only, with a random token of its own for the local user (never
+CONCLAVE_HTTP_TOKEN: that token names the `http` caller, who has `serve --http`'s view), and announces
+itself in $CONCLAVE_HOME/web.json (jobs/web_link.py) so that every Conclave process sharing the folder
+puts the job's URL in its results, and `conclave web --link` and `conclave ask --web` can ask it for a
+one-time sign-in code (`sign_in_link`): the token itself never goes into a URL or a command line.
 """
 
 from __future__ import annotations
@@ -13,47 +15,49 @@ import os
 import secrets
 import signal
 import socket
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from urllib.parse import quote
 
 import anyio
+import httpx2
 import uvicorn
 from starlette.applications import Starlette
 from starlette.routing import BaseRoute
 
+from conclave.errors import ConfigError
 from conclave.jobs.lookup import JobLookup
 from conclave.jobs.web_link import WebServed, announce, withdraw
 from conclave.settings import Settings
-from conclave.web.auth import WebAuth
+from conclave.web.auth import Callers, WebAuth, fixed_callers
+from conclave.web.body_limit import BodyLimit
 from conclave.web.routes import WebView
 
 SHUTDOWN_S = 2  # open event streams never end on their own: stop waiting for them after this
 
 
-def web_token(settings: Settings) -> str:
-    """The HTTP token when one is set, else a fresh random one for this run."""
-    return settings.http_token.get_secret_value() if settings.http_token else secrets.token_urlsafe(24)
-
-
 @asynccontextmanager
 async def web_routes(
-    settings: Settings, tokens: str | Mapping[str, str | None], port: int, host: str
+    settings: Settings, callers: Callers, port: int, host: str
 ) -> AsyncIterator[list[BaseRoute]]:
     """The web view's routes over a lookup of its own on the shared store (jobs/lookup.py), closed when
-    the server is done. `tokens`: one token for the local user (`conclave web`), or each HTTP token with
-    the caller it names."""
+    the server is done. `callers`: the local user's one token (`conclave web`), or the HTTP tokens, each
+    naming its caller, as they are at each request (app/tokens.py)."""
     async with JobLookup.open(settings) as jobs:
-        yield WebView(jobs, WebAuth(tokens, port, [host])).routes()
+        yield WebView(jobs, WebAuth(callers, port, [host])).routes()
 
 
 @asynccontextmanager
-async def running_web(settings: Settings, port: int, token: str | None = None) -> AsyncIterator[WebServed]:
+async def running_web(settings: Settings, port: int) -> AsyncIterator[WebServed]:
     """Serve the web view on 127.0.0.1:`port` (0: any free port) while the block runs."""
-    token = token or web_token(settings)
-    port = port or _free_port()  # known before the routes: the session cookie is named after it
-    async with web_routes(settings, token, port, "127.0.0.1") as routes, anyio.create_task_group() as tg:
+    token = secrets.token_urlsafe(32)
+    port = port or _free_port()
+    async with (
+        web_routes(settings, fixed_callers(token), port, "127.0.0.1") as routes,
+        anyio.create_task_group() as tg,
+    ):
         config = uvicorn.Config(
-            Starlette(routes=routes),
+            BodyLimit(Starlette(routes=routes)),
             host="127.0.0.1",
             port=port,
             log_level="warning",
@@ -83,8 +87,29 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+async def sign_in_link(web: WebServed, job_id: str | None = None) -> str:
+    """A one-time sign-in link (its code dies after a minute or one use) to the running web view `web`,
+    asked of it with its token; it opens the job's page when `job_id` is given."""
+    async with httpx2.AsyncClient(timeout=10) as http:
+        try:
+            answer = await http.post(
+                f"{web.url}/api/sign-in/link", headers={"Authorization": f"Bearer {web.token}"}
+            )
+        except httpx2.TransportError as exc:
+            raise ConfigError(
+                f"the web view at {web.url} did not answer ({exc}); restart it with `conclave web`"
+            ) from exc
+    if answer.status_code != 200:
+        raise ConfigError(
+            f"the web view at {web.url} gave no sign-in code ({answer.status_code}: {answer.text[:200]}); "
+            "restart it with `conclave web`"
+        )
+    target = f"&next={quote(f'/jobs/{job_id}')}" if job_id else ""
+    return f"{web.url}/login?code={answer.json()['code']}{target}"
+
+
 async def serve_web(settings: Settings, port: int) -> None:
-    """`conclave web`: serve until SIGINT or SIGTERM, printing the sign-in link.
+    """`conclave web`: serve until SIGINT or SIGTERM, printing a one-time sign-in link.
 
     web.json goes on the way out.
     """
@@ -92,7 +117,9 @@ async def serve_web(settings: Settings, port: int) -> None:
         async with running_web(settings, port) as served:
             print(f"Conclave's web view of {settings.home}: {served.url}/", flush=True)
             print(
-                f"Sign in (this link holds the token; keep it to yourself): {served.login_url()}", flush=True
+                f"Sign in (a one-time link, good for a minute; `conclave web --link` prints another): "
+                f"{await sign_in_link(served)}",
+                flush=True,
             )
             async for _ in signals:
                 break

@@ -10,31 +10,16 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
-from conclave.coordination.reports import JobEvent
+from conclave.coordination.reports import JobEvent, ShownAnswer
 from conclave.jobs.view_read import PageParts
 from conclave.jobs.views import JobView
 
 MAX_DIFF_CHARS = 400_000  # a bigger patch is cut; read_workspace(path='@diff') pages through all of it
-MAX_OUTPUT_CHARS = 20_000  # of one check's output, its end kept
 QUIET = {"turn_started", "turn_cancelled", "tool_call", "usage", "check_started"}  # not on the timeline
 
 
 class _Page(BaseModel):
     model_config = ConfigDict(extra="forbid")
-
-
-class AnswerCard(_Page):
-    """One answer an agent posted, with its check when the job verifies answers."""
-
-    label: str
-    revision: int
-    content: str
-    at: float
-    latest: bool
-    votes: int = 0  # current valid votes (the tally's)
-    check: str | None = None  # in words: "passed in 3.1 s", "failed (exit 1): ..."
-    check_status: str | None = None
-    check_output: str | None = None
 
 
 class Moment(_Page):
@@ -53,7 +38,7 @@ class JobPage(_Page):
 
     view: JobView
     task: str
-    answers: dict[str, list[AnswerCard]]  # by agent letter, oldest first
+    answers: dict[str, list[ShownAnswer]]  # by agent letter, oldest first
     timeline: list[Moment]
     diff: str | None = None
     diff_cut: bool = False
@@ -64,26 +49,9 @@ class JobPage(_Page):
 def job_page(parts: PageParts, web_url: str | None) -> JobPage:
     """The page from what the lookup read (jobs/view_read.py), its own URL in the view."""
     view = parts.view.model_copy(update={"web_url": web_url})
-    checks = view.progress.checks if view.progress is not None else {}
-    latest = {answer.letter: answer.label for answer in parts.answers}
-    tally = view.votes()[0]
-    cards: dict[str, list[AnswerCard]] = {agent.letter: [] for agent in view.agents}
+    cards: dict[str, list[ShownAnswer]] = {agent.letter: [] for agent in view.agents}
     for answer in parts.answers:
-        check = checks.get(answer.label)
-        output = parts.outputs.get(answer.label)
-        cards.setdefault(answer.letter, []).append(
-            AnswerCard(
-                label=answer.label,
-                revision=answer.revision,
-                content=answer.content,
-                at=answer.at,
-                latest=latest[answer.letter] == answer.label,
-                votes=tally.get(answer.label, 0),
-                check=check.text() if check else None,
-                check_status=check.status if check else None,
-                check_output=output[-MAX_OUTPUT_CHARS:] if output else None,
-            )
-        )
+        cards.setdefault(answer.letter, []).append(answer)
     return JobPage(
         view=view,
         task=parts.task,

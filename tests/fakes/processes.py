@@ -100,21 +100,22 @@ def stdio_params(tmp_path: Path) -> StdioServerParameters:
     )
 
 
-def web_server(home: Path) -> tuple[subprocess.Popen[str], str]:
-    """`conclave web` on a free port for the state folder `home`, without an HTTP token from our
-    environment: the process (the caller stops it) and the sign-in link it printed, token included."""
-    env = {**os.environ, "CONCLAVE_HOME": str(home)}
-    env.pop("CONCLAVE_HTTP_TOKEN", None)
+def web_server(home: Path, env: Mapping[str, str] | None = None) -> tuple[subprocess.Popen[str], str]:
+    """`conclave web` on a free port for the state folder `home`, with `env` over os.environ but without
+    our CONCLAVE_HTTP_TOKEN unless `env` sets one: the process (the caller stops it) and the one-time
+    sign-in link it printed."""
+    environ = {key: value for key, value in os.environ.items() if key != "CONCLAVE_HTTP_TOKEN"}
+    environ.update({"CONCLAVE_HOME": str(home), **(env or {})})
     process = subprocess.Popen(
         [sys.executable, "-m", "conclave", "web", "--port", str(free_port())],
-        env=env,
+        env=environ,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
     )
     assert process.stdout is not None
     text = process.stdout.readline() + process.stdout.readline()
-    found = re.search(r"http://127\.0\.0\.1:\d+/login\?token=\S+", text)
+    found = re.search(r"http://127\.0\.0\.1:\d+/login\?code=\S+", text)
     if found is None:
         process.kill()
         process.wait(timeout=30)

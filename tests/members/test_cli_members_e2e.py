@@ -128,6 +128,14 @@ async def test_claude_code_and_codex_fix_a_failing_test_with_an_api_agent(
             billed,
         )
     assert usage[mine].cost_usd is not None and usage[mine].cost_usd > 0  # Claude Code reports its cost
+    # ... at the end of each run (its work run, its decision runs): the member's cost is every run's,
+    # whole (each run ended), though each run's mid-run charges came without a cost (issue 28: its
+    # cost was its last run's alone)
+    charges = [e.data for e in events if e.kind == "usage" and e.letter == mine]
+    costs = [charge["cost_usd"] for charge in charges if charge["cost_usd"] is not None]
+    assert any(charge["cost_usd"] is None for charge in charges) and len(costs) >= 2, charges
+    assert usage[mine].cost_usd == pytest.approx(sum(costs)) and usage[mine].cost_usd > max(costs)
+    assert not usage[mine].cost_partial and usage[mine].uncosted_tokens == 0
     assert "cli_work" in transcript
 
 
@@ -142,8 +150,9 @@ def _secret_in_tree(root: Path, secret: str) -> list[str]:
 async def test_the_key_never_reaches_files_transcript_or_logs(
     clis_image: str, tmp_path: Path, fakes: FakeProviders, project: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """The member's key is in its CLI's environment (its shell tool sees it: what an agent inside can
-    read), yet nothing of the job keeps it: workspaces, snapshots, final/, check copies, the patch, the
+    """The member's CLI has a key in its environment (its shell tool sees one: the placeholder, its
+    egress proxy holding the real key, tests/security/test_cli_keys.py), the provider gets the real key,
+    and nothing of the job keeps it: workspaces, snapshots, final/, check copies, the patch, the
     transcript, the events and the server's log."""
     secret = ENV[KEY]
     claude = CliWorker(

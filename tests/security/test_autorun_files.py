@@ -284,7 +284,9 @@ def test_the_job_page_lists_them_in_a_browser(tmp_path: Path, fakes: FakeProvide
     process, link = web_server(tmp_path / "state")
     try:
         with chromium() as driver:
-            driver.get(f"{link}&next=/jobs/{job_id}")
+            driver.get(f"{link}&next=/jobs/{job_id}")  # the one-time link, confirmed on the page
+            until(driver, lambda d: d.find_element("id", "confirm").is_displayed(), what="the confirmation")
+            driver.find_element("id", "confirm-button").click()
             until(driver, lambda d: "proj/.envrc" in text_of(d, "#file-notes"), what="the held-back files")
             notes = text_of(driver, "#file-notes")
     finally:

@@ -29,6 +29,7 @@ SKIP_ALL = (
     "    for item in items:\n        item.add_marker(pytest.mark.skip(reason='not today'))\n"
 )
 SHADOW = "import os\nprint('1 passed in 0.01s')\nos._exit(0)\n"
+EXIT = "import os\nos._exit(0)\n"
 MOVES: dict[str, tuple[str, dict[str, Any]]] = {
     "ann": ("write_file", {"path": "test_calc.py", "content": "def test_add():\n    assert True\n"}),
     "bob": ("write_file", {"path": "conftest.py", "content": SKIP_ALL}),
@@ -76,6 +77,7 @@ async def test_editing_skipping_or_shadowing_the_tests_does_not_make_a_wrong_ans
         shadow_output = (await service.read(view.job_id, f"verify/{label['cy']}", None, 0, 100_000)).content
     checks = view.checks()
     assert checks[label["dan"]].startswith("passed in "), checks
+    assert "(1 test passed; the original files ran 1)" in checks[label["dan"]]  # the runner's count
     for name, protected in (("ann", "test_calc.py"), ("bob", "conftest.py"), ("cy", "json.py")):
         assert checks[label[name]].startswith("failed (exit 1)"), (name, checks[label[name]])
         assert f"this answer changed protected files {protected}" in checks[label[name]]
@@ -100,9 +102,41 @@ def test_restore_puts_back_and_removes_only_what_the_patterns_and_shadowing_name
     (copy / "html").mkdir()  # a folder without __init__.py never wins over the standard module
     (copy / "app.py").write_text("print('the answer')\n")
     changed = restore(copy, base, DEFAULT_PROTECT)
-    assert changed == ["package.json", "tests/test_a.py", "tests/test_new.py", "unittest"]
+    assert changed == ["package.json", "tests/test_a.py", "tests/test_new.py", "unittest/__init__.py"]
     assert (copy / "package.json").read_text() == '{"scripts": {"test": "jest"}}\n'
     assert (copy / "tests" / "test_a.py").exists() and not (copy / "tests" / "test_new.py").exists()
-    assert not (copy / "unittest").exists() and (copy / "html").is_dir() and (copy / "app.py").exists()
-    assert (copy / "pkg" / "json.py").exists()
+    assert not (copy / "unittest" / "__init__.py").exists() and (copy / "html").is_dir()
+    assert (copy / "pkg" / "json.py").exists() and (copy / "app.py").exists()
     assert shadows("json.py", False) and shadows("_pytest", True, True) and not shadows("json.md", False)
+    assert shadows("_pytest.abi3.so", False) and shadows("attr.py", False) and shadows("py.py", False)
+    assert shadows("json.cpython-311-x86_64-linux-gnu.so", False) and not shadows("calc.py", False)
+
+
+def test_restore_puts_back_runner_files_and_shadowing_whether_or_not_the_folder_was_there(
+    tmp_path: Path,
+) -> None:
+    base, copy = tmp_path / "base", tmp_path / "copy"
+    for root in (base, copy):
+        (root / "json").mkdir(parents=True)
+        (root / "json" / "data.json").write_text("{}\n")  # a folder of data, not a package
+        (root / "queue").mkdir()
+        (root / "queue" / "__init__.py").write_text("# the project's own package, shadowing from the start\n")
+    (copy / "json" / "__init__.py").write_text(EXIT)
+    (copy / "queue" / "__init__.py").write_text("# the answer's change to the project's own package\n")
+    (copy / ".pytest.ini").write_text("[pytest]\naddopts = --collect-only\n")
+    (copy / "__init__.py").write_text(EXIT)
+    (copy / "sub").mkdir()
+    (copy / "sub" / "__init__.py").write_text("# a package below the root: the answer's own\n")
+    (copy / "sub" / "types.py").write_text("# sub.types, never imported as types\n")
+    for root in (base, copy):  # checks beside their code: pytest puts lib/ first on sys.path
+        (root / "lib").mkdir()
+        (root / "lib" / "test_lib.py").write_text("import json\n")
+    (copy / "lib" / "json.py").write_text(EXIT)
+    changed = restore(copy, base, [])  # whatever the patterns
+    assert changed == ["json/__init__.py", "lib/json.py"]
+    assert (copy / ".pytest.ini").exists() and (copy / "sub" / "types.py").exists()
+    changed = restore(copy, base, DEFAULT_PROTECT)
+    assert changed == [".pytest.ini", "__init__.py"]
+    assert (copy / "json" / "data.json").exists() and not (copy / "json" / "__init__.py").exists()
+    assert "the answer's change" in (copy / "queue" / "__init__.py").read_text()
+    assert (copy / "sub" / "__init__.py").exists()

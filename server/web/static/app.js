@@ -2,7 +2,46 @@
 // Every string that comes from the server is model text or derived from it, so it is only ever set
 // with textContent (or as an attribute value): never innerHTML, never a template into markup. The page
 // runs under a Content-Security-Policy with no inline script (server/web/routes.py).
+// The session key lives in this tab's sessionStorage and goes out only in the X-Conclave-Session header
+// of this script's own requests: no cookie, so no other port of this host ever sees it
+// (server/web/sessions.py says why).
 "use strict";
+
+// The session ------------------------------------------------------------------------------------------
+const SESSION = "conclave-session";
+
+function session() {
+  try { return JSON.parse(sessionStorage.getItem(SESSION)); } catch (error) { return null; }
+}
+
+function signIn(next) {
+  const here = location.pathname + location.search;
+  location.replace("/login?next=" + encodeURIComponent(next || here));
+}
+
+class SignedOut extends Error {}
+
+// A request with the session's header; no session, or a refused one, goes to the sign-in page.
+async function api(path, options) {
+  const current = session();
+  if (!current || !current.key) { signIn(); throw new SignedOut("not signed in"); }
+  const headers = Object.assign({}, (options || {}).headers, { "X-Conclave-Session": current.key });
+  const response = await fetch(path, Object.assign({}, options, { headers, credentials: "omit", cache: "no-store" }));
+  if (response.status === 401) { sessionStorage.removeItem(SESSION); signIn(); throw new SignedOut("signed out"); }
+  return response;
+}
+
+function startBar() {
+  const current = session();
+  if (!current || !current.key) { signIn(); return false; }
+  setText("who", "signed in as " + current.caller);
+  document.getElementById("sign-out").addEventListener("click", async () => {
+    try { await api("/api/sign-out", { method: "POST" }); } catch (error) { /* signed out either way */ }
+    sessionStorage.removeItem(SESSION);
+    location.replace("/login");
+  });
+  return true;
+}
 
 function el(tag, props, children) {
   const node = document.createElement(tag);
@@ -31,6 +70,9 @@ function live(text) { setText("live", text); }
 
 const FINAL = new Set(["completed", "failed", "cancelled", "interrupted"]);
 const money = (usd) => (usd === null || usd === undefined ? "-" : "$" + usd.toFixed(4));
+// a usage's cost: a lower bound when some of its tokens came without one (backends/base.py Usage)
+const cost = (u) => (u.cost_usd !== null && u.cost_usd !== undefined && u.uncosted_tokens > 0
+  ? "≥ " + money(u.cost_usd) + " (partial)" : money(u.cost_usd));
 const count = (n) => Number(n || 0).toLocaleString("en-US");
 const secs = (s) => Number(s || 0).toFixed(1) + " s";
 
@@ -106,12 +148,12 @@ function usage(view) {
   const rows = picture(view).agents.map((a) => el("tr", { "data-letter": a.letter }, [
     el("td", { text: a.letter }), el("td", { cls: "mono", text: a.model }), el("td", { text: count(a.usage.calls) }),
     el("td", { text: count(a.usage.input_tokens) }), el("td", { text: count(a.usage.cached_input_tokens) }),
-    el("td", { text: count(a.usage.output_tokens) }), el("td", { text: money(a.usage.cost_usd) }),
+    el("td", { text: count(a.usage.output_tokens) }), el("td", { text: cost(a.usage) }),
   ]));
   const u = view.usage;
   const total = el("tr", { cls: "total" }, [
     el("td", { text: "all" }), el("td"), el("td", { text: count(u.calls) }), el("td", { text: count(u.input_tokens) }),
-    el("td", { text: count(u.cached_input_tokens) }), el("td", { text: count(u.output_tokens) }), el("td", { text: money(u.cost_usd) }),
+    el("td", { text: count(u.cached_input_tokens) }), el("td", { text: count(u.output_tokens) }), el("td", { text: cost(u) }),
   ]);
   return [el("thead", {}, [head]), el("tbody", {}, [...rows, total])];
 }
@@ -143,7 +185,7 @@ function agentColumn(agent, cards, winner) {
     ]),
     el("div", { cls: "agent-meta" }, [
       el("span", { cls: "vote", text: vote }),
-      el("span", { cls: "muted small", text: `${count(u.input_tokens)} in / ${count(u.output_tokens)} out · ${money(u.cost_usd)}` }),
+      el("span", { cls: "muted small", text: `${count(u.input_tokens)} in / ${count(u.output_tokens)} out · ${cost(u)}` }),
     ]),
     agent.error ? el("p", { cls: "error", text: agent.error }) : null,
     ...latest.map((c) => answerCard(c, winner)),
@@ -204,37 +246,69 @@ function renderJob(page) {
   document.body.dataset.seq = String(page.seq);
 }
 
-async function csrf() {
-  const response = await fetch("/api/session", { credentials: "same-origin" });
-  if (!response.ok) throw new Error("sign in again");
-  return (await response.json()).csrf;
+// The event stream, read with fetch (EventSource sends no headers): `job` pages, then `end`.
+async function follow(id) {
+  for (;;) {
+    let response;
+    try {
+      response = await api(`/api/jobs/${encodeURIComponent(id)}/events`);
+    } catch (error) {
+      if (error instanceof SignedOut) return;
+      live("reconnecting...");
+      await new Promise((resolve) => setTimeout(resolve, 2000));
+      continue;
+    }
+    if (response.status === 404) { live("no such job here (or not yours)"); return; }
+    if (!response.ok) { live("refused: " + response.status); return; }
+    live("live");
+    const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+    let buffer = "";
+    try {
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        buffer += value;
+        let cut;
+        while ((cut = buffer.indexOf("\n\n")) >= 0) {
+          const block = buffer.slice(0, cut);
+          buffer = buffer.slice(cut + 2);
+          let kind = "message";
+          const data = [];
+          for (const line of block.split("\n")) {
+            if (line.startsWith("event:")) kind = line.slice(6).trim();
+            else if (line.startsWith("data:")) data.push(line.slice(5).replace(/^ /, ""));
+          }
+          if (kind === "job") renderJob(JSON.parse(data.join("\n")));
+          else if (kind === "end") { live("job over"); return; }
+          else if (kind === "gone") { live("this job is gone (pruned)"); return; }
+          else if (kind === "refused") { sessionStorage.removeItem(SESSION); signIn(); return; }
+        }
+      }
+    } catch (error) { /* the connection dropped: open it again */ }
+    live("reconnecting...");
+    await new Promise((resolve) => setTimeout(resolve, 2000));
+  }
 }
 
 function startJob() {
+  if (!startBar()) return;
   const id = jobId();
   const button = document.getElementById("cancel");
   button.addEventListener("click", async () => {
     button.disabled = true;
     try {
-      const response = await fetch(`/api/jobs/${encodeURIComponent(id)}/cancel`, {
-        method: "POST", credentials: "same-origin", headers: { "X-Conclave-CSRF": await csrf() },
-      });
+      const response = await api(`/api/jobs/${encodeURIComponent(id)}/cancel`, { method: "POST" });
       live(response.ok ? "cancel requested" : "cancel refused: " + response.status);
     } catch (error) {
       live("cancel failed: " + error.message);
     }
   });
-  const source = new EventSource(`/api/jobs/${encodeURIComponent(id)}/events`);
-  source.addEventListener("open", () => live("live"));
-  source.addEventListener("job", (event) => renderJob(JSON.parse(event.data)));
-  source.addEventListener("end", () => { source.close(); live("job over"); });
-  source.addEventListener("gone", () => { source.close(); live("this job is gone (pruned)"); });
-  source.addEventListener("error", () => { if (source.readyState !== EventSource.CLOSED) live("reconnecting..."); });
+  follow(id);
 }
 
 // The list of jobs -------------------------------------------------------------------------------------
 async function refreshList() {
-  const response = await fetch("/api/jobs", { credentials: "same-origin" });
+  const response = await api("/api/jobs");
   if (!response.ok) { live("refused: " + response.status); return; }
   const jobs = await response.json();
   const rows = jobs.map((job) => el("tr", { "data-job": job.job_id }, [
@@ -251,15 +325,72 @@ async function refreshList() {
 }
 
 function startList() {
-  refreshList();
-  setInterval(refreshList, 3000);
+  if (!startBar()) return;
+  const refresh = () => refreshList().catch((error) => { if (!(error instanceof SignedOut)) live("refresh failed"); });
+  refresh();
+  setInterval(refresh, 3000);
 }
 
 // Sign in --------------------------------------------------------------------------------------------------
-function startLogin() {
-  const wanted = new URLSearchParams(location.search).get("next");
-  const here = location.pathname === "/login" ? "/" : location.pathname;
-  document.getElementById("next").value = wanted && wanted.startsWith("/") ? wanted : here;
+// A one-time link (?code=) is swapped at once for a code only this page holds (the link's, also in the
+// browser's command line, dies), shown with the caller it names, and used only when the user confirms
+// here on this origin: a page elsewhere that sends the browser to such a link cannot replace a session.
+function wantedPage() {
+  const wanted = new URLSearchParams(location.search).get("next") || "/";
+  return wanted.startsWith("/") && !wanted.startsWith("//") && !wanted.includes("\\") ? wanted : "/";
+}
+
+async function postSignIn(body) {
+  const response = await fetch("/api/sign-in", {
+    method: "POST", credentials: "omit", cache: "no-store",
+    headers: { "Content-Type": "application/json" }, body: JSON.stringify(body),
+  });
+  const answer = await response.json().catch(() => ({}));
+  if (!response.ok) throw new Error(answer.error || "sign-in refused: " + response.status);
+  return answer;
+}
+
+function problem(text) {
+  const node = document.getElementById("problem");
+  node.textContent = text;
+  node.hidden = !text;
+}
+
+function signedIn(answer) {
+  sessionStorage.setItem(SESSION, JSON.stringify({ key: answer.session, caller: answer.caller }));
+  location.replace(wantedPage());
+}
+
+async function startLogin() {
+  const params = new URLSearchParams(location.search);
+  const code = params.get("code");
+  if (code) {  // out of the address bar and the history at once; kept in this function only
+    params.delete("code");
+    history.replaceState(null, "", "/login" + (params.toString() ? "?" + params : ""));
+    try {
+      const named = await postSignIn({ code, confirm: false });  // the link's code dies here
+      setText("confirm-caller", named.caller);
+      const current = session();
+      if (current && current.caller) {
+        setText("current-caller", current.caller);
+        document.getElementById("replaces").hidden = false;
+      }
+      document.getElementById("confirm").hidden = false;
+      document.getElementById("confirm-button").addEventListener("click", async () => {
+        try { signedIn(await postSignIn({ code: named.code, confirm: true })); } catch (error) { problem(error.message); }
+      }, { once: true });
+    } catch (error) {
+      problem(error.message);
+    }
+  }
+  document.getElementById("login").addEventListener("submit", async (event) => {
+    event.preventDefault();
+    try {
+      signedIn(await postSignIn({ token: document.getElementById("token").value }));
+    } catch (error) {
+      problem(error.message);
+    }
+  });
 }
 
 const STARTS = { job: startJob, list: startList, login: startLogin };

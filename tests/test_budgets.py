@@ -258,18 +258,22 @@ class SomeCallsCosted:
 
     inner: Backend
     provider: ClassVar[str] = "anthropic"
-    calls: int = 0
+    calls: int = 0  # calls that reported usage (one cancelled before it reported any is not counted)
     cost: float = 0.0
     uncosted_tokens: int = 0
 
     async def stream(self, request: Request) -> AsyncIterator[StreamEvent]:
-        self.calls += 1
+        costed: bool | None = None  # decided at the call's first report: odd calls say their cost
         async for event in self.inner.stream(request):
-            if isinstance(event, Usage) and self.calls % 2:
-                self.cost += 0.01
-                event = event.costing(0.01)
-            elif isinstance(event, Usage):
-                self.uncosted_tokens += event.tokens
+            if isinstance(event, Usage):
+                if costed is None:
+                    self.calls += 1
+                    costed = self.calls % 2 == 1
+                if costed:
+                    self.cost += 0.01
+                    event = event.costing(0.01)
+                else:
+                    self.uncosted_tokens += event.tokens
             yield event
 
     async def aclose(self) -> None:

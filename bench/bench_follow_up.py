@@ -24,6 +24,7 @@ import anyio
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tests' fakes and scripts
 
 from bench.results_file import in_fresh_folders, write_results
+from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
 from conclave.jobs.views import JobView
 from conclave.settings import Settings
@@ -58,11 +59,20 @@ async def one_run(root: Path) -> dict[str, Any]:
         settings = Settings(home=root / "state", gc_auto=False)
         async with JobService.open(settings, environ=ENV, retry=FAST) as service:
             paths = [{"path": str(project), "permission": "write"}]
-            first = await service.wait((await service.submit(TASK, team, paths)).job_id, 50)
-            follow = await service.wait(
-                (await service.submit(MESSAGE, None, follow_up=first.job_id)).job_id, 50
+            first = await service.wait(
+                (await service.submit(JobRequest(task=TASK, team=team, context_paths=paths))).job_id, 50
             )
-            fresh = await service.wait((await service.submit(f"{TASK}\n\n{MESSAGE}", team, paths)).job_id, 50)
+            follow = await service.wait(
+                (await service.submit(JobRequest(task=MESSAGE, team=None, follow_up=first.job_id))).job_id, 50
+            )
+            fresh = await service.wait(
+                (
+                    await service.submit(
+                        JobRequest(task=f"{TASK}\n\n{MESSAGE}", team=team, context_paths=paths)
+                    )
+                ).job_id,
+                50,
+            )
     assert first.state == follow.state == fresh.state == "completed", (first.state, follow.state, fresh.state)
     return {
         "first": usage(first),

@@ -46,6 +46,7 @@ from conclave.config.models import AgentSpec, Team
 from conclave.config.presets import resolve_team
 from conclave.coordination.answers import answer_key, matches
 from conclave.coordination.members import endpoint_factory
+from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
 from conclave.settings import Settings
 
@@ -193,7 +194,7 @@ async def team_runs(
                         if "team" in entry:  # a resumed run keeps what it has
                             continue
                         started = time.perf_counter()
-                        view = await service.submit(question["question"], team_name)
+                        view = await service.submit(JobRequest(task=question["question"], team=team_name))
                         while not view.done:
                             view = await service.wait(view.job_id, 30)
                         wall = time.perf_counter() - started

@@ -117,6 +117,9 @@ BAD_CALLS = [
     ),
     ("ask_team", {"task": "t", "apply": True}, ["apply", "permission 'write'"]),
     ("ask_team", {"task": "t", "apply": True, "context_paths": [{"path": "/tmp"}]}, ["apply", "'write'"]),
+    # consent is a real boolean: a string is not read as one (jobs/request.py)
+    ("ask_team", {"task": "t", "team": "frontier", "force_binary": "yes"}, ["force_binary", "boolean"]),
+    ("ask_team", {"task": "t", "team": "frontier", "apply": "true"}, ["apply", "boolean"]),
     ("get_status", {"job_id": "cj-000000000000", "wait_seconds": 51}, ["wait_seconds", "50"]),
     ("get_status", {"job_id": "not a job"}, ["job_id", "'not a job'", "cj-"]),
     ("get_status", {"job_id": "cj-000000000000"}, ["cj-000000000000", "no such job"]),

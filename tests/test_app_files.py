@@ -16,6 +16,7 @@ from mcp.types import ResourceLink
 
 from conclave.app.server import create_app
 from conclave.errors import SandboxUnavailable
+from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
 from conclave.jobs.views import JobView
 from conclave.settings import Settings
@@ -153,7 +154,12 @@ async def test_json_mode_agents_use_the_work_tools(tmp_path: Path, fakes: FakePr
     project.mkdir()
     settings = Settings(home=tmp_path / "home")
     async with JobService.open(settings, environ={KEY_ENV: "test-key-0123456789"}) as service:
-        view = await until_done(service, await service.submit("Leave a note", team, [{"path": str(project)}]))
+        view = await until_done(
+            service,
+            await service.submit(
+                JobRequest(task="Leave a note", team=team, context_paths=[{"path": str(project)}])
+            ),
+        )
         winner = view.result.winner
         assert view.state == "completed" and winner
         note = await service.read(view.job_id, "proj/json.txt", winner, 0, 100)
@@ -195,7 +201,11 @@ async def test_with_two_folders_nothing_is_written_outside_them(tmp_path: Path, 
     async with JobService.open(
         Settings(home=tmp_path / "home"), environ={KEY_ENV: "test-key-0123456789"}
     ) as service:
-        view = await service.submit("Leave a note", team, [{"path": str(folder)} for folder in folders])
+        view = await service.submit(
+            JobRequest(
+                task="Leave a note", team=team, context_paths=[{"path": str(folder)} for folder in folders]
+            )
+        )
         view = await until_done(service, view)
         patch = await service.read(view.job_id, "@diff", None, 0, 10_000)
     assert view.state == "completed", view.text()
@@ -217,7 +227,7 @@ async def test_a_command_team_is_refused_without_a_docker_engine(
     settings = Settings(home=tmp_path / "home")
     async with JobService.open(settings, environ={KEY_ENV: "test-key-0123456789"}) as service:
         with pytest.raises(SandboxUnavailable) as refused:
-            await service.submit("task", team, [{"path": str(project)}])
+            await service.submit(JobRequest(task="task", team=team, context_paths=[{"path": str(project)}]))
     message = str(refused.value)
     assert "no Docker engine" in message and "sandbox: none" in message and "conclave doctor" in message
     assert not (settings.home / "jobs").exists() or not any((settings.home / "jobs").iterdir())

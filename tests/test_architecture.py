@@ -43,7 +43,17 @@ SHARED = {"config", "settings", "errors", "__init__", "__main__"}
 # caller (jobs/lookup.py).
 SERVICE = {
     f"conclave.jobs.{name}"
-    for name in ("service", "lookup", "view_read", "maintenance", "views", "reader", "teams", "web_link")
+    for name in (
+        "service",
+        "request",
+        "lookup",
+        "view_read",
+        "maintenance",
+        "views",
+        "reader",
+        "teams",
+        "web_link",
+    )
 }
 THROUGH_SERVICE = {"cli", "tools", "web"}
 

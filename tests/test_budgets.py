@@ -19,6 +19,7 @@ from conclave.backends.retry import RetryPolicy
 from conclave.config.models import AgentSpec, Team
 from conclave.coordination.members import endpoint_factory
 from conclave.errors import InputError
+from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
 from conclave.jobs.views import JobView, structured
 from conclave.settings import Settings
@@ -73,7 +74,7 @@ def cut(request: RecordedRequest) -> Reply:
 
 
 async def run_job(service: JobService, team: str, **options: Any) -> JobView:
-    view = await service.submit(TASK, team, **options)
+    view = await service.submit(JobRequest(task=TASK, team=team, **options))
     with anyio.fail_after(60):
         while not view.done:
             view = await service.wait(view.job_id, 10)
@@ -155,7 +156,7 @@ async def test_a_cost_budget_needs_a_price_for_every_agent(tmp_path: Path, fakes
         with pytest.raises(
             InputError, match=r"max_cost_usd=0\.5 is not valid: a cost budget needs a price"
         ) as caught:
-            await service.submit(TASK, team, max_cost_usd=0.5)
+            await service.submit(JobRequest(task=TASK, team=team, max_cost_usd=0.5))
         assert "openai/fake-ann" in str(caught.value) and "max_tokens instead" in str(caught.value)
         for field, value in (
             ("max_tokens", 0),
@@ -164,7 +165,7 @@ async def test_a_cost_budget_needs_a_price_for_every_agent(tmp_path: Path, fakes
             ("max_cost_usd", float("nan")),
         ):
             with pytest.raises(InputError, match=field):
-                await service.submit(TASK, team, **{field: value})
+                await service.submit(JobRequest(task=TASK, team=team, **{field: value}))
         assert await service.store.recent_jobs() == []  # nothing was queued
 
 
@@ -193,7 +194,7 @@ async def test_the_estimate_comes_from_past_jobs_and_list_teams_shows_history(
     env = {**ENV, "XDG_CONFIG_HOME": str(config)}
     async with JobService.open(Settings(home=tmp_path / "state"), environ=env, retry=FAST) as service:
         assert next(t for t in (await service.teams()).teams if t.name == "priced").history is None
-        first = await service.submit(TASK, "priced", max_tokens=10**6)
+        first = await service.submit(JobRequest(task=TASK, team="priced", max_tokens=10**6))
         assert first.estimate is not None and first.estimate.jobs == 0 and first.estimate.tokens is None
         assert "no past jobs of team 'priced'" in first.estimate.note
         assert first.estimate.cost_usd == [0.0, 8.0]  # the budget caps it: 10^6 tokens at $8 per million
@@ -203,7 +204,7 @@ async def test_the_estimate_comes_from_past_jobs_and_list_teams_shows_history(
             while not done.done:
                 done = await service.wait(first.job_id, 10)
         assert done.estimate is None  # once done, `usage` says what it took
-        second = await service.submit(TASK, "priced")
+        second = await service.submit(JobRequest(task=TASK, team="priced"))
         teams = await service.teams()
         listed = next(t for t in teams.teams if t.name == "priced")
         await service.cancel(second.job_id)
@@ -257,18 +258,22 @@ class SomeCallsCosted:
 
     inner: Backend
     provider: ClassVar[str] = "anthropic"
-    calls: int = 0
+    calls: int = 0  # calls that reported usage (one cancelled before it reported any is not counted)
     cost: float = 0.0
     uncosted_tokens: int = 0
 
     async def stream(self, request: Request) -> AsyncIterator[StreamEvent]:
-        self.calls += 1
+        costed: bool | None = None  # decided at the call's first report: odd calls say their cost
         async for event in self.inner.stream(request):
-            if isinstance(event, Usage) and self.calls % 2:
-                self.cost += 0.01
-                event = event.costing(0.01)
-            elif isinstance(event, Usage):
-                self.uncosted_tokens += event.tokens
+            if isinstance(event, Usage):
+                if costed is None:
+                    self.calls += 1
+                    costed = self.calls % 2 == 1
+                if costed:
+                    self.cost += 0.01
+                    event = event.costing(0.01)
+                else:
+                    self.uncosted_tokens += event.tokens
             yield event
 
     async def aclose(self) -> None:

@@ -14,6 +14,7 @@ import anyio.to_thread
 import pytest
 
 from conclave.coordination.check_pool import JOB_LABEL, reap_folders
+from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
 from conclave.sandbox.engine import PROCESS_OWNER
 from conclave.settings import Settings
@@ -68,7 +69,9 @@ async def test_the_first_check_runs_in_a_container_started_before_the_job(
     settings = Settings(home=tmp_path / "state", verify_concurrency=1)
     async with JobService.open(settings, environ=ENV, retry=FAST, check_pool=True) as service:
         first = await pooled_running()
-        view = await service.submit(TASK, team, [{"path": str(project)}], verify="hostname")
+        view = await service.submit(
+            JobRequest(task=TASK, team=team, context_paths=[{"path": str(project)}], verify="hostname")
+        )
         view = await until_done(service, view)
         (label,) = view.checks()
         output = (await service.read(view.job_id, f"verify/{label}", None, 0, 10_000)).content

@@ -18,6 +18,7 @@ from conclave.cli.render import render, tally_by_answer
 from conclave.coordination.reports import Leading
 from conclave.errors import TERMS, say, term
 from conclave.jobs.records import Estimate
+from conclave.jobs.request import JobRequest
 from conclave.jobs.views import JobView
 
 # What only an MCP caller types: argument names, call syntax, tool names, pydantic's phrasing.
@@ -94,7 +95,9 @@ def test_the_mcp_error_keeps_the_mcp_names(trio: Path) -> None:
     async def submit() -> InputError:
         async with JobService.open(Settings()) as service:
             with pytest.raises(InputError) as caught:
-                await service.submit("t", str(trio), [], verify="pytest -q")
+                await service.submit(
+                    JobRequest(task="t", team=str(trio), context_paths=[], verify="pytest -q")
+                )
         return caught.value
 
     error = anyio.run(submit)

@@ -13,6 +13,7 @@ import pytest
 
 from conclave.backends.retry import RetryPolicy
 from conclave.errors import InputError, PathOutsideRoot
+from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
 from conclave.jobs.views import JobView
 from conclave.settings import Settings
@@ -96,7 +97,9 @@ async def test_team_edits_files_and_the_diff_is_exact(
     settings = Settings(home=tmp_path / "state")
     retry = RetryPolicy(max_attempts=2, base_delay_s=0.01)
     async with JobService.open(settings, environ=ENV, retry=retry) as service:
-        view = await service.submit("Fix add() in calc.py", team, [{"path": str(project)}])
+        view = await service.submit(
+            JobRequest(task="Fix add() in calc.py", team=team, context_paths=[{"path": str(project)}])
+        )
         with anyio.fail_after(120):
             while not view.done:
                 view = await service.wait(view.job_id, 10)
@@ -146,7 +149,9 @@ async def run_to_end(
     team = str(write_team(tmp_path / "team.yaml", fakes, TRIO, sandbox=DOCKER))
     async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV) as service:
         paths = [{"path": str(project), "permission": "write"}]
-        view = await service.submit("Fix add() in calc.py", team, paths, apply)
+        view = await service.submit(
+            JobRequest(task="Fix add() in calc.py", team=team, context_paths=paths, apply=apply)
+        )
         if during is not None:  # once the folder is copied (when the job starts, not at submit)
             with anyio.fail_after(60):
                 while not (service.job_dir(view.job_id) / "manifest.json").exists():
@@ -185,4 +190,11 @@ async def test_apply_refuses_when_the_folder_changed_meanwhile(
 async def test_apply_is_refused_for_read_only_context_paths(tmp_path: Path, project: Path) -> None:
     async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV) as service:
         with pytest.raises(InputError, match="permission 'write'"):
-            await service.submit("task", "frontier", [{"path": str(project), "permission": "read"}], True)
+            await service.submit(
+                JobRequest(
+                    task="task",
+                    team="frontier",
+                    context_paths=[{"path": str(project), "permission": "read"}],
+                    apply=True,
+                )
+            )

@@ -16,6 +16,7 @@ from mcp.client.client import Client as McpClient
 
 from conclave.backends.retry import RetryPolicy
 from conclave.errors import InputError
+from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
 from conclave.jobs.views import JobView
 from conclave.settings import Settings
@@ -153,18 +154,22 @@ async def test_carried_options_a_clashing_edit_and_a_running_job(
 ) -> None:
     team = str(write_team(tmp_path / "team.yaml", fakes, TRIO, coordination={"final": "reuse"}))
     async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV, retry=FAST) as service:
-        first = await service.submit(TASK, team, [{"path": str(project), "permission": "write"}])
+        first = await service.submit(
+            JobRequest(task=TASK, team=team, context_paths=[{"path": str(project), "permission": "write"}])
+        )
         with pytest.raises(InputError, match=r"still (queued|running)"):
-            await service.submit("more", None, follow_up=first.job_id)
+            await service.submit(JobRequest(task="more", team=None, follow_up=first.job_id))
         first = await service.wait(first.job_id, 50)
         assert first.state == "completed" and project.joinpath("calc.py").read_text() == CALC  # not applied
         with pytest.raises(InputError, match="team="):
-            await service.submit("more", "frontier", follow_up=first.job_id)
+            await service.submit(JobRequest(task="more", team="frontier", follow_up=first.job_id))
         with pytest.raises(InputError, match="follow_up="):
-            await service.submit("more", None, follow_up="cj-000000000000x")
+            await service.submit(JobRequest(task="more", team=None, follow_up="cj-000000000000x"))
         # the caller changed calc.py too, differently from the earlier answer: a clear conflict
         project.joinpath("calc.py").write_text("def add(a, b):\n    return b + a\n")
-        clash = await service.wait((await service.submit("go on", None, follow_up=first.job_id)).job_id, 50)
+        clash = await service.wait(
+            (await service.submit(JobRequest(task="go on", team=None, follow_up=first.job_id))).job_id, 50
+        )
         row = service.store.sync.job(clash.job_id)
         assert (
             row is not None
@@ -174,7 +179,9 @@ async def test_carried_options_a_clashing_edit_and_a_running_job(
         assert "changed both in your folder" in clash.result.errors["job"]
         # back as it was: the follow-up starts from the earlier answer (a * b) and changes it to a + b
         project.joinpath("calc.py").write_text(CALC)
-        second = await service.wait((await service.submit("go on", None, follow_up=first.job_id)).job_id, 50)
+        second = await service.wait(
+            (await service.submit(JobRequest(task="go on", team=None, follow_up=first.job_id))).job_id, 50
+        )
         patch = (await service.read(second.job_id, "@diff", None, 0, 100_000)).content
     assert second.state == "completed" and second.follow_up == first.job_id, second
     assert "-    return a - b\n+    return a + b\n" in patch  # not applied before: the whole change shows

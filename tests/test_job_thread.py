@@ -17,6 +17,7 @@ from conclave.app.server import create_app
 from conclave.backends.base import Backend, Request, StreamEvent
 from conclave.coordination.members import endpoint_factory
 from conclave.jobs.job_thread import SWITCH_S, JobThread
+from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
 from conclave.settings import Settings
 from tests.fakes.server import FakeProviders
@@ -64,7 +65,7 @@ async def test_get_status_answers_while_the_jobs_loop_is_held(tmp_path: Path, fa
         JobService.open(settings, environ=ENV, backend_factory=factory) as service,
         Client(create_app(service, settings)) as client,
     ):
-        job = await service.submit("What is 6 times 7?", team)
+        job = await service.submit(JobRequest(task="What is 6 times 7?", team=team))
         try:
             with anyio.fail_after(HOLD_S):
                 await anyio.to_thread.run_sync(stalled.wait)

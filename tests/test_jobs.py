@@ -16,6 +16,7 @@ from conclave.backends.retry import RetryPolicy
 from conclave.config.loading import load_team_file
 from conclave.errors import ConfigError, InputError, JobNotFound, MissingApiKey, TeamNotFound
 from conclave.jobs.file_steps import prepare
+from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
 from conclave.jobs.store import Store
 from conclave.jobs.views import JobView
@@ -54,7 +55,7 @@ async def test_a_job_runs_in_the_background_and_is_stored(tmp_path: Path, fakes:
         seen.append(view)
 
     async with JobService.open(settings(tmp_path), environ=ENV, retry=FAST) as service:
-        queued = await service.submit("What is 6 times 7?", team)
+        queued = await service.submit(JobRequest(task="What is 6 times 7?", team=team))
         assert queued.state in ("queued", "running") and queued.job_id.startswith("cj-")
         view = await service.wait(queued.job_id, 50, on_progress)
         assert view.state == "completed" and view.result.consensus and view.result.winner
@@ -86,8 +87,8 @@ async def test_a_job_runs_in_the_background_and_is_stored(tmp_path: Path, fakes:
 async def test_jobs_beyond_the_limit_wait_in_the_queue(tmp_path: Path, fakes: FakeProviders) -> None:
     team = team_file(tmp_path, fakes, delay=30)  # the first job holds the only slot until it is cancelled
     async with JobService.open(settings(tmp_path, max_jobs=1), environ=ENV, retry=FAST) as service:
-        first = await service.submit("task one", team)
-        second = await service.submit("task two", team)
+        first = await service.submit(JobRequest(task="task one", team=team))
+        second = await service.submit(JobRequest(task="task two", team=team))
         await until_state(service, first.job_id, "running")
         assert (await service.view(second.job_id)).state == "queued"
         assert (await service.cancel(first.job_id)).state == "cancelled"
@@ -100,7 +101,7 @@ async def test_cancel_stops_a_running_job_and_keeps_its_answers(tmp_path: Path, 
     fakes.script.set_default("cy", voter(delay=30))
     team = str(write_team(tmp_path / "team.yaml", fakes, TRIO))
     async with JobService.open(settings(tmp_path), environ=ENV, retry=FAST) as service:
-        job = await service.submit("task", team)
+        job = await service.submit(JobRequest(task="task", team=team))
         with anyio.fail_after(20):
             while len((await service.read(job.job_id, "", None, 0, 1000)).entries or []) < 3:
                 await anyio.sleep(0.1)
@@ -117,7 +118,7 @@ async def test_cancel_reaches_a_job_run_by_another_server(tmp_path: Path, fakes:
         JobService.open(settings(tmp_path), environ=ENV, retry=FAST) as owner,
         JobService.open(settings(tmp_path), environ=ENV, retry=FAST) as other,
     ):
-        job = await owner.submit("task", team)
+        job = await owner.submit(JobRequest(task="task", team=team))
         await until_state(owner, job.job_id, "running")
         with anyio.fail_after(15):
             view = await other.cancel(job.job_id)
@@ -127,7 +128,7 @@ async def test_cancel_reaches_a_job_run_by_another_server(tmp_path: Path, fakes:
 async def test_stopping_the_server_interrupts_its_jobs(tmp_path: Path, fakes: FakeProviders) -> None:
     team = team_file(tmp_path, fakes, delay=30)
     async with JobService.open(settings(tmp_path), environ=ENV, retry=FAST) as service:
-        job = await service.submit("task", team)
+        job = await service.submit(JobRequest(task="task", team=team))
         await until_state(service, job.job_id, "running")
     async with JobService.open(settings(tmp_path), environ=ENV) as service:
         view = await service.view(job.job_id)
@@ -167,16 +168,16 @@ async def test_bad_input_names_the_field_and_the_fix(tmp_path: Path, fakes: Fake
     team = team_file(tmp_path, fakes)
     async with JobService.open(settings(tmp_path, max_task_chars=100), environ=ENV) as service:
         with pytest.raises(InputError, match=r"task.*non-empty"):
-            await service.submit("   ", team)
+            await service.submit(JobRequest(task="   ", team=team))
         with pytest.raises(InputError, match="under 100 characters"):
-            await service.submit("x" * 101, team)
+            await service.submit(JobRequest(task="x" * 101, team=team))
         with pytest.raises(TeamNotFound, match="presets"):
-            await service.submit("task", "no-such-team")
+            await service.submit(JobRequest(task="task", team="no-such-team"))
         with pytest.raises(InputError, match="cj-"):
             await service.view("job-1")
         with pytest.raises(JobNotFound):
             await service.view("cj-000000000000")
-        job = await service.submit("task", team)
+        job = await service.submit(JobRequest(task="task", team=team))
         for bad in (-1, 51):
             with pytest.raises(InputError, match="wait_seconds"):
                 await service.wait(job.job_id, bad)
@@ -186,13 +187,15 @@ async def test_bad_input_names_the_field_and_the_fix(tmp_path: Path, fakes: Fake
             await service.read(job.job_id, "", None, 0, 0)
     async with JobService.open(settings(tmp_path), environ={}) as service:
         with pytest.raises(MissingApiKey, match=KEY_ENV):
-            await service.submit("task", team)
+            await service.submit(JobRequest(task="task", team=team))
 
 
 async def test_reading_pages_through_the_transcript(tmp_path: Path, fakes: FakeProviders) -> None:
     team = team_file(tmp_path, fakes)
     async with JobService.open(settings(tmp_path), environ=ENV, retry=FAST) as service:
-        job = await finish(service, (await service.submit("What is 6 times 7?", team)).job_id)
+        job = await finish(
+            service, (await service.submit(JobRequest(task="What is 6 times 7?", team=team))).job_id
+        )
         whole = await service.read(job.job_id, "transcript", None, 0, 100_000)
         assert "What is 6 times 7?" in whole.content and "voted for" in whole.content
         assert whole.next_offset is None
@@ -219,7 +222,7 @@ async def test_a_local_model_that_is_missing_is_refused_at_submit(tmp_path: Path
     )
     async with JobService.open(settings(tmp_path), environ=ENV) as service:
         with pytest.raises(ConfigError, match=re.escape("model_path '/no/such/model.gguf' is not a file")):
-            await service.submit("task", str(team))
+            await service.submit(JobRequest(task="task", team=str(team)))
         assert await service.store.recent_jobs() == []  # nothing was queued
 
 
@@ -239,7 +242,9 @@ async def test_the_timeout_covers_copying_the_context_paths(
     project = tmp_path / "proj"
     project.mkdir()
     async with JobService.open(settings(tmp_path), environ=ENV, retry=FAST) as service:
-        view = await service.submit("task", team, [{"path": str(project)}])
+        view = await service.submit(
+            JobRequest(task="task", team=team, context_paths=[{"path": str(project)}])
+        )
         with anyio.fail_after(20):  # a hang guard: the copy alone would take 30 s
             view = await finish(service, view.job_id)
     assert view.state == "failed" and "while copying the context paths" in (

@@ -23,6 +23,7 @@ from conclave.coordination.members import endpoint_factory
 from conclave.coordination.orchestrator import Orchestrator
 from conclave.coordination.prompts import decision_schema
 from conclave.errors import BadRequest, ConfigError, ProviderError
+from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
 from conclave.settings import Settings
 from tests.test_orchestrator import MemorySink
@@ -285,7 +286,9 @@ async def test_the_local_team_reaches_a_final_answer_within_its_timeout() -> Non
 async def test_the_local_team_through_the_job_service(tmp_path: Path) -> None:
     settings = Settings(home=tmp_path / "home")
     async with JobService.open(settings, environ={"XDG_CONFIG_HOME": str(tmp_path / "config")}) as service:
-        view = await service.submit(TASK, None)  # no key set: the default team is `local`
+        view = await service.submit(
+            JobRequest(task=TASK, team=None)
+        )  # no key set: the default team is `local`
         with anyio.fail_after(resolve_team("local", {}).coordination.timeout_s + 30):
             while not view.done:
                 view = await service.wait(view.job_id, 10)

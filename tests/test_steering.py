@@ -12,6 +12,7 @@ import pytest
 from conclave.backends.retry import RetryPolicy
 from conclave.coordination.protocol_events import CancelTurn, Start, StartTurn, Steer
 from conclave.errors import InputError, JobFinished
+from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
 from conclave.jobs.views import JobView
 from conclave.settings import Settings
@@ -120,7 +121,7 @@ async def test_a_note_mid_job_changes_the_answers_and_the_votes_before_it_do_not
     team = str(write_team(tmp_path / "team.yaml", fakes, TRIO, coordination={"timeout_s": 60}))
     settings = Settings(home=tmp_path / "state")
     async with JobService.open(settings, environ=ENV, retry=FAST) as service:
-        job_id = (await service.submit("What is 6 * 7? Answer in words.", team)).job_id
+        job_id = (await service.submit(JobRequest(task="What is 6 * 7? Answer in words.", team=team))).job_id
         before = await wait_for(service, job_id, lambda v: any(a.vote for a in v.agents) or v.done)
         assert not before.done, "the job ended before the note could be left"
         if where == "here":

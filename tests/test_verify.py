@@ -19,6 +19,7 @@ import pytest
 
 from conclave.backends.retry import RetryPolicy
 from conclave.errors import InputError, SandboxUnavailable
+from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
 from conclave.settings import Settings
 from tests.fakes.calc_task import CALC, TASK, calc_project
@@ -73,7 +74,10 @@ async def test_the_answer_that_passes_the_tests_wins_over_the_voters_favourite(
     team = str(write_team(tmp_path / "team.yaml", fakes, TRIO, coordination={"final": "reuse"}))
     async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV, retry=FAST) as service:
         view = await until_done(
-            service, await service.submit(TASK, team, [{"path": str(project)}], verify=CHECK)
+            service,
+            await service.submit(
+                JobRequest(task=TASK, team=team, context_paths=[{"path": str(project)}], verify=CHECK)
+            ),
         )
         letters = {a.model.rsplit("-", 1)[1]: a.letter for a in view.agents}
         ann, bob, cy = (f"{letters[name]}1" for name in ("ann", "bob", "cy"))
@@ -130,7 +134,10 @@ async def test_without_verify_the_voters_favourite_wins(
         fakes.script.set_default(name, agent(favourite))
     team = str(write_team(tmp_path / "team.yaml", fakes, TRIO, coordination={"final": "reuse"}))
     async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV, retry=FAST) as service:
-        view = await until_done(service, await service.submit(TASK, team, [{"path": str(project)}]))
+        view = await until_done(
+            service,
+            await service.submit(JobRequest(task=TASK, team=team, context_paths=[{"path": str(project)}])),
+        )
     assert view.answer == "add() fixed in calc.py (bob)." and view.result.consensus and view.checks() == {}
     assert view.winner_check is None and not any("verify" in r.text() for r in fakes.script.requests)
 
@@ -153,7 +160,10 @@ async def test_a_check_is_confined_and_bounded(tmp_path: Path, fakes: FakeProvid
     settings = Settings(home=tmp_path / "state", verify_concurrency=1, verify_timeout_s=20)
     async with JobService.open(settings, environ=ENV, retry=FAST) as service:
         view = await until_done(
-            service, await service.submit(TASK, team, [{"path": str(project)}], verify=CONFINED)
+            service,
+            await service.submit(
+                JobRequest(task=TASK, team=team, context_paths=[{"path": str(project)}], verify=CONFINED)
+            ),
         )
         outputs = {
             label: (await service.read(view.job_id, f"verify/{label}", None, 0, 100_000)).content
@@ -190,7 +200,10 @@ async def test_a_check_over_its_time_limit_fails(tmp_path: Path, fakes: FakeProv
     settings = Settings(home=tmp_path / "state", verify_timeout_s=1)
     async with JobService.open(settings, environ=ENV, retry=FAST) as service:
         view = await until_done(
-            service, await service.submit(TASK, team, [{"path": str(project)}], verify="sleep 30")
+            service,
+            await service.submit(
+                JobRequest(task=TASK, team=team, context_paths=[{"path": str(project)}], verify="sleep 30")
+            ),
         )
     (check,) = view.checks().values()
     assert check == "failed: timed out after 1 s" and view.state == "completed"
@@ -204,12 +217,16 @@ async def test_a_verify_that_cannot_run_is_refused_at_submit(
     async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV) as service:
         refused = r"verify='pytest -q' is not valid: .*needs the project folder: give it with context_paths"
         with pytest.raises(InputError, match=refused):
-            await service.submit(TASK, team, verify="pytest -q")
+            await service.submit(JobRequest(task=TASK, team=team, verify="pytest -q"))
         with pytest.raises(InputError, match="verify"):
-            await service.submit(TASK, team, [{"path": str(project)}], verify="   ")
+            await service.submit(
+                JobRequest(task=TASK, team=team, context_paths=[{"path": str(project)}], verify="   ")
+            )
         monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-docker.sock")
         with pytest.raises(SandboxUnavailable, match=r"verify runs 'pytest -q' .* leave verify out"):
-            await service.submit(TASK, team, [{"path": str(project)}], verify="pytest -q")
+            await service.submit(
+                JobRequest(task=TASK, team=team, context_paths=[{"path": str(project)}], verify="pytest -q")
+            )
         assert await service.store.recent_jobs() == []
 
 
@@ -223,7 +240,9 @@ async def test_a_job_cancelled_while_its_checks_start_leaves_no_container(
     team = str(write_team(tmp_path / "team.yaml", fakes, TRIO))
     settings = Settings(home=tmp_path / "state", verify_concurrency=3)
     async with JobService.open(settings, environ=ENV, retry=FAST) as service:
-        view = await service.submit(TASK, team, [{"path": str(project)}], verify="sleep 30")
+        view = await service.submit(
+            JobRequest(task=TASK, team=team, context_paths=[{"path": str(project)}], verify="sleep 30")
+        )
         with anyio.fail_after(60):
             while not await service.store.events(view.job_id, "check_started"):
                 await anyio.sleep(0.01)
@@ -246,7 +265,9 @@ async def test_a_job_that_fails_removes_its_warm_check_container(
     team = str(write_team(tmp_path / "team.yaml", fakes, TRIO))
     client = docker.from_env()
     async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV, retry=FAST) as service:
-        view = await service.submit(TASK, team, [{"path": str(project)}], verify=CHECK)
+        view = await service.submit(
+            JobRequest(task=TASK, team=team, context_paths=[{"path": str(project)}], verify=CHECK)
+        )
         labels = {"label": [f"conclave.job={view.job_id}", "conclave.agent=check-1"]}
         with anyio.fail_after(60):
             while not await anyio.to_thread.run_sync(lambda: client.containers.list(filters=labels)):

@@ -19,6 +19,7 @@ from conclave.config.models import AgentSpec, Team
 from conclave.coordination.members import endpoint_factory
 from conclave.coordination.orchestrator import Orchestrator
 from conclave.coordination.reports import JobResult
+from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
 from conclave.jobs.views import JobView
 from conclave.settings import Settings
@@ -289,7 +290,12 @@ async def test_apply_needs_consensus_unless_forced(
     team = str(write_team(tmp_path / "team.yaml", fakes, TRIO, coordination={"final": "reuse"}))
     async with JobService.open(Settings(home=tmp_path / "home"), environ=ENV) as service:
         view: JobView = await service.submit(
-            "Fix add()", team, [{"path": str(project), "permission": "write"}], apply
+            JobRequest(
+                task="Fix add()",
+                team=team,
+                context_paths=[{"path": str(project), "permission": "write"}],
+                apply=apply,
+            )
         )  # type: ignore[arg-type]
         with anyio.fail_after(60):
             while not view.done:
@@ -336,7 +342,7 @@ async def test_apply_takes_true_false_or_force_only(tmp_path: Path) -> None:
 
     async with JobService.open(Settings(home=tmp_path / "home"), environ=ENV) as service:
         with pytest.raises(InputError, match='"force"'):
-            await service.submit("task", "local", [], "yes")  # type: ignore[arg-type]
+            await service.submit(JobRequest(task="task", team="local", context_paths=[], apply="yes"))  # type: ignore[arg-type]
 
 
 def test_the_cli_asks_for_apply_with_or_without_consensus() -> None:

@@ -28,6 +28,7 @@ from conclave.errors import ConclaveError
 from conclave.jobs.lookup import JobLookup
 from conclave.jobs.maintenance import prune_jobs
 from conclave.jobs.reader import WorkspacePage
+from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
 from conclave.jobs.views import DEMO_TEAM, JobView
 from conclave.jobs.web_link import WebServed, served
@@ -41,24 +42,7 @@ def ask(args: argparse.Namespace) -> int:
 async def _ask(args: argparse.Namespace, console: Console) -> int:
     settings = Settings()
     async with JobService.open(settings) as service, _web_for_ask(settings, args.web) as web:
-        contexts = (
-            context_arguments(args.context, args.allow_secret_folders)
-            if args.context or not args.follow_up
-            else None
-        )
-        view = await service.submit(
-            args.task,
-            args.team,
-            contexts,
-            args.apply,
-            args.force_binary,
-            allow_artifacts=args.allow_artifacts,
-            allow_autorun=args.allow_autorun,
-            verify=args.verify,
-            max_cost_usd=args.max_cost,
-            max_tokens=args.max_tokens,
-            follow_up=args.follow_up,
-        )
+        view = await service.submit(ask_request(args))
         if web is not None:
             print(
                 f"Watch it live: {web.job_url(view.job_id)}",
@@ -145,9 +129,33 @@ def web(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def context_arguments(values: Sequence[str], allow_secrets: bool = False) -> list[object]:
+def ask_request(args: argparse.Namespace) -> JobRequest:
+    """`conclave ask`'s flags as the request ask_team takes (a wrong value is refused naming its flag)."""
+    contexts = (
+        context_arguments(args.context, args.allow_secret_folders)
+        if args.context or not args.follow_up
+        else None  # a follow-up carries the earlier job's folders over
+    )
+    return JobRequest.model_validate(
+        {
+            "task": args.task,
+            "team": args.team,
+            "context_paths": contexts,
+            "apply": args.apply,
+            "force_binary": args.force_binary,
+            "allow_artifacts": args.allow_artifacts,
+            "allow_autorun": args.allow_autorun,
+            "verify": args.verify,
+            "max_cost_usd": args.max_cost,
+            "max_tokens": args.max_tokens,
+            "follow_up": args.follow_up,
+        }
+    )
+
+
+def context_arguments(values: Sequence[str], allow_secrets: bool = False) -> list[dict[str, object]]:
     """`--context PATH[:write]` as ask_team's context_paths."""
-    paths: list[object] = []
+    paths: list[dict[str, object]] = []
     for value in values:
         path, _, permission = (
             value.rpartition(":") if value.endswith((":write", ":read")) else (value, "", "read")

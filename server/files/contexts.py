@@ -177,11 +177,11 @@ def parse_context_paths(value: object) -> list[ContextPath]:
                 data = {key: value for key, value in data.items() if key not in ("name", "identity")}
             parsed.append(ContextPath.model_validate(data, context=CALLER))
         except ValidationError as exc:
-            raise _item_error(index, item, exc) from exc
+            raise item_error(index, item, exc) from exc
     return parsed
 
 
-def _item_error(index: int, item: object, exc: ValidationError) -> InputError:
+def item_error(index: int, item: object, exc: ValidationError) -> InputError:
     """One context path's problems in words, without pydantic's phrasing ("Value error, ...")."""
     problems = [(".".join(map(str, e["loc"])), e["msg"].removeprefix("Value error, ")) for e in exc.errors()]
     path = item.get("path") if isinstance(item, dict) else getattr(item, "path", None)

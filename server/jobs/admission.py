@@ -18,7 +18,6 @@ from conclave.config.models import Team
 from conclave.config.presets import resolve_team
 from conclave.errors import InputError, QueueFull, term
 from conclave.files.contexts import parse_context_paths
-from conclave.files.review import Consent
 from conclave.jobs.access import Access
 from conclave.jobs.async_store import AsyncStore
 from conclave.jobs.estimate import estimate
@@ -26,30 +25,14 @@ from conclave.jobs.file_steps import admit
 from conclave.jobs.follow_ups import carried
 from conclave.jobs.plan import check_runnable, shape_team
 from conclave.jobs.reach import check_reachable
-from conclave.jobs.records import ApplyMode, JobOptions
+from conclave.jobs.records import JobOptions
+from conclave.jobs.request import JobRequest
 from conclave.jobs.store import JobRow
 from conclave.settings import Settings
 
 
 def new_job_id() -> str:
     return "cj-" + secrets.token_hex(6)
-
-
-@dataclass(frozen=True)
-class JobRequest:
-    """A job as the caller asked for it (ask_team's arguments)."""
-
-    task: str
-    team: str | None
-    context_paths: list[object] | None = None
-    apply: ApplyMode = False
-    force_binary: bool = False
-    allow_artifacts: bool = False
-    allow_autorun: bool = False
-    verify: str | None = None
-    max_cost_usd: float | None = None
-    max_tokens: int | None = None
-    caller: str = "local"  # whose job it is (jobs/service.py LOCAL, or an HTTP token's name)
 
 
 @dataclass(frozen=True)
@@ -78,8 +61,8 @@ class Admission:
         self._owner_id = owner_id
         self._probe = probe  # refuse a team whose own server is down (a test's fake backends have none)
 
-    async def admit(self, request: JobRequest, earlier: JobRow | None = None) -> Admitted:
-        """Check the request (with `earlier`: the job it follows up) and store it as a queued job."""
+    async def admit(self, request: JobRequest, caller: str, earlier: JobRow | None = None) -> Admitted:
+        """Check `caller`'s request (with `earlier`: the job it follows up) and store it as a queued job."""
         task, apply = request.task, request.apply
         text = task.strip() if isinstance(task, str) else ""
         if not text:
@@ -92,10 +75,10 @@ class Admission:
             )
         if apply not in (False, True, "force"):
             raise InputError("apply", apply, 'use true (apply only with consensus), "force" or false')
-        stored, context_paths = None, request.context_paths
+        stored = None
         if earlier is not None:
-            stored, context_paths = carried(earlier, request.team, context_paths)
-        sources = parse_context_paths(context_paths or [])
+            stored, request = carried(earlier, request)
+        sources = parse_context_paths(request.context_paths or [])
         for index, source in enumerate(sources):
             self.access.check_folder(f"context_paths[{index}].path", source.path)
         if apply and not any(source.permission == "write" for source in sources):
@@ -115,12 +98,7 @@ class Admission:
             max_tokens=request.max_tokens,
             has_context=bool(sources),
         )
-        consent = Consent(
-            force_binary=request.force_binary is True,
-            allow_artifacts=request.allow_artifacts is True,
-            allow_autorun=request.allow_autorun is True,
-        )
-        options = await admit(sources, resolved, apply, consent) if sources else JobOptions()
+        options = await admit(sources, resolved) if sources else JobOptions()
         options.estimate = estimate(resolved, await self.store.team_usage(resolved.name))
         job_id = new_job_id()
         await self.store.create_job(
@@ -131,7 +109,8 @@ class Admission:
             os.getpid(),
             self._owner_id,
             options,
-            request.caller,
+            caller,
+            request,
         )
         if earlier is not None:
             await self.store.set_follow_up(job_id, earlier.id)

@@ -35,6 +35,7 @@ import anyio.to_thread
 
 from conclave.coordination.reports import JobEvent, Progress
 from conclave.jobs.records import FilesResult, JobOptions
+from conclave.jobs.request import JobRequest
 from conclave.jobs.store import AgentUsage, AnswerRow, JobRow, Store
 from conclave.jobs.store_lanes import Lane
 
@@ -171,6 +172,7 @@ class AsyncStore:
         owner_id: str,
         options: JobOptions | None = None,
         caller: str = "local",
+        request: JobRequest | None = None,
     ) -> None:
         await self.write(
             job_id,
@@ -183,6 +185,7 @@ class AsyncStore:
             owner_id,
             options,
             caller,
+            request,
         )
 
     async def set_files(self, job_id: str, files: FilesResult) -> None:

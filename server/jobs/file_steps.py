@@ -17,12 +17,13 @@ from conclave.errors import ApplyError, PathOutsideRoot, SandboxUnavailable
 from conclave.files.contexts import ContextPath, named
 from conclave.files.disk_budget import MB
 from conclave.files.removal import remove_tree
-from conclave.files.review import FIXES, Consent, HeldBack
+from conclave.files.review import FIXES, HeldBack
 from conclave.files.roots import identify
 from conclave.files.secrets import Secrets
 from conclave.files.trees import list_tree
 from conclave.files.workspaces import Workspaces
-from conclave.jobs.records import ApplyMode, ContextChanges, FilesResult, JobOptions
+from conclave.jobs.records import ContextChanges, FilesResult, JobOptions
+from conclave.jobs.store import JobRow
 from conclave.sandbox.container import container_user
 from conclave.sandbox.engine import engine_status
 from conclave.sandbox.image import image_tag
@@ -32,9 +33,7 @@ from conclave.settings import Settings
 MAX_OUTSIDE = 200  # files listed outside the context folders; more are cut
 
 
-async def admit(
-    sources: list[ContextPath], team: Team, apply: ApplyMode, consent: Consent = Consent()
-) -> JobOptions:
+async def admit(sources: list[ContextPath], team: Team) -> JobOptions:
     """Check a job's context paths and sandbox when it is submitted; nothing is copied yet.
 
     Commands and a `verify` check need a Docker engine and the sandbox image: a job that would run
@@ -60,7 +59,7 @@ async def admit(
         source.model_copy(update={"identity": await anyio.to_thread.run_sync(identify, source.path)})
         for source in named(sources)
     ]
-    return JobOptions(context_paths=pinned, apply=apply, commands=commands, **consent.model_dump())
+    return JobOptions(context_paths=pinned, commands=commands)
 
 
 async def prepare(job_dir: Path, options: JobOptions) -> None:
@@ -79,9 +78,10 @@ NO_CONSENSUS = (
 )
 
 
-async def collect(files: JobFiles, options: JobOptions, consensus: bool) -> FilesResult:
+async def collect(files: JobFiles, row: JobRow, consensus: bool) -> FilesResult:
     """The winner's diff per context path, written as one patch file; applied where asked and allowed:
     `apply: true` only with consensus, `apply: "force"` without."""
+    options, request = row.options, row.request
     workspaces = files.workspaces
     if not workspaces.final.is_dir():
         return FilesResult(error="no final files: the winning answer has no snapshot (see the transcript)")
@@ -102,18 +102,13 @@ async def collect(files: JobFiles, options: JobOptions, consensus: bool) -> File
             added_lines=sum(f.added_lines for f in patch.files),
             removed_lines=sum(f.removed_lines for f in patch.files),
         )
-        if options.apply and option.permission == "write" and patch.files:
-            if not consensus and options.apply != "force":
+        if request.apply and option.permission == "write" and patch.files:
+            if not consensus and request.apply != "force":
                 changes.apply_error = NO_CONSENSUS
                 contexts.append(changes)
                 continue
-            consent = Consent(
-                force_binary=options.force_binary,
-                allow_artifacts=options.allow_artifacts,
-                allow_autorun=options.allow_autorun,
-            )
             try:
-                done = await workspaces.apply(name, consent=consent, patch=patch)
+                done = await workspaces.apply(name, consent=request.consent(), patch=patch)
                 changes.held_back = done.held
                 changes.applied = not done.empty
                 if done.empty:

@@ -24,17 +24,18 @@ import anyio
 from conclave.config.models import Team
 from conclave.coordination.prompts import Round, history_section
 from conclave.errors import InputError
+from conclave.files.contexts import ContextPath
 from conclave.files.workspaces import Workspaces
+from conclave.jobs.request import JobRequest
 from conclave.jobs.store import ACTIVE_STATES, JobRow, Store
 from conclave.jobs.views import majority_text, winner_check
 
 MAX_ROUNDS = 5  # the most recent earlier rounds the team sees; older ones are left out
 
 
-def carried(
-    earlier: JobRow, team: str | None, context_paths: list[object] | None
-) -> tuple[Team, list[object]]:
-    """The team and context paths a follow-up of `earlier` runs with; refuses a job still running."""
+def carried(earlier: JobRow, request: JobRequest) -> tuple[Team, JobRequest]:
+    """The team a follow-up of `earlier` runs with, and `request` with what it carries over (the context
+    paths, unless given); refuses a job still running."""
     if earlier.state in ACTIVE_STATES:
         raise InputError(
             "follow_up",
@@ -43,6 +44,7 @@ def carried(
             "(get_status) or cancel it (cancel_job) before following up",
         )
     stored = Team.model_validate_json(earlier.team_json)
+    team = request.team
     if team is not None and team.strip() not in (stored.name, ""):
         raise InputError(
             "team",
@@ -50,9 +52,10 @@ def carried(
             f"a follow-up continues with the earlier job's team ({stored.name!r}); leave team out, "
             "or call ask_team without follow_up to start afresh with another team",
         )
-    if context_paths is None:
-        context_paths = [{"path": c.path, "permission": c.permission} for c in earlier.options.context_paths]
-    return stored, context_paths
+    if request.context_paths is None:  # the same folders and permissions; a consent is given per job
+        paths = [ContextPath(path=c.path, permission=c.permission) for c in earlier.options.context_paths]
+        request = request.model_copy(update={"context_paths": paths})
+    return stored, request
 
 
 def best_answer(store: Store, row: JobRow) -> tuple[str | None, str | None]:

@@ -130,7 +130,7 @@ class Lifecycle:
             async with files.egress() if files is not None else contextlib.nullcontext():
                 result = await orchestrator.run()
             if files is not None:
-                await self.store.set_files(job_id, await collect(files, options, result.consensus))
+                await self.store.set_files(job_id, await collect(files, row, result.consensus))
         except ConclaveError as exc:
             await self._fail(job_id, str(exc))
         else:

@@ -80,4 +80,7 @@ MIGRATIONS: tuple[str, ...] = (
     # the tokens an agent's cost does not cover (backends/base.py `Usage`); 0 for older rows, whose cost
     # was recorded only when it covered every token
     "ALTER TABLE usage ADD COLUMN uncosted_tokens INTEGER NOT NULL DEFAULT 0",
+    # the job as the caller asked for it (jobs/request.py); a job stored before has none (store.py reads
+    # it from the task and the options of then)
+    "ALTER TABLE jobs ADD COLUMN request_json TEXT",
 )

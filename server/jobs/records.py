@@ -1,7 +1,9 @@
-"""What the job store keeps beside a job's reports: the caller's options and the files result."""
+"""What the job store keeps beside a job's reports: what admission derived from the request, and the
+files result."""
 
 from __future__ import annotations
 
+import json
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -15,7 +17,9 @@ class _Record(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-ApplyMode = bool | Literal["force"]  # true: only with consensus; "force": whatever the vote
+# What a job stored before its request was kept (jobs/request.py) held in its options; read from there
+# for such a job's request (jobs/store.py), dropped from its options.
+REQUEST_FIELDS = ("apply", "force_binary", "allow_artifacts", "allow_autorun")
 
 
 class Estimate(_Record):
@@ -30,13 +34,18 @@ class Estimate(_Record):
 
 
 class JobOptions(_Record):
-    context_paths: list[ContextPath] = Field(default_factory=list)
-    apply: ApplyMode = False
+    """What admission derived from the job's request (the request itself is stored beside it)."""
+
+    context_paths: list[ContextPath] = Field(default_factory=list)  # named and pinned (file_steps.admit)
     commands: bool = False  # agents get run_command in a sandbox
-    force_binary: bool = False  # apply binary changes too (the patch cannot show them as text)
-    allow_artifacts: bool = False  # apply compiled or loadable artefacts too (__pycache__/, *.pyc, *.so, ...)
-    allow_autorun: bool = False  # apply files that run code or widen an agent's permissions too (autorun.py)
     estimate: Estimate | None = None  # made at submit, shown while the job runs
+
+    @classmethod
+    def stored(cls, options_json: str) -> JobOptions:
+        """Options as stored; those stored before the request was kept also held apply and its consents,
+        which are the request's now (jobs/request.py stored_request), not options."""
+        data = json.loads(options_json)
+        return cls.model_validate({key: value for key, value in data.items() if key not in REQUEST_FIELDS})
 
 
 class ContextChanges(_Record):

@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import os
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -34,7 +34,7 @@ from conclave.coordination.check_pool import CheckPool
 from conclave.coordination.members import BackendFactory, endpoint_factory
 from conclave.errors import InputError, JobFinished
 from conclave.jobs.access import Access
-from conclave.jobs.admission import Admission, JobRequest
+from conclave.jobs.admission import Admission
 from conclave.jobs.async_store import AsyncStore
 from conclave.jobs.job_thread import JobThread
 from conclave.jobs.lifecycle import Lifecycle
@@ -42,7 +42,7 @@ from conclave.jobs.lookup import JobLookup
 from conclave.jobs.maintenance import mark_orphans, prune_old_jobs, sweep_leftovers, watch
 from conclave.jobs.owners import process_alive
 from conclave.jobs.reader import WorkspacePage
-from conclave.jobs.records import ApplyMode
+from conclave.jobs.request import JobRequest
 from conclave.jobs.steering import Steering, checked_note, delivered
 from conclave.jobs.store import JobRow, Store
 from conclave.jobs.teams import TeamList
@@ -158,40 +158,14 @@ class JobService:
             sync_store.close()
 
     # The tools' operations -----------------------------------------------------------------------
-    async def submit(
-        self,
-        task: str,
-        team: str | None,
-        context_paths: Sequence[object] | None = None,
-        apply: ApplyMode = False,
-        force_binary: bool = False,
-        *,
-        allow_artifacts: bool = False,
-        allow_autorun: bool = False,
-        verify: str | None = None,
-        max_cost_usd: float | None = None,
-        max_tokens: int | None = None,
-        follow_up: str | None = None,
-        caller: str | None = None,
-    ) -> JobView:
+    async def submit(self, request: JobRequest, caller: str | None = None) -> JobView:
         """Check and queue a job; it starts (and copies its context paths) as soon as a slot is free.
 
-        With `follow_up`, the job continues that earlier one (follow_ups.py says what carries over)."""
+        With `request.follow_up`, the job continues that earlier one (follow_ups.py says what carries
+        over). `caller`: whose job it is (LOCAL when None)."""
+        follow_up = request.follow_up
         earlier = await self._row(follow_up, caller, "follow_up") if follow_up is not None else None
-        request = JobRequest(
-            task,
-            team,
-            None if context_paths is None else list(context_paths),
-            apply,
-            force_binary,
-            allow_artifacts,
-            allow_autorun,
-            verify,
-            max_cost_usd,
-            max_tokens,
-            caller or LOCAL,
-        )
-        job = await self._admission.admit(request, earlier)
+        job = await self._admission.admit(request, caller or LOCAL, earlier)
         self._thread.start(self._jobs.run, job.job_id, job.task, job.team)  # cancellable from now on
         return await self._view(job.job_id)
 

@@ -30,6 +30,7 @@ from conclave.jobs.connections import Connections, private_dir, tighten
 from conclave.jobs.migrations import MIGRATIONS
 from conclave.jobs.progress_patch import json_set_sql, progress_patch
 from conclave.jobs.records import FilesResult, JobOptions
+from conclave.jobs.request import JobRequest, stored_request
 from conclave.jobs.store_threads import ThreadRecords
 
 ADD_COLUMN = re.compile(r"\s*ALTER\s+TABLE\s+(\w+)\s+ADD\s+COLUMN\s+(\w+)", re.IGNORECASE)
@@ -63,6 +64,7 @@ class JobRow(BaseModel):
     files: FilesResult | None = None
     follow_up: str | None = None  # the earlier job this one continues
     caller: str = "local"
+    request: JobRequest  # as the caller asked (after what a follow-up carries over)
 
 
 class AnswerRow(Posted):
@@ -153,14 +155,16 @@ class Store(ThreadRecords[JobRow]):
         owner_id: str,
         options: JobOptions | None = None,
         caller: str = "local",
+        request: JobRequest | None = None,
     ) -> None:
+        """Store a queued job; without `request`, it is read back as `task` alone (stored_request)."""
         now = self._clock()
         with self._write():
             self._db.execute(
                 "INSERT INTO jobs (id, task, team_name, team_json, state, phase, created_at, owner_pid, "
                 "owner_id,"
-                " heartbeat, options_json, caller)"
-                " VALUES (?, ?, ?, ?, 'queued', 'waiting for a free slot', ?, ?, ?, ?, ?, ?)",
+                " heartbeat, options_json, caller, request_json)"
+                " VALUES (?, ?, ?, ?, 'queued', 'waiting for a free slot', ?, ?, ?, ?, ?, ?, ?)",
                 (
                     job_id,
                     task,
@@ -172,6 +176,7 @@ class Store(ThreadRecords[JobRow]):
                     now,
                     (options or JobOptions()).model_dump_json(),
                     caller,
+                    request.model_dump_json() if request is not None else None,
                 ),
             )
 
@@ -389,10 +394,14 @@ def _job_row(row: sqlite3.Row) -> JobRow:
     values = dict(row)
     progress, result = values.pop("progress_json"), values.pop("result_json")
     options, files = values.pop("options_json"), values.pop("files_json")
+    request = values.pop("request_json")
     return JobRow(
         **values,
+        request=JobRequest.model_validate_json(request)
+        if request
+        else stored_request(values["task"], options, values["follow_up"]),
         progress=Progress.model_validate_json(progress) if progress else None,
         result=JobResult.model_validate_json(result) if result else None,
-        options=JobOptions.model_validate_json(options),
+        options=JobOptions.stored(options),
         files=FilesResult.model_validate_json(files) if files else None,
     )

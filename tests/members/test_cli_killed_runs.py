@@ -17,6 +17,7 @@ from pathlib import Path
 import anyio
 import pytest
 
+from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
 from conclave.settings import Settings
 from tests.fakes.calc_task import TASK
@@ -72,7 +73,7 @@ async def test_a_cancelled_run_is_charged_what_its_stream_reported(
     fakes.script.set_default("claude", respond)
     team = _team(tmp_path / "team.yaml", fakes, api=False)
     async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV, retry=FAST) as service:
-        view = await service.submit(TASK, team, [{"path": str(project)}])
+        view = await service.submit(JobRequest(task=TASK, team=team, context_paths=[{"path": str(project)}]))
         with anyio.fail_after(300):
             while not stalled:
                 await anyio.sleep(0.5)
@@ -118,7 +119,10 @@ async def test_a_stale_decision_run_is_killed_charged_and_asked_again(
     team = _team(tmp_path / "team.yaml", fakes, api=True)
     async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV, retry=FAST) as service:
         view = await until_cli_done(
-            service, await service.submit(TASK, team, [{"path": str(project)}], verify="pytest -q")
+            service,
+            await service.submit(
+                JobRequest(task=TASK, team=team, context_paths=[{"path": str(project)}], verify="pytest -q")
+            ),
         )
         events = list(service.store.sync.events(view.job_id))
     letter = next(agent.letter for agent in view.agents if agent.model == "cli/claude-code")
@@ -163,7 +167,10 @@ async def test_a_winning_cli_member_presents_the_final_answer(
     team = _team(tmp_path / "team.yaml", fakes, api=True, final="present")
     async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV, retry=FAST) as service:
         view = await until_cli_done(
-            service, await service.submit(TASK, team, [{"path": str(project)}], verify="pytest -q")
+            service,
+            await service.submit(
+                JobRequest(task=TASK, team=team, context_paths=[{"path": str(project)}], verify="pytest -q")
+            ),
         )
         patch = (await service.read(view.job_id, "@diff", None, 0, 100_000)).content
         events = list(service.store.sync.events(view.job_id))

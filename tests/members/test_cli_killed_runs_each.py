@@ -20,6 +20,7 @@ import anyio
 import docker
 import pytest
 
+from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
 from conclave.jobs.views import JobView
 from conclave.settings import Settings
@@ -86,7 +87,7 @@ async def test_a_cancelled_job_kills_the_cli_and_charges_its_run(
     fakes.script.set_default(cli, _waiting(worker, waits))
     team = _team(tmp_path / "team.yaml", fakes, cli)
     async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV, retry=FAST) as service:
-        view = await service.submit(TASK, team, [{"path": str(project)}])
+        view = await service.submit(JobRequest(task=TASK, team=team, context_paths=[{"path": str(project)}]))
         with anyio.fail_after(400):
             while not waits:
                 await anyio.sleep(0.5)
@@ -118,7 +119,7 @@ async def test_a_budget_reached_mid_run_stops_the_job_and_kills_the_run(
         fakes.script.set_default(cli, _waiting(worker, []))
     team = _team(tmp_path / "team.yaml", fakes, cli, ", max_tokens: 4000")
     async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV, retry=FAST) as service:
-        view = await service.submit(task, team, [{"path": str(project)}])
+        view = await service.submit(JobRequest(task=task, team=team, context_paths=[{"path": str(project)}]))
         with anyio.fail_after(400):
             view = await _ended(service, view)
     assert view.result and (view.result.reason or "").startswith("budget reached: "), view.text()
@@ -150,7 +151,9 @@ async def test_a_run_that_never_reached_its_provider_is_charged_nothing(
     )
     async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV, retry=FAST) as service:
         with listener:
-            view = await service.submit(TASK, str(team), [{"path": str(project)}])
+            view = await service.submit(
+                JobRequest(task=TASK, team=str(team), context_paths=[{"path": str(project)}])
+            )
         with anyio.fail_after(120):  # Codex's request reached its proxy, which found nothing there
             while not any("unreachable" in record.getMessage() for record in caplog.records):
                 await anyio.sleep(0.05)  # a condition polled under a limit, not a guess at how long

@@ -24,6 +24,7 @@ import pytest
 from conclave.backends.retry import RetryPolicy
 from conclave.cli.doctor import run_checks
 from conclave.config.presets import resolve_team
+from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
 from conclave.settings import Settings
 from tests.fakes.calc_task import TASK
@@ -109,7 +110,9 @@ async def test_claude_code_and_codex_work_from_the_users_login_files(
     settings = Settings(home=tmp_path / "state")
     async with JobService.open(settings, environ=environ, retry=FAST, redirect=hosts.redirect()) as service:
         listed = await service.teams()
-        view = await service.submit(TASK, str(team), [{"path": str(project)}], verify="pytest -q")
+        view = await service.submit(
+            JobRequest(task=TASK, team=str(team), context_paths=[{"path": str(project)}], verify="pytest -q")
+        )
         with anyio.fail_after(600):
             while not view.done and not any(a.vote for a in view.agents if a.model == "cli/claude-code"):
                 view = await service.wait(view.job_id, 10)
@@ -239,7 +242,12 @@ async def test_an_expired_login_is_refreshed_inside_the_container_only(
     async with JobService.open(
         settings, environ={"HOME": str(home)}, retry=FAST, redirect=hosts.redirect()
     ) as service:
-        view = await until_cli_done(service, await service.submit(TASK, str(team), [{"path": str(project)}]))
+        view = await until_cli_done(
+            service,
+            await service.submit(
+                JobRequest(task=TASK, team=str(team), context_paths=[{"path": str(project)}])
+            ),
+        )
         transcript = (await service.read(view.job_id, "transcript", None, 0, 100_000)).content
 
     assert view.state == "completed" and view.answer == "Fixed add().", view.text()
@@ -285,7 +293,12 @@ async def test_gemini_cli_works_from_a_google_login(
         Settings(home=tmp_path / "state"), environ=environ, retry=FAST, redirect=hosts.redirect()
     ) as service:
         view = await until_cli_done(
-            service, await service.submit(TASK, str(team), [{"path": str(project)}], verify="pytest -q")
+            service,
+            await service.submit(
+                JobRequest(
+                    task=TASK, team=str(team), context_paths=[{"path": str(project)}], verify="pytest -q"
+                )
+            ),
         )
         patch = (await service.read(view.job_id, "@diff", None, 0, 100_000)).content
         transcript = (await service.read(view.job_id, "transcript", None, 0, 100_000)).content

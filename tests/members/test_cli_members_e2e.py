@@ -18,6 +18,7 @@ import anyio
 import pytest
 
 from conclave.backends.retry import RetryPolicy
+from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
 from conclave.settings import Settings
 from tests.fakes.calc_task import TASK
@@ -80,7 +81,9 @@ async def test_claude_code_and_codex_fix_a_failing_test_with_an_api_agent(
     fakes.script.set_default("codex", answer_held(codex, api_in)).set_default("api", api_agent)
     team = write_team(tmp_path / "team.yaml", fakes)
     async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV, retry=FAST) as service:
-        view = await service.submit(TASK, team, [{"path": str(project)}], verify="pytest -q")
+        view = await service.submit(
+            JobRequest(task=TASK, team=team, context_paths=[{"path": str(project)}], verify="pytest -q")
+        )
         try:
             with anyio.fail_after(300):
                 while not codex_voted.is_set() and not view.done:
@@ -171,7 +174,12 @@ coordination: {{max_answers_per_agent: 1, final: reuse}}
 """)
     async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV, retry=FAST) as service:
         view = await until_cli_done(
-            service, await service.submit(TASK, str(team), [{"path": str(project)}], verify="pytest -q")
+            service,
+            await service.submit(
+                JobRequest(
+                    task=TASK, team=str(team), context_paths=[{"path": str(project)}], verify="pytest -q"
+                )
+            ),
         )
         transcript = (await service.read(view.job_id, "transcript", None, 0, 100_000)).content
         events = [event.model_dump_json() for event in service.store.sync.events(view.job_id)]
@@ -212,7 +220,9 @@ agents:
 """)
     client = docker.from_env()
     async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV, retry=FAST) as service:
-        view = await service.submit(TASK, str(team), [{"path": str(project)}])
+        view = await service.submit(
+            JobRequest(task=TASK, team=str(team), context_paths=[{"path": str(project)}])
+        )
         with anyio.fail_after(300):
             while not slow:
                 await anyio.sleep(0.5)
@@ -262,7 +272,12 @@ sandbox: {{memory: 2g}}
 """)
     async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV, retry=FAST) as service:
         view = await until_cli_done(
-            service, await service.submit(TASK, str(team), [{"path": str(project)}], verify="pytest -q")
+            service,
+            await service.submit(
+                JobRequest(
+                    task=TASK, team=str(team), context_paths=[{"path": str(project)}], verify="pytest -q"
+                )
+            ),
         )
         patch = (await service.read(view.job_id, "@diff", None, 0, 100_000)).content
     print(view.text(), worker.tool_names)
@@ -290,7 +305,12 @@ agents:
 coordination: {{max_tokens: 2000, final: reuse}}
 """)
     async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV, retry=FAST) as service:
-        view = await until_cli_done(service, await service.submit(TASK, str(team), [{"path": str(project)}]))
+        view = await until_cli_done(
+            service,
+            await service.submit(
+                JobRequest(task=TASK, team=str(team), context_paths=[{"path": str(project)}])
+            ),
+        )
     member = next(agent for agent in view.agents if agent.model == "cli/claude-code")
     assert view.result.reason and view.result.reason.startswith("budget reached: "), view.text()
     assert member.usage.input_tokens == fakes.script.bill["claude"][0] > 2000

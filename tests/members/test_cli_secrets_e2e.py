@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from conclave.backends.retry import RetryPolicy
+from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
 from conclave.settings import Settings
 from tests.fakes.calc_task import TASK
@@ -166,7 +167,9 @@ async def test_a_prompt_injected_member_leaks_no_login_token(
     environ = {"HOME": str(home), KEY: "fake-key-0123456789"}
     async with JobService.open(settings, environ=environ, retry=FAST, redirect=hosts.redirect()) as service:
         context = [{"path": str(project), "permission": "write"}]
-        view = await service.submit(TASK, str(team), context, apply="force", verify="pytest -q")
+        view = await service.submit(
+            JobRequest(task=TASK, team=str(team), context_paths=context, apply="force", verify="pytest -q")
+        )
         view = await until_cli_done(service, view)
         patch = await whole(service, view.job_id, "@diff")
         transcript = await whole(service, view.job_id, "transcript")

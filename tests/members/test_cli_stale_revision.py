@@ -20,6 +20,7 @@ import anyio.to_thread
 import docker
 import pytest
 
+from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
 from conclave.settings import Settings
 from tests.fakes.calc_task import TASK
@@ -110,7 +111,9 @@ async def test_a_stale_revisions_run_is_killed_and_the_member_decides_on_the_new
     team = _team(tmp_path / "team.yaml", fakes)
     try:
         async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV, retry=FAST) as service:
-            view = await service.submit(TASK, team, [{"path": str(project)}])
+            view = await service.submit(
+                JobRequest(task=TASK, team=team, context_paths=[{"path": str(project)}])
+            )
             await _until(held, "Codex's revision")
             agents = (await service.view(view.job_id)).agents
             letter = next(agent.letter for agent in agents if agent.model.startswith("cli/"))

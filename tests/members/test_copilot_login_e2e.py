@@ -21,6 +21,7 @@ import pytest
 from conclave.backends.retry import RetryPolicy
 from conclave.cli.doctor import run_checks
 from conclave.config.presets import resolve_team
+from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
 from conclave.sandbox.allowlist import allowlist_for
 from conclave.settings import Settings
@@ -69,7 +70,12 @@ async def test_copilot_cli_works_from_the_users_github_login(
     async with JobService.open(settings, environ=environ, retry=FAST, redirect=hosts.redirect()) as service:
         listed = await service.teams()
         view = await until_cli_done(
-            service, await service.submit(TASK, str(team), [{"path": str(project)}], verify="pytest -q")
+            service,
+            await service.submit(
+                JobRequest(
+                    task=TASK, team=str(team), context_paths=[{"path": str(project)}], verify="pytest -q"
+                )
+            ),
         )
         patch = (await service.read(view.job_id, "@diff", None, 0, 100_000)).content
         transcript = (await service.read(view.job_id, "transcript", None, 0, 100_000)).content

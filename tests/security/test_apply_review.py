@@ -14,6 +14,7 @@ import pytest
 from conclave.files.contexts import ContextPath
 from conclave.files.review import Consent, is_artifact, is_vcs_metadata
 from conclave.files.workspaces import Workspaces
+from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
 from conclave.settings import Settings
 from tests.fakes.script import RecordedRequest, Reply
@@ -131,7 +132,12 @@ async def test_the_job_result_says_what_was_held_back_and_why(tmp_path: Path, fa
     env = {KEY_ENV: "test-key-0123456789"}
     async with JobService.open(Settings(home=tmp_path / "state"), environ=env) as service:
         view = await service.submit(
-            "fix f", team, [{"path": str(project), "permission": "write"}], apply=True
+            JobRequest(
+                task="fix f",
+                team=team,
+                context_paths=[{"path": str(project), "permission": "write"}],
+                apply=True,
+            )
         )
         with anyio.fail_after(60):
             while not view.done:

@@ -13,6 +13,7 @@ from conclave.errors import QueueFull
 from conclave.files.agent_tools import AgentTools
 from conclave.files.disk_budget import MB, DiskBudget
 from conclave.jobs.gc import prune
+from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
 from conclave.jobs.store import Store
 from conclave.sandbox.container import Sandbox
@@ -31,14 +32,14 @@ async def test_past_the_queue_bound_a_job_is_refused_with_the_setting_named(
     team = str(write_team(tmp_path / "team.yaml", fakes, SOLO))
     settings = Settings(home=tmp_path / "state", max_jobs=1, max_queued=1)
     async with JobService.open(settings, environ={KEY_ENV: "k-0123456789"}) as service:
-        first = await service.submit("one", team)
+        first = await service.submit(JobRequest(task="one", team=team))
         with anyio.fail_after(20):
             while (await service.view(first.job_id)).state == "queued":
                 await anyio.sleep(0.05)
-        second = await service.submit("two", team)
+        second = await service.submit(JobRequest(task="two", team=team))
         assert second.state == "queued"
         with pytest.raises(QueueFull, match="CONCLAVE_MAX_QUEUED=1"):
-            await service.submit("three", team)
+            await service.submit(JobRequest(task="three", team=team))
         for job in (second, first):
             await service.cancel(job.job_id)
 

@@ -17,6 +17,7 @@ import pytest
 from fastmcp import Client
 from fastmcp.exceptions import ToolError
 
+from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
 from conclave.settings import Settings
 from tests.fakes.processes import HTTP_TOKEN, http_server
@@ -69,7 +70,9 @@ async def test_a_caller_sees_only_its_own_jobs_and_the_cli_sees_all(
     env = {"CONCLAVE_HOME": str(home), "XDG_CONFIG_HOME": str(config), KEY_ENV: "test-key"}
     settings = Settings(home=home)
     async with JobService.open(settings, environ={**env, "XDG_CONFIG_HOME": str(config)}) as cli:
-        local = await cli.submit("What is 6 times 7?", "solo")  # the local user, at the terminal
+        local = await cli.submit(
+            JobRequest(task="What is 6 times 7?", team="solo")
+        )  # the local user, at the terminal
         with http_server(tmp_path, env) as url:
             async with Client(url, auth=HTTP_TOKEN) as http:  # the server's own token: still not the CLI
                 for tool, arguments in (

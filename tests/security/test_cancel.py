@@ -12,6 +12,7 @@ import anyio
 import pytest
 
 from conclave.files.agent_tools import AgentTools
+from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
 from conclave.settings import Settings
 from tests.fakes.script import RecordedRequest, Reply
@@ -73,7 +74,9 @@ async def test_cancel_job_ends_a_job_blocked_in_a_tool_within_seconds(
     home = tmp_path / "state"
     async with JobService.open(Settings(home=home), environ={KEY_ENV: "k-0123456789"}) as service:
         try:
-            view = await service.submit("Write to the pipe", team, [{"path": str(project)}])
+            view = await service.submit(
+                JobRequest(task="Write to the pipe", team=team, context_paths=[{"path": str(project)}])
+            )
             with anyio.fail_after(60):
                 while len(fakes.script.requests_of("ann")) < 2:  # the FIFO is made, write_file is asked for
                     await anyio.sleep(0.1)

@@ -23,6 +23,7 @@ import pytest
 
 from conclave.backends.retry import RetryPolicy
 from conclave.config.loading import parse_team
+from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
 from conclave.members.base import PLACEHOLDER_KEY
 from conclave.members.runner import CliMember
@@ -82,7 +83,9 @@ sandbox: {{memory: 2g, cpus: 1}}
 """)
     state = tmp_path / "state"
     async with JobService.open(Settings(home=state), environ=ENV, retry=FAST) as service:
-        view = await service.submit(TASK, str(team), [{"path": str(project)}])
+        view = await service.submit(
+            JobRequest(task=TASK, team=str(team), context_paths=[{"path": str(project)}])
+        )
         try:
             with anyio.fail_after(400):
                 while not claude_answered.is_set() and not view.done:
@@ -141,7 +144,12 @@ async def test_a_key_for_the_official_api_goes_there_over_tls_from_the_host(
     async with JobService.open(
         Settings(home=state), environ=environ, retry=FAST, redirect=hosts.redirect()
     ) as service:
-        view = await until_cli_done(service, await service.submit(TASK, str(team), [{"path": str(project)}]))
+        view = await until_cli_done(
+            service,
+            await service.submit(
+                JobRequest(task=TASK, team=str(team), context_paths=[{"path": str(project)}])
+            ),
+        )
     print(view.text())
     assert view.state == "completed" and {a.answers for a in view.agents} == {1}, view.text()
     messages = [call for call in hosts.seen if call.host == "api.anthropic.com"]

@@ -11,6 +11,7 @@ from fastmcp.exceptions import ToolError
 
 from conclave.errors import InputError
 from conclave.files.trees import copy_tree, list_tree
+from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
 from conclave.settings import Settings
 from tests.fakes.processes import HTTP_TOKEN, http_server
@@ -29,7 +30,7 @@ async def test_pseudo_filesystems_are_refused_before_anything_is_read(
     team = str(write_team(tmp_path / "team.yaml", fakes, SOLO))
     async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV) as service:
         with pytest.raises(InputError, match="pseudo filesystem") as refused:
-            await service.submit("task", team, [{"path": pseudo}])
+            await service.submit(JobRequest(task="task", team=team, context_paths=[{"path": pseudo}]))
     assert "context_paths[0]" in str(refused.value)
     assert not list((tmp_path / "state" / "jobs").glob("*"))
 

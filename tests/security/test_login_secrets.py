@@ -32,6 +32,7 @@ from conclave.files.agent_tools import AgentTools
 from conclave.files.contexts import ContextPath
 from conclave.files.secrets import Secrets
 from conclave.files.workspaces import Workspaces
+from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
 from conclave.members.base import Login
 from conclave.members.claude_code import ClaudeCode
@@ -168,7 +169,9 @@ async def test_a_job_keeps_a_leaked_login_out_of_every_file_and_text_it_returns(
     settings = Settings(home=tmp_path / "state")
     async with JobService.open(settings, environ=environ, retry=FAST, backend_factory=members) as service:
         context = [{"path": str(project), "permission": "write"}]
-        view = await service.submit(TASK, str(team), context, apply="force", verify="pytest -q")
+        view = await service.submit(
+            JobRequest(task=TASK, team=str(team), context_paths=context, apply="force", verify="pytest -q")
+        )
         view = await until_cli_done(service, view)
         patch = (await service.read(view.job_id, "@diff", None, 0, 100_000)).content
         transcript = (await service.read(view.job_id, "transcript", None, 0, 100_000)).content

@@ -18,6 +18,7 @@ from conclave.files.contexts import ContextPath
 from conclave.files.removal import remove_tree
 from conclave.files.trees import list_tree
 from conclave.files.workspaces import Workspaces
+from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
 from conclave.settings import Settings
 from tests.fakes.script import RecordedRequest, Reply
@@ -157,7 +158,9 @@ async def test_a_command_that_nests_1500_folders_fails_that_step_never_the_job(
     async with JobService.open(
         Settings(home=tmp_path / "state"), environ={KEY_ENV: "k-0123456789"}
     ) as service:
-        view = await service.submit("nest", team, [{"path": str(project)}])
+        view = await service.submit(
+            JobRequest(task="nest", team=team, context_paths=[{"path": str(project)}])
+        )
         with anyio.fail_after(120):
             while not view.done:
                 view = await service.wait(view.job_id, 10)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
 from conclave.settings import Settings
 from tests.fakes.server import FakeProviders
@@ -35,7 +36,10 @@ async def test_state_is_private_and_working_copies_go_with_the_job(
     try:
         async with JobService.open(Settings(home=home), environ={KEY_ENV: "k-0123456789"}) as service:
             view = await until_done(
-                service, await service.submit("Look at a.txt", team, [{"path": str(project)}])
+                service,
+                await service.submit(
+                    JobRequest(task="Look at a.txt", team=team, context_paths=[{"path": str(project)}])
+                ),
             )
     finally:
         os.umask(old)

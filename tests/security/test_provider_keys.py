@@ -20,6 +20,7 @@ from mcp.client.stdio import stdio_client
 
 from conclave.config.loading import parse_team
 from conclave.errors import ConfigError
+from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
 from conclave.settings import Settings
 from tests.fakes.processes import stdio_params
@@ -37,7 +38,7 @@ def _leaked(fakes: FakeProviders) -> list[str]:
 
 async def _run(tmp_path: Path, team: Path, environ: dict[str, str]) -> None:
     async with JobService.open(Settings(home=tmp_path / "state"), environ=environ) as service:
-        view = await service.submit("What is 6 times 7?", str(team))
+        view = await service.submit(JobRequest(task="What is 6 times 7?", team=str(team)))
         with anyio.fail_after(120):
             while not view.done:
                 view = await service.wait(view.job_id, 10)

@@ -14,6 +14,7 @@ from fastmcp import Client
 
 from conclave.app.server import create_app
 from conclave.errors import InputError
+from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
 from conclave.settings import Settings
 from tests.fakes.server import FakeProviders
@@ -41,7 +42,7 @@ async def test_a_credentials_folder_or_a_home_holding_one_is_refused(
     async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV) as service:
         for path in (home, home / secrets):
             with pytest.raises(InputError, match="holds credentials") as refused:
-                await service.submit("task", team, [{"path": str(path)}])
+                await service.submit(JobRequest(task="task", team=team, context_paths=[{"path": str(path)}]))
             assert f"{home / secrets}" in str(refused.value)
             assert '"allow_secrets": true' in str(refused.value)  # the MCP caller's way to insist
             assert "--allow-secret-folders" in refused.value.render("cli")
@@ -53,7 +54,9 @@ async def test_the_caller_may_insist(tmp_path: Path, fakes: FakeProviders) -> No
     home = a_home(tmp_path, ".ssh")
     team = str(write_team(tmp_path / "team.yaml", fakes, SOLO))
     async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV) as service:
-        view = await service.submit("task", team, [{"path": str(home), "allow_secrets": True}])
+        view = await service.submit(
+            JobRequest(task="task", team=team, context_paths=[{"path": str(home), "allow_secrets": True}])
+        )
         assert view.job_id.startswith("cj-")
 
 

@@ -13,6 +13,7 @@ from fastmcp.exceptions import ToolError
 
 from conclave.config.loading import parse_team
 from conclave.errors import ConfigError
+from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
 from conclave.settings import Settings
 from tests.fakes.processes import HTTP_TOKEN, http_server
@@ -76,7 +77,9 @@ async def test_a_providers_default_key_never_reaches_another_endpoint(
     async with JobService.open(
         Settings(home=tmp_path / "state"), environ={"OPENAI_API_KEY": SECRET}
     ) as service:
-        view = await until_done(service, await service.submit("What is 6 times 7?", str(path)))
+        view = await until_done(
+            service, await service.submit(JobRequest(task="What is 6 times 7?", team=str(path)))
+        )
     assert view.state == "completed", view.text()
     requests = fakes.script.requests_of("ann")
     assert requests and not any(SECRET in str(request.headers) for request in requests)
@@ -97,7 +100,7 @@ async def test_a_sandbox_network_needs_the_servers_opt_in(tmp_path: Path, fakes:
     env = {KEY_ENV: "test-key-0123456789"}
     async with JobService.open(Settings(home=tmp_path / "state"), environ=env) as service:
         with pytest.raises(ConfigError, match="CONCLAVE_SANDBOX_NETWORK"):
-            await service.submit("task", team)
+            await service.submit(JobRequest(task="task", team=team))
 
 
 async def test_over_http_team_files_come_only_from_the_presets_and_the_users_team_folder(

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
 from conclave.settings import Settings
 from tests.fakes.script import Reply
@@ -43,7 +44,10 @@ async def test_malformed_tool_arguments_are_tool_errors_and_the_job_completes(
         Settings(home=tmp_path / "state"), environ={KEY_ENV: "k-0123456789"}
     ) as service:
         view = await until_done(
-            service, await service.submit("Look at a.txt", team, [{"path": str(project)}])
+            service,
+            await service.submit(
+                JobRequest(task="Look at a.txt", team=team, context_paths=[{"path": str(project)}])
+            ),
         )
     assert view.state == "completed", view.text()
     answered = fakes.script.requests_of("ann")[1].text()

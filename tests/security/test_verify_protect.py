@@ -12,6 +12,7 @@ import anyio
 import pytest
 
 from conclave.files.protect import DEFAULT_PROTECT, restore, shadows
+from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
 from conclave.settings import Settings
 from tests.fakes.calc_task import CALC, TESTS
@@ -63,7 +64,11 @@ async def test_editing_skipping_or_shadowing_the_tests_does_not_make_a_wrong_ans
     async with JobService.open(
         Settings(home=tmp_path / "state", verify_concurrency=2), environ={KEY_ENV: "test-key-0123456789"}
     ) as service:
-        view = await service.submit("Fix add() in calc.py.", team, [{"path": str(project)}], verify=CHECK)
+        view = await service.submit(
+            JobRequest(
+                task="Fix add() in calc.py.", team=team, context_paths=[{"path": str(project)}], verify=CHECK
+            )
+        )
         with anyio.fail_after(240):
             while not view.done:
                 view = await service.wait(view.job_id, 10)

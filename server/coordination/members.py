@@ -39,15 +39,7 @@ def endpoint_factory(environ: Mapping[str, str], local_servers: LocalServers | N
     def make(spec: AgentSpec) -> Agent:
         if spec.is_cli:  # a coding-agent CLI: its login is read here, at the job's start
             return CliAgent(CliMember.for_spec(spec, environ))
-        endpoint = Endpoint(
-            spec.provider,
-            spec.model_name,
-            spec.api_key(environ),
-            spec.endpoint_url,
-            spec.timeout_s,
-            spec.stream,
-            spec.model_path,
-        )
+        endpoint = endpoint_of(spec, environ)
         if spec.turn == "split":
             scorer = create_scorer(endpoint, local_servers=local_servers)
             if scorer is not None:
@@ -56,6 +48,19 @@ def endpoint_factory(environ: Mapping[str, str], local_servers: LocalServers | N
         return ApiAgent(create_backend(endpoint, local_servers=local_servers))
 
     return make
+
+
+def endpoint_of(spec: AgentSpec, environ: Mapping[str, str]) -> Endpoint:
+    """How an API agent's model is called: its provider, model, key (read from `environ`), URL and limits."""
+    return Endpoint(
+        spec.provider,
+        spec.model_name,
+        spec.api_key(environ),
+        spec.endpoint_url,
+        spec.timeout_s,
+        spec.stream,
+        spec.model_path,
+    )
 
 
 def seed_for(job_id: str) -> int:

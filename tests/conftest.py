@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from conclave.config.models import SandboxSpec
+from conclave.sandbox.clis_image import clis_tag
 from conclave.sandbox.engine import engine_status
 from conclave.sandbox.image import image_tag
 from tests.fakes.server import FakeProviders
@@ -52,4 +53,17 @@ def docker_image() -> str:
     status = engine_status(tag)
     if not status.available or not status.image_present:
         pytest.skip(f"needs the Docker engine and the sandbox image ({status.error}); .ci/run provides both")
+    return tag
+
+
+@pytest.fixture(scope="session")
+def clis_image() -> str:
+    """The CLI image's tag (`conclave sandbox build --clis`); skips, saying why, without it."""
+    tag = clis_tag()
+    status = engine_status(tag)
+    if not status.available or not status.image_present:
+        pytest.skip(
+            f"needs the Docker engine and the CLI image {tag} ({status.error}): `conclave sandbox build "
+            "--clis`"
+        )
     return tag

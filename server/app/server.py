@@ -209,7 +209,7 @@ async def serve_http(settings: Settings, host: str = "127.0.0.1", port: int = 87
     uvicorn handles the signals itself, and after shutting down gracefully it restores the previous
     handler and raises the signal again. With the default SIGTERM handler that would kill the process
     before the JobService closes (running jobs would be left for the next server to find), so SIGTERM
-    gets a handler that raises instead (tests/test_http.py checks the exit code).
+    gets a handler that raises instead.
     """
     tokens = load_tokens(settings)
     check_exposure(tokens, host)

@@ -8,7 +8,7 @@ Where the tokens come from, all of them accepted at once:
     $CONCLAVE_HOME/http-token               made (0600) when neither of the above gives a token; caller `http`
 
 A job belongs to the caller that started it (jobs/service.py); `local` (the CLI and stdio) is not a name a
-token may take. tests/security/test_callers.py checks both.
+token may take.
 
 A running server rereads them when http-tokens.json changes (`TokenSource`): a new token works and a
 removed one is refused from the next request on, on /mcp and the web view alike, without a restart.

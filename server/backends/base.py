@@ -90,8 +90,8 @@ class Usage:
 
     `input_tokens` includes `cached_input_tokens`. A call may report in several events (Anthropic and
     Gemini streams send the input side first): the call's usage is their sum, and each is counted as it
-    arrives, so a call cut off midway still counts what its provider said it billed
-    (tests/backends/test_contract.py). `calls`: the provider attempts counted in (0 in a report).
+    arrives, so a call cut off midway still counts what its provider said it billed. `calls`: the provider
+    attempts counted in (0 in a report).
 
     The cost: `cost_usd` is None when no part of the sum has a cost (no price, and no CLI said one);
     else the sum of the parts' costs, and `uncosted_tokens` counts the tokens of the parts that came

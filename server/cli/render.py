@@ -1,7 +1,7 @@
 """How `conclave ask` shows a job to a person: the live view, the tally by answer, the closing lines.
 
-Pure functions of a JobView (and the answers' texts, for what each group of votes says), so
-tests/test_cli_wording.py renders them without a job. Lines are wrapped at word boundaries with a
+Pure functions of a JobView (and the answers' texts, for what each group of votes says), so they
+render without a job. Lines are wrapped at word boundaries with a
 hanging indent: a phrase like "2 of 3 votes" never breaks across lines.
 """
 

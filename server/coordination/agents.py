@@ -33,14 +33,16 @@ from conclave.coordination.turns import api_turn, present
 from conclave.members.runner import CliMember
 
 if TYPE_CHECKING:
+    from conclave.files.secrets import Secrets
     from conclave.sandbox.container import Sandbox
 
 
 class Agent(Protocol):
     """One team member as the orchestrator drives it."""
 
-    def attach(self, sandbox: Sandbox | None) -> None:
-        """The agent's container for this job (None when the team runs no commands)."""
+    def attach(self, sandbox: Sandbox | None, secrets: Secrets) -> None:
+        """The agent's container for this job (None when the team runs no commands), and the job's
+        secrets, which every snapshot keeps out (files/secrets.py)."""
         ...
 
     async def turn(
@@ -70,7 +72,7 @@ class ApiAgent:
 
     backend: Backend
 
-    def attach(self, sandbox: Sandbox | None) -> None:
+    def attach(self, sandbox: Sandbox | None, secrets: Secrets) -> None:
         """Nothing to attach: its work tools reach the container through the job (files/agent_tools.py)."""
 
     async def turn(
@@ -98,7 +100,7 @@ class SplitAgent:
     backend: Backend
     scorer: Scorer | None = None
 
-    def attach(self, sandbox: Sandbox | None) -> None:
+    def attach(self, sandbox: Sandbox | None, secrets: Secrets) -> None:
         """Nothing to attach, as an API agent."""
 
     async def turn(
@@ -125,9 +127,10 @@ class CliAgent:
 
     member: CliMember
 
-    def attach(self, sandbox: Sandbox | None) -> None:
-        """The CLI runs in this container, through its egress proxy (members/runner.py `bind`)."""
-        self.member.bind(sandbox)
+    def attach(self, sandbox: Sandbox | None, secrets: Secrets) -> None:
+        """The CLI runs in this container, through its egress proxy (members/runner.py `bind`); its
+        login's values join the job's secrets, and each of its runs adds what its CLI refreshed."""
+        self.member.bind(sandbox, secrets=secrets)
 
     async def turn(
         self,

@@ -62,6 +62,7 @@ class JobFiles:
         self._proxies: anyio.abc.TaskGroup | None = None  # hosts CLI members' egress proxies (`egress`)
         self._budget = DiskBudget(disk_budget) if disk_budget is not None else None
         self._sandboxes: dict[str, Sandbox] = {}
+        self.final_label: str | None = None
         self._folders = tuple(context.name for context in workspaces.manifest().contexts)
         # one context path: its folder is the agent's whole workspace, so nothing can land outside it
         self._root = workspaces.root_name()
@@ -152,7 +153,7 @@ class JobFiles:
         """Freeze the author's workspace as the answer's snapshot and show it to the peers.
 
         Any failure is a ConclaveError: the orchestrator then keeps the answer without files, and
-        something unexpected here never fails the job (tests/security/test_names.py).
+        something unexpected here never fails the job.
         """
         with _host_step(f"the snapshot of {label}"):
             snapshot = await self.workspaces.snapshot(letter, label)
@@ -164,6 +165,7 @@ class JobFiles:
         """final/ is the winning answer's snapshot: exactly the files the team voted for."""
         if winner is None or not self.workspaces.snapshot_dir(winner).is_dir():
             return None
+        self.final_label = winner  # whose held-back files the result names (jobs/file_steps.py)
         with _host_step(f"the final files of {winner}"):
             return await self.workspaces.finalize(winner)
 

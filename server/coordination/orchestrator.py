@@ -84,9 +84,7 @@ class Orchestrator:
         thread: str | None = None,
     ) -> None:
         self.job_id, self.task, self.team, self.sink = job_id, task, team, sink
-        self.history = (
-            history  # a follow-up's earlier rounds, shown before its task (prompts.history_section)
-        )
+        self.history = history  # a follow-up's earlier rounds, shown before its task (prompts.py)
         # the job's end on anyio's clock when the caller's set-up (copying the context) already used
         # part of its timeout; else the timeout counts from `run`
         self._deadline_at = deadline
@@ -110,7 +108,8 @@ class Orchestrator:
             seed=seed_for(job_id),
             verify=verifier is not None,
         )
-        self.reports = Reporter(sink, self.state, self.members, clock)  # events, progress, the result
+        secrets = files.workspaces.secrets if files is not None else None  # the job's (files/secrets.py)
+        self.reports = Reporter(sink, self.state, self.members, clock, secrets)  # events, progress, result
         self._scopes: dict[int, anyio.CancelScope] = {}
         self._result: JobResult | None = None
         self._send, self._receive = anyio.create_memory_object_stream[ProtocolEvent](math.inf)
@@ -171,7 +170,8 @@ class Orchestrator:
                 self._factory, member.spec, abandon_on_cancel=True, limiter=self._limiters.building
             )
             member.agent = agent  # closed at the job's end, however set-up ends
-            agent.attach(self.files.sandbox(member.letter) if self.files is not None else None)
+            if self.files is not None:  # its container, and the job's secrets its login's values join
+                agent.attach(self.files.sandbox(member.letter), self.files.workspaces.secrets)
             member.ctx = self._context(member)
 
     async def _ended_in_set_up(self, reason: str) -> JobResult:

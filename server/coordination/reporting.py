@@ -3,7 +3,9 @@ beside it, and the result, built once from the protocol's outcome.
 
 The orchestrator (orchestrator.py) drives the job and hands this every event the protocol took; the
 progress itself is read from the protocol state by picture.py. Checks and their runs are kept here,
-since what a check found is a report (verification.py runs them).
+since what a check found is a report (verification.py runs them). Every event's data has the job's
+secrets masked (files/secrets.py): a CLI member's text already is at its source (members/runner.py),
+this catches any other way a value could reach the store.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from conclave.coordination.protocol_events import (
 )
 from conclave.coordination.reports import Check, EventKind, JobEvent, JobResult, Progress
 from conclave.coordination.tally import Answer
+from conclave.files.secrets import Secrets
 
 if TYPE_CHECKING:
     from conclave.coordination.verification import CheckRun
@@ -41,8 +44,10 @@ class Reporter:
         state: protocol.Coordination,
         members: Mapping[str, Member],
         clock: Callable[[], float],
+        secrets: Secrets | None = None,
     ) -> None:
         self.sink, self.state, self.members, self._clock = sink, state, members, clock
+        self.secrets = secrets if secrets is not None else Secrets()
         self.checks: dict[str, Check] = {}  # per answer label, with `verify`
         self.runs: dict[str, CheckRun] = {}  # finished checks, until their Verified is reported
         self.started = 0.0
@@ -52,6 +57,8 @@ class Reporter:
         return picture.progress(self.state, self.members, self.checks)
 
     async def emit(self, kind: EventKind, letter: str | None = None, **data: object) -> None:
+        if len(self.secrets):
+            data = self.secrets.scrub(data)
         event = JobEvent(kind=kind, letter=letter, data=data, at=round(self._clock() - self.started, 3))
         await self.sink.record(event, self.progress())
 

@@ -5,9 +5,9 @@ workspace, or a peer's latest snapshot, read-only) only through safe.py's no-fol
 an agent's background process may swap anything in its workspace at any time, so nothing here opens a
 workspace path by name. Files are read only when regular and under the cap (checked with fstat first);
 `search` has a time budget (the `regex` module's timeout, matching without the GIL) and a size cap.
-A tool never raises to the model: a problem comes back as a tool result that says what to fix
-(tests/test_agent_tools.py, tests/security/). Blocking file work runs in an abandonable worker thread,
-so cancelling a job never waits for it. The workflow calls (`new_answer`, `vote`) are in turns.py.
+A tool never raises to the model: a problem comes back as a tool result that says what to fix. Blocking
+file work runs in an abandonable worker thread, so cancelling a job never waits for it. The workflow
+calls (`new_answer`, `vote`) are in turns.py.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from conclave.backends.base import ToolSpec
 from conclave.errors import ConclaveError, InputError
 from conclave.files import safe
 from conclave.files.disk_budget import AgentDisk, OverBudget
+from conclave.files.peer_access import peer_readable
 from conclave.files.tool_args import (
     DEFAULT_COMMAND_TIMEOUT_S,
     MAX_COMMAND_TIMEOUT_S,
@@ -84,7 +85,7 @@ class AgentTools:
     owner: tuple[int, int] | None = None  # who owns files written for the sandbox user
     disk: AgentDisk | None = None  # the job's disk budget, as this agent sees it
     # With several context paths the workspace root holds one folder each, and only they reach the
-    # diff: writes elsewhere are refused (tests/test_agent_tools.py). Empty: anywhere in the workspace.
+    # diff: writes elsewhere are refused. Empty: anywhere in the workspace.
     folders: tuple[str, ...] = ()
 
     def specs(self) -> tuple[ToolSpec, ...]:
@@ -200,8 +201,13 @@ class AgentTools:
         return "\n".join(lines) or "(no files)"
 
     def _read_file(self, args: ReadArgs) -> str:
-        shown = args.path
-        data = _read(self._root(args.peer), shown, "use list_files to see what exists")
+        shown, root = args.path, self._root(args.peer)
+        if args.peer and safe.lstat(root, shown) is not None and not peer_readable(root, shown):
+            raise ToolProblem(
+                f"peer {args.peer}'s {shown!r} is private (its mode lets only its author read it, as at "
+                f"/peers/{args.peer}); read the files it shares"
+            )
+        data = _read(root, shown, "use list_files to see what exists")
         if b"\x00" in data[:8192]:
             raise ToolProblem(f"{shown!r} is a binary file ({len(data)} bytes); it cannot be shown as text")
         lines = data.decode("utf-8", errors="replace").splitlines()
@@ -280,8 +286,11 @@ class AgentTools:
             if entry.size > MAX_SEARCH_FILE or entry.size > budget:
                 large += 1
                 continue
+            path = f"{prefix}/{rel}" if prefix else rel
+            if args.peer and not peer_readable(root, path):
+                continue  # private to its author, as at /peers/<letter> (peer_access.py)
             try:
-                data = safe.read_bytes(root, f"{prefix}/{rel}" if prefix else rel, MAX_SEARCH_FILE)
+                data = safe.read_bytes(root, path, MAX_SEARCH_FILE)
                 text = data.decode("utf-8")
             except (OSError, InputError, UnicodeDecodeError):
                 continue  # binary, unreadable, swapped or grown: not searched

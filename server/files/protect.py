@@ -16,7 +16,7 @@ job start is put back as the caller had it, whether or not a folder of that name
 every folder pytest puts on `sys.path` for a test module (`import_roots`): there such a module would
 run instead of the real one. A module that shadowed at job start is the
 project's own and stays as the answer made it. What was put back is returned, and the check says so to
-voters and in the result (tests/security/test_verify_protect.py).
+voters and in the result.
 """
 
 from __future__ import annotations

@@ -14,9 +14,11 @@ allow it) when:
   and hooks, MCP registrations, install scripts, CI workflows, git hooks: the table in autorun.py), added,
   modified or deleted (deleting an agent's settings can drop its deny rules): needs `allow_autorun`;
 - it is not in the patch at all (defence in depth: apply's plan and the patch are built apart).
+A file that holds a secret of a member (`secret`) is never in the patch at all: it was left out of the
+answer's snapshot (workspaces.py, secrets.py), and the result names it with the others.
 A deletion shows in the patch whatever the content, so it needs no consent (VCS metadata and the autorun
 files excepted).
-tests/security/test_apply_review.py covers each rule; docs/apply-and-verify.md tells users.
+docs/apply-and-verify.md tells users each rule.
 """
 
 from __future__ import annotations
@@ -30,7 +32,9 @@ from conclave.files.autorun import classify
 from conclave.files.diff import Patch
 from conclave.files.folding import folded_parts
 
-HoldReason = Literal["binary", "became_binary", "artifact", "vcs_metadata", "autorun", "not_in_patch"]
+HoldReason = Literal[
+    "binary", "became_binary", "artifact", "vcs_metadata", "autorun", "not_in_patch", "secret"
+]
 VCS_NAMES = frozenset({".git", ".hg", ".svn", ".bzr", "_darcs"})
 ARTIFACT_DIRS = frozenset({"__pycache__"})
 ARTIFACT_SUFFIXES = (
@@ -61,6 +65,8 @@ FIXES: dict[HoldReason, str] = {
     "vcs_metadata": "version-control metadata (.git, .hg, .svn in any letter case) is never applied",
     "autorun": "review it in the patch, then pass allow_autorun=true (CLI: --allow-autorun) to apply it",
     "not_in_patch": "not in the reviewed patch, so never applied",
+    "secret": "it holds a team member's login token or key (as it is, or base64 or hex): left out of the "
+    "answer's files, so no peer, diff or apply has it; never applied",
 }
 
 

@@ -14,6 +14,7 @@
         final/             the winner's workspace after presentation, immutable
         diff.patch         the winner's git-style patch over every context path, written at the end
         meta/<tree>        when base/ or a snapshot was captured (for safe reuse of unchanged files)
+        meta/<label>.held  files left out of that snapshot: they hold a secret (paths only, secrets.py)
 
 The API (blocking work runs in a worker thread through `anyio.to_thread.run_sync`; the copies are
 abandoned on cancel, so a cancelled job never waits for one; apply is not, it must finish or roll back):
@@ -34,10 +35,13 @@ and final/ hard-link files unchanged since the tree they derive from (the agent'
 base/), judged by size, mode and mtime, and never for files modified within 2 s of that tree's capture
 (git's racy-clean rule); immutable trees may share inodes, agents/ never does. Every tree is built under
 a temporary name and renamed into place, so a crash never leaves half a snapshot.
+Every file leaves a workspace through a snapshot (peers, checks, final/, diff, apply, read_workspace),
+so a copied file that holds one of the job's secrets (`secrets`, secrets.py) is left out there.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Iterator
@@ -54,9 +58,11 @@ from conclave.files.carry import carry
 from conclave.files.check_copy import reviewed_copy
 from conclave.files.contexts import Caps, ContextManifest, ContextPath, CopiedContext, copy_context_sync, mb
 from conclave.files.diff import Patch, diff_trees
+from conclave.files.peer_access import peer_readable
 from conclave.files.removal import remove_tree
 from conclave.files.review import Consent
 from conclave.files.roots import run_pinned
+from conclave.files.secrets import Secrets, withhold
 from conclave.files.settling import settle
 from conclave.files.trees import Listing, Reference, copy_tree, list_tree
 
@@ -107,7 +113,8 @@ async def apply(
 
 
 class Workspaces:
-    """The workspace trees of one job (see the module docstring for the layout)."""
+    """The workspace trees of one job (see the module docstring for the layout); `secrets`, the job's
+    secret values, grow while it runs (coordination/job_files.py)."""
 
     def __init__(
         self,
@@ -116,9 +123,11 @@ class Workspaces:
         caps: Caps = Caps(),
         workspace_caps: Caps = WORKSPACE_CAPS,
         agent_owner: tuple[int, int] | None = None,
+        secrets: Secrets | None = None,
     ) -> None:
         self.job_dir = Path(job_dir)
         self.caps, self.workspace_caps, self.agent_owner = caps, workspace_caps, agent_owner
+        self.secrets = secrets if secrets is not None else Secrets()
         self.base = self.job_dir / "base"
         self.start = self.job_dir / "start"  # only for a follow-up (carry.py); else agents start from base/
         self.agents = self.job_dir / "agents"
@@ -190,9 +199,16 @@ class Workspaces:
         self._check_workspace(letter, listing)
         reuse = self._reference(self.latest().get(letter))
         with _building(self.snapshot_dir(label)) as tmp:
-            copy_tree(source, tmp, listing, reuse=reuse, on_error=_leave_out)
+            copied = copy_tree(source, tmp, listing, reuse=reuse, on_error=_leave_out)
+            held = withhold(tmp, [rel for rel, digest in copied.items() if digest is not None], self.secrets)
         self._set_captured(label, captured)
+        _write_atomic(self._meta / f"{label}.held", json.dumps(held))
         return self.snapshot_dir(label)
+
+    def held(self, label: str) -> dict[str, str]:
+        """The files left out of snapshot `label` because they hold a secret: path -> how (secrets.py)."""
+        record = self._meta / f"{self.snapshot_dir(label).name}.held"
+        return dict(json.loads(record.read_text())) if record.is_file() else {}
 
     async def finalize(self, label: str) -> Path:
         """Make final/ from an answer's snapshot (`B2`): exactly the files the team voted for."""
@@ -330,6 +346,8 @@ class Workspaces:
             else:
                 os.unlink(entry.path)
         for rel in list_tree(source).files:  # snapshots are immutable: linking their files is safe
+            if not peer_readable(source, rel):
+                continue  # private to its author: as a peer's container sees it (peer_access.py)
             target = mount / rel
             target.parent.mkdir(parents=True, exist_ok=True)
             os.link(source / rel, target)

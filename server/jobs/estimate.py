@@ -3,7 +3,7 @@
 `estimate` gives ask_team's first result a range (the least and the most a past job of the team used
 here, priced at the team's prices now; the budget caps the top); with no history it says so and
 gives only what a budget bounds. `history` gives list_teams the typical (median) tokens and cost per
-job. Both read `Store.team_usage` (tests/test_budgets.py).
+job. Both read `Store.team_usage`.
 """
 
 from __future__ import annotations

@@ -17,8 +17,9 @@ from conclave.errors import ApplyError, PathOutsideRoot, SandboxUnavailable
 from conclave.files.contexts import ContextPath, named
 from conclave.files.disk_budget import MB
 from conclave.files.removal import remove_tree
-from conclave.files.review import Consent
+from conclave.files.review import FIXES, Consent, HeldBack
 from conclave.files.roots import identify
+from conclave.files.secrets import Secrets
 from conclave.files.trees import list_tree
 from conclave.files.workspaces import Workspaces
 from conclave.jobs.records import ApplyMode, ContextChanges, FilesResult, JobOptions
@@ -80,11 +81,12 @@ NO_CONSENSUS = (
 
 async def collect(files: JobFiles, options: JobOptions, consensus: bool) -> FilesResult:
     """The winner's diff per context path, written as one patch file; applied where asked and allowed:
-    `apply: true` only with consensus, `apply: "force"` without (tests/test_voting.py::test_apply_*)."""
+    `apply: true` only with consensus, `apply: "force"` without."""
     workspaces = files.workspaces
     if not workspaces.final.is_dir():
         return FilesResult(error="no final files: the winning answer has no snapshot (see the transcript)")
     patches = await workspaces.diffs()
+    held = workspaces.held(files.final_label) if files.final_label else {}
     chunks, contexts = [], []
     for option in options.context_paths:
         name = option.name
@@ -118,6 +120,7 @@ async def collect(files: JobFiles, options: JobOptions, consensus: bool) -> File
                     changes.apply_error = "nothing applied: every change was held back (see held_back)"
             except (ApplyError, PathOutsideRoot) as exc:  # PathOutsideRoot: the folder moved (files/roots.py)
                 changes.apply_error = str(exc)
+        changes.held_back += _secret_files(held, name)
         contexts.append(changes)
     text = "".join(chunks)
     await anyio.to_thread.run_sync(workspaces.patch.write_text, text)
@@ -125,6 +128,12 @@ async def collect(files: JobFiles, options: JobOptions, consensus: bool) -> File
         _outside, workspaces.final, {o.name for o in options.context_paths if o.name}
     )
     return FilesResult(contexts=contexts, patch_chars=len(text), outside=outside)
+
+
+def _secret_files(held: dict[str, str], name: str) -> list[HeldBack]:
+    """The winner's files of context `name` left out of its snapshot: they hold a member's secret."""
+    inside = sorted(rel.split("/", 1)[1] for rel in held if rel.startswith(f"{name}/"))
+    return [HeldBack(path=rel, reason="secret", fix=FIXES["secret"]) for rel in inside]
 
 
 def _outside(final: Path, names: set[str]) -> list[str]:
@@ -147,7 +156,7 @@ def job_files(
     if not options.context_paths:
         return None
     sandbox = team.sandbox if options.commands and not isinstance(team.sandbox, str) else None
-    workspaces = Workspaces(job_dir, agent_owner=container_user())
+    workspaces = Workspaces(job_dir, agent_owner=container_user(), secrets=Secrets())
     return JobFiles(
         job_id,
         workspaces,

@@ -6,7 +6,7 @@ Calls are short local transactions, safe from any thread (jobs/connections.py): 
 in worker threads through jobs/async_store.py, so the event loop never waits on SQLite; the CLI calls
 them directly. State is private: the state folder and its jobs/ are made 0700 and the database 0600
 (SQLite gives its -wal and -shm files the database's mode), so other users of the machine read nothing
-of it (tests/security/test_private_state.py).
+of it.
 """
 
 from __future__ import annotations
@@ -123,7 +123,7 @@ class Store(ThreadRecords[JobRow]):
 
     def _has_column(self, statement: str) -> bool:
         """Whether `statement` adds a column the table has already: a database written by a development
-        build numbered its migrations differently (tests/test_store.py)."""
+        build numbered its migrations differently."""
         found = ADD_COLUMN.match(statement)
         if found is None:
             return False

@@ -175,7 +175,7 @@ def cost_text(usage: Usage) -> str:
 
 TASK_PREVIEW = 200
 # What a calling model reads first: Claude Code and Codex hand it the structured result as JSON, not
-# the text block (tests/test_agent_clis.py checks the order Claude Code's model sees).
+# the text block.
 LEAD = ("job_id", "state", "result", "majority", "winner_check", "estimate", "next", "progress")
 RESULT_LEAD = ("answer", "consensus", "winner")
 PROGRESS_LEAD = ("leading", "tally", "agree", "checks")

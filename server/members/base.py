@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from conclave.backends.base import Usage
@@ -13,27 +13,40 @@ from conclave.config.clis import CliFacts
 from conclave.sandbox.member import HOME  # a private tmpfs in the member's container
 
 SCHEMA_FILE = f"{HOME}/decision-schema.json"
+# What a key-mode CLI holds as its key inside its container: not a secret. Its egress proxy puts the real
+# key in its place on the way to the provider (sandbox/provider_key.py).
+PLACEHOLDER_KEY = "conclave-placeholder-the-egress-proxy-adds-the-key"
 
 
 @dataclass(frozen=True)
 class Login:
     """How the member logs in: a key (and the variable the CLI reads it from) or the user's login files
-    (HOME-relative path -> content). Never printed: `repr` leaves the secrets out."""
+    (HOME-relative path -> content). Never printed: `repr` leaves the secrets out.
+
+    `base_url` is the member's own endpoint (None: its CLI's official one). `bridge` is set only on the
+    login as its container sees it (`held_by_proxy`): the URL the CLI sends its requests to; `key` is
+    then the placeholder, and the member's egress proxy puts the real key in its place."""
 
     variable: str | None = None
     key: str | None = field(default=None, repr=False)
     files: dict[str, bytes] = field(default_factory=dict, repr=False)
     base_url: str | None = None
+    bridge: str | None = None
+
+    def held_by_proxy(self, bridge: str) -> Login:
+        """This key login as its container sees it: the placeholder for its key, `bridge` as its URL."""
+        return replace(self, key=PLACEHOLDER_KEY, bridge=bridge)
 
     def secrets(self) -> list[str]:
-        """Every secret value, for the leak checks (tests/members/test_cli_members_e2e.py)."""
+        """Every secret value: the key, and each token of the login files (files/secrets.py keeps them
+        out of the job's files and text)."""
         found = [self.key] if self.key else []
         for content in self.files.values():
-            found += list(_secret_strings(content))
+            found += list(secret_strings(content))
         return found
 
 
-def _secret_strings(content: bytes) -> Iterator[str]:
+def secret_strings(content: bytes) -> Iterator[str]:
     """The long strings of a login file (tokens), or the whole text when it is not JSON."""
     text = content.decode("utf-8", "replace")
     try:
@@ -74,8 +87,15 @@ class CliAdapter(Protocol):
         """The argv (its binary first) of one headless run in /workspace."""
         ...
 
+    def provider_url(self, login: Login) -> str | None:
+        """Where this login's requests go when it is a key the container must never hold (its egress
+        proxy adds it: runner.py, sandbox/provider_key.py): its base_url, else the CLI's official API.
+        None for a login the container holds: login files, OAuth and GitHub tokens."""
+        ...
+
     def environment(self, login: Login, model: str | None) -> dict[str, str]:
-        """Variables for the run: its config folder under HOME, quiet mode, the key and endpoint."""
+        """Variables for the run: its config folder under HOME, quiet mode, the key and endpoint (for a
+        key login, the placeholder and the bridge: `login.bridge`)."""
         ...
 
     def home_files(self, login: Login, model: str | None) -> dict[str, bytes]:

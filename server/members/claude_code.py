@@ -18,6 +18,8 @@ from conclave.members.base import CliOutput, Login, json_lines, last_json_object
 from conclave.sandbox.member import HOME
 
 CONFIG = ".claude"  # under HOME; CLAUDE_CONFIG_DIR points here
+API_URL = "https://api.anthropic.com"
+OAUTH_VARIABLE = "CLAUDE_CODE_OAUTH_TOKEN"  # a Claude plan's token: a plan login, not a key
 
 
 class ClaudeCode:
@@ -43,6 +45,11 @@ class ClaudeCode:
             argv += ["--json-schema", json.dumps(schema)]
         return argv
 
+    def provider_url(self, login: Login) -> str | None:
+        if not login.key or (login.variable == OAUTH_VARIABLE and not login.base_url):
+            return None  # a plan's token for the official API; a custom endpoint's key is a key
+        return login.base_url or API_URL
+
     def environment(self, login: Login, model: str | None) -> dict[str, str]:
         env = {
             "CLAUDE_CONFIG_DIR": f"{HOME}/{CONFIG}",
@@ -57,8 +64,9 @@ class ClaudeCode:
             env["ANTHROPIC_API_KEY" if login.base_url else (login.variable or "ANTHROPIC_API_KEY")] = (
                 login.key
             )
-        if login.base_url:
-            env["ANTHROPIC_BASE_URL"] = login.base_url
+        url = login.bridge or login.base_url
+        if url:
+            env["ANTHROPIC_BASE_URL"] = url
         return env
 
     def home_files(self, login: Login, model: str | None) -> dict[str, bytes]:

@@ -20,6 +20,7 @@ from conclave.sandbox.member import HOME
 CONFIG = ".codex"  # under HOME; CODEX_HOME points here
 KEY_VARIABLE = "CONCLAVE_CODEX_KEY"  # the provider's env_key: the key under a name only Codex reads
 PLAN_URL = "https://chatgpt.com/backend-api/codex"  # a ChatGPT plan's endpoint (auth.json logins)
+API_URL = "https://api.openai.com/v1"
 
 
 class Codex:
@@ -43,6 +44,9 @@ class Codex:
             argv += ["--output-schema", SCHEMA_FILE]
         return [*argv, prompt]
 
+    def provider_url(self, login: Login) -> str | None:
+        return (login.base_url or API_URL) if login.key else None
+
     def environment(self, login: Login, model: str | None) -> dict[str, str]:
         env = {"CODEX_HOME": f"{HOME}/{CONFIG}"}
         if login.key:
@@ -51,7 +55,7 @@ class Codex:
 
     def home_files(self, login: Login, model: str | None) -> dict[str, bytes]:
         if login.key:
-            url = login.base_url or "https://api.openai.com/v1"
+            url = login.bridge or login.base_url or API_URL
             provider = f'env_key = "{KEY_VARIABLE}"\n'
         else:
             url, provider = PLAN_URL, "requires_openai_auth = true\n"

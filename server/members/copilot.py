@@ -44,11 +44,15 @@ class Copilot:
         ]
         return argv + (["--model", model] if model else [])
 
+    def provider_url(self, login: Login) -> str | None:
+        """Only its own-key provider (a base_url): a GitHub token is a plan login."""
+        return login.base_url if login.key and login.base_url else None
+
     def environment(self, login: Login, model: str | None) -> dict[str, str]:
         env = {"COPILOT_HOME": f"{HOME}/.copilot", "COPILOT_AUTO_UPDATE": "false"}
         if login.base_url:
             env |= {
-                "COPILOT_PROVIDER_BASE_URL": login.base_url,
+                "COPILOT_PROVIDER_BASE_URL": login.bridge or login.base_url,
                 "COPILOT_OFFLINE": "true",
                 "COPILOT_PROVIDER_TYPE": "anthropic" if "anthropic" in login.base_url else "openai",
             }

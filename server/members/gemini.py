@@ -17,6 +17,8 @@ from conclave.config.clis import CLIS
 from conclave.members.base import CliOutput, Login, json_lines, last_json_object
 from conclave.sandbox.member import HOME
 
+API_URL = "https://generativelanguage.googleapis.com"
+
 
 class Gemini:
     facts = CLIS["gemini"]
@@ -26,12 +28,16 @@ class Gemini:
         argv = ["gemini", "-p", prompt, "--approval-mode", "yolo", "--skip-trust", "-o", "stream-json"]
         return argv + (["-m", model] if model else [])
 
+    def provider_url(self, login: Login) -> str | None:
+        return (login.base_url or API_URL) if login.key else None
+
     def environment(self, login: Login, model: str | None) -> dict[str, str]:
         env = {"GEMINI_CLI_NO_RELAUNCH": "true", "GEMINI_CLI_HOME": HOME}
         if login.key:
             env["GEMINI_API_KEY"] = login.key
-        if login.base_url:
-            env["GOOGLE_GEMINI_BASE_URL"] = login.base_url
+        url = login.bridge or login.base_url
+        if url:
+            env["GOOGLE_GEMINI_BASE_URL"] = url
         return env
 
     def home_files(self, login: Login, model: str | None) -> dict[str, bytes]:

@@ -7,12 +7,19 @@
 
 Each run is one exec, `sh -c` under coreutils `timeout -s KILL` (sandbox/container.py): it writes the
 private HOME on the container's tmpfs (0700, only once: a CLI may refresh its token there), then runs
-the CLI with stdin closed. The login reaches the container only as the exec's environment, which the
-prelude unsets before the CLI starts. A cancelled run (stale turn, cancelled job, budget) kills every
-process of the member's user in the container at once (`Sandbox.kill_all`: `setsid` children too).
+the CLI with stdin closed. A key never reaches the container: the member's egress proxy holds it (`bind`)
+and adds it to the requests the CLI sends to the bridge, where the CLI holds a placeholder (the adapter's
+`provider_url`, sandbox/provider_key.py). Login files reach the container only as the exec's environment,
+which the prelude unsets before the CLI starts. A cancelled run (stale turn, cancelled job, budget) kills
+every process of the member's user in the container at once (`Sandbox.kill_all`: `setsid` children too).
 
 Every run's usage goes to `charge` as its output reports it (meter.py: a budget can stop a long run)
 and however it ends, a killed one's included (`CliMember.reported`).
+
+Secrets: the member's login values join the job's set when it is bound (`secrets`, files/secrets.py:
+every snapshot keeps them out), and after every run, however it ended, its login files are read back
+from HOME and their tokens join too, since a CLI may refresh its login there. What a run gives back
+(its text, its decision, its error) has every known value of the job replaced before anyone sees it.
 It is also a `Backend` (one text reply from the CLI), so a CLI member presents like any other.
 """
 
@@ -26,7 +33,7 @@ import logging
 import math
 import shlex
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, ClassVar
 
@@ -37,8 +44,9 @@ from anyio.streams.memory import MemoryObjectReceiveStream
 from conclave.backends.base import Done, Request, StreamEvent, TextDelta, Usage
 from conclave.config.clis import split_cli_model
 from conclave.config.models import AgentSpec
-from conclave.errors import ProviderError
-from conclave.members.base import SCHEMA_FILE, CliAdapter, CliOutput, Login
+from conclave.errors import ProviderError, SandboxError
+from conclave.files.secrets import Secrets
+from conclave.members.base import SCHEMA_FILE, CliAdapter, CliOutput, Login, secret_strings
 from conclave.members.claude_code import ClaudeCode
 from conclave.members.codex import Codex
 from conclave.members.copilot import Copilot
@@ -48,6 +56,7 @@ from conclave.members.meter import Charge, Meter
 from conclave.sandbox.container import Sandbox
 from conclave.sandbox.member import HOME, MemberSandbox
 from conclave.sandbox.output import CommandResult
+from conclave.sandbox.provider_key import ProviderKey
 
 ADAPTERS: dict[str, CliAdapter] = {
     "claude-code": ClaudeCode(),
@@ -73,20 +82,54 @@ class CliMember:
     sandbox: Sandbox | None = None
     egress: dict[str, str] = field(default_factory=dict)
     runs: int = 0
+    secrets: Secrets = field(default_factory=Secrets, repr=False)  # the job's, once bound
     # One run at a time, its kill included: a cancelled turn's kill (every process of the member's user)
     # must be over before the next turn's run starts, or it kills that run too.
     _one_run: anyio.Lock = field(default_factory=anyio.Lock, repr=False)
+
+    def __post_init__(self) -> None:
+        self.secrets.add(self.login.secrets())
 
     @classmethod
     def for_spec(cls, spec: AgentSpec, environ: Mapping[str, str]) -> CliMember:
         name, model = split_cli_model(spec.model_name)
         return cls(spec, ADAPTERS[name], resolve_login(spec, environ), model)
 
-    def bind(self, sandbox: Sandbox | None, egress: Mapping[str, str] | None = None) -> None:
-        """Its container, and the variables that point the CLI at its way out (the egress proxy the
-        sandbox was started with, as `sandbox.egress_env`, when it has one)."""
+    def bind(
+        self,
+        sandbox: Sandbox | None,
+        egress: Mapping[str, str] | None = None,
+        *,
+        secrets: Secrets | None = None,
+    ) -> None:
+        """Its container, the variables that point the CLI at its way out (the egress proxy the sandbox
+        was started with, as `sandbox.egress_env`, when it has one), and the job's secrets, which its
+        login's values join. A key login's key goes to the container's egress proxy, never into the
+        container; SandboxError for a container without one."""
+        provider = self._provider()
+        if provider is not None and sandbox is not None:
+            if not isinstance(sandbox, MemberSandbox):
+                raise SandboxError(
+                    f"{self.spec.model} logs in with a key, which only its egress proxy may hold: it needs a "
+                    "CLI member's sandbox (sandbox/member.py)"
+                )
+            sandbox.egress.serve_key(provider)
         self.sandbox = sandbox
         self.egress = dict(egress if egress is not None else getattr(sandbox, "egress_env", None) or {})
+        if secrets is not None:
+            secrets.add(self.login.secrets())
+            self.secrets = secrets
+
+    def _provider(self) -> ProviderKey | None:
+        """Where the member's key login goes, with its key, through its egress proxy (None: no key login)."""
+        url = self.adapter.provider_url(self.login)
+        return ProviderKey(url, self.login.key) if url is not None and self.login.key else None
+
+    @property
+    def inside(self) -> Login:
+        """The login as the container gets it: a key login's placeholder and bridge, or its login files."""
+        provider = self._provider()
+        return self.login if provider is None else self.login.held_by_proxy(provider.bridge_url())
 
     async def run(
         self, prompt: str, schema: dict[str, Any] | None = None, charge: Charge | None = None
@@ -114,13 +157,17 @@ class CliMember:
                 if charge is not None:
                     live = partial(self.streamed, prompt, since=since)
                     meter = Meter(live, partial(self.reported, prompt, since=since), charge, self.spec.price)
-                await self._exec(self.sandbox, command, env, results, meter)
+                try:
+                    await self._exec(self.sandbox, command, env, results, meter)
+                finally:  # in the lock: its exec's reaping must not meet the next run's
+                    with anyio.CancelScope(shield=True):
+                        await self._read_back_login(self.sandbox)
         finally:
             if meter is not None and results:  # a run killed before its exec started used nothing
                 with anyio.CancelScope(shield=True):
                     await meter.update(results[0].stdout, final=True)
         result = results[0]
-        output = self.adapter.parse(result.stdout)
+        output = self._redacted(self.adapter.parse(result.stdout))
         if result.timed_out:
             raise ProviderError(
                 "cli", f"{self.spec.model} ran past its timeout_s of {self.spec.timeout_s:g} s and was killed"
@@ -177,8 +224,8 @@ class CliMember:
         """The exec, never abandoned: when the turn is cancelled, every process of the member's user is
         killed at once (`setsid` children too) and the exec is awaited to its end (its output, the
         usage so far, lands in `results`) before the cancellation goes on. An abandoned exec would
-        reap after it ends, killing the next turn's run (tests/members/test_cli_members_e2e.py, the
-        team test, caught that race). Meanwhile the meter charges the output as it arrives."""
+        reap after it ends, killing the next turn's run. Meanwhile the meter charges the output as it
+        arrives."""
         send, receive = anyio.create_memory_object_stream[bytes](math.inf)
 
         def heard(chunk: bytes) -> None:  # in the exec's worker thread
@@ -214,12 +261,11 @@ class CliMember:
 
     def script(self, prompt: str, schema: dict[str, Any] | None) -> tuple[str, dict[str, str]]:
         """The exec's shell command and environment (tests read both; the login is only in `env`)."""
-        env = {**self.egress, **self.adapter.environment(self.login, self.model), "HOME": HOME}
+        login = self.inside
+        env = {**self.egress, **self.adapter.environment(login, self.model), "HOME": HOME}
         lines = [f'umask 077; mkdir -p "{HOME}"']
         passed: list[str] = []
-        for index, (path, content) in enumerate(
-            sorted(self.adapter.home_files(self.login, self.model).items())
-        ):
+        for index, (path, content) in enumerate(sorted(self.adapter.home_files(login, self.model).items())):
             variable = f"CONCLAVE_HOME_FILE_{index}"
             target = shlex.quote(f"{HOME}/{path}")
             env[variable] = base64.b64encode(content).decode()
@@ -234,6 +280,7 @@ class CliMember:
             lines.append(f'printf %s "$CONCLAVE_SCHEMA" > {SCHEMA_FILE} || exit 97')
         if passed:
             lines.append(f"unset {' '.join(passed)}")
+        lines.append("umask 022")  # what the CLI writes in /workspace, peers may read (files/peer_access.py)
         run = f"{shlex.join(self.adapter.command(prompt, self.model, schema))} </dev/null"
         after = getattr(self.adapter, "after", None)
         lines.append(f"{run}; status=$?; {after}; exit $status" if after else f"exec {run}")
@@ -243,11 +290,31 @@ class CliMember:
         """How many connections the member's egress proxy has admitted (None without one at hand)."""
         return self.sandbox.egress.admitted if isinstance(self.sandbox, MemberSandbox) else None
 
+    async def _read_back_login(self, sandbox: Sandbox) -> None:
+        """Add the tokens of the login files as they are now in HOME (a run may have refreshed them) to
+        the job's secrets. A member that rewrites them hides only its own refreshed token (SECURITY.md)."""
+        if not self.login.files:
+            return
+        reads = [f"base64 -w0 {shlex.quote(f'{HOME}/{path}')} 2>/dev/null; echo" for path in self.login.files]
+        try:
+            result = await sandbox.exec("; ".join(reads), 30, output_cap=OUTPUT_CAP)
+        except SandboxError:
+            logger.warning("%s: its login files could not be read back after a run", self.spec.model)
+            return
+        for line in result.stdout.splitlines():
+            try:
+                self.secrets.add(secret_strings(base64.b64decode(line.strip(), validate=True)))
+            except ValueError:
+                continue  # not base64: not a file's content
+
+    def _redacted(self, output: CliOutput) -> CliOutput:
+        """The run's output with every known secret of the job replaced (files/secrets.py)."""
+        structured = self.secrets.scrub(output.structured) if output.structured else None
+        error = self._redact(output.error) if output.error is not None else None
+        return replace(output, text=self._redact(output.text), structured=structured, error=error)
+
     def _redact(self, text: str) -> str:
-        for secret in self.login.secrets():
-            if len(secret) >= 8:
-                text = text.replace(secret, "[login]")
-        return text
+        return self.secrets.redact(text)
 
     # The Backend seam: one reply from the CLI (a presentation) ----------------------------------------
     async def stream(self, request: Request) -> AsyncIterator[StreamEvent]:

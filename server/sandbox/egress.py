@@ -7,6 +7,7 @@ Interface (the CLI members of issue 16 use it through sandbox/member.py):
     async with egress_proxy(job_dir / "egress" / f"{letter}.sock", allow, label=f"{job}/{letter}") as proxy:
         sandbox = MemberSandbox(client, owner, proxy)
         await sandbox.start(workspace, peers, job_id, letter, limits)   # network none, socket bridged
+        proxy.serve_key(ProviderKey(url, key))  # a key login: the key stays here (members/runner.py)
         result = await sandbox.exec("claude -p ...", timeout_s=600, environment={...})
     proxy.denied  # the (method, host, port) it refused, for the transcript; never a path, header or body
 
@@ -19,6 +20,9 @@ The design follows Anthropic's sandbox-runtime (an allowlisting proxy reached ov
 What it speaks: `CONNECT host:port` (HTTPS and anything TLS: the tunnel is opaque bytes), and plain-HTTP
 requests in absolute form (`GET http://127.0.0.1:8080/v1/... HTTP/1.1`, as clients send them to a proxy),
 forwarded with `Connection: close` so one client connection can never be reused towards another host.
+For a member that logs in with a key, the proxy holds the key (`serve_key`) and serves its provider in
+reverse: a request to the bridge itself (origin form, or absolute form naming 127.0.0.1:3128) goes to the
+member's endpoint with the real key in place of the placeholder the container holds (sandbox/provider_key.py).
 Anything else, and any host:port off the allowlist, gets a 403 (or a 400 for what is not HTTP) and the
 connection closes. Denials are logged with the method, host and port only: a URL can carry a key (Gemini's
 `?key=`), so paths, queries, headers and bodies are never logged.
@@ -35,10 +39,11 @@ from __future__ import annotations
 
 import logging
 import os
+import ssl
 import stat
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -49,6 +54,14 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 from conclave.config.hosts import normal_host
 from conclave.errors import SandboxError
 from conclave.sandbox.allowlist import Allowlist
+from conclave.sandbox.provider_key import (
+    HOP_HEADERS,
+    KeyScrubber,
+    ProviderKey,
+    is_bridge,
+    provider_head,
+    tls_context,
+)
 from conclave.sandbox.redirect import ProviderRedirect
 
 __all__ = ["Denial", "EgressProxy", "egress_proxy"]
@@ -60,16 +73,6 @@ HEAD_TIMEOUT_S = 30.0
 CONNECT_TIMEOUT_S = 30.0
 MAX_TUNNELS = 64  # connections open at once per member; more wait their turn
 CHUNK = 65536
-# Hop-by-hop headers a proxy consumes (RFC 9110 7.6.1) and the proxy's own; never forwarded.
-_HOP = {
-    b"connection",
-    b"keep-alive",
-    b"proxy-connection",
-    b"proxy-authorization",
-    b"te",
-    b"trailer",
-    b"upgrade",
-}
 _SUN_PATH_MAX = 100  # bind() takes at most 107 bytes of path; longer ones are bound through /proc/self/fd
 
 
@@ -94,6 +97,10 @@ class _Request:
     host: str
     port: int
     forward: bytes | None  # the rewritten head for plain HTTP; None for CONNECT
+    tls: bool = False  # the proxy opens TLS to the host (a key-mode member's https provider)
+    # a request to the bridge itself: its path and headers, for the member's provider (`serve_key`)
+    to_bridge: tuple[str, list[bytes]] | None = None
+    scrubbed: str | None = field(default=None, repr=False)  # a key to mask in the response (`KeyScrubber`)
 
 
 class EgressProxy:
@@ -107,6 +114,14 @@ class EgressProxy:
         self.denied: list[Denial] = []
         self.admitted = 0
         self._limiter = anyio.CapacityLimiter(MAX_TUNNELS)
+        self._provider: ProviderKey | None = None
+        self._tls: ssl.SSLContext | None = None
+
+    def serve_key(self, provider: ProviderKey) -> None:
+        """Hold a key-mode member's key: from now on a request to the bridge itself goes to
+        `provider.url` with that key (sandbox/provider_key.py). The provider's host must be on the
+        allowlist like any other (its CLI's official host, or its base_url's)."""
+        self._provider = provider
 
     async def handle(self, client: anyio.abc.ByteStream) -> None:
         """One client connection; whatever goes wrong with it ends it alone, never the listener."""
@@ -123,6 +138,9 @@ class EgressProxy:
                 with anyio.fail_after(HEAD_TIMEOUT_S):
                     head = await reader.receive_until(b"\r\n\r\n", MAX_HEAD)
                 request = parse_request(head)
+                if request.method == "CONNECT" and self._provider and is_bridge(request.host, request.port):
+                    request = await self._tunnelled(client, reader)
+                request = self._routed(request)
                 if not self.allowlist.admits(request.host, request.port):
                     raise self._deny(request)
                 upstream = await self._connect(request)
@@ -139,13 +157,42 @@ class EgressProxy:
             ):
                 return  # a client that went away or never finished its head: nothing to answer
             self.admitted += 1
-            async with upstream:
+            async with upstream:  # the provider's response streams back as it comes, through `_splice`
                 if request.forward is None:
                     await client.send(b"HTTP/1.1 200 Connection Established\r\n\r\n")
                 else:
                     await upstream.send(request.forward)
                 # the reader hands out first what the client sent right after its head (a body, a TLS hello)
-                await _splice(reader, client, upstream)
+                scrubber = KeyScrubber(request.scrubbed) if request.scrubbed else None
+                await _splice(reader, client, upstream, scrubber)
+
+    async def _tunnelled(self, client: anyio.abc.ByteStream, reader: BufferedByteReceiveStream) -> _Request:
+        """A CONNECT to the bridge itself (Node's fetch tunnels even plain http through its proxy): the
+        request inside the tunnel is one to the bridge, so to the member's provider."""
+        await client.send(b"HTTP/1.1 200 Connection Established\r\n\r\n")
+        with anyio.fail_after(HEAD_TIMEOUT_S):
+            head = await reader.receive_until(b"\r\n\r\n", MAX_HEAD)
+        request = parse_request(head)
+        if request.to_bridge is None:
+            raise _Refused(
+                400, "Bad Request", "conclave egress: a tunnel to the bridge carries plain HTTP to it"
+            )
+        return request
+
+    def _routed(self, request: _Request) -> _Request:
+        """A request to the bridge itself, as the request to the member's provider (with its key)."""
+        if request.to_bridge is None:
+            return request
+        if self._provider is None:
+            raise _Refused(
+                400, "Bad Request", "conclave egress: send https through CONNECT, http as an absolute URL"
+            )
+        path, headers = request.to_bridge
+        provider = self._provider
+        head = provider_head(request.method, path, headers, provider)
+        return _Request(
+            request.method, provider.host, provider.port, head, tls=provider.tls, scrubbed=provider.key
+        )
 
     def _deny(self, request: _Request) -> _Refused:
         """Record and log the denial; the 403 to send back."""
@@ -167,14 +214,27 @@ class EgressProxy:
             ),
         )
 
-    async def _connect(self, request: _Request) -> anyio.abc.SocketStream:
+    async def _connect(self, request: _Request) -> anyio.abc.ByteStream:
         host, port = (request.host, request.port)
         if self.redirect is not None:  # after the allowlist admitted the request: it never widens it
             host, port = self.redirect.target(host, port)
         try:
             with anyio.fail_after(CONNECT_TIMEOUT_S):
-                return await anyio.connect_tcp(host, port)
-        except (OSError, TimeoutError) as exc:
+                if not request.tls:
+                    return await anyio.connect_tcp(host, port)
+                if self._tls is None:  # reading the system's roots blocks: once, in a worker
+                    ca = str(self.redirect.ca_file) if self.redirect is not None else None
+                    self._tls = await anyio.to_thread.run_sync(tls_context, ca)
+                # a provider that closes without TLS's close_notify has still sent its whole response
+                return await anyio.connect_tcp(
+                    host,
+                    port,
+                    tls=True,
+                    ssl_context=self._tls,
+                    tls_hostname=request.host,
+                    tls_standard_compatible=False,
+                )
+        except (OSError, TimeoutError, anyio.BrokenResourceError) as exc:  # TLS failures included
             logger.info(
                 "egress %s: %s:%d unreachable (%s)",
                 self.label or "-",
@@ -188,7 +248,10 @@ class EgressProxy:
 
 
 def parse_request(head: bytes) -> _Request:
-    """The target of a proxy request head (without its final blank line); `_Refused` when it is not one."""
+    """The target of a proxy request head (without its final blank line); `_Refused` when it is not one.
+
+    A request to the bridge itself (origin form, or absolute form naming 127.0.0.1:3128) carries its path
+    and headers in `to_bridge`: the member's provider, when its proxy holds its key (`serve_key`)."""
     lines = head.split(b"\r\n")
     parts = lines[0].split(b" ")
     if len(parts) != 3 or not parts[2].startswith(b"HTTP/1."):
@@ -197,6 +260,8 @@ def parse_request(head: bytes) -> _Request:
     if method == "CONNECT":
         host, port = _authority(target)
         return _Request(method, host, port, None)
+    if target.startswith("/"):
+        return _Request(method, "", 0, None, to_bridge=(target, lines[1:]))
     url = urlsplit(target)
     if url.scheme != "http" or not url.hostname:
         raise _Refused(
@@ -207,7 +272,11 @@ def parse_request(head: bytes) -> _Request:
     except ValueError as exc:
         raise _Refused(400, "Bad Request", "conclave egress: a port outside 1-65535") from exc
     path = (url.path or "/") + (f"?{url.query}" if url.query else "")
-    headers = [line for line in lines[1:] if line and line.split(b":", 1)[0].strip().lower() not in _HOP]
+    if is_bridge(url.hostname, port):
+        return _Request(method, normal_host(url.hostname), port, None, to_bridge=(path, lines[1:]))
+    headers = [
+        line for line in lines[1:] if line and line.split(b":", 1)[0].strip().lower() not in HOP_HEADERS
+    ]
     if not any(line.split(b":", 1)[0].strip().lower() == b"host" for line in headers):
         headers.insert(0, b"Host: " + url.netloc.encode("ascii", "replace"))
     forward = b"\r\n".join([f"{method} {path} HTTP/1.1".encode(), *headers, b"Connection: close", b"", b""])
@@ -229,21 +298,34 @@ async def _reply(client: anyio.abc.ByteStream, status: int, reason: str, message
 
 
 async def _splice(
-    reader: BufferedByteReceiveStream, client: anyio.abc.ByteStream, upstream: anyio.abc.SocketStream
+    reader: BufferedByteReceiveStream,
+    client: anyio.abc.ByteStream,
+    upstream: anyio.abc.ByteStream,
+    scrubber: KeyScrubber | None = None,
 ) -> None:
-    """Copy both ways until both sides are done; half-closes pass through, an error ends both."""
+    """Copy both ways until both sides are done; half-closes pass through (not into TLS, which has
+    none: the provider closes after its response, `Connection: close`), an error ends both. `scrubber`
+    masks a key in what comes back."""
 
-    async def copy(source: anyio.abc.ByteReceiveStream, sink: anyio.abc.ByteStream) -> None:
+    async def copy(
+        source: anyio.abc.ByteReceiveStream, sink: anyio.abc.ByteStream, scrub: KeyScrubber | None = None
+    ) -> None:
         try:
             async for chunk in source:
-                await sink.send(chunk)
+                out = scrub.feed(chunk) if scrub is not None else chunk
+                if out:
+                    await sink.send(out)
+            if scrub is not None and (rest := scrub.flush()):
+                await sink.send(rest)
             await sink.send_eof()
+        except NotImplementedError:
+            pass  # a TLS stream cannot half-close
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
             group.cancel_scope.cancel()
 
     async with anyio.create_task_group() as group:
         group.start_soon(copy, reader, upstream)
-        group.start_soon(copy, upstream, client)
+        group.start_soon(copy, upstream, client, scrubber)
 
 
 @asynccontextmanager

@@ -22,8 +22,10 @@ init, the reaping after each command). What differs:
   container: the place for the CLI's login files, its caches and its leftovers (XDG_* point into it).
 - The image is the CLI image (`conclave sandbox build --clis`, sandbox/clis_image.py) unless the team names
   its own, which then needs socat.
-Keys go in `exec(..., environment=...)`, per command, never in the container's stored configuration;
-login files go into HOME with `write_home_file` (through an exec: `docker cp` cannot write a tmpfs).
+A key never enters the container: a member that logs in with one gets a placeholder and the bridge as its
+base URL, and its proxy adds the key on the host (`EgressProxy.serve_key`, sandbox/provider_key.py). Login
+files (plan logins) go into HOME with `write_home_file` (through an exec: `docker cp` cannot write a
+tmpfs), and their variables in `exec(..., environment=...)`, never in the container's stored configuration.
 """
 
 from __future__ import annotations
@@ -42,11 +44,12 @@ from conclave.sandbox.disk_watch import kill_user_processes
 from conclave.sandbox.egress import EgressProxy
 from conclave.sandbox.engine import PROCESS_OWNER, Owner
 from conclave.sandbox.image import IMAGE_REPO
+from conclave.sandbox.provider_key import BRIDGE_PORT
 from conclave.sandbox.redirect import CA_PATH, ProviderRedirect
 
 __all__ = ["HOME", "PROXY_PORT", "PROXY_URL", "SOCKET", "MemberSandbox", "member_environment"]
 
-PROXY_PORT = 3128
+PROXY_PORT = BRIDGE_PORT
 PROXY_URL = f"http://127.0.0.1:{PROXY_PORT}"
 SOCKET = "/run/conclave/egress.sock"  # where the member's proxy socket appears inside
 HOME = "/home/sandbox"

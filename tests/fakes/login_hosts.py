@@ -12,8 +12,9 @@ allowlist, then connects it to this port; the member's container trusts the test
 
 The model paths of each host map onto the fake providers (tests/fakes/server.py), one agent name a host:
 `api.anthropic.com/v1/messages` is agent "claude" of the Anthropic fake, `chatgpt.com/backend-api/codex/
-responses` agent "codex" of the Responses fake, Copilot's model host agent "copilot" of the Anthropic fake
-(tests/fakes/copilot_api.py, whose plan and models replies are in `FIXED`). A login's token refresh
+responses` (and `api.openai.com/v1/responses`, for a key) agent "codex" of the Responses fake,
+Copilot's model host agent "copilot" of the Anthropic fake (tests/fakes/copilot_api.py, whose plan and
+models replies are in `FIXED`). A login's token refresh
 (`TOKEN_PATHS`) gets the JSON the test put in `tokens` for its host. Every other request is recorded and
 answered 404 (a CLI's side calls: profiles, feature flags), so a test sees what a CLI asked for.
 """
@@ -42,6 +43,7 @@ from tests.fakes.tls_ca import TestCa
 MODEL_PATHS: dict[str, tuple[str, str]] = {
     "api.anthropic.com": ("/v1/messages", "/anthropic/claude/v1/messages"),
     "chatgpt.com": ("/backend-api/codex/", "/responses/codex/v1/"),
+    "api.openai.com": ("/v1/responses", "/responses/codex/v1/responses"),  # Codex on an OpenAI key
     "cloudcode-pa.googleapis.com": ("/v1internal:", "/code-assist/gemini/v1internal:"),
     **copilot_api.MODEL_PATHS,
 }

@@ -1,5 +1,5 @@
-"""What the CLI members' end-to-end tests share: the CLI image, the project with its failing test, and
-the fake provider hosts the login tests reach over TLS."""
+"""What the CLI members' end-to-end tests share (the CLI image is tests/conftest.py's): the project
+with its failing test, and the fake provider hosts the login tests reach over TLS."""
 
 from __future__ import annotations
 
@@ -8,23 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from conclave.sandbox.clis_image import clis_tag
-from conclave.sandbox.engine import engine_status
 from tests.fakes.calc_task import calc_project
 from tests.fakes.login_hosts import LoginHosts
 from tests.fakes.script import Script
-
-
-@pytest.fixture(scope="session")
-def clis_image() -> str:
-    tag = clis_tag()
-    status = engine_status(tag)
-    if not status.available or not status.image_present:
-        pytest.skip(
-            f"needs the Docker engine and the CLI image {tag} ({status.error}): `conclave sandbox build "
-            "--clis`"
-        )
-    return tag
 
 
 @pytest.fixture

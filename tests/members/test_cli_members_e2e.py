@@ -147,8 +147,9 @@ def _secret_in_tree(root: Path, secret: str) -> list[str]:
 async def test_the_key_never_reaches_files_transcript_or_logs(
     clis_image: str, tmp_path: Path, fakes: FakeProviders, project: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """The member's key is in its CLI's environment (its shell tool sees it: what an agent inside can
-    read), yet nothing of the job keeps it: workspaces, snapshots, final/, check copies, the patch, the
+    """The member's CLI has a key in its environment (its shell tool sees one: the placeholder, its
+    egress proxy holding the real key, tests/security/test_cli_keys.py), the provider gets the real key,
+    and nothing of the job keeps it: workspaces, snapshots, final/, check copies, the patch, the
     transcript, the events and the server's log."""
     secret = ENV[KEY]
     claude = CliWorker(

@@ -1,0 +1,179 @@
+"""A key-mode member's provider, served by its egress proxy in reverse: the key stays on the host.
+
+A container that holds a secret can be made to write it into its workspace (a prompt-injected member
+runs `env`, or reads its CLI's /proc/<pid>/environ), and from there it reaches the caller's diff, the
+peers and their providers. So a CLI member that logs in with a key gets, inside its container, a fixed
+placeholder as its key and the bridge (http://127.0.0.1:3128 plus its endpoint's path, sandbox/member.py)
+as its base URL. Its requests then reach the proxy as plain HTTP to the bridge itself: in origin form
+(`POST /v1/messages HTTP/1.1`) or in absolute form naming the bridge (`POST http://127.0.0.1:3128/v1/...`,
+from a client that sends everything through HTTP_PROXY). The proxy (sandbox/egress.py) forwards those to
+the member's real endpoint, over TLS from the host when it is https, with every credential the request
+carries (`x-api-key`, `authorization`, `x-goog-api-key`, `api-key` headers, a `key=` query parameter)
+replaced by the real key. Bodies and streamed responses pass through as they come; `Connection: close`.
+A response that echoes the key (a gateway reflecting its request, an error quoting it) has it masked on the
+way back (`KeyScrubber`, same length, so the response's framing holds), and the request asks for an
+uncompressed response so that an echo cannot hide in a compressed body.
+
+Plan logins (login files, OAuth tokens, GitHub tokens) are not served here: their CLIs talk to their
+providers' hosts through CONNECT, as docs/subscriptions.md says.
+"""
+
+from __future__ import annotations
+
+import ssl
+from dataclasses import dataclass, field
+from functools import cached_property
+from urllib.parse import quote, urlsplit
+
+from conclave.config.hosts import normal_host
+from conclave.errors import ConfigError
+
+__all__ = [
+    "BRIDGE_HOSTS",
+    "BRIDGE_PORT",
+    "CREDENTIAL_HEADERS",
+    "HOP_HEADERS",
+    "KeyScrubber",
+    "ProviderKey",
+    "is_bridge",
+    "provider_head",
+    "tls_context",
+]
+
+BRIDGE_PORT = 3128  # where the member's container reaches its proxy (socat on 127.0.0.1, sandbox/member.py)
+BRIDGE_HOSTS = ("127.0.0.1", "localhost")  # the names a client inside gives the bridge
+# Where a provider SDK or CLI puts its key: Anthropic's x-api-key, a bearer token (OpenAI, Anthropic's
+# auth token, OpenAI-compatible gateways), Gemini's x-goog-api-key, Azure's api-key.
+CREDENTIAL_HEADERS = (b"x-api-key", b"authorization", b"x-goog-api-key", b"api-key")
+# Hop-by-hop headers a proxy consumes (RFC 9110 7.6.1) and the proxy's own; never forwarded.
+HOP_HEADERS = {
+    b"connection",
+    b"keep-alive",
+    b"proxy-connection",
+    b"proxy-authorization",
+    b"te",
+    b"trailer",
+    b"upgrade",
+}
+
+
+@dataclass(frozen=True)
+class ProviderKey:
+    """A key-mode member's endpoint (`url`: its scheme, host, port, and the path the bridge serves it
+    under) and the key its requests carry there. Never printed: `repr` leaves the key out."""
+
+    url: str
+    key: str = field(repr=False)
+
+    def __post_init__(self) -> None:
+        parts = urlsplit(self.url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ConfigError(
+                f"base_url {self.url!r}: an http(s) URL with a host, e.g. https://llm.internal/v1"
+            )
+        try:
+            parts.port  # noqa: B018 - a port outside 1-65535 raises here, where the endpoint is named
+        except ValueError as exc:
+            raise ConfigError(f"base_url {self.url!r}: its port is outside 1-65535") from exc
+
+    @cached_property
+    def host(self) -> str:
+        return normal_host(urlsplit(self.url).hostname or "")
+
+    @cached_property
+    def port(self) -> int:
+        parts = urlsplit(self.url)
+        return parts.port or (443 if parts.scheme == "https" else 80)
+
+    @property
+    def tls(self) -> bool:
+        return urlsplit(self.url).scheme == "https"
+
+    @property
+    def authority(self) -> str:
+        """The Host header the provider expects (its port only when not the scheme's default)."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        default = 443 if self.tls else 80
+        return host if self.port == default else f"{host}:{self.port}"
+
+    def bridge_url(self) -> str:
+        """The base URL the CLI is given inside its container: the bridge, with the endpoint's path (the
+        proxy forwards paths as they come, so the provider sees the path it would have seen)."""
+        return f"http://{BRIDGE_HOSTS[0]}:{BRIDGE_PORT}{urlsplit(self.url).path.rstrip('/')}"
+
+
+def is_bridge(host: str, port: int) -> bool:
+    """Whether a request (absolute form, or CONNECT) names the bridge itself: the member's own provider."""
+    return port == BRIDGE_PORT and normal_host(host) in BRIDGE_HOSTS
+
+
+def provider_head(method: str, path: str, headers: list[bytes], provider: ProviderKey) -> bytes:
+    """The head to send the provider for a request to the bridge: `path` kept (its `key=` parameter, if
+    any, holding the real key), the credential headers holding the real key, the provider's Host, hop
+    headers dropped, `Connection: close` (one client connection never carries a second request)."""
+    forwarded = [
+        f"{method} {_with_key(path, provider.key)} HTTP/1.1".encode(),
+        b"Host: " + provider.authority.encode(),
+    ]
+    for line in headers:
+        name, sep, value = line.partition(b":")
+        lowered = name.strip().lower()
+        # the provider's Host is set above; no Accept-Encoding: an uncompressed response, for `KeyScrubber`
+        if not sep or lowered in HOP_HEADERS or lowered in (b"host", b"accept-encoding"):
+            continue
+        if lowered in CREDENTIAL_HEADERS:
+            line = name.strip() + b": " + _credential(lowered, value.strip(), provider.key)
+        forwarded.append(line)
+    return b"\r\n".join([*forwarded, b"Connection: close", b"", b""])
+
+
+class KeyScrubber:
+    """Masks every occurrence of a key in a byte stream fed chunk by chunk, an occurrence split across
+    chunks included, by as many `*`: a response's length (and so its framing) is unchanged. It holds back
+    only a chunk's tail that could begin the key, so a stream of events still passes as it comes."""
+
+    def __init__(self, key: str) -> None:
+        self.key = key.encode()
+        self.held = b""
+
+    def feed(self, chunk: bytes) -> bytes:
+        data = (self.held + chunk).replace(self.key, b"*" * len(self.key))
+        keep = next(
+            (n for n in range(min(len(self.key) - 1, len(data)), 0, -1) if data.endswith(self.key[:n])), 0
+        )
+        self.held = data[len(data) - keep :]
+        return data[: len(data) - keep]
+
+    def flush(self) -> bytes:
+        """What was held back, at the end of the stream (it never completed the key)."""
+        held, self.held = self.held, b""
+        return held
+
+
+def _credential(name: bytes, value: bytes, key: str) -> bytes:
+    """The header's value with the real key: an Authorization header keeps its scheme (`Bearer`)."""
+    if name == b"authorization":
+        scheme = value.split(b" ", 1)[0] if b" " in value else b"Bearer"
+        return scheme + b" " + key.encode()
+    return key.encode()
+
+
+def _with_key(path: str, key: str) -> str:
+    """`path` with its `key=` query parameters (Gemini's REST form) holding the real key; the rest of the
+    query byte for byte."""
+    base, sep, query = path.partition("?")
+    if not sep:
+        return path
+    items = [
+        f"key={quote(key, safe='')}" if item.split("=", 1)[0] == "key" else item for item in query.split("&")
+    ]
+    return f"{base}?{'&'.join(items)}"
+
+
+def tls_context(extra_ca: str | None = None) -> ssl.SSLContext:
+    """The host's TLS client context for a provider: the system's roots (and `extra_ca`'s, when given:
+    the tests' redirect, sandbox/redirect.py). Blocking (it reads the roots): build it in a worker."""
+    context = ssl.create_default_context()
+    if extra_ca is not None:
+        context.load_verify_locations(extra_ca)
+    return context

@@ -1,0 +1,194 @@
+"""A member's plan login never leaves it except towards its provider: a workspace file that holds a
+token of it (as it is, or base64) is left out of the answer's snapshot, so it is in no peer view, check
+copy, final tree, diff or apply, and the result names it as held back; what the member says (its
+answer) has the token masked, so no transcript, event, log or state-folder file keeps it
+(server/files/secrets.py, docs/SECURITY.md).
+
+The first test drives the snapshots directly; the second runs a whole job of two Claude Code members
+logged in with a login file, in their containers, the CLI replaced by a shell script that leaks as a
+persuaded CLI would (the real CLIs do the same in tests/members/test_cli_secrets_e2e.py)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import shlex
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conclave.backends.base import Backend
+from conclave.backends.retry import RetryPolicy
+from conclave.cli.render import closing
+from conclave.config.loading import parse_team
+from conclave.config.models import AgentSpec
+from conclave.coordination.members import Member
+from conclave.coordination.protocol import Coordination
+from conclave.coordination.reporting import Reporter
+from conclave.coordination.reports import JobEvent, Progress
+from conclave.files.agent_tools import AgentTools
+from conclave.files.contexts import ContextPath
+from conclave.files.secrets import Secrets
+from conclave.files.workspaces import Workspaces
+from conclave.jobs.service import JobService
+from conclave.members.base import Login
+from conclave.members.claude_code import ClaudeCode
+from conclave.members.runner import CliMember
+from conclave.settings import Settings
+from tests.fakes.calc_task import TASK, calc_project
+from tests.fakes.login_files import claude_credentials
+from tests.fakes.waits import until_cli_done
+
+pytestmark = pytest.mark.anyio
+FAST = RetryPolicy(max_attempts=2, base_delay_s=0.01, max_delay_s=0.05)
+TOKEN = "sk-ant-oat01-" + "leakedplanlogin" * 4
+REFRESH = "sk-ant-ort01-" + "leakedplanrefresh" * 4
+CREDENTIALS = ".claude/.credentials.json"
+
+
+def leaked_forms(content: bytes) -> list[bytes]:
+    """What a leak of the login looks like on disk here: each token, and the file in base64."""
+    return [TOKEN.encode(), REFRESH.encode(), base64.b64encode(content)[:60]]
+
+
+def keeping(root: Path, forms: list[bytes]) -> list[str]:
+    """The files under `root` that hold any of `forms` (line breaks ignored: `base64` wraps its lines)."""
+    found = []
+    for path in root.rglob("*"):
+        if path.is_file() and not path.is_symlink() and not path.is_socket():
+            data = path.read_bytes()
+            flat = data.replace(b"\n", b"")
+            if any(form in data or form in flat for form in forms):
+                found.append(str(path))
+    return found
+
+
+async def test_a_file_holding_a_login_token_is_in_no_snapshot_peer_view_check_copy_diff_or_apply(
+    tmp_path: Path,
+) -> None:
+    content = claude_credentials(TOKEN, REFRESH)
+    login = Login(files={CREDENTIALS: content})
+    project = calc_project(tmp_path)
+    ws = Workspaces(tmp_path / "job", secrets=Secrets(login.secrets()))
+    await ws.prepare([ContextPath(path=str(project), permission="write")])
+    await ws.create(["A", "B"])
+    mine = ws.rooted(ws.agent("B"))
+    (mine / "calc.py").write_text("def add(a, b):\n    return a + b\n")
+    (mine / "leak.txt").write_text(f"ANTHROPIC_AUTH={TOKEN}\n")
+    (mine / "creds.b64").write_bytes(base64.encodebytes(content))  # wrapped at 76 columns
+    (mine / "hex.txt").write_text(REFRESH.encode().hex())
+    await ws.snapshot("B", "B1")
+    await ws.publish("B", "B1")
+    snapshot = ws.rooted(ws.snapshot_dir("B1"))
+    assert sorted(path.name for path in snapshot.iterdir()) == ["calc.py", "test_calc.py"]
+    assert ws.held("B1") == {"proj/leak.txt": "verbatim", "proj/creds.b64": "base64", "proj/hex.txt": "hex"}
+    tools = AgentTools(workspace=ws.rooted(ws.agent("A")), peers=lambda: ws.peer_view("A"))
+    seen = await tools.handlers()["read_file"]({"path": "leak.txt", "peer": "B"})
+    assert seen.startswith("Error:") and TOKEN not in seen
+    check = await ws.check_copy("B1")
+    await ws.finalize("B1")
+    patches = await ws.diffs()
+    changes = await ws.apply("proj", patch=patches["proj"])
+    patch = patches["proj"]
+    assert "+    return a + b" in patch.text and [change.path for change in patch.files] == ["calc.py"]
+    assert changes.held == [] and (project / "calc.py").read_text().endswith("a + b\n")
+    forms = leaked_forms(content)
+    for tree in (ws.peer_mount("B"), check, ws.final, ws.snapshots, project):
+        assert keeping(tree, forms) == [], tree
+    await ws.remove_working_copies()
+    assert keeping(tmp_path / "job", forms) == []  # the state folder keeps no value, nor the filter's record
+
+
+async def test_no_event_keeps_a_secret_whoever_wrote_it() -> None:
+    """Every event's data is masked on its way to the store, whatever wrote it (here an API agent's
+    tool call and answer: it could hold a token only through a way the filter did not know)."""
+    recorded: list[JobEvent] = []
+
+    class Sink:
+        async def record(self, event: JobEvent, progress: Progress) -> None:
+            recorded.append(event)
+
+    spec = parse_team({"agents": [{"model": "openai/gpt-fake"}]}, "t.yaml").agents[0]
+    secrets = Secrets(Login(files={CREDENTIALS: claude_credentials(TOKEN, REFRESH)}).secrets())
+    reports = Reporter(Sink(), Coordination(["A"]), {"A": Member(spec, "A")}, lambda: 0.0, secrets)
+    encoded = base64.b64encode(f"token={REFRESH}".encode()).decode()
+    await reports.emit("tool_call", "A", name="write_file", arguments={"path": "x", "content": TOKEN})
+    await reports.emit("answer", "A", label="A1", revision=1, content=f"mine: {TOKEN} and {encoded}")
+    stored = json.dumps([event.model_dump() for event in recorded])
+    assert TOKEN not in stored and encoded[4:40] not in stored and stored.count("[secret]") == 3
+
+
+class Leaker(ClaudeCode):
+    """Claude Code's login files and output, with a shell script in place of the CLI that does what a
+    persuaded CLI can: copy its login file into its workspace, world-readable, and in base64, put its
+    token in its answer, and fix the code; it votes for the first answer it is shown."""
+
+    def command(self, prompt: str, model: str | None, schema: dict[str, Any] | None) -> list[str]:
+        if schema is not None:
+            label = schema["properties"]["answer"]["enum"][0]
+            decision = {"decision": "vote", "answer": label, "reason": "its check passed"}
+            return ["echo", json.dumps({"type": "result", "result": "", "structured_output": decision})]
+        answer = (
+            "import json; t = json.load(open('/home/sandbox/.claude/.credentials.json'))"
+            "['claudeAiOauth']['accessToken']; "
+            "print(json.dumps({'type': 'result', 'result': 'Fixed add() in calc.py. My login: ' + t}))"
+        )
+        return [
+            "sh",
+            "-c",
+            'cp "$HOME/.claude/.credentials.json" creds.json && chmod 644 creds.json; '
+            'base64 "$HOME/.claude/.credentials.json" > creds.b64; '
+            f"sed -i 's/return a - b/return a + b/' calc.py; python3 -c {shlex.quote(answer)}",
+        ]
+
+
+async def test_a_job_keeps_a_leaked_login_out_of_every_file_and_text_it_returns(
+    clis_image: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="conclave")
+    home = tmp_path / "user"
+    (home / ".claude").mkdir(parents=True)
+    content = claude_credentials(TOKEN, REFRESH)
+    (home / CREDENTIALS).write_bytes(content)
+    environ = {"HOME": str(home)}
+
+    def members(spec: AgentSpec) -> Backend:
+        member = CliMember.for_spec(spec, environ)
+        member.adapter = Leaker()
+        return member
+
+    project = calc_project(tmp_path)
+    team = tmp_path / "team.yaml"
+    team.write_text(
+        "agents:\n  - model: cli/claude-code\n  - model: cli/claude-code\n"
+        "coordination: {max_answers_per_agent: 1, final: reuse}\n"
+    )
+    settings = Settings(home=tmp_path / "state")
+    async with JobService.open(settings, environ=environ, retry=FAST, backend_factory=members) as service:
+        context = [{"path": str(project), "permission": "write"}]
+        view = await service.submit(TASK, str(team), context, apply="force", verify="pytest -q")
+        view = await until_cli_done(service, view)
+        patch = (await service.read(view.job_id, "@diff", None, 0, 100_000)).content
+        transcript = (await service.read(view.job_id, "transcript", None, 0, 100_000)).content
+        events = [event.model_dump_json() for event in service.store.sync.events(view.job_id)]
+
+    assert view.state == "completed" and view.result is not None and view.result.winner, view.text()
+    assert view.diff_summary is not None
+    (changes,) = view.diff_summary.contexts
+    assert changes.applied and [change.path for change in changes.files] == ["calc.py"]
+    assert {(held.path, held.reason) for held in changes.held_back} == {
+        ("creds.json", "secret"),
+        ("creds.b64", "secret"),
+    }
+    shown = "\n".join(line.plain for line in closing(view, 200))  # what `conclave show` prints
+    assert "held back, not applied: proj/creds.json: it holds a team member's login token" in shown
+    assert "+    return a + b" in patch and (project / "calc.py").read_text().endswith("a + b\n")
+    assert not (project / "creds.json").exists() and not (project / "creds.b64").exists()
+    assert "My login: [secret]" in transcript  # the answer is kept, its token masked
+    forms = leaked_forms(content)
+    assert keeping(tmp_path / "state", forms) == [] and keeping(project, forms) == []
+    assert not [form for form in forms if form.decode() in transcript or form.decode() in patch]
+    assert not [form for form in forms if any(form.decode() in event for event in events)]
+    assert not [form for form in forms if form.decode() in caplog.text]

@@ -18,6 +18,7 @@ from conclave.backends.llama_server import LocalServers
 from conclave.config.loading import parse_team
 from conclave.coordination.agents import ApiAgent, CliAgent, SplitAgent
 from conclave.coordination.members import endpoint_factory
+from conclave.files.secrets import Secrets
 from conclave.members.runner import CliMember
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -102,8 +103,9 @@ async def test_the_factory_builds_each_kind_holding_what_it_calls() -> None:
             assert isinstance(split, SplitAgent) and split.scorer is None  # votes by a short choice
             assert isinstance(scoring, SplitAgent) and isinstance(scoring.scorer, Scorer)
             assert scoring.scorer is scoring.backend  # the local backend scores what it answers with
-            cli.attach(None)
-            assert cli.member.sandbox is None
+            secrets = Secrets()
+            cli.attach(None, secrets)
+            assert cli.member.sandbox is None and cli.member.secrets is secrets
         finally:
             for agent in (cli, api, split, scoring):
                 await agent.aclose()

@@ -37,7 +37,7 @@ from typing import Any
 
 import anyio
 
-from conclave.backends import bundled
+from conclave.backends import bundled, create_backend
 from conclave.backends.base import Message, Request
 from conclave.backends.llama_server import LocalServers, ServerOptions
 from conclave.backends.local import model_file
@@ -45,7 +45,7 @@ from conclave.backends.retry import RetryPolicy, complete
 from conclave.config.models import AgentSpec, Team
 from conclave.config.presets import resolve_team
 from conclave.coordination.answers import answer_key, matches
-from conclave.coordination.members import endpoint_factory
+from conclave.coordination.members import endpoint_factory, endpoint_of
 from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
 from conclave.settings import Settings
@@ -124,8 +124,8 @@ async def members_and_sc(
     team: Team, questions: list[dict[str, Any]], modes: set[str], out: dict[str, Any], save: Any
 ) -> None:
     async with LocalServers() as pool:
-        make = endpoint_factory(os.environ, pool)
-        backends = [make(spec) for spec in team.agents]
+        # the bare backends: the baselines call the model directly, outside any turn
+        backends = [create_backend(endpoint_of(spec, os.environ), local_servers=pool) for spec in team.agents]
         try:
             entries = [
                 out["per_question"].setdefault(str(q["id"]), {"question": q["question"]}) for q in questions
@@ -185,7 +185,7 @@ async def team_runs(
                 async with JobService.open(
                     Settings(home=Path(home)),
                     environ=dict(os.environ),
-                    backend_factory=endpoint_factory(os.environ, pool),
+                    agent_factory=endpoint_factory(os.environ, pool),
                 ) as service:
                     for index, question in enumerate(questions):
                         entry = out["per_question"].setdefault(

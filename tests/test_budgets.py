@@ -17,6 +17,7 @@ import yaml
 from conclave.backends.base import Backend, Request, StreamEvent, Usage
 from conclave.backends.retry import RetryPolicy
 from conclave.config.models import AgentSpec, Team
+from conclave.coordination.agents import Agent, ApiAgent
 from conclave.coordination.members import endpoint_factory
 from conclave.errors import InputError
 from conclave.jobs.request import JobRequest
@@ -290,13 +291,15 @@ async def test_charges_with_and_without_a_cost_sum_to_every_known_cost(
     price = {"input": 2.0, "output": 8.0}
     team = priced_team(tmp_path / "team.yaml", fakes, price)
     made = endpoint_factory(ENV)
-    bob = SomeCallsCosted(made(Team.model_validate(team_data(fakes, TRIO)).agents[1]))
+    real_bob = made(Team.model_validate(team_data(fakes, TRIO)).agents[1])
+    assert isinstance(real_bob, ApiAgent)
+    bob = SomeCallsCosted(real_bob.backend)
 
-    def backends(spec: AgentSpec) -> Backend:
-        return bob if spec.model.endswith("bob") else made(spec)
+    def backends(spec: AgentSpec) -> Agent:
+        return ApiAgent(bob) if spec.model.endswith("bob") else made(spec)
 
     settings = Settings(home=tmp_path / "state")
-    async with JobService.open(settings, environ=ENV, retry=FAST, backend_factory=backends) as service:
+    async with JobService.open(settings, environ=ENV, retry=FAST, agent_factory=backends) as service:
         view = await run_job(service, team)
         stored = await service.store.team_usage("fake-team")
     assert bob.calls >= 2 and bob.uncosted_tokens > 0, view.text()  # both kinds of charge came

@@ -15,6 +15,7 @@ from fastmcp import Client
 
 from conclave.app.server import create_app
 from conclave.backends.base import Backend, Request, StreamEvent
+from conclave.coordination.agents import ApiAgent
 from conclave.coordination.members import endpoint_factory
 from conclave.jobs.job_thread import SWITCH_S, JobThread
 from conclave.jobs.request import JobRequest
@@ -58,11 +59,13 @@ async def test_get_status_answers_while_the_jobs_loop_is_held(tmp_path: Path, fa
     made: list[Stalling] = []
 
     def factory(spec):  # type: ignore[no-untyped-def]
-        made.append(Stalling(real(spec), stalled, release))
-        return made[-1]
+        agent = real(spec)
+        assert isinstance(agent, ApiAgent)
+        made.append(Stalling(agent.backend, stalled, release))
+        return ApiAgent(made[-1])
 
     async with (
-        JobService.open(settings, environ=ENV, backend_factory=factory) as service,
+        JobService.open(settings, environ=ENV, agent_factory=factory) as service,
         Client(create_app(service, settings)) as client,
     ):
         job = await service.submit(JobRequest(task="What is 6 times 7?", team=team))

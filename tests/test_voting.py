@@ -16,6 +16,7 @@ import pytest
 from conclave.backends import create_backend
 from conclave.backends.base import Backend, Endpoint
 from conclave.config.models import AgentSpec, Team
+from conclave.coordination.agents import Agent, ApiAgent
 from conclave.coordination.members import endpoint_factory
 from conclave.coordination.orchestrator import Orchestrator
 from conclave.coordination.reports import JobResult
@@ -67,7 +68,7 @@ def warm_sdks() -> None:
 async def run(
     fakes: FakeProviders,
     job_id: str = "cj-0123456789ab",
-    factory: Callable[[AgentSpec], Backend] | None = None,
+    factory: Callable[[AgentSpec], Agent] | None = None,
     **options: Any,
 ) -> tuple[JobResult, MemorySink]:
     team = Team.model_validate(team_data(fakes, TRIO, **options))
@@ -196,7 +197,7 @@ async def test_timeout_covers_the_set_up(fakes: FakeProviders) -> None:
     real = endpoint_factory(ENV)
     built: list[str] = []
 
-    def slow(spec: AgentSpec) -> Backend:
+    def slow(spec: AgentSpec) -> Agent:
         import time
 
         built.append(spec.model)
@@ -231,9 +232,10 @@ async def test_an_unexpected_error_fails_the_turn_not_the_job(fakes: FakeProvide
     install(fakes.script, TRIO, voter())
     real = endpoint_factory(ENV)
 
-    def factory(spec: AgentSpec) -> Backend:
-        backend = real(spec)
-        return _Flaky(backend) if spec.model.endswith("bob") else backend  # type: ignore[return-value]
+    def factory(spec: AgentSpec) -> Agent:
+        agent = real(spec)
+        assert isinstance(agent, ApiAgent)
+        return ApiAgent(_Flaky(agent.backend)) if spec.model.endswith("bob") else agent  # type: ignore[arg-type]
 
     result, sink = await run(fakes, factory=factory, coordination={"final": "reuse"})
     failed = sink.kinds("turn_failed")
@@ -250,9 +252,10 @@ async def test_an_agent_whose_turns_keep_failing_drops_out(fakes: FakeProviders)
         def stream(self, request: Any) -> Any:
             raise ValueError("always")
 
-    def factory(spec: AgentSpec) -> Backend:
-        backend = real(spec)
-        return Broken(backend) if spec.model.endswith("cy") else backend  # type: ignore[return-value]
+    def factory(spec: AgentSpec) -> Agent:
+        agent = real(spec)
+        assert isinstance(agent, ApiAgent)
+        return ApiAgent(Broken(agent.backend)) if spec.model.endswith("cy") else agent  # type: ignore[arg-type]
 
     result, sink = await run(fakes, factory=factory, coordination={"final": "reuse", "max_failed_turns": 2})
     assert len(sink.kinds("agent_failed")) == 1 and len(result.errors) == 1

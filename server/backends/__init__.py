@@ -14,7 +14,7 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING
 
-from conclave.backends.base import Backend, Endpoint
+from conclave.backends.base import Backend, Endpoint, ScoringBackend
 from conclave.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -27,6 +27,8 @@ BACKENDS: dict[str, tuple[str, str]] = {
     "gemini": ("gemini", "GeminiBackend"),
     "local": ("local", "LocalBackend"),
 }
+# providers whose backend is also a Scorer (base.py): a split turn votes by its log-probabilities
+SCORERS = frozenset({"local"})
 # providers whose module has `check_ready(model_name, model_path)`: what must be installed before a job
 # starts (the hosted providers need only a key, which the team checks). Only these modules are imported
 # at submit time, so a hosted provider's SDK is never imported just to admit a job.
@@ -58,3 +60,13 @@ def create_backend(endpoint: Endpoint, *, local_servers: LocalServers | None = N
         return local
     backend: Backend = backend_class(endpoint)
     return backend
+
+
+def create_scorer(endpoint: Endpoint, *, local_servers: LocalServers | None = None) -> ScoringBackend | None:
+    """The backend for `endpoint` as a scorer when its provider's backend is one (`SCORERS`), else None."""
+    if endpoint.provider not in SCORERS:
+        return None
+    module_name, class_name = BACKENDS[endpoint.provider]
+    backend_class = getattr(import_module(f"{__name__}.{module_name}"), class_name)
+    scorer: ScoringBackend = backend_class(endpoint, local_servers)
+    return scorer

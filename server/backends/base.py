@@ -217,3 +217,7 @@ class Scorer(Protocol):
     """
 
     async def score(self, request: Request, candidates: list[str]) -> tuple[list[float], Usage]: ...
+
+
+class ScoringBackend(Backend, Scorer, Protocol):
+    """A backend that is also a `Scorer`: what a split-turn agent votes with (coordination/agents.py)."""

@@ -186,7 +186,7 @@ def _logged_in_only(team: Team, environ: Mapping[str, str], source: str) -> Team
         agent
         for agent in team.agents
         if not agent.if_logged_in
-        or agent.provider != "cli"
+        or not agent.is_cli
         or login_source(CLIS[split_cli_model(agent.model_name)[0]], environ) is not None
     ]
     # logged in to none: the team stays whole, and its missing keys name the logins (Team.missing_keys)

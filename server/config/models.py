@@ -18,6 +18,14 @@ from conclave.config.hosts import parse_host_rule
 from conclave.errors import MissingApiKey
 
 PROVIDERS = ("openai", "anthropic", "gemini", "local", "cli")
+
+
+def is_cli_provider(provider: str) -> bool:
+    """Whether a parsed provider names a coding-agent CLI member: the one place the provider string
+    decides the kind of agent (`AgentSpec.is_cli`; coordination/agents.py builds each kind)."""
+    return provider == "cli"
+
+
 KEY_VARIABLES: dict[str, tuple[str, ...]] = {
     "openai": ("OPENAI_API_KEY",),
     "anthropic": ("ANTHROPIC_API_KEY",),
@@ -109,7 +117,7 @@ class AgentSpec(_Strict):
                 f"model {value!r} must look like provider/model with provider one of "
                 f"{', '.join(PROVIDERS)} (e.g. openai/gpt-5)"
             )
-        if provider == "cli" and split_cli_model(name)[0] not in CLIS:
+        if is_cli_provider(provider) and split_cli_model(name)[0] not in CLIS:
             raise ValueError(
                 f"model {value!r} names no coding-agent CLI: use cli/ with one of {', '.join(CLIS)}, "
                 "optionally with a model (e.g. cli/claude-code:opus, cli/codex:gpt-5.5)"
@@ -154,6 +162,11 @@ class AgentSpec(_Strict):
     @property
     def provider(self) -> str:
         return self.model.partition("/")[0]
+
+    @property
+    def is_cli(self) -> bool:
+        """A coding-agent CLI member (`cli/...`), not a model called over an API."""
+        return is_cli_provider(self.provider)
 
     @property
     def model_name(self) -> str:
@@ -270,7 +283,7 @@ class Team(_Strict):
             except MissingApiKey as exc:
                 if exc.variable not in missing:
                     missing.append(exc.variable)
-            if agent.provider == "cli" and not agent.base_url and not agent.api_key_env:
+            if agent.is_cli and not agent.base_url and not agent.api_key_env:
                 facts = CLIS[split_cli_model(agent.model_name)[0]]
                 if login_source(facts, environ) is None:
                     missing.append(

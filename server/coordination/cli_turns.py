@@ -42,12 +42,12 @@ MAX_SHOWN = 12_000  # characters of each answer in a CLI's prompt (an argument h
 
 async def cli_turn(
     ctx: TurnContext,
+    member: CliMember,
     action: StartTurn,
     shown: list[ShownAnswer],
     files: prompts.FilesPicture | None,
 ) -> ProtocolEvent:
-    member = ctx.backend
-    assert isinstance(member, CliMember)
+    """One turn of the CLI `member` (its agent's, agents.py) to its decision, as drawn above."""
     own = any(answer.letter == ctx.letter for answer in shown)
     if action.can_answer and not own:
         return AnswerPosted(ctx.letter, action.turn_id, await _work(ctx, member, action, shown, files))

@@ -26,7 +26,6 @@ from conclave.errors import ConclaveError, ConfigError, HostStepFailed, SandboxE
 from conclave.files.agent_tools import AgentTools
 from conclave.files.disk_budget import DiskBudget
 from conclave.files.workspaces import Workspaces
-from conclave.members.runner import CliMember
 from conclave.sandbox.allowlist import CLIS, Allowlist, CliName, allowlist_for
 from conclave.sandbox.container import Sandbox, container_user
 from conclave.sandbox.egress import EgressProxy, egress_proxy
@@ -145,11 +144,6 @@ class JobFiles:
     def sandbox(self, letter: str) -> Sandbox | None:
         """The agent's container (a CLI member runs in it), None when the team runs no commands."""
         return self._sandboxes.get(letter)
-
-    def bind(self, letter: str, member: CliMember) -> None:
-        """A CLI member's container, and the job's secrets: its login's values join them, and each of
-        its runs adds what its CLI refreshed (members/runner.py); every snapshot keeps them out."""
-        member.bind(self.sandbox(letter), secrets=self.workspaces.secrets)
 
     def picture(self, letter: str) -> FilesPicture:
         peers = {peer: label for peer, label in self.workspaces.latest().items() if peer != letter}

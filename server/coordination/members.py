@@ -1,4 +1,4 @@
-"""A job's members: their anonymous letters and seed, how their backends are made, and where a job reports.
+"""A job's members: their anonymous letters and seed, how their agents are made, and where a job reports.
 
 The orchestrator (orchestrator.py) uses these; tests and benches name them through it.
 """
@@ -8,21 +8,20 @@ from __future__ import annotations
 import hashlib
 import random
 import string
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Protocol
 
-from conclave.backends import create_backend
-from conclave.backends.base import Backend, Endpoint, Usage
+from conclave.backends import create_backend, create_scorer
+from conclave.backends.base import Endpoint, Usage
 from conclave.config.models import AgentSpec
+from conclave.coordination.agents import Agent, AgentFactory, ApiAgent, CliAgent, SplitAgent
 from conclave.coordination.reports import JobEvent, Progress
 from conclave.coordination.turn_context import TurnContext
 from conclave.members.runner import CliMember
 
 if TYPE_CHECKING:
     from conclave.backends.llama_server import LocalServers
-
-BackendFactory = Callable[[AgentSpec], Backend]
 
 
 class JobSink(Protocol):
@@ -31,25 +30,35 @@ class JobSink(Protocol):
     async def record(self, event: JobEvent, progress: Progress) -> None: ...
 
 
-def endpoint_factory(environ: Mapping[str, str], local_servers: LocalServers | None = None) -> BackendFactory:
-    """Backends for real providers, keys read from `environ`; `local` agents start servers in
-    `local_servers`."""
+def endpoint_factory(environ: Mapping[str, str], local_servers: LocalServers | None = None) -> AgentFactory:
+    """Agents for real providers, keys read from `environ`; `local` agents start servers in
+    `local_servers`. The one place the kind of agent is decided (agents.py)."""
 
-    def make(spec: AgentSpec) -> Backend:
-        if spec.provider == "cli":  # a coding-agent CLI: its login is read here, at the job's start
-            return CliMember.for_spec(spec, environ)
-        endpoint = Endpoint(
-            spec.provider,
-            spec.model_name,
-            spec.api_key(environ),
-            spec.endpoint_url,
-            spec.timeout_s,
-            spec.stream,
-            spec.model_path,
-        )
-        return create_backend(endpoint, local_servers=local_servers)
+    def make(spec: AgentSpec) -> Agent:
+        if spec.is_cli:  # a coding-agent CLI: its login is read here, at the job's start
+            return CliAgent(CliMember.for_spec(spec, environ))
+        endpoint = endpoint_of(spec, environ)
+        if spec.turn == "split":
+            scorer = create_scorer(endpoint, local_servers=local_servers)
+            if scorer is not None:
+                return SplitAgent(scorer, scorer)
+            return SplitAgent(create_backend(endpoint, local_servers=local_servers))
+        return ApiAgent(create_backend(endpoint, local_servers=local_servers))
 
     return make
+
+
+def endpoint_of(spec: AgentSpec, environ: Mapping[str, str]) -> Endpoint:
+    """How an API agent's model is called: its provider, model, key (read from `environ`), URL and limits."""
+    return Endpoint(
+        spec.provider,
+        spec.model_name,
+        spec.api_key(environ),
+        spec.endpoint_url,
+        spec.timeout_s,
+        spec.stream,
+        spec.model_path,
+    )
 
 
 def seed_for(job_id: str) -> int:
@@ -68,6 +77,7 @@ def assign_letters(count: int, seed: int) -> list[str]:
 class Member:
     spec: AgentSpec
     letter: str
+    agent: Agent | None = None  # built at the job's start (endpoint_factory), with its context
     ctx: TurnContext | None = None
     usage: Usage = Usage()
     presenting: bool = False

@@ -24,14 +24,15 @@ import anyio
 import anyio.to_thread
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from conclave.backends.base import Backend, ToolCall, Usage
+from conclave.backends.base import ToolCall, Usage
 from conclave.backends.retry import RetryPolicy
 from conclave.config.models import Team
 from conclave.coordination import answers, picture, prompts, protocol
+from conclave.coordination.agents import AgentFactory
 from conclave.coordination.budget import Budget
 from conclave.coordination.cli_turns import CLI_WORK
 from conclave.coordination.limits import ProviderLimits
-from conclave.coordination.members import BackendFactory, JobSink, Member, assign_letters, seed_for
+from conclave.coordination.members import JobSink, Member, assign_letters, seed_for
 from conclave.coordination.protocol_events import (
     Action,
     CancelTurn,
@@ -53,9 +54,7 @@ from conclave.coordination.reporting import Reporter
 from conclave.coordination.reports import Check, EventKind, JobResult, Progress, ShownAnswer
 from conclave.coordination.tally import StopReason
 from conclave.coordination.turn_context import TurnContext
-from conclave.coordination.turns import present, run_turn
 from conclave.errors import ConclaveError, ProviderError
-from conclave.members.runner import CliMember
 
 if TYPE_CHECKING:
     from conclave.coordination.job_files import JobFiles
@@ -74,7 +73,7 @@ class Orchestrator:
         task: str,
         team: Team,
         sink: JobSink,
-        backend_factory: BackendFactory,
+        agent_factory: AgentFactory,
         *,
         retry: RetryPolicy | None = None,
         limiters: ProviderLimits | None = None,
@@ -90,7 +89,7 @@ class Orchestrator:
         # the job's end on anyio's clock when the caller's set-up (copying the context) already used
         # part of its timeout; else the timeout counts from `run`
         self._deadline_at = deadline
-        self._factory, self._retry = backend_factory, retry or RetryPolicy()
+        self._factory, self._retry = agent_factory, retry or RetryPolicy()
         self._limiters = limiters if limiters is not None else ProviderLimits()  # the server's, shared
         self._clock = clock
         self.files, self.verifier = files, verifier
@@ -156,24 +155,25 @@ class Orchestrator:
                 if self.files is not None:
                     await self.files.close()
                 for member in self.members.values():
-                    if member.ctx is not None:
-                        await member.ctx.backend.aclose()
+                    if member.agent is not None:
+                        await member.agent.aclose()
         assert self._result is not None  # the loop above ran until there was one
         return self._result
 
     async def _set_up(self) -> None:
         if self.files is not None:  # workspaces and containers first: the agents' tools need them
-            clis = {m.letter: m.spec for m in self.members.values() if m.spec.provider == "cli"}
+            clis = {m.letter: m.spec for m in self.members.values() if m.spec.is_cli}
             await self.files.start(sorted(self.members), clis)
         for member in self.members.values():
             # SDK imports and client set-up block for seconds on first use: keep them off the loop, and
             # let the deadline abandon them (a client made after it is simply dropped).
-            backend = await anyio.to_thread.run_sync(
+            agent = await anyio.to_thread.run_sync(
                 self._factory, member.spec, abandon_on_cancel=True, limiter=self._limiters.building
             )
-            if isinstance(backend, CliMember) and self.files is not None:  # in its agent's container
-                self.files.bind(member.letter, backend)
-            member.ctx = self._context(member, backend)
+            member.agent = agent  # closed at the job's end, however set-up ends
+            if self.files is not None:  # its container, and the job's secrets its login's values join
+                agent.attach(self.files.sandbox(member.letter), self.files.workspaces.secrets)
+            member.ctx = self._context(member)
 
     async def _ended_in_set_up(self, reason: str) -> JobResult:
         await self._emit("deadline", reason=reason)
@@ -284,7 +284,7 @@ class Orchestrator:
         self, action: StartTurn, scope: anyio.CancelScope, send: MemoryObjectSendStream[ProtocolEvent]
     ) -> None:
         member = self.members[action.letter]
-        assert member.ctx is not None
+        assert member.agent is not None and member.ctx is not None
 
         async def on_work(call: ToolCall) -> None:
             if call.name != CLI_WORK:  # a CLI's stale work run is cancelled, killing it (cli_turns.py)
@@ -296,7 +296,7 @@ class Orchestrator:
             with scope:
                 try:
                     picture = self.files.picture(action.letter) if self.files is not None else None
-                    decided = await run_turn(ctx, action, self._shown(action.labels), picture)
+                    decided = await member.agent.turn(ctx, action, self._shown(action.labels), picture)
                     event = answers.read_decision(action, self.task, decided)
                 except (ProviderError, TimeoutError) as exc:  # retries are spent: the agent is out
                     event = TurnFailed(action.letter, action.turn_id, _describe(exc), fatal=True)
@@ -311,13 +311,13 @@ class Orchestrator:
 
     async def _present(self, action: Present, send: MemoryObjectSendStream[ProtocolEvent]) -> None:
         member = self.members[action.letter]
-        assert member.ctx is not None
+        assert member.agent is not None and member.ctx is not None
         winner = self.state.answer(action.outcome.winner or "")
         assert winner is not None
         async with send:
             try:
                 task = prompts.with_notes(prompts.task_section(self.task, self.history), self.state.notes)
-                text = await present(member.ctx, task, self._shown(), action.outcome)
+                text = await member.agent.present(member.ctx, task, self._shown(), action.outcome)
                 why = answers.presentation_problem(text, winner.content, self.task)
                 await send.send(PresentationFailed(why) if why else Presented(text))
             except (ProviderError, TimeoutError) as exc:
@@ -341,7 +341,7 @@ class Orchestrator:
             )
 
     # Helpers -------------------------------------------------------------------------------------
-    def _context(self, member: Member, backend: Backend) -> TurnContext:
+    def _context(self, member: Member) -> TurnContext:
         spec = member.spec
         limiter = self._limiters.of(spec.provider)
         rules = self.team.coordination
@@ -367,7 +367,6 @@ class Orchestrator:
         tools = self.files.tools(member.letter) if self.files is not None else None
         return TurnContext(
             spec=spec,
-            backend=backend,
             letter=member.letter,
             system=system,
             retry=self._retry,

@@ -15,20 +15,23 @@ from __future__ import annotations
 
 import json
 
-from conclave.backends.base import Message, Request, Scorer
+from conclave.backends.base import Backend, Message, Request, Scorer
 from conclave.coordination import prompts
 from conclave.coordination.protocol_events import AnswerPosted, NoDecision, ProtocolEvent, StartTurn, VoteCast
 from conclave.coordination.reports import ShownAnswer
 from conclave.coordination.turn_context import TurnContext
 
 
-async def split_turn(ctx: TurnContext, action: StartTurn, shown: list[ShownAnswer]) -> ProtocolEvent:
-    """One split turn to its decision; `shown` is every current answer in this voter's order."""
+async def split_turn(
+    ctx: TurnContext, backend: Backend, scorer: Scorer | None, action: StartTurn, shown: list[ShownAnswer]
+) -> ProtocolEvent:
+    """One split turn to its decision; `shown` is every current answer in this voter's order; `scorer`
+    (the backend itself, when it scores: agents.py) votes by likelihood."""
     own = any(answer.letter == ctx.letter for answer in shown)
     task = prompts.with_notes(ctx.task, action.notes)  # steering notes follow the task
     if action.can_answer and not (own and action.labels):
-        return AnswerPosted(ctx.letter, action.turn_id, await _answer(ctx, task, action.note))
-    if isinstance(ctx.backend, Scorer):
+        return AnswerPosted(ctx.letter, action.turn_id, await _answer(ctx, backend, task, action.note))
+    if scorer is not None:
         groups = agreeing_groups(shown)
         if len(groups) == 1:  # every answer says the same: any vote counts for all of them, so no scoring
             label = next((a.label for a in shown if a.letter == ctx.letter), shown[0].label)
@@ -36,7 +39,8 @@ async def split_turn(ctx: TurnContext, action: StartTurn, shown: list[ShownAnswe
         # One score per group of equivalent answers, from its earliest-posted member (label order is
         # the same for every voter, so the choice does not depend on this voter's order).
         firsts = [min(group, key=lambda answer: answer.label) for group in groups]
-        scores = await ctx.score(_answer_request(ctx, task, ""), [answer.content for answer in firsts])
+        request = _answer_request(ctx, task, "")
+        scores = await ctx.score(scorer, request, [answer.content for answer in firsts])
         by_label = {
             answer.label: score for group, score in zip(groups, scores, strict=True) for answer in group
         }
@@ -48,10 +52,10 @@ async def split_turn(ctx: TurnContext, action: StartTurn, shown: list[ShownAnswe
         max_tokens=64,
         response_schema=prompts.choice_schema(action.labels, action.can_answer),
     )
-    completion = await ctx.call(request)
+    completion = await ctx.call(backend, request)
     choice = _choice(completion.text)
     if choice == prompts.NEW and action.can_answer:
-        text = await _answer(ctx, task, action.note, shown)
+        text = await _answer(ctx, backend, task, action.note, shown)
         return AnswerPosted(ctx.letter, action.turn_id, text)
     if choice not in action.labels:
         return NoDecision(ctx.letter, action.turn_id, completion.text)
@@ -86,8 +90,10 @@ def pick(shown: list[ShownAnswer], scores: list[float]) -> tuple[str, str]:
     return shown[best].label, f"the most likely answer by mean token log-probability ({listed})"
 
 
-async def _answer(ctx: TurnContext, task: str, note: str, material: list[ShownAnswer] | None = None) -> str:
-    completion = await ctx.call(_answer_request(ctx, task, note, material or []))
+async def _answer(
+    ctx: TurnContext, backend: Backend, task: str, note: str, material: list[ShownAnswer] | None = None
+) -> str:
+    completion = await ctx.call(backend, _answer_request(ctx, task, note, material or []))
     return completion.text.strip()
 
 

@@ -1,7 +1,7 @@
-"""What one agent brings to every turn of a job: its spec, backend, limits, work tools and gate.
+"""What the job gives one agent for every turn: its spec, limits, prompts, work tools, gate and sinks.
 
-Every kind of turn takes it (turns.py, split_turns.py, cli_turns.py); the orchestrator builds one per
-agent (coordination/members.py).
+Every kind of agent is handed it with each turn (agents.py); what the agent calls (a backend, a scorer,
+a CLI) it holds itself. The orchestrator builds one per agent.
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ class TurnContext:
     """What one agent needs for every turn of a job."""
 
     spec: AgentSpec
-    backend: Backend
     letter: str
     system: str
     task: str
@@ -46,22 +45,21 @@ class TurnContext:
     # starts after the limit (the job's end cancels the waiting turn).
     gate: Callable[[], Awaitable[None]] = anyio.lowlevel.checkpoint
 
-    async def call(self, request: Request) -> Completion:
-        """One model call under this agent's provider limit, retry policy and overall deadline."""
+    async def call(self, backend: Backend, request: Request) -> Completion:
+        """One call to `backend` under this agent's provider limit, retry policy and overall deadline."""
         limit = self.spec.timeout_s * self.spec.max_attempts + 30
         await self.gate()
         async with self.limiter:
             with anyio.fail_after(limit):
                 policy = replace(self.retry, max_attempts=self.spec.max_attempts)
-                return await complete(self.backend, request, policy, on_usage=self.on_usage)
+                return await complete(backend, request, policy, on_usage=self.on_usage)
 
-    async def score(self, request: Request, candidates: list[str]) -> list[float]:
-        """The model's mean token log-probability of each candidate as its reply (a `Scorer` backend)."""
-        assert isinstance(self.backend, Scorer)
+    async def score(self, scorer: Scorer, request: Request, candidates: list[str]) -> list[float]:
+        """The model's mean token log-probability of each candidate as its reply."""
         await self.gate()
         async with self.limiter:
             with anyio.fail_after(self.spec.timeout_s):
-                scores, usage = await self.backend.score(request, candidates)
+                scores, usage = await scorer.score(request, candidates)
         await self.on_usage(usage, True)
         return scores
 

@@ -1,4 +1,5 @@
-"""One agent turn: build the prompt, call the model (with its work tools), turn the reply into a decision.
+"""An API agent's turn: build the prompt, call the model (with its work tools), turn the reply into a
+decision; and any agent's presentation through its backend (agents.py holds the kinds of agent).
 
 A turn returns a protocol event (AnswerPosted, VoteCast, NoDecision or TurnFailed); it never touches
 the protocol state itself. Provider errors propagate as `ProviderError` for the orchestrator.
@@ -9,10 +10,9 @@ from __future__ import annotations
 import json
 import re
 
-from conclave.backends.base import Message, ToolCall
+from conclave.backends.base import Backend, Message, ToolCall
 from conclave.backends.retry import Completion
 from conclave.coordination import prompts
-from conclave.coordination.cli_turns import cli_turn
 from conclave.coordination.protocol_events import (
     AnswerPosted,
     NoDecision,
@@ -22,7 +22,6 @@ from conclave.coordination.protocol_events import (
     VoteCast,
 )
 from conclave.coordination.reports import ShownAnswer
-from conclave.coordination.split_turns import split_turn
 from conclave.coordination.tally import Outcome
 from conclave.coordination.turn_context import TurnContext
 from conclave.files.agent_tools import tool_error
@@ -31,18 +30,15 @@ WORKFLOW = ("new_answer", "vote")
 MIN_REPAIR_STEPS = 2  # malformed workflow calls get at least this many chances to be fixed
 
 
-async def run_turn(
+async def api_turn(
     ctx: TurnContext,
+    backend: Backend,
     action: StartTurn,
     shown: list[ShownAnswer],
     files: prompts.FilesPicture | None = None,
 ) -> ProtocolEvent:
-    """Run one turn to its decision: a CLI member's (cli_turns.py), a split turn (split_turns.py) or one
-    call ending in a decision."""
-    if ctx.spec.provider == "cli":
-        return await cli_turn(ctx, action, shown, files)
-    if ctx.spec.turn == "split" and not ctx.work_tools:
-        return await split_turn(ctx, action, shown)
+    """Run one turn to its decision: one call to `backend` ending in a decision (native tool calls, or
+    JSON in `json` mode), after any work-tool calls."""
     text = prompts.turn_prompt(
         ctx.letter,
         shown,
@@ -57,17 +53,19 @@ async def run_turn(
         text = f"{prompts.tools_section(ctx.work_tools)}\n\n{text}"
     messages = [Message("user", text)]
     if ctx.spec.tool_mode == "json":
-        return await _json_turn(ctx, action, messages)
-    return await _native_turn(ctx, action, messages)
+        return await _json_turn(ctx, backend, action, messages)
+    return await _native_turn(ctx, backend, action, messages)
 
 
-async def _native_turn(ctx: TurnContext, action: StartTurn, messages: list[Message]) -> ProtocolEvent:
+async def _native_turn(
+    ctx: TurnContext, backend: Backend, action: StartTurn, messages: list[Message]
+) -> ProtocolEvent:
     tools = prompts.workflow_tools(action.labels, action.can_answer) + ctx.work_tools
     work_steps = repairs = 0
     while True:
         # A corrective turn forces a tool call: the model already ended one turn with bare text.
         request = ctx.request(messages, tools=tools, tool_choice="required" if action.corrective else "auto")
-        completion = await ctx.call(request)
+        completion = await ctx.call(backend, request)
         if not completion.tool_calls:
             return NoDecision(ctx.letter, action.turn_id, completion.text)
         decision = next((call for call in completion.tool_calls if call.name in WORKFLOW), None)
@@ -137,14 +135,16 @@ def _decide(letter: str, action: StartTurn, call: ToolCall) -> tuple[ProtocolEve
     return VoteCast(letter, action.turn_id, label.strip(), reason if isinstance(reason, str) else ""), ""
 
 
-async def _json_turn(ctx: TurnContext, action: StartTurn, messages: list[Message]) -> ProtocolEvent:
+async def _json_turn(
+    ctx: TurnContext, backend: Backend, action: StartTurn, messages: list[Message]
+) -> ProtocolEvent:
     """Decisions and work-tool calls as schema-constrained JSON, one per reply."""
     names = tuple(tool.name for tool in ctx.work_tools)
     steps = 0
     while True:
         offered = names if steps < ctx.max_tool_steps else ()
         schema = prompts.decision_schema(action.labels, action.can_answer, offered)
-        completion = await ctx.call(ctx.request(messages, response_schema=schema))
+        completion = await ctx.call(backend, ctx.request(messages, response_schema=schema))
         call = parse_json_tool_call(completion.text, offered)
         if call is None:
             return parse_json_decision(ctx.letter, action, completion.text)
@@ -193,9 +193,11 @@ def parse_json_decision(letter: str, action: StartTurn, text: str) -> ProtocolEv
     return NoDecision(letter, action.turn_id, content if isinstance(content, str) else text)
 
 
-async def present(ctx: TurnContext, task: str, shown: list[ShownAnswer], outcome: Outcome) -> str:
-    """The winner's presentation: the final answer in plain text."""
+async def present(
+    ctx: TurnContext, backend: Backend, task: str, shown: list[ShownAnswer], outcome: Outcome
+) -> str:
+    """The winner's presentation through `backend`: the final answer in plain text."""
     assert outcome.winner is not None
     messages = [Message("user", prompts.presentation_prompt(task, shown, outcome.tally, outcome.winner))]
-    completion = await ctx.call(ctx.request(messages, system=prompts.PRESENT_SYSTEM))
+    completion = await ctx.call(backend, ctx.request(messages, system=prompts.PRESENT_SYSTEM))
     return completion.text

@@ -16,9 +16,9 @@ import anyio
 
 from conclave.backends.retry import RetryPolicy
 from conclave.config.models import Team
+from conclave.coordination.agents import AgentFactory
 from conclave.coordination.check_pool import CheckPool
 from conclave.coordination.limits import ProviderLimits
-from conclave.coordination.members import BackendFactory
 from conclave.coordination.orchestrator import Orchestrator
 from conclave.errors import ConclaveError
 from conclave.jobs.async_store import AsyncStore
@@ -42,7 +42,7 @@ class Lifecycle:
         self,
         settings: Settings,
         store: AsyncStore,
-        factory: BackendFactory,
+        factory: AgentFactory,
         retry: RetryPolicy | None,
         steering: Steering,
         pool: CheckPool | None = None,

@@ -30,8 +30,9 @@ import anyio
 from conclave.backends.llama_server import LocalServers
 from conclave.backends.retry import RetryPolicy
 from conclave.config.models import SandboxSpec
+from conclave.coordination.agents import AgentFactory
 from conclave.coordination.check_pool import CheckPool
-from conclave.coordination.members import BackendFactory, endpoint_factory
+from conclave.coordination.members import endpoint_factory
 from conclave.errors import InputError, JobFinished
 from conclave.jobs.access import Access
 from conclave.jobs.admission import Admission
@@ -93,7 +94,7 @@ class JobService:
         settings: Settings,
         *,
         environ: Mapping[str, str] | None = None,
-        backend_factory: BackendFactory | None = None,
+        agent_factory: AgentFactory | None = None,
         retry: RetryPolicy | None = None,
         access: Access | None = None,
         check_pool: bool = False,
@@ -128,7 +129,7 @@ class JobService:
                     ):
                         # the check pool lives on the jobs' loop, where the checks take from it
                         pool_tg.start_soon(pool.keep, SandboxSpec(), lambda pid: not process_alive(pid))
-                        factory = backend_factory or endpoint_factory(env, local_servers)
+                        factory = agent_factory or endpoint_factory(env, local_servers)
                         try:
                             yield Lifecycle(
                                 settings, jobs_store, factory, retry, Steering(jobs_store), pool, redirect
@@ -137,7 +138,7 @@ class JobService:
                             pool_tg.cancel_scope.cancel()
 
                 async with JobThread.open(jobs_side) as (thread, lifecycle):
-                    probe = backend_factory is None
+                    probe = agent_factory is None
                     service = cls(settings, store, thread, lifecycle, env, owner_id, access, probe=probe)
                     thread.start(
                         watch, lifecycle.store, settings, owner_id, lifecycle.scopes, lifecycle.steering

@@ -160,7 +160,7 @@ def team_list(
 
 def cli_status(agent: AgentSpec, environ: Mapping[str, str]) -> str | None:
     """For a CLI member: how it logs in (its endpoint's key, your key variable or login file), or how to."""
-    if agent.provider != "cli":
+    if not agent.is_cli:
         return None
     facts = CLIS[split_cli_model(agent.model_name)[0]]
     if agent.base_url:

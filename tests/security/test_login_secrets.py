@@ -19,11 +19,11 @@ from typing import Any
 
 import pytest
 
-from conclave.backends.base import Backend
 from conclave.backends.retry import RetryPolicy
 from conclave.cli.render import closing
 from conclave.config.loading import parse_team
 from conclave.config.models import AgentSpec
+from conclave.coordination.agents import Agent, CliAgent
 from conclave.coordination.members import Member
 from conclave.coordination.protocol import Coordination
 from conclave.coordination.reporting import Reporter
@@ -155,10 +155,10 @@ async def test_a_job_keeps_a_leaked_login_out_of_every_file_and_text_it_returns(
     (home / CREDENTIALS).write_bytes(content)
     environ = {"HOME": str(home)}
 
-    def members(spec: AgentSpec) -> Backend:
+    def members(spec: AgentSpec) -> Agent:
         member = CliMember.for_spec(spec, environ)
         member.adapter = Leaker()
-        return member
+        return CliAgent(member)
 
     project = calc_project(tmp_path)
     team = tmp_path / "team.yaml"
@@ -167,7 +167,7 @@ async def test_a_job_keeps_a_leaked_login_out_of_every_file_and_text_it_returns(
         "coordination: {max_answers_per_agent: 1, final: reuse}\n"
     )
     settings = Settings(home=tmp_path / "state")
-    async with JobService.open(settings, environ=environ, retry=FAST, backend_factory=members) as service:
+    async with JobService.open(settings, environ=environ, retry=FAST, agent_factory=members) as service:
         context = [{"path": str(project), "permission": "write"}]
         view = await service.submit(
             JobRequest(task=TASK, team=str(team), context_paths=context, apply="force", verify="pytest -q")

@@ -1,0 +1,149 @@
+"""The agent seam: every kind of team member behind one protocol, the kind decided once when it is built.
+
+    agent = make(spec)                          # members.py `endpoint_factory`: the one place that decides
+    agent.attach(sandbox)                       # its container, when the job has one (a CLI runs in it)
+    event = await agent.turn(ctx, action, shown, files)   # one turn to a protocol event
+    text = await agent.present(ctx, task, shown, outcome) # the winner's final answer
+    await agent.aclose()
+
+    ApiAgent     a model over an API: one call ending in a decision (turns.py)
+    SplitAgent   a plain answer, then a separate short choice, or a vote by its scorer (split_turns.py)
+    CliAgent     a coding-agent CLI member: a work run and a decision run (cli_turns.py)
+
+Each holds what it calls, typed: the orchestrator hands every kind the same `TurnContext` (limits,
+prompts, work tools, budget gate, sinks) and never asks which kind it has.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+from conclave.backends.base import Backend, Scorer
+from conclave.config.models import AgentSpec
+from conclave.coordination import prompts
+from conclave.coordination.cli_turns import cli_turn
+from conclave.coordination.protocol_events import ProtocolEvent, StartTurn
+from conclave.coordination.reports import ShownAnswer
+from conclave.coordination.split_turns import split_turn
+from conclave.coordination.tally import Outcome
+from conclave.coordination.turn_context import TurnContext
+from conclave.coordination.turns import api_turn, present
+from conclave.members.runner import CliMember
+
+if TYPE_CHECKING:
+    from conclave.files.secrets import Secrets
+    from conclave.sandbox.container import Sandbox
+
+
+class Agent(Protocol):
+    """One team member as the orchestrator drives it."""
+
+    def attach(self, sandbox: Sandbox | None, secrets: Secrets) -> None:
+        """The agent's container for this job (None when the team runs no commands), and the job's
+        secrets, which every snapshot keeps out (files/secrets.py)."""
+        ...
+
+    async def turn(
+        self,
+        ctx: TurnContext,
+        action: StartTurn,
+        shown: list[ShownAnswer],
+        files: prompts.FilesPicture | None,
+    ) -> ProtocolEvent:
+        """One turn to its decision: `shown` is the current answers in this voter's order (the action's
+        labels), `files` the picture of the job's files when it has some."""
+        ...
+
+    async def present(self, ctx: TurnContext, task: str, shown: list[ShownAnswer], outcome: Outcome) -> str:
+        """The winner's presentation: the final answer in plain text."""
+        ...
+
+    async def aclose(self) -> None: ...
+
+
+AgentFactory = Callable[[AgentSpec], Agent]
+
+
+@dataclass
+class ApiAgent:
+    """A model called over an API: each turn is one call ending in a decision (turns.py)."""
+
+    backend: Backend
+
+    def attach(self, sandbox: Sandbox | None, secrets: Secrets) -> None:
+        """Nothing to attach: its work tools reach the container through the job (files/agent_tools.py)."""
+
+    async def turn(
+        self,
+        ctx: TurnContext,
+        action: StartTurn,
+        shown: list[ShownAnswer],
+        files: prompts.FilesPicture | None,
+    ) -> ProtocolEvent:
+        return await api_turn(ctx, self.backend, action, shown, files)
+
+    async def present(self, ctx: TurnContext, task: str, shown: list[ShownAnswer], outcome: Outcome) -> str:
+        return await present(ctx, self.backend, task, shown, outcome)
+
+    async def aclose(self) -> None:
+        await self.backend.aclose()
+
+
+@dataclass
+class SplitAgent:
+    """A small model's split turn (split_turns.py); `scorer` is its backend when that scores replies (the
+    local one), so it votes by likelihood. With the job's files it needs its work tools, which only a
+    full turn offers, so its turns are then an API agent's (config/models.py `turn`)."""
+
+    backend: Backend
+    scorer: Scorer | None = None
+
+    def attach(self, sandbox: Sandbox | None, secrets: Secrets) -> None:
+        """Nothing to attach, as an API agent."""
+
+    async def turn(
+        self,
+        ctx: TurnContext,
+        action: StartTurn,
+        shown: list[ShownAnswer],
+        files: prompts.FilesPicture | None,
+    ) -> ProtocolEvent:
+        if ctx.work_tools:
+            return await api_turn(ctx, self.backend, action, shown, files)
+        return await split_turn(ctx, self.backend, self.scorer, action, shown)
+
+    async def present(self, ctx: TurnContext, task: str, shown: list[ShownAnswer], outcome: Outcome) -> str:
+        return await present(ctx, self.backend, task, shown, outcome)
+
+    async def aclose(self) -> None:
+        await self.backend.aclose()
+
+
+@dataclass
+class CliAgent:
+    """A coding-agent CLI member (members/runner.py), run in its own container (cli_turns.py)."""
+
+    member: CliMember
+
+    def attach(self, sandbox: Sandbox | None, secrets: Secrets) -> None:
+        """The CLI runs in this container, through its egress proxy (members/runner.py `bind`); its
+        login's values join the job's secrets, and each of its runs adds what its CLI refreshed."""
+        self.member.bind(sandbox, secrets=secrets)
+
+    async def turn(
+        self,
+        ctx: TurnContext,
+        action: StartTurn,
+        shown: list[ShownAnswer],
+        files: prompts.FilesPicture | None,
+    ) -> ProtocolEvent:
+        return await cli_turn(ctx, self.member, action, shown, files)
+
+    async def present(self, ctx: TurnContext, task: str, shown: list[ShownAnswer], outcome: Outcome) -> str:
+        # the member is also a Backend: one text reply from its CLI (members/runner.py)
+        return await present(ctx, self.member, task, shown, outcome)
+
+    async def aclose(self) -> None:
+        await self.member.aclose()

@@ -32,7 +32,7 @@ from conclave.coordination.protocol_events import (
 )
 from conclave.coordination.reports import ShownAnswer
 from conclave.coordination.turn_context import TurnContext
-from conclave.members.base import CliOutput, last_json_object
+from conclave.members.cli_adapter import CliOutput, last_json_object
 from conclave.members.runner import CliMember
 
 NEW = "new_answer"

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from conclave.config.clis import CLIS, CliFacts, login_files, login_fix, split_cli_model
 from conclave.config.models import AgentSpec, Team
 from conclave.errors import ConfigError
-from conclave.members.base import Login
+from conclave.members.cli_adapter import Login
 
 MAX_LOGIN_FILE = 256 * 1024  # a login file is a few KB of JSON
 

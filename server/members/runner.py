@@ -46,11 +46,11 @@ from conclave.config.clis import split_cli_model
 from conclave.config.models import AgentSpec
 from conclave.errors import ProviderError, SandboxError
 from conclave.files.secrets import Secrets
-from conclave.members.base import SCHEMA_FILE, CliAdapter, CliOutput, Login, secret_strings
 from conclave.members.claude_code import ClaudeCode
+from conclave.members.cli_adapter import SCHEMA_FILE, CliAdapter, CliOutput, Login, secret_strings
 from conclave.members.codex import Codex
 from conclave.members.copilot import Copilot
-from conclave.members.gemini import Gemini
+from conclave.members.gemini_cli import Gemini
 from conclave.members.logins import resolve_login
 from conclave.members.meter import Charge, Meter
 from conclave.sandbox.container import Sandbox

@@ -12,11 +12,11 @@ from conclave.config.loading import parse_team
 from conclave.config.presets import resolve_team
 from conclave.coordination.cli_turns import decision_schema
 from conclave.errors import ConfigError
-from conclave.members.base import Login
 from conclave.members.claude_code import ClaudeCode
+from conclave.members.cli_adapter import Login
 from conclave.members.codex import Codex
 from conclave.members.copilot import USAGE_MARK, Copilot
-from conclave.members.gemini import Gemini
+from conclave.members.gemini_cli import Gemini
 from conclave.members.logins import resolve_login
 from conclave.members.runner import CliMember
 

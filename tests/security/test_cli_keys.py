@@ -25,7 +25,7 @@ from conclave.backends.retry import RetryPolicy
 from conclave.config.loading import parse_team
 from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
-from conclave.members.base import PLACEHOLDER_KEY
+from conclave.members.cli_adapter import PLACEHOLDER_KEY
 from conclave.members.runner import CliMember
 from conclave.settings import Settings
 from tests.fakes.calc_task import TASK

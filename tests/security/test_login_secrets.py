@@ -34,8 +34,8 @@ from conclave.files.secrets import Secrets
 from conclave.files.workspaces import Workspaces
 from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
-from conclave.members.base import Login
 from conclave.members.claude_code import ClaudeCode
+from conclave.members.cli_adapter import Login
 from conclave.members.runner import CliMember
 from conclave.settings import Settings
 from tests.fakes.calc_task import TASK, calc_project

@@ -178,7 +178,8 @@ def test_no_import_cycles() -> None:
 
 def test_no_import_cycles_behind_type_checking_either() -> None:
     """A cycle hidden under `if TYPE_CHECKING:` is still two modules that need each other: the type they
-    share belongs in a third (coordination/turn_context.py) or behind a Protocol (jobs/store_threads.py)."""
+    share belongs in a third (coordination/turn_context.py) or behind a Protocol
+    (jobs/store_conversations.py)."""
     found = cycles(runtime_only=False)
     assert not found, "import cycles through TYPE_CHECKING imports:\n" + "\n".join(
         " -> ".join(c) for c in found

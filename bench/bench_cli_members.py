@@ -29,9 +29,9 @@ import anyio
 from conclave.backends import create_backend
 from conclave.backends.base import Endpoint, Message, Request
 from conclave.backends.retry import complete
+from conclave.clis.runner import CliMember
 from conclave.config.loading import parse_team
 from conclave.config.models import SandboxSpec
-from conclave.members.runner import CliMember
 from conclave.sandbox.allowlist import allowlist_for
 from conclave.sandbox.clis_image import clis_tag
 from conclave.sandbox.egress import egress_proxy
@@ -127,7 +127,7 @@ async def measure() -> dict[str, object]:
         "answers at once, so a turn here is pure overhead (exec, CLI start, its own system prompt "
         "of ~12-14k tokens sent through the egress proxy). API turns: the Anthropic SDK for Claude "
         "Code's pair, Chat Completions for Codex's (Conclave has no Responses backend). A CLI run is "
-        "charged as its output arrives (members/meter.py): the CLI turn includes that reading.",
+        "charged as its output arrives (clis/meter.py): the CLI turn includes that reading.",
     }
 
 

@@ -2,7 +2,7 @@
 name per idea and one import path per name, and comments cite files that exist.
 
 The layers, from the callers down, are docs/ARCHITECTURE.md's table "| part | may import |", read from the
-page itself (app, cli -> web, tools -> jobs -> coordination -> members -> sandbox -> files -> backends),
+page itself (app, cli -> web, tools -> jobs -> coordination -> clis -> sandbox -> files -> backends),
 and every module may use the plain modules at the top (config, settings, errors). The protocol
 imports nothing of ours. The callers (cli, tools, web) reach jobs/ only through its service layer.
 """

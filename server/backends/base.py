@@ -97,7 +97,7 @@ class Usage:
     else the sum of the parts' costs, and `uncosted_tokens` counts the tokens of the parts that came
     without one, so the cost is a lower bound (`cost_partial`). A part without a cost never wipes
     what the others cost. Sums and differences are exact: a CLI run's final charge, which carries the
-    whole run's cost, takes its earlier uncosted charges back (members/meter.py).
+    whole run's cost, takes its earlier uncosted charges back (clis/meter.py).
     """
 
     # as read back from the store and shown in a job's view (its schema's words)

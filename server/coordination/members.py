@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING, Protocol
 
 from conclave.backends import create_backend, create_scorer
 from conclave.backends.base import Endpoint, Usage
+from conclave.clis.runner import CliMember
 from conclave.config.models import AgentSpec
 from conclave.coordination.agents import Agent, AgentFactory, ApiAgent, CliAgent, SplitAgent
 from conclave.coordination.reports import JobEvent, Progress
 from conclave.coordination.turn_context import TurnContext
-from conclave.members.runner import CliMember
 
 if TYPE_CHECKING:
     from conclave.backends.llama_server import LocalServers

@@ -136,7 +136,7 @@ async def test_a_stale_decision_run_is_killed_charged_and_asked_again(
     # the killed run was charged (then the next decision run): exactly what its stream reported when
     # the stalled response's start reached it, else an estimate (the CLI may not print it before its
     # first content: docs/subscriptions.md), so the total is not compared with the bill here
-    # (charged as its stream goes, members/meter.py: several usage events a run, their sum its total)
+    # (charged as its stream goes, clis/meter.py: several usage events a run, their sum its total)
     charged = [e.data for e in events[:cancelled] if e.kind == "usage" and e.letter == letter]
     assert sum(usage["input_tokens"] for usage in charged) > 0, charged
     after = [e.data for e in events[cancelled:] if e.kind == "usage" and e.letter == letter]

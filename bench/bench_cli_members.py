@@ -90,7 +90,9 @@ async def measure_cli(fakes: FakeProviders, cli: str, root: Path) -> dict[str, f
             runs = await timed(RUNS, lambda: member.run(PROMPT))
         finally:
             await box.stop()
-    backend = create_backend(Endpoint(api, "fake", "bench-key", fakes.base_url(api, f"api-{cli}")))
+    backend = create_backend(
+        Endpoint(provider=api, model="fake", api_key="bench-key", base_url=fakes.base_url(api, f"api-{cli}"))
+    )
     request = Request(system="", messages=(Message("user", PROMPT),), max_tokens=64)
     api_calls = await timed(RUNS, lambda: complete(backend, request))
     await backend.aclose()

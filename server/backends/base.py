@@ -175,9 +175,10 @@ class Done:
 StreamEvent = TextDelta | ToolCall | Usage | Done
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Endpoint:
-    """Where and how to reach one model. `api_key` never leaves the backend."""
+    """Where and how to reach one model. `api_key` never leaves the backend. Built by keyword only: its
+    fields are an agent's (coordination/members.py `endpoint_of` fills them from its `AgentSpec`)."""
 
     provider: str
     model: str

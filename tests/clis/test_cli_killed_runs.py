@@ -20,17 +20,17 @@ import pytest
 from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
 from conclave.settings import Settings
-from tests.fakes.calc_task import TASK
-from tests.fakes.cli_worker import CliWorker
-from tests.fakes.script import RecordedRequest, Reply
-from tests.fakes.server import FakeProviders
-from tests.fakes.waits import until_cli_done
-from tests.members.test_cli_members_e2e import (
+from tests.clis.test_cli_members_e2e import (
     ENV,
     FAST,
     KEY,
     api_agent,
 )
+from tests.fakes.calc_task import TASK
+from tests.fakes.cli_worker import CliWorker
+from tests.fakes.script import RecordedRequest, Reply
+from tests.fakes.server import FakeProviders
+from tests.fakes.waits import until_cli_done
 
 pytestmark = pytest.mark.anyio
 FIX = "sed -i 's/return a - b/return a + b/' calc.py"

@@ -24,17 +24,17 @@ from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
 from conclave.jobs.views import JobView
 from conclave.settings import Settings
-from tests.fakes.calc_task import TASK
-from tests.fakes.cli_worker import CliWorker
-from tests.fakes.script import RecordedRequest, Reply
-from tests.fakes.server import FakeProviders
-from tests.members.test_cli_members_e2e import (
+from tests.clis.test_cli_members_e2e import (
     ENV,
     FAST,
     KEY,
     _host_processes,
     _processes,
 )
+from tests.fakes.calc_task import TASK
+from tests.fakes.cli_worker import CliWorker
+from tests.fakes.script import RecordedRequest, Reply
+from tests.fakes.server import FakeProviders
 
 pytestmark = pytest.mark.anyio
 WIRES = {"codex": "responses", "gemini": "gemini", "copilot": "anthropic", "claude-code": "anthropic"}

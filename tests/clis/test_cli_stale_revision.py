@@ -23,13 +23,13 @@ import pytest
 from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
 from conclave.settings import Settings
+from tests.clis.test_cli_members_e2e import ENV, FAST, KEY, _processes
 from tests.fakes.calc_task import TASK
 from tests.fakes.cli_worker import DECISION_MARK, WORK_MARK, CliWorker, _first_user_text
 from tests.fakes.script import RecordedRequest, Reply
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import decide, own_letter, vote_labels
 from tests.fakes.waits import until_cli_done
-from tests.members.test_cli_members_e2e import ENV, FAST, KEY, _processes
 
 pytestmark = pytest.mark.anyio
 FIX = "sed -i 's/return a - b/return a + b/' calc.py"

@@ -28,6 +28,7 @@ from conclave.config.loading import parse_team
 from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
 from conclave.settings import Settings
+from tests.clis.conftest import hosts, project
 from tests.fakes.calc_task import TASK
 from tests.fakes.cli_worker import CliWorker
 from tests.fakes.leaks import holding
@@ -35,7 +36,6 @@ from tests.fakes.login_hosts import LoginHosts
 from tests.fakes.script import RecordedRequest, Reply
 from tests.fakes.server import FakeProviders
 from tests.fakes.waits import until_cli_done
-from tests.members.conftest import hosts, project
 
 __all__ = ["hosts", "project"]  # the fixtures this module uses, from tests/clis/conftest.py
 

@@ -29,9 +29,9 @@ import anyio
 from conclave.backends import create_backend
 from conclave.backends.base import Endpoint, Message, Request
 from conclave.backends.retry import complete
+from conclave.clis.runner import CliMember
 from conclave.config.loading import parse_team
 from conclave.config.models import SandboxSpec
-from conclave.members.runner import CliMember
 from conclave.sandbox.allowlist import allowlist_for
 from conclave.sandbox.clis_image import clis_tag
 from conclave.sandbox.egress import egress_proxy
@@ -90,7 +90,9 @@ async def measure_cli(fakes: FakeProviders, cli: str, root: Path) -> dict[str, f
             runs = await timed(RUNS, lambda: member.run(PROMPT))
         finally:
             await box.stop()
-    backend = create_backend(Endpoint(api, "fake", "bench-key", fakes.base_url(api, f"api-{cli}")))
+    backend = create_backend(
+        Endpoint(provider=api, model="fake", api_key="bench-key", base_url=fakes.base_url(api, f"api-{cli}"))
+    )
     request = Request(system="", messages=(Message("user", PROMPT),), max_tokens=64)
     api_calls = await timed(RUNS, lambda: complete(backend, request))
     await backend.aclose()
@@ -127,7 +129,7 @@ async def measure() -> dict[str, object]:
         "answers at once, so a turn here is pure overhead (exec, CLI start, its own system prompt "
         "of ~12-14k tokens sent through the egress proxy). API turns: the Anthropic SDK for Claude "
         "Code's pair, Chat Completions for Codex's (Conclave has no Responses backend). A CLI run is "
-        "charged as its output arrives (members/meter.py): the CLI turn includes that reading.",
+        "charged as its output arrives (clis/meter.py): the CLI turn includes that reading.",
     }
 
 

@@ -15,11 +15,11 @@ import pytest
 
 from conclave.backends.base import Scorer
 from conclave.backends.llama_server import LocalServers
+from conclave.clis.runner import CliMember
 from conclave.config.loading import parse_team
 from conclave.coordination.agents import ApiAgent, CliAgent, SplitAgent
 from conclave.coordination.members import endpoint_factory
 from conclave.files.secrets import Secrets
-from conclave.members.runner import CliMember
 
 ROOT = Path(__file__).resolve().parents[1]
 SERVER = ROOT / "server"
@@ -72,7 +72,7 @@ def test_coordination_never_downcasts_to_recover_a_kind() -> None:
     downcasts = []
     for path in sorted(COORDINATION.glob("*.py")):
         tree = ast.parse(path.read_text(encoding="utf-8"))
-        kinds = imported_from(tree, ("conclave.backends", "conclave.members", "conclave.coordination.agents"))
+        kinds = imported_from(tree, ("conclave.backends", "conclave.clis", "conclave.coordination.agents"))
         checks = [
             node
             for node in ast.walk(tree)

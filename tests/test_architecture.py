@@ -2,7 +2,7 @@
 name per idea and one import path per name, and comments cite files that exist.
 
 The layers, from the callers down, are docs/ARCHITECTURE.md's table "| part | may import |", read from the
-page itself (app, cli -> web, tools -> jobs -> coordination -> members -> sandbox -> files -> backends),
+page itself (app, cli -> web, tools -> jobs -> coordination -> clis -> sandbox -> files -> backends),
 and every module may use the plain modules at the top (config, settings, errors). The protocol
 imports nothing of ours. The callers (cli, tools, web) reach jobs/ only through its service layer.
 """
@@ -178,7 +178,8 @@ def test_no_import_cycles() -> None:
 
 def test_no_import_cycles_behind_type_checking_either() -> None:
     """A cycle hidden under `if TYPE_CHECKING:` is still two modules that need each other: the type they
-    share belongs in a third (coordination/turn_context.py) or behind a Protocol (jobs/store_threads.py)."""
+    share belongs in a third (coordination/turn_context.py) or behind a Protocol
+    (jobs/store_conversations.py)."""
     found = cycles(runtime_only=False)
     assert not found, "import cycles through TYPE_CHECKING imports:\n" + "\n".join(
         " -> ".join(c) for c in found

@@ -107,7 +107,9 @@ async def test_the_mixed_teams_gemma_member_answers_and_scores() -> None:
     assert {agent.model for agent in team.agents} == {"local/smollm2", "local/gemma3-270m"}
     spec = next(agent for agent in team.agents if agent.model == "local/gemma3-270m")
     async with LocalServers() as pool:
-        backend = create_backend(Endpoint("local", "gemma3-270m", "", timeout_s=120), local_servers=pool)
+        backend = create_backend(
+            Endpoint(provider="local", model="gemma3-270m", api_key="", timeout_s=120), local_servers=pool
+        )
         try:
             request = Request(
                 system=spec.system_prompt or "",

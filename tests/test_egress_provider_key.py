@@ -18,7 +18,7 @@ import anyio.from_thread
 import anyio.streams.tls
 import pytest
 
-from conclave.members.base import PLACEHOLDER_KEY
+from conclave.clis.cli_adapter import PLACEHOLDER_KEY
 from conclave.sandbox.allowlist import allowlist_for
 from conclave.sandbox.egress import EgressProxy, egress_proxy
 from conclave.sandbox.provider_key import KeyScrubber, ProviderKey

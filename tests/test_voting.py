@@ -62,7 +62,15 @@ def warm_sdks() -> None:
     """Load the three SDKs once, up front: the first client of each takes seconds to build, which must
     not eat the short timeouts these tests set (a job's set-up counts against its timeout)."""
     for provider in ("openai", "anthropic", "gemini"):
-        create_backend(Endpoint(provider, "warm-up", "unused-key", "http://127.0.0.1:9/v1", 5.0, True, None))
+        create_backend(
+            Endpoint(
+                provider=provider,
+                model="warm-up",
+                api_key="unused-key",
+                base_url="http://127.0.0.1:9/v1",
+                timeout_s=5.0,
+            )
+        )
 
 
 async def run(

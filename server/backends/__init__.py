@@ -1,6 +1,6 @@
 """Model backends: one module per provider behind the `Backend` seam of `base.py`.
 
-    backend = create_backend(Endpoint("openai", "gpt-5", api_key=key))
+    backend = create_backend(Endpoint(provider="openai", model="gpt-5", api_key=key))
     completion = await retry.complete(backend, request, RetryPolicy())
     await backend.aclose()
 

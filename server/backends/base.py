@@ -97,7 +97,7 @@ class Usage:
     else the sum of the parts' costs, and `uncosted_tokens` counts the tokens of the parts that came
     without one, so the cost is a lower bound (`cost_partial`). A part without a cost never wipes
     what the others cost. Sums and differences are exact: a CLI run's final charge, which carries the
-    whole run's cost, takes its earlier uncosted charges back (members/meter.py).
+    whole run's cost, takes its earlier uncosted charges back (clis/meter.py).
     """
 
     # as read back from the store and shown in a job's view (its schema's words)
@@ -175,9 +175,10 @@ class Done:
 StreamEvent = TextDelta | ToolCall | Usage | Done
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Endpoint:
-    """Where and how to reach one model. `api_key` never leaves the backend."""
+    """Where and how to reach one model. `api_key` never leaves the backend. Built by keyword only: its
+    fields are an agent's (coordination/members.py `endpoint_of` fills them from its `AgentSpec`)."""
 
     provider: str
     model: str

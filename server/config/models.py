@@ -267,7 +267,7 @@ class Team(_Strict):
 
     def unpriced(self) -> list[str]:
         """The agents (`provider/model`) without a price: a cost budget cannot be kept for them."""
-        # Claude Code reports its own cost (members/claude_code.py): it needs no price
+        # Claude Code reports its own cost (clis/claude_code.py): it needs no price
         return [
             agent.model
             for agent in self.agents

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from conclave.backends.base import Backend, Scorer
+from conclave.clis.runner import CliMember
 from conclave.config.models import AgentSpec
 from conclave.coordination import prompts
 from conclave.coordination.cli_turns import cli_turn
@@ -30,7 +31,6 @@ from conclave.coordination.split_turns import split_turn
 from conclave.coordination.tally import Outcome
 from conclave.coordination.turn_context import TurnContext
 from conclave.coordination.turns import api_turn, present
-from conclave.members.runner import CliMember
 
 if TYPE_CHECKING:
     from conclave.files.secrets import Secrets
@@ -123,12 +123,12 @@ class SplitAgent:
 
 @dataclass
 class CliAgent:
-    """A coding-agent CLI member (members/runner.py), run in its own container (cli_turns.py)."""
+    """A coding-agent CLI member (clis/runner.py), run in its own container (cli_turns.py)."""
 
     member: CliMember
 
     def attach(self, sandbox: Sandbox | None, secrets: Secrets) -> None:
-        """The CLI runs in this container, through its egress proxy (members/runner.py `bind`); its
+        """The CLI runs in this container, through its egress proxy (clis/runner.py `bind`); its
         login's values join the job's secrets, and each of its runs adds what its CLI refreshed."""
         self.member.bind(sandbox, secrets=secrets)
 
@@ -142,7 +142,7 @@ class CliAgent:
         return await cli_turn(ctx, self.member, action, shown, files)
 
     async def present(self, ctx: TurnContext, task: str, shown: list[ShownAnswer], outcome: Outcome) -> str:
-        # the member is also a Backend: one text reply from its CLI (members/runner.py)
+        # the member is also a Backend: one text reply from its CLI (clis/runner.py)
         return await present(ctx, self.member, task, shown, outcome)
 
     async def aclose(self) -> None:

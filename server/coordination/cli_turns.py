@@ -7,12 +7,12 @@ constrained call to the same CLI. Both become the protocol's usual events.
 
 The answers reach the CLI in this voter's own order (the orchestrator's `shown`, ordered by the
 action's labels), with their author's letter and where their files are (/peers/<letter>). Usage and
-cost come from each run's JSON output (members/), while it runs and a killed run's included. Neither
+cost come from each run's JSON output (clis/), while it runs and a killed run's included. Neither
 run tells the protocol it did work (`CLI_WORK` is only reported), so a turn that goes stale is
 cancelled like one that has only been thinking: a decision run, and a revision's work run (its answer
 would be written against answers that changed; the protocol never cancels a first answer's). A
 cancelled turn (stale, the job cancelled, its deadline, its budget) kills the CLI's whole process tree
-at once (members/runner.py) and charges what it used; the next turn starts from the files as the killed
+at once (clis/runner.py) and charges what it used; the next turn starts from the files as the killed
 run left them. The workspace is snapshotted by the orchestrator like any agent's.
 """
 
@@ -21,6 +21,8 @@ from __future__ import annotations
 from typing import Any
 
 from conclave.backends.base import ToolCall
+from conclave.clis.cli_adapter import CliOutput, last_json_object
+from conclave.clis.runner import CliMember
 from conclave.coordination import prompts
 from conclave.coordination.protocol_events import (
     AnswerPosted,
@@ -32,8 +34,6 @@ from conclave.coordination.protocol_events import (
 )
 from conclave.coordination.reports import ShownAnswer
 from conclave.coordination.turn_context import TurnContext
-from conclave.members.base import CliOutput, last_json_object
-from conclave.members.runner import CliMember
 
 NEW = "new_answer"
 CLI_WORK = "cli_work"  # the transcript's mark of a work run; not the protocol's WorkStarted (see above)
@@ -55,7 +55,7 @@ async def cli_turn(
         return NoDecision(ctx.letter, action.turn_id, "")
     schema = decision_schema(action.labels, action.can_answer)
     # Only thinking: when a new answer makes it stale, the turn is cancelled, which kills the CLI's whole
-    # tree at once (members/runner.py) and charges what its stream reported; the protocol asks again.
+    # tree at once (clis/runner.py) and charges what its stream reported; the protocol asks again.
     output = await _run(ctx, member, decision_prompt(ctx, action, shown), schema)
     decision = output.structured or last_json_object(output.text) or {}
     choice, label = decision.get("decision"), str(decision.get("answer") or "").strip()
@@ -84,7 +84,7 @@ async def _work(
 
 async def _run(ctx: TurnContext, member: CliMember, prompt: str, schema: dict[str, Any] | None) -> CliOutput:
     """One run under the job's budget gate and the provider limit; its usage charged as reported, while
-    it runs too (members/meter.py): reaching the budget mid-run ends the job, which kills the run."""
+    it runs too (clis/meter.py): reaching the budget mid-run ends the job, which kills the run."""
     await ctx.gate()
     async with ctx.limiter:
         return await member.run(prompt, schema, ctx.on_usage)

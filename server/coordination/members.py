@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING, Protocol
 
 from conclave.backends import create_backend, create_scorer
 from conclave.backends.base import Endpoint, Usage
+from conclave.clis.runner import CliMember
 from conclave.config.models import AgentSpec
 from conclave.coordination.agents import Agent, AgentFactory, ApiAgent, CliAgent, SplitAgent
 from conclave.coordination.reports import JobEvent, Progress
 from conclave.coordination.turn_context import TurnContext
-from conclave.members.runner import CliMember
 
 if TYPE_CHECKING:
     from conclave.backends.llama_server import LocalServers
@@ -51,13 +51,13 @@ def endpoint_factory(environ: Mapping[str, str], local_servers: LocalServers | N
 def endpoint_of(spec: AgentSpec, environ: Mapping[str, str]) -> Endpoint:
     """How an API agent's model is called: its provider, model, key (read from `environ`), URL and limits."""
     return Endpoint(
-        spec.provider,
-        spec.model_name,
-        spec.api_key(environ),
-        spec.endpoint_url,
-        spec.timeout_s,
-        spec.stream,
-        spec.model_path,
+        provider=spec.provider,
+        model=spec.model_name,
+        api_key=spec.api_key(environ),
+        base_url=spec.endpoint_url,
+        timeout_s=spec.timeout_s,
+        stream=spec.stream,
+        model_path=spec.model_path,
     )
 
 

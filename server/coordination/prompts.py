@@ -84,7 +84,7 @@ def system_prompt(
 
 @dataclass(frozen=True)
 class Round:
-    """An earlier job of a follow-up's thread, as the team sees it: what was asked and what it answered."""
+    """An earlier job of a follow-up's conversation, as the team sees it: what was asked and answered."""
 
     task: str
     answer: str  # the final answer, or the last best answer of a job that did not finish

@@ -236,7 +236,7 @@ class AsyncStore:
     async def answers(self, job_id: str) -> list[AnswerRow]:
         return await self.read(self.sync.answers, job_id)
 
-    # Conversations: follow-ups and steering notes (jobs/store_threads.py) ----------------------------
+    # Conversations: follow-ups and steering notes (jobs/store_conversations.py) ----------------------
     async def set_follow_up(self, job_id: str, earlier: str) -> None:
         await self.write(job_id, self.sync.set_follow_up, job_id, earlier)
 

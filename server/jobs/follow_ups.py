@@ -1,7 +1,7 @@
 """Follow-ups: a new job that continues an earlier one, and what carries over to it.
 
     carries over                       why
-    the team (its stored form)         the same agents, who keep their letters (the thread's first seed)
+    the team (its stored form)         the same agents, who keep their letters (the conversation's first seed)
     verify and the budgets             the same check and the same limits per job, unless the caller
                                        gives new ones (a follow-up after a failed check wants the check)
     context_paths                      the same folders and permissions, unless the caller gives others
@@ -86,14 +86,14 @@ def verdict(store: Store, row: JobRow) -> str:
     return "; ".join(parts)
 
 
-def thread_history(store: Store, row: JobRow) -> tuple[str, str]:
-    """The follow-up `row`'s history for its team, and the id of its thread's first job (for the letters)."""
+def conversation_history(store: Store, row: JobRow) -> tuple[str, str]:
+    """The follow-up `row`'s history for its team, and its conversation's first job's id (for the letters)."""
     chain: list[JobRow] = []
     current = row
     while current.follow_up and current.follow_up not in {e.id for e in chain}:
         earlier = store.job(current.follow_up)
         if earlier is None:
-            break  # pruned: the thread starts after it
+            break  # pruned: the conversation starts after it
         chain.append(earlier)
         current = earlier
     chain.reverse()

@@ -23,7 +23,7 @@ from conclave.coordination.orchestrator import Orchestrator
 from conclave.errors import ConclaveError
 from conclave.jobs.async_store import AsyncStore
 from conclave.jobs.file_steps import collect, job_files, job_verifier, prepare
-from conclave.jobs.follow_ups import carry_files, thread_history
+from conclave.jobs.follow_ups import carry_files, conversation_history
 from conclave.jobs.heap import Heap
 from conclave.jobs.records import JobOptions
 from conclave.jobs.steering import Steering
@@ -100,7 +100,7 @@ class Lifecycle:
         row = await self._job(job_id)
         files = job_files(job_id, self.job_dir(job_id), team, options, self.settings, self._redirect)
         past, thread = (
-            await self.store.read(thread_history, self.store.sync, row) if row.follow_up else ("", None)
+            await self.store.read(conversation_history, self.store.sync, row) if row.follow_up else ("", None)
         )
         try:
             if files is not None and row.follow_up:

@@ -84,7 +84,7 @@ class JobLookup:
         parts = await self.store.read(view_parts, self.store.sync, self.web_links, job_id, caller)
         if parts is None:
             raise JobNotFound(str(job_id))
-        view = job_view(parts.row, time.time(), parts.notes, parts.thread)
+        view = job_view(parts.row, time.time(), parts.notes, parts.conversation)
         return view.model_copy(update={"web_url": parts.web_url})
 
     async def recent(self, caller: str | None = None, limit: int = 20) -> list[JobView]:

@@ -70,7 +70,7 @@ MIGRATIONS: tuple[str, ...] = (
     """,
     # a team's past jobs, for estimates and list_teams' typical usage (team_usage)
     "CREATE INDEX jobs_team ON jobs(team_name, state, created_at)",
-    # a follow-up names the job it continues (store_threads.py: threads and steering notes)
+    # a follow-up names the job it continues (store_conversations.py: conversations and steering notes)
     """
     ALTER TABLE jobs ADD COLUMN follow_up TEXT;
     CREATE INDEX IF NOT EXISTS jobs_follow_up ON jobs(follow_up)

@@ -13,9 +13,9 @@ import math
 from collections.abc import Mapping
 
 from conclave.backends import check_ready
+from conclave.clis.logins import cli_ready
 from conclave.config.models import MAX_VERIFY_CHARS, Team
 from conclave.errors import ConfigError, InputError, term
-from conclave.members.logins import cli_ready
 
 
 def shape_team(
@@ -67,7 +67,7 @@ def check_runnable(team: Team, environ: Mapping[str, str], sandbox_network: bool
         agent.api_key(environ)  # raises MissingApiKey naming the variable to set
         check_ready(agent.provider, agent.model_name, agent.model_path)
         if agent.is_cli:
-            cli_ready(agent, team, environ)  # logged in, the CLI image built (members/logins.py)
+            cli_ready(agent, team, environ)  # logged in, the CLI image built (clis/logins.py)
     if not isinstance(team.sandbox, str) and team.sandbox.network != "none" and not sandbox_network:
         raise ConfigError(
             f"team {team.name!r} asks for `sandbox: network: {team.sandbox.network}`, which gives agents' "

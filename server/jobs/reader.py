@@ -172,7 +172,7 @@ def _text(store: Store, row: JobRow, path: str) -> str:
     if path == "transcript":
         return transcript(store, row)
     if path == "thread":
-        return thread_text(store, row)
+        return conversation_text(store, row)
     if path == "final":
         if row.result is None or row.result.answer is None:
             raise InputError("path", path, f"the job has no final answer yet (state: {row.state}); try later")
@@ -267,9 +267,9 @@ def _sentence(event: JobEvent) -> str | None:
     return f"{who}: {event.kind.replace('_', ' ')}."
 
 
-def thread_text(store: Store, row: JobRow) -> str:
+def conversation_text(store: Store, row: JobRow) -> str:
     """The conversation `row` belongs to: each job, oldest first, with its task, answer and verdict."""
-    jobs = store.thread(row.id)
+    jobs = store.conversation(row.id)
     lines = [f"Thread of {len(jobs)} job(s); {row.id} is marked with *", ""]
     for number, job in enumerate(jobs, 1):
         mark = "*" if job.id == row.id else " "

@@ -97,7 +97,8 @@ def checked_note(message: object, max_chars: int) -> str:
     return text
 
 
-def notes_and_thread(store: Store, row: JobRow) -> tuple[list[NoteView], list[str]]:
-    """A job view's notes and thread (blocking: run it in a reader thread)."""
-    thread = [r.id for r in store.thread(row.id)] if row.follow_up or store.has_follow_ups(row.id) else []
-    return note_views(store, row.id), thread
+def notes_and_conversation(store: Store, row: JobRow) -> tuple[list[NoteView], list[str]]:
+    """A job view's notes and the ids of its conversation's jobs (blocking: run it in a reader thread)."""
+    linked = row.follow_up or store.has_follow_ups(row.id)
+    conversation = [r.id for r in store.conversation(row.id)] if linked else []
+    return note_views(store, row.id), conversation

@@ -31,7 +31,7 @@ from conclave.jobs.migrations import MIGRATIONS
 from conclave.jobs.progress_patch import json_set_sql, progress_patch
 from conclave.jobs.records import FilesResult, JobOptions
 from conclave.jobs.request import JobRequest, stored_request
-from conclave.jobs.store_threads import ThreadRecords
+from conclave.jobs.store_conversations import ConversationRecords
 
 ADD_COLUMN = re.compile(r"\s*ALTER\s+TABLE\s+(\w+)\s+ADD\s+COLUMN\s+(\w+)", re.IGNORECASE)
 ACTIVE_STATES = ("queued", "running", "presenting")
@@ -81,7 +81,7 @@ class AgentUsage(BaseModel):
     usage: Usage
 
 
-class Store(ThreadRecords[JobRow]):
+class Store(ConversationRecords[JobRow]):
     """Typed access to conclave.db."""
 
     def __init__(self, path: Path, clock: Callable[[], float] = time.time) -> None:

@@ -1,5 +1,5 @@
-"""Everything a JobView shows, read in one reader thread: the job's row, its notes, its thread, its page;
-and everything its web page shows beside (`page_parts`), and a job as a list shows it (`JobLine`).
+"""Everything a JobView shows, read in one reader thread: the job's row, its notes, its conversation, its
+page; and everything its web page shows beside (`page_parts`), and a job as a list shows it (`JobLine`).
 
 `get_status` is the call a client makes most, often while many jobs run; each hop between the event loop
 and a worker thread waits for the loop's next turn, which a busy loop makes long (bench/bench_store.py).
@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from conclave.coordination.reports import JobEvent, ShownAnswer
 from conclave.jobs.reader import job_workspaces
-from conclave.jobs.steering import notes_and_thread
+from conclave.jobs.steering import notes_and_conversation
 from conclave.jobs.store import AnswerRow, JobRow, JobState, Store
 from conclave.jobs.views import JobView, NoteView, job_view
 from conclave.jobs.web_link import WebLinks
@@ -27,7 +27,7 @@ from conclave.jobs.web_link import WebLinks
 class ViewParts:
     row: JobRow
     notes: list[NoteView]
-    thread: list[str]
+    conversation: list[str]  # job ids, oldest first (JobView.thread)
     web_url: str | None
 
 
@@ -37,8 +37,8 @@ def view_parts(store: Store, links: WebLinks, job_id: str, caller: str | None) -
     row = store.job(job_id)
     if row is None or (caller is not None and row.caller != caller):
         return None
-    notes, thread = notes_and_thread(store, row)
-    return ViewParts(row, notes, thread, links.page_url(job_id))
+    notes, conversation = notes_and_conversation(store, row)
+    return ViewParts(row, notes, conversation, links.page_url(job_id))
 
 
 MAX_OUTPUT_CHARS = 20_000  # of one check's output, its end kept
@@ -72,7 +72,7 @@ def page_parts(
             text = file.read(patch_chars + 1)
         patch, cut = text[:patch_chars], len(text) > patch_chars
     events = store.events(job_id)
-    view = job_view(parts.row, time.time(), parts.notes, parts.thread)
+    view = job_view(parts.row, time.time(), parts.notes, parts.conversation)
     return PageParts(
         view, parts.row.task, events, shown_answers(view, store.answers(job_id), events), patch, cut
     )

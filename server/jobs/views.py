@@ -69,6 +69,8 @@ class JobView(_View):
         default_factory=list, description="steering notes (steer_job), oldest first"
     )
     follow_up: str | None = Field(default=None, description="the earlier job this one continues")
+    # "thread" is the published name (the output schema, `show --thread`, the "thread" resource) of what
+    # the code calls a conversation (jobs/store_conversations.py); "thread" elsewhere is an OS thread.
     thread: list[str] = Field(
         default_factory=list, description="every job of this conversation, oldest first"
     )
@@ -332,7 +334,7 @@ def next_hint(state: str, job_id: str, team: str, surface: Surface = "mcp") -> s
 
 
 def job_view(
-    row: JobRow, now: float, notes: list[NoteView] | None = None, thread: list[str] | None = None
+    row: JobRow, now: float, notes: list[NoteView] | None = None, conversation: list[str] | None = None
 ) -> JobView:
     result = job_result(row)
     active = row.state not in FINAL_STATES
@@ -359,7 +361,7 @@ def job_view(
         usage=sum((agent.usage for agent in progress.agents), Usage()) if progress else Usage(),
         notes=notes or [],
         follow_up=row.follow_up,
-        thread=thread if thread and len(thread) > 1 else [],
+        thread=conversation if conversation and len(conversation) > 1 else [],
         next=next_hint(row.state, row.id, row.team_name),
     )
 

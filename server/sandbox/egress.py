@@ -7,7 +7,7 @@ Interface (the CLI members of issue 16 use it through sandbox/member.py):
     async with egress_proxy(job_dir / "egress" / f"{letter}.sock", allow, label=f"{job}/{letter}") as proxy:
         sandbox = MemberSandbox(client, owner, proxy)
         await sandbox.start(workspace, peers, job_id, letter, limits)   # network none, socket bridged
-        proxy.serve_key(ProviderKey(url, key))  # a key login: the key stays here (members/runner.py)
+        proxy.serve_key(ProviderKey(url, key))  # a key login: the key stays here (clis/runner.py)
         result = await sandbox.exec("claude -p ...", timeout_s=600, environment={...})
     proxy.denied  # the (method, host, port) it refused, for the transcript; never a path, header or body
 

@@ -102,7 +102,7 @@ class MemberSandbox(Sandbox):
         redirect: ProviderRedirect | None = None,
     ) -> None:
         """`egress`: the member's egress proxy, whose socket is bridged in, and whose count of admitted
-        connections says whether a CLI run reached its provider at all (members/runner.py charges no
+        connections says whether a CLI run reached its provider at all (clis/runner.py charges no
         estimate for one that did not); `image`: default the CLI image, or the team's own when it names
         one; `environment`: constants added to the container's (no keys); `redirect`: tests only, the
         fakes' CA mounted and trusted (sandbox/redirect.py)."""

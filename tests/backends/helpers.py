@@ -38,7 +38,11 @@ def backend_for(
 ) -> Backend:
     """`provider`'s backend, through `create_backend`, pointed at `agent`'s place on the fake server."""
     url = fakes.base_url(provider, agent)
-    return create_backend(Endpoint(provider, model, key, base_url=url, timeout_s=timeout_s, stream=stream))
+    return create_backend(
+        Endpoint(
+            provider=provider, model=model, api_key=key, base_url=url, timeout_s=timeout_s, stream=stream
+        )
+    )
 
 
 async def run(fakes: FakeProviders, stream: bool, request: Request, **options: Any) -> list[StreamEvent]:

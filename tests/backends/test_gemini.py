@@ -253,13 +253,17 @@ def test_retry_after_from_retry_info_and_http_date() -> None:
 def test_invalid_key_400_is_auth_failed() -> None:
     info = {"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "API_KEY_INVALID"}
     body = {"error": {"code": 400, "message": "API key not valid.", "details": [info]}}
-    backend = GeminiBackend(Endpoint("gemini", MODEL, KEY, base_url="http://127.0.0.1:9"))
+    backend = GeminiBackend(
+        Endpoint(provider="gemini", model=MODEL, api_key=KEY, base_url="http://127.0.0.1:9")
+    )
     error = backend._map_error(make_error(400, body))
     assert type(error) is AuthFailed and "API key not valid." in str(error)
 
 
 def test_stream_without_finish_reason_is_unavailable() -> None:
-    backend = GeminiBackend(Endpoint("gemini", MODEL, KEY, base_url="http://127.0.0.1:9"))
+    backend = GeminiBackend(
+        Endpoint(provider="gemini", model=MODEL, api_key=KEY, base_url="http://127.0.0.1:9")
+    )
     turn = _Turn(backend, ask())
     chunk = types.GenerateContentResponse(
         candidates=[types.Candidate(content=types.Content(role="model", parts=[types.Part(text="Half")]))]
@@ -270,7 +274,9 @@ def test_stream_without_finish_reason_is_unavailable() -> None:
 
 
 def test_blocked_prompt_ends_with_blocked() -> None:
-    backend = GeminiBackend(Endpoint("gemini", MODEL, KEY, base_url="http://127.0.0.1:9"))
+    backend = GeminiBackend(
+        Endpoint(provider="gemini", model=MODEL, api_key=KEY, base_url="http://127.0.0.1:9")
+    )
     turn = _Turn(backend, ask())
     blocked = types.GenerateContentResponse(
         prompt_feedback=types.GenerateContentResponsePromptFeedback(block_reason=types.BlockedReason.SAFETY),

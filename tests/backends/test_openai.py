@@ -277,7 +277,9 @@ async def test_stream_closed_cleanly_before_finish_is_unavailable() -> None:
     def handler(request: httpx2.Request) -> httpx2.Response:
         return httpx2.Response(200, content=body, headers={"content-type": "text/event-stream"})
 
-    backend = OpenAIBackend(Endpoint("openai", "m", KEY, base_url="http://proxy.invalid/v1"))
+    backend = OpenAIBackend(
+        Endpoint(provider="openai", model="m", api_key=KEY, base_url="http://proxy.invalid/v1")
+    )
     http_client = httpx2.AsyncClient(transport=httpx2.MockTransport(handler))
     backend._client = openai.AsyncOpenAI(
         api_key=KEY, base_url="http://proxy.invalid/v1", http_client=http_client

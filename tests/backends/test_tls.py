@@ -52,7 +52,9 @@ async def _ask(provider: str, port: int, script: Script) -> str:
     script.enqueue(agent, Reply(text=f"hi from {provider}"))
     url = f"https://127.0.0.1:{port}" + PREFIXES[provider].format(agent=agent)
     backend = create_backend(
-        Endpoint(provider, f"{provider}-model", "tls-key-0123", base_url=url, timeout_s=10)
+        Endpoint(
+            provider=provider, model=f"{provider}-model", api_key="tls-key-0123", base_url=url, timeout_s=10
+        )
     )
     try:
         return "".join([e.text async for e in backend.stream(REQUEST) if isinstance(e, TextDelta)])
@@ -105,5 +107,12 @@ def test_building_a_backend_loads_no_trust_store(provider: str, monkeypatch: pyt
             return _real(self, *args, **kwargs)  # type: ignore[operator]
 
         monkeypatch.setattr(ssl.SSLContext, name, counted)
-    create_backend(Endpoint(provider, f"{provider}-model", "tls-key-0123", base_url="https://127.0.0.1:9"))
+    create_backend(
+        Endpoint(
+            provider=provider,
+            model=f"{provider}-model",
+            api_key="tls-key-0123",
+            base_url="https://127.0.0.1:9",
+        )
+    )
     assert loads == []  # each SDK client would otherwise read the trust store again (about 15 ms)

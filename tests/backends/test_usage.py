@@ -42,7 +42,7 @@ def test_a_price_costs_the_tokens_and_a_reported_cost_wins() -> None:
 
 
 def test_a_final_charge_with_the_whole_runs_cost_takes_back_its_uncosted_tokens() -> None:
-    """A CLI run charged mid-run without a cost, then its whole cost at the end (members/meter.py): the
+    """A CLI run charged mid-run without a cost, then its whole cost at the end (clis/meter.py): the
     difference makes the member's cost whole again."""
     before = Usage(500, 50, cost_usd=0.1)  # earlier runs
     mid = Usage(2000, 30)  # the run so far, no cost yet

@@ -6,7 +6,7 @@
     copilot_config(token, login)                       # ~/.copilot/config.json (GitHub, no keychain)
 
 The formats are the pinned CLIs' (read from their code, and seen accepted by them in
-tests/members/test_cli_logins_e2e.py): Claude Code refreshes a token that expires within five minutes
+tests/clis/test_cli_logins_e2e.py): Claude Code refreshes a token that expires within five minutes
 (`expiresAt`), Codex 0.169 an access token past its JWT `exp` (a `last_refresh` nine days old alone did not
 make it refresh); neither checks a token's signature itself (the provider does), so made-up JWTs carry
 the claims Codex reads (plan, account, expiry).

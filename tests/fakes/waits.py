@@ -20,7 +20,7 @@ async def until_done(service: JobService, view: JobView, limit_s: float = JOB_LI
 
 
 async def until_cli_done(service: JobService, view: JobView) -> JobView:
-    """`until_done` for a job of CLI members (tests/members/)."""
+    """`until_done` for a job of CLI members (tests/clis/)."""
     return await until_done(service, view, CLI_JOB_LIMIT_S)
 
 

@@ -22,12 +22,13 @@ import anyio
 import pytest
 
 from conclave.backends.retry import RetryPolicy
+from conclave.clis.cli_adapter import PLACEHOLDER_KEY
+from conclave.clis.runner import CliMember
 from conclave.config.loading import parse_team
 from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
-from conclave.members.base import PLACEHOLDER_KEY
-from conclave.members.runner import CliMember
 from conclave.settings import Settings
+from tests.clis.conftest import hosts, project
 from tests.fakes.calc_task import TASK
 from tests.fakes.cli_worker import CliWorker
 from tests.fakes.leaks import holding
@@ -35,9 +36,8 @@ from tests.fakes.login_hosts import LoginHosts
 from tests.fakes.script import RecordedRequest, Reply
 from tests.fakes.server import FakeProviders
 from tests.fakes.waits import until_cli_done
-from tests.members.conftest import hosts, project
 
-__all__ = ["hosts", "project"]  # the fixtures this module uses, from tests/members/conftest.py
+__all__ = ["hosts", "project"]  # the fixtures this module uses, from tests/clis/conftest.py
 
 pytestmark = pytest.mark.anyio
 CLAUDE_KEY = "sk-ant-api03-claude-key-0123456789abcdef"

@@ -13,10 +13,10 @@ from typing import Any
 import anyio
 import pytest
 
+from conclave.clis.claude_code import ClaudeCode
+from conclave.clis.runner import CliMember
 from conclave.config.loading import parse_team
 from conclave.config.models import SandboxSpec
-from conclave.members.claude_code import ClaudeCode
-from conclave.members.runner import CliMember
 from conclave.sandbox.allowlist import allowlist_for
 from conclave.sandbox.clis_image import clis_tag
 from conclave.sandbox.egress import egress_proxy

@@ -6,7 +6,7 @@ answer) has the token masked, so no transcript, event, log or state-folder file 
 
 The first test drives the snapshots directly; the second runs a whole job of two Claude Code members
 logged in with a login file, in their containers, the CLI replaced by a shell script that leaks as a
-persuaded CLI would (the real CLIs do the same in tests/members/test_cli_secrets_e2e.py)."""
+persuaded CLI would (the real CLIs do the same in tests/clis/test_cli_secrets_e2e.py)."""
 
 from __future__ import annotations
 
@@ -21,6 +21,9 @@ import pytest
 
 from conclave.backends.retry import RetryPolicy
 from conclave.cli.render import closing
+from conclave.clis.claude_code import ClaudeCode
+from conclave.clis.cli_adapter import Login
+from conclave.clis.runner import CliMember
 from conclave.config.loading import parse_team
 from conclave.config.models import AgentSpec
 from conclave.coordination.agents import Agent, CliAgent
@@ -34,9 +37,6 @@ from conclave.files.secrets import Secrets
 from conclave.files.workspaces import Workspaces
 from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
-from conclave.members.base import Login
-from conclave.members.claude_code import ClaudeCode
-from conclave.members.runner import CliMember
 from conclave.settings import Settings
 from tests.fakes.calc_task import TASK, calc_project
 from tests.fakes.login_files import claude_credentials

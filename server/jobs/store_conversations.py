@@ -13,11 +13,11 @@ import sqlite3
 from collections.abc import Callable
 from typing import Any, Generic, Protocol, TypeVar
 
-THREAD_LIMIT = 100  # jobs in one thread, at most: a longer chain is shown from its most recent jobs
+CONVERSATION_LIMIT = 100  # jobs in one conversation, at most: a longer one is shown from its recent jobs
 
 
 class Linked(Protocol):
-    """What the thread walk reads of a stored job (store.py's `JobRow`, which this module cannot import:
+    """What the conversation walk reads of a stored job (store.py's `JobRow`, which this module cannot import:
     store.py imports it)."""
 
     @property
@@ -27,7 +27,7 @@ class Linked(Protocol):
 Row = TypeVar("Row", bound=Linked)
 
 
-class ThreadRecords(Generic[Row]):
+class ConversationRecords(Generic[Row]):
     """Follow-up links and steering notes (see the module docstring)."""
 
     @property
@@ -43,19 +43,19 @@ class ThreadRecords(Generic[Row]):
         with self._write():
             self._db.execute("UPDATE jobs SET follow_up = ?, rev = rev + 1 WHERE id = ?", (earlier, job_id))
 
-    def thread(self, job_id: str) -> list[Row]:
-        """Every job of `job_id`'s thread, oldest first: its first job and each follow-up of it, chained."""
+    def conversation(self, job_id: str) -> list[Row]:
+        """Every job of `job_id`'s conversation, oldest first: its first job and each follow-up, chained."""
         root, seen = job_id, {job_id}
         while (row := self.job(root)) is not None and row.follow_up and row.follow_up not in seen:
             if self.job(row.follow_up) is None:
-                break  # the earlier job was pruned: the thread starts here
+                break  # the earlier job was pruned: the conversation starts here
             root = row.follow_up
             seen.add(root)
         rows = self._db.execute(
             "WITH RECURSIVE chain(id) AS (SELECT ? UNION SELECT j.id FROM jobs j JOIN chain c ON "
             "j.follow_up = c.id)"
             " SELECT id FROM jobs WHERE id IN (SELECT id FROM chain) ORDER BY created_at LIMIT ?",
-            (root, THREAD_LIMIT),
+            (root, CONVERSATION_LIMIT),
         ).fetchall()
         return [found for r in rows if (found := self.job(r["id"])) is not None]
 

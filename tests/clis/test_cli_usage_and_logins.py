@@ -10,15 +10,15 @@ import pytest
 
 from conclave.backends.base import Usage
 from conclave.cli.doctor import run_checks
+from conclave.clis.claude_code import ClaudeCode
+from conclave.clis.copilot import Copilot
+from conclave.clis.logins import resolve_login
+from conclave.clis.runner import CliMember
 from conclave.config.clis import CLIS, keychain_user, login_fix, login_source
 from conclave.config.loading import parse_team
 from conclave.config.presets import resolve_team
 from conclave.errors import ConfigError
 from conclave.jobs.teams import cli_status
-from conclave.members.claude_code import ClaudeCode
-from conclave.members.copilot import Copilot
-from conclave.members.logins import resolve_login
-from conclave.members.runner import CliMember
 from conclave.settings import Settings
 from tests.fakes.login_files import copilot_config
 

@@ -1,11 +1,11 @@
 """A CLI member's revision goes stale: the real Codex in its container, an API agent beside it, both on
-the fakes (tests/members/test_cli_members_e2e.py has the set-up).
+the fakes (tests/clis/test_cli_members_e2e.py has the set-up).
 
 Codex answers (its fix), sees the API agent's answer and decides to write a new one. Its revision's work
 run starts a `setsid` child through Codex's own shell tool, then waits on its model, which the fake holds
 (a gate the test never opens while the job runs). The test then lets the API agent post its second
 answer: the revision is moot, so its turn is cancelled (coordination/cli_turns.py: a CLI's work run does
-not count as the protocol's work) and the CLI's whole process tree is killed (members/runner.py). Codex's
+not count as the protocol's work) and the CLI's whole process tree is killed (clis/runner.py). Codex's
 next run decides on the current answers, the new one among them, and the job ends with a winner.
 """
 
@@ -23,13 +23,13 @@ import pytest
 from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
 from conclave.settings import Settings
+from tests.clis.test_cli_members_e2e import ENV, FAST, KEY, _processes
 from tests.fakes.calc_task import TASK
 from tests.fakes.cli_worker import DECISION_MARK, WORK_MARK, CliWorker, _first_user_text
 from tests.fakes.script import RecordedRequest, Reply
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import decide, own_letter, vote_labels
 from tests.fakes.waits import until_cli_done
-from tests.members.test_cli_members_e2e import ENV, FAST, KEY, _processes
 
 pytestmark = pytest.mark.anyio
 FIX = "sed -i 's/return a - b/return a + b/' calc.py"

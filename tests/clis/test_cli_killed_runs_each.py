@@ -4,7 +4,7 @@ as test_cli_killed_runs.py does for Claude Code.
 
 - A cancelled job, while the CLI waits on its model with a `setsid` child of its own running, leaves
   no CLI process and no container, and the run is charged (an estimate: these CLIs say their tokens
-  only when a run ends, members/meter.py).
+  only when a run ends, clis/meter.py).
 - A budget reached mid-run, from what the run's stream has reported so far (Claude Code: each
   response's usage as the API billed it; the others: the estimate), stops the job and kills the run;
   Claude Code's charge is exactly what its fake billed.
@@ -24,17 +24,17 @@ from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
 from conclave.jobs.views import JobView
 from conclave.settings import Settings
-from tests.fakes.calc_task import TASK
-from tests.fakes.cli_worker import CliWorker
-from tests.fakes.script import RecordedRequest, Reply
-from tests.fakes.server import FakeProviders
-from tests.members.test_cli_members_e2e import (
+from tests.clis.test_cli_members_e2e import (
     ENV,
     FAST,
     KEY,
     _host_processes,
     _processes,
 )
+from tests.fakes.calc_task import TASK
+from tests.fakes.cli_worker import CliWorker
+from tests.fakes.script import RecordedRequest, Reply
+from tests.fakes.server import FakeProviders
 
 pytestmark = pytest.mark.anyio
 WIRES = {"codex": "responses", "gemini": "gemini", "copilot": "anthropic", "claude-code": "anthropic"}
@@ -140,7 +140,7 @@ async def test_a_run_that_never_reached_its_provider_is_charged_nothing(
     sees a request; the job is cancelled while Codex retries (or after it gave up). Its stream had
     started (thread.started, turn.started), which once earned the run an estimate of four characters a
     token: e2e's Codex decision run killed as stale before its request left was charged 173 tokens the
-    fake never billed. A run whose proxy admitted no connection is charged nothing (members/runner.py)."""
+    fake never billed. A run whose proxy admitted no connection is charged nothing (clis/runner.py)."""
     caplog.set_level(logging.INFO, logger="conclave.sandbox.egress")
     listener = socket.create_server(("127.0.0.1", 0))  # for the submit's reachability probe only
     url = f"http://127.0.0.1:{listener.getsockname()[1]}/v1"

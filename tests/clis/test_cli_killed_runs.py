@@ -20,17 +20,17 @@ import pytest
 from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
 from conclave.settings import Settings
-from tests.fakes.calc_task import TASK
-from tests.fakes.cli_worker import CliWorker
-from tests.fakes.script import RecordedRequest, Reply
-from tests.fakes.server import FakeProviders
-from tests.fakes.waits import until_cli_done
-from tests.members.test_cli_members_e2e import (
+from tests.clis.test_cli_members_e2e import (
     ENV,
     FAST,
     KEY,
     api_agent,
 )
+from tests.fakes.calc_task import TASK
+from tests.fakes.cli_worker import CliWorker
+from tests.fakes.script import RecordedRequest, Reply
+from tests.fakes.server import FakeProviders
+from tests.fakes.waits import until_cli_done
 
 pytestmark = pytest.mark.anyio
 FIX = "sed -i 's/return a - b/return a + b/' calc.py"
@@ -136,7 +136,7 @@ async def test_a_stale_decision_run_is_killed_charged_and_asked_again(
     # the killed run was charged (then the next decision run): exactly what its stream reported when
     # the stalled response's start reached it, else an estimate (the CLI may not print it before its
     # first content: docs/subscriptions.md), so the total is not compared with the bill here
-    # (charged as its stream goes, members/meter.py: several usage events a run, their sum its total)
+    # (charged as its stream goes, clis/meter.py: several usage events a run, their sum its total)
     charged = [e.data for e in events[:cancelled] if e.kind == "usage" and e.letter == letter]
     assert sum(usage["input_tokens"] for usage in charged) > 0, charged
     after = [e.data for e in events[cancelled:] if e.kind == "usage" and e.letter == letter]

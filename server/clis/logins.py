@@ -9,10 +9,10 @@ import os
 import stat
 from collections.abc import Mapping
 
+from conclave.clis.cli_adapter import Login
 from conclave.config.clis import CLIS, CliFacts, login_files, login_fix, split_cli_model
 from conclave.config.models import AgentSpec, Team
 from conclave.errors import ConfigError
-from conclave.members.base import Login
 
 MAX_LOGIN_FILE = 256 * 1024  # a login file is a few KB of JSON
 

@@ -8,7 +8,7 @@ run in the middle (the stop cancels the turn, which kills the run: runner.py).
 What counts as reported mid-run: Claude Code's per-response usage (`streamed_usage`: each response's
 `message_start` and `message_delta`), as the API billed it. Codex (`turn.completed`), Gemini CLI (the
 `result` event) and Copilot CLI (its usage file, at a clean exit) say their tokens only when the run ends,
-so until then the run is charged the estimate (members/runner.py `reported`: four characters a token over
+so until then the run is charged the estimate (clis/runner.py `reported`: four characters a token over
 the prompt and the printed stream, a lower bound). The final update charges the difference to the run's
 own total, which may take back part of an estimate (a negative delta in a field), so the member's usage
 ends at what its CLI reported. Claude Code's mid-run charges have no cost (it says one only in its

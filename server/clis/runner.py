@@ -42,17 +42,17 @@ import anyio.from_thread
 from anyio.streams.memory import MemoryObjectReceiveStream
 
 from conclave.backends.base import Done, Request, StreamEvent, TextDelta, Usage
+from conclave.clis.claude_code import ClaudeCode
+from conclave.clis.cli_adapter import SCHEMA_FILE, CliAdapter, CliOutput, Login, secret_strings
+from conclave.clis.codex import Codex
+from conclave.clis.copilot import Copilot
+from conclave.clis.gemini_cli import Gemini
+from conclave.clis.logins import resolve_login
+from conclave.clis.meter import Charge, Meter
 from conclave.config.clis import split_cli_model
 from conclave.config.models import AgentSpec
 from conclave.errors import ProviderError, SandboxError
 from conclave.files.secrets import Secrets
-from conclave.members.base import SCHEMA_FILE, CliAdapter, CliOutput, Login, secret_strings
-from conclave.members.claude_code import ClaudeCode
-from conclave.members.codex import Codex
-from conclave.members.copilot import Copilot
-from conclave.members.gemini import Gemini
-from conclave.members.logins import resolve_login
-from conclave.members.meter import Charge, Meter
 from conclave.sandbox.container import Sandbox
 from conclave.sandbox.member import HOME, MemberSandbox
 from conclave.sandbox.output import CommandResult

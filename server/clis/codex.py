@@ -13,8 +13,8 @@ import json
 from typing import Any
 
 from conclave.backends.base import Usage
+from conclave.clis.cli_adapter import SCHEMA_FILE, CliOutput, Login, json_lines
 from conclave.config.clis import CLIS
-from conclave.members.base import SCHEMA_FILE, CliOutput, Login, json_lines
 from conclave.sandbox.member import HOME
 
 CONFIG = ".codex"  # under HOME; CODEX_HOME points here

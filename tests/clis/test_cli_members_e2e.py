@@ -75,7 +75,7 @@ async def test_claude_code_and_codex_fix_a_failing_test_with_an_api_agent(
     # The answers land in a fixed order: the API agent's, Codex's, then Claude's once Codex has voted.
     # So no CLI decision is in flight when a new answer lands, and none is killed as stale: a run killed
     # after its request reached the fake is charged only an estimate (Codex reports tokens at its end),
-    # which tests/members/test_cli_killed_runs_each.py covers; here every run's usage is its CLI's own.
+    # which tests/clis/test_cli_killed_runs_each.py covers; here every run's usage is its CLI's own.
     api_in, codex_voted = threading.Event(), threading.Event()
     fakes.script.set_default("claude", answer_held(claude, codex_voted))
     fakes.script.set_default("codex", answer_held(codex, api_in)).set_default("api", api_agent)

@@ -8,17 +8,17 @@ from pathlib import Path
 
 import pytest
 
+from conclave.clis.claude_code import ClaudeCode
+from conclave.clis.cli_adapter import Login
+from conclave.clis.codex import Codex
+from conclave.clis.copilot import USAGE_MARK, Copilot
+from conclave.clis.gemini_cli import Gemini
+from conclave.clis.logins import resolve_login
+from conclave.clis.runner import CliMember
 from conclave.config.loading import parse_team
 from conclave.config.presets import resolve_team
 from conclave.coordination.cli_turns import decision_schema
 from conclave.errors import ConfigError
-from conclave.members.base import Login
-from conclave.members.claude_code import ClaudeCode
-from conclave.members.codex import Codex
-from conclave.members.copilot import USAGE_MARK, Copilot
-from conclave.members.gemini import Gemini
-from conclave.members.logins import resolve_login
-from conclave.members.runner import CliMember
 
 TOKEN = "sk-ant-oat01-" + "s3cr3t" * 8  # a login file's token: it must never leave the exec's environment
 

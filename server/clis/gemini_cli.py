@@ -13,8 +13,8 @@ import json
 from typing import Any
 
 from conclave.backends.base import Usage
+from conclave.clis.cli_adapter import CliOutput, Login, json_lines, last_json_object
 from conclave.config.clis import CLIS
-from conclave.members.base import CliOutput, Login, json_lines, last_json_object
 from conclave.sandbox.member import HOME
 
 API_URL = "https://generativelanguage.googleapis.com"

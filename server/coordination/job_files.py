@@ -30,12 +30,12 @@ from conclave.sandbox.allowlist import CLIS, Allowlist, CliName, allowlist_for
 from conclave.sandbox.container import Sandbox, container_user
 from conclave.sandbox.egress import EgressProxy, egress_proxy
 from conclave.sandbox.member import MemberSandbox
-from conclave.sandbox.redirect import ProviderRedirect
+from conclave.sandbox.route import DIRECT, EgressRoute
 
 SandboxFactory = Callable[[], Sandbox]
 logger = logging.getLogger(__name__)
-# a CLI member's container, given its egress proxy and the tests' redirect (sandbox/redirect.py)
-MemberSandboxFactory = Callable[[EgressProxy, ProviderRedirect | None], Sandbox]
+# a CLI member's container, given its egress proxy (whose route says the extra CA it trusts)
+MemberSandboxFactory = Callable[[EgressProxy], Sandbox]
 
 
 class JobFiles:
@@ -50,15 +50,13 @@ class JobFiles:
         disk_budget: int | None = None,
         *,
         egress_allow: tuple[str, ...] = (),
-        member_factory: MemberSandboxFactory = lambda proxy, redirect: MemberSandbox(
-            None, egress=proxy, redirect=redirect
-        ),
-        redirect: ProviderRedirect | None = None,
+        member_factory: MemberSandboxFactory = lambda proxy: MemberSandbox(None, egress=proxy),
+        route: EgressRoute = DIRECT,
     ) -> None:
-        """`redirect`: tests only, CLI members' provider hosts go to fakes (sandbox/redirect.py)."""
+        """`route`: how CLI members' egress reaches the hosts it admits (sandbox/route.py)."""
         self.job_id, self.workspaces, self.spec = job_id, workspaces, sandbox
         self._factory, self._member_factory = sandbox_factory, member_factory
-        self._egress_allow, self._redirect = egress_allow, redirect
+        self._egress_allow, self._route = egress_allow, route
         self._proxies: anyio.abc.TaskGroup | None = None  # hosts CLI members' egress proxies (`egress`)
         self._budget = DiskBudget(disk_budget) if disk_budget is not None else None
         self._sandboxes: dict[str, Sandbox] = {}
@@ -116,12 +114,12 @@ class JobFiles:
         allow = allowlist_for(_cli_name(spec.model_name), base_url=spec.base_url, extra=extra)
         socket = self.workspaces.job_dir / "egress" / f"{letter}.sock"
         proxy = await self._proxies.start(self._serve, socket, allow, f"{self.job_id}/{letter}")
-        return self._member_factory(proxy, self._redirect)
+        return self._member_factory(proxy)
 
     async def _serve(
         self, socket: Path, allow: Allowlist, label: str, *, task_status: TaskStatus[EgressProxy]
     ) -> None:
-        async with egress_proxy(socket, allow, label=label, redirect=self._redirect) as proxy:
+        async with egress_proxy(socket, allow, label=label, route=self._route) as proxy:
             task_status.started(proxy)
             await anyio.sleep_forever()
 

@@ -27,7 +27,7 @@ from conclave.jobs.store import JobRow
 from conclave.sandbox.container import container_user
 from conclave.sandbox.engine import engine_status
 from conclave.sandbox.image import image_tag
-from conclave.sandbox.redirect import ProviderRedirect
+from conclave.sandbox.route import DIRECT, EgressRoute
 from conclave.settings import Settings
 
 MAX_OUTSIDE = 200  # files listed outside the context folders; more are cut
@@ -144,10 +144,10 @@ def job_files(
     team: Team,
     options: JobOptions,
     settings: Settings,
-    redirect: ProviderRedirect | None = None,
+    route: EgressRoute = DIRECT,
 ) -> JobFiles | None:
-    """A job's files and sandboxes, or None for a job without context paths; `redirect` is the tests'
-    (sandbox/redirect.py)."""
+    """A job's files and sandboxes, or None for a job without context paths; `route`: how CLI members'
+    egress reaches their hosts (sandbox/route.py)."""
     if not options.context_paths:
         return None
     sandbox = team.sandbox if options.commands and not isinstance(team.sandbox, str) else None
@@ -158,7 +158,7 @@ def job_files(
         sandbox,
         disk_budget=settings.job_disk_mb * MB,
         egress_allow=settings.egress_allow,
-        redirect=redirect,
+        route=route,
     )
 
 

@@ -29,7 +29,7 @@ from conclave.jobs.records import JobOptions
 from conclave.jobs.steering import Steering
 from conclave.jobs.store import ACTIVE_STATES, JobRow, JobState
 from conclave.jobs.store_sink import StoreSink
-from conclave.sandbox.redirect import ProviderRedirect
+from conclave.sandbox.route import DIRECT, EgressRoute
 from conclave.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -46,10 +46,10 @@ class Lifecycle:
         retry: RetryPolicy | None,
         steering: Steering,
         pool: CheckPool | None = None,
-        redirect: ProviderRedirect | None = None,
+        route: EgressRoute = DIRECT,
     ) -> None:
         self.settings, self.store, self._factory, self._retry = settings, store, factory, retry
-        self.steering, self._redirect = steering, redirect  # the redirect: tests only (sandbox/redirect.py)
+        self.steering, self._route = steering, route  # CLI members' egress (sandbox/route.py)
         self.scopes: dict[str, anyio.CancelScope] = {}  # the jobs this process runs, by id
         self._slots = anyio.CapacityLimiter(settings.max_jobs)
         self._check_slots = anyio.CapacityLimiter(settings.verify_concurrency)  # verification containers
@@ -98,7 +98,7 @@ class Lifecycle:
         if options.context_paths and not await self._copied(job_id, options, timeout):
             return
         row = await self._job(job_id)
-        files = job_files(job_id, self.job_dir(job_id), team, options, self.settings, self._redirect)
+        files = job_files(job_id, self.job_dir(job_id), team, options, self.settings, self._route)
         past, thread = (
             await self.store.read(thread_history, self.store.sync, row) if row.follow_up else ("", None)
         )

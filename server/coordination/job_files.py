@@ -4,6 +4,10 @@ The orchestrator calls this at four moments: `start` (workspaces and containers)
 `picture`), each accepted answer (`on_answer`: snapshot and publish to peers), and the end (`finish`:
 the winning answer's snapshot becomes final/). `close` removes the containers and the agents' working
 copies (snapshots and final/ stay), also on cancellation.
+
+`Files` is that interface; `JobFiles` serves a job with context paths, `NoFiles` one without (the same
+calls, doing nothing), so the orchestrator always holds one. The job's own steps around the run (copy,
+follow-up carry, collect and apply) extend both in jobs/file_steps.py.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import logging
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
 import anyio
 import anyio.abc
@@ -32,10 +37,71 @@ from conclave.sandbox.egress import EgressProxy, egress_proxy
 from conclave.sandbox.member import MemberSandbox
 from conclave.sandbox.route import DIRECT, EgressRoute
 
+if TYPE_CHECKING:
+    from conclave.coordination.agents import Agent
+    from conclave.files.secrets import Secrets
+
 SandboxFactory = Callable[[], Sandbox]
 logger = logging.getLogger(__name__)
 # a CLI member's container, given its egress proxy (whose route says the extra CA it trusts)
 MemberSandboxFactory = Callable[[EgressProxy], Sandbox]
+
+
+class Files(Protocol):
+    """What the orchestrator asks of a job's files, from `start` to `close`."""
+
+    @property
+    def secrets(self) -> Secrets | None:
+        """The job's secret values, kept out of every snapshot and report (files/secrets.py)."""
+        ...
+
+    async def start(self, letters: list[str], clis: Mapping[str, AgentSpec]) -> None: ...
+
+    def attach(self, agent: Agent, letter: str) -> None: ...
+
+    def tools(self, letter: str) -> AgentTools | None: ...
+
+    def picture(self, letter: str) -> FilesPicture | None: ...
+
+    async def on_answer(self, letter: str, label: str) -> Path | None: ...
+
+    async def finish(self, winner: str | None) -> Path | None: ...
+
+    async def close(self) -> None: ...
+
+    def egress(self) -> contextlib.AbstractAsyncContextManager[None]: ...
+
+
+class NoFiles:
+    """A job without context paths: no workspaces, no containers; every call does nothing."""
+
+    @property
+    def secrets(self) -> Secrets | None:
+        return None
+
+    async def start(self, letters: list[str], clis: Mapping[str, AgentSpec]) -> None:
+        pass
+
+    def attach(self, agent: Agent, letter: str) -> None:
+        """No container and no secrets: the agent stays as built."""
+
+    def tools(self, letter: str) -> AgentTools | None:
+        return None
+
+    def picture(self, letter: str) -> FilesPicture | None:
+        return None
+
+    async def on_answer(self, letter: str, label: str) -> Path | None:
+        return None
+
+    async def finish(self, winner: str | None) -> Path | None:
+        return None
+
+    async def close(self) -> None:
+        pass
+
+    def egress(self) -> contextlib.AbstractAsyncContextManager[None]:
+        return contextlib.nullcontext()
 
 
 class JobFiles:
@@ -68,6 +134,14 @@ class JobFiles:
     @property
     def commands(self) -> bool:
         return self.spec is not None
+
+    @property
+    def secrets(self) -> Secrets | None:
+        return self.workspaces.secrets
+
+    def attach(self, agent: Agent, letter: str) -> None:
+        """The agent's container (a CLI member runs in it), and the job's secrets its login's values join."""
+        agent.attach(self.sandbox(letter), self.workspaces.secrets)
 
     async def start(self, letters: list[str], clis: Mapping[str, AgentSpec] | None = None) -> None:
         """Each agent's working copy, and its container (started concurrently) when commands are on.

@@ -8,7 +8,6 @@ how `cancel_job` and the watch loop (jobs/maintenance.py) reach a job this proce
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from pathlib import Path
 
@@ -22,8 +21,8 @@ from conclave.coordination.limits import ProviderLimits
 from conclave.coordination.orchestrator import Orchestrator
 from conclave.errors import ConclaveError
 from conclave.jobs.async_store import AsyncStore
-from conclave.jobs.file_steps import collect, job_files, job_verifier, prepare
-from conclave.jobs.follow_ups import carry_files, thread_history
+from conclave.jobs.file_steps import job_files, prepare
+from conclave.jobs.follow_ups import thread_history
 from conclave.jobs.heap import Heap
 from conclave.jobs.records import JobOptions
 from conclave.jobs.steering import Steering
@@ -103,14 +102,12 @@ class Lifecycle:
             await self.store.read(thread_history, self.store.sync, row) if row.follow_up else ("", None)
         )
         try:
-            if files is not None and row.follow_up:
-                await self.store.set_state(job_id, "running", "starting from the earlier job's files")
-                await carry_files(self.store.sync, row, self.settings.home / "jobs", files.workspaces)
+            await files.carry(self.store, row)
         except ConclaveError as exc:
             await self._fail(job_id, str(exc))
             return
         await self.store.set_state(job_id, "running", "starting the agents")
-        verifier = job_verifier(job_id, team, files, self.settings, self._check_slots, self._check_pool)
+        verifier = files.verifier(team, self._check_slots, self._check_pool)
         orchestrator = Orchestrator(
             job_id,
             task,
@@ -127,10 +124,9 @@ class Lifecycle:
         )
         await self.steering.attach(job_id, orchestrator)
         try:
-            async with files.egress() if files is not None else contextlib.nullcontext():
+            async with files.egress():
                 result = await orchestrator.run()
-            if files is not None:
-                await self.store.set_files(job_id, await collect(files, row, result.consensus))
+            await files.collect(self.store, row, result.consensus)
         except ConclaveError as exc:
             await self._fail(job_id, str(exc))
         else:

@@ -3,7 +3,7 @@
 All turns run in one task group; each has its own cancel scope so a stale turn can be cancelled and
 restarted. Turns report back over a memory stream and one loop feeds the protocol, so the state has a
 single writer. Every event is reported to the sink with the live progress, and the result is built
-once from the protocol's outcome (reporting.py; tests/test_orchestrator.py).
+once from the protocol's outcome (reporting.py).
 The driver reads every answer before the protocol sees it (answers.py): its key, or why it is no
 answer; and a presentation that changes the winning final answer is refused. With `verify`, each
 answer's check runs as a task beside the turns (verification.py) and comes back as `Verified`; with a
@@ -121,7 +121,7 @@ class Orchestrator:
         """Run the job to its result. Cancelling the caller cancels every turn.
 
         The job's timeout covers it all: set-up (workspaces, containers, backends), the vote and the
-        presentation (tests/test_voting.py::test_timeout_*).
+        presentation, so no slow step carries the job past it.
         """
         self.reports.started = self._clock()
         timeout = self.team.coordination.timeout_s

@@ -13,7 +13,7 @@ lifespan (see app/server.py). The service is the one door the tools (and the CLI
 
 A job belongs to the caller that started it (`caller`: `local` for the CLI and stdio, an HTTP token's name):
 every operation given a caller answers only for that caller's jobs, as if the others did not exist; the
-CLI passes none and sees all (tests/security/test_callers.py).
+CLI passes none and sees all.
 """
 
 from __future__ import annotations
@@ -113,8 +113,9 @@ class JobService:
 
                 @asynccontextmanager
                 async def jobs_side() -> AsyncIterator[Lifecycle]:
-                    """On the jobs' loop: their store (waking our waiters), the local model servers (the
-                    pool outlives the jobs, and stops any left over: tests/test_local.py), the lifecycle."""
+                    """On the jobs' loop: their store (waking our waiters), the local model servers (one
+                    per model file, shared by the jobs that use it; closing the pool stops any still
+                    running, so none outlives the service), the lifecycle."""
 
                     def tell(job_id: str) -> None:
                         serving.call_soon_threadsafe(store.wake, job_id)

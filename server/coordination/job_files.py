@@ -127,9 +127,17 @@ class JobFiles:
         self._budget = DiskBudget(disk_budget) if disk_budget is not None else None
         self._sandboxes: dict[str, Sandbox] = {}
         self.final_label: str | None = None
-        self._folders = tuple(context.name for context in workspaces.manifest().contexts)
-        # one context path: its folder is the agent's whole workspace, so nothing can land outside it
-        self._root = workspaces.root_name()
+
+    @property
+    def _folders(self) -> tuple[str, ...]:
+        """The context folders' names, from the manifest the copy recorded (read once, by `workspaces`):
+        a job's files exist before its copy (jobs/file_steps.py)."""
+        return tuple(context.name for context in self.workspaces.manifest().contexts)
+
+    @property
+    def _root(self) -> str | None:
+        """One context path: its folder is the agent's whole workspace, so nothing can land outside it."""
+        return self.workspaces.root_name()
 
     @property
     def commands(self) -> bool:

@@ -2,10 +2,11 @@
 copying: ask_team returns at once), prepare them when it starts (the copy), collect the diff and apply
 after.
 
-From the copy on, one object owns a job's files (`job_files`): `ContextFiles` for a job with context
+One object owns a job's files from their copy on (`job_files`): `ContextFiles` for a job with context
 paths, `NoContextFiles` for one without (the same calls, doing nothing). It is the orchestrator's
-`Files` (coordination/job_files.py) and adds the job's own steps: a follow-up's carried files
-(`carry`), its checks (`verifier`), and the diff collected and applied after the run (`collect`)."""
+`Files` (coordination/job_files.py) and adds the job's own steps: the copy (`prepare`), a follow-up's
+carried files (`carry`), its checks (`verifier`), and the diff collected and applied after the run
+(`collect`)."""
 
 from __future__ import annotations
 
@@ -149,6 +150,10 @@ def _outside(final: Path, names: set[str]) -> list[str]:
 class JobFileSteps(Files, Protocol):
     """A job's files from the copy to the collected diff: the orchestrator's `Files`, and the job's steps."""
 
+    async def prepare(self, store: AsyncStore) -> None:
+        """Copy the context paths into the job folder, saying so (`prepare` above)."""
+        ...
+
     async def carry(self, store: AsyncStore, row: JobRow) -> None:
         """A follow-up's workspaces start from the earlier job's files (jobs/follow_ups.py)."""
         ...
@@ -170,6 +175,7 @@ class ContextFiles(JobFiles):
         job_id: str,
         workspaces: Workspaces,
         sandbox: SandboxSpec | None,
+        options: JobOptions,
         settings: Settings,
         route: EgressRoute,
     ) -> None:
@@ -181,7 +187,11 @@ class ContextFiles(JobFiles):
             egress_allow=settings.egress_allow,
             route=route,
         )
-        self.settings = settings
+        self.options, self.settings = options, settings
+
+    async def prepare(self, store: AsyncStore) -> None:
+        await store.set_state(self.job_id, "running", "copying the context paths")
+        await prepare(self.workspaces.job_dir, self.options)
 
     async def carry(self, store: AsyncStore, row: JobRow) -> None:
         if row.follow_up:
@@ -211,6 +221,9 @@ class NoContextFiles(NoFiles):
     """A job without context paths: nothing to carry, check or collect (plan.shape_team refused a
     `verify` without context paths)."""
 
+    async def prepare(self, store: AsyncStore) -> None:
+        pass
+
     async def carry(self, store: AsyncStore, row: JobRow) -> None:
         pass
 
@@ -229,10 +242,10 @@ def job_files(
     settings: Settings,
     route: EgressRoute = DIRECT,
 ) -> JobFileSteps:
-    """The owner of a job's files once its context paths are copied (`prepare`); `route`: how CLI
-    members' egress reaches their hosts (sandbox/route.py)."""
+    """The owner of a job's files, from their copy to their diff; `route`: how CLI members' egress
+    reaches their hosts (sandbox/route.py)."""
     if not options.context_paths:
         return NoContextFiles()
     sandbox = team.sandbox if options.commands and not isinstance(team.sandbox, str) else None
     workspaces = Workspaces(job_dir, agent_owner=container_user(), secrets=Secrets())
-    return ContextFiles(job_id, workspaces, sandbox, settings, route)
+    return ContextFiles(job_id, workspaces, sandbox, options, settings, route)

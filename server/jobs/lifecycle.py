@@ -21,10 +21,9 @@ from conclave.coordination.limits import ProviderLimits
 from conclave.coordination.orchestrator import Orchestrator
 from conclave.errors import ConclaveError
 from conclave.jobs.async_store import AsyncStore
-from conclave.jobs.file_steps import job_files, prepare
+from conclave.jobs.file_steps import JobFileSteps, job_files
 from conclave.jobs.follow_ups import thread_history
 from conclave.jobs.heap import Heap
-from conclave.jobs.records import JobOptions
 from conclave.jobs.steering import Steering
 from conclave.jobs.store import ACTIVE_STATES, JobRow, JobState
 from conclave.jobs.store_sink import StoreSink
@@ -94,10 +93,10 @@ class Lifecycle:
         options = (await self._job(job_id)).options
         timeout = team.coordination.timeout_s
         deadline = anyio.current_time() + timeout  # the copy counts against the job's timeout
-        if options.context_paths and not await self._copied(job_id, options, timeout):
+        files = job_files(job_id, self.job_dir(job_id), team, options, self.settings, self._route)
+        if not await self._copied(job_id, files, timeout):
             return
         row = await self._job(job_id)
-        files = job_files(job_id, self.job_dir(job_id), team, options, self.settings, self._route)
         past, thread = (
             await self.store.read(thread_history, self.store.sync, row) if row.follow_up else ("", None)
         )
@@ -133,12 +132,11 @@ class Lifecycle:
             state = "failed" if result.failed else "completed"
             await self.store.set_state(job_id, state, error="; ".join(result.errors.values()) or None)
 
-    async def _copied(self, job_id: str, options: JobOptions, timeout: float) -> bool:
-        """Copy the context paths into the job folder; False if that failed (the job says why)."""
-        await self.store.set_state(job_id, "running", "copying the context paths")
+    async def _copied(self, job_id: str, files: JobFileSteps, timeout: float) -> bool:
+        """Copy the context paths into the job folder, if any; False if that failed (the job says why)."""
         try:
             with anyio.move_on_after(timeout) as copying:
-                await prepare(self.job_dir(job_id), options)
+                await files.prepare(self.store)
         except ConclaveError as exc:
             await self._fail(job_id, str(exc))
             return False

@@ -37,7 +37,7 @@ async def _admitted(tmp_path: Path, project: Path, permission: str = "read"):  #
     sources = parse_context_paths([{"path": str(project), "permission": permission}])
     access = Access.local(Settings(home=tmp_path / "state", allowed_roots=str(tmp_path / "allowed")))
     access.check_folder("context_paths[0].path", sources[0].path)  # inside the root: accepted
-    return await admit(sources, TEAM, False)
+    return await admit(sources, TEAM)
 
 
 async def test_a_folder_swapped_for_a_link_after_submit_is_not_copied(tmp_path: Path) -> None:

@@ -382,3 +382,29 @@ def test_comments_cite_files_that_exist() -> None:
                     if not ok:
                         stale.append(f"{where} cites {cited}")
     assert not stale, "comments citing files that do not exist:\n" + "\n".join(stale)
+
+
+def test_production_names_no_test_double() -> None:
+    """Tests configure, production does not know: no module of the package names a class of tests/fakes/
+    or imports from tests/ (the tests' egress route, tests/fakes/redirect.py, is handed in through
+    sandbox/route.py's seam)."""
+    doubles = set()
+    for path in (ROOT / "tests" / "fakes").glob("*.py"):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        doubles |= {node.name for node in tree.body if isinstance(node, ast.ClassDef)}
+    assert "ProviderRedirect" in doubles, "the scan reads tests/fakes/"
+    found = []
+    for folder in PACKAGES:
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                names: set[str] = set()
+                if isinstance(node, ast.Name):
+                    names = {node.id} & doubles
+                elif isinstance(node, ast.Attribute):
+                    names = {node.attr} & doubles
+                elif isinstance(node, ast.Import | ast.ImportFrom):
+                    modules = [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+                    modules += [alias.name for alias in node.names]
+                    names = {m for m in modules if m in doubles or m == "tests" or m.startswith("tests.")}
+                found += [f"{path.relative_to(ROOT)}:{getattr(node, 'lineno', 0)} {name}" for name in names]
+    assert not found, "production code names a test double; inject it through a seam:\n" + "\n".join(found)

@@ -24,8 +24,10 @@ from conclave.errors import ConfigError, SandboxError
 from conclave.sandbox.allowlist import CLI_HOSTS, CLIS, allowlist_for
 from conclave.sandbox.clis_image import CLI_PINS
 from conclave.sandbox.egress import egress_proxy
-from conclave.sandbox.redirect import ProviderRedirect
+from conclave.sandbox.member import SOCKET, MemberSandbox
+from conclave.sandbox.route import CA_PATH, DirectRoute
 from conclave.settings import Settings
+from tests.fakes.redirect import ProviderRedirect
 
 pytestmark = pytest.mark.anyio
 ROOT = Path(__file__).resolve().parents[1]
@@ -181,14 +183,15 @@ async def test_hosts_off_the_allowlist_get_a_403_and_a_log_line_without_secrets(
 async def test_the_tests_redirect_sends_an_admitted_host_to_its_fake_and_widens_nothing(
     tmp_path: Path, origins: tuple[Origin, Origin]
 ) -> None:
-    """The tests-only `ProviderRedirect` (sandbox/redirect.py) changes where an admitted host connects,
-    never what is admitted: a redirected name off the allowlist, or on another port, is still refused."""
+    """A route (here the tests' `ProviderRedirect`, tests/fakes/redirect.py; the seam is
+    server/sandbox/route.py) changes where an admitted host connects, never what is admitted: a
+    redirected name off the allowlist, or on another port, is still refused."""
     allowed, other = origins
     redirect = ProviderRedirect(
         {"api.anthropic.com": allowed.port, "api.openai.com": other.port}, tmp_path / "ca.pem"
     )
     sock = tmp_path / "A.sock"
-    async with egress_proxy(sock, allowlist_for("claude-code"), redirect=redirect) as proxy:
+    async with egress_proxy(sock, allowlist_for("claude-code"), route=redirect) as proxy:
         inside = b"GET /v1/messages HTTP/1.1\r\n\r\n"
         reply = await anyio.to_thread.run_sync(
             ask, sock, b"CONNECT API.Anthropic.com.:443 HTTP/1.1\r\n\r\n" + inside
@@ -252,3 +255,23 @@ def test_the_image_pins_the_clis_the_tests_install() -> None:
     script = (ROOT / ".ci" / "install-agent-clis.sh").read_text()
     pinned = tuple(re.findall(r'^\s*"(@[^"]+@[0-9.]+)"', script, re.MULTILINE))
     assert pinned == CLI_PINS
+
+
+async def test_a_member_container_trusts_its_routes_extra_ca_and_by_default_none(tmp_path: Path) -> None:
+    """The container's TLS ends where its proxy's route sends the tunnel, so it trusts that route's
+    extra CA (read-only, with the variables each CLI reads); the default route adds no CA at all."""
+    ca = tmp_path / "ca.pem"
+    ca.write_text("a CA\n")
+    allow = allowlist_for("claude-code")
+    async with (
+        egress_proxy(tmp_path / "A.sock", allow) as direct,
+        egress_proxy(tmp_path / "B.sock", allow, route=DirectRoute(extra_ca=ca)) as inspected,
+    ):
+        plain = MemberSandbox(None, egress=direct)._launch(SandboxSpec())
+        trusting = MemberSandbox(None, egress=inspected)._launch(SandboxSpec())
+    assert [m["Target"] for m in plain["mounts"]] == [SOCKET]
+    assert not {"NODE_EXTRA_CA_CERTS", "CODEX_CA_CERTIFICATE"} & set(plain["environment"])
+    ca_mount = {m["Target"]: m for m in trusting["mounts"]}[CA_PATH]
+    assert ca_mount["Source"] == str(ca.resolve()) and ca_mount["ReadOnly"] is True
+    assert trusting["environment"]["NODE_EXTRA_CA_CERTS"] == CA_PATH
+    assert trusting["environment"]["CODEX_CA_CERTIFICATE"] == CA_PATH

@@ -22,7 +22,7 @@ from conclave.clis.cli_adapter import PLACEHOLDER_KEY
 from conclave.sandbox.allowlist import allowlist_for
 from conclave.sandbox.egress import EgressProxy, egress_proxy
 from conclave.sandbox.provider_key import KeyScrubber, ProviderKey
-from conclave.sandbox.redirect import ProviderRedirect
+from tests.fakes.redirect import ProviderRedirect
 from tests.fakes.tls_ca import TestCa
 from tests.test_egress import ask
 
@@ -243,7 +243,8 @@ async def test_without_a_key_held_a_request_to_the_bridge_is_refused(
 
 async def test_an_https_provider_is_reached_over_tls_from_the_host(tmp_path: Path) -> None:
     """The official host over https: the proxy opens TLS itself, checking the certificate against the
-    name (here through the tests' redirect, sandbox/redirect.py, which adds its CA to the system's roots)."""
+    name (here through the tests' redirect, tests/fakes/redirect.py, whose extra CA joins the system's
+    roots)."""
     ca = TestCa.create(tmp_path / "tls", ["api.anthropic.com"])
     provider = Provider()
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
@@ -256,7 +257,7 @@ async def test_an_https_provider_is_reached_over_tls_from_the_host(tmp_path: Pat
         sock = tmp_path / "A.sock"
         redirect = ProviderRedirect({"api.anthropic.com": port}, ca.ca_file)
         request = f"POST /v1/messages HTTP/1.1\r\nx-api-key: {PLACEHOLDER_KEY}\r\nContent-Length: 0\r\n\r\n"
-        async with egress_proxy(sock, allowlist_for("claude-code"), redirect=redirect) as proxy:
+        async with egress_proxy(sock, allowlist_for("claude-code"), route=redirect) as proxy:
             proxy.serve_key(ProviderKey("https://api.anthropic.com", KEY))
             reply = await anyio.to_thread.run_sync(ask, sock, request.encode())
             wrong = await _wrong_name(proxy, sock)
@@ -270,9 +271,10 @@ async def test_an_https_provider_is_reached_over_tls_from_the_host(tmp_path: Pat
 async def _wrong_name(proxy: EgressProxy, sock: Path) -> bytes:
     """The same fake answering for a name its certificate does not hold (the key goes nowhere)."""
     proxy.serve_key(ProviderKey("https://platform.claude.com", KEY))
-    assert proxy.redirect is not None
-    proxy.redirect = ProviderRedirect(
-        {"platform.claude.com": proxy.redirect.ports["api.anthropic.com"]}, proxy.redirect.ca_file
+    redirect = proxy.route
+    assert isinstance(redirect, ProviderRedirect)
+    proxy.route = ProviderRedirect(
+        {"platform.claude.com": redirect.ports["api.anthropic.com"]}, redirect.extra_ca
     )
     return await anyio.to_thread.run_sync(
         ask, sock, f"POST /x HTTP/1.1\r\nx-api-key: {PLACEHOLDER_KEY}\r\n\r\n".encode()

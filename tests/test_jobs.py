@@ -229,7 +229,7 @@ async def test_a_local_model_that_is_missing_is_refused_at_submit(tmp_path: Path
 async def test_the_timeout_covers_copying_the_context_paths(
     tmp_path: Path, fakes: FakeProviders, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from conclave.jobs import lifecycle as lifecycle_module
+    from conclave.jobs import file_steps
 
     real_prepare = prepare
 
@@ -237,7 +237,7 @@ async def test_the_timeout_covers_copying_the_context_paths(
         await real_prepare(job_dir, options)  # type: ignore[arg-type]
         await anyio.sleep(30)  # sleep-ok: a copy that takes long (a big folder on a slow disk)
 
-    monkeypatch.setattr(lifecycle_module, "prepare", slow_prepare)
+    monkeypatch.setattr(file_steps, "prepare", slow_prepare)  # the job's files copy through it
     team = team_file(tmp_path, fakes, coordination={"timeout_s": 1.0}, sandbox="none")
     project = tmp_path / "proj"
     project.mkdir()

@@ -1,7 +1,8 @@
 """Team configuration as pydantic models: agents, coordination, sandbox, the team, and their limits.
 
 A provider's own key variable goes only to that provider's official endpoint: a custom `base_url` must name
-a variable of its own, and no agent may name another provider's key (tests/security/test_provider_keys.py).
+a variable of its own, and no agent may name another provider's key: a team file cannot send your key for
+one provider to a server of its choosing.
 """
 
 from __future__ import annotations

@@ -2,8 +2,7 @@
 
 Once the job's usage reaches a limit, `gate` (awaited before every model call, turns.py) never returns,
 so no call starts after it, and `watch` feeds the protocol a `Stop`: turns in flight are cancelled and
-the job ends with the best-supported answer so far, without a presentation
-(tests/test_budgets.py::test_the_job_stops_at_its_token_budget_and_usage_equals_the_bill).
+the job ends with the best-supported answer so far, without a presentation.
 """
 
 from __future__ import annotations

@@ -4,6 +4,10 @@ The orchestrator calls this at four moments: `start` (workspaces and containers)
 `picture`), each accepted answer (`on_answer`: snapshot and publish to peers), and the end (`finish`:
 the winning answer's snapshot becomes final/). `close` removes the containers and the agents' working
 copies (snapshots and final/ stay), also on cancellation.
+
+`Files` is that interface; `JobFiles` serves a job with context paths, `NoFiles` one without (the same
+calls, doing nothing), so the orchestrator always holds one. The job's own steps around the run (copy,
+follow-up carry, collect and apply) extend both in jobs/file_steps.py.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import logging
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
 import anyio
 import anyio.abc
@@ -30,12 +35,73 @@ from conclave.sandbox.allowlist import CLIS, Allowlist, CliName, allowlist_for
 from conclave.sandbox.container import Sandbox, container_user
 from conclave.sandbox.egress import EgressProxy, egress_proxy
 from conclave.sandbox.member import MemberSandbox
-from conclave.sandbox.redirect import ProviderRedirect
+from conclave.sandbox.route import DIRECT, EgressRoute
+
+if TYPE_CHECKING:
+    from conclave.coordination.agents import Agent
+    from conclave.files.secrets import Secrets
 
 SandboxFactory = Callable[[], Sandbox]
 logger = logging.getLogger(__name__)
-# a CLI member's container, given its egress proxy and the tests' redirect (sandbox/redirect.py)
-MemberSandboxFactory = Callable[[EgressProxy, ProviderRedirect | None], Sandbox]
+# a CLI member's container, given its egress proxy (whose route says the extra CA it trusts)
+MemberSandboxFactory = Callable[[EgressProxy], Sandbox]
+
+
+class Files(Protocol):
+    """What the orchestrator asks of a job's files, from `start` to `close`."""
+
+    @property
+    def secrets(self) -> Secrets | None:
+        """The job's secret values, kept out of every snapshot and report (files/secrets.py)."""
+        ...
+
+    async def start(self, letters: list[str], clis: Mapping[str, AgentSpec]) -> None: ...
+
+    def attach(self, agent: Agent, letter: str) -> None: ...
+
+    def tools(self, letter: str) -> AgentTools | None: ...
+
+    def picture(self, letter: str) -> FilesPicture | None: ...
+
+    async def on_answer(self, letter: str, label: str) -> Path | None: ...
+
+    async def finish(self, winner: str | None) -> Path | None: ...
+
+    async def close(self) -> None: ...
+
+    def egress(self) -> contextlib.AbstractAsyncContextManager[None]: ...
+
+
+class NoFiles:
+    """A job without context paths: no workspaces, no containers; every call does nothing."""
+
+    @property
+    def secrets(self) -> Secrets | None:
+        return None
+
+    async def start(self, letters: list[str], clis: Mapping[str, AgentSpec]) -> None:
+        pass
+
+    def attach(self, agent: Agent, letter: str) -> None:
+        """No container and no secrets: the agent stays as built."""
+
+    def tools(self, letter: str) -> AgentTools | None:
+        return None
+
+    def picture(self, letter: str) -> FilesPicture | None:
+        return None
+
+    async def on_answer(self, letter: str, label: str) -> Path | None:
+        return None
+
+    async def finish(self, winner: str | None) -> Path | None:
+        return None
+
+    async def close(self) -> None:
+        pass
+
+    def egress(self) -> contextlib.AbstractAsyncContextManager[None]:
+        return contextlib.nullcontext()
 
 
 class JobFiles:
@@ -50,26 +116,40 @@ class JobFiles:
         disk_budget: int | None = None,
         *,
         egress_allow: tuple[str, ...] = (),
-        member_factory: MemberSandboxFactory = lambda proxy, redirect: MemberSandbox(
-            None, egress=proxy, redirect=redirect
-        ),
-        redirect: ProviderRedirect | None = None,
+        member_factory: MemberSandboxFactory = lambda proxy: MemberSandbox(None, egress=proxy),
+        route: EgressRoute = DIRECT,
     ) -> None:
-        """`redirect`: tests only, CLI members' provider hosts go to fakes (sandbox/redirect.py)."""
+        """`route`: how CLI members' egress reaches the hosts it admits (sandbox/route.py)."""
         self.job_id, self.workspaces, self.spec = job_id, workspaces, sandbox
         self._factory, self._member_factory = sandbox_factory, member_factory
-        self._egress_allow, self._redirect = egress_allow, redirect
+        self._egress_allow, self._route = egress_allow, route
         self._proxies: anyio.abc.TaskGroup | None = None  # hosts CLI members' egress proxies (`egress`)
         self._budget = DiskBudget(disk_budget) if disk_budget is not None else None
         self._sandboxes: dict[str, Sandbox] = {}
         self.final_label: str | None = None
-        self._folders = tuple(context.name for context in workspaces.manifest().contexts)
-        # one context path: its folder is the agent's whole workspace, so nothing can land outside it
-        self._root = workspaces.root_name()
+
+    @property
+    def _folders(self) -> tuple[str, ...]:
+        """The context folders' names, from the manifest the copy recorded (read once, by `workspaces`):
+        a job's files exist before its copy (jobs/file_steps.py)."""
+        return tuple(context.name for context in self.workspaces.manifest().contexts)
+
+    @property
+    def _root(self) -> str | None:
+        """One context path: its folder is the agent's whole workspace, so nothing can land outside it."""
+        return self.workspaces.root_name()
 
     @property
     def commands(self) -> bool:
         return self.spec is not None
+
+    @property
+    def secrets(self) -> Secrets | None:
+        return self.workspaces.secrets
+
+    def attach(self, agent: Agent, letter: str) -> None:
+        """The agent's container (a CLI member runs in it), and the job's secrets its login's values join."""
+        agent.attach(self.sandbox(letter), self.workspaces.secrets)
 
     async def start(self, letters: list[str], clis: Mapping[str, AgentSpec] | None = None) -> None:
         """Each agent's working copy, and its container (started concurrently) when commands are on.
@@ -116,12 +196,12 @@ class JobFiles:
         allow = allowlist_for(_cli_name(spec.model_name), base_url=spec.base_url, extra=extra)
         socket = self.workspaces.job_dir / "egress" / f"{letter}.sock"
         proxy = await self._proxies.start(self._serve, socket, allow, f"{self.job_id}/{letter}")
-        return self._member_factory(proxy, self._redirect)
+        return self._member_factory(proxy)
 
     async def _serve(
         self, socket: Path, allow: Allowlist, label: str, *, task_status: TaskStatus[EgressProxy]
     ) -> None:
-        async with egress_proxy(socket, allow, label=label, redirect=self._redirect) as proxy:
+        async with egress_proxy(socket, allow, label=label, route=self._route) as proxy:
             task_status.started(proxy)
             await anyio.sleep_forever()
 

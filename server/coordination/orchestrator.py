@@ -3,7 +3,7 @@
 All turns run in one task group; each has its own cancel scope so a stale turn can be cancelled and
 restarted. Turns report back over a memory stream and one loop feeds the protocol, so the state has a
 single writer. Every event is reported to the sink with the live progress, and the result is built
-once from the protocol's outcome (reporting.py; tests/test_orchestrator.py).
+once from the protocol's outcome (reporting.py).
 The driver reads every answer before the protocol sees it (answers.py): its key, or why it is no
 answer; and a presentation that changes the winning final answer is refused. With `verify`, each
 answer's check runs as a task beside the turns (verification.py) and comes back as `Verified`; with a
@@ -31,6 +31,7 @@ from conclave.coordination import answers, picture, prompts, protocol
 from conclave.coordination.agents import AgentFactory
 from conclave.coordination.budget import Budget
 from conclave.coordination.cli_turns import CLI_WORK
+from conclave.coordination.job_files import Files, NoFiles
 from conclave.coordination.limits import ProviderLimits
 from conclave.coordination.members import JobSink, Member, assign_letters, seed_for
 from conclave.coordination.protocol_events import (
@@ -57,7 +58,6 @@ from conclave.coordination.turn_context import TurnContext
 from conclave.errors import ConclaveError, ProviderError
 
 if TYPE_CHECKING:
-    from conclave.coordination.job_files import JobFiles
     from conclave.coordination.verification import Verifier
 
 __all__ = ["Orchestrator"]
@@ -78,7 +78,7 @@ class Orchestrator:
         retry: RetryPolicy | None = None,
         limiters: ProviderLimits | None = None,
         clock: Callable[[], float] = anyio.current_time,
-        files: JobFiles | None = None,
+        files: Files | None = None,
         verifier: Verifier | None = None,
         deadline: float | None = None,
         history: str = "",
@@ -92,7 +92,8 @@ class Orchestrator:
         self._factory, self._retry = agent_factory, retry or RetryPolicy()
         self._limiters = limiters if limiters is not None else ProviderLimits()  # the server's, shared
         self._clock = clock
-        self.files, self.verifier = files, verifier
+        self.files: Files = files or NoFiles()  # a job without context paths: calls that do nothing
+        self.verifier = verifier
         rules = team.coordination
         self.budget = Budget(rules.max_tokens, rules.max_cost_usd)
         # a follow-up's agents keep the letters of the thread's first job (the same team, the same seed)
@@ -109,7 +110,7 @@ class Orchestrator:
             seed=seed_for(job_id),
             verify=verifier is not None,
         )
-        secrets = files.workspaces.secrets if files is not None else None  # the job's (files/secrets.py)
+        secrets = self.files.secrets  # the job's (files/secrets.py)
         self.reports = Reporter(sink, self.state, self.members, clock, secrets)  # events, progress, result
         self._scopes: dict[int, anyio.CancelScope] = {}
         self._result: JobResult | None = None
@@ -120,7 +121,7 @@ class Orchestrator:
         """Run the job to its result. Cancelling the caller cancels every turn.
 
         The job's timeout covers it all: set-up (workspaces, containers, backends), the vote and the
-        presentation (tests/test_voting.py::test_timeout_*).
+        presentation, so no slow step carries the job past it.
         """
         self.reports.started = self._clock()
         timeout = self.team.coordination.timeout_s
@@ -152,8 +153,7 @@ class Orchestrator:
             with anyio.CancelScope(shield=True):
                 if self.verifier is not None:  # its containers mount folders of checks/
                     await self.verifier.close()
-                if self.files is not None:
-                    await self.files.close()
+                await self.files.close()
                 for member in self.members.values():
                     if member.agent is not None:
                         await member.agent.aclose()
@@ -161,9 +161,9 @@ class Orchestrator:
         return self._result
 
     async def _set_up(self) -> None:
-        if self.files is not None:  # workspaces and containers first: the agents' tools need them
-            clis = {m.letter: m.spec for m in self.members.values() if m.spec.is_cli}
-            await self.files.start(sorted(self.members), clis)
+        # workspaces and containers first: the agents' tools need them
+        clis = {m.letter: m.spec for m in self.members.values() if m.spec.is_cli}
+        await self.files.start(sorted(self.members), clis)
         for member in self.members.values():
             # SDK imports and client set-up block for seconds on first use: keep them off the loop, and
             # let the deadline abandon them (a client made after it is simply dropped).
@@ -171,8 +171,7 @@ class Orchestrator:
                 self._factory, member.spec, abandon_on_cancel=True, limiter=self._limiters.building
             )
             member.agent = agent  # closed at the job's end, however set-up ends
-            if self.files is not None:  # its container, and the job's secrets its login's values join
-                agent.attach(self.files.sandbox(member.letter), self.files.workspaces.secrets)
+            self.files.attach(agent, member.letter)  # its container, and the job's secrets
             member.ctx = self._context(member)
 
     async def _ended_in_set_up(self, reason: str) -> JobResult:
@@ -229,11 +228,10 @@ class Orchestrator:
             return
         answer = self.state.answers[-1]  # an AnswerPosted, or a corrective turn's text taken as one
         await self.reports.answer(answer)
-        if self.files is not None:
-            try:
-                await self.files.on_answer(answer.letter, answer.label)
-            except ConclaveError as exc:  # e.g. a workspace over its caps: the answer stands, without files
-                await self._emit("snapshot_failed", answer.letter, label=answer.label, error=str(exc))
+        try:
+            await self.files.on_answer(answer.letter, answer.label)
+        except ConclaveError as exc:  # e.g. a workspace over its caps: the answer stands, without files
+            await self._emit("snapshot_failed", answer.letter, label=answer.label, error=str(exc))
 
     async def _execute(
         self, actions: list[Action], tg: anyio.abc.TaskGroup, send: MemoryObjectSendStream[ProtocolEvent]
@@ -271,11 +269,10 @@ class Orchestrator:
         outcome = action.outcome
         for member in self.members.values():
             member.presenting = False
-        if self.files is not None:
-            try:
-                await self.files.finish(outcome.winner)
-            except ConclaveError as exc:
-                await self._emit("snapshot_failed", None, label=outcome.winner, error=str(exc))
+        try:
+            await self.files.finish(outcome.winner)
+        except ConclaveError as exc:
+            await self._emit("snapshot_failed", None, label=outcome.winner, error=str(exc))
         self._result = self.reports.result(action)
         await self.reports.finished(self._result)
 
@@ -295,7 +292,7 @@ class Orchestrator:
         async with send:
             with scope:
                 try:
-                    picture = self.files.picture(action.letter) if self.files is not None else None
+                    picture = self.files.picture(action.letter)
                     decided = await member.agent.turn(ctx, action, self._shown(action.labels), picture)
                     event = answers.read_decision(action, self.task, decided)
                 except (ProviderError, TimeoutError) as exc:  # retries are spent: the agent is out
@@ -364,7 +361,7 @@ class Orchestrator:
         async def no_work(call: ToolCall) -> None:
             raise AssertionError("work tools are bound per turn")
 
-        tools = self.files.tools(member.letter) if self.files is not None else None
+        tools = self.files.tools(member.letter)
         return TurnContext(
             spec=spec,
             letter=member.letter,

@@ -17,8 +17,8 @@ its own folder refilled in place with the check's copy (files/check_slots.py), i
 emptied first: nothing of one check reaches the next. With one context path the project folder is
 /workspace; with several, /workspace holds one folder each. Checks run beside the team's turns (tasks
 of the orchestrator's task group), at most `CONCLAVE_VERIFY_CONCURRENCY` at once on the server, each
-within `CONCLAVE_VERIFY_TIMEOUT_S`. tests/test_verify.py runs them against a real Docker engine;
-bench/bench_checks.py measures what a check costs beyond its command.
+within `CONCLAVE_VERIFY_TIMEOUT_S`. bench/bench_checks.py measures what a check costs beyond its
+command.
 """
 
 from __future__ import annotations

@@ -1,17 +1,24 @@
 """A job's file steps around its run: admit the context paths when the job is submitted (checks only, no
 copying: ask_team returns at once), prepare them when it starts (the copy), collect the diff and apply
-after."""
+after.
+
+One object owns a job's files from their copy on (`job_files`): `ContextFiles` for a job with context
+paths, `NoContextFiles` for one without (the same calls, doing nothing). It is the orchestrator's
+`Files` (coordination/job_files.py) and adds the job's own steps: the copy (`prepare`), a follow-up's
+carried files (`carry`), its checks (`verifier`), and the diff collected and applied after the run
+(`collect`)."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Protocol
 
 import anyio
 import anyio.to_thread
 
 from conclave.config.models import SandboxSpec, Team
 from conclave.coordination.check_pool import CheckPool
-from conclave.coordination.job_files import JobFiles
+from conclave.coordination.job_files import Files, JobFiles, NoFiles
 from conclave.coordination.verification import Verifier
 from conclave.errors import ApplyError, PathOutsideRoot, SandboxUnavailable
 from conclave.files.contexts import ContextPath, named
@@ -22,12 +29,14 @@ from conclave.files.roots import identify
 from conclave.files.secrets import Secrets
 from conclave.files.trees import list_tree
 from conclave.files.workspaces import Workspaces
+from conclave.jobs.async_store import AsyncStore
+from conclave.jobs.follow_ups import carry_files
 from conclave.jobs.records import ContextChanges, FilesResult, JobOptions
 from conclave.jobs.store import JobRow
 from conclave.sandbox.container import container_user
 from conclave.sandbox.engine import engine_status
 from conclave.sandbox.image import image_tag
-from conclave.sandbox.redirect import ProviderRedirect
+from conclave.sandbox.route import DIRECT, EgressRoute
 from conclave.settings import Settings
 
 MAX_OUTSIDE = 200  # files listed outside the context folders; more are cut
@@ -78,7 +87,7 @@ NO_CONSENSUS = (
 )
 
 
-async def collect(files: JobFiles, row: JobRow, consensus: bool) -> FilesResult:
+async def collect_files(files: JobFiles, row: JobRow, consensus: bool) -> FilesResult:
     """The winner's diff per context path, written as one patch file; applied where asked and allowed:
     `apply: true` only with consensus, `apply: "force"` without."""
     options, request = row.options, row.request
@@ -138,49 +147,105 @@ def _outside(final: Path, names: set[str]) -> list[str]:
     return sorted(rel for rel in files if rel.split("/", 1)[0] not in names)[:MAX_OUTSIDE]
 
 
+class JobFileSteps(Files, Protocol):
+    """A job's files from the copy to the collected diff: the orchestrator's `Files`, and the job's steps."""
+
+    async def prepare(self, store: AsyncStore) -> None:
+        """Copy the context paths into the job folder, saying so (`prepare` above)."""
+        ...
+
+    async def carry(self, store: AsyncStore, row: JobRow) -> None:
+        """A follow-up's workspaces start from the earlier job's files (jobs/follow_ups.py)."""
+        ...
+
+    def verifier(self, team: Team, limiter: anyio.CapacityLimiter, pool: CheckPool | None) -> Verifier | None:
+        """The job's checks (`verify`), or None."""
+        ...
+
+    async def collect(self, store: AsyncStore, row: JobRow, consensus: bool) -> None:
+        """The winner's diff kept with the job, applied where asked and allowed (`collect_files`)."""
+        ...
+
+
+class ContextFiles(JobFiles):
+    """A job with context paths: its workspaces, sandboxes and the steps around the run."""
+
+    def __init__(
+        self,
+        job_id: str,
+        workspaces: Workspaces,
+        sandbox: SandboxSpec | None,
+        options: JobOptions,
+        settings: Settings,
+        route: EgressRoute,
+    ) -> None:
+        super().__init__(
+            job_id,
+            workspaces,
+            sandbox,
+            disk_budget=settings.job_disk_mb * MB,
+            egress_allow=settings.egress_allow,
+            route=route,
+        )
+        self.options, self.settings = options, settings
+
+    async def prepare(self, store: AsyncStore) -> None:
+        await store.set_state(self.job_id, "running", "copying the context paths")
+        await prepare(self.workspaces.job_dir, self.options)
+
+    async def carry(self, store: AsyncStore, row: JobRow) -> None:
+        if row.follow_up:
+            await store.set_state(self.job_id, "running", "starting from the earlier job's files")
+            await carry_files(store.sync, row, self.settings.home / "jobs", self.workspaces)
+
+    def verifier(self, team: Team, limiter: anyio.CapacityLimiter, pool: CheckPool | None) -> Verifier | None:
+        if team.verify is None:
+            return None
+        spec = team.sandbox if not isinstance(team.sandbox, str) else SandboxSpec()
+        return Verifier(
+            self.job_id,
+            team.verify,
+            self.workspaces,
+            spec,
+            timeout_s=self.settings.verify_timeout_s,
+            limiter=limiter,
+            protect=team.verify_protect,
+            pool=pool,
+        )
+
+    async def collect(self, store: AsyncStore, row: JobRow, consensus: bool) -> None:
+        await store.set_files(self.job_id, await collect_files(self, row, consensus))
+
+
+class NoContextFiles(NoFiles):
+    """A job without context paths: nothing to carry, check or collect (plan.shape_team refused a
+    `verify` without context paths)."""
+
+    async def prepare(self, store: AsyncStore) -> None:
+        pass
+
+    async def carry(self, store: AsyncStore, row: JobRow) -> None:
+        pass
+
+    def verifier(self, team: Team, limiter: anyio.CapacityLimiter, pool: CheckPool | None) -> Verifier | None:
+        return None
+
+    async def collect(self, store: AsyncStore, row: JobRow, consensus: bool) -> None:
+        pass
+
+
 def job_files(
     job_id: str,
     job_dir: Path,
     team: Team,
     options: JobOptions,
     settings: Settings,
-    redirect: ProviderRedirect | None = None,
-) -> JobFiles | None:
-    """A job's files and sandboxes, or None for a job without context paths; `redirect` is the tests'
-    (sandbox/redirect.py)."""
+    route: EgressRoute = DIRECT,
+) -> JobFileSteps:
+    """The owner of a job's files, from their copy to their diff; `route`: how CLI members' egress
+    reaches their hosts (sandbox/route.py)."""
     if not options.context_paths:
-        return None
+        return NoContextFiles()
     sandbox = team.sandbox if options.commands and not isinstance(team.sandbox, str) else None
     workspaces = Workspaces(job_dir, agent_owner=container_user(), secrets=Secrets())
-    return JobFiles(
-        job_id,
-        workspaces,
-        sandbox,
-        disk_budget=settings.job_disk_mb * MB,
-        egress_allow=settings.egress_allow,
-        redirect=redirect,
-    )
-
-
-def job_verifier(
-    job_id: str,
-    team: Team,
-    files: JobFiles | None,
-    settings: Settings,
-    limiter: anyio.CapacityLimiter,
-    pool: CheckPool | None = None,
-) -> Verifier | None:
-    """The job's checks (`verify`), or None; plan.shape_team refused a verify without context paths."""
-    if team.verify is None or files is None:
-        return None
-    spec = team.sandbox if not isinstance(team.sandbox, str) else SandboxSpec()
-    return Verifier(
-        job_id,
-        team.verify,
-        files.workspaces,
-        spec,
-        timeout_s=settings.verify_timeout_s,
-        limiter=limiter,
-        protect=team.verify_protect,
-        pool=pool,
-    )
+    return ContextFiles(job_id, workspaces, sandbox, options, settings, route)

@@ -12,7 +12,7 @@
                                        allow_artifacts, allow_autorun too)
 
 A job that did not finish (failed, cancelled, interrupted) carries its last best answer: the winner if
-one was chosen, else the answer leading when it stopped, else the latest posted (tests/test_follow_ups.py).
+one was chosen, else the answer leading when it stopped, else the latest posted.
 """
 
 from __future__ import annotations

@@ -8,7 +8,6 @@ how `cancel_job` and the watch loop (jobs/maintenance.py) reach a job this proce
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from pathlib import Path
 
@@ -22,14 +21,13 @@ from conclave.coordination.limits import ProviderLimits
 from conclave.coordination.orchestrator import Orchestrator
 from conclave.errors import ConclaveError
 from conclave.jobs.async_store import AsyncStore
-from conclave.jobs.file_steps import collect, job_files, job_verifier, prepare
-from conclave.jobs.follow_ups import carry_files, conversation_history
+from conclave.jobs.file_steps import JobFileSteps, job_files
+from conclave.jobs.follow_ups import conversation_history
 from conclave.jobs.heap import Heap
-from conclave.jobs.records import JobOptions
 from conclave.jobs.steering import Steering
 from conclave.jobs.store import ACTIVE_STATES, JobRow, JobState
 from conclave.jobs.store_sink import StoreSink
-from conclave.sandbox.redirect import ProviderRedirect
+from conclave.sandbox.route import DIRECT, EgressRoute
 from conclave.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -46,10 +44,10 @@ class Lifecycle:
         retry: RetryPolicy | None,
         steering: Steering,
         pool: CheckPool | None = None,
-        redirect: ProviderRedirect | None = None,
+        route: EgressRoute = DIRECT,
     ) -> None:
         self.settings, self.store, self._factory, self._retry = settings, store, factory, retry
-        self.steering, self._redirect = steering, redirect  # the redirect: tests only (sandbox/redirect.py)
+        self.steering, self._route = steering, route  # CLI members' egress (sandbox/route.py)
         self.scopes: dict[str, anyio.CancelScope] = {}  # the jobs this process runs, by id
         self._slots = anyio.CapacityLimiter(settings.max_jobs)
         self._check_slots = anyio.CapacityLimiter(settings.verify_concurrency)  # verification containers
@@ -95,22 +93,20 @@ class Lifecycle:
         options = (await self._job(job_id)).options
         timeout = team.coordination.timeout_s
         deadline = anyio.current_time() + timeout  # the copy counts against the job's timeout
-        if options.context_paths and not await self._copied(job_id, options, timeout):
+        files = job_files(job_id, self.job_dir(job_id), team, options, self.settings, self._route)
+        if not await self._copied(job_id, files, timeout):
             return
         row = await self._job(job_id)
-        files = job_files(job_id, self.job_dir(job_id), team, options, self.settings, self._redirect)
         past, thread = (
             await self.store.read(conversation_history, self.store.sync, row) if row.follow_up else ("", None)
         )
         try:
-            if files is not None and row.follow_up:
-                await self.store.set_state(job_id, "running", "starting from the earlier job's files")
-                await carry_files(self.store.sync, row, self.settings.home / "jobs", files.workspaces)
+            await files.carry(self.store, row)
         except ConclaveError as exc:
             await self._fail(job_id, str(exc))
             return
         await self.store.set_state(job_id, "running", "starting the agents")
-        verifier = job_verifier(job_id, team, files, self.settings, self._check_slots, self._check_pool)
+        verifier = files.verifier(team, self._check_slots, self._check_pool)
         orchestrator = Orchestrator(
             job_id,
             task,
@@ -127,22 +123,20 @@ class Lifecycle:
         )
         await self.steering.attach(job_id, orchestrator)
         try:
-            async with files.egress() if files is not None else contextlib.nullcontext():
+            async with files.egress():
                 result = await orchestrator.run()
-            if files is not None:
-                await self.store.set_files(job_id, await collect(files, row, result.consensus))
+            await files.collect(self.store, row, result.consensus)
         except ConclaveError as exc:
             await self._fail(job_id, str(exc))
         else:
             state = "failed" if result.failed else "completed"
             await self.store.set_state(job_id, state, error="; ".join(result.errors.values()) or None)
 
-    async def _copied(self, job_id: str, options: JobOptions, timeout: float) -> bool:
-        """Copy the context paths into the job folder; False if that failed (the job says why)."""
-        await self.store.set_state(job_id, "running", "copying the context paths")
+    async def _copied(self, job_id: str, files: JobFileSteps, timeout: float) -> bool:
+        """Copy the context paths into the job folder, if any; False if that failed (the job says why)."""
         try:
             with anyio.move_on_after(timeout) as copying:
-                await prepare(self.job_dir(job_id), options)
+                await files.prepare(self.store)
         except ConclaveError as exc:
             await self._fail(job_id, str(exc))
             return False

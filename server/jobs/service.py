@@ -13,7 +13,7 @@ lifespan (see app/server.py). The service is the one door the tools (and the CLI
 
 A job belongs to the caller that started it (`caller`: `local` for the CLI and stdio, an HTTP token's name):
 every operation given a caller answers only for that caller's jobs, as if the others did not exist; the
-CLI passes none and sees all (tests/security/test_callers.py).
+CLI passes none and sees all.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ from conclave.jobs.store import JobRow, Store
 from conclave.jobs.teams import TeamList
 from conclave.jobs.views import JobView
 from conclave.sandbox.container import container_user
-from conclave.sandbox.redirect import ProviderRedirect
+from conclave.sandbox.route import DIRECT, EgressRoute
 from conclave.settings import MAX_WAIT_S, Settings
 
 POLL_S = 0.2  # a job another process runs: how often its waiters here look at the store
@@ -74,7 +74,6 @@ class JobService:
         owner_id: str,
         access: Access | None = None,
         probe: bool = True,
-        redirect: ProviderRedirect | None = None,
     ) -> None:
         self.settings, self.store = settings, store
         self.access = access or Access.local(settings)
@@ -98,12 +97,12 @@ class JobService:
         retry: RetryPolicy | None = None,
         access: Access | None = None,
         check_pool: bool = False,
-        redirect: ProviderRedirect | None = None,
+        route: EgressRoute = DIRECT,
     ) -> AsyncIterator[JobService]:
         """The service, for the body's life. `check_pool`: keep check containers started ahead of jobs
         (coordination/check_pool.py), for a server that serves many; a one-job CLI run starts none.
-        `redirect` is for tests only: CLI members' provider hosts go to fakes (sandbox/redirect.py);
-        the server and the CLI never pass one."""
+        `route`: how CLI members' egress reaches the hosts their allowlists admit, and the extra CA
+        their containers trust (sandbox/route.py); by default the hosts themselves, the system's roots."""
         env = dict(os.environ if environ is None else environ)
         sync_store = await anyio.to_thread.run_sync(Store, settings.db_path)
         owner_id, serving = uuid.uuid4().hex, asyncio.get_running_loop()
@@ -114,8 +113,9 @@ class JobService:
 
                 @asynccontextmanager
                 async def jobs_side() -> AsyncIterator[Lifecycle]:
-                    """On the jobs' loop: their store (waking our waiters), the local model servers (the
-                    pool outlives the jobs, and stops any left over: tests/test_local.py), the lifecycle."""
+                    """On the jobs' loop: their store (waking our waiters), the local model servers (one
+                    per model file, shared by the jobs that use it; closing the pool stops any still
+                    running, so none outlives the service), the lifecycle."""
 
                     def tell(job_id: str) -> None:
                         serving.call_soon_threadsafe(store.wake, job_id)
@@ -132,7 +132,7 @@ class JobService:
                         factory = agent_factory or endpoint_factory(env, local_servers)
                         try:
                             yield Lifecycle(
-                                settings, jobs_store, factory, retry, Steering(jobs_store), pool, redirect
+                                settings, jobs_store, factory, retry, Steering(jobs_store), pool, route
                             )
                         finally:
                             pool_tg.cancel_scope.cancel()

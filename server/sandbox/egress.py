@@ -62,7 +62,7 @@ from conclave.sandbox.provider_key import (
     provider_head,
     tls_context,
 )
-from conclave.sandbox.redirect import ProviderRedirect
+from conclave.sandbox.route import DIRECT, EgressRoute
 
 __all__ = ["Denial", "EgressProxy", "egress_proxy"]
 
@@ -107,10 +107,10 @@ class EgressProxy:
     """Serves one member's socket: admits the allowlist, refuses and records the rest."""
 
     def __init__(
-        self, allowlist: Allowlist, socket: Path, *, label: str = "", redirect: ProviderRedirect | None = None
+        self, allowlist: Allowlist, socket: Path, *, label: str = "", route: EgressRoute = DIRECT
     ) -> None:
-        """`redirect`: tests only, admitted provider hosts connect to fakes (sandbox/redirect.py)."""
-        self.allowlist, self.socket, self.label, self.redirect = allowlist, socket, label, redirect
+        """`route`: how an admitted host is reached, and the extra CA trusted there (sandbox/route.py)."""
+        self.allowlist, self.socket, self.label, self.route = allowlist, socket, label, route
         self.denied: list[Denial] = []
         self.admitted = 0
         self._limiter = anyio.CapacityLimiter(MAX_TUNNELS)
@@ -215,16 +215,14 @@ class EgressProxy:
         )
 
     async def _connect(self, request: _Request) -> anyio.abc.ByteStream:
-        host, port = (request.host, request.port)
-        if self.redirect is not None:  # after the allowlist admitted the request: it never widens it
-            host, port = self.redirect.target(host, port)
+        host, port = self.route.target(request.host, request.port)  # admitted already: never widens it
         try:
             with anyio.fail_after(CONNECT_TIMEOUT_S):
                 if not request.tls:
                     return await anyio.connect_tcp(host, port)
                 if self._tls is None:  # reading the system's roots blocks: once, in a worker
-                    ca = str(self.redirect.ca_file) if self.redirect is not None else None
-                    self._tls = await anyio.to_thread.run_sync(tls_context, ca)
+                    ca = self.route.extra_ca
+                    self._tls = await anyio.to_thread.run_sync(tls_context, None if ca is None else str(ca))
                 # a provider that closes without TLS's close_notify has still sent its whole response
                 return await anyio.connect_tcp(
                     host,
@@ -330,7 +328,7 @@ async def _splice(
 
 @asynccontextmanager
 async def egress_proxy(
-    socket: Path, allowlist: Allowlist, *, label: str = "", redirect: ProviderRedirect | None = None
+    socket: Path, allowlist: Allowlist, *, label: str = "", route: EgressRoute = DIRECT
 ) -> AsyncIterator[EgressProxy]:
     """Serve `allowlist` on the unix socket `socket` (made mode 0666, in its private folder) until exit.
 
@@ -342,7 +340,7 @@ async def egress_proxy(
         raise SandboxError(f"cannot serve the egress proxy at {socket}: something else is there")
     listener = await _listen(socket)
     os.chmod(socket, 0o666)
-    proxy = EgressProxy(allowlist, socket, label=label, redirect=redirect)
+    proxy = EgressProxy(allowlist, socket, label=label, route=route)
     try:
         async with listener, anyio.create_task_group() as group:
             group.start_soon(listener.serve, proxy.handle)

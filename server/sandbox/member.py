@@ -45,7 +45,7 @@ from conclave.sandbox.egress import EgressProxy
 from conclave.sandbox.engine import PROCESS_OWNER, Owner
 from conclave.sandbox.image import IMAGE_REPO
 from conclave.sandbox.provider_key import BRIDGE_PORT
-from conclave.sandbox.redirect import CA_PATH, ProviderRedirect
+from conclave.sandbox.route import CA_PATH, ca_environment
 
 __all__ = ["HOME", "PROXY_PORT", "PROXY_URL", "SOCKET", "MemberSandbox", "member_environment"]
 
@@ -99,18 +99,17 @@ class MemberSandbox(Sandbox):
         *,
         image: str | None = None,
         environment: dict[str, str] | None = None,
-        redirect: ProviderRedirect | None = None,
     ) -> None:
         """`egress`: the member's egress proxy, whose socket is bridged in, and whose count of admitted
         connections says whether a CLI run reached its provider at all (clis/runner.py charges no
         estimate for one that did not); `image`: default the CLI image, or the team's own when it names
-        one; `environment`: constants added to the container's (no keys); `redirect`: tests only, the
-        fakes' CA mounted and trusted (sandbox/redirect.py)."""
+        one; `environment`: constants added to the container's (no keys). The container trusts the extra
+        CA of the proxy's route, if it has one (sandbox/route.py): its tunnels end where the route sends
+        them."""
         super().__init__(client, owner)
         if egress is None:
             raise SandboxError("a CLI member's sandbox needs its egress proxy")
         self.egress, self.image, self.environment = egress, image, dict(environment or {})
-        self.redirect = redirect
 
     def _launch(self, limits: SandboxSpec) -> dict[str, Any]:
         from docker.types import Mount
@@ -121,9 +120,9 @@ class MemberSandbox(Sandbox):
         home = f"rw,exec,nosuid,nodev,size={HOME_SIZE},mode=0700,uid={self.uid},gid={self.gid}"
         mounts = [Mount(SOCKET, str(self.egress.socket.resolve()), type="bind", read_only=True)]
         environment = dict(self.environment)
-        if self.redirect is not None:
-            mounts.append(Mount(CA_PATH, str(self.redirect.ca_file.resolve()), type="bind", read_only=True))
-            environment.update(self.redirect.environment())
+        if (ca := self.egress.route.extra_ca) is not None:
+            mounts.append(Mount(CA_PATH, str(ca.resolve()), type="bind", read_only=True))
+            environment.update(ca_environment())
         launch.update(
             image=self.image or (launch["image"] if limits.image != IMAGE_REPO else clis_tag()),
             command=["sh", "-c", BRIDGE],

@@ -172,7 +172,7 @@ def _with_key(path: str, key: str) -> str:
 
 def tls_context(extra_ca: str | None = None) -> ssl.SSLContext:
     """The host's TLS client context for a provider: the system's roots (and `extra_ca`'s, when given:
-    the tests' redirect, sandbox/redirect.py). Blocking (it reads the roots): build it in a worker."""
+    the egress route's, sandbox/route.py). Blocking (it reads the roots): build it in a worker."""
     context = ssl.create_default_context()
     if extra_ca is not None:
         context.load_verify_locations(extra_ca)

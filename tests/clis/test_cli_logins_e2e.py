@@ -5,7 +5,7 @@ their containers, using the login files a user's sign-in left in their home (a C
 With a login the CLIs talk to their providers' real hosts over HTTPS (api.anthropic.com,
 chatgpt.com/backend-api/codex). Here those names are served by fakes on 127.0.0.1 with a test CA's
 certificate (tests/fakes/login_hosts.py): each member's egress proxy admits the host by its allowlist,
-then connects it to the fake (the tests-only `ProviderRedirect`, server/sandbox/redirect.py), and the
+then connects it to the fake (the tests' `ProviderRedirect` route, tests/fakes/redirect.py), and the
 container trusts the test CA. What the fakes see is what the providers would: the login's token.
 
 Needs the Docker engine and the CLI image; skips, saying how to get them, without.
@@ -108,7 +108,7 @@ async def test_claude_code_and_codex_work_from_the_users_login_files(
         "sandbox: {memory: 2g, cpus: 1}\n"
     )
     settings = Settings(home=tmp_path / "state")
-    async with JobService.open(settings, environ=environ, retry=FAST, redirect=hosts.redirect()) as service:
+    async with JobService.open(settings, environ=environ, retry=FAST, route=hosts.redirect()) as service:
         listed = await service.teams()
         view = await service.submit(
             JobRequest(task=TASK, team=str(team), context_paths=[{"path": str(project)}], verify="pytest -q")
@@ -240,7 +240,7 @@ async def test_an_expired_login_is_refreshed_inside_the_container_only(
     team.write_text(f"agents:\n  - model: cli/{cli}{model}\ncoordination: {{final: reuse}}\n")
     settings = Settings(home=tmp_path / "state")
     async with JobService.open(
-        settings, environ={"HOME": str(home)}, retry=FAST, redirect=hosts.redirect()
+        settings, environ={"HOME": str(home)}, retry=FAST, route=hosts.redirect()
     ) as service:
         view = await until_cli_done(
             service,
@@ -290,7 +290,7 @@ async def test_gemini_cli_works_from_a_google_login(
     team = tmp_path / "team.yaml"
     team.write_text("agents:\n  - model: cli/gemini\ncoordination: {final: reuse}\nsandbox: {memory: 2g}\n")
     async with JobService.open(
-        Settings(home=tmp_path / "state"), environ=environ, retry=FAST, redirect=hosts.redirect()
+        Settings(home=tmp_path / "state"), environ=environ, retry=FAST, route=hosts.redirect()
     ) as service:
         view = await until_cli_done(
             service,

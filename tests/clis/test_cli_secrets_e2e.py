@@ -165,7 +165,7 @@ async def test_a_prompt_injected_member_leaks_no_login_token(
     )
     settings = Settings(home=tmp_path / "state")
     environ = {"HOME": str(home), KEY: "fake-key-0123456789"}
-    async with JobService.open(settings, environ=environ, retry=FAST, redirect=hosts.redirect()) as service:
+    async with JobService.open(settings, environ=environ, retry=FAST, route=hosts.redirect()) as service:
         context = [{"path": str(project), "permission": "write"}]
         view = await service.submit(
             JobRequest(task=TASK, team=str(team), context_paths=context, apply="force", verify="pytest -q")

@@ -67,7 +67,7 @@ async def test_copilot_cli_works_from_the_users_github_login(
     team = tmp_path / "team.yaml"
     team.write_text("agents:\n  - model: cli/copilot\ncoordination: {final: reuse}\nsandbox: {memory: 2g}\n")
     settings = Settings(home=tmp_path / "state")
-    async with JobService.open(settings, environ=environ, retry=FAST, redirect=hosts.redirect()) as service:
+    async with JobService.open(settings, environ=environ, retry=FAST, route=hosts.redirect()) as service:
         listed = await service.teams()
         view = await until_cli_done(
             service,

@@ -2,8 +2,8 @@
 
 A CLI logged in with its credentials file (a Claude plan, a ChatGPT plan) calls its provider's real
 hosts, not a base_url. A test serves those names here, with a certificate from a test CA, and gives the
-job a `ProviderRedirect` (server/sandbox/redirect.py): the member's egress proxy admits the host by its
-allowlist, then connects it to this port; the member's container trusts the test CA.
+job a `ProviderRedirect` as its egress route (tests/fakes/redirect.py): the member's egress proxy admits
+the host by its allowlist, then connects it to this port; the member's container trusts the test CA.
 
     with LoginHosts(script, tmp_path / "tls") as hosts:
         redirect = hosts.redirect()           # every host below -> this port, and the CA file
@@ -32,8 +32,8 @@ import uvicorn
 from starlette.applications import Starlette
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from conclave.sandbox.redirect import ProviderRedirect
 from tests.fakes import code_assist_server, copilot_api
+from tests.fakes.redirect import ProviderRedirect
 from tests.fakes.script import Script
 from tests.fakes.server import build_app, free_port
 from tests.fakes.threaded import serving

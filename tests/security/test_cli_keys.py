@@ -128,7 +128,7 @@ async def test_a_key_for_the_official_api_goes_there_over_tls_from_the_host(
 ) -> None:
     """Claude Code on ANTHROPIC_API_KEY and Codex on OPENAI_API_KEY, no base_url: the proxy opens TLS to
     api.anthropic.com and api.openai.com on the host (the tests' redirect sends those names to fakes
-    with a test CA's certificate, sandbox/redirect.py), each request with the real key, which the
+    with a test CA's certificate, tests/fakes/redirect.py), each request with the real key, which the
     containers never held."""
     (tmp_path / "user").mkdir()
     environ = {"HOME": str(tmp_path / "user"), "ANTHROPIC_API_KEY": CLAUDE_KEY, "OPENAI_API_KEY": CODEX_KEY}
@@ -142,7 +142,7 @@ async def test_a_key_for_the_official_api_goes_there_over_tls_from_the_host(
     )
     state = tmp_path / "state"
     async with JobService.open(
-        Settings(home=state), environ=environ, retry=FAST, redirect=hosts.redirect()
+        Settings(home=state), environ=environ, retry=FAST, route=hosts.redirect()
     ) as service:
         view = await until_cli_done(
             service,

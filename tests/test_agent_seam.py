@@ -99,7 +99,7 @@ async def test_the_factory_builds_each_kind_holding_what_it_calls() -> None:
         scoring = make(_spec("local/smollm2", turn="split", tool_mode="json"))
         try:
             assert isinstance(cli, CliAgent) and isinstance(cli.member, CliMember)
-            assert isinstance(api, ApiAgent) and api.backend.provider == "openai"
+            assert type(api) is ApiAgent and api.backend.provider == "openai"
             assert isinstance(split, SplitAgent) and split.scorer is None  # votes by a short choice
             assert isinstance(scoring, SplitAgent) and isinstance(scoring.scorer, Scorer)
             assert scoring.scorer is scoring.backend  # the local backend scores what it answers with

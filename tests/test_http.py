@@ -15,23 +15,13 @@ from conclave.jobs.teams import TeamList
 from conclave.jobs.views import JobView
 from conclave.settings import Settings
 from tests.fakes.processes import http_server
+from tests.fakes.raw_mcp import HEADERS, INIT
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import KEY_ENV, TRIO, install, voter, write_team
 
 pytestmark = pytest.mark.anyio
 
 TOKEN = "s3cret-test-token"
-INIT = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-11-25",
-        "capabilities": {},
-        "clientInfo": {"name": "raw", "version": "0"},
-    },
-}
-HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 
 
 @pytest.fixture(scope="module")

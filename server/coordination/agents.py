@@ -92,16 +92,12 @@ class ApiAgent:
 
 
 @dataclass
-class SplitAgent:
+class SplitAgent(ApiAgent):
     """A small model's split turn (split_turns.py); `scorer` is its backend when that scores replies (the
     local one), so it votes by likelihood. With the job's files it needs its work tools, which only a
-    full turn offers, so its turns are then an API agent's (config/models.py `turn`)."""
+    full turn offers, so its turns are then an API agent's (config/models.py `turn`); it presents as one."""
 
-    backend: Backend
     scorer: Scorer | None = None
-
-    def attach(self, sandbox: Sandbox | None, secrets: Secrets) -> None:
-        """Nothing to attach, as an API agent."""
 
     async def turn(
         self,
@@ -111,14 +107,8 @@ class SplitAgent:
         files: prompts.FilesPicture | None,
     ) -> ProtocolEvent:
         if ctx.work_tools:
-            return await api_turn(ctx, self.backend, action, shown, files)
+            return await super().turn(ctx, action, shown, files)
         return await split_turn(ctx, self.backend, self.scorer, action, shown)
-
-    async def present(self, ctx: TurnContext, task: str, shown: list[ShownAnswer], outcome: Outcome) -> str:
-        return await present(ctx, self.backend, task, shown, outcome)
-
-    async def aclose(self) -> None:
-        await self.backend.aclose()
 
 
 @dataclass

@@ -39,13 +39,16 @@ def official_http(url: str, token: str = HTTP_TOKEN) -> Any:
 
 
 @contextmanager
-def http_server(tmp_path: Path, env: Mapping[str, str], token: str | None = HTTP_TOKEN) -> Iterator[str]:
-    """Start `python -m conclave serve --http` on a free port with `env` over os.environ; yield its URL.
+def http_process(
+    tmp_path: Path, env: Mapping[str, str], token: str | None = HTTP_TOKEN
+) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """Start `python -m conclave serve --http` on a free port with `env` over os.environ; yield its base
+    URL (http://127.0.0.1:PORT) once /mcp answers, and the process, which the caller stops.
 
     HTTP always needs a token: CONCLAVE_HTTP_TOKEN is `token` unless `env` sets it (None: unset, so the
     server makes one under CONCLAVE_HOME or reads http-tokens.json there). The log is in
-    tmp_path/server.log and is shown when the server dies before answering. Stopped with SIGTERM,
-    the server must exit 0: its JobService closes too (see app.serve_http).
+    tmp_path/server.log and is shown when the server dies before answering; the process is killed if
+    the caller left it running.
     """
     port = free_port()
     environ = {key: value for key, value in os.environ.items() if key != "CONCLAVE_HTTP_TOKEN"}
@@ -62,26 +65,34 @@ def http_server(tmp_path: Path, env: Mapping[str, str], token: str | None = HTTP
             stdout=log,
             stderr=subprocess.STDOUT,
         )
-        url = f"http://127.0.0.1:{port}/mcp"
-        try:
-            deadline = time.monotonic() + 30
-            while True:
-                assert process.poll() is None, log_path.read_text()
-                try:
-                    httpx2.get(url, timeout=1)
-                    break
-                except httpx2.TransportError:
-                    # wall-time: a start limit, not a speed
-                    assert time.monotonic() < deadline, "the HTTP server did not start"
-                    time.sleep(0.1)
-            yield url
-            process.terminate()
-            # a hang guard, not a speed: shutdown removes the jobs' and the check pool's containers
-            assert process.wait(timeout=60) == 0, log_path.read_text()
-        finally:
-            if process.poll() is None:
-                process.kill()
-                process.wait()
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            assert process.poll() is None, log_path.read_text()
+            try:
+                httpx2.get(f"{base}/mcp", timeout=1)
+                break
+            except httpx2.TransportError:
+                # wall-time: a start limit, not a speed
+                assert time.monotonic() < deadline, "the HTTP server did not start"
+                time.sleep(0.1)
+        yield base, process
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+@contextmanager
+def http_server(tmp_path: Path, env: Mapping[str, str], token: str | None = HTTP_TOKEN) -> Iterator[str]:
+    """`http_process`, yielding the /mcp URL. Stopped with SIGTERM, the server must exit 0: its
+    JobService closes too (see app.serve_http)."""
+    with http_process(tmp_path, env, token) as (base, process):
+        yield f"{base}/mcp"
+        process.terminate()
+        # a hang guard, not a speed: shutdown removes the jobs' and the check pool's containers
+        assert process.wait(timeout=60) == 0, (tmp_path / "server.log").read_text()
 
 
 def stdio_params(tmp_path: Path) -> StdioServerParameters:

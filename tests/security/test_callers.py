@@ -21,22 +21,12 @@ from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
 from conclave.settings import Settings
 from tests.fakes.processes import HTTP_TOKEN, http_server
+from tests.fakes.raw_mcp import HEADERS, INIT
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import KEY_ENV, install, voter, write_team
 
 pytestmark = pytest.mark.anyio
 SOLO = (("openai", "ann"),)
-INIT = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-11-25",
-        "capabilities": {},
-        "clientInfo": {"name": "raw", "version": "0"},
-    },
-}
-HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 ALICE, BOB = "alice-token-0123456789abcdef", "bob-token-0123456789abcdef"
 
 

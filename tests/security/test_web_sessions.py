@@ -20,10 +20,8 @@ import os
 import re
 import select
 import socket
-import subprocess
 import sys
 import threading
-import time
 import webbrowser
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -36,8 +34,9 @@ import pytest
 
 from conclave.cli.main import main
 from conclave.jobs.store import Store
-from tests.fakes.processes import web_server
-from tests.fakes.server import FakeProviders, free_port
+from tests.fakes.processes import http_process, web_server
+from tests.fakes.raw_mcp import HEADERS, INIT
+from tests.fakes.server import FakeProviders
 from tests.fakes.team import KEY_ENV, TRIO, install, voter, write_team
 from tests.web_browser import chromium, missing, text_of, until
 from tests.web_sign_in import SESSION_HEADER
@@ -45,17 +44,6 @@ from tests.web_sign_in import SESSION_HEADER
 JOB = "cj-a11ce0000001"
 ALICE, BOB = "alice-token-0123456789abcdef", "bob-token-0123456789abcdef"
 HTTP = "http-token-0123456789abcdef"  # CONCLAVE_HTTP_TOKEN: the `http` caller
-INIT = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-11-25",
-        "capabilities": {},
-        "clientInfo": {"name": "raw", "version": "0"},
-    },
-}
-MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 browser = pytest.mark.skipif(missing() is not None, reason=str(missing()))
 
 
@@ -80,40 +68,10 @@ def home(tmp_path: Path) -> Path:
 
 @contextmanager
 def serve_http(tmp_path: Path, home: Path, token: str | None = None) -> Iterator[tuple[str, int]]:
-    """`conclave serve --http` on a free port: its base URL and its process id."""
-    port = free_port()
-    env = {key: value for key, value in os.environ.items() if key != "CONCLAVE_HTTP_TOKEN"}
-    env.update(
-        {
-            "CONCLAVE_HOME": str(home),
-            "FASTMCP_LOG_LEVEL": "WARNING",
-            **({"CONCLAVE_HTTP_TOKEN": token} if token else {}),
-        }
-    )
-    log = tmp_path / "server.log"
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "conclave", "serve", "--http", "--port", str(port)],
-            env=env,
-            cwd=tmp_path,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            assert process.poll() is None, log.read_text()
-            try:
-                httpx2.get(f"{base}/mcp", timeout=1)
-                break
-            except httpx2.TransportError:
-                # wall-time: a start limit, not a measurement
-                assert time.monotonic() < deadline, "the HTTP server did not start"
-                time.sleep(0.1)
+    """`conclave serve --http` on a free port for the state folder `home`: its base URL and its process
+    id (CONCLAVE_HTTP_TOKEN only when `token` is given)."""
+    with http_process(tmp_path, {"CONCLAVE_HOME": str(home)}, token) as (base, process):
         yield base, process.pid
-    finally:
         process.terminate()
         process.wait(timeout=60)
 
@@ -301,7 +259,7 @@ def test_a_huge_body_is_refused_before_it_is_read(tmp_path: Path, home: Path) ->
         assert grown_mb < 24, f"the server's peak memory grew by {grown_mb:.0f} MB for five refused bodies"
         with httpx2.Client(timeout=10) as http:  # and it still serves
             initialized = http.post(
-                f"{base}/mcp", json=INIT, headers={**MCP_HEADERS, "Authorization": f"Bearer {ALICE}"}
+                f"{base}/mcp", json=INIT, headers={**HEADERS, "Authorization": f"Bearer {ALICE}"}
             )
             assert initialized.status_code == 200
 
@@ -361,7 +319,7 @@ def test_a_rewritten_tokens_file_takes_effect_without_a_restart(tmp_path: Path, 
 
         def mcp(token: str) -> int:
             return http.post(
-                "/mcp", json=INIT, headers={**MCP_HEADERS, "Authorization": f"Bearer {token}"}
+                "/mcp", json=INIT, headers={**HEADERS, "Authorization": f"Bearer {token}"}
             ).status_code
 
         def web(token: str) -> httpx2.Response:

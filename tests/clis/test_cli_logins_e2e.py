@@ -13,7 +13,6 @@ Needs the Docker engine and the CLI image; skips, saying how to get them, withou
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from pathlib import Path
@@ -29,7 +28,7 @@ from conclave.jobs.service import JobService
 from conclave.settings import Settings
 from tests.fakes.calc_task import TASK
 from tests.fakes.cli_worker import CliWorker, answer_held
-from tests.fakes.leaks import holding
+from tests.fakes.leaks import holding, tokens
 from tests.fakes.login_files import claude_credentials, codex_auth, codex_claims, gemini_oauth_creds, jwt
 from tests.fakes.login_hosts import LoginHosts, Seen
 from tests.fakes.waits import until_cli_done
@@ -58,18 +57,7 @@ def user_home(tmp_path: Path) -> Path:
 
 def login_secrets(home: Path) -> list[str]:
     """Every token of the user's login files (access, refresh, ID tokens)."""
-    found: list[str] = []
-    for path in home.rglob("*.json"):
-        stack = [json.loads(path.read_bytes())]
-        while stack:
-            item = stack.pop()
-            if isinstance(item, dict):
-                stack += list(item.values())
-            elif isinstance(item, list):
-                stack += item
-            elif isinstance(item, str) and len(item) >= 20:
-                found.append(item)
-    return found
+    return [token for path in home.rglob("*.json") for token in tokens(path.read_bytes())]
 
 
 def model_calls(seen: list[Seen], host: str, path: str) -> list[Seen]:

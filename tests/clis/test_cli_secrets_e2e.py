@@ -28,6 +28,7 @@ from conclave.jobs.service import JobService
 from conclave.settings import Settings
 from tests.fakes.calc_task import TASK
 from tests.fakes.cli_worker import CliWorker
+from tests.fakes.leaks import tokens
 from tests.fakes.login_files import claude_credentials, codex_auth, codex_claims, jwt
 from tests.fakes.login_hosts import LoginHosts
 from tests.fakes.script import RecordedRequest, Reply
@@ -102,20 +103,6 @@ async def whole(service: JobService, job_id: str, path: str) -> str:
         pages.append(page.content)
         offset = page.next_offset
     return "".join(pages)
-
-
-def tokens(content: bytes) -> list[str]:
-    """The tokens of a login file: its long strings (access, refresh and ID tokens)."""
-    found, stack = [], [json.loads(content)]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, dict):
-            stack += list(item.values())
-        elif isinstance(item, list):
-            stack += item
-        elif isinstance(item, str) and len(item) >= 30:
-            found.append(item)
-    return found
 
 
 def leaked(data: bytes, found: list[bytes]) -> list[bytes]:
@@ -196,8 +183,8 @@ async def test_a_prompt_injected_member_leaks_no_login_token(
     assert not (project / "login.b64").exists()
     assert not (project / "login_copy" / ".credentials.json").exists()
 
-    claude_secrets = [*tokens(claude_file), REFRESHED, REFRESHED_REFRESH]
-    codex_secrets = tokens(codex_file)
+    claude_secrets = [*tokens(claude_file, 30), REFRESHED, REFRESHED_REFRESH]
+    codex_secrets = tokens(codex_file, 30)
     assert CLAUDE_REFRESH in claude_secrets and {CODEX_TOKEN, CODEX_REFRESH} <= set(codex_secrets)
     everything = forms(claude_secrets + codex_secrets, [claude_file, codex_file])
     # not to the caller, the state folder, the transcript, the events or the log

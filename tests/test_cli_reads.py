@@ -15,7 +15,7 @@ from conclave.cli.main import main
 from conclave.errors import JobNotFound
 from conclave.jobs.lookup import JobLookup
 from conclave.jobs.service import JobService
-from conclave.jobs.store import Store
+from conclave.jobs.store.sql import Store
 from conclave.settings import Settings
 
 # Each of these reached the store as a job id through the CLI, which then said "no job ... here".

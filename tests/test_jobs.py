@@ -18,7 +18,7 @@ from conclave.errors import ConfigError, InputError, JobNotFound, MissingApiKey,
 from conclave.jobs.file_steps import prepare
 from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
-from conclave.jobs.store import Store
+from conclave.jobs.store.sql import Store
 from conclave.jobs.views import JobView
 from conclave.settings import Settings
 from tests.fakes.server import FakeProviders

@@ -23,7 +23,7 @@ from conclave.coordination.tally import Answer, Outcome, Posted, StopReason
 from conclave.files.diff import FileChange
 from conclave.jobs import records, views
 from conclave.jobs.records import ContextChanges, FilesResult
-from conclave.jobs.store import AnswerRow
+from conclave.jobs.store.sql import AnswerRow
 from conclave.jobs.views import JobView
 
 ROOT = Path(__file__).resolve().parents[1]

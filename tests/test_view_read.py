@@ -15,7 +15,7 @@ from fastmcp import Client
 from conclave.app.server import create_app
 from conclave.jobs import web_link
 from conclave.jobs.service import JobService
-from conclave.jobs.store import Store
+from conclave.jobs.store.sql import Store
 from conclave.jobs.web_link import WebLinks, WebServed, announce, withdraw
 from conclave.settings import Settings
 
@@ -102,8 +102,8 @@ async def test_get_status_answers_while_a_write_waits_for_the_lock(
 
             async with anyio.create_task_group() as tg:
                 tg.start_soon(write)
-                # under the writer's busy timeout (10 s, jobs/connections.py): a view that waited for the
-                # pending write would fail here
+                # under the writer's busy timeout (10 s, jobs/store/connections.py): a view that waited for
+                # the pending write would fail here
                 with anyio.fail_after(9):
                     view = await service.view(JOB)
                     status = await client.call_tool("get_status", {"job_id": JOB})

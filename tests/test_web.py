@@ -26,7 +26,7 @@ from conclave.coordination.reports import AgentProgress, Check, JobEvent, Progre
 from conclave.errors import JobNotFound
 from conclave.jobs.lookup import JobLookup
 from conclave.jobs.service import JobService
-from conclave.jobs.store import Store
+from conclave.jobs.store.sql import Store
 from conclave.jobs.views import JobView
 from conclave.jobs.web_link import served
 from conclave.settings import Settings

@@ -22,7 +22,7 @@ import yaml
 from fastmcp import Client
 
 from conclave.backends.base import Usage
-from conclave.jobs.store import Store
+from conclave.jobs.store.sql import Store
 from conclave.jobs.views import JobView
 from tests.fakes.processes import http_server
 from tests.fakes.script import RecordedRequest, Reply

@@ -13,7 +13,7 @@ from statistics import median
 
 from conclave.config.models import Team
 from conclave.jobs.records import Estimate
-from conclave.jobs.store import AgentUsage
+from conclave.jobs.store.sql import AgentUsage
 from conclave.jobs.teams import TeamHistory
 from conclave.jobs.views import plural
 

@@ -27,7 +27,7 @@ from conclave.errors import InputError
 from conclave.files.contexts import ContextPath
 from conclave.files.workspaces import Workspaces
 from conclave.jobs.request import JobRequest
-from conclave.jobs.store import ACTIVE_STATES, JobRow, Store
+from conclave.jobs.store.sql import ACTIVE_STATES, JobRow, Store
 from conclave.jobs.views import majority_text, winner_check
 
 MAX_ROUNDS = 5  # the most recent earlier rounds the team sees; older ones are left out

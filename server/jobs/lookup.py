@@ -22,11 +22,11 @@ from conclave.config.models import Team
 from conclave.config.presets import list_presets
 from conclave.errors import InputError, JobNotFound, term
 from conclave.files.workspaces import Workspaces
-from conclave.jobs.async_store import AsyncStore
 from conclave.jobs.estimate import history
 from conclave.jobs.reach import endpoints, unreachable
 from conclave.jobs.reader import WorkspacePage, job_workspaces, read_job, read_whole
-from conclave.jobs.store import JobRow, JobState, Store
+from conclave.jobs.store.async_store import AsyncStore
+from conclave.jobs.store.sql import JobRow, JobState, Store
 from conclave.jobs.teams import TeamList, team_list
 from conclave.jobs.view_read import JobLine, PageParts, job_line, page_parts, view_parts
 from conclave.jobs.views import FINAL_STATES, JobView, job_view

@@ -36,16 +36,16 @@ from conclave.coordination.members import endpoint_factory
 from conclave.errors import InputError, JobFinished
 from conclave.jobs.access import Access
 from conclave.jobs.admission import Admission
-from conclave.jobs.async_store import AsyncStore
 from conclave.jobs.job_thread import JobThread
 from conclave.jobs.lifecycle import Lifecycle
 from conclave.jobs.lookup import JobLookup
 from conclave.jobs.maintenance import mark_orphans, prune_old_jobs, sweep_leftovers, watch
-from conclave.jobs.owners import process_alive
 from conclave.jobs.reader import WorkspacePage
 from conclave.jobs.request import JobRequest
 from conclave.jobs.steering import Steering, checked_note, delivered
-from conclave.jobs.store import JobRow, Store
+from conclave.jobs.store.async_store import AsyncStore
+from conclave.jobs.store.owners import process_alive
+from conclave.jobs.store.sql import JobRow, Store
 from conclave.jobs.teams import TeamList
 from conclave.jobs.views import JobView
 from conclave.sandbox.container import container_user
@@ -53,7 +53,7 @@ from conclave.sandbox.route import DIRECT, EgressRoute
 from conclave.settings import MAX_WAIT_S, Settings
 
 POLL_S = 0.2  # a job another process runs: how often its waiters here look at the store
-# A job this process runs wakes its waiters at every write (jobs/async_store.py); this is only a
+# A job this process runs wakes its waiters at every write (jobs/store/async_store.py); this is only a
 # backstop for a write made around AsyncStore (directly through `store.sync`).
 OWN_POLL_S = 1.0
 LOCAL = "local"  # the caller name of the local user (the CLI, stdio); HTTP callers are named by their tokens

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from conclave.jobs.owners import process_alive
+from conclave.jobs.store.owners import process_alive
 
 WEB_FILE = "web.json"
 RACY_NS = 1_000_000_000

@@ -15,7 +15,7 @@ from conclave.files.disk_budget import MB, DiskBudget
 from conclave.jobs.gc import prune
 from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
-from conclave.jobs.store import Store
+from conclave.jobs.store.sql import Store
 from conclave.sandbox.container import Sandbox
 from conclave.settings import Settings
 from tests.fakes.server import FakeProviders

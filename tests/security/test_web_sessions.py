@@ -35,7 +35,7 @@ import httpx2
 import pytest
 
 from conclave.cli.main import main
-from conclave.jobs.store import Store
+from conclave.jobs.store.sql import Store
 from tests.fakes.processes import web_server
 from tests.fakes.server import FakeProviders, free_port
 from tests.fakes.team import KEY_ENV, TRIO, install, voter, write_team

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from conclave.coordination.reports import JobEvent, Progress
-from conclave.jobs.async_store import AsyncStore
+from conclave.jobs.store.async_store import AsyncStore
 from conclave.jobs.views import phase_of
 
 

@@ -16,9 +16,9 @@ from mcp.types import ResourceLink
 
 from conclave.app.server import create_app
 from conclave.errors import SandboxUnavailable
+from conclave.jobs.read.views import JobView
 from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
-from conclave.jobs.views import JobView
 from conclave.settings import Settings
 from tests.fakes.script import RecordedRequest, Reply
 from tests.fakes.server import FakeProviders

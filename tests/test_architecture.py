@@ -38,21 +38,21 @@ def drawn_rules() -> dict[str, set[str]]:
 # A part may import the parts the page allows it (and itself); the top-level modules are open to all.
 ALLOWED = drawn_rules()
 SHARED = {"config", "settings", "errors", "__init__", "__main__"}
-# What a caller may use of jobs/: the service, the lookup behind it, and the models they return. The
-# store, its connections and the records stay behind them, so every read checks the job id and the
-# caller (jobs/lookup.py).
+# What a caller may use of jobs/: the service and the read model behind it (jobs/read/: the lookup and
+# the models it returns). The store (jobs/store/) and the records stay behind them, so every read checks
+# the job id and the caller (jobs/read/lookup.py).
 SERVICE = {
     f"conclave.jobs.{name}"
     for name in (
         "service",
         "request",
-        "lookup",
-        "view_read",
         "maintenance",
-        "views",
-        "reader",
-        "teams",
-        "web_link",
+        "read.lookup",
+        "read.view_read",
+        "read.views",
+        "read.reader",
+        "read.teams",
+        "read.web_link",
     )
 }
 THROUGH_SERVICE = {"cli", "tools", "web"}

@@ -16,9 +16,9 @@ from mcp.client.client import Client as McpClient
 
 from conclave.backends.retry import RetryPolicy
 from conclave.errors import InputError
+from conclave.jobs.read.views import JobView
 from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
-from conclave.jobs.views import JobView
 from conclave.settings import Settings
 from tests.fakes.calc_task import CALC, TASK, calc_project
 from tests.fakes.processes import HTTP_TOKEN, http_server, stdio_params

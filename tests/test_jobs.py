@@ -16,10 +16,10 @@ from conclave.backends.retry import RetryPolicy
 from conclave.config.loading import load_team_file
 from conclave.errors import ConfigError, InputError, JobNotFound, MissingApiKey, TeamNotFound
 from conclave.jobs.file_steps import prepare
+from conclave.jobs.read.views import JobView
 from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
 from conclave.jobs.store.sql import Store
-from conclave.jobs.views import JobView
 from conclave.settings import Settings
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import KEY_ENV, TRIO, install, voter, write_team

@@ -12,9 +12,9 @@ import pytest
 from conclave.backends.retry import RetryPolicy
 from conclave.coordination.protocol_events import CancelTurn, Start, StartTurn, Steer
 from conclave.errors import InputError, JobFinished
+from conclave.jobs.read.views import JobView
 from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
-from conclave.jobs.views import JobView
 from conclave.settings import Settings
 from tests.fakes.script import RecordedRequest, Reply
 from tests.fakes.server import FakeProviders

@@ -21,8 +21,8 @@ from pydantic import ConfigDict, Field
 from conclave.app.server import create_app
 from conclave.app.tasks import TASKS
 from conclave.backends.retry import RetryPolicy
+from conclave.jobs.read.views import JobView
 from conclave.jobs.service import JobService
-from conclave.jobs.views import JobView
 from conclave.settings import Settings
 from tests.fakes.processes import HTTP_TOKEN, http_server, official_http, stdio_params
 from tests.fakes.server import FakeProviders

@@ -13,10 +13,10 @@ import pytest
 from fastmcp import Client
 
 from conclave.app.server import create_app
-from conclave.jobs import web_link
+from conclave.jobs.read import web_link
+from conclave.jobs.read.web_link import WebLinks, WebServed, announce, withdraw
 from conclave.jobs.service import JobService
 from conclave.jobs.store.sql import Store
-from conclave.jobs.web_link import WebLinks, WebServed, announce, withdraw
 from conclave.settings import Settings
 
 pytestmark = pytest.mark.anyio
@@ -29,7 +29,7 @@ def served(url: str, pid: int | None = None) -> WebServed:
 
 
 def age(path: Path) -> None:
-    """Make the file look written a minute ago (older than the racy window of jobs/web_link.py)."""
+    """Make the file look written a minute ago (older than the racy window of jobs/read/web_link.py)."""
     old = path.stat().st_mtime - 60
     os.utime(path, (old, old))
 

@@ -24,11 +24,11 @@ from conclave.cli.render import answer_text
 from conclave.coordination.prompts import turn_prompt
 from conclave.coordination.reports import AgentProgress, Check, JobEvent, Progress
 from conclave.errors import JobNotFound
-from conclave.jobs.lookup import JobLookup
+from conclave.jobs.read.lookup import JobLookup
+from conclave.jobs.read.views import JobView
+from conclave.jobs.read.web_link import served
 from conclave.jobs.service import JobService
 from conclave.jobs.store.sql import Store
-from conclave.jobs.views import JobView
-from conclave.jobs.web_link import served
 from conclave.settings import Settings
 from conclave.web import sessions
 from conclave.web.sessions import Caller, Sessions, digest

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastmcp import Context
 
-from conclave.jobs.teams import TeamList
+from conclave.jobs.read.teams import TeamList
 from conclave.tools._deps import result, service
 
 

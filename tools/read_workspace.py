@@ -10,7 +10,7 @@ from typing import Annotated
 from fastmcp import Context
 from pydantic import Field
 
-from conclave.jobs.reader import MAX_LIMIT, WorkspacePage
+from conclave.jobs.read.reader import MAX_LIMIT, WorkspacePage
 from conclave.tools._deps import caller, result, service
 
 

@@ -41,8 +41,8 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel, ConfigDict, Field
 
 from conclave.errors import ConclaveError
+from conclave.jobs.read.views import JobView
 from conclave.jobs.service import LOCAL, JobService
-from conclave.jobs.views import JobView
 from conclave.tools._deps import tool_result
 
 TASKS = "io.modelcontextprotocol/tasks"

@@ -1,1 +1,1 @@
-"""The job registry: the service and its parts (admission, lifecycle, lookup), records, views; the store."""
+"""The job registry: the service and its parts (admission, lifecycle), records; the read model; the store."""

@@ -38,16 +38,16 @@ from conclave.jobs.access import Access
 from conclave.jobs.admission import Admission
 from conclave.jobs.job_thread import JobThread
 from conclave.jobs.lifecycle import Lifecycle
-from conclave.jobs.lookup import JobLookup
 from conclave.jobs.maintenance import mark_orphans, prune_old_jobs, sweep_leftovers, watch
-from conclave.jobs.reader import WorkspacePage
+from conclave.jobs.read.lookup import JobLookup
+from conclave.jobs.read.reader import WorkspacePage
+from conclave.jobs.read.teams import TeamList
+from conclave.jobs.read.views import JobView
 from conclave.jobs.request import JobRequest
 from conclave.jobs.steering import Steering, checked_note, delivered
 from conclave.jobs.store.async_store import AsyncStore
 from conclave.jobs.store.owners import process_alive
 from conclave.jobs.store.sql import JobRow, Store
-from conclave.jobs.teams import TeamList
-from conclave.jobs.views import JobView
 from conclave.sandbox.container import container_user
 from conclave.sandbox.route import DIRECT, EgressRoute
 from conclave.settings import MAX_WAIT_S, Settings
@@ -249,7 +249,7 @@ class JobService:
         return self._jobs.job_dir(job_id)
 
     async def teams(self) -> TeamList:
-        """The presets, each with its status (jobs/lookup.py)."""
+        """The presets, each with its status (jobs/read/lookup.py)."""
         return await self.lookup.teams()
 
     # Internals -----------------------------------------------------------------------------------

@@ -12,8 +12,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from conclave.errors import InputError
+from conclave.jobs.read.views import NoteView
 from conclave.jobs.store.sql import JobRow, Store
-from conclave.jobs.views import NoteView
 
 if TYPE_CHECKING:
     from conclave.coordination.orchestrator import Orchestrator

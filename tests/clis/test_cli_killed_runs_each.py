@@ -20,9 +20,9 @@ import anyio
 import docker
 import pytest
 
+from conclave.jobs.read.views import JobView
 from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
-from conclave.jobs.views import JobView
 from conclave.settings import Settings
 from tests.clis.test_cli_members_e2e import (
     ENV,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import anyio
 
+from conclave.jobs.read.views import JobView
 from conclave.jobs.service import JobService
-from conclave.jobs.views import JobView
 
 JOB_LIMIT_S = 120.0
 CLI_JOB_LIMIT_S = 800.0  # a job of CLI members: their containers, and real CLIs started for every run

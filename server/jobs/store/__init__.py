@@ -5,5 +5,5 @@
 `conversations.py` follow-up links and notes, `progress_patch.py` a progress update as `json_set` paths,
 `sink.py` a job's reports into the store and `owners.py` whether the process owning a job is alive.
 The callers (the CLI, the tools, the web view) reach none of it: they read through the service and its
-lookup (jobs/service.py, jobs/lookup.py), which check the job id and the caller.
+lookup (jobs/service.py, jobs/read/lookup.py), which check the job id and the caller.
 """

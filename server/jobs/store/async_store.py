@@ -3,7 +3,7 @@ so the event loop never waits on SQLite.
 
 One pattern: every Store method a server calls has its awaitable twin here, in its lane (a read in a
 reader thread, a write by the writer); a function of several reads that takes the Store (a view's
-parts, a transcript: jobs/view_read.py, jobs/reader.py) runs whole through `read`, one thread hop.
+parts, a transcript: jobs/read/view_read.py, jobs/read/reader.py) runs whole through `read`, one thread hop.
 Only code already in a worker thread uses `sync`.
 
 Writes go through one writer: a task that takes every write queued since its last turn and runs them

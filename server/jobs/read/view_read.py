@@ -16,11 +16,11 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from conclave.coordination.reports import JobEvent, ShownAnswer
-from conclave.jobs.reader import job_workspaces
+from conclave.jobs.read.reader import job_workspaces
+from conclave.jobs.read.views import JobView, NoteView, job_view
+from conclave.jobs.read.web_link import WebLinks
 from conclave.jobs.steering import notes_and_conversation
 from conclave.jobs.store.sql import AnswerRow, JobRow, JobState, Store
-from conclave.jobs.views import JobView, NoteView, job_view
-from conclave.jobs.web_link import WebLinks
 
 
 @dataclass(frozen=True)

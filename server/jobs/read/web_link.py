@@ -69,7 +69,7 @@ class WebLinks:
     web`'s for the same state folder, if one runs. Every JobView asks, so web.json is parsed again only
     when it changes (another inode, size or mtime: `announce` rewrites it, `withdraw` removes it); what
     is left is a stat and a liveness check, blocking, so callers run it in a reader thread
-    (jobs/view_read.py)."""
+    (jobs/read/view_read.py)."""
 
     def __init__(self, home: Path) -> None:
         self.home = home

@@ -182,6 +182,6 @@ async def test_carried_options_a_clashing_edit_and_a_running_job(
         second = await service.wait(
             (await service.submit(JobRequest(task="go on", team=None, follow_up=first.job_id))).job_id, 50
         )
-        patch = (await service.read(second.job_id, "@diff", None, 0, 100_000)).content
+        patch = (await service.lookup.read(second.job_id, "@diff", None, 0, 100_000)).content
     assert second.state == "completed" and second.follow_up == first.job_id, second
     assert "-    return a - b\n+    return a + b\n" in patch  # not applied before: the whole change shows

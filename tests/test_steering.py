@@ -106,7 +106,7 @@ def fakes() -> Iterator[FakeProviders]:
 
 async def wait_for(service: JobService, job_id: str, what) -> JobView:  # type: ignore[no-untyped-def]
     with anyio.fail_after(60):
-        while not what(view := await service.view(job_id)):
+        while not what(view := await service.lookup.view(job_id)):
             await anyio.sleep(0.05)
     return view
 
@@ -131,7 +131,7 @@ async def test_a_note_mid_job_changes_the_answers_and_the_votes_before_it_do_not
                 steered = await other.steer(job_id, NOTE)
         assert steered.notes and steered.notes[0].text == NOTE
         view = await wait_for(service, job_id, lambda v: v.done)
-        transcript = (await service.read(job_id, "transcript", None, 0, 100_000)).content
+        transcript = (await service.lookup.read(job_id, "transcript", None, 0, 100_000)).content
         with pytest.raises(JobFinished, match="follow_up="):
             await service.steer(job_id, "one more thing")
         with pytest.raises(InputError, match="message="):

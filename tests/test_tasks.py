@@ -147,7 +147,7 @@ async def test_fastmcp_client_gets_a_handle_at_once_and_the_task_is_the_job(
         async with Client(create_app(service, service.settings)) as client:
             task = await call_tool_task(client, "ask_team", {"task": "What is 6 * 7?", "team": team})
             first = await task.status()
-            assert first.status == "working" and not (await service.view(task.task_id)).done
+            assert first.status == "working" and not (await service.lookup.view(task.task_id)).done
             messages = {first.status_message}
             with anyio.fail_after(60):
                 while (now := await task.status()).status == "working":

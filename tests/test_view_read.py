@@ -105,7 +105,7 @@ async def test_get_status_answers_while_a_write_waits_for_the_lock(
                 # under the writer's busy timeout (10 s, jobs/store/connections.py): a view that waited for
                 # the pending write would fail here
                 with anyio.fail_after(9):
-                    view = await service.view(JOB)
+                    view = await service.lookup.view(JOB)
                     status = await client.call_tool("get_status", {"job_id": JOB})
                 assert not wrote.is_set()  # the write is still waiting: nothing above waited for it
                 assert view.state == "queued" and view.web_url == f"http://127.0.0.1:8001/jobs/{JOB}"

@@ -90,7 +90,7 @@ async def test_a_jobview_carries_the_url_when_a_web_view_is_served(
 ) -> None:
     base, _token, _code = web
     async with JobService.open(Settings(home=home)) as service:
-        view = await service.view(JOB)
+        view = await service.lookup.view(JOB)
         assert view.web_url == f"{base}/jobs/{JOB}" and f"Watch it live: {base}/jobs/{JOB}" in view.text()
 
 

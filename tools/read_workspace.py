@@ -47,4 +47,4 @@ async def read_workspace(
     Start with path "" to list what can be read. Long texts come in pages: when `next_offset` is not
     null, call again with offset=next_offset. Works for running, finished and interrupted jobs.
     """
-    return result(await service(ctx).read(job_id, path, source, offset, limit, caller=caller(ctx)))
+    return result(await service(ctx).lookup.read(job_id, path, source, offset, limit, caller=caller(ctx)))

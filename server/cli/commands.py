@@ -66,7 +66,7 @@ async def _ask(args: argparse.Namespace, console: Console) -> int:
                 if label not in texts:
                     with suppress(ConclaveError):
                         texts[label] = (
-                            await service.read(view.job_id, f"answers/{label}", None, 0, 4000)
+                            await service.lookup.read(view.job_id, f"answers/{label}", None, 0, 4000)
                         ).content
             return render(view, texts, console.width)
 

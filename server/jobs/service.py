@@ -10,6 +10,8 @@ lifespan (see app/server.py). The service is the one door the tools (and the CLI
 - maintenance (jobs/maintenance.py): what a server does beside its jobs (orphans, heartbeats, cancel
   requests and notes from other processes, pruning). A job records its owner (process id + a random
   id) and a heartbeat; a starting service marks `interrupted` only jobs whose owner is gone.
+Reads (a view, a job's files, the teams) go through `service.lookup` (jobs/read/lookup.py); the
+service's own operations are the ones that change or wait on a job.
 
 A job belongs to the caller that started it (`caller`: `local` for the CLI and stdio, an HTTP token's name):
 every operation given a caller answers only for that caller's jobs, as if the others did not exist; the
@@ -40,14 +42,12 @@ from conclave.jobs.job_thread import JobThread
 from conclave.jobs.lifecycle import Lifecycle
 from conclave.jobs.maintenance import mark_orphans, prune_old_jobs, sweep_leftovers, watch
 from conclave.jobs.read.lookup import JobLookup
-from conclave.jobs.read.reader import WorkspacePage
-from conclave.jobs.read.teams import TeamList
 from conclave.jobs.read.views import JobView
 from conclave.jobs.request import JobRequest
 from conclave.jobs.steering import Steering, checked_note, delivered
 from conclave.jobs.store.async_store import AsyncStore
 from conclave.jobs.store.owners import process_alive
-from conclave.jobs.store.sql import JobRow, Store
+from conclave.jobs.store.sql import Store
 from conclave.sandbox.container import container_user
 from conclave.sandbox.route import DIRECT, EgressRoute
 from conclave.settings import MAX_WAIT_S, Settings
@@ -81,9 +81,9 @@ class JobService:
         self._owner_id = owner_id
         self._thread, self._jobs = jobs, lifecycle  # the jobs run on the thread's loop, never on ours
         self._admission = Admission(settings, store, self.access, environ, self._owner_id, probe=probe)
-        self.lookup = JobLookup(
-            settings, store, environ
-        )  # every read, the job-id check and the caller's rules
+        # every read (a view, a file, the teams), the job-id check and the caller's rules: callers read
+        # through it (`service.lookup.view(...)`), the service has no second door for them
+        self.lookup = JobLookup(settings, store, environ)
         self.web_links = self.lookup.web_links  # job pages: this server's web view, else `conclave web`'s
 
     @classmethod
@@ -165,13 +165,10 @@ class JobService:
         With `request.follow_up`, the job continues that earlier one (follow_ups.py says what carries
         over). `caller`: whose job it is (LOCAL when None)."""
         follow_up = request.follow_up
-        earlier = await self._row(follow_up, caller, "follow_up") if follow_up is not None else None
+        earlier = await self.lookup.row(follow_up, caller, "follow_up") if follow_up is not None else None
         job = await self._admission.admit(request, caller or LOCAL, earlier)
         self._thread.start(self._jobs.run, job.job_id, job.task, job.team)  # cancellable from now on
-        return await self._view(job.job_id)
-
-    async def view(self, job_id: str, caller: str | None = None) -> JobView:
-        return await self._view(job_id, caller)
+        return await self.lookup.view(job.job_id)
 
     async def wait(
         self,
@@ -182,7 +179,7 @@ class JobService:
     ) -> JobView:
         """Long-poll: return when the job is done or `wait_seconds` pass, reporting every change."""
         _check_wait(wait_seconds)
-        view = await self._view(job_id, caller)
+        view = await self.lookup.view(job_id, caller)
         if view.done or wait_seconds == 0:
             return view
         rev, shown = await self.store.rev(job_id), view.model_dump(exclude={"elapsed_s"})
@@ -191,14 +188,14 @@ class JobService:
                 await self._changed(job_id)
                 now = await self.store.rev(job_id)
                 if now != rev:
-                    fresh, rev = await self._view(job_id), now
+                    fresh, rev = await self.lookup.view(job_id), now
                     # a write landing between the revision read and the view read shows up twice
                     if (seen := fresh.model_dump(exclude={"elapsed_s"})) == shown:
                         continue
                     view, shown = fresh, seen
                     if on_progress is not None:
                         await on_progress(view)
-        return await self._view(job_id)
+        return await self.lookup.view(job_id)
 
     async def _changed(self, job_id: str) -> None:
         """Until the job may have changed: woken by our own write to it, else polled (another process's)."""
@@ -208,20 +205,20 @@ class JobService:
 
     async def cancel(self, job_id: str, caller: str | None = None) -> JobView:
         """Cancel a job here or, through the store, in whichever server process runs it."""
-        view = await self._view(job_id, caller)
+        view = await self.lookup.view(job_id, caller)
         if view.done:
             return view
         if not await self._thread.call(self._jobs.cancel, job_id):  # not ours: its server takes it
             await self.store.request_cancel(job_id)
         with anyio.move_on_after(10):
-            while not (view := await self._view(job_id)).done:
+            while not (view := await self.lookup.view(job_id)).done:
                 await self._changed(job_id)
         return view
 
     async def steer(self, job_id: str, message: str, caller: str | None = None) -> JobView:
         """Leave a note for a running job's agents; it reaches them here or in the process that runs it."""
         text = checked_note(message, self.settings.max_task_chars)
-        view = await self._view(job_id, caller)
+        view = await self.lookup.view(job_id, caller)
         if view.done:
             raise JobFinished(job_id, view.state)
         count = len(view.notes) + 1
@@ -231,33 +228,13 @@ class JobService:
         with anyio.move_on_after(5 if view.state != "queued" else 0):
             while (
                 not await self.store.read(delivered, self.store.sync, view.job_id, count)
-                and not (await self._view(job_id)).done
+                and not (await self.lookup.view(job_id)).done
             ):
                 await anyio.sleep(POLL_S)
-        return await self._view(job_id)
-
-    async def read(
-        self, job_id: str, path: str, source: str | None, offset: int, limit: int, caller: str | None = None
-    ) -> WorkspacePage:
-        return await self.lookup.read(job_id, path, source, offset, limit, caller)
-
-    async def read_whole(self, job_id: str, path: str, caller: str | None = None) -> WorkspacePage:
-        """One text of a job in full, every page gathered (for resources, which are not paged)."""
-        return await self.lookup.read_whole(job_id, path, caller=caller)
+        return await self.lookup.view(job_id)
 
     def job_dir(self, job_id: str) -> Path:
         return self._jobs.job_dir(job_id)
-
-    async def teams(self) -> TeamList:
-        """The presets, each with its status (jobs/read/lookup.py)."""
-        return await self.lookup.teams()
-
-    # Internals -----------------------------------------------------------------------------------
-    async def _row(self, job_id: str, caller: str | None = None, field: str = "job_id") -> JobRow:
-        return await self.lookup.row(job_id, caller, field)
-
-    async def _view(self, job_id: str, caller: str | None = None) -> JobView:
-        return await self.lookup.view(job_id, caller)
 
 
 def _check_wait(wait_seconds: float) -> None:

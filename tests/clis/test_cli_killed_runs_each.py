@@ -157,7 +157,7 @@ async def test_a_run_that_never_reached_its_provider_is_charged_nothing(
         with anyio.fail_after(120):  # Codex's request reached its proxy, which found nothing there
             while not any("unreachable" in record.getMessage() for record in caplog.records):
                 await anyio.sleep(0.05)  # a condition polled under a limit, not a guess at how long
-        if not (await service.view(view.job_id)).done:
+        if not (await service.lookup.view(view.job_id)).done:
             view = await service.cancel(view.job_id)
         view = await _ended(service, view)
     assert _left(view.job_id, "codex", "never-a-marker") == ([], [])

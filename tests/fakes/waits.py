@@ -27,6 +27,6 @@ async def until_cli_done(service: JobService, view: JobView) -> JobView:
 async def until_state(service: JobService, job_id: str, state: str, limit_s: float = 30.0) -> JobView:
     """Until the job reaches `state` (e.g. running: it holds a slot); TimeoutError after `limit_s`."""
     with anyio.fail_after(limit_s):
-        while (view := await service.view(job_id)).state != state:
+        while (view := await service.lookup.view(job_id)).state != state:
             await anyio.sleep(0.02)  # a condition polled under a limit, not a guess at how long it takes
     return view

@@ -34,7 +34,7 @@ async def test_past_the_queue_bound_a_job_is_refused_with_the_setting_named(
     async with JobService.open(settings, environ={KEY_ENV: "k-0123456789"}) as service:
         first = await service.submit(JobRequest(task="one", team=team))
         with anyio.fail_after(20):
-            while (await service.view(first.job_id)).state == "queued":
+            while (await service.lookup.view(first.job_id)).state == "queued":
                 await anyio.sleep(0.05)
         second = await service.submit(JobRequest(task="two", team=team))
         assert second.state == "queued"

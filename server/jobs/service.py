@@ -25,9 +25,11 @@ import os
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import anyio
+from anyio.abc import TaskGroup
 
 from conclave.backends.llama_server import LocalServers
 from conclave.backends.retry import RetryPolicy
@@ -105,47 +107,17 @@ class JobService:
         their containers trust (sandbox/route.py); by default the hosts themselves, the system's roots."""
         env = dict(os.environ if environ is None else environ)
         sync_store = await anyio.to_thread.run_sync(Store, settings.db_path)
-        owner_id, serving = uuid.uuid4().hex, asyncio.get_running_loop()
+        owner_id = uuid.uuid4().hex
         try:
             body_error: Exception | None = None
             async with AsyncStore.open(sync_store) as store, anyio.create_task_group() as tg:
                 await mark_orphans(store, settings)
-
-                @asynccontextmanager
-                async def jobs_side() -> AsyncIterator[Lifecycle]:
-                    """On the jobs' loop: their store (waking our waiters), the local model servers (one
-                    per model file, shared by the jobs that use it; closing the pool stops any still
-                    running, so none outlives the service), the lifecycle."""
-
-                    def tell(job_id: str) -> None:
-                        serving.call_soon_threadsafe(store.wake, job_id)
-
-                    size = settings.verify_concurrency if settings.check_pool is None else settings.check_pool
-                    pool = CheckPool(settings.home, container_user(), size if check_pool else 0)
-                    async with (
-                        AsyncStore.open(sync_store, on_change=tell) as jobs_store,
-                        LocalServers() as local_servers,
-                        anyio.create_task_group() as pool_tg,
-                    ):
-                        # the check pool lives on the jobs' loop, where the checks take from it
-                        pool_tg.start_soon(pool.keep, SandboxSpec(), lambda pid: not process_alive(pid))
-                        factory = agent_factory or endpoint_factory(env, local_servers)
-                        try:
-                            yield Lifecycle(
-                                settings, jobs_store, factory, retry, Steering(jobs_store), pool, route
-                            )
-                        finally:
-                            pool_tg.cancel_scope.cancel()
-
-                async with JobThread.open(jobs_side) as (thread, lifecycle):
+                wake = _waker(store)
+                side = JobsSide(settings, sync_store, wake, env, agent_factory, retry, check_pool, route)
+                async with JobThread.open(side.open) as (thread, lifecycle):
                     probe = agent_factory is None
                     service = cls(settings, store, thread, lifecycle, env, owner_id, access, probe=probe)
-                    thread.start(
-                        watch, lifecycle.store, settings, owner_id, lifecycle.scopes, lifecycle.steering
-                    )
-                    tg.start_soon(sweep_leftovers)
-                    if settings.gc_auto:
-                        tg.start_soon(prune_old_jobs, settings)
+                    _start_upkeep(settings, owner_id, thread, lifecycle, tg)
                     try:
                         yield service
                     except Exception as exc:  # the caller's error: re-raised below as itself, not in a group
@@ -235,6 +207,68 @@ class JobService:
 
     def job_dir(self, job_id: str) -> Path:
         return self._jobs.job_dir(job_id)
+
+
+@dataclass(frozen=True)
+class JobsSide:
+    """What the jobs' loop builds and owns (jobs/job_thread.py enters `open` there): their store, waking
+    the serving loop's waiters; the local model servers (one per model file, shared by the jobs that
+    use it; closing the pool stops any still running, so none outlives the service); the check pool's
+    upkeep; the lifecycle."""
+
+    settings: Settings
+    sync_store: Store
+    wake: Callable[[str], None]
+    environ: Mapping[str, str]
+    agent_factory: AgentFactory | None
+    retry: RetryPolicy | None
+    check_pool: bool
+    route: EgressRoute
+
+    @asynccontextmanager
+    async def open(self) -> AsyncIterator[Lifecycle]:
+        pool = _check_pool(self.settings, self.check_pool)
+        async with (
+            AsyncStore.open(self.sync_store, on_change=self.wake) as jobs_store,
+            LocalServers() as local_servers,
+            anyio.create_task_group() as pool_tg,
+        ):
+            # the check pool lives on the jobs' loop, where the checks take from it
+            pool_tg.start_soon(pool.keep, SandboxSpec(), lambda pid: not process_alive(pid))
+            factory = self.agent_factory or endpoint_factory(self.environ, local_servers)
+            steering = Steering(jobs_store)
+            try:
+                yield Lifecycle(self.settings, jobs_store, factory, self.retry, steering, pool, self.route)
+            finally:
+                pool_tg.cancel_scope.cancel()
+
+
+def _check_pool(settings: Settings, enabled: bool) -> CheckPool:
+    """Check containers started ahead of jobs (coordination/check_pool.py): none unless `enabled`."""
+    size = settings.verify_concurrency if settings.check_pool is None else settings.check_pool
+    return CheckPool(settings.home, container_user(), size if enabled else 0)
+
+
+def _waker(store: AsyncStore) -> Callable[[str], None]:
+    """Wakes `store`'s waiters, on the loop calling this (the serving one), from the jobs' loop."""
+    serving = asyncio.get_running_loop()
+
+    def wake(job_id: str) -> None:
+        serving.call_soon_threadsafe(store.wake, job_id)
+
+    return wake
+
+
+def _start_upkeep(
+    settings: Settings, owner_id: str, thread: JobThread, lifecycle: Lifecycle, tg: TaskGroup
+) -> None:
+    """What a server does beside its jobs (jobs/maintenance.py): the watch loop on the jobs' loop
+    (heartbeats, other processes' cancels and notes), the sweep of dead servers' containers and the
+    pruning on ours."""
+    thread.start(watch, lifecycle.store, settings, owner_id, lifecycle.scopes, lifecycle.steering)
+    tg.start_soon(sweep_leftovers)
+    if settings.gc_auto:
+        tg.start_soon(prune_old_jobs, settings)
 
 
 def _check_wait(wait_seconds: float) -> None:

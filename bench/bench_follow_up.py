@@ -24,9 +24,9 @@ import anyio
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tests' fakes and scripts
 
 from bench.results_file import in_fresh_folders, write_results
+from conclave.jobs.read.views import JobView
 from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
-from conclave.jobs.views import JobView
 from conclave.settings import Settings
 from tests.fakes.calc_task import CALC, TASK, TESTS
 from tests.fakes.server import FakeProviders

@@ -150,7 +150,7 @@ async def run_jobs(
                     if job_id in finished:
                         continue
                     begin = time.perf_counter()
-                    await service.view(job_id)
+                    await service.lookup.view(job_id)
                     service_ms.append((time.perf_counter() - begin) * 1000)
                     begin = time.perf_counter()
                     await client.call_tool("get_status", {"job_id": job_id})
@@ -163,7 +163,7 @@ async def run_jobs(
             if sampled:
                 tg.start_soon(sample)
         cpu = _cpu_s() - cpu
-        views = [await service.view(job_id) for job_id in ids]
+        views = [await service.lookup.view(job_id) for job_id in ids]
     bad = [view.job_id for view in views if view.state != "completed" or not view.result.consensus]
     if bad:
         raise SystemExit(f"jobs did not complete with consensus: {bad}")

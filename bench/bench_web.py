@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tests helper
 
 from conclave.coordination.reports import AgentProgress, JobEvent, Progress
 from conclave.jobs.records import ContextChanges, FilesResult, JobOptions
-from conclave.jobs.store import Store
+from conclave.jobs.store.sql import Store
 from conclave.web.routes import POLL_S
 from tests.fakes.processes import web_server
 from tests.web_browser import chromium, missing, until

@@ -13,10 +13,10 @@ from fastmcp import Client
 
 from conclave.app.server import create_app
 from conclave.coordination.reports import AgentProgress, Progress
-from conclave.jobs.reader import WorkspacePage
+from conclave.jobs.read.reader import WorkspacePage
+from conclave.jobs.read.teams import TeamList
+from conclave.jobs.read.views import JobView
 from conclave.jobs.service import JobService
-from conclave.jobs.teams import TeamList
-from conclave.jobs.views import JobView
 from conclave.settings import Settings
 from conclave.tools._progress import changes
 from tests.fakes.server import FakeProviders

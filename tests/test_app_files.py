@@ -16,9 +16,9 @@ from mcp.types import ResourceLink
 
 from conclave.app.server import create_app
 from conclave.errors import SandboxUnavailable
+from conclave.jobs.read.views import JobView
 from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
-from conclave.jobs.views import JobView
 from conclave.settings import Settings
 from tests.fakes.script import RecordedRequest, Reply
 from tests.fakes.server import FakeProviders
@@ -162,7 +162,7 @@ async def test_json_mode_agents_use_the_work_tools(tmp_path: Path, fakes: FakePr
         )
         winner = view.result.winner
         assert view.state == "completed" and winner
-        note = await service.read(view.job_id, "proj/json.txt", winner, 0, 100)
+        note = await service.lookup.read(view.job_id, "proj/json.txt", winner, 0, 100)
     assert note.content.startswith("by ")
     first = fakes.script.requests_of("ann")[0].text()
     assert "call_tool" in first and "write_file" in first and "run_command" not in first  # sandbox: none
@@ -207,7 +207,7 @@ async def test_with_two_folders_nothing_is_written_outside_them(tmp_path: Path, 
             )
         )
         view = await until_done(service, view)
-        patch = await service.read(view.job_id, "@diff", None, 0, 10_000)
+        patch = await service.lookup.read(view.job_id, "@diff", None, 0, 10_000)
     assert view.state == "completed", view.text()
     refused = next(
         r.text() for r in fakes.script.requests_of("ann") if "outside the project folders" in r.text()

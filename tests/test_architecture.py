@@ -38,21 +38,21 @@ def drawn_rules() -> dict[str, set[str]]:
 # A part may import the parts the page allows it (and itself); the top-level modules are open to all.
 ALLOWED = drawn_rules()
 SHARED = {"config", "settings", "errors", "__init__", "__main__"}
-# What a caller may use of jobs/: the service, the lookup behind it, and the models they return. The
-# store, its connections and the records stay behind them, so every read checks the job id and the
-# caller (jobs/lookup.py).
+# What a caller may use of jobs/: the service and the read model behind it (jobs/read/: the lookup and
+# the models it returns). The store (jobs/store/) and the records stay behind them, so every read checks
+# the job id and the caller (jobs/read/lookup.py).
 SERVICE = {
     f"conclave.jobs.{name}"
     for name in (
         "service",
         "request",
-        "lookup",
-        "view_read",
         "maintenance",
-        "views",
-        "reader",
-        "teams",
-        "web_link",
+        "read.lookup",
+        "read.view_read",
+        "read.views",
+        "read.reader",
+        "read.teams",
+        "read.web_link",
     )
 }
 THROUGH_SERVICE = {"cli", "tools", "web"}
@@ -179,7 +179,7 @@ def test_no_import_cycles() -> None:
 def test_no_import_cycles_behind_type_checking_either() -> None:
     """A cycle hidden under `if TYPE_CHECKING:` is still two modules that need each other: the type they
     share belongs in a third (coordination/turn_context.py) or behind a Protocol
-    (jobs/store_conversations.py)."""
+    (jobs/store/conversations.py)."""
     found = cycles(runtime_only=False)
     assert not found, "import cycles through TYPE_CHECKING imports:\n" + "\n".join(
         " -> ".join(c) for c in found
@@ -211,7 +211,10 @@ def cycles(runtime_only: bool) -> list[list[str]]:
 
 
 def test_every_subpackage_says_what_it_holds_in_its_first_line() -> None:
-    for init in sorted([*(ROOT / "server").glob("*/__init__.py"), ROOT / "tools" / "__init__.py"]):
+    """Nested ones too (jobs/store/__init__.py)."""
+    inits = sorted([*(ROOT / "server").glob("*/**/__init__.py"), ROOT / "tools" / "__init__.py"])
+    assert ROOT / "server" / "jobs" / "store" / "__init__.py" in inits, "the scan reaches nested subpackages"
+    for init in inits:
         doc = ast.get_docstring(ast.parse(init.read_text(encoding="utf-8"))) or ""
         first = doc.strip().splitlines()[0] if doc.strip() else ""
         assert first.endswith("."), (
@@ -356,7 +359,7 @@ def comments_and_docstrings(path: Path) -> Iterator[tuple[int, str]]:
 
 
 def test_comments_cite_files_that_exist() -> None:
-    """A path in a comment or docstring (`jobs/store.py`, `tests/test_cli.py`, a bare `tally.py`) names a
+    """A path in a comment or docstring (`jobs/store/sql.py`, `tests/test_cli.py`, a bare `tally.py`) names a
     file of this repository, and an absolute path names no document outside it."""
     names = {p.name for folder in SCANNED for p in (ROOT / folder).rglob("*")}
     packages = {p.name for p in (ROOT / "server").iterdir() if p.is_dir()}

@@ -20,9 +20,9 @@ from conclave.config.models import AgentSpec, Team
 from conclave.coordination.agents import Agent, ApiAgent
 from conclave.coordination.members import endpoint_factory
 from conclave.errors import InputError
+from conclave.jobs.read.views import JobView, structured
 from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
-from conclave.jobs.views import JobView, structured
 from conclave.settings import Settings
 from tests.fakes.script import RecordedRequest, Reply, Script
 from tests.fakes.server import FakeProviders
@@ -194,7 +194,7 @@ async def test_the_estimate_comes_from_past_jobs_and_list_teams_shows_history(
     )
     env = {**ENV, "XDG_CONFIG_HOME": str(config)}
     async with JobService.open(Settings(home=tmp_path / "state"), environ=env, retry=FAST) as service:
-        assert next(t for t in (await service.teams()).teams if t.name == "priced").history is None
+        assert next(t for t in (await service.lookup.teams()).teams if t.name == "priced").history is None
         first = await service.submit(JobRequest(task=TASK, team="priced", max_tokens=10**6))
         assert first.estimate is not None and first.estimate.jobs == 0 and first.estimate.tokens is None
         assert "no past jobs of team 'priced'" in first.estimate.note
@@ -206,7 +206,7 @@ async def test_the_estimate_comes_from_past_jobs_and_list_teams_shows_history(
                 done = await service.wait(first.job_id, 10)
         assert done.estimate is None  # once done, `usage` says what it took
         second = await service.submit(JobRequest(task=TASK, team="priced"))
-        teams = await service.teams()
+        teams = await service.lookup.teams()
         listed = next(t for t in teams.teams if t.name == "priced")
         await service.cancel(second.job_id)
 

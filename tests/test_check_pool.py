@@ -74,7 +74,7 @@ async def test_the_first_check_runs_in_a_container_started_before_the_job(
         )
         view = await until_done(service, view)
         (label,) = view.checks()
-        output = (await service.read(view.job_id, f"verify/{label}", None, 0, 10_000)).content
+        output = (await service.lookup.read(view.job_id, f"verify/{label}", None, 0, 10_000)).content
         assert output.split("--- stdout ---\n", 1)[1].split()[0] == first.id[:12], output
         assert first.id not in {c.id for c in await anyio.to_thread.run_sync(pooled)}  # gone with the job
         second = await pooled_running(but=frozenset({first.id}))  # topped up for the next job

@@ -16,7 +16,7 @@ import yaml
 
 from conclave.cli.main import main
 from conclave.config.presets import preset_paths
-from conclave.jobs.views import JobView
+from conclave.jobs.read.views import JobView
 from tests.fakes.team import KEY_ENV, PROVIDER_KEYS
 
 SHIPPED = ("frontier", "anthropic", "openai", "gemini", "ollama", "vllm", "openrouter")
@@ -379,7 +379,7 @@ def test_the_live_view_says_whether_there_was_a_majority_and_by_how_many_votes()
 
     from conclave.cli.render import render
     from conclave.coordination.reports import JobResult
-    from conclave.jobs.views import majority_text
+    from conclave.jobs.read.views import majority_text
 
     def shown(**result: object) -> str:
         outcome = JobResult(answer="x", reason="every active agent voted", **result)  # type: ignore[arg-type]

@@ -17,9 +17,9 @@ from conclave.cli.main import main
 from conclave.cli.render import render, tally_by_answer
 from conclave.coordination.reports import Leading
 from conclave.errors import TERMS, say, term
+from conclave.jobs.read.views import JobView
 from conclave.jobs.records import Estimate
 from conclave.jobs.request import JobRequest
-from conclave.jobs.views import JobView
 
 # What only an MCP caller types: argument names, call syntax, tool names, pydantic's phrasing.
 MCP_SYNTAX = re.compile(

@@ -13,9 +13,9 @@ import pytest
 
 from conclave.backends.retry import RetryPolicy
 from conclave.errors import InputError, PathOutsideRoot
+from conclave.jobs.read.views import JobView
 from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
-from conclave.jobs.views import JobView
 from conclave.settings import Settings
 from tests.fakes.script import RecordedRequest, Reply
 from tests.fakes.server import FakeProviders
@@ -104,9 +104,9 @@ async def test_team_edits_files_and_the_diff_is_exact(
             while not view.done:
                 view = await service.wait(view.job_id, 10)
         assert view.state == "completed" and view.result.consensus, view.text()
-        patch = (await service.read(view.job_id, "@diff", None, 0, 100_000)).content
-        final_calc = await service.read(view.job_id, "proj/calc.py", "final", 0, 1000)
-        listing = await service.read(view.job_id, "", "final", 0, 1000)
+        patch = (await service.lookup.read(view.job_id, "@diff", None, 0, 100_000)).content
+        final_calc = await service.lookup.read(view.job_id, "proj/calc.py", "final", 0, 1000)
+        listing = await service.lookup.read(view.job_id, "", "final", 0, 1000)
 
     expected = (
         f"# proj: {project}\n"
@@ -162,7 +162,7 @@ async def run_to_end(
                 view = await service.wait(view.job_id, 10)
         for bad in ("../../../etc/passwd", "/etc/passwd", "proj/../../manifest.json"):
             with pytest.raises(PathOutsideRoot):
-                await service.read(view.job_id, bad, "final", 0, 100)
+                await service.lookup.read(view.job_id, bad, "final", 0, 100)
     return view
 
 

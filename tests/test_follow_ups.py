@@ -16,9 +16,9 @@ from mcp.client.client import Client as McpClient
 
 from conclave.backends.retry import RetryPolicy
 from conclave.errors import InputError
+from conclave.jobs.read.views import JobView
 from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
-from conclave.jobs.views import JobView
 from conclave.settings import Settings
 from tests.fakes.calc_task import CALC, TASK, calc_project
 from tests.fakes.processes import HTTP_TOKEN, http_server, stdio_params
@@ -182,6 +182,6 @@ async def test_carried_options_a_clashing_edit_and_a_running_job(
         second = await service.wait(
             (await service.submit(JobRequest(task="go on", team=None, follow_up=first.job_id))).job_id, 50
         )
-        patch = (await service.read(second.job_id, "@diff", None, 0, 100_000)).content
+        patch = (await service.lookup.read(second.job_id, "@diff", None, 0, 100_000)).content
     assert second.state == "completed" and second.follow_up == first.job_id, second
     assert "-    return a - b\n+    return a + b\n" in patch  # not applied before: the whole change shows

@@ -11,8 +11,8 @@ import pytest
 from fastmcp import Client
 
 from conclave.app.tokens import CallerTokens, HttpTokens, TokenSource, load_tokens
-from conclave.jobs.teams import TeamList
-from conclave.jobs.views import JobView
+from conclave.jobs.read.teams import TeamList
+from conclave.jobs.read.views import JobView
 from conclave.settings import Settings
 from tests.fakes.processes import http_server
 from tests.fakes.raw_mcp import HEADERS, INIT

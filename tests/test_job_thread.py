@@ -74,7 +74,7 @@ async def test_get_status_answers_while_the_jobs_loop_is_held(tmp_path: Path, fa
                 await anyio.to_thread.run_sync(stalled.wait)
             # the jobs' loop is held now; on one loop with the jobs, nothing below would run until HOLD_S
             status = await client.call_tool("get_status", {"job_id": job.job_id})
-            view = await service.view(job.job_id)
+            view = await service.lookup.view(job.job_id)
         finally:
             release.set()
         assert not any(backend.held_out.is_set() for backend in made), "get_status waited for the jobs"

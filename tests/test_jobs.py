@@ -16,10 +16,10 @@ from conclave.backends.retry import RetryPolicy
 from conclave.config.loading import load_team_file
 from conclave.errors import ConfigError, InputError, JobNotFound, MissingApiKey, TeamNotFound
 from conclave.jobs.file_steps import prepare
+from conclave.jobs.read.views import JobView
 from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
-from conclave.jobs.store import Store
-from conclave.jobs.views import JobView
+from conclave.jobs.store.sql import Store
 from conclave.settings import Settings
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import KEY_ENV, TRIO, install, voter, write_team
@@ -40,7 +40,7 @@ def team_file(tmp_path: Path, fakes: FakeProviders, delay: float = 0.0, **option
 
 
 async def finish(service: JobService, job_id: str) -> JobView:
-    view = await service.view(job_id)
+    view = await service.lookup.view(job_id)
     with anyio.fail_after(60):
         while not view.done:
             view = await service.wait(job_id, 5)
@@ -71,7 +71,7 @@ async def test_a_job_runs_in_the_background_and_is_stored(tmp_path: Path, fakes:
             a.model_dump(exclude={"elapsed_s"}) != b.model_dump(exclude={"elapsed_s"})
             for a, b in itertools.pairwise(seen)
         )
-        listing = await service.read(view.job_id, "", None, 0, 1000)
+        listing = await service.lookup.read(view.job_id, "", None, 0, 1000)
         assert "transcript" in listing.entries and "final" in listing.entries
         assert any(entry.startswith("answers/") for entry in listing.entries)
     db = sqlite3.connect(tmp_path / "state" / "conclave.db")
@@ -90,7 +90,7 @@ async def test_jobs_beyond_the_limit_wait_in_the_queue(tmp_path: Path, fakes: Fa
         first = await service.submit(JobRequest(task="task one", team=team))
         second = await service.submit(JobRequest(task="task two", team=team))
         await until_state(service, first.job_id, "running")
-        assert (await service.view(second.job_id)).state == "queued"
+        assert (await service.lookup.view(second.job_id)).state == "queued"
         assert (await service.cancel(first.job_id)).state == "cancelled"
         await until_state(service, second.job_id, "running")  # the freed slot goes to the queued job
         assert (await service.cancel(second.job_id)).state == "cancelled"
@@ -103,11 +103,11 @@ async def test_cancel_stops_a_running_job_and_keeps_its_answers(tmp_path: Path, 
     async with JobService.open(settings(tmp_path), environ=ENV, retry=FAST) as service:
         job = await service.submit(JobRequest(task="task", team=team))
         with anyio.fail_after(20):
-            while len((await service.read(job.job_id, "", None, 0, 1000)).entries or []) < 3:
+            while len((await service.lookup.read(job.job_id, "", None, 0, 1000)).entries or []) < 3:
                 await anyio.sleep(0.1)
         view = await service.cancel(job.job_id)
         assert view.state == "cancelled" and "cancel" in view.next
-        answers = (await service.read(job.job_id, "", None, 0, 1000)).entries or []
+        answers = (await service.lookup.read(job.job_id, "", None, 0, 1000)).entries or []
         assert any(entry.startswith("answers/") for entry in answers)
         assert (await service.cancel(job.job_id)).state == "cancelled"  # idempotent
 
@@ -131,7 +131,7 @@ async def test_stopping_the_server_interrupts_its_jobs(tmp_path: Path, fakes: Fa
         job = await service.submit(JobRequest(task="task", team=team))
         await until_state(service, job.job_id, "running")
     async with JobService.open(settings(tmp_path), environ=ENV) as service:
-        view = await service.view(job.job_id)
+        view = await service.lookup.view(job.job_id)
         assert view.state == "interrupted" and "ask_team again" in view.next
 
 
@@ -150,8 +150,8 @@ async def test_start_up_marks_only_jobs_of_dead_owners_interrupted(tmp_path: Pat
     )  # pid 1: alive, fresh heartbeat
     store.close()
     async with JobService.open(config, environ=ENV) as service:
-        assert (await service.view("cj-00000000dead")).state == "interrupted"
-        assert (await service.view("cj-0000000a11fe")).state == "queued"
+        assert (await service.lookup.view("cj-00000000dead")).state == "interrupted"
+        assert (await service.lookup.view("cj-0000000a11fe")).state == "queued"
 
 
 async def test_a_stale_heartbeat_counts_as_a_dead_owner(tmp_path: Path) -> None:
@@ -161,7 +161,7 @@ async def test_a_stale_heartbeat_counts_as_a_dead_owner(tmp_path: Path) -> None:
     store.create_job("cj-0000000a11fe", "t", "team", "{}", 1, "hung")
     store.close()
     async with JobService.open(config, environ=ENV) as service:
-        assert (await service.view("cj-0000000a11fe")).state == "interrupted"
+        assert (await service.lookup.view("cj-0000000a11fe")).state == "interrupted"
 
 
 async def test_bad_input_names_the_field_and_the_fix(tmp_path: Path, fakes: FakeProviders) -> None:
@@ -174,17 +174,17 @@ async def test_bad_input_names_the_field_and_the_fix(tmp_path: Path, fakes: Fake
         with pytest.raises(TeamNotFound, match="presets"):
             await service.submit(JobRequest(task="task", team="no-such-team"))
         with pytest.raises(InputError, match="cj-"):
-            await service.view("job-1")
+            await service.lookup.view("job-1")
         with pytest.raises(JobNotFound):
-            await service.view("cj-000000000000")
+            await service.lookup.view("cj-000000000000")
         job = await service.submit(JobRequest(task="task", team=team))
         for bad in (-1, 51):
             with pytest.raises(InputError, match="wait_seconds"):
                 await service.wait(job.job_id, bad)
         with pytest.raises(InputError, match="answers/B2"):
-            await service.read(job.job_id, "nonsense", None, 0, 100)
+            await service.lookup.read(job.job_id, "nonsense", None, 0, 100)
         with pytest.raises(InputError, match="limit"):
-            await service.read(job.job_id, "", None, 0, 0)
+            await service.lookup.read(job.job_id, "", None, 0, 0)
     async with JobService.open(settings(tmp_path), environ={}) as service:
         with pytest.raises(MissingApiKey, match=KEY_ENV):
             await service.submit(JobRequest(task="task", team=team))
@@ -196,22 +196,23 @@ async def test_reading_pages_through_the_transcript(tmp_path: Path, fakes: FakeP
         job = await finish(
             service, (await service.submit(JobRequest(task="What is 6 times 7?", team=team))).job_id
         )
-        whole = await service.read(job.job_id, "transcript", None, 0, 100_000)
+        whole = await service.lookup.read(job.job_id, "transcript", None, 0, 100_000)
         assert "What is 6 times 7?" in whole.content and "voted for" in whole.content
         assert whole.next_offset is None
         pieces, offset = [], 0
         while offset is not None:
-            page = await service.read(job.job_id, "transcript", None, offset, 500)
+            page = await service.lookup.read(job.job_id, "transcript", None, offset, 500)
             pieces.append(page.content)
             offset = page.next_offset
         assert "".join(pieces) == whole.content
         winner = job.result.winner
         assert winner is not None
-        by_path = await service.read(job.job_id, f"answers/{winner}", None, 0, 1000)
+        by_path = await service.lookup.read(job.job_id, f"answers/{winner}", None, 0, 1000)
         assert by_path.content.startswith("Answer from")
         with pytest.raises(InputError, match="no files"):
-            await service.read(job.job_id, "", winner, 0, 1000)  # a job without context paths has no trees
-        final = await service.read(job.job_id, "final", None, 0, 1000)
+            # a job without context paths has no trees
+            await service.lookup.read(job.job_id, "", winner, 0, 1000)
+        final = await service.lookup.read(job.job_id, "final", None, 0, 1000)
         assert final.content == job.answer
 
 

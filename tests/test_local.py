@@ -305,7 +305,7 @@ async def test_the_local_team_over_mcp(tmp_path: Path) -> None:
     from fastmcp import Client
 
     from conclave.app.server import create_app
-    from conclave.jobs.views import JobView
+    from conclave.jobs.read.views import JobView
 
     settings = Settings(home=tmp_path / "home")
     async with (

@@ -24,9 +24,9 @@ from mcp.client.session import ClientSession
 from mcp.client.stdio import stdio_client
 
 from conclave.app.server import create_app
-from conclave.jobs.reader import WorkspacePage
+from conclave.jobs.read.reader import WorkspacePage
+from conclave.jobs.read.views import JobView
 from conclave.jobs.service import JobService
-from conclave.jobs.views import JobView
 from conclave.settings import Settings
 from tests.fakes.processes import HTTP_TOKEN, http_server, stdio_params
 from tests.fakes.server import FakeProviders

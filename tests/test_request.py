@@ -17,7 +17,7 @@ from conclave.errors import InputError
 from conclave.jobs.records import JobOptions
 from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
-from conclave.jobs.store import Store
+from conclave.jobs.store.sql import Store
 from conclave.settings import Settings
 from conclave.tools.ask_team import AskTeam
 from tests.fakes.server import FakeProviders

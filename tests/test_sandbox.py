@@ -12,7 +12,7 @@ import pytest
 
 from conclave.config.models import SandboxSpec
 from conclave.errors import SandboxError
-from conclave.jobs.owners import process_alive
+from conclave.jobs.store.owners import process_alive
 from conclave.sandbox.container import ENVIRONMENT, Sandbox
 from conclave.sandbox.engine import Owner, connect, engine_status, sweep
 from conclave.sandbox.image import build_image, default_tag, host_apt_sources, image_tag

@@ -9,9 +9,9 @@ import pytest
 from mcp.client.session import ClientSession
 from mcp.client.stdio import stdio_client
 
-from conclave.jobs.reader import WorkspacePage
-from conclave.jobs.teams import TeamList
-from conclave.jobs.views import JobView
+from conclave.jobs.read.reader import WorkspacePage
+from conclave.jobs.read.teams import TeamList
+from conclave.jobs.read.views import JobView
 from tests.fakes.processes import stdio_params
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import TRIO, install, voter, write_team

@@ -370,7 +370,7 @@ def initialize_serve(tmp_path: Path, environ: dict[str, str]) -> tuple[dict[str,
     return json.loads(done.stdout), done.returncode
 
 
-GATED_STORE = GATED_SERVE.replace('name == "fastmcp"', 'name == "conclave.jobs.store"')
+GATED_STORE = GATED_SERVE.replace('name == "fastmcp"', 'name == "conclave.jobs.store.sql"')
 
 
 def test_readiness_waits_for_the_store(tmp_path: Path, shipped: dict[str, Any]) -> None:

@@ -12,9 +12,9 @@ import pytest
 from conclave.backends.retry import RetryPolicy
 from conclave.coordination.protocol_events import CancelTurn, Start, StartTurn, Steer
 from conclave.errors import InputError, JobFinished
+from conclave.jobs.read.views import JobView
 from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
-from conclave.jobs.views import JobView
 from conclave.settings import Settings
 from tests.fakes.script import RecordedRequest, Reply
 from tests.fakes.server import FakeProviders
@@ -106,7 +106,7 @@ def fakes() -> Iterator[FakeProviders]:
 
 async def wait_for(service: JobService, job_id: str, what) -> JobView:  # type: ignore[no-untyped-def]
     with anyio.fail_after(60):
-        while not what(view := await service.view(job_id)):
+        while not what(view := await service.lookup.view(job_id)):
             await anyio.sleep(0.05)
     return view
 
@@ -131,7 +131,7 @@ async def test_a_note_mid_job_changes_the_answers_and_the_votes_before_it_do_not
                 steered = await other.steer(job_id, NOTE)
         assert steered.notes and steered.notes[0].text == NOTE
         view = await wait_for(service, job_id, lambda v: v.done)
-        transcript = (await service.read(job_id, "transcript", None, 0, 100_000)).content
+        transcript = (await service.lookup.read(job_id, "transcript", None, 0, 100_000)).content
         with pytest.raises(JobFinished, match="follow_up="):
             await service.steer(job_id, "one more thing")
         with pytest.raises(InputError, match="message="):
@@ -154,7 +154,7 @@ async def test_a_note_mid_job_changes_the_answers_and_the_votes_before_it_do_not
 
 
 async def _answers(settings: Settings, job_id: str) -> dict[str, str]:
-    from conclave.jobs.store import Store
+    from conclave.jobs.store.sql import Store
 
     store = Store(settings.db_path)
     try:

@@ -14,10 +14,10 @@ import pytest
 from conclave.backends.base import Usage
 from conclave.coordination.limits import ProviderLimits
 from conclave.coordination.reports import AgentProgress, JobEvent, Progress
-from conclave.jobs.async_store import AsyncStore
-from conclave.jobs.migrations import MIGRATIONS
-from conclave.jobs.progress_patch import progress_patch
-from conclave.jobs.store import Store
+from conclave.jobs.store.async_store import AsyncStore
+from conclave.jobs.store.migrations import MIGRATIONS
+from conclave.jobs.store.progress_patch import progress_patch
+from conclave.jobs.store.sql import Store
 
 pytestmark = pytest.mark.anyio
 JOB = "cj-0123456789ab"
@@ -68,8 +68,8 @@ async def test_a_read_and_the_loop_go_on_while_another_process_holds_the_write_l
                 wrote.set()
 
             tg.start_soon(write)
-            # under the writer's busy timeout (10 s, jobs/connections.py): a read that waited for the pending
-            # write (a new reader thread once queued behind the writer's lock) fails here
+            # under the writer's busy timeout (10 s, jobs/store/connections.py): a read that waited for the
+            # pending write (a new reader thread once queued behind the writer's lock) fails here
             with anyio.fail_after(9):
                 row = await store.job(JOB)  # WAL: a reader never waits for a writer
                 while ticks < 5:  # the loop keeps running while the write waits for the lock

@@ -1,4 +1,4 @@
-"""The store's thread lanes (jobs/store_lanes.py): a cancelled read is left to end alone, a cancelled
+"""The store's thread lanes (jobs/store/lanes.py): a cancelled read is left to end alone, a cancelled
 write's caller waits until the write is done, and both run off the event loop's thread."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import threading
 import anyio
 import pytest
 
-from conclave.jobs.store_lanes import Lane
+from conclave.jobs.store.lanes import Lane
 
 pytestmark = pytest.mark.anyio
 

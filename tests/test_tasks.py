@@ -21,8 +21,8 @@ from pydantic import ConfigDict, Field
 from conclave.app.server import create_app
 from conclave.app.tasks import TASKS
 from conclave.backends.retry import RetryPolicy
+from conclave.jobs.read.views import JobView
 from conclave.jobs.service import JobService
-from conclave.jobs.views import JobView
 from conclave.settings import Settings
 from tests.fakes.processes import HTTP_TOKEN, http_server, official_http, stdio_params
 from tests.fakes.server import FakeProviders
@@ -147,7 +147,7 @@ async def test_fastmcp_client_gets_a_handle_at_once_and_the_task_is_the_job(
         async with Client(create_app(service, service.settings)) as client:
             task = await call_tool_task(client, "ask_team", {"task": "What is 6 * 7?", "team": team})
             first = await task.status()
-            assert first.status == "working" and not (await service.view(task.task_id)).done
+            assert first.status == "working" and not (await service.lookup.view(task.task_id)).done
             messages = {first.status_message}
             with anyio.fail_after(60):
                 while (now := await task.status()).status == "working":

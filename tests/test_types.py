@@ -21,10 +21,11 @@ from conclave.coordination import protocol_events
 from conclave.coordination.reports import AgentProgress, JobResult, Progress
 from conclave.coordination.tally import Answer, Outcome, Posted, StopReason
 from conclave.files.diff import FileChange
-from conclave.jobs import records, views
+from conclave.jobs import records
+from conclave.jobs.read import views
+from conclave.jobs.read.views import JobView
 from conclave.jobs.records import ContextChanges, FilesResult
-from conclave.jobs.store import AnswerRow
-from conclave.jobs.views import JobView
+from conclave.jobs.store.sql import AnswerRow
 
 ROOT = Path(__file__).resolve().parents[1]
 STRICT = ("coordination", "jobs")  # the packages with no `type: ignore` and no mypy exception listed

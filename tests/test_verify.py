@@ -81,10 +81,10 @@ async def test_the_answer_that_passes_the_tests_wins_over_the_voters_favourite(
         )
         letters = {a.model.rsplit("-", 1)[1]: a.letter for a in view.agents}
         ann, bob, cy = (f"{letters[name]}1" for name in ("ann", "bob", "cy"))
-        failing_output = (await service.read(view.job_id, f"verify/{bob}", None, 0, 100_000)).content
-        listing = (await service.read(view.job_id, "", None, 0, 1000)).entries
-        transcript = (await service.read(view.job_id, "transcript", None, 0, 100_000)).content
-        patch = (await service.read(view.job_id, "@diff", None, 0, 100_000)).content
+        failing_output = (await service.lookup.read(view.job_id, f"verify/{bob}", None, 0, 100_000)).content
+        listing = (await service.lookup.read(view.job_id, "", None, 0, 1000)).entries
+        transcript = (await service.lookup.read(view.job_id, "transcript", None, 0, 100_000)).content
+        patch = (await service.lookup.read(view.job_id, "@diff", None, 0, 100_000)).content
         job_dir = service.job_dir(view.job_id)
 
     assert (
@@ -166,7 +166,7 @@ async def test_a_check_is_confined_and_bounded(tmp_path: Path, fakes: FakeProvid
             ),
         )
         outputs = {
-            label: (await service.read(view.job_id, f"verify/{label}", None, 0, 100_000)).content
+            label: (await service.lookup.read(view.job_id, f"verify/{label}", None, 0, 100_000)).content
             for label in view.checks()
         }
         job_dir = service.job_dir(view.job_id)

@@ -13,10 +13,10 @@ import pytest
 from fastmcp import Client
 
 from conclave.app.server import create_app
-from conclave.jobs import web_link
+from conclave.jobs.read import web_link
+from conclave.jobs.read.web_link import WebLinks, WebServed, announce, withdraw
 from conclave.jobs.service import JobService
-from conclave.jobs.store import Store
-from conclave.jobs.web_link import WebLinks, WebServed, announce, withdraw
+from conclave.jobs.store.sql import Store
 from conclave.settings import Settings
 
 pytestmark = pytest.mark.anyio
@@ -29,7 +29,7 @@ def served(url: str, pid: int | None = None) -> WebServed:
 
 
 def age(path: Path) -> None:
-    """Make the file look written a minute ago (older than the racy window of jobs/web_link.py)."""
+    """Make the file look written a minute ago (older than the racy window of jobs/read/web_link.py)."""
     old = path.stat().st_mtime - 60
     os.utime(path, (old, old))
 
@@ -102,10 +102,10 @@ async def test_get_status_answers_while_a_write_waits_for_the_lock(
 
             async with anyio.create_task_group() as tg:
                 tg.start_soon(write)
-                # under the writer's busy timeout (10 s, jobs/connections.py): a view that waited for the
-                # pending write would fail here
+                # under the writer's busy timeout (10 s, jobs/store/connections.py): a view that waited for
+                # the pending write would fail here
                 with anyio.fail_after(9):
-                    view = await service.view(JOB)
+                    view = await service.lookup.view(JOB)
                     status = await client.call_tool("get_status", {"job_id": JOB})
                 assert not wrote.is_set()  # the write is still waiting: nothing above waited for it
                 assert view.state == "queued" and view.web_url == f"http://127.0.0.1:8001/jobs/{JOB}"

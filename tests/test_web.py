@@ -24,11 +24,11 @@ from conclave.cli.render import answer_text
 from conclave.coordination.prompts import turn_prompt
 from conclave.coordination.reports import AgentProgress, Check, JobEvent, Progress
 from conclave.errors import JobNotFound
-from conclave.jobs.lookup import JobLookup
+from conclave.jobs.read.lookup import JobLookup
+from conclave.jobs.read.views import JobView
+from conclave.jobs.read.web_link import served
 from conclave.jobs.service import JobService
-from conclave.jobs.store import Store
-from conclave.jobs.views import JobView
-from conclave.jobs.web_link import served
+from conclave.jobs.store.sql import Store
 from conclave.settings import Settings
 from conclave.web import sessions
 from conclave.web.sessions import Caller, Sessions, digest
@@ -90,7 +90,7 @@ async def test_a_jobview_carries_the_url_when_a_web_view_is_served(
 ) -> None:
     base, _token, _code = web
     async with JobService.open(Settings(home=home)) as service:
-        view = await service.view(JOB)
+        view = await service.lookup.view(JOB)
         assert view.web_url == f"{base}/jobs/{JOB}" and f"Watch it live: {base}/jobs/{JOB}" in view.text()
 
 

@@ -22,8 +22,8 @@ import yaml
 from fastmcp import Client
 
 from conclave.backends.base import Usage
-from conclave.jobs.store import Store
-from conclave.jobs.views import JobView
+from conclave.jobs.read.views import JobView
+from conclave.jobs.store.sql import Store
 from tests.fakes.processes import http_server
 from tests.fakes.script import RecordedRequest, Reply
 from tests.fakes.server import FakeProviders

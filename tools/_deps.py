@@ -14,9 +14,9 @@ from fastmcp.server.dependencies import get_access_token
 from fastmcp.tools import ToolResult
 from mcp.types import TextContent
 
-from conclave.jobs.reader import WorkspacePage
-from conclave.jobs.teams import TeamList
-from conclave.jobs.views import JobView, structured
+from conclave.jobs.read.reader import WorkspacePage
+from conclave.jobs.read.teams import TeamList
+from conclave.jobs.read.views import JobView, structured
 from conclave.tools._links import links
 
 if TYPE_CHECKING:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from mcp.types import ResourceLink
 
-from conclave.jobs.views import JobView
+from conclave.jobs.read.views import JobView
 
 ROOT = "conclave://jobs"
 

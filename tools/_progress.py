@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastmcp import Context
 
-from conclave.jobs.views import JobView
+from conclave.jobs.read.views import JobView
 
 
 def changes(before: JobView | None, after: JobView) -> list[str]:

@@ -10,8 +10,8 @@ from typing import Annotated
 from fastmcp import Context
 from pydantic import Field
 
+from conclave.jobs.read.views import JobView
 from conclave.jobs.request import JobRequest
-from conclave.jobs.views import JobView
 from conclave.settings import MAX_WAIT_S
 from conclave.tools._deps import caller, result, service
 from conclave.tools._model_tool import takes_model

@@ -7,7 +7,7 @@ from typing import Annotated
 from fastmcp import Context
 from pydantic import Field
 
-from conclave.jobs.views import JobView
+from conclave.jobs.read.views import JobView
 from conclave.tools._deps import caller, result, service
 
 

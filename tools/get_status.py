@@ -7,7 +7,7 @@ from typing import Annotated
 from fastmcp import Context
 from pydantic import Field
 
-from conclave.jobs.views import JobView
+from conclave.jobs.read.views import JobView
 from conclave.settings import MAX_WAIT_S
 from conclave.tools._deps import caller, result, service
 from conclave.tools._progress import ProgressReporter
@@ -34,7 +34,7 @@ async def get_status(
     """
     jobs, who = service(ctx), caller(ctx)
     if wait_seconds <= 0:
-        return result(await jobs.view(job_id, caller=who))
+        return result(await jobs.lookup.view(job_id, caller=who))
     progress = ProgressReporter(ctx)
-    await progress.start(await jobs.view(job_id, caller=who))
+    await progress.start(await jobs.lookup.view(job_id, caller=who))
     return result(await jobs.wait(job_id, wait_seconds, progress, caller=who))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastmcp import Context
 
-from conclave.jobs.teams import TeamList
+from conclave.jobs.read.teams import TeamList
 from conclave.tools._deps import result, service
 
 
@@ -19,4 +19,4 @@ async def list_teams(ctx: Context) -> TeamList:
     for a provider key or a subscription member instead. A team YAML file path is accepted as `team` too
     when the file is in the user's team folder or a folder listed in CONCLAVE_TEAM_DIRS.
     """
-    return result(await service(ctx).teams())
+    return result(await service(ctx).lookup.teams())

@@ -10,7 +10,7 @@ from typing import Annotated
 from fastmcp import Context
 from pydantic import Field
 
-from conclave.jobs.reader import MAX_LIMIT, WorkspacePage
+from conclave.jobs.read.reader import MAX_LIMIT, WorkspacePage
 from conclave.tools._deps import caller, result, service
 
 
@@ -47,4 +47,4 @@ async def read_workspace(
     Start with path "" to list what can be read. Long texts come in pages: when `next_offset` is not
     null, call again with offset=next_offset. Works for running, finished and interrupted jobs.
     """
-    return result(await service(ctx).read(job_id, path, source, offset, limit, caller=caller(ctx)))
+    return result(await service(ctx).lookup.read(job_id, path, source, offset, limit, caller=caller(ctx)))

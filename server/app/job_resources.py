@@ -18,8 +18,8 @@ from conclave.tools._links import ROOT
 
 
 async def _read(ctx: Context, job_id: str, path: str) -> str:
-    """The whole text: a resource read is not paged (JobService.read_whole gathers the pages)."""
-    return (await service(ctx).read_whole(job_id, path, caller=caller(ctx))).content
+    """The whole text: a resource read is not paged (JobLookup.read_whole gathers the pages)."""
+    return (await service(ctx).lookup.read_whole(job_id, path, caller=caller(ctx))).content
 
 
 async def job_diff(job_id: str, ctx: Context) -> str:

@@ -41,8 +41,8 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel, ConfigDict, Field
 
 from conclave.errors import ConclaveError
+from conclave.jobs.read.views import JobView
 from conclave.jobs.service import LOCAL, JobService
-from conclave.jobs.views import JobView
 from conclave.tools._deps import tool_result
 
 TASKS = "io.modelcontextprotocol/tasks"
@@ -125,7 +125,7 @@ class JobTasks(ServerExtension):
         outcome = await call_next()  # the tool's own checks (errors come back as they always do)
         if not isinstance(outcome, ToolResult) or outcome.is_error or not outcome.structured_content:
             return outcome
-        view = await self._service.view(str(outcome.structured_content["job_id"]), _caller())
+        view = await self._service.lookup.view(str(outcome.structured_content["job_id"]), _caller())
         return CreateTaskResult(**(await self._task(view, "working")).model_dump())
 
     async def _get(self, ctx: ServerRequestContext[Any, Any], params: TaskParams) -> GetTaskResult:
@@ -162,7 +162,7 @@ class JobTasks(ServerExtension):
         if header is not None and decode_header_value(header) != task_id:
             raise MCPError(HEADER_MISMATCH, f"the {MCP_NAME_HEADER} header does not match taskId")
         try:
-            return await self._service.view(task_id, _caller())  # another caller's job is "not found"
+            return await self._service.lookup.view(task_id, _caller())  # another caller's job is "not found"
         except ConclaveError:
             raise MCPError(INVALID_PARAMS, f"Task {task_id} not found") from None
 

@@ -32,8 +32,8 @@ import anyio
 from fastmcp.server.auth import AccessToken, TokenVerifier
 
 from conclave.errors import ConfigError
-from conclave.jobs.connections import private_dir
 from conclave.jobs.service import LOCAL
+from conclave.jobs.store.connections import private_dir
 from conclave.settings import Settings
 
 TOKEN_FILE = "http-token"

@@ -25,13 +25,13 @@ from conclave.cli.render import answer_text, render, see_more, wrapped
 from conclave.cli.terminal import printable
 from conclave.config.loading import load_team_file
 from conclave.errors import ConclaveError
-from conclave.jobs.lookup import JobLookup
 from conclave.jobs.maintenance import prune_jobs
-from conclave.jobs.reader import WorkspacePage
+from conclave.jobs.read.lookup import JobLookup
+from conclave.jobs.read.reader import WorkspacePage
+from conclave.jobs.read.views import DEMO_TEAM, JobView
+from conclave.jobs.read.web_link import WebServed, served
 from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
-from conclave.jobs.views import DEMO_TEAM, JobView
-from conclave.jobs.web_link import WebServed, served
 from conclave.settings import Settings
 
 
@@ -66,7 +66,7 @@ async def _ask(args: argparse.Namespace, console: Console) -> int:
                 if label not in texts:
                     with suppress(ConclaveError):
                         texts[label] = (
-                            await service.read(view.job_id, f"answers/{label}", None, 0, 4000)
+                            await service.lookup.read(view.job_id, f"answers/{label}", None, 0, 4000)
                         ).content
             return render(view, texts, console.width)
 

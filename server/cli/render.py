@@ -18,7 +18,7 @@ from rich.text import Text
 from conclave.cli.terminal import printable
 from conclave.coordination.answers import final_answer
 from conclave.coordination.reports import ShownAnswer
-from conclave.jobs.views import JobView, cost_text, estimate_text, plural
+from conclave.jobs.read.views import JobView, cost_text, estimate_text, plural
 
 SHOWN_ANSWER = 40  # characters of an answer's short form in the tally
 

@@ -1,1 +1,1 @@
-"""The job registry: background runs, the SQLite store, stored records and the views callers read."""
+"""The job registry: the service and its parts (admission, lifecycle), records; the read model; the store."""

@@ -19,7 +19,6 @@ from conclave.config.presets import resolve_team
 from conclave.errors import InputError, QueueFull, term
 from conclave.files.contexts import parse_context_paths
 from conclave.jobs.access import Access
-from conclave.jobs.async_store import AsyncStore
 from conclave.jobs.estimate import estimate
 from conclave.jobs.file_steps import admit
 from conclave.jobs.follow_ups import carried
@@ -27,7 +26,8 @@ from conclave.jobs.plan import check_runnable, shape_team
 from conclave.jobs.reach import check_reachable
 from conclave.jobs.records import JobOptions
 from conclave.jobs.request import JobRequest
-from conclave.jobs.store import JobRow
+from conclave.jobs.store.async_store import AsyncStore
+from conclave.jobs.store.sql import JobRow
 from conclave.settings import Settings
 
 

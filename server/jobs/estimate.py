@@ -12,10 +12,10 @@ from dataclasses import replace
 from statistics import median
 
 from conclave.config.models import Team
+from conclave.jobs.read.teams import TeamHistory
+from conclave.jobs.read.views import plural
 from conclave.jobs.records import Estimate
-from conclave.jobs.store import AgentUsage
-from conclave.jobs.teams import TeamHistory
-from conclave.jobs.views import plural
+from conclave.jobs.store.sql import AgentUsage
 
 
 def _cost(team: Team, job: list[AgentUsage]) -> float | None:

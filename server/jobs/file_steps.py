@@ -29,10 +29,10 @@ from conclave.files.roots import identify
 from conclave.files.secrets import Secrets
 from conclave.files.trees import list_tree
 from conclave.files.workspaces import Workspaces
-from conclave.jobs.async_store import AsyncStore
 from conclave.jobs.follow_ups import carry_files
 from conclave.jobs.records import ContextChanges, FilesResult, JobOptions
-from conclave.jobs.store import JobRow
+from conclave.jobs.store.async_store import AsyncStore
+from conclave.jobs.store.sql import JobRow
 from conclave.sandbox.container import container_user
 from conclave.sandbox.engine import engine_status
 from conclave.sandbox.image import image_tag

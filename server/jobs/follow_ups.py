@@ -26,9 +26,9 @@ from conclave.coordination.prompts import Round, history_section
 from conclave.errors import InputError
 from conclave.files.contexts import ContextPath
 from conclave.files.workspaces import Workspaces
+from conclave.jobs.read.views import majority_text, winner_check
 from conclave.jobs.request import JobRequest
-from conclave.jobs.store import ACTIVE_STATES, JobRow, Store
-from conclave.jobs.views import majority_text, winner_check
+from conclave.jobs.store.sql import ACTIVE_STATES, JobRow, Store
 
 MAX_ROUNDS = 5  # the most recent earlier rounds the team sees; older ones are left out
 

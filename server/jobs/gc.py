@@ -15,8 +15,8 @@ from pathlib import Path
 from conclave.errors import TreeTooLarge
 from conclave.files.removal import remove_tree
 from conclave.files.walking import walk
-from conclave.jobs.store import Store
-from conclave.jobs.views import plural
+from conclave.jobs.read.views import plural
+from conclave.jobs.store.sql import Store
 
 
 @dataclass

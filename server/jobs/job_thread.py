@@ -14,7 +14,7 @@ took x1.47-1.49 of one at 5 ms, x1.29-1.30 at 1 ms, in alternate rounds of bench
 
 What crosses between the loops goes through `start` and `call` (a job started, a cancel, a note handed
 over), in the order they were made; the jobs write through an AsyncStore of their own (its writer wakes
-the serving loop's waiters: jobs/async_store.py `on_change`). Everything of the jobs' side (the
+the serving loop's waiters: jobs/store/async_store.py `on_change`). Everything of the jobs' side (the
 lifecycle, its limiters, steering, the watch loop, the local model servers) is built and used on the
 jobs' loop only.
 """

@@ -20,13 +20,13 @@ from conclave.coordination.check_pool import CheckPool
 from conclave.coordination.limits import ProviderLimits
 from conclave.coordination.orchestrator import Orchestrator
 from conclave.errors import ConclaveError
-from conclave.jobs.async_store import AsyncStore
 from conclave.jobs.file_steps import JobFileSteps, job_files
 from conclave.jobs.follow_ups import conversation_history
 from conclave.jobs.heap import Heap
 from conclave.jobs.steering import Steering
-from conclave.jobs.store import ACTIVE_STATES, JobRow, JobState
-from conclave.jobs.store_sink import StoreSink
+from conclave.jobs.store.async_store import AsyncStore
+from conclave.jobs.store.sink import StoreSink
+from conclave.jobs.store.sql import ACTIVE_STATES, JobRow, JobState
 from conclave.sandbox.route import DIRECT, EgressRoute
 from conclave.settings import Settings
 

@@ -18,11 +18,11 @@ import anyio.to_thread
 
 from conclave.errors import ConclaveError
 from conclave.files.disk_budget import MB
-from conclave.jobs.async_store import AsyncStore
 from conclave.jobs.gc import GcReport, prune
-from conclave.jobs.owners import process_alive
 from conclave.jobs.steering import Steering
-from conclave.jobs.store import Store
+from conclave.jobs.store.async_store import AsyncStore
+from conclave.jobs.store.owners import process_alive
+from conclave.jobs.store.sql import Store
 from conclave.sandbox.engine import sweep
 from conclave.settings import Settings
 

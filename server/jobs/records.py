@@ -18,7 +18,7 @@ class _Record(BaseModel):
 
 
 # What a job stored before its request was kept (jobs/request.py) held in its options; read from there
-# for such a job's request (jobs/store.py), dropped from its options.
+# for such a job's request (jobs/store/sql.py), dropped from its options.
 REQUEST_FIELDS = ("apply", "force_binary", "allow_artifacts", "allow_autorun")
 
 

@@ -1,7 +1,7 @@
 """A job as the caller asks for it: one model from ask_team's input schema to the stored job.
 
 `JobRequest` is ask_team's parameters (tools/ask_team.py adds only `wait_seconds`, how long the call
-waits), the argument of `JobService.submit`, what the store keeps of the job (jobs/store.py) and what
+waits), the argument of `JobService.submit`, what the store keeps of the job (jobs/store/sql.py) and what
 `conclave ask` builds from its flags (cli/commands.py). Its field descriptions are the tool's
 documentation, read by a calling model, so they name no internals (tests/test_tool_descriptions.py).
 

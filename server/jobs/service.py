@@ -10,6 +10,8 @@ lifespan (see app/server.py). The service is the one door the tools (and the CLI
 - maintenance (jobs/maintenance.py): what a server does beside its jobs (orphans, heartbeats, cancel
   requests and notes from other processes, pruning). A job records its owner (process id + a random
   id) and a heartbeat; a starting service marks `interrupted` only jobs whose owner is gone.
+Reads (a view, a job's files, the teams) go through `service.lookup` (jobs/read/lookup.py); the
+service's own operations are the ones that change or wait on a job.
 
 A job belongs to the caller that started it (`caller`: `local` for the CLI and stdio, an HTTP token's name):
 every operation given a caller answers only for that caller's jobs, as if the others did not exist; the
@@ -23,9 +25,11 @@ import os
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import anyio
+from anyio.abc import TaskGroup
 
 from conclave.backends.llama_server import LocalServers
 from conclave.backends.retry import RetryPolicy
@@ -36,24 +40,22 @@ from conclave.coordination.members import endpoint_factory
 from conclave.errors import InputError, JobFinished
 from conclave.jobs.access import Access
 from conclave.jobs.admission import Admission
-from conclave.jobs.async_store import AsyncStore
 from conclave.jobs.job_thread import JobThread
 from conclave.jobs.lifecycle import Lifecycle
-from conclave.jobs.lookup import JobLookup
 from conclave.jobs.maintenance import mark_orphans, prune_old_jobs, sweep_leftovers, watch
-from conclave.jobs.owners import process_alive
-from conclave.jobs.reader import WorkspacePage
+from conclave.jobs.read.lookup import JobLookup
+from conclave.jobs.read.views import JobView
 from conclave.jobs.request import JobRequest
 from conclave.jobs.steering import Steering, checked_note, delivered
-from conclave.jobs.store import JobRow, Store
-from conclave.jobs.teams import TeamList
-from conclave.jobs.views import JobView
+from conclave.jobs.store.async_store import AsyncStore
+from conclave.jobs.store.owners import process_alive
+from conclave.jobs.store.sql import Store
 from conclave.sandbox.container import container_user
 from conclave.sandbox.route import DIRECT, EgressRoute
 from conclave.settings import MAX_WAIT_S, Settings
 
 POLL_S = 0.2  # a job another process runs: how often its waiters here look at the store
-# A job this process runs wakes its waiters at every write (jobs/async_store.py); this is only a
+# A job this process runs wakes its waiters at every write (jobs/store/async_store.py); this is only a
 # backstop for a write made around AsyncStore (directly through `store.sync`).
 OWN_POLL_S = 1.0
 LOCAL = "local"  # the caller name of the local user (the CLI, stdio); HTTP callers are named by their tokens
@@ -81,9 +83,9 @@ class JobService:
         self._owner_id = owner_id
         self._thread, self._jobs = jobs, lifecycle  # the jobs run on the thread's loop, never on ours
         self._admission = Admission(settings, store, self.access, environ, self._owner_id, probe=probe)
-        self.lookup = JobLookup(
-            settings, store, environ
-        )  # every read, the job-id check and the caller's rules
+        # every read (a view, a file, the teams), the job-id check and the caller's rules: callers read
+        # through it (`service.lookup.view(...)`), the service has no second door for them
+        self.lookup = JobLookup(settings, store, environ)
         self.web_links = self.lookup.web_links  # job pages: this server's web view, else `conclave web`'s
 
     @classmethod
@@ -105,47 +107,17 @@ class JobService:
         their containers trust (sandbox/route.py); by default the hosts themselves, the system's roots."""
         env = dict(os.environ if environ is None else environ)
         sync_store = await anyio.to_thread.run_sync(Store, settings.db_path)
-        owner_id, serving = uuid.uuid4().hex, asyncio.get_running_loop()
+        owner_id = uuid.uuid4().hex
         try:
             body_error: Exception | None = None
             async with AsyncStore.open(sync_store) as store, anyio.create_task_group() as tg:
                 await mark_orphans(store, settings)
-
-                @asynccontextmanager
-                async def jobs_side() -> AsyncIterator[Lifecycle]:
-                    """On the jobs' loop: their store (waking our waiters), the local model servers (one
-                    per model file, shared by the jobs that use it; closing the pool stops any still
-                    running, so none outlives the service), the lifecycle."""
-
-                    def tell(job_id: str) -> None:
-                        serving.call_soon_threadsafe(store.wake, job_id)
-
-                    size = settings.verify_concurrency if settings.check_pool is None else settings.check_pool
-                    pool = CheckPool(settings.home, container_user(), size if check_pool else 0)
-                    async with (
-                        AsyncStore.open(sync_store, on_change=tell) as jobs_store,
-                        LocalServers() as local_servers,
-                        anyio.create_task_group() as pool_tg,
-                    ):
-                        # the check pool lives on the jobs' loop, where the checks take from it
-                        pool_tg.start_soon(pool.keep, SandboxSpec(), lambda pid: not process_alive(pid))
-                        factory = agent_factory or endpoint_factory(env, local_servers)
-                        try:
-                            yield Lifecycle(
-                                settings, jobs_store, factory, retry, Steering(jobs_store), pool, route
-                            )
-                        finally:
-                            pool_tg.cancel_scope.cancel()
-
-                async with JobThread.open(jobs_side) as (thread, lifecycle):
+                wake = _waker(store)
+                side = JobsSide(settings, sync_store, wake, env, agent_factory, retry, check_pool, route)
+                async with JobThread.open(side.open) as (thread, lifecycle):
                     probe = agent_factory is None
                     service = cls(settings, store, thread, lifecycle, env, owner_id, access, probe=probe)
-                    thread.start(
-                        watch, lifecycle.store, settings, owner_id, lifecycle.scopes, lifecycle.steering
-                    )
-                    tg.start_soon(sweep_leftovers)
-                    if settings.gc_auto:
-                        tg.start_soon(prune_old_jobs, settings)
+                    _start_upkeep(settings, owner_id, thread, lifecycle, tg)
                     try:
                         yield service
                     except Exception as exc:  # the caller's error: re-raised below as itself, not in a group
@@ -165,13 +137,10 @@ class JobService:
         With `request.follow_up`, the job continues that earlier one (follow_ups.py says what carries
         over). `caller`: whose job it is (LOCAL when None)."""
         follow_up = request.follow_up
-        earlier = await self._row(follow_up, caller, "follow_up") if follow_up is not None else None
+        earlier = await self.lookup.row(follow_up, caller, "follow_up") if follow_up is not None else None
         job = await self._admission.admit(request, caller or LOCAL, earlier)
         self._thread.start(self._jobs.run, job.job_id, job.task, job.team)  # cancellable from now on
-        return await self._view(job.job_id)
-
-    async def view(self, job_id: str, caller: str | None = None) -> JobView:
-        return await self._view(job_id, caller)
+        return await self.lookup.view(job.job_id)
 
     async def wait(
         self,
@@ -182,7 +151,7 @@ class JobService:
     ) -> JobView:
         """Long-poll: return when the job is done or `wait_seconds` pass, reporting every change."""
         _check_wait(wait_seconds)
-        view = await self._view(job_id, caller)
+        view = await self.lookup.view(job_id, caller)
         if view.done or wait_seconds == 0:
             return view
         rev, shown = await self.store.rev(job_id), view.model_dump(exclude={"elapsed_s"})
@@ -191,14 +160,14 @@ class JobService:
                 await self._changed(job_id)
                 now = await self.store.rev(job_id)
                 if now != rev:
-                    fresh, rev = await self._view(job_id), now
+                    fresh, rev = await self.lookup.view(job_id), now
                     # a write landing between the revision read and the view read shows up twice
                     if (seen := fresh.model_dump(exclude={"elapsed_s"})) == shown:
                         continue
                     view, shown = fresh, seen
                     if on_progress is not None:
                         await on_progress(view)
-        return await self._view(job_id)
+        return await self.lookup.view(job_id)
 
     async def _changed(self, job_id: str) -> None:
         """Until the job may have changed: woken by our own write to it, else polled (another process's)."""
@@ -208,20 +177,20 @@ class JobService:
 
     async def cancel(self, job_id: str, caller: str | None = None) -> JobView:
         """Cancel a job here or, through the store, in whichever server process runs it."""
-        view = await self._view(job_id, caller)
+        view = await self.lookup.view(job_id, caller)
         if view.done:
             return view
         if not await self._thread.call(self._jobs.cancel, job_id):  # not ours: its server takes it
             await self.store.request_cancel(job_id)
         with anyio.move_on_after(10):
-            while not (view := await self._view(job_id)).done:
+            while not (view := await self.lookup.view(job_id)).done:
                 await self._changed(job_id)
         return view
 
     async def steer(self, job_id: str, message: str, caller: str | None = None) -> JobView:
         """Leave a note for a running job's agents; it reaches them here or in the process that runs it."""
         text = checked_note(message, self.settings.max_task_chars)
-        view = await self._view(job_id, caller)
+        view = await self.lookup.view(job_id, caller)
         if view.done:
             raise JobFinished(job_id, view.state)
         count = len(view.notes) + 1
@@ -231,33 +200,75 @@ class JobService:
         with anyio.move_on_after(5 if view.state != "queued" else 0):
             while (
                 not await self.store.read(delivered, self.store.sync, view.job_id, count)
-                and not (await self._view(job_id)).done
+                and not (await self.lookup.view(job_id)).done
             ):
                 await anyio.sleep(POLL_S)
-        return await self._view(job_id)
-
-    async def read(
-        self, job_id: str, path: str, source: str | None, offset: int, limit: int, caller: str | None = None
-    ) -> WorkspacePage:
-        return await self.lookup.read(job_id, path, source, offset, limit, caller)
-
-    async def read_whole(self, job_id: str, path: str, caller: str | None = None) -> WorkspacePage:
-        """One text of a job in full, every page gathered (for resources, which are not paged)."""
-        return await self.lookup.read_whole(job_id, path, caller=caller)
+        return await self.lookup.view(job_id)
 
     def job_dir(self, job_id: str) -> Path:
         return self._jobs.job_dir(job_id)
 
-    async def teams(self) -> TeamList:
-        """The presets, each with its status (jobs/lookup.py)."""
-        return await self.lookup.teams()
 
-    # Internals -----------------------------------------------------------------------------------
-    async def _row(self, job_id: str, caller: str | None = None, field: str = "job_id") -> JobRow:
-        return await self.lookup.row(job_id, caller, field)
+@dataclass(frozen=True)
+class JobsSide:
+    """What the jobs' loop builds and owns (jobs/job_thread.py enters `open` there): their store, waking
+    the serving loop's waiters; the local model servers (one per model file, shared by the jobs that
+    use it; closing the pool stops any still running, so none outlives the service); the check pool's
+    upkeep; the lifecycle."""
 
-    async def _view(self, job_id: str, caller: str | None = None) -> JobView:
-        return await self.lookup.view(job_id, caller)
+    settings: Settings
+    sync_store: Store
+    wake: Callable[[str], None]
+    environ: Mapping[str, str]
+    agent_factory: AgentFactory | None
+    retry: RetryPolicy | None
+    check_pool: bool
+    route: EgressRoute
+
+    @asynccontextmanager
+    async def open(self) -> AsyncIterator[Lifecycle]:
+        pool = _check_pool(self.settings, self.check_pool)
+        async with (
+            AsyncStore.open(self.sync_store, on_change=self.wake) as jobs_store,
+            LocalServers() as local_servers,
+            anyio.create_task_group() as pool_tg,
+        ):
+            # the check pool lives on the jobs' loop, where the checks take from it
+            pool_tg.start_soon(pool.keep, SandboxSpec(), lambda pid: not process_alive(pid))
+            factory = self.agent_factory or endpoint_factory(self.environ, local_servers)
+            steering = Steering(jobs_store)
+            try:
+                yield Lifecycle(self.settings, jobs_store, factory, self.retry, steering, pool, self.route)
+            finally:
+                pool_tg.cancel_scope.cancel()
+
+
+def _check_pool(settings: Settings, enabled: bool) -> CheckPool:
+    """Check containers started ahead of jobs (coordination/check_pool.py): none unless `enabled`."""
+    size = settings.verify_concurrency if settings.check_pool is None else settings.check_pool
+    return CheckPool(settings.home, container_user(), size if enabled else 0)
+
+
+def _waker(store: AsyncStore) -> Callable[[str], None]:
+    """Wakes `store`'s waiters, on the loop calling this (the serving one), from the jobs' loop."""
+    serving = asyncio.get_running_loop()
+
+    def wake(job_id: str) -> None:
+        serving.call_soon_threadsafe(store.wake, job_id)
+
+    return wake
+
+
+def _start_upkeep(
+    settings: Settings, owner_id: str, thread: JobThread, lifecycle: Lifecycle, tg: TaskGroup
+) -> None:
+    """What a server does beside its jobs (jobs/maintenance.py): the watch loop on the jobs' loop
+    (heartbeats, other processes' cancels and notes), the sweep of dead servers' containers and the
+    pruning on ours."""
+    thread.start(watch, lifecycle.store, settings, owner_id, lifecycle.scopes, lifecycle.steering)
+    tg.start_soon(sweep_leftovers)
+    if settings.gc_auto:
+        tg.start_soon(prune_old_jobs, settings)
 
 
 def _check_wait(wait_seconds: float) -> None:

@@ -12,12 +12,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from conclave.errors import InputError
-from conclave.jobs.store import JobRow, Store
-from conclave.jobs.views import NoteView
+from conclave.jobs.read.views import NoteView
+from conclave.jobs.store.sql import JobRow, Store
 
 if TYPE_CHECKING:
     from conclave.coordination.orchestrator import Orchestrator
-    from conclave.jobs.async_store import AsyncStore
+    from conclave.jobs.store.async_store import AsyncStore
 
 
 class Steering:

@@ -3,7 +3,7 @@ or beside /mcp on the HTTP app (`conclave serve --http`, see conclave.app.server
 
 On its own it listens on loopback only, with a random token of its own for the local user (never
 CONCLAVE_HTTP_TOKEN: that token names the `http` caller, who has `serve --http`'s view), and announces
-itself in $CONCLAVE_HOME/web.json (jobs/web_link.py) so that every Conclave process sharing the folder
+itself in $CONCLAVE_HOME/web.json (jobs/read/web_link.py) so that every Conclave process sharing the folder
 puts the job's URL in its results, and `conclave web --link` and `conclave ask --web` can ask it for a
 one-time sign-in code (`sign_in_link`): the token itself never goes into a URL or a command line.
 """
@@ -26,8 +26,8 @@ from starlette.applications import Starlette
 from starlette.routing import BaseRoute
 
 from conclave.errors import ConfigError
-from conclave.jobs.lookup import JobLookup
-from conclave.jobs.web_link import WebServed, announce, withdraw
+from conclave.jobs.read.lookup import JobLookup
+from conclave.jobs.read.web_link import WebServed, announce, withdraw
 from conclave.settings import Settings
 from conclave.web.auth import Callers, WebAuth, fixed_callers
 from conclave.web.body_limit import BodyLimit
@@ -40,7 +40,7 @@ SHUTDOWN_S = 2  # open event streams never end on their own: stop waiting for th
 async def web_routes(
     settings: Settings, callers: Callers, port: int, host: str
 ) -> AsyncIterator[list[BaseRoute]]:
-    """The web view's routes over a lookup of its own on the shared store (jobs/lookup.py), closed when
+    """The web view's routes over a lookup of its own on the shared store (jobs/read/lookup.py), closed when
     the server is done. `callers`: the local user's one token (`conclave web`), or the HTTP tokens, each
     naming its caller, as they are at each request (app/tokens.py)."""
     async with JobLookup.open(settings) as jobs:

@@ -1,4 +1,4 @@
-"""What a job's page shows, read through the lookup in one go (jobs/lookup.py `page`): the JobView,
+"""What a job's page shows, read through the lookup in one go (jobs/read/lookup.py `page`): the JobView,
 every answer with its check, a timeline of the transcript, the diff and the final answer.
 
 The lookup reads in a reader thread, so a page never blocks the event loop the jobs run on. The page's
@@ -11,8 +11,8 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict
 
 from conclave.coordination.reports import JobEvent, ShownAnswer
-from conclave.jobs.view_read import PageParts
-from conclave.jobs.views import JobView
+from conclave.jobs.read.view_read import PageParts
+from conclave.jobs.read.views import JobView
 
 MAX_DIFF_CHARS = 400_000  # a bigger patch is cut; read_workspace(path='@diff') pages through all of it
 QUIET = {"turn_started", "turn_cancelled", "tool_call", "usage", "check_started"}  # not on the timeline
@@ -47,7 +47,7 @@ class JobPage(_Page):
 
 
 def job_page(parts: PageParts, web_url: str | None) -> JobPage:
-    """The page from what the lookup read (jobs/view_read.py), its own URL in the view."""
+    """The page from what the lookup read (jobs/read/view_read.py), its own URL in the view."""
     view = parts.view.model_copy(update={"web_url": web_url})
     cards: dict[str, list[ShownAnswer]] = {agent.letter: [] for agent in view.agents}
     for answer in parts.answers:

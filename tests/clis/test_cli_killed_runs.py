@@ -172,7 +172,7 @@ async def test_a_winning_cli_member_presents_the_final_answer(
                 JobRequest(task=TASK, team=team, context_paths=[{"path": str(project)}], verify="pytest -q")
             ),
         )
-        patch = (await service.read(view.job_id, "@diff", None, 0, 100_000)).content
+        patch = (await service.lookup.read(view.job_id, "@diff", None, 0, 100_000)).content
         events = list(service.store.sync.events(view.job_id))
     letter = next(agent.letter for agent in view.agents if agent.model == "cli/claude-code")
     print(view.text())

@@ -20,9 +20,9 @@ import anyio
 import docker
 import pytest
 
+from conclave.jobs.read.views import JobView
 from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
-from conclave.jobs.views import JobView
 from conclave.settings import Settings
 from tests.clis.test_cli_members_e2e import (
     ENV,
@@ -157,7 +157,7 @@ async def test_a_run_that_never_reached_its_provider_is_charged_nothing(
         with anyio.fail_after(120):  # Codex's request reached its proxy, which found nothing there
             while not any("unreachable" in record.getMessage() for record in caplog.records):
                 await anyio.sleep(0.05)  # a condition polled under a limit, not a guess at how long
-        if not (await service.view(view.job_id)).done:
+        if not (await service.lookup.view(view.job_id)).done:
             view = await service.cancel(view.job_id)
         view = await _ended(service, view)
     assert _left(view.job_id, "codex", "never-a-marker") == ([], [])

@@ -97,7 +97,7 @@ async def test_claude_code_and_codex_work_from_the_users_login_files(
     )
     settings = Settings(home=tmp_path / "state")
     async with JobService.open(settings, environ=environ, retry=FAST, route=hosts.redirect()) as service:
-        listed = await service.teams()
+        listed = await service.lookup.teams()
         view = await service.submit(
             JobRequest(task=TASK, team=str(team), context_paths=[{"path": str(project)}], verify="pytest -q")
         )
@@ -106,8 +106,8 @@ async def test_claude_code_and_codex_work_from_the_users_login_files(
                 view = await service.wait(view.job_id, 10)
         claude_voted.set()
         view = await until_cli_done(service, view)
-        patch = (await service.read(view.job_id, "@diff", None, 0, 100_000)).content
-        transcript = (await service.read(view.job_id, "transcript", None, 0, 100_000)).content
+        patch = (await service.lookup.read(view.job_id, "@diff", None, 0, 100_000)).content
+        transcript = (await service.lookup.read(view.job_id, "transcript", None, 0, 100_000)).content
         events = [event.model_dump_json() for event in service.store.sync.events(view.job_id)]
 
     print(view.text())
@@ -236,7 +236,7 @@ async def test_an_expired_login_is_refreshed_inside_the_container_only(
                 JobRequest(task=TASK, team=str(team), context_paths=[{"path": str(project)}])
             ),
         )
-        transcript = (await service.read(view.job_id, "transcript", None, 0, 100_000)).content
+        transcript = (await service.lookup.read(view.job_id, "transcript", None, 0, 100_000)).content
 
     assert view.state == "completed" and view.answer == "Fixed add().", view.text()
     refreshes = [call for call in hosts.seen if call.host == token_host]
@@ -288,8 +288,8 @@ async def test_gemini_cli_works_from_a_google_login(
                 )
             ),
         )
-        patch = (await service.read(view.job_id, "@diff", None, 0, 100_000)).content
-        transcript = (await service.read(view.job_id, "transcript", None, 0, 100_000)).content
+        patch = (await service.lookup.read(view.job_id, "@diff", None, 0, 100_000)).content
+        transcript = (await service.lookup.read(view.job_id, "transcript", None, 0, 100_000)).content
 
     print(view.text())
     assert view.state == "completed" and view.answer == "Fixed add() (gemini).", view.text()

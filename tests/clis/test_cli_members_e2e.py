@@ -98,8 +98,8 @@ async def test_claude_code_and_codex_fix_a_failing_test_with_an_api_agent(
             api_in.set()
             codex_voted.set()
         letters = {agent.model: agent.letter for agent in view.agents}
-        patch = (await service.read(view.job_id, "@diff", None, 0, 100_000)).content
-        transcript = (await service.read(view.job_id, "transcript", None, 0, 100_000)).content
+        patch = (await service.lookup.read(view.job_id, "@diff", None, 0, 100_000)).content
+        transcript = (await service.lookup.read(view.job_id, "transcript", None, 0, 100_000)).content
         events = list(service.store.sync.events(view.job_id))
 
     print(view.text())
@@ -181,7 +181,7 @@ coordination: {{max_answers_per_agent: 1, final: reuse}}
                 )
             ),
         )
-        transcript = (await service.read(view.job_id, "transcript", None, 0, 100_000)).content
+        transcript = (await service.lookup.read(view.job_id, "transcript", None, 0, 100_000)).content
         events = [event.model_dump_json() for event in service.store.sync.events(view.job_id)]
     assert view.state == "completed" and any("key-present" in result for result in claude.tool_results)
     assert fakes.script.requests_of("claude")[0].headers.get("x-api-key") == secret  # it was used
@@ -279,7 +279,7 @@ sandbox: {{memory: 2g}}
                 )
             ),
         )
-        patch = (await service.read(view.job_id, "@diff", None, 0, 100_000)).content
+        patch = (await service.lookup.read(view.job_id, "@diff", None, 0, 100_000)).content
     print(view.text(), worker.tool_names)
     letter = next(agent.letter for agent in view.agents if agent.model.startswith("cli/"))
     assert view.state == "completed" and view.result.winner == f"{letter}1", view.text()

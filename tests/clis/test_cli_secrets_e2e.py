@@ -99,7 +99,7 @@ async def whole(service: JobService, job_id: str, path: str) -> str:
     """All of a job's readable text, page by page."""
     pages, offset = [], 0
     while offset is not None:
-        page = await service.read(job_id, path, None, offset, 100_000)
+        page = await service.lookup.read(job_id, path, None, offset, 100_000)
         pages.append(page.content)
         offset = page.next_offset
     return "".join(pages)

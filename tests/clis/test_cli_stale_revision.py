@@ -115,7 +115,7 @@ async def test_a_stale_revisions_run_is_killed_and_the_member_decides_on_the_new
                 JobRequest(task=TASK, team=team, context_paths=[{"path": str(project)}])
             )
             await _until(held, "Codex's revision")
-            agents = (await service.view(view.job_id)).agents
+            agents = (await service.lookup.view(view.job_id)).agents
             letter = next(agent.letter for agent in agents if agent.model.startswith("cli/"))
             labels = [f"conclave.job={view.job_id}", f"conclave.agent={letter}"]
             container = docker.from_env().containers.list(filters={"label": labels})[0]

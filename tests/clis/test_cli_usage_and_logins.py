@@ -18,7 +18,7 @@ from conclave.config.clis import CLIS, keychain_user, login_fix, login_source
 from conclave.config.loading import parse_team
 from conclave.config.presets import resolve_team
 from conclave.errors import ConfigError
-from conclave.jobs.teams import cli_status
+from conclave.jobs.read.teams import cli_status
 from conclave.settings import Settings
 from tests.fakes.login_files import copilot_config
 

@@ -68,7 +68,7 @@ async def test_copilot_cli_works_from_the_users_github_login(
     team.write_text("agents:\n  - model: cli/copilot\ncoordination: {final: reuse}\nsandbox: {memory: 2g}\n")
     settings = Settings(home=tmp_path / "state")
     async with JobService.open(settings, environ=environ, retry=FAST, route=hosts.redirect()) as service:
-        listed = await service.teams()
+        listed = await service.lookup.teams()
         view = await until_cli_done(
             service,
             await service.submit(
@@ -77,8 +77,8 @@ async def test_copilot_cli_works_from_the_users_github_login(
                 )
             ),
         )
-        patch = (await service.read(view.job_id, "@diff", None, 0, 100_000)).content
-        transcript = (await service.read(view.job_id, "transcript", None, 0, 100_000)).content
+        patch = (await service.lookup.read(view.job_id, "@diff", None, 0, 100_000)).content
+        transcript = (await service.lookup.read(view.job_id, "transcript", None, 0, 100_000)).content
         events = [event.model_dump_json() for event in service.store.sync.events(view.job_id)]
 
     print(view.text())

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import anyio
 
+from conclave.jobs.read.views import JobView
 from conclave.jobs.service import JobService
-from conclave.jobs.views import JobView
 
 JOB_LIMIT_S = 120.0
 CLI_JOB_LIMIT_S = 800.0  # a job of CLI members: their containers, and real CLIs started for every run
@@ -27,6 +27,6 @@ async def until_cli_done(service: JobService, view: JobView) -> JobView:
 async def until_state(service: JobService, job_id: str, state: str, limit_s: float = 30.0) -> JobView:
     """Until the job reaches `state` (e.g. running: it holds a slot); TimeoutError after `limit_s`."""
     with anyio.fail_after(limit_s):
-        while (view := await service.view(job_id)).state != state:
+        while (view := await service.lookup.view(job_id)).state != state:
             await anyio.sleep(0.02)  # a condition polled under a limit, not a guess at how long it takes
     return view

@@ -158,7 +158,7 @@ def test_conclave_ask_names_what_was_held_back() -> None:
     from rich.console import Console
 
     from conclave.cli.render import render
-    from conclave.jobs.views import JobView
+    from conclave.jobs.read.views import JobView
 
     held = {"path": "pkg/__pycache__/m.pyc", "reason": "artifact", "fix": "pass allow_artifacts=true"}
     view = JobView(

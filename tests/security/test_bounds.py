@@ -15,7 +15,7 @@ from conclave.files.disk_budget import MB, DiskBudget
 from conclave.jobs.gc import prune
 from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
-from conclave.jobs.store import Store
+from conclave.jobs.store.sql import Store
 from conclave.sandbox.container import Sandbox
 from conclave.settings import Settings
 from tests.fakes.server import FakeProviders
@@ -34,7 +34,7 @@ async def test_past_the_queue_bound_a_job_is_refused_with_the_setting_named(
     async with JobService.open(settings, environ={KEY_ENV: "k-0123456789"}) as service:
         first = await service.submit(JobRequest(task="one", team=team))
         with anyio.fail_after(20):
-            while (await service.view(first.job_id)).state == "queued":
+            while (await service.lookup.view(first.job_id)).state == "queued":
                 await anyio.sleep(0.05)
         second = await service.submit(JobRequest(task="two", team=team))
         assert second.state == "queued"

@@ -84,5 +84,5 @@ async def test_a_caller_sees_only_its_own_jobs_and_the_cli_sees_all(
                         await bob.call_tool(tool, {"job_id": job_id})
                 with pytest.raises(Exception, match="no such job"):
                     await bob.read_resource(f"conclave://jobs/{job_id}/transcript")
-            assert (await cli.view(job_id)).job_id == job_id  # the CLI sees every caller's job
-            assert (await cli.view(local.job_id)).job_id == local.job_id
+            assert (await cli.lookup.view(job_id)).job_id == job_id  # the CLI sees every caller's job
+            assert (await cli.lookup.view(local.job_id)).job_id == local.job_id

@@ -95,8 +95,8 @@ sandbox: {{memory: 2g, cpus: 1}}
             view = await until_cli_done(service, view)
         finally:
             claude_answered.set()
-        patch = (await service.read(view.job_id, "@diff", None, 0, 100_000)).content
-        transcript = (await service.read(view.job_id, "transcript", None, 0, 100_000)).content
+        patch = (await service.lookup.read(view.job_id, "@diff", None, 0, 100_000)).content
+        transcript = (await service.lookup.read(view.job_id, "transcript", None, 0, 100_000)).content
         events = [event.model_dump_json() for event in service.store.sync.events(view.job_id)]
     print(view.text())
     keys = [CLAUDE_KEY, CODEX_KEY]

@@ -173,8 +173,8 @@ async def test_a_job_keeps_a_leaked_login_out_of_every_file_and_text_it_returns(
             JobRequest(task=TASK, team=str(team), context_paths=context, apply="force", verify="pytest -q")
         )
         view = await until_cli_done(service, view)
-        patch = (await service.read(view.job_id, "@diff", None, 0, 100_000)).content
-        transcript = (await service.read(view.job_id, "transcript", None, 0, 100_000)).content
+        patch = (await service.lookup.read(view.job_id, "@diff", None, 0, 100_000)).content
+        transcript = (await service.lookup.read(view.job_id, "transcript", None, 0, 100_000)).content
         events = [event.model_dump_json() for event in service.store.sync.events(view.job_id)]
 
     assert view.state == "completed" and view.result is not None and view.result.winner, view.text()

@@ -164,7 +164,7 @@ async def test_a_command_that_nests_1500_folders_fails_that_step_never_the_job(
         with anyio.fail_after(120):
             while not view.done:
                 view = await service.wait(view.job_id, 10)
-        transcript = (await service.read(view.job_id, "transcript", None, 0, 100_000)).content
+        transcript = (await service.lookup.read(view.job_id, "transcript", None, 0, 100_000)).content
     assert view.state == "completed", view.text()
     assert "RecursionError" not in transcript and "internal error" not in (
         view.phase + str(view.result.errors)

@@ -74,7 +74,9 @@ async def test_editing_skipping_or_shadowing_the_tests_does_not_make_a_wrong_ans
                 view = await service.wait(view.job_id, 10)
         letters = {a.model.rsplit("-", 1)[1]: a.letter for a in view.agents}
         label = {name: f"{letters[name]}1" for name in letters}
-        shadow_output = (await service.read(view.job_id, f"verify/{label['cy']}", None, 0, 100_000)).content
+        shadow_output = (
+            await service.lookup.read(view.job_id, f"verify/{label['cy']}", None, 0, 100_000)
+        ).content
     checks = view.checks()
     assert checks[label["dan"]].startswith("passed in "), checks
     assert "(1 test passed; the original files ran 1)" in checks[label["dan"]]  # the runner's count

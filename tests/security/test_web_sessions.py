@@ -33,7 +33,7 @@ import httpx2
 import pytest
 
 from conclave.cli.main import main
-from conclave.jobs.store import Store
+from conclave.jobs.store.sql import Store
 from tests.fakes.processes import http_process, web_server
 from tests.fakes.raw_mcp import HEADERS, INIT
 from tests.fakes.server import FakeProviders

@@ -4,7 +4,7 @@ page; and everything its web page shows beside (`page_parts`), and a job as a li
 `get_status` is the call a client makes most, often while many jobs run; each hop between the event loop
 and a worker thread waits for the loop's next turn, which a busy loop makes long (bench/bench_store.py).
 So a view is one hop: the job-id check, the caller check and every read behind it run together, on a
-reader connection (jobs/connections.py), and web.json is looked at there too, never on the loop.
+reader connection (jobs/store/connections.py), and web.json is looked at there too, never on the loop.
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from conclave.coordination.reports import JobEvent, ShownAnswer
-from conclave.jobs.reader import job_workspaces
+from conclave.jobs.read.reader import job_workspaces
+from conclave.jobs.read.views import JobView, NoteView, job_view
+from conclave.jobs.read.web_link import WebLinks
 from conclave.jobs.steering import notes_and_conversation
-from conclave.jobs.store import AnswerRow, JobRow, JobState, Store
-from conclave.jobs.views import JobView, NoteView, job_view
-from conclave.jobs.web_link import WebLinks
+from conclave.jobs.store.sql import AnswerRow, JobRow, JobState, Store
 
 
 @dataclass(frozen=True)

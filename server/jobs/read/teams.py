@@ -11,7 +11,7 @@ from conclave.config.clis import CLIS, login_fix, login_source, split_cli_model
 from conclave.config.models import AgentSpec, Team
 from conclave.config.presets import resolve_team
 from conclave.errors import ConfigError
-from conclave.jobs.views import DEMO_TEAM, plural
+from conclave.jobs.read.views import DEMO_TEAM, plural
 
 WIDTH = 96  # `conclave teams` lines: a terminal's width, never a 200-character line
 

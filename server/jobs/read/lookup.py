@@ -22,15 +22,15 @@ from conclave.config.models import Team
 from conclave.config.presets import list_presets
 from conclave.errors import InputError, JobNotFound, term
 from conclave.files.workspaces import Workspaces
-from conclave.jobs.async_store import AsyncStore
 from conclave.jobs.estimate import history
 from conclave.jobs.reach import endpoints, unreachable
-from conclave.jobs.reader import WorkspacePage, job_workspaces, read_job, read_whole
-from conclave.jobs.store import JobRow, JobState, Store
-from conclave.jobs.teams import TeamList, team_list
-from conclave.jobs.view_read import JobLine, PageParts, job_line, page_parts, view_parts
-from conclave.jobs.views import FINAL_STATES, JobView, job_view
-from conclave.jobs.web_link import WebLinks
+from conclave.jobs.read.reader import WorkspacePage, job_workspaces, read_job, read_whole
+from conclave.jobs.read.teams import TeamList, team_list
+from conclave.jobs.read.view_read import JobLine, PageParts, job_line, page_parts, view_parts
+from conclave.jobs.read.views import FINAL_STATES, JobView, job_view
+from conclave.jobs.read.web_link import WebLinks
+from conclave.jobs.store.async_store import AsyncStore
+from conclave.jobs.store.sql import JobRow, JobState, Store
 from conclave.settings import Settings
 
 JOB_ID = re.compile(r"^cj-[0-9a-f]{12}$")
@@ -78,8 +78,8 @@ class JobLookup:
         return row
 
     async def view(self, job_id: object, caller: str | None = None) -> JobView:
-        """The job as get_status shows it, read in one reader-thread hop (jobs/view_read.py), with its
-        page on the web view when one is served (jobs/web_link.py)."""
+        """The job as get_status shows it, read in one reader-thread hop (jobs/read/view_read.py), with its
+        page on the web view when one is served (jobs/read/web_link.py)."""
         job_id = checked_job_id(job_id)
         parts = await self.store.read(view_parts, self.store.sync, self.web_links, job_id, caller)
         if parts is None:
@@ -103,7 +103,7 @@ class JobLookup:
         return await self.store.read(self.store.sync.changes, checked_job_id(job_id))
 
     async def page(self, job_id: object, caller: str | None = None, patch_chars: int = 400_000) -> PageParts:
-        """Everything the job's web page shows, read in one reader-thread hop (jobs/view_read.py); the
+        """Everything the job's web page shows, read in one reader-thread hop (jobs/read/view_read.py); the
         patch cut at `patch_chars`."""
         job_id = checked_job_id(job_id)
         jobs_dir = self.settings.home / "jobs"
@@ -131,7 +131,7 @@ class JobLookup:
         limit: int,
         caller: str | None = None,
     ) -> WorkspacePage:
-        """One page of what the job produced (read_workspace; jobs/reader.py says what can be read)."""
+        """One page of what the job produced (read_workspace; jobs/read/reader.py says what can be read)."""
         row = await self.row(job_id, caller)
         return await read_job(self.store.sync, row, self._workspaces(row), path, source, offset, limit)
 

@@ -2,8 +2,8 @@
 
 It is the single source of truth: any process answers `get_status` and `read_workspace` for any job.
 Schema changes are numbered migrations applied in order (`PRAGMA user_version` holds the last one).
-Calls are short local transactions, safe from any thread (jobs/connections.py): a server makes them
-in worker threads through jobs/async_store.py, so the event loop never waits on SQLite; the CLI calls
+Calls are short local transactions, safe from any thread (jobs/store/connections.py): a server makes them
+in worker threads through jobs/store/async_store.py, so the event loop never waits on SQLite; the CLI calls
 them directly. State is private: the state folder and its jobs/ are made 0700 and the database 0600
 (SQLite gives its -wal and -shm files the database's mode), so other users of the machine read nothing
 of it.
@@ -26,12 +26,12 @@ from pydantic import BaseModel, ConfigDict
 from conclave.backends.base import Usage
 from conclave.coordination.reports import JobEvent, JobResult, Progress
 from conclave.coordination.tally import Posted
-from conclave.jobs.connections import Connections, private_dir, tighten
-from conclave.jobs.migrations import MIGRATIONS
-from conclave.jobs.progress_patch import json_set_sql, progress_patch
 from conclave.jobs.records import FilesResult, JobOptions
 from conclave.jobs.request import JobRequest, stored_request
-from conclave.jobs.store_conversations import ConversationRecords
+from conclave.jobs.store.connections import Connections, private_dir, tighten
+from conclave.jobs.store.conversations import ConversationRecords
+from conclave.jobs.store.migrations import MIGRATIONS
+from conclave.jobs.store.progress_patch import json_set_sql, progress_patch
 
 ADD_COLUMN = re.compile(r"\s*ALTER\s+TABLE\s+(\w+)\s+ADD\s+COLUMN\s+(\w+)", re.IGNORECASE)
 ACTIVE_STATES = ("queued", "running", "presenting")
@@ -136,7 +136,7 @@ class Store(ConversationRecords[JobRow]):
         return self._connections.write()
 
     def transaction(self) -> AbstractContextManager[sqlite3.Connection]:
-        """One write transaction around several calls (they join it): jobs/async_store.py's batches."""
+        """One write transaction around several calls (they join it): jobs/store/async_store.py's batches."""
         return self._connections.write()
 
     def forget(self, job_id: str) -> None:

@@ -1,6 +1,6 @@
 """The store's schema, as numbered migrations: each runs once, in order, and a new one is appended.
 
-jobs/store.py runs the ones a database has not seen (its `user_version` counts them)."""
+jobs/store/sql.py runs the ones a database has not seen (its `user_version` counts them)."""
 
 MIGRATIONS: tuple[str, ...] = (
     """
@@ -70,7 +70,7 @@ MIGRATIONS: tuple[str, ...] = (
     """,
     # a team's past jobs, for estimates and list_teams' typical usage (team_usage)
     "CREATE INDEX jobs_team ON jobs(team_name, state, created_at)",
-    # a follow-up names the job it continues (store_conversations.py: conversations and steering notes)
+    # a follow-up names the job it continues (conversations.py: conversations and steering notes)
     """
     ALTER TABLE jobs ADD COLUMN follow_up TEXT;
     CREATE INDEX IF NOT EXISTS jobs_follow_up ON jobs(follow_up)
@@ -80,7 +80,7 @@ MIGRATIONS: tuple[str, ...] = (
     # the tokens an agent's cost does not cover (backends/base.py `Usage`); 0 for older rows, whose cost
     # was recorded only when it covered every token
     "ALTER TABLE usage ADD COLUMN uncosted_tokens INTEGER NOT NULL DEFAULT 0",
-    # the job as the caller asked for it (jobs/request.py); a job stored before has none (store.py reads
+    # the job as the caller asked for it (jobs/request.py); a job stored before has none (sql.py reads
     # it from the task and the options of then)
     "ALTER TABLE jobs ADD COLUMN request_json TEXT",
 )

@@ -11,7 +11,7 @@ from conclave.backends.base import Usage
 from conclave.coordination.reports import AgentProgress, JobEvent, JobResult, Progress
 from conclave.errors import Surface, say, term
 from conclave.jobs.records import Estimate, FilesResult
-from conclave.jobs.store import JobRow, JobState
+from conclave.jobs.store.sql import JobRow, JobState
 
 FINAL_STATES: frozenset[str] = frozenset({"completed", "failed", "cancelled", "interrupted"})
 
@@ -70,7 +70,7 @@ class JobView(_View):
     )
     follow_up: str | None = Field(default=None, description="the earlier job this one continues")
     # "thread" is the published name (the output schema, `show --thread`, the "thread" resource) of what
-    # the code calls a conversation (jobs/store_conversations.py); "thread" elsewhere is an OS thread.
+    # the code calls a conversation (jobs/store/conversations.py); "thread" elsewhere is an OS thread.
     thread: list[str] = Field(
         default_factory=list, description="every job of this conversation, oldest first"
     )

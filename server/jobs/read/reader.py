@@ -5,7 +5,7 @@ paths, every file of the final tree or of any answer's snapshot.
 Text is paged by characters (`offset`, `limit`) so a client with a small tool-result budget can read
 anything in pieces; a listing is paged by entries. A file path with no `source` reads the final tree.
 File paths are confined to their tree like every path a caller gives. The store is read in worker
-threads (its methods are thread-safe, jobs/connections.py), never on the event loop.
+threads (its methods are thread-safe, jobs/store/connections.py), never on the event loop.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from conclave.errors import InputError, term
 from conclave.files.trees import list_tree, read_bytes
 from conclave.files.workspaces import Workspaces
 from conclave.jobs.follow_ups import best_answer, verdict
-from conclave.jobs.store import JobRow, Store
+from conclave.jobs.store.sql import JobRow, Store
 
 MAX_LIMIT = 100_000
 PATH_HELP = (

@@ -1,9 +1,9 @@
-"""The job store as a server uses it: the same methods (names and arguments) as jobs/store.py, awaited,
+"""The job store as a server uses it: the same methods (names and arguments) as jobs/store/sql.py, awaited,
 so the event loop never waits on SQLite.
 
 One pattern: every Store method a server calls has its awaitable twin here, in its lane (a read in a
 reader thread, a write by the writer); a function of several reads that takes the Store (a view's
-parts, a transcript: jobs/view_read.py, jobs/reader.py) runs whole through `read`, one thread hop.
+parts, a transcript: jobs/read/view_read.py, jobs/read/reader.py) runs whole through `read`, one thread hop.
 Only code already in a worker thread uses `sync`.
 
 Writes go through one writer: a task that takes every write queued since its last turn and runs them
@@ -11,7 +11,7 @@ in its one thread as one transaction (a batch: 16 busy jobs commit together, not
 wakes what waited on them. Writes keep the order they were queued in, whoever queued them. A job's
 events (`record`) are queued without waiting, so reporting never holds a job up, nor lets another
 job's turn in between (the budget and the turns see the same order as with no store at all); every
-other write returns once it is committed. Reads run in threads of their own (jobs/store_lanes.py),
+other write returns once it is committed. Reads run in threads of their own (jobs/store/lanes.py),
 each with its own connection, beside the writes (WAL readers never wait for a writer). Every write to a job
 wakes this
 process's waiters on that job (`changed`): a long-poll here is woken, not polling; a job run by
@@ -36,13 +36,13 @@ import anyio.to_thread
 from conclave.coordination.reports import JobEvent, Progress
 from conclave.jobs.records import FilesResult, JobOptions
 from conclave.jobs.request import JobRequest
-from conclave.jobs.store import AgentUsage, AnswerRow, JobRow, Store
-from conclave.jobs.store_lanes import Lane
+from conclave.jobs.store.lanes import Lane
+from conclave.jobs.store.sql import AgentUsage, AnswerRow, JobRow, Store
 
 logger = logging.getLogger(__name__)
 P = ParamSpec("P")
 T = TypeVar("T")
-READERS = 4  # reads at once: each holds a connection of its own (jobs/connections.py)
+READERS = 4  # reads at once: each holds a connection of its own (jobs/store/connections.py)
 
 
 @dataclass
@@ -236,7 +236,7 @@ class AsyncStore:
     async def answers(self, job_id: str) -> list[AnswerRow]:
         return await self.read(self.sync.answers, job_id)
 
-    # Conversations: follow-ups and steering notes (jobs/store_conversations.py) ----------------------
+    # Conversations: follow-ups and steering notes (jobs/store/conversations.py) ----------------------
     async def set_follow_up(self, job_id: str, earlier: str) -> None:
         await self.write(job_id, self.sync.set_follow_up, job_id, earlier)
 

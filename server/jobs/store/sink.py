@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from conclave.coordination.reports import JobEvent, Progress
-from conclave.jobs.async_store import AsyncStore
-from conclave.jobs.views import phase_of
+from conclave.jobs.read.views import phase_of
+from conclave.jobs.store.async_store import AsyncStore
 
 
 class StoreSink:

@@ -22,7 +22,7 @@ T = TypeVar("T")
 
 class Lane:
     """`threads` worker threads that run store calls, each with its own reader connection
-    (jobs/connections.py); `close` ends them."""
+    (jobs/store/connections.py); `close` ends them."""
 
     def __init__(self, threads: int, name: str) -> None:
         self._pool = ThreadPoolExecutor(threads, thread_name_prefix=name)

@@ -1,6 +1,6 @@
 """The store's rows for conversations: which job a follow-up continues, and steering notes.
 
-A mixin of `Store` (store.py), on its connection and its write transactions; migration 4 adds the
+A mixin of `Store` (sql.py), on its connection and its write transactions; migration 4 adds the
 `follow_up` column. A note is an event of kind "note" that any process may write; the job's owner
 reads the notes it has not delivered yet (`notes_after`) and records a "steered" event when the
 protocol takes one (jobs/steering.py).
@@ -17,8 +17,8 @@ CONVERSATION_LIMIT = 100  # jobs in one conversation, at most: a longer one is s
 
 
 class Linked(Protocol):
-    """What the conversation walk reads of a stored job (store.py's `JobRow`, which this module cannot import:
-    store.py imports it)."""
+    """What the conversation walk reads of a stored job (sql.py's `JobRow`, which this module cannot import:
+    sql.py imports it)."""
 
     @property
     def follow_up(self) -> str | None: ...

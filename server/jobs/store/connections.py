@@ -1,5 +1,5 @@
 """SQLite connections for the job store: one writer, used one transaction at a time, and one reader per
-thread, so the store's methods may run in any worker thread (jobs/async_store.py puts them there).
+thread, so the store's methods may run in any worker thread (jobs/store/async_store.py puts them there).
 
 WAL mode lets readers go on while a write is open, and never makes them wait for it; only writers
 queue, on `BEGIN IMMEDIATE` across processes and on the lock here within one. `synchronous=NORMAL`

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from conclave.jobs.owners import process_alive
+from conclave.jobs.store.owners import process_alive
 
 WEB_FILE = "web.json"
 RACY_NS = 1_000_000_000
@@ -69,7 +69,7 @@ class WebLinks:
     web`'s for the same state folder, if one runs. Every JobView asks, so web.json is parsed again only
     when it changes (another inode, size or mtime: `announce` rewrites it, `withdraw` removes it); what
     is left is a stat and a liveness check, blocking, so callers run it in a reader thread
-    (jobs/view_read.py)."""
+    (jobs/read/view_read.py)."""
 
     def __init__(self, home: Path) -> None:
         self.home = home

@@ -6,7 +6,7 @@ answer) has the token masked, so no transcript, event, log or state-folder file 
 
 The first test drives the snapshots directly; the second runs a whole job of two Claude Code members
 logged in with a login file, in their containers, the CLI replaced by a shell script that leaks as a
-persuaded CLI would (the real CLIs do the same in tests/clis/test_cli_secrets_e2e.py)."""
+persuaded CLI would (the real CLIs do the same in tests/security/test_cli_login_secrets_e2e.py)."""
 
 from __future__ import annotations
 

@@ -26,6 +26,7 @@ from conclave.backends.retry import RetryPolicy
 from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
 from conclave.settings import Settings
+from tests.clis.conftest import hosts, project
 from tests.fakes.calc_task import TASK
 from tests.fakes.cli_worker import CliWorker
 from tests.fakes.leaks import tokens
@@ -35,6 +36,8 @@ from tests.fakes.script import RecordedRequest, Reply
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import decide, own_letter, vote_labels
 from tests.fakes.waits import until_cli_done
+
+__all__ = ["hosts", "project"]  # the fixtures this module uses, from tests/clis/conftest.py
 
 pytestmark = pytest.mark.anyio
 FAST = RetryPolicy(max_attempts=2, base_delay_s=0.01, max_delay_s=0.05)

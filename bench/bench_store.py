@@ -42,7 +42,7 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tests' fakes
 
-from conclave.jobs.request import JobRequest
+from bench.submitting import submit
 from tests.fakes.script import RecordedRequest, Reply
 from tests.fakes.team import KEY_ENV, decide, is_presentation, own_letter, vote_labels
 
@@ -135,7 +135,7 @@ async def run_jobs(
     ):
         await client.list_tools()  # as a client does once connected: the tools' schemas it validates with
         started, cpu = time.monotonic(), _cpu_s()
-        ids = [(await service.submit(JobRequest(task=TASK, team=str(team)))).job_id for team in teams]
+        ids = [(await submit(service, TASK, str(team))).job_id for team in teams]
         finished: dict[str, float] = {}
 
         async def finish(job_id: str) -> None:

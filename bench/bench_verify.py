@@ -30,8 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tests' fakes
 
 import docker
 
+from bench.submitting import submit
 from conclave.backends.retry import RetryPolicy
-from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
 from conclave.settings import Settings
 from tests.fakes.calc_task import CALC, TASK, TESTS
@@ -75,9 +75,7 @@ async def one_job(root: Path, latency: float, verify: str | None, concurrency: i
             if verify is not None:  # a job on a running server: its check pool, where it has one, is filled
                 await pool_filled(client, concurrency)
             started = time.perf_counter()
-            view = await service.submit(
-                JobRequest(task=TASK, team=team, context_paths=[{"path": str(project)}], verify=verify)
-            )
+            view = await submit(service, TASK, team, context_paths=[{"path": str(project)}], verify=verify)
             seen = 0
             while not view.done:
                 labels = {"label": f"conclave.job={view.job_id}"}

@@ -1,6 +1,6 @@
 """What checks and commands cost, before and after a change, measured in the same run.
 
-    python bench/bench_checks.py [--before REF]     # REF: the code to compare with (default: main)
+    python bench/bench_checks.py [--before REF] [--out FILE]  # REF: the code to compare with (main)
 
 The code at REF is exported (`git archive`) to a temporary folder, and each measurement runs in a child
 process, once on that code and once on this checkout's, alternately, so the machine's load hits both
@@ -199,7 +199,7 @@ async def first_check() -> dict[str, float]:
 
 async def jobs(latency: float) -> dict[str, Any]:
     from bench.bench_verify import one_job
-    from tests.test_verify import CHECK
+    from tests.fakes.calc_task import CHECK
 
     rows: dict[str, list[dict[str, Any]]] = {"without": [], "with": []}
     overheads: list[float] = []
@@ -252,6 +252,7 @@ def ratio(after: float, before: float) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--before", default="main")
+    parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--child")
     parser.add_argument("--tree")
     args = parser.parse_args()
@@ -322,7 +323,7 @@ def main() -> None:
         "check_overhead_per_answer is, in the end-to-end job, check_started to checked less the command's "
         "own duration (which includes the exec, or the runner's round trip)"
     )
-    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))
 
 

@@ -34,11 +34,10 @@ from bench.submitting import submit
 from conclave.backends.retry import RetryPolicy
 from conclave.jobs.service import JobService
 from conclave.settings import Settings
-from tests.fakes.calc_task import CALC, TASK, TESTS
+from tests.fakes.calc_task import CALC, CHECK, TASK, TESTS, agent
 from tests.fakes.script import RecordedRequest, Reply
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import KEY_ENV, TRIO, write_team
-from tests.test_verify import CHECK, agent
 
 RESULTS = Path(__file__).parent / "results" / "verify.json"
 ENV = {KEY_ENV: "bench-key-0123456789"}

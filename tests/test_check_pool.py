@@ -18,10 +18,11 @@ from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
 from conclave.sandbox.engine import PROCESS_OWNER
 from conclave.settings import Settings
+from tests.fakes.calc_task import TASK, agent
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import write_team
 from tests.fakes.waits import until_done
-from tests.test_verify import ENV, FAST, TASK, agent
+from tests.test_verify import ENV, FAST
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("docker_image")]
 POOLED = {"label": [f"conclave.job={JOB_LABEL}", f"conclave.owner={PROCESS_OWNER.id}"]}

@@ -12,7 +12,6 @@ import os
 import re
 import threading
 from pathlib import Path
-from typing import Any
 
 import anyio
 import pytest
@@ -22,47 +21,20 @@ from conclave.errors import InputError, SandboxUnavailable
 from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
 from conclave.settings import Settings
-from tests.fakes.calc_task import CALC, TASK, calc_project
-from tests.fakes.script import RecordedRequest, Reply
+from tests.fakes.calc_task import CALC, CHECK, TASK, agent, calc_project
+from tests.fakes.script import Reply
 from tests.fakes.server import FakeProviders
-from tests.fakes.team import KEY_ENV, TRIO, decide, vote_labels, write_team
+from tests.fakes.team import KEY_ENV, TRIO, write_team
 from tests.fakes.waits import until_done
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("docker_image")]
 ENV = {KEY_ENV: "test-key-0123456789"}
 FAST = RetryPolicy(max_attempts=3, base_delay_s=0.01, max_delay_s=0.05)
-CHECK = "pytest -q"  # the sandbox image carries pytest, so the check a Python project names works as is
-FIXES = {"ann": "return a + b", "bob": "return a * b"}  # bob's "fix" fails the test: 2 * 3 != 5
 
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
     return calc_project(tmp_path)
-
-
-def label_of(request: RecordedRequest, author: str) -> str | None:
-    """The current label whose answer names `author` (answers say who wrote them)."""
-    for label in vote_labels(request):
-        section = request.text().split(f"## Answer {label}", 1)[-1].split("## Answer", 1)[0]
-        if f"({author})" in section:
-            return label
-    return None
-
-
-def agent(favourite: str) -> Any:
-    """Edits calc.py its own way (cy leaves it as it is), answers, then always votes for `favourite`'s."""
-
-    def respond(request: RecordedRequest) -> Reply:
-        me = request.agent
-        if label_of(request, me) is None:
-            if me in FIXES and "replaced 1 occurrence" not in request.text():
-                edit = {"path": "calc.py", "old_text": "return a - b", "new_text": FIXES[me]}
-                return Reply(tool_calls=[("edit_file", edit)])
-            return decide("new_answer", {"content": f"add() fixed in calc.py ({me})."}, request)
-        target = label_of(request, favourite) or label_of(request, me)
-        return decide("vote", {"answer": target, "reason": "looks right"}, request)
-
-    return respond
 
 
 async def test_the_answer_that_passes_the_tests_wins_over_the_voters_favourite(

@@ -15,11 +15,10 @@ from conclave.files.protect import DEFAULT_PROTECT, restore, shadows
 from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
 from conclave.settings import Settings
-from tests.fakes.calc_task import CALC, TESTS
+from tests.fakes.calc_task import CALC, TESTS, label_of
 from tests.fakes.script import RecordedRequest, Reply
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import KEY_ENV, decide, write_team
-from tests.test_verify import label_of
 
 pytestmark = pytest.mark.anyio
 CHECK = "python3 -m pytest -q"

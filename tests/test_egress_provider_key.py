@@ -88,6 +88,16 @@ async def provider() -> AsyncIterator[Provider]:
         group.cancel_scope.cancel()
 
 
+async def quiet(proxy: EgressProxy) -> None:
+    """Until the proxy has finished with every connection. Closing it while a connection's copy waits on
+    a client socket that the test's thread has just closed races inside anyio's asyncio streams (the
+    cancelled wait's reader fires before its done-callback removes it: an InvalidStateError in the loop,
+    seen once in CI), so each test lets its exchanges end first, as a client would."""
+    with anyio.fail_after(10):
+        while proxy.open_connections:
+            await anyio.sleep(0.01)
+
+
 def _header(head: bytes, name: bytes) -> bytes:
     return next(
         line.split(b":", 1)[1].strip() for line in head.split(b"\r\n") if line.lower().startswith(name + b":")
@@ -115,6 +125,7 @@ async def test_a_request_to_the_bridge_reaches_the_provider_with_the_real_key(
     async with egress_proxy(sock, allowlist_for("claude-code", base_url=url)) as proxy:
         proxy.serve_key(ProviderKey(url, KEY))
         reply = await anyio.to_thread.run_sync(ask, sock, request.encode())
+        await quiet(proxy)
     assert reply.startswith(b"HTTP/1.1 200") and reply.endswith(b"from provider")
     assert reply.startswith(b"HTTP/1.1 200 Connection Established\r\n\r\nHTTP/1.1 200 OK") == bool(tunnel)
     (head,) = provider.heads
@@ -143,6 +154,7 @@ async def test_a_large_request_body_reaches_the_provider_whole(tmp_path: Path, p
     async with egress_proxy(sock, allowlist_for("codex", base_url=url)) as proxy:
         proxy.serve_key(ProviderKey(url, KEY))
         reply = await anyio.to_thread.run_sync(ask, sock, head.encode() + body)
+        await quiet(proxy)
     assert reply.endswith(b"from provider") and provider.bodies == [body]
     assert _header(provider.heads[0], b"authorization") == f"Bearer {KEY}".encode()
 
@@ -157,6 +169,7 @@ async def test_a_streamed_response_passes_through_chunk_by_chunk(tmp_path: Path,
         proxy.serve_key(ProviderKey(url, KEY))
         with anyio.fail_after(20):
             received = await anyio.to_thread.run_sync(_read_as_streamed, sock, request.encode(), provider)
+        await quiet(proxy)
     assert received.startswith(b"HTTP/1.1 200 OK") and received.endswith(b"".join(STREAMED))
 
 
@@ -171,6 +184,7 @@ async def test_a_key_echoed_in_the_response_is_masked_on_the_way_back(
     async with egress_proxy(sock, allowlist_for("claude-code", base_url=url)) as proxy:
         proxy.serve_key(ProviderKey(url, KEY))
         reply = await anyio.to_thread.run_sync(ask, sock, request.encode())
+        await quiet(proxy)
     assert _header(provider.heads[0], b"x-api-key") == KEY.encode()  # the provider got it
     assert KEY.encode() not in reply and reply.endswith(b"you sent " + b"*" * len(KEY) + b" ok"), reply
 
@@ -205,6 +219,7 @@ async def test_other_hosts_are_still_refused_and_logged_without_path_or_key(
     async with egress_proxy(sock, allowlist_for("claude-code", base_url=url), label="cj-1/A") as proxy:
         proxy.serve_key(ProviderKey(url, KEY))
         reply = await anyio.to_thread.run_sync(ask, sock, target.encode())
+        await quiet(proxy)
     assert reply.startswith(b"HTTP/1.1 403 Forbidden") and KEY.encode() not in reply
     assert [(d.method, d.host) for d in proxy.denied] == [(target.split()[0], "evil.example")]
     assert proxy.admitted == 0 and provider.heads == []
@@ -223,6 +238,7 @@ async def test_a_tunnel_to_the_bridge_carries_only_a_request_to_the_bridge(
         reply = await anyio.to_thread.run_sync(
             ask, sock, b"CONNECT 127.0.0.1:3128 HTTP/1.1\r\n\r\n" + inner.encode()
         )
+        await quiet(proxy)
     assert reply.startswith(b"HTTP/1.1 200 Connection Established\r\n\r\nHTTP/1.1 400")
     assert provider.heads == [] and proxy.admitted == 0
 
@@ -237,6 +253,7 @@ async def test_without_a_key_held_a_request_to_the_bridge_is_refused(
     ) as proxy:
         reply = await anyio.to_thread.run_sync(ask, sock, b"POST /v1/messages HTTP/1.1\r\n\r\n")
         tunnel = await anyio.to_thread.run_sync(ask, sock, b"CONNECT 127.0.0.1:3128 HTTP/1.1\r\n\r\n")
+        await quiet(proxy)
     assert reply.startswith(b"HTTP/1.1 400") and tunnel.startswith(b"HTTP/1.1 403")
     assert provider.heads == [] and proxy.admitted == 0
 
@@ -261,6 +278,7 @@ async def test_an_https_provider_is_reached_over_tls_from_the_host(tmp_path: Pat
             proxy.serve_key(ProviderKey("https://api.anthropic.com", KEY))
             reply = await anyio.to_thread.run_sync(ask, sock, request.encode())
             wrong = await _wrong_name(proxy, sock)
+            await quiet(proxy)
         group.cancel_scope.cancel()
     assert reply.startswith(b"HTTP/1.1 200") and reply.endswith(b"from provider"), reply
     (head,) = provider.heads

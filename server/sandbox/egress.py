@@ -117,6 +117,12 @@ class EgressProxy:
         self._provider: ProviderKey | None = None
         self._tls: ssl.SSLContext | None = None
 
+    @property
+    def open_connections(self) -> int:
+        """Client connections being served now: 0 once every exchange is over, so a caller may close the
+        proxy without cancelling one mid-read."""
+        return int(self._limiter.borrowed_tokens)
+
     def serve_key(self, provider: ProviderKey) -> None:
         """Hold a key-mode member's key: from now on a request to the bridge itself goes to
         `provider.url` with that key (sandbox/provider_key.py). The provider's host must be on the

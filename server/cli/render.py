@@ -21,6 +21,8 @@ from conclave.coordination.reports import ShownAnswer
 from conclave.jobs.read.views import JobView, cost_text, estimate_text, plural
 
 SHOWN_ANSWER = 40  # characters of an answer's short form in the tally
+# each member's spend: tokens in (cached among them, as providers bill them), out, its part of the job's
+SPEND_COLUMNS = ("in", "cached", "out", "share")
 
 
 @dataclass(frozen=True)
@@ -70,12 +72,14 @@ def render(view: JobView, texts: Mapping[str, str] | None = None, width: int = 1
     """The live view: a line per agent (state, answers, vote), the tally by answer, elapsed time."""
     texts = texts or {}
     table = Table(title=printable(f"{view.job_id} - team {view.team} - {view.state}"), title_justify="left")
-    for column in ("agent", "model", "state", "answers", "vote", "tokens in/out"):
-        table.add_column(column)
+    for column in ("agent", "model", "state", "answers", "vote", "in", "cached", "out", "share"):
+        table.add_column(column, justify="right" if column in SPEND_COLUMNS else "left")
     for agent in view.agents:
-        state = agent.state if not agent.error else f"failed: {agent.error[:60]}"
-        tokens = f"{agent.usage.input_tokens}/{agent.usage.output_tokens}"
-        cells = (agent.letter, agent.model, state, str(agent.answers), agent.vote or "-", tokens)
+        state = agent.state if not agent.error else f"{agent.state}: {agent.error[:60]}"
+        used = agent.usage
+        share = f"{agent.token_share:.0%}" if agent.token_share is not None else "-"
+        spend = (f"{used.input_tokens:,}", f"{used.cached_input_tokens:,}", f"{used.output_tokens:,}", share)
+        cells = (agent.letter, agent.model, state, str(agent.answers), agent.vote or "-", *spend)
         table.add_row(*(printable(cell) for cell in cells))
     lines: list[Table | Text] = [table]
     round_ = view.progress.round if view.progress is not None else 0
@@ -112,12 +116,16 @@ def closing(view: JobView, width: int) -> list[Text]:
     if result is not None:
         lines.append(wrapped(f"why: {result.reason}", width))
     for letter, error in (result.errors if result is not None else {}).items():
-        lines.append(wrapped(f"{letter} failed: {error}", width))
+        lines.append(wrapped(f"{letter} {view.dropped(letter)}: {error}", width))
     for note in view.diff_summary.file_notes() if view.diff_summary else []:
         lines.append(wrapped(note, width))
-    cost = f", {cost_text(view.usage)}" if view.usage.cost_usd is not None else ""
+    used = view.usage
+    cost = f", {cost_text(used)}" if used.cost_usd is not None else ""
     lines.append(
-        Text(f"usage: {view.usage.input_tokens:,} tokens in, {view.usage.output_tokens:,} out{cost}")
+        Text(
+            f"usage: {used.input_tokens:,} tokens in ({used.cached_input_tokens:,} cached), "
+            f"{used.output_tokens:,} out{cost}"
+        )
     )
     return lines
 

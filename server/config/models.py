@@ -77,6 +77,25 @@ class Price(_Strict):
     cached_input: float | None = Field(default=None, ge=0)
 
 
+MEMBER_TOKENS_FIX = "give the most tokens (in and out, over the whole job) this member may use, e.g. 300000"
+
+
+class MemberBudget(_Strict):
+    """One member's own limit beside the job's (coordination.max_tokens): once its usage reaches it, the
+    member takes no more turns and the job goes on with the others (coordination/orchestrator.py)."""
+
+    max_tokens: int = Field(description="the tokens (in and out) this member may use in one job")
+
+    @field_validator("max_tokens", mode="before")
+    @classmethod
+    def _positive_tokens(cls, value: object) -> object:
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 10**10:
+            raise ValueError(
+                f"budget.max_tokens {value!r} is not a whole number from 1 to 10^10: {MEMBER_TOKENS_FIX}"
+            )
+        return value
+
+
 class AgentSpec(_Strict):
     """One team member: a `provider/model` string and how to call it."""
 
@@ -98,6 +117,7 @@ class AgentSpec(_Strict):
     max_attempts: Annotated[int, Field(ge=1, le=10)] = 4
     model_path: str | None = None
     price: Price | None = None
+    budget: MemberBudget | None = None  # this member's own limit, beside the job's
     # A coding-agent CLI member kept only when the user is logged in to its CLI (the subscriptions preset).
     if_logged_in: bool = False
 

@@ -1,4 +1,5 @@
-"""A job's budget: its token and cost limits, watched as every Usage arrives.
+"""A job's budget (its token and cost limits) and each member's own token limit, watched as every Usage
+arrives.
 
 Once the job's usage reaches a limit, `gate` (awaited before every model call, turns.py) never returns,
 so no call starts after it, and `watch` feeds the protocol a `Stop`: turns in flight are cancelled and
@@ -16,6 +17,7 @@ from conclave.coordination.protocol_events import ProtocolEvent, Stop
 from conclave.coordination.tally import StopReason
 
 BUDGET_REACHED = "budget reached"  # how a stopped job's reason begins
+MEMBER_LIMIT_REACHED = "its own token limit reached"  # how a member's drop begins
 
 
 class Budget:
@@ -55,3 +57,27 @@ class Budget:
             await self._reached.wait()
             assert self.reason is not None
             await send.send(Stop(self.reason, StopReason.BUDGET))
+
+
+class MemberLimit:
+    """One member's own token limit (its team entry's `budget.max_tokens`), beside the job's.
+
+    Reaching it drops the member alone: the orchestrator fails its turn in flight for good (the protocol's
+    fatal `TurnFailed`), so it takes no more turns, its vote no longer counts, and the job goes on with
+    the others; the result's `errors` carries `reason`.
+    """
+
+    def __init__(self, max_tokens: int | None) -> None:
+        self.max_tokens = max_tokens
+        self.reason: str | None = None
+
+    def reached(self, usage: Usage) -> bool:
+        """Look at the member's usage so far; True the first time it reaches the limit."""
+        if self.reason is not None or self.max_tokens is None or usage.tokens < self.max_tokens:
+            return False
+        self.reason = (
+            f"{MEMBER_LIMIT_REACHED}: {usage.tokens:,} tokens used of its budget.max_tokens "
+            f"{self.max_tokens:,}; it takes no more turns and the others go on (raise its budget.max_tokens "
+            "in the team file to let it spend more)"
+        )
+        return True

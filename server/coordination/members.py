@@ -9,7 +9,7 @@ import hashlib
 import random
 import string
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Protocol
 
 from conclave.backends import create_backend, create_scorer
@@ -17,6 +17,7 @@ from conclave.backends.base import Endpoint, Usage
 from conclave.clis.runner import CliMember
 from conclave.config.models import AgentSpec
 from conclave.coordination.agents import Agent, AgentFactory, ApiAgent, CliAgent, SplitAgent
+from conclave.coordination.budget import MemberLimit
 from conclave.coordination.reports import JobEvent, Progress
 from conclave.coordination.turn_context import TurnContext
 
@@ -81,6 +82,10 @@ class Member:
     ctx: TurnContext | None = None
     usage: Usage = Usage()
     presenting: bool = False
+    limit: MemberLimit = field(init=False)  # its own token limit (budget.max_tokens), beside the job's
+
+    def __post_init__(self) -> None:
+        self.limit = MemberLimit(self.spec.budget.max_tokens if self.spec.budget is not None else None)
 
     def charge(self, usage: Usage, first: bool) -> Usage:
         """One report added to this member's usage, at its price unless it says its own cost (a CLI's);

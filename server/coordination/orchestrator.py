@@ -292,9 +292,14 @@ class Orchestrator:
         async with send:
             with scope:
                 try:
-                    picture = self.files.picture(action.letter)
-                    decided = await member.agent.turn(ctx, action, self._shown(action.labels), picture)
-                    event = answers.read_decision(action, self.task, decided)
+                    if member.limit.reason is not None:  # reached between turns: no call starts
+                        event: ProtocolEvent = TurnFailed(
+                            action.letter, action.turn_id, member.limit.reason, fatal=True
+                        )
+                    else:
+                        picture = self.files.picture(action.letter)
+                        decided = await member.agent.turn(ctx, action, self._shown(action.labels), picture)
+                        event = answers.read_decision(action, self.task, decided)
                 except (ProviderError, TimeoutError) as exc:  # retries are spent: the agent is out
                     event = TurnFailed(action.letter, action.turn_id, _describe(exc), fatal=True)
                 except Exception as exc:  # anything else fails this turn only, never the job
@@ -305,6 +310,16 @@ class Orchestrator:
                     await self._emit("answer_refused", action.letter, error=event.error)
                 await send.send(event)
             self._scopes.pop(action.turn_id, None)
+
+    def _drop(self, member: Member) -> None:
+        """The member reached its own token limit: its turn in flight ends now, for good (the protocol's
+        fatal TurnFailed, ahead of anything the cancelled turn might still send). A charge between
+        turns (a killed run's last) leaves it to its next turn, which fails before it calls anything."""
+        turn = self.state.agents[member.letter].turn
+        if turn is None or member.limit.reason is None:
+            return
+        self._scopes.pop(turn.turn_id, anyio.CancelScope()).cancel()
+        self._send.send_nowait(TurnFailed(member.letter, turn.turn_id, member.limit.reason, fatal=True))
 
     async def _present(self, action: Present, send: MemoryObjectSendStream[ProtocolEvent]) -> None:
         member = self.members[action.letter]
@@ -356,6 +371,8 @@ class Orchestrator:
         async def on_usage(usage: Usage, first: bool) -> None:
             charged = member.charge(usage, first)
             self.budget.charge(sum((m.usage for m in self.members.values()), Usage()))
+            if member.limit.reached(member.usage):
+                self._drop(member)
             await self._emit("usage", member.letter, **asdict(charged))
 
         async def no_work(call: ToolCall) -> None:

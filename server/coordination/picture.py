@@ -22,7 +22,7 @@ def progress(
     for letter, member in sorted(members.items()):
         agent = state.agents[letter]
         name: AgentStateName = (
-            "failed"
+            ("stopped" if member.limit.reason is not None else "failed")
             if not agent.active
             else "working"
             if agent.turn
@@ -44,6 +44,7 @@ def progress(
                 vote=vote,
                 error=agent.error,
                 usage=member.usage,
+                max_tokens=member.limit.max_tokens,
             )
         )
     agree = [list(group) for group in state.agreeing()]

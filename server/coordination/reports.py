@@ -51,7 +51,8 @@ class JobEvent(_Record):
     at: float = 0.0  # seconds since the job started
 
 
-AgentStateName = Literal["working", "voted", "waiting", "presenting", "done", "failed"]
+# stopped: the member reached its own token limit (budget.py MemberLimit) and takes no more turns
+AgentStateName = Literal["working", "voted", "waiting", "presenting", "done", "failed", "stopped"]
 CheckStatus = Literal["running", "passed", "failed", "error"]
 TAIL_LINES, LINE_CHARS = 5, 200  # what a check keeps of its output's end for voters and the view
 
@@ -161,6 +162,15 @@ class AgentProgress(_Record):
     vote: str | None = Field(default=None, description="the answer label this agent currently votes for")
     error: str | None = None
     usage: Usage = Usage()
+    # set as a job is read (jobs/read/views.py), from every member's usage then; never stored
+    token_share: float | None = Field(
+        default=None,
+        description="this member's part of the job's tokens (in and out), 0 to 1: for a coding-agent CLI "
+        "member on a plan, how much of the job's spend came out of that plan",
+    )
+    max_tokens: int | None = Field(
+        default=None, description="this member's own token limit (budget.max_tokens in its team entry)"
+    )
 
 
 class Progress(_Record):

@@ -3,7 +3,9 @@
 The wire format follows the real API: a `message` object, or the SSE events message_start,
 content_block_start / content_block_delta (text_delta, input_json_delta) / content_block_stop,
 message_delta, message_stop, each with its `event:` line. Usage is rendered so that a client that adds
-cache reads to `input_tokens` gets back the scripted (input, output, cached) triple.
+cache reads and writes to `input_tokens` gets back the scripted (input, output, cached) triple; with the
+script's prompt cache on, an unscripted reply reads and writes at the request's `cache_control`
+breakpoints (prompt_cache.py).
 """
 
 from __future__ import annotations
@@ -58,12 +60,12 @@ def routes(script: Script) -> list[Route]:
             if streamed:
                 return StreamingResponse(_garbage_events(), media_type="text/event-stream")
             return Response("<html>502 upstream hiccup</html>", media_type="text/html")
-        message = build_message(reply, recorded)
-        usage = message["usage"]
-        total_in, cached = (
-            usage["input_tokens"] + usage["cache_read_input_tokens"],
-            usage["cache_read_input_tokens"],
+        message = build_message(
+            reply, recorded, script.cache.breakpoints(f"anthropic/{recorded.agent}", body)
         )
+        usage = message["usage"]
+        cached = usage["cache_read_input_tokens"]
+        total_in = usage["input_tokens"] + cached + usage["cache_creation_input_tokens"]
         if not streamed:
             script.charge(recorded.agent, total_in, usage["output_tokens"], cached)
             return JSONResponse(message, headers={"request-id": message["id"]})
@@ -90,8 +92,9 @@ def error_response(reply: Reply) -> Response:
     return JSONResponse(body, status_code=reply.status, headers=headers)
 
 
-def build_message(reply: Reply, request: RecordedRequest) -> dict[str, Any]:
-    """The complete `message` object for a reply (the non-streamed body; streams are cut from it)."""
+def build_message(reply: Reply, request: RecordedRequest, cache: tuple[int, int] = (0, 0)) -> dict[str, Any]:
+    """The complete `message` object for a reply (the non-streamed body; streams are cut from it);
+    `cache`: the tokens its prompt cache read and wrote (prompt_cache.py), unless the usage is scripted."""
     content: list[dict[str, Any]] = []
     if reply.text:
         content.append({"type": "text", "text": reply.text})
@@ -99,7 +102,8 @@ def build_message(reply: Reply, request: RecordedRequest) -> dict[str, Any]:
         # a str is sent as is: the malformed-arguments case (the real API always sends an object)
         content.append({"type": "tool_use", "id": _id("toolu"), "name": name, "input": arguments})
     output_text = reply.text + "".join(_arguments_text(args) for _, args in reply.tool_calls)
-    total_in, out, cached = usage_for(reply, request, output_text)
+    total_in, out, cached = usage_for(reply, request, output_text, cache[0])
+    written = 0 if reply.usage is not None else min(cache[1], total_in - cached)
     return {
         "id": _id("msg"),
         "type": "message",
@@ -109,8 +113,10 @@ def build_message(reply: Reply, request: RecordedRequest) -> dict[str, Any]:
         "stop_reason": "tool_use" if reply.tool_calls else "end_turn",
         "stop_sequence": None,
         "usage": {
-            "input_tokens": total_in - cached,  # excludes cache reads, as the real API does
-            "cache_creation_input_tokens": 0,
+            "input_tokens": total_in
+            - cached
+            - written,  # excludes the cache's reads and writes, as the API does
+            "cache_creation_input_tokens": written,
             "cache_read_input_tokens": cached,
             "output_tokens": out,
         },
@@ -132,7 +138,8 @@ async def _events(
     early = min(1, usage["output_tokens"])  # the real API's message_start counts an output token or so
     start = {**message, "content": [], "stop_reason": None, "usage": {**usage, "output_tokens": early}}
     cached = usage["cache_read_input_tokens"]
-    charge(usage["input_tokens"] + cached, early, cached)  # billed from here on, whatever happens next
+    total_in = usage["input_tokens"] + cached + usage["cache_creation_input_tokens"]
+    charge(total_in, early, cached)  # billed from here on, whatever happens next
     yield _sse("message_start", {"type": "message_start", "message": start})
     if cut:
         await asyncio.sleep(0.05)  # let the first chunk reach the client, then drop the connection

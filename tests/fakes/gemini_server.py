@@ -76,7 +76,9 @@ def routes(script: Script) -> list[Route]:
             if streamed:
                 return StreamingResponse(_aiter([b"data: <html>Bad Gateway</html>\n\n"]), media_type=SSE)
             return Response("<html><body>Bad Gateway</body></html>", media_type="text/html")
-        chunks = _response_chunks(reply, recorded, streamed)
+        parts = [body.get("tools"), body.get("systemInstruction"), body.get("contents")]
+        cached = script.cache.automatic(f"gemini/{agent}", parts)
+        chunks = _response_chunks(reply, recorded, streamed, cached)
         bill = _Bill(script, agent)
         if streamed:
             events = [(b"data: " + json.dumps(c).encode() + b"\n\n", c["usageMetadata"]) for c in chunks]
@@ -146,7 +148,9 @@ async def _aiter(items: list[bytes], cut: bool = False) -> AsyncIterator[bytes]:
             raise CutStream("scripted cut_stream")
 
 
-def _response_chunks(reply: Reply, request: RecordedRequest, streamed: bool) -> list[dict[str, Any]]:
+def _response_chunks(
+    reply: Reply, request: RecordedRequest, streamed: bool, cached: int = 0
+) -> list[dict[str, Any]]:
     """The GenerateContentResponse objects of one reply: one, or one per SSE event when streamed."""
     calls: list[dict[str, Any]] = []
     malformed: str | None = None
@@ -168,7 +172,7 @@ def _response_chunks(reply: Reply, request: RecordedRequest, streamed: bool) -> 
 
     pieces = _split(reply.text) if streamed else [reply.text]
     output_text = reply.text + "".join(json.dumps(c) for c in calls)
-    prompt, output, cached = usage_for(reply, request, output_text)
+    prompt, output, cached = usage_for(reply, request, output_text, cached)
     usage: dict[str, Any] = {
         "promptTokenCount": prompt,
         "candidatesTokenCount": output,

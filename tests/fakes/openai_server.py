@@ -21,6 +21,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from tests.fakes.prompt_cache import OPENAI_STEP
 from tests.fakes.script import RecordedRequest, Reply, Script, usage_for
 
 PATH = "/openai/{agent}/v1/chat/completions"
@@ -61,9 +62,11 @@ def routes(script: Script) -> list[Route]:
             (f"call_{uuid.uuid4().hex[:24]}", name, arguments_text(args)) for name, args in reply.tool_calls
         ]
         output = reply.text + "".join(args for _, _, args in calls)
-        usage = usage_json(usage_for(reply, recorded, output))
+        parts = [body.get("tools"), body.get("messages")]
+        cached = script.cache.automatic(f"openai/{recorded.agent}", parts, OPENAI_STEP)
+        prompt, out, cached = usage_for(reply, recorded, output, cached)
+        usage = usage_json((prompt, out, cached))
         model = str(body.get("model", "gpt-fake"))
-        prompt, out, cached = usage_for(reply, recorded, output)
 
         def charge() -> None:
             script.charge(recorded.agent, prompt, out, cached)

@@ -20,6 +20,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from tests.fakes.prompt_cache import OPENAI_STEP
 from tests.fakes.script import RecordedRequest, Reply, Script, usage_for
 
 PREFIX = "/responses/{agent}/v1"
@@ -44,7 +45,9 @@ def routes(script: Script) -> list[Route]:
             error = {"message": reply.error_message, "type": "server_error", "param": None, "code": None}
             return JSONResponse({"error": error}, status_code=reply.status)
         items = output_items(reply)
-        billed = usage_for(reply, recorded, json.dumps(items))
+        parts = [body.get("tools"), body.get("instructions"), body.get("input")]
+        cached = script.cache.automatic(f"responses/{recorded.agent}", parts, OPENAI_STEP)
+        billed = usage_for(reply, recorded, json.dumps(items), cached)
         script.charge(recorded.agent, billed[0], billed[1], billed[2])  # sent whole in response.completed
         usage = usage_json(billed)
         response = {

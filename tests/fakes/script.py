@@ -17,6 +17,8 @@ from typing import Any
 
 import anyio.to_thread
 
+from tests.fakes.prompt_cache import PromptCache
+
 GATE_LIMIT_S = 120  # a gate the test never opened lets the reply go after this, so a failed test still ends
 
 
@@ -79,7 +81,8 @@ class Script:
     error reply or a cut body before any usage not), the way a provider bills.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, prompt_cache: bool = False) -> None:
+        self.cache = PromptCache(prompt_cache)  # cached input as each provider reports it (prompt_cache.py)
         self._lock = threading.Lock()
         self._queues: dict[str, deque[Responder]] = {}
         self._defaults: dict[str, Responder] = {}
@@ -126,8 +129,12 @@ def estimate_tokens(text: str) -> int:
     return max(1, len(text) // 4)
 
 
-def usage_for(reply: Reply, request: RecordedRequest, output_text: str) -> tuple[int, int, int]:
-    """The usage a fake reports: scripted, else derived from the sizes."""
+def usage_for(
+    reply: Reply, request: RecordedRequest, output_text: str, cached: int = 0
+) -> tuple[int, int, int]:
+    """The usage a fake reports: scripted, else derived from the sizes, with the `cached` input its
+    prompt cache found (prompt_cache.py) among the input."""
     if reply.usage is not None:
         return reply.usage
-    return estimate_tokens(request.text()), estimate_tokens(output_text), 0
+    prompt = estimate_tokens(request.text())
+    return prompt, estimate_tokens(output_text), min(cached, prompt)

@@ -101,6 +101,13 @@ class JobView(_View):
         live = self.progress or Progress(phase="")
         return live.tally, live.agree
 
+    def dropped(self, letter: str) -> str:
+        """How an agent named in the result's errors left the vote: "stopped" at its own token limit,
+        else "failed"."""
+        return (
+            "stopped" if any(a.letter == letter and a.state == "stopped" for a in self.agents) else "failed"
+        )
+
     def checks(self) -> dict[str, str]:
         """Each answer's check in words (with verify), e.g. "passed in 3.1 s"."""
         return {
@@ -119,7 +126,7 @@ class JobView(_View):
             error = f", error: {agent.error}" if agent.error else ""
             lines.append(
                 f"  {agent.letter} {agent.model}: {agent.state}, "
-                f"{plural(agent.answers, 'answer')}{vote}{error}"
+                f"{plural(agent.answers, 'answer')}{vote}{error}; {spend_text(agent)}"
             )
         result = self.result
         tally = self.votes()[0]
@@ -143,7 +150,7 @@ class JobView(_View):
             else:
                 lines.append(f"Ended: {result.reason}")
         for letter, error in (result.errors if result is not None else {}).items():
-            lines.append(f"  {letter} failed: {error}")
+            lines.append(f"  {letter} {self.dropped(letter)}: {error}")
         for note in self.notes:
             lines.append(f"Note{'' if note.seen else ' (not seen yet)'}: {note.text}")
         if len(self.thread) > 1:
@@ -163,6 +170,18 @@ class JobView(_View):
         if self.web_url:
             lines.append(f"Watch it live: {self.web_url}")
         return "\n".join(lines)
+
+
+def spend_text(agent: AgentProgress) -> str:
+    """A member's spend on one line: "12,400 in (9,800 cached), 310 out, 41% of the job's tokens", with
+    its own limit when it has one."""
+    usage = agent.usage
+    parts = [f"{usage.input_tokens:,} in ({usage.cached_input_tokens:,} cached), {usage.output_tokens:,} out"]
+    if agent.token_share is not None:
+        parts.append(f"{agent.token_share:.0%} of the job's tokens")
+    if agent.max_tokens is not None:
+        parts.append(f"its limit {agent.max_tokens:,}")
+    return ", ".join(parts)
 
 
 def cost_text(usage: Usage) -> str:
@@ -185,10 +204,9 @@ PROGRESS_LEAD = ("leading", "tally", "agree", "checks")
 
 def structured(view: JobView) -> dict[str, object]:
     """The view as an MCP result's structured content: what matters first (in the result too), then the
-    rest in model order; empty fields and per-agent token counts left out (the job's total stays). Still
-    a valid JobView."""
+    rest in model order; empty fields left out. Still a valid JobView."""
     # the notes are the view's own `notes` (with whether the agents have seen them)
-    left_out: dict[str, Any] = {"progress": {"notes": True, "agents": {"__all__": {"usage"}}}}
+    left_out: dict[str, Any] = {"progress": {"notes": True}}
     data = _lead(view.model_dump(mode="json", exclude_none=True, exclude=left_out), LEAD)
     for key, lead in (("result", RESULT_LEAD), ("progress", PROGRESS_LEAD)):
         part = data.get(key)
@@ -344,6 +362,13 @@ def job_view(
     if progress is not None and not active:  # the vote is the result's now
         progress = progress.model_copy(update={"tally": {}, "agree": [], "leading": None})
     checks = {label: check.text() for label, check in progress.checks.items()} if progress else {}
+    usage = sum((agent.usage for agent in progress.agents), Usage()) if progress else Usage()
+    if progress is not None and usage.tokens > 0:
+        shares = [
+            a.model_copy(update={"token_share": round(a.usage.tokens / usage.tokens, 4)})
+            for a in progress.agents
+        ]
+        progress = progress.model_copy(update={"agents": shares})
     return JobView(
         job_id=row.id,
         state=row.state,
@@ -358,7 +383,7 @@ def job_view(
         estimate=row.options.estimate if active else None,
         budget=_budget(row),
         diff_summary=_diff_summary(row),
-        usage=sum((agent.usage for agent in progress.agents), Usage()) if progress else Usage(),
+        usage=usage,
         notes=notes or [],
         follow_up=row.follow_up,
         thread=conversation if conversation and len(conversation) > 1 else [],

@@ -74,6 +74,9 @@ const money = (usd) => (usd === null || usd === undefined ? "-" : "$" + usd.toFi
 const cost = (u) => (u.cost_usd !== null && u.cost_usd !== undefined && u.uncosted_tokens > 0
   ? "≥ " + money(u.cost_usd) + " (partial)" : money(u.cost_usd));
 const count = (n) => Number(n || 0).toLocaleString("en-US");
+// a member's part of the job's tokens (AgentProgress.token_share, 0 to 1), e.g. "41%"
+const share = (a) => (a.token_share === null || a.token_share === undefined ? "-" : Math.round(a.token_share * 100) + "%");
+const limit = (a) => (a.max_tokens ? " of " + count(a.max_tokens) : "");
 const secs = (s) => Number(s || 0).toFixed(1) + " s";
 
 // <details> stay open across re-renders: their keys are remembered when the reader toggles them.
@@ -144,16 +147,17 @@ function tally(view) {
 }
 
 function usage(view) {
-  const head = el("tr", {}, ["agent", "model", "calls", "in", "cached", "out", "cost"].map((h) => el("th", { text: h })));
+  const head = el("tr", {}, ["agent", "model", "calls", "in", "cached", "out", "cost", "share"].map((h) => el("th", { text: h })));
   const rows = picture(view).agents.map((a) => el("tr", { "data-letter": a.letter }, [
     el("td", { text: a.letter }), el("td", { cls: "mono", text: a.model }), el("td", { text: count(a.usage.calls) }),
     el("td", { text: count(a.usage.input_tokens) }), el("td", { text: count(a.usage.cached_input_tokens) }),
-    el("td", { text: count(a.usage.output_tokens) }), el("td", { text: cost(a.usage) }),
+    el("td", { text: count(a.usage.output_tokens) }), el("td", { text: cost(a.usage) }), el("td", { text: share(a) }),
   ]));
   const u = view.usage;
   const total = el("tr", { cls: "total" }, [
     el("td", { text: "all" }), el("td"), el("td", { text: count(u.calls) }), el("td", { text: count(u.input_tokens) }),
     el("td", { text: count(u.cached_input_tokens) }), el("td", { text: count(u.output_tokens) }), el("td", { text: cost(u) }),
+    el("td", { text: u.input_tokens + u.output_tokens > 0 ? "100%" : "-" }),
   ]);
   return [el("thead", {}, [head]), el("tbody", {}, [...rows, total])];
 }
@@ -185,7 +189,7 @@ function agentColumn(agent, cards, winner) {
     ]),
     el("div", { cls: "agent-meta" }, [
       el("span", { cls: "vote", text: vote }),
-      el("span", { cls: "muted small", text: `${count(u.input_tokens)} in / ${count(u.output_tokens)} out · ${cost(u)}` }),
+      el("span", { cls: "muted small spend", text: `${count(u.input_tokens)} in (${count(u.cached_input_tokens)} cached) / ${count(u.output_tokens)} out${limit(agent)} · ${share(agent)} · ${cost(u)}` }),
     ]),
     agent.error ? el("p", { cls: "error", text: agent.error }) : null,
     ...latest.map((c) => answerCard(c, winner)),

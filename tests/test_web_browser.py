@@ -25,7 +25,7 @@ from conclave.backends.base import Usage
 from conclave.jobs.read.views import JobView
 from conclave.jobs.store.sql import Store
 from tests.fakes.processes import http_server
-from tests.fakes.script import RecordedRequest, Reply
+from tests.fakes.script import RecordedRequest, Reply, Script
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import KEY_ENV, decide, is_presentation, vote_labels, write_team
 from tests.web_browser import chromium, full_page_png, missing, text_of, until
@@ -47,6 +47,7 @@ MARKUP = (
     '<b id="bold">not bold</b> The bug: add() returns a - b.'
 )
 NEW_LINE = "return a + b  # </pre><script>window.__pwned = 3</script>"
+LONG_PROMPT = "You fix bugs with care and say what you changed. " * 200  # over the fakes' 1,024 to cache
 
 pytestmark = pytest.mark.skipif(missing() is not None, reason=str(missing()))
 
@@ -114,12 +115,15 @@ def script_team(fakes: FakeProviders, gates: Gates) -> None:
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[tuple[str, FakeProviders, Gates, Path]]:
     gates = Gates()
-    with FakeProviders() as fakes:
+    with FakeProviders(
+        Script(prompt_cache=True)
+    ) as fakes:  # ann's long prompt is cached after its first call
         script_team(fakes, gates)
         config = tmp_path / "config"
         team = write_team(config / "conclave" / "teams" / "web-trio.yaml", fakes, MEMBERS, name="web-trio")
         data = yaml.safe_load(team.read_text(encoding="utf-8"))
         data["agents"][0]["price"] = {"input": 2.0, "output": 8.0}  # ann's alone: the total is partial
+        data["agents"][0]["system_prompt"] = LONG_PROMPT
         team.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
         project = tmp_path / "proj"
         project.mkdir()
@@ -264,6 +268,11 @@ def test_the_page_follows_a_job_live(served: tuple[str, FakeProviders, Gates, Pa
             cost = agent.usage.cost_usd
             assert row[6] == (f"${cost:.4f}" if cost is not None else "-")
             assert (cost is not None) == agent.model.endswith("ann")
+            # its part of the job's tokens, as get_status gives it (each member's spend is there too)
+            shown = next(a for a in done.agents if a.letter == agent.letter)
+            assert shown.usage == agent.usage and shown.token_share is not None
+            assert row[7] == f"{round(shown.token_share * 100)}%"
+            assert f"{agent.usage.cached_input_tokens:,} cached" in column(driver, agent.model.split("-")[-1])
         # the total: ann's cost, a lower bound (bob's and cy's tokens have none)
         total = sum((agent.usage for agent in stored.progress.agents), Usage())
         assert total.cost_partial and total.cost_usd is not None
@@ -271,6 +280,9 @@ def test_the_page_follows_a_job_live(served: tuple[str, FakeProviders, Gates, Pa
             "return document.querySelector('#usage tbody tr.total').cells[6].textContent"
         )
         assert last == f"≥ ${total.cost_usd:.4f} (partial)"
+        assert sum(a.token_share or 0 for a in done.agents) == pytest.approx(1, abs=2e-3)
+        ann = next(a for a in done.agents if a.model.endswith("ann"))
+        assert ann.usage.cached_input_tokens >= 1024  # its later calls repeated its long prompt
         nothing_ran(driver)
         assert until(
             driver, lambda d: d.find_element("id", "live").text == "job over", what="the stream's end"

@@ -1,0 +1,114 @@
+"""A member's own token limit (`budget.max_tokens` in its team entry), end to end on the fake providers
+through the real SDKs: the member that reaches it takes no more turns, the others finish the vote, and
+the result, get_status and the CLI's table say so; each member's spend is shown beside it."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import anyio
+import pytest
+import yaml
+from rich.console import Console
+
+from conclave.cli.render import render
+from conclave.config.loading import parse_team
+from conclave.errors import ConfigError
+from conclave.jobs.read.views import JobView, structured
+from conclave.jobs.request import JobRequest
+from conclave.jobs.service import JobService
+from conclave.settings import Settings
+from tests.fakes.script import RecordedRequest, Reply
+from tests.fakes.server import FakeProviders
+from tests.fakes.team import KEY_ENV, TRIO, decide, team_data, vote_labels
+
+pytestmark = pytest.mark.anyio
+ENV = {KEY_ENV: "test-key-0123456789"}
+CALL = (1000, 10, 0)  # every call's usage: the bill is known
+LIMIT = 1500  # bob's own: its first call (1,010 tokens) fits, its second one's start (Anthropic) does not
+
+
+def answer_then_vote_for_ann(request: RecordedRequest) -> Reply:
+    """Answer once (answers name their author), then vote for ann's answer."""
+    text = request.text()
+    if "(your own answer)" not in text:
+        made = decide("new_answer", {"content": f"Paris ({request.agent})."}, request)
+    else:
+        ann = next(
+            label
+            for label in vote_labels(request)
+            if "(ann)" in text.split(f"## Answer {label}", 1)[-1].split("## Answer", 1)[0]
+        )
+        made = decide("vote", {"answer": ann, "reason": "it is right"}, request)
+    made.usage, made.delay = CALL, 0.05
+    return made
+
+
+async def test_a_member_at_its_own_limit_stops_and_the_others_finish(
+    tmp_path: Path, fakes: FakeProviders
+) -> None:
+    for _, agent in TRIO:
+        fakes.script.set_default(agent, answer_then_vote_for_ann)
+    data = team_data(fakes, TRIO, coordination={"final": "reuse"})
+    data["agents"][1]["budget"] = {"max_tokens": LIMIT}  # bob (Anthropic)
+    team = tmp_path / "team.yaml"
+    team.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV) as service:
+        view = await service.submit(JobRequest(task="What is the capital of France?", team=str(team)))
+        with anyio.fail_after(60):
+            while not view.done:
+                view = await service.wait(view.job_id, 10)
+        events = await service.store.events(view.job_id)
+
+    by_name = {agent.model.rsplit("-", 1)[-1]: agent for agent in view.agents}
+    bob, ann = by_name["bob"], by_name["ann"]
+    assert view.state == "completed" and view.result is not None, view.text()
+    # bob is out at its own limit, in the middle of its second call; no call of its started after it
+    assert bob.state == "stopped" and bob.max_tokens == LIMIT and bob.vote is None
+    assert bob.error and bob.error.startswith("its own token limit reached: 2,011 tokens used"), bob.error
+    assert len(fakes.script.requests_of("bob")) == 2 and bob.usage.tokens >= LIMIT
+    # counted as the stream reported it, up to the stop: all the input, the output that reached us
+    billed = fakes.script.bill["bob"]
+    assert bob.usage.input_tokens == billed[0] and bob.usage.output_tokens <= billed[1]
+    # the others finished the vote: ann's answer, chosen by both of them; the result names bob's stop
+    assert view.result.winner == f"{ann.letter}1" and view.result.consensus and not view.result.fallback
+    assert view.result.errors == {bob.letter: bob.error}
+    assert [e.letter for e in events if e.kind == "agent_failed"] == [bob.letter]
+    assert f"  {bob.letter} stopped: its own token limit reached" in view.text()
+    # every member's spend: what the fakes billed, and its part of the job's tokens
+    shares = {agent.letter: agent.token_share for agent in view.agents}
+    assert sum(s or 0 for s in shares.values()) == pytest.approx(1, abs=1e-3)
+    for agent in view.agents:
+        assert agent.token_share == pytest.approx(agent.usage.tokens / view.usage.tokens, abs=1e-4)
+    # get_status's structured result carries each member's spend and limit
+    data = structured(view)
+    members = {a["letter"]: a for a in data["progress"]["agents"]}  # type: ignore[index]
+    assert members[bob.letter]["usage"]["input_tokens"] == bob.usage.input_tokens
+    assert members[bob.letter]["max_tokens"] == LIMIT and members[bob.letter]["state"] == "stopped"
+    assert JobView.model_validate(data).agents == view.agents
+    # and the CLI's table
+    console = Console(width=140, record=True)
+    console.print(render(view))
+    table = console.export_text()
+    row = next(line for line in table.splitlines() if f" {bob.letter} " in line and "bob" in line)
+    assert "stopped" in row and f"{bob.usage.input_tokens:,}" in row and f"{shares[bob.letter]:.0%}" in row
+    assert f"{bob.letter} stopped: its own token limit reached" in table
+
+
+@pytest.mark.parametrize("value", [0, -3, "lots", 2.5, True, 10**11])
+def test_a_bad_member_limit_names_the_field_the_value_and_the_fix(value: object) -> None:
+    data = {"agents": [{"model": "openai/gpt-5", "budget": {"max_tokens": value}}]}
+    with pytest.raises(ConfigError) as caught:
+        parse_team(data, "team.yaml")
+    message = str(caught.value)
+    assert "team.yaml: agents.0.budget.max_tokens" in message and repr(value) in message
+    assert "e.g. 300000" in message
+
+
+def test_a_member_budget_takes_no_other_key() -> None:
+    data = {"agents": [{"model": "openai/gpt-5", "budget": {"max_token": 1000}}]}
+    with pytest.raises(
+        ConfigError, match=re.escape("unknown key 'agents.0.budget.max_token'; did you mean 'max_tokens'")
+    ):
+        parse_team(data, "team.yaml")

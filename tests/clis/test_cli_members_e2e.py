@@ -77,6 +77,9 @@ async def test_claude_code_and_codex_fix_a_failing_test_with_an_api_agent(
     # after its request reached the fake is charged only an estimate (Codex reports tokens at its end),
     # which tests/clis/test_cli_killed_runs_each.py covers; here every run's usage is its CLI's own.
     api_in, codex_voted = threading.Event(), threading.Event()
+    # the fakes cache a repeated prefix as their provider does (tests/fakes/prompt_cache.py): each CLI's
+    # JSON then says cached input, and the member's usage counts it apart
+    fakes.script.cache.enabled = True
     fakes.script.set_default("claude", answer_held(claude, codex_voted))
     fakes.script.set_default("codex", answer_held(codex, api_in)).set_default("api", api_agent)
     team = write_team(tmp_path / "team.yaml", fakes)
@@ -127,6 +130,12 @@ async def test_claude_code_and_codex_fix_a_failing_test_with_an_api_agent(
             usage[letter],
             billed,
         )
+        # the cached input its CLI's JSON reported (Claude Code: cache_read_input_tokens beside
+        # input_tokens; Codex: turn.completed's cached_input_tokens among them), as the fake billed it
+        assert usage[letter].cached_input_tokens == billed[2] > 0, (fake, usage[letter], billed)
+    shares = {agent.letter: agent.token_share for agent in view.agents}
+    assert sum(share or 0 for share in shares.values()) == pytest.approx(1, abs=2e-3)
+    assert shares[mine] == pytest.approx(usage[mine].tokens / view.usage.tokens, abs=1e-4)
     assert usage[mine].cost_usd is not None and usage[mine].cost_usd > 0  # Claude Code reports its cost
     # ... at the end of each run (its work run, its decision runs): the member's cost is every run's,
     # whole (each run ended), though each run's mid-run charges came without a cost (issue 28: its

@@ -266,6 +266,7 @@ async def test_gemini_cli_and_copilot_members_fix_the_test(
     """Gemini CLI (the Gemini API) and Copilot CLI (its own-key provider, Anthropic-style) as members:
     each fixes add() with its own shell tool and decides with JSON in text (they have no schema mode)."""
     worker = CliWorker(wire, "sed -i 's/return a - b/return a + b/' calc.py", f"Fixed add() ({cli}).")
+    fakes.script.cache.enabled = True  # a repeated prefix is cached, as its provider does
     fakes.script.set_default(cli, worker).set_default("api", api_agent)
     team = tmp_path / "team.yaml"
     team.write_text(f"""\
@@ -296,6 +297,14 @@ sandbox: {{memory: 2g}}
     assert worker.decisions, "it never decided"
     member = next(agent for agent in view.agents if agent.letter == letter)
     assert member.usage.input_tokens == fakes.script.bill[cli][0] > 0
+    # the cached input its JSON reported (Gemini CLI: stats' `cached`); Copilot 1.0.102's own-key Anthropic
+    # requests mark no cache_control, so the API caches nothing and its usage file says no cacheReadTokens
+    marks = sum(request.text().count("cache_control") for request in fakes.script.requests_of(cli))
+    assert member.usage.cached_input_tokens == fakes.script.bill[cli][2]
+    assert (fakes.script.bill[cli][2] > 0) if cli == "gemini" else (marks == 0), (
+        fakes.script.bill[cli],
+        marks,
+    )
 
 
 async def test_a_cli_members_tokens_count_toward_max_tokens(

@@ -371,9 +371,9 @@ class Orchestrator:
         async def on_usage(usage: Usage, first: bool) -> None:
             charged = member.charge(usage, first)
             self.budget.charge(sum((m.usage for m in self.members.values()), Usage()))
-            if member.limit.reached(member.usage):
-                self._drop(member)
             await self._emit("usage", member.letter, **asdict(charged))
+            if member.limit.reached(member.usage):  # after the report: the drop cancels this very turn
+                self._drop(member)
 
         async def no_work(call: ToolCall) -> None:
             raise AssertionError("work tools are bound per turn")

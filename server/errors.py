@@ -54,6 +54,7 @@ TERMS: dict[str, tuple[str, str]] = {
     "verify": ("verify", "--verify"),
     "max_cost_usd": ("max_cost_usd", "--max-cost"),
     "max_tokens": ("max_tokens", "--max-tokens"),
+    "max_tokens_per_member": ("max_tokens_per_member", "--max-tokens-per-member"),
     "job_id": ("job_id", "JOB"),
     "source": ("source", "--source"),
     "offset": ("offset", "offset"),

@@ -14,7 +14,7 @@ from rich.console import Console
 
 from conclave.cli.render import render
 from conclave.config.loading import parse_team
-from conclave.errors import ConfigError
+from conclave.errors import ConfigError, InputError
 from conclave.jobs.read.views import JobView, structured
 from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
@@ -116,3 +116,42 @@ def test_a_member_budget_takes_no_other_key() -> None:
         ConfigError, match=re.escape("unknown key 'agents.0.budget.max_token'; did you mean 'max_tokens'")
     ):
         parse_team(data, "team.yaml")
+
+
+async def test_the_callers_max_tokens_per_member_bounds_every_member(
+    tmp_path: Path, fakes: FakeProviders
+) -> None:
+    """ask_team's max_tokens_per_member sets every member's limit over the team file's: bob's calls are
+    big and it stops at its second; ann's small ones stay under and it finishes the job."""
+
+    def big(request: RecordedRequest) -> Reply:
+        made = answer_then_vote_for_ann(request)
+        made.usage = (5000, 10, 0)
+        return made
+
+    fakes.script.set_default("ann", answer_then_vote_for_ann).set_default("bob", big)
+    pair = (("openai", "ann"), ("anthropic", "bob"))
+    data = team_data(fakes, pair, coordination={"final": "reuse"})
+    data["agents"][0]["budget"] = {"max_tokens": 100}  # the caller's limit replaces it
+    team = tmp_path / "team.yaml"
+    team.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV) as service:
+        with pytest.raises(InputError, match=r"max_tokens_per_member=0 is not valid: give a positive whole"):
+            await service.submit(
+                JobRequest(task="Capital of France?", team=str(team), max_tokens_per_member=0)
+            )
+        request = JobRequest(
+            task="What is the capital of France?", team=str(team), max_tokens_per_member=6000
+        )
+        view = await service.submit(request)
+        with anyio.fail_after(60):
+            while not view.done:
+                view = await service.wait(view.job_id, 10)
+
+    by_name = {agent.model.rsplit("-", 1)[-1]: agent for agent in view.agents}
+    ann, bob = by_name["ann"], by_name["bob"]
+    assert {ann.max_tokens, bob.max_tokens} == {6000}
+    assert bob.state == "stopped" and len(fakes.script.requests_of("bob")) == 2, view.text()
+    assert ann.state != "stopped" and ann.usage.tokens < 6000
+    assert view.result is not None and view.result.errors == {bob.letter: bob.error}
+    assert view.result.winner == f"{ann.letter}1"

@@ -148,6 +148,7 @@ def ask_request(args: argparse.Namespace) -> JobRequest:
             "verify": args.verify,
             "max_cost_usd": args.max_cost,
             "max_tokens": args.max_tokens,
+            "max_tokens_per_member": args.max_tokens_per_member,
             "follow_up": args.follow_up,
         }
     )

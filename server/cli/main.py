@@ -120,6 +120,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="stop once the job's agents have used this many tokens (input and output)",
     )
     ask.add_argument(
+        "--max-tokens-per-member",
+        type=int,
+        metavar="N",
+        help="stop any one member once it has used this many tokens; the others go on",
+    )
+    ask.add_argument(
         "--follow-up",
         metavar="JOB_ID",
         help="continue that finished job: the same team goes on from its answer and files",

@@ -96,6 +96,7 @@ class Admission:
             verify=request.verify,
             max_cost_usd=request.max_cost_usd,
             max_tokens=request.max_tokens,
+            max_tokens_per_member=request.max_tokens_per_member,
             has_context=bool(sources),
         )
         options = await admit(sources, resolved) if sources else JobOptions()

@@ -1,4 +1,5 @@
-"""What a job will run with: the caller's `verify` and budgets laid over the team's own, checked at submit.
+"""What a job will run with: the caller's `verify` and budgets (the job's, and one for every member) laid
+over the team's own, checked at submit.
 
 The result is the team stored with the job (its `verify` and `coordination.max_*` set), so a job's
 limits are part of its record. Refused here, with the fix: a cost budget for a team with an agent
@@ -14,7 +15,7 @@ from collections.abc import Mapping
 
 from conclave.backends import check_ready
 from conclave.clis.logins import cli_ready
-from conclave.config.models import MAX_VERIFY_CHARS, Team
+from conclave.config.models import MAX_VERIFY_CHARS, MemberBudget, Team
 from conclave.errors import ConfigError, InputError, term
 
 
@@ -25,6 +26,7 @@ def shape_team(
     max_cost_usd: float | None,
     max_tokens: int | None,
     has_context: bool,
+    max_tokens_per_member: int | None = None,
 ) -> Team:
     """`team` with the caller's verify and budgets (else the team file's), after checking they can hold."""
     rules = team.coordination
@@ -58,7 +60,11 @@ def shape_team(
             f"{term('context_example')}, or leave {term('verify')} out",
         )
     coordination = rules.model_copy(update={"max_cost_usd": cost, "max_tokens": tokens})
-    return team.model_copy(update={"verify": command, "coordination": coordination})
+    agents = team.agents
+    if max_tokens_per_member is not None:  # the caller's, over every member's own
+        limit = MemberBudget(max_tokens=_tokens(max_tokens_per_member, "max_tokens_per_member"))
+        agents = [agent.model_copy(update={"budget": limit}) for agent in agents]
+    return team.model_copy(update={"verify": command, "coordination": coordination, "agents": agents})
 
 
 def check_runnable(team: Team, environ: Mapping[str, str], sandbox_network: bool) -> None:
@@ -101,9 +107,8 @@ def _positive(field: str, value: object) -> float:
     return float(value)
 
 
-def _tokens(value: object) -> int:
+def _tokens(value: object, field: str = "max_tokens") -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InputError(
-            "max_tokens", value, "give a positive whole number of tokens (in and out), e.g. 200000"
-        )
+        example = "300000" if field == "max_tokens_per_member" else "200000"
+        raise InputError(field, value, f"give a positive whole number of tokens (in and out), e.g. {example}")
     return value

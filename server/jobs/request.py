@@ -46,6 +46,7 @@ FIXES = {
     "verify": "give a shell command that exits 0 when the files pass, e.g. 'python3 -m unittest -q'",
     "max_cost_usd": "give a positive number of US dollars, e.g. 0.50",
     "max_tokens": "give a positive whole number of tokens (in and out), e.g. 200000",
+    "max_tokens_per_member": "give a positive whole number of tokens (in and out), e.g. 300000",
     "follow_up": "give the job_id of an earlier job (cj-...)",
 }
 
@@ -136,6 +137,16 @@ class JobRequest(BaseModel):
             ge=1,
             description="Stop the job once its agents have used this many tokens (input and output) "
             "and return the best-supported answer so far. Default: the team's.",
+        ),
+    ] = None
+    max_tokens_per_member: Annotated[
+        int | None,
+        Field(
+            ge=1,
+            description="Stop any one member once it has used this many tokens (input and output): it "
+            "takes no more turns (its state: stopped) and the job goes on with the others, e.g. to bound "
+            "each coding-agent CLI member's share of a plan. Default: each member's own budget.max_tokens "
+            "in the team file.",
         ),
     ] = None
     follow_up: Annotated[

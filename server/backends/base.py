@@ -78,9 +78,10 @@ class TextDelta:
 
 
 USAGE_SCHEMA = (
-    "Tokens and US dollars. `cost_usd` is null when no agent's tokens have a cost (no price, and no CLI"
-    " reported one); `uncosted_tokens` counts the tokens that came without a cost, so a cost beside"
-    " them is only a lower bound (partial). `calls`: provider attempts that reported usage."
+    "Tokens and US dollars. `input_tokens` counts every input token, `cached_input_tokens` the prompt-cache"
+    " reads among them (billed cheaper). `cost_usd` is null when no agent's tokens have a cost (no price,"
+    " and no CLI reported one); `uncosted_tokens` counts the tokens that came without a cost, so a cost"
+    " beside them is only a lower bound (partial). `calls`: provider attempts that reported usage."
 )
 
 
@@ -88,7 +89,10 @@ USAGE_SCHEMA = (
 class Usage:
     """Tokens and, when known, what they cost: one provider report, a member's charges or a job's total.
 
-    `input_tokens` includes `cached_input_tokens`. A call may report in several events (Anthropic and
+    `input_tokens` includes `cached_input_tokens`, the prompt-cache reads, however the provider said them:
+    OpenAI's `cached_tokens` and Gemini's `cachedContentTokenCount` are part of its prompt tokens;
+    Anthropic's cache reads and writes are beside its `input_tokens`, and its backend adds them in (the
+    writes count as plain input). A call may report in several events (Anthropic and
     Gemini streams send the input side first): the call's usage is their sum, and each is counted as it
     arrives, so a call cut off midway still counts what its provider said it billed. `calls`: the provider
     attempts counted in (0 in a report).

@@ -158,8 +158,8 @@ class JobView(_View):
         usage = self.usage
         cost = f", {cost_text(usage)}" if usage.cost_usd is not None else ""
         lines.append(
-            f"Usage: {usage.input_tokens} in ({usage.cached_input_tokens} cached), {usage.output_tokens} "
-            f"out{cost}"
+            f"Usage: {usage.input_tokens:,} in ({usage.cached_input_tokens:,} cached), "
+            f"{usage.output_tokens:,} out{cost}"
         )
         if self.diff_summary is not None and (notes := self.diff_summary.file_notes()):
             lines += ["", "Files:", *(f"  {note}" for note in notes)]

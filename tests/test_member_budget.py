@@ -5,6 +5,8 @@ the result, get_status and the CLI's table say so; each member's spend is shown 
 from __future__ import annotations
 
 import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import anyio
@@ -12,8 +14,16 @@ import pytest
 import yaml
 from rich.console import Console
 
+from conclave.backends.base import Usage
 from conclave.cli.render import render
 from conclave.config.loading import parse_team
+from conclave.config.models import Team
+from conclave.coordination.members import assign_letters, seed_for
+from conclave.coordination.orchestrator import Orchestrator
+from conclave.coordination.protocol_events import AnswerPosted, ProtocolEvent, StartTurn, VoteCast
+from conclave.coordination.reports import Check, JobEvent, Progress
+from conclave.coordination.turn_context import TurnContext
+from conclave.coordination.verification import CheckRun
 from conclave.errors import ConfigError, InputError
 from conclave.jobs.read.views import JobView, structured
 from conclave.jobs.request import JobRequest
@@ -155,3 +165,112 @@ async def test_the_callers_max_tokens_per_member_bounds_every_member(
     assert ann.state != "stopped" and ann.usage.tokens < 6000
     assert view.result is not None and view.result.errors == {bob.letter: bob.error}
     assert view.result.winner == f"{ann.letter}1" and view.result.consensus
+
+
+class HeldChecks:
+    """The verifier as the orchestrator calls it (coordination/verification.py `Verifier`): every check
+    passes, once `release` is set, so the agents' next turns wait until then."""
+
+    concurrency = 1
+
+    def __init__(self) -> None:
+        self.release = anyio.Event()
+
+    async def warm(self, count: int = 1) -> None:
+        pass
+
+    async def close(self) -> None:
+        pass
+
+    async def run(self, label: str) -> CheckRun:
+        await self.release.wait()
+        return CheckRun(Check(status="passed", exit_code=0), "ok")
+
+
+class AnswerSink:
+    """The job's events; `posted[letter]` is set once that agent's answer is recorded."""
+
+    def __init__(self, letters: list[str]) -> None:
+        self.events: list[JobEvent] = []
+        self.posted = {letter: anyio.Event() for letter in letters}
+
+    async def record(self, event: JobEvent, progress: Progress) -> None:
+        self.events.append(event)
+        if event.kind == "answer" and event.letter in self.posted:
+            self.posted[event.letter].set()
+
+
+@dataclass
+class Scripted:
+    """An agent whose turns are this test's: `act` makes each turn's event."""
+
+    act: Callable[[TurnContext, StartTurn], Awaitable[ProtocolEvent]]
+    turns: int = 0
+
+    def attach(self, sandbox: object, secrets: object) -> None:
+        pass
+
+    async def turn(self, ctx: TurnContext, action: StartTurn, shown: object, files: object) -> ProtocolEvent:
+        self.turns += 1
+        return await self.act(ctx, action)
+
+    async def present(self, ctx: TurnContext, task: str, shown: object, outcome: object) -> str:
+        return "unused"
+
+    async def aclose(self) -> None:
+        pass
+
+
+async def test_a_limit_reached_between_turns_fails_the_next_turn_before_it_calls_anything() -> None:
+    """x's last charge lands while x waits for the checks (a killed CLI run's final report comes like
+    that): no turn of x's is in flight to stop, so its next turn fails at once, and x's agent is never
+    asked again."""
+    job_id, task = "cj-0123456789ab", "What is 6 times 7?"
+    x, y = assign_letters(2, seed_for(job_id))
+    sink, checks, charge_x = AnswerSink([x, y]), HeldChecks(), {}
+
+    async def x_acts(ctx: TurnContext, action: StartTurn) -> ProtocolEvent:
+        charge_x["late"] = ctx.on_usage
+        await ctx.on_usage(Usage(40, 10), True)  # under its limit of 100
+        return AnswerPosted(action.letter, action.turn_id, "6 times 7 is 42.\nAnswer: 42")
+
+    async def y_acts(ctx: TurnContext, action: StartTurn) -> ProtocolEvent:
+        if action.can_answer:
+            await sink.posted[x].wait()  # x's answer is in, its check held: x waits for its next turn
+            await charge_x["late"](Usage(100, 0), True)  # x reaches its limit with no turn in flight
+            checks.release.set()
+            return AnswerPosted(action.letter, action.turn_id, "It is 42.\nAnswer: 42")
+        return VoteCast(action.letter, action.turn_id, f"{y}1", "mine")
+
+    agents = {"openai/x": Scripted(x_acts), "openai/y": Scripted(y_acts)}
+    team = Team.model_validate(
+        {
+            "name": "t",
+            "agents": [
+                {"model": "openai/x", "budget": {"max_tokens": 100}, "api_key_required": False},
+                {"model": "openai/y", "api_key_required": False},
+            ],
+            "coordination": {"max_answers_per_agent": 1, "final": "reuse"},
+            "sandbox": "none",
+        }
+    )
+    orchestrator = Orchestrator(
+        job_id,
+        task,
+        team,
+        sink,
+        lambda spec: agents[spec.model],
+        verifier=checks,  # type: ignore[arg-type]
+    )
+    with anyio.fail_after(30):
+        result = await orchestrator.run()
+
+    assert agents["openai/x"].turns == 1  # its next turn never reached the agent
+    assert result.errors[x].startswith(
+        "its own token limit reached: 150 tokens used of its budget.max_tokens 100"
+    )
+    kinds = [(event.kind, event.letter) for event in sink.events]
+    assert kinds.index(("agent_failed", x)) > kinds.index(
+        ("checked", y)
+    )  # at its next turn, after the checks
+    assert [a.state for a in orchestrator.progress().agents if a.letter == x] == ["stopped"]

@@ -5,6 +5,11 @@ with `stats.models.<m>.{input_tokens,output_tokens,cached}`; the answer is the a
 Full-auto is `--approval-mode yolo` with `--skip-trust` (headless runs in an untrusted folder abort, and
 yolo falls back). It has no schema-constrained output: the decision is asked for as JSON in the prompt.
 Its re-spawn of itself is off (GEMINI_CLI_NO_RELAUNCH). No cost in its output.
+
+A decision run (0.61) has our system prompt in place of its own (`GEMINI_SYSTEM_MD`, a file) and only
+its `read_file` tool (`tools.core` in a system settings file, `GEMINI_CLI_SYSTEM_SETTINGS_PATH`, which
+outranks the user's): both are variables, set for that run alone through `env`. Without a model named
+(`cli/gemini:MODEL`) it still makes its model router's call first.
 """
 
 from __future__ import annotations
@@ -13,11 +18,12 @@ import json
 from typing import Any
 
 from conclave.backends.base import Usage
-from conclave.clis.cli_adapter import CliOutput, Login, json_lines, last_json_object
+from conclave.clis.cli_adapter import SYSTEM_FILE, CliOutput, Login, json_lines, last_json_object
 from conclave.config.clis import CLIS
 from conclave.sandbox.member import HOME
 
 API_URL = "https://generativelanguage.googleapis.com"
+DECISION_SETTINGS = ".gemini/decision-settings.json"  # under HOME: a decision run's tools
 
 
 class Gemini:
@@ -26,7 +32,11 @@ class Gemini:
 
     def command(self, prompt: str, model: str | None, schema: dict[str, Any] | None) -> list[str]:
         argv = ["gemini", "-p", prompt, "--approval-mode", "yolo", "--skip-trust", "-o", "stream-json"]
-        return argv + (["-m", model] if model else [])
+        argv += ["-m", model] if model else []
+        if schema is None:
+            return argv
+        settings = f"GEMINI_CLI_SYSTEM_SETTINGS_PATH={HOME}/{DECISION_SETTINGS}"
+        return ["env", f"GEMINI_SYSTEM_MD={SYSTEM_FILE}", settings, *argv]
 
     def provider_url(self, login: Login) -> str | None:
         return (login.base_url or API_URL) if login.key else None
@@ -47,7 +57,12 @@ class Gemini:
             "privacy": {"usageStatisticsEnabled": False},
             "general": {"disableAutoUpdate": True},
         }
-        return {**login.files, ".gemini/settings.json": json.dumps(settings).encode()}
+        decision = {"tools": {"core": ["read_file"]}}
+        return {
+            **login.files,
+            ".gemini/settings.json": json.dumps(settings).encode(),
+            DECISION_SETTINGS: json.dumps(decision).encode(),
+        }
 
     def parse(self, stdout: str) -> CliOutput:
         events = list(json_lines(stdout))

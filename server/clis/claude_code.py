@@ -10,8 +10,9 @@ Every run leaves out what cannot work in its container or is not asked for: slas
 (`--disable-slash-commands`), MCP servers (`--strict-mcp-config`). A work run keeps Claude Code's own
 system prompt and its file and shell tools (`--tools`: no web, agent, notebook or to-do tools, whose
 definitions are most of a request's 12k tokens). A decision run has our short system prompt in place of
-Claude Code's (`--system-prompt-file`) and only the Read tool (to look at /peers): about 1k tokens a
-request where a whole run sent 12k (2.1.330; bench/results/cli-decisions.json).
+Claude Code's (`--system-prompt-file`) and no tools (`--tools ""`; its Read tool alone is 500 tokens, a
+third of the decision: the answers' diffs are in the prompt): about 1k tokens where a whole run's request
+sent 12k (2.1.330; bench/results/cli-decisions.json).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ CONFIG = ".claude"  # under HOME; CLAUDE_CONFIG_DIR points here
 API_URL = "https://api.anthropic.com"
 OAUTH_VARIABLE = "CLAUDE_CODE_OAUTH_TOKEN"  # a Claude plan's token: a plan login, not a key
 WORK_TOOLS = "Bash,Read,Edit,Write,Glob,Grep"
-DECISION_TOOLS = "Read"  # its structured output comes as a tool of its own, which `--tools` leaves in
+DECISION_TOOLS = ""  # none (its structured output is a tool of its own, which `--tools` leaves in)
 
 
 class ClaudeCode:

@@ -52,9 +52,10 @@ MAX_SUMMARY = 2_000  # characters of an answer's own text beside its changes in 
 DECISION_SYSTEM = """\
 You are one voter in a team of agents that each worked on the same task in their own copy of the
 files. You judge the team's current answers; you change no files. Each answer is shown as its author's
-summary, what it changed (a unified diff of its files) and what the caller's check said. Each agent's
-full files are read-only at /peers/<letter>, yours in the current folder: read them only if the diffs
-leave you unsure. Reply with the one JSON object asked for and nothing else."""
+summary, what it changed (a unified diff of its files) and what the caller's check said. Where you
+have a tool to read files, each agent's full files are read-only at /peers/<letter>, yours in the
+current folder: read them only if the diffs leave you unsure. Reply with the one JSON object asked for
+and nothing else."""
 
 
 async def cli_turn(

@@ -54,7 +54,10 @@ CHECK = "python3 -m pytest -q"
 # scenario -> (the fixer's model and fake wire, the breaker's), the API member beside them
 SCENARIOS = {
     "trio": (("cli/claude-code", "anthropic"), ("cli/codex:gpt-5.5", "responses")),
-    "gemini_copilot": (("cli/gemini:gemini-2.5-pro", "gemini"), ("cli/copilot:claude-sonnet-4.5", "anthropic")),
+    "gemini_copilot": (
+        ("cli/gemini:gemini-2.5-pro", "gemini"),
+        ("cli/copilot:claude-sonnet-4.5", "anthropic"),
+    ),
 }
 
 
@@ -140,7 +143,9 @@ async def one_job(scenario: str) -> dict[str, Any]:
         "sed -i 's/return a - b/return a + b/' calc.py && python3 -m pytest -q",
         "Fixed add() in calc.py: it subtracted; the test passes now.",
     )
-    breaker = CliWorker(breaker_wire, "sed -i 's/return a - b/return a * b/' calc.py", "add() now multiplies.")
+    breaker = CliWorker(
+        breaker_wire, "sed -i 's/return a - b/return a * b/' calc.py", "add() now multiplies."
+    )
     api_in, breaker_voted = threading.Event(), threading.Event()
     started = time.perf_counter()
     with FakeProviders() as fakes, tempfile.TemporaryDirectory() as tmp:
@@ -223,7 +228,9 @@ def shares(job: dict[str, Any]) -> dict[str, Any]:
         if not runs or not runs["work"]["runs"]:
             continue
         work = runs["work"]["input_tokens"] / runs["work"]["runs"]
-        decision = runs["decision"]["input_tokens"] / runs["decision"]["runs"] if runs["decision"]["runs"] else 0
+        decision = (
+            runs["decision"]["input_tokens"] / runs["decision"]["runs"] if runs["decision"]["runs"] else 0
+        )
         found[model] = {
             "work_run_input": round(work),
             "decision_run_input": round(decision),

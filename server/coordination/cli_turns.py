@@ -172,16 +172,15 @@ def decision_prompt(
     listed = "\n\n".join(
         _answer(answer, answer.letter == ctx.letter, changes.get(answer.label)) for answer in shown
     )
-    new = f' or "{NEW}" if you can write a clearly better answer than all of them (answer: "")'
+    new = f', or "{NEW}" if you can write a clearly better answer than all of them (answer: "")'
     labels = ", ".join(action.labels)
     return (
         f"You are agent {ctx.letter}.\n\nTask:\n{ctx.task}\n\n"
-        'Decide: "vote" for the answer that best solves the task (it may be your own)'
-        f"{new if action.can_answer else ''}. "
+        'Decide: "vote" for the answer that best solves the task (it may be your own). '
         'Reply with one JSON object and nothing else: {"decision": "vote" or "new_answer", "answer": LABEL, '
         '"reason": "one sentence"}\n\n'
         f"The current answers:\n\n{listed}\n\n"
-        f"Choose one of {labels}. {action.note}".rstrip()
+        f"Choose one of {labels}{new if action.can_answer else ''}. {action.note}".rstrip()
     )
 
 

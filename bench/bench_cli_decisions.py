@@ -31,6 +31,7 @@ import importlib.util
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 import tarfile
@@ -129,15 +130,25 @@ async def one_job(scenario: str) -> dict[str, Any]:
     from conclave.jobs.request import JobRequest
     from conclave.jobs.service import JobService
     from conclave.settings import Settings
-    from tests.clis.test_cli_members_e2e import api_agent
     from tests.fakes.calc_task import TASK, calc_project
     from tests.fakes.cli_worker import CliWorker, answer_held
-    from tests.fakes.script import estimate_tokens
+    from tests.fakes.script import RecordedRequest, Reply, estimate_tokens
     from tests.fakes.server import FakeProviders
+    from tests.fakes.team import decide, vote_labels
     from tests.fakes.waits import until_cli_done
 
     (fixer_model, fixer_wire), (breaker_model, breaker_wire) = SCENARIOS[scenario]
     env = {KEY: "fake-key-0123456789"}
+
+    def api_agent(request: RecordedRequest) -> Reply:
+        """Answers once without touching the code, then votes for an answer whose check passed (as in
+        tests/clis/test_cli_members_e2e.py, which the code before cannot import)."""
+        if "(your own answer)" not in request.text():
+            return decide("new_answer", {"content": "calc.py looks right to me; I changed nothing."}, request)
+        passing = re.findall(r"## Answer ([A-P][0-9]+)[^\n]*verify passed", request.text())
+        label = (passing or vote_labels(request))[0]
+        return decide("vote", {"answer": label, "reason": "its check passed"}, request)
+
     fixer = CliWorker(
         fixer_wire,
         "sed -i 's/return a - b/return a + b/' calc.py && python3 -m pytest -q",

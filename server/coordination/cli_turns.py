@@ -48,7 +48,8 @@ from conclave.coordination.turn_context import TurnContext
 NEW = "new_answer"
 CLI_WORK = "cli_work"  # the transcript's mark of a work run; not the protocol's WorkStarted (see above)
 MAX_SHOWN = 12_000  # characters of each answer in a CLI's prompt (an argument has a size limit)
-MAX_SUMMARY = 2_000  # characters of an answer's own text beside its changes in a decision
+MAX_SUMMARY = 2_000  # a decision shows this much of an answer's own text
+MAX_DIFF = MAX_SHOWN - MAX_SUMMARY  # and this much of its diff: no longer than a whole answer's text
 DECISION_SYSTEM = """\
 You are one voter in a team of agents that each worked on the same task in their own copy of the
 files. You judge the team's current answers; you change no files. Each answer is shown as its author's
@@ -207,7 +208,7 @@ def _answer(answer: ShownAnswer, own: bool = False, changes: str | None = None) 
     if changes is None:
         return f"{heading}\n{_cut(answer.content, MAX_SHOWN)}"
     where = "the current folder" if own else f"/peers/{answer.letter}"
-    diff = f"Its changes (full files at {where}):\n{_cut(changes, MAX_SHOWN)}" if changes else ""
+    diff = f"Its changes (full files at {where}):\n{_cut(changes, MAX_DIFF)}" if changes else ""
     return f"{heading}\n{_cut(answer.content, MAX_SUMMARY)}\n{diff or 'No file changed.'}"
 
 

@@ -1,10 +1,14 @@
-"""A CLI member's decision, without a container: when it needs no run at all, what each CLI is told to
-leave out of a decision run, and a decision prompt whose fixed part comes first (coordination/cli_turns.py,
-clis/). What the fakes receive from the real CLIs is asserted in tests/clis/test_cli_members_e2e.py."""
+"""A CLI member's decision: when it needs no run at all, what each CLI is told to leave out of a decision
+run, and a decision prompt whose fixed part comes first (coordination/cli_turns.py, clis/), without a
+container; then the real Gemini CLI and Copilot CLI deciding in their containers, as the fakes received
+their requests (Claude Code's and Codex's: tests/clis/test_cli_members_e2e.py)."""
 
 from __future__ import annotations
 
+import json
 import shlex
+import threading
+from pathlib import Path
 
 import anyio
 import pytest
@@ -24,6 +28,14 @@ from conclave.coordination.protocol_events import StartTurn, VoteCast
 from conclave.coordination.reports import ShownAnswer
 from conclave.coordination.turn_context import TurnContext
 from conclave.errors import ProviderError
+from conclave.jobs.request import JobRequest
+from conclave.jobs.service import JobService
+from conclave.settings import Settings
+from tests.clis.test_cli_members_e2e import ENV, FAST, KEY, api_agent
+from tests.fakes.calc_task import TASK
+from tests.fakes.cli_worker import DECISION_MARK, CliWorker, _first_user_text, _tool_names, answer_held
+from tests.fakes.server import FakeProviders
+from tests.fakes.waits import until_cli_done
 
 pytestmark = pytest.mark.anyio
 FIX = "diff --git a/calc.py b/calc.py\n-    return a - b\n+    return a + b\n"
@@ -138,3 +150,65 @@ def test_a_decision_prompt_puts_the_fixed_part_first_and_shows_changes_and_check
     assert two.startswith(fixed) and "Fix add() in calc.py." in fixed and '{"decision"' in fixed
     assert "[check: failed (exit 1): 1 failed]" in one and OTHER in one and "/peers/B" in one
     assert FIX in two and "No file changed." in two and two.endswith("look again")
+
+
+async def test_gemini_and_copilot_decide_with_our_prompt_and_one_read_tool(
+    clis_image: str, tmp_path: Path, fakes: FakeProviders, project: Path
+) -> None:
+    """Gemini CLI fixes add(), Copilot CLI (its own-key provider on the Anthropic wire) breaks it, the API
+    agent changes nothing; the answers land in that order (Copilot's once the API agent's is in,
+    Gemini's once Copilot has voted), so each CLI has a real choice to make. Gemini's decision run gets
+    our system prompt and only its read_file tool; Copilot's only its view tool (its own system prompt
+    cannot be replaced); both see the answers as diffs, and the fix wins."""
+    gemini = CliWorker("gemini", "sed -i 's/return a - b/return a + b/' calc.py", "Fixed add() in calc.py.")
+    copilot = CliWorker("anthropic", "sed -i 's/return a - b/return a * b/' calc.py", "add() now multiplies.")
+    api_in, copilot_voted = threading.Event(), threading.Event()
+    fakes.script.set_default("gemini", answer_held(gemini, copilot_voted))
+    fakes.script.set_default("copilot", answer_held(copilot, api_in)).set_default("api", api_agent)
+    team = tmp_path / "team.yaml"
+    team.write_text(f"""\
+agents:
+  - model: cli/gemini:gemini-2.5-pro
+    base_url: {fakes.base_url("gemini", "gemini")}
+    api_key_env: {KEY}
+  - model: cli/copilot:claude-sonnet-4.5
+    base_url: {fakes.base_url("anthropic", "copilot")}
+    api_key_env: {KEY}
+  - model: openai/gpt-fake
+    base_url: {fakes.base_url("openai", "api")}
+    api_key_env: {KEY}
+coordination: {{max_answers_per_agent: 1, final: reuse, timeout_s: 900}}
+sandbox: {{memory: 2g, cpus: 1}}
+""")
+    async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV, retry=FAST) as service:
+        request = JobRequest(
+            task=TASK, team=str(team), context_paths=[{"path": str(project)}], verify="pytest -q"
+        )
+        view = await service.submit(request)
+        try:
+            with anyio.fail_after(300):
+                while not copilot_voted.is_set() and not view.done:
+                    view = await service.wait(view.job_id, 10)
+                    for agent in view.agents:
+                        if agent.model == "openai/gpt-fake" and agent.answers:
+                            api_in.set()
+                        if agent.model.startswith("cli/copilot") and agent.vote:
+                            copilot_voted.set()
+            view = await until_cli_done(service, view)
+        finally:
+            api_in.set()
+            copilot_voted.set()
+    print(view.text())
+    letters = {agent.model: agent.letter for agent in view.agents}
+    assert view.state == "completed" and view.result.winner == f"{letters['cli/gemini:gemini-2.5-pro']}1"
+    assert gemini.decisions and copilot.decisions
+    ours = json.dumps(DECISION_SYSTEM)[1:80]
+    for fake, wire, tools in (("gemini", "gemini", ["read_file"]), ("copilot", "anthropic", ["view"])):
+        decisions = [
+            r for r in fakes.script.requests_of(fake) if DECISION_MARK in _first_user_text(r.body, wire)
+        ]
+        assert decisions, fake
+        for sent in decisions:
+            assert _tool_names(sent.body) == tools, (fake, _tool_names(sent.body))
+            assert "--- a/calc.py\n+++ b/calc.py" in _first_user_text(sent.body, wire)
+            assert (ours in sent.text()) == (fake == "gemini"), fake  # Copilot keeps its own prompt

@@ -5,6 +5,14 @@ charged what those reported (`streamed_usage`), as the API billed it.
 
 Full-auto is `--permission-mode bypassPermissions`; as root it refuses unless IS_SANDBOX=1 (set: the
 container is the sandbox). The decision uses `--json-schema`, read back from `structured_output`.
+
+Every run leaves out what cannot work in its container or is not asked for: slash commands and skills
+(`--disable-slash-commands`), MCP servers (`--strict-mcp-config`). A work run keeps Claude Code's own
+system prompt and its file and shell tools (`--tools`: no web, agent, notebook or to-do tools, whose
+definitions are most of a request's 12k tokens). A decision run has our short system prompt in place of
+Claude Code's (`--system-prompt-file`) and no tools (`--tools ""`; its Read tool alone is 500 tokens, a
+third of the decision: the answers' diffs are in the prompt): about 1k tokens where a whole run's request
+sent 12k (2.1.330; bench/results/cli-decisions.json).
 """
 
 from __future__ import annotations
@@ -13,13 +21,15 @@ import json
 from typing import Any
 
 from conclave.backends.base import Usage
-from conclave.clis.cli_adapter import CliOutput, Login, json_lines, last_json_object
+from conclave.clis.cli_adapter import SYSTEM_FILE, CliOutput, Login, json_lines, last_json_object
 from conclave.config.clis import CLIS
 from conclave.sandbox.member import HOME
 
 CONFIG = ".claude"  # under HOME; CLAUDE_CONFIG_DIR points here
 API_URL = "https://api.anthropic.com"
 OAUTH_VARIABLE = "CLAUDE_CODE_OAUTH_TOKEN"  # a Claude plan's token: a plan login, not a key
+WORK_TOOLS = "Bash,Read,Edit,Write,Glob,Grep"
+DECISION_TOOLS = ""  # none (its structured output is a tool of its own, which `--tools` leaves in)
 
 
 class ClaudeCode:
@@ -38,12 +48,22 @@ class ClaudeCode:
             "--permission-mode",
             "bypassPermissions",
             "--no-session-persistence",
+            "--disable-slash-commands",
+            "--strict-mcp-config",
         ]
         if model:
             argv += ["--model", model]
-        if schema is not None:
-            argv += ["--json-schema", json.dumps(schema)]
-        return argv
+        if schema is None:
+            return [*argv, "--tools", WORK_TOOLS]
+        return [
+            *argv,
+            "--tools",
+            DECISION_TOOLS,
+            "--system-prompt-file",
+            SYSTEM_FILE,
+            "--json-schema",
+            json.dumps(schema),
+        ]
 
     def provider_url(self, login: Login) -> str | None:
         if not login.key or (login.variable == OAUTH_VARIABLE and not login.base_url):

@@ -13,6 +13,9 @@ from conclave.config.clis import CliFacts
 from conclave.sandbox.member import HOME  # a private tmpfs in the member's container
 
 SCHEMA_FILE = f"{HOME}/decision-schema.json"
+# A decision run's system prompt (ours, in place of the CLI's own where it lets us), written by the runner
+# before each decision run like the schema (runner.py `script`).
+SYSTEM_FILE = f"{HOME}/decision-system.md"
 # What a key-mode CLI holds as its key inside its container: not a secret. Its egress proxy puts the real
 # key in its place on the way to the provider (sandbox/provider_key.py).
 PLACEHOLDER_KEY = "conclave-placeholder-the-egress-proxy-adds-the-key"
@@ -84,7 +87,11 @@ class CliAdapter(Protocol):
     native_schema: bool  # it constrains a reply to a JSON schema itself (else the prompt asks for JSON)
 
     def command(self, prompt: str, model: str | None, schema: dict[str, Any] | None) -> list[str]:
-        """The argv (its binary first) of one headless run in /workspace."""
+        """The argv (its binary first) of one headless run in /workspace. With a `schema` it is a
+        decision run, as small as the CLI allows: our system prompt (SYSTEM_FILE) in place of its own,
+        no tools but a read-only one where the CLI has it (docs/subscriptions.md lists each CLI's flags
+        and what it would not let us cut). A work run keeps the CLI's own prompt and the tools that can
+        work in its container."""
         ...
 
     def provider_url(self, login: Login) -> str | None:

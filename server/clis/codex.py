@@ -5,6 +5,14 @@ Full-auto is `--dangerously-bypass-approvals-and-sandbox` (its own bwrap sandbox
 unprivileged container). Its Responses WebSocket transport ignores HTTPS_PROXY, so the provider is one
 of ours with `supports_websockets = false`. The decision uses `--output-schema FILE` (strict: every
 property required, no others).
+
+Every run turns off what cannot work in its container or is not asked for (`-c` keys and `--disable`
+features of 0.169): web search, apps, plugins, the browser, computer use, image generation, goals,
+sub-agents, tool suggestions and the bundled skills' list. A work run keeps Codex's own instructions and
+its shell and patch tools. A decision run also swaps its instructions for our short system prompt
+(`model_instructions_file`), drops the permissions and environment sections and the shell: left are
+`request_user_input` and `apply_patch`, which no setting of 0.169 removes (about 1k tokens a request
+where a whole run sent 9-14k; docs/subscriptions.md).
 """
 
 from __future__ import annotations
@@ -13,7 +21,7 @@ import json
 from typing import Any
 
 from conclave.backends.base import Usage
-from conclave.clis.cli_adapter import SCHEMA_FILE, CliOutput, Login, json_lines
+from conclave.clis.cli_adapter import SCHEMA_FILE, SYSTEM_FILE, CliOutput, Login, json_lines
 from conclave.config.clis import CLIS
 from conclave.sandbox.member import HOME
 
@@ -21,6 +29,25 @@ CONFIG = ".codex"  # under HOME; CODEX_HOME points here
 KEY_VARIABLE = "CONCLAVE_CODEX_KEY"  # the provider's env_key: the key under a name only Codex reads
 PLAN_URL = "https://chatgpt.com/backend-api/codex"  # a ChatGPT plan's endpoint (auth.json logins)
 API_URL = "https://api.openai.com/v1"
+# features (`codex features list`) whose tools or instructions nothing in a member's container can use
+NEVER = (
+    "apps",
+    "plugins",
+    "browser_use",
+    "computer_use",
+    "image_generation",
+    "goals",
+    "multi_agent",
+    "tool_suggest",
+    "skill_search",
+)
+NOT_TO_DECIDE = ("shell_tool", "unified_exec", "view_image", "sleep_tool")
+QUIET = ('web_search="disabled"', "include_apps_instructions=false", "skills.bundled.enabled=false")
+DECIDE = (
+    f'model_instructions_file="{SYSTEM_FILE}"',
+    "include_permissions_instructions=false",
+    "include_environment_context=false",
+)
 
 
 class Codex:
@@ -40,8 +67,15 @@ class Codex:
         ]
         if model:
             argv += ["-m", model]
+        features: tuple[str, ...] = NEVER
+        config: tuple[str, ...] = QUIET
         if schema is not None:
             argv += ["--output-schema", SCHEMA_FILE]
+            features, config = NEVER + NOT_TO_DECIDE, QUIET + DECIDE
+        for feature in features:
+            argv += ["--disable", feature]
+        for setting in config:
+            argv += ["-c", setting]
         return [*argv, prompt]
 
     def provider_url(self, login: Login) -> str | None:

@@ -6,6 +6,11 @@ Full-auto is `--allow-all-tools`. Its built-in MCP servers (GitHub's, on the mod
 member works on its files, not on the user's repositories through their GitHub login. A custom endpoint
 (`base_url`) is Copilot's own-key provider (COPILOT_PROVIDER_*, offline: no GitHub sign-in). No
 schema-constrained output: JSON in the prompt.
+
+Only the tools a run needs reach the model (`--available-tools`, 1.0.102): a work run its shell and
+file tools, a decision run only `view` (to look at /peers). Neither gets the repository's custom
+instructions (`--no-custom-instructions`). Its own system prompt cannot be replaced: about 2k tokens of
+a decision request stay Copilot's (docs/subscriptions.md).
 """
 
 from __future__ import annotations
@@ -19,6 +24,8 @@ from conclave.sandbox.member import HOME
 
 USAGE_FILE = f"{HOME}/copilot-usage.json"
 USAGE_MARK = "@@conclave-copilot-usage@@"  # the runner prints the usage file after this line
+WORK_TOOLS = ("bash", "read_bash", "stop_bash", "view", "create", "edit", "grep", "glob")
+DECISION_TOOLS = ("view",)
 
 
 class Copilot:
@@ -41,8 +48,10 @@ class Copilot:
             USAGE_FILE,
             "-C",
             "/workspace",
+            "--no-custom-instructions",
         ]
-        return argv + (["--model", model] if model else [])
+        argv += ["--model", model] if model else []
+        return [*argv, "--available-tools", *(WORK_TOOLS if schema is None else DECISION_TOOLS)]
 
     def provider_url(self, login: Login) -> str | None:
         """Only its own-key provider (a base_url): a GitHub token is a plan login."""

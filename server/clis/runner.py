@@ -3,7 +3,8 @@
     member = CliMember.for_spec(spec, environ)           # login resolved on the host, at job start
     member.bind(sandbox, egress={"HTTPS_PROXY": ...})    # its container, and its way out (the proxy)
     output = await member.run(prompt)                    # the work: edits /workspace, final message
-    output = await member.run(prompt, schema)            # the decision: a schema-constrained object
+    output = await member.run(prompt, schema, system=...) # the decision: a schema-constrained object,
+                                                         # a small run with our system prompt
 
 Each run is one exec, `sh -c` under coreutils `timeout -s KILL` (sandbox/container.py): it writes the
 private HOME on the container's tmpfs (0700, only once: a CLI may refresh its token there), then runs
@@ -43,7 +44,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream
 
 from conclave.backends.base import Done, Request, StreamEvent, TextDelta, Usage
 from conclave.clis.claude_code import ClaudeCode
-from conclave.clis.cli_adapter import SCHEMA_FILE, CliAdapter, CliOutput, Login, secret_strings
+from conclave.clis.cli_adapter import SCHEMA_FILE, SYSTEM_FILE, CliAdapter, CliOutput, Login, secret_strings
 from conclave.clis.codex import Codex
 from conclave.clis.copilot import Copilot
 from conclave.clis.gemini_cli import Gemini
@@ -132,9 +133,16 @@ class CliMember:
         return self.login if provider is None else self.login.held_by_proxy(provider.bridge_url())
 
     async def run(
-        self, prompt: str, schema: dict[str, Any] | None = None, charge: Charge | None = None
+        self,
+        prompt: str,
+        schema: dict[str, Any] | None = None,
+        charge: Charge | None = None,
+        *,
+        system: str = "",
     ) -> CliOutput:
         """One headless run to its output; ProviderError when the CLI fails or prints nothing usable.
+        With a `schema` it is a decision run: `system` is its system prompt where the CLI takes ours
+        (cli_adapter.py `command`).
 
         `charge` gets the run's usage while it runs, as its output reports it (meter.py: a job's budget
         can stop a long run), and its total however it ends: finished, past its timeout, or killed
@@ -146,7 +154,7 @@ class CliMember:
                 f"{self.spec.model} needs its sandbox: a CLI member runs only in a container "
                 "(the team's `sandbox` must not be none, and the job needs Docker)",
             )
-        command, env = self.script(prompt, schema)
+        command, env = self.script(prompt, schema, system)
         self.runs += 1
         results: list[CommandResult] = []
         meter: Meter | None = None
@@ -259,8 +267,11 @@ class CliMember:
             if meter is not None:
                 group.start_soon(_charge_as_heard, meter, receive)
 
-    def script(self, prompt: str, schema: dict[str, Any] | None) -> tuple[str, dict[str, str]]:
-        """The exec's shell command and environment (tests read both; the login is only in `env`)."""
+    def script(
+        self, prompt: str, schema: dict[str, Any] | None, system: str = ""
+    ) -> tuple[str, dict[str, str]]:
+        """The exec's shell command and environment (tests read both; the login is only in `env`); a
+        decision run (`schema`) writes its schema and its system prompt to HOME first."""
         login = self.inside
         env = {**self.egress, **self.adapter.environment(login, self.model), "HOME": HOME}
         lines = [f'umask 077; mkdir -p "{HOME}"']
@@ -278,6 +289,9 @@ class CliMember:
             env["CONCLAVE_SCHEMA"] = json.dumps(schema)
             passed.append("CONCLAVE_SCHEMA")
             lines.append(f'printf %s "$CONCLAVE_SCHEMA" > {SCHEMA_FILE} || exit 97')
+            env["CONCLAVE_SYSTEM"] = system
+            passed.append("CONCLAVE_SYSTEM")
+            lines.append(f'printf %s "$CONCLAVE_SYSTEM" > {SYSTEM_FILE} || exit 97')
         if passed:
             lines.append(f"unset {' '.join(passed)}")
         lines.append("umask 022")  # what the CLI writes in /workspace, peers may read (files/peer_access.py)

@@ -2,8 +2,17 @@
 constrained call to the same CLI. Both become the protocol's usual events.
 
     no answer of its own yet   work run (edits /workspace, final message)         -> AnswerPosted
+    its vote cannot matter     no run: a vote for its own answer                  -> VoteCast
     otherwise                  decision run (JSON: vote LABEL, or new_answer)     -> VoteCast, or
                                a work run with the current answers as material    -> AnswerPosted
+
+A decision needs no run when every current answer gives the same final answer with the same changes
+(any vote counts for all of them, as a scoring voter's does: split_turns.py), or when every other current
+answer's author already votes for this member's answer and no vote goes elsewhere. A decision run is as
+small as its CLI allows (clis/: our system prompt, no tools but a read-only one) and is shown each answer
+as what changed (its patch, job_files.py) and what its check said, the full files staying at
+/peers/<letter>. Each prompt puts what stays the same over a job first (the member, the task, the rules)
+and what changes last (the answers, why it is asked), so the CLI's prompt cache can hit across its runs.
 
 The answers reach the CLI in this voter's own order (the orchestrator's `shown`, ordered by the
 action's labels), with their author's letter and where their files are (/peers/<letter>). Usage and
@@ -33,11 +42,21 @@ from conclave.coordination.protocol_events import (
     VoteCast,
 )
 from conclave.coordination.reports import ShownAnswer
+from conclave.coordination.split_turns import agreeing_groups
 from conclave.coordination.turn_context import TurnContext
 
 NEW = "new_answer"
 CLI_WORK = "cli_work"  # the transcript's mark of a work run; not the protocol's WorkStarted (see above)
 MAX_SHOWN = 12_000  # characters of each answer in a CLI's prompt (an argument has a size limit)
+MAX_SUMMARY = 2_000  # a decision shows this much of an answer's own text
+MAX_DIFF = MAX_SHOWN - MAX_SUMMARY  # and this much of its diff: no longer than a whole answer's text
+DECISION_SYSTEM = """\
+You are one voter in a team of agents that each worked on the same task in their own copy of the
+files. You judge the team's current answers; you change no files. Each answer is shown as its author's
+summary, what it changed (a unified diff of its files) and what the caller's check said. Where you
+have a tool to read files, each agent's full files are read-only at /peers/<letter>, yours in the
+current folder: read them only if the diffs leave you unsure. Reply with the one JSON object asked for
+and nothing else."""
 
 
 async def cli_turn(
@@ -53,10 +72,14 @@ async def cli_turn(
         return AnswerPosted(ctx.letter, action.turn_id, await _work(ctx, member, action, shown, files))
     if not action.labels:
         return NoDecision(ctx.letter, action.turn_id, "")
+    settled = settled_vote(ctx.letter, shown, files)
+    if settled is not None:
+        return VoteCast(ctx.letter, action.turn_id, *settled)
     schema = decision_schema(action.labels, action.can_answer)
     # Only thinking: when a new answer makes it stale, the turn is cancelled, which kills the CLI's whole
     # tree at once (clis/runner.py) and charges what its stream reported; the protocol asks again.
-    output = await _run(ctx, member, decision_prompt(ctx, action, shown), schema)
+    prompt = decision_prompt(ctx, action, shown, files)
+    output = await _run(ctx, member, prompt, schema, DECISION_SYSTEM)
     decision = output.structured or last_json_object(output.text) or {}
     choice, label = decision.get("decision"), str(decision.get("answer") or "").strip()
     reason = str(decision.get("reason") or "")[:500]
@@ -82,12 +105,30 @@ async def _work(
     return output.text.strip()
 
 
-async def _run(ctx: TurnContext, member: CliMember, prompt: str, schema: dict[str, Any] | None) -> CliOutput:
+async def _run(
+    ctx: TurnContext, member: CliMember, prompt: str, schema: dict[str, Any] | None, system: str = ""
+) -> CliOutput:
     """One run under the job's budget gate and the provider limit; its usage charged as reported, while
     it runs too (clis/meter.py): reaching the budget mid-run ends the job, which kills the run."""
     await ctx.gate()
     async with ctx.limiter:
-        return await member.run(prompt, schema, ctx.on_usage)
+        return await member.run(prompt, schema, ctx.on_usage, system=system)
+
+
+def settled_vote(
+    letter: str, shown: list[ShownAnswer], files: prompts.FilesPicture | None
+) -> tuple[str, str] | None:
+    """The vote (label, reason) of a decision that needs no run, else None: every answer gives the same
+    final answer with the same changes, or every other answer's author votes for `letter`'s answer."""
+    own = next((answer for answer in shown if answer.letter == letter), None)
+    changes = files.changes if files is not None else {}
+    if len(agreeing_groups(shown)) == 1 and len({changes.get(answer.label, "") for answer in shown}) == 1:
+        label = own.label if own is not None else shown[0].label
+        return label, "every answer gives the same final answer with the same changes"
+    others = len(shown) - 1
+    if own is not None and others and own.votes == others == sum(answer.votes for answer in shown):
+        return own.label, "every other answer's author votes for this answer"
+    return None
 
 
 def work_prompt(
@@ -96,10 +137,13 @@ def work_prompt(
     shown: list[ShownAnswer],
     files: prompts.FilesPicture | None,
 ) -> str:
-    """The work run: the task, the others' answers as material, and what the final message must be."""
+    """The work run: what stays the same over the job first (the member, what its final message must
+    be, the task), then the others' answers as material and why it is asked."""
     parts = [
         f"You are agent {ctx.letter}, one member of a team of agents working on the same task; each works in "
         "its own copy of the files. Work in the current folder: read, edit and run what you need.",
+        "When you are done, reply with your complete answer to the task as your final message: what "
+        "you changed and why, or the answer itself. It is shown to the team as it stands.",
         f"Task:\n{ctx.task}",
     ]
     others = [answer for answer in shown if answer.letter != ctx.letter]
@@ -116,31 +160,28 @@ def work_prompt(
         )
     if action.note:
         parts.append(action.note)
-    parts.append(
-        "When you are done, reply with your complete answer to the task as your final message: what "
-        "you changed and why, or the answer itself. It is shown to the team as it stands."
-    )
     return "\n\n".join(parts)
 
 
-def decision_prompt(ctx: TurnContext, action: StartTurn, shown: list[ShownAnswer]) -> str:
-    """The decision run: the current answers in this voter's order, and a JSON decision (no edits)."""
-    listed = "\n\n".join(_answer(answer, own=answer.letter == ctx.letter) for answer in shown)
-    new = (
-        f' or "{NEW}" if you can write a clearly better answer than all of them (answer: "")'
-        if action.can_answer
-        else ""
+def decision_prompt(
+    ctx: TurnContext, action: StartTurn, shown: list[ShownAnswer], files: prompts.FilesPicture | None = None
+) -> str:
+    """The decision run: the member, the task and the reply's form first (the same on every decision of
+    the job), then the current answers in this voter's order, each as what it changed and what its check
+    said, and the labels it may choose."""
+    changes = files.changes if files is not None else {}
+    listed = "\n\n".join(
+        _answer(answer, answer.letter == ctx.letter, changes.get(answer.label)) for answer in shown
     )
+    new = f', or "{NEW}" if you can write a clearly better answer than all of them (answer: "")'
+    labels = ", ".join(action.labels)
     return (
-        f"You are agent {ctx.letter} on a team. Do not change any files in this step.\n\n"
-        f"Task:\n{ctx.task}\n\n"
-        f"The current answers (each agent's files are read-only at /peers/<letter>; yours are the current "
-        f"folder):\n\n{listed}\n\n"
-        'Decide: "vote" for the answer that best solves the task '
-        f"(one of {', '.join(action.labels)}; it may be "
-        f"your own){new}. {action.note}\n"
+        f"You are agent {ctx.letter}.\n\nTask:\n{ctx.task}\n\n"
+        'Decide: "vote" for the answer that best solves the task (it may be your own). '
         'Reply with one JSON object and nothing else: {"decision": "vote" or "new_answer", "answer": LABEL, '
-        '"reason": "one sentence"}'
+        '"reason": "one sentence"}\n\n'
+        f"The current answers:\n\n{listed}\n\n"
+        f"Choose one of {labels}{new if action.can_answer else ''}. {action.note}".rstrip()
     )
 
 
@@ -158,10 +199,18 @@ def decision_schema(labels: tuple[str, ...], can_answer: bool) -> dict[str, Any]
     }
 
 
-def _answer(answer: ShownAnswer, own: bool = False) -> str:
-    content = (
-        answer.content if len(answer.content) <= MAX_SHOWN else answer.content[:MAX_SHOWN] + "\n[... cut]"
-    )
+def _answer(answer: ShownAnswer, own: bool = False, changes: str | None = None) -> str:
+    """An answer's heading (its check beside it), then its text; in a decision (`changes` known: "" for
+    none), a shorter text and what it changed."""
     check = f" [check: {answer.check}]" if answer.check else ""
     who = "your own" if own else f"agent {answer.letter}"
-    return f"=== {answer.label} ({who}){check} ===\n{content}"
+    heading = f"=== {answer.label} ({who}){check} ==="
+    if changes is None:
+        return f"{heading}\n{_cut(answer.content, MAX_SHOWN)}"
+    where = "the current folder" if own else f"/peers/{answer.letter}"
+    diff = f"Its changes (full files at {where}):\n{_cut(changes, MAX_DIFF)}" if changes else ""
+    return f"{heading}\n{_cut(answer.content, MAX_SUMMARY)}\n{diff or 'No file changed.'}"
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit] + "\n[... cut]"

@@ -126,6 +126,7 @@ class JobFiles:
         self._proxies: anyio.abc.TaskGroup | None = None  # hosts CLI members' egress proxies (`egress`)
         self._budget = DiskBudget(disk_budget) if disk_budget is not None else None
         self._sandboxes: dict[str, Sandbox] = {}
+        self._changes: dict[str, str] | None = None  # label -> patch, for a team with CLI members
         self.final_label: str | None = None
 
     @property
@@ -157,6 +158,7 @@ class JobFiles:
         A CLI member (`clis`: letter -> its spec) gets a member sandbox whose only way out is its own
         egress proxy (sandbox/member.py, sandbox/egress.py), allowing its CLI's hosts and its base_url."""
         await self.workspaces.create(letters)
+        self._changes = {} if clis else None
         if self._budget is not None:
             copied = sum(
                 record.size for c in self.workspaces.manifest().contexts for record in c.files.values()
@@ -227,7 +229,8 @@ class JobFiles:
 
     def picture(self, letter: str) -> FilesPicture:
         peers = {peer: label for peer, label in self.workspaces.latest().items() if peer != letter}
-        return FilesPicture(self._folders, peers, self.commands, root=self._root)
+        changes = dict(self._changes or {})
+        return FilesPicture(self._folders, peers, self.commands, root=self._root, changes=changes)
 
     async def on_answer(self, letter: str, label: str) -> Path:
         """Freeze the author's workspace as the answer's snapshot and show it to the peers.
@@ -239,6 +242,8 @@ class JobFiles:
             snapshot = await self.workspaces.snapshot(letter, label)
             if self.commands:
                 await self.workspaces.publish(letter, label)
+            if self._changes is not None:  # what a CLI member's decision is shown (cli_turns.py)
+                self._changes[label] = await self.workspaces.changes(label)
             return snapshot
 
     async def finish(self, winner: str | None) -> Path | None:

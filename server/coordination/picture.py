@@ -79,12 +79,14 @@ def leading(state: protocol.Coordination, checks: Mapping[str, Check]) -> Leadin
 def shown(
     state: protocol.Coordination, checks: Mapping[str, Check], order: tuple[str, ...] = ()
 ) -> list[ShownAnswer]:
-    """The current answers, in a voter's `order` (else posting order), each with those agreeing."""
+    """The current answers, in a voter's `order` (else posting order), each with those agreeing and its
+    votes now (no prompt shows them: a CLI member skips a decision its vote cannot change, cli_turns.py)."""
     latest = {answer.label: answer for answer in state.latest_answers()}
     labels = [label for label in order if label in latest] + [label for label in latest if label not in order]
-    groups = state.agreeing()
+    groups, tally = state.agreeing(), state.tally()
     found = []
     for label in labels:
         others = next((tuple(o for o in group if o != label) for group in groups if label in group), ())
-        found.append(ShownAnswer.of(latest[label], checks.get(label), agrees_with=others))
+        shown = ShownAnswer.of(latest[label], checks.get(label), agrees_with=others, votes=tally[label])
+        found.append(shown)
     return found

@@ -8,7 +8,7 @@ so providers can cache it; each turn's changing picture goes in the user message
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from conclave.backends.base import JsonObject, ToolSpec
@@ -147,6 +147,9 @@ class FilesPicture:
     peers: dict[str, str]  # peer letter -> label of the snapshot it can read
     commands: bool  # run_command is offered (a sandbox with /workspace and /peers/<letter>)
     root: str | None = None  # the one project folder that IS the workspace (a single context path)
+    # answer label -> its patch as peers may see it; kept only for teams with CLI members, whose decision
+    # is shown what each answer changed (cli_turns.py)
+    changes: dict[str, str] = field(default_factory=dict)
 
 
 def files_section(files: FilesPicture) -> str:

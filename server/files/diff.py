@@ -22,7 +22,7 @@ from __future__ import annotations
 import difflib
 import hashlib
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Literal
 
@@ -76,14 +76,17 @@ def final_listing(final: Path, tracked: Iterable[str]) -> Listing:
     return list_tree(final, rules=IgnoreRules(final), tracked=tracked)
 
 
-def diff_trees(base: Path, final: Path) -> Patch:
-    """The git-style patch that turns `base` into `final` (blocking: call it from a worker thread)."""
+def diff_trees(base: Path, final: Path, keep: Callable[[str], bool] | None = None) -> Patch:
+    """The git-style patch that turns `base` into `final` (blocking: call it from a worker thread);
+    with `keep`, only the files of `final` it keeps (a deletion is always shown: base/ is no secret)."""
     old = list_tree(base)
     new = final_listing(final, old.files)
     chunks: list[str] = []
     files: list[FileChange] = []
     for rel in sorted(old.files.keys() | new.files.keys()):
         before, after = old.files.get(rel), new.files.get(rel)
+        if after and keep is not None and not keep(rel):
+            continue
         if before and after and (before.dev, before.ino) == (after.dev, after.ino):
             continue  # the same inode: a hard link from an immutable snapshot, unchanged
         a = read_bytes(base, rel) if before else None

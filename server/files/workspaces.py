@@ -47,6 +47,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import anyio.to_thread
@@ -352,6 +353,22 @@ class Workspaces:
             target.parent.mkdir(parents=True, exist_ok=True)
             os.link(source / rel, target)
         return mount
+
+    async def changes(self, label: str) -> str:
+        """What answer `label` changed, as its peers may see it: its git-style patch over every context
+        path, without the files private to its author (peer_access.py), in a worker thread."""
+        return await anyio.to_thread.run_sync(self._changes, label, abandon_on_cancel=True)
+
+    def _changes(self, label: str) -> str:
+        snapshot, contexts = self.snapshot_dir(label), self.manifest().contexts
+        texts = []
+        for context in contexts:
+            tree = snapshot / context.name
+            patch = diff_trees(self.base / context.name, tree, keep=partial(peer_readable, tree))
+            if patch.text and len(contexts) > 1:
+                texts.append(f"# in {context.name}/\n")
+            texts.append(patch.text)
+        return "".join(texts)
 
     # -- results --------------------------------------------------------------------------------
 

@@ -27,9 +27,10 @@ from tests.clis.test_cli_members_e2e import (
     api_agent,
 )
 from tests.fakes.calc_task import TASK
-from tests.fakes.cli_worker import CliWorker
+from tests.fakes.cli_worker import DECISION_MARK, CliWorker, _first_user_text
 from tests.fakes.script import RecordedRequest, Reply
 from tests.fakes.server import FakeProviders
+from tests.fakes.team import decide
 from tests.fakes.waits import until_cli_done
 
 pytestmark = pytest.mark.anyio
@@ -92,9 +93,11 @@ async def test_a_cancelled_run_is_charged_what_its_stream_reported(
 async def test_a_stale_decision_run_is_killed_charged_and_asked_again(
     clis_image: str, tmp_path: Path, fakes: FakeProviders, project: Path
 ) -> None:
-    """Claude Code answers first and starts deciding; its decision call stalls until the API agent
-    answers. The new answer makes the decision stale: the run is killed at once (its turn cancelled),
-    its stalled call charged, and the next decision run votes."""
+    """The API agent answers, then Claude Code answers and starts deciding between the two; its
+    decision call stalls until the API agent posts a second answer. The new answer makes the decision
+    stale: the run is killed at once (its turn cancelled), its stalled call charged, and the next
+    decision run votes. (With its own answer alone in view it would not run a decision at all:
+    coordination/cli_turns.py.)"""
     claude = CliWorker("anthropic", FIX, "Fixed add() in calc.py.")
     deciding = threading.Event()
     first_decision: list[int] = []
@@ -102,21 +105,25 @@ async def test_a_stale_decision_run_is_killed_charged_and_asked_again(
     def respond(request: RecordedRequest) -> Reply:
         # the decision run's main request (streamed, with tools), not a side call of the CLI's own
         main = request.streamed and bool(request.body.get("tools"))
-        if main and "Do not change any files in this step" in request.text() and not first_decision:
+        if main and DECISION_MARK in _first_user_text(request.body, "anthropic") and not first_decision:
             first_decision.append(1)
-            # the peer answers once the stalled response's message_start has reached the CLI's stream
+            # the peer answers again once the stalled response's message_start has reached the CLI
             threading.Timer(3.0, deciding.set).start()
             return Reply(text="thinking", stall=300)
         return claude(request)
 
+    second: list[int] = []
+
     def api(request: RecordedRequest) -> Reply:
-        reply = api_agent(request)
-        if "(your own answer)" not in request.text():  # its first answer waits for Claude's decision
+        if claude.answer in request.text() and not second:  # its second answer waits for the decision
+            second.append(1)
+            reply = decide("new_answer", {"content": "On a second look, calc.py is fine as it is."}, request)
             reply.gate = deciding
-        return reply
+            return reply
+        return api_agent(request)
 
     fakes.script.set_default("claude", respond).set_default("api", api)
-    team = _team(tmp_path / "team.yaml", fakes, api=True)
+    team = _team(tmp_path / "team.yaml", fakes, api=True, answers=2)
     async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV, retry=FAST) as service:
         view = await until_cli_done(
             service,

@@ -10,6 +10,7 @@ Needs the Docker engine and the CLI image; skips, saying how to get them, withou
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 from pathlib import Path
@@ -18,11 +19,12 @@ import anyio
 import pytest
 
 from conclave.backends.retry import RetryPolicy
+from conclave.coordination.cli_turns import DECISION_SYSTEM
 from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
 from conclave.settings import Settings
 from tests.fakes.calc_task import TASK
-from tests.fakes.cli_worker import CliWorker, answer_held
+from tests.fakes.cli_worker import DECISION_MARK, CliWorker, _first_user_text, _tool_names, answer_held
 from tests.fakes.script import RecordedRequest, Reply
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import decide, vote_labels
@@ -146,6 +148,28 @@ async def test_claude_code_and_codex_fix_a_failing_test_with_an_api_agent(
     assert usage[mine].cost_usd == pytest.approx(sum(costs)) and usage[mine].cost_usd > max(costs)
     assert not usage[mine].cost_partial and usage[mine].uncosted_tokens == 0
     assert "cli_work" in transcript
+    _decisions_were_small(fakes)
+
+
+def _decisions_were_small(fakes: FakeProviders) -> None:
+    """Each CLI's decision runs got our system prompt, no shell or file tool and not the CLI's own
+    instructions, and saw the answers as what they changed (coordination/cli_turns.py, clis/)."""
+    ours = json.dumps(DECISION_SYSTEM)[1:80]  # as it sits in a JSON body
+    for fake, wire in (("claude", "anthropic"), ("codex", "responses")):
+        requests = fakes.script.requests_of(fake)
+        decisions = [r for r in requests if DECISION_MARK in _first_user_text(r.body, wire)]
+        work = max(len(r.text()) for r in requests if r not in decisions)
+        assert decisions, fake
+        for request in decisions:
+            assert ours in request.text(), (fake, request.text()[:3000])
+            assert "--- a/calc.py\n+++ b/calc.py" in _first_user_text(request.body, wire)  # as a diff
+            assert len(request.text()) * 4 < work, (fake, len(request.text()), work)
+    for request in fakes.script.requests_of("claude"):
+        if DECISION_MARK in _first_user_text(request.body, "anthropic"):
+            assert set(_tool_names(request.body)) <= {"StructuredOutput", "DeferredToolPlaceholder"}
+    for request in fakes.script.requests_of("codex"):
+        if DECISION_MARK in _first_user_text(request.body, "responses"):
+            assert "exec_command" not in request.text() and "You are Codex" not in request.text()
 
 
 def _secret_in_tree(root: Path, secret: str) -> list[str]:

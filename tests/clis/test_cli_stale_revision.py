@@ -134,7 +134,7 @@ async def test_a_stale_revisions_run_is_killed_and_the_member_decides_on_the_new
     print(view.text())
     # the revision's CLI and the child it started are gone, while the member's next run is under way
     assert "Your own current answer" not in running and MARKER not in running, running
-    assert "Do not change any files" in running, running
+    assert 'Decide: "vote" for the answer' in running, running  # its decision run
     mine = [(index, event) for index, event in enumerate(events) if event.letter == letter]
     work = [index for index, event in mine if event.kind == "tool_call"]
     assert len(work) == 2, [event.kind for _, event in mine]  # the first answer's run and the revision's

@@ -59,3 +59,12 @@ async def test_the_peer_view_mounted_in_containers_leaves_private_files_out(tmp_
     mount = ws.peer_mount("B")
     assert (mount / "notes.md").read_text() == "shared notes\n"
     assert not (mount / "creds.json").exists()
+
+
+async def test_the_changes_a_cli_decision_is_shown_leave_private_files_out(tmp_path: Path) -> None:
+    """A CLI member's decision prompt shows each answer's diff (coordination/cli_turns.py): of B's
+    answer, its shared file, never the private one or its token."""
+    ws = await answered(tmp_path)
+    changes = await ws.changes("B1")
+    assert "+shared notes" in changes and "notes.md" in changes
+    assert "creds.json" not in changes and TOKEN not in changes

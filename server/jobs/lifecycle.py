@@ -20,6 +20,7 @@ from conclave.coordination.check_pool import CheckPool
 from conclave.coordination.limits import ProviderLimits
 from conclave.coordination.orchestrator import Orchestrator
 from conclave.errors import ConclaveError
+from conclave.jobs.fair_share import FairShare
 from conclave.jobs.file_steps import JobFileSteps, job_files
 from conclave.jobs.follow_ups import conversation_history
 from conclave.jobs.heap import Heap
@@ -34,7 +35,8 @@ logger = logging.getLogger(__name__)
 
 
 class Lifecycle:
-    """Runs this process's jobs, each in its own cancel scope, at most `max_jobs` at once."""
+    """Runs this process's jobs, each in its own cancel scope, at most `max_jobs` at once, shared fairly
+    between callers (jobs/fair_share.py)."""
 
     def __init__(
         self,
@@ -49,7 +51,8 @@ class Lifecycle:
         self.settings, self.store, self._factory, self._retry = settings, store, factory, retry
         self.steering, self._route = steering, route  # CLI members' egress (sandbox/route.py)
         self.scopes: dict[str, anyio.CancelScope] = {}  # the jobs this process runs, by id
-        self._slots = anyio.CapacityLimiter(settings.max_jobs)
+        # the slots, shared by the callers in turn, each waiting in its own line
+        self.share = FairShare(settings.max_jobs, settings.max_jobs_per_caller)
         self._check_slots = anyio.CapacityLimiter(settings.verify_concurrency)  # verification containers
         self._check_pool = pool  # check containers started ahead of the jobs (coordination/check_pool.py)
         self._provider_limits = ProviderLimits(settings.provider_concurrency)  # shared by every job here
@@ -65,12 +68,12 @@ class Lifecycle:
             scope.cancel()
         return scope is not None
 
-    async def run(self, job_id: str, task: str, team: Team) -> None:
+    async def run(self, job_id: str, task: str, team: Team, caller: str) -> None:
         """The job from its queued state to its final one (started on the jobs' loop: jobs/job_thread.py)."""
         scope = self.scopes[job_id] = anyio.CancelScope()
         try:
             with scope:
-                async with self._slots:
+                async with self.share.slot(caller):
                     await self._run(job_id, task, team)
             if scope.cancelled_caught:
                 with anyio.CancelScope(shield=True):

@@ -139,7 +139,9 @@ class JobService:
         follow_up = request.follow_up
         earlier = await self.lookup.row(follow_up, caller, "follow_up") if follow_up is not None else None
         job = await self._admission.admit(request, caller or LOCAL, earlier)
-        self._thread.start(self._jobs.run, job.job_id, job.task, job.team)  # cancellable from now on
+        self._thread.start(
+            self._jobs.run, job.job_id, job.task, job.team, job.caller
+        )  # cancellable from now on
         return await self.lookup.view(job.job_id)
 
     async def wait(

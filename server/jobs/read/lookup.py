@@ -23,6 +23,7 @@ from conclave.config.presets import list_presets
 from conclave.errors import InputError, JobNotFound, term
 from conclave.files.workspaces import Workspaces
 from conclave.jobs.estimate import history
+from conclave.jobs.fair_share import queued_phase
 from conclave.jobs.reach import endpoints, unreachable
 from conclave.jobs.read.reader import WorkspacePage, job_workspaces, read_job, read_whole
 from conclave.jobs.read.teams import TeamList, team_list
@@ -84,7 +85,10 @@ class JobLookup:
         parts = await self.store.read(view_parts, self.store.sync, self.web_links, job_id, caller)
         if parts is None:
             raise JobNotFound(str(job_id))
-        view = job_view(parts.row, time.time(), parts.notes, parts.conversation)
+        row = parts.row
+        if parts.place is not None:  # why it waits, and where it stands, as of now
+            row = row.model_copy(update={"phase": queued_phase(parts.place, row.caller, self.settings)})
+        view = job_view(row, time.time(), parts.notes, parts.conversation)
         return view.model_copy(update={"web_url": parts.web_url})
 
     async def recent(self, caller: str | None = None, limit: int = 20) -> list[JobView]:

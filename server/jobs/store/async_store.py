@@ -211,8 +211,8 @@ class AsyncStore:
     async def cancel_requests(self, owner_id: str) -> list[str]:
         return await self.read(self.sync.cancel_requests, owner_id)
 
-    async def queued(self, owner_id: str) -> int:
-        return await self.read(self.sync.queued, owner_id)
+    async def queued_by_caller(self, owner_id: str) -> dict[str, int]:
+        return await self.read(self.sync.queued_by_caller, owner_id)
 
     async def heartbeat(self, owner_id: str) -> None:
         await self.write(None, self.sync.heartbeat, owner_id)

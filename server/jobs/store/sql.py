@@ -67,6 +67,15 @@ class JobRow(BaseModel):
     request: JobRequest  # as the caller asked (after what a follow-up carries over)
 
 
+class LinePlace(BaseModel):
+    """A queued job's place: its position in its caller's line (1: next), and the jobs running on its
+    server, its caller's and all."""
+
+    position: int
+    caller_running: int
+    running: int
+
+
 class AnswerRow(Posted):
     """A posted answer as stored (the protocol's `Answer` keeps its order and key instead)."""
 
@@ -233,12 +242,30 @@ class Store(ConversationRecords[JobRow]):
         ).fetchall()
         return [row[0] for row in rows]
 
-    def queued(self, owner_id: str) -> int:
-        """How many of this server's jobs wait for a slot."""
+    def queued_by_caller(self, owner_id: str) -> dict[str, int]:
+        """How many of this server's jobs wait for a slot, per caller."""
+        rows = self._db.execute(
+            "SELECT caller, COUNT(*) FROM jobs WHERE owner_id = ? AND state = 'queued' GROUP BY caller",
+            (owner_id,),
+        ).fetchall()
+        return {str(row[0]): int(row[1]) for row in rows}
+
+    def line_place(self, job_id: str) -> LinePlace | None:
+        """Where a queued job stands in its caller's line on its server (jobs/fair_share.py); None when
+        it is not queued."""
         row = self._db.execute(
-            "SELECT COUNT(*) FROM jobs WHERE owner_id = ? AND state = 'queued'", (owner_id,)
+            "SELECT"
+            " (SELECT COUNT(*) FROM jobs q WHERE q.owner_id = j.owner_id AND q.caller = j.caller"
+            "  AND q.state = 'queued' AND (q.created_at < j.created_at"
+            "  OR (q.created_at = j.created_at AND q.id <= j.id))) AS position,"
+            " (SELECT COUNT(*) FROM jobs r WHERE r.owner_id = j.owner_id AND r.caller = j.caller"
+            "  AND r.state IN ('running', 'presenting')) AS caller_running,"
+            " (SELECT COUNT(*) FROM jobs r WHERE r.owner_id = j.owner_id"
+            "  AND r.state IN ('running', 'presenting')) AS running"
+            " FROM jobs j WHERE j.id = ? AND j.state = 'queued'",
+            (job_id,),
         ).fetchone()
-        return int(row[0])
+        return None if row is None else LinePlace(**dict(row))
 
     def finished_jobs(self) -> list[tuple[str, float]]:
         """Every job that is over (not queued, running or presenting), oldest first: (id, finished_at)."""

@@ -40,6 +40,7 @@ from conclave.coordination.members import endpoint_factory
 from conclave.errors import InputError, JobFinished
 from conclave.jobs.access import Access
 from conclave.jobs.admission import Admission
+from conclave.jobs.health import Readiness, readiness
 from conclave.jobs.job_thread import JobThread
 from conclave.jobs.lifecycle import Lifecycle
 from conclave.jobs.maintenance import mark_orphans, prune_old_jobs, sweep_leftovers, watch
@@ -209,6 +210,10 @@ class JobService:
 
     def job_dir(self, job_id: str) -> Path:
         return self._jobs.job_dir(job_id)
+
+    async def readiness(self) -> Readiness:
+        """Whether this server can take jobs now: its store and, if configured, its engine answer."""
+        return await readiness(self.store, self._environ)
 
 
 @dataclass(frozen=True)

@@ -189,6 +189,10 @@ class Store(ConversationRecords[JobRow]):
                 ),
             )
 
+    def ping(self) -> None:
+        """One read of the jobs table: the store answers (jobs/health.py)."""
+        self._db.execute("SELECT COUNT(*) FROM jobs WHERE state = 'queued'").fetchone()
+
     def set_files(self, job_id: str, files: FilesResult) -> None:
         with self._write():
             self._db.execute(

@@ -33,7 +33,9 @@ class Settings(BaseSettings):
     http_token: SecretStr | None = None
     max_task_chars: Annotated[int, Field(ge=1)] = 100_000
     heartbeat_s: Annotated[float, Field(gt=0)] = 5.0
-    stale_after_s: Annotated[float, Field(gt=0)] = 30.0
+    # a job's lease: its owner renews it every heartbeat_s; when it runs out (or the owner's process is
+    # gone) another server takes the job over and resumes it (jobs/takeover.py)
+    stale_after_s: Annotated[float, Field(gt=0)] = 15.0
     # Who may name what (jobs/access.py). Folders callers may give as context_paths, separated like PATH
     # (`:`); unset: any folder over stdio, the server's working directory over HTTP.
     allowed_roots: Annotated[tuple[Path, ...] | None, NoDecode] = None

@@ -9,6 +9,7 @@ how `cancel_job` and the watch loop (jobs/maintenance.py) reach a job this proce
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 
 import anyio
@@ -17,8 +18,9 @@ from conclave.backends.retry import RetryPolicy
 from conclave.config.models import Team
 from conclave.coordination.agents import AgentFactory
 from conclave.coordination.check_pool import CheckPool
+from conclave.coordination.journal import decode
 from conclave.coordination.limits import ProviderLimits
-from conclave.coordination.orchestrator import Orchestrator
+from conclave.coordination.orchestrator import Orchestrator, Resume
 from conclave.errors import ConclaveError
 from conclave.jobs.fair_share import FairShare
 from conclave.jobs.file_steps import JobFileSteps, job_files
@@ -26,7 +28,7 @@ from conclave.jobs.follow_ups import conversation_history
 from conclave.jobs.heap import Heap
 from conclave.jobs.steering import Steering
 from conclave.jobs.store.async_store import AsyncStore
-from conclave.jobs.store.sink import StoreSink
+from conclave.jobs.store.sink import StoreJournal, StoreSink
 from conclave.jobs.store.sql import ACTIVE_STATES, JobRow, JobState
 from conclave.sandbox.route import DIRECT, EgressRoute
 from conclave.settings import Settings
@@ -68,13 +70,15 @@ class Lifecycle:
             scope.cancel()
         return scope is not None
 
-    async def run(self, job_id: str, task: str, team: Team, caller: str) -> None:
-        """The job from its queued state to its final one (started on the jobs' loop: jobs/job_thread.py)."""
+    async def run(self, job_id: str, task: str, team: Team, caller: str, resume: bool = False) -> None:
+        """The job from its queued state to its final one (started on the jobs' loop: jobs/job_thread.py).
+        `resume`: a job this process took over from one that died (jobs/takeover.py): its journal is
+        replayed and only what was in flight runs again."""
         scope = self.scopes[job_id] = anyio.CancelScope()
         try:
             with scope:
                 async with self.share.slot(caller):
-                    await self._run(job_id, task, team)
+                    await self._run(job_id, task, team, resume)
             if scope.cancelled_caught:
                 with anyio.CancelScope(shield=True):
                     await self.store.set_state(job_id, "cancelled", "cancelled by the caller")
@@ -92,10 +96,13 @@ class Lifecycle:
             self.steering.detach(job_id)
             self._heap.settle(agent.provider for agent in team.agents)
 
-    async def _run(self, job_id: str, task: str, team: Team) -> None:
-        options = (await self._job(job_id)).options
+    async def _run(self, job_id: str, task: str, team: Team, resume: bool) -> None:
+        first = await self._job(job_id)
+        options = first.options
         timeout = team.coordination.timeout_s
-        deadline = anyio.current_time() + timeout  # the copy counts against the job's timeout
+        taken_over = await self._taken_over(first) if resume else None
+        # the copy counts against the job's timeout; a resumed job's time so far too
+        deadline = anyio.current_time() + timeout - (taken_over.elapsed if taken_over else 0.0)
         files = job_files(job_id, self.job_dir(job_id), team, options, self.settings, self._route)
         if not await self._copied(job_id, files, timeout):
             return
@@ -108,7 +115,8 @@ class Lifecycle:
         except ConclaveError as exc:
             await self._fail(job_id, str(exc))
             return
-        await self.store.set_state(job_id, "running", "starting the agents")
+        phase = "starting the agents" if taken_over is None else "resuming after its server stopped"
+        await self.store.set_state(job_id, "running", phase)
         verifier = files.verifier(team, self._check_slots, self._check_pool)
         orchestrator = Orchestrator(
             job_id,
@@ -123,6 +131,8 @@ class Lifecycle:
             verifier=verifier,
             history=past,
             thread=thread,
+            journal=StoreJournal(self.store, job_id),
+            resume=taken_over,
         )
         await self.steering.attach(job_id, orchestrator)
         try:
@@ -134,6 +144,15 @@ class Lifecycle:
         else:
             state = "failed" if result.failed else "completed"
             await self.store.set_state(job_id, state, error="; ".join(result.errors.values()) or None)
+
+    async def _taken_over(self, row: JobRow) -> Resume | None:
+        """What a job taken over had done: its journal, each agent's usage and its time so far; None
+        when it never started (it runs from the start)."""
+        events = [decode(text) for text in await self.store.journaled(row.id)]
+        if not events or row.started_at is None:
+            return None
+        usage = {agent.letter: agent.usage for agent in row.progress.agents} if row.progress else {}
+        return Resume(events, usage, max(0.0, time.time() - row.started_at))
 
     async def _copied(self, job_id: str, files: JobFileSteps, timeout: float) -> bool:
         """Copy the context paths into the job folder, if any; False if that failed (the job says why)."""

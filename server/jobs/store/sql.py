@@ -55,6 +55,7 @@ class JobRow(BaseModel):
     owner_pid: int
     owner_id: str
     heartbeat: float
+    lease_until: float | None = None  # the owner holds the job until then (jobs/takeover.py)
     progress: Progress | None
     result: JobResult | None
     error: str | None
@@ -283,26 +284,63 @@ class Store(ConversationRecords[JobRow]):
     def delete_job(self, job_id: str) -> None:
         """Forget a finished job: its rows in every table (its folder is the caller's to remove)."""
         with self._write():
-            for table in ("events", "answers", "votes", "usage"):
+            for table in ("events", "answers", "votes", "usage", "protocol_events"):
                 self._db.execute(f"DELETE FROM {table} WHERE job_id = ?", (job_id,))
             self._db.execute(
                 "DELETE FROM jobs WHERE id = ? AND state NOT IN (?, ?, ?)", (job_id, *ACTIVE_STATES)
             )
 
-    def heartbeat(self, owner_id: str) -> None:
+    def heartbeat(self, owner_id: str, lease_s: float) -> None:
+        """Renew the lease on every active job `owner_id` holds, to `lease_s` from now."""
+        now = self._clock()
         with self._write():
             self._db.execute(
-                "UPDATE jobs SET heartbeat = ? WHERE owner_id = ? AND state IN (?, ?, ?)",
-                (self._clock(), owner_id, *ACTIVE_STATES),
+                "UPDATE jobs SET heartbeat = ?, lease_until = ? WHERE owner_id = ? AND state IN (?, ?, ?)",
+                (now, now + lease_s, owner_id, *ACTIVE_STATES),
             )
 
-    def orphans(self, is_alive: Callable[[int], bool], stale_after_s: float) -> list[str]:
-        """Active jobs whose owner is gone: a dead process or a heartbeat older than stale_after_s."""
-        cutoff = self._clock() - stale_after_s
+    def orphans(self, is_alive: Callable[[int], bool], stale_after_s: float) -> list[tuple[str, str]]:
+        """Active jobs whose owner is gone, as (job id, owner id): a dead process or a lease run out (a
+        row without one: its heartbeat older than stale_after_s)."""
+        now = self._clock()
         rows = self._db.execute(
-            "SELECT id, owner_pid, heartbeat FROM jobs WHERE state IN (?, ?, ?)", ACTIVE_STATES
+            "SELECT id, owner_id, owner_pid, COALESCE(lease_until, heartbeat + ?) AS until FROM jobs"
+            " WHERE state IN (?, ?, ?)",
+            (stale_after_s, *ACTIVE_STATES),
         ).fetchall()
-        return [row["id"] for row in rows if row["heartbeat"] < cutoff or not is_alive(row["owner_pid"])]
+        return [
+            (row["id"], row["owner_id"])
+            for row in rows
+            if row["until"] < now or not is_alive(row["owner_pid"])
+        ]
+
+    def claim(self, job_id: str, old_owner: str, owner_id: str, owner_pid: int, lease_s: float) -> bool:
+        """Take over an orphaned job: whether this owner got it (another process may have first)."""
+        now = self._clock()
+        with self._write():
+            taken = self._db.execute(
+                "UPDATE jobs SET owner_id = ?, owner_pid = ?, heartbeat = ?, lease_until = ?,"
+                " rev = rev + 1 WHERE id = ? AND owner_id = ? AND state IN (?, ?, ?)",
+                (owner_id, owner_pid, now, now + lease_s, job_id, old_owner, *ACTIVE_STATES),
+            )
+        self.forget(job_id)
+        return taken.rowcount == 1
+
+    def journal(self, job_id: str, event_json: str) -> None:
+        """Append one protocol event to the job's journal (coordination/journal.py)."""
+        with self._write():
+            self._db.execute(
+                "INSERT INTO protocol_events (job_id, seq, event_json) VALUES (?,"
+                " (SELECT COALESCE(MAX(seq) + 1, 0) FROM protocol_events WHERE job_id = ?), ?)",
+                (job_id, job_id, event_json),
+            )
+
+    def journaled(self, job_id: str) -> list[str]:
+        """The job's journal, oldest first."""
+        rows = self._db.execute(
+            "SELECT event_json FROM protocol_events WHERE job_id = ? ORDER BY seq", (job_id,)
+        ).fetchall()
+        return [str(row[0]) for row in rows]
 
     # What a running job reports ------------------------------------------------------------------
     def record(self, job_id: str, event: JobEvent, progress: Progress, phase: str | None) -> None:

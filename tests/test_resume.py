@@ -1,0 +1,163 @@
+"""A job survives its server's `kill -9`: the next server takes it over (its owner's process is gone),
+replays its protocol journal and runs again only the turns in flight (jobs/takeover.py,
+coordination/journal.py). Real `conclave serve --http` processes, the real SDKs, scripted fakes."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import anyio
+import pytest
+from fastmcp import Client
+
+from conclave.config.loading import load_team_file
+from conclave.coordination.journal import decode, encode
+from conclave.coordination.protocol_events import (
+    AnswerPosted,
+    ProtocolEvent,
+    Start,
+    Steer,
+    Stop,
+    TurnFailed,
+    VoteCast,
+)
+from conclave.coordination.tally import StopReason
+from conclave.jobs.read.views import JobView
+from conclave.jobs.records import JobOptions
+from conclave.jobs.service import JobService
+from conclave.jobs.store.sql import AnswerRow, Store
+from conclave.settings import Settings
+from tests.fakes.processes import HTTP_TOKEN, http_process
+from tests.fakes.server import FakeProviders
+from tests.fakes.team import KEY_ENV, TRIO, install, voter, write_team
+from tests.fakes.waits import until_done
+
+pytestmark = pytest.mark.anyio
+ASK = {"task": "What is 6 * 7?", "team": "fake-trio", "wait_seconds": 0}
+
+
+def test_the_journal_keeps_every_event_as_it_was() -> None:
+    events: list[ProtocolEvent] = [
+        Start(),
+        AnswerPosted("A", 0, "Answer: 42", key="42"),
+        VoteCast("B", 3, "A1", reason="right"),
+        TurnFailed("C", 2, "boom", fatal=True),
+        Steer("be brief"),
+        Stop("the budget", StopReason.DEADLINE),
+    ]
+    assert [decode(encode(event)) for event in events] == events
+    with pytest.raises(ValueError, match="not a protocol event"):
+        decode(json.dumps({"event": "Finish"}))
+
+
+async def _view(client: Client, job_id: str, wait: float = 0) -> JobView:
+    result = await client.call_tool("get_status", {"job_id": job_id, "wait_seconds": wait})
+    return JobView.model_validate(result.structured_content)
+
+
+async def _done(client: Client, job_id: str) -> JobView:
+    with anyio.fail_after(120):  # a hang guard, not a speed
+        while not (view := await _view(client, job_id, wait=45)).done:
+            pass
+    return view
+
+
+def _stored(home: Path, job_id: str) -> tuple[list[AnswerRow], int, int]:
+    """The job's answers, the calls its usage counts and its protocol journal's length, as stored."""
+    store = Store(home / "conclave.db")
+    try:
+        row = store.job(job_id)
+        assert row is not None
+        calls = sum(agent.usage.calls for agent in row.progress.agents) if row.progress else 0
+        return store.answers(job_id), calls, len(store.journaled(job_id))
+    finally:
+        store.close()
+
+
+async def test_kill_9_mid_job_then_a_restart_resumes_it_with_every_answer_and_call_kept(
+    tmp_path: Path,
+) -> None:
+    home, config = tmp_path / "home", tmp_path / "config"
+    with FakeProviders() as fakes:
+        install(fakes.script, TRIO, voter(delay=1.0))
+        write_team(config / "conclave" / "teams" / "fake-trio.yaml", fakes, TRIO, name="fake-trio")
+        env = {"CONCLAVE_HOME": str(home), "XDG_CONFIG_HOME": str(config), KEY_ENV: "test-key"}
+        env["CONCLAVE_CHECK_POOL"] = "0"
+        with http_process(tmp_path, env) as (base, process):
+            async with Client(f"{base}/mcp", auth=HTTP_TOKEN) as client:
+                asked = JobView.model_validate((await client.call_tool("ask_team", ASK)).structured_content)
+                with anyio.fail_after(60):
+                    while (view := await _view(client, asked.job_id)).progress is None or sum(
+                        agent.answers for agent in view.progress.agents
+                    ) < 3:
+                        await anyio.sleep(0.05)  # sleep-ok: polls get_status until every agent answered
+            process.send_signal(signal.SIGKILL)  # mid-job: the agents are in their voting turns
+            process.wait()
+            requests_before = len(fakes.script.requests)
+        answers_before, calls_before, journal_before = _stored(home, asked.job_id)
+        assert len(answers_before) == 3 and not view.done
+        with http_process(tmp_path, env) as (base, process):
+            async with Client(f"{base}/mcp", auth=HTTP_TOKEN) as client:
+                resumed = await _done(client, asked.job_id)
+                # the same transcript, never interrupted, on the same server
+                again = JobView.model_validate((await client.call_tool("ask_team", ASK)).structured_content)
+                whole = await _done(client, again.job_id)
+            process.terminate()
+            assert process.wait(timeout=60) == 0
+        requests_after = len(fakes.script.requests) - requests_before - whole.usage.calls
+    assert resumed.state == "completed", resumed.phase
+    answers_after, calls_after, journal_after = _stored(home, asked.job_id)
+    # every answer posted before the kill is kept as it was, and no agent answered again
+    assert answers_after[: len(answers_before)] == answers_before
+    assert [a.label for a in answers_after] == [a.label for a in answers_before]
+    assert journal_after > journal_before
+    # each call counted once: the calls charged before the kill, plus every request made after it
+    assert calls_after == resumed.usage.calls == calls_before + requests_after
+    # the same result as the uninterrupted run of the transcript
+    assert resumed.result is not None and whole.result is not None
+    same = ("winner", "consensus", "tally", "votes", "voters", "fallback", "failed")
+    assert resumed.result.model_dump(include=set(same)) == whole.result.model_dump(include=set(same))
+    assert resumed.result.consensus and resumed.answer and "FINAL: the team's answer, 42" in resumed.answer
+
+
+async def test_a_running_server_takes_over_a_job_whose_owner_died_and_runs_it(
+    tmp_path: Path, fakes: FakeProviders
+) -> None:
+    install(fakes.script, TRIO, voter())
+    team = load_team_file(write_team(tmp_path / "team.yaml", fakes, TRIO))
+    settings = Settings(home=tmp_path / "state", heartbeat_s=0.2)
+    async with JobService.open(settings, environ={KEY_ENV: "test-key-0123456789"}) as service:
+        store = Store(settings.db_path)  # another server's, which dies with its job queued
+        try:
+            store.create_job(
+                "cj-0000000dead1", "What is 6 * 7?", team.name, team.model_dump_json(), dead_pid(), "x"
+            )
+        finally:
+            store.close()
+        view = await until_done(service, await service.lookup.view("cj-0000000dead1"))
+    assert view.state == "completed" and view.result is not None and view.result.consensus
+
+
+async def test_a_job_with_files_is_not_resumed_but_says_why(tmp_path: Path, fakes: FakeProviders) -> None:
+    install(fakes.script, TRIO, voter())
+    team = load_team_file(write_team(tmp_path / "team.yaml", fakes, TRIO))
+    settings = Settings(home=tmp_path / "state", heartbeat_s=0.2)
+    store = Store(settings.db_path)
+    try:
+        options = JobOptions(commands=True)
+        store.create_job("cj-0000000dead2", "t", team.name, team.model_dump_json(), dead_pid(), "x", options)
+    finally:
+        store.close()
+    async with JobService.open(settings, environ={KEY_ENV: "test-key-0123456789"}) as service:
+        view = await service.lookup.view("cj-0000000dead2")
+    assert view.state == "interrupted" and "with files or commands is not resumed" in view.phase
+
+
+def dead_pid() -> int:
+    process = subprocess.Popen([sys.executable, "-c", "pass"])
+    process.wait()
+    return process.pid

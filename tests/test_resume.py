@@ -28,13 +28,14 @@ from conclave.coordination.protocol_events import (
 from conclave.coordination.tally import StopReason
 from conclave.jobs.read.views import JobView
 from conclave.jobs.records import JobOptions
+from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
 from conclave.jobs.store.sql import AnswerRow, Store
 from conclave.settings import Settings
 from tests.fakes.processes import HTTP_TOKEN, http_process
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import KEY_ENV, TRIO, install, voter, write_team
-from tests.fakes.waits import until_done
+from tests.fakes.waits import until_done, until_state
 
 pytestmark = pytest.mark.anyio
 ASK = {"task": "What is 6 * 7?", "team": "fake-trio", "wait_seconds": 0}
@@ -161,3 +162,27 @@ def dead_pid() -> int:
     process = subprocess.Popen([sys.executable, "-c", "pass"])
     process.wait()
     return process.pid
+
+
+async def test_a_server_whose_job_was_taken_over_stops_running_it_and_writes_nothing_more(
+    tmp_path: Path, fakes: FakeProviders
+) -> None:
+    install(fakes.script, TRIO, voter(delay=0.5))
+    team = str(write_team(tmp_path / "team.yaml", fakes, TRIO))
+    settings = Settings(home=tmp_path / "state", heartbeat_s=0.2)
+    async with JobService.open(settings, environ={KEY_ENV: "test-key-0123456789"}) as service:
+        job = await service.submit(JobRequest(task="What is 6 * 7?", team=team))
+        await until_state(service, job.job_id, "running")
+        with anyio.fail_after(60):
+            while not await service.store.events(job.job_id, "turn_started"):
+                await anyio.sleep(0.05)  # sleep-ok: until the agents' first turns are under way
+        row = await service.store.job(job.job_id)
+        assert row is not None
+        # another server claims it, as if our lease had run out while we were stalled
+        assert await service.store.claim(job.job_id, row.owner_id, "another-server", 1, 15.0)
+        await anyio.sleep(1.0)  # sleep-ok: five heartbeats: ours notices the claim and drops the job
+        events = len(await service.store.events(job.job_id))
+        await anyio.sleep(1.5)  # sleep-ok: longer than a turn: nothing more is written of it
+        assert len(await service.store.events(job.job_id)) == events
+        taken = await service.store.job(job.job_id)
+    assert taken is not None and taken.owner_id == "another-server" and taken.state == "running"

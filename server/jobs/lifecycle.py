@@ -53,6 +53,7 @@ class Lifecycle:
         self.settings, self.store, self._factory, self._retry = settings, store, factory, retry
         self.steering, self._route = steering, route  # CLI members' egress (sandbox/route.py)
         self.scopes: dict[str, anyio.CancelScope] = {}  # the jobs this process runs, by id
+        self._abandoned: set[str] = set()  # ours until another server took them over
         # the slots, shared by the callers in turn, each waiting in its own line
         self.share = FairShare(settings.max_jobs, settings.max_jobs_per_caller)
         self._check_slots = anyio.CapacityLimiter(settings.verify_concurrency)  # verification containers
@@ -70,6 +71,12 @@ class Lifecycle:
             scope.cancel()
         return scope is not None
 
+    async def abandon(self, job_id: str) -> None:
+        """Stop running a job another server took over (its lease had run out: jobs/takeover.py),
+        writing nothing more of it: it is that server's now."""
+        self._abandoned.add(job_id)
+        await self.cancel(job_id)
+
     async def run(self, job_id: str, task: str, team: Team, caller: str, resume: bool = False) -> None:
         """The job from its queued state to its final one (started on the jobs' loop: jobs/job_thread.py).
         `resume`: a job this process took over from one that died (jobs/takeover.py): its journal is
@@ -79,12 +86,13 @@ class Lifecycle:
             with scope:
                 async with self.share.slot(caller):
                     await self._run(job_id, task, team, resume)
-            if scope.cancelled_caught:
+            if scope.cancelled_caught and job_id not in self._abandoned:
                 with anyio.CancelScope(shield=True):
                     await self.store.set_state(job_id, "cancelled", "cancelled by the caller")
         except anyio.get_cancelled_exc_class():
-            with anyio.CancelScope(shield=True):
-                await self._end_if_active(job_id, "interrupted", "the server stopped while the job ran")
+            if job_id not in self._abandoned:
+                with anyio.CancelScope(shield=True):
+                    await self._end_if_active(job_id, "interrupted", "the server stopped while the job ran")
             raise
         except Exception as exc:  # a bug: fail this job, keep the server serving
             logger.exception("job %s crashed", job_id)
@@ -92,6 +100,7 @@ class Lifecycle:
                 job_id, "failed", "failed: internal error", error=f"internal error: {exc!r}"
             )
         finally:
+            self._abandoned.discard(job_id)
             self.scopes.pop(job_id, None)
             self.steering.detach(job_id)
             self._heap.settle(agent.provider for agent in team.agents)

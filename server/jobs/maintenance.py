@@ -38,9 +38,11 @@ async def watch(
     scopes: Mapping[str, anyio.CancelScope],
     steering: Steering,
     adopt: Callable[[], Awaitable[object]],
+    abandon: Callable[[str], Awaitable[object]],
 ) -> None:
     """Heartbeat our jobs (renewing their leases), honour the cancel requests and notes other processes
-    left in the store, and take over the jobs of servers that died (`adopt`: jobs/takeover.py)."""
+    left in the store, take over the jobs of servers that died (`adopt`: jobs/takeover.py) and drop
+    ours that another server took over (`abandon`)."""
     last_beat = 0.0
     while True:
         for job_id in await store.cancel_requests(owner_id):
@@ -50,6 +52,9 @@ async def watch(
         if time.monotonic() - last_beat >= settings.heartbeat_s:
             await store.heartbeat(owner_id, settings.stale_after_s)
             last_beat = time.monotonic()
+            # a job another server claimed while our lease had run out (we were stalled): it runs there
+            for job_id in await store.lost(owner_id, list(scopes)):
+                await abandon(job_id)
             await adopt()
         await anyio.sleep(WATCH_S)
 

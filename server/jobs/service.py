@@ -295,7 +295,8 @@ def _start_upkeep(
     """What a server does beside its jobs (jobs/maintenance.py): the watch loop on the jobs' loop
     (heartbeats, other processes' cancels and notes, takeovers), the sweep of dead servers' containers
     and the pruning on ours."""
-    thread.start(watch, lifecycle.store, settings, owner_id, lifecycle.scopes, lifecycle.steering, adopt)
+    upkeep = (lifecycle.scopes, lifecycle.steering, adopt, lifecycle.abandon)
+    thread.start(watch, lifecycle.store, settings, owner_id, *upkeep)
     tg.start_soon(sweep_leftovers)
     if settings.gc_auto:
         tg.start_soon(prune_old_jobs, settings)

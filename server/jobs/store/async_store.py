@@ -220,6 +220,9 @@ class AsyncStore:
     async def orphans(self, is_alive: Callable[[int], bool], stale_after_s: float) -> list[tuple[str, str]]:
         return await self.read(self.sync.orphans, is_alive, stale_after_s)
 
+    async def lost(self, owner_id: str, job_ids: list[str]) -> list[str]:
+        return await self.read(self.sync.lost, owner_id, job_ids) if job_ids else []
+
     async def claim(self, job_id: str, old_owner: str, owner_id: str, owner_pid: int, lease_s: float) -> bool:
         return await self.write(job_id, self.sync.claim, job_id, old_owner, owner_id, owner_pid, lease_s)
 

@@ -314,6 +314,14 @@ class Store(ConversationRecords[JobRow]):
             if row["until"] < now or not is_alive(row["owner_pid"])
         ]
 
+    def lost(self, owner_id: str, job_ids: list[str]) -> list[str]:
+        """Which of `job_ids` (jobs `owner_id` runs) another server has claimed since (jobs/takeover.py)."""
+        marks = ", ".join("?" * len(job_ids))
+        rows = self._db.execute(
+            f"SELECT id FROM jobs WHERE id IN ({marks}) AND owner_id != ?", (*job_ids, owner_id)
+        ).fetchall()
+        return [str(row[0]) for row in rows]
+
     def claim(self, job_id: str, old_owner: str, owner_id: str, owner_pid: int, lease_s: float) -> bool:
         """Take over an orphaned job: whether this owner got it (another process may have first)."""
         now = self._clock()

@@ -96,6 +96,11 @@ async def test_kill_9_mid_job_then_a_restart_resumes_it_with_every_answer_and_ca
                         agent.answers for agent in view.progress.agents
                     ) < 3:
                         await anyio.sleep(0.05)  # sleep-ok: polls get_status until every agent answered
+                note = {"job_id": asked.job_id, "message": "keep it short"}
+                steered = JobView.model_validate(
+                    (await client.call_tool("steer_job", note)).structured_content
+                )
+                assert [n.seen for n in steered.notes] == [True]  # the protocol took it before the kill
             process.send_signal(signal.SIGKILL)  # mid-job: the agents are in their voting turns
             process.wait()
             requests_before = len(fakes.script.requests)
@@ -116,6 +121,13 @@ async def test_kill_9_mid_job_then_a_restart_resumes_it_with_every_answer_and_ca
     assert answers_after[: len(answers_before)] == answers_before
     assert [a.label for a in answers_after] == [a.label for a in answers_before]
     assert journal_after > journal_before
+    # the note was kept, and given to the agents once: the journal's Steer, not a second delivery
+    assert [n.seen for n in resumed.notes] == [True]
+    store = Store(home / "conclave.db")
+    try:
+        assert len(store.events(asked.job_id, "steered")) == 1
+    finally:
+        store.close()
     # each call counted once: the calls charged before the kill, plus every request made after it
     assert calls_after == resumed.usage.calls == calls_before + requests_after
     # the same result as the uninterrupted run of the transcript

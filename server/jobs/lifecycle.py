@@ -21,6 +21,7 @@ from conclave.coordination.check_pool import CheckPool
 from conclave.coordination.journal import decode
 from conclave.coordination.limits import ProviderLimits
 from conclave.coordination.orchestrator import Orchestrator, Resume
+from conclave.coordination.protocol_events import Steer
 from conclave.errors import ConclaveError
 from conclave.jobs.fair_share import FairShare
 from conclave.jobs.file_steps import JobFileSteps, job_files
@@ -143,7 +144,8 @@ class Lifecycle:
             journal=StoreJournal(self.store, job_id),
             resume=taken_over,
         )
-        await self.steering.attach(job_id, orchestrator)
+        taken = sum(isinstance(e, Steer) for e in taken_over.events) if taken_over else 0
+        await self.steering.attach(job_id, orchestrator, taken)
         try:
             async with files.egress():
                 result = await orchestrator.run()

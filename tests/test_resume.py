@@ -9,13 +9,18 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
 from fastmcp import Client
 
+from conclave.backends.base import Usage
 from conclave.config.loading import load_team_file
+from conclave.config.models import Team
 from conclave.coordination.journal import decode, encode
+from conclave.coordination.members import endpoint_factory
+from conclave.coordination.orchestrator import Orchestrator, Resume
 from conclave.coordination.protocol_events import (
     AnswerPosted,
     ProtocolEvent,
@@ -34,8 +39,9 @@ from conclave.jobs.store.sql import AnswerRow, Store
 from conclave.settings import Settings
 from tests.fakes.processes import HTTP_TOKEN, http_process
 from tests.fakes.server import FakeProviders
-from tests.fakes.team import KEY_ENV, TRIO, install, voter, write_team
+from tests.fakes.team import KEY_ENV, TRIO, install, team_data, voter, write_team
 from tests.fakes.waits import until_done, until_state
+from tests.test_orchestrator import JOB, MemorySink, letters_of
 
 pytestmark = pytest.mark.anyio
 ASK = {"task": "What is 6 * 7?", "team": "fake-trio", "wait_seconds": 0}
@@ -198,3 +204,64 @@ async def test_a_server_whose_job_was_taken_over_stops_running_it_and_writes_not
         assert len(await service.store.events(job.job_id)) == events
         taken = await service.store.job(job.job_id)
     assert taken is not None and taken.owner_id == "another-server" and taken.state == "running"
+
+
+class ListJournal:
+    def __init__(self) -> None:
+        self.events: list[ProtocolEvent] = []
+
+    async def append(self, event: ProtocolEvent) -> None:
+        self.events.append(event)
+
+
+def _orchestrator(fakes: FakeProviders, resume: Resume, journal: ListJournal, **options: Any) -> Orchestrator:
+    team = Team.model_validate(team_data(fakes, TRIO, **options))
+    environ = {KEY_ENV: "test-key-0123456789"}
+    return Orchestrator(
+        JOB,
+        "What is 6 times 7?",
+        team,
+        MemorySink(),
+        endpoint_factory(environ),
+        journal=journal,
+        resume=resume,
+    )
+
+
+async def test_a_resumed_orchestrator_keeps_the_journals_answers_and_asks_only_the_rest(
+    fakes: FakeProviders,
+) -> None:
+    install(fakes.script, TRIO, voter())
+    letters = sorted(letters_of().values())
+    posted = [
+        AnswerPosted(letters[0], 1, "Answer from an earlier process: 42.", key="42"),
+        AnswerPosted(letters[1], 2, "Another earlier answer: 42.", key="42"),
+    ]
+    journal = ListJournal()
+    orchestrator = _orchestrator(fakes, Resume([Start(), *posted], {}, 3.0), journal)
+    result = await orchestrator.run()
+    sink = orchestrator.sink
+    assert isinstance(sink, MemorySink)
+    assert [event.data["label"] for event in sink.kinds("answer")] == [f"{letters[2]}1"]  # only the third
+    # in flight: the third agent's first turn, and the turns the two answers gave the others
+    assert sorted(sink.kinds("resumed")[0].data["turns"]) == letters
+    assert result.consensus and set(result.tally) == {f"{letter}1" for letter in letters}
+    # the journal goes on from the replayed events, which are not written again
+    assert Start() not in journal.events and not set(posted) & set(journal.events)
+    assert sum(isinstance(event, AnswerPosted) for event in journal.events) == 1
+    assert sum(isinstance(event, VoteCast) for event in journal.events) >= 3
+    texts = {a.content for a in orchestrator.state.answers}
+    assert {"Answer from an earlier process: 42.", "Another earlier answer: 42."} <= texts
+
+
+async def test_a_resumed_orchestrators_budget_counts_the_usage_before_the_takeover(
+    fakes: FakeProviders,
+) -> None:
+    install(fakes.script, TRIO, voter())
+    used = {letter: Usage(input_tokens=400, output_tokens=10, calls=1) for letter in letters_of().values()}
+    orchestrator = _orchestrator(
+        fakes, Resume([Start()], used, 1.0), ListJournal(), coordination={"max_tokens": 1000}
+    )
+    result = await orchestrator.run()
+    assert result.budget_reached and result.winner is None
+    assert not fakes.script.requests  # no call was made past the budget

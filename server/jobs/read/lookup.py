@@ -31,7 +31,7 @@ from conclave.jobs.read.view_read import JobLine, PageParts, job_line, page_part
 from conclave.jobs.read.views import FINAL_STATES, JobView, job_view
 from conclave.jobs.read.web_link import WebLinks
 from conclave.jobs.store.async_store import AsyncStore
-from conclave.jobs.store.sql import JobRow, JobState, Store
+from conclave.jobs.store.sql import JobRow, JobState, Store, StoreSummary
 from conclave.settings import Settings
 
 JOB_ID = re.compile(r"^cj-[0-9a-f]{12}$")
@@ -42,6 +42,15 @@ def checked_job_id(job_id: object, field: str = "job_id") -> str:
     if not isinstance(job_id, str) or not JOB_ID.match(job_id.strip()):
         raise InputError(field, job_id, f"job ids look like cj-1a2b3c4d5e6f; see {term('list_jobs')}")
     return job_id.strip()
+
+
+def store_summary(settings: Settings) -> StoreSummary:
+    """The job store at a glance (`conclave doctor`): blocking, on a store of its own."""
+    store = Store(settings.db_path)
+    try:
+        return store.summary(time.time())
+    finally:
+        store.close()
 
 
 def check_state_folder(settings: Settings) -> None:

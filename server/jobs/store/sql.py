@@ -77,6 +77,27 @@ class LinePlace(BaseModel):
     running: int
 
 
+class StoreSummary(BaseModel):
+    """The store at a glance: its jobs, the active ones per state, the callers' lines (queued jobs per
+    caller) and the active jobs whose lease ran out."""
+
+    total: int
+    states: dict[str, int] = {}
+    lines: dict[str, int] = {}
+    lapsed: int = 0
+
+    def text(self) -> str:
+        active = (
+            ", ".join(f"{count} {state}" for state, count in sorted(self.states.items())) or "none active"
+        )
+        lines = ", ".join(f"{caller} {count}" for caller, count in sorted(self.lines.items()))
+        queue = f"; queued per caller: {lines}" if lines else ""
+        lapsed = (
+            f"; {self.lapsed} with a lease run out (the next server takes them over)" if self.lapsed else ""
+        )
+        return f"{self.total} jobs, {active}{queue}{lapsed}"
+
+
 class AnswerRow(Posted):
     """A posted answer as stored (the protocol's `Answer` keeps its order and key instead)."""
 
@@ -189,6 +210,22 @@ class Store(ConversationRecords[JobRow]):
                     request.model_dump_json() if request is not None else None,
                 ),
             )
+
+    def summary(self, now: float) -> StoreSummary:
+        """The active jobs as `conclave doctor` shows them: per state, the queued ones per caller, and
+        those whose lease ran out at `now` (jobs/takeover.py takes them over)."""
+        rows = self._db.execute(
+            "SELECT state, caller, COALESCE(lease_until, heartbeat) < ? AS lapsed FROM jobs"
+            " WHERE state IN (?, ?, ?)",
+            (now, *ACTIVE_STATES),
+        ).fetchall()
+        summary = StoreSummary(total=self._db.execute("SELECT COUNT(*) FROM jobs").fetchone()[0])
+        for row in rows:
+            summary.states[row["state"]] = summary.states.get(row["state"], 0) + 1
+            if row["state"] == "queued":
+                summary.lines[row["caller"]] = summary.lines.get(row["caller"], 0) + 1
+            summary.lapsed += int(row["lapsed"])
+        return summary
 
     def ping(self) -> None:
         """One read of the jobs table: the store answers (jobs/health.py)."""

@@ -265,3 +265,25 @@ async def test_a_resumed_orchestrators_budget_counts_the_usage_before_the_takeov
     result = await orchestrator.run()
     assert result.budget_reached and result.winner is None
     assert not fakes.script.requests  # no call was made past the budget
+
+
+def test_an_owner_on_another_machine_is_judged_by_its_lease_alone(tmp_path: Path) -> None:
+    now = [1000.0]
+    there = Store(tmp_path / "conclave.db", clock=lambda: now[0], host="worker-2")
+    here = Store(tmp_path / "conclave.db", clock=lambda: now[0], host="worker-1")
+    try:
+        there.create_job("cj-00000000000a", "t", "team", "{}", dead_pid(), "its-owner")
+        there.heartbeat("its-owner", 15.0)
+        # its pid means nothing here: dead on this machine, the owner there holds its lease
+        assert here.orphans(lambda pid: False, 15.0) == []
+        assert there.orphans(lambda pid: False, 15.0) == [("cj-00000000000a", "its-owner")]
+        now[0] += 16  # the lease ran out: any machine may take it over, one claim wins
+        assert here.orphans(lambda pid: True, 15.0) == [("cj-00000000000a", "its-owner")]
+        assert here.claim("cj-00000000000a", "its-owner", "new-owner", 42, 15.0)
+        assert not there.claim("cj-00000000000a", "its-owner", "other-owner", 43, 15.0)
+        row = here.job("cj-00000000000a")
+        assert row is not None and (row.owner_id, row.owner_host) == ("new-owner", "worker-1")
+        assert here.orphans(lambda pid: True, 15.0) == []
+    finally:
+        here.close()
+        there.close()

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
 import sqlite3
 import time
 from collections.abc import Callable
@@ -56,6 +57,7 @@ class JobRow(BaseModel):
     owner_id: str
     heartbeat: float
     lease_until: float | None = None  # the owner holds the job until then (jobs/takeover.py)
+    owner_host: str | None = None  # the owner's machine: its process id is checked only there
     progress: Progress | None
     result: JobResult | None
     error: str | None
@@ -115,12 +117,13 @@ class AgentUsage(BaseModel):
 class Store(ConversationRecords[JobRow]):
     """Typed access to conclave.db."""
 
-    def __init__(self, path: Path, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, path: Path, clock: Callable[[], float] = time.time, host: str | None = None) -> None:
         private_dir(path.parent)
         private_dir(path.parent / "jobs")
         os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600))
         tighten(path, 0o600)
         self.path, self._clock = path, clock
+        self.host = host or socket.gethostname()  # jobs' owners on this machine: their pids can be checked
         self._connections = Connections(path)
         # What this process last wrote of each job it runs: the next event's seq and the stored progress,
         # so recording an event neither counts rows nor rewrites the whole progress (only the owner
@@ -194,8 +197,8 @@ class Store(ConversationRecords[JobRow]):
             self._db.execute(
                 "INSERT INTO jobs (id, task, team_name, team_json, state, phase, created_at, owner_pid, "
                 "owner_id,"
-                " heartbeat, options_json, caller, request_json)"
-                " VALUES (?, ?, ?, ?, 'queued', 'waiting for a free slot', ?, ?, ?, ?, ?, ?, ?)",
+                " heartbeat, options_json, caller, request_json, owner_host)"
+                " VALUES (?, ?, ?, ?, 'queued', 'waiting for a free slot', ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     job_id,
                     task,
@@ -208,6 +211,7 @@ class Store(ConversationRecords[JobRow]):
                     (options or JobOptions()).model_dump_json(),
                     caller,
                     request.model_dump_json() if request is not None else None,
+                    self.host,
                 ),
             )
 
@@ -337,18 +341,18 @@ class Store(ConversationRecords[JobRow]):
             )
 
     def orphans(self, is_alive: Callable[[int], bool], stale_after_s: float) -> list[tuple[str, str]]:
-        """Active jobs whose owner is gone, as (job id, owner id): a dead process or a lease run out (a
-        row without one: its heartbeat older than stale_after_s)."""
+        """Active jobs whose owner is gone, as (job id, owner id): a lease run out (a row without one:
+        its heartbeat older than stale_after_s), or, for an owner on this machine, a dead process."""
         now = self._clock()
         rows = self._db.execute(
-            "SELECT id, owner_id, owner_pid, COALESCE(lease_until, heartbeat + ?) AS until FROM jobs"
-            " WHERE state IN (?, ?, ?)",
-            (stale_after_s, *ACTIVE_STATES),
+            "SELECT id, owner_id, owner_pid, COALESCE(owner_host, ?) AS host,"
+            " COALESCE(lease_until, heartbeat + ?) AS until FROM jobs WHERE state IN (?, ?, ?)",
+            (self.host, stale_after_s, *ACTIVE_STATES),
         ).fetchall()
         return [
             (row["id"], row["owner_id"])
             for row in rows
-            if row["until"] < now or not is_alive(row["owner_pid"])
+            if row["until"] < now or (row["host"] == self.host and not is_alive(row["owner_pid"]))
         ]
 
     def lost(self, owner_id: str, job_ids: list[str]) -> list[str]:
@@ -364,9 +368,9 @@ class Store(ConversationRecords[JobRow]):
         now = self._clock()
         with self._write():
             taken = self._db.execute(
-                "UPDATE jobs SET owner_id = ?, owner_pid = ?, heartbeat = ?, lease_until = ?,"
+                "UPDATE jobs SET owner_id = ?, owner_pid = ?, owner_host = ?, heartbeat = ?, lease_until = ?,"
                 " rev = rev + 1 WHERE id = ? AND owner_id = ? AND state IN (?, ?, ?)",
-                (owner_id, owner_pid, now, now + lease_s, job_id, old_owner, *ACTIVE_STATES),
+                (owner_id, owner_pid, self.host, now, now + lease_s, job_id, old_owner, *ACTIVE_STATES),
             )
         self.forget(job_id)
         return taken.rowcount == 1

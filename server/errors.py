@@ -9,7 +9,7 @@
     │   ├── ContextTooLarge   context paths over the file-count or byte cap (names the biggest)
     │   ├── TreeTooLarge      a walk met folders nested too deep or too many entries: it stopped there
     │   ├── NotPermitted      a caller named a folder or team file outside what it may name
-    │   └── QueueFull         too many jobs waiting already (CONCLAVE_MAX_QUEUED)
+    │   └── QueueFull         too many jobs waiting already (CONCLAVE_MAX_QUEUED[_PER_CALLER])
     ├── ConfigError           a team file or preset is wrong (names the file, the key, the fix)
     │   ├── TeamNotFound      no preset or file by that name
     │   └── MissingApiKey     a provider key is not in the environment
@@ -192,15 +192,19 @@ class NotPermitted(InputError):
 
 
 class QueueFull(InputError):
-    """More jobs are waiting than CONCLAVE_MAX_QUEUED allows; nothing was queued."""
+    """More jobs are waiting than CONCLAVE_MAX_QUEUED (or, for one caller, CONCLAVE_MAX_QUEUED_PER_CALLER)
+    allows; nothing was queued."""
 
-    def __init__(self, queued: int, cap: int) -> None:
+    def __init__(self, queued: int, cap: int, caller: str | None = None) -> None:
         self.field, self.value = "task", f"<{queued} queued jobs>"
+        setting = "CONCLAVE_MAX_QUEUED" if caller is None else "CONCLAVE_MAX_QUEUED_PER_CALLER"
+        whose = "jobs are" if caller is None else f"jobs of caller {caller!r} are"
         self.fix = (
-            f"{queued} jobs are already waiting for a slot (CONCLAVE_MAX_QUEUED={cap}); wait for one to "
-            f"finish, {term('cancel')}, or raise CONCLAVE_MAX_QUEUED"
+            f"{queued} {whose} already waiting for a slot ({setting}={cap}); wait for one to "
+            f"finish, {term('cancel')}, or raise {setting}"
         )
-        ConclaveError.__init__(self, f"the job queue is full: {self.fix}")
+        line = "the job queue" if caller is None else f"caller {caller!r}'s line"
+        ConclaveError.__init__(self, f"{line} is full: {self.fix}")
 
 
 class JobFinished(InputError):

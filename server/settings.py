@@ -33,7 +33,9 @@ class Settings(BaseSettings):
     http_token: SecretStr | None = None
     max_task_chars: Annotated[int, Field(ge=1)] = 100_000
     heartbeat_s: Annotated[float, Field(gt=0)] = 5.0
-    stale_after_s: Annotated[float, Field(gt=0)] = 30.0
+    # a job's lease: its owner renews it every heartbeat_s; when it runs out (or the owner's process is
+    # gone) another server takes the job over and resumes it (jobs/takeover.py)
+    stale_after_s: Annotated[float, Field(gt=0)] = 15.0
     # Who may name what (jobs/access.py). Folders callers may give as context_paths, separated like PATH
     # (`:`); unset: any folder over stdio, the server's working directory over HTTP.
     allowed_roots: Annotated[tuple[Path, ...] | None, NoDecode] = None
@@ -46,6 +48,11 @@ class Settings(BaseSettings):
     egress_allow: Annotated[tuple[str, ...], NoDecode] = ()
     # Bounds: jobs waiting for a slot, and the bytes one job's agents' workspaces may hold together.
     max_queued: Annotated[int, Field(ge=0, le=10_000)] = 16
+    # Fair share between callers (jobs/fair_share.py): one caller's jobs running at once and waiting in
+    # its own line. A caller with fewer jobs waiting than the longest line is admitted past max_queued, so
+    # one caller's burst never refuses another's job; the defaults leave one user's limits as they were.
+    max_jobs_per_caller: Annotated[int, Field(ge=1, le=64)] = 16
+    max_queued_per_caller: Annotated[int, Field(ge=0, le=10_000)] = 16
     job_disk_mb: Annotated[int, Field(ge=1)] = 2048
     # Verification (ask_team's `verify`): checks running at once on this server, each one's time limit.
     verify_concurrency: Annotated[int, Field(ge=1, le=64)] = 2

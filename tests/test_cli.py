@@ -17,6 +17,7 @@ import yaml
 from conclave.cli.main import main
 from conclave.config.presets import preset_paths
 from conclave.jobs.read.views import JobView
+from conclave.jobs.store.sql import Store
 from tests.fakes.team import KEY_ENV, PROVIDER_KEYS
 
 SHIPPED = ("frontier", "anthropic", "openai", "gemini", "ollama", "vllm", "openrouter")
@@ -363,7 +364,15 @@ def test_ask_with_a_missing_context_folder(capsys: pytest.CaptureFixture[str], t
 def test_doctor_reports_each_check_with_its_fix(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, "doctor")
     lines = out.splitlines()
-    names = ("state directory", "docker engine", "openai key", "anthropic key", "gemini key", "local model")
+    names = (
+        "state directory",
+        "job store",
+        "docker engine",
+        "openai key",
+        "anthropic key",
+        "gemini key",
+        "local model",
+    )
     for name in names:
         assert any(name in line for line in lines), (name, out)
     assert "OPENAI_API_KEY not set -> export OPENAI_API_KEY=" in out  # keys are cleared by `isolated`
@@ -372,6 +381,22 @@ def test_doctor_reports_each_check_with_its_fix(capsys: pytest.CaptureFixture[st
     failing = [line for line in lines if line.startswith("[FAIL]")]
     assert code == (1 if failing else 0)
     assert all("->" in line for line in lines if not line.startswith("[ok"))
+
+
+def test_doctor_shows_the_store_and_each_callers_line(
+    capsys: pytest.CaptureFixture[str], isolated: Path
+) -> None:
+    store = Store(isolated / "state" / "conclave.db")
+    try:
+        for index, caller in enumerate(("alice", "alice", "bob")):
+            store.create_job(f"cj-00000000000{index}", "t", "team", "{}", 1, "owner", caller=caller)
+        store.heartbeat("owner", 60.0)
+    finally:
+        store.close()
+    _, out, _ = run(capsys, "doctor")
+    line = next(line for line in out.splitlines() if "job store" in line)
+    assert line.startswith("[ok  ] job store:") and "3 jobs, 3 queued" in line, line
+    assert "queued per caller: alice 2, bob 1" in line and "lease run out" not in line, line
 
 
 def test_the_live_view_says_whether_there_was_a_majority_and_by_how_many_votes() -> None:

@@ -16,7 +16,7 @@ from conclave.jobs.read.views import JobView
 from conclave.settings import Settings
 from tests.fakes.processes import http_server
 from tests.fakes.raw_mcp import HEADERS, INIT
-from tests.fakes.server import FakeProviders
+from tests.fakes.server import FakeProviders, free_port
 from tests.fakes.team import KEY_ENV, TRIO, install, voter, write_team
 
 pytestmark = pytest.mark.anyio
@@ -65,6 +65,33 @@ async def test_origin_and_token_are_checked(server: str) -> None:
         assert (await http.post(server, json=INIT, headers=foreign_host)).status_code == 421
         local = {**right, "Origin": "http://localhost:5173"}
         assert (await http.post(server, json=INIT, headers=local)).status_code == 200
+
+
+async def test_healthz_and_readyz_answer_without_a_token_and_say_nothing_of_jobs(server: str) -> None:
+    base = server.removesuffix("/mcp")
+    async with httpx2.AsyncClient(timeout=10) as http:
+        live = await http.get(f"{base}/healthz")
+        assert live.status_code == 200 and live.json() == {"status": "ok"}
+        ready = await http.get(f"{base}/readyz")
+        # the store answers, and so does the engine (this machine's default socket)
+        assert ready.status_code == 200, ready.text
+        assert ready.json() == {"ready": True, "store": "ok", "engine": "ok", "errors": []}
+        assert (await http.post(f"{base}/readyz")).status_code == 405
+
+
+async def test_readyz_is_503_and_says_why_while_the_configured_engine_does_not_answer(
+    tmp_path: Path,
+) -> None:
+    dead = f"tcp://127.0.0.1:{free_port()}"  # nothing listens there
+    env = {"CONCLAVE_HOME": str(tmp_path / "home"), "DOCKER_HOST": dead, "CONCLAVE_CHECK_POOL": "0"}
+    with http_server(tmp_path, env) as url:
+        async with httpx2.AsyncClient(timeout=30) as http:
+            assert (await http.get(url.replace("/mcp", "/healthz"))).status_code == 200
+            answer = await http.get(url.replace("/mcp", "/readyz"))
+    assert answer.status_code == 503
+    body = answer.json()
+    assert body["ready"] is False and body["store"] == "ok" and body["engine"] == "failed"
+    assert any("Docker engine" in error for error in body["errors"]), body
 
 
 async def test_list_teams_over_http(server: str) -> None:

@@ -166,7 +166,7 @@ def test_the_service_is_split_into_admission_lifecycle_and_maintenance() -> None
     imported = {
         alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) for alias in node.names
     }
-    assert {"Admission", "Lifecycle", "watch", "mark_orphans"} <= imported
+    assert {"Admission", "Lifecycle", "watch", "take_over"} <= imported
     assert not imported & {
         "Orchestrator",
         "prepare",

@@ -29,6 +29,7 @@ from mcp.types import ToolAnnotations
 from pydantic import ValidationError
 
 from conclave import __version__
+from conclave.app.health import health_routes
 from conclave.app.job_resources import TEMPLATES
 from conclave.app.tasks import JobTasks
 from conclave.app.tokens import CallerTokens, HttpTokens, TokenSource, load_tokens
@@ -229,6 +230,7 @@ async def serve_http(settings: Settings, host: str = "127.0.0.1", port: int = 87
             app.router.routes.extend(
                 pages
             )  # the web view, behind its own check of the same tokens (web/auth.py)
+            app.router.routes.extend(health_routes(service))  # probes: no token, nothing about jobs
             service.web_links.base = f"http://{_url_host(host)}:{port}"
             print(
                 f"Web view: {service.web_links.base}/ (sign in with your bearer token)",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sqlite3
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -12,6 +13,7 @@ from conclave.backends.local import BUNDLED, model_file
 from conclave.config.clis import CLIS, keychain_user, login_fix, login_source
 from conclave.config.models import KEY_VARIABLES, SandboxSpec
 from conclave.errors import ConfigError
+from conclave.jobs.read.lookup import store_summary
 from conclave.sandbox.clis_image import CLI_PINS, clis_tag
 from conclave.sandbox.engine import engine_status
 from conclave.sandbox.image import image_tag
@@ -33,7 +35,25 @@ class Probe:
 
 
 def run_checks(settings: Settings, environ: Mapping[str, str]) -> list[Probe]:
-    return [_state_dir(settings), *_docker(), *_keys(environ), _local_model(), *_clis(environ)]
+    return [
+        _state_dir(settings),
+        _store(settings),
+        *_docker(),
+        *_keys(environ),
+        _local_model(),
+        *_clis(environ),
+    ]
+
+
+def _store(settings: Settings) -> Probe:
+    """The job store (SQLite under CONCLAVE_HOME) and its queue: what is active, each caller's line."""
+    try:
+        summary = store_summary(settings)
+    except (OSError, sqlite3.Error) as exc:
+        return Probe(
+            "job store", False, f"{settings.db_path}: {exc}", "set CONCLAVE_HOME to a writable folder"
+        )
+    return Probe("job store", True, f"{settings.db_path} (SQLite): {summary.text()}")
 
 
 def _state_dir(settings: Settings) -> Probe:

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable
-from dataclasses import asdict, replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, assert_never
 
 import anyio
@@ -32,6 +32,7 @@ from conclave.coordination.agents import AgentFactory
 from conclave.coordination.budget import Budget
 from conclave.coordination.cli_turns import CLI_WORK
 from conclave.coordination.job_files import Files, NoFiles
+from conclave.coordination.journal import Journal
 from conclave.coordination.limits import ProviderLimits
 from conclave.coordination.members import JobSink, Member, assign_letters, seed_for
 from conclave.coordination.protocol_events import (
@@ -60,8 +61,18 @@ from conclave.errors import ConclaveError, ProviderError
 if TYPE_CHECKING:
     from conclave.coordination.verification import Verifier
 
-__all__ = ["Orchestrator"]
+__all__ = ["Orchestrator", "Resume"]
 logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Resume:
+    """A job taken over after its process died: its journal, each member's usage so far, and how long
+    it had run (its events' times go on from there)."""
+
+    events: Sequence[ProtocolEvent]
+    usage: Mapping[str, Usage]
+    elapsed: float
 
 
 class Orchestrator:
@@ -83,6 +94,8 @@ class Orchestrator:
         deadline: float | None = None,
         history: str = "",
         thread: str | None = None,
+        journal: Journal | None = None,
+        resume: Resume | None = None,
     ) -> None:
         self.job_id, self.task, self.team, self.sink = job_id, task, team, sink
         self.history = history  # a follow-up's earlier rounds, shown before its task (prompts.py)
@@ -112,6 +125,12 @@ class Orchestrator:
         )
         secrets = self.files.secrets  # the job's (files/secrets.py)
         self.reports = Reporter(sink, self.state, self.members, clock, secrets)  # events, progress, result
+        self._journal = journal  # every event the protocol takes, for a resume (journal.py)
+        self._resume = resume
+        if resume is not None:  # what the members had used before: budgets hold across the takeover
+            for letter, used in resume.usage.items():
+                self.members[letter].usage = used
+            self.budget.charge(sum(resume.usage.values(), Usage()))
         self._scopes: dict[int, anyio.CancelScope] = {}
         self._result: JobResult | None = None
         self._send, self._receive = anyio.create_memory_object_stream[ProtocolEvent](math.inf)
@@ -123,7 +142,7 @@ class Orchestrator:
         The job's timeout covers it all: set-up (workspaces, containers, backends), the vote and the
         presentation, so no slow step carries the job past it.
         """
-        self.reports.started = self._clock()
+        self.reports.started = self._clock() - (self._resume.elapsed if self._resume else 0.0)
         timeout = self.team.coordination.timeout_s
         deadline = self._deadline_at if self._deadline_at is not None else anyio.current_time() + timeout
         send, receive = self._send, self._receive
@@ -135,7 +154,8 @@ class Orchestrator:
                     f"the job reached its timeout of {timeout:g} s while setting up"
                 )
             agents = [{"letter": m.letter, "model": m.spec.model} for m in self.members.values()]
-            await self._emit("started", agents=agents)
+            if self._resume is None:
+                await self._emit("started", agents=agents)
             async with anyio.create_task_group() as tg, send, receive:
                 tg.start_soon(self._deadline, send.clone(), deadline)
                 if self.verifier is not None:  # the check containers, while the agents work
@@ -144,7 +164,14 @@ class Orchestrator:
                     tg.start_soon(self.budget.watch, send.clone())
                 while (early := _pending(receive)) is not None:  # notes that came before the first turns
                     await self._handle(early, tg, send)
-                await self._execute(self.state.apply(Start()), tg, send)
+                if self._resume is None:
+                    await self._journal_event(Start())
+                    await self._execute(self.state.apply(Start()), tg, send)
+                else:  # the journal replayed; what was in flight runs again
+                    in_flight = self._replay(self._resume.events)
+                    turns = [a.letter for a in in_flight if isinstance(a, StartTurn)]
+                    await self._emit("resumed", events=len(self._resume.events), turns=turns)
+                    await self._execute(in_flight, tg, send)
                 while self._result is None:
                     await self._handle(await receive.receive(), tg, send)
                 tg.cancel_scope.cancel()
@@ -215,8 +242,39 @@ class Orchestrator:
             return  # a late event from a turn the protocol already cancelled
         posted = len(self.state.answers)
         actions = self.state.apply(event)
+        await self._journal_event(event)
         await self._report(event, posted)
         await self._execute(actions, tg, send)
+
+    async def _journal_event(self, event: ProtocolEvent) -> None:
+        if self._journal is not None:
+            await self._journal.append(event)
+
+    def _replay(self, events: Sequence[ProtocolEvent]) -> list[Action]:
+        """Feed the journal to the fresh protocol state; the actions still owed: the turns in flight
+        when the job's process died (the same ids, versions and labels), the presentation, the end."""
+        starts: dict[int, StartTurn] = {}
+        owed: list[Action] = []
+        for event in events:
+            for action in self.state.apply(event):
+                match action:
+                    case StartTurn():
+                        starts[action.turn_id] = action
+                    case Present() | Finish():
+                        owed.append(action)
+                    case CancelTurn() | Verify():
+                        pass  # a cancelled turn is over; a job with checks is not resumed
+                    case _:
+                        assert_never(action)
+        in_flight: list[Action] = [
+            action
+            for action in starts.values()
+            if (turn := self.state.agents[action.letter].turn) is not None and turn.turn_id == action.turn_id
+        ]
+        finished: list[Action] = [a for a in owed if isinstance(a, Finish)]
+        presenting = self.state.phase == "presenting" and bool(owed) and isinstance(owed[-1], Present)
+        ending: list[Action] = finished[-1:] if finished else (owed[-1:] if presenting else [])
+        return in_flight + ending
 
     def _in_turn(self, letter: str, turn_id: int) -> bool:
         turn = self.state.agents[letter].turn

@@ -15,6 +15,7 @@ from conclave.coordination.verdicts import RunCounts
 
 EventKind = Literal[
     "started",
+    "resumed",
     "turn_started",
     "turn_cancelled",
     "tool_call",

@@ -1,10 +1,11 @@
 """What `ask_team` checks before a job is queued, and the job it then stores.
 
 Only checks and a quick store write, so ask_team returns at once: what the caller may name
-(jobs/access.py), the queue bound, the team's keys and sandbox and its own servers answering
-(jobs/plan.py, jobs/reach.py), verify and budgets shaped into the team, the context paths' review
-(jobs/file_steps.py) and an estimate of what the job may use (jobs/estimate.py). The context paths are
-copied when the job gets its slot (jobs/lifecycle.py). A follow-up carries what follow_ups.py says.
+(jobs/access.py), the queue's bounds (the caller's own line: jobs/fair_share.py), the team's keys and
+sandbox and its own servers answering (jobs/plan.py, jobs/reach.py), verify and budgets shaped into the
+team, the context paths' review (jobs/file_steps.py) and an estimate of what the job may use
+(jobs/estimate.py). The context paths are copied when the job gets its slot (jobs/lifecycle.py). A
+follow-up carries what follow_ups.py says.
 """
 
 from __future__ import annotations
@@ -31,6 +32,17 @@ from conclave.jobs.store.sql import JobRow
 from conclave.settings import Settings
 
 
+def check_line(queued: Mapping[str, int], caller: str, settings: Settings) -> None:
+    """Refuse a job whose caller's line is full, or, when the server's queue is, whose caller holds the
+    longest line: a caller with fewer jobs waiting is admitted, so one caller's burst refuses no other."""
+    mine = queued.get(caller, 0)
+    if mine >= settings.max_queued_per_caller:
+        raise QueueFull(mine, settings.max_queued_per_caller, caller)
+    total = sum(queued.values())
+    if total >= settings.max_queued and mine >= max(queued.values(), default=0):
+        raise QueueFull(total, settings.max_queued)
+
+
 def new_job_id() -> str:
     return "cj-" + secrets.token_hex(6)
 
@@ -42,6 +54,7 @@ class Admitted:
     job_id: str
     task: str
     team: Team
+    caller: str
 
 
 class Admission:
@@ -83,9 +96,7 @@ class Admission:
             self.access.check_folder(f"context_paths[{index}].path", source.path)
         if apply and not any(source.permission == "write" for source in sources):
             raise InputError("apply", apply, f"applying needs {term('context_write')}")
-        queued = await self.store.queued(self._owner_id)
-        if queued >= self.settings.max_queued:
-            raise QueueFull(queued, self.settings.max_queued)
+        check_line(await self.store.queued_by_caller(self._owner_id), caller, self.settings)
         self.access.check_team(request.team)
         resolved = stored if stored is not None else resolve_team(request.team, self._environ)
         check_runnable(resolved, self._environ, self.settings.sandbox_network)
@@ -115,4 +126,4 @@ class Admission:
         )
         if earlier is not None:
             await self.store.set_follow_up(job_id, earlier.id)
-        return Admitted(job_id, task, resolved)
+        return Admitted(job_id, task, resolved, caller)

@@ -9,6 +9,7 @@ how `cancel_job` and the watch loop (jobs/maintenance.py) reach a job this proce
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 
 import anyio
@@ -17,15 +18,18 @@ from conclave.backends.retry import RetryPolicy
 from conclave.config.models import Team
 from conclave.coordination.agents import AgentFactory
 from conclave.coordination.check_pool import CheckPool
+from conclave.coordination.journal import decode
 from conclave.coordination.limits import ProviderLimits
-from conclave.coordination.orchestrator import Orchestrator
+from conclave.coordination.orchestrator import Orchestrator, Resume
+from conclave.coordination.protocol_events import Steer
 from conclave.errors import ConclaveError
+from conclave.jobs.fair_share import FairShare
 from conclave.jobs.file_steps import JobFileSteps, job_files
 from conclave.jobs.follow_ups import conversation_history
 from conclave.jobs.heap import Heap
 from conclave.jobs.steering import Steering
 from conclave.jobs.store.async_store import AsyncStore
-from conclave.jobs.store.sink import StoreSink
+from conclave.jobs.store.sink import StoreJournal, StoreSink
 from conclave.jobs.store.sql import ACTIVE_STATES, JobRow, JobState
 from conclave.sandbox.route import DIRECT, EgressRoute
 from conclave.settings import Settings
@@ -34,7 +38,8 @@ logger = logging.getLogger(__name__)
 
 
 class Lifecycle:
-    """Runs this process's jobs, each in its own cancel scope, at most `max_jobs` at once."""
+    """Runs this process's jobs, each in its own cancel scope, at most `max_jobs` at once, shared fairly
+    between callers (jobs/fair_share.py)."""
 
     def __init__(
         self,
@@ -49,7 +54,9 @@ class Lifecycle:
         self.settings, self.store, self._factory, self._retry = settings, store, factory, retry
         self.steering, self._route = steering, route  # CLI members' egress (sandbox/route.py)
         self.scopes: dict[str, anyio.CancelScope] = {}  # the jobs this process runs, by id
-        self._slots = anyio.CapacityLimiter(settings.max_jobs)
+        self._abandoned: set[str] = set()  # ours until another server took them over
+        # the slots, shared by the callers in turn, each waiting in its own line
+        self.share = FairShare(settings.max_jobs, settings.max_jobs_per_caller)
         self._check_slots = anyio.CapacityLimiter(settings.verify_concurrency)  # verification containers
         self._check_pool = pool  # check containers started ahead of the jobs (coordination/check_pool.py)
         self._provider_limits = ProviderLimits(settings.provider_concurrency)  # shared by every job here
@@ -65,19 +72,28 @@ class Lifecycle:
             scope.cancel()
         return scope is not None
 
-    async def run(self, job_id: str, task: str, team: Team) -> None:
-        """The job from its queued state to its final one (started on the jobs' loop: jobs/job_thread.py)."""
+    async def abandon(self, job_id: str) -> None:
+        """Stop running a job another server took over (its lease had run out: jobs/takeover.py),
+        writing nothing more of it: it is that server's now."""
+        self._abandoned.add(job_id)
+        await self.cancel(job_id)
+
+    async def run(self, job_id: str, task: str, team: Team, caller: str, resume: bool = False) -> None:
+        """The job from its queued state to its final one (started on the jobs' loop: jobs/job_thread.py).
+        `resume`: a job this process took over from one that died (jobs/takeover.py): its journal is
+        replayed and only what was in flight runs again."""
         scope = self.scopes[job_id] = anyio.CancelScope()
         try:
             with scope:
-                async with self._slots:
-                    await self._run(job_id, task, team)
-            if scope.cancelled_caught:
+                async with self.share.slot(caller):
+                    await self._run(job_id, task, team, resume)
+            if scope.cancelled_caught and job_id not in self._abandoned:
                 with anyio.CancelScope(shield=True):
                     await self.store.set_state(job_id, "cancelled", "cancelled by the caller")
         except anyio.get_cancelled_exc_class():
-            with anyio.CancelScope(shield=True):
-                await self._end_if_active(job_id, "interrupted", "the server stopped while the job ran")
+            if job_id not in self._abandoned:
+                with anyio.CancelScope(shield=True):
+                    await self._end_if_active(job_id, "interrupted", "the server stopped while the job ran")
             raise
         except Exception as exc:  # a bug: fail this job, keep the server serving
             logger.exception("job %s crashed", job_id)
@@ -85,14 +101,18 @@ class Lifecycle:
                 job_id, "failed", "failed: internal error", error=f"internal error: {exc!r}"
             )
         finally:
+            self._abandoned.discard(job_id)
             self.scopes.pop(job_id, None)
             self.steering.detach(job_id)
             self._heap.settle(agent.provider for agent in team.agents)
 
-    async def _run(self, job_id: str, task: str, team: Team) -> None:
-        options = (await self._job(job_id)).options
+    async def _run(self, job_id: str, task: str, team: Team, resume: bool) -> None:
+        first = await self._job(job_id)
+        options = first.options
         timeout = team.coordination.timeout_s
-        deadline = anyio.current_time() + timeout  # the copy counts against the job's timeout
+        taken_over = await self._taken_over(first) if resume else None
+        # the copy counts against the job's timeout; a resumed job's time so far too
+        deadline = anyio.current_time() + timeout - (taken_over.elapsed if taken_over else 0.0)
         files = job_files(job_id, self.job_dir(job_id), team, options, self.settings, self._route)
         if not await self._copied(job_id, files, timeout):
             return
@@ -105,7 +125,8 @@ class Lifecycle:
         except ConclaveError as exc:
             await self._fail(job_id, str(exc))
             return
-        await self.store.set_state(job_id, "running", "starting the agents")
+        phase = "starting the agents" if taken_over is None else "resuming after its server stopped"
+        await self.store.set_state(job_id, "running", phase)
         verifier = files.verifier(team, self._check_slots, self._check_pool)
         orchestrator = Orchestrator(
             job_id,
@@ -120,8 +141,11 @@ class Lifecycle:
             verifier=verifier,
             history=past,
             thread=thread,
+            journal=StoreJournal(self.store, job_id),
+            resume=taken_over,
         )
-        await self.steering.attach(job_id, orchestrator)
+        taken = sum(isinstance(e, Steer) for e in taken_over.events) if taken_over else 0
+        await self.steering.attach(job_id, orchestrator, taken)
         try:
             async with files.egress():
                 result = await orchestrator.run()
@@ -131,6 +155,15 @@ class Lifecycle:
         else:
             state = "failed" if result.failed else "completed"
             await self.store.set_state(job_id, state, error="; ".join(result.errors.values()) or None)
+
+    async def _taken_over(self, row: JobRow) -> Resume | None:
+        """What a job taken over had done: its journal, each agent's usage and its time so far; None
+        when it never started (it runs from the start)."""
+        events = [decode(text) for text in await self.store.journaled(row.id)]
+        if not events or row.started_at is None:
+            return None
+        usage = {agent.letter: agent.usage for agent in row.progress.agents} if row.progress else {}
+        return Resume(events, usage, max(0.0, time.time() - row.started_at))
 
     async def _copied(self, job_id: str, files: JobFileSteps, timeout: float) -> bool:
         """Copy the context paths into the job folder, if any; False if that failed (the job says why)."""

@@ -1,6 +1,7 @@
-"""What a server does beside running jobs: on start, it marks the jobs of servers that died
-`interrupted`, prunes old finished jobs and removes containers left by dead servers; while it serves,
-it heartbeats its own jobs and takes the cancel requests and steering notes other processes left for them.
+"""What a server does beside running jobs: on start, it prunes old finished jobs and removes containers
+left by dead servers; while it serves, it heartbeats its own jobs (renewing their leases), takes the
+cancel requests and steering notes other processes left for them, and takes over the jobs of servers
+that died (jobs/takeover.py).
 
 All of it runs in the service's task group (jobs/service.py), but the watch loop, which runs on the
 jobs' own loop beside them (jobs/job_thread.py); none of it touches a live server's jobs. `conclave gc`
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 
 import anyio
 import anyio.to_thread
@@ -30,20 +31,18 @@ logger = logging.getLogger(__name__)
 WATCH_S = 0.5  # how often the watch loop looks for other processes' cancel requests and notes
 
 
-async def mark_orphans(store: AsyncStore, settings: Settings) -> None:
-    """Jobs whose server is gone (its process dead, or no heartbeat for `stale_after_s`) end `interrupted`."""
-    for job_id in await store.orphans(process_alive, settings.stale_after_s):
-        await store.set_state(job_id, "interrupted", "the server that ran this job stopped")
-
-
 async def watch(
     store: AsyncStore,
     settings: Settings,
     owner_id: str,
     scopes: Mapping[str, anyio.CancelScope],
     steering: Steering,
+    adopt: Callable[[], Awaitable[object]],
+    abandon: Callable[[str], Awaitable[object]],
 ) -> None:
-    """Heartbeat our jobs and honour the cancel requests and notes other processes left in the store."""
+    """Heartbeat our jobs (renewing their leases), honour the cancel requests and notes other processes
+    left in the store, take over the jobs of servers that died (`adopt`: jobs/takeover.py) and drop
+    ours that another server took over (`abandon`)."""
     last_beat = 0.0
     while True:
         for job_id in await store.cancel_requests(owner_id):
@@ -51,8 +50,12 @@ async def watch(
                 scopes[job_id].cancel()
         await steering.deliver_all()  # notes other processes left for our jobs
         if time.monotonic() - last_beat >= settings.heartbeat_s:
-            await store.heartbeat(owner_id)
+            await store.heartbeat(owner_id, settings.stale_after_s)
             last_beat = time.monotonic()
+            # a job another server claimed while our lease had run out (we were stalled): it runs there
+            for job_id in await store.lost(owner_id, list(scopes)):
+                await abandon(job_id)
+            await adopt()
         await anyio.sleep(WATCH_S)
 
 

@@ -8,8 +8,9 @@ lifespan (see app/server.py). The service is the one door the tools (and the CLI
   event loop in a thread of its own (jobs/job_thread.py), so the loop serving MCP calls never waits
   behind the jobs' work;
 - maintenance (jobs/maintenance.py): what a server does beside its jobs (orphans, heartbeats, cancel
-  requests and notes from other processes, pruning). A job records its owner (process id + a random
-  id) and a heartbeat; a starting service marks `interrupted` only jobs whose owner is gone.
+  requests and notes from other processes, pruning) and takeover (jobs/takeover.py). A job records its
+  owner (process id + a random id) and a lease its heartbeat renews; a service takes over (and resumes)
+  only jobs whose owner is gone.
 Reads (a view, a job's files, the teams) go through `service.lookup` (jobs/read/lookup.py); the
 service's own operations are the ones that change or wait on a job.
 
@@ -33,16 +34,17 @@ from anyio.abc import TaskGroup
 
 from conclave.backends.llama_server import LocalServers
 from conclave.backends.retry import RetryPolicy
-from conclave.config.models import SandboxSpec
+from conclave.config.models import SandboxSpec, Team
 from conclave.coordination.agents import AgentFactory
 from conclave.coordination.check_pool import CheckPool
 from conclave.coordination.members import endpoint_factory
 from conclave.errors import InputError, JobFinished
 from conclave.jobs.access import Access
 from conclave.jobs.admission import Admission
+from conclave.jobs.health import Readiness, readiness
 from conclave.jobs.job_thread import JobThread
 from conclave.jobs.lifecycle import Lifecycle
-from conclave.jobs.maintenance import mark_orphans, prune_old_jobs, sweep_leftovers, watch
+from conclave.jobs.maintenance import prune_old_jobs, sweep_leftovers, watch
 from conclave.jobs.read.lookup import JobLookup
 from conclave.jobs.read.views import JobView
 from conclave.jobs.request import JobRequest
@@ -50,6 +52,7 @@ from conclave.jobs.steering import Steering, checked_note, delivered
 from conclave.jobs.store.async_store import AsyncStore
 from conclave.jobs.store.owners import process_alive
 from conclave.jobs.store.sql import Store
+from conclave.jobs.takeover import take_over
 from conclave.sandbox.container import container_user
 from conclave.sandbox.route import DIRECT, EgressRoute
 from conclave.settings import MAX_WAIT_S, Settings
@@ -111,13 +114,14 @@ class JobService:
         try:
             body_error: Exception | None = None
             async with AsyncStore.open(sync_store) as store, anyio.create_task_group() as tg:
-                await mark_orphans(store, settings)
                 wake = _waker(store)
                 side = JobsSide(settings, sync_store, wake, env, agent_factory, retry, check_pool, route)
                 async with JobThread.open(side.open) as (thread, lifecycle):
                     probe = agent_factory is None
                     service = cls(settings, store, thread, lifecycle, env, owner_id, access, probe=probe)
-                    _start_upkeep(settings, owner_id, thread, lifecycle, tg)
+                    adopt = _adopter(settings, owner_id, thread, lifecycle)
+                    await thread.call(adopt)  # the jobs of servers that died, before we serve
+                    _start_upkeep(settings, owner_id, thread, lifecycle, adopt, tg)
                     try:
                         yield service
                     except Exception as exc:  # the caller's error: re-raised below as itself, not in a group
@@ -139,7 +143,9 @@ class JobService:
         follow_up = request.follow_up
         earlier = await self.lookup.row(follow_up, caller, "follow_up") if follow_up is not None else None
         job = await self._admission.admit(request, caller or LOCAL, earlier)
-        self._thread.start(self._jobs.run, job.job_id, job.task, job.team)  # cancellable from now on
+        self._thread.start(
+            self._jobs.run, job.job_id, job.task, job.team, job.caller
+        )  # cancellable from now on
         return await self.lookup.view(job.job_id)
 
     async def wait(
@@ -208,6 +214,10 @@ class JobService:
     def job_dir(self, job_id: str) -> Path:
         return self._jobs.job_dir(job_id)
 
+    async def readiness(self) -> Readiness:
+        """Whether this server can take jobs now: its store and, if configured, its engine answer."""
+        return await readiness(self.store, self._environ)
+
 
 @dataclass(frozen=True)
 class JobsSide:
@@ -259,13 +269,34 @@ def _waker(store: AsyncStore) -> Callable[[str], None]:
     return wake
 
 
+def _adopter(
+    settings: Settings, owner_id: str, thread: JobThread, lifecycle: Lifecycle
+) -> Callable[[], Awaitable[list[str]]]:
+    """Take over the jobs of servers that died (jobs/takeover.py), on the jobs' loop: each resumes
+    there, in a slot of its caller's line like any job."""
+
+    def resume(job_id: str, task: str, team: Team, caller: str) -> None:
+        thread.start(lifecycle.run, job_id, task, team, caller, True)
+
+    async def adopt() -> list[str]:
+        return await take_over(lifecycle.store, settings, owner_id, resume)
+
+    return adopt
+
+
 def _start_upkeep(
-    settings: Settings, owner_id: str, thread: JobThread, lifecycle: Lifecycle, tg: TaskGroup
+    settings: Settings,
+    owner_id: str,
+    thread: JobThread,
+    lifecycle: Lifecycle,
+    adopt: Callable[[], Awaitable[list[str]]],
+    tg: TaskGroup,
 ) -> None:
     """What a server does beside its jobs (jobs/maintenance.py): the watch loop on the jobs' loop
-    (heartbeats, other processes' cancels and notes), the sweep of dead servers' containers and the
-    pruning on ours."""
-    thread.start(watch, lifecycle.store, settings, owner_id, lifecycle.scopes, lifecycle.steering)
+    (heartbeats, other processes' cancels and notes, takeovers), the sweep of dead servers' containers
+    and the pruning on ours."""
+    upkeep = (lifecycle.scopes, lifecycle.steering, adopt, lifecycle.abandon)
+    thread.start(watch, lifecycle.store, settings, owner_id, *upkeep)
     tg.start_soon(sweep_leftovers)
     if settings.gc_auto:
         tg.start_soon(prune_old_jobs, settings)

@@ -29,9 +29,12 @@ class Steering:
         self._running: dict[str, Orchestrator] = {}
         self._delivered: dict[str, int] = {}
 
-    async def attach(self, job_id: str, orchestrator: Orchestrator) -> None:
-        """The job's orchestrator exists: notes left while it was queued reach it before its first turns."""
+    async def attach(self, job_id: str, orchestrator: Orchestrator, taken: int = 0) -> None:
+        """The job's orchestrator exists: notes left while it was queued reach it before its first turns.
+        `taken`: how many notes a resumed job's protocol has already (its journal's), never given again."""
         self._running[job_id], self._delivered[job_id] = orchestrator, -1
+        if taken:  # notes reach the protocol in order: the first `taken` are in its state
+            self._delivered[job_id] = (await self._store.notes_after(job_id, -1))[:taken][-1][0]
         await self.deliver(job_id)
 
     def detach(self, job_id: str) -> None:

@@ -124,6 +124,8 @@ def _words(kind: str, who: str | None, d: dict[str, object]) -> str:
             return f"{len(agents) if isinstance(agents, list) else 0} agents started"
         case "presenting":
             return f"{who} is writing the final answer ({d.get('winner')} won the vote)"
+        case "resumed":
+            return "the job resumed after its server stopped"
         case "agent_failed" | "turn_failed" | "answer_refused" | "snapshot_failed":
             return f"{who or 'the job'}: {kind.replace('_', ' ')}: {d.get('error', '')}"
         case "no_decision":

@@ -23,6 +23,7 @@ from conclave.config.presets import list_presets
 from conclave.errors import InputError, JobNotFound, term
 from conclave.files.workspaces import Workspaces
 from conclave.jobs.estimate import history
+from conclave.jobs.fair_share import queued_phase
 from conclave.jobs.reach import endpoints, unreachable
 from conclave.jobs.read.reader import WorkspacePage, job_workspaces, read_job, read_whole
 from conclave.jobs.read.teams import TeamList, team_list
@@ -30,7 +31,7 @@ from conclave.jobs.read.view_read import JobLine, PageParts, job_line, page_part
 from conclave.jobs.read.views import FINAL_STATES, JobView, job_view
 from conclave.jobs.read.web_link import WebLinks
 from conclave.jobs.store.async_store import AsyncStore
-from conclave.jobs.store.sql import JobRow, JobState, Store
+from conclave.jobs.store.sql import JobRow, JobState, Store, StoreSummary
 from conclave.settings import Settings
 
 JOB_ID = re.compile(r"^cj-[0-9a-f]{12}$")
@@ -41,6 +42,15 @@ def checked_job_id(job_id: object, field: str = "job_id") -> str:
     if not isinstance(job_id, str) or not JOB_ID.match(job_id.strip()):
         raise InputError(field, job_id, f"job ids look like cj-1a2b3c4d5e6f; see {term('list_jobs')}")
     return job_id.strip()
+
+
+def store_summary(settings: Settings) -> StoreSummary:
+    """The job store at a glance (`conclave doctor`): blocking, on a store of its own."""
+    store = Store(settings.db_path)
+    try:
+        return store.summary(time.time())
+    finally:
+        store.close()
 
 
 def check_state_folder(settings: Settings) -> None:
@@ -84,7 +94,10 @@ class JobLookup:
         parts = await self.store.read(view_parts, self.store.sync, self.web_links, job_id, caller)
         if parts is None:
             raise JobNotFound(str(job_id))
-        view = job_view(parts.row, time.time(), parts.notes, parts.conversation)
+        row = parts.row
+        if parts.place is not None:  # why it waits, and where it stands, as of now
+            row = row.model_copy(update={"phase": queued_phase(parts.place, row.caller, self.settings)})
+        view = job_view(row, time.time(), parts.notes, parts.conversation)
         return view.model_copy(update={"web_url": parts.web_url})
 
     async def recent(self, caller: str | None = None, limit: int = 20) -> list[JobView]:

@@ -220,6 +220,9 @@ def _sentence(event: JobEvent) -> str | None:
                 for a in d.get("agents", [])
             )
             return f"The job started with agents {models}."
+        case "resumed":
+            turns = ", ".join(str(letter) for letter in d.get("turns", [])) or "none"
+            return f"The job resumed after its server stopped; turns run again: {turns}."
         case "turn_started":
             return f"{who} started a turn (round {d.get('round')})."
         case "turn_cancelled":

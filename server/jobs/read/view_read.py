@@ -20,7 +20,7 @@ from conclave.jobs.read.reader import job_workspaces
 from conclave.jobs.read.views import JobView, NoteView, job_view
 from conclave.jobs.read.web_link import WebLinks
 from conclave.jobs.steering import notes_and_conversation
-from conclave.jobs.store.sql import AnswerRow, JobRow, JobState, Store
+from conclave.jobs.store.sql import AnswerRow, JobRow, JobState, LinePlace, Store
 
 
 @dataclass(frozen=True)
@@ -29,6 +29,7 @@ class ViewParts:
     notes: list[NoteView]
     conversation: list[str]  # job ids, oldest first (JobView.thread)
     web_url: str | None
+    place: LinePlace | None = None  # a queued job's place in its caller's line (jobs/fair_share.py)
 
 
 def view_parts(store: Store, links: WebLinks, job_id: str, caller: str | None) -> ViewParts | None:
@@ -38,7 +39,8 @@ def view_parts(store: Store, links: WebLinks, job_id: str, caller: str | None) -
     if row is None or (caller is not None and row.caller != caller):
         return None
     notes, conversation = notes_and_conversation(store, row)
-    return ViewParts(row, notes, conversation, links.page_url(job_id))
+    place = store.line_place(job_id) if row.state == "queued" else None
+    return ViewParts(row, notes, conversation, links.page_url(job_id), place)
 
 
 MAX_OUTPUT_CHARS = 20_000  # of one check's output, its end kept

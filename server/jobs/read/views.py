@@ -277,6 +277,10 @@ def phase_of(event: JobEvent) -> str | None:
     match event.kind:
         case "started":
             return f"{len(d['agents'])} agents are working on the task"
+        case "resumed":
+            return (
+                "resumed after its server stopped: answers, votes and notes kept; turns in flight run again"
+            )
         case "answer":
             return f"{who} posted {d['label']}"
         case "vote":

@@ -211,14 +211,27 @@ class AsyncStore:
     async def cancel_requests(self, owner_id: str) -> list[str]:
         return await self.read(self.sync.cancel_requests, owner_id)
 
-    async def queued(self, owner_id: str) -> int:
-        return await self.read(self.sync.queued, owner_id)
+    async def queued_by_caller(self, owner_id: str) -> dict[str, int]:
+        return await self.read(self.sync.queued_by_caller, owner_id)
 
-    async def heartbeat(self, owner_id: str) -> None:
-        await self.write(None, self.sync.heartbeat, owner_id)
+    async def heartbeat(self, owner_id: str, lease_s: float) -> None:
+        await self.write(None, self.sync.heartbeat, owner_id, lease_s)
 
-    async def orphans(self, is_alive: Callable[[int], bool], stale_after_s: float) -> list[str]:
+    async def orphans(self, is_alive: Callable[[int], bool], stale_after_s: float) -> list[tuple[str, str]]:
         return await self.read(self.sync.orphans, is_alive, stale_after_s)
+
+    async def lost(self, owner_id: str, job_ids: list[str]) -> list[str]:
+        return await self.read(self.sync.lost, owner_id, job_ids) if job_ids else []
+
+    async def claim(self, job_id: str, old_owner: str, owner_id: str, owner_pid: int, lease_s: float) -> bool:
+        return await self.write(job_id, self.sync.claim, job_id, old_owner, owner_id, owner_pid, lease_s)
+
+    async def journal(self, job_id: str, event_json: str) -> None:
+        """Queued like `record`, and before the reports of what the event caused (one writer, in order)."""
+        self.post(None, self.sync.journal, job_id, event_json)
+
+    async def journaled(self, job_id: str) -> list[str]:
+        return await self.read(self.sync.journaled, job_id)
 
     # What a running job reports, and reading it -----------------------------------------------------
     async def record(self, job_id: str, event: JobEvent, progress: Progress, phase: str | None) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
 import sqlite3
 import time
 from collections.abc import Callable
@@ -55,6 +56,8 @@ class JobRow(BaseModel):
     owner_pid: int
     owner_id: str
     heartbeat: float
+    lease_until: float | None = None  # the owner holds the job until then (jobs/takeover.py)
+    owner_host: str | None = None  # the owner's machine: its process id is checked only there
     progress: Progress | None
     result: JobResult | None
     error: str | None
@@ -65,6 +68,36 @@ class JobRow(BaseModel):
     follow_up: str | None = None  # the earlier job this one continues
     caller: str = "local"
     request: JobRequest  # as the caller asked (after what a follow-up carries over)
+
+
+class LinePlace(BaseModel):
+    """A queued job's place: its position in its caller's line (1: next), and the jobs running on its
+    server, its caller's and all."""
+
+    position: int
+    caller_running: int
+    running: int
+
+
+class StoreSummary(BaseModel):
+    """The store at a glance: its jobs, the active ones per state, the callers' lines (queued jobs per
+    caller) and the active jobs whose lease ran out."""
+
+    total: int
+    states: dict[str, int] = {}
+    lines: dict[str, int] = {}
+    lapsed: int = 0
+
+    def text(self) -> str:
+        active = (
+            ", ".join(f"{count} {state}" for state, count in sorted(self.states.items())) or "none active"
+        )
+        lines = ", ".join(f"{caller} {count}" for caller, count in sorted(self.lines.items()))
+        queue = f"; queued per caller: {lines}" if lines else ""
+        lapsed = (
+            f"; {self.lapsed} with a lease run out (the next server takes them over)" if self.lapsed else ""
+        )
+        return f"{self.total} jobs, {active}{queue}{lapsed}"
 
 
 class AnswerRow(Posted):
@@ -84,12 +117,13 @@ class AgentUsage(BaseModel):
 class Store(ConversationRecords[JobRow]):
     """Typed access to conclave.db."""
 
-    def __init__(self, path: Path, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, path: Path, clock: Callable[[], float] = time.time, host: str | None = None) -> None:
         private_dir(path.parent)
         private_dir(path.parent / "jobs")
         os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600))
         tighten(path, 0o600)
         self.path, self._clock = path, clock
+        self.host = host or socket.gethostname()  # jobs' owners on this machine: their pids can be checked
         self._connections = Connections(path)
         # What this process last wrote of each job it runs: the next event's seq and the stored progress,
         # so recording an event neither counts rows nor rewrites the whole progress (only the owner
@@ -163,8 +197,8 @@ class Store(ConversationRecords[JobRow]):
             self._db.execute(
                 "INSERT INTO jobs (id, task, team_name, team_json, state, phase, created_at, owner_pid, "
                 "owner_id,"
-                " heartbeat, options_json, caller, request_json)"
-                " VALUES (?, ?, ?, ?, 'queued', 'waiting for a free slot', ?, ?, ?, ?, ?, ?, ?)",
+                " heartbeat, options_json, caller, request_json, owner_host)"
+                " VALUES (?, ?, ?, ?, 'queued', 'waiting for a free slot', ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     job_id,
                     task,
@@ -177,8 +211,29 @@ class Store(ConversationRecords[JobRow]):
                     (options or JobOptions()).model_dump_json(),
                     caller,
                     request.model_dump_json() if request is not None else None,
+                    self.host,
                 ),
             )
+
+    def summary(self, now: float) -> StoreSummary:
+        """The active jobs as `conclave doctor` shows them: per state, the queued ones per caller, and
+        those whose lease ran out at `now` (jobs/takeover.py takes them over)."""
+        rows = self._db.execute(
+            "SELECT state, caller, COALESCE(lease_until, heartbeat) < ? AS lapsed FROM jobs"
+            " WHERE state IN (?, ?, ?)",
+            (now, *ACTIVE_STATES),
+        ).fetchall()
+        summary = StoreSummary(total=self._db.execute("SELECT COUNT(*) FROM jobs").fetchone()[0])
+        for row in rows:
+            summary.states[row["state"]] = summary.states.get(row["state"], 0) + 1
+            if row["state"] == "queued":
+                summary.lines[row["caller"]] = summary.lines.get(row["caller"], 0) + 1
+            summary.lapsed += int(row["lapsed"])
+        return summary
+
+    def ping(self) -> None:
+        """One read of the jobs table: the store answers (jobs/health.py)."""
+        self._db.execute("SELECT COUNT(*) FROM jobs WHERE state = 'queued'").fetchone()
 
     def set_files(self, job_id: str, files: FilesResult) -> None:
         with self._write():
@@ -233,12 +288,30 @@ class Store(ConversationRecords[JobRow]):
         ).fetchall()
         return [row[0] for row in rows]
 
-    def queued(self, owner_id: str) -> int:
-        """How many of this server's jobs wait for a slot."""
+    def queued_by_caller(self, owner_id: str) -> dict[str, int]:
+        """How many of this server's jobs wait for a slot, per caller."""
+        rows = self._db.execute(
+            "SELECT caller, COUNT(*) FROM jobs WHERE owner_id = ? AND state = 'queued' GROUP BY caller",
+            (owner_id,),
+        ).fetchall()
+        return {str(row[0]): int(row[1]) for row in rows}
+
+    def line_place(self, job_id: str) -> LinePlace | None:
+        """Where a queued job stands in its caller's line on its server (jobs/fair_share.py); None when
+        it is not queued."""
         row = self._db.execute(
-            "SELECT COUNT(*) FROM jobs WHERE owner_id = ? AND state = 'queued'", (owner_id,)
+            "SELECT"
+            " (SELECT COUNT(*) FROM jobs q WHERE q.owner_id = j.owner_id AND q.caller = j.caller"
+            "  AND q.state = 'queued' AND (q.created_at < j.created_at"
+            "  OR (q.created_at = j.created_at AND q.id <= j.id))) AS position,"
+            " (SELECT COUNT(*) FROM jobs r WHERE r.owner_id = j.owner_id AND r.caller = j.caller"
+            "  AND r.state IN ('running', 'presenting')) AS caller_running,"
+            " (SELECT COUNT(*) FROM jobs r WHERE r.owner_id = j.owner_id"
+            "  AND r.state IN ('running', 'presenting')) AS running"
+            " FROM jobs j WHERE j.id = ? AND j.state = 'queued'",
+            (job_id,),
         ).fetchone()
-        return int(row[0])
+        return None if row is None else LinePlace(**dict(row))
 
     def finished_jobs(self) -> list[tuple[str, float]]:
         """Every job that is over (not queued, running or presenting), oldest first: (id, finished_at)."""
@@ -252,26 +325,71 @@ class Store(ConversationRecords[JobRow]):
     def delete_job(self, job_id: str) -> None:
         """Forget a finished job: its rows in every table (its folder is the caller's to remove)."""
         with self._write():
-            for table in ("events", "answers", "votes", "usage"):
+            for table in ("events", "answers", "votes", "usage", "protocol_events"):
                 self._db.execute(f"DELETE FROM {table} WHERE job_id = ?", (job_id,))
             self._db.execute(
                 "DELETE FROM jobs WHERE id = ? AND state NOT IN (?, ?, ?)", (job_id, *ACTIVE_STATES)
             )
 
-    def heartbeat(self, owner_id: str) -> None:
+    def heartbeat(self, owner_id: str, lease_s: float) -> None:
+        """Renew the lease on every active job `owner_id` holds, to `lease_s` from now."""
+        now = self._clock()
         with self._write():
             self._db.execute(
-                "UPDATE jobs SET heartbeat = ? WHERE owner_id = ? AND state IN (?, ?, ?)",
-                (self._clock(), owner_id, *ACTIVE_STATES),
+                "UPDATE jobs SET heartbeat = ?, lease_until = ? WHERE owner_id = ? AND state IN (?, ?, ?)",
+                (now, now + lease_s, owner_id, *ACTIVE_STATES),
             )
 
-    def orphans(self, is_alive: Callable[[int], bool], stale_after_s: float) -> list[str]:
-        """Active jobs whose owner is gone: a dead process or a heartbeat older than stale_after_s."""
-        cutoff = self._clock() - stale_after_s
+    def orphans(self, is_alive: Callable[[int], bool], stale_after_s: float) -> list[tuple[str, str]]:
+        """Active jobs whose owner is gone, as (job id, owner id): a lease run out (a row without one:
+        its heartbeat older than stale_after_s), or, for an owner on this machine, a dead process."""
+        now = self._clock()
         rows = self._db.execute(
-            "SELECT id, owner_pid, heartbeat FROM jobs WHERE state IN (?, ?, ?)", ACTIVE_STATES
+            "SELECT id, owner_id, owner_pid, COALESCE(owner_host, ?) AS host,"
+            " COALESCE(lease_until, heartbeat + ?) AS until FROM jobs WHERE state IN (?, ?, ?)",
+            (self.host, stale_after_s, *ACTIVE_STATES),
         ).fetchall()
-        return [row["id"] for row in rows if row["heartbeat"] < cutoff or not is_alive(row["owner_pid"])]
+        return [
+            (row["id"], row["owner_id"])
+            for row in rows
+            if row["until"] < now or (row["host"] == self.host and not is_alive(row["owner_pid"]))
+        ]
+
+    def lost(self, owner_id: str, job_ids: list[str]) -> list[str]:
+        """Which of `job_ids` (jobs `owner_id` runs) another server has claimed since (jobs/takeover.py)."""
+        marks = ", ".join("?" * len(job_ids))
+        rows = self._db.execute(
+            f"SELECT id FROM jobs WHERE id IN ({marks}) AND owner_id != ?", (*job_ids, owner_id)
+        ).fetchall()
+        return [str(row[0]) for row in rows]
+
+    def claim(self, job_id: str, old_owner: str, owner_id: str, owner_pid: int, lease_s: float) -> bool:
+        """Take over an orphaned job: whether this owner got it (another process may have first)."""
+        now = self._clock()
+        with self._write():
+            taken = self._db.execute(
+                "UPDATE jobs SET owner_id = ?, owner_pid = ?, owner_host = ?, heartbeat = ?, lease_until = ?,"
+                " rev = rev + 1 WHERE id = ? AND owner_id = ? AND state IN (?, ?, ?)",
+                (owner_id, owner_pid, self.host, now, now + lease_s, job_id, old_owner, *ACTIVE_STATES),
+            )
+        self.forget(job_id)
+        return taken.rowcount == 1
+
+    def journal(self, job_id: str, event_json: str) -> None:
+        """Append one protocol event to the job's journal (coordination/journal.py)."""
+        with self._write():
+            self._db.execute(
+                "INSERT INTO protocol_events (job_id, seq, event_json) VALUES (?,"
+                " (SELECT COALESCE(MAX(seq) + 1, 0) FROM protocol_events WHERE job_id = ?), ?)",
+                (job_id, job_id, event_json),
+            )
+
+    def journaled(self, job_id: str) -> list[str]:
+        """The job's journal, oldest first."""
+        rows = self._db.execute(
+            "SELECT event_json FROM protocol_events WHERE job_id = ? ORDER BY seq", (job_id,)
+        ).fetchall()
+        return [str(row[0]) for row in rows]
 
     # What a running job reports ------------------------------------------------------------------
     def record(self, job_id: str, event: JobEvent, progress: Progress, phase: str | None) -> None:

@@ -1,0 +1,135 @@
+"""Benchmark (not a test): how long a job waits to be taken over after its server is `kill -9`ed.
+
+    python bench/bench_takeover.py [--rounds 3] [--out bench/results/takeover.json]
+
+Each round runs the scripted trio transcript (tests/fakes/team.py `voter`, 1 s a reply) on a real
+`conclave serve --http` and kills it with SIGKILL once every agent has answered (the agents are in
+their voting turns). Two ways to go on:
+- `restart`: a new server is started on the same state folder (the single-process default); it takes
+  the job over before it serves, since the owner's process is dead;
+- `peer`: a second server was already running on the same state folder; it takes the job over at its
+  next heartbeat (CONCLAVE_HEARTBEAT_S, 5 s).
+Reported per way, median and worst of the rounds: seconds from the kill to the job's `resumed` event
+(its wall time: the job's start plus the event's offset), and to its completion. A server on another
+machine judges a dead owner by its lease alone, so there the bound is the lease plus a heartbeat
+(15 + 5 s by default), reported as the settings give it. The machine is shared: times are noisy, the
+restart's include a cold process start (imports), the part a faster machine shrinks most.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+from fastmcp import Client
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.results_file import write_results
+from conclave.jobs.read.views import JobView
+from conclave.jobs.store.sql import Store
+from conclave.settings import Settings
+from tests.fakes.processes import HTTP_TOKEN, http_process
+from tests.fakes.server import FakeProviders
+from tests.fakes.team import KEY_ENV, TRIO, install, voter, write_team
+
+ASK = {"task": "What is 6 * 7?", "team": "fake-trio", "wait_seconds": 0}
+
+
+@contextmanager
+def server(root: Path, name: str, env: dict[str, str]) -> Iterator[tuple[str, Any]]:
+    folder = root / name
+    folder.mkdir()
+    with http_process(folder, env) as (base, process):
+        yield f"{base}/mcp", process
+
+
+async def view(client: Client, job_id: str, wait: float = 0) -> JobView:
+    result = await client.call_tool("get_status", {"job_id": job_id, "wait_seconds": wait})
+    return JobView.model_validate(result.structured_content)
+
+
+async def one_round(way: str, root: Path, fakes: FakeProviders) -> dict[str, float]:
+    home, config = root / "home", root / "config"
+    write_team(config / "conclave" / "teams" / "fake-trio.yaml", fakes, TRIO, name="fake-trio")
+    env = {
+        "CONCLAVE_HOME": str(home),
+        "XDG_CONFIG_HOME": str(config),
+        KEY_ENV: "k",
+        "CONCLAVE_CHECK_POOL": "0",
+    }
+    with ExitStack() as stack:
+        url, first = stack.enter_context(server(root, "first", env))
+        peer_url = stack.enter_context(server(root, "peer", env))[0] if way == "peer" else None
+        async with Client(url, auth=HTTP_TOKEN) as client:
+            job_id = JobView.model_validate(
+                (await client.call_tool("ask_team", ASK)).structured_content
+            ).job_id
+            while (v := await view(client, job_id)).progress is None or sum(
+                a.answers for a in v.progress.agents
+            ) < 3:
+                await anyio.sleep(0.05)
+        first.send_signal(signal.SIGKILL)
+        killed = time.time()
+        first.wait()
+        if peer_url is None:
+            peer_url = stack.enter_context(server(root, "restarted", env))[0]
+        async with Client(peer_url, auth=HTTP_TOKEN) as client:
+            while not (done := await view(client, job_id, wait=45)).done:
+                pass
+        ended = time.time()
+    store = Store(Settings(home=home).db_path)
+    try:
+        row = store.job(job_id)
+        resumed = store.events(job_id, "resumed")
+    finally:
+        store.close()
+    assert row is not None and row.started_at is not None and resumed, (way, done.state)
+    return {
+        "to_resumed_s": round(row.started_at + resumed[0].at - killed, 2),
+        "to_completed_s": round(ended - killed, 2),
+        "completed": float(done.state == "completed"),
+    }
+
+
+async def run(rounds: int) -> dict[str, Any]:
+    data: dict[str, Any] = {"rounds": rounds, "load_before": os.getloadavg()[0]}
+    with FakeProviders() as fakes, tempfile.TemporaryDirectory() as tmp:
+        install(fakes.script, TRIO, voter(delay=1.0))
+        for way in ("restart", "peer"):
+            seen = []
+            for index in range(rounds):
+                root = Path(tmp) / f"{way}-{index}"
+                root.mkdir()
+                seen.append(await one_round(way, root, fakes))
+            for key in ("to_resumed_s", "to_completed_s"):
+                values = [s[key] for s in seen]
+                data[f"{way}_{key}_median"] = statistics.median(values)
+                data[f"{way}_{key}_max"] = max(values)
+            data[f"{way}_completed"] = sum(s["completed"] for s in seen)
+    settings = Settings()
+    data["other_machine_bound_s"] = settings.stale_after_s + settings.heartbeat_s
+    data["load_after"] = os.getloadavg()[0]
+    return data
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--out", type=Path, default=Path("bench/results/takeover.json"))
+    args = parser.parse_args()
+    write_results(args.out, anyio.run(run, args.rounds), table=True)
+
+
+if __name__ == "__main__":
+    main()

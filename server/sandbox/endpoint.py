@@ -24,26 +24,26 @@ ROOTFUL_PODMAN = Path("/run/podman/podman.sock")
 
 
 @dataclass(frozen=True)
-class Endpoint:
+class EngineAddress:
     """Where the engine is (`url` None: docker-py's `from_env` resolves it) and why it was chosen."""
 
     url: str | None
     chosen_by: str
 
 
-def choose_endpoint(environ: Mapping[str, str]) -> Endpoint:
+def choose_endpoint(environ: Mapping[str, str]) -> EngineAddress:
     """The engine's address, in the order of the module docstring."""
     if environ.get("DOCKER_HOST"):
-        return Endpoint(None, f"DOCKER_HOST={environ['DOCKER_HOST']}")
+        return EngineAddress(None, f"DOCKER_HOST={environ['DOCKER_HOST']}")
     context = current_context(environ)
     if context != "default":
-        return Endpoint(None, f"docker context {context}")
+        return EngineAddress(None, f"docker context {context}")
     if DEFAULT_SOCKET.exists():
-        return Endpoint(None, f"the default socket {DEFAULT_SOCKET}")
+        return EngineAddress(None, f"the default socket {DEFAULT_SOCKET}")
     for socket in podman_sockets(environ):
         if socket.exists():
-            return Endpoint(f"unix://{socket}", f"Podman's socket {socket} (no Docker engine found)")
-    return Endpoint(None, f"the default socket {DEFAULT_SOCKET}")
+            return EngineAddress(f"unix://{socket}", f"Podman's socket {socket} (no Docker engine found)")
+    return EngineAddress(None, f"the default socket {DEFAULT_SOCKET}")
 
 
 def current_context(environ: Mapping[str, str]) -> str:

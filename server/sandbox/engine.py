@@ -24,6 +24,13 @@ FIX = (
     "commands; `conclave doctor` checks the setup"
 )
 
+# What an engine needs to start our containers, for the errors of a container that did not start.
+ENGINE_NEEDS = (
+    "check that it runs containers at all (`docker run --rm hello-world` with the same DOCKER_HOST); "
+    "Podman also needs catatonit (its container init) and, on a host without CAP_SYS_RESOURCE, "
+    "default_ulimits in containers.conf (docs/platforms.md)"
+)
+
 
 @dataclass(frozen=True)
 class Owner:

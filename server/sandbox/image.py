@@ -40,8 +40,8 @@ import anyio.to_thread
 from conclave import __version__
 from conclave.config.models import SandboxSpec
 from conclave.errors import SandboxError
+from conclave.sandbox.engine import ENGINE_NEEDS, connect
 from conclave.sandbox.engine import FIX as ENGINE_FIX
-from conclave.sandbox.engine import connect
 
 IMAGE_REPO = "conclave-sandbox"
 # pytest: the check a Python project most often names (`verify: pytest -q`) works out of the box
@@ -367,7 +367,10 @@ def smoke_test(
                 f"not tagged:\n{_tail(output)}"
             )
     except (sdk.errors.DockerException, OSError) as exc:  # OSError: the wait's read timed out
-        raise SandboxError(f"{what} could not run its smoke test ({exc}); not tagged") from exc
+        raise SandboxError(
+            f"{what} could not run its smoke test ({exc}); not tagged. The engine could not start a "
+            f"container: {ENGINE_NEEDS}"
+        ) from exc
     finally:
         with contextlib.suppress(sdk.errors.DockerException):
             container.remove(force=True)

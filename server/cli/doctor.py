@@ -12,10 +12,11 @@ from conclave.backends.llama_server import check_installed
 from conclave.backends.local import BUNDLED, model_file
 from conclave.config.clis import CLIS, keychain_user, login_fix, login_source
 from conclave.config.models import KEY_VARIABLES, SandboxSpec
-from conclave.errors import ConfigError
+from conclave.errors import ConfigError, SandboxUnavailable
 from conclave.jobs.read.lookup import store_summary
 from conclave.sandbox.clis_image import CLI_PINS, clis_tag
-from conclave.sandbox.engine import engine_status
+from conclave.sandbox.endpoint import choose_endpoint
+from conclave.sandbox.engine import EngineFacts, connect, engine_facts, engine_status
 from conclave.sandbox.image import image_tag
 from conclave.settings import Settings
 
@@ -74,10 +75,25 @@ def _state_dir(settings: Settings) -> Probe:
 def _docker() -> list[Probe]:
     tag = image_tag(SandboxSpec())
     status = engine_status(tag)
+    endpoint = choose_endpoint(os.environ)
     if not status.available:
-        fix = "start the Docker engine (e.g. `dockerd &`); teams with `sandbox: none` work without it"
-        return [Probe("docker engine", False, status.error or "unreachable", fix, essential=False)]
-    checks = [Probe("docker engine", True, f"version {status.version}")]
+        fix = (
+            "start the Docker engine (e.g. `dockerd &`, Docker Desktop, or Podman's "
+            "`systemctl enable --now podman.socket`); teams with `sandbox: none` work without it"
+        )
+        detail = f"{status.error or 'unreachable'} (chosen by {endpoint.chosen_by})"
+        return [Probe("docker engine", False, detail, fix, essential=False)]
+    try:
+        facts = engine_facts(connect())
+    except SandboxUnavailable as exc:
+        return [Probe("docker engine", False, str(exc), "see the error", essential=False)]
+    checks = [
+        Probe(
+            "docker engine",
+            True,
+            f"{facts.name} {facts.version}, {facts.os} on {facts.arch}, chosen by {endpoint.chosen_by}",
+        )
+    ]
     if status.image_present:
         checks.append(Probe("sandbox image", True, f"{tag} is present"))
     else:
@@ -89,7 +105,27 @@ def _docker() -> list[Probe]:
     checks.append(
         Probe("CLI image", bool(clis.image_present), detail, "run `conclave sandbox build --clis`", False)
     )
-    return checks
+    return [*checks, *_works_here(facts, bool(status.image_present), bool(clis.image_present))]
+
+
+def _works_here(facts: EngineFacts, image: bool, clis: bool) -> list[Probe]:
+    """What this engine runs: file work (workspaces, verify, apply) and CLI members."""
+    files = Probe(
+        f"file work on {facts.name}",
+        image,
+        "workspaces, run_command, verify and apply" + ("" if image else ": need the sandbox image"),
+        "run `conclave sandbox build`",
+        essential=False,
+    )
+    # A CLI member's only way out is its egress proxy's unix socket, bind-mounted from this host: an
+    # engine in a VM (Docker Desktop, OrbStack, colima, Rancher Desktop) cannot connect to it.
+    local = facts.name in {"Docker", "Podman"}
+    if not local:
+        detail = f"not on {facts.name}: its VM cannot reach this host's unix sockets (the egress proxy)"
+    else:
+        detail = "cli/... members" + ("" if clis else ": need the CLI image")
+    fix = "run `conclave sandbox build --clis`" if local else "use a Linux host's Docker or Podman"
+    return [files, Probe(f"CLI members on {facts.name}", local and clis, detail, fix, essential=False)]
 
 
 def _keys(environ: Mapping[str, str]) -> list[Probe]:

@@ -62,7 +62,15 @@ from conclave.errors import SandboxError, SandboxUnavailable
 from conclave.files.settling import Settled, settle
 from conclave.sandbox.command_runner import Runner, RunnerGone, Runners
 from conclave.sandbox.disk_watch import Watched, Watcher, kill_user_processes
-from conclave.sandbox.engine import FIX, PROCESS_OWNER, Owner, connect, missing_image, remove_container
+from conclave.sandbox.engine import (
+    ENGINE_NEEDS,
+    FIX,
+    PROCESS_OWNER,
+    Owner,
+    connect,
+    missing_image,
+    remove_container,
+)
 from conclave.sandbox.image import image_tag
 from conclave.sandbox.leftovers import cgroup_of, nothing_left, reap
 from conclave.sandbox.output import CommandResult, _Capped, described
@@ -192,7 +200,9 @@ class Sandbox:
                 **launch,
             )
         except docker.errors.DockerException as exc:
-            failed = f"the sandbox container of agent {letter} in {job_id} did not start: {exc}"
+            failed = (
+                f"the sandbox container of agent {letter} in {job_id} did not start: {exc}; {ENGINE_NEEDS}"
+            )
             raise SandboxError(failed) from exc
 
     def _launch(self, limits: SandboxSpec) -> dict[str, Any]:

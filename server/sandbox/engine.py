@@ -16,10 +16,19 @@ import anyio
 import anyio.to_thread
 
 from conclave.errors import SandboxError, SandboxUnavailable
+from conclave.sandbox.endpoint import choose_endpoint
 
 FIX = (
-    "start the Docker engine (dockerd), or set `sandbox: none` in the team file to run the team without "
+    "start the Docker engine (dockerd, Docker Desktop, or Podman's API socket), or point DOCKER_HOST or "
+    "`docker context use` at one, or set `sandbox: none` in the team file to run the team without "
     "commands; `conclave doctor` checks the setup"
+)
+
+# What an engine needs to start our containers, for the errors of a container that did not start.
+ENGINE_NEEDS = (
+    "check that it runs containers at all (`docker run --rm hello-world` with the same DOCKER_HOST); "
+    "Podman also needs catatonit (its container init) and, on a host without CAP_SYS_RESOURCE, "
+    "default_ulimits in containers.conf (docs/platforms.md)"
 )
 
 
@@ -45,14 +54,66 @@ class EngineStatus:
     image_present: bool | None = None
 
 
-def connect() -> Any:
-    """A Docker client (API version negotiated), or `SandboxUnavailable` saying how to fix it."""
+_ARCH_NAMES = {"amd64": "x86_64", "arm64": "aarch64"}
+
+
+@dataclass(frozen=True)
+class EngineFacts:
+    """What the engine says of itself (its version and info endpoints), for `conclave doctor` and for the
+    few places engines differ (sandbox/member.py's HOME on Podman)."""
+
+    name: str  # Docker, Docker Desktop, OrbStack, colima, Rancher Desktop, Podman
+    version: str
+    os: str  # the engine's own OS: on a Mac or Windows that is the VM's Linux, not the host's
+    arch: str  # the architecture containers run as (x86_64, aarch64)
+
+    @property
+    def podman(self) -> bool:
+        return self.name == "Podman"
+
+
+def engine_facts(client: Any) -> EngineFacts:
+    """Read the engine's name, version, OS and architecture (two API calls; blocking)."""
     import docker
 
     try:
+        version, info = client.version(), client.info()
+    except docker.errors.DockerException as exc:
+        raise SandboxUnavailable(f"the Docker engine did not say what it is ({exc}): {FIX}") from exc
+    components = {str(c.get("Name", "")) for c in version.get("Components") or []}
+    system = str(info.get("OperatingSystem") or version.get("Os") or "unknown")
+    host = str(info.get("Name") or "")
+    if "Podman Engine" in components:
+        name = "Podman"
+    elif "Docker Desktop" in system:
+        name = "Docker Desktop"
+    elif "OrbStack" in system or host == "orbstack":
+        name = "OrbStack"
+    elif "rancher-desktop" in host or "Rancher Desktop" in system:
+        name = "Rancher Desktop"
+    elif host.startswith("colima"):
+        name = "colima"
+    else:
+        name = "Docker"
+    arch = str(info.get("Architecture") or version.get("Arch") or "unknown")
+    arch = _ARCH_NAMES.get(arch, arch)  # Podman says Go's names (amd64), Docker the kernel's (x86_64)
+    return EngineFacts(name, str(version.get("Version", "unknown")), system, arch)
+
+
+def connect() -> Any:
+    """A client of the engine sandbox/endpoint.py chooses (API version negotiated), or
+    `SandboxUnavailable` saying how to fix it."""
+    import docker
+
+    endpoint = choose_endpoint(os.environ)
+    try:
+        if endpoint.url is not None:
+            return docker.DockerClient(base_url=endpoint.url, version="auto")
         return docker.from_env()
     except docker.errors.DockerException as exc:
-        raise SandboxUnavailable(f"no Docker engine is reachable ({exc}): {FIX}") from exc
+        raise SandboxUnavailable(
+            f"no Docker engine is reachable through {endpoint.chosen_by} ({exc}): {FIX}"
+        ) from exc
 
 
 def engine_status(image: str | None = None) -> EngineStatus:
@@ -113,15 +174,21 @@ async def sweep(
             found.append(container)
         return found
 
+    def gone(labels: dict[str, str]) -> bool:
+        owner, pid = labels.get("conclave.owner", ""), labels.get("conclave.owner_pid", "")
+        return owner != spare.id and pid.isdigit() and dead(owner, int(pid))
+
     def run() -> list[str]:
         removed = []
         for container in listed():
-            labels = container.labels
-            owner, pid = labels.get("conclave.owner", ""), labels.get("conclave.owner_pid", "")
-            if owner == spare.id or not pid.isdigit() or not dead(owner, int(pid)):
-                continue
-            remove_container(container)
-            removed.append(container.name)
+            if gone(container.labels):
+                remove_container(container)
+                removed.append(container.name)
+        # a CLI member's HOME volume on Podman (sandbox/member.py), once its container is gone
+        for volume in docker_client.volumes.list(filters={"label": "conclave.owner"}):
+            if gone(volume.attrs.get("Labels") or {}):
+                remove_volume(docker_client, volume.name)
+                removed.append(volume.name)
         return removed
 
     return await anyio.to_thread.run_sync(run)
@@ -138,3 +205,15 @@ def remove_container(container: Any) -> None:
     except docker.errors.APIError as exc:
         if "already in progress" not in str(exc):
             raise SandboxError(f"could not remove sandbox container {container.name}: {exc}") from exc
+
+
+def remove_volume(client: Any, name: str) -> None:
+    """Remove a volume (a CLI member's HOME on Podman); gone already is fine."""
+    import docker
+
+    try:
+        client.volumes.get(name).remove(force=True)
+    except docker.errors.NotFound:
+        pass
+    except docker.errors.APIError as exc:
+        raise SandboxError(f"could not remove the sandbox volume {name}: {exc}") from exc

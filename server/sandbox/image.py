@@ -9,7 +9,9 @@
    suite included), so the build reaches no other network; they land in the image as apt's own
    `.sources` file.
 2. The tarball goes to a temporary file first (never a pipe, so a failed mmdebstrap cannot hide behind a
-   successful import) and is imported under a temporary candidate tag.
+   successful import) and is imported with no name: the candidate is the image id the import returns.
+   Engines name an imported image their own way (Podman ignores the tag and prefixes `docker.io/library/`
+   or `localhost/`), so the build never looks the candidate up by a name.
 3. The candidate runs `python3 -c 'import json,sqlite3,ssl,pytest'` as uid 1000 with no network;
    only then does it get the real tag. On any failure the candidate is removed and `SandboxError`
    carries the tool's stderr.
@@ -21,9 +23,9 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 import re
-import secrets
 import shutil
 import tempfile
 import time
@@ -38,7 +40,8 @@ import anyio.to_thread
 from conclave import __version__
 from conclave.config.models import SandboxSpec
 from conclave.errors import SandboxError
-from conclave.sandbox.engine import connect
+from conclave.sandbox.engine import ENGINE_NEEDS, connect
+from conclave.sandbox.engine import FIX as ENGINE_FIX
 
 IMAGE_REPO = "conclave-sandbox"
 # pytest: the check a Python project most often names (`verify: pytest -q`) works out of the box
@@ -141,9 +144,10 @@ async def build_once(
     log: Log | None,
 ) -> BuildReport:
     """Build `tag` unless it exists: `root(folder, say)` writes the root tarball in a temporary folder,
-    it is imported under a candidate tag, and only a candidate that passes `check` (`smoke`, in words)
-    gets `tag`; the candidate goes either way. `tools`: host commands the build needs (the apt package of
-    the same name), `rerun`: the command to run once they are installed (this file and clis_image.py)."""
+    it is imported with no name (the candidate is the id the engine returns), and only a candidate that
+    passes `check` (`smoke`, in words) gets `tag`; a candidate that fails is removed. `tools`: host
+    commands the build needs (the apt package of the same name), `rerun`: the command to run once they
+    are installed (this file and clis_image.py)."""
     say = log or (lambda _line: None)
     docker = client or await anyio.to_thread.run_sync(connect)
     started = time.monotonic()
@@ -156,18 +160,20 @@ async def build_once(
                 f"cannot build {tag}: {tool} is not installed; install it (`apt-get install {tool}`) "
                 f"and run `{rerun}` again"
             )
-    candidate = f"{repo}-candidate:{secrets.token_hex(4)}"
     with tempfile.TemporaryDirectory(prefix=f"{repo}-") as tmp:
         tarball = await root(Path(tmp), say)
-        say(f"importing {tarball.stat().st_size // 1_000_000} MB as {candidate}")
-        await anyio.to_thread.run_sync(_import, docker, tarball, candidate)
+        say(f"importing {tarball.stat().st_size // 1_000_000} MB")
+        candidate = await anyio.to_thread.run_sync(_import, docker, tarball)
+    tagged = False
     try:
-        say(f"smoke test: {smoke}")
+        say(f"smoke test of {candidate[:19]}: {smoke}")
         await anyio.to_thread.run_sync(check, docker, candidate)
         await anyio.to_thread.run_sync(_tag, docker, candidate, tag)
+        tagged = True
     finally:
-        with anyio.CancelScope(shield=True):
-            await anyio.to_thread.run_sync(_remove_tag, docker, candidate)
+        if not tagged:
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(_remove_image, docker, candidate)
     size = await anyio.to_thread.run_sync(_image_size, docker, tag)
     say(f"built {tag}: {(size or 0) // 1_000_000} MB in {time.monotonic() - started:.0f} s")
     return BuildReport(tag, True, time.monotonic() - started, size or 0)
@@ -274,18 +280,42 @@ async def _mmdebstrap(
         )
 
 
-def _import(docker: object, tarball: Path, candidate: str) -> None:
+def _import(docker: object, tarball: Path) -> str:
+    """Import the root with no name and return the image id the engine replies with."""
     import docker as sdk
 
-    repo, _, version = candidate.rpartition(":")
     try:
         reply = docker.api.import_image_from_file(  # type: ignore[attr-defined]
-            str(tarball), repository=repo, tag=version, changes=list(_CHANGES)
+            str(tarball), changes=list(_CHANGES)
         )
     except sdk.errors.DockerException as exc:
-        raise SandboxError(f"docker import failed: {exc}") from exc
-    if "error" in str(reply).lower():  # the engine may report a failed import inside a 200 reply
-        raise SandboxError(f"docker import failed: {_tail(str(reply).encode())}")
+        raise SandboxError(f"the engine refused to import {tarball.name}: {exc}") from exc
+    return imported_id(str(reply))
+
+
+def imported_id(reply: str) -> str:
+    """The image id in an import's reply: one JSON object per line, the last naming `sha256:...` in
+    `status` (Docker) or `id` (Podman also). The engine may report a failure inside a 200 reply."""
+    found = None
+    for line in reply.splitlines():
+        try:
+            message = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(message, dict):
+            continue
+        if message.get("error") or message.get("errorDetail"):
+            break
+        for key in ("id", "status"):
+            value = message.get(key)
+            if isinstance(value, str) and value.startswith("sha256:"):
+                found = value
+    if found is None:
+        raise SandboxError(
+            f"the engine's reply to the import names no image id, so the build stopped:\n{_tail(reply)}\n"
+            "check that the engine answers Docker's API (`docker version` with the same DOCKER_HOST)"
+        )
+    return found
 
 
 def _smoke_test(docker: object, image: str) -> None:
@@ -336,13 +366,24 @@ def smoke_test(
                 f"{what} failed its smoke test (exit {status.get('StatusCode')}); "
                 f"not tagged:\n{_tail(output)}"
             )
+    except (sdk.errors.DockerException, OSError) as exc:  # OSError: the wait's read timed out
+        raise SandboxError(
+            f"{what} could not run its smoke test ({exc}); not tagged. The engine could not start a "
+            f"container: {ENGINE_NEEDS}"
+        ) from exc
     finally:
-        container.remove(force=True)
+        with contextlib.suppress(sdk.errors.DockerException):
+            container.remove(force=True)
 
 
 def _tag(docker: object, candidate: str, tag: str) -> None:
+    import docker as sdk
+
     repo, _, version = tag.rpartition(":")
-    docker.images.get(candidate).tag(repo, version)  # type: ignore[attr-defined]
+    try:
+        docker.images.get(candidate).tag(repo, version)  # type: ignore[attr-defined]
+    except sdk.errors.DockerException as exc:
+        raise SandboxError(f"could not tag the image {candidate} as {tag}: {exc}") from exc
 
 
 def _image_size(docker: object, tag: str) -> int | None:
@@ -352,13 +393,17 @@ def _image_size(docker: object, tag: str) -> int | None:
         return int(docker.images.get(tag).attrs.get("Size", 0))  # type: ignore[attr-defined]
     except sdk.errors.ImageNotFound:
         return None
+    except sdk.errors.DockerException as exc:
+        raise SandboxError(f"the engine could not look up the image {tag}: {exc}; {ENGINE_FIX}") from exc
 
 
-def _remove_tag(docker: object, tag: str) -> None:
+def _remove_image(docker: object, image_id: str) -> None:
+    """Remove a candidate that failed; gone already is fine, and so is an engine that refuses (the
+    build's own error says what failed; an untagged image is only disk space)."""
     import docker as sdk
 
-    with contextlib.suppress(sdk.errors.ImageNotFound):
-        docker.images.remove(tag)  # type: ignore[attr-defined]  # untags only when the real tag shares it
+    with contextlib.suppress(sdk.errors.DockerException):
+        docker.images.remove(image_id, force=True)  # type: ignore[attr-defined]
 
 
 def _tail(data: bytes | str, limit: int = 4000) -> str:

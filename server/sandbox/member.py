@@ -20,6 +20,9 @@ init, the reaping after each command). What differs:
   host is reached directly, and a client that bypasses the proxy finds nothing to connect to.
 - HOME is /home/sandbox, a private tmpfs (mode 0700, owned by the command user) that dies with the
   container: the place for the CLI's login files, its caches and its leftovers (XDG_* point into it).
+  Podman's tmpfs mounts take no uid= option (4.3 refuses it), so there HOME is a tmpfs volume of the
+  member's own (the local driver passes uid/gid/mode to mount(2); Podman refuses its size= option, so the
+  container's memory limit caps it: tmpfs pages count against it), removed with the container.
 - The image is the CLI image (`conclave sandbox build --clis`, sandbox/clis_image.py) unless the team names
   its own, which then needs socat.
 A key never enters the container: a member that logs in with one gets a placeholder and the bridge as its
@@ -31,6 +34,7 @@ tmpfs), and their variables in `exec(..., environment=...)`, never in the contai
 from __future__ import annotations
 
 import base64
+import secrets
 import shlex
 from pathlib import PurePosixPath
 from typing import Any
@@ -42,7 +46,7 @@ from conclave.errors import SandboxError
 from conclave.sandbox.container import ENVIRONMENT, Sandbox, keeper_user
 from conclave.sandbox.disk_watch import kill_user_processes
 from conclave.sandbox.egress import EgressProxy
-from conclave.sandbox.engine import PROCESS_OWNER, Owner
+from conclave.sandbox.engine import PROCESS_OWNER, Owner, engine_facts, remove_volume
 from conclave.sandbox.image import IMAGE_REPO
 from conclave.sandbox.provider_key import BRIDGE_PORT
 from conclave.sandbox.route import CA_PATH, ca_environment
@@ -110,6 +114,7 @@ class MemberSandbox(Sandbox):
         if egress is None:
             raise SandboxError("a CLI member's sandbox needs its egress proxy")
         self.egress, self.image, self.environment = egress, image, dict(environment or {})
+        self._volumes: list[str] = []  # HOME's volume on Podman, removed by `stop`
 
     def _launch(self, limits: SandboxSpec) -> dict[str, Any]:
         from docker.types import Mount
@@ -119,6 +124,10 @@ class MemberSandbox(Sandbox):
         launch = super()._launch(limits)
         home = f"rw,exec,nosuid,nodev,size={HOME_SIZE},mode=0700,uid={self.uid},gid={self.gid}"
         mounts = [Mount(SOCKET, str(self.egress.socket.resolve()), type="bind", read_only=True)]
+        tmpfs = {**launch["tmpfs"], HOME: home}
+        if engine_facts(self._client).podman:
+            del tmpfs[HOME]
+            mounts.append(Mount(HOME, self._home_volume(), type="volume"))
         environment = dict(self.environment)
         if (ca := self.egress.route.extra_ca) is not None:
             mounts.append(Mount(CA_PATH, str(ca.resolve()), type="bind", read_only=True))
@@ -128,10 +137,35 @@ class MemberSandbox(Sandbox):
             command=["sh", "-c", BRIDGE],
             environment=member_environment(environment),
             network_mode="none",
-            tmpfs={**launch["tmpfs"], HOME: home},
+            tmpfs=tmpfs,
             mounts=mounts,
         )
         return launch
+
+    def _home_volume(self) -> str:
+        """Create the member's HOME as a tmpfs volume of its own (Podman; see the module docstring)."""
+        import docker
+
+        name = f"conclave-home-{secrets.token_hex(6)}"
+        options = {"type": "tmpfs", "device": "tmpfs", "o": f"uid={self.uid},gid={self.gid},mode=0700"}
+        options["o"] += ",nosuid,nodev"
+        labels = {"conclave.owner": self.owner.id, "conclave.owner_pid": str(self.owner.pid)}
+        try:
+            self._client.volumes.create(name, driver="local", driver_opts=options, labels=labels)
+        except docker.errors.DockerException as exc:
+            raise SandboxError(f"could not create the CLI member's HOME volume {name}: {exc}") from exc
+        self._volumes.append(name)
+        return name
+
+    async def stop(self) -> None:
+        """`Sandbox.stop`, then remove the HOME volume it had (Podman)."""
+        try:
+            await super().stop()
+        finally:
+            volumes, self._volumes = self._volumes, []
+            with anyio.CancelScope(shield=True):
+                for name in volumes:
+                    await anyio.to_thread.run_sync(remove_volume, self._client, name)
 
     async def start(self, *args: Any, **kwargs: Any) -> Any:
         """`Sandbox.start`, then wait (a few seconds at most) until the bridge listens."""

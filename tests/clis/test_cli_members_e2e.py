@@ -273,8 +273,11 @@ agents:
 
 
 def _processes(container: object) -> str:
-    top = container.top(ps_args="-eo pid,args")  # type: ignore[attr-defined]
-    return "\n".join(" ".join(row) for row in top["Processes"])
+    """Every process's command line in the container, read from its /proc (Podman's `top` endpoint takes
+    no `ps` options, and the image has no `ps`)."""
+    script = "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null; echo; done"
+    done = container.exec_run(["sh", "-c", script], user="65534:65534")  # type: ignore[attr-defined]
+    return done.output.decode(errors="replace")
 
 
 def _host_processes() -> list[str]:

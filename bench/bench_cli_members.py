@@ -70,8 +70,7 @@ async def measure_cli(fakes: FakeProviders, cli: str, root: Path) -> dict[str, f
     member = CliMember.for_spec(spec, {"K": "bench-key-0123456789"})
     workspace = root / cli
     workspace.mkdir()
-    socket = root / "egress" / f"{cli}.sock"
-    async with egress_proxy(socket, allowlist_for(cli, base_url=url)) as proxy:  # type: ignore[arg-type]
+    async with egress_proxy(allowlist_for(cli, base_url=url)) as proxy:  # type: ignore[arg-type]
 
         async def start_stop() -> None:
             box = MemberSandbox(None, egress=proxy)

@@ -84,12 +84,12 @@ async def measure(fresh: bool) -> dict[str, object]:
             await box.stop()
             plain.append(time.perf_counter() - started)
             started = time.perf_counter()
-            async with egress_proxy(job / "A.sock", allow) as proxy:
+            async with egress_proxy(allow) as proxy:
                 box = MemberSandbox(client, egress=proxy, image=build.tag)
                 await box.start(workspace, {}, "cj-bench", "A", SandboxSpec())
                 await box.stop()
             member.append(time.perf_counter() - started)
-        async with egress_proxy(job / "A.sock", allow) as proxy:
+        async with egress_proxy(allow) as proxy:
             box = MemberSandbox(client, egress=proxy, image=build.tag)
             try:
                 await box.start(workspace, {}, "cj-bench", "A", SandboxSpec())

@@ -1,7 +1,8 @@
 """A coding-agent CLI member's container reaches its allowlist through the egress proxy, and nothing else.
 
 Each probe runs inside a container started exactly as CLI members are (sandbox/member.py: network none,
-the proxy's unix socket bridged by socat to 127.0.0.1:3128, the proxy variables set), in the CLI image.
+the relay on 127.0.0.1:3128 carrying connections over the engine's API to the proxy, the proxy variables
+set), in the CLI image.
 The host runs a listener on all its addresses that no probe may reach; the control test shows the same
 probe does reach it from a container with a network, so the probes can tell an escape from a failure.
 """
@@ -127,7 +128,7 @@ async def member(
     job = tmp_path / "job"
     job.mkdir(mode=0o700)
     allow = allowlist_for("claude-code", base_url=fakes.base_url("anthropic", "A"))
-    async with egress_proxy(job / "egress" / "A.sock", allow, label="cj-egress/A") as proxy:
+    async with egress_proxy(allow, label="cj-egress/A") as proxy:
         box = MemberSandbox(connect(), Owner("security-" + os.urandom(4).hex()), proxy, image=clis_image)
         try:
             await box.start(workspace, {}, "cj-egress", "A", SPEC)
@@ -203,10 +204,17 @@ async def test_no_dns(member: tuple[MemberSandbox, EgressProxy]) -> None:
 
 async def test_the_agent_cannot_stop_or_replace_the_bridge(member: tuple[MemberSandbox, EgressProxy]) -> None:
     box, _ = member
-    socats = 'for p in /proc/[0-9]*; do [ "$(cat $p/comm 2>/dev/null)" = socat ] && echo ${p#/proc/}; done'
-    result = await box.exec(f"kill -9 $({socats}); sleep 0.3; {socats}", timeout_s=30)
-    assert result.stdout.strip(), "socat (the keeper's) survives the agent's kill"
+    relays = (
+        'for p in /proc/[0-9]*; do [ "$(cat $p/comm 2>/dev/null)" = conclave-egress ] && echo ${p#/proc/}; '
+        "done"
+    )
+    result = await box.exec(f"kill -9 $({relays}); sleep 0.3; {relays}", timeout_s=30)
+    assert result.stdout.strip(), "the relay (the keeper's) survives the agent's kill"
     assert "Operation not permitted" in result.stderr
+    result = await box.exec(
+        f"cat /proc/$({relays} | head -1)/environ /proc/$({relays} | head -1)/fd/0", timeout_s=30
+    )
+    assert result.exit_code != 0 and "Permission denied" in result.stderr, "nor read its streams"
     result = await box.exec(
         "python3 -c \"import socket; socket.create_server(('127.0.0.1', 3128))\"", timeout_s=30
     )

@@ -39,7 +39,7 @@ if ! docker -H "$LANE" info >/dev/null 2>&1; then
   fi
   # bindfs stays in the namespace with the engine; allow_other lets the containers' users through it
   as_root sh -c "nohup unshare -m --propagation private sh -c '
-      bindfs -o allow_other,dev,suid \"$SHARED\" \"$SHARED\" &&
+      bindfs -o allow_other,dev,suid,attr_timeout=0,entry_timeout=0,negative_timeout=0 \"$SHARED\" \"$SHARED\" &&
       exec dockerd --data-root \"$ROOT/data\" --exec-root \"$ROOT/exec\" --pidfile \"$ROOT/dockerd.pid\" \
         -H \"$LANE\" --bridge \"$BRIDGE\" --iptables=false --ip-masq=false \
         --cgroup-parent /conclave-lane --exec-opt native.cgroupdriver=cgroupfs' \

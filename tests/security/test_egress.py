@@ -284,3 +284,37 @@ async def test_a_real_cli_reaches_its_fake_provider_through_the_bridge(
     assert result.exit_code == 0, result.as_text()
     assert json.loads(result.stdout)["result"] == "hello from the fake"
     assert proxy.admitted >= 1 and len(fakes.script.requests_of("A")) >= 1
+
+
+# Inside: a first connection asks for a big reply and never reads it; a second one must still get its
+# reply. The relay (sandbox/egress_channel.py) keeps each connection within its own window, so the
+# first one's unread bytes hold back that connection alone.
+STALLED = r"""
+import json, socket, sys, urllib.request
+url, body = sys.argv[1], sys.argv[2].encode()
+stalled = socket.create_connection(("127.0.0.1", 3128))
+head = f"POST {url} HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\nx-api-key: k\r\n"
+head += f"anthropic-version: 2023-06-01\r\nContent-Length: {len(body)}\r\n\r\n"
+stalled.sendall(head.encode() + body)  # and never read
+request = urllib.request.Request(url, data=body, headers={"content-type": "application/json",
+    "x-api-key": "k", "anthropic-version": "2023-06-01"})
+with urllib.request.urlopen(request, timeout=20) as reply:
+    print(json.dumps({"status": reply.status, "bytes": len(reply.read())}))
+"""
+
+
+async def test_a_client_that_stops_reading_holds_back_only_its_own_connection(
+    member: tuple[MemberSandbox, EgressProxy], fakes: FakeProviders, tmp_path: Path
+) -> None:
+    box, proxy = member
+    for _ in range(2):  # whichever reply the stalled connection gets: far past its window and buffers
+        fakes.script.enqueue("A", Reply(text="x" * 48_000_000))
+    (tmp_path / "workspace" / "stalled.py").write_text(STALLED)
+    body = json.dumps(
+        {"model": "claude-x", "max_tokens": 16, "messages": [{"role": "user", "content": "hi"}]}
+    )
+    url = fakes.base_url("anthropic", "A") + "/v1/messages"
+    result = await box.exec(f"python3 stalled.py {url} '{body}'", timeout_s=60)
+    assert result.exit_code == 0, result.as_text()
+    seen = json.loads(result.stdout.strip().splitlines()[-1])
+    assert seen["status"] == 200 and seen["bytes"] > 48_000_000 and proxy.admitted == 2

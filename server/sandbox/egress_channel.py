@@ -18,9 +18,10 @@ process's exec stream, so there is no listener on the host to authenticate.
 
 The frames: a byte kind, a 4-byte connection id, a 4-byte length, then that many bytes. OPEN (a client
 connected inside), DATA, EOF (that side is done sending), CLOSE (that connection is over), ACK (the
-receiver delivered n bytes). Each side sends at most `WINDOW` bytes of a connection ahead of the other's
-ACKs, so one client that stops reading holds back only its own connection, never the others, and the
-memory either side holds per connection stays bounded.
+receiver delivered n bytes), and LISTENING (the relay's first frame, once 127.0.0.1:3128 listens). Each
+side sends at most `WINDOW` bytes of a connection ahead of the other's ACKs, so one client that stops
+reading holds back only its own connection, never the others, and the memory either side holds per
+connection stays bounded.
 
 When the exec ends (the container restarted: its keeper was killed, a command overran, the disk cap),
 `serve` starts the relay again until `close`; sandbox/member.py waits for it to listen as before.
@@ -48,7 +49,7 @@ __all__ = ["RELAY", "EgressChannel"]
 
 logger = logging.getLogger(__name__)
 
-OPEN, DATA, EOF, CLOSE, ACK = 1, 2, 3, 4, 5
+OPEN, DATA, EOF, CLOSE, ACK, LISTENING = 1, 2, 3, 4, 5, 6
 HEAD = struct.Struct(">BII")
 WINDOW = 256 * 1024  # bytes of one connection in flight, per direction, ahead of the receiver's ACKs
 CHUNK = 64 * 1024
@@ -58,7 +59,7 @@ RETRY_S = 0.2  # between two starts of the relay while its container comes back
 # reads the client (within its window), one writes to it (what stdin brought, then ACKs).
 _RELAY = r"""
 import contextlib, ctypes, os, queue, socket, struct, sys, threading
-OPEN, DATA, EOF, CLOSE, ACK = 1, 2, 3, 4, 5
+OPEN, DATA, EOF, CLOSE, ACK, LISTENING = 1, 2, 3, 4, 5, 6
 ctypes.CDLL(None).prctl(15, b"conclave-egress", 0, 0, 0)  # PR_SET_NAME: what ps and /proc show
 out, lock, conns = sys.stdout.buffer, threading.Lock(), {}
 def send(kind, cid, data=b""):
@@ -124,6 +125,7 @@ server = socket.socket()
 server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 server.bind(("127.0.0.1", PORT))
 server.listen(64)
+send(LISTENING, 0)
 threading.Thread(target=accept, args=(server,), daemon=True).start()
 while True:
     kind, cid, size = struct.unpack(">BII", exactly(9))
@@ -219,6 +221,14 @@ class EgressChannel:
         self._write = anyio.Lock()
         self._tunnels: dict[int, _Tunnel] = {}
         self._closed = False
+        self._listening = anyio.Event()  # the current relay listens on 127.0.0.1:3128
+
+    async def listening(self, timeout_s: float) -> bool:
+        """Whether the relay said it listens within `timeout_s` (its first start: a restart's is awaited
+        inside the container, sandbox/member.py)."""
+        with anyio.move_on_after(timeout_s):
+            await self._listening.wait()
+        return self._listening.is_set()
 
     def close(self) -> None:
         """The container is going: `serve` returns once its current exec ends (it ends with it)."""
@@ -318,6 +328,9 @@ class EgressChannel:
             pass  # the exec ended with its container
 
     def _frame(self, kind: int, cid: int, data: bytes, group: anyio.abc.TaskGroup, handle: Handler) -> None:
+        if kind == LISTENING:
+            self._listening.set()
+            return
         if kind == OPEN:
             tunnel = self._tunnels[cid] = _Tunnel(self, cid)
             group.start_soon(_handled, handle, tunnel)

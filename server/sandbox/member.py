@@ -34,7 +34,7 @@ from __future__ import annotations
 import base64
 import shlex
 from pathlib import PurePosixPath
-from typing import Any
+from typing import Any, NoReturn
 
 import anyio.to_thread
 
@@ -54,6 +54,7 @@ __all__ = ["HOME", "PROXY_PORT", "PROXY_URL", "MemberSandbox", "member_environme
 PROXY_PORT = BRIDGE_PORT
 PROXY_URL = f"http://127.0.0.1:{PROXY_PORT}"
 HOME = "/home/sandbox"
+BRIDGE_WAIT_S = 10.0  # for the relay to listen, as `_AWAIT_BRIDGE` waits after a restart
 HOME_SIZE = "1g"  # a cap, not a reservation: Copilot alone unpacks ~235 MB into its cache on first run
 # 127.0.0.1:3128 listening, as /proc/net/tcp writes it (address:port in hex, state 0A)
 _LISTENING = f"0100007F:{PROXY_PORT:04X} 00000000:0000 0A"
@@ -138,7 +139,8 @@ class MemberSandbox(Sandbox):
         )
         try:
             self.egress.attach(self._channel.serve)
-            await anyio.to_thread.run_sync(self._await_bridge)
+            if not await self._channel.listening(BRIDGE_WAIT_S):
+                self._bridge_failed()
         except BaseException:
             with anyio.CancelScope(shield=True):
                 await self.stop()
@@ -192,8 +194,11 @@ class MemberSandbox(Sandbox):
         exec_id = api.exec_create(self.container.id, ["sh", "-c", _AWAIT_BRIDGE], user=keeper_user(self.uid))
         api.exec_start(exec_id["Id"])
         if api.exec_inspect(exec_id["Id"]).get("ExitCode") != 0:
-            raise SandboxError(
-                f"the egress relay (on 127.0.0.1:{PROXY_PORT}) did not start in the CLI member's "
-                "container: the image needs python3 (`conclave sandbox build --clis` builds one), and the "
-                "engine's API a unix socket or plain TCP (the log says which failed)"
-            )
+            self._bridge_failed()
+
+    def _bridge_failed(self) -> NoReturn:
+        raise SandboxError(
+            f"the egress relay (on 127.0.0.1:{PROXY_PORT}) did not start in the CLI member's "
+            "container: the image needs python3 (`conclave sandbox build --clis` builds one), and the "
+            "engine's API a unix socket or plain TCP (the log says which failed)"
+        )

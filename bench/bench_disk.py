@@ -1,7 +1,7 @@
 """The disk budget's overshoot during a command: how far past CONCLAVE_JOB_DISK_MB one command's writes get
 before the watcher stops it (server/sandbox/disk_watch.py). Prints a table, writes JSON.
 
-    python bench/bench_disk.py
+    python bench/bench_disk.py [--out FILE]   # default bench/results/disk.json
 
 Scenarios, each against a 64 MB budget in a real container: one 600 MB write (held by `ulimit -f`),
 200 files of 3 MB written as fast as `head` can, 2,000 files of 300 KB, and a writer that ignores SIGXFSZ
@@ -14,6 +14,7 @@ import json
 import os
 import platform
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -104,8 +105,9 @@ async def main() -> None:
             f"{name:<22} {row['overshoot_mb_max']:>17} {row['overshoot_mb_median']:>7} "
             f"{row['overshoot_ratio_of_cap_max']:>6} {row['stopped_by_watcher']:>8}"
         )
-    RESULTS.write_text(json.dumps(report, indent=2) + "\n")
-    print(f"wrote {RESULTS}")
+    out = Path(sys.argv[sys.argv.index("--out") + 1]) if "--out" in sys.argv else RESULTS
+    out.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"wrote {out}")
 
 
 if __name__ == "__main__":

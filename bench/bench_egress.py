@@ -3,10 +3,10 @@
     python bench/bench_egress.py          # builds the CLI image first if it is missing (a few minutes)
     python bench/bench_egress.py --build  # also times a fresh build of it (under a throwaway tag)
 
-- Container start: a CLI member's (egress proxy up, container with the socat bridge, `start` returning once
+- Container start: a CLI member's (egress proxy up, container with its relay, `start` returning once
   the bridge listens, then stop) against a plain agent's sandbox (start, stop).
 - Proxy hop: the same Anthropic Messages request to the fake server, N times in a row from one Python
-  process: from inside a member's container (socat, unix socket, the proxy, then TCP to 127.0.0.1) against
+  process: from inside a member's container (the relay, the engine's API, the proxy, then TCP) against
   straight from the host. Ratios are the point; the absolute numbers are this shared 2-core machine's.
 """
 
@@ -84,12 +84,12 @@ async def measure(fresh: bool) -> dict[str, object]:
             await box.stop()
             plain.append(time.perf_counter() - started)
             started = time.perf_counter()
-            async with egress_proxy(job / "A.sock", allow) as proxy:
+            async with egress_proxy(allow) as proxy:
                 box = MemberSandbox(client, egress=proxy, image=build.tag)
                 await box.start(workspace, {}, "cj-bench", "A", SandboxSpec())
                 await box.stop()
             member.append(time.perf_counter() - started)
-        async with egress_proxy(job / "A.sock", allow) as proxy:
+        async with egress_proxy(allow) as proxy:
             box = MemberSandbox(client, egress=proxy, image=build.tag)
             try:
                 await box.start(workspace, {}, "cj-bench", "A", SandboxSpec())

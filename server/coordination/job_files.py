@@ -196,14 +196,11 @@ class JobFiles:
             raise SandboxError("a CLI member's egress proxy needs JobFiles.egress() around the job's run")
         extra = [*self.spec.allow_hosts, *self._egress_allow]
         allow = allowlist_for(_cli_name(spec.model_name), base_url=spec.base_url, extra=extra)
-        socket = self.workspaces.job_dir / "egress" / f"{letter}.sock"
-        proxy = await self._proxies.start(self._serve, socket, allow, f"{self.job_id}/{letter}")
+        proxy = await self._proxies.start(self._serve, allow, f"{self.job_id}/{letter}")
         return self._member_factory(proxy)
 
-    async def _serve(
-        self, socket: Path, allow: Allowlist, label: str, *, task_status: TaskStatus[EgressProxy]
-    ) -> None:
-        async with egress_proxy(socket, allow, label=label, route=self._route) as proxy:
+    async def _serve(self, allow: Allowlist, label: str, *, task_status: TaskStatus[EgressProxy]) -> None:
+        async with egress_proxy(allow, label=label, route=self._route) as proxy:
             task_status.started(proxy)
             await anyio.sleep_forever()
 

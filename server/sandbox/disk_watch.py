@@ -12,6 +12,10 @@ is read-only here). So the budget is kept by two means while a command runs (san
   command at once: the command user's processes by SIGKILL from the host (`kill_user_processes`, through
   the container's cgroup), then the container through the engine. Writes between a poll and the kill
   are the overshoot: bench/bench_disk.py measures it (bench/results/disk.json).
+Nothing here needs more of the engine than the shared folder: the walk and `statvfs` read this side of
+it, and where this host cannot see the container's processes (an engine in a VM or on another machine:
+no cgroup of the container here) `kill_user_processes` signals none and the engine's kill does it alone
+(bench/results/disk-shared-nothing.json).
 """
 
 from __future__ import annotations

@@ -4,18 +4,19 @@ Interface (the CLI members of issue 16 use it through sandbox/member.py):
 
     extra = [*team.sandbox.allow_hosts, *settings.egress_allow]
     allow = allowlist_for("claude-code", base_url=agent.base_url, extra=extra)
-    async with egress_proxy(job_dir / "egress" / f"{letter}.sock", allow, label=f"{job}/{letter}") as proxy:
+    async with egress_proxy(allow, label=f"{job}/{letter}") as proxy:
         sandbox = MemberSandbox(client, owner, proxy)
-        await sandbox.start(workspace, peers, job_id, letter, limits)   # network none, socket bridged
+        await sandbox.start(workspace, peers, job_id, letter, limits)   # network none, the relay attached
         proxy.serve_key(ProviderKey(url, key))  # a key login: the key stays here (clis/runner.py)
         result = await sandbox.exec("claude -p ...", timeout_s=600, environment={...})
     proxy.denied  # the (method, host, port) it refused, for the transcript; never a path, header or body
 
-The container has no network (`network_mode=none`). The proxy listens on a unix socket in the job's private
-folder; the socket file alone is bind-mounted into the container, where socat (run by the keeper user, out of
-the agent's reach) re-listens on 127.0.0.1:3128 and `HTTPS_PROXY`/`HTTP_PROXY` point there
-(sandbox/member.py).
-The design follows Anthropic's sandbox-runtime (an allowlisting proxy reached over unix sockets).
+The container has no network (`network_mode=none`). The proxy has no listener of its own: each connection
+comes in through a feed given to `attach`, the member's relay (sandbox/egress_channel.py), which listens
+on 127.0.0.1:3128 inside the container, where `HTTPS_PROXY`/`HTTP_PROXY` point, and carries every
+connection over the engine's API to here. So no host socket, port or network is shared with the engine,
+and nothing but the member's own relay can open a connection to its proxy.
+The design follows Anthropic's sandbox-runtime (an allowlisting proxy outside the sandbox).
 
 What it speaks: `CONNECT host:port` (HTTPS and anything TLS: the tunnel is opaque bytes), and plain-HTTP
 requests in absolute form (`GET http://127.0.0.1:8080/v1/... HTTP/1.1`, as clients send them to a proxy),
@@ -28,7 +29,7 @@ connection closes. Denials are logged with the method, host and port only: a URL
 `?key=`), so paths, queries, headers and bodies are never logged.
 
 Why in Conclave's process, on its event loop: the proxy lives exactly as long as the member (an async context
-manager in the job's task group), so cancelling a job closes the socket and every tunnel with it; there is no
+manager in the job's task group), so cancelling a job closes every feed and tunnel with it; there is no
 child process to start, watch or leak, and the bytes it copies are I/O waits, not CPU work.
 
 The host names are resolved here, on the host; the container itself has no DNS. A name on the allowlist is
@@ -38,13 +39,10 @@ trusted wherever it resolves (as in sandbox-runtime): the allowlist names public
 from __future__ import annotations
 
 import logging
-import os
 import ssl
-import stat
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
-from pathlib import Path
 from urllib.parse import urlsplit
 
 import anyio
@@ -64,7 +62,7 @@ from conclave.sandbox.provider_key import (
 )
 from conclave.sandbox.route import DIRECT, EgressRoute
 
-__all__ = ["Denial", "EgressProxy", "egress_proxy"]
+__all__ = ["Denial", "EgressProxy", "Feed", "egress_proxy"]
 
 logger = logging.getLogger(__name__)
 
@@ -73,7 +71,8 @@ HEAD_TIMEOUT_S = 30.0
 CONNECT_TIMEOUT_S = 30.0
 MAX_TUNNELS = 64  # connections open at once per member; more wait their turn
 CHUNK = 65536
-_SUN_PATH_MAX = 100  # bind() takes at most 107 bytes of path; longer ones are bound through /proc/self/fd
+# A source of client connections: it hands each to the proxy's `handle` (sandbox/egress_channel.py).
+Feed = Callable[[Callable[[anyio.abc.ByteStream], Awaitable[None]]], Awaitable[None]]
 
 
 @dataclass(frozen=True)
@@ -104,18 +103,30 @@ class _Request:
 
 
 class EgressProxy:
-    """Serves one member's socket: admits the allowlist, refuses and records the rest."""
+    """Serves one member's connections: admits the allowlist, refuses and records the rest."""
 
-    def __init__(
-        self, allowlist: Allowlist, socket: Path, *, label: str = "", route: EgressRoute = DIRECT
-    ) -> None:
+    def __init__(self, allowlist: Allowlist, *, label: str = "", route: EgressRoute = DIRECT) -> None:
         """`route`: how an admitted host is reached, and the extra CA trusted there (sandbox/route.py)."""
-        self.allowlist, self.socket, self.label, self.route = allowlist, socket, label, route
+        self.allowlist, self.label, self.route = allowlist, label, route
         self.denied: list[Denial] = []
         self.admitted = 0
         self._limiter = anyio.CapacityLimiter(MAX_TUNNELS)
         self._provider: ProviderKey | None = None
         self._tls: ssl.SSLContext | None = None
+        self._feeds: anyio.abc.TaskGroup | None = None  # set while `egress_proxy` serves
+
+    def attach(self, feed: Feed) -> None:
+        """Serve the connections `feed` brings (it calls `handle` for each) while the proxy lives; a feed
+        that fails ends alone, never the proxy."""
+        if self._feeds is None:
+            raise SandboxError("the egress proxy is not serving: attach a feed inside `egress_proxy`")
+        self._feeds.start_soon(self._fed, feed)
+
+    async def _fed(self, feed: Feed) -> None:
+        try:
+            await feed(self.handle)
+        except Exception as exc:  # one member's relay failing must not stop the job's other proxies
+            logger.warning("egress %s: a feed failed (%s: %s)", self.label or "-", type(exc).__name__, exc)
 
     @property
     def open_connections(self) -> int:
@@ -334,36 +345,14 @@ async def _splice(
 
 @asynccontextmanager
 async def egress_proxy(
-    socket: Path, allowlist: Allowlist, *, label: str = "", route: EgressRoute = DIRECT
+    allowlist: Allowlist, *, label: str = "", route: EgressRoute = DIRECT
 ) -> AsyncIterator[EgressProxy]:
-    """Serve `allowlist` on the unix socket `socket` (made mode 0666, in its private folder) until exit.
-
-    The folder holding the socket must be the job's private one (0700): the socket's own mode lets the
-    container's users connect, the folder keeps everyone else on the host out. The socket is removed on exit.
-    """
-    socket.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    if socket.is_symlink() or (socket.exists() and not stat.S_ISSOCK(socket.lstat().st_mode)):
-        raise SandboxError(f"cannot serve the egress proxy at {socket}: something else is there")
-    listener = await _listen(socket)
-    os.chmod(socket, 0o666)
-    proxy = EgressProxy(allowlist, socket, label=label, route=route)
-    try:
-        async with listener, anyio.create_task_group() as group:
-            group.start_soon(listener.serve, proxy.handle)
-            try:
-                yield proxy
-            finally:
-                group.cancel_scope.cancel()
-    finally:
-        socket.unlink(missing_ok=True)
-
-
-async def _listen(socket: Path) -> anyio.abc.Listener[anyio.abc.SocketStream]:
-    """A unix listener at `socket`; a path too long for bind() goes through an open folder's /proc entry."""
-    if len(str(socket)) <= _SUN_PATH_MAX:
-        return await anyio.create_unix_listener(socket)
-    folder = os.open(socket.parent, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        return await anyio.create_unix_listener(f"/proc/self/fd/{folder}/{socket.name}")
-    finally:
-        os.close(folder)
+    """Serve `allowlist` to the feeds attached (`EgressProxy.attach`) until exit, which ends them all."""
+    proxy = EgressProxy(allowlist, label=label, route=route)
+    async with anyio.create_task_group() as group:
+        proxy._feeds = group
+        try:
+            yield proxy
+        finally:
+            proxy._feeds = None
+            group.cancel_scope.cancel()

@@ -29,9 +29,11 @@ CGROUPS = (
     "/sys/fs/cgroup/system.slice/docker-{id}.scope",
 )
 # Run as the command's user after a command: kill every process of that user but this shell (kill -1
-# spares the caller, PID 1 and other users' processes), then make sure none is left but zombies.
+# spares the caller, PID 1 and other users' processes), then make sure none is left but zombies. A task
+# killed in the middle of a write to a folder shared through FUSE (a VM engine's file sharing) takes a
+# moment to go, so after ten quick passes it waits between them: about 2 s in all, as the runner's reap.
 REAP = r"""me=$$; i=0
-while [ $i -lt 50 ]; do
+while [ $i -lt 100 ]; do
   kill -KILL -1 2>/dev/null; left=
   for d in /proc/[0-9]*; do
     [ "${d#/proc/}" = "$me" ] && continue
@@ -41,7 +43,7 @@ while [ $i -lt 50 ]; do
     left=1; break
   done
   [ -z "$left" ] && exit 0
-  i=$((i+1))
+  i=$((i+1)); [ $i -gt 10 ] && sleep 0.02
 done
 exit 1"""
 

@@ -1,7 +1,7 @@
 """A coding-agent CLI member's container: the plain sandbox, with no network but its egress bridge.
 
     allow = allowlist_for("codex", base_url=agent.base_url, extra=extra_hosts)
-    async with egress_proxy(job_dir / "egress" / f"{letter}.sock", allow, label=f"{job}/{letter}") as proxy:
+    async with egress_proxy(allow, label=f"{job}/{letter}") as proxy:
         sandbox = MemberSandbox(client, owner, proxy)
         try:
             await sandbox.start(workspace, peers, job_id, letter, limits)
@@ -13,9 +13,10 @@
 Everything container.py confines stays (read-only root, cap_drop ALL, no-new-privileges, limits, uid 1000,
 init, the reaping after each command). What differs:
 - `network_mode` is always `none`, whatever the team's sandbox says: the only way out is the bridge.
-- The member's proxy socket (sandbox/egress.py) is bind-mounted at /run/conclave/egress.sock, and the
-  container's keeper (uid nobody, which the agent's commands cannot signal) runs socat re-listening on
-  127.0.0.1:3128. `start` returns once that port listens. HTTPS_PROXY, HTTP_PROXY and their lower-case
+- The container's keeper (uid nobody, which the agent's commands cannot signal) runs the member's relay
+  (sandbox/egress_channel.py) in one exec: it listens on 127.0.0.1:3128 and carries each connection over
+  the engine's API to the member's proxy (sandbox/egress.py), so nothing but plain folders is shared with
+  the engine. `start` returns once that port listens. HTTPS_PROXY, HTTP_PROXY and their lower-case
   forms point there; NODE_USE_ENV_PROXY=1 makes Node's own fetch use them too. NO_PROXY is left unset: no
   host is reached directly, and a client that bypasses the proxy finds nothing to connect to.
 - HOME is /home/sandbox, a private tmpfs (mode 0700, owned by the command user) that dies with the
@@ -24,7 +25,7 @@ init, the reaping after each command). What differs:
   member's own (the local driver passes uid/gid/mode to mount(2); Podman refuses its size= option, so the
   container's memory limit caps it: tmpfs pages count against it), removed with the container.
 - The image is the CLI image (`conclave sandbox build --clis`, sandbox/clis_image.py) unless the team names
-  its own, which then needs socat.
+  its own, which then needs python3 (for the relay).
 A key never enters the container: a member that logs in with one gets a placeholder and the bridge as its
 base URL, and its proxy adds the key on the host (`EgressProxy.serve_key`, sandbox/provider_key.py). Login
 files (plan logins) go into HOME with `write_home_file` (through an exec: `docker cp` cannot write a
@@ -37,7 +38,7 @@ import base64
 import secrets
 import shlex
 from pathlib import PurePosixPath
-from typing import Any
+from typing import Any, NoReturn
 
 import anyio.to_thread
 
@@ -46,23 +47,19 @@ from conclave.errors import SandboxError
 from conclave.sandbox.container import ENVIRONMENT, Sandbox, keeper_user
 from conclave.sandbox.disk_watch import kill_user_processes
 from conclave.sandbox.egress import EgressProxy
+from conclave.sandbox.egress_channel import EgressChannel
 from conclave.sandbox.engine import PROCESS_OWNER, Owner, engine_facts, remove_volume
 from conclave.sandbox.image import IMAGE_REPO
 from conclave.sandbox.provider_key import BRIDGE_PORT
 from conclave.sandbox.route import CA_PATH, ca_environment
 
-__all__ = ["HOME", "PROXY_PORT", "PROXY_URL", "SOCKET", "MemberSandbox", "member_environment"]
+__all__ = ["HOME", "PROXY_PORT", "PROXY_URL", "MemberSandbox", "member_environment"]
 
 PROXY_PORT = BRIDGE_PORT
 PROXY_URL = f"http://127.0.0.1:{PROXY_PORT}"
-SOCKET = "/run/conclave/egress.sock"  # where the member's proxy socket appears inside
 HOME = "/home/sandbox"
+BRIDGE_WAIT_S = 10.0  # for the relay to listen, as `_AWAIT_BRIDGE` waits after a restart
 HOME_SIZE = "1g"  # a cap, not a reservation: Copilot alone unpacks ~235 MB into its cache on first run
-# The keeper's command: the bridge (restarted should it ever exit), then the keeper's usual sleep.
-BRIDGE = (
-    f"while :; do socat TCP-LISTEN:{PROXY_PORT},bind=127.0.0.1,reuseaddr,fork UNIX-CONNECT:{SOCKET}; "
-    "sleep 1; done & exec sleep infinity"
-)
 # 127.0.0.1:3128 listening, as /proc/net/tcp writes it (address:port in hex, state 0A)
 _LISTENING = f"0100007F:{PROXY_PORT:04X} 00000000:0000 0A"
 _AWAIT_BRIDGE = (
@@ -92,7 +89,7 @@ def member_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
 class MemberSandbox(Sandbox):
     """One CLI member's container for one job; `start`, `exec`, `stop` as for `Sandbox`."""
 
-    reap_always = True  # its keeper forks socat per connection: a count of tasks proves nothing here
+    reap_always = True  # its relay starts threads per connection: a count of tasks proves nothing here
     use_runner = False  # a CLI turn runs for minutes: an exec each costs it nothing
 
     def __init__(
@@ -104,7 +101,7 @@ class MemberSandbox(Sandbox):
         image: str | None = None,
         environment: dict[str, str] | None = None,
     ) -> None:
-        """`egress`: the member's egress proxy, whose socket is bridged in, and whose count of admitted
+        """`egress`: the member's egress proxy, which its relay is attached to, and whose count of admitted
         connections says whether a CLI run reached its provider at all (clis/runner.py charges no
         estimate for one that did not); `image`: default the CLI image, or the team's own when it names
         one; `environment`: constants added to the container's (no keys). The container trusts the extra
@@ -115,6 +112,7 @@ class MemberSandbox(Sandbox):
             raise SandboxError("a CLI member's sandbox needs its egress proxy")
         self.egress, self.image, self.environment = egress, image, dict(environment or {})
         self._volumes: list[str] = []  # HOME's volume on Podman, removed by `stop`
+        self._channel: EgressChannel | None = None
 
     def _launch(self, limits: SandboxSpec) -> dict[str, Any]:
         from docker.types import Mount
@@ -123,7 +121,7 @@ class MemberSandbox(Sandbox):
 
         launch = super()._launch(limits)
         home = f"rw,exec,nosuid,nodev,size={HOME_SIZE},mode=0700,uid={self.uid},gid={self.gid}"
-        mounts = [Mount(SOCKET, str(self.egress.socket.resolve()), type="bind", read_only=True)]
+        mounts = []
         tmpfs = {**launch["tmpfs"], HOME: home}
         if engine_facts(self._client).podman:
             del tmpfs[HOME]
@@ -134,7 +132,6 @@ class MemberSandbox(Sandbox):
             environment.update(ca_environment())
         launch.update(
             image=self.image or (launch["image"] if limits.image != IMAGE_REPO else clis_tag()),
-            command=["sh", "-c", BRIDGE],
             environment=member_environment(environment),
             network_mode="none",
             tmpfs=tmpfs,
@@ -158,7 +155,10 @@ class MemberSandbox(Sandbox):
         return name
 
     async def stop(self) -> None:
-        """`Sandbox.stop`, then remove the HOME volume it had (Podman)."""
+        """End the relay's channel, remove the container as `Sandbox.stop` does, then the HOME volume it
+        had (Podman)."""
+        if self._channel is not None:
+            self._channel.close()
         try:
             await super().stop()
         finally:
@@ -168,10 +168,16 @@ class MemberSandbox(Sandbox):
                     await anyio.to_thread.run_sync(remove_volume, self._client, name)
 
     async def start(self, *args: Any, **kwargs: Any) -> Any:
-        """`Sandbox.start`, then wait (a few seconds at most) until the bridge listens."""
+        """`Sandbox.start`, then attach its relay to the proxy and wait (a few seconds at most) until it
+        listens."""
         container = await super().start(*args, **kwargs)
+        self._channel = EgressChannel(
+            self._client.api, container.id, keeper_user(self.uid), label=self.egress.label
+        )
         try:
-            await anyio.to_thread.run_sync(self._await_bridge)
+            self.egress.attach(self._channel.serve)
+            if not await self._channel.listening(BRIDGE_WAIT_S):
+                self._bridge_failed()
         except BaseException:
             with anyio.CancelScope(shield=True):
                 await self.stop()
@@ -212,14 +218,18 @@ class MemberSandbox(Sandbox):
 
     def _restart(self) -> None:
         super()._restart()
-        self._await_bridge()
+        self._await_bridge()  # its relay's exec ended with the container: the channel starts another
 
     def _await_bridge(self) -> None:
         api = self._client.api
         exec_id = api.exec_create(self.container.id, ["sh", "-c", _AWAIT_BRIDGE], user=keeper_user(self.uid))
         api.exec_start(exec_id["Id"])
         if api.exec_inspect(exec_id["Id"]).get("ExitCode") != 0:
-            raise SandboxError(
-                f"the egress bridge (socat on 127.0.0.1:{PROXY_PORT}) did not start in the CLI member's "
-                "container: the image needs socat; build it with `conclave sandbox build --clis`"
-            )
+            self._bridge_failed()
+
+    def _bridge_failed(self) -> NoReturn:
+        raise SandboxError(
+            f"the egress relay (on 127.0.0.1:{PROXY_PORT}) did not start in the CLI member's "
+            "container: the image needs python3 (`conclave sandbox build --clis` builds one), and the "
+            "engine's API a unix socket or plain TCP (the log says which failed)"
+        )

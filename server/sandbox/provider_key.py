@@ -40,7 +40,7 @@ __all__ = [
     "tls_context",
 ]
 
-BRIDGE_PORT = 3128  # where the member's container reaches its proxy (socat on 127.0.0.1, sandbox/member.py)
+BRIDGE_PORT = 3128  # where the member's container reaches its proxy (its relay: sandbox/egress_channel.py)
 BRIDGE_HOSTS = ("127.0.0.1", "localhost")  # the names a client inside gives the bridge
 # Where a provider SDK or CLI puts its key: Anthropic's x-api-key, a bearer token (OpenAI, Anthropic's
 # auth token, OpenAI-compatible gateways), Gemini's x-goog-api-key, Azure's api-key.

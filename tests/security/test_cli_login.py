@@ -59,7 +59,7 @@ async def test_the_login_file_lands_only_in_the_private_tmpfs_home(clis_image: s
     member.adapter = Probe()
     workspace = tmp_path / "ws"
     workspace.mkdir()
-    async with egress_proxy(tmp_path / "egress" / "a.sock", allowlist_for("claude-code")) as proxy:
+    async with egress_proxy(allowlist_for("claude-code")) as proxy:
         box = MemberSandbox(None, egress=proxy)
         await box.start(workspace, {}, "cj-0123456789ab", "A", SandboxSpec())
         try:

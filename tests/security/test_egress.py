@@ -1,7 +1,8 @@
 """A coding-agent CLI member's container reaches its allowlist through the egress proxy, and nothing else.
 
 Each probe runs inside a container started exactly as CLI members are (sandbox/member.py: network none,
-the proxy's unix socket bridged by socat to 127.0.0.1:3128, the proxy variables set), in the CLI image.
+the relay on 127.0.0.1:3128 carrying connections over the engine's API to the proxy, the proxy variables
+set), in the CLI image.
 The host runs a listener on all its addresses that no probe may reach; the control test shows the same
 probe does reach it from a container with a network, so the probes can tell an escape from a failure.
 """
@@ -127,7 +128,7 @@ async def member(
     job = tmp_path / "job"
     job.mkdir(mode=0o700)
     allow = allowlist_for("claude-code", base_url=fakes.base_url("anthropic", "A"))
-    async with egress_proxy(job / "egress" / "A.sock", allow, label="cj-egress/A") as proxy:
+    async with egress_proxy(allow, label="cj-egress/A") as proxy:
         box = MemberSandbox(connect(), Owner("security-" + os.urandom(4).hex()), proxy, image=clis_image)
         try:
             await box.start(workspace, {}, "cj-egress", "A", SPEC)
@@ -203,10 +204,17 @@ async def test_no_dns(member: tuple[MemberSandbox, EgressProxy]) -> None:
 
 async def test_the_agent_cannot_stop_or_replace_the_bridge(member: tuple[MemberSandbox, EgressProxy]) -> None:
     box, _ = member
-    socats = 'for p in /proc/[0-9]*; do [ "$(cat $p/comm 2>/dev/null)" = socat ] && echo ${p#/proc/}; done'
-    result = await box.exec(f"kill -9 $({socats}); sleep 0.3; {socats}", timeout_s=30)
-    assert result.stdout.strip(), "socat (the keeper's) survives the agent's kill"
+    relays = (
+        'for p in /proc/[0-9]*; do [ "$(cat $p/comm 2>/dev/null)" = conclave-egress ] && echo ${p#/proc/}; '
+        "done"
+    )
+    result = await box.exec(f"kill -9 $({relays}); sleep 0.3; {relays}", timeout_s=30)
+    assert result.stdout.strip(), "the relay (the keeper's) survives the agent's kill"
     assert "Operation not permitted" in result.stderr
+    result = await box.exec(
+        f"cat /proc/$({relays} | head -1)/environ /proc/$({relays} | head -1)/fd/0", timeout_s=30
+    )
+    assert result.exit_code != 0 and "Permission denied" in result.stderr, "nor read its streams"
     result = await box.exec(
         "python3 -c \"import socket; socket.create_server(('127.0.0.1', 3128))\"", timeout_s=30
     )
@@ -276,3 +284,53 @@ async def test_a_real_cli_reaches_its_fake_provider_through_the_bridge(
     assert result.exit_code == 0, result.as_text()
     assert json.loads(result.stdout)["result"] == "hello from the fake"
     assert proxy.admitted >= 1 and len(fakes.script.requests_of("A")) >= 1
+
+
+# Inside: a first connection asks for a big reply and never reads it; a second one must still get its
+# reply. The relay (sandbox/egress_channel.py) keeps each connection within its own window, so the
+# first one's unread bytes hold back that connection alone.
+STALLED = r"""
+import json, socket, sys, urllib.request
+url, body = sys.argv[1], sys.argv[2].encode()
+stalled = socket.create_connection(("127.0.0.1", 3128))
+head = f"POST {url} HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\nx-api-key: k\r\n"
+head += f"anthropic-version: 2023-06-01\r\nContent-Length: {len(body)}\r\n\r\n"
+stalled.sendall(head.encode() + body)  # and never read
+request = urllib.request.Request(url, data=body, headers={"content-type": "application/json",
+    "x-api-key": "k", "anthropic-version": "2023-06-01"})
+with urllib.request.urlopen(request, timeout=20) as reply:
+    print(json.dumps({"status": reply.status, "bytes": len(reply.read())}))
+"""
+
+
+async def test_a_client_that_stops_reading_holds_back_only_its_own_connection(
+    member: tuple[MemberSandbox, EgressProxy], fakes: FakeProviders, tmp_path: Path
+) -> None:
+    box, proxy = member
+    for _ in range(2):  # whichever reply the stalled connection gets: far past its window and buffers
+        fakes.script.enqueue("A", Reply(text="x" * 48_000_000))
+    (tmp_path / "workspace" / "stalled.py").write_text(STALLED)
+    body = json.dumps(
+        {"model": "claude-x", "max_tokens": 16, "messages": [{"role": "user", "content": "hi"}]}
+    )
+    url = fakes.base_url("anthropic", "A") + "/v1/messages"
+    result = await box.exec(f"python3 stalled.py {url} '{body}'", timeout_s=60)
+    assert result.exit_code == 0, result.as_text()
+    seen = json.loads(result.stdout.strip().splitlines()[-1])
+    assert seen["status"] == 200 and seen["bytes"] > 48_000_000 and proxy.admitted == 2
+
+
+async def test_the_way_out_comes_back_after_the_container_restarts(
+    member: tuple[MemberSandbox, EgressProxy], fakes: FakeProviders
+) -> None:
+    """A restart (a command that overran, the disk cap, a killed keeper) ends the relay's exec with the
+    container; its channel starts another, and the member's next request goes out as before."""
+    box, proxy = member
+    await anyio.to_thread.run_sync(box._restart)
+    fakes.script.enqueue("A", Reply(text="after the restart"))
+    body = json.dumps(
+        {"model": "claude-x", "max_tokens": 16, "messages": [{"role": "user", "content": "hi"}]}
+    )
+    seen = await probe(box, "http", fakes.base_url("anthropic", "A") + "/v1/messages", body)
+    assert seen.get("status") == 200 and "after the restart" in seen["body"], seen
+    assert proxy.admitted == 1

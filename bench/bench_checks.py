@@ -11,7 +11,8 @@ alike. Measured, against the real Docker engine and the fake providers through t
   command itself takes nothing), the job's warm container started ahead as the orchestrator does;
 - the same for a job's first check when its answer comes at once: a fresh Verifier per sample, its
   `warm` started and the check run at the same moment, on a server whose check pool (where the code has
-  one: coordination/check_pool.py) was filled before the job, as a running server's is;
+  one: coordination/check_pool.py) was filled before the job, as a running server's is; with one check
+  at a time on the server, and with two (the default), where the job warms two containers;
 - the end-to-end job of tests/test_verify.py (three agents fix calc.py and vote, bench/bench_verify.py)
   with and without `verify`: model requests and tokens, their ratios with/without, and per answer the
   check's overhead from the job's events (check_started to checked, less the command's duration).
@@ -43,6 +44,9 @@ PACKAGES = {
     "conclave.tools": "tools",
 }
 EXECS, CHECKS, FIRSTS, JOBS = 30, 12, 8, 3
+# checks at once on the server (CONCLAVE_VERIFY_CONCURRENCY, 2 by default; the pool and the containers a
+# job warms follow it): at 1 a job's first check and the caller's files' run share one container in turn
+FIRST_CONCURRENCY = (1, 2)
 LATENCIES = (0.0, 1.0)
 
 
@@ -138,7 +142,7 @@ async def check_cost() -> dict[str, float]:
     }
 
 
-async def first_check() -> dict[str, float]:
+async def first_check(concurrency: int) -> dict[str, float]:
     import anyio
     import anyio.to_thread
 
@@ -161,11 +165,11 @@ async def first_check() -> dict[str, float]:
         async with anyio.create_task_group() as tg:
             pool = None
             if CheckPool is not None:
-                pool = CheckPool(Path(tmp, "home"), container_user(), 1)
+                pool = CheckPool(Path(tmp, "home"), container_user(), concurrency)
                 tg.start_soon(pool.keep, SandboxSpec())
             for n in range(FIRSTS):
                 with anyio.fail_after(60):  # a running server's pool is filled between jobs
-                    while pool is not None and pool.ready(SandboxSpec()) < 1:
+                    while pool is not None and pool.ready(SandboxSpec()) < concurrency:
                         await anyio.sleep(0.02)
                 workspaces = Workspaces(Path(tmp, f"job{n}"), agent_owner=container_user())
                 await workspaces.prepare([ContextPath(path=str(project))])
@@ -178,12 +182,13 @@ async def first_check() -> dict[str, float]:
                     workspaces,
                     SandboxSpec(),
                     timeout_s=30,
-                    limiter=anyio.CapacityLimiter(1),
+                    limiter=anyio.CapacityLimiter(concurrency),
                     **extra,
                 )
                 try:
                     async with anyio.create_task_group() as job:
-                        job.start_soon(verifier.warm)  # as the orchestrator, beside the first turns
+                        # as the orchestrator does at the job's start for a team of `concurrency` or more
+                        job.start_soon(verifier.warm, concurrency)
                         started = time.perf_counter()
                         run = await verifier.run("A1")  # an answer that came at once
                         samples.append(time.perf_counter() - started)
@@ -223,9 +228,11 @@ def child(part: str, tree: Path) -> None:
 
     sys.meta_path.insert(0, _Tree(tree))
     sys.path.insert(0, str(ROOT))  # this checkout's bench and tests (the fakes, the job's script) for both
-    found = {"run_command": run_command, "check_cost": check_cost, "first_check": first_check}
+    found = {"run_command": run_command, "check_cost": check_cost}
     if part.startswith("jobs:"):
         result = anyio.run(jobs, float(part.split(":", 1)[1]))
+    elif part.startswith("first_check:"):
+        result = anyio.run(first_check, int(part.split(":", 1)[1]))
     else:
         result = anyio.run(found[part])
     print(json.dumps(result))
@@ -273,7 +280,12 @@ def main() -> None:
         with tarfile.open(fileobj=__import__("io").BytesIO(archive)) as tar:
             tar.extractall(old, filter="data")
         trees = {"before": old, "after": ROOT}
-        parts = ["run_command", "check_cost", "first_check", *(f"jobs:{latency:g}" for latency in LATENCIES)]
+        parts = [
+            "run_command",
+            "check_cost",
+            *(f"first_check:{n}" for n in FIRST_CONCURRENCY),
+            *(f"jobs:{latency:g}" for latency in LATENCIES),
+        ]
         load_before = os.getloadavg()
         found: dict[str, dict[str, Any]] = {}
         for part in parts:
@@ -294,7 +306,9 @@ def main() -> None:
     for name in ("before", "after"):  # the machine's load moves both; this ratio much less
         row = found["run_command"][name]
         row["p50_to_bare_engine_exec"] = ratio(row["p50_ms"], row["bare_engine_exec_p50_ms"])
-    for part, name in (("check_cost", "check_true"), ("first_check", "first_check_at_once")):
+    named = [("check_cost", "check_true")]
+    named += [(f"first_check:{n}", f"first_check_at_once_concurrency_{n}") for n in FIRST_CONCURRENCY]
+    for part, name in named:
         result[name] = {
             **found[part],
             "p50_after_to_before": ratio(found[part]["after"]["p50_ms"], found[part]["before"]["p50_ms"]),
@@ -319,7 +333,8 @@ def main() -> None:
         "before and after measured alternately in one run on a 2-core machine shared with other work (load "
         "average above); check_true is Verifier.run of `true` in the job's warm container: everything a "
         "check costs beyond its command; first_check_at_once is the same for a job's first check run the "
-        "moment its Verifier starts warming (after: the server's check pool filled before the job); "
+        "moment its Verifier starts warming (the server's check pool filled before the job), with 1 and 2 "
+        "checks at once on the server (CONCLAVE_VERIFY_CONCURRENCY, default 2); "
         "check_overhead_per_answer is, in the end-to-end job, check_started to checked less the command's "
         "own duration (which includes the exec, or the runner's round trip)"
     )

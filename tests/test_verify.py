@@ -347,3 +347,48 @@ async def test_a_first_check_runs_beside_the_caller_files_run_not_after_it(
     finally:
         await verifier.close()
     assert most == 2  # the answer's run beside the baseline's, not after it
+
+
+async def test_the_caller_files_run_starts_with_the_job_before_its_agents_are_built(
+    tmp_path: Path, fakes: FakeProviders, project: Path
+) -> None:
+    """The baseline (the check command on the caller's files) starts when the job does, beside its set-up:
+    the first agent's build waits until a container of this server runs it, and the job goes on."""
+    import time
+
+    import docker
+
+    from conclave.config.models import AgentSpec
+    from conclave.coordination.agents import Agent
+    from conclave.coordination.members import endpoint_factory
+    from conclave.sandbox.engine import PROCESS_OWNER
+
+    for name in ("ann", "bob", "cy"):
+        fakes.script.set_default(name, agent("ann"))
+    team = str(write_team(tmp_path / "team.yaml", fakes, TRIO, coordination={"final": "reuse"}))
+    client, real = docker.from_env(), endpoint_factory(ENV)
+    seen: list[bool] = []
+
+    def baseline_running() -> bool:
+        mine = client.containers.list(filters={"label": f"conclave.owner={PROCESS_OWNER.id}"})
+        return any("sleep 1.37" in " ".join(p) for c in mine for p in c.top()["Processes"])
+
+    def factory(spec: AgentSpec) -> Agent:  # in a worker thread: the job's set-up
+        if not seen:
+            for _ in range(400):  # about 20 s: the run starts within one or two here
+                if baseline_running():
+                    seen.append(True)
+                    break
+                time.sleep(0.05)  # sleep-ok: polling the engine from the set-up's worker thread
+            else:
+                seen.append(False)
+        return real(spec)
+
+    settings = Settings(home=tmp_path / "state")
+    async with JobService.open(settings, environ=ENV, retry=FAST, agent_factory=factory) as service:
+        request = JobRequest(
+            task=TASK, team=team, context_paths=[{"path": str(project)}], verify=f"sleep 1.37; {CHECK}"
+        )
+        view = await until_done(service, await service.submit(request))
+    assert seen == [True]  # the caller's files' run was under way before the first agent was built
+    assert view.state == "completed" and view.winner_check and view.winner_check.startswith("passed")

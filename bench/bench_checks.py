@@ -1,10 +1,11 @@
 """What checks and commands cost, before and after a change, measured in the same run.
 
-    python bench/bench_checks.py [--before REF] [--out FILE]  # REF: the code to compare with (main)
+    python bench/bench_checks.py [--before REF] [--rounds N] [--out FILE]  # REF: the code to compare with
 
 The code at REF is exported (`git archive`) to a temporary folder, and each measurement runs in a child
-process, once on that code and once on this checkout's, alternately, so the machine's load hits both
-alike. Measured, against the real Docker engine and the fake providers through the real SDKs:
+process, on that code and on this checkout's, alternately (`--rounds` times each, which goes first
+alternating too, each figure the median over the rounds), so the machine's load hits both alike.
+Measured, against the real Docker engine and the fake providers through the real SDKs:
 - `run_command`: a warm container's `exec("true")`, p50 and p90 (sandbox/container.py), beside one bare
   engine exec of `true` (create, start, inspect: the floor any command pays);
 - a check's cost beyond its command: `Verifier.run` of `true` on an answer's snapshot, wall time (the
@@ -252,6 +253,22 @@ def measure(part: str, tree: Path) -> dict[str, Any]:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def merged(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Rounds of one measurement as one: each number the median over the rounds, a flag true if in all."""
+    result: dict[str, Any] = {}
+    for key, first in runs[0].items():
+        values = [run[key] for run in runs]
+        if isinstance(first, dict):
+            result[key] = merged(values)
+        elif isinstance(first, bool):
+            result[key] = all(values)
+        elif isinstance(first, int | float):
+            result[key] = round(statistics.median(values), 4)
+        else:
+            result[key] = first
+    return result
+
+
 def ratio(after: float, before: float) -> float:
     return round(after / before, 2) if before else float("nan")
 
@@ -260,6 +277,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--before", default="main")
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--child")
     parser.add_argument("--tree")
     args = parser.parse_args()
@@ -289,10 +307,12 @@ def main() -> None:
         load_before = os.getloadavg()
         found: dict[str, dict[str, Any]] = {}
         for part in parts:
-            found[part] = {}
-            for name, tree in trees.items():
-                found[part][name] = measure(part, tree)
-                print(part, name, found[part][name], flush=True)
+            rounds: dict[str, list[dict[str, Any]]] = {name: [] for name in trees}
+            for number in range(args.rounds):
+                for name in list(trees) if number % 2 == 0 else list(trees)[::-1]:
+                    rounds[name].append(measure(part, trees[name]))
+                    print(part, name, rounds[name][-1], flush=True)
+            found[part] = {name: merged(runs) for name, runs in rounds.items()}
     result: dict[str, Any] = {
         "before": f"{args.before} ({commit})",
         "after": "this branch",
@@ -329,8 +349,10 @@ def main() -> None:
         result[f"job_{latency:g}s_per_reply"] = summary
     load_after = os.getloadavg()
     result["load_average_1_5_15"] = {"at_start": load_before, "at_end": load_after}
+    result["rounds"] = args.rounds
     result["note"] = (
-        "before and after measured alternately in one run on a 2-core machine shared with other work (load "
+        "before and after measured alternately in one run (each figure the median of its rounds) on a "
+        "2-core machine shared with other work (load "
         "average above); check_true is Verifier.run of `true` in the job's warm container: everything a "
         "check costs beyond its command; first_check_at_once is the same for a job's first check run the "
         "moment its Verifier starts warming (the server's check pool filled before the job), with 1 and 2 "

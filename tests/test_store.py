@@ -281,12 +281,12 @@ async def test_each_awaited_twin_runs_its_store_method_in_its_lane(tmp_path: Pat
 
 
 def test_a_twin_has_its_store_methods_name() -> None:
-    from conclave.jobs.store.async_store import Read
+    from conclave.jobs.store.async_store import StoreRead
 
     with pytest.raises(Exception) as caught:  # Python 3.11 wraps it in a RuntimeError, 3.12 does not
 
         class Misnamed:  # an AsyncStore whose twin hides under another name
-            row = Read(Store.job)
+            row = StoreRead(Store.job)
 
     error = caught.value.__cause__ or caught.value
     assert isinstance(error, TypeError) and "must be named job, not row" in str(error)

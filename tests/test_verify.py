@@ -341,9 +341,10 @@ async def test_a_first_check_runs_beside_the_caller_files_run_not_after_it(
                 done.set()
 
             tg.start_soon(first_check)
-            while not done.is_set():
-                most = max(most, await anyio.to_thread.run_sync(running))
-                await anyio.sleep(0.05)  # sleep-ok: polling the engine for the job's processes
+            with anyio.fail_after(60):
+                while not done.is_set():
+                    most = max(most, await anyio.to_thread.run_sync(running))
+                    await anyio.sleep(0.05)  # sleep-ok: polling the engine for the job's processes
     finally:
         await verifier.close()
     assert most == 2  # the answer's run beside the baseline's, not after it

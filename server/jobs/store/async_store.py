@@ -2,7 +2,7 @@
 so the event loop never waits on SQLite.
 
 One pattern: every Store method a server calls has its awaitable twin here, in its lane (a read in a
-reader thread, a write by the writer), declared in one line (`Read`, `Written`) that takes the Store
+reader thread, a write by the writer), declared in one line (`StoreRead`, `StoreWrite`) that takes the Store
 method's own signature; a function of several reads that takes the Store (a view's
 parts, a transcript: jobs/read/view_read.py, jobs/read/reader.py) runs whole through `read`, one thread hop.
 Only code already in a worker thread uses `sync`.
@@ -53,7 +53,7 @@ class _Write:
     error: Exception | None = field(default=None)
 
 
-class Read(Generic[P, T]):
+class StoreRead(Generic[P, T]):
     """An AsyncStore method that runs the Store method of the same name in a reader thread (`read`): the
     Store method's own signature, awaited, so mypy checks every call's arguments and result."""
 
@@ -73,7 +73,7 @@ class Read(Generic[P, T]):
         return call
 
 
-class Written(Read[P, T]):
+class StoreWrite(StoreRead[P, T]):
     """An AsyncStore method that runs the Store method of the same name by the writer (`write`), and
     wakes what waits on the job it names (its first argument, `job_id`) unless `wakes` is False."""
 
@@ -200,24 +200,24 @@ class AsyncStore:
                 write.error = exc
 
     # The twins: each a Store method of the same name and signature, in its lane ----------------------
-    create_job = Written(Store.create_job)
-    set_files = Written(Store.set_files)
-    job = Read(Store.job)
-    recent_jobs = Read(Store.recent_jobs)
-    rev = Read(Store.rev)
-    set_state = Written(Store.set_state)
-    request_cancel = Written(Store.request_cancel)
-    cancel_requests = Read(Store.cancel_requests)
-    queued = Read(Store.queued)
-    heartbeat = Written(Store.heartbeat, wakes=False)
-    orphans = Read(Store.orphans)
-    events = Read(Store.events)
-    team_usage = Read(Store.team_usage)
-    answers = Read(Store.answers)
+    create_job = StoreWrite(Store.create_job)
+    set_files = StoreWrite(Store.set_files)
+    job = StoreRead(Store.job)
+    recent_jobs = StoreRead(Store.recent_jobs)
+    rev = StoreRead(Store.rev)
+    set_state = StoreWrite(Store.set_state)
+    request_cancel = StoreWrite(Store.request_cancel)
+    cancel_requests = StoreRead(Store.cancel_requests)
+    queued = StoreRead(Store.queued)
+    heartbeat = StoreWrite(Store.heartbeat, wakes=False)
+    orphans = StoreRead(Store.orphans)
+    events = StoreRead(Store.events)
+    team_usage = StoreRead(Store.team_usage)
+    answers = StoreRead(Store.answers)
     # conversations: follow-ups and steering notes (jobs/store/conversations.py)
-    set_follow_up = Written(Store.set_follow_up)
-    add_note = Written(Store.add_note)
-    notes_after = Read(Store.notes_after)
+    set_follow_up = StoreWrite(Store.set_follow_up)
+    add_note = StoreWrite(Store.add_note)
+    notes_after = StoreRead(Store.notes_after)
 
     # What a running job reports -------------------------------------------------------------------
     async def record(self, job_id: str, event: JobEvent, progress: Progress, phase: str | None) -> None:

@@ -103,7 +103,10 @@ class Verifier:
         containers, as many as checks may run at once, so none waits for a container to start, and
         the caller's files' run (`baseline`) that every verdict needs. A failure is only logged: a
         check then starts its own container, or makes the run, and reports why it cannot."""
-        while count > 0 and self._pool is not None and (taken := self._pool.take(self.spec)) is not None:
+        while count > 0 and self._pool is not None:
+            taken = await self._pool.take(self.spec)
+            if taken is None:
+                break
             self._boxes.append(taken)  # started before the job was (check_pool.py)
             self._put.send_nowait(taken)
             count -= 1

@@ -1,17 +1,19 @@
 """What checks and commands cost, before and after a change, measured in the same run.
 
-    python bench/bench_checks.py [--before REF] [--out FILE]  # REF: the code to compare with (main)
+    python bench/bench_checks.py [--before REF] [--rounds N] [--out FILE]  # REF: the code to compare with
 
 The code at REF is exported (`git archive`) to a temporary folder, and each measurement runs in a child
-process, once on that code and once on this checkout's, alternately, so the machine's load hits both
-alike. Measured, against the real Docker engine and the fake providers through the real SDKs:
+process, on that code and on this checkout's, alternately (`--rounds` times each, which goes first
+alternating too, each figure the median over the rounds), so the machine's load hits both alike.
+Measured, against the real Docker engine and the fake providers through the real SDKs:
 - `run_command`: a warm container's `exec("true")`, p50 and p90 (sandbox/container.py), beside one bare
   engine exec of `true` (create, start, inspect: the floor any command pays);
 - a check's cost beyond its command: `Verifier.run` of `true` on an answer's snapshot, wall time (the
   command itself takes nothing), the job's warm container started ahead as the orchestrator does;
 - the same for a job's first check when its answer comes at once: a fresh Verifier per sample, its
   `warm` started and the check run at the same moment, on a server whose check pool (where the code has
-  one: coordination/check_pool.py) was filled before the job, as a running server's is;
+  one: coordination/check_pool.py) was filled before the job, as a running server's is; with one check
+  at a time on the server, and with two (the default), where the job warms two containers;
 - the end-to-end job of tests/test_verify.py (three agents fix calc.py and vote, bench/bench_verify.py)
   with and without `verify`: model requests and tokens, their ratios with/without, and per answer the
   check's overhead from the job's events (check_started to checked, less the command's duration).
@@ -43,6 +45,9 @@ PACKAGES = {
     "conclave.tools": "tools",
 }
 EXECS, CHECKS, FIRSTS, JOBS = 30, 12, 8, 3
+# checks at once on the server (CONCLAVE_VERIFY_CONCURRENCY, 2 by default; the pool and the containers a
+# job warms follow it): at 1 a job's first check and the caller's files' run share one container in turn
+FIRST_CONCURRENCY = (1, 2)
 LATENCIES = (0.0, 1.0)
 
 
@@ -138,7 +143,7 @@ async def check_cost() -> dict[str, float]:
     }
 
 
-async def first_check() -> dict[str, float]:
+async def first_check(concurrency: int) -> dict[str, float]:
     import anyio
     import anyio.to_thread
 
@@ -161,11 +166,11 @@ async def first_check() -> dict[str, float]:
         async with anyio.create_task_group() as tg:
             pool = None
             if CheckPool is not None:
-                pool = CheckPool(Path(tmp, "home"), container_user(), 1)
+                pool = CheckPool(Path(tmp, "home"), container_user(), concurrency)
                 tg.start_soon(pool.keep, SandboxSpec())
             for n in range(FIRSTS):
                 with anyio.fail_after(60):  # a running server's pool is filled between jobs
-                    while pool is not None and pool.ready(SandboxSpec()) < 1:
+                    while pool is not None and pool.ready(SandboxSpec()) < concurrency:
                         await anyio.sleep(0.02)
                 workspaces = Workspaces(Path(tmp, f"job{n}"), agent_owner=container_user())
                 await workspaces.prepare([ContextPath(path=str(project))])
@@ -178,12 +183,13 @@ async def first_check() -> dict[str, float]:
                     workspaces,
                     SandboxSpec(),
                     timeout_s=30,
-                    limiter=anyio.CapacityLimiter(1),
+                    limiter=anyio.CapacityLimiter(concurrency),
                     **extra,
                 )
                 try:
                     async with anyio.create_task_group() as job:
-                        job.start_soon(verifier.warm)  # as the orchestrator, beside the first turns
+                        # as the orchestrator does at the job's start for a team of `concurrency` or more
+                        job.start_soon(verifier.warm, concurrency)
                         started = time.perf_counter()
                         run = await verifier.run("A1")  # an answer that came at once
                         samples.append(time.perf_counter() - started)
@@ -223,9 +229,11 @@ def child(part: str, tree: Path) -> None:
 
     sys.meta_path.insert(0, _Tree(tree))
     sys.path.insert(0, str(ROOT))  # this checkout's bench and tests (the fakes, the job's script) for both
-    found = {"run_command": run_command, "check_cost": check_cost, "first_check": first_check}
+    found = {"run_command": run_command, "check_cost": check_cost}
     if part.startswith("jobs:"):
         result = anyio.run(jobs, float(part.split(":", 1)[1]))
+    elif part.startswith("first_check:"):
+        result = anyio.run(first_check, int(part.split(":", 1)[1]))
     else:
         result = anyio.run(found[part])
     print(json.dumps(result))
@@ -245,6 +253,22 @@ def measure(part: str, tree: Path) -> dict[str, Any]:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def merged(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Rounds of one measurement as one: each number the median over the rounds, a flag true if in all."""
+    result: dict[str, Any] = {}
+    for key, first in runs[0].items():
+        values = [run[key] for run in runs]
+        if isinstance(first, dict):
+            result[key] = merged(values)
+        elif isinstance(first, bool):
+            result[key] = all(values)
+        elif isinstance(first, int | float):
+            result[key] = round(statistics.median(values), 4)
+        else:
+            result[key] = first
+    return result
+
+
 def ratio(after: float, before: float) -> float:
     return round(after / before, 2) if before else float("nan")
 
@@ -253,6 +277,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--before", default="main")
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--child")
     parser.add_argument("--tree")
     args = parser.parse_args()
@@ -273,14 +298,21 @@ def main() -> None:
         with tarfile.open(fileobj=__import__("io").BytesIO(archive)) as tar:
             tar.extractall(old, filter="data")
         trees = {"before": old, "after": ROOT}
-        parts = ["run_command", "check_cost", "first_check", *(f"jobs:{latency:g}" for latency in LATENCIES)]
+        parts = [
+            "run_command",
+            "check_cost",
+            *(f"first_check:{n}" for n in FIRST_CONCURRENCY),
+            *(f"jobs:{latency:g}" for latency in LATENCIES),
+        ]
         load_before = os.getloadavg()
         found: dict[str, dict[str, Any]] = {}
         for part in parts:
-            found[part] = {}
-            for name, tree in trees.items():
-                found[part][name] = measure(part, tree)
-                print(part, name, found[part][name], flush=True)
+            rounds: dict[str, list[dict[str, Any]]] = {name: [] for name in trees}
+            for number in range(args.rounds):
+                for name in list(trees) if number % 2 == 0 else list(trees)[::-1]:
+                    rounds[name].append(measure(part, trees[name]))
+                    print(part, name, rounds[name][-1], flush=True)
+            found[part] = {name: merged(runs) for name, runs in rounds.items()}
     result: dict[str, Any] = {
         "before": f"{args.before} ({commit})",
         "after": "this branch",
@@ -294,7 +326,9 @@ def main() -> None:
     for name in ("before", "after"):  # the machine's load moves both; this ratio much less
         row = found["run_command"][name]
         row["p50_to_bare_engine_exec"] = ratio(row["p50_ms"], row["bare_engine_exec_p50_ms"])
-    for part, name in (("check_cost", "check_true"), ("first_check", "first_check_at_once")):
+    named = [("check_cost", "check_true")]
+    named += [(f"first_check:{n}", f"first_check_at_once_concurrency_{n}") for n in FIRST_CONCURRENCY]
+    for part, name in named:
         result[name] = {
             **found[part],
             "p50_after_to_before": ratio(found[part]["after"]["p50_ms"], found[part]["before"]["p50_ms"]),
@@ -315,11 +349,14 @@ def main() -> None:
         result[f"job_{latency:g}s_per_reply"] = summary
     load_after = os.getloadavg()
     result["load_average_1_5_15"] = {"at_start": load_before, "at_end": load_after}
+    result["rounds"] = args.rounds
     result["note"] = (
-        "before and after measured alternately in one run on a 2-core machine shared with other work (load "
+        "before and after measured alternately in one run (each figure the median of its rounds) on a "
+        "2-core machine shared with other work (load "
         "average above); check_true is Verifier.run of `true` in the job's warm container: everything a "
         "check costs beyond its command; first_check_at_once is the same for a job's first check run the "
-        "moment its Verifier starts warming (after: the server's check pool filled before the job); "
+        "moment its Verifier starts warming (the server's check pool filled before the job), with 1 and 2 "
+        "checks at once on the server (CONCLAVE_VERIFY_CONCURRENCY, default 2); "
         "check_overhead_per_answer is, in the end-to-end job, check_started to checked less the command's "
         "own duration (which includes the exec, or the runner's round trip)"
     )

@@ -323,3 +323,34 @@ async def test_charges_with_and_without_a_cost_sum_to_every_known_cost(
     assert [row.usage for row in stored[0]] == [
         agent.usage for agent in sorted(view.agents, key=lambda a: a.letter)
     ]
+
+
+@pytest.mark.parametrize("priced", [True, False])
+def test_an_estimate_is_the_teams_history_with_a_range_beside_it(priced: bool) -> None:
+    """One record of what past jobs used (TeamHistory, list_teams): ask_team's estimate carries the same
+    typical figures, with the range beside them; unpriced, neither has a cost."""
+    from conclave.jobs.estimate import estimate, history
+    from conclave.jobs.store.sql import AgentUsage
+
+    price = {"price": {"input": 1.0, "output": 2.0}} if priced else {}
+    team = Team.model_validate({"name": "t", "agents": [{"model": "openai/a", **price}]})
+    past = [
+        [
+            AgentUsage(
+                job_id=f"cj-{n}",
+                model="openai/a",
+                usage=Usage(input_tokens=n * 100_000, output_tokens=n * 1000),
+            )
+        ]
+        for n in (1, 3, 8)
+    ]
+    typical, found = history(team, past), estimate(team, past)
+    assert typical is not None and typical.jobs == found.jobs == 3
+    assert (found.typical_tokens, found.typical_cost_usd) == (
+        typical.typical_tokens,
+        typical.typical_cost_usd,
+    )
+    assert found.typical_tokens == 303_000 and found.tokens == [101_000, 808_000]
+    assert found.typical_cost_usd == (0.306 if priced else None)
+    assert found.cost_usd == ([0.102, 0.816] if priced else None)
+    assert history(team, []) is None and estimate(team, []).typical_tokens is None

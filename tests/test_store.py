@@ -258,3 +258,35 @@ async def test_usage_an_older_database_recorded_reads_back_as_it_was(tmp_path: P
     ]
     assert not past[0][0].usage.cost_partial
     assert row is not None and row.progress is not None and row.progress.agents[0].usage == past[0][0].usage
+
+
+async def test_each_awaited_twin_runs_its_store_method_in_its_lane(tmp_path: Path) -> None:
+    """A write twin wakes the waiters on the job it names (positionally or by keyword; a heartbeat names
+    none), a read twin wakes nobody, and each returns what its Store method returns."""
+    sync = new_store(tmp_path)
+    async with AsyncStore.open(sync) as store:
+        woken = store.changed(JOB)
+        assert await store.notes_after(JOB, -1) == [] and not woken.is_set()
+        assert await store.add_note(JOB, "look at the tests") == 0  # the job's first event
+        assert woken.is_set()
+        woken = store.changed(JOB)
+        await store.heartbeat("owner")
+        assert not woken.is_set()
+        await store.set_state(job_id=JOB, state="running", phase="by keyword")
+        assert woken.is_set()
+        row = await store.job(JOB)
+        assert row is not None and row.phase == "by keyword"
+        assert await store.notes_after(JOB, -1) == [(0, "look at the tests")]
+    sync.close()
+
+
+def test_a_twin_has_its_store_methods_name() -> None:
+    from conclave.jobs.store.async_store import StoreRead
+
+    with pytest.raises(Exception) as caught:  # Python 3.11 wraps it in a RuntimeError, 3.12 does not
+
+        class Misnamed:  # an AsyncStore whose twin hides under another name
+            row = StoreRead(Store.job)
+
+    error = caught.value.__cause__ or caught.value
+    assert isinstance(error, TypeError) and "must be named job, not row" in str(error)

@@ -294,3 +294,102 @@ async def test_checks_at_once_get_a_warm_container_each_and_later_ones_reuse_the
     finally:
         await verifier.close()
     assert docker.from_env().containers.list(all=True, filters={"label": f"conclave.job={job_id}"}) == []
+
+
+async def test_a_first_check_runs_beside_the_caller_files_run_not_after_it(
+    tmp_path: Path, project: Path
+) -> None:
+    """The caller's files' run (the baseline every verdict needs) starts with the job (`warm`), and an
+    answer that comes while it runs has its own run at the same time, in the job's other container; only
+    the verdict waits for the baseline. Seen from the engine: two containers of the job run the command
+    at once."""
+    import docker
+
+    from conclave.config.models import SandboxSpec
+    from conclave.coordination.verification import Verifier
+    from conclave.files.contexts import ContextPath
+    from conclave.files.workspaces import Workspaces
+    from conclave.sandbox.container import container_user
+
+    workspaces = Workspaces(tmp_path / "job", agent_owner=container_user())
+    await workspaces.prepare([ContextPath(path=str(project))])
+    await workspaces.create(["A"])
+    await workspaces.snapshot("A", "A1")
+    job_id = "cj-" + os.urandom(6).hex()
+    command = "sleep 2.5; echo '1 passed in 2.50s'"
+    verifier = Verifier(
+        job_id, command, workspaces, SandboxSpec(), timeout_s=30, limiter=anyio.CapacityLimiter(2)
+    )
+    client = docker.from_env()
+    most = 0
+
+    def running() -> int:  # the job's containers running the command now
+        found = client.containers.list(filters={"label": f"conclave.job={job_id}"})
+        return sum(any("sleep 2.5" in " ".join(p) for p in c.top()["Processes"]) for c in found)
+
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(verifier.warm, 2)
+            with anyio.fail_after(60):  # the baseline's run under way in one of the two containers
+                while await anyio.to_thread.run_sync(running) < 1:
+                    await anyio.sleep(0.05)  # sleep-ok: polling the engine for the job's processes
+            done = anyio.Event()
+
+            async def first_check() -> None:
+                run = await verifier.run("A1")
+                assert run.check.status == "passed" and run.check.required == 1, run.output
+                done.set()
+
+            tg.start_soon(first_check)
+            with anyio.fail_after(60):
+                while not done.is_set():
+                    most = max(most, await anyio.to_thread.run_sync(running))
+                    await anyio.sleep(0.05)  # sleep-ok: polling the engine for the job's processes
+    finally:
+        await verifier.close()
+    assert most == 2  # the answer's run beside the baseline's, not after it
+
+
+async def test_the_caller_files_run_starts_with_the_job_before_its_agents_are_built(
+    tmp_path: Path, fakes: FakeProviders, project: Path
+) -> None:
+    """The baseline (the check command on the caller's files) starts when the job does, beside its set-up:
+    the first agent's build waits until a container of this server runs it, and the job goes on."""
+    import time
+
+    import docker
+
+    from conclave.config.models import AgentSpec
+    from conclave.coordination.agents import Agent
+    from conclave.coordination.members import endpoint_factory
+    from conclave.sandbox.engine import PROCESS_OWNER
+
+    for name in ("ann", "bob", "cy"):
+        fakes.script.set_default(name, agent("ann"))
+    team = str(write_team(tmp_path / "team.yaml", fakes, TRIO, coordination={"final": "reuse"}))
+    client, real = docker.from_env(), endpoint_factory(ENV)
+    seen: list[bool] = []
+
+    def baseline_running() -> bool:
+        mine = client.containers.list(filters={"label": f"conclave.owner={PROCESS_OWNER.id}"})
+        return any("sleep 1.37" in " ".join(p) for c in mine for p in c.top()["Processes"])
+
+    def factory(spec: AgentSpec) -> Agent:  # in a worker thread: the job's set-up
+        if not seen:
+            for _ in range(400):  # about 20 s: the run starts within one or two here
+                if baseline_running():
+                    seen.append(True)
+                    break
+                time.sleep(0.05)  # sleep-ok: polling the engine from the set-up's worker thread
+            else:
+                seen.append(False)
+        return real(spec)
+
+    settings = Settings(home=tmp_path / "state")
+    async with JobService.open(settings, environ=ENV, retry=FAST, agent_factory=factory) as service:
+        request = JobRequest(
+            task=TASK, team=team, context_paths=[{"path": str(project)}], verify=f"sleep 1.37; {CHECK}"
+        )
+        view = await until_done(service, await service.submit(request))
+    assert seen == [True]  # the caller's files' run was under way before the first agent was built
+    assert view.state == "completed" and view.winner_check and view.winner_check.startswith("passed")

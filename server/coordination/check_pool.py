@@ -59,11 +59,17 @@ def check_spec(spec: SandboxSpec) -> SandboxSpec:
 
 @dataclass
 class _Shelf:
-    """One spec's containers: ready ones, and how many are starting."""
+    """One spec's containers: ready ones, and how many are starting (`changed` is set when that moves)."""
 
     spec: SandboxSpec
     ready: list[Box] = field(default_factory=list)
     starting: int = 0
+    changed: anyio.Event = field(default_factory=anyio.Event)
+
+    def moved(self) -> None:
+        """Wake whoever waits for a container of this shelf."""
+        self.changed.set()
+        self.changed = anyio.Event()
 
 
 class CheckPool:
@@ -104,13 +110,17 @@ class CheckPool:
             with anyio.CancelScope(shield=True):
                 await self.close()
 
-    def take(self, spec: SandboxSpec) -> Box | None:
+    async def take(self, spec: SandboxSpec) -> Box | None:
         """A started container for this check spec, now the caller's (it removes it and its folder), or
-        None; either way the pool tops up for this spec in the background."""
+        None; one the pool is still starting is waited for (it started before the caller's job, which
+        asks at its very start: coordination/verification.py `warm`). Either way the pool tops up for
+        this spec in the background."""
         if self.size <= 0:
             return None
         wanted = check_spec(spec)
         shelf = self._shelves.get(wanted.model_dump_json())
+        while shelf is not None and not shelf.ready and shelf.starting > 0:
+            await shelf.changed.wait()
         box = shelf.ready.pop(0) if shelf is not None and shelf.ready else None
         self._request(wanted)
         return box
@@ -125,6 +135,8 @@ class CheckPool:
         boxes = [box for shelf in self._shelves.values() for box in shelf.ready] + list(self._starting)
         for shelf in self._shelves.values():
             shelf.ready.clear()
+            shelf.starting = 0  # what was starting goes too: no taker waits for it
+            shelf.moved()
         with anyio.CancelScope(shield=True):
             async with anyio.create_task_group() as tg:
                 for box in boxes:
@@ -151,6 +163,7 @@ class CheckPool:
             except Exception:
                 logger.info("a pooled check container did not start", exc_info=True)
                 shelf.starting -= 1
+                shelf.moved()
                 self._starting.discard(box)
                 with anyio.CancelScope(shield=True):
                     await box.sandbox.stop()
@@ -160,6 +173,7 @@ class CheckPool:
             shelf.starting -= 1
             self._starting.discard(box)
             shelf.ready.append(box)
+            shelf.moved()
 
 
 def reap_folders(parent: Path, is_dead: Callable[[int], bool]) -> list[str]:

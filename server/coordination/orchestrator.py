@@ -147,34 +147,19 @@ class Orchestrator:
         deadline = self._deadline_at if self._deadline_at is not None else anyio.current_time() + timeout
         send, receive = self._send, self._receive
         try:
-            with anyio.move_on_after(deadline - anyio.current_time()) as setting_up:
-                await self._set_up()
+            async with anyio.create_task_group() as tg, send, receive:
+                if self.verifier is not None:  # the check containers and the caller's files' run, from
+                    # the job's start: the first answer's check then finds both ready (verification.py)
+                    tg.start_soon(self.verifier.warm, min(len(self.members), self.verifier.concurrency))
+                with anyio.move_on_after(deadline - anyio.current_time()) as setting_up:
+                    await self._set_up()
+                if not setting_up.cancelled_caught:
+                    await self._coordinate(tg, send, receive, deadline)
+                tg.cancel_scope.cancel()
             if setting_up.cancelled_caught:
                 return await self._ended_in_set_up(
                     f"the job reached its timeout of {timeout:g} s while setting up"
                 )
-            agents = [{"letter": m.letter, "model": m.spec.model} for m in self.members.values()]
-            if self._resume is None:
-                await self._emit("started", agents=agents)
-            async with anyio.create_task_group() as tg, send, receive:
-                tg.start_soon(self._deadline, send.clone(), deadline)
-                if self.verifier is not None:  # the check containers, while the agents work
-                    tg.start_soon(self.verifier.warm, min(len(self.members), self.verifier.concurrency))
-                if self.budget.limited:
-                    tg.start_soon(self.budget.watch, send.clone())
-                while (early := _pending(receive)) is not None:  # notes that came before the first turns
-                    await self._handle(early, tg, send)
-                if self._resume is None:
-                    await self._journal_event(Start())
-                    await self._execute(self.state.apply(Start()), tg, send)
-                else:  # the journal replayed; what was in flight runs again
-                    in_flight = self._replay(self._resume.events)
-                    turns = [a.letter for a in in_flight if isinstance(a, StartTurn)]
-                    await self._emit("resumed", events=len(self._resume.events), turns=turns)
-                    await self._execute(in_flight, tg, send)
-                while self._result is None:
-                    await self._handle(await receive.receive(), tg, send)
-                tg.cancel_scope.cancel()
         finally:
             self._send.close()  # a note from now on finds the job over (steer says so)
             with anyio.CancelScope(shield=True):
@@ -186,6 +171,34 @@ class Orchestrator:
                         await member.agent.aclose()
         assert self._result is not None  # the loop above ran until there was one
         return self._result
+
+    async def _coordinate(
+        self,
+        tg: anyio.abc.TaskGroup,
+        send: MemoryObjectSendStream[ProtocolEvent],
+        receive: MemoryObjectReceiveStream[ProtocolEvent],
+        deadline: float,
+    ) -> None:
+        """From the agents' first turns (or, on a resume, the turns that were in flight) to the result:
+        the protocol's loop."""
+        agents = [{"letter": m.letter, "model": m.spec.model} for m in self.members.values()]
+        if self._resume is None:
+            await self._emit("started", agents=agents)
+        tg.start_soon(self._deadline, send.clone(), deadline)
+        if self.budget.limited:
+            tg.start_soon(self.budget.watch, send.clone())
+        while (early := _pending(receive)) is not None:  # notes that came before the first turns
+            await self._handle(early, tg, send)
+        if self._resume is None:
+            await self._journal_event(Start())
+            await self._execute(self.state.apply(Start()), tg, send)
+        else:  # the journal replayed; what was in flight runs again
+            in_flight = self._replay(self._resume.events)
+            turns = [a.letter for a in in_flight if isinstance(a, StartTurn)]
+            await self._emit("resumed", events=len(self._resume.events), turns=turns)
+            await self._execute(in_flight, tg, send)
+        while self._result is None:
+            await self._handle(await receive.receive(), tg, send)
 
     async def _set_up(self) -> None:
         # workspaces and containers first: the agents' tools need them

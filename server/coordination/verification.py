@@ -7,7 +7,8 @@ files put back (files/protect.py, the team's `verify_protect`; the check names w
 voters and in the result). The command runs with `PYTHONSAFEPATH=1` and `PYTHONNOUSERSITE=1` (`RUNNER_ENV`),
 so a project file cannot shadow the runner's own start-up. It passes only on the runner's own summary
 reporting at least the tests the caller's files' run reported, none failed (verdicts.py): that run,
-the `Baseline`, is made once per job on the caller's files, beside the first turns. It runs in a
+the `Baseline`, is made once per job on the caller's files, from the job's start (`warm`, beside its
+set-up and first turns), and a check waits for it only to give its verdict. It runs in a
 warm check container of the job's, with run_command's confinement (sandbox/container.py: no network
 whatever the team says, limits, a non-root user, processes reaped, output capped): the job's first
 one is taken from the server's pool, started before the job (coordination/check_pool.py), else started
@@ -98,18 +99,25 @@ class Verifier:
         return int(self._limiter.total_tokens)
 
     async def warm(self, count: int = 1) -> None:
-        """Start `count` check containers before the first answers (a task beside the turns): as many
-        as checks may run at once, so none waits for a container to start. A failure is only logged:
-        a check then starts its own, and reports why it cannot."""
-        while count > 0 and self._pool is not None and (taken := self._pool.take(self.spec)) is not None:
+        """From the job's start (a task beside its set-up and first turns): start `count` check
+        containers, as many as checks may run at once, so none waits for a container to start, and
+        the caller's files' run (`baseline`) that every verdict needs. A failure is only logged: a
+        check then starts its own container, or makes the run, and reports why it cannot."""
+        while count > 0 and self._pool is not None:
+            taken = await self._pool.take(self.spec)
+            if taken is None:
+                break
             self._boxes.append(taken)  # started before the job was (check_pool.py)
             self._put.send_nowait(taken)
             count -= 1
         self._coming += count
         async with anyio.create_task_group() as tg:
+            tg.start_soon(self._first_baseline)  # on a container already started when there is one
             for _ in range(count):
                 tg.start_soon(self._warm_one)
-        try:  # the caller's files' run, while the agents work: the first answer's check needs it
+
+    async def _first_baseline(self) -> None:
+        try:
             async with self._limiter:
                 await self.baseline()
         except Exception:
@@ -171,14 +179,11 @@ class Verifier:
 
     async def _run(self, label: str) -> tuple[CommandResult, CheckCopy, list[str], Baseline]:
         copy = await self.workspaces.check_copy(label)
-        try:
-            baseline = await self.baseline()
-        except BaseException:
-            with anyio.CancelScope(shield=True):
-                await anyio.to_thread.run_sync(remove_tree, copy.path)
-            raise
+        # the answer's run first, beside the caller's files' run if that is still going (warm started
+        # it with the job): only the verdict waits for the baseline, so a first answer that comes at
+        # once costs one run, not two in a row
         result, protected = await self._exec(copy, protect=True)
-        return result, copy, protected, baseline
+        return result, copy, protected, await self.baseline()
 
     async def _exec(self, copy: CheckCopy, *, protect: bool) -> tuple[CommandResult, list[str]]:
         """Run the command on `copy` (its protected files put back first with `protect`) in a warm

@@ -1,9 +1,10 @@
 """What a job of a team may use, from the team's prices and this server's past jobs of that team.
 
-`estimate` gives ask_team's first result a range (the least and the most a past job of the team used
-here, priced at the team's prices now; the budget caps the top); with no history it says so and
-gives only what a budget bounds. `history` gives list_teams the typical (median) tokens and cost per
-job. Both read `Store.team_usage`.
+`history` gives list_teams the typical (median) tokens and cost per job: a `TeamHistory`, the one
+record of what the team's past jobs used. `estimate` gives ask_team's first result that record with a
+range beside it (the least and the most a past job of the team used here, priced at the team's prices
+now; the budget caps the top): an `Estimate` is built from the `TeamHistory`, never figured apart; with
+no history it says so and gives only what a budget bounds. Both read `Store.team_usage`.
 """
 
 from __future__ import annotations
@@ -49,26 +50,20 @@ def estimate(team: Team, past: list[list[AgentUsage]]) -> Estimate:
         return Estimate(jobs=0, cost_usd=bound, note=note)
     tokens = [_tokens(job) for job in past]
     costs = [_cost(team, job) for job in past]
+    typical = _typical(tokens, costs)
     low, high = min(tokens), max(tokens)
     if rules.max_tokens is not None:
         low, high = min(low, rules.max_tokens), min(high, rules.max_tokens)
     known = [cost for cost in costs if cost is not None]
     cost_range = None
-    if known and len(known) == len(costs):
+    if typical.typical_cost_usd is not None:  # every past job's cost is known
         top = min(max(known), cap) if cap is not None else max(known)
         cost_range = [round(min(min(known), top), 4), round(top, 4)]
     capped = " (the budget caps the top)" if rules.max_tokens or rules.max_cost_usd else ""
     priced = "" if cost_range else "; no cost: an agent has no price"
     last = plural(len(past), "completed job")
     note = f"from the last {last} of team {team.name!r} on this server{capped}{priced}"
-    return Estimate(
-        jobs=len(past),
-        tokens=[low, high],
-        cost_usd=cost_range,
-        typical_tokens=int(median(tokens)),
-        typical_cost_usd=round(median(known), 4) if cost_range else None,
-        note=note,
-    )
+    return Estimate(**typical.model_dump(), tokens=[low, high], cost_usd=cost_range, note=note)
 
 
 def _cost_cap(team: Team) -> float | None:
@@ -86,9 +81,12 @@ def history(team: Team, past: list[list[AgentUsage]]) -> TeamHistory | None:
     """Typical tokens and cost per job of `team` here; None without history."""
     if not past:
         return None
-    costs = [_cost(team, job) for job in past]
+    return _typical([_tokens(job) for job in past], [_cost(team, job) for job in past])
+
+
+def _typical(tokens: list[int], costs: list[float | None]) -> TeamHistory:
+    """The median tokens and cost of past jobs (one or more); no cost unless every job's is known (a
+    partial figure is no figure)."""
     known = [cost for cost in costs if cost is not None]
-    cost = round(median(known), 4) if len(known) == len(costs) else None  # a partial figure is no figure
-    return TeamHistory(
-        jobs=len(past), typical_tokens=int(median(_tokens(job) for job in past)), typical_cost_usd=cost
-    )
+    cost = round(median(known), 4) if len(known) == len(costs) else None
+    return TeamHistory(jobs=len(tokens), typical_tokens=int(median(tokens)), typical_cost_usd=cost)

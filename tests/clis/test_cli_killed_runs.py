@@ -31,7 +31,7 @@ from tests.fakes.cli_worker import DECISION_MARK, CliWorker, _first_user_text
 from tests.fakes.script import RecordedRequest, Reply
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import decide
-from tests.fakes.waits import until_cli_done
+from tests.fakes.waits import cli_job
 
 pytestmark = pytest.mark.anyio
 FIX = "sed -i 's/return a - b/return a + b/' calc.py"
@@ -125,12 +125,7 @@ async def test_a_stale_decision_run_is_killed_charged_and_asked_again(
     fakes.script.set_default("claude", respond).set_default("api", api)
     team = _team(tmp_path / "team.yaml", fakes, api=True, answers=2)
     async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV, retry=FAST) as service:
-        view = await until_cli_done(
-            service,
-            await service.submit(
-                JobRequest(task=TASK, team=team, context_paths=[{"path": str(project)}], verify="pytest -q")
-            ),
-        )
+        view = await cli_job(service, team, project, verify="pytest -q")
         events = list(service.store.sync.events(view.job_id))
     letter = next(agent.letter for agent in view.agents if agent.model == "cli/claude-code")
     print(view.text())
@@ -173,12 +168,7 @@ async def test_a_winning_cli_member_presents_the_final_answer(
     fakes.script.set_default("claude", respond).set_default("api", api_agent)
     team = _team(tmp_path / "team.yaml", fakes, api=True, final="present")
     async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV, retry=FAST) as service:
-        view = await until_cli_done(
-            service,
-            await service.submit(
-                JobRequest(task=TASK, team=team, context_paths=[{"path": str(project)}], verify="pytest -q")
-            ),
-        )
+        view = await cli_job(service, team, project, verify="pytest -q")
         patch = (await service.lookup.read(view.job_id, "@diff", None, 0, 100_000)).content
         events = list(service.store.sync.events(view.job_id))
     letter = next(agent.letter for agent in view.agents if agent.model == "cli/claude-code")

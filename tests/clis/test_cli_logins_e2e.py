@@ -31,7 +31,7 @@ from tests.fakes.cli_worker import CliWorker, answer_held
 from tests.fakes.leaks import holding, tokens
 from tests.fakes.login_files import claude_credentials, codex_auth, codex_claims, gemini_oauth_creds, jwt
 from tests.fakes.login_hosts import LoginHosts, Seen
-from tests.fakes.waits import until_cli_done
+from tests.fakes.waits import cli_job, until_cli_done
 
 pytestmark = pytest.mark.anyio
 FAST = RetryPolicy(max_attempts=2, base_delay_s=0.01, max_delay_s=0.05)
@@ -230,12 +230,7 @@ async def test_an_expired_login_is_refreshed_inside_the_container_only(
     async with JobService.open(
         settings, environ={"HOME": str(home)}, retry=FAST, route=hosts.redirect()
     ) as service:
-        view = await until_cli_done(
-            service,
-            await service.submit(
-                JobRequest(task=TASK, team=str(team), context_paths=[{"path": str(project)}])
-            ),
-        )
+        view = await cli_job(service, team, project)
         transcript = (await service.lookup.read(view.job_id, "transcript", None, 0, 100_000)).content
 
     assert view.state == "completed" and view.answer == "Fixed add().", view.text()
@@ -280,14 +275,7 @@ async def test_gemini_cli_works_from_a_google_login(
     async with JobService.open(
         Settings(home=tmp_path / "state"), environ=environ, retry=FAST, route=hosts.redirect()
     ) as service:
-        view = await until_cli_done(
-            service,
-            await service.submit(
-                JobRequest(
-                    task=TASK, team=str(team), context_paths=[{"path": str(project)}], verify="pytest -q"
-                )
-            ),
-        )
+        view = await cli_job(service, team, project, verify="pytest -q")
         patch = (await service.lookup.read(view.job_id, "@diff", None, 0, 100_000)).content
         transcript = (await service.lookup.read(view.job_id, "transcript", None, 0, 100_000)).content
 

@@ -28,7 +28,7 @@ from tests.fakes.cli_worker import DECISION_MARK, CliWorker, _first_user_text, _
 from tests.fakes.script import RecordedRequest, Reply
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import decide, vote_labels
-from tests.fakes.waits import until_cli_done
+from tests.fakes.waits import cli_job, until_cli_done
 
 pytestmark = pytest.mark.anyio
 KEY = "CONCLAVE_FAKE_KEY"
@@ -206,14 +206,7 @@ agents:
 coordination: {{max_answers_per_agent: 1, final: reuse}}
 """)
     async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV, retry=FAST) as service:
-        view = await until_cli_done(
-            service,
-            await service.submit(
-                JobRequest(
-                    task=TASK, team=str(team), context_paths=[{"path": str(project)}], verify="pytest -q"
-                )
-            ),
-        )
+        view = await cli_job(service, team, project, verify="pytest -q")
         transcript = (await service.lookup.read(view.job_id, "transcript", None, 0, 100_000)).content
         events = [event.model_dump_json() for event in service.store.sync.events(view.job_id)]
     assert view.state == "completed" and any("key-present" in result for result in claude.tool_results)
@@ -308,14 +301,7 @@ coordination: {{max_answers_per_agent: 1, final: reuse}}
 sandbox: {{memory: 2g}}
 """)
     async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV, retry=FAST) as service:
-        view = await until_cli_done(
-            service,
-            await service.submit(
-                JobRequest(
-                    task=TASK, team=str(team), context_paths=[{"path": str(project)}], verify="pytest -q"
-                )
-            ),
-        )
+        view = await cli_job(service, team, project, verify="pytest -q")
         patch = (await service.lookup.read(view.job_id, "@diff", None, 0, 100_000)).content
     print(view.text(), worker.tool_names)
     letter = next(agent.letter for agent in view.agents if agent.model.startswith("cli/"))
@@ -350,12 +336,7 @@ agents:
 coordination: {{max_tokens: 2000, final: reuse}}
 """)
     async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV, retry=FAST) as service:
-        view = await until_cli_done(
-            service,
-            await service.submit(
-                JobRequest(task=TASK, team=str(team), context_paths=[{"path": str(project)}])
-            ),
-        )
+        view = await cli_job(service, team, project)
     member = next(agent for agent in view.agents if agent.model == "cli/claude-code")
     assert view.result.reason and view.result.reason.startswith("budget reached: "), view.text()
     assert member.usage.input_tokens == fakes.script.bill["claude"][0] > 2000

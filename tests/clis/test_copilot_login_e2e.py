@@ -21,17 +21,15 @@ import pytest
 from conclave.backends.retry import RetryPolicy
 from conclave.cli.doctor import run_checks
 from conclave.config.presets import resolve_team
-from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
 from conclave.sandbox.allowlist import allowlist_for
 from conclave.settings import Settings
-from tests.fakes.calc_task import TASK
 from tests.fakes.cli_worker import CliWorker
 from tests.fakes.copilot_api import AGENT, MODEL_HOST
 from tests.fakes.leaks import holding
 from tests.fakes.login_files import copilot_config
 from tests.fakes.login_hosts import LoginHosts
-from tests.fakes.waits import until_cli_done
+from tests.fakes.waits import cli_job
 
 pytestmark = pytest.mark.anyio
 FAST = RetryPolicy(max_attempts=2, base_delay_s=0.01, max_delay_s=0.05)
@@ -69,14 +67,7 @@ async def test_copilot_cli_works_from_the_users_github_login(
     settings = Settings(home=tmp_path / "state")
     async with JobService.open(settings, environ=environ, retry=FAST, route=hosts.redirect()) as service:
         listed = await service.lookup.teams()
-        view = await until_cli_done(
-            service,
-            await service.submit(
-                JobRequest(
-                    task=TASK, team=str(team), context_paths=[{"path": str(project)}], verify="pytest -q"
-                )
-            ),
-        )
+        view = await cli_job(service, team, project, verify="pytest -q")
         patch = (await service.lookup.read(view.job_id, "@diff", None, 0, 100_000)).content
         transcript = (await service.lookup.read(view.job_id, "transcript", None, 0, 100_000)).content
         events = [event.model_dump_json() for event in service.store.sync.events(view.job_id)]

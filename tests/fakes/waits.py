@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import anyio
 
 from conclave.jobs.read.views import JobView
+from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
+from tests.fakes.calc_task import TASK
 
 JOB_LIMIT_S = 120.0
 CLI_JOB_LIMIT_S = 800.0  # a job of CLI members: their containers, and real CLIs started for every run
@@ -22,6 +26,13 @@ async def until_done(service: JobService, view: JobView, limit_s: float = JOB_LI
 async def until_cli_done(service: JobService, view: JobView) -> JobView:
     """`until_done` for a job of CLI members (tests/clis/)."""
     return await until_done(service, view, CLI_JOB_LIMIT_S)
+
+
+async def cli_job(service: JobService, team: str | Path, project: Path, verify: str | None = None) -> JobView:
+    """The calc task (tests/fakes/calc_task.py) for `team` on `project`, submitted and waited for as a
+    job of CLI members."""
+    request = JobRequest(task=TASK, team=str(team), context_paths=[{"path": str(project)}], verify=verify)
+    return await until_cli_done(service, await service.submit(request))
 
 
 async def until_state(service: JobService, job_id: str, state: str, limit_s: float = 30.0) -> JobView:

@@ -35,7 +35,7 @@ from tests.fakes.leaks import holding
 from tests.fakes.login_hosts import LoginHosts
 from tests.fakes.script import RecordedRequest, Reply
 from tests.fakes.server import FakeProviders
-from tests.fakes.waits import until_cli_done
+from tests.fakes.waits import cli_job, until_cli_done
 
 __all__ = ["hosts", "project"]  # the fixtures this module uses, from tests/clis/conftest.py
 
@@ -144,12 +144,7 @@ async def test_a_key_for_the_official_api_goes_there_over_tls_from_the_host(
     async with JobService.open(
         Settings(home=state), environ=environ, retry=FAST, route=hosts.redirect()
     ) as service:
-        view = await until_cli_done(
-            service,
-            await service.submit(
-                JobRequest(task=TASK, team=str(team), context_paths=[{"path": str(project)}])
-            ),
-        )
+        view = await cli_job(service, team, project)
     print(view.text())
     assert view.state == "completed" and {a.answers for a in view.agents} == {1}, view.text()
     messages = [call for call in hosts.seen if call.host == "api.anthropic.com"]

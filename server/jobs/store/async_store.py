@@ -2,7 +2,8 @@
 so the event loop never waits on SQLite.
 
 One pattern: every Store method a server calls has its awaitable twin here, in its lane (a read in a
-reader thread, a write by the writer); a function of several reads that takes the Store (a view's
+reader thread, a write by the writer), declared in one line (`StoreRead`, `StoreWrite`) that takes the Store
+method's own signature; a function of several reads that takes the Store (a view's
 parts, a transcript: jobs/read/view_read.py, jobs/read/reader.py) runs whole through `read`, one thread hop.
 Only code already in a worker thread uses `sync`.
 
@@ -24,20 +25,18 @@ queue behind writes unless we kept several connections, and batches would still 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, ParamSpec, TypeVar, cast
+from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, cast
 
 import anyio
 import anyio.to_thread
 
 from conclave.coordination.reports import JobEvent, Progress
-from conclave.jobs.records import FilesResult, JobOptions
-from conclave.jobs.request import JobRequest
 from conclave.jobs.store.lanes import Lane
-from conclave.jobs.store.sql import AgentUsage, AnswerRow, JobRow, Store
+from conclave.jobs.store.sql import Store
 
 logger = logging.getLogger(__name__)
 P = ParamSpec("P")
@@ -52,6 +51,45 @@ class _Write:
     done: anyio.Event | None  # None: queued without waiting (a job's events)
     result: Any = None
     error: Exception | None = field(default=None)
+
+
+class StoreRead(Generic[P, T]):
+    """An AsyncStore method that runs the Store method of the same name in a reader thread (`read`): the
+    Store method's own signature, awaited, so mypy checks every call's arguments and result."""
+
+    def __init__(self, method: Callable[Concatenate[Store, P], T]) -> None:
+        self.name = method.__name__
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        if name != self.name:  # a twin has its Store method's name, or callers would not find it
+            raise TypeError(f"the AsyncStore twin of Store.{self.name} must be named {self.name}, not {name}")
+
+    def __get__(self, store: AsyncStore, owner: type | None = None) -> Callable[P, Awaitable[T]]:
+        method = getattr(store.sync, self.name)  # the instance's: what a caller sees on `sync`
+
+        async def call(*args: P.args, **kwargs: P.kwargs) -> T:
+            return cast(T, await store.read(partial(method, *args, **kwargs)))
+
+        return call
+
+
+class StoreWrite(StoreRead[P, T]):
+    """An AsyncStore method that runs the Store method of the same name by the writer (`write`), and
+    wakes what waits on the job it names (its first argument, `job_id`) unless `wakes` is False."""
+
+    def __init__(self, method: Callable[Concatenate[Store, P], T], *, wakes: bool = True) -> None:
+        super().__init__(method)
+        self.wakes = wakes
+
+    def __get__(self, store: AsyncStore, owner: type | None = None) -> Callable[P, Awaitable[T]]:
+        method = getattr(store.sync, self.name)
+
+        async def call(*args: P.args, **kwargs: P.kwargs) -> T:
+            job_id = kwargs.get("job_id", args[0] if args else None) if self.wakes else None
+            # the call bound first: its arguments may be named as `write`'s own are (job_id)
+            return cast(T, await store.write(cast(str | None, job_id), partial(method, *args, **kwargs)))
+
+        return call
 
 
 class AsyncStore:
@@ -161,77 +199,33 @@ class AsyncStore:
             except Exception as exc:
                 write.error = exc
 
-    # Jobs -------------------------------------------------------------------------------------------
-    async def create_job(
-        self,
-        job_id: str,
-        task: str,
-        team_name: str,
-        team_json: str,
-        owner_pid: int,
-        owner_id: str,
-        options: JobOptions | None = None,
-        caller: str = "local",
-        request: JobRequest | None = None,
-    ) -> None:
-        await self.write(
-            job_id,
-            self.sync.create_job,
-            job_id,
-            task,
-            team_name,
-            team_json,
-            owner_pid,
-            owner_id,
-            options,
-            caller,
-            request,
-        )
-
-    async def set_files(self, job_id: str, files: FilesResult) -> None:
-        await self.write(job_id, self.sync.set_files, job_id, files)
-
-    async def job(self, job_id: str) -> JobRow | None:
-        return await self.read(self.sync.job, job_id)
-
-    async def recent_jobs(self, limit: int = 20) -> list[JobRow]:
-        return await self.read(self.sync.recent_jobs, limit)
-
-    async def rev(self, job_id: str) -> int | None:
-        return await self.read(self.sync.rev, job_id)
-
-    async def set_state(
-        self, job_id: str, state: str, phase: str | None = None, error: str | None = None
-    ) -> None:
-        await self.write(job_id, self.sync.set_state, job_id, state, phase, error)
-
-    async def request_cancel(self, job_id: str) -> None:
-        await self.write(job_id, self.sync.request_cancel, job_id)
-
-    async def cancel_requests(self, owner_id: str) -> list[str]:
-        return await self.read(self.sync.cancel_requests, owner_id)
-
-    async def queued_by_caller(self, owner_id: str) -> dict[str, int]:
-        return await self.read(self.sync.queued_by_caller, owner_id)
-
-    async def heartbeat(self, owner_id: str, lease_s: float) -> None:
-        await self.write(None, self.sync.heartbeat, owner_id, lease_s)
-
-    async def orphans(self, is_alive: Callable[[int], bool], stale_after_s: float) -> list[tuple[str, str]]:
-        return await self.read(self.sync.orphans, is_alive, stale_after_s)
-
-    async def lost(self, owner_id: str, job_ids: list[str]) -> list[str]:
-        return await self.read(self.sync.lost, owner_id, job_ids) if job_ids else []
-
-    async def claim(self, job_id: str, old_owner: str, owner_id: str, owner_pid: int, lease_s: float) -> bool:
-        return await self.write(job_id, self.sync.claim, job_id, old_owner, owner_id, owner_pid, lease_s)
+    # The twins: each a Store method of the same name and signature, in its lane ----------------------
+    create_job = StoreWrite(Store.create_job)
+    set_files = StoreWrite(Store.set_files)
+    job = StoreRead(Store.job)
+    recent_jobs = StoreRead(Store.recent_jobs)
+    rev = StoreRead(Store.rev)
+    set_state = StoreWrite(Store.set_state)
+    request_cancel = StoreWrite(Store.request_cancel)
+    cancel_requests = StoreRead(Store.cancel_requests)
+    queued_by_caller = StoreRead(Store.queued_by_caller)
+    # leases and takeovers (jobs/takeover.py)
+    heartbeat = StoreWrite(Store.heartbeat, wakes=False)
+    orphans = StoreRead(Store.orphans)
+    lost = StoreRead(Store.lost)
+    claim = StoreWrite(Store.claim)
+    journaled = StoreRead(Store.journaled)
+    events = StoreRead(Store.events)
+    team_usage = StoreRead(Store.team_usage)
+    answers = StoreRead(Store.answers)
+    # conversations: follow-ups and steering notes (jobs/store/conversations.py)
+    set_follow_up = StoreWrite(Store.set_follow_up)
+    add_note = StoreWrite(Store.add_note)
+    notes_after = StoreRead(Store.notes_after)
 
     async def journal(self, job_id: str, event_json: str) -> None:
         """Queued like `record`, and before the reports of what the event caused (one writer, in order)."""
         self.post(None, self.sync.journal, job_id, event_json)
-
-    async def journaled(self, job_id: str) -> list[str]:
-        return await self.read(self.sync.journaled, job_id)
 
     # What a running job reports, and reading it -----------------------------------------------------
     async def record(self, job_id: str, event: JobEvent, progress: Progress, phase: str | None) -> None:
@@ -239,22 +233,3 @@ class AsyncStore:
         Waiters wake only when the job's `rev` moves (an event with a phase), as before they looked:
         a usage report is no reason to read the job again."""
         self.post(job_id if phase is not None else None, self.sync.record, job_id, event, progress, phase)
-
-    async def events(self, job_id: str, kind: str | None = None) -> list[JobEvent]:
-        return await self.read(self.sync.events, job_id, kind)
-
-    async def team_usage(self, team_name: str, limit: int = 20) -> list[list[AgentUsage]]:
-        return await self.read(self.sync.team_usage, team_name, limit)
-
-    async def answers(self, job_id: str) -> list[AnswerRow]:
-        return await self.read(self.sync.answers, job_id)
-
-    # Conversations: follow-ups and steering notes (jobs/store/conversations.py) ----------------------
-    async def set_follow_up(self, job_id: str, earlier: str) -> None:
-        await self.write(job_id, self.sync.set_follow_up, job_id, earlier)
-
-    async def add_note(self, job_id: str, text: str) -> int:
-        return await self.write(job_id, self.sync.add_note, job_id, text)
-
-    async def notes_after(self, job_id: str, seq: int) -> list[tuple[int, str]]:
-        return await self.read(self.sync.notes_after, job_id, seq)

@@ -357,6 +357,8 @@ class Store(ConversationRecords[JobRow]):
 
     def lost(self, owner_id: str, job_ids: list[str]) -> list[str]:
         """Which of `job_ids` (jobs `owner_id` runs) another server has claimed since (jobs/takeover.py)."""
+        if not job_ids:  # `IN ()` is no SQL
+            return []
         marks = ", ".join("?" * len(job_ids))
         rows = self._db.execute(
             f"SELECT id FROM jobs WHERE id IN ({marks}) AND owner_id != ?", (*job_ids, owner_id)

@@ -270,7 +270,7 @@ async def test_each_awaited_twin_runs_its_store_method_in_its_lane(tmp_path: Pat
         assert await store.add_note(JOB, "look at the tests") == 0  # the job's first event
         assert woken.is_set()
         woken = store.changed(JOB)
-        await store.heartbeat("owner")
+        await store.heartbeat("owner", 15.0)
         assert not woken.is_set()
         await store.set_state(job_id=JOB, state="running", phase="by keyword")
         assert woken.is_set()

@@ -45,6 +45,7 @@ from conclave.sandbox.recipe import (
     DPKG_EXCLUDES,
     IMAGE_CONFIG,
     PACKAGES,
+    ROUTE_LABEL,
     SMOKE_TEST,
     VARIANT,
     debian_arch,
@@ -324,7 +325,10 @@ def _import(docker: object, tarball: Path, candidate: str) -> None:
     repo, _, version = candidate.rpartition(":")
     try:
         reply = docker.api.import_image_from_file(  # type: ignore[attr-defined]
-            str(tarball), repository=repo, tag=version, changes=list(IMAGE_CONFIG)
+            str(tarball),
+            repository=repo,
+            tag=version,
+            changes=[*IMAGE_CONFIG, f"LABEL {ROUTE_LABEL}=mmdebstrap"],
         )
     except sdk.errors.DockerException as exc:
         raise SandboxError(f"docker import failed: {exc}") from exc

@@ -75,6 +75,7 @@ CLIS_SMOKE_TEST = (
 # The engine's architecture (`docker version`'s Arch, or a --platform's) -> Debian's and npm's names.
 _ARCHES = {"amd64": ("amd64", "x64"), "x86_64": ("amd64", "x64"), "arm64": ("arm64", "arm64")}
 _ARCHES["aarch64"] = _ARCHES["arm64"]
+ROUTE_LABEL = "conclave.sandbox.route"  # which route built an image: the one line in which they differ
 
 
 def plain_digest() -> str:

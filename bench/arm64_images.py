@@ -82,7 +82,9 @@ async def main() -> dict[str, Any]:
     }
     options = BuildOptions(route=Route.MMDEBSTRAP, platform=PLATFORM)
     plain = f"{IMAGE_REPO}:{plain_digest()}-arm64bench"
-    report = await timed("plain_mmdebstrap_build", results, lambda: build_image(plain, options=options, log=print))
+    report = await timed(
+        "plain_mmdebstrap_build", results, lambda: build_image(plain, options=options, log=print)
+    )
     if report is not None:
         results["plain_mmdebstrap"] = describe(docker, plain, report)
 
@@ -108,19 +110,28 @@ async def main() -> dict[str, Any]:
     await timed("plain_dockerfile_build", results, dockerfile_route)
 
     clis = f"{CLIS_REPO}:{clis_digest()}-arm64bench"
-    clis_report = await timed("clis_mmdebstrap_build", results, lambda: build_clis_image(clis, options=options, log=print))
+    clis_report = await timed(
+        "clis_mmdebstrap_build", results, lambda: build_clis_image(clis, options=options, log=print)
+    )
     if clis_report is not None:
         results["clis_mmdebstrap"] = describe(docker, clis, clis_report)
-        versions = "for c in node claude codex gemini copilot; do printf '%s: ' $c; $c --version | head -1; done"
-        results["clis_versions"] = docker.containers.run(
-            clis,
-            ["sh", "-c", versions],
-            network_mode="none",
-            remove=True,
-            user="1000:1000",
-            environment={"HOME": "/tmp", "GEMINI_CLI_NO_RELAUNCH": "true", "DISABLE_AUTOUPDATER": "1"},
-            tmpfs={"/tmp": "rw,exec,size=1g"},
-        ).decode().strip().splitlines()
+        versions = (
+            "for c in node claude codex gemini copilot; do printf '%s: ' $c; $c --version | head -1; done"
+        )
+        results["clis_versions"] = (
+            docker.containers.run(
+                clis,
+                ["sh", "-c", versions],
+                network_mode="none",
+                remove=True,
+                user="1000:1000",
+                environment={"HOME": "/tmp", "GEMINI_CLI_NO_RELAUNCH": "true", "DISABLE_AUTOUPDATER": "1"},
+                tmpfs={"/tmp": "rw,exec,size=1g"},
+            )
+            .decode()
+            .strip()
+            .splitlines()
+        )
 
     if report is not None:
         await timed("e2e_job_on_plain_arm64", results, lambda: e2e_job(plain, results))

@@ -129,6 +129,16 @@ def test_the_cli_says_what_is_missing_when_no_route_can_build(
     )
 
 
+def test_a_bad_mirror_is_refused_before_anything_is_built(
+    isolated: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for bad in ("deb.debian.org", "http://mirror/debian", "http://mirror#x", "ftp://mirror"):
+        assert main(["sandbox", "build", "--apt-mirror", bad]) != 0
+        err = capsys.readouterr().err
+        assert f"--apt-mirror {bad!r}: give the mirror's scheme and host" in err, err
+    assert BuildOptions(apt_mirror="http://127.0.0.1:3142").apt_mirror == "http://127.0.0.1:3142"
+
+
 def test_platforms_map_to_debians_and_npms_names() -> None:
     assert [debian_arch(p) for p in ("linux/amd64", "linux/arm64")] == ["amd64", "arm64"]
     assert [npm_cpu(p) for p in ("linux/amd64", "linux/arm64")] == ["x64", "arm64"]

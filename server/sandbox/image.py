@@ -104,6 +104,16 @@ class BuildOptions:
     platform: str | None = None
     apt_mirror: str | None = None
 
+    def __post_init__(self) -> None:
+        if self.platform is not None:
+            debian_arch(self.platform)  # linux/amd64 or linux/arm64, else the error says so
+        mirror = self.apt_mirror
+        if mirror is not None and not re.fullmatch(r"https?://[^\s/#'\"]+", mirror):
+            raise SandboxError(
+                f"--apt-mirror {mirror!r}: give the mirror's scheme and host (and port), such as "
+                "http://mirror.example:3142; it takes the place of http://deb.debian.org in apt's sources"
+            )
+
 
 async def build_image(
     tag: str | None = None,

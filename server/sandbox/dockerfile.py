@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from conclave.errors import SandboxError
+from conclave.errors import BaseUnavailable, SandboxError
 from conclave.sandbox.recipe import (
     ADD_USER,
     CLIS_LAYOUT,
@@ -54,15 +54,6 @@ def get_base(docker: object, name: str, platform: str) -> BaseImage:
             raise BaseUnavailable(name, reason) from exc
         return BaseImage(name, f"the engine could not pull {name} ({reason}); using the copy it has", False)
     return BaseImage(name, f"the engine pulled {name} for {platform}", True)
-
-
-class BaseUnavailable(SandboxError):
-    """The engine can neither pull the Dockerfile route's base image nor has a copy of it."""
-
-    def __init__(self, name: str, reason: str) -> None:
-        self.name = name
-        self.reason = reason
-        super().__init__(f"the engine could not pull {name} ({reason}) and has no copy of it")
 
 
 def plain_dockerfile(base: str, packages: Sequence[str]) -> str:

@@ -17,8 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from conclave.errors import SandboxError
-from conclave.sandbox.dockerfile import BaseImage, BaseUnavailable, get_base
+from conclave.errors import BaseUnavailable, SandboxError
+from conclave.sandbox.dockerfile import BaseImage, get_base
 from conclave.sandbox.recipe import BASE_IMAGE
 
 

@@ -1,6 +1,9 @@
 """Both sandbox images for linux/arm64 on an x86-64 host, under qemu-user-static and binfmt_misc.
 
-python bench/arm64_images.py     # as root, one at a time; about 20-40 minutes on 2 shared cores
+python bench/arm64_images.py [plain e2e clis dockerfile]   # as root; each step an hour or less here
+
+Each step adds its figures to the results file (an image built earlier is reused: `built_now: false`,
+its build time is the `..._build_s` of the run that built it).
 
 Too slow for every CI run, so a script with dated results (bench/results/arm64-images.json):
 1. binfmt_misc mounted and Debian's qemu-user-static registered (`update-binfmts --enable`);
@@ -18,6 +21,7 @@ busy machine: read them as orders of magnitude.
 from __future__ import annotations
 
 import datetime
+import json
 import subprocess
 import sys
 import tempfile
@@ -72,69 +76,82 @@ async def timed(step: str, results: dict[str, Any], work: Any) -> Any:
     return value
 
 
-async def main() -> dict[str, Any]:
+STEPS = ("plain", "e2e", "clis", "dockerfile")
+
+
+async def main(steps: tuple[str, ...]) -> dict[str, Any]:
     docker = connect()
-    results: dict[str, Any] = {
-        "date": datetime.date.today().isoformat(),
-        "engine": docker.version()["Version"],
-        "host": subprocess.run(["uname", "-m"], capture_output=True, text=True).stdout.strip(),
-        "binfmt": enable_binfmt(),
-    }
+    results: dict[str, Any] = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+    results.update(
+        {
+            "date": datetime.date.today().isoformat(),
+            "engine": docker.version()["Version"],
+            "host": subprocess.run(["uname", "-m"], capture_output=True, text=True).stdout.strip(),
+            "binfmt": enable_binfmt(),
+        }
+    )
     options = BuildOptions(route=Route.MMDEBSTRAP, platform=PLATFORM)
     plain = f"{IMAGE_REPO}:{plain_digest()}-arm64bench"
-    report = await timed(
-        "plain_mmdebstrap_build", results, lambda: build_image(plain, options=options, log=print)
-    )
-    if report is not None:
-        results["plain_mmdebstrap"] = describe(docker, plain, report)
-
-    async def dockerfile_route() -> None:
-        await anyio.to_thread.run_sync(lambda: ensure_public_base(PLATFORM, ARM64_BASE))
-        results["arm64_base_recorded_architecture"] = docker.images.get(ARM64_BASE).attrs["Architecture"]
-        tag = f"{IMAGE_REPO}:{plain_digest()}-arm64bench-dockerfile"
-        with tempfile.TemporaryDirectory() as tmp:
-            dockerfile.write_context(Path(tmp), dockerfile.plain_dockerfile(ARM64_BASE, PACKAGES))
-            await anyio.to_thread.run_sync(
-                lambda: dockerfile.build(
-                    docker, Path(tmp), tag, platform=PLATFORM, apt_mirror=None, say=lambda _line: None
-                )
-            )
-        await anyio.to_thread.run_sync(_smoke_test, docker, tag)
-        results["plain_dockerfile"] = describe(docker, tag, None)
-        same = "dpkg-query -W -f '${Package} ${Version}\\n' | sort"
+    if "plain" in steps:
+        earlier = results.get("plain_mmdebstrap_build_s")
+        report = await timed(
+            "plain_mmdebstrap_build", results, lambda: build_image(plain, options=options, log=print)
+        )
         if report is not None:
+            results["plain_mmdebstrap"] = describe(docker, plain, report)
+        if report is not None and not report.built and earlier is not None:
+            results["plain_mmdebstrap_build_s"] = earlier  # reused: the time of the run that built it
+    if "e2e" in steps:
+        await timed("e2e_job_on_plain_arm64", results, lambda: e2e_job(plain, results))
+    if "clis" in steps:
+        clis = f"{CLIS_REPO}:{clis_digest()}-arm64bench"
+        clis_report = await timed(
+            "clis_mmdebstrap_build", results, lambda: build_clis_image(clis, options=options, log=print)
+        )
+        if clis_report is not None:
+            results["clis_mmdebstrap"] = describe(docker, clis, clis_report)
+            versions = (
+                "for c in node claude codex gemini copilot; do printf '%s: ' $c; $c --version | head -1; done"
+            )
+            results["clis_versions"] = (
+                docker.containers.run(
+                    clis,
+                    ["sh", "-c", versions],
+                    network_mode="none",
+                    remove=True,
+                    user="1000:1000",
+                    environment={
+                        "HOME": "/tmp",
+                        "GEMINI_CLI_NO_RELAUNCH": "true",
+                        "DISABLE_AUTOUPDATER": "1",
+                    },
+                    tmpfs={"/tmp": "rw,exec,size=1g"},
+                )
+                .decode()
+                .strip()
+                .splitlines()
+            )
+    if "dockerfile" in steps:
+
+        async def dockerfile_route() -> None:
+            await anyio.to_thread.run_sync(lambda: ensure_public_base(PLATFORM, ARM64_BASE))
+            results["arm64_base_recorded_architecture"] = docker.images.get(ARM64_BASE).attrs["Architecture"]
+            tag = f"{IMAGE_REPO}:{plain_digest()}-arm64bench-dockerfile"
+            with tempfile.TemporaryDirectory() as tmp:
+                dockerfile.write_context(Path(tmp), dockerfile.plain_dockerfile(ARM64_BASE, PACKAGES))
+                await anyio.to_thread.run_sync(
+                    lambda: dockerfile.build(
+                        docker, Path(tmp), tag, platform=PLATFORM, apt_mirror=None, say=lambda _line: None
+                    )
+                )
+            await anyio.to_thread.run_sync(_smoke_test, docker, tag)
+            results["plain_dockerfile"] = describe(docker, tag, None)
+            same = "dpkg-query -W -f '${Package} ${Version}\\n' | sort"
             results["plain_routes_same_packages"] = run(docker, tag, ["sh", "-c", same]) == run(
                 docker, plain, ["sh", "-c", same]
             )
 
-    await timed("plain_dockerfile_build", results, dockerfile_route)
-
-    clis = f"{CLIS_REPO}:{clis_digest()}-arm64bench"
-    clis_report = await timed(
-        "clis_mmdebstrap_build", results, lambda: build_clis_image(clis, options=options, log=print)
-    )
-    if clis_report is not None:
-        results["clis_mmdebstrap"] = describe(docker, clis, clis_report)
-        versions = (
-            "for c in node claude codex gemini copilot; do printf '%s: ' $c; $c --version | head -1; done"
-        )
-        results["clis_versions"] = (
-            docker.containers.run(
-                clis,
-                ["sh", "-c", versions],
-                network_mode="none",
-                remove=True,
-                user="1000:1000",
-                environment={"HOME": "/tmp", "GEMINI_CLI_NO_RELAUNCH": "true", "DISABLE_AUTOUPDATER": "1"},
-                tmpfs={"/tmp": "rw,exec,size=1g"},
-            )
-            .decode()
-            .strip()
-            .splitlines()
-        )
-
-    if report is not None:
-        await timed("e2e_job_on_plain_arm64", results, lambda: e2e_job(plain, results))
+        await timed("plain_dockerfile_build", results, dockerfile_route)
     return results
 
 
@@ -146,7 +163,11 @@ def describe(docker: Any, tag: str, report: Any) -> dict[str, Any]:
         "uname_m_inside": run(docker, tag, ["uname", "-m"]),
         "size_mb": round(attrs.get("Size", 0) / 1e6, 1),
         "smoke_test": "passed",  # the build tags only a candidate that passed it
-        **({"build_s": round(report.seconds, 1), "route": str(report.route.route)} if report else {}),
+        **(
+            {"built_now": report.built, "route": str(report.route.route) if report.route else None}
+            if report
+            else {}
+        ),
     }
 
 
@@ -187,4 +208,7 @@ async def e2e_job(image: str, results: dict[str, Any]) -> None:
 
 
 if __name__ == "__main__":
-    write_results(RESULTS, anyio.run(main))
+    chosen = tuple(sys.argv[1:]) or STEPS
+    if not set(chosen) <= set(STEPS):
+        raise SystemExit(f"steps: {' '.join(STEPS)} (default: all, in that order)")
+    write_results(RESULTS, anyio.run(main, chosen))

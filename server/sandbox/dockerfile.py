@@ -36,8 +36,22 @@ class BaseImage:
     """The image a Dockerfile starts from, and how the engine got it (said in `conclave sandbox build`)."""
 
     name: str
-    how: str
-    pulled: bool
+    platform: str
+    pull_error: str | None = None  # None: pulled; else why the pull failed and the engine's copy serves
+
+    @property
+    def pulled(self) -> bool:
+        return self.pull_error is None
+
+    @property
+    def how(self) -> str:
+        if self.pull_error is None:
+            return f"the engine pulled {self.name} for {self.platform}"
+        return f"{self.not_pulled}; using the copy it has"
+
+    @property
+    def not_pulled(self) -> str:
+        return f"the engine could not pull {self.name} ({self.pull_error})"
 
 
 def get_base(docker: object, name: str, platform: str) -> BaseImage:
@@ -52,8 +66,8 @@ def get_base(docker: object, name: str, platform: str) -> BaseImage:
             docker.images.get(name)  # type: ignore[attr-defined]
         except sdk.errors.ImageNotFound:
             raise BaseUnavailable(name, reason) from exc
-        return BaseImage(name, f"the engine could not pull {name} ({reason}); using the copy it has", False)
-    return BaseImage(name, f"the engine pulled {name} for {platform}", True)
+        return BaseImage(name, platform, reason)
+    return BaseImage(name, platform)
 
 
 def plain_dockerfile(base: str, packages: Sequence[str]) -> str:

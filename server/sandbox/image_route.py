@@ -81,5 +81,5 @@ def _auto(docker: object, base: str, platform: str, missing: list[str]) -> Route
     if got.pulled:
         return RouteChoice(Route.DOCKERFILE, got.how, got)
     if not missing:
-        return RouteChoice(Route.MMDEBSTRAP, f"{got.how.split(';')[0]}; this machine builds the root offline")
+        return RouteChoice(Route.MMDEBSTRAP, f"{got.not_pulled}; this machine builds the root offline")
     return RouteChoice(Route.DOCKERFILE, f"no {tools} here for the offline route; {got.how}", got)

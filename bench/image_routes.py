@@ -6,7 +6,9 @@ python bench/image_routes.py     # about 10 minutes here; writes bench/results/i
 No registry is reachable here, so the Dockerfile route's `debian:bookworm-slim` is made from this
 machine's mirror (tests/fakes/debian_base.py). tests/test_image_routes.py checks the plain image on every
 run; the CLI image (about 1.4 GB, a few minutes a route) is compared here. Tags end in `-routes` and are
-removed after. Timings are wall-clock on a shared, busy machine: read them as orders of magnitude.
+removed after. Timings are wall-clock on a shared, busy machine: read them as orders of magnitude; a
+Dockerfile build whose steps the engine has built before takes its layers from the build cache (the
+plain image's 3 s in the committed results).
 """
 
 from __future__ import annotations

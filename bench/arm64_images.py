@@ -8,7 +8,7 @@ its build time is the `..._build_s` of the run that built it).
 Too slow for every CI run, so a script with dated results (bench/results/arm64-images.json):
 1. binfmt_misc mounted and Debian's qemu-user-static registered (`update-binfmts --enable`);
 2. the plain image by the mmdebstrap route (`--platform linux/arm64`): its smoke test, `uname -m`, and
-   the architecture the engine records for an imported image;
+   the architecture the engine records for an imported image, with and without `import --platform`;
 3. the same recipe by the Dockerfile route, from an arm64 `debian:bookworm-slim` made here (no registry:
    tests/fakes/debian_base.py) under a name of its own, so the engine's amd64 base keeps its name;
 4. the CLI image by the mmdebstrap route: its smoke test and every CLI's `--version`;
@@ -101,6 +101,8 @@ async def main(steps: tuple[str, ...]) -> dict[str, Any]:
             results["plain_mmdebstrap"] = describe(docker, plain, report)
         if report is not None and not report.built and earlier is not None:
             results["plain_mmdebstrap_build_s"] = earlier  # reused: the time of the run that built it
+        if report is not None:
+            results["import_platform_linux_arm64_records"] = import_records(plain)
     if "e2e" in steps:
         await timed("e2e_job_on_plain_arm64", results, lambda: e2e_job(plain, results))
     if "clis" in steps:
@@ -153,6 +155,23 @@ async def main(steps: tuple[str, ...]) -> dict[str, Any]:
 
         await timed("plain_dockerfile_build", results, dockerfile_route)
     return results
+
+
+def import_records(image: str) -> str:
+    """What the engine records for `docker import --platform linux/arm64` of `image`'s files."""
+    check = "conclave-arm64bench/import-check:1"
+    container = subprocess.run(["docker", "create", image], capture_output=True, text=True, check=True)
+    try:
+        exported = subprocess.Popen(["docker", "export", container.stdout.strip()], stdout=subprocess.PIPE)
+        subprocess.run(
+            ["docker", "import", "--platform", PLATFORM, "-", check], stdin=exported.stdout, check=True
+        )
+        exported.wait()
+        shown = ["docker", "image", "inspect", check, "--format", "{{.Os}}/{{.Architecture}}"]
+        return subprocess.run(shown, capture_output=True, text=True, check=True).stdout.strip()
+    finally:
+        subprocess.run(["docker", "rm", container.stdout.strip()], capture_output=True)
+        subprocess.run(["docker", "rmi", check], capture_output=True)
 
 
 def describe(docker: Any, tag: str, report: Any) -> dict[str, Any]:

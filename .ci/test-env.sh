@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # What the test suite needs beyond the Python packages, installed and started idempotently:
 #   - a Docker engine (Debian's docker.io; dockerd started in the background when none answers),
+#   - Debian's docker-registry, the registry on 127.0.0.1 that tests/test_image_routes.py pulls a base from,
 #   - mmdebstrap, and the sandbox images built locally (`conclave sandbox build --clis`: the plain one and
 #     the one with Node and the pinned coding-agent CLIs for CLI members; each cached by its tag),
 #   - Debian's chromium and chromium-driver, the real browser tests/test_web_browser.py drives,
@@ -21,6 +22,7 @@ as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
 missing=()
 command -v dockerd >/dev/null 2>&1 || missing+=(docker.io)
 command -v mmdebstrap >/dev/null 2>&1 || missing+=(mmdebstrap)
+command -v docker-registry >/dev/null 2>&1 || missing+=(docker-registry)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 command -v chromedriver >/dev/null 2>&1 || missing+=(chromium-driver)
 command -v podman >/dev/null 2>&1 || missing+=(podman)

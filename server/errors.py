@@ -21,7 +21,8 @@
     │   └── MalformedResponse the provider answered something we cannot read: retried
     ├── HostStepFailed        a host-side file step (a snapshot, the final tree) failed unexpectedly
     ├── SandboxError          the Docker sandbox failed (a container, an exec, an image build)
-    │   └── SandboxUnavailable  no Docker engine reachable, or no sandbox image: refuse command teams
+    │   ├── SandboxUnavailable  no Docker engine reachable, or no sandbox image: refuse command teams
+    │   └── BaseUnavailable   the engine can neither pull the Dockerfile route's base nor has a copy
     └── ApplyError            the winner's changes could not be applied to a caller's folder
         ├── ApplyConflict     files there changed since the job started: nothing was written
         └── ApplyFailed       a write failed midway: everything written was rolled back
@@ -338,6 +339,16 @@ class SandboxError(ConclaveError):
 
 class SandboxUnavailable(SandboxError):
     """No Docker engine is reachable, or the sandbox image is missing."""
+
+
+class BaseUnavailable(SandboxError):
+    """The engine can neither pull the Dockerfile route's base image nor has a copy of it; the route
+    choice (sandbox/image_route.py) turns this into the fix."""
+
+    def __init__(self, name: str, reason: str) -> None:
+        self.name = name
+        self.reason = reason
+        super().__init__(f"the engine could not pull {name} ({reason}) and has no copy of it")
 
 
 class ApplyError(ConclaveError):

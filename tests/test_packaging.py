@@ -143,6 +143,10 @@ def test_wheel_contents(built: Built) -> None:
             expected.add(f"{prefix}/{py.relative_to(src / folder).as_posix()}")
     expected |= {f"conclave/configs/{p.name}" for p in (src / "configs").glob("*.yaml")}
     expected |= {f"conclave/web/static/{p.name}" for p in (src / "server" / "web" / "static").iterdir()}
+    # the CLI image's npm pins and lock: `conclave sandbox build --clis` reads them (server/sandbox/recipe.py)
+    expected |= {
+        f"conclave/sandbox/clis_npm/{p.name}" for p in (src / "server" / "sandbox" / "clis_npm").iterdir()
+    }
     expected |= {
         f"conclave/skills/{p.relative_to(src / 'skills').as_posix()}" for p in (src / "skills").rglob("*.md")
     }

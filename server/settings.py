@@ -28,6 +28,9 @@ class Settings(BaseSettings):
     # The job store in PostgreSQL (postgresql://USER:PASSWORD@HOST:PORT/DATABASE, the `postgres` extra), for
     # fronts and workers on several hosts; unset: the SQLite file under home (jobs/store/connections.py).
     database_url: SecretStr | None = None
+    # Where jobs' files are (snapshots, the final tree, the diff): home/jobs unless set. Hosts that share
+    # one database share this folder too, each mounting it wherever it likes (docs/deploy.md).
+    jobs_dir: Path | None = None
     # Jobs running at once. A job mostly waits on its providers, so many fit on a small machine; what
     # bounds the load is provider_concurrency (requests in flight per provider, shared by every job),
     # verify_concurrency (check containers) and max_queued (bench/bench_store.py measures 16 at once).
@@ -98,6 +101,11 @@ class Settings(BaseSettings):
     @property
     def db_path(self) -> Path:
         return self.home / "conclave.db"
+
+    @property
+    def jobs_root(self) -> Path:
+        """The folder of every job's files: CONCLAVE_JOBS_DIR, else home/jobs."""
+        return self.jobs_dir if self.jobs_dir is not None else self.home / "jobs"
 
     @property
     def database(self) -> Path | SecretStr:

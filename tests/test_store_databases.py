@@ -1,10 +1,12 @@
 """The store on either database (the `database` fixture: SQLite, and a schema of a real PostgreSQL):
 the same values back, writers taking turns across processes, the setting's errors, a lost connection
-made again, and a whole job through the service on PostgreSQL."""
+made again, a whole job through the service on PostgreSQL, and hosts sharing the jobs' folder."""
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import anyio
@@ -14,13 +16,25 @@ from pydantic import SecretStr
 from conclave.backends.base import Usage
 from conclave.coordination.reports import AgentProgress, JobEvent, Progress
 from conclave.errors import StoreUnavailable
+from conclave.jobs.read.lookup import JobLookup
 from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
 from conclave.jobs.store.dialect import PostgresDialect
 from conclave.jobs.store.sql import Store
 from conclave.settings import Settings
+from tests.fakes.script import RecordedRequest, Reply
 from tests.fakes.server import FakeProviders
-from tests.fakes.team import KEY_ENV, TRIO, install, voter, write_team
+from tests.fakes.team import (
+    KEY_ENV,
+    TRIO,
+    decide,
+    install,
+    is_presentation,
+    own_letter,
+    vote_labels,
+    voter,
+    write_team,
+)
 from tests.postgres import Cluster
 
 pytestmark = pytest.mark.anyio
@@ -167,3 +181,79 @@ async def test_a_job_runs_to_the_end_with_its_store_in_postgresql(
             assert row is not None and row.state == "completed" and len(store.answers(queued.job_id)) >= 1
         finally:
             store.close()
+
+
+def shared(tmp_path: Path, host: str, url: SecretStr, jobs: str = "shared") -> Settings:
+    """One host's settings: a home of its own, the database and the jobs' folder all hosts share."""
+    return Settings(home=tmp_path / host, database_url=url, jobs_dir=tmp_path / jobs)
+
+
+def editor(fixed: threading.Event) -> Callable[[RecordedRequest], Reply]:
+    """ann: fixes calc.py with edit_file, answers (setting `fixed`), then votes."""
+
+    def reply(request: RecordedRequest) -> Reply:
+        if is_presentation(request):
+            return Reply(text="FINAL: add() now adds.")
+        labels = vote_labels(request)
+        if not any(label.startswith(own_letter(request) or "?") for label in labels):
+            if "replaced 1 occurrence in calc.py" in request.text():
+                fixed.set()
+                return decide("new_answer", {"content": "Fixed add(): it subtracted."}, request)
+            edit = {"path": "calc.py", "old_text": "return a - b", "new_text": "return a + b"}
+            return Reply(tool_calls=[("edit_file", edit)])
+        return decide("vote", {"answer": labels[0], "reason": "the fix"}, request)
+
+    return reply
+
+
+def follower(fixed: threading.Event) -> Callable[[RecordedRequest], Reply]:
+    """bob and cy: a first answer held until the fix is posted, then a vote for the fix."""
+
+    def reply(request: RecordedRequest) -> Reply:
+        labels = vote_labels(request)
+        if not labels:
+            return replace(decide("new_answer", {"content": "look at calc.py"}, request), gate=fixed)
+        text = request.text()
+        fix = next(label for label in labels if "Fixed add()" in text.split(f"## Answer {label}")[-1])
+        return decide("vote", {"answer": fix, "reason": "agreed"}, request)
+
+    return reply
+
+
+async def test_a_job_run_on_one_host_is_read_back_on_another(
+    tmp_path: Path, fakes: FakeProviders, postgres_cluster: Cluster
+) -> None:
+    """Two hosts (homes of their own) share the database and the jobs' folder: the diff and the final
+    files of a job run on one are read on the other; a third host with another folder is refused."""
+    project = tmp_path / "proj"
+    project.mkdir()
+    (project / "calc.py").write_text("def add(a, b):\n    return a - b\n")
+    fixed = threading.Event()
+    fakes.script.set_default("ann", editor(fixed))
+    fakes.script.set_default("bob", follower(fixed))
+    fakes.script.set_default("cy", follower(fixed))
+    team = str(write_team(tmp_path / "team.yaml", fakes, TRIO))
+    with postgres_cluster.schema() as url:
+        async with JobService.open(shared(tmp_path, "a", url), environ={KEY_ENV: "k-0123456789"}) as service:
+            view = await service.submit(
+                JobRequest(task="Fix add()", team=team, context_paths=[{"path": str(project)}])
+            )
+            with anyio.fail_after(60):
+                while not view.done:
+                    view = await service.wait(view.job_id, 10)
+            assert view.state == "completed", view.text()
+        async with JobLookup.open(shared(tmp_path, "b", url)) as other:
+            patch = (await other.read(view.job_id, "@diff", None, 0, 100_000)).content
+            final = (await other.read(view.job_id, "proj/calc.py", "final", 0, 1000)).content
+        assert "-    return a - b\n+    return a + b" in patch and final.endswith("return a + b\n")
+        assert not (tmp_path / "a" / "jobs" / view.job_id).exists()  # the files went to the shared folder
+        with pytest.raises(StoreUnavailable) as caught:
+            async with JobLookup.open(shared(tmp_path, "c", url, jobs="elsewhere")):
+                pass
+        message = str(caught.value)
+        identity = (tmp_path / "shared" / ".store-id").read_text().strip()
+        assert message.startswith(f"CONCLAVE_JOBS_DIR={tmp_path / 'elsewhere'}: it lacks .store-id")
+        assert f"write {identity} to {tmp_path / 'elsewhere' / '.store-id'}" in message
+        (tmp_path / "elsewhere" / ".store-id").write_text(identity)  # the fix the message gives
+        async with JobLookup.open(shared(tmp_path, "c", url, jobs="elsewhere")) as third:
+            assert (await third.row(view.job_id)).state == "completed"

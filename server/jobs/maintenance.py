@@ -73,7 +73,7 @@ async def prune_jobs(
         try:
             return prune(
                 store,
-                settings.home / "jobs",
+                settings.jobs_root,
                 keep_days=settings.gc_keep_days if keep_days is None else keep_days,
                 max_bytes=(settings.gc_max_mb if max_mb is None else max_mb) * MB,
                 dry_run=dry_run,

@@ -106,7 +106,7 @@ class JobLookup:
         """Everything the job's web page shows, read in one reader-thread hop (jobs/read/view_read.py); the
         patch cut at `patch_chars`."""
         job_id = checked_job_id(job_id)
-        jobs_dir = self.settings.home / "jobs"
+        jobs_dir = self.settings.jobs_root
         parts = await self.store.read(
             page_parts, self.store.sync, self.web_links, jobs_dir, job_id, caller, patch_chars
         )
@@ -155,4 +155,4 @@ class JobLookup:
         return await self.store.read(listed, self.store.sync)
 
     def _workspaces(self, row: JobRow) -> Workspaces | None:
-        return job_workspaces(row, self.settings.home / "jobs")
+        return job_workspaces(row, self.settings.jobs_root)

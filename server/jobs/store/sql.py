@@ -33,6 +33,7 @@ from conclave.jobs.store.conversations import ConversationRecords
 from conclave.jobs.store.dialect import Connection
 from conclave.jobs.store.migrations import MIGRATIONS
 from conclave.jobs.store.progress_patch import progress_patch
+from conclave.jobs.store.shared_files import check_shared_folder
 from conclave.settings import Settings
 
 ADD_COLUMN = re.compile(r"\s*ALTER\s+TABLE\s+(\w+)\s+ADD\s+COLUMN\s+(\w+)", re.IGNORECASE)
@@ -101,10 +102,18 @@ class Store(ConversationRecords[JobRow]):
     @classmethod
     def of(cls, settings: Settings, clock: Callable[[], float] = time.time) -> Store:
         """The store the settings name (blocking): CONCLAVE_DATABASE_URL's database, else the SQLite file
-        under CONCLAVE_HOME; the state folder and its jobs/ exist either way (a job's files live there)."""
+        under CONCLAVE_HOME; the state folder and the jobs' folder exist either way, and a database's
+        hosts share that folder (jobs/store/shared_files.py)."""
         private_dir(settings.home)
-        private_dir(settings.home / "jobs")
-        return cls(settings.database, clock)
+        private_dir(settings.jobs_root)
+        store = cls(settings.database, clock)
+        if not isinstance(settings.database, Path):
+            try:
+                check_shared_folder(store.transaction(), settings.jobs_root)
+            except BaseException:
+                store.close()
+                raise
+        return store
 
     @property
     def _db(self) -> Connection:

@@ -66,8 +66,9 @@ class Cluster:
 
 
 @contextmanager
-def cluster() -> Iterator[Cluster]:
-    """initdb (about half a second), start, yield, stop, remove. As root, it runs as the postgres user."""
+def cluster(fsync: bool = False) -> Iterator[Cluster]:
+    """initdb (about half a second), start, yield, stop, remove. As root, it runs as the postgres user.
+    Without `fsync` (tests) nothing waits for the disk; a bench keeps it, as a real server does."""
     bin_dir = binaries()
     assert bin_dir is not None, missing()
     folder = Path(tempfile.mkdtemp(prefix="pg-test-", dir="/tmp"))
@@ -76,7 +77,8 @@ def cluster() -> Iterator[Cluster]:
         shutil.chown(folder, SUPERUSER)
         as_user = ["runuser", "-u", SUPERUSER, "--"]
     data = folder / "data"
-    options = f"-p {PORT} -k {folder} -c listen_addresses='' -c fsync=off -c max_connections=200"
+    options = f"-p {PORT} -k {folder} -c listen_addresses='' -c fsync={'on' if fsync else 'off'}"
+    options += " -c max_connections=200"
     run = [*as_user, str(bin_dir / "pg_ctl"), "-D", str(data)]
     try:
         subprocess.run(

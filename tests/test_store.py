@@ -261,3 +261,28 @@ async def test_usage_an_older_database_recorded_reads_back_as_it_was(database: D
     ]
     assert not past[0][0].usage.cost_partial
     assert row is not None and row.progress is not None and row.progress.agents[0].usage == past[0][0].usage
+
+
+async def test_a_bad_write_in_a_batch_fails_alone(database: Database) -> None:
+    """A write that breaks a key, queued with good ones: it fails, they are committed (on PostgreSQL the
+    error comes back only when the batch's statements are answered, at its end)."""
+    sync = new_store(database)
+    async with AsyncStore.open(sync) as store, anyio.create_task_group() as tg:
+        outcomes: dict[str, str] = {}
+
+        async def attempt(name: str, call: Any) -> None:
+            try:
+                await call()
+                outcomes[name] = "ok"
+            except Exception as exc:
+                outcomes[name] = type(exc).__name__
+
+        tg.start_soon(attempt, "state", lambda: store.set_state(JOB, "running", "first"))
+        tg.start_soon(attempt, "twice", lambda: store.create_job(JOB, "again", "team", "{}", 1, "owner"))
+        tg.start_soon(
+            attempt, "other", lambda: store.create_job("cj-00000000beef", "t", "team", "{}", 1, "o")
+        )
+    assert outcomes["state"] == outcomes["other"] == "ok" and outcomes["twice"] != "ok"
+    row, other = sync.job(JOB), sync.job("cj-00000000beef")
+    assert row is not None and row.state == "running" and row.task == "task" and other is not None
+    sync.close()

@@ -212,9 +212,13 @@ def follower(fixed: threading.Event) -> Callable[[RecordedRequest], Reply]:
     def reply(request: RecordedRequest) -> Reply:
         labels = vote_labels(request)
         if not labels:
-            return replace(decide("new_answer", {"content": "look at calc.py"}, request), gate=fixed)
-        text = request.text()
-        fix = next(label for label in labels if "Fixed add()" in text.split(f"## Answer {label}")[-1])
+            words = {"content": f"{request.agent} thinks the bug is in calc.py"}
+            return replace(decide("new_answer", words, request), gate=fixed)
+        sections = {
+            label: request.text().split(f"## Answer {label}", 1)[-1].split("## Answer", 1)[0]
+            for label in labels
+        }
+        fix = next(label for label, section in sections.items() if "Fixed add()" in section)
         return decide("vote", {"answer": fix, "reason": "agreed"}, request)
 
     return reply
@@ -245,7 +249,9 @@ async def test_a_job_run_on_one_host_is_read_back_on_another(
         async with JobLookup.open(shared(tmp_path, "b", url)) as other:
             patch = (await other.read(view.job_id, "@diff", None, 0, 100_000)).content
             final = (await other.read(view.job_id, "proj/calc.py", "final", 0, 1000)).content
-        assert "-    return a - b\n+    return a + b" in patch and final.endswith("return a + b\n")
+        assert "-    return a - b\n+    return a + b" in patch and final.endswith("return a + b\n"), (
+            view.text()
+        )
         assert not (tmp_path / "a" / "jobs" / view.job_id).exists()  # the files went to the shared folder
         with pytest.raises(StoreUnavailable) as caught:
             async with JobLookup.open(shared(tmp_path, "c", url, jobs="elsewhere")):

@@ -5,7 +5,8 @@ on either.
 Every statement goes through `PostgresDialect.statement` (jobs/store/dialect.py) on its way in, and rows
 come back readable by index and by column name, as sqlite3's do. Connections are in autocommit mode: a
 read is its own snapshot, as an SQLite reader outside a transaction; a write transaction is opened by
-`BEGIN` and one advisory lock per schema, so writers take turns as they do on SQLite's file. psycopg's
+`BEGIN` and one advisory lock per schema, so writers take turns as they do on SQLite's file, and its
+statements are sent in pipeline mode (one round trip for a batch, not one per statement). psycopg's
 client-side binding puts the values into the statement's text, so a parameter is typed by where it
 stands (`? IS NULL`, a CASE), as SQLite does, not by what the server would infer.
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from typing import Any
 
 from pydantic import SecretStr
@@ -71,7 +73,8 @@ class PostgresOpener:
     dialect: Dialect = PostgresDialect()
     # hashtext(current_schema()): one writer at a time per schema, so stores in other schemas of the same
     # database (a test's, another deployment's) do not wait for each other
-    begin: tuple[str, ...] = ("BEGIN", "SELECT pg_advisory_xact_lock(hashtext(current_schema()))")
+    # (one statement string, one round trip: client-side binding sends it as a simple query)
+    begin: tuple[str, ...] = ("BEGIN; SELECT pg_advisory_xact_lock(hashtext(current_schema()))",)
 
     def __init__(self, url: SecretStr) -> None:
         self._url = url
@@ -116,7 +119,16 @@ class PostgresOpener:
                 " file under CONCLAVE_HOME",
             ) from exc
         raw.execute(f"SET lock_timeout = {LOCK_TIMEOUT_MS}")
+        # SQLite's synchronous=NORMAL (connections.py): a crash may lose the last commits, never corrupt
+        raw.execute("SET synchronous_commit = off")
         return PostgresConnection(raw)
+
+    def batch(self, db: Connection) -> AbstractContextManager[object]:
+        """psycopg's pipeline mode: statements go out at once, a read (`fetchone`) or the end waits for
+        the answers, and an error is raised there, failing the transaction as it would have at once."""
+        assert isinstance(db, PostgresConnection)
+        pipeline: AbstractContextManager[object] = db.raw.pipeline()
+        return pipeline
 
     def usable(self, db: Connection) -> bool:
         raw = db.raw if isinstance(db, PostgresConnection) else None

@@ -14,6 +14,7 @@ import pytest
 from pydantic import SecretStr
 
 from conclave.backends.base import Usage
+from conclave.cli.doctor import run_checks
 from conclave.coordination.reports import AgentProgress, JobEvent, Progress
 from conclave.errors import StoreUnavailable
 from conclave.jobs.read.lookup import JobLookup
@@ -263,3 +264,20 @@ async def test_a_job_run_on_one_host_is_read_back_on_another(
         (tmp_path / "elsewhere" / ".store-id").write_text(identity)  # the fix the message gives
         async with JobLookup.open(shared(tmp_path, "c", url, jobs="elsewhere")) as third:
             assert (await third.row(view.job_id)).state == "completed"
+
+
+def test_doctor_says_where_the_store_is_or_why_it_cannot_open(
+    tmp_path: Path, postgres_cluster: Cluster
+) -> None:
+    with postgres_cluster.schema() as url:
+        probes = {p.name: p for p in run_checks(Settings(home=tmp_path, database_url=url), {})}
+        store = probes["job store"]
+        assert store.ok and store.detail.startswith("PostgreSQL at postgresql://postgres@/postgres?host=")
+        assert store.detail.endswith(f"; jobs' files in {tmp_path / 'jobs'}")
+    bad = SecretStr("postgresql://conclave:s3cret@/conclave?host=/nowhere&port=7799")
+    store = {p.name: p for p in run_checks(Settings(home=tmp_path, database_url=bad), {})}["job store"]
+    assert not store.ok and store.essential
+    assert store.detail == "CONCLAVE_DATABASE_URL=postgresql://conclave:***@/conclave?host=/nowhere&port=7799"
+    assert store.fix.startswith("PostgreSQL could not be reached there (") and "s3cret" not in store.line()
+    sqlite = {p.name: p for p in run_checks(Settings(home=tmp_path, database_url=None), {})}["job store"]
+    assert sqlite.ok and sqlite.detail.startswith(f"the SQLite file {tmp_path / 'conclave.db'};")

@@ -11,7 +11,7 @@ from conclave.backends.llama_server import check_installed
 from conclave.backends.local import BUNDLED, model_file
 from conclave.config.clis import CLIS, keychain_user, login_fix, login_source
 from conclave.config.models import KEY_VARIABLES, SandboxSpec
-from conclave.errors import ConfigError
+from conclave.errors import ConfigError, StoreUnavailable
 from conclave.sandbox.clis_image import CLI_PINS, clis_tag
 from conclave.sandbox.engine import engine_status
 from conclave.sandbox.image import image_tag
@@ -33,7 +33,30 @@ class Probe:
 
 
 def run_checks(settings: Settings, environ: Mapping[str, str]) -> list[Probe]:
-    return [_state_dir(settings), *_docker(), *_keys(environ), _local_model(), *_clis(environ)]
+    return [
+        _state_dir(settings),
+        _store(settings),
+        *_docker(),
+        *_keys(environ),
+        _local_model(),
+        *_clis(environ),
+    ]
+
+
+def _store(settings: Settings) -> Probe:
+    """The job store opens (the SQLite file, or CONCLAVE_DATABASE_URL's database with its jobs' folder)."""
+    from conclave.jobs.read.lookup import check_state_folder
+
+    try:
+        shown = check_state_folder(settings)
+    except StoreUnavailable as exc:
+        detail, _, fix = str(exc).partition(": ")
+        return Probe("job store", False, detail, fix)
+    except Exception as exc:  # an unusable state folder or SQLite file: said, as the other checks say theirs
+        return Probe(
+            "job store", False, f"{type(exc).__name__}: {exc}", "check CONCLAVE_HOME (docs/deploy.md)"
+        )
+    return Probe("job store", True, f"{shown}; jobs' files in {settings.jobs_root}")
 
 
 def _state_dir(settings: Settings) -> Probe:

@@ -43,10 +43,12 @@ def checked_job_id(job_id: object, field: str = "job_id") -> str:
     return job_id.strip()
 
 
-def check_state_folder(settings: Settings) -> None:
+def check_state_folder(settings: Settings) -> str:
     """Open the state folder's store once and close it: the folder is usable and the schema current
-    (blocking; raises what went wrong)."""
-    Store.of(settings).close()
+    (blocking; raises what went wrong). Where the store is, in words."""
+    store = Store.of(settings)
+    store.close()
+    return store.shown
 
 
 class JobLookup:

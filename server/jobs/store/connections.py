@@ -35,6 +35,7 @@ class Opener(Protocol):
 
     dialect: Dialect
     begin: tuple[str, ...]  # the statements that open a write transaction, one writer at a time
+    shown: str  # the database in words, its password masked (`conclave doctor`)
 
     def connect(self) -> Connection: ...
 
@@ -142,6 +143,7 @@ class SqliteOpener:
         os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600))
         tighten(path, 0o600)
         self.path = path
+        self.shown = f"the SQLite file {path}"
         first = self.connect()
         try:
             first.execute("PRAGMA journal_mode=WAL")  # kept in the file: every later connection has it

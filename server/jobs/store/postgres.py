@@ -78,6 +78,7 @@ class PostgresOpener:
 
     def __init__(self, url: SecretStr) -> None:
         self._url = url
+        self.shown = f"PostgreSQL at {shown_url(url)}"
         scheme = url.get_secret_value().partition("://")[0]
         if scheme not in ("postgresql", "postgres"):
             raise StoreUnavailable(

@@ -92,6 +92,7 @@ class Store(ConversationRecords[JobRow]):
         self._clock = clock
         self._connections = open_connections(location)
         self.dialect = self._connections.dialect
+        self.shown = self._connections.opener.shown  # where it is, in words (password masked)
         # What this process last wrote of each job it runs: the next event's seq and the stored progress,
         # so recording an event neither counts rows nor rewrites the whole progress (only the owner
         # process records a job's events; `record` runs one at a time, inside the write lock).

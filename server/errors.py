@@ -20,6 +20,7 @@
     │   ├── BadRequest        other 4xx: fails at once with the provider's message
     │   └── MalformedResponse the provider answered something we cannot read: retried
     ├── HostStepFailed        a host-side file step (a snapshot, the final tree) failed unexpectedly
+    ├── StoreUnavailable      the job store's database cannot be used (names the setting, its value, the fix)
     ├── SandboxError          the Docker sandbox failed (a container, an exec, an image build)
     │   ├── SandboxUnavailable  no Docker engine reachable, or no sandbox image: refuse command teams
     │   └── BaseUnavailable   the engine can neither pull the Dockerfile route's base nor has a copy
@@ -331,6 +332,14 @@ class MalformedResponse(ProviderError):
 class HostStepFailed(ConclaveError):
     """A host-side file step of a turn (a snapshot, the final tree) failed unexpectedly: that step
     fails with this message, never the job."""
+
+
+class StoreUnavailable(ConclaveError):
+    """The job store's database cannot be opened: a wrong or unreachable CONCLAVE_DATABASE_URL."""
+
+    def __init__(self, setting: str, value: str, fix: str) -> None:
+        self.setting, self.value, self.fix = setting, value, fix
+        super().__init__(f"{setting}={value}: {fix}")
 
 
 class SandboxError(ConclaveError):

@@ -25,6 +25,12 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="CONCLAVE_", frozen=True, extra="ignore")
 
     home: Path = Field(default_factory=default_home, description="state directory: conclave.db and jobs/")
+    # The job store in PostgreSQL (postgresql://USER:PASSWORD@HOST:PORT/DATABASE, the `postgres` extra), for
+    # fronts and workers on several hosts; unset: the SQLite file under home (jobs/store/connections.py).
+    database_url: SecretStr | None = None
+    # Where jobs' files are (snapshots, the final tree, the diff): home/jobs unless set. Hosts that share
+    # one database share this folder too, each mounting it wherever it likes (docs/deploy.md).
+    jobs_dir: Path | None = None
     # Jobs running at once. A job mostly waits on its providers, so many fit on a small machine; what
     # bounds the load is provider_concurrency (requests in flight per provider, shared by every job),
     # verify_concurrency (check containers) and max_queued (bench/bench_store.py measures 16 at once).
@@ -82,6 +88,15 @@ class Settings(BaseSettings):
             parse_host_rule(host)  # its ValueError names the entry and the shape to write
         return value
 
+    @field_validator("database_url")
+    @classmethod
+    def _blank_url(cls, value: SecretStr | None) -> SecretStr | None:
+        """Blank is unset; the URL itself is checked where the store opens it (jobs/store/postgres.py), so
+        no error message here shows its password."""
+        if value is None or not value.get_secret_value().strip():
+            return None
+        return SecretStr(value.get_secret_value().strip())
+
     @field_validator("allowed_roots", "team_dirs", mode="before")
     @classmethod
     def _path_list(cls, value: object) -> object:
@@ -93,6 +108,16 @@ class Settings(BaseSettings):
     @property
     def db_path(self) -> Path:
         return self.home / "conclave.db"
+
+    @property
+    def jobs_root(self) -> Path:
+        """The folder of every job's files: CONCLAVE_JOBS_DIR, else home/jobs."""
+        return self.jobs_dir if self.jobs_dir is not None else self.home / "jobs"
+
+    @property
+    def database(self) -> Path | SecretStr:
+        """Where the job store is: the PostgreSQL URL when one is set, else the SQLite file under home."""
+        return self.database_url if self.database_url is not None else self.db_path
 
 
 def setting_variables() -> tuple[str, ...]:

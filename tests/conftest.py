@@ -5,6 +5,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from pydantic import SecretStr
 
 from conclave.config.models import SandboxSpec
 from conclave.sandbox.clis_image import clis_tag
@@ -12,6 +13,10 @@ from conclave.sandbox.engine import engine_status
 from conclave.sandbox.image import image_tag
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import KEY_ENV, PROVIDER_KEYS, TRIO, install, voter, write_team
+from tests.postgres import Cluster, cluster, missing
+
+# "postgres": every test's store is a fresh schema of one throwaway PostgreSQL (.ci/suite-postgres.sh)
+SUITE_DATABASE = "CONCLAVE_TEST_SUITE_DATABASE"
 
 
 @pytest.fixture
@@ -26,11 +31,48 @@ def fakes() -> Iterator[FakeProviders]:
         yield running
 
 
+@pytest.fixture(scope="session")
+def postgres_cluster() -> Iterator[Cluster]:
+    """A throwaway PostgreSQL for the session (tests/postgres.py); skips, saying why, where none can run."""
+    reason = missing()
+    if reason is not None:
+        pytest.skip(reason)
+    with cluster() as running:
+        yield running
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Path | SecretStr]:
+    """Where a store test's database is, once per backend: the SQLite file, or a fresh PostgreSQL schema."""
+    if request.param == "sqlite":
+        yield tmp_path / "conclave.db"
+        return
+    running: Cluster = request.getfixturevalue("postgres_cluster")
+    with running.schema() as url:
+        yield url
+
+
+@pytest.fixture(autouse=True)
+def suite_database(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """With CONCLAVE_TEST_SUITE_DATABASE=postgres, every test's settings name a fresh PostgreSQL schema."""
+    if os.environ.get(SUITE_DATABASE) != "postgres":
+        yield
+        return
+    running: Cluster = request.getfixturevalue("postgres_cluster")
+    with running.schema() as url:
+        monkeypatch.setenv("CONCLAVE_DATABASE_URL", url.get_secret_value())
+        yield
+
+
 @pytest.fixture
 def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """For the CLI's tests: state under tmp_path/state, user teams under tmp_path/conclave/teams (XDG), and
-    no Conclave setting or provider key from the real environment; returns tmp_path."""
+    no Conclave setting or provider key from the real environment (but the suite's database, when it runs
+    on PostgreSQL); returns tmp_path."""
+    keep = {"CONCLAVE_DATABASE_URL"} if os.environ.get(SUITE_DATABASE) == "postgres" else set()
     for name in list(os.environ):
+        if name in keep:
+            continue
         if name.startswith(("CONCLAVE_", "OLLAMA_", "VLLM_")) or name in PROVIDER_KEYS:
             monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("CONCLAVE_HOME", str(tmp_path / "state"))

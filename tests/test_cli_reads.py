@@ -73,7 +73,7 @@ def test_an_id_with_blanks_around_it_reads_the_job_on_both_surfaces(
     home: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     home.mkdir(parents=True)
-    store = Store(home / "conclave.db")
+    store = Store.of(Settings(home=home))
     store.create_job("cj-0123456789ab", "What is 6 x 7?", "some-team", "{}", os.getpid(), "gone")
     store.set_state("cj-0123456789ab", "failed", "failed: test", error="test")
     store.close()
@@ -86,7 +86,7 @@ def test_an_id_with_blanks_around_it_reads_the_job_on_both_surfaces(
 @pytest.mark.anyio
 async def test_a_caller_sees_only_its_own_jobs_and_the_cli_sees_every_one(tmp_path: Path) -> None:
     settings = Settings(home=tmp_path)
-    store = Store(settings.db_path)
+    store = Store.of(settings)
     store.create_job("cj-00000000a11c", "alice's task", "t", "{}", os.getpid(), "o", caller="alice")
     store.create_job("cj-00000000b0b0", "bob's task", "t", "{}", os.getpid(), "o", caller="bob")
     store.close()

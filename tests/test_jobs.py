@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import re
-import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -74,13 +73,16 @@ async def test_a_job_runs_in_the_background_and_is_stored(tmp_path: Path, fakes:
         listing = await service.lookup.read(view.job_id, "", None, 0, 1000)
         assert "transcript" in listing.entries and "final" in listing.entries
         assert any(entry.startswith("answers/") for entry in listing.entries)
-    db = sqlite3.connect(tmp_path / "state" / "conclave.db")
-    assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-    assert db.execute("SELECT COUNT(*) FROM answers").fetchone()[0] == 3
-    assert db.execute("SELECT COUNT(*) FROM votes WHERE valid = 1").fetchone()[0] >= 3
-    # every finished call is billed; a call cut off by a stale-turn cancellation reaches the fake unbilled
-    billed = db.execute("SELECT SUM(calls) FROM usage").fetchone()[0]
-    cancelled = db.execute("SELECT COUNT(*) FROM events WHERE kind = 'turn_cancelled'").fetchone()[0]
+    store = Store.of(settings(tmp_path))  # the database the settings name: the SQLite file, or PostgreSQL
+    with store.transaction() as db:
+        if store.dialect.name == "sqlite":
+            assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert db.execute("SELECT COUNT(*) FROM answers").fetchone()[0] == 3
+        assert db.execute("SELECT COUNT(*) FROM votes WHERE valid = 1").fetchone()[0] >= 3
+        # every finished call is billed; a call cut off by a stale-turn cancellation reaches the fake unbilled
+        billed = db.execute("SELECT SUM(calls) FROM usage").fetchone()[0]
+        cancelled = db.execute("SELECT COUNT(*) FROM events WHERE kind = 'turn_cancelled'").fetchone()[0]
+    store.close()
     assert billed <= len(fakes.script.requests) <= billed + cancelled
 
 
@@ -143,7 +145,7 @@ def dead_pid() -> int:
 
 async def test_start_up_marks_only_jobs_of_dead_owners_interrupted(tmp_path: Path) -> None:
     config = settings(tmp_path)
-    store = Store(config.db_path)
+    store = Store.of(config)
     store.create_job("cj-00000000dead", "t", "team", "{}", dead_pid(), "gone")
     store.create_job(
         "cj-0000000a11fe", "t", "team", "{}", 1, "init-is-alive"
@@ -157,7 +159,7 @@ async def test_start_up_marks_only_jobs_of_dead_owners_interrupted(tmp_path: Pat
 async def test_a_stale_heartbeat_counts_as_a_dead_owner(tmp_path: Path) -> None:
     config = settings(tmp_path, stale_after_s=0.5)
     clock = iter([0.0] * 3)
-    store = Store(config.db_path, clock=lambda: next(clock, 0.0))
+    store = Store.of(config, clock=lambda: next(clock, 0.0))
     store.create_job("cj-0000000a11fe", "t", "team", "{}", 1, "hung")
     store.close()
     async with JobService.open(config, environ=ENV) as service:

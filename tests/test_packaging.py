@@ -47,8 +47,10 @@ def _bin(venv: Path, name: str) -> Path:
 
 
 def _clean_env() -> dict[str, str]:
-    """The environment for a subprocess that must see only the fresh venv, not the dev install."""
-    env = {k: v for k, v in os.environ.items() if k not in {"PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME"}}
+    """The environment for a subprocess that must see only the fresh venv, not the dev install (nor the
+    suite's PostgreSQL store: the wheel is installed without the `postgres` extra)."""
+    dropped = {"PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME", "CONCLAVE_DATABASE_URL"}
+    env = {k: v for k, v in os.environ.items() if k not in dropped}
     env["PYTHONNOUSERSITE"] = "1"
     return env
 

@@ -156,7 +156,7 @@ async def test_a_note_mid_job_changes_the_answers_and_the_votes_before_it_do_not
 async def _answers(settings: Settings, job_id: str) -> dict[str, str]:
     from conclave.jobs.store.sql import Store
 
-    store = Store(settings.db_path)
+    store = Store.of(settings)
     try:
         return {answer.label: answer.content for answer in store.answers(job_id)}
     finally:

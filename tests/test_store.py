@@ -1,15 +1,17 @@
 """The job store off the event loop: reads beside a held write lock, writes in the writer lane while the
-loop goes on, waiters woken by writes, event numbers without counting, progress written in parts."""
+loop goes on, waiters woken by writes, event numbers without counting, progress written in parts; each
+store test on both databases (the `database` fixture: the SQLite file and a PostgreSQL schema)."""
 
 from __future__ import annotations
 
 import json
-import sqlite3
 import threading
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
+from pydantic import SecretStr
 
 from conclave.backends.base import Usage
 from conclave.coordination.limits import ProviderLimits
@@ -36,28 +38,41 @@ def progress(calls: int = 0, state: str = "working", phase: str = "working") -> 
     return Progress(phase=phase, agents=agents)
 
 
-def new_store(tmp_path: Path) -> Store:
-    store = Store(tmp_path / "conclave.db")
+Database = Path | SecretStr
+
+
+def new_store(database: Database) -> Store:
+    store = Store(database)
     store.create_job(JOB, "task", "team", "{}", 1, "owner")
     return store
 
 
-def stored_progress(tmp_path: Path) -> str:
-    db = sqlite3.connect(tmp_path / "conclave.db")
+def raw(database: Database, sql: str, *params: Any) -> list[Any]:
+    """`sql`'s rows, read on a connection of another store (another process)."""
+    other = Store(database)
     try:
-        return str(db.execute("SELECT progress_json FROM jobs WHERE id = ?", (JOB,)).fetchone()[0])
+        with other.transaction() as db:
+            return list(db.execute(sql, params).fetchall())
     finally:
-        db.close()
+        other.close()
+
+
+def stored_progress(database: Database) -> str:
+    return str(raw(database, "SELECT progress_json FROM jobs WHERE id = ?", JOB)[0][0])
 
 
 def usage_event(letter: str = "A") -> JobEvent:
     return JobEvent(kind="usage", letter=letter, data={"input_tokens": 10, "output_tokens": 1})
 
 
-async def test_a_read_and_the_loop_go_on_while_another_process_holds_the_write_lock(tmp_path: Path) -> None:
-    other = sqlite3.connect(tmp_path / "conclave.db", isolation_level=None)
-    sync = new_store(tmp_path)
-    other.execute("BEGIN IMMEDIATE")  # another Conclave process in the middle of a write
+async def test_a_read_and_the_loop_go_on_while_another_process_holds_the_write_lock(
+    database: Database,
+) -> None:
+    sync = new_store(database)
+    other = Store(database)
+    held = other.transaction()
+    held.__enter__()  # another Conclave process in the middle of a write
+    open_write = True
     ticks = 0
     wrote = anyio.Event()
     try:
@@ -76,19 +91,20 @@ async def test_a_read_and_the_loop_go_on_while_another_process_holds_the_write_l
                     await anyio.sleep(0.01)
                     ticks += 1
             assert row is not None and row.state == "queued" and not wrote.is_set()
-            other.execute("COMMIT")
+            held.__exit__(None, None, None)
+            open_write = False
             with anyio.fail_after(10):
                 await wrote.wait()
             assert (await store.job(JOB)).state == "running"  # type: ignore[union-attr]
     finally:
-        if other.in_transaction:
-            other.execute("ROLLBACK")
+        if open_write:
+            held.__exit__(None, None, None)
         other.close()
         sync.close()
 
 
-async def test_a_write_wakes_the_waiters_on_that_job_only(tmp_path: Path) -> None:
-    sync = new_store(tmp_path)
+async def test_a_write_wakes_the_waiters_on_that_job_only(database: Database) -> None:
+    sync = new_store(database)
     sync.create_job("cj-00000000beef", "task", "team", "{}", 1, "owner")
     async with AsyncStore.open(sync) as store:
         mine, theirs = store.changed(JOB), store.changed("cj-00000000beef")
@@ -103,8 +119,8 @@ async def test_a_write_wakes_the_waiters_on_that_job_only(tmp_path: Path) -> Non
     sync.close()
 
 
-async def test_queued_writes_keep_their_order_and_are_committed_by_the_end(tmp_path: Path) -> None:
-    sync = new_store(tmp_path)
+async def test_queued_writes_keep_their_order_and_are_committed_by_the_end(database: Database) -> None:
+    sync = new_store(database)
     async with AsyncStore.open(sync) as store:
         for calls in range(1, 21):  # a job's events, queued without waiting
             await store.record(JOB, usage_event(), progress(calls), None)
@@ -116,29 +132,23 @@ async def test_queued_writes_keep_their_order_and_are_committed_by_the_end(tmp_p
     sync.close()
 
 
-async def test_event_numbers_follow_on_across_processes_without_gaps(tmp_path: Path) -> None:
-    first = new_store(tmp_path)
+async def test_event_numbers_follow_on_across_processes_without_gaps(database: Database) -> None:
+    first = new_store(database)
     for calls in range(1, 4):
         first.record(JOB, usage_event(), progress(calls), None)
     first.close()
-    second = Store(tmp_path / "conclave.db")  # a new process: reads where the numbers stopped once
+    second = Store(database)  # a new process: reads where the numbers stopped once
     second.record(JOB, JobEvent(kind="presenting"), progress(3), "presenting")
-    db = sqlite3.connect(tmp_path / "conclave.db")
-    assert [row[0] for row in db.execute("SELECT seq FROM events WHERE job_id = ? ORDER BY seq", (JOB,))] == [
-        0,
-        1,
-        2,
-        3,
-    ]
+    seqs = raw(database, "SELECT seq FROM events WHERE job_id = ? ORDER BY seq", JOB)
+    assert [row[0] for row in seqs] == [0, 1, 2, 3]
     assert [event.kind for event in second.events(JOB)] == ["usage", "usage", "usage", "presenting"]
-    db.close()
     second.close()
 
 
-async def test_progress_is_written_in_parts_and_reads_back_whole(tmp_path: Path) -> None:
-    store = new_store(tmp_path)
+async def test_progress_is_written_in_parts_and_reads_back_whole(database: Database) -> None:
+    store = new_store(database)
     store.record(JOB, JobEvent(kind="started"), progress(0), "working")
-    whole = stored_progress(tmp_path)
+    whole = stored_progress(database)
     latest = progress(0)
     for calls in range(1, 6):  # usage reports change one agent's counters
         latest = progress(0)
@@ -146,7 +156,7 @@ async def test_progress_is_written_in_parts_and_reads_back_whole(tmp_path: Path)
         store.record(JOB, usage_event("B"), latest, None)
     row = store.job(JOB)
     assert row is not None and row.progress == latest
-    assert stored_progress(tmp_path) != whole  # the stored JSON changed in place
+    assert stored_progress(database) != whole  # the stored JSON changed in place
     latest = progress(9, state="voted", phase="voting")  # a change of shape and state: read back whole too
     latest.agents.append(AgentProgress(letter="C", model="openai/mC", state="failed", error="gone"))
     store.record(JOB, JobEvent(kind="agent_failed", letter="C"), latest, "voting")
@@ -163,8 +173,8 @@ def test_a_usage_report_patches_one_agents_usage_only() -> None:
     assert progress_patch(before.model_dump(mode="json"), before.model_dump(mode="json")) == []
 
 
-async def test_reads_and_writes_run_in_worker_threads(tmp_path: Path) -> None:
-    sync = new_store(tmp_path)
+async def test_reads_and_writes_run_in_worker_threads(database: Database) -> None:
+    sync = new_store(database)
     loop_thread = threading.get_ident()
     seen: list[int] = []
 
@@ -185,35 +195,30 @@ async def test_one_limiter_per_provider_is_shared() -> None:
     assert limits.of("openai") is not limits.of("anthropic")
 
 
-async def test_a_migration_adding_a_column_the_database_has_already_is_skipped(tmp_path: Path) -> None:
+async def test_a_migration_adding_a_column_the_database_has_already_is_skipped(database: Database) -> None:
     """A database a development build migrated in another order (the column there, the version lower)."""
-    store = new_store(tmp_path)
+    store = new_store(database)
+    with store.transaction() as db:
+        assert store.dialect.schema_version(db) == len(MIGRATIONS)
+        store.dialect.set_schema_version(db, len(MIGRATIONS) - 1)  # the last one not yet recorded as run
     store.close()
-    db = sqlite3.connect(tmp_path / "conclave.db")
-    version = db.execute("PRAGMA user_version").fetchone()[0]
-    db.execute(f"PRAGMA user_version={version - 1}")  # the last migration not yet recorded as run
-    db.commit()
-    db.close()
-    again = Store(tmp_path / "conclave.db")
+    again = Store(database)
     try:
         assert again.job(JOB) is not None
+        with again.transaction() as db:
+            assert again.dialect.schema_version(db) == len(MIGRATIONS)
     finally:
         again.close()
-    db = sqlite3.connect(tmp_path / "conclave.db")
-    assert db.execute("PRAGMA user_version").fetchone()[0] == version
-    db.close()
 
 
-async def test_a_column_a_counted_migration_missed_is_added(tmp_path: Path) -> None:
+async def test_a_column_a_counted_migration_missed_is_added(database: Database) -> None:
     """A database whose count says a migration ran, but whose table lacks that migration's column."""
-    store = new_store(tmp_path)
+    store = new_store(database)
+    with store.transaction() as db:
+        db.execute("DROP INDEX jobs_follow_up")
+        db.execute("ALTER TABLE jobs DROP COLUMN follow_up")
     store.close()
-    db = sqlite3.connect(tmp_path / "conclave.db")
-    db.execute("DROP INDEX jobs_follow_up")
-    db.execute("ALTER TABLE jobs DROP COLUMN follow_up")
-    db.commit()
-    db.close()
-    again = Store(tmp_path / "conclave.db")
+    again = Store(database)
     try:
         row = again.job(JOB)
         assert row is not None and row.follow_up is None
@@ -221,17 +226,11 @@ async def test_a_column_a_counted_migration_missed_is_added(tmp_path: Path) -> N
         again.close()
 
 
-async def test_usage_an_older_database_recorded_reads_back_as_it_was(tmp_path: Path) -> None:
+async def test_usage_an_older_database_recorded_reads_back_as_it_was(database: Database) -> None:
     """A database from before `usage.uncosted_tokens` (its rows' cost, when known, covered every token)
     opens, gains the column, and its rows read back whole; the progress it stored too."""
-    store = new_store(tmp_path)
+    store = new_store(database)
     store.set_state(JOB, "completed")
-    store.close()
-    db = sqlite3.connect(tmp_path / "conclave.db")
-    db.execute("ALTER TABLE usage DROP COLUMN uncosted_tokens")
-    db.execute(f"PRAGMA user_version={len(MIGRATIONS) - 1}")
-    db.execute("INSERT INTO usage VALUES (?, 'A', 'openai/mA', 2, 1000, 50, 200, 0.25)", (JOB,))
-    db.execute("INSERT INTO usage VALUES (?, 'B', 'openai/mB', 1, 300, 5, 0, NULL)", (JOB,))
     old = {
         "calls": 2,
         "input_tokens": 1000,
@@ -240,13 +239,17 @@ async def test_usage_an_older_database_recorded_reads_back_as_it_was(tmp_path: P
         "cost_usd": 0.25,
     }
     agents = [{"letter": "A", "model": "openai/mA", "state": "done", "usage": old}]
-    db.execute(
-        "UPDATE jobs SET progress_json = ? WHERE id = ?",
-        (json.dumps({"phase": "done", "agents": agents}), JOB),
-    )
-    db.commit()
-    db.close()
-    again = Store(tmp_path / "conclave.db")
+    with store.transaction() as db:
+        db.execute("ALTER TABLE usage DROP COLUMN uncosted_tokens")
+        store.dialect.set_schema_version(db, len(MIGRATIONS) - 1)
+        db.execute("INSERT INTO usage VALUES (?, 'A', 'openai/mA', 2, 1000, 50, 200, 0.25)", (JOB,))
+        db.execute("INSERT INTO usage VALUES (?, 'B', 'openai/mB', 1, 300, 5, 0, NULL)", (JOB,))
+        db.execute(
+            "UPDATE jobs SET progress_json = ? WHERE id = ?",
+            (json.dumps({"phase": "done", "agents": agents}), JOB),
+        )
+    store.close()
+    again = Store(database)
     try:
         past = again.team_usage("team")
         row = again.job(JOB)
@@ -260,10 +263,10 @@ async def test_usage_an_older_database_recorded_reads_back_as_it_was(tmp_path: P
     assert row is not None and row.progress is not None and row.progress.agents[0].usage == past[0][0].usage
 
 
-async def test_each_awaited_twin_runs_its_store_method_in_its_lane(tmp_path: Path) -> None:
+async def test_each_awaited_twin_runs_its_store_method_in_its_lane(database: Database) -> None:
     """A write twin wakes the waiters on the job it names (positionally or by keyword; a heartbeat names
     none), a read twin wakes nobody, and each returns what its Store method returns."""
-    sync = new_store(tmp_path)
+    sync = new_store(database)
     async with AsyncStore.open(sync) as store:
         woken = store.changed(JOB)
         assert await store.notes_after(JOB, -1) == [] and not woken.is_set()
@@ -290,3 +293,28 @@ def test_a_twin_has_its_store_methods_name() -> None:
 
     error = caught.value.__cause__ or caught.value
     assert isinstance(error, TypeError) and "must be named job, not row" in str(error)
+
+
+async def test_a_bad_write_in_a_batch_fails_alone(database: Database) -> None:
+    """A write that breaks a key, queued with good ones: it fails, they are committed (on PostgreSQL the
+    error comes back only when the batch's statements are answered, at its end)."""
+    sync = new_store(database)
+    async with AsyncStore.open(sync) as store, anyio.create_task_group() as tg:
+        outcomes: dict[str, str] = {}
+
+        async def attempt(name: str, call: Any) -> None:
+            try:
+                await call()
+                outcomes[name] = "ok"
+            except Exception as exc:
+                outcomes[name] = type(exc).__name__
+
+        tg.start_soon(attempt, "state", lambda: store.set_state(JOB, "running", "first"))
+        tg.start_soon(attempt, "twice", lambda: store.create_job(JOB, "again", "team", "{}", 1, "owner"))
+        tg.start_soon(
+            attempt, "other", lambda: store.create_job("cj-00000000beef", "t", "team", "{}", 1, "o")
+        )
+    assert outcomes["state"] == outcomes["other"] == "ok" and outcomes["twice"] != "ok"
+    row, other = sync.job(JOB), sync.job("cj-00000000beef")
+    assert row is not None and row.state == "running" and row.task == "task" and other is not None
+    sync.close()

@@ -4,7 +4,6 @@ database lock, and a job's page link follows web.json as `conclave web` starts, 
 from __future__ import annotations
 
 import os
-import sqlite3
 import threading
 from pathlib import Path
 
@@ -74,7 +73,7 @@ async def test_get_status_answers_while_a_write_waits_for_the_lock(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     settings = Settings(home=tmp_path / "state")
-    store = Store(settings.db_path)
+    store = Store.of(settings)
     store.create_job(JOB, "task", "team", "{}", os.getpid(), "another-server")  # a live owner: left alone
     store.close()
     announce(settings.home, served("http://127.0.0.1:8001"))
@@ -87,14 +86,17 @@ async def test_get_status_answers_while_a_write_waits_for_the_lock(
         return real(self, job_id)
 
     monkeypatch.setattr(WebLinks, "page_url", page_url)
-    other = sqlite3.connect(settings.db_path, isolation_level=None)
+    other = Store.of(settings)  # another process's store, on the same database
+    held = other.transaction()
+    holding = False
     wrote = anyio.Event()
     try:
         async with (
             JobService.open(settings, environ={}) as service,
             Client(create_app(service, settings)) as client,
         ):
-            other.execute("BEGIN IMMEDIATE")  # another process in the middle of a write
+            held.__enter__()  # another process in the middle of a write
+            holding = True
 
             async def write() -> None:
                 await service.store.request_cancel(JOB)  # waits in the writer's thread for the lock
@@ -110,9 +112,10 @@ async def test_get_status_answers_while_a_write_waits_for_the_lock(
                 assert not wrote.is_set()  # the write is still waiting: nothing above waited for it
                 assert view.state == "queued" and view.web_url == f"http://127.0.0.1:8001/jobs/{JOB}"
                 assert status.structured_content is not None and status.structured_content["job_id"] == JOB
-                other.execute("COMMIT")
+                held.__exit__(None, None, None)
+                holding = False
             assert page_threads and loop_thread not in page_threads  # web.json is looked at off the loop
     finally:
-        if other.in_transaction:
-            other.execute("ROLLBACK")
+        if holding:
+            held.__exit__(None, None, None)
         other.close()

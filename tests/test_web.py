@@ -51,7 +51,7 @@ def record(store: Store, kind: str, letter: str | None = None, **data: object) -
 @pytest.fixture
 def home(tmp_path: Path) -> Path:
     home = tmp_path / "home"
-    store = Store(home / "conclave.db")
+    store = Store.of(Settings(home=home))
     store.create_job(JOB, "Say <b>42</b>", "t", "{}", os.getpid(), "someone-else")
     store.set_state(JOB, "running", "working")
     record(store, "answer", "A", label="A1", revision=1, content="<script>alert(1)</script>")
@@ -180,7 +180,7 @@ def test_cancel_needs_a_token_or_a_session_and_no_other_origin(web: tuple[str, s
         path = f"/api/jobs/{JOB}/cancel"
         assert http.post(path, headers={"Origin": base}).status_code == 401
         assert http.post(path, headers={**auth, "Origin": "http://evil.example"}).status_code == 403
-        store = Store(home / "conclave.db")
+        store = Store.of(Settings(home=home))
         try:
             assert store.job(JOB).cancel_requested is False  # type: ignore[union-attr]
             assert http.post(path, headers={**session_of(base, code), "Origin": base}).status_code == 202
@@ -191,7 +191,7 @@ def test_cancel_needs_a_token_or_a_session_and_no_other_origin(web: tuple[str, s
 
 def test_the_stream_sends_each_change_and_ends_with_the_job(web: tuple[str, str, str], home: Path) -> None:
     base, token, _code = web
-    store = Store(home / "conclave.db")
+    store = Store.of(Settings(home=home))
     pages: list[dict[str, object]] = []
     try:
         with (
@@ -294,7 +294,7 @@ def test_ask_web_opens_the_page_and_prints_its_url(
 
 @pytest.mark.anyio
 async def test_a_page_carries_each_answers_check_and_output(home: Path) -> None:
-    store = Store(home / "conclave.db")
+    store = Store.of(Settings(home=home))
     agents = [AgentProgress(letter=x, model=f"openai/m-{x}", state="working") for x in "AB"]
     checks = {"A1": Check(status="failed", exit_code=1, duration_s=2.0, tail=["1 failed"])}
     store.record(

@@ -24,6 +24,7 @@ from fastmcp import Client
 from conclave.backends.base import Usage
 from conclave.jobs.read.views import JobView
 from conclave.jobs.store.sql import Store
+from conclave.settings import Settings
 from tests.fakes.processes import http_server
 from tests.fakes.script import RecordedRequest, Reply, Script
 from tests.fakes.server import FakeProviders
@@ -245,7 +246,7 @@ def test_the_page_follows_a_job_live(served: tuple[str, FakeProviders, Gates, Pa
         )
         usage = text_of(driver, "#usage")
         assert "fake-ann" in usage and "fake-bob" in usage and "fake-cy" in usage
-        store = Store(tmp_path / "home" / "conclave.db")
+        store = Store.of(Settings(home=tmp_path / "home"))
         stored = store.job(view.job_id)
         store.close()
         assert stored is not None and stored.progress is not None

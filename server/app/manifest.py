@@ -50,7 +50,11 @@ def record() -> dict[str, Any]:
 def _session(version: str) -> dict[str, Any]:
     """One server, one handshake at `version`: the initialize result and every list result."""
     with tempfile.TemporaryDirectory(prefix="conclave-manifest-") as home:
-        env = {**os.environ, "CONCLAVE_HOME": home, "FASTMCP_LOG_LEVEL": "WARNING"}
+        # a throwaway store of its own: never the database or jobs' folder the environment names
+        kept = {
+            k: v for k, v in os.environ.items() if k not in ("CONCLAVE_DATABASE_URL", "CONCLAVE_JOBS_DIR")
+        }
+        env = {**kept, "CONCLAVE_HOME": home, "FASTMCP_LOG_LEVEL": "WARNING"}
         server = subprocess.Popen(
             [sys.executable, "-m", "conclave", "serve", "--no-front"],
             env=env,

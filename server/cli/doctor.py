@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import sqlite3
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -12,8 +11,8 @@ from conclave.backends.llama_server import check_installed
 from conclave.backends.local import BUNDLED, model_file
 from conclave.config.clis import CLIS, keychain_user, login_fix, login_source
 from conclave.config.models import KEY_VARIABLES, SandboxSpec
-from conclave.errors import ConfigError, SandboxUnavailable
-from conclave.jobs.read.lookup import store_summary
+from conclave.errors import ConfigError, SandboxUnavailable, StoreUnavailable
+from conclave.jobs.read.lookup import check_state_folder, store_summary
 from conclave.sandbox.clis_image import CLI_PINS, clis_tag
 from conclave.sandbox.endpoint import choose_endpoint
 from conclave.sandbox.engine import EngineFacts, connect, engine_facts, engine_status
@@ -47,14 +46,19 @@ def run_checks(settings: Settings, environ: Mapping[str, str]) -> list[Probe]:
 
 
 def _store(settings: Settings) -> Probe:
-    """The job store (SQLite under CONCLAVE_HOME) and its queue: what is active, each caller's line."""
+    """The job store (the SQLite file, or CONCLAVE_DATABASE_URL's database with its jobs' folder) and its
+    queue: what is active, each caller's line."""
     try:
+        shown = check_state_folder(settings)
         summary = store_summary(settings)
-    except (OSError, sqlite3.Error) as exc:
+    except StoreUnavailable as exc:
+        detail, _, fix = str(exc).partition(": ")
+        return Probe("job store", False, detail, fix)
+    except Exception as exc:  # an unusable state folder or SQLite file: said, as the other checks say theirs
         return Probe(
-            "job store", False, f"{settings.db_path}: {exc}", "set CONCLAVE_HOME to a writable folder"
+            "job store", False, f"{type(exc).__name__}: {exc}", "check CONCLAVE_HOME (docs/deploy.md)"
         )
-    return Probe("job store", True, f"{settings.db_path} (SQLite): {summary.text()}")
+    return Probe("job store", True, f"{shown}: {summary.text()}; jobs' files in {settings.jobs_root}")
 
 
 def _state_dir(settings: Settings) -> Probe:

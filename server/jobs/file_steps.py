@@ -196,7 +196,7 @@ class ContextFiles(JobFiles):
     async def carry(self, store: AsyncStore, row: JobRow) -> None:
         if row.follow_up:
             await store.set_state(self.job_id, "running", "starting from the earlier job's files")
-            await carry_files(store.sync, row, self.settings.home / "jobs", self.workspaces)
+            await carry_files(store.sync, row, self.settings.jobs_root, self.workspaces)
 
     def verifier(self, team: Team, limiter: anyio.CapacityLimiter, pool: CheckPool | None) -> Verifier | None:
         if team.verify is None:

@@ -63,7 +63,7 @@ class Lifecycle:
         self._heap = Heap()  # a warm server's objects, kept out of the collector's walks
 
     def job_dir(self, job_id: str) -> Path:
-        return self.settings.home / "jobs" / job_id
+        return self.settings.jobs_root / job_id
 
     async def cancel(self, job_id: str) -> bool:
         """Cancel the job if this process runs it (on the jobs' loop); whether it did."""

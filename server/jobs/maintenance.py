@@ -72,11 +72,11 @@ async def prune_jobs(
     """Prune finished jobs (jobs/gc.py) by the settings' limits, or the ones given, in a worker thread."""
 
     def run() -> GcReport:
-        store = Store(settings.db_path)  # its own connection: a transaction in a thread stays its own
+        store = Store.of(settings)  # its own connection: a transaction in a thread stays its own
         try:
             return prune(
                 store,
-                settings.home / "jobs",
+                settings.jobs_root,
                 keep_days=settings.gc_keep_days if keep_days is None else keep_days,
                 max_bytes=(settings.gc_max_mb if max_mb is None else max_mb) * MB,
                 dry_run=dry_run,

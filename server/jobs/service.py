@@ -109,7 +109,7 @@ class JobService:
         `route`: how CLI members' egress reaches the hosts their allowlists admit, and the extra CA
         their containers trust (sandbox/route.py); by default the hosts themselves, the system's roots."""
         env = dict(os.environ if environ is None else environ)
-        sync_store = await anyio.to_thread.run_sync(Store, settings.db_path)
+        sync_store = await anyio.to_thread.run_sync(Store.of, settings)
         owner_id = uuid.uuid4().hex
         try:
             body_error: Exception | None = None

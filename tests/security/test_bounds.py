@@ -107,7 +107,7 @@ def test_conclave_gc_prunes_with_the_settings_or_its_options(
     from conclave.cli.main import main
 
     home = tmp_path / "home"
-    store = Store(home / "conclave.db", clock=lambda: 1000.0)  # finished long ago
+    store = Store.of(Settings(home=home), clock=lambda: 1000.0)  # finished long ago
     store.create_job("cj-00000000000a", "t", "team", "{}", os.getpid(), "owner")
     store.set_state("cj-00000000000a", "completed")
     store.close()

@@ -34,6 +34,7 @@ import pytest
 
 from conclave.cli.main import main
 from conclave.jobs.store.sql import Store
+from conclave.settings import Settings
 from tests.fakes.processes import http_process, web_server
 from tests.fakes.raw_mcp import HEADERS, INIT
 from tests.fakes.server import FakeProviders
@@ -58,7 +59,7 @@ def home(tmp_path: Path) -> Path:
     """A state folder holding a running job of caller alice, and alice's and bob's tokens."""
     home = tmp_path / "home"
     home.mkdir(mode=0o700)
-    store = Store(home / "conclave.db")
+    store = Store.of(Settings(home=home))
     store.create_job(JOB, "alice's secret task", "t", "{}", os.getpid(), "someone-else", caller="alice")
     store.set_state(JOB, "running", "working")
     store.close()
@@ -143,7 +144,7 @@ def test_the_http_token_opens_nothing_in_conclave_web(home: Path) -> None:
             assert (
                 http.post("/api/sign-in", json={"token": HTTP}, headers={"Origin": base}).status_code == 401
             )
-        store = Store(home / "conclave.db")
+        store = Store.of(Settings(home=home))
         try:
             assert store.job(JOB).cancel_requested is False  # type: ignore[union-attr]
         finally:

@@ -46,17 +46,19 @@ def checked_job_id(job_id: object, field: str = "job_id") -> str:
 
 def store_summary(settings: Settings) -> StoreSummary:
     """The job store at a glance (`conclave doctor`): blocking, on a store of its own."""
-    store = Store(settings.db_path)
+    store = Store.of(settings)
     try:
         return store.summary(time.time())
     finally:
         store.close()
 
 
-def check_state_folder(settings: Settings) -> None:
+def check_state_folder(settings: Settings) -> str:
     """Open the state folder's store once and close it: the folder is usable and the schema current
-    (blocking; raises what went wrong)."""
-    Store(settings.db_path).close()
+    (blocking; raises what went wrong). Where the store is, in words."""
+    store = Store.of(settings)
+    store.close()
+    return store.shown
 
 
 class JobLookup:
@@ -72,7 +74,7 @@ class JobLookup:
         cls, settings: Settings, *, environ: Mapping[str, str] | None = None
     ) -> AsyncIterator[JobLookup]:
         """A lookup on a store of its own (the CLI's; a server's is its JobService's `lookup`)."""
-        store = await anyio.to_thread.run_sync(Store, settings.db_path)
+        store = await anyio.to_thread.run_sync(Store.of, settings)
         try:
             async with AsyncStore.open(store) as async_store:
                 yield cls(settings, async_store, dict(os.environ if environ is None else environ))
@@ -119,7 +121,7 @@ class JobLookup:
         """Everything the job's web page shows, read in one reader-thread hop (jobs/read/view_read.py); the
         patch cut at `patch_chars`."""
         job_id = checked_job_id(job_id)
-        jobs_dir = self.settings.home / "jobs"
+        jobs_dir = self.settings.jobs_root
         parts = await self.store.read(
             page_parts, self.store.sync, self.web_links, jobs_dir, job_id, caller, patch_chars
         )
@@ -168,4 +170,4 @@ class JobLookup:
         return await self.store.read(listed, self.store.sync)
 
     def _workspaces(self, row: JobRow) -> Workspaces | None:
-        return job_workspaces(row, self.settings.home / "jobs")
+        return job_workspaces(row, self.settings.jobs_root)

@@ -9,9 +9,10 @@ protocol takes one (jobs/steering.py).
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Callable
 from typing import Any, Generic, Protocol, TypeVar
+
+from conclave.jobs.store.dialect import Connection
 
 CONVERSATION_LIMIT = 100  # jobs in one conversation, at most: a longer one is shown from its recent jobs
 
@@ -31,7 +32,7 @@ class ConversationRecords(Generic[Row]):
     """Follow-up links and steering notes (see the module docstring)."""
 
     @property
-    def _db(self) -> sqlite3.Connection:  # the Store's: the writer in a write, else this thread's reader
+    def _db(self) -> Connection:  # the Store's: the writer in a write, else this thread's reader
         raise NotImplementedError
 
     _clock: Callable[[], float]

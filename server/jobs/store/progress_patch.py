@@ -1,4 +1,5 @@
-"""What changed in a job's progress since it was last stored, as paths for SQLite's `json_set`.
+"""What changed in a job's progress since it was last stored, as JSON paths to set in place (SQLite's
+`json_set`, PostgreSQL's `jsonb_set`: jobs/store/dialect.py).
 
 A running job reports its whole progress with every event, but most events (usage, tool calls) change
 one agent's counters or nothing: the store writes only those parts.
@@ -9,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-ProgressPatch = list[tuple[str, str]]  # (JSON path, JSON text) pairs for json_set
+from conclave.jobs.store.dialect import ProgressPatch
 
 
 def progress_patch(old: dict[str, Any], new: dict[str, Any]) -> ProgressPatch | None:
@@ -46,9 +47,3 @@ def _agents(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> ProgressPat
             if value != before[field]
         ]
     return patch
-
-
-def json_set_sql(column: str, patch: ProgressPatch) -> tuple[str, list[str]]:
-    """`json_set(column, path, json(value), ...)` and its parameters."""
-    pairs = ", ".join("?, json(?)" for _ in patch)
-    return f"json_set({column}, {pairs})", [part for pair in patch for part in pair]

@@ -1,38 +1,41 @@
-"""The job store: one SQLite file in WAL mode, shared by every Conclave process on the machine.
+"""The job store: one SQLite file in WAL mode, shared by every Conclave process on the machine, or one
+PostgreSQL database shared by every host (CONCLAVE_DATABASE_URL; the same SQL, schema and migrations:
+jobs/store/dialect.py says what differs).
 
 It is the single source of truth: any process answers `get_status` and `read_workspace` for any job.
-Schema changes are numbered migrations applied in order (`PRAGMA user_version` holds the last one).
-Calls are short local transactions, safe from any thread (jobs/store/connections.py): a server makes them
-in worker threads through jobs/store/async_store.py, so the event loop never waits on SQLite; the CLI calls
-them directly. State is private: the state folder and its jobs/ are made 0700 and the database 0600
-(SQLite gives its -wal and -shm files the database's mode), so other users of the machine read nothing
-of it.
+Schema changes are numbered migrations applied in order (SQLite's `PRAGMA user_version`, PostgreSQL's
+`schema_version` table, holds the last one). Calls are short transactions, safe from any thread
+(jobs/store/connections.py): a server makes them in worker threads through jobs/store/async_store.py, so
+the event loop never waits on the database; the CLI calls them directly. State is private: the state
+folder and its jobs/ are made 0700 and the database 0600 (SQLite gives its -wal and -shm files the
+database's mode), so other users of the machine read nothing of it.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
 import socket
-import sqlite3
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, SecretStr
 
 from conclave.backends.base import Usage
 from conclave.coordination.reports import JobEvent, JobResult, Progress
 from conclave.coordination.tally import Posted
 from conclave.jobs.records import FilesResult, JobOptions
 from conclave.jobs.request import JobRequest, stored_request
-from conclave.jobs.store.connections import Connections, private_dir, tighten
+from conclave.jobs.store.connections import open_connections, private_dir
 from conclave.jobs.store.conversations import ConversationRecords
+from conclave.jobs.store.dialect import Connection
 from conclave.jobs.store.migrations import MIGRATIONS
-from conclave.jobs.store.progress_patch import json_set_sql, progress_patch
+from conclave.jobs.store.progress_patch import progress_patch
+from conclave.jobs.store.shared_files import check_shared_folder
+from conclave.settings import Settings
 
 ADD_COLUMN = re.compile(r"\s*ALTER\s+TABLE\s+(\w+)\s+ADD\s+COLUMN\s+(\w+)", re.IGNORECASE)
 ACTIVE_STATES = ("queued", "running", "presenting")
@@ -115,16 +118,17 @@ class AgentUsage(BaseModel):
 
 
 class Store(ConversationRecords[JobRow]):
-    """Typed access to conclave.db."""
+    """Typed access to conclave.db, or to the PostgreSQL database in its place."""
 
-    def __init__(self, path: Path, clock: Callable[[], float] = time.time, host: str | None = None) -> None:
-        private_dir(path.parent)
-        private_dir(path.parent / "jobs")
-        os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600))
-        tighten(path, 0o600)
-        self.path, self._clock = path, clock
+    def __init__(
+        self, location: Path | SecretStr, clock: Callable[[], float] = time.time, host: str | None = None
+    ) -> None:
+        """`location`: the SQLite file (its folder and jobs/ made private), or a PostgreSQL URL."""
+        self._clock = clock
         self.host = host or socket.gethostname()  # jobs' owners on this machine: their pids can be checked
-        self._connections = Connections(path)
+        self._connections = open_connections(location)
+        self.dialect = self._connections.dialect
+        self.shown = self._connections.opener.shown  # where it is, in words (password masked)
         # What this process last wrote of each job it runs: the next event's seq and the stored progress,
         # so recording an event neither counts rows nor rewrites the whole progress (only the owner
         # process records a job's events; `record` runs one at a time, inside the write lock).
@@ -132,8 +136,24 @@ class Store(ConversationRecords[JobRow]):
         self._stored_progress: dict[str, dict[str, Any]] = {}
         self._migrate()
 
+    @classmethod
+    def of(cls, settings: Settings, clock: Callable[[], float] = time.time) -> Store:
+        """The store the settings name (blocking): CONCLAVE_DATABASE_URL's database, else the SQLite file
+        under CONCLAVE_HOME; the state folder and the jobs' folder exist either way, and a database's
+        hosts share that folder (jobs/store/shared_files.py)."""
+        private_dir(settings.home)
+        private_dir(settings.jobs_root)
+        store = cls(settings.database, clock)
+        if not isinstance(settings.database, Path):
+            try:
+                check_shared_folder(store.transaction(), settings.jobs_root)
+            except BaseException:
+                store.close()
+                raise
+        return store
+
     @property
-    def _db(self) -> sqlite3.Connection:
+    def _db(self) -> Connection:
         """The writer inside a write on this thread, else this thread's own reader."""
         return self._connections.current()
 
@@ -142,12 +162,12 @@ class Store(ConversationRecords[JobRow]):
 
     def _migrate(self) -> None:
         with self._write():
-            version = self._db.execute("PRAGMA user_version").fetchone()[0]
+            version = self.dialect.schema_version(self._db)
             for number, script in enumerate(MIGRATIONS[version:], start=version + 1):
                 for statement in filter(str.strip, script.split(";")):
                     if not self._has_column(statement):
-                        self._db.execute(statement)
-                self._db.execute(f"PRAGMA user_version={number}")
+                        self._db.execute(self.dialect.ddl(statement))
+                self.dialect.set_schema_version(self._db, number)
             # A column a counted migration should have added but did not (a development build numbered
             # them otherwise): its migration runs again, its other statements being idempotent.
             for script in MIGRATIONS[:version]:
@@ -155,7 +175,7 @@ class Store(ConversationRecords[JobRow]):
                 if any(ADD_COLUMN.match(s) and not self._has_column(s) for s in statements):
                     for statement in statements:
                         if not self._has_column(statement):
-                            self._db.execute(statement)
+                            self._db.execute(self.dialect.ddl(statement))
 
     def _has_column(self, statement: str) -> bool:
         """Whether `statement` adds a column the table has already: a database written by a development
@@ -164,12 +184,12 @@ class Store(ConversationRecords[JobRow]):
         if found is None:
             return False
         table, column = found.groups()
-        return any(row[1] == column for row in self._db.execute(f"PRAGMA table_info({table})"))
+        return column.lower() in {name.lower() for name in self.dialect.columns(self._db, table)}
 
-    def _write(self) -> AbstractContextManager[sqlite3.Connection]:
+    def _write(self) -> AbstractContextManager[Connection]:
         return self._connections.write()
 
-    def transaction(self) -> AbstractContextManager[sqlite3.Connection]:
+    def transaction(self) -> AbstractContextManager[Connection]:
         """One write transaction around several calls (they join it): jobs/store/async_store.py's batches."""
         return self._connections.write()
 
@@ -371,11 +391,11 @@ class Store(ConversationRecords[JobRow]):
         with self._write():
             taken = self._db.execute(
                 "UPDATE jobs SET owner_id = ?, owner_pid = ?, owner_host = ?, heartbeat = ?, lease_until = ?,"
-                " rev = rev + 1 WHERE id = ? AND owner_id = ? AND state IN (?, ?, ?)",
+                " rev = rev + 1 WHERE id = ? AND owner_id = ? AND state IN (?, ?, ?) RETURNING id",
                 (owner_id, owner_pid, self.host, now, now + lease_s, job_id, old_owner, *ACTIVE_STATES),
-            )
+            ).fetchall()  # the rows it changed: a count PostgreSQL's pipelined writes also give back
         self.forget(job_id)
-        return taken.rowcount == 1
+        return len(taken) == 1
 
     def journal(self, job_id: str, event_json: str) -> None:
         """Append one protocol event to the job's journal (coordination/journal.py)."""
@@ -420,7 +440,7 @@ class Store(ConversationRecords[JobRow]):
                         event.letter,
                         data["label"],
                         data.get("reason", ""),
-                        event.kind == "vote",
+                        int(event.kind == "vote"),  # an INTEGER column: PostgreSQL takes no bool there
                         now,
                     ),
                 )
@@ -428,8 +448,13 @@ class Store(ConversationRecords[JobRow]):
                 agent = next(a for a in progress.agents if a.letter == event.letter)
                 u = agent.usage
                 self._db.execute(
-                    "INSERT OR REPLACE INTO usage (job_id, letter, model, calls, input_tokens, output_tokens,"
-                    " cached_input_tokens, cost_usd, uncosted_tokens) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    "INSERT INTO usage (job_id, letter, model, calls, input_tokens, output_tokens,"
+                    " cached_input_tokens, cost_usd, uncosted_tokens) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                    " ON CONFLICT (job_id, letter) DO UPDATE SET model = excluded.model,"
+                    " calls = excluded.calls, input_tokens = excluded.input_tokens,"
+                    " output_tokens = excluded.output_tokens,"
+                    " cached_input_tokens = excluded.cached_input_tokens,"
+                    " cost_usd = excluded.cost_usd, uncosted_tokens = excluded.uncosted_tokens",
                     (
                         job_id,
                         agent.letter,
@@ -470,7 +495,7 @@ class Store(ConversationRecords[JobRow]):
             return "?", [json.dumps(new)]
         if not patch:
             return "progress_json", []
-        return json_set_sql("progress_json", patch)
+        return self.dialect.json_set("progress_json", patch)
 
     # Reading -------------------------------------------------------------------------------------
     def events(self, job_id: str, kind: str | None = None) -> list[JobEvent]:
@@ -510,7 +535,7 @@ class Store(ConversationRecords[JobRow]):
         return [AnswerRow(**dict(row)) for row in rows]
 
 
-def _job_row(row: sqlite3.Row) -> JobRow:
+def _job_row(row: Any) -> JobRow:
     values = dict(row)
     progress, result = values.pop("progress_json"), values.pop("result_json")
     options, files = values.pop("options_json"), values.pop("files_json")

@@ -58,7 +58,7 @@ def _store(settings: Settings) -> Probe:
         return Probe(
             "job store", False, f"{type(exc).__name__}: {exc}", "check CONCLAVE_HOME (docs/deploy.md)"
         )
-    return Probe("job store", True, f"{shown}: {summary.text()}; jobs' files in {settings.jobs_root}")
+    return Probe("job store", True, f"{shown}; {summary.text()}; jobs' files in {settings.jobs_root}")
 
 
 def _state_dir(settings: Settings) -> Probe:

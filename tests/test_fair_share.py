@@ -175,7 +175,7 @@ async def test_over_http_a_callers_thirty_queued_jobs_neither_refuse_nor_hold_ba
                 ).structured_content
             )
             assert done.state == "completed"
-    store = Store(home / "conclave.db")
+    store = Store.of(Settings(home=home))
     try:
         rows = {job.job_id: store.job(job.job_id) for job in [*mine, asked]}
     finally:

@@ -75,7 +75,7 @@ async def _done(client: Client, job_id: str) -> JobView:
 
 def _stored(home: Path, job_id: str) -> tuple[list[AnswerRow], int, int]:
     """The job's answers, the calls its usage counts and its protocol journal's length, as stored."""
-    store = Store(home / "conclave.db")
+    store = Store.of(Settings(home=home))
     try:
         row = store.job(job_id)
         assert row is not None
@@ -129,7 +129,7 @@ async def test_kill_9_mid_job_then_a_restart_resumes_it_with_every_answer_and_ca
     assert journal_after > journal_before
     # the note was kept, and given to the agents once: the journal's Steer, not a second delivery
     assert [n.seen for n in resumed.notes] == [True]
-    store = Store(home / "conclave.db")
+    store = Store.of(Settings(home=home))
     try:
         assert len(store.events(asked.job_id, "steered")) == 1
     finally:
@@ -150,7 +150,7 @@ async def test_a_running_server_takes_over_a_job_whose_owner_died_and_runs_it(
     team = load_team_file(write_team(tmp_path / "team.yaml", fakes, TRIO))
     settings = Settings(home=tmp_path / "state", heartbeat_s=0.2)
     async with JobService.open(settings, environ={KEY_ENV: "test-key-0123456789"}) as service:
-        store = Store(settings.db_path)  # another server's, which dies with its job queued
+        store = Store.of(settings)  # another server's, which dies with its job queued
         try:
             store.create_job(
                 "cj-0000000dead1", "What is 6 * 7?", team.name, team.model_dump_json(), dead_pid(), "x"
@@ -165,7 +165,7 @@ async def test_a_job_with_files_is_not_resumed_but_says_why(tmp_path: Path, fake
     install(fakes.script, TRIO, voter())
     team = load_team_file(write_team(tmp_path / "team.yaml", fakes, TRIO))
     settings = Settings(home=tmp_path / "state", heartbeat_s=0.2)
-    store = Store(settings.db_path)
+    store = Store.of(settings)
     try:
         options = JobOptions(commands=True)
         store.create_job("cj-0000000dead2", "t", team.name, team.model_dump_json(), dead_pid(), "x", options)

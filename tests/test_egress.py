@@ -23,6 +23,7 @@ from conclave.errors import ConfigError, SandboxError
 from conclave.sandbox.allowlist import CLI_HOSTS, CLIS, allowlist_for
 from conclave.sandbox.clis_image import CLI_PINS
 from conclave.sandbox.egress import EgressProxy, egress_proxy
+from conclave.sandbox.engine import connect
 from conclave.sandbox.member import MemberSandbox
 from conclave.sandbox.route import CA_PATH, DirectRoute
 from conclave.settings import Settings
@@ -279,8 +280,9 @@ async def test_a_member_container_trusts_its_routes_extra_ca_and_by_default_none
         egress_proxy(allow) as direct,
         egress_proxy(allow, route=DirectRoute(extra_ca=ca)) as inspected,
     ):
-        plain = MemberSandbox(None, egress=direct)._launch(SandboxSpec())
-        trusting = MemberSandbox(None, egress=inspected)._launch(SandboxSpec())
+        client = connect()  # the launch asks the engine what it is (Podman mounts HOME its own way)
+        plain = MemberSandbox(client, egress=direct)._launch(SandboxSpec())
+        trusting = MemberSandbox(client, egress=inspected)._launch(SandboxSpec())
     assert plain["mounts"] == [], "no socket, no file: the relay comes through the engine's API"
     assert not {"NODE_EXTRA_CA_CERTS", "CODEX_CA_CERTIFICATE"} & set(plain["environment"])
     ca_mount = {m["Target"]: m for m in trusting["mounts"]}[CA_PATH]

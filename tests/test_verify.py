@@ -22,6 +22,7 @@ from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
 from conclave.settings import Settings
 from tests.fakes.calc_task import CALC, CHECK, TASK, agent, calc_project
+from tests.fakes.container_processes import container_processes
 from tests.fakes.script import Reply
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import KEY_ENV, TRIO, write_team
@@ -325,7 +326,7 @@ async def test_a_first_check_runs_beside_the_caller_files_run_not_after_it(
 
     def running() -> int:  # the job's containers running the command now
         found = client.containers.list(filters={"label": f"conclave.job={job_id}"})
-        return sum(any("sleep 2.5" in " ".join(p) for p in c.top()["Processes"]) for c in found)
+        return sum("sleep 2.5" in container_processes(c) for c in found)
 
     try:
         async with anyio.create_task_group() as tg:
@@ -372,7 +373,7 @@ async def test_the_caller_files_run_starts_with_the_job_before_its_agents_are_bu
 
     def baseline_running() -> bool:
         mine = client.containers.list(filters={"label": f"conclave.owner={PROCESS_OWNER.id}"})
-        return any("sleep 1.37" in " ".join(p) for c in mine for p in c.top()["Processes"])
+        return any("sleep 1.37" in container_processes(c) for c in mine)
 
     def factory(spec: AgentSpec) -> Agent:  # in a worker thread: the job's set-up
         if not seen:

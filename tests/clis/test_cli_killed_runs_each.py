@@ -29,10 +29,10 @@ from tests.clis.test_cli_members_e2e import (
     FAST,
     KEY,
     _host_processes,
-    _processes,
 )
 from tests.fakes.calc_task import TASK
 from tests.fakes.cli_worker import CliWorker
+from tests.fakes.container_processes import container_processes
 from tests.fakes.script import RecordedRequest, Reply
 from tests.fakes.server import FakeProviders
 
@@ -93,7 +93,7 @@ async def test_a_cancelled_job_kills_the_cli_and_charges_its_run(
                 await anyio.sleep(0.5)
         running = docker.from_env().containers.list(filters={"label": f"conclave.job={view.job_id}"})
         # the CLI runs (its `setsid` child too, unless the CLI's shell tool ended it with the command)
-        assert running and HEADLESS[cli] in _processes(running[0])
+        assert running and HEADLESS[cli] in container_processes(running[0])
         view = await _ended(service, await service.cancel(view.job_id))
     assert view.state == "cancelled"
     assert _left(view.job_id, cli, marker) == ([], [])

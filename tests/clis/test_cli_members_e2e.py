@@ -25,6 +25,7 @@ from conclave.jobs.service import JobService
 from conclave.settings import Settings
 from tests.fakes.calc_task import TASK
 from tests.fakes.cli_worker import DECISION_MARK, CliWorker, _first_user_text, _tool_names, answer_held
+from tests.fakes.container_processes import container_processes
 from tests.fakes.script import RecordedRequest, Reply
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import decide, vote_labels
@@ -253,7 +254,7 @@ agents:
             while not slow:
                 await anyio.sleep(0.5)
         running = client.containers.list(filters={"label": f"conclave.job={view.job_id}"})
-        assert running and marker in _processes(running[0])
+        assert running and marker in container_processes(running[0])
         view = await service.cancel(view.job_id)
         with anyio.fail_after(60):
             while not view.done:
@@ -263,14 +264,6 @@ agents:
     assert not [
         line for line in _host_processes() if marker in line or ("claude -p" in line and TASK[:20] in line)
     ]
-
-
-def _processes(container: object) -> str:
-    """Every process's command line in the container, read from its /proc (Podman's `top` endpoint takes
-    no `ps` options, and the image has no `ps`)."""
-    script = "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null; echo; done"
-    done = container.exec_run(["sh", "-c", script], user="65534:65534")  # type: ignore[attr-defined]
-    return done.output.decode(errors="replace")
 
 
 def _host_processes() -> list[str]:

@@ -23,9 +23,10 @@ import pytest
 from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
 from conclave.settings import Settings
-from tests.clis.test_cli_members_e2e import ENV, FAST, KEY, _processes
+from tests.clis.test_cli_members_e2e import ENV, FAST, KEY
 from tests.fakes.calc_task import TASK
 from tests.fakes.cli_worker import DECISION_MARK, WORK_MARK, CliWorker, _first_user_text
+from tests.fakes.container_processes import container_processes
 from tests.fakes.script import RecordedRequest, Reply
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import decide, own_letter, vote_labels
@@ -119,11 +120,11 @@ async def test_a_stale_revisions_run_is_killed_and_the_member_decides_on_the_new
             letter = next(agent.letter for agent in agents if agent.model.startswith("cli/"))
             labels = [f"conclave.job={view.job_id}", f"conclave.agent={letter}"]
             container = docker.from_env().containers.list(filters={"label": labels})[0]
-            running = _processes(container)
+            running = container_processes(container)
             assert "Your own current answer" in running and MARKER in running, running
             peer.set()
             await _until(asked, "Codex's next run after the revision went stale")
-            running = _processes(container)
+            running = container_processes(container)
             looked.set()
             view = await until_cli_done(service, view)
             events = list(service.store.sync.events(view.job_id))

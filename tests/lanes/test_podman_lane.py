@@ -14,13 +14,15 @@ import secrets
 import subprocess
 import sys
 import tarfile
+import tempfile
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
 import pytest
 
 from conclave.errors import SandboxError
-from conclave.sandbox.image import BuildReport, build_once, smoke_test
+from conclave.sandbox.image import BuildReport, Log, build_once, import_root, smoke_test
+from conclave.sandbox.image_route import Route, RouteChoice
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 PODMAN_SOCKET = Path("/tmp/podman-lane/podman.sock")
@@ -98,16 +100,19 @@ def _fails(docker: object, image: str) -> None:
 
 
 async def _build(client: object, tag: str, check: object) -> BuildReport:
+    async def make(docker: object, candidate: str, say: Log) -> None:  # the mmdebstrap route's last step
+        with tempfile.TemporaryDirectory(prefix="conclave-import-probe-") as tmp:
+            await import_root(docker, await _tiny_root(Path(tmp), say), candidate, say)
+
     return await build_once(
         tag,
         "conclave-import-probe",
-        _tiny_root,
-        check,
+        make,
+        check,  # type: ignore[arg-type]
         smoke="true",
-        tools=(),
-        rerun="-",
         client=client,
-        log=None,
+        log=lambda _line: None,
+        route=RouteChoice(Route.MMDEBSTRAP, "a tiny root, imported as the mmdebstrap route imports"),
     )
 
 

@@ -14,6 +14,7 @@ writer at a time as SQLite's, across every host that shares the database.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 import stat
@@ -140,7 +141,10 @@ class SqliteOpener:
     def __init__(self, path: Path) -> None:
         private_dir(path.parent)
         private_dir(path.parent / "jobs")
-        os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600))
+        if not path.exists():  # created 0600; an open file is never opened and closed here, as closing any
+            # descriptor of it would drop the POSIX locks SQLite's connections in this process hold on it
+            with contextlib.suppress(FileExistsError):
+                os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))
         tighten(path, 0o600)
         self.path = path
         self.shown = f"the SQLite file {path}"

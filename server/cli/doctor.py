@@ -12,7 +12,7 @@ from conclave.backends.local import BUNDLED, model_file
 from conclave.config.clis import CLIS, keychain_user, login_fix, login_source
 from conclave.config.models import KEY_VARIABLES, SandboxSpec
 from conclave.errors import ConfigError, SandboxUnavailable, StoreUnavailable
-from conclave.jobs.read.lookup import check_state_folder, store_summary
+from conclave.jobs.read.lookup import store_summary
 from conclave.sandbox.clis_image import CLI_PINS, clis_tag
 from conclave.sandbox.endpoint import choose_endpoint
 from conclave.sandbox.engine import EngineFacts, connect, engine_facts, engine_status
@@ -49,8 +49,7 @@ def _store(settings: Settings) -> Probe:
     """The job store (the SQLite file, or CONCLAVE_DATABASE_URL's database with its jobs' folder) and its
     queue: what is active, each caller's line."""
     try:
-        shown = check_state_folder(settings)
-        summary = store_summary(settings)
+        shown, summary = store_summary(settings)
     except StoreUnavailable as exc:
         detail, _, fix = str(exc).partition(": ")
         return Probe("job store", False, detail, fix)

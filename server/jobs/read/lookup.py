@@ -44,11 +44,12 @@ def checked_job_id(job_id: object, field: str = "job_id") -> str:
     return job_id.strip()
 
 
-def store_summary(settings: Settings) -> StoreSummary:
-    """The job store at a glance (`conclave doctor`): blocking, on a store of its own."""
+def store_summary(settings: Settings) -> tuple[str, StoreSummary]:
+    """Where the job store is, in words, and the store at a glance (`conclave doctor`): blocking, on a
+    store of its own, opened once (which also checks the folder is usable and the schema current)."""
     store = Store.of(settings)
     try:
-        return store.summary(time.time())
+        return store.shown, store.summary(time.time())
     finally:
         store.close()
 

@@ -117,7 +117,7 @@ async def pool_filled(client: Any, count: int) -> None:
 
     def ready() -> bool:
         started = 0
-        for container in client.containers.list(filters=labels):
+        for container in client.containers.list(ignore_removed=True, filters=labels):
             rows = container.top().get("Processes") or []
             started += any("python3 -I" in " ".join(row) for row in rows)  # the last step of its start
         return started >= count

@@ -31,14 +31,20 @@ POOLED = {"label": [f"conclave.job={JOB_LABEL}", f"conclave.owner={PROCESS_OWNER
 def pooled() -> list[Any]:
     import docker
 
-    return docker.from_env().containers.list(all=True, filters=POOLED)
+    return docker.from_env().containers.list(all=True, ignore_removed=True, filters=POOLED)
 
 
 def started(container: Any) -> bool:
     """Running, with its command runner up: the last step of `Sandbox.start` (sandbox/command_runner.py)."""
+    import docker
+
     if container.status != "running":
         return False
-    return any("python3 -I" in " ".join(row) for row in container.top().get("Processes") or [])
+    try:
+        rows = container.top().get("Processes") or []
+    except docker.errors.NotFound:  # removed since it was listed: the job that took it has ended
+        return False
+    return any("python3 -I" in " ".join(row) for row in rows)
 
 
 async def pooled_running(but: frozenset[str] = frozenset()) -> Any:

@@ -160,7 +160,9 @@ async def test_a_check_is_confined_and_bounded(tmp_path: Path, fakes: FakeProvid
     assert len(hosts) == 1  # the job's warm check container ran all three
     import docker
 
-    left = docker.from_env().containers.list(all=True, filters={"label": f"conclave.job={view.job_id}"})
+    left = docker.from_env().containers.list(
+        all=True, ignore_removed=True, filters={"label": f"conclave.job={view.job_id}"}
+    )
     assert left == []  # every check's container was removed, and with it its background sleep
 
 
@@ -221,7 +223,9 @@ async def test_a_job_cancelled_while_its_checks_start_leaves_no_container(
                 await anyio.sleep(0.01)
         await anyio.sleep(0.05)  # sleep-ok: likely into the container's creation; any moment must hold
         assert (await service.cancel(view.job_id)).state == "cancelled"
-        left = docker.from_env().containers.list(all=True, filters={"label": f"conclave.job={view.job_id}"})
+        left = docker.from_env().containers.list(
+            all=True, ignore_removed=True, filters={"label": f"conclave.job={view.job_id}"}
+        )
         assert left == [] and not (service.job_dir(view.job_id) / "checks").exists()
 
 
@@ -243,12 +247,19 @@ async def test_a_job_that_fails_removes_its_warm_check_container(
         )
         labels = {"label": [f"conclave.job={view.job_id}", "conclave.agent=check-1"]}
         with anyio.fail_after(60):
-            while not await anyio.to_thread.run_sync(lambda: client.containers.list(filters=labels)):
+            while not await anyio.to_thread.run_sync(
+                lambda: client.containers.list(ignore_removed=True, filters=labels)
+            ):
                 await anyio.sleep(0.05)
         gate.set()
         view = await until_done(service, view)
     assert view.state == "failed" and view.checks() == {}
-    assert client.containers.list(all=True, filters={"label": f"conclave.job={view.job_id}"}) == []
+    assert (
+        client.containers.list(
+            all=True, ignore_removed=True, filters={"label": f"conclave.job={view.job_id}"}
+        )
+        == []
+    )
 
 
 async def test_checks_at_once_get_a_warm_container_each_and_later_ones_reuse_them(
@@ -290,11 +301,18 @@ async def test_checks_at_once_get_a_warm_container_each_and_later_ones_reuse_the
         hosts = [output.split("--- stdout ---\n", 1)[1].split()[0] for output in runs]
         assert len(set(hosts[:2])) == 2 and hosts[2] in hosts[:2]  # two at once in two; the third reuses one
         assert all(output.split()[-2:] == ["calc.py", "test_calc.py"] for output in runs)  # a fresh copy each
-        seen = docker.from_env().containers.list(filters={"label": f"conclave.job={job_id}"})
+        seen = docker.from_env().containers.list(
+            ignore_removed=True, filters={"label": f"conclave.job={job_id}"}
+        )
         assert len(seen) == 2
     finally:
         await verifier.close()
-    assert docker.from_env().containers.list(all=True, filters={"label": f"conclave.job={job_id}"}) == []
+    assert (
+        docker.from_env().containers.list(
+            all=True, ignore_removed=True, filters={"label": f"conclave.job={job_id}"}
+        )
+        == []
+    )
 
 
 async def test_a_first_check_runs_beside_the_caller_files_run_not_after_it(
@@ -325,7 +343,7 @@ async def test_a_first_check_runs_beside_the_caller_files_run_not_after_it(
     most = 0
 
     def running() -> int:  # the job's containers running the command now
-        found = client.containers.list(filters={"label": f"conclave.job={job_id}"})
+        found = client.containers.list(ignore_removed=True, filters={"label": f"conclave.job={job_id}"})
         return sum("sleep 2.5" in container_processes(c) for c in found)
 
     try:
@@ -372,7 +390,9 @@ async def test_the_caller_files_run_starts_with_the_job_before_its_agents_are_bu
     seen: list[bool] = []
 
     def baseline_running() -> bool:
-        mine = client.containers.list(filters={"label": f"conclave.owner={PROCESS_OWNER.id}"})
+        mine = client.containers.list(
+            ignore_removed=True, filters={"label": f"conclave.owner={PROCESS_OWNER.id}"}
+        )
         return any("sleep 1.37" in container_processes(c) for c in mine)
 
     def factory(spec: AgentSpec) -> Agent:  # in a worker thread: the job's set-up

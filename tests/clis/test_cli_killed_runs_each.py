@@ -70,7 +70,9 @@ async def _ended(service: JobService, view: JobView) -> JobView:
 
 
 def _left(job_id: str, cli: str, marker: str) -> tuple[list[object], list[str]]:
-    containers = docker.from_env().containers.list(all=True, filters={"label": f"conclave.job={job_id}"})
+    containers = docker.from_env().containers.list(
+        all=True, ignore_removed=True, filters={"label": f"conclave.job={job_id}"}
+    )
     running = [
         line for line in _host_processes() if marker in line or (HEADLESS[cli] in line and "Fix" in line)
     ]
@@ -91,7 +93,9 @@ async def test_a_cancelled_job_kills_the_cli_and_charges_its_run(
         with anyio.fail_after(400):
             while not waits:
                 await anyio.sleep(0.5)
-        running = docker.from_env().containers.list(filters={"label": f"conclave.job={view.job_id}"})
+        running = docker.from_env().containers.list(
+            ignore_removed=True, filters={"label": f"conclave.job={view.job_id}"}
+        )
         # the CLI runs (its `setsid` child too, unless the CLI's shell tool ended it with the command)
         assert running and HEADLESS[cli] in container_processes(running[0])
         view = await _ended(service, await service.cancel(view.job_id))

@@ -253,14 +253,21 @@ agents:
         with anyio.fail_after(300):
             while not slow:
                 await anyio.sleep(0.5)
-        running = client.containers.list(filters={"label": f"conclave.job={view.job_id}"})
+        running = client.containers.list(
+            ignore_removed=True, filters={"label": f"conclave.job={view.job_id}"}
+        )
         assert running and marker in container_processes(running[0])
         view = await service.cancel(view.job_id)
         with anyio.fail_after(60):
             while not view.done:
                 view = await service.wait(view.job_id, 5)
     assert view.state == "cancelled"
-    assert client.containers.list(all=True, filters={"label": f"conclave.job={view.job_id}"}) == []
+    assert (
+        client.containers.list(
+            all=True, ignore_removed=True, filters={"label": f"conclave.job={view.job_id}"}
+        )
+        == []
+    )
     assert not [
         line for line in _host_processes() if marker in line or ("claude -p" in line and TASK[:20] in line)
     ]

@@ -119,7 +119,7 @@ async def test_a_stale_revisions_run_is_killed_and_the_member_decides_on_the_new
             agents = (await service.lookup.view(view.job_id)).agents
             letter = next(agent.letter for agent in agents if agent.model.startswith("cli/"))
             labels = [f"conclave.job={view.job_id}", f"conclave.agent={letter}"]
-            container = docker.from_env().containers.list(filters={"label": labels})[0]
+            container = docker.from_env().containers.list(ignore_removed=True, filters={"label": labels})[0]
             running = container_processes(container)
             assert "Your own current answer" in running and MARKER in running, running
             peer.set()

@@ -8,6 +8,7 @@ may be installed.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -224,50 +225,102 @@ def test_wheel_installs_and_runs(built: Built, tmp_path: Path) -> None:
     assert ask.returncode == 0, f"{ask.stdout}\n{ask.stderr}"
     assert ask.stdout.strip(), ask.stderr
 
-    # the skill the installer writes is the one inside the wheel, and the entry starts this venv
-    shipped = zipfile.ZipFile(built.wheel).read("conclave/skills/conclave/SKILL.md").decode()
-    install = subprocess.run(
-        [str(conclave), "install", "claude-code", "--write", "--scope", "user"],
-        cwd=tmp_path,
-        env=offline,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert install.returncode == 0, install.stderr
-    assert (home / ".claude/skills/conclave/SKILL.md").read_text() == shipped
-    assert f"{conclave} serve" in install.stdout, install.stdout
-
-    # the sandbox recipe inside the wheel is this tree's: the same image tag (a digest of the recipe)
-    recipe = subprocess.run(
-        [str(python), "-c", "from conclave.sandbox.image import default_tag; print(default_tag())"],
-        cwd=tmp_path,
-        env=offline,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    from conclave.sandbox.image import default_tag
-
-    assert recipe.stdout.strip() == default_tag(), recipe.stderr
+    _gives_a_working_conclave([str(conclave)], [str(python)], built, tmp_path, offline)
 
 
 @pytest.mark.slow
-def test_uv_tool_install_and_uvx_run_the_wheel(built: Built, tmp_path: Path) -> None:
-    """`uv tool install` and `uvx --from` (uv from the test extra) give a working `conclave`."""
-    uv = Path(sys.executable).parent / "uv"
-    env = _clean_env() | {"UV_TOOL_DIR": str(tmp_path / "tools"), "UV_TOOL_BIN_DIR": str(tmp_path / "bin")}
-    _run([str(uv), "tool", "install", str(built.wheel)], env=env, cwd=tmp_path, timeout=600)
-    version = _run([str(tmp_path / "bin" / "conclave"), "--version"], env=env, cwd=tmp_path, timeout=120)
-    uvx = _run(
-        [str(uv), "tool", "run", "--from", str(built.wheel), "conclave", "--version"],
-        env=env,
-        cwd=tmp_path,
-        timeout=600,
-    )
+def test_uv_tool_install_uvx_and_pipx_give_a_working_conclave(built: Built, tmp_path: Path) -> None:
+    """`uv tool install`, `uvx --from` and `pipx install` of the wheel (uv and pipx from the test extra;
+    pipx installs with uv when it finds it, as here): each gives a `conclave` that runs, with the
+    presets, the skill and the sandbox recipe inside."""
+    bins = Path(sys.executable).parent
+    tools = {
+        "UV_TOOL_DIR": str(tmp_path / "uv-tools"),
+        "UV_TOOL_BIN_DIR": str(tmp_path / "uv-bin"),
+        "PIPX_HOME": str(tmp_path / "pipx"),
+        "PIPX_BIN_DIR": str(tmp_path / "pipx-bin"),
+        "PIPX_MAN_DIR": str(tmp_path / "pipx-man"),
+    }
+    env = {k: v for k, v in _clean_env().items() if k not in _KEY_VARIABLES} | tools
+    wheel = str(built.wheel)
+    _run([str(bins / "uv"), "tool", "install", wheel], env=env, cwd=tmp_path, timeout=600)
+    uv_tool = tmp_path / "uv-tools" / "conclave-mcp" / "bin"
+    _run([str(bins / "pipx"), "install", wheel], env=env, cwd=tmp_path, timeout=600)
+    pipx = tmp_path / "pipx" / "venvs" / "conclave-mcp" / "bin"
+    uvx = [str(bins / "uvx"), "--from", wheel]
+    installs = {
+        "uv tool install": ([str(tmp_path / "uv-bin" / "conclave")], [str(uv_tool / "python")]),
+        "uvx --from": ([*uvx, "conclave"], [*uvx, "python"]),
+        "pipx install": ([str(tmp_path / "pipx-bin" / "conclave")], [str(pipx / "python")]),
+    }
+    for name, (conclave, python) in installs.items():
+        folder = tmp_path / name.replace(" ", "-")
+        folder.mkdir()
+        _gives_a_working_conclave(conclave, python, built, folder, env)
+
+
+@pytest.mark.slow
+def test_an_editable_install_of_a_clone_follows_its_files(built: Built, tmp_path: Path) -> None:
+    """`pip install -e` of a clone (here the wheel's source copy, through uv's pip for time: the same
+    setuptools editable build) into a fresh venv: `conclave` runs from the clone, and a preset edited
+    there is what it reads."""
+    uv = str(Path(sys.executable).parent / "uv")
+    env = {k: v for k, v in _clean_env().items() if k not in _KEY_VARIABLES}
+    clone = tmp_path / "clone"
+    shutil.copytree(built.src, clone)
+    venv = tmp_path / "venv"
+    _run([uv, "venv", "--python", sys.executable, str(venv)], env=env, timeout=300)
+    python = _bin(venv, "python")
+    _run([uv, "pip", "install", "--python", str(python), "-e", str(clone)], env=env, timeout=600)
+    _gives_a_working_conclave([str(_bin(venv, "conclave"))], [str(python)], built, tmp_path, env)
+    (clone / "configs" / "edited.yaml").write_text((clone / "configs" / "local.yaml").read_text())
+    teams = _run([str(_bin(venv, "conclave")), "teams"], env=env | {"HOME": str(tmp_path)}, cwd=tmp_path)
+    assert "edited" in teams.stdout, teams.stdout
+    where = _run([str(python), "-c", "import conclave; print(conclave.__file__)"], env=env, cwd=tmp_path)
+    assert Path(where.stdout.strip()) == clone / "server" / "__init__.py"
+
+
+def _gives_a_working_conclave(
+    conclave: list[str], python: list[str], built: Built, folder: Path, env: dict[str, str]
+) -> None:
+    """`conclave` (a command) runs with the presets, writes the skill the wheel ships and an entry that
+    starts it, and `python` (its environment's interpreter) holds this tree's sandbox recipe."""
+    home = folder / "home"
+    home.mkdir()
+    env = env | {"HOME": str(home), "CONCLAVE_HOME": str(folder / "state")}
     from conclave import __version__
 
-    assert __version__ in version.stdout and __version__ in uvx.stdout, (version.stdout, uvx.stdout)
+    assert __version__ in _run([*conclave, "--version"], env=env, cwd=folder, timeout=300).stdout
+    assert "frontier" in _run([*conclave, "teams"], env=env, cwd=folder, timeout=120).stdout
+    install = _run(
+        [*conclave, "install", "claude-code", "--write", "--scope", "user"], env=env, cwd=folder, timeout=120
+    )
+    shipped = zipfile.ZipFile(built.wheel).read("conclave/skills/conclave/SKILL.md").decode()
+    assert (home / ".claude/skills/conclave/SKILL.md").read_text() == shipped
+    # the entry to register starts this install: its own console script, or under uvx uv's environment
+    registered = re.search(r"claude mcp add --scope user conclave -- (\S+) serve$", install.stdout, re.M)
+    assert registered, install.stdout
+    if len(conclave) == 1:
+        assert registered[1] == conclave[0], install.stdout
+    served = _run([registered[1], "serve", "--help"], env=env, cwd=folder, timeout=120)
+    assert "--http" in served.stdout, served.stdout
+    # the sandbox recipe inside is this tree's: the same image tags (digests of the recipe and npm lock)
+    recipe = _run(
+        [
+            *python,
+            "-c",
+            "from conclave.sandbox.image import default_tag\n"
+            "from conclave.sandbox.clis_image import clis_tag\n"
+            "print(default_tag(), clis_tag('linux/arm64'))",
+        ],
+        env=env,
+        cwd=folder,
+        timeout=120,
+    )
+    from conclave.sandbox.clis_image import clis_tag
+    from conclave.sandbox.image import default_tag
+
+    assert recipe.stdout.split() == [default_tag(), clis_tag("linux/arm64")], recipe.stderr
 
 
 def _llama_wheel() -> tuple[str, list[str]]:

@@ -225,7 +225,8 @@ def test_wheel_installs_and_runs(built: Built, tmp_path: Path) -> None:
     assert ask.returncode == 0, f"{ask.stdout}\n{ask.stderr}"
     assert ask.stdout.strip(), ask.stderr
 
-    _gives_a_working_conclave([str(conclave)], [str(python)], built, tmp_path, offline)
+    (tmp_path / "tools").mkdir()
+    _gives_a_working_conclave([str(conclave)], [str(python)], built, tmp_path / "tools", offline)
 
 
 @pytest.mark.slow

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -243,6 +244,8 @@ def test_uv_tool_install_uvx_and_pipx_give_a_working_conclave(built: Built, tmp_
         "PIPX_MAN_DIR": str(tmp_path / "pipx-man"),
     }
     env = {k: v for k, v in _clean_env().items() if k not in _KEY_VARIABLES} | tools
+    # one uv cache for all (each check runs under a HOME of its own, where uv would start a new one)
+    env["UV_CACHE_DIR"] = _run([str(bins / "uv"), "cache", "dir"], env=env).stdout.strip()
     wheel = str(built.wheel)
     _run([str(bins / "uv"), "tool", "install", wheel], env=env, cwd=tmp_path, timeout=600)
     uv_tool = tmp_path / "uv-tools" / "conclave-mcp" / "bin"
@@ -251,12 +254,14 @@ def test_uv_tool_install_uvx_and_pipx_give_a_working_conclave(built: Built, tmp_
     uvx = [str(bins / "uvx"), "--from", wheel]
     installs = {
         "uv tool install": ([str(tmp_path / "uv-bin" / "conclave")], [str(uv_tool / "python")]),
-        "uvx --from": ([*uvx, "conclave"], [*uvx, "python"]),
         "pipx install": ([str(tmp_path / "pipx-bin" / "conclave")], [str(pipx / "python")]),
+        "uvx --from": ([*uvx, "conclave"], [*uvx, "python"]),
     }
     for name, (conclave, python) in installs.items():
         folder = tmp_path / name.replace(" ", "-")
         folder.mkdir()
+        if name == "uvx --from":  # uvx runs an installed tool that fits the request: none here
+            env |= {"UV_TOOL_DIR": str(tmp_path / "no-tools")}
         _gives_a_working_conclave(conclave, python, built, folder, env)
 
 
@@ -298,12 +303,16 @@ def _gives_a_working_conclave(
     )
     shipped = zipfile.ZipFile(built.wheel).read("conclave/skills/conclave/SKILL.md").decode()
     assert (home / ".claude/skills/conclave/SKILL.md").read_text() == shipped
-    # the entry to register starts this install: its own console script, or under uvx uv's environment
-    registered = re.search(r"claude mcp add --scope user conclave -- (\S+) serve$", install.stdout, re.M)
+    # the entry to register starts this install: its console script, or under uvx what makes the
+    # environment again (uv's cache, where uvx keeps it, goes with `uv cache clean`)
+    registered = re.search(r"claude mcp add --scope user conclave -- (.+) serve$", install.stdout, re.M)
     assert registered, install.stdout
+    command = shlex.split(registered[1])
     if len(conclave) == 1:
-        assert registered[1] == conclave[0], install.stdout
-    served = _run([registered[1], "serve", "--help"], env=env, cwd=folder, timeout=120)
+        assert command == conclave, install.stdout
+    else:
+        assert command[1:] == ["tool", "run", "--from", str(built.wheel), "conclave"], install.stdout
+    served = _run([*command, "serve", "--help"], env=env, cwd=folder, timeout=300)
     assert "--http" in served.stdout, served.stdout
     # the sandbox recipe inside is this tree's: the same image tags (digests of the recipe and npm lock)
     recipe = _run(

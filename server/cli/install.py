@@ -43,20 +43,26 @@ folder's descriptor; a backup keeps the original's mode.
 
 The registered command is the absolute path of the installed `conclave` script: `uvx --from
 conclave-mcp conclave serve` would need the package on PyPI, and a bare `conclave` needs it on the
-PATH the client was started with (GUI editors often have a shorter one).
+PATH the client was started with (GUI editors often have a shorter one). Run by `uvx`, whose
+environment lives in uv's cache and goes with `uv cache clean`, it is uv's absolute path with
+`tool run --from` what the environment was made from (the wheel, folder, commit or release).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import os
 import shlex
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlparse
+from urllib.request import url2pathname
 
 from conclave.cli import EXIT_OK, TARGETS
 from conclave.cli.client_files import (
@@ -99,6 +105,7 @@ DEFAULT_SCOPE = {
     "copilot": "user",
 }
 NAME = "conclave"
+DISTRIBUTION = "conclave-mcp"
 
 
 @dataclass(frozen=True)
@@ -127,16 +134,55 @@ class Plan:
     hints: tuple[str, ...] = ()
 
 
-def server_command(argv0: str | None = None, executable: str | None = None) -> list[str]:
+def server_command(
+    argv0: str | None = None, executable: str | None = None, environ: Mapping[str, str] | None = None
+) -> list[str]:
     """The absolute command that starts this installation's server, without relying on PATH."""
     argv0 = sys.argv[0] if argv0 is None else argv0
     executable = sys.executable if executable is None else executable
+    uvx = _uvx_command(executable, os.environ if environ is None else environ)
+    if uvx is not None:
+        return uvx
     if Path(argv0).stem == NAME and Path(argv0).is_file():
         return [os.path.abspath(argv0), "serve"]
     beside = Path(executable).parent / (NAME + (".exe" if os.name == "nt" else ""))
     if beside.is_file():  # the console script of the interpreter running us (not resolved: venvs)
         return [str(beside), "serve"]
     return [executable, "-m", NAME, "serve"]
+
+
+def _uvx_command(executable: str, environ: Mapping[str, str]) -> list[str] | None:
+    """Under `uvx` (an environment in uv's cache, which `uv cache clean` deletes), the command that makes
+    it again: `uv tool run --from <what it came from> conclave serve`; None elsewhere. uv names itself
+    to the processes it starts in `UV`."""
+    uv = environ.get("UV", "")
+    if not uv or not Path(uv).is_file():
+        return None
+    try:
+        asked = subprocess.run([uv, "cache", "dir"], capture_output=True, text=True, timeout=30, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    cache = asked.stdout.strip()
+    if not cache or not Path(executable).parent.resolve().is_relative_to(Path(cache).resolve()):
+        return None  # `uv run` or `uv tool install`: an environment that stays
+    return [uv, "tool", "run", "--from", _installed_from(), NAME, "serve"]
+
+
+def _installed_from() -> str:
+    """What this distribution was installed from: its wheel, folder or commit (PEP 610's direct_url.json),
+    else its release on the index."""
+    dist = importlib.metadata.distribution(DISTRIBUTION)
+    recorded = dist.read_text("direct_url.json")
+    if not recorded:
+        return f"{DISTRIBUTION}=={dist.version}"
+    direct = json.loads(recorded)
+    url = str(direct.get("url", ""))
+    vcs = direct.get("vcs_info")
+    if isinstance(vcs, dict):
+        return f"{vcs.get('vcs', 'git')}+{url}@{vcs.get('commit_id', '')}"
+    if url.startswith("file:"):
+        return url2pathname(urlparse(url).path)
+    return url
 
 
 # Plans ------------------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """Both sandbox images for linux/arm64 on an x86-64 host, under qemu-user-static and binfmt_misc.
 
-python bench/arm64_images.py [plain e2e clis dockerfile]   # as root; each step an hour or less here
+python bench/arm64_images.py [plain e2e clis]   # as root; each step an hour or less here
 
 Each step adds its figures to the results file (an image built earlier is reused: `built_now: false`,
 its build time is the `..._build_s` of the run that built it).
@@ -9,13 +9,13 @@ Too slow for every CI run, so a script with dated results (bench/results/arm64-i
 1. binfmt_misc mounted and Debian's qemu-user-static registered (`update-binfmts --enable`);
 2. the plain image by the mmdebstrap route (`--platform linux/arm64`): its smoke test, `uname -m`, and
    the architecture the engine records for an imported image, with and without `import --platform`;
-3. the same recipe by the Dockerfile route, from an arm64 `debian:bookworm-slim` made here (no registry:
-   tests/fakes/debian_base.py) under a name of its own, so the engine's amd64 base keeps its name;
-4. the CLI image by the mmdebstrap route: its smoke test and every CLI's `--version`;
-5. one end-to-end job on the arm64 plain image: the scripted team of tests/test_files_e2e.py edits a
+3. the CLI image by the mmdebstrap route: its smoke test and every CLI's `--version`;
+4. one end-to-end job on the arm64 plain image: the scripted team of tests/test_files_e2e.py edits a
    file in arm64 containers, a peer reads the snapshot as uid 1000, and the diff is exact.
-Tags end in `-arm64bench`, never the engine's own images' tags. Timings are wall-clock on a shared,
-busy machine: read them as orders of magnitude.
+The Dockerfile route for linux/arm64, as a user types it, is bench/arm64_dockerfile.py's (an engine of
+its own: Docker 20.10 holds one image per name, so an arm64 `debian:bookworm-slim` here would replace the
+amd64 one). Tags end in `-arm64bench`, never the engine's own images' tags. Timings are wall-clock on
+a shared, busy machine: read them as orders of magnitude.
 """
 
 from __future__ import annotations
@@ -34,17 +34,14 @@ import anyio
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, tests/
 
 from bench.results_file import write_results
-from conclave.sandbox import dockerfile
 from conclave.sandbox.clis_image import CLIS_REPO, build_clis_image
 from conclave.sandbox.engine import connect
-from conclave.sandbox.image import IMAGE_REPO, BuildOptions, _smoke_test, build_image
+from conclave.sandbox.image import IMAGE_REPO, BuildOptions, build_image
 from conclave.sandbox.image_route import Route
-from conclave.sandbox.recipe import PACKAGES, clis_digest, plain_digest
-from tests.fakes.debian_base import ensure_public_base
+from conclave.sandbox.recipe import clis_digest, plain_digest
 
 RESULTS = Path(__file__).parent / "results" / "arm64-images.json"
 PLATFORM = "linux/arm64"
-ARM64_BASE = "conclave-arm64bench/debian:bookworm-slim"
 BINFMT = Path("/proc/sys/fs/binfmt_misc")
 
 
@@ -76,7 +73,7 @@ async def timed(step: str, results: dict[str, Any], work: Any) -> Any:
     return value
 
 
-STEPS = ("plain", "e2e", "clis", "dockerfile")
+STEPS = ("plain", "e2e", "clis")
 
 
 async def main(steps: tuple[str, ...]) -> dict[str, Any]:
@@ -133,27 +130,6 @@ async def main(steps: tuple[str, ...]) -> dict[str, Any]:
                 .strip()
                 .splitlines()
             )
-    if "dockerfile" in steps:
-
-        async def dockerfile_route() -> None:
-            await anyio.to_thread.run_sync(lambda: ensure_public_base(PLATFORM, ARM64_BASE))
-            results["arm64_base_recorded_architecture"] = docker.images.get(ARM64_BASE).attrs["Architecture"]
-            tag = f"{IMAGE_REPO}:{plain_digest()}-arm64bench-dockerfile"
-            with tempfile.TemporaryDirectory() as tmp:
-                dockerfile.write_context(Path(tmp), dockerfile.plain_dockerfile(ARM64_BASE, PACKAGES))
-                await anyio.to_thread.run_sync(
-                    lambda: dockerfile.build(
-                        docker, Path(tmp), tag, platform=PLATFORM, apt_mirror=None, say=lambda _line: None
-                    )
-                )
-            await anyio.to_thread.run_sync(_smoke_test, docker, tag)
-            results["plain_dockerfile"] = describe(docker, tag, None)
-            same = "dpkg-query -W -f '${Package} ${Version}\\n' | sort"
-            results["plain_routes_same_packages"] = run(docker, tag, ["sh", "-c", same]) == run(
-                docker, plain, ["sh", "-c", same]
-            )
-
-        await timed("plain_dockerfile_build", results, dockerfile_route)
     return results
 
 

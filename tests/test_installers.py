@@ -411,6 +411,25 @@ def test_server_command_is_an_absolute_path_that_starts_this_installation() -> N
     assert fallback == ["/nowhere/bin/python3", "-m", "conclave", "serve"]
 
 
+def test_under_uvx_the_command_makes_the_environment_again(tmp_path: Path) -> None:
+    """uvx's environment lives in uv's cache (`uv cache clean` empties it): the command is uv's own
+    `tool run --from`; an environment elsewhere (`uv run`, `uv tool install`) keeps its script.
+    tests/test_packaging.py runs the real uvx."""
+    cache = tmp_path / "cache"
+    bin_dir = cache / "archive-v0" / "abc" / "bin"
+    bin_dir.mkdir(parents=True)
+    uv = tmp_path / "uv"
+    uv.write_text(f'#!/bin/sh\n[ "$1 $2" = "cache dir" ] && echo {cache}\n')
+    uv.chmod(0o755)
+    command = installers.server_command(
+        argv0="x", executable=str(bin_dir / "python"), environ={"UV": str(uv)}
+    )
+    assert command[:4] == [str(uv), "tool", "run", "--from"] and command[5:] == ["conclave", "serve"]
+    assert command[4]  # the wheel, folder or release this was installed from
+    outside = installers.server_command(argv0="x", executable="/nowhere/bin/python3", environ={"UV": str(uv)})
+    assert outside == ["/nowhere/bin/python3", "-m", "conclave", "serve"]
+
+
 # Writing through the CLI ------------------------------------------------------------------------
 def test_install_prints_without_writing(dirs: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
     project, _ = dirs

@@ -161,19 +161,17 @@ async def test_a_running_server_takes_over_a_job_whose_owner_died_and_runs_it(
     assert view.state == "completed" and view.result is not None and view.result.consensus
 
 
-async def test_a_job_with_files_is_not_resumed_but_says_why(tmp_path: Path, fakes: FakeProviders) -> None:
-    install(fakes.script, TRIO, voter())
-    team = load_team_file(write_team(tmp_path / "team.yaml", fakes, TRIO))
+async def test_a_job_whose_team_no_longer_reads_is_not_resumed_but_says_why(tmp_path: Path) -> None:
     settings = Settings(home=tmp_path / "state", heartbeat_s=0.2)
     store = Store.of(settings)
     try:
         options = JobOptions(commands=True)
-        store.create_job("cj-0000000dead2", "t", team.name, team.model_dump_json(), dead_pid(), "x", options)
+        store.create_job("cj-0000000dead2", "t", "gone", '{"agents": 3}', dead_pid(), "x", options)
     finally:
         store.close()
     async with JobService.open(settings, environ={KEY_ENV: "test-key-0123456789"}) as service:
         view = await service.lookup.view("cj-0000000dead2")
-    assert view.state == "interrupted" and "with files or commands is not resumed" in view.phase
+    assert view.state == "interrupted" and "its stored team no longer reads" in view.phase
 
 
 def dead_pid() -> int:

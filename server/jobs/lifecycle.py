@@ -22,6 +22,7 @@ from conclave.coordination.journal import decode
 from conclave.coordination.limits import ProviderLimits
 from conclave.coordination.orchestrator import Orchestrator, Resume
 from conclave.coordination.protocol_events import Steer
+from conclave.coordination.reports import Check
 from conclave.errors import ConclaveError
 from conclave.jobs.fair_share import FairShare
 from conclave.jobs.file_steps import JobFileSteps, job_files
@@ -163,7 +164,13 @@ class Lifecycle:
         if not events or row.started_at is None:
             return None
         usage = {agent.letter: agent.usage for agent in row.progress.agents} if row.progress else {}
-        return Resume(events, usage, max(0.0, time.time() - row.started_at))
+        checked = await self.store.events(row.id, "checked")  # what each check found, as reported
+        fields = set(Check.model_fields)
+        checks = {
+            str(e.data["label"]): Check.model_validate({k: v for k, v in e.data.items() if k in fields})
+            for e in checked
+        }
+        return Resume(events, usage, max(0.0, time.time() - row.started_at), checks)
 
     async def _copied(self, job_id: str, files: JobFileSteps, timeout: float) -> bool:
         """Copy the context paths into the job folder, if any; False if that failed (the job says why)."""

@@ -30,8 +30,6 @@ Resumer = Callable[[str, str, Team, str], None]  # (job id, task, team, caller):
 
 def resumable(row: JobRow) -> Team | str:
     """The job's team when the job can be resumed here, else why not."""
-    if row.options.context_paths or row.options.commands:
-        return "a job with files or commands is not resumed yet; its answers stay readable"
     try:
         team = Team.model_validate_json(row.team_json)
     except ValidationError:

@@ -4,9 +4,16 @@ server sharing the store claims it (one wins: the claim names the owner it repla
 (jobs/lifecycle.py replays its protocol journal, coordination/journal.py).
 
 A starting server looks once before it serves, and a running one at every heartbeat, so a job's
-takeover waits at most for its lease (CONCLAVE_STALE_AFTER_S) and one heartbeat. A job that cannot
-be resumed ends `interrupted`, saying why: one with files (context paths, commands, CLI members: their
-workspaces are not rebuilt yet) or one whose stored team no longer reads.
+takeover waits at most for its lease (CONCLAVE_STALE_AFTER_S) and one heartbeat.
+
+A job with files resumes from what is durable in its folder (CONCLAVE_JOBS_DIR, which every host of a
+shared store mounts), never from the dead process's containers: the copy of the context paths made when
+it started (not copied again), and each posted answer's snapshot; each agent's working copy is rebuilt
+from its latest snapshot, and its container (and a CLI member's egress proxy) made anew on this
+server's engine, the dead one's containers for the job removed where that engine is this one
+(jobs/file_steps.py, files/workspaces.py `restore`). Checks whose result was reported are not run
+again. A job that cannot be resumed ends `interrupted`, saying why: one with coding-agent CLI members
+(not resumed yet), or one whose stored team no longer reads.
 """
 
 from __future__ import annotations

@@ -204,6 +204,32 @@ async def test_a_server_whose_job_was_taken_over_stops_running_it_and_writes_not
     assert taken is not None and taken.owner_id == "another-server" and taken.state == "running"
 
 
+async def test_a_server_whose_job_with_files_was_taken_over_leaves_its_folder_to_the_new_owner(
+    tmp_path: Path, fakes: FakeProviders
+) -> None:
+    install(fakes.script, TRIO, voter(delay=0.5))
+    team = str(write_team(tmp_path / "team.yaml", fakes, TRIO))
+    project = tmp_path / "proj"
+    project.mkdir()
+    (project / "notes.md").write_text("notes\n")
+    settings = Settings(home=tmp_path / "state", heartbeat_s=0.2)
+    async with JobService.open(settings, environ={KEY_ENV: "test-key-0123456789"}) as service:
+        request = JobRequest(task="What is 6 * 7?", team=team, context_paths=[{"path": str(project)}])
+        job = await service.submit(request)
+        with anyio.fail_after(60):
+            while not await service.store.events(job.job_id, "turn_started"):
+                await anyio.sleep(0.05)  # sleep-ok: until the agents' first turns are under way
+        row = await service.store.job(job.job_id)
+        assert row is not None
+        assert await service.store.claim(job.job_id, row.owner_id, "another-server", 1, 15.0)
+        with anyio.fail_after(30):
+            while job.job_id in service._jobs.scopes:  # until ours dropped the job, its files closed
+                await anyio.sleep(0.05)  # sleep-ok: its heartbeat notices the claim
+        agents = service.job_dir(job.job_id) / "agents"
+    # the new owner rebuilds the working copies there: the old one removes none of them
+    assert sorted(path.name for path in agents.iterdir()) == sorted(letters_of(job.job_id).values())
+
+
 class ListJournal:
     def __init__(self) -> None:
         self.events: list[ProtocolEvent] = []

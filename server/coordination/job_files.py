@@ -132,6 +132,7 @@ class JobFiles:
         self._sandboxes: dict[str, Sandbox] = {}
         self._changes: dict[str, str] | None = None  # label -> patch, for a team with CLI members
         self.final_label: str | None = None
+        self._released = False  # another server took the job over: its folder is that server's now
 
     @property
     def _folders(self) -> tuple[str, ...]:
@@ -284,11 +285,17 @@ class JobFiles:
         with _host_step(f"the final files of {winner}"):
             return await self.workspaces.finalize(winner)
 
+    def release(self) -> None:
+        """Another server took the job over (jobs/takeover.py) and rebuilds its working copies in the
+        same folder: `close` then stops this server's containers and leaves the folder alone."""
+        self._released = True
+
     async def close(self) -> None:
         with anyio.CancelScope(shield=True):
             for sandbox in self._sandboxes.values():
                 await sandbox.stop()
-            await self.workspaces.remove_working_copies()  # after the containers: no process writes there
+            if not self._released:  # after the containers: no process writes there
+                await self.workspaces.remove_working_copies()
 
 
 @contextmanager

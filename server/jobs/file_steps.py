@@ -168,6 +168,10 @@ class JobFileSteps(Files, Protocol):
         """The winner's diff kept with the job, applied where asked and allowed (`collect_files`)."""
         ...
 
+    def release(self) -> None:
+        """Another server took the job over: leave its folder to that server (JobFiles.release)."""
+        ...
+
 
 class ContextFiles(JobFiles):
     """A job with context paths: its workspaces, sandboxes and the steps around the run."""
@@ -261,6 +265,9 @@ class NoContextFiles(NoFiles):
         return None
 
     async def collect(self, store: AsyncStore, row: JobRow, consensus: bool) -> None:
+        pass
+
+    def release(self) -> None:
         pass
 
 

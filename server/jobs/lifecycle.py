@@ -56,6 +56,7 @@ class Lifecycle:
         self.steering, self._route = steering, route  # CLI members' egress (sandbox/route.py)
         self.scopes: dict[str, anyio.CancelScope] = {}  # the jobs this process runs, by id
         self._abandoned: set[str] = set()  # ours until another server took them over
+        self._files: dict[str, JobFileSteps] = {}  # the files of the jobs this process runs, by id
         # the slots, shared by the callers in turn, each waiting in its own line
         self.share = FairShare(settings.max_jobs, settings.max_jobs_per_caller)
         self._check_slots = anyio.CapacityLimiter(settings.verify_concurrency)  # verification containers
@@ -77,6 +78,9 @@ class Lifecycle:
         """Stop running a job another server took over (its lease had run out: jobs/takeover.py),
         writing nothing more of it: it is that server's now."""
         self._abandoned.add(job_id)
+        files = self._files.get(job_id)
+        if files is not None:  # that server rebuilds the job's working copies in the same folder
+            files.release()
         await self.cancel(job_id)
 
     async def run(self, job_id: str, task: str, team: Team, caller: str, resume: bool = False) -> None:
@@ -103,6 +107,7 @@ class Lifecycle:
             )
         finally:
             self._abandoned.discard(job_id)
+            self._files.pop(job_id, None)
             self.scopes.pop(job_id, None)
             self.steering.detach(job_id)
             self._heap.settle(agent.provider for agent in team.agents)
@@ -114,7 +119,9 @@ class Lifecycle:
         taken_over = await self._taken_over(first) if resume else None
         # the copy counts against the job's timeout; a resumed job's time so far too
         deadline = anyio.current_time() + timeout - (taken_over.elapsed if taken_over else 0.0)
-        files = job_files(job_id, self.job_dir(job_id), team, options, self.settings, self._route)
+        files = self._files[job_id] = job_files(
+            job_id, self.job_dir(job_id), team, options, self.settings, self._route
+        )
         if not await self._copied(job_id, files, timeout):
             return
         row = await self._job(job_id)

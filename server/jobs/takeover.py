@@ -12,8 +12,11 @@ it started (not copied again), and each posted answer's snapshot; each agent's w
 from its latest snapshot, and its container (and a CLI member's egress proxy) made anew on this
 server's engine, the dead one's containers for the job removed where that engine is this one
 (jobs/file_steps.py, files/workspaces.py `restore`). Checks whose result was reported are not run
-again. A job that cannot be resumed ends `interrupted`, saying why: one with coding-agent CLI members
-(not resumed yet), or one whose stored team no longer reads.
+again. A coding-agent CLI member keeps no conversation between its runs (each is a fresh CLI process,
+coordination/cli_turns.py), so its turn in flight simply runs again in its new container, shown the
+current answers; what its killed run had reported of its usage is kept, the rest of that run is lost
+with the process (a run this process kills is charged an estimate: clis/runner.py). A job that cannot
+be resumed ends `interrupted`, saying why: one whose stored team no longer reads.
 """
 
 from __future__ import annotations
@@ -38,12 +41,9 @@ Resumer = Callable[[str, str, Team, str], None]  # (job id, task, team, caller):
 def resumable(row: JobRow) -> Team | str:
     """The job's team when the job can be resumed here, else why not."""
     try:
-        team = Team.model_validate_json(row.team_json)
+        return Team.model_validate_json(row.team_json)
     except ValidationError:
         return "its stored team no longer reads"
-    if any(agent.is_cli for agent in team.agents):
-        return "a job with coding-agent CLI members is not resumed yet; its answers stay readable"
-    return team
 
 
 async def take_over(store: AsyncStore, settings: Settings, owner_id: str, resume: Resumer) -> list[str]:

@@ -278,6 +278,26 @@ async def test_a_resumed_orchestrator_keeps_the_journals_answers_and_asks_only_t
     assert {"Answer from an earlier process: 42.", "Another earlier answer: 42."} <= texts
 
 
+async def test_a_note_left_while_the_job_was_down_is_taken_after_the_replay_in_journal_order(
+    fakes: FakeProviders,
+) -> None:
+    install(fakes.script, TRIO, voter())
+    letters = sorted(letters_of().values())
+    replayed = [Start(), AnswerPosted(letters[0], 1, "Answer from an earlier process: 42.", key="42")]
+    journal = ListJournal()
+    orchestrator = _orchestrator(fakes, Resume(replayed, {}, 3.0), journal)
+    assert orchestrator.steer("answer in one word")  # delivered before the run, as steering.attach does
+    result = await orchestrator.run()
+    sink = orchestrator.sink
+    assert isinstance(sink, MemorySink) and result.consensus
+    kinds = [event.kind for event in sink.events]
+    # the note meets the replayed job (its turns in flight), not a job that has not started
+    assert kinds.index("resumed") < kinds.index("steered") and not sink.kinds("steered")[0].data["late"]
+    # a second resume from the journal as written holds the same note: it was taken in journal order
+    again = _orchestrator(fakes, Resume([*replayed, *journal.events], {}, 9.0), ListJournal())
+    assert again.state.notes == ("answer in one word",) and again.state.phase == "done"
+
+
 async def test_a_resumed_orchestrators_budget_counts_the_usage_before_the_takeover(
     fakes: FakeProviders,
 ) -> None:

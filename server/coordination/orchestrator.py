@@ -192,12 +192,13 @@ class Orchestrator:
         tg.start_soon(self._deadline, send.clone(), deadline)
         if self.budget.limited:
             tg.start_soon(self.budget.watch, send.clone())
-        while (early := _pending(receive)) is not None:  # notes that came before the first turns
-            await self._handle(early, tg, send)
         if self._resume is None:
+            while (early := _pending(receive)) is not None:  # notes that came before the first turns
+                await self._handle(early, tg, send)
             await self._journal_event(Start())
             await self._execute(self.state.apply(Start()), tg, send)
-        else:  # the journal replayed (in __init__); what was in flight runs again
+        else:  # the journal replayed (in __init__); what was in flight runs again, then any note that
+            # came while the job was down, taken by the loop below in journal order like any event
             in_flight = self._owed
             turns = [a.letter for a in in_flight if isinstance(a, StartTurn)]
             checks = [a.label for a in in_flight if isinstance(a, Verify)]

@@ -6,7 +6,8 @@ One object owns a job's files from their copy on (`job_files`): `ContextFiles` f
 paths, `NoContextFiles` for one without (the same calls, doing nothing). It is the orchestrator's
 `Files` (coordination/job_files.py) and adds the job's own steps: the copy (`prepare`), a follow-up's
 carried files (`carry`), its checks (`verifier`), and the diff collected and applied after the run
-(`collect`)."""
+(`collect`). A job taken over from a server that died (jobs/takeover.py) keeps the copy and carried
+files its first server made; `prepare` then only clears what that server left running."""
 
 from __future__ import annotations
 

@@ -161,19 +161,17 @@ async def test_a_running_server_takes_over_a_job_whose_owner_died_and_runs_it(
     assert view.state == "completed" and view.result is not None and view.result.consensus
 
 
-async def test_a_job_with_files_is_not_resumed_but_says_why(tmp_path: Path, fakes: FakeProviders) -> None:
-    install(fakes.script, TRIO, voter())
-    team = load_team_file(write_team(tmp_path / "team.yaml", fakes, TRIO))
+async def test_a_job_whose_team_no_longer_reads_is_not_resumed_but_says_why(tmp_path: Path) -> None:
     settings = Settings(home=tmp_path / "state", heartbeat_s=0.2)
     store = Store.of(settings)
     try:
         options = JobOptions(commands=True)
-        store.create_job("cj-0000000dead2", "t", team.name, team.model_dump_json(), dead_pid(), "x", options)
+        store.create_job("cj-0000000dead2", "t", "gone", '{"agents": 3}', dead_pid(), "x", options)
     finally:
         store.close()
     async with JobService.open(settings, environ={KEY_ENV: "test-key-0123456789"}) as service:
         view = await service.lookup.view("cj-0000000dead2")
-    assert view.state == "interrupted" and "with files or commands is not resumed" in view.phase
+    assert view.state == "interrupted" and "its stored team no longer reads" in view.phase
 
 
 def dead_pid() -> int:
@@ -204,6 +202,32 @@ async def test_a_server_whose_job_was_taken_over_stops_running_it_and_writes_not
         assert len(await service.store.events(job.job_id)) == events
         taken = await service.store.job(job.job_id)
     assert taken is not None and taken.owner_id == "another-server" and taken.state == "running"
+
+
+async def test_a_server_whose_job_with_files_was_taken_over_leaves_its_folder_to_the_new_owner(
+    tmp_path: Path, fakes: FakeProviders
+) -> None:
+    install(fakes.script, TRIO, voter(delay=0.5))
+    team = str(write_team(tmp_path / "team.yaml", fakes, TRIO))
+    project = tmp_path / "proj"
+    project.mkdir()
+    (project / "notes.md").write_text("notes\n")
+    settings = Settings(home=tmp_path / "state", heartbeat_s=0.2)
+    async with JobService.open(settings, environ={KEY_ENV: "test-key-0123456789"}) as service:
+        request = JobRequest(task="What is 6 * 7?", team=team, context_paths=[{"path": str(project)}])
+        job = await service.submit(request)
+        with anyio.fail_after(60):
+            while not await service.store.events(job.job_id, "turn_started"):
+                await anyio.sleep(0.05)  # sleep-ok: until the agents' first turns are under way
+        row = await service.store.job(job.job_id)
+        assert row is not None
+        assert await service.store.claim(job.job_id, row.owner_id, "another-server", 1, 15.0)
+        with anyio.fail_after(30):
+            while job.job_id in service._jobs.scopes:  # until ours dropped the job, its files closed
+                await anyio.sleep(0.05)  # sleep-ok: its heartbeat notices the claim
+        agents = service.job_dir(job.job_id) / "agents"
+    # the new owner rebuilds the working copies there: the old one removes none of them
+    assert sorted(path.name for path in agents.iterdir()) == sorted(letters_of(job.job_id).values())
 
 
 class ListJournal:
@@ -252,6 +276,26 @@ async def test_a_resumed_orchestrator_keeps_the_journals_answers_and_asks_only_t
     assert sum(isinstance(event, VoteCast) for event in journal.events) >= 3
     texts = {a.content for a in orchestrator.state.answers}
     assert {"Answer from an earlier process: 42.", "Another earlier answer: 42."} <= texts
+
+
+async def test_a_note_left_while_the_job_was_down_is_taken_after_the_replay_in_journal_order(
+    fakes: FakeProviders,
+) -> None:
+    install(fakes.script, TRIO, voter())
+    letters = sorted(letters_of().values())
+    replayed = [Start(), AnswerPosted(letters[0], 1, "Answer from an earlier process: 42.", key="42")]
+    journal = ListJournal()
+    orchestrator = _orchestrator(fakes, Resume(replayed, {}, 3.0), journal)
+    assert orchestrator.steer("answer in one word")  # delivered before the run, as steering.attach does
+    result = await orchestrator.run()
+    sink = orchestrator.sink
+    assert isinstance(sink, MemorySink) and result.consensus
+    kinds = [event.kind for event in sink.events]
+    # the note meets the replayed job (its turns in flight), not a job that has not started
+    assert kinds.index("resumed") < kinds.index("steered") and not sink.kinds("steered")[0].data["late"]
+    # a second resume from the journal as written holds the same note: it was taken in journal order
+    again = _orchestrator(fakes, Resume([*replayed, *journal.events], {}, 9.0), ListJournal())
+    assert again.state.notes == ("answer in one word",) and again.state.phase == "done"
 
 
 async def test_a_resumed_orchestrators_budget_counts_the_usage_before_the_takeover(

@@ -401,6 +401,40 @@ async def test_snapshot_is_isolated_from_later_edits(job):
     assert (snap / "proj" / "app.py").read_text() == "print('v1')\n"
 
 
+def _app(tree: Path) -> str:
+    return (tree / "proj" / "app.py").read_text()
+
+
+@pytest.mark.anyio
+async def test_restore_rebuilds_the_working_copies_from_the_answers_the_journal_kept(job):
+    """A resumed job (jobs/takeover.py): each copy starts from its latest kept answer, a snapshot the
+    journal never recorded is dropped, one recorded but never made is made from its author's copy."""
+    (job.agent("A") / "proj" / "app.py").write_text("print('A1')\n")
+    await job.snapshot("A", "A1")
+    (job.agent("A") / "proj" / "app.py").write_text("print('a turn in flight')\n")
+    (job.agent("B") / "proj" / "app.py").write_text("print('B1')\n")
+    await job.snapshot("B", "B1")
+    (job.agent("B") / "proj" / "app.py").write_text("print('B2, never journaled')\n")
+    await job.snapshot("B", "B2")
+    (job.agent("C") / "proj" / "app.py").write_text("print('C1')\n")  # journaled, not snapshotted
+    await job.publish("A", "A1")
+    restored = await job.restore(["A", "B", "C"], ["A1", "B1", "C1"])
+    assert restored.lost == [] and sorted(os.listdir(job.snapshots)) == ["A1", "B1", "C1"]
+    assert not {"B2", "B2.held"} & set(os.listdir(job.job_dir / "meta"))  # its records go with it
+    assert _app(job.snapshot_dir("C1")) == "print('C1')\n"
+    for letter in "ABC":
+        assert _app(job.agent(letter)) == f"print('{letter}1')\n"
+    assert restored.sizes["A"] == sum(p.stat().st_size for p in job.agent("A").rglob("*") if p.is_file())
+    assert not (job.job_dir / "peers").exists()  # published again once the containers are known
+
+
+@pytest.mark.anyio
+async def test_restore_names_an_answer_left_without_files_and_starts_its_author_from_base(job):
+    shutil.rmtree(job.agent("C"))  # its author's copy is gone too: nothing to snapshot it from
+    restored = await job.restore(["A", "B", "C"], ["C1"])
+    assert restored.lost == ["C1"] and _app(job.agent("C")) == "print('hi')\n"
+
+
 @pytest.mark.anyio
 async def test_snapshot_links_unchanged_files_and_copies_changed_ones(job):
     work = job.agent("A") / "proj"

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -55,7 +55,9 @@ class Files(Protocol):
         """The job's secret values, kept out of every snapshot and report (files/secrets.py)."""
         ...
 
-    async def start(self, letters: list[str], clis: Mapping[str, AgentSpec]) -> None: ...
+    async def start(
+        self, letters: list[str], clis: Mapping[str, AgentSpec], resumed: Sequence[str] | None = None
+    ) -> None: ...
 
     def attach(self, agent: Agent, letter: str) -> None: ...
 
@@ -79,7 +81,9 @@ class NoFiles:
     def secrets(self) -> Secrets | None:
         return None
 
-    async def start(self, letters: list[str], clis: Mapping[str, AgentSpec]) -> None:
+    async def start(
+        self, letters: list[str], clis: Mapping[str, AgentSpec], resumed: Sequence[str] | None = None
+    ) -> None:
         pass
 
     def attach(self, agent: Agent, letter: str) -> None:
@@ -128,6 +132,7 @@ class JobFiles:
         self._sandboxes: dict[str, Sandbox] = {}
         self._changes: dict[str, str] | None = None  # label -> patch, for a team with CLI members
         self.final_label: str | None = None
+        self._released = False  # another server took the job over: its folder is that server's now
 
     @property
     def _folders(self) -> tuple[str, ...]:
@@ -152,21 +157,33 @@ class JobFiles:
         """The agent's container (a CLI member runs in it), and the job's secrets its login's values join."""
         agent.attach(self.sandbox(letter), self.workspaces.secrets)
 
-    async def start(self, letters: list[str], clis: Mapping[str, AgentSpec] | None = None) -> None:
+    async def start(
+        self,
+        letters: list[str],
+        clis: Mapping[str, AgentSpec] | None = None,
+        resumed: Sequence[str] | None = None,
+    ) -> None:
         """Each agent's working copy, and its container (started concurrently) when commands are on.
 
         A CLI member (`clis`: letter -> its spec) gets a member sandbox whose only way out is its own
-        egress proxy (sandbox/member.py, sandbox/egress.py), allowing its CLI's hosts and its base_url."""
-        await self.workspaces.create(letters)
+        egress proxy (sandbox/member.py, sandbox/egress.py), allowing its CLI's hosts and its base_url.
+        `resumed`: a job taken over from a process that died (jobs/takeover.py), with the labels of the
+        answers its journal kept: the working copies are rebuilt from their snapshots (Workspaces.restore),
+        and the peers and the CLI members' decisions shown the latest answers again; every container
+        is a new one, on this server's engine."""
+        sizes = await self._working_copies(letters, resumed)
         self._changes = {} if clis else None
+        if self._changes is not None:
+            for label in resumed or ():
+                if self.workspaces.snapshot_dir(label).is_dir():
+                    self._changes[label] = await self.workspaces.changes(label)
         if self._budget is not None:
-            copied = sum(
-                record.size for c in self.workspaces.manifest().contexts for record in c.files.values()
-            )
             for letter in letters:
-                self._budget.measured(letter, copied)
+                self._budget.measured(letter, sizes[letter])
         if self.spec is None:
             return
+        for letter, label in self.workspaces.latest().items() if resumed else ():
+            await self.workspaces.publish(letter, label)
         for letter in letters:
             spec = (clis or {}).get(letter)
             if spec is not None:  # a CLI member: its own container, behind its own proxy
@@ -176,6 +193,23 @@ class JobFiles:
         async with anyio.create_task_group() as tg:
             for letter in letters:
                 tg.start_soon(self._start_sandbox, letter, letters)
+
+    async def _working_copies(self, letters: list[str], resumed: Sequence[str] | None) -> dict[str, int]:
+        """Each agent's working copy, made afresh or rebuilt for a resumed job; their sizes in bytes."""
+        if resumed is None:
+            await self.workspaces.create(letters)
+            copied = sum(
+                record.size for c in self.workspaces.manifest().contexts for record in c.files.values()
+            )
+            return dict.fromkeys(letters, copied)
+        restored = await self.workspaces.restore(letters, resumed)
+        if restored.lost:
+            logger.warning(
+                "job %s resumed: answers %s have no files (their snapshots were never made)",
+                self.job_id,
+                ", ".join(restored.lost),
+            )
+        return restored.sizes
 
     @contextlib.asynccontextmanager
     async def egress(self) -> AsyncIterator[None]:
@@ -251,11 +285,17 @@ class JobFiles:
         with _host_step(f"the final files of {winner}"):
             return await self.workspaces.finalize(winner)
 
+    def release(self) -> None:
+        """Another server took the job over (jobs/takeover.py) and rebuilds its working copies in the
+        same folder: `close` then stops this server's containers and leaves the folder alone."""
+        self._released = True
+
     async def close(self) -> None:
         with anyio.CancelScope(shield=True):
             for sandbox in self._sandboxes.values():
                 await sandbox.stop()
-            await self.workspaces.remove_working_copies()  # after the containers: no process writes there
+            if not self._released:  # after the containers: no process writes there
+                await self.workspaces.remove_working_copies()
 
 
 @contextmanager

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, assert_never
 
 import anyio
@@ -67,12 +67,14 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Resume:
-    """A job taken over after its process died: its journal, each member's usage so far, and how long
-    it had run (its events' times go on from there)."""
+    """A job taken over after its process died: its journal, each member's usage so far, how long it
+    had run (its events' times go on from there), and the checks whose results were reported (by
+    answer label): those are not run again."""
 
     events: Sequence[ProtocolEvent]
     usage: Mapping[str, Usage]
     elapsed: float
+    checks: Mapping[str, Check] = field(default_factory=dict)
 
 
 class Orchestrator:
@@ -127,10 +129,13 @@ class Orchestrator:
         self.reports = Reporter(sink, self.state, self.members, clock, secrets)  # events, progress, result
         self._journal = journal  # every event the protocol takes, for a resume (journal.py)
         self._resume = resume
+        self._owed: list[Action] = []  # a resumed job's actions still owed (`_replay`)
         if resume is not None:  # what the members had used before: budgets hold across the takeover
             for letter, used in resume.usage.items():
                 self.members[letter].usage = used
             self.budget.charge(sum(resume.usage.values(), Usage()))
+            self.reports.checks.update(resume.checks)
+            self._owed = self._replay(resume.events)  # pure: the state is rebuilt before the set-up
         self._scopes: dict[int, anyio.CancelScope] = {}
         self._result: JobResult | None = None
         self._send, self._receive = anyio.create_memory_object_stream[ProtocolEvent](math.inf)
@@ -187,15 +192,17 @@ class Orchestrator:
         tg.start_soon(self._deadline, send.clone(), deadline)
         if self.budget.limited:
             tg.start_soon(self.budget.watch, send.clone())
-        while (early := _pending(receive)) is not None:  # notes that came before the first turns
-            await self._handle(early, tg, send)
         if self._resume is None:
+            while (early := _pending(receive)) is not None:  # notes that came before the first turns
+                await self._handle(early, tg, send)
             await self._journal_event(Start())
             await self._execute(self.state.apply(Start()), tg, send)
-        else:  # the journal replayed; what was in flight runs again
-            in_flight = self._replay(self._resume.events)
+        else:  # the journal replayed (in __init__); what was in flight runs again, then any note that
+            # came while the job was down, taken by the loop below in journal order like any event
+            in_flight = self._owed
             turns = [a.letter for a in in_flight if isinstance(a, StartTurn)]
-            await self._emit("resumed", events=len(self._resume.events), turns=turns)
+            checks = [a.label for a in in_flight if isinstance(a, Verify)]
+            await self._emit("resumed", events=len(self._resume.events), turns=turns, checks=checks)
             await self._execute(in_flight, tg, send)
         while self._result is None:
             await self._handle(await receive.receive(), tg, send)
@@ -203,7 +210,9 @@ class Orchestrator:
     async def _set_up(self) -> None:
         # workspaces and containers first: the agents' tools need them
         clis = {m.letter: m.spec for m in self.members.values() if m.spec.is_cli}
-        await self.files.start(sorted(self.members), clis)
+        # a resumed job's workspaces are rebuilt from the snapshots of the answers its journal kept
+        posted = [answer.label for answer in self.state.answers] if self._resume is not None else None
+        await self.files.start(sorted(self.members), clis, posted)
         for member in self.members.values():
             # SDK imports and client set-up block for seconds on first use: keep them off the loop, and
             # let the deadline abandon them (a client made after it is simply dropped).
@@ -264,10 +273,12 @@ class Orchestrator:
             await self._journal.append(event)
 
     def _replay(self, events: Sequence[ProtocolEvent]) -> list[Action]:
-        """Feed the journal to the fresh protocol state; the actions still owed: the turns in flight
-        when the job's process died (the same ids, versions and labels), the presentation, the end."""
+        """Feed the journal to the fresh protocol state; the actions still owed: the checks whose result
+        was not reported (in flight, or come back as the process died), the turns in flight when the
+        job's process died (the same ids, versions and labels), the presentation, the end."""
         starts: dict[int, StartTurn] = {}
         owed: list[Action] = []
+        asked: list[str] = []  # answers whose check was asked for, in order
         for event in events:
             for action in self.state.apply(event):
                 match action:
@@ -275,19 +286,26 @@ class Orchestrator:
                         starts[action.turn_id] = action
                     case Present() | Finish():
                         owed.append(action)
-                    case CancelTurn() | Verify():
-                        pass  # a cancelled turn is over; a job with checks is not resumed
+                    case Verify():
+                        asked.append(action.label)
+                    case CancelTurn():
+                        pass  # a cancelled turn is over
                     case _:
                         assert_never(action)
+        # a result the protocol took but whose report was lost runs again for its report only (the
+        # protocol counts a result once)
+        checks: list[Action] = [Verify(label) for label in asked if label not in self.checks]
+        finished: list[Action] = [a for a in owed if isinstance(a, Finish)]
+        if finished:
+            checks = []  # the job had ended: nothing would wait for them
         in_flight: list[Action] = [
             action
             for action in starts.values()
             if (turn := self.state.agents[action.letter].turn) is not None and turn.turn_id == action.turn_id
         ]
-        finished: list[Action] = [a for a in owed if isinstance(a, Finish)]
         presenting = self.state.phase == "presenting" and bool(owed) and isinstance(owed[-1], Present)
         ending: list[Action] = finished[-1:] if finished else (owed[-1:] if presenting else [])
-        return in_flight + ending
+        return checks + in_flight + ending
 
     def _in_turn(self, letter: str, turn_id: int) -> bool:
         turn = self.state.agents[letter].turn

@@ -25,7 +25,8 @@ abandoned on cancel, so a cancelled job never waits for one; apply is not, it mu
     await diff(base, final) -> Patch     git-style unified diff + summary (diff.py)
     await apply(final, target, context) -> Changes   all or nothing (apply.py)
     Workspaces(job_dir)                  prepare, create, snapshot, peer_view, finalize, source, diffs, apply,
-                                         remove_working_copies (agents/ and peers/ go when the job ends)
+                                         remove_working_copies (agents/ and peers/ go when the job ends),
+                                         restore (a resumed job's working copies, from its snapshots)
 Every read of a tree an agent can change goes through safe.py (trees.py is built on it).
 
 Choices: symlinks, FIFOs, sockets and devices are never copied or followed (listed in `skipped`); files
@@ -41,10 +42,11 @@ so a copied file that holds one of the job's secrets (`secrets`, secrets.py) is 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
@@ -53,7 +55,7 @@ from pathlib import Path
 import anyio.to_thread
 
 from conclave.config.models import LABEL, LETTER
-from conclave.errors import ContextTooLarge, InputError
+from conclave.errors import ConclaveError, ContextTooLarge, InputError
 from conclave.files.apply import Changes, apply_tree
 from conclave.files.carry import carry
 from conclave.files.check_copy import reviewed_copy
@@ -67,7 +69,7 @@ from conclave.files.secrets import Secrets, withhold
 from conclave.files.settling import settle
 from conclave.files.trees import Listing, Reference, copy_tree, list_tree
 
-__all__ = ["CheckCopy", "Workspaces", "apply", "diff"]
+__all__ = ["CheckCopy", "Restored", "Workspaces", "apply", "diff"]
 
 ALWAYS = 2**63 - 1  # a capture time that makes every file of an immutable reference reusable
 WORKSPACE_CAPS = Caps(max_files=20_000, max_bytes=200 * 1024 * 1024)
@@ -163,20 +165,59 @@ class Workspaces:
         return self._manifest
 
     async def create(self, letters: list[str]) -> dict[str, Path]:
-        """Give each agent its own working copy of base/ (copied, never linked)."""
+        """Give each agent its own working copy of base/ (copied, never linked); a copy left by a process
+        that died before the job's first turns (jobs/takeover.py) is replaced."""
         return await anyio.to_thread.run_sync(self._create, letters, abandon_on_cancel=True)
 
     def _create(self, letters: list[str]) -> dict[str, Path]:
         origin = self.start if self.start.is_dir() else self.base
         listing = list_tree(origin)
-        made = {}
         for letter in letters:
-            with _building(self.agent(letter)) as tmp:
-                copy_tree(origin, tmp, listing)
-                if self.agent_owner is not None:
-                    settle(tmp, self.agent_owner)
-            made[letter] = self.agent(letter)
-        return made
+            self._working_copy(letter, origin, listing)
+        return {letter: self.agent(letter) for letter in letters}
+
+    def _working_copy(self, letter: str, origin: Path, listing: Listing) -> int:
+        """agents/<letter> made afresh from the immutable tree `origin`; its size in bytes."""
+        with _building(self.agent(letter), replace=True) as tmp:
+            copy_tree(origin, tmp, listing)
+            if self.agent_owner is not None:
+                settle(tmp, self.agent_owner)
+        return listing.total_bytes
+
+    async def restore(self, letters: list[str], posted: Sequence[str]) -> Restored:
+        """A resumed job's working copies (jobs/takeover.py), rebuilt from what its dead process left
+        durable: each agent's from its latest answer's snapshot, else from start/ or base/. What a turn in
+        flight had written is dropped (that turn runs again on the files it started with), and so is work
+        an agent did after its latest answer that no answer holds.
+
+        `posted`: the labels of the answers the job's journal kept (coordination/journal.py). A snapshot
+        the dead process made of an answer its journal never recorded is removed (that turn runs again and
+        posts it anew); an answer recorded before its snapshot was made is snapshotted now from its
+        author's working copy, which no turn changed since. peers/ is emptied: the job's files publish
+        each agent's latest snapshot again (coordination/job_files.py)."""
+        return await anyio.to_thread.run_sync(self._restore, letters, list(posted), abandon_on_cancel=True)
+
+    def _restore(self, letters: list[str], posted: list[str]) -> Restored:
+        kept = set(posted)
+        if self.snapshots.is_dir():
+            for entry in os.scandir(self.snapshots):
+                if LABEL.fullmatch(entry.name) and entry.name not in kept:
+                    remove_tree(entry.path)
+                    for meta in (self._meta / entry.name, self._meta / f"{entry.name}.held"):
+                        meta.unlink(missing_ok=True)
+        last = {self.label_letter(label): label for label in posted}
+        for letter, label in last.items():
+            if not self.snapshot_dir(label).is_dir() and self.agent(letter).is_dir():
+                with contextlib.suppress(OSError, ConclaveError):  # then it stays without files
+                    self._snapshot(letter, label)
+        remove_tree(self.job_dir / "peers")
+        latest, sizes = self.latest(), {}
+        for letter in letters:
+            newest = latest.get(letter)
+            origin = self.snapshot_dir(newest) if newest else self.start if self.start.is_dir() else self.base
+            sizes[letter] = self._working_copy(letter, origin, list_tree(origin))
+        lost = [label for label in posted if not self.snapshot_dir(label).is_dir()]
+        return Restored(sizes, lost)
 
     async def carry(self, earlier: Workspaces, tree: Path, earlier_id: str) -> dict[str, list[str]]:
         """A follow-up's start/: the earlier job's answer `tree` over base/ (carry.py); the paths taken."""
@@ -413,6 +454,15 @@ def _building(dest: Path, *, replace: bool = False) -> Iterator[Path]:
     finally:
         remove_tree(tmp)
         remove_tree(old)
+
+
+@dataclass(frozen=True)
+class Restored:
+    """A resumed job's working copies (`Workspaces.restore`): each agent's size in bytes, and the posted
+    answers left without files (their snapshot was never made)."""
+
+    sizes: dict[str, int]
+    lost: list[str]
 
 
 @dataclass(frozen=True)

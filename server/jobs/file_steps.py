@@ -6,10 +6,12 @@ One object owns a job's files from their copy on (`job_files`): `ContextFiles` f
 paths, `NoContextFiles` for one without (the same calls, doing nothing). It is the orchestrator's
 `Files` (coordination/job_files.py) and adds the job's own steps: the copy (`prepare`), a follow-up's
 carried files (`carry`), its checks (`verifier`), and the diff collected and applied after the run
-(`collect`)."""
+(`collect`). A job taken over from a server that died (jobs/takeover.py) keeps the copy and carried
+files its first server made; `prepare` then only clears what that server left running."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Protocol
 
@@ -20,7 +22,7 @@ from conclave.config.models import SandboxSpec, Team
 from conclave.coordination.check_pool import CheckPool
 from conclave.coordination.job_files import Files, JobFiles, NoFiles
 from conclave.coordination.verification import Verifier
-from conclave.errors import ApplyError, PathOutsideRoot, SandboxUnavailable
+from conclave.errors import ApplyError, ConclaveError, PathOutsideRoot, SandboxUnavailable
 from conclave.files.contexts import ContextPath, named
 from conclave.files.disk_budget import MB
 from conclave.files.removal import remove_tree
@@ -34,11 +36,12 @@ from conclave.jobs.records import ContextChanges, FilesResult, JobOptions
 from conclave.jobs.store.async_store import AsyncStore
 from conclave.jobs.store.sql import JobRow
 from conclave.sandbox.container import container_user
-from conclave.sandbox.engine import engine_status
+from conclave.sandbox.engine import engine_status, sweep
 from conclave.sandbox.image import image_tag
 from conclave.sandbox.route import DIRECT, EgressRoute
 from conclave.settings import Settings
 
+logger = logging.getLogger(__name__)
 MAX_OUTSIDE = 200  # files listed outside the context folders; more are cut
 
 
@@ -166,6 +169,10 @@ class JobFileSteps(Files, Protocol):
         """The winner's diff kept with the job, applied where asked and allowed (`collect_files`)."""
         ...
 
+    def release(self) -> None:
+        """Another server took the job over: leave its folder to that server (JobFiles.release)."""
+        ...
+
 
 class ContextFiles(JobFiles):
     """A job with context paths: its workspaces, sandboxes and the steps around the run."""
@@ -178,6 +185,8 @@ class ContextFiles(JobFiles):
         options: JobOptions,
         settings: Settings,
         route: EgressRoute,
+        *,
+        verifies: bool = False,
     ) -> None:
         super().__init__(
             job_id,
@@ -188,13 +197,39 @@ class ContextFiles(JobFiles):
             route=route,
         )
         self.options, self.settings = options, settings
+        self.verifies = verifies  # the team checks answers (`verify`): its check containers too
 
     async def prepare(self, store: AsyncStore) -> None:
+        if await anyio.to_thread.run_sync(self._copied):
+            await store.set_state(self.job_id, "running", "resuming from the copy made when the job started")
+            await self._clear_leftovers()
+            return
         await store.set_state(self.job_id, "running", "copying the context paths")
         await prepare(self.workspaces.job_dir, self.options)
 
+    def _copied(self) -> bool:
+        """Whether the context paths were copied already: a job taken over (jobs/takeover.py) keeps the
+        copy its first process made when it started (the caller's files may have changed since, and the
+        diff is against that copy); a copy cut short left no manifest, and its base/ is removed."""
+        if (self.workspaces.job_dir / "manifest.json").is_file():
+            return True
+        remove_tree(self.workspaces.base)
+        return False
+
+    async def _clear_leftovers(self) -> None:
+        """What the dead process left running or half-made: its containers for this job on this engine
+        (another engine's are swept by the servers there), and its check folders."""
+        if self.spec is not None or self.verifies:
+            try:
+                removed = await sweep(lambda _owner, _pid: True, job=self.job_id)  # never this process's
+            except ConclaveError:
+                removed = []  # no engine: the job's own steps say so when they need it
+            if removed:
+                logger.info("job %s: removed its earlier server's containers %s", self.job_id, removed)
+        await anyio.to_thread.run_sync(remove_tree, self.workspaces.job_dir / "checks")
+
     async def carry(self, store: AsyncStore, row: JobRow) -> None:
-        if row.follow_up:
+        if row.follow_up and not self.workspaces.start.is_dir():  # a resumed job made its start/ already
             await store.set_state(self.job_id, "running", "starting from the earlier job's files")
             await carry_files(store.sync, row, self.settings.jobs_root, self.workspaces)
 
@@ -233,6 +268,9 @@ class NoContextFiles(NoFiles):
     async def collect(self, store: AsyncStore, row: JobRow, consensus: bool) -> None:
         pass
 
+    def release(self) -> None:
+        pass
+
 
 def job_files(
     job_id: str,
@@ -248,4 +286,5 @@ def job_files(
         return NoContextFiles()
     sandbox = team.sandbox if options.commands and not isinstance(team.sandbox, str) else None
     workspaces = Workspaces(job_dir, agent_owner=container_user(), secrets=Secrets())
-    return ContextFiles(job_id, workspaces, sandbox, options, settings, route)
+    verifies = team.verify is not None
+    return ContextFiles(job_id, workspaces, sandbox, options, settings, route, verifies=verifies)

@@ -22,6 +22,7 @@ from conclave.coordination.journal import decode
 from conclave.coordination.limits import ProviderLimits
 from conclave.coordination.orchestrator import Orchestrator, Resume
 from conclave.coordination.protocol_events import Steer
+from conclave.coordination.reports import Check
 from conclave.errors import ConclaveError
 from conclave.jobs.fair_share import FairShare
 from conclave.jobs.file_steps import JobFileSteps, job_files
@@ -55,6 +56,7 @@ class Lifecycle:
         self.steering, self._route = steering, route  # CLI members' egress (sandbox/route.py)
         self.scopes: dict[str, anyio.CancelScope] = {}  # the jobs this process runs, by id
         self._abandoned: set[str] = set()  # ours until another server took them over
+        self._files: dict[str, JobFileSteps] = {}  # the files of the jobs this process runs, by id
         # the slots, shared by the callers in turn, each waiting in its own line
         self.share = FairShare(settings.max_jobs, settings.max_jobs_per_caller)
         self._check_slots = anyio.CapacityLimiter(settings.verify_concurrency)  # verification containers
@@ -76,6 +78,9 @@ class Lifecycle:
         """Stop running a job another server took over (its lease had run out: jobs/takeover.py),
         writing nothing more of it: it is that server's now."""
         self._abandoned.add(job_id)
+        files = self._files.get(job_id)
+        if files is not None:  # that server rebuilds the job's working copies in the same folder
+            files.release()
         await self.cancel(job_id)
 
     async def run(self, job_id: str, task: str, team: Team, caller: str, resume: bool = False) -> None:
@@ -102,6 +107,7 @@ class Lifecycle:
             )
         finally:
             self._abandoned.discard(job_id)
+            self._files.pop(job_id, None)
             self.scopes.pop(job_id, None)
             self.steering.detach(job_id)
             self._heap.settle(agent.provider for agent in team.agents)
@@ -113,7 +119,9 @@ class Lifecycle:
         taken_over = await self._taken_over(first) if resume else None
         # the copy counts against the job's timeout; a resumed job's time so far too
         deadline = anyio.current_time() + timeout - (taken_over.elapsed if taken_over else 0.0)
-        files = job_files(job_id, self.job_dir(job_id), team, options, self.settings, self._route)
+        files = self._files[job_id] = job_files(
+            job_id, self.job_dir(job_id), team, options, self.settings, self._route
+        )
         if not await self._copied(job_id, files, timeout):
             return
         row = await self._job(job_id)
@@ -163,7 +171,13 @@ class Lifecycle:
         if not events or row.started_at is None:
             return None
         usage = {agent.letter: agent.usage for agent in row.progress.agents} if row.progress else {}
-        return Resume(events, usage, max(0.0, time.time() - row.started_at))
+        checked = await self.store.events(row.id, "checked")  # what each check found, as reported
+        fields = set(Check.model_fields)
+        checks = {
+            str(e.data["label"]): Check.model_validate({k: v for k, v in e.data.items() if k in fields})
+            for e in checked
+        }
+        return Resume(events, usage, max(0.0, time.time() - row.started_at), checks)
 
     async def _copied(self, job_id: str, files: JobFileSteps, timeout: float) -> bool:
         """Copy the context paths into the job folder, if any; False if that failed (the job says why)."""

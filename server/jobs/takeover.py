@@ -4,9 +4,19 @@ server sharing the store claims it (one wins: the claim names the owner it repla
 (jobs/lifecycle.py replays its protocol journal, coordination/journal.py).
 
 A starting server looks once before it serves, and a running one at every heartbeat, so a job's
-takeover waits at most for its lease (CONCLAVE_STALE_AFTER_S) and one heartbeat. A job that cannot
-be resumed ends `interrupted`, saying why: one with files (context paths, commands, CLI members: their
-workspaces are not rebuilt yet) or one whose stored team no longer reads.
+takeover waits at most for its lease (CONCLAVE_STALE_AFTER_S) and one heartbeat.
+
+A job with files resumes from what is durable in its folder (CONCLAVE_JOBS_DIR, which every host of a
+shared store mounts), never from the dead process's containers: the copy of the context paths made when
+it started (not copied again), and each posted answer's snapshot; each agent's working copy is rebuilt
+from its latest snapshot, and its container (and a CLI member's egress proxy) made anew on this
+server's engine, the dead one's containers for the job removed where that engine is this one
+(jobs/file_steps.py, files/workspaces.py `restore`). Checks whose result was reported are not run
+again. A coding-agent CLI member keeps no conversation between its runs (each is a fresh CLI process,
+coordination/cli_turns.py), so its turn in flight simply runs again in its new container, shown the
+current answers; what its killed run had reported of its usage is kept, the rest of that run is lost
+with the process (a run this process kills is charged an estimate: clis/runner.py). A job that cannot
+be resumed ends `interrupted`, saying why: one whose stored team no longer reads.
 """
 
 from __future__ import annotations
@@ -30,15 +40,10 @@ Resumer = Callable[[str, str, Team, str], None]  # (job id, task, team, caller):
 
 def resumable(row: JobRow) -> Team | str:
     """The job's team when the job can be resumed here, else why not."""
-    if row.options.context_paths or row.options.commands:
-        return "a job with files or commands is not resumed yet; its answers stay readable"
     try:
-        team = Team.model_validate_json(row.team_json)
+        return Team.model_validate_json(row.team_json)
     except ValidationError:
         return "its stored team no longer reads"
-    if any(agent.is_cli for agent in team.agents):
-        return "a job with coding-agent CLI members is not resumed yet; its answers stay readable"
-    return team
 
 
 async def take_over(store: AsyncStore, settings: Settings, owner_id: str, resume: Resumer) -> list[str]:

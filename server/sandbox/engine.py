@@ -147,11 +147,13 @@ async def sweep(
     client: Any | None = None,
     *,
     spare: Owner = PROCESS_OWNER,
+    job: str | None = None,
 ) -> list[str]:
     """Remove containers labelled by an owner that is gone; return their names. Never a live server's.
 
     `is_owner_dead(owner_id, pid)` is the caller's judgement (the job service: no process has that pid,
-    as this engine's servers share the host's pid namespace).
+    as this engine's servers share the host's pid namespace). With `job`, only that job's containers
+    (a job this process took over: every other owner's are its dead one's), and no volumes.
     """
     dead = is_owner_dead
     docker_client: Any = client or await anyio.to_thread.run_sync(connect)
@@ -164,9 +166,8 @@ async def sweep(
         import docker
 
         found = []
-        for container in docker_client.containers.list(
-            all=True, sparse=True, filters={"label": "conclave.owner"}
-        ):
+        labels = ["conclave.owner", *([f"conclave.job={job}"] if job is not None else [])]
+        for container in docker_client.containers.list(all=True, sparse=True, filters={"label": labels}):
             try:
                 container.reload()
             except docker.errors.NotFound:
@@ -184,6 +185,8 @@ async def sweep(
             if gone(container.labels):
                 remove_container(container)
                 removed.append(container.name)
+        if job is not None:
+            return removed  # volumes name no job: they go with their owner's sweep
         # a CLI member's HOME volume on Podman (sandbox/member.py), once its container is gone
         for volume in docker_client.volumes.list(filters={"label": "conclave.owner"}):
             if gone(volume.attrs.get("Labels") or {}):

@@ -222,7 +222,9 @@ def _sentence(event: JobEvent) -> str | None:
             return f"The job started with agents {models}."
         case "resumed":
             turns = ", ".join(str(letter) for letter in d.get("turns", [])) or "none"
-            return f"The job resumed after its server stopped; turns run again: {turns}."
+            checks = ", ".join(str(label) for label in d.get("checks", []))
+            again = f"; checks run again: {checks}" if checks else ""
+            return f"The job resumed after its server stopped; turns run again: {turns}{again}."
         case "turn_started":
             return f"{who} started a turn (round {d.get('round')})."
         case "turn_cancelled":

@@ -18,7 +18,10 @@ process's exec stream, so there is no listener on the host to authenticate.
 
 The frames: a byte kind, a 4-byte connection id, a 4-byte length, then that many bytes. OPEN (a client
 connected inside), DATA, EOF (that side is done sending), CLOSE (that connection is over), ACK (the
-receiver delivered n bytes), and LISTENING (the relay's first frame, once 127.0.0.1:3128 listens). Each
+receiver delivered n bytes), and LISTENING (the relay's first frame, once 127.0.0.1:3128 listens and the
+host's hello, an empty LISTENING frame, came in: Podman 4.3 sometimes drops what an exec writes before its
+attach is joined, about one start in 30 here, and what the relay writes after reading its stdin goes
+over a joined attach; a relay that has not said it listens within READY_S is started again). Each
 side sends at most `WINDOW` bytes of a connection ahead of the other's ACKs, so one client that stops
 reading holds back only its own connection, never the others, and the memory either side holds per
 connection stays bounded.
@@ -54,6 +57,7 @@ HEAD = struct.Struct(">BII")
 WINDOW = 256 * 1024  # bytes of one connection in flight, per direction, ahead of the receiver's ACKs
 CHUNK = 64 * 1024
 RETRY_S = 0.2  # between two starts of the relay while its container comes back
+READY_S = 5.0  # for a new relay's LISTENING (python3's start: about 0.1 s), then it is started again
 
 # Run by the keeper, `python3 -I -c RELAY`. Threads: one accepts, one reads stdin; per connection one
 # reads the client (within its window), one writes to it (what stdin brought, then ACKs).
@@ -125,6 +129,7 @@ server = socket.socket()
 server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 server.bind(("127.0.0.1", PORT))
 server.listen(64)
+exactly(9)  # the host's hello: it is attached (see the module docstring)
 send(LISTENING, 0)
 threading.Thread(target=accept, args=(server,), daemon=True).start()
 while True:
@@ -251,9 +256,11 @@ class EgressChannel:
                     logger.debug("egress %s: relay not started (%s)", self.label or "-", exc)
                     await anyio.sleep(RETRY_S)
                     continue
-                async with stream:
+                async with stream, anyio.create_task_group() as watch:
                     self._stream = stream
+                    watch.start_soon(self._unless_listening, stream)
                     await self._pump(stream, group, handle)
+                    watch.cancel_scope.cancel()
                 self._stream = None
                 for tunnel in list(self._tunnels.values()):
                     tunnel.ended()
@@ -261,6 +268,14 @@ class EgressChannel:
                 if not self._closed:  # its container restarts (or the relay could not run): try again
                     await anyio.sleep(RETRY_S)
             group.cancel_scope.cancel()
+
+    async def _unless_listening(self, stream: anyio.abc.SocketStream) -> None:
+        """End a first relay that has not said it listens within READY_S: `serve` starts another."""
+        with anyio.move_on_after(READY_S):
+            await self._listening.wait()
+            return
+        logger.info("egress %s: the relay did not say it listens; starting it again", self.label or "-")
+        await stream.aclose()
 
     async def send(self, kind: int, cid: int, data: bytes = b"") -> None:
         """One frame to the relay; the connection is broken when the channel is."""
@@ -292,6 +307,7 @@ class EgressChannel:
         with suppress(OSError):
             raw.close()
             sock.close()
+        own.sendall(HEAD.pack(LISTENING, 0, 0))  # the hello the relay waits for (the module docstring)
         return own
 
     async def _pump(

@@ -24,12 +24,14 @@ import pytest
 
 from conclave.config.models import SandboxSpec
 from conclave.errors import SandboxError
+from conclave.sandbox import egress_channel
 from conclave.sandbox.allowlist import allowlist_for
 from conclave.sandbox.clis_image import build_clis_image
 from conclave.sandbox.container import Sandbox
 from conclave.sandbox.egress import EgressProxy, egress_proxy
 from conclave.sandbox.engine import Owner, connect, engine_status
 from conclave.sandbox.member import PROXY_URL, MemberSandbox
+from tests.fakes.counting_docker import CountingApi
 from tests.fakes.script import Reply
 from tests.fakes.server import FakeProviders
 
@@ -334,3 +336,41 @@ async def test_the_way_out_comes_back_after_the_container_restarts(
     seen = await probe(box, "http", fakes.base_url("anthropic", "A") + "/v1/messages", body)
     assert seen.get("status") == 200 and "after the restart" in seen["body"], seen
     assert proxy.admitted == 1
+
+
+class SilentFirstRelay(CountingApi):
+    """The real API, but the member's first relay is a process that never answers: what the host saw when
+    Podman 4.3 dropped what an exec wrote before its attach was joined (sandbox/egress_channel.py)."""
+
+    def exec_create(self, container: str, cmd: Any, **options: Any) -> Any:
+        if cmd[:2] == ["python3", "-I"] and cmd[-1] == egress_channel.RELAY and not self.commands:
+            cmd = ["sleep", "120"]
+        return super().exec_create(container, cmd, **options)
+
+
+async def test_a_relay_that_never_says_it_listens_is_started_again(
+    clis_image: str, tmp_path: Path, fakes: FakeProviders, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before, the member's start waited for its relay's LISTENING and failed after 10 s."""
+    monkeypatch.setattr(egress_channel, "READY_S", 1.0)  # 5 s, made short to watch it pass
+    client = connect()
+    api = client.api = SilentFirstRelay(client.api)
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    allow = allowlist_for("claude-code", base_url=fakes.base_url("anthropic", "A"))
+    async with egress_proxy(allow, label="cj-egress/A") as proxy:
+        box = MemberSandbox(client, Owner("security-" + os.urandom(4).hex()), proxy, image=clis_image)
+        try:
+            await box.start(workspace, {}, "cj-egress", "A", SPEC)
+            (workspace / "probe.py").write_text(PROBE)
+            fakes.script.enqueue("A", Reply(text="through the second relay"))
+            body = json.dumps(
+                {"model": "claude-x", "max_tokens": 16, "messages": [{"role": "user", "content": "hi"}]}
+            )
+            seen = await probe(box, "http", fakes.base_url("anthropic", "A") + "/v1/messages", body)
+            assert seen.get("status") == 200 and "through the second relay" in seen["body"], seen
+            relays = [cmd for cmd in api.commands if cmd[-1] == egress_channel.RELAY]
+            assert api.commands[0] == ["sleep", "120"] and len(relays) == 1 and proxy.admitted == 1
+        finally:
+            with anyio.CancelScope(shield=True):
+                await box.stop()

@@ -22,9 +22,10 @@ receiver delivered n bytes), and LISTENING (the relay's first frame, once 127.0.
 host's hello, an empty LISTENING frame, came in: Podman 4.3 sometimes drops what an exec writes before its
 attach is joined, about one start in 30 here, and what the relay writes after reading its stdin goes
 over a joined attach; a relay that has not said it listens within READY_S is started again). Each
-side sends at most `WINDOW` bytes of a connection ahead of the other's ACKs, so one client that stops
-reading holds back only its own connection, never the others, and the memory either side holds per
-connection stays bounded.
+side sends at most `WINDOW` bytes of a connection ahead of the other's ACKs (a receiver acknowledges once
+`ACK_AT` bytes are delivered, not every chunk: a model call's request and reply then need no ACK at all,
+and a large transfer one per quarter window), so one client that stops reading holds back only its own
+connection, never the others, and the memory either side holds per connection stays bounded.
 
 When the exec ends (the container restarted: its keeper was killed, a command overran, the disk cap),
 `serve` starts the relay again until `close`; sandbox/member.py waits for it to listen as before.
@@ -55,6 +56,7 @@ logger = logging.getLogger(__name__)
 OPEN, DATA, EOF, CLOSE, ACK, LISTENING = 1, 2, 3, 4, 5, 6
 HEAD = struct.Struct(">BII")
 WINDOW = 256 * 1024  # bytes of one connection in flight, per direction, ahead of the receiver's ACKs
+ACK_AT = WINDOW // 4  # delivered bytes a receiver acknowledges at once (at most WINDOW: see above)
 CHUNK = 64 * 1024
 RETRY_S = 0.2  # between two starts of the relay while its container comes back
 READY_S = 5.0  # for a new relay's LISTENING (python3's start: about 0.1 s), then it is started again
@@ -90,7 +92,8 @@ class Conn:
                 send(DATA, self.cid, data)
         except OSError:
             send(CLOSE, self.cid)
-    def pump_in(self):  # the host's bytes to the client, each chunk acknowledged once written
+    def pump_in(self):  # the host's bytes to the client, acknowledged once ACK_AT are written
+        unacked = 0
         try:
             while True:
                 data = self.inbox.get()
@@ -100,7 +103,10 @@ class Conn:
                 if data is False:
                     break
                 self.sock.sendall(data)
-                send(ACK, self.cid, struct.pack(">I", len(data)))
+                unacked += len(data)
+                if unacked >= ACK_AT:
+                    send(ACK, self.cid, struct.pack(">I", unacked))
+                    unacked = 0
         except OSError:
             send(CLOSE, self.cid)
         finally:
@@ -149,7 +155,7 @@ while True:
             conn.credit += struct.unpack(">I", data)[0]
             conn.more.notify()
 """
-RELAY = f"PORT, WINDOW, CHUNK = {BRIDGE_PORT}, {WINDOW}, {CHUNK}{_RELAY}"
+RELAY = f"PORT, WINDOW, CHUNK, ACK_AT = {BRIDGE_PORT}, {WINDOW}, {CHUNK}, {ACK_AT}{_RELAY}"
 
 Handler = Callable[[anyio.abc.ByteStream], Awaitable[None]]
 
@@ -161,6 +167,7 @@ class _Tunnel(anyio.abc.ByteStream):
         self._channel, self.cid = channel, cid
         self._inbox_send, self._inbox = anyio.create_memory_object_stream[bytes | None](float("inf"))
         self._credit = WINDOW
+        self._unacked = 0  # delivered to the proxy, not yet acknowledged (up to ACK_AT)
         self._more = anyio.Event()
         self.closed = False
 
@@ -188,7 +195,10 @@ class _Tunnel(anyio.abc.ByteStream):
             raise anyio.EndOfStream from None
         if data is None:
             raise anyio.EndOfStream
-        await self._channel.send(ACK, self.cid, struct.pack(">I", len(data)))
+        self._unacked += len(data)
+        if self._unacked >= ACK_AT:
+            await self._channel.send(ACK, self.cid, struct.pack(">I", self._unacked))
+            self._unacked = 0
         return data
 
     async def send(self, item: bytes) -> None:
@@ -307,6 +317,8 @@ class EgressChannel:
         with suppress(OSError):
             raw.close()
             sock.close()
+        if own.family in (socket.AF_INET, socket.AF_INET6):  # an engine over TCP: frames go out at once
+            own.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         own.sendall(HEAD.pack(LISTENING, 0, 0))  # the hello the relay waits for (the module docstring)
         return own
 

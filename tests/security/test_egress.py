@@ -322,6 +322,35 @@ async def test_a_client_that_stops_reading_holds_back_only_its_own_connection(
     assert seen["status"] == 200 and seen["bytes"] > 48_000_000 and proxy.admitted == 2
 
 
+# Inside: a request whose body is many windows long (the relay's frames carry it to the host, which
+# acknowledges as it delivers: sandbox/egress_channel.py), read from a file (an argument cannot be 4 MB).
+UPLOAD = r"""
+import json, sys, urllib.request
+url, body = sys.argv[1], open(sys.argv[2], "rb").read()
+request = urllib.request.Request(url, data=body, headers={"content-type": "application/json",
+    "x-api-key": "k", "anthropic-version": "2023-06-01"})
+with urllib.request.urlopen(request, timeout=60) as reply:
+    print(json.dumps({"status": reply.status, "bytes": len(reply.read())}))
+"""
+
+
+async def test_a_request_many_windows_long_reaches_the_provider_whole(
+    member: tuple[MemberSandbox, EgressProxy], fakes: FakeProviders, tmp_path: Path
+) -> None:
+    box, proxy = member
+    fakes.script.enqueue("A", Reply(text="read it all"))
+    text = "x" * (4 * egress_channel.WINDOW * 4)  # 4 MB: sixteen windows
+    body = {"model": "claude-x", "max_tokens": 16, "messages": [{"role": "user", "content": text}]}
+    (tmp_path / "workspace" / "upload.py").write_text(UPLOAD)
+    (tmp_path / "workspace" / "body.json").write_text(json.dumps(body))
+    url = fakes.base_url("anthropic", "A") + "/v1/messages"
+    result = await box.exec(f"python3 upload.py {url} body.json", timeout_s=60)
+    assert result.exit_code == 0, result.as_text()
+    assert json.loads(result.stdout.strip().splitlines()[-1])["status"] == 200
+    (seen,) = fakes.script.requests_of("A")
+    assert seen.body["messages"][0]["content"] == text and proxy.admitted == 1
+
+
 async def test_the_way_out_comes_back_after_the_container_restarts(
     member: tuple[MemberSandbox, EgressProxy], fakes: FakeProviders
 ) -> None:

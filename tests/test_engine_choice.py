@@ -13,7 +13,7 @@ import pytest
 
 from conclave.cli.main import main
 from conclave.sandbox.endpoint import choose_endpoint
-from conclave.sandbox.engine import connect, engine_facts
+from conclave.sandbox.engine import connect, engine_facts, engine_status, is_podman
 from tests.lanes.test_podman_lane import PODMAN_SOCKET
 
 PODMAN = f"unix://{PODMAN_SOCKET}"
@@ -76,3 +76,15 @@ def test_doctor_names_the_engine_its_os_arch_and_what_works(
     assert f"chosen by DOCKER_HOST={PODMAN}" in engine, engine
     assert "[ok  ] file work on Podman: workspaces, run_command, verify and apply" in out, out
     assert "[ok  ] CLI members on Podman" in out, out
+
+
+def test_the_ping_tells_podman_and_the_version_as_the_engine_reports_them(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A CLI member's start and a job's admission ask the ping (sandbox/engine.py), not /version and /info,
+    which Podman answers in about a second; what they learn must be what those say."""
+    for host in (PODMAN, "unix:///var/run/docker.sock"):
+        monkeypatch.setenv("DOCKER_HOST", host)
+        client, facts = connect(), engine_facts(connect())
+        assert is_podman(client) == (facts.name == "Podman") == (host == PODMAN)
+        assert engine_status().version == facts.version

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -225,9 +224,9 @@ async def test_labels_confinement_and_stop(box: Sandbox) -> None:
 
 
 async def test_sweep_removes_dead_owners_containers_only(sandbox_image: str, workspace: Path) -> None:
-    gone = subprocess.Popen(["true"])
-    gone.wait()  # a pid with no process behind it
-    dead, live = Sandbox(connect(), Owner("dead-owner", gone.pid)), Sandbox(connect(), Owner("live-owner"))
+    # a pid no process can have: a finished child's pid was soon taken again under load (the sweep spared it)
+    never = int(Path("/proc/sys/kernel/pid_max").read_text()) + 1
+    dead, live = Sandbox(connect(), Owner("dead-owner", never)), Sandbox(connect(), Owner("live-owner"))
     try:
         await dead.start(workspace, {}, "cj-sweep", "A", SPEC)
         await live.start(workspace, {}, "cj-sweep", "B", SPEC)

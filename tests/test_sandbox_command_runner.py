@@ -1,17 +1,22 @@
 """The container's command runner (server/sandbox/command_runner.py), against the real Docker engine: commands
 cost no engine exec each, a timed-out command's whole process tree is killed, a command can neither
-read nor write the runner's streams, and a command that kills the runner gets a new one next time."""
+read nor write the runner's streams, a command that kills the runner gets a new one next time, and a
+runner whose first frame never comes is started again instead of holding the container's start."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
 
 from conclave.config.models import SandboxSpec
+from conclave.sandbox import command_runner
 from conclave.sandbox.container import Sandbox
+from conclave.sandbox.engine import Owner, connect
 from tests.fakes.counting_docker import CountingApi, counting_sandbox
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("docker_image")]
@@ -80,3 +85,32 @@ async def test_a_command_that_kills_the_runner_gets_a_new_one(counted: tuple[San
     assert (after.exit_code, after.stdout) == (0, "after\n")
     assert list((await mine(sandbox)).values()) == ["python3"]  # the new runner, nothing else
     assert api.execs >= 2  # a new runner (and the reaping exec, when the host could not see the cgroup)
+
+
+class SilentFirstRunner(CountingApi):
+    """The real API, but the container's first runner is a process that never answers: what the host saw
+    when Podman 4.3 dropped what an exec wrote before its attach was joined (command_runner.py)."""
+
+    def exec_create(self, container: str, cmd: Any, **options: Any) -> Any:
+        if not self.commands and cmd[:2] == ["python3", "-I"]:
+            cmd = ["sleep", "120"]
+        return super().exec_create(container, cmd, **options)
+
+
+@pytest.mark.timeout(120)  # before the fix `start` waited for the first runner's `R` for ever
+async def test_a_runner_that_never_says_it_is_ready_is_started_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(command_runner, "READY_S", 2.0)  # 15 s, made short to watch it pass
+    client = connect()
+    api = client.api = SilentFirstRunner(client.api)
+    sandbox = Sandbox(client, Owner("test-" + os.urandom(4).hex()))
+    try:
+        await sandbox.start(tmp_path, {}, "cj-test", "A", SandboxSpec(memory="256m", cpus=1, pids=64))
+        result = await sandbox.exec("echo ok", timeout_s=10)
+        assert (result.exit_code, result.stdout) == (0, "ok\n")
+        assert api.commands[0] == ["sleep", "120"] and api.execs == 2  # the silent one, then a runner
+        assert list((await mine(sandbox)).values()) == ["python3"]  # the runner; the silent one reaped
+    finally:
+        with anyio.CancelScope(shield=True):
+            await sandbox.stop()

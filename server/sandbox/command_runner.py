@@ -20,17 +20,25 @@ stdout stay open, and hands it one command after another:
   same user): the host sees the stream end, reaps by an exec as before, and starts a new one; one that
   stops it is an exec that overran (container.py restarts the container).
 - an image without python3, or where prctl fails, has no runner: every command is an exec as before.
+- the host speaks first: it writes an empty line, and the runner says it is ready (`R`) only once it has
+  read it. Podman 4.3 through its Docker API sometimes drops what an exec writes before its attach is
+  joined (about one start in 30 here: the host then waited for `R` for ever); what the runner writes
+  after reading its stdin goes over a joined attach. And the host waits at most READY_S for `R`, then
+  starts the runner once more, then gives up on it (commands become execs).
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import select
 import struct
 from collections.abc import Callable
 from typing import Any
 
 from conclave.sandbox.output import _Capped
+
+READY_S = 15.0  # for the runner's `R`, which takes about 0.1 s (python3's start) on a busy host
 
 RUNNER = r"""
 import ctypes, json, os, selectors, signal, struct, subprocess, sys, time
@@ -70,6 +78,7 @@ def reap():  # SIGKILL lands at once but a task takes a moment to go: up to abou
             return True
         time.sleep(0.01)
     return False
+sys.stdin.buffer.readline()  # the host's empty line: it is attached (see the module docstring)
 send(b"R")
 for line in sys.stdin.buffer:
     request = json.loads(line)
@@ -121,19 +130,31 @@ class Runner:
 
     @classmethod
     def start(cls, api: Any, container_id: str, user: str) -> Runner | None:
-        """Start the runner in the container; None when it cannot run there (no python3, no prctl). The
-        engine's errors (the container is not running) are the caller's."""
-        exec_id = api.exec_create(
-            container_id, ["python3", "-I", "-c", RUNNER], stdin=True, user=user, workdir="/"
-        )
-        runner = cls(api.exec_start(exec_id["Id"], socket=True))
-        try:
-            if runner._frame()[0] == b"R":
-                return runner
-        except RunnerGone:
-            pass
-        runner.close()
+        """Start the runner in the container; None when it cannot run there (no python3, no prctl), or
+        when it never said it was ready, twice. The engine's errors (the container is not running) are
+        the caller's."""
+        for _ in range(2):
+            exec_id = api.exec_create(
+                container_id, ["python3", "-I", "-c", RUNNER], stdin=True, user=user, workdir="/"
+            )
+            runner = cls(api.exec_start(exec_id["Id"], socket=True))
+            try:
+                runner._socket._sock.sendall(b"\n")  # the runner speaks once spoken to (docstring)
+                if not runner._readable(READY_S):
+                    runner.close()  # its stdin ends, and so does it
+                    continue
+                if runner._frame()[0] == b"R":
+                    return runner
+            except (RunnerGone, OSError):
+                pass
+            runner.close()
+            return None
         return None
+
+    def _readable(self, timeout_s: float) -> bool:
+        """Whether the runner's stream has something to read within `timeout_s` (docker-py's own reads
+        wait for ever)."""
+        return bool(select.select([self._socket._sock], [], [], timeout_s)[0])
 
     def run(self, argv: list[str], env: dict[str, str], out: _Capped, err: _Capped) -> tuple[int, bool]:
         """Run one command; its exit code (128 + signal when killed) and whether the reaping succeeded.

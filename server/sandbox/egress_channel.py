@@ -18,10 +18,14 @@ process's exec stream, so there is no listener on the host to authenticate.
 
 The frames: a byte kind, a 4-byte connection id, a 4-byte length, then that many bytes. OPEN (a client
 connected inside), DATA, EOF (that side is done sending), CLOSE (that connection is over), ACK (the
-receiver delivered n bytes), and LISTENING (the relay's first frame, once 127.0.0.1:3128 listens). Each
-side sends at most `WINDOW` bytes of a connection ahead of the other's ACKs, so one client that stops
-reading holds back only its own connection, never the others, and the memory either side holds per
-connection stays bounded.
+receiver delivered n bytes), and LISTENING (the relay's first frame, once 127.0.0.1:3128 listens and the
+host's hello, an empty LISTENING frame, came in: Podman 4.3 sometimes drops what an exec writes before its
+attach is joined, about one start in 30 here, and what the relay writes after reading its stdin goes
+over a joined attach; a relay that has not said it listens within READY_S is started again). Each
+side sends at most `WINDOW` bytes of a connection ahead of the other's ACKs (a receiver acknowledges once
+`ACK_AT` bytes are delivered, not every chunk: a model call's request and reply then need no ACK at all,
+and a large transfer one per quarter window), so one client that stops reading holds back only its own
+connection, never the others, and the memory either side holds per connection stays bounded.
 
 When the exec ends (the container restarted: its keeper was killed, a command overran, the disk cap),
 `serve` starts the relay again until `close`; sandbox/member.py waits for it to listen as before.
@@ -52,8 +56,10 @@ logger = logging.getLogger(__name__)
 OPEN, DATA, EOF, CLOSE, ACK, LISTENING = 1, 2, 3, 4, 5, 6
 HEAD = struct.Struct(">BII")
 WINDOW = 256 * 1024  # bytes of one connection in flight, per direction, ahead of the receiver's ACKs
+ACK_AT = WINDOW // 4  # delivered bytes a receiver acknowledges at once (at most WINDOW: see above)
 CHUNK = 64 * 1024
 RETRY_S = 0.2  # between two starts of the relay while its container comes back
+READY_S = 5.0  # for a new relay's LISTENING (python3's start: about 0.1 s), then it is started again
 
 # Run by the keeper, `python3 -I -c RELAY`. Threads: one accepts, one reads stdin; per connection one
 # reads the client (within its window), one writes to it (what stdin brought, then ACKs).
@@ -86,7 +92,8 @@ class Conn:
                 send(DATA, self.cid, data)
         except OSError:
             send(CLOSE, self.cid)
-    def pump_in(self):  # the host's bytes to the client, each chunk acknowledged once written
+    def pump_in(self):  # the host's bytes to the client, acknowledged once ACK_AT are written
+        unacked = 0
         try:
             while True:
                 data = self.inbox.get()
@@ -96,7 +103,10 @@ class Conn:
                 if data is False:
                     break
                 self.sock.sendall(data)
-                send(ACK, self.cid, struct.pack(">I", len(data)))
+                unacked += len(data)
+                if unacked >= ACK_AT:
+                    send(ACK, self.cid, struct.pack(">I", unacked))
+                    unacked = 0
         except OSError:
             send(CLOSE, self.cid)
         finally:
@@ -125,6 +135,7 @@ server = socket.socket()
 server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 server.bind(("127.0.0.1", PORT))
 server.listen(64)
+exactly(9)  # the host's hello: it is attached (see the module docstring)
 send(LISTENING, 0)
 threading.Thread(target=accept, args=(server,), daemon=True).start()
 while True:
@@ -144,7 +155,7 @@ while True:
             conn.credit += struct.unpack(">I", data)[0]
             conn.more.notify()
 """
-RELAY = f"PORT, WINDOW, CHUNK = {BRIDGE_PORT}, {WINDOW}, {CHUNK}{_RELAY}"
+RELAY = f"PORT, WINDOW, CHUNK, ACK_AT = {BRIDGE_PORT}, {WINDOW}, {CHUNK}, {ACK_AT}{_RELAY}"
 
 Handler = Callable[[anyio.abc.ByteStream], Awaitable[None]]
 
@@ -156,6 +167,7 @@ class _Tunnel(anyio.abc.ByteStream):
         self._channel, self.cid = channel, cid
         self._inbox_send, self._inbox = anyio.create_memory_object_stream[bytes | None](float("inf"))
         self._credit = WINDOW
+        self._unacked = 0  # delivered to the proxy, not yet acknowledged (up to ACK_AT)
         self._more = anyio.Event()
         self.closed = False
 
@@ -183,7 +195,10 @@ class _Tunnel(anyio.abc.ByteStream):
             raise anyio.EndOfStream from None
         if data is None:
             raise anyio.EndOfStream
-        await self._channel.send(ACK, self.cid, struct.pack(">I", len(data)))
+        self._unacked += len(data)
+        if self._unacked >= ACK_AT:
+            await self._channel.send(ACK, self.cid, struct.pack(">I", self._unacked))
+            self._unacked = 0
         return data
 
     async def send(self, item: bytes) -> None:
@@ -251,9 +266,11 @@ class EgressChannel:
                     logger.debug("egress %s: relay not started (%s)", self.label or "-", exc)
                     await anyio.sleep(RETRY_S)
                     continue
-                async with stream:
+                async with stream, anyio.create_task_group() as watch:
                     self._stream = stream
+                    watch.start_soon(self._unless_listening, stream)
                     await self._pump(stream, group, handle)
+                    watch.cancel_scope.cancel()
                 self._stream = None
                 for tunnel in list(self._tunnels.values()):
                     tunnel.ended()
@@ -261,6 +278,14 @@ class EgressChannel:
                 if not self._closed:  # its container restarts (or the relay could not run): try again
                     await anyio.sleep(RETRY_S)
             group.cancel_scope.cancel()
+
+    async def _unless_listening(self, stream: anyio.abc.SocketStream) -> None:
+        """End a first relay that has not said it listens within READY_S: `serve` starts another."""
+        with anyio.move_on_after(READY_S):
+            await self._listening.wait()
+            return
+        logger.info("egress %s: the relay did not say it listens; starting it again", self.label or "-")
+        await stream.aclose()
 
     async def send(self, kind: int, cid: int, data: bytes = b"") -> None:
         """One frame to the relay; the connection is broken when the channel is."""
@@ -292,6 +317,9 @@ class EgressChannel:
         with suppress(OSError):
             raw.close()
             sock.close()
+        if own.family in (socket.AF_INET, socket.AF_INET6):  # an engine over TCP: frames go out at once
+            own.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        own.sendall(HEAD.pack(LISTENING, 0, 0))  # the hello the relay waits for (the module docstring)
         return own
 
     async def _pump(

@@ -48,7 +48,7 @@ from conclave.sandbox.container import ENVIRONMENT, Sandbox, keeper_user
 from conclave.sandbox.disk_watch import kill_user_processes
 from conclave.sandbox.egress import EgressProxy
 from conclave.sandbox.egress_channel import EgressChannel
-from conclave.sandbox.engine import PROCESS_OWNER, Owner, engine_facts, remove_volume
+from conclave.sandbox.engine import PROCESS_OWNER, Owner, is_podman, remove_volume
 from conclave.sandbox.image import IMAGE_REPO
 from conclave.sandbox.provider_key import BRIDGE_PORT
 from conclave.sandbox.route import CA_PATH, ca_environment
@@ -123,7 +123,7 @@ class MemberSandbox(Sandbox):
         home = f"rw,exec,nosuid,nodev,size={HOME_SIZE},mode=0700,uid={self.uid},gid={self.gid}"
         mounts = []
         tmpfs = {**launch["tmpfs"], HOME: home}
-        if engine_facts(self._client).podman:
+        if is_podman(self._client):
             del tmpfs[HOME]
             mounts.append(Mount(HOME, self._home_volume(), type="volume"))
         environment = dict(self.environment)

@@ -1,6 +1,6 @@
-"""The Podman lane: the file, `verify`, `apply` and CLI-member end-to-end tests, and the security tests of
-a member's HOME and egress, run in a sub-pytest against Debian's Podman through its Docker-compatible
-API socket, must all pass, none skipped.
+"""The Podman lane: the file, `verify`, `apply` and CLI-member end-to-end tests, and the whole security
+suite (issue 29: no weakening on any engine), run in a sub-pytest against Debian's Podman through its
+Docker-compatible API socket, must all pass, none skipped.
 
 .ci/test-env.sh starts the service (`podman system service`) on PODMAN_SOCKET and builds both sandbox
 images into it with `conclave sandbox build --clis`, the build this lane exercises first.
@@ -26,14 +26,15 @@ from conclave.sandbox.image_route import Route, RouteChoice
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 PODMAN_SOCKET = Path("/tmp/podman-lane/podman.sock")
-# file work and apply (test_files_e2e), checks (test_verify), coding-agent CLIs as members, and the
-# security tests of what differs on Podman: a member's HOME (a volume there) and its egress
+# file work and apply (test_files_e2e), checks (test_verify), coding-agent CLIs as members, and the whole
+# security suite, as the shared-nothing lane runs them: what a member's HOME (a volume on Podman), its
+# egress, the reaping of background processes and the disk cap do differs per engine, and the rest
+# (about 2 minutes of its 4) is cheaper to run than to keep sorted as the suite grows
 E2E = [
     "tests/test_files_e2e.py",
     "tests/test_verify.py",
     "tests/clis/test_cli_members_e2e.py",
-    "tests/security/test_cli_login.py",
-    "tests/security/test_egress.py",
+    "tests/security/",
 ]
 
 
@@ -56,7 +57,7 @@ def podman_host() -> str:
     return host
 
 
-@pytest.mark.timeout(1800)  # the sub-run: about 6 minutes on 2 busy cores
+@pytest.mark.timeout(3000)  # the sub-run: 8 minutes on 2 busy cores (156 tests), twice that at worst
 def test_the_e2e_tests_pass_on_podman(podman_host: str, tmp_path: Path) -> None:
     report = tmp_path / "podman-lane.xml"
     env = {**os.environ, "DOCKER_HOST": podman_host}
@@ -67,7 +68,7 @@ def test_the_e2e_tests_pass_on_podman(podman_host: str, tmp_path: Path) -> None:
         env=env,
         capture_output=True,
         text=True,
-        timeout=1500,
+        timeout=2700,
     )
     summary = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else "(no output)"
     print(f"podman lane: {summary}")
@@ -76,7 +77,7 @@ def test_the_e2e_tests_pass_on_podman(podman_host: str, tmp_path: Path) -> None:
     suite = suite if suite.tag == "testsuite" else suite[0]
     counts = {key: int(suite.get(key, "0")) for key in ("tests", "failures", "errors", "skipped")}
     assert done.returncode == 0, f"podman lane failed ({summary}):\n{done.stdout[-8000:]}"
-    assert counts["tests"] >= 28 and counts["failures"] == counts["errors"] == counts["skipped"] == 0, counts
+    assert counts["tests"] >= 150 and counts["failures"] == counts["errors"] == counts["skipped"] == 0, counts
 
 
 async def _tiny_root(folder: Path, say: object) -> Path:

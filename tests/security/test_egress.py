@@ -24,12 +24,14 @@ import pytest
 
 from conclave.config.models import SandboxSpec
 from conclave.errors import SandboxError
+from conclave.sandbox import egress_channel
 from conclave.sandbox.allowlist import allowlist_for
 from conclave.sandbox.clis_image import build_clis_image
 from conclave.sandbox.container import Sandbox
 from conclave.sandbox.egress import EgressProxy, egress_proxy
 from conclave.sandbox.engine import Owner, connect, engine_status
 from conclave.sandbox.member import PROXY_URL, MemberSandbox
+from tests.fakes.counting_docker import CountingApi
 from tests.fakes.script import Reply
 from tests.fakes.server import FakeProviders
 
@@ -320,6 +322,35 @@ async def test_a_client_that_stops_reading_holds_back_only_its_own_connection(
     assert seen["status"] == 200 and seen["bytes"] > 48_000_000 and proxy.admitted == 2
 
 
+# Inside: a request whose body is many windows long (the relay's frames carry it to the host, which
+# acknowledges as it delivers: sandbox/egress_channel.py), read from a file (an argument cannot be 4 MB).
+UPLOAD = r"""
+import json, sys, urllib.request
+url, body = sys.argv[1], open(sys.argv[2], "rb").read()
+request = urllib.request.Request(url, data=body, headers={"content-type": "application/json",
+    "x-api-key": "k", "anthropic-version": "2023-06-01"})
+with urllib.request.urlopen(request, timeout=60) as reply:
+    print(json.dumps({"status": reply.status, "bytes": len(reply.read())}))
+"""
+
+
+async def test_a_request_many_windows_long_reaches_the_provider_whole(
+    member: tuple[MemberSandbox, EgressProxy], fakes: FakeProviders, tmp_path: Path
+) -> None:
+    box, proxy = member
+    fakes.script.enqueue("A", Reply(text="read it all"))
+    text = "x" * (4 * egress_channel.WINDOW * 4)  # 4 MB: sixteen windows
+    body = {"model": "claude-x", "max_tokens": 16, "messages": [{"role": "user", "content": text}]}
+    (tmp_path / "workspace" / "upload.py").write_text(UPLOAD)
+    (tmp_path / "workspace" / "body.json").write_text(json.dumps(body))
+    url = fakes.base_url("anthropic", "A") + "/v1/messages"
+    result = await box.exec(f"python3 upload.py {url} body.json", timeout_s=60)
+    assert result.exit_code == 0, result.as_text()
+    assert json.loads(result.stdout.strip().splitlines()[-1])["status"] == 200
+    (seen,) = fakes.script.requests_of("A")
+    assert seen.body["messages"][0]["content"] == text and proxy.admitted == 1
+
+
 async def test_the_way_out_comes_back_after_the_container_restarts(
     member: tuple[MemberSandbox, EgressProxy], fakes: FakeProviders
 ) -> None:
@@ -334,3 +365,41 @@ async def test_the_way_out_comes_back_after_the_container_restarts(
     seen = await probe(box, "http", fakes.base_url("anthropic", "A") + "/v1/messages", body)
     assert seen.get("status") == 200 and "after the restart" in seen["body"], seen
     assert proxy.admitted == 1
+
+
+class SilentFirstRelay(CountingApi):
+    """The real API, but the member's first relay is a process that never answers: what the host saw when
+    Podman 4.3 dropped what an exec wrote before its attach was joined (sandbox/egress_channel.py)."""
+
+    def exec_create(self, container: str, cmd: Any, **options: Any) -> Any:
+        if cmd[:2] == ["python3", "-I"] and cmd[-1] == egress_channel.RELAY and not self.commands:
+            cmd = ["sleep", "120"]
+        return super().exec_create(container, cmd, **options)
+
+
+async def test_a_relay_that_never_says_it_listens_is_started_again(
+    clis_image: str, tmp_path: Path, fakes: FakeProviders, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before, the member's start waited for its relay's LISTENING and failed after 10 s."""
+    monkeypatch.setattr(egress_channel, "READY_S", 1.0)  # 5 s, made short to watch it pass
+    client = connect()
+    api = client.api = SilentFirstRelay(client.api)
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    allow = allowlist_for("claude-code", base_url=fakes.base_url("anthropic", "A"))
+    async with egress_proxy(allow, label="cj-egress/A") as proxy:
+        box = MemberSandbox(client, Owner("security-" + os.urandom(4).hex()), proxy, image=clis_image)
+        try:
+            await box.start(workspace, {}, "cj-egress", "A", SPEC)
+            (workspace / "probe.py").write_text(PROBE)
+            fakes.script.enqueue("A", Reply(text="through the second relay"))
+            body = json.dumps(
+                {"model": "claude-x", "max_tokens": 16, "messages": [{"role": "user", "content": "hi"}]}
+            )
+            seen = await probe(box, "http", fakes.base_url("anthropic", "A") + "/v1/messages", body)
+            assert seen.get("status") == 200 and "through the second relay" in seen["body"], seen
+            relays = [cmd for cmd in api.commands if cmd[-1] == egress_channel.RELAY]
+            assert api.commands[0] == ["sleep", "120"] and len(relays) == 1 and proxy.admitted == 1
+        finally:
+            with anyio.CancelScope(shield=True):
+                await box.stop()

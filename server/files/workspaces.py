@@ -41,6 +41,7 @@ so a copied file that holds one of the job's secrets (`secrets`, secrets.py) is 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import time
@@ -65,7 +66,7 @@ from conclave.files.review import Consent
 from conclave.files.roots import run_pinned
 from conclave.files.secrets import Secrets, withhold
 from conclave.files.settling import settle
-from conclave.files.trees import Listing, Reference, copy_tree, list_tree
+from conclave.files.trees import Listing, Reference, copy_tree, list_tree, tree_digest
 
 __all__ = ["CheckCopy", "Workspaces", "apply", "diff"]
 
@@ -273,6 +274,14 @@ class Workspaces:
             if self.agent_owner is not None:
                 settle(tmp, self.agent_owner)
         return CheckCopy(dest, held)
+
+    def base_digest(self) -> str:
+        """A sha256 of what a check of the caller's files runs on (`check_copy(None)`): each context's
+        base/ folder by name, and whether one context is the root (blocking: it reads every file)."""
+        digest = hashlib.sha256(f"root {self.root_name()}\n".encode())
+        for context in self.manifest().contexts:
+            digest.update(f"context {context.name} {tree_digest(self.base / context.name)}\n".encode())
+        return digest.hexdigest()
 
     # -- naming and reading ---------------------------------------------------------------------
 

@@ -35,7 +35,8 @@ async def test_a_job_on_files_checked_before_takes_the_kept_run_and_changed_file
     team = str(write_team(tmp_path / "team.yaml", fakes, (("openai", "ann"),)))
     for name in ("one", "two", "three"):
         (tmp_path / name).mkdir()
-    same = [calc_project(tmp_path / "one"), calc_project(tmp_path / "two")]  # two folders, the same files
+    # the same files in two folders of other names (a check sees one context path as /workspace)
+    same = [calc_project(tmp_path / "one"), calc_project(tmp_path / "two").rename(tmp_path / "two" / "calc")]
     changed = calc_project(tmp_path / "three", {"test_calc.py": TESTS + SECOND_TEST})
     outputs = []
     async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV, retry=FAST) as service:

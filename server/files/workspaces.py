@@ -276,10 +276,14 @@ class Workspaces:
         return CheckCopy(dest, held)
 
     def base_digest(self) -> str:
-        """A sha256 of what a check of the caller's files runs on (`check_copy(None)`): each context's
-        base/ folder by name, and whether one context is the root (blocking: it reads every file)."""
-        digest = hashlib.sha256(f"root {self.root_name()}\n".encode())
-        for context in self.manifest().contexts:
+        """A sha256 of what a check of the caller's files runs on (`check_copy(None)`), as the check sees
+        it: one context is /workspace itself, its folder's name unseen; several are /workspace/<name>
+        each (blocking: it reads every file)."""
+        contexts = self.manifest().contexts
+        if len(contexts) == 1:
+            return tree_digest(self.base / contexts[0].name)
+        digest = hashlib.sha256()
+        for context in contexts:
             digest.update(f"context {context.name} {tree_digest(self.base / context.name)}\n".encode())
         return digest.hexdigest()
 

@@ -13,10 +13,13 @@ Measured, against the real Docker engine and the fake providers through the real
 - the same for a job's first check when its answer comes at once: a fresh Verifier per sample, its
   `warm` started and the check run at the same moment, on a server whose check pool (where the code has
   one: coordination/check_pool.py) was filled before the job, as a running server's is; with one check
-  at a time on the server, and with two (the default), where the job warms two containers;
+  at a time on the server, and with two (the default), where the job warms two containers; where the
+  code keeps the caller's files' run across jobs (coordination/baselines.py), the server's kept runs are
+  passed too, and `first_sample_ms` is the first job, on files new to the server;
 - the end-to-end job of tests/test_verify.py (three agents fix calc.py and vote, bench/bench_verify.py)
   with and without `verify`: model requests and tokens, their ratios with/without, and per answer the
-  check's overhead from the job's events (check_started to checked, less the command's duration).
+  check's overhead from the job's events (check_started to checked, less the command's duration), over
+  the three jobs on one server (each job's project a new folder with the same files) and for the first.
 Writes bench/results/checks.json.
 """
 

@@ -1,18 +1,18 @@
 """The caller's files' runs kept across jobs: a check's `Baseline` made once per set of files, not per job.
 
-Every verdict waits for the check command's run on the caller's files as they were (verdicts.py), and
-that run costs what an answer's check costs: an answer that comes at once waits for it, or for the
-check slot it holds (bench/bench_checks.py). What the run reports is decided by what it runs on and how:
-the files (Workspaces.base_digest: every folder, path, mode and content, and the layout), the command,
-its time limit, the check's confinement (the team's sandbox spec), the image the container runs (the
-engine's ID, not a name a pull may move), the runner's environment (verification.py's CLEAN and
-RUNNER_ENV) and this version's reading of summaries. A later job with all of those the same (another
-task on the same project, a follow-up whose earlier winner was not applied) takes the kept run and says
-so in its checks' output. What a verdict takes from it is how many tests ran (failed or not) and whether
-a module was missing, not which passed, so a flaky test's outcome does not carry over. A run that timed
-out is never kept: a loaded machine is no property of the files. Kept under the server's home
-(`<home>/check-baselines/<key>.json`, written by the server only, the newest `KEEP`); a file that cannot
-be read is a miss, never an error.
+Every verdict waits for the check command's run on the caller's files as they were (verdicts.py), and that run
+costs what an answer's check costs: an answer that comes at once waits for it, or for the check slot it holds
+(bench/bench_checks.py). What the run reports is decided by what it runs on and how: the files
+(Workspaces.base_digest: every folder, path, mode and content, and the layout), the command, its time limit,
+the check's confinement (the team's sandbox spec), the image the container runs (the engine's ID, not a name a
+pull may move), the user the command runs as, the runner's environment (verification.py's CLEAN and
+RUNNER_ENV) and this version's reading of summaries. A later job with all of those the same (another task on
+the same project, a follow-up whose earlier winner was not applied) takes the kept run and says so in its
+checks' output; looking it up at the job's start takes no check slot, as nothing runs. What a verdict takes
+from it is how many tests ran (failed or not) and whether a module was missing, not which passed, so a flaky
+test's outcome does not carry over. A run that timed out is never kept: a loaded machine is no property of the
+files. Kept under the server's home (`<home>/check-baselines/<key>.json`, written by the server only, the
+newest `KEEP`); a file that cannot be read is a miss, never an error.
 """
 
 from __future__ import annotations

@@ -123,8 +123,13 @@ class Verifier:
 
     async def _first_baseline(self) -> None:
         try:
-            async with self._limiter:
-                await self.baseline()
+            async with self._baseline_lock:  # a kept run takes no check slot: nothing runs
+                started = next((box for box in self._boxes if box.sandbox.container is not None), None)
+                if self._baseline is None and self._kept is not None and started is not None:
+                    _, self._baseline = await anyio.to_thread.run_sync(self._look_up, self._kept, started)
+            if self._baseline is None:
+                async with self._limiter:
+                    await self.baseline()
         except Exception:
             logger.info(
                 "the baseline check of %s failed; the first check tries again", self.job_id, exc_info=True
@@ -186,8 +191,7 @@ class Verifier:
         try:
             if kept is not None:
                 box = await self._take()  # the key names the image its container runs
-                key = await anyio.to_thread.run_sync(self._key, box)
-                found = await anyio.to_thread.run_sync(kept.get, key)
+                key, found = await anyio.to_thread.run_sync(self._look_up, kept, box)
                 if found is not None:
                     self._put.send_nowait(box)
                     return found
@@ -204,16 +208,18 @@ class Verifier:
                 logger.warning("the baseline of %s could not be kept", self.job_id, exc_info=True)
         return baseline
 
-    def _key(self, box: Box) -> str:
-        """What decides the baseline (baselines.py), read in the container it would run in."""
-        return baseline_key(
+    def _look_up(self, kept: KeptBaselines, box: Box) -> tuple[str, Baseline | None]:
+        """The key of the baseline run in `box`'s container (baselines.py: its image, its user), and the
+        run kept for it if any (blocking: one worker thread trip for both)."""
+        key = baseline_key(
             files=self.workspaces.base_digest(),
             command=self.command,
             timeout_s=self.timeout_s,
             spec=self.spec,
             image_id=box.sandbox.image_id,
-            runner=CLEAN + json.dumps(RUNNER_ENV, sort_keys=True),
+            runner=f"{box.sandbox.uid}:{box.sandbox.gid} {CLEAN} {json.dumps(RUNNER_ENV, sort_keys=True)}",
         )
+        return key, kept.get(key)
 
     async def _run(self, label: str) -> tuple[CommandResult, CheckCopy, list[str], Baseline]:
         copy = await self.workspaces.check_copy(label)

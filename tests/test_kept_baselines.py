@@ -5,6 +5,7 @@ real SDKs; the rest on the folder alone."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -98,3 +99,54 @@ def test_kept_runs_come_back_marked_and_what_cannot_be_trusted_is_a_miss(tmp_pat
     for name in "def":
         kept.put(name * 64, ran)
     assert sorted(path.stem[0] for path in (tmp_path / FOLDER).glob("*.json")) == ["e", "f"]  # the newest two
+
+
+@pytest.mark.anyio
+@pytest.mark.usefixtures("docker_image")
+async def test_a_kept_run_is_looked_up_at_the_job_start_without_a_check_slot(tmp_path: Path) -> None:
+    """On a server whose check slots are all busy, a job's start still finds its kept run: nothing runs,
+    so its answers' checks do not wait behind the lookup (with the pool's container already started)."""
+    import anyio
+
+    from conclave.config.models import SandboxSpec
+    from conclave.coordination.baselines import FOLDER, KeptBaselines
+    from conclave.coordination.check_pool import CheckPool
+    from conclave.coordination.verification import Verifier
+    from conclave.files.contexts import ContextPath
+    from conclave.files.workspaces import Workspaces
+    from conclave.sandbox.container import container_user
+
+    kept, spec = KeptBaselines(tmp_path / FOLDER), SandboxSpec()
+
+    async def verifier(name: str, limiter: anyio.CapacityLimiter, pool: CheckPool | None) -> Verifier:
+        (tmp_path / name).mkdir()
+        workspaces = Workspaces(tmp_path / name / "job", agent_owner=container_user())
+        await workspaces.prepare([ContextPath(path=str(calc_project(tmp_path / name)))])
+        job_id = f"cj-{name}-{os.urandom(3).hex()}"
+        return Verifier(job_id, CHECK, workspaces, spec, timeout_s=60, limiter=limiter, pool=pool, kept=kept)
+
+    first = await verifier("one", anyio.CapacityLimiter(1), None)
+    try:
+        await first.warm(1)  # makes the run and keeps it
+    finally:
+        await first.close()
+    assert not (await first.baseline()).reused
+    slots = anyio.CapacityLimiter(1)
+    async with anyio.create_task_group() as tg:
+        pool = CheckPool(tmp_path / "home", container_user(), 1)
+        tg.start_soon(pool.keep, spec)
+        with anyio.fail_after(60):
+            while pool.ready(spec) < 1:
+                await anyio.sleep(0.05)  # sleep-ok: waiting for the pool's container to start
+        second = await verifier("two", slots, pool)
+        borrower = object()
+        await slots.acquire_on_behalf_of(borrower)  # every check slot of the server busy
+        try:
+            with anyio.fail_after(30):  # before: warm waited for a slot to look the run up
+                await second.warm(1)
+        finally:
+            slots.release_on_behalf_of(borrower)
+            await second.close()
+        baseline = await second.baseline()
+        assert baseline.reused and baseline.required == 1
+        tg.cancel_scope.cancel()

@@ -62,11 +62,12 @@ class RunCounts(BaseModel):
 
 @dataclass(frozen=True)
 class Baseline:
-    """The check command's run on the caller's files as they were, once per job."""
+    """The check command's run on the caller's files as they were, once per job (or kept: baselines.py)."""
 
     counts: RunCounts | None
     timed_out: bool = False
     missing_module: bool = False  # it could not import a module: perhaps the project's, see `text`
+    reused: bool = False  # kept from an earlier job's run on the same files (coordination/baselines.py)
 
     @classmethod
     def of(cls, result: CommandResult) -> Baseline:
@@ -92,6 +93,8 @@ class Baseline:
             said = "the original files' run printed no test summary recognised: the verdict is the exit code"
         if self.missing_module:
             said += f"; it could not import a module: {MISSING_MODULE_FIX}"
+        if self.reused:
+            said += " (kept from an earlier job's run of this command on the same files)"
         return said
 
 

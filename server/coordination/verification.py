@@ -8,7 +8,8 @@ voters and in the result). The command runs with `PYTHONSAFEPATH=1` and `PYTHONN
 so a project file cannot shadow the runner's own start-up. It passes only on the runner's own summary
 reporting at least the tests the caller's files' run reported, none failed (verdicts.py): that run,
 the `Baseline`, is made once per job on the caller's files, from the job's start (`warm`, beside its
-set-up and first turns), and a check waits for it only to give its verdict. It runs in a
+set-up and first turns), or taken as kept from an earlier job on the same files (baselines.py), and a
+check waits for it only to give its verdict. It runs in a
 warm check container of the job's, with run_command's confinement (sandbox/container.py: no network
 whatever the team says, limits, a non-root user, processes reaped, output capped): the job's first
 one is taken from the server's pool, started before the job (coordination/check_pool.py), else started
@@ -24,6 +25,7 @@ command.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import shlex
@@ -35,6 +37,7 @@ import anyio
 import anyio.to_thread
 
 from conclave.config.models import SandboxSpec
+from conclave.coordination.baselines import KeptBaselines, baseline_key
 from conclave.coordination.check_pool import Box, CheckPool, check_spec
 from conclave.coordination.reports import LINE_CHARS, TAIL_LINES, Check
 from conclave.coordination.verdicts import Baseline, read_summary, shortfall
@@ -80,6 +83,7 @@ class Verifier:
         sandbox_factory: Callable[[], Sandbox] = Sandbox,
         protect: Sequence[str] | None = None,
         pool: CheckPool | None = None,
+        kept: KeptBaselines | None = None,
     ) -> None:
         self.job_id, self.command, self.workspaces = job_id, command, workspaces
         self.spec = check_spec(spec)  # a check never gets the network
@@ -92,6 +96,7 @@ class Verifier:
         self._coming = self._waiting = self._started = 0  # being warmed; checks waiting for one; numbers
         self._baseline: Baseline | None = None  # the command's run on the caller's files, once made
         self._baseline_lock = anyio.Lock()
+        self._kept = kept  # runs on the same files kept from earlier jobs (coordination/baselines.py)
 
     @property
     def concurrency(self) -> int:
@@ -118,8 +123,13 @@ class Verifier:
 
     async def _first_baseline(self) -> None:
         try:
-            async with self._limiter:
-                await self.baseline()
+            async with self._baseline_lock:  # a kept run takes no check slot: nothing runs
+                started = next((box for box in self._boxes if box.sandbox.container is not None), None)
+                if self._baseline is None and self._kept is not None and started is not None:
+                    _, self._baseline = await anyio.to_thread.run_sync(self._look_up, self._kept, started)
+            if self._baseline is None:
+                async with self._limiter:
+                    await self.baseline()
         except Exception:
             logger.info(
                 "the baseline check of %s failed; the first check tries again", self.job_id, exc_info=True
@@ -172,10 +182,44 @@ class Verifier:
         of the limiter: the run counts as its own)."""
         async with self._baseline_lock:
             if self._baseline is None:
-                copy = await self.workspaces.check_copy(None)
-                result, _ = await self._exec(copy, protect=False)
-                self._baseline = Baseline.of(result)
+                self._baseline = await self._make_baseline()
             return self._baseline
+
+    async def _make_baseline(self) -> Baseline:
+        """The kept run on the same files (baselines.py) if there is one, else the run, then kept."""
+        kept, box, key = self._kept, None, None
+        try:
+            if kept is not None:
+                box = await self._take()  # the key names the image its container runs
+                key, found = await anyio.to_thread.run_sync(self._look_up, kept, box)
+                if found is not None:
+                    self._put.send_nowait(box)
+                    return found
+            copy = await self.workspaces.check_copy(None)
+        except BaseException:
+            if box is not None:
+                self._put.send_nowait(box)  # nothing ran in it
+            raise
+        baseline = Baseline.of((await self._exec(copy, protect=False, box=box))[0])
+        if kept is not None and key is not None:
+            try:
+                await anyio.to_thread.run_sync(kept.put, key, baseline)
+            except OSError:  # e.g. the disk is full: this job has its run all the same
+                logger.warning("the baseline of %s could not be kept", self.job_id, exc_info=True)
+        return baseline
+
+    def _look_up(self, kept: KeptBaselines, box: Box) -> tuple[str, Baseline | None]:
+        """The key of the baseline run in `box`'s container (baselines.py: its image, its user), and the
+        run kept for it if any (blocking: one worker thread trip for both)."""
+        key = baseline_key(
+            files=self.workspaces.base_digest(),
+            command=self.command,
+            timeout_s=self.timeout_s,
+            spec=self.spec,
+            image_id=box.sandbox.image_id,
+            runner=f"{box.sandbox.uid}:{box.sandbox.gid} {CLEAN} {json.dumps(RUNNER_ENV, sort_keys=True)}",
+        )
+        return key, kept.get(key)
 
     async def _run(self, label: str) -> tuple[CommandResult, CheckCopy, list[str], Baseline]:
         copy = await self.workspaces.check_copy(label)
@@ -185,11 +229,13 @@ class Verifier:
         result, protected = await self._exec(copy, protect=True)
         return result, copy, protected, await self.baseline()
 
-    async def _exec(self, copy: CheckCopy, *, protect: bool) -> tuple[CommandResult, list[str]]:
-        """Run the command on `copy` (its protected files put back first with `protect`) in a warm
-        container; the copy is moved into the container's folder, or removed."""
+    async def _exec(
+        self, copy: CheckCopy, *, protect: bool, box: Box | None = None
+    ) -> tuple[CommandResult, list[str]]:
+        """Run the command on `copy` (its protected files put back first with `protect`) in `box`, else a
+        warm container; the copy is moved into the container's folder, or removed."""
         try:
-            box = await self._take()
+            box = box if box is not None else await self._take()
         except BaseException:
             with anyio.CancelScope(shield=True):
                 await anyio.to_thread.run_sync(remove_tree, copy.path)

@@ -206,6 +206,17 @@ def sha256_file(root: Path, rel: str) -> str:
     return digest.hexdigest()
 
 
+def tree_digest(root: Path) -> str:
+    """One sha256 of a tree as copy_tree copies it: its folders, and each file's path, mode and content."""
+    listing, digest = list_tree(root), hashlib.sha256()
+    for rel in sorted(listing.dirs):
+        digest.update(f"d {rel}\n".encode("utf-8", "surrogateescape"))
+    for rel, entry in sorted(listing.files.items()):
+        line = f"f {rel} {entry.mode:o} {sha256_file(root, rel)}\n"
+        digest.update(line.encode("utf-8", "surrogateescape"))
+    return digest.hexdigest()
+
+
 def copy_file(
     src_root: Path, rel: str, dst: Path, *, max_bytes: int | None = None, fsync: bool = False
 ) -> str:

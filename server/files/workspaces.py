@@ -43,6 +43,7 @@ so a copied file that holds one of the job's secrets (`secrets`, secrets.py) is 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import time
@@ -67,7 +68,7 @@ from conclave.files.review import Consent
 from conclave.files.roots import run_pinned
 from conclave.files.secrets import Secrets, withhold
 from conclave.files.settling import settle
-from conclave.files.trees import Listing, Reference, copy_tree, list_tree
+from conclave.files.trees import Listing, Reference, copy_tree, list_tree, tree_digest
 
 __all__ = ["CheckCopy", "Restored", "Workspaces", "apply", "diff"]
 
@@ -314,6 +315,18 @@ class Workspaces:
             if self.agent_owner is not None:
                 settle(tmp, self.agent_owner)
         return CheckCopy(dest, held)
+
+    def base_digest(self) -> str:
+        """A sha256 of what a check of the caller's files runs on (`check_copy(None)`), as the check sees
+        it: one context is /workspace itself, its folder's name unseen; several are /workspace/<name>
+        each (blocking: it reads every file)."""
+        contexts = self.manifest().contexts
+        if len(contexts) == 1:
+            return tree_digest(self.base / contexts[0].name)
+        digest = hashlib.sha256()
+        for context in contexts:
+            digest.update(f"context {context.name} {tree_digest(self.base / context.name)}\n".encode())
+        return digest.hexdigest()
 
     # -- naming and reading ---------------------------------------------------------------------
 

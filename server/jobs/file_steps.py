@@ -19,6 +19,8 @@ import anyio
 import anyio.to_thread
 
 from conclave.config.models import SandboxSpec, Team
+from conclave.coordination.baselines import FOLDER as BASELINES
+from conclave.coordination.baselines import KeptBaselines
 from conclave.coordination.check_pool import CheckPool
 from conclave.coordination.job_files import Files, JobFiles, NoFiles
 from conclave.coordination.verification import Verifier
@@ -246,6 +248,7 @@ class ContextFiles(JobFiles):
             limiter=limiter,
             protect=team.verify_protect,
             pool=pool,
+            kept=KeptBaselines(self.settings.home / BASELINES),
         )
 
     async def collect(self, store: AsyncStore, row: JobRow, consensus: bool) -> None:

@@ -217,6 +217,13 @@ class Sandbox:
             "mounts": [],
         }
 
+    @property
+    def image_id(self) -> str:
+        """The engine's ID of the image the started container runs (what its name pointed at then)."""
+        if self.container is None:
+            raise SandboxError("the sandbox has not started: start it before asking for its image")
+        return str(self.container.attrs["Image"])
+
     async def exec(
         self,
         command: str,

@@ -1,0 +1,88 @@
+"""The job queue on Redis (jobs/queue.py) and its workers (jobs/worker.py), in one process: a front
+(`JobService` with CONCLAVE_QUEUE_URL) admits and queues, a worker runs; cancels, notes and reads go
+through the store. A real redis-server on a unix socket (tests/redis.py), the real SDKs, scripted fakes.
+The lane with real processes (fronts, workers) is the multi-host lane under tests/lanes/."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import anyio
+import pytest
+from pydantic import SecretStr
+
+from conclave.errors import QueueUnavailable
+from conclave.jobs.queue import JobQueue
+from conclave.jobs.request import JobRequest
+from conclave.jobs.service import JobService
+from conclave.jobs.worker import drain_workers, run_worker
+from conclave.settings import Settings
+from tests.fakes.server import FakeProviders
+from tests.fakes.team import KEY_ENV, TRIO, install, voter, write_team
+from tests.fakes.waits import until_done, until_state
+from tests.redis import Redis, missing, redis_server
+
+pytestmark = pytest.mark.anyio
+ENV = {KEY_ENV: "test-key-0123456789"}
+
+
+@pytest.fixture(scope="session")
+def redis_session() -> Iterator[Redis]:
+    reason = missing()
+    if reason is not None:
+        pytest.skip(reason)
+    with redis_server() as running:
+        yield running
+
+
+@pytest.fixture
+def redis(redis_session: Redis) -> Redis:
+    redis_session.flush()
+    return redis_session
+
+
+@asynccontextmanager
+async def worker(settings: Settings) -> AsyncIterator[None]:
+    """A worker in this process for the body's life, drained after it."""
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(lambda: run_worker(settings, environ=ENV))
+        with anyio.fail_after(30):
+            async with JobQueue.open(settings.queue_url) as queue:  # type: ignore[arg-type]
+                while not await queue.workers(settings.stale_after_s):
+                    await anyio.sleep(0.05)  # sleep-ok: until the worker lists itself
+        yield
+        await drain_workers(settings, ["all"])
+
+
+async def test_a_bad_or_unreachable_queue_url_names_the_setting_the_value_and_the_fix(tmp_path: Path) -> None:
+    with pytest.raises(QueueUnavailable, match=r"CONCLAVE_QUEUE_URL=postgresql://u:\*\*\*@h/db: .*Redis URL"):
+        async with JobQueue.open(SecretStr("postgresql://u:secret@h/db")):
+            pass
+    gone = f"unix://{tmp_path}/no.sock"
+    with pytest.raises(QueueUnavailable, match=r"CONCLAVE_QUEUE_URL=unix://.*could not be reached.*unset"):
+        async with JobQueue.open(SecretStr(gone)):
+            pass
+    with pytest.raises(QueueUnavailable, match="CONCLAVE_QUEUE_URL=\\(unset\\): workers take their jobs"):
+        await run_worker(Settings(home=tmp_path / "state"))
+
+
+async def test_a_front_queues_a_job_a_worker_runs_it_and_the_front_reads_it(
+    tmp_path: Path, fakes: FakeProviders, redis: Redis
+) -> None:
+    install(fakes.script, TRIO, voter(delay=0.3))
+    team = str(write_team(tmp_path / "team.yaml", fakes, TRIO))
+    settings = Settings(home=tmp_path / "state", queue_url=redis.url(), heartbeat_s=0.2)
+    async with JobService.open(settings, environ=ENV) as front:
+        queued = await front.submit(JobRequest(task="What is 6 * 7?", team=team))
+        cancelled = await front.submit(JobRequest(task="What is 6 * 7?", team=team))
+        # no worker yet: both wait on the queue; one is cancelled there
+        assert (await front.lookup.view(queued.job_id)).state == "queued"
+        assert (await front.cancel(cancelled.job_id)).state == "cancelled"
+        async with worker(settings):
+            await until_state(front, queued.job_id, "running")
+            steered = await front.steer(queued.job_id, "keep it short")
+            done = await until_done(front, queued)
+    assert done.state == "completed" and done.result is not None and done.result.consensus
+    assert [n.seen for n in steered.notes] == [True]  # the note reached the worker through the store

@@ -5,6 +5,8 @@ The lane with real processes (fronts, workers) is the multi-host lane under test
 
 from __future__ import annotations
 
+import os
+import socket
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -13,11 +15,11 @@ import anyio
 import pytest
 from pydantic import SecretStr
 
-from conclave.errors import QueueUnavailable
+from conclave.errors import InputError, QueueUnavailable
 from conclave.jobs.queue import JobQueue
 from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
-from conclave.jobs.worker import drain_workers, run_worker
+from conclave.jobs.worker import drain_workers, queue_report, run_worker
 from conclave.settings import Settings
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import KEY_ENV, TRIO, install, voter, write_team
@@ -71,7 +73,7 @@ async def test_a_bad_or_unreachable_queue_url_names_the_setting_the_value_and_th
 async def test_a_front_queues_a_job_a_worker_runs_it_and_the_front_reads_it(
     tmp_path: Path, fakes: FakeProviders, redis: Redis
 ) -> None:
-    install(fakes.script, TRIO, voter(delay=0.3))
+    install(fakes.script, TRIO, voter(delay=1.0))  # the note arrives before the votes
     team = str(write_team(tmp_path / "team.yaml", fakes, TRIO))
     settings = Settings(home=tmp_path / "state", queue_url=redis.url(), heartbeat_s=0.2)
     async with JobService.open(settings, environ=ENV) as front:
@@ -86,3 +88,34 @@ async def test_a_front_queues_a_job_a_worker_runs_it_and_the_front_reads_it(
             done = await until_done(front, queued)
     assert done.state == "completed" and done.result is not None and done.result.consensus
     assert [n.seen for n in steered.notes] == [True]  # the note reached the worker through the store
+
+
+async def test_a_drained_worker_finishes_its_job_takes_no_new_one_and_leaves_the_list(
+    tmp_path: Path, fakes: FakeProviders, redis: Redis
+) -> None:
+    install(fakes.script, TRIO, voter(delay=0.5))
+    team = str(write_team(tmp_path / "team.yaml", fakes, TRIO))
+    settings = Settings(home=tmp_path / "state", queue_url=redis.url(), heartbeat_s=0.2, max_jobs=2)
+    async with JobService.open(settings, environ=ENV) as front:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(lambda: run_worker(settings, environ=ENV))
+            first = await front.submit(JobRequest(task="What is 6 * 7?", team=team))
+            await until_state(front, first.job_id, "running")
+            report = await queue_report(settings)
+            [live] = report.workers
+            assert live.running == 1 and live.info.max_jobs == 2 and not live.info.draining
+            assert live.info.host == socket.gethostname() and live.info.pid == os.getpid()
+            with pytest.raises(InputError, match=r"--drain.*give a live worker's id"):
+                await drain_workers(settings, ["no-such-worker"])
+            assert await drain_workers(settings, [live.info.id]) == [live.info.id]
+            with anyio.fail_after(30):
+                while not (await queue_report(settings)).workers[0].info.draining:
+                    await anyio.sleep(0.05)  # sleep-ok: until the worker's next listing says it drains
+            second = await front.submit(JobRequest(task="What is 6 * 7?", team=team))
+            # the worker returns once its job is done: run_worker ends, the task group with it
+        done = await front.lookup.view(first.job_id)
+        assert done.state == "completed", done.phase
+        left = await front.lookup.view(second.job_id)
+        assert left.state == "queued" and "waiting for a worker" in left.phase, left.phase
+        report = await queue_report(settings)
+    assert report.workers == [] and report.waiting_jobs == 1

@@ -30,7 +30,7 @@ from contextlib import suppress
 import anyio
 import anyio.to_thread
 from anyio.abc import TaskGroup
-from pydantic import SecretStr, ValidationError
+from pydantic import BaseModel, SecretStr, ValidationError
 
 from conclave.backends.retry import RetryPolicy
 from conclave.config.models import Team
@@ -38,7 +38,7 @@ from conclave.coordination.agents import AgentFactory
 from conclave.errors import InputError, QueueUnavailable
 from conclave.jobs.job_thread import JobThread
 from conclave.jobs.lifecycle import Lifecycle
-from conclave.jobs.queue import SETTING, JobQueue, WorkerInfo
+from conclave.jobs.queue import SETTING, JobQueue, QueueDepth, WorkerInfo
 from conclave.jobs.service import JobsSide, adopter, start_upkeep, waker
 from conclave.jobs.store.async_store import AsyncStore
 from conclave.jobs.store.owners import QUEUE_OWNER
@@ -237,3 +237,41 @@ async def drain_workers(settings: Settings, worker_ids: list[str]) -> list[str]:
                 )
         await queue.ask_drain(wanted)
         return wanted
+
+
+class LiveWorker(BaseModel):
+    """A live worker as `conclave doctor` shows it: how it listed itself, and the jobs it holds now."""
+
+    info: WorkerInfo
+    running: int
+
+
+class QueueReport(BaseModel):
+    """The queue at a glance: where it is, its messages, the jobs waiting for a worker, the live workers."""
+
+    where: str
+    depth: QueueDepth
+    waiting_jobs: int
+    workers: list[LiveWorker]
+
+
+async def queue_report(settings: Settings) -> QueueReport:
+    """What `conclave doctor` shows of the queue and its workers."""
+    async with JobQueue.open(_queue_url(settings)) as queue:
+        depth = await queue.depth()
+        live = await queue.workers(settings.stale_after_s)
+
+    def held() -> dict[str, int]:
+        store = Store.of(settings)
+        try:
+            return store.running_by_owner()
+        finally:
+            store.close()
+
+    holding = await anyio.to_thread.run_sync(held)
+    return QueueReport(
+        where=queue.shown,
+        depth=depth,
+        waiting_jobs=holding.get(QUEUE_OWNER, 0),
+        workers=[LiveWorker(info=info, running=holding.get(info.id, 0)) for info in live],
+    )

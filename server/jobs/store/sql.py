@@ -318,19 +318,19 @@ class Store(ConversationRecords[JobRow]):
         return {str(row[0]): int(row[1]) for row in rows}
 
     def line_place(self, job_id: str) -> LinePlace | None:
-        """Where a queued job stands in its caller's line on its server (jobs/fair_share.py); None when
-        it is not queued."""
+        """Where a queued job stands in its caller's line on its server (jobs/fair_share.py), or on the
+        queue, counting what runs on every worker (jobs/queue.py); None when it is not queued."""
         row = self._db.execute(
             "SELECT"
             " (SELECT COUNT(*) FROM jobs q WHERE q.owner_id = j.owner_id AND q.caller = j.caller"
             "  AND q.state = 'queued' AND (q.created_at < j.created_at"
             "  OR (q.created_at = j.created_at AND q.id <= j.id))) AS position,"
-            " (SELECT COUNT(*) FROM jobs r WHERE r.owner_id = j.owner_id AND r.caller = j.caller"
-            "  AND r.state IN ('running', 'presenting')) AS caller_running,"
-            " (SELECT COUNT(*) FROM jobs r WHERE r.owner_id = j.owner_id"
+            " (SELECT COUNT(*) FROM jobs r WHERE (r.owner_id = j.owner_id OR j.owner_id = ?)"
+            "  AND r.caller = j.caller AND r.state IN ('running', 'presenting')) AS caller_running,"
+            " (SELECT COUNT(*) FROM jobs r WHERE (r.owner_id = j.owner_id OR j.owner_id = ?)"
             "  AND r.state IN ('running', 'presenting')) AS running"
             " FROM jobs j WHERE j.id = ? AND j.state = 'queued'",
-            (job_id,),
+            (QUEUE_OWNER, QUEUE_OWNER, job_id),
         ).fetchone()
         return None if row is None else LinePlace(**dict(row))
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -24,25 +24,10 @@ from conclave.settings import Settings
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import KEY_ENV, TRIO, install, voter, write_team
 from tests.fakes.waits import until_done, until_state
-from tests.redis import Redis, missing, redis_server
+from tests.redis import Redis
 
 pytestmark = pytest.mark.anyio
 ENV = {KEY_ENV: "test-key-0123456789"}
-
-
-@pytest.fixture(scope="session")
-def redis_session() -> Iterator[Redis]:
-    reason = missing()
-    if reason is not None:
-        pytest.skip(reason)
-    with redis_server() as running:
-        yield running
-
-
-@pytest.fixture
-def redis(redis_session: Redis) -> Redis:
-    redis_session.flush()
-    return redis_session
 
 
 @asynccontextmanager

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -24,7 +25,7 @@ from conclave.settings import Settings
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import KEY_ENV, TRIO, install, voter, write_team
 from tests.fakes.waits import until_done, until_state
-from tests.redis import Redis
+from tests.redis import Redis, redis_server
 
 pytestmark = pytest.mark.anyio
 ENV = {KEY_ENV: "test-key-0123456789"}
@@ -104,3 +105,17 @@ async def test_a_drained_worker_finishes_its_job_takes_no_new_one_and_leaves_the
         assert left.state == "queued" and "waiting for a worker" in left.phase, left.phase
         report = await queue_report(settings)
     assert report.workers == [] and report.waiting_jobs == 1
+
+
+async def test_a_front_is_ready_only_while_its_queue_answers(tmp_path: Path) -> None:
+    with redis_server() as own:
+        settings = Settings(home=tmp_path / "state", queue_url=own.url())
+        async with JobService.open(settings, environ=ENV) as front:
+            ready = await front.readiness()
+            assert ready.ready and ready.queue == "ok", ready
+            subprocess.run(["redis-cli", "-s", str(own.socket), "SHUTDOWN", "NOSAVE"], capture_output=True)
+            down = await front.readiness()
+    assert not down.ready and down.queue == "failed"
+    assert any(
+        "CONCLAVE_QUEUE_URL=unix://" in error and "could not be reached" in error for error in down.errors
+    )

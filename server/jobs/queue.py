@@ -112,10 +112,11 @@ class JobQueue:
         async with Docket(name=DOCKET, url=url.get_secret_value()) as docket:
             docket.register(conclave_job)
             queue = cls(docket, shown)
-            await queue._ping()
+            await queue.ping()
             yield queue
 
-    async def _ping(self) -> None:
+    async def ping(self) -> None:
+        """Redis answers within CONNECT_S, or a QueueUnavailable naming the setting."""
         try:
             with anyio.fail_after(CONNECT_S):
                 async with self.docket.redis() as redis:
@@ -140,23 +141,22 @@ class JobQueue:
         await self.docket.add(conclave_job, when=when, key=f"{job_id}~{attempt}")(job_id)
 
     @asynccontextmanager
-    async def work(
-        self, name: str, concurrency: int, runner: MessageRunner
-    ) -> AsyncIterator[Callable[[], None]]:
+    async def work(self, name: str, concurrency: int, runner: MessageRunner) -> AsyncIterator[None]:
         """A Docket worker taking messages, at most `concurrency` at once, each run by `runner`, for the
-        body's life; the body gets `stop`, which makes it take no more messages (those it runs go on)."""
+        body's life. Leaving stops it as Docket stops gracefully: it takes no more messages and waits
+        for those it runs (their jobs) to end, acknowledging each."""
         from docket import Worker
 
         token = _runner.set(runner)
         try:
             async with (
+                anyio.create_task_group() as tg,
                 Worker(
                     self.docket, name=name, concurrency=concurrency, redelivery_timeout=REDELIVERY
                 ) as worker,
-                anyio.create_task_group() as tg,
             ):
                 tg.start_soon(worker.run_forever)
-                yield tg.cancel_scope.cancel  # Docket's worker, cancelled, waits for the tasks it runs
+                yield
         finally:
             _runner.reset(token)
 
@@ -176,12 +176,17 @@ class JobQueue:
             await redis.srem(self.docket.key(DRAIN), worker_id)
 
     async def workers(self, stale_after_s: float) -> list[WorkerInfo]:
-        """The workers that listed themselves within `stale_after_s`, by host then id."""
+        """The workers that listed themselves within `stale_after_s`, by host then id; the others are
+        struck off (a worker that was only stalled lists itself again at its next heartbeat)."""
         async with self.docket.redis() as redis:
             listed: dict[Any, Any] = await redis.hgetall(self.docket.key(WORKERS))
-        now = time.time()
-        live = [WorkerInfo.model_validate_json(value) for value in listed.values()]
-        return sorted((w for w in live if now - w.seen <= stale_after_s), key=lambda w: (w.host, w.id))
+            now = time.time()
+            workers = [WorkerInfo.model_validate_json(value) for value in listed.values()]
+            gone = [w.id for w in workers if now - w.seen > stale_after_s]
+            if gone:
+                await redis.hdel(self.docket.key(WORKERS), *gone)
+        live = (w for w in workers if w.id not in gone)
+        return sorted(live, key=lambda w: (w.host, w.id))
 
     async def ask_drain(self, worker_ids: list[str]) -> None:
         """Ask workers to drain: each finishes what it runs, takes nothing new and exits."""

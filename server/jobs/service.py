@@ -235,8 +235,9 @@ class JobService:
         return self._jobs.job_dir(job_id)
 
     async def readiness(self) -> Readiness:
-        """Whether this server can take jobs now: its store and, if configured, its engine answer."""
-        return await readiness(self.store, self._environ)
+        """Whether this server can take jobs now: its store and, if configured, its engine and its
+        queue answer."""
+        return await readiness(self.store, self._environ, self.queue)
 
 
 @dataclass(frozen=True)

@@ -179,7 +179,7 @@ async def _work(
     tg.start_soon(runner.keep_listed, info)
     name = f"{host}#{os.getpid()}#{runner.owner_id[:8]}"
     try:
-        async with queue.work(name, settings.max_jobs, runner) as stop:
+        async with queue.work(name, settings.max_jobs, runner):
             print(
                 f"conclave worker {runner.owner_id} on {host}: taking up to {settings.max_jobs} jobs"
                 f" at once from {queue.shown}",
@@ -187,7 +187,7 @@ async def _work(
                 flush=True,
             )
             await runner.drain.wait()
-            stop()  # Docket's worker takes no more messages; the ones it runs finish their jobs
+        # Docket's worker took no more messages and waited for the ones it ran: their jobs have ended
         while not await runner.idle():  # jobs taken over run beside the messages
             await anyio.sleep(IDLE_S)
     finally:

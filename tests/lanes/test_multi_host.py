@@ -13,13 +13,8 @@ containers, so no Docker engine is needed here (the sandbox runs the same in a w
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
-import sys
-import time
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from pathlib import Path
 
 import anyio
@@ -29,7 +24,7 @@ from fastmcp import Client
 from conclave.jobs.read.views import JobView
 from conclave.jobs.store.sql import AnswerRow, JobRow, Store
 from conclave.settings import Settings
-from tests.fakes.processes import http_process
+from tests.fakes.processes import http_process, worker_process
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import KEY_ENV, TRIO, install, voter, write_team
 from tests.postgres import Cluster
@@ -40,33 +35,6 @@ ALICE, BOB = "alice-token-0123456789abcdef", "bob-token-0123456789abcdef"
 ASK = {"task": "What is 6 * 7?", "team": "fake-trio", "wait_seconds": 0}
 WORKERS = 3
 TOGETHER_S = 0.5  # jobs that started this close took slots freed at once (a job here lasts 2 s)
-
-
-@contextmanager
-def worker_process(folder: Path, env: dict[str, str]) -> Iterator[subprocess.Popen[bytes]]:
-    """`python -m conclave worker` with `env`, once it takes jobs; killed if the test left it running."""
-    folder.mkdir(parents=True, exist_ok=True)
-    log_path = folder / "worker.log"
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "conclave", "worker"],
-            env={**os.environ, **env},
-            cwd=folder,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-    try:
-        deadline = time.monotonic() + 60  # wall-time: a start limit, not a speed
-        while b"taking up to" not in log_path.read_bytes():
-            assert process.poll() is None, log_path.read_text()
-            assert time.monotonic() < deadline, log_path.read_text()  # wall-time: a start limit
-            time.sleep(0.1)  # sleep-ok: until the worker says it takes jobs
-        yield process
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
 
 
 class Deployment:

@@ -123,6 +123,11 @@ async def many_jobs(deployment: Deployment, jobs: int) -> dict[str, Any]:
             views = [await wait_done(client, job_id) for job_id in ids]
             done.set()
         wall = time.perf_counter() - start
+        idle = []  # the same calls once nothing runs: what the front costs alone on this machine
+        for index in range(100):
+            began = time.perf_counter()
+            await view(poller, ids[index % len(ids)])
+            idle.append(time.perf_counter() - began)
     store = deployment.store()
     try:
         rows = [row for row in (store.job(job_id) for job_id in ids) if row is not None]
@@ -149,6 +154,8 @@ async def many_jobs(deployment: Deployment, jobs: int) -> dict[str, Any]:
         "get_status_calls": len(latencies),
         "get_status_p50_ms": round(statistics.median(latencies) * 1000, 1),
         "get_status_p99_ms": round(latencies[int(0.99 * (len(latencies) - 1))] * 1000, 1),
+        "get_status_idle_p50_ms": round(statistics.median(idle) * 1000, 1),
+        "get_status_idle_p99_ms": round(sorted(idle)[98] * 1000, 1),
     }
 
 

@@ -107,7 +107,11 @@ async def test_a_drained_worker_finishes_its_job_takes_no_new_one_and_leaves_the
     assert report.workers == [] and report.waiting_jobs == 1
 
 
-async def test_a_front_is_ready_only_while_its_queue_answers(tmp_path: Path) -> None:
+async def test_a_front_is_ready_only_while_its_queue_answers_and_queues_nothing_without_it(
+    tmp_path: Path, fakes: FakeProviders
+) -> None:
+    install(fakes.script, TRIO, voter())
+    team = str(write_team(tmp_path / "team.yaml", fakes, TRIO))
     with redis_server() as own:
         settings = Settings(home=tmp_path / "state", queue_url=own.url())
         async with JobService.open(settings, environ=ENV) as front:
@@ -115,7 +119,11 @@ async def test_a_front_is_ready_only_while_its_queue_answers(tmp_path: Path) -> 
             assert ready.ready and ready.queue == "ok", ready
             subprocess.run(["redis-cli", "-s", str(own.socket), "SHUTDOWN", "NOSAVE"], capture_output=True)
             down = await front.readiness()
+            with pytest.raises(QueueUnavailable, match=r"CONCLAVE_QUEUE_URL=unix://.*nothing was queued"):
+                await front.submit(JobRequest(task="What is 6 * 7?", team=team))
+            [row] = await front.store.recent_jobs()
     assert not down.ready and down.queue == "failed"
     assert any(
         "CONCLAVE_QUEUE_URL=unix://" in error and "could not be reached" in error for error in down.errors
     )
+    assert row.state == "cancelled" and row.phase == "not queued: Redis did not take it"

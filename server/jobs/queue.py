@@ -131,8 +131,18 @@ class JobQueue:
             ) from exc
 
     async def put(self, job_id: str) -> None:
-        """Tell the workers a job waits (its row is `queued`, owned by the queue)."""
-        await self.docket.add(conclave_job, key=job_id)(job_id)
+        """Tell the workers a job waits (its row is `queued`, owned by the queue); a QueueUnavailable
+        naming the setting when Redis does not take the message."""
+        try:
+            with anyio.fail_after(CONNECT_S):
+                await self.docket.add(conclave_job, key=job_id)(job_id)
+        except Exception as exc:  # redis-py's errors, a timeout
+            raise QueueUnavailable(
+                SETTING,
+                self.shown,
+                f"Redis did not take the job ({_first_line(exc)}); nothing was queued: check that"
+                " redis-server runs and answers there, then ask again",
+            ) from exc
 
     async def put_later(self, job_id: str, delay_s: float, attempt: int) -> None:
         """Put a job's message back for another worker, `delay_s` from now (the one that took it could

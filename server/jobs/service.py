@@ -42,7 +42,7 @@ from conclave.config.models import SandboxSpec, Team
 from conclave.coordination.agents import AgentFactory
 from conclave.coordination.check_pool import CheckPool
 from conclave.coordination.members import endpoint_factory
-from conclave.errors import InputError, JobFinished
+from conclave.errors import InputError, JobFinished, QueueUnavailable
 from conclave.jobs.access import Access
 from conclave.jobs.admission import Admission
 from conclave.jobs.health import Readiness, readiness
@@ -159,7 +159,12 @@ class JobService:
         earlier = await self.lookup.row(follow_up, caller, "follow_up") if follow_up is not None else None
         job = await self._admission.admit(request, caller or LOCAL, earlier)
         if self.queue is not None:
-            await self.queue.put(job.job_id)  # a worker takes it (jobs/worker.py)
+            try:
+                await self.queue.put(job.job_id)  # a worker takes it (jobs/worker.py)
+            except QueueUnavailable:
+                # no message: it would wait for another job's; the caller is told to ask again
+                await self.store.cancel_queued(job.job_id, "not queued: Redis did not take it")
+                raise
         else:
             self._thread.start(
                 self._jobs.run, job.job_id, job.task, job.team, job.caller

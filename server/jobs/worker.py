@@ -17,7 +17,6 @@ each over.
 
 from __future__ import annotations
 
-import logging
 import os
 import signal
 import socket
@@ -47,7 +46,6 @@ from conclave.sandbox.endpoint import choose_endpoint
 from conclave.sandbox.route import DIRECT, EgressRoute
 from conclave.settings import Settings
 
-logger = logging.getLogger(__name__)
 RETRY_S = 1.0  # a message this worker could not start a job for goes back on the queue this much later
 IDLE_S = 0.5  # draining: how often it looks whether its last jobs (taken-over ones too) have ended
 

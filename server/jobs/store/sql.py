@@ -444,14 +444,14 @@ class Store(ConversationRecords[JobRow]):
         ).fetchall()
         return {str(row[0]): int(row[1]) for row in rows}
 
-    def cancel_queued(self, job_id: str) -> bool:
+    def cancel_queued(self, job_id: str, phase: str = "cancelled by the caller") -> bool:
         """End a job still waiting on the queue `cancelled`: whether it was (no worker had taken it)."""
         now = self._clock()
         with self._write():
             ended = self._db.execute(
-                "UPDATE jobs SET state = 'cancelled', phase = 'cancelled by the caller', rev = rev + 1,"
+                "UPDATE jobs SET state = 'cancelled', phase = ?, rev = rev + 1,"
                 " finished_at = ? WHERE id = ? AND owner_id = ? AND state = 'queued' RETURNING id",
-                (now, job_id, QUEUE_OWNER),
+                (phase, now, job_id, QUEUE_OWNER),
             ).fetchall()
         self.forget(job_id)
         return len(ended) == 1

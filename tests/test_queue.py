@@ -18,6 +18,7 @@ from pydantic import SecretStr
 
 from conclave.errors import InputError, QueueUnavailable
 from conclave.jobs.queue import JobQueue
+from conclave.jobs.read.views import JobView
 from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
 from conclave.jobs.worker import drain_workers, queue_report, run_worker
@@ -127,3 +128,27 @@ async def test_a_front_is_ready_only_while_its_queue_answers_and_queues_nothing_
         "CONCLAVE_QUEUE_URL=unix://" in error and "could not be reached" in error for error in down.errors
     )
     assert row.state == "cancelled" and row.phase == "not queued: Redis did not take it"
+
+
+async def test_a_long_poll_at_a_front_sees_a_job_end_between_its_first_reads(
+    tmp_path: Path, fakes: FakeProviders, redis: Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker's write landing just after the front's first read of the job (the bench saw get_status
+    wait out its 45 s for a job that had ended): the long-poll still returns at that write."""
+    install(fakes.script, TRIO, voter())
+    team = str(write_team(tmp_path / "team.yaml", fakes, TRIO))
+    settings = Settings(home=tmp_path / "state", queue_url=redis.url())
+    async with JobService.open(settings, environ=ENV) as front:
+        job = await front.submit(JobRequest(task="What is 6 * 7?", team=team))
+        read = front.lookup.view
+
+        async def view_then_a_worker_ends_it(job_id: str, caller: str | None = None) -> JobView:
+            seen = await read(job_id, caller)
+            if not seen.done:  # as a worker would, in the store, right after this read
+                await front.store.set_state(job_id, "failed", "failed: ended elsewhere", error="x")
+            return seen
+
+        monkeypatch.setattr(front.lookup, "view", view_then_a_worker_ends_it)
+        with anyio.fail_after(20):  # a hang guard: without the fix it waits out the 45 s
+            done = await front.wait(job.job_id, 45)
+    assert done.state == "failed"

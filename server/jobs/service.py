@@ -183,7 +183,11 @@ class JobService:
         view = await self.lookup.view(job_id, caller)
         if view.done or wait_seconds == 0:
             return view
-        rev, shown = await self.store.rev(job_id), view.model_dump(exclude={"elapsed_s"})
+        # the view again, after the revision: a write landing between the first view and the revision
+        # (another process's job ending) would otherwise be in the revision but not in the view
+        rev = await self.store.rev(job_id)
+        view = await self.lookup.view(job_id)
+        shown = view.model_dump(exclude={"elapsed_s"})
         with anyio.move_on_after(wait_seconds):
             while not view.done:
                 await self._changed(job_id)

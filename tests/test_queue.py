@@ -16,6 +16,7 @@ import anyio
 import pytest
 from pydantic import SecretStr
 
+from conclave.cli.doctor import run_checks
 from conclave.errors import InputError, QueueUnavailable
 from conclave.jobs.queue import JobQueue
 from conclave.jobs.read.views import JobView
@@ -23,6 +24,7 @@ from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
 from conclave.jobs.worker import drain_workers, queue_report, run_worker
 from conclave.settings import Settings
+from tests.fakes.processes import worker_process
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import KEY_ENV, TRIO, install, voter, write_team
 from tests.fakes.waits import until_done, until_state
@@ -152,3 +154,22 @@ async def test_a_long_poll_at_a_front_sees_a_job_end_between_its_first_reads(
         with anyio.fail_after(20):  # a hang guard: without the fix it waits out the 45 s
             done = await front.wait(job.job_id, 45)
     assert done.state == "failed"
+
+
+def test_doctor_shows_the_queue_and_each_live_worker(tmp_path: Path, redis: Redis) -> None:
+    settings = Settings(home=tmp_path / "state", queue_url=redis.url())
+    env = {"CONCLAVE_HOME": str(settings.home), "CONCLAVE_QUEUE_URL": redis.url().get_secret_value()}
+    with worker_process(tmp_path / "worker", {**env, "CONCLAVE_MAX_JOBS": "3"}) as process:
+        probes = {p.name: p for p in run_checks(settings, {})}
+    queue = probes["job queue"]
+    assert queue.ok and queue.detail.startswith(
+        f"Redis at unix://{redis.socket}: 0 jobs waiting for a worker"
+    )
+    assert queue.detail.endswith("1 live workers")
+    [worker_line] = [p for name, p in probes.items() if name.startswith("worker ")]
+    assert f"(pid {process.pid})" in worker_line.detail and "0 of 3 jobs running" in worker_line.detail
+    none = {p.name: p for p in run_checks(Settings(home=tmp_path / "state"), {})}["job queue"]
+    assert none.ok and "CONCLAVE_QUEUE_URL unset" in none.detail
+    gone = Settings(home=tmp_path / "state", queue_url=SecretStr(f"unix://{tmp_path}/none.sock"))
+    down = {p.name: p for p in run_checks(gone, {})}["job queue"]
+    assert not down.ok and down.detail == f"CONCLAVE_QUEUE_URL=unix://{tmp_path}/none.sock"

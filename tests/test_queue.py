@@ -6,6 +6,7 @@ The lane with real processes (fronts, workers) is the multi-host lane under test
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 from collections.abc import AsyncIterator
@@ -13,6 +14,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 import anyio
+import anyio.to_thread
 import pytest
 from pydantic import SecretStr
 
@@ -173,3 +175,24 @@ def test_doctor_shows_the_queue_and_each_live_worker(tmp_path: Path, redis: Redi
     gone = Settings(home=tmp_path / "state", queue_url=SecretStr(f"unix://{tmp_path}/none.sock"))
     down = {p.name: p for p in run_checks(gone, {})}["job queue"]
     assert not down.ok and down.detail == f"CONCLAVE_QUEUE_URL=unix://{tmp_path}/none.sock"
+
+
+async def test_sigterm_drains_a_worker_process_its_job_completes_and_it_exits_0(
+    tmp_path: Path, fakes: FakeProviders, redis: Redis
+) -> None:
+    install(fakes.script, TRIO, voter(delay=1.0))
+    team = str(write_team(tmp_path / "team.yaml", fakes, TRIO))
+    settings = Settings(home=tmp_path / "state", queue_url=redis.url())
+    env = {"CONCLAVE_HOME": str(settings.home), "CONCLAVE_QUEUE_URL": redis.url().get_secret_value()}
+    async with JobService.open(settings, environ=ENV) as front:
+        with worker_process(tmp_path / "worker", {**env, **ENV, "CONCLAVE_CHECK_POOL": "0"}) as process:
+            job = await front.submit(JobRequest(task="What is 6 * 7?", team=team))
+            await until_state(front, job.job_id, "running")
+            process.send_signal(signal.SIGTERM)
+            with anyio.fail_after(120):  # a hang guard, not a speed
+                code = await anyio.to_thread.run_sync(process.wait)
+        done = await front.lookup.view(job.job_id)
+    log = (tmp_path / "worker" / "worker.log").read_text()
+    assert code == 0, log
+    assert done.state == "completed", done.phase
+    assert "draining (SIGTERM)" in log and "drained, exiting" in log

@@ -129,7 +129,8 @@ class JobService:
                 store = await stack.enter_async_context(AsyncStore.open(sync_store))
                 tg = await stack.enter_async_context(anyio.create_task_group())
                 wake = waker(store)
-                side = JobsSide(settings, sync_store, wake, env, agent_factory, retry, check_pool, route)
+                pool = check_pool and queue is None  # a front runs no checks: its workers do
+                side = JobsSide(settings, sync_store, wake, env, agent_factory, retry, pool, route)
                 async with JobThread.open(side.open) as (thread, lifecycle):
                     probe = agent_factory is None
                     service = cls(settings, store, thread, lifecycle, env, owner_id, access, probe, queue)

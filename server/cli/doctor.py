@@ -7,12 +7,15 @@ import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+import anyio
+
 from conclave.backends.llama_server import check_installed
 from conclave.backends.local import BUNDLED, model_file
 from conclave.config.clis import CLIS, keychain_user, login_fix, login_source
 from conclave.config.models import KEY_VARIABLES, SandboxSpec
-from conclave.errors import ConfigError, SandboxUnavailable, StoreUnavailable
+from conclave.errors import ConfigError, QueueUnavailable, SandboxUnavailable, StoreUnavailable
 from conclave.jobs.read.lookup import store_summary
+from conclave.jobs.worker import queue_report
 from conclave.sandbox.clis_image import CLI_PINS, clis_tag
 from conclave.sandbox.endpoint import choose_endpoint
 from conclave.sandbox.engine import EngineFacts, connect, engine_facts, engine_status
@@ -38,6 +41,7 @@ def run_checks(settings: Settings, environ: Mapping[str, str]) -> list[Probe]:
     return [
         _state_dir(settings),
         _store(settings),
+        *_queue(settings),
         *_docker(),
         *_keys(environ),
         _local_model(),
@@ -58,6 +62,39 @@ def _store(settings: Settings) -> Probe:
             "job store", False, f"{type(exc).__name__}: {exc}", "check CONCLAVE_HOME (docs/deploy.md)"
         )
     return Probe("job store", True, f"{shown}; {summary.text()}; jobs' files in {settings.jobs_root}")
+
+
+def _queue(settings: Settings) -> list[Probe]:
+    """The job queue (CONCLAVE_QUEUE_URL): its messages, the jobs waiting for a worker, and each live
+    worker (its id, host, engine, the jobs it runs)."""
+    if settings.queue_url is None:
+        return [
+            Probe("job queue", True, "none: this process runs the jobs it admits (CONCLAVE_QUEUE_URL unset)")
+        ]
+    try:
+        report = anyio.run(queue_report, settings)
+    except (QueueUnavailable, StoreUnavailable) as exc:
+        detail, _, fix = str(exc).partition(": ")
+        return [Probe("job queue", False, detail, fix)]
+    depth = report.depth
+    detail = (
+        f"Redis at {report.where}: {report.waiting_jobs} jobs waiting for a worker; {depth.waiting} messages"
+        f" waiting, {depth.running} being run; {len(report.workers)} live workers"
+    )
+    fix = "start `conclave worker` processes with the same CONCLAVE_QUEUE_URL and CONCLAVE_DATABASE_URL"
+    probes = [Probe("job queue", bool(report.workers), detail, fix)]
+    for live in report.workers:
+        info = live.info
+        state = ", draining" if info.draining else ""
+        probes.append(
+            Probe(
+                f"worker {info.id}",
+                True,
+                f"on {info.host} (pid {info.pid}), engine {info.engine}: {live.running} of {info.max_jobs}"
+                f" jobs running{state}",
+            )
+        )
+    return probes
 
 
 def _state_dir(settings: Settings) -> Probe:

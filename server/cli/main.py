@@ -55,6 +55,20 @@ def build_parser() -> argparse.ArgumentParser:
         help="stdio: let the server answer the handshake itself once loaded (no quick front)",
     )
 
+    worker = _add(
+        commands,
+        "worker",
+        help="run the jobs `conclave serve` fronts put on the queue (CONCLAVE_QUEUE_URL), until drained",
+    )
+    worker.add_argument(
+        "--drain",
+        action="append",
+        default=[],
+        metavar="WORKER_ID",
+        help="ask a running worker (its id, from `conclave doctor`; or 'all') to finish its jobs, take "
+        "no new ones and exit, then return; SIGTERM or SIGINT drains a worker too",
+    )
+
     ask = _add(
         commands,
         "ask",

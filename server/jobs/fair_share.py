@@ -102,6 +102,11 @@ def queued_phase(place: LinePlace, caller: str, settings: Settings) -> str:
     """Why a queued job waits, and where it stands in its caller's line (get_status's `phase`)."""
     ahead = place.position - 1
     where = f"{ahead} of {caller}'s jobs ahead of it" if ahead else f"next in {caller}'s line"
+    if settings.queue_url is not None:  # a front's job: the workers take the callers' lines in turn
+        return (
+            f"queued, {where}: waiting for a worker ({place.running} jobs running on the workers, "
+            f"{place.caller_running} of them {caller}'s; the callers' lines are served in turn)"
+        )
     if place.caller_running >= settings.max_jobs_per_caller:
         why = (
             f"{caller} runs {place.caller_running} jobs, its share "

@@ -1,5 +1,6 @@
 """Whether a server can take jobs now (the HTTP front's /readyz, app/health.py): its store answers a read
-and, when one is configured, its Docker engine answers too.
+and, when one is configured, its Docker engine answers too, and so does a front's queue (Redis:
+jobs/queue.py), without which it cannot hand its jobs to the workers.
 
 An engine is configured when DOCKER_HOST names one or the default socket exists; a server with neither
 runs only teams without commands, so it is ready without one. Each check has a time limit, so a hung
@@ -16,6 +17,7 @@ import anyio
 import anyio.to_thread
 from pydantic import BaseModel, ConfigDict
 
+from conclave.jobs.queue import JobQueue
 from conclave.jobs.store.async_store import AsyncStore
 from conclave.sandbox.engine import engine_status
 
@@ -33,11 +35,14 @@ class Readiness(BaseModel):
     ready: bool
     store: PartState
     engine: PartState
+    queue: PartState = "not configured"
     errors: list[str] = []
 
 
-async def readiness(store: AsyncStore, environ: Mapping[str, str]) -> Readiness:
-    """Ask the store and (if configured) the engine, each within CHECK_S."""
+async def readiness(
+    store: AsyncStore, environ: Mapping[str, str], queue: JobQueue | None = None
+) -> Readiness:
+    """Ask the store and (if configured) the engine and the queue, each within CHECK_S."""
     errors: list[str] = []
     store_check: PartState = "ok"
     try:
@@ -59,5 +64,14 @@ async def readiness(store: AsyncStore, environ: Mapping[str, str]) -> Readiness:
         if engine_check == "not configured":
             engine_check = "failed"
             errors.append(f"the Docker engine did not answer within {CHECK_S:g} s")
-    ready = store_check == "ok" and engine_check != "failed"
-    return Readiness(ready=ready, store=store_check, engine=engine_check, errors=errors)
+    queue_check: PartState = "not configured"
+    if queue is not None:
+        queue_check = "ok"
+        try:
+            with anyio.fail_after(CHECK_S):
+                await queue.ping()
+        except Exception as exc:  # a QueueUnavailable saying why, or the time limit
+            queue_check = "failed"
+            errors.append(str(exc) or f"the job queue did not answer within {CHECK_S:g} s")
+    ready = store_check == "ok" and engine_check != "failed" and queue_check != "failed"
+    return Readiness(ready=ready, store=store_check, engine=engine_check, queue=queue_check, errors=errors)

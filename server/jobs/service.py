@@ -11,6 +11,10 @@ lifespan (see app/server.py). The service is the one door the tools (and the CLI
   requests and notes from other processes, pruning) and takeover (jobs/takeover.py). A job records its
   owner (process id + a random id) and a lease its heartbeat renews; a service takes over (and resumes)
   only jobs whose owner is gone.
+With a queue (CONCLAVE_QUEUE_URL: jobs/queue.py) the service is a front: it admits a job, stores it as
+waiting on the queue and puts it there; `conclave worker` processes (jobs/worker.py) run it, and take
+over each other's jobs. Cancels and notes reach the job through the store, as they reach another
+process's; reads are the store's anyway.
 Reads (a view, a job's files, the teams) go through `service.lookup` (jobs/read/lookup.py); the
 service's own operations are the ones that change or wait on a job.
 
@@ -25,7 +29,7 @@ import asyncio
 import os
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,19 +42,20 @@ from conclave.config.models import SandboxSpec, Team
 from conclave.coordination.agents import AgentFactory
 from conclave.coordination.check_pool import CheckPool
 from conclave.coordination.members import endpoint_factory
-from conclave.errors import InputError, JobFinished
+from conclave.errors import InputError, JobFinished, QueueUnavailable
 from conclave.jobs.access import Access
 from conclave.jobs.admission import Admission
 from conclave.jobs.health import Readiness, readiness
 from conclave.jobs.job_thread import JobThread
 from conclave.jobs.lifecycle import Lifecycle
 from conclave.jobs.maintenance import prune_old_jobs, sweep_leftovers, watch
+from conclave.jobs.queue import JobQueue
 from conclave.jobs.read.lookup import JobLookup
 from conclave.jobs.read.views import JobView
 from conclave.jobs.request import JobRequest
 from conclave.jobs.steering import Steering, checked_note, delivered
 from conclave.jobs.store.async_store import AsyncStore
-from conclave.jobs.store.owners import process_alive
+from conclave.jobs.store.owners import QUEUE_OWNER, process_alive
 from conclave.jobs.store.sql import Store
 from conclave.jobs.takeover import take_over
 from conclave.sandbox.container import container_user
@@ -79,13 +84,17 @@ class JobService:
         owner_id: str,
         access: Access | None = None,
         probe: bool = True,
+        queue: JobQueue | None = None,
     ) -> None:
         self.settings, self.store = settings, store
         self.access = access or Access.local(settings)
         self._environ = environ
         self._owner_id = owner_id
         self._thread, self._jobs = jobs, lifecycle  # the jobs run on the thread's loop, never on ours
-        self._admission = Admission(settings, store, self.access, environ, self._owner_id, probe=probe)
+        self.queue = queue  # a front's: the jobs it admits wait there for a worker
+        # a front's jobs wait owned by the queue, and its callers' lines are the queue's, every front's
+        admitter = QUEUE_OWNER if queue is not None else owner_id
+        self._admission = Admission(settings, store, self.access, environ, admitter, probe=probe)
         # every read (a view, a file, the teams), the job-id check and the caller's rules: callers read
         # through it (`service.lookup.view(...)`), the service has no second door for them
         self.lookup = JobLookup(settings, store, environ)
@@ -113,15 +122,22 @@ class JobService:
         owner_id = uuid.uuid4().hex
         try:
             body_error: Exception | None = None
-            async with AsyncStore.open(sync_store) as store, anyio.create_task_group() as tg:
-                wake = _waker(store)
-                side = JobsSide(settings, sync_store, wake, env, agent_factory, retry, check_pool, route)
+            async with AsyncExitStack() as stack:
+                queue: JobQueue | None = None
+                if settings.queue_url is not None:  # a front: workers run the jobs
+                    queue = await stack.enter_async_context(JobQueue.open(settings.queue_url))
+                store = await stack.enter_async_context(AsyncStore.open(sync_store))
+                tg = await stack.enter_async_context(anyio.create_task_group())
+                wake = waker(store)
+                pool = check_pool and queue is None  # a front runs no checks: its workers do
+                side = JobsSide(settings, sync_store, wake, env, agent_factory, retry, pool, route)
                 async with JobThread.open(side.open) as (thread, lifecycle):
                     probe = agent_factory is None
-                    service = cls(settings, store, thread, lifecycle, env, owner_id, access, probe=probe)
-                    adopt = _adopter(settings, owner_id, thread, lifecycle)
-                    await thread.call(adopt)  # the jobs of servers that died, before we serve
-                    _start_upkeep(settings, owner_id, thread, lifecycle, adopt, tg)
+                    service = cls(settings, store, thread, lifecycle, env, owner_id, access, probe, queue)
+                    # the jobs of servers that died, before we serve; a front leaves them to the workers
+                    adopt = adopter(settings, owner_id, thread, lifecycle) if queue is None else _no_adopt
+                    await thread.call(adopt)
+                    start_upkeep(settings, owner_id, thread, lifecycle, adopt, tg)
                     try:
                         yield service
                     except Exception as exc:  # the caller's error: re-raised below as itself, not in a group
@@ -143,9 +159,17 @@ class JobService:
         follow_up = request.follow_up
         earlier = await self.lookup.row(follow_up, caller, "follow_up") if follow_up is not None else None
         job = await self._admission.admit(request, caller or LOCAL, earlier)
-        self._thread.start(
-            self._jobs.run, job.job_id, job.task, job.team, job.caller
-        )  # cancellable from now on
+        if self.queue is not None:
+            try:
+                await self.queue.put(job.job_id)  # a worker takes it (jobs/worker.py)
+            except QueueUnavailable:
+                # no message: it would wait for another job's; the caller is told to ask again
+                await self.store.cancel_queued(job.job_id, "not queued: Redis did not take it")
+                raise
+        else:
+            self._thread.start(
+                self._jobs.run, job.job_id, job.task, job.team, job.caller
+            )  # cancellable from now on
         return await self.lookup.view(job.job_id)
 
     async def wait(
@@ -160,7 +184,11 @@ class JobService:
         view = await self.lookup.view(job_id, caller)
         if view.done or wait_seconds == 0:
             return view
-        rev, shown = await self.store.rev(job_id), view.model_dump(exclude={"elapsed_s"})
+        # the view again, after the revision: a write landing between the first view and the revision
+        # (another process's job ending) would otherwise be in the revision but not in the view
+        rev = await self.store.rev(job_id)
+        view = await self.lookup.view(job_id)
+        shown = view.model_dump(exclude={"elapsed_s"})
         with anyio.move_on_after(wait_seconds):
             while not view.done:
                 await self._changed(job_id)
@@ -186,6 +214,8 @@ class JobService:
         view = await self.lookup.view(job_id, caller)
         if view.done:
             return view
+        if await self.store.cancel_queued(job_id):  # still waiting on the queue: no worker has it
+            return await self.lookup.view(job_id)
         if not await self._thread.call(self._jobs.cancel, job_id):  # not ours: its server takes it
             await self.store.request_cancel(job_id)
         with anyio.move_on_after(10):
@@ -215,8 +245,9 @@ class JobService:
         return self._jobs.job_dir(job_id)
 
     async def readiness(self) -> Readiness:
-        """Whether this server can take jobs now: its store and, if configured, its engine answer."""
-        return await readiness(self.store, self._environ)
+        """Whether this server can take jobs now: its store and, if configured, its engine and its
+        queue answer."""
+        return await readiness(self.store, self._environ, self.queue)
 
 
 @dataclass(frozen=True)
@@ -259,7 +290,7 @@ def _check_pool(settings: Settings, enabled: bool) -> CheckPool:
     return CheckPool(settings.home, container_user(), size if enabled else 0)
 
 
-def _waker(store: AsyncStore) -> Callable[[str], None]:
+def waker(store: AsyncStore) -> Callable[[str], None]:
     """Wakes `store`'s waiters, on the loop calling this (the serving one), from the jobs' loop."""
     serving = asyncio.get_running_loop()
 
@@ -269,7 +300,7 @@ def _waker(store: AsyncStore) -> Callable[[str], None]:
     return wake
 
 
-def _adopter(
+def adopter(
     settings: Settings, owner_id: str, thread: JobThread, lifecycle: Lifecycle
 ) -> Callable[[], Awaitable[list[str]]]:
     """Take over the jobs of servers that died (jobs/takeover.py), on the jobs' loop: each resumes
@@ -284,7 +315,12 @@ def _adopter(
     return adopt
 
 
-def _start_upkeep(
+async def _no_adopt() -> list[str]:
+    """A front's takeovers: none (the workers take over each other's jobs, jobs/worker.py)."""
+    return []
+
+
+def start_upkeep(
     settings: Settings,
     owner_id: str,
     thread: JobThread,

@@ -5,6 +5,7 @@ the parameters the official `mcp` client needs to start it over stdio.
         async with Client(url, auth=HTTP_TOKEN) as client: ...
     async with stdio_client(stdio_params(tmp_path)) as (read, write): ...
     process, link = web_server(home)   # `conclave web`, and the sign-in link it printed
+    with worker_process(folder, env) as process: ...   # `conclave worker`, once it takes jobs
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -132,3 +133,34 @@ def web_server(home: Path, env: Mapping[str, str] | None = None) -> tuple[subpro
         process.wait(timeout=30)
         raise AssertionError(f"conclave web printed no sign-in link: {text!r}")
     return process, found.group(0)
+
+
+@contextmanager
+def worker_process(
+    folder: Path, env: Mapping[str, str], prefix: Sequence[str] = ()
+) -> Iterator[subprocess.Popen[bytes]]:
+    """`python -m conclave worker` with `env` over os.environ, its log in folder/worker.log, once it says
+    it takes jobs; killed if the caller left it running. `prefix`: a command it runs under (e.g.
+    `unshare --uts` for a host name of its own)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    log_path = folder / "worker.log"
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            [*prefix, sys.executable, "-m", "conclave", "worker"],
+            env={**os.environ, **env},
+            cwd=folder,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        deadline = time.monotonic() + 60  # wall-time: a start limit, not a speed
+        while b"taking up to" not in log_path.read_bytes():
+            assert process.poll() is None, log_path.read_text()
+            assert time.monotonic() < deadline, log_path.read_text()  # wall-time: a start limit
+            time.sleep(0.1)  # sleep-ok: until the worker says it takes jobs
+        yield process
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()

@@ -33,6 +33,7 @@ from conclave.jobs.store.connections import open_connections, private_dir
 from conclave.jobs.store.conversations import ConversationRecords
 from conclave.jobs.store.dialect import Connection
 from conclave.jobs.store.migrations import MIGRATIONS
+from conclave.jobs.store.owners import QUEUE_OWNER
 from conclave.jobs.store.progress_patch import progress_patch
 from conclave.jobs.store.shared_files import check_shared_folder
 from conclave.settings import Settings
@@ -239,9 +240,9 @@ class Store(ConversationRecords[JobRow]):
         """The active jobs as `conclave doctor` shows them: per state, the queued ones per caller, and
         those whose lease ran out at `now` (jobs/takeover.py takes them over)."""
         rows = self._db.execute(
-            "SELECT state, caller, COALESCE(lease_until, heartbeat) < ? AS lapsed FROM jobs"
+            "SELECT state, caller, COALESCE(lease_until, heartbeat) < ? AND owner_id != ? AS lapsed FROM jobs"
             " WHERE state IN (?, ?, ?)",
-            (now, *ACTIVE_STATES),
+            (now, QUEUE_OWNER, *ACTIVE_STATES),
         ).fetchall()
         summary = StoreSummary(total=self._db.execute("SELECT COUNT(*) FROM jobs").fetchone()[0])
         for row in rows:
@@ -317,19 +318,19 @@ class Store(ConversationRecords[JobRow]):
         return {str(row[0]): int(row[1]) for row in rows}
 
     def line_place(self, job_id: str) -> LinePlace | None:
-        """Where a queued job stands in its caller's line on its server (jobs/fair_share.py); None when
-        it is not queued."""
+        """Where a queued job stands in its caller's line on its server (jobs/fair_share.py), or on the
+        queue, counting what runs on every worker (jobs/queue.py); None when it is not queued."""
         row = self._db.execute(
             "SELECT"
             " (SELECT COUNT(*) FROM jobs q WHERE q.owner_id = j.owner_id AND q.caller = j.caller"
             "  AND q.state = 'queued' AND (q.created_at < j.created_at"
             "  OR (q.created_at = j.created_at AND q.id <= j.id))) AS position,"
-            " (SELECT COUNT(*) FROM jobs r WHERE r.owner_id = j.owner_id AND r.caller = j.caller"
-            "  AND r.state IN ('running', 'presenting')) AS caller_running,"
-            " (SELECT COUNT(*) FROM jobs r WHERE r.owner_id = j.owner_id"
+            " (SELECT COUNT(*) FROM jobs r WHERE (r.owner_id = j.owner_id OR j.owner_id = ?)"
+            "  AND r.caller = j.caller AND r.state IN ('running', 'presenting')) AS caller_running,"
+            " (SELECT COUNT(*) FROM jobs r WHERE (r.owner_id = j.owner_id OR j.owner_id = ?)"
             "  AND r.state IN ('running', 'presenting')) AS running"
             " FROM jobs j WHERE j.id = ? AND j.state = 'queued'",
-            (job_id,),
+            (QUEUE_OWNER, QUEUE_OWNER, job_id),
         ).fetchone()
         return None if row is None else LinePlace(**dict(row))
 
@@ -366,8 +367,9 @@ class Store(ConversationRecords[JobRow]):
         now = self._clock()
         rows = self._db.execute(
             "SELECT id, owner_id, owner_pid, COALESCE(owner_host, ?) AS host,"
-            " COALESCE(lease_until, heartbeat + ?) AS until FROM jobs WHERE state IN (?, ?, ?)",
-            (self.host, stale_after_s, *ACTIVE_STATES),
+            " COALESCE(lease_until, heartbeat + ?) AS until FROM jobs WHERE state IN (?, ?, ?)"
+            " AND owner_id != ?",  # a job waiting on the queue has no owner to lose (jobs/queue.py)
+            (self.host, stale_after_s, *ACTIVE_STATES, QUEUE_OWNER),
         ).fetchall()
         return [
             (row["id"], row["owner_id"])
@@ -396,6 +398,63 @@ class Store(ConversationRecords[JobRow]):
             ).fetchall()  # the rows it changed: a count PostgreSQL's pipelined writes also give back
         self.forget(job_id)
         return len(taken) == 1
+
+    def take_queued(
+        self, owner_id: str, owner_pid: int, lease_s: float, busy: dict[str, int], per_caller: int
+    ) -> str | None:
+        """Take the next job waiting on the queue for the worker `owner_id` (jobs/worker.py), fairly: the
+        oldest job of the caller that runs the fewest jobs on every worker (among equals, the caller
+        whose oldest job waits longest), skipping callers that run `per_caller` jobs on this worker
+        (`busy`). None when no job waits that this worker may take. One write transaction, so two
+        workers never take the same job."""
+        now = self._clock()
+        with self._write():
+            waiting = self._db.execute(
+                "SELECT id, caller FROM jobs WHERE owner_id = ? AND state = 'queued' ORDER BY created_at, id",
+                (QUEUE_OWNER,),
+            ).fetchall()
+            oldest: dict[str, str] = {}
+            for row in waiting:
+                if busy.get(row["caller"], 0) < per_caller:
+                    oldest.setdefault(row["caller"], row["id"])
+            if not oldest:
+                return None
+            running = self.running_by_caller()
+            order = list(oldest)  # callers by their oldest job's age
+            caller = min(order, key=lambda c: (running.get(c, 0), order.index(c)))
+            self._db.execute(
+                "UPDATE jobs SET owner_id = ?, owner_pid = ?, owner_host = ?, heartbeat = ?, lease_until = ?,"
+                " rev = rev + 1 WHERE id = ? AND owner_id = ? AND state = 'queued'",
+                (owner_id, owner_pid, self.host, now, now + lease_s, oldest[caller], QUEUE_OWNER),
+            )
+        return oldest[caller]
+
+    def running_by_caller(self) -> dict[str, int]:
+        """How many jobs each caller has started and not finished, on every worker."""
+        rows = self._db.execute(
+            "SELECT caller, COUNT(*) FROM jobs WHERE owner_id != ? AND state IN (?, ?, ?) GROUP BY caller",
+            (QUEUE_OWNER, *ACTIVE_STATES),
+        ).fetchall()
+        return {str(row[0]): int(row[1]) for row in rows}
+
+    def running_by_owner(self) -> dict[str, int]:
+        """How many active jobs each owner (a server, a worker) holds: `conclave doctor`'s workers."""
+        rows = self._db.execute(
+            "SELECT owner_id, COUNT(*) FROM jobs WHERE state IN (?, ?, ?) GROUP BY owner_id", ACTIVE_STATES
+        ).fetchall()
+        return {str(row[0]): int(row[1]) for row in rows}
+
+    def cancel_queued(self, job_id: str, phase: str = "cancelled by the caller") -> bool:
+        """End a job still waiting on the queue `cancelled`: whether it was (no worker had taken it)."""
+        now = self._clock()
+        with self._write():
+            ended = self._db.execute(
+                "UPDATE jobs SET state = 'cancelled', phase = ?, rev = rev + 1,"
+                " finished_at = ? WHERE id = ? AND owner_id = ? AND state = 'queued' RETURNING id",
+                (phase, now, job_id, QUEUE_OWNER),
+            ).fetchall()
+        self.forget(job_id)
+        return len(ended) == 1
 
     def journal(self, job_id: str, event_json: str) -> None:
         """Append one protocol event to the job's journal (coordination/journal.py)."""

@@ -1,0 +1,179 @@
+"""The multi-host lane, on one machine: a real redis-server (the queue, tests/redis.py), a real
+PostgreSQL (the store, tests/postgres.py), one jobs' folder they all mount, two `conclave serve --http`
+fronts and three `conclave worker` processes, each with a state folder of its own as a host would have;
+the real SDKs against scripted fakes (tests/fakes/), real MCP clients. The fake team runs no
+containers, so no Docker engine is needed here (the sandbox runs the same in a worker as in a server).
+
+- a worker killed with `kill -9` mid-job: another takes the job over (its lease: jobs/takeover.py) and
+  completes it, every answer kept, each provider call counted once, the result of an uninterrupted run;
+- one caller's 30 queued jobs neither refuse another caller's job nor hold it back past one job's end,
+  and jobs asked at either front run, spread over the workers.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+from contextlib import ExitStack
+from pathlib import Path
+
+import anyio
+import pytest
+from fastmcp import Client
+
+from conclave.jobs.read.views import JobView
+from conclave.jobs.store.sql import AnswerRow, JobRow, Store
+from conclave.settings import Settings
+from tests.fakes.processes import http_process, worker_process
+from tests.fakes.server import FakeProviders
+from tests.fakes.team import KEY_ENV, TRIO, install, voter, write_team
+from tests.postgres import Cluster
+from tests.redis import Redis
+
+pytestmark = pytest.mark.anyio
+ALICE, BOB = "alice-token-0123456789abcdef", "bob-token-0123456789abcdef"
+ASK = {"task": "What is 6 * 7?", "team": "fake-trio", "wait_seconds": 0}
+WORKERS = 3
+# jobs that started this close to bob's ask or start were taken as he asked, or took slots freed with
+# his (the jobs of one worker end together); a job here lasts about 2 s
+TOGETHER_S = 0.5
+
+
+class Deployment:
+    """What the test reads of the shared store, as any host would."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+
+    def row(self, job_id: str) -> JobRow:
+        store = Store.of(self.settings)
+        try:
+            row = store.job(job_id)
+            assert row is not None
+            return row
+        finally:
+            store.close()
+
+    def answers_and_calls(self, job_id: str) -> tuple[list[AnswerRow], int]:
+        row = self.row(job_id)
+        store = Store.of(self.settings)
+        try:
+            calls = sum(agent.usage.calls for agent in row.progress.agents) if row.progress else 0
+            return store.answers(job_id), calls
+        finally:
+            store.close()
+
+
+async def _ask(client: Client) -> JobView:
+    return JobView.model_validate((await client.call_tool("ask_team", ASK)).structured_content)
+
+
+async def _view(client: Client, job_id: str, wait: float = 0) -> JobView:
+    result = await client.call_tool("get_status", {"job_id": job_id, "wait_seconds": wait})
+    return JobView.model_validate(result.structured_content)
+
+
+async def _done(client: Client, job_id: str) -> JobView:
+    with anyio.fail_after(180):  # a hang guard, not a speed
+        while not (view := await _view(client, job_id, wait=45)).done:
+            pass
+    return view
+
+
+async def test_two_fronts_three_workers_a_worker_killed_mid_job_and_fair_shares(
+    tmp_path: Path, postgres_cluster: Cluster, redis: Redis
+) -> None:
+    config, jobs = tmp_path / "config", tmp_path / "jobs"
+    with ExitStack() as stack, FakeProviders() as fakes:
+        url = stack.enter_context(postgres_cluster.schema())
+        install(fakes.script, TRIO, voter(delay=1.0))
+        write_team(config / "conclave" / "teams" / "fake-trio.yaml", fakes, TRIO, name="fake-trio")
+        shared = {
+            "CONCLAVE_DATABASE_URL": url.get_secret_value(),
+            "CONCLAVE_QUEUE_URL": redis.url().get_secret_value(),
+            "CONCLAVE_JOBS_DIR": str(jobs),
+            "XDG_CONFIG_HOME": str(config),
+            KEY_ENV: "test-key",
+            "CONCLAVE_CHECK_POOL": "0",
+            "CONCLAVE_HEARTBEAT_S": "1",
+            "FASTMCP_LOG_LEVEL": "WARNING",
+        }
+        fronts = []
+        for name in ("front-1", "front-2"):
+            home = tmp_path / name / "home"
+            home.mkdir(parents=True, mode=0o700)
+            tokens = home / "http-tokens.json"
+            tokens.write_text(json.dumps({"alice": ALICE, "bob": BOB}))
+            tokens.chmod(0o600)
+            env = {**shared, "CONCLAVE_HOME": str(home), "CONCLAVE_MAX_QUEUED": "30"}
+            env["CONCLAVE_MAX_QUEUED_PER_CALLER"] = "30"
+            base, _ = stack.enter_context(http_process(tmp_path / name, env, token=None))
+            fronts.append(f"{base}/mcp")
+        workers = {}
+        for index in range(WORKERS):
+            folder = tmp_path / f"worker-{index}"
+            env = {**shared, "CONCLAVE_HOME": str(folder / "home"), "CONCLAVE_MAX_JOBS": "2"}
+            process = stack.enter_context(worker_process(folder, env))
+            workers[process.pid] = process
+        deployment = Deployment(Settings(home=tmp_path / "reader", database_url=url, jobs_dir=jobs))
+
+        # 1. a job asked at front 1; its worker killed mid-vote; read on at front 2
+        async with Client(fronts[0], auth=ALICE) as one, Client(fronts[1], auth=ALICE) as two:
+            asked = await _ask(one)
+            with anyio.fail_after(60):
+                while (view := await _view(two, asked.job_id)).progress is None or sum(
+                    agent.answers for agent in view.progress.agents
+                ) < 3:
+                    await anyio.sleep(0.05)  # sleep-ok: polls get_status until every agent answered
+            owner = deployment.row(asked.job_id)
+            killed = workers.pop(owner.owner_pid)
+            killed.send_signal(signal.SIGKILL)  # mid-job: the agents are in their voting turns
+            killed.wait()
+            requests_before = len(fakes.script.requests)
+            answers_before, calls_before = deployment.answers_and_calls(asked.job_id)
+            resumed = await _done(two, asked.job_id)
+            taken_by = deployment.row(asked.job_id).owner_pid
+            # the same transcript, never interrupted
+            whole = await _done(one, (await _ask(one)).job_id)
+            requests_after = len(fakes.script.requests) - requests_before - whole.usage.calls
+        assert resumed.state == "completed", resumed.phase
+        assert taken_by in workers  # one of the live workers finished it
+        answers_after, calls_after = deployment.answers_and_calls(asked.job_id)
+        assert len(answers_before) == 3
+        assert answers_after[: len(answers_before)] == answers_before  # every answer kept as it was
+        assert [a.label for a in answers_after] == [a.label for a in answers_before]  # none again
+        # each call counted once: the calls charged before the kill, plus every request made after it
+        assert calls_after == resumed.usage.calls == calls_before + requests_after
+        same = {"winner", "consensus", "tally", "votes", "voters", "fallback", "failed"}
+        assert resumed.result is not None and whole.result is not None
+        assert resumed.result.model_dump(include=same) == whole.result.model_dump(include=same)
+
+        # 2. alice's 30 queued jobs at front 1, bob's one at front 2 (shorter jobs: 4 slots, 31 jobs)
+        install(fakes.script, TRIO, voter(delay=0.6))
+        async with Client(fronts[0], auth=ALICE) as alice, Client(fronts[1], auth=BOB) as bob:
+            mine = [await _ask(alice) for _ in range(30)]
+            with anyio.fail_after(60):
+                while (await _view(alice, mine[0].job_id)).state == "queued":
+                    await anyio.sleep(0.1)  # sleep-ok: until alice's first job runs
+            bobs = await _ask(bob)  # admitted though alice's line is full
+            assert bobs.state == "queued" and "waiting for a worker" in bobs.phase, bobs.phase
+            bobs_done = await _done(bob, bobs.job_id)
+            views = [await _done(alice, job.job_id) for job in mine]
+        assert bobs_done.state == "completed" and all(view.state == "completed" for view in views)
+        rows = {job.job_id: deployment.row(job.job_id) for job in [*mine, bobs]}
+        bob_row = rows[bobs.job_id]
+        assert bob_row.started_at is not None
+        # the first slots freed after bob asked took bob's job: no alice job started between his ask and
+        # his job's start, but those taken as he asked and those that took slots freed with his
+        ahead = [
+            r.id
+            for r in rows.values()
+            if r.started_at
+            and bob_row.created_at + TOGETHER_S < r.started_at < bob_row.started_at - TOGETHER_S
+        ]
+        assert ahead == []
+        # so bob waited at most for one running job's end, not for alice's line
+        lengths = [r.finished_at - r.started_at for r in rows.values() if r.finished_at and r.started_at]
+        assert bob_row.started_at - bob_row.created_at <= max(lengths)
+        # spread over the workers left: each of them ran some
+        assert {r.owner_pid for r in rows.values()} == set(workers)

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Builds Conclave's own image (docs/deploy/Dockerfile) from this checkout: a wheelhouse of the wheel with
+# the `postgres` and `queue` extras and every dependency, made on this host with pip, then `docker build`
+# of a context that holds only the Dockerfile, the entrypoint and the wheels (the build needs no index).
+#
+#   bash docs/deploy/build-image.sh [TAG]       # default conclave:<version>; PYTHON=... picks the pip
+#
+# The wheels are this host's: build on Linux with CPython 3.11 (the image's Python) for the image's
+# architecture, or see the Dockerfile for pip's cross-platform flags.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+python=${PYTHON:-.venv/bin/python}
+version=$("$python" -c 'import conclave; print(conclave.__version__)')
+tag=${1:-conclave:$version}
+context=$(mktemp -d /tmp/conclave-image-XXXXXX)
+trap 'rm -rf "$context"' EXIT
+
+cp docs/deploy/Dockerfile docs/deploy/entrypoint.sh "$context/"
+"$python" -m pip wheel --quiet --disable-pip-version-check --wheel-dir "$context/wheels" \
+  '.[postgres,queue]' 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
+docker build --quiet --tag "$tag" "$context" >/dev/null
+echo "$tag"

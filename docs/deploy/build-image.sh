@@ -17,7 +17,13 @@ context=$(mktemp -d /tmp/conclave-image-XXXXXX)
 trap 'rm -rf "$context"' EXIT
 
 cp docs/deploy/Dockerfile docs/deploy/entrypoint.sh "$context/"
+# a fixed time in the wheel's zip: an unchanged checkout makes the same bytes, and docker reuses every layer
+export SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-315532800}
 "$python" -m pip wheel --quiet --disable-pip-version-check --wheel-dir "$context/wheels" \
   '.[postgres,queue]' 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
+before=$(docker image inspect --format '{{.Id}}' "$tag" 2>/dev/null || true)
 docker build --quiet --tag "$tag" "$context" >/dev/null
+after=$(docker image inspect --format '{{.Id}}' "$tag")
+# the image this tag named before, now nameless: removed unless a container still uses it
+if [ -n "$before" ] && [ "$before" != "$after" ]; then docker image rm "$before" >/dev/null 2>&1 || true; fi
 echo "$tag"

@@ -29,11 +29,11 @@ command -v mmdebstrap >/dev/null 2>&1 || missing+=(mmdebstrap)
 command -v docker-registry >/dev/null 2>&1 || missing+=(docker-registry)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 command -v chromedriver >/dev/null 2>&1 || missing+=(chromium-driver)
+command -v docker-compose >/dev/null 2>&1 || missing+=(docker-compose)
 command -v podman >/dev/null 2>&1 || missing+=(podman)
 # Podman's container init (the sandbox starts containers with init=True); Debian only recommends it
 [ -x /usr/libexec/podman/catatonit ] || missing+=(catatonit)
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing+=(postgresql)
-command -v docker-compose >/dev/null 2>&1 || missing+=(docker-compose)
 if [ "${#missing[@]}" -gt 0 ]; then
   say "apt-get install ${missing[*]}"
   as_root apt-get update -qq

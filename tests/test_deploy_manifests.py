@@ -337,3 +337,22 @@ async def test_the_image_serves_a_front_on_postgresql_with_per_caller_tokens(
         logs = subprocess.run(["docker", "logs", container], capture_output=True, text=True).stderr
         subprocess.run(["docker", "rm", "-f", container], capture_output=True)
     assert "Traceback" not in logs, logs
+
+
+def test_the_image_reaches_the_host_s_engine_as_the_compose_workers_do(
+    conclave_image: str, docker_image: str, clis_image: str
+) -> None:
+    """compose's sandbox-images service, as it runs: the socket mounted, the image's user in the socket's
+    group (DOCKER_GID). It finds the sandbox images this checkout's code names, already built here."""
+    service = compose()["services"]["sandbox-images"]
+    argv = [str(arg) for arg in service["command"]]
+    assert "/var/run/docker.sock:/var/run/docker.sock" in service["volumes"]
+    assert [group.split(":")[0] for group in service["group_add"]] == ["${DOCKER_GID"]
+    group = str(os.stat("/var/run/docker.sock").st_gid)
+    run = subprocess.run(
+        ["docker", "run", "--rm", "--label", "conclave-test=deploy-image",
+         "-v", "/var/run/docker.sock:/var/run/docker.sock", "--group-add", group, conclave_image, *argv],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert f"{docker_image}: already present" in run.stdout and f"{clis_image}: already present" in run.stdout

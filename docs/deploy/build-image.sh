@@ -19,8 +19,11 @@ trap 'rm -rf "$context"' EXIT
 cp docs/deploy/Dockerfile docs/deploy/entrypoint.sh "$context/"
 # a fixed time in the wheel's zip: an unchanged checkout makes the same bytes, and docker reuses every layer
 export SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-315532800}
+# pip resolves markers for this host's Python, not the image's (Debian bookworm's 3.11.2): what the image
+# needs beyond that is named here, and the image's own `pip install --no-index` fails on anything missing
+image_only=('async-timeout>=4.0.3')  # redis's, on Python < 3.11.3 (the queue extra)
 "$python" -m pip wheel --quiet --disable-pip-version-check --wheel-dir "$context/wheels" \
-  '.[postgres,queue]' 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
+  '.[postgres,queue]' "${image_only[@]}" 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
 before=$(docker image inspect --format '{{.Id}}' "$tag" 2>/dev/null || true)
 docker build --quiet --tag "$tag" "$context" >/dev/null
 after=$(docker image inspect --format '{{.Id}}' "$tag")

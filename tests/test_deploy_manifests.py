@@ -12,9 +12,12 @@ import argparse
 import json
 import os
 import re
+import secrets
 import shutil
 import subprocess
+import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,8 +25,10 @@ from urllib.parse import urlsplit
 
 import anyio
 import httpx2
+import psycopg
 import pytest
 import yaml
+from fastmcp import Client
 
 from conclave import __version__
 from conclave.app.tokens import load_tokens
@@ -31,6 +36,8 @@ from conclave.cli.main import build_parser
 from conclave.settings import Settings
 from tests.fakes.processes import http_process
 from tests.fakes.raw_mcp import HEADERS, INIT
+from tests.fakes.server import FakeProviders, free_port
+from tests.fakes.team import KEY_ENV, TRIO, install, voter, write_team
 from tests.postgres import Cluster
 
 DEPLOY = Path(__file__).resolve().parent.parent / "docs" / "deploy"
@@ -273,6 +280,7 @@ class ImageHost:
     jobs: Path
     socket: Path
     url: str  # as seen inside the container, the socket under /run/postgresql
+    host_url: str  # the same database as seen from this host
 
 
 @pytest.fixture
@@ -286,7 +294,7 @@ def image_host(tmp_path: Path, postgres_cluster: Cluster) -> Iterator[ImageHost]
     socket = next(postgres_cluster.socket_dir.glob(".s.PGSQL.*"))
     with postgres_cluster.schema() as url:
         inside = url.get_secret_value().replace(str(postgres_cluster.socket_dir), "/run/postgresql")
-        yield ImageHost(tokens, jobs, socket, inside)
+        yield ImageHost(tokens, jobs, socket, inside, url.get_secret_value())
 
 
 @pytest.mark.anyio
@@ -356,3 +364,122 @@ def test_the_image_reaches_the_host_s_engine_as_the_compose_workers_do(
     )  # fmt: skip
     assert run.returncode == 0, run.stderr
     assert f"{docker_image}: already present" in run.stdout and f"{clis_image}: already present" in run.stdout
+
+
+@contextmanager
+def redis_on_a_socket(folder: Path) -> Iterator[Path]:
+    """Debian's redis-server on a unix socket any user may open (the image's user too), no TCP, nothing
+    saved: the compose file's Redis, reached the way a container reaches a mounted socket."""
+    socket = folder / "redis.sock"
+    process = subprocess.Popen(
+        ["redis-server", "--port", "0", "--unixsocket", str(socket), "--unixsocketperm", "777",
+         "--save", "", "--appendonly", "no", "--dir", str(folder)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 10  # wall-time: a start limit, not a speed
+        while not socket.exists():
+            assert process.poll() is None, "redis-server exited at start"
+            assert time.monotonic() < deadline, "no socket"  # wall-time: a start limit, not a speed
+            time.sleep(0.05)  # sleep-ok: until redis-server opens its socket
+        yield socket
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+def container(name: str, mounts: dict[Path, str], env: dict[str, str], argv: list[str]) -> str:
+    """A container of Conclave's image on the host's network (the fakes listen on 127.0.0.1), as a
+    deployment runs it: its args the manifest's, `mounts` host path -> path inside."""
+    run = [
+        "docker",
+        "run",
+        "-d",
+        "--network",
+        "host",
+        "--name",
+        name,
+        "--label",
+        "conclave-test=deploy-image",
+    ]
+    for host, inside in mounts.items():
+        run += ["-v", f"{host}:{inside}"]
+    for key, value in env.items():
+        run += ["-e", f"{key}={value}"]
+    return subprocess.run([*run, IMAGE, *argv], capture_output=True, text=True, check=True).stdout.strip()
+
+
+def logs(name: str) -> str:
+    found = subprocess.run(["docker", "logs", name], capture_output=True, text=True)
+    return found.stdout + found.stderr
+
+
+@pytest.mark.anyio
+async def test_a_front_and_a_worker_from_the_image_run_a_job_on_postgresql_and_redis(
+    conclave_image: str, image_host: ImageHost, tmp_path: Path, fakes: FakeProviders
+) -> None:
+    """compose's front-1 and worker, their args and variables as the file says (the front on a free port:
+    the host's network), Redis and PostgreSQL on sockets; a job asked at the front runs on the worker."""
+    services = compose()["services"]
+    install(fakes.script, TRIO, voter())
+    config = tmp_path / "config"
+    write_team(config / "conclave" / "teams" / "fake-trio.yaml", fakes, TRIO, name="fake-trio")
+    for folder in [config, *config.rglob("*")]:
+        folder.chmod(0o755 if folder.is_dir() else 0o644)
+    redis_dir, srv = tmp_path / "redis", tmp_path / "srv"
+    redis_dir.mkdir()
+    srv.mkdir(mode=0o700)
+    os.chown(srv, IMAGE_UID, IMAGE_UID)
+    port = free_port()
+    front_argv = [str(arg) for arg in services["front-1"]["command"]]
+    front_argv[front_argv.index("--port") + 1] = str(port)
+    names = [f"conclave-deploy-{role}-{secrets.token_hex(3)}" for role in ("front", "worker")]
+    with redis_on_a_socket(redis_dir) as redis:
+        shared = {
+            **{k: str(v) for k, v in services["worker"]["environment"].items() if k.startswith("CONCLAVE_")},
+            "CONCLAVE_DATABASE_URL": image_host.url,  # compose's own: the password from POSTGRES_PASSWORD
+            "CONCLAVE_QUEUE_URL": "unix:///run/redis/redis.sock",
+            "CONCLAVE_CHECK_POOL": "0",  # the fake team runs no commands: no engine here
+            "XDG_CONFIG_HOME": "/var/lib/conclave/config",
+            KEY_ENV: "test-key",
+        }
+        mounts = {
+            srv: "/srv/conclave",  # compose's one folder for state and jobs, shared as on its host
+            image_host.socket: f"/run/postgresql/{image_host.socket.name}",
+            redis: "/run/redis/redis.sock",
+            config: "/var/lib/conclave/config",
+        }
+        try:
+            container(names[1], mounts, shared, [str(arg) for arg in services["worker"]["command"]])
+            container(
+                names[0], {**mounts, image_host.tokens: "/run/secrets/http-tokens.json"}, shared, front_argv
+            )
+            with anyio.fail_after(90):  # a start limit, not a speed
+                while "taking up to" not in logs(names[1]):
+                    await anyio.sleep(0.2)
+                async with httpx2.AsyncClient(timeout=10) as http:
+                    while True:
+                        try:
+                            await http.get(f"http://127.0.0.1:{port}/healthz")
+                            break
+                        except httpx2.TransportError:
+                            await anyio.sleep(0.2)
+            async with Client(f"http://127.0.0.1:{port}/mcp", auth="alice-token-0123456789") as client:
+                asked = await client.call_tool("ask_team", {"task": "What is 6 * 7?", "team": "fake-trio"})
+                job_id = asked.structured_content["job_id"]
+                with anyio.fail_after(120):  # a hang guard, not a speed
+                    while True:
+                        status = await client.call_tool("get_status", {"job_id": job_id, "wait_seconds": 30})
+                        if status.structured_content["state"] not in ("queued", "running", "presenting"):
+                            break
+            assert status.structured_content["state"] == "completed", (logs(names[0]), logs(names[1]))
+            assert len(fakes.script.requests) >= 6  # three answers and three votes at least
+            # the worker ran it (a front with a queue runs no job): the job's owner is the worker's id
+            with psycopg.connect(image_host.host_url) as db:
+                row = db.execute("SELECT owner_id FROM jobs WHERE id = %s", (job_id,)).fetchone()
+            assert row is not None and f"conclave worker {row[0]} on " in logs(names[1])
+        finally:
+            seen = {name: logs(name) for name in names}
+            subprocess.run(["docker", "rm", "-f", *names], capture_output=True)
+    for name, text in seen.items():
+        assert "Traceback" not in text, (name, text)

@@ -483,3 +483,36 @@ async def test_a_front_and_a_worker_from_the_image_run_a_job_on_postgresql_and_r
             subprocess.run(["docker", "rm", "-f", *names], capture_output=True)
     for name, text in seen.items():
         assert "Traceback" not in text, (name, text)
+
+
+def test_redis_and_postgresql_take_connections_only_from_fronts_and_workers() -> None:
+    """The network policies select the pods the manifests make, by their labels, and let in exactly the
+    pods that run `conclave serve` and `conclave worker`, on the ports those services listen on."""
+    labels = {
+        name: spec_labels
+        for doc in k8s_documents()
+        if doc["kind"] in ("Deployment", "StatefulSet")
+        for name, spec_labels in [(doc["metadata"]["name"], doc["spec"]["template"]["metadata"]["labels"])]
+    }
+    conclave = {
+        labels[pod]["app.kubernetes.io/name"]
+        for pod, spec in pod_specs()
+        if any(c["image"] == IMAGE and c["args"][0] in ("serve", "worker") for c in spec["containers"])
+    }
+    ports = {
+        doc["spec"]["selector"]["app.kubernetes.io/name"]: {p["port"] for p in doc["spec"]["ports"]}
+        for doc in k8s_documents()
+        if doc["kind"] == "Service"
+    }
+    guarded = set()
+    for policy in (doc for doc in k8s_documents() if doc["kind"] == "NetworkPolicy"):
+        target = policy["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/name"]
+        assert any(pod_labels.get("app.kubernetes.io/name") == target for pod_labels in labels.values())
+        (rule,) = policy["spec"]["ingress"]
+        (source,) = rule["from"]
+        (expression,) = source["podSelector"]["matchExpressions"]
+        assert (expression["key"], expression["operator"]) == ("app.kubernetes.io/name", "In")
+        assert set(expression["values"]) == conclave, policy["metadata"]["name"]
+        assert {port["port"] for port in rule["ports"]} == ports[target]
+        guarded.add(target)
+    assert guarded == {"redis", "postgres"}

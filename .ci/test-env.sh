@@ -14,6 +14,8 @@
 #     built into it by `conclave sandbox build --clis` (about 4 minutes), for tests/lanes/test_podman_lane.py.
 #   - Debian's PostgreSQL server binaries: the store's tests run on it too, each session in a throwaway
 #     cluster of its own on a unix socket (tests/postgres.py), so no service is started here.
+#   - Debian's docker-compose, which validates docs/deploy/compose.yaml, and Conclave's own image
+#     (docs/deploy/build-image.sh), which tests/test_deploy_manifests.py runs a front from.
 # Run from the repository root after the README's install command (it uses .venv/bin/conclave).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,6 +29,7 @@ command -v mmdebstrap >/dev/null 2>&1 || missing+=(mmdebstrap)
 command -v docker-registry >/dev/null 2>&1 || missing+=(docker-registry)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 command -v chromedriver >/dev/null 2>&1 || missing+=(chromium-driver)
+command -v docker-compose >/dev/null 2>&1 || missing+=(docker-compose)
 command -v podman >/dev/null 2>&1 || missing+=(podman)
 # Podman's container init (the sandbox starts containers with init=True); Debian only recommends it
 [ -x /usr/libexec/podman/catatonit ] || missing+=(catatonit)
@@ -49,6 +52,11 @@ say "docker $(docker version --format '{{.Server.Version}} (API {{.Server.APIVer
 
 say "sandbox images (plain, and with the coding-agent CLIs)"
 .venv/bin/conclave sandbox build --clis
+
+say "Conclave's own image (tests/test_deploy_manifests.py)"
+# the public base as a registry would give it, where none is reachable (tests/fakes/debian_base.py)
+.venv/bin/python -c 'from tests.fakes.debian_base import ensure_public_base; ensure_public_base()'
+bash docs/deploy/build-image.sh
 
 say "the shared-nothing engine (tests/lanes/test_shared_nothing_engine.py)"
 bash .ci/shared-nothing-engine.sh

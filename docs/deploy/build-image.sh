@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Builds Conclave's own image (docs/deploy/Dockerfile) from this checkout: a wheelhouse of the wheel with
+# the `postgres` and `queue` extras and every dependency, made on this host with pip, then `docker build`
+# of a context that holds only the Dockerfile, the entrypoint and the wheels (the build needs no index).
+#
+#   bash docs/deploy/build-image.sh [TAG]       # default conclave:<version>; PYTHON=... picks the pip
+#
+# The wheels are this host's: build on Linux with CPython 3.11 (the image's Python) for the image's
+# architecture, or see the Dockerfile for pip's cross-platform flags.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+python=${PYTHON:-.venv/bin/python}
+version=$("$python" -c 'import conclave; print(conclave.__version__)')
+tag=${1:-conclave:$version}
+context=$(mktemp -d /tmp/conclave-image-XXXXXX)
+trap 'rm -rf "$context"' EXIT
+
+cp docs/deploy/Dockerfile docs/deploy/entrypoint.sh "$context/"
+# a fixed time in the wheel's zip: an unchanged checkout makes the same bytes, and docker reuses every layer
+export SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-315532800}
+# pip resolves markers for this host's Python, not the image's (Debian bookworm's 3.11.2): what the image
+# needs beyond that is named here, and the image's own `pip install --no-index` fails on anything missing
+image_only=('async-timeout>=4.0.3')  # redis's, on Python < 3.11.3 (the queue extra)
+"$python" -m pip wheel --quiet --disable-pip-version-check --wheel-dir "$context/wheels" \
+  '.[postgres,queue]' "${image_only[@]}" 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
+before=$(docker image inspect --format '{{.Id}}' "$tag" 2>/dev/null || true)
+docker build --quiet --tag "$tag" "$context" >/dev/null
+after=$(docker image inspect --format '{{.Id}}' "$tag")
+# the image this tag named before, now nameless: removed unless a container still uses it
+if [ -n "$before" ] && [ "$before" != "$after" ]; then docker image rm "$before" >/dev/null 2>&1 || true; fi
+echo "$tag"

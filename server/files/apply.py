@@ -139,15 +139,17 @@ def apply_tree(
     *,
     patch: Patch,
     consent: Consent = Consent(),
+    durable: bool = True,
 ) -> Changes:
     """Make `target` match `final` where it changed since job start, as `patch` shows it; the rest is
-    held back (review.py). All or nothing for what is written (blocking)."""
+    held back (review.py). All or nothing for what is written (blocking). `durable=False` skips each
+    file's fsync: for a scratch copy no crash can leave half-written for anyone (check_copy.py)."""
     planned = plan(final, recorded, base)
     changes = planned.without(hold_back(patch, consent, planned.added + planned.modified + planned.deleted))
     found = conflicts(target, changes, recorded)
     if found:
         raise ApplyConflict(str(target), found)
-    _write(final, target, changes)
+    _write(final, target, changes, durable)
     return changes
 
 
@@ -174,7 +176,7 @@ def _unlink_other(other: str, fd: int, _name: str) -> None:
     os.unlink(other, dir_fd=fd)
 
 
-def _write(final: Path, target: Path, changes: Changes) -> None:
+def _write(final: Path, target: Path, changes: Changes, durable: bool = True) -> None:
     token = secrets.token_hex(4)
     undo: list[tuple[str, Callable[[], None]]] = []
     backups: list[str] = []
@@ -202,7 +204,7 @@ def _write(final: Path, target: Path, changes: Changes) -> None:
                 modified: bool = modified,
             ) -> None:
                 now = os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode if modified else None
-                _copy_in(final, rel, fd, temp, now)
+                _copy_in(final, rel, fd, temp, now, durable=durable)
                 try:
                     if modified:
                         os.link(name, backup, src_dir_fd=fd, dst_dir_fd=fd, follow_symlinks=False)
@@ -230,10 +232,12 @@ def _write(final: Path, target: Path, changes: Changes) -> None:
         _prune_empty_parents(target, rel)
 
 
-def _copy_in(final: Path, rel: str, dir_fd: int, temp: str, current: int | None = None) -> None:
-    """Copy the regular file `final/rel` to a new file `temp` in `dir_fd` (O_EXCL, fsynced), with the mode
-    the patch shows: the `current` mode of the file it replaces (None: a new file, 0644), only its
-    executable bits following `final`'s."""
+def _copy_in(
+    final: Path, rel: str, dir_fd: int, temp: str, current: int | None = None, *, durable: bool = True
+) -> None:
+    """Copy the regular file `final/rel` to a new file `temp` in `dir_fd` (O_EXCL, fsynced if `durable`),
+    with the mode the patch shows: the `current` mode of the file it replaces (None: a new file, 0644),
+    only its executable bits following `final`'s."""
     parts = safe.split(rel)
     with (
         safe.directory(final, parts[:-1]) as src_dir,
@@ -248,7 +252,8 @@ def _copy_in(final: Path, rel: str, dir_fd: int, temp: str, current: int | None 
                 dst.write(chunk)
             dst.flush()
             os.fchmod(dst.fileno(), mode)
-            os.fsync(dst.fileno())
+            if durable:
+                os.fsync(dst.fileno())
 
 
 def git_mode(current: int | None, executable: bool) -> int:

@@ -139,17 +139,31 @@ def apply_tree(
     *,
     patch: Patch,
     consent: Consent = Consent(),
-    durable: bool = True,
 ) -> Changes:
     """Make `target` match `final` where it changed since job start, as `patch` shows it; the rest is
-    held back (review.py). All or nothing for what is written (blocking). `durable=False` skips each
-    file's fsync: for a scratch copy no crash can leave half-written for anyone (check_copy.py)."""
+    held back (review.py). All or nothing for what is written (blocking)."""
     planned = plan(final, recorded, base)
     changes = planned.without(hold_back(patch, consent, planned.added + planned.modified + planned.deleted))
     found = conflicts(target, changes, recorded)
     if found:
         raise ApplyConflict(str(target), found)
-    _write(final, target, changes, durable)
+    _write(final, target, changes)
+    return changes
+
+
+def write_patch(final: Path, scratch: Path, patch: Patch, consent: Consent = Consent()) -> Changes:
+    """Write into `scratch`, a fresh copy of the files `patch` was made from, what `patch` shows of `final`,
+    less what review.py holds back, as `apply_tree` writes it (same steps, same modes), for a check's copy
+    (check_copy.py): its changes are the patch's own list, not planned again from the manifest (no file
+    hashed twice), with no conflict check (no one else writes a fresh copy) and no fsync (it is removed
+    after its check; a crash leaves nothing anyone reads). Blocking."""
+    listed = {
+        kind: [c.path for c in patch.files if c.change == kind] for kind in ("added", "modified", "deleted")
+    }
+    changes = Changes(listed["added"], listed["modified"], listed["deleted"]).without(
+        hold_back(patch, consent)
+    )
+    _write(final, scratch, changes, durable=False)
     return changes
 
 

@@ -310,7 +310,7 @@ class Workspaces:
             for context in self.manifest().contexts:
                 answer = source / context.name if source is not None else None
                 prefix = "" if self.root_name() else f"{context.name}/"
-                found = reviewed_copy(self.base / context.name, answer, context, tmp / context.name)
+                found = reviewed_copy(self.base / context.name, answer, tmp / context.name)
                 held += [f"{prefix}{entry.path} ({entry.reason})" for entry in found]
             if self.agent_owner is not None:
                 settle(tmp, self.agent_owner)

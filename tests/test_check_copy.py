@@ -55,7 +55,7 @@ async def test_the_check_copy_is_what_apply_writes_without_an_fsync(
     copy = await workspaces.check_copy("A1")
     assert synced == []  # scratch: removed after its check, never the caller's files
     await workspaces.apply("proj")
-    assert len(synced) == 3  # apply writes each changed file durably: calc.py, new.py, run.sh
+    assert len(synced) == 3  # apply writes each of the three changed files durably
 
     assert tree(copy.path / "proj") == tree(project)
     assert "pkg/gone/" not in tree(project)

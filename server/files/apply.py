@@ -151,6 +151,22 @@ def apply_tree(
     return changes
 
 
+def write_patch(final: Path, scratch: Path, patch: Patch, consent: Consent = Consent()) -> Changes:
+    """Write into `scratch`, a fresh copy of the files `patch` was made from, what `patch` shows of `final`,
+    less what review.py holds back, as `apply_tree` writes it (same steps, same modes), for a check's copy
+    (check_copy.py): its changes are the patch's own list, not planned again from the manifest (no file
+    hashed twice), with no conflict check (no one else writes a fresh copy) and no fsync (it is removed
+    after its check; a crash leaves nothing anyone reads). Blocking."""
+    listed = {
+        kind: [c.path for c in patch.files if c.change == kind] for kind in ("added", "modified", "deleted")
+    }
+    changes = Changes(listed["added"], listed["modified"], listed["deleted"]).without(
+        hold_back(patch, consent)
+    )
+    _write(final, scratch, changes, durable=False)
+    return changes
+
+
 def _at(root: Path, rel: str, step: Callable[[int, str], T], *, create: bool = False) -> T:
     """Run `step(folder_fd, name)` for `root/rel`, its folder reached by the no-follow walk."""
     parts = safe.split(rel)
@@ -174,7 +190,7 @@ def _unlink_other(other: str, fd: int, _name: str) -> None:
     os.unlink(other, dir_fd=fd)
 
 
-def _write(final: Path, target: Path, changes: Changes) -> None:
+def _write(final: Path, target: Path, changes: Changes, durable: bool = True) -> None:
     token = secrets.token_hex(4)
     undo: list[tuple[str, Callable[[], None]]] = []
     backups: list[str] = []
@@ -202,7 +218,7 @@ def _write(final: Path, target: Path, changes: Changes) -> None:
                 modified: bool = modified,
             ) -> None:
                 now = os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode if modified else None
-                _copy_in(final, rel, fd, temp, now)
+                _copy_in(final, rel, fd, temp, now, durable=durable)
                 try:
                     if modified:
                         os.link(name, backup, src_dir_fd=fd, dst_dir_fd=fd, follow_symlinks=False)
@@ -230,10 +246,12 @@ def _write(final: Path, target: Path, changes: Changes) -> None:
         _prune_empty_parents(target, rel)
 
 
-def _copy_in(final: Path, rel: str, dir_fd: int, temp: str, current: int | None = None) -> None:
-    """Copy the regular file `final/rel` to a new file `temp` in `dir_fd` (O_EXCL, fsynced), with the mode
-    the patch shows: the `current` mode of the file it replaces (None: a new file, 0644), only its
-    executable bits following `final`'s."""
+def _copy_in(
+    final: Path, rel: str, dir_fd: int, temp: str, current: int | None = None, *, durable: bool = True
+) -> None:
+    """Copy the regular file `final/rel` to a new file `temp` in `dir_fd` (O_EXCL, fsynced if `durable`),
+    with the mode the patch shows: the `current` mode of the file it replaces (None: a new file, 0644),
+    only its executable bits following `final`'s."""
     parts = safe.split(rel)
     with (
         safe.directory(final, parts[:-1]) as src_dir,
@@ -248,7 +266,8 @@ def _copy_in(final: Path, rel: str, dir_fd: int, temp: str, current: int | None 
                 dst.write(chunk)
             dst.flush()
             os.fchmod(dst.fileno(), mode)
-            os.fsync(dst.fileno())
+            if durable:
+                os.fsync(dst.fileno())
 
 
 def git_mode(current: int | None, executable: bool) -> int:

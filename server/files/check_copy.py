@@ -5,25 +5,27 @@ workspace: a workspace also holds what the patch never shows (files its .gitigno
 caches, binaries, compiled artefacts), and any of those can change what the caller's command does (a
 cached `.pyc` of a test file with its source's mtime and size runs instead of the test). So the copy
 starts from base/ (the job-start copy, which honours the caller's .gitignore files) and takes the
-answer's changes through apply's own planning and hold-back rules (apply.py `apply_tree`, review.py
-`hold_back`), with no consent given: binaries, artefacts, VCS metadata, and whatever else apply holds
-back are held back from the check too, and named. A context given read-only (the default) is checked
-with what apply would write were it given `write`: the caller reviews that patch all the same. Nothing
-outside the context folders gets in.
+answer's changes as apply writes them, with its hold-back rules (apply.py `write_patch`, review.py
+`hold_back`): the changes the reviewed patch lists, no consent given: binaries, artefacts, VCS
+metadata, and whatever else apply holds back are held back from the check too, and named. A context
+given read-only (the default) is checked with what apply would write were it given `write`: the caller
+reviews that patch all the same. Nothing outside the context folders gets in. The copy is scratch
+(removed after its check), so it is written without apply's conflict check and fsyncs, and without
+planning the changes again from the manifest: that hashed every file a second time
+(bench/bench_checks.py).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from conclave.files.apply import apply_tree
-from conclave.files.contexts import CopiedContext
+from conclave.files.apply import write_patch
 from conclave.files.diff import diff_trees
 from conclave.files.review import Consent, HeldBack
 from conclave.files.trees import copy_tree, list_tree
 
 
-def reviewed_copy(base: Path, answer: Path | None, context: CopiedContext, dest: Path) -> list[HeldBack]:
+def reviewed_copy(base: Path, answer: Path | None, dest: Path) -> list[HeldBack]:
     """Fill the new folder `dest` with `base` (one context at job start) and, when given, what apply
     would write of `answer` (that context in an answer's snapshot); return what apply would hold back
     (blocking)."""
@@ -31,5 +33,4 @@ def reviewed_copy(base: Path, answer: Path | None, context: CopiedContext, dest:
     if answer is None or not answer.is_dir():
         return []
     patch = diff_trees(base, answer)  # the patch the caller reviews for this answer
-    changes = apply_tree(answer, dest, context.files, base, patch=patch, consent=Consent())
-    return changes.held
+    return write_patch(answer, dest, patch, Consent()).held

@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
@@ -206,13 +206,14 @@ def sha256_file(root: Path, rel: str) -> str:
     return digest.hexdigest()
 
 
-def tree_digest(root: Path) -> str:
-    """One sha256 of a tree as copy_tree copies it: its folders, and each file's path, mode and content."""
-    listing, digest = list_tree(root), hashlib.sha256()
+def tree_digest(root: Path, known: Mapping[str, str] | None = None) -> str:
+    """One sha256 of a tree as copy_tree copies it: its folders, and each file's path, mode and content;
+    a file's content sha256 is taken from `known` where given (recorded as it was copied), else read."""
+    listing, digest, known = list_tree(root), hashlib.sha256(), known or {}
     for rel in sorted(listing.dirs):
         digest.update(f"d {rel}\n".encode("utf-8", "surrogateescape"))
     for rel, entry in sorted(listing.files.items()):
-        line = f"f {rel} {entry.mode:o} {sha256_file(root, rel)}\n"
+        line = f"f {rel} {entry.mode:o} {known.get(rel) or sha256_file(root, rel)}\n"
         digest.update(line.encode("utf-8", "surrogateescape"))
     return digest.hexdigest()
 

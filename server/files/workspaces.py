@@ -310,7 +310,7 @@ class Workspaces:
             for context in self.manifest().contexts:
                 answer = source / context.name if source is not None else None
                 prefix = "" if self.root_name() else f"{context.name}/"
-                found = reviewed_copy(self.base / context.name, answer, context, tmp / context.name)
+                found = reviewed_copy(self.base / context.name, answer, tmp / context.name)
                 held += [f"{prefix}{entry.path} ({entry.reason})" for entry in found]
             if self.agent_owner is not None:
                 settle(tmp, self.agent_owner)
@@ -319,13 +319,19 @@ class Workspaces:
     def base_digest(self) -> str:
         """A sha256 of what a check of the caller's files runs on (`check_copy(None)`), as the check sees
         it: one context is /workspace itself, its folder's name unseen; several are /workspace/<name>
-        each (blocking: it reads every file)."""
+        each (blocking: a walk of base/; each file's content digest is the manifest's, taken as it was
+        copied into base/, which nothing changes after, so no file is read again)."""
         contexts = self.manifest().contexts
+
+        def digest_of(context: CopiedContext) -> str:
+            known = {rel: record.sha256 for rel, record in context.files.items()}
+            return tree_digest(self.base / context.name, known)
+
         if len(contexts) == 1:
-            return tree_digest(self.base / contexts[0].name)
+            return digest_of(contexts[0])
         digest = hashlib.sha256()
         for context in contexts:
-            digest.update(f"context {context.name} {tree_digest(self.base / context.name)}\n".encode())
+            digest.update(f"context {context.name} {digest_of(context)}\n".encode())
         return digest.hexdigest()
 
     # -- naming and reading ---------------------------------------------------------------------

@@ -1,0 +1,88 @@
+"""A check's copy (files/check_copy.py) is what apply would write to the caller's folder, built as scratch;
+the digest its kept baseline is found by (coordination/baselines.py) reads no file again."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from conclave.files import apply as applying
+from conclave.files.contexts import ContextPath
+from conclave.files.trees import tree_digest
+from conclave.files.workspaces import Workspaces
+
+pytestmark = pytest.mark.anyio
+
+
+def tree(root: Path) -> dict[str, tuple[bytes, int]]:
+    """Every file under `root` with its permission bits, and every folder (as empty bytes, mode 0)."""
+    found: dict[str, tuple[bytes, int]] = {}
+    for folder, dirs, files in os.walk(root):
+        for name in dirs:
+            found[Path(folder, name).relative_to(root).as_posix() + "/"] = (b"", 0)
+        for name in files:
+            path = Path(folder, name)
+            found[path.relative_to(root).as_posix()] = (path.read_bytes(), stat.S_IMODE(path.stat().st_mode))
+    return found
+
+
+async def test_the_check_copy_is_what_apply_writes_without_an_fsync(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    project = tmp_path / "proj"
+    (project / "pkg" / "gone").mkdir(parents=True)
+    (project / "calc.py").write_text("def add(a, b):\n    return a - b\n")
+    (project / "run.sh").write_text("echo hi\n")
+    (project / "pkg" / "gone" / "old.py").write_text("X = 1\n")
+    (project / "pkg" / "keep.py").write_text("Y = 2\n")
+    workspaces = Workspaces(tmp_path / "job")
+    await workspaces.prepare([ContextPath(path=str(project), permission="write")])
+    await workspaces.create(["A"])
+    mine = workspaces.agent("A") / "proj"
+    (mine / "calc.py").write_text("def add(a, b):\n    return a + b\n")
+    (mine / "run.sh").chmod(0o755)  # the patch's `new mode`
+    (mine / "pkg" / "gone" / "old.py").unlink()  # its folder is left empty: apply removes it
+    (mine / "new.py").write_text("Z = 3\n")
+    await workspaces.snapshot("A", "A1")
+    await workspaces.finalize("A1")
+
+    synced: list[int] = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd))[1])
+    copy = await workspaces.check_copy("A1")
+    assert synced == []  # scratch: removed after its check, never the caller's files
+    await workspaces.apply("proj")
+    assert len(synced) == 3  # apply writes each of the three changed files durably
+
+    assert tree(copy.path / "proj") == tree(project)
+    assert "pkg/gone/" not in tree(project)
+    assert stat.S_IMODE((project / "run.sh").stat().st_mode) & 0o111
+    assert applying.git_mode(None, False) == stat.S_IMODE((copy.path / "proj" / "new.py").stat().st_mode)
+
+
+async def test_the_base_digest_is_the_trees_and_takes_contents_from_the_manifest(tmp_path: Path) -> None:
+    digests = []
+    for n, names in enumerate((["calc.py"], ["calc.py", "other.py"])):  # one context, then two
+        sources = []
+        for name in names:
+            project = tmp_path / f"{n}-{name}" / name.removesuffix(".py")
+            (project / "sub").mkdir(parents=True)
+            (project / "sub" / "calc.py").write_text("def add(a, b):\n    return a - b\n")
+            (project / "run.sh").write_text("echo hi\n")
+            (project / "run.sh").chmod(0o755)
+            sources.append(ContextPath(path=str(project)))
+        workspaces = Workspaces(tmp_path / f"job{n}")
+        await workspaces.prepare(sources)
+        first = workspaces.manifest().contexts[0]
+        if n == 0:  # one context: the digest is its tree's, as the key always was (kept runs still match)
+            assert workspaces.base_digest() == tree_digest(workspaces.base / first.name)
+        digests.append(workspaces.base_digest())
+        # the same size, other bytes, behind the manifest's back: a digest that read the file would move
+        (workspaces.base / first.name / "sub" / "calc.py").write_text("def add(a, b):\n    return a + b\n")
+        assert workspaces.base_digest() == digests[-1]
+        (workspaces.base / first.name / "run.sh").chmod(0o644)  # a mode is read from base/, not recorded
+        assert workspaces.base_digest() != digests[-1]
+    assert digests[0] != digests[1]

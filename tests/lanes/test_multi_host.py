@@ -1,19 +1,23 @@
 """The multi-host lane, on one machine: a real redis-server (the queue, tests/redis.py), a real
 PostgreSQL (the store, tests/postgres.py), one jobs' folder they all mount, two `conclave serve --http`
 fronts and three `conclave worker` processes, each with a state folder of its own as a host would have;
-the real SDKs against scripted fakes (tests/fakes/), real MCP clients. The fake team runs no
-containers, so no Docker engine is needed here (the sandbox runs the same in a worker as in a server).
+the real SDKs against scripted fakes (tests/fakes/), real MCP clients, and the real Docker engine for
+a job with files.
 
 - a worker killed with `kill -9` mid-job: another takes the job over (its lease: jobs/takeover.py) and
   completes it, every answer kept, each provider call counted once, the result of an uninterrupted run;
 - one caller's 30 queued jobs neither refuse another caller's job nor hold it back past one job's end,
-  and jobs asked at either front run, spread over the workers.
+  and jobs asked at either front run, spread over the workers;
+- a job with files, a check and `apply` asked at one front: its worker killed with a turn in flight,
+  another worker rebuilds its workspaces from the shared jobs' folder (files/workspaces.py `restore`)
+  and completes it with the checks, diff and applied files of an uninterrupted run.
 """
 
 from __future__ import annotations
 
 import json
 import signal
+import threading
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -24,11 +28,14 @@ from fastmcp import Client
 from conclave.jobs.read.views import JobView
 from conclave.jobs.store.sql import AnswerRow, JobRow, Store
 from conclave.settings import Settings
+from tests.fakes.calc_task import CALC, agent, calc_project, label_of
 from tests.fakes.processes import http_process, worker_process
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import KEY_ENV, TRIO, install, voter, write_team
 from tests.postgres import Cluster
 from tests.redis import Redis
+from tests.test_resume_files import DOCKER, _patch_body, held_bob
+from tests.test_resume_files import _ask as _ask_files
 
 pytestmark = pytest.mark.anyio
 ALICE, BOB = "alice-token-0123456789abcdef", "bob-token-0123456789abcdef"
@@ -177,3 +184,98 @@ async def test_two_fronts_three_workers_a_worker_killed_mid_job_and_fair_shares(
         assert bob_row.started_at - bob_row.created_at <= max(lengths)
         # spread over the workers left: each of them ran some
         assert {r.owner_pid for r in rows.values()} == set(workers)
+
+
+def _front_env(home: Path, shared: dict[str, str]) -> dict[str, str]:
+    home.mkdir(parents=True, mode=0o700)
+    tokens = home / "http-tokens.json"
+    tokens.write_text(json.dumps({"alice": ALICE}))
+    tokens.chmod(0o600)
+    return {**shared, "CONCLAVE_HOME": str(home)}
+
+
+async def _patch(client: Client, job_id: str) -> str:
+    read = await client.call_tool("read_workspace", {"job_id": job_id, "path": "@diff", "limit": 100_000})
+    assert read.structured_content is not None
+    return str(read.structured_content["content"])
+
+
+@pytest.mark.usefixtures("docker_image")
+async def test_a_job_with_files_survives_its_worker(
+    tmp_path: Path, postgres_cluster: Cluster, redis: Redis
+) -> None:
+    config, jobs = tmp_path / "config", tmp_path / "jobs"
+    project = calc_project(tmp_path)
+    (tmp_path / "again").mkdir()
+    again = calc_project(tmp_path / "again")  # the same project, for the uninterrupted run
+    released = threading.Event()
+    with ExitStack() as stack, FakeProviders() as fakes:
+        url = stack.enter_context(postgres_cluster.schema())
+        fakes.script.set_default("ann", agent("ann"))
+        fakes.script.set_default("bob", held_bob(released))
+        fakes.script.set_default("cy", agent("ann"))
+        teams = config / "conclave" / "teams"
+        write_team(teams / "fake-files.yaml", fakes, TRIO, name="fake-files", sandbox=DOCKER)
+        shared = {
+            "CONCLAVE_DATABASE_URL": url.get_secret_value(),
+            "CONCLAVE_QUEUE_URL": redis.url().get_secret_value(),
+            "CONCLAVE_JOBS_DIR": str(jobs),
+            "XDG_CONFIG_HOME": str(config),
+            KEY_ENV: "test-key",
+            "CONCLAVE_CHECK_POOL": "0",
+            "CONCLAVE_HEARTBEAT_S": "1",
+            "FASTMCP_LOG_LEVEL": "WARNING",
+            "CONCLAVE_ALLOWED_ROOTS": str(tmp_path),  # the callers' projects
+        }
+        base, _ = stack.enter_context(
+            http_process(tmp_path / "front", _front_env(tmp_path / "front" / "home", shared), token=None)
+        )
+        workers = {}
+        for index in range(2):
+            folder = tmp_path / f"worker-{index}"
+            env = {**shared, "CONCLAVE_HOME": str(folder / "home"), "CONCLAVE_MAX_JOBS": "1"}
+            process = stack.enter_context(worker_process(folder, env))
+            workers[process.pid] = process
+        deployment = Deployment(Settings(home=tmp_path / "reader", database_url=url, jobs_dir=jobs))
+        async with Client(f"{base}/mcp", auth=ALICE) as client:
+            asked = await client.call_tool("ask_team", _ask_files(project))
+            job_id = JobView.model_validate(asked.structured_content).job_id
+            with anyio.fail_after(120):
+                while (
+                    (view := await _view(client, job_id)).progress is None
+                    or sum(a.answers for a in view.progress.agents) < 2
+                    or not any(
+                        label_of(r, "bob") is None and "replaced 1 occurrence" in r.text()
+                        for r in fakes.script.requests
+                    )
+                ):
+                    await anyio.sleep(0.05)  # sleep-ok: polls until ann and cy answered, bob edited
+            await anyio.sleep(1.0)  # sleep-ok: the store's writer commits what was reported
+            killed = workers.pop(deployment.row(job_id).owner_pid)
+            killed.send_signal(signal.SIGKILL)  # bob's turn in flight: calc.py edited, no answer yet
+            killed.wait()
+            released.set()
+            requests_before = len(fakes.script.requests)
+            answers_before, calls_before = deployment.answers_and_calls(job_id)
+            assert project.joinpath("calc.py").read_text() == CALC  # nothing applied before the kill
+            resumed = await _done(client, job_id)
+            patch = await _patch(client, job_id)
+            whole_id = JobView.model_validate(
+                (await client.call_tool("ask_team", _ask_files(again))).structured_content
+            ).job_id
+            whole = await _done(client, whole_id)
+            whole_patch = await _patch(client, whole_id)
+        requests_after = len(fakes.script.requests) - requests_before - whole.usage.calls
+        taken_by = deployment.row(job_id).owner_pid
+        answers_after, calls_after = deployment.answers_and_calls(job_id)
+    assert resumed.state == "completed", resumed.phase
+    assert taken_by in workers  # the live worker finished it
+    assert answers_after[: len(answers_before)] == answers_before  # every answer kept as it was
+    assert calls_after == resumed.usage.calls == calls_before + requests_after  # each call counted once
+    for done in (resumed, whole):
+        checks = {label: text.split(" ")[0] for label, text in done.checks().items()}
+        assert sorted(checks.values()) == ["failed", "failed", "passed"], done.text()
+    assert _patch_body(patch) == _patch_body(whole_patch)
+    assert "-    return a - b\n+    return a + b\n" in patch
+    assert project.joinpath("calc.py").read_bytes() == again.joinpath("calc.py").read_bytes()
+    assert project.joinpath("calc.py").read_text() == CALC.replace("a - b", "a + b")

@@ -40,7 +40,7 @@ from conclave.settings import Settings
 from tests.fakes.processes import HTTP_TOKEN, http_process
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import KEY_ENV, TRIO, install, team_data, voter, write_team
-from tests.fakes.waits import until_done, until_state
+from tests.fakes.waits import done_through, status_of, until_done, until_state
 from tests.test_orchestrator import JOB, MemorySink, letters_of
 
 pytestmark = pytest.mark.anyio
@@ -59,18 +59,6 @@ def test_the_journal_keeps_every_event_as_it_was() -> None:
     assert [decode(encode(event)) for event in events] == events
     with pytest.raises(ValueError, match="not a protocol event"):
         decode(json.dumps({"event": "Finish"}))
-
-
-async def _view(client: Client, job_id: str, wait: float = 0) -> JobView:
-    result = await client.call_tool("get_status", {"job_id": job_id, "wait_seconds": wait})
-    return JobView.model_validate(result.structured_content)
-
-
-async def _done(client: Client, job_id: str) -> JobView:
-    with anyio.fail_after(120):  # a hang guard, not a speed
-        while not (view := await _view(client, job_id, wait=45)).done:
-            pass
-    return view
 
 
 def _stored(home: Path, job_id: str) -> tuple[list[AnswerRow], int, int]:
@@ -98,7 +86,7 @@ async def test_kill_9_mid_job_then_a_restart_resumes_it_with_every_answer_and_ca
             async with Client(f"{base}/mcp", auth=HTTP_TOKEN) as client:
                 asked = JobView.model_validate((await client.call_tool("ask_team", ASK)).structured_content)
                 with anyio.fail_after(60):
-                    while (view := await _view(client, asked.job_id)).progress is None or sum(
+                    while (view := await status_of(client, asked.job_id)).progress is None or sum(
                         agent.answers for agent in view.progress.agents
                     ) < 3:
                         await anyio.sleep(0.05)  # sleep-ok: polls get_status until every agent answered
@@ -114,10 +102,10 @@ async def test_kill_9_mid_job_then_a_restart_resumes_it_with_every_answer_and_ca
         assert len(answers_before) == 3 and not view.done
         with http_process(tmp_path, env) as (base, process):
             async with Client(f"{base}/mcp", auth=HTTP_TOKEN) as client:
-                resumed = await _done(client, asked.job_id)
+                resumed = await done_through(client, asked.job_id)
                 # the same transcript, never interrupted, on the same server
                 again = JobView.model_validate((await client.call_tool("ask_team", ASK)).structured_content)
-                whole = await _done(client, again.job_id)
+                whole = await done_through(client, again.job_id)
             process.terminate()
             assert process.wait(timeout=60) == 0
         requests_after = len(fakes.script.requests) - requests_before - whole.usage.calls

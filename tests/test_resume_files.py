@@ -25,6 +25,7 @@ from tests.fakes.processes import HTTP_TOKEN, http_process
 from tests.fakes.script import RecordedRequest, Reply
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import KEY_ENV, TRIO, write_team
+from tests.fakes.waits import done_through, status_of
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("docker_image")]
 DOCKER = {"memory": "256m", "cpus": 1, "pids": 64}
@@ -43,18 +44,6 @@ def held_bob(released: threading.Event) -> Any:
         return reply
 
     return held
-
-
-async def _view(client: Client, job_id: str, wait: float = 0) -> JobView:
-    result = await client.call_tool("get_status", {"job_id": job_id, "wait_seconds": wait})
-    return JobView.model_validate(result.structured_content)
-
-
-async def _done(client: Client, job_id: str) -> JobView:
-    with anyio.fail_after(180):  # a hang guard, not a speed
-        while not (view := await _view(client, job_id, wait=45)).done:
-            pass
-    return view
 
 
 def _ask(project: Path) -> dict[str, Any]:
@@ -118,7 +107,7 @@ async def test_kill_9_mid_job_with_files_then_a_restart_resumes_it_to_the_uninte
                 job_id = JobView.model_validate(asked).job_id
                 with anyio.fail_after(120):
                     while (
-                        (view := await _view(client, job_id)).progress is None
+                        (view := await status_of(client, job_id)).progress is None
                         or sum(a.answers for a in view.progress.agents) < 2
                         or not any(
                             r.agent == "bob" and "replaced 1 occurrence" in r.text()
@@ -137,7 +126,7 @@ async def test_kill_9_mid_job_with_files_then_a_restart_resumes_it_to_the_uninte
         assert project.joinpath("calc.py").read_text() == CALC  # nothing applied before the kill
         with http_process(tmp_path, env) as (base, process):
             async with Client(f"{base}/mcp", auth=HTTP_TOKEN) as client:
-                resumed = await _done(client, job_id)
+                resumed = await done_through(client, job_id)
                 patch = (
                     await client.call_tool(
                         "read_workspace", {"job_id": job_id, "path": "@diff", "limit": 100_000}
@@ -146,7 +135,7 @@ async def test_kill_9_mid_job_with_files_then_a_restart_resumes_it_to_the_uninte
                 whole_id = JobView.model_validate(
                     (await client.call_tool("ask_team", _ask(again))).structured_content
                 ).job_id
-                whole = await _done(client, whole_id)
+                whole = await done_through(client, whole_id)
                 whole_patch = (
                     await client.call_tool(
                         "read_workspace", {"job_id": whole_id, "path": "@diff", "limit": 100_000}

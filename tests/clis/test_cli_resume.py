@@ -26,6 +26,7 @@ from tests.fakes.cli_worker import WORK_MARK, CliWorker, _first_user_text, _tool
 from tests.fakes.processes import HTTP_TOKEN, http_process
 from tests.fakes.script import RecordedRequest, Reply
 from tests.fakes.server import FakeProviders
+from tests.fakes.waits import status_of
 
 pytestmark = pytest.mark.anyio
 HELD_S = 600.0  # the CLI's answer before the kill: never sent (the fakes stop first), so never billed
@@ -71,11 +72,6 @@ def _edited(requests: list[RecordedRequest]) -> bool:
     )
 
 
-async def _view(client: Client, job_id: str, wait: float = 0) -> JobView:
-    result = await client.call_tool("get_status", {"job_id": job_id, "wait_seconds": wait})
-    return JobView.model_validate(result.structured_content)
-
-
 def _usage(home: Path, job_id: str, letter: str) -> tuple[int, int]:
     store = Store.of(Settings(home=home))
     try:
@@ -106,7 +102,7 @@ async def test_kill_9_while_a_cli_member_runs_then_a_restart_resumes_it_in_a_new
                 job_id = JobView.model_validate(asked).job_id
                 with anyio.fail_after(240):
                     while (
-                        (view := await _view(client, job_id)).progress is None
+                        (view := await status_of(client, job_id)).progress is None
                         or not all(a.answers for a in view.agents if not a.model.startswith("cli/"))
                         or not _edited(fakes.script.requests)
                     ):
@@ -123,7 +119,7 @@ async def test_kill_9_while_a_cli_member_runs_then_a_restart_resumes_it_in_a_new
             with http_process(tmp_path, env) as (base, process):
                 async with Client(f"{base}/mcp", auth=HTTP_TOKEN) as client:
                     with anyio.fail_after(400):  # a hang guard, not a speed
-                        while not (view := await _view(client, job_id, wait=45)).done:
+                        while not (view := await status_of(client, job_id, wait=45)).done:
                             pass
                     read = {"job_id": job_id, "path": "@diff", "limit": 100_000}
                     patch = (await client.call_tool("read_workspace", read)).structured_content

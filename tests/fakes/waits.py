@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import anyio
+from fastmcp import Client
 
 from conclave.jobs.read.views import JobView
 from conclave.jobs.request import JobRequest
@@ -40,4 +41,18 @@ async def until_state(service: JobService, job_id: str, state: str, limit_s: flo
     with anyio.fail_after(limit_s):
         while (view := await service.lookup.view(job_id)).state != state:
             await anyio.sleep(0.02)  # a condition polled under a limit, not a guess at how long it takes
+    return view
+
+
+async def status_of(client: Client, job_id: str, wait: float = 0) -> JobView:
+    """The job's view through an MCP client's `get_status`."""
+    result = await client.call_tool("get_status", {"job_id": job_id, "wait_seconds": wait})
+    return JobView.model_validate(result.structured_content)
+
+
+async def done_through(client: Client, job_id: str, limit_s: float = 180.0) -> JobView:
+    """The job's view once it is done, long-polling `get_status` through an MCP client."""
+    with anyio.fail_after(limit_s):  # a hang guard, not a speed
+        while not (view := await status_of(client, job_id, wait=45)).done:
+            pass
     return view

@@ -24,6 +24,7 @@ from pathlib import Path
 import anyio
 import pytest
 from fastmcp import Client
+from pydantic import SecretStr
 
 from conclave.jobs.read.views import JobView
 from conclave.jobs.store.sql import AnswerRow, JobRow, Store
@@ -32,6 +33,7 @@ from tests.fakes.calc_task import CALC, agent, calc_project, label_of
 from tests.fakes.processes import http_process, worker_process
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import KEY_ENV, TRIO, install, voter, write_team
+from tests.fakes.waits import done_through, status_of
 from tests.postgres import Cluster
 from tests.redis import Redis
 from tests.test_resume_files import DOCKER, _patch_body, held_bob
@@ -44,6 +46,20 @@ WORKERS = 3
 # jobs that started this close to bob's ask or start were taken as he asked, or took slots freed with
 # his (the jobs of one worker end together); a job here lasts about 2 s
 TOGETHER_S = 0.5
+
+
+def _shared(url: SecretStr, redis: Redis, jobs: Path, config: Path) -> dict[str, str]:
+    """What every front and worker of the deployment is given: one store, one queue, one jobs' folder."""
+    return {
+        "CONCLAVE_DATABASE_URL": url.get_secret_value(),
+        "CONCLAVE_QUEUE_URL": redis.url().get_secret_value(),
+        "CONCLAVE_JOBS_DIR": str(jobs),
+        "XDG_CONFIG_HOME": str(config),
+        KEY_ENV: "test-key",
+        "CONCLAVE_CHECK_POOL": "0",
+        "CONCLAVE_HEARTBEAT_S": "1",
+        "FASTMCP_LOG_LEVEL": "WARNING",
+    }
 
 
 class Deployment:
@@ -75,18 +91,6 @@ async def _ask(client: Client) -> JobView:
     return JobView.model_validate((await client.call_tool("ask_team", ASK)).structured_content)
 
 
-async def _view(client: Client, job_id: str, wait: float = 0) -> JobView:
-    result = await client.call_tool("get_status", {"job_id": job_id, "wait_seconds": wait})
-    return JobView.model_validate(result.structured_content)
-
-
-async def _done(client: Client, job_id: str) -> JobView:
-    with anyio.fail_after(180):  # a hang guard, not a speed
-        while not (view := await _view(client, job_id, wait=45)).done:
-            pass
-    return view
-
-
 async def test_two_fronts_three_workers_a_worker_killed_mid_job_and_fair_shares(
     tmp_path: Path, postgres_cluster: Cluster, redis: Redis
 ) -> None:
@@ -95,16 +99,7 @@ async def test_two_fronts_three_workers_a_worker_killed_mid_job_and_fair_shares(
         url = stack.enter_context(postgres_cluster.schema())
         install(fakes.script, TRIO, voter(delay=1.0))
         write_team(config / "conclave" / "teams" / "fake-trio.yaml", fakes, TRIO, name="fake-trio")
-        shared = {
-            "CONCLAVE_DATABASE_URL": url.get_secret_value(),
-            "CONCLAVE_QUEUE_URL": redis.url().get_secret_value(),
-            "CONCLAVE_JOBS_DIR": str(jobs),
-            "XDG_CONFIG_HOME": str(config),
-            KEY_ENV: "test-key",
-            "CONCLAVE_CHECK_POOL": "0",
-            "CONCLAVE_HEARTBEAT_S": "1",
-            "FASTMCP_LOG_LEVEL": "WARNING",
-        }
+        shared = _shared(url, redis, jobs, config)
         fronts = []
         for name in ("front-1", "front-2"):
             home = tmp_path / name / "home"
@@ -128,7 +123,7 @@ async def test_two_fronts_three_workers_a_worker_killed_mid_job_and_fair_shares(
         async with Client(fronts[0], auth=ALICE) as one, Client(fronts[1], auth=ALICE) as two:
             asked = await _ask(one)
             with anyio.fail_after(60):
-                while (view := await _view(two, asked.job_id)).progress is None or sum(
+                while (view := await status_of(two, asked.job_id)).progress is None or sum(
                     agent.answers for agent in view.progress.agents
                 ) < 3:
                     await anyio.sleep(0.05)  # sleep-ok: polls get_status until every agent answered
@@ -138,10 +133,10 @@ async def test_two_fronts_three_workers_a_worker_killed_mid_job_and_fair_shares(
             killed.wait()
             requests_before = len(fakes.script.requests)
             answers_before, calls_before = deployment.answers_and_calls(asked.job_id)
-            resumed = await _done(two, asked.job_id)
+            resumed = await done_through(two, asked.job_id)
             taken_by = deployment.row(asked.job_id).owner_pid
             # the same transcript, never interrupted
-            whole = await _done(one, (await _ask(one)).job_id)
+            whole = await done_through(one, (await _ask(one)).job_id)
             requests_after = len(fakes.script.requests) - requests_before - whole.usage.calls
         assert resumed.state == "completed", resumed.phase
         assert taken_by in workers  # one of the live workers finished it
@@ -160,12 +155,12 @@ async def test_two_fronts_three_workers_a_worker_killed_mid_job_and_fair_shares(
         async with Client(fronts[0], auth=ALICE) as alice, Client(fronts[1], auth=BOB) as bob:
             mine = [await _ask(alice) for _ in range(30)]
             with anyio.fail_after(60):
-                while (await _view(alice, mine[0].job_id)).state == "queued":
+                while (await status_of(alice, mine[0].job_id)).state == "queued":
                     await anyio.sleep(0.1)  # sleep-ok: until alice's first job runs
             bobs = await _ask(bob)  # admitted though alice's line is full
             assert bobs.state == "queued" and "waiting for a worker" in bobs.phase, bobs.phase
-            bobs_done = await _done(bob, bobs.job_id)
-            views = [await _done(alice, job.job_id) for job in mine]
+            bobs_done = await done_through(bob, bobs.job_id)
+            views = [await done_through(alice, job.job_id) for job in mine]
         assert bobs_done.state == "completed" and all(view.state == "completed" for view in views)
         rows = {job.job_id: deployment.row(job.job_id) for job in [*mine, bobs]}
         bob_row = rows[bobs.job_id]
@@ -216,17 +211,7 @@ async def test_a_job_with_files_survives_its_worker(
         fakes.script.set_default("cy", agent("ann"))
         teams = config / "conclave" / "teams"
         write_team(teams / "fake-files.yaml", fakes, TRIO, name="fake-files", sandbox=DOCKER)
-        shared = {
-            "CONCLAVE_DATABASE_URL": url.get_secret_value(),
-            "CONCLAVE_QUEUE_URL": redis.url().get_secret_value(),
-            "CONCLAVE_JOBS_DIR": str(jobs),
-            "XDG_CONFIG_HOME": str(config),
-            KEY_ENV: "test-key",
-            "CONCLAVE_CHECK_POOL": "0",
-            "CONCLAVE_HEARTBEAT_S": "1",
-            "FASTMCP_LOG_LEVEL": "WARNING",
-            "CONCLAVE_ALLOWED_ROOTS": str(tmp_path),  # the callers' projects
-        }
+        shared = _shared(url, redis, jobs, config) | {"CONCLAVE_ALLOWED_ROOTS": str(tmp_path)}
         base, _ = stack.enter_context(
             http_process(tmp_path / "front", _front_env(tmp_path / "front" / "home", shared), token=None)
         )
@@ -242,7 +227,7 @@ async def test_a_job_with_files_survives_its_worker(
             job_id = JobView.model_validate(asked.structured_content).job_id
             with anyio.fail_after(120):
                 while (
-                    (view := await _view(client, job_id)).progress is None
+                    (view := await status_of(client, job_id)).progress is None
                     or sum(a.answers for a in view.progress.agents) < 2
                     or not any(
                         label_of(r, "bob") is None and "replaced 1 occurrence" in r.text()
@@ -258,12 +243,12 @@ async def test_a_job_with_files_survives_its_worker(
             requests_before = len(fakes.script.requests)
             answers_before, calls_before = deployment.answers_and_calls(job_id)
             assert project.joinpath("calc.py").read_text() == CALC  # nothing applied before the kill
-            resumed = await _done(client, job_id)
+            resumed = await done_through(client, job_id)
             patch = await _patch(client, job_id)
             whole_id = JobView.model_validate(
                 (await client.call_tool("ask_team", _ask_files(again))).structured_content
             ).job_id
-            whole = await _done(client, whole_id)
+            whole = await done_through(client, whole_id)
             whole_patch = await _patch(client, whole_id)
         requests_after = len(fakes.script.requests) - requests_before - whole.usage.calls
         taken_by = deployment.row(job_id).owner_pid

@@ -26,8 +26,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import importlib.abc
-import importlib.util
 import io
 import json
 import os
@@ -43,13 +41,11 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # bench/bench_checks.py; this checkout's tests (the fakes) for both trees
+
+from bench.bench_checks import PACKAGES, _Tree  # noqa: E402
+
 RESULTS = ROOT / "bench" / "results" / "cli-decisions.json"
-PACKAGES = {
-    "conclave": "server",
-    "conclave.configs": "configs",
-    "conclave.skills": "skills",
-    "conclave.tools": "tools",
-}
 KEY = "CONCLAVE_FAKE_KEY"
 CHECK = "python3 -m pytest -q"
 # scenario -> (the fixer's model and fake wire, the breaker's), the API member beside them
@@ -60,21 +56,6 @@ SCENARIOS = {
         ("cli/copilot:claude-sonnet-4.5", "anthropic"),
     ),
 }
-
-
-class _Tree(importlib.abc.MetaPathFinder):
-    """Imports `conclave` from the given source tree, ahead of the installed (editable) one."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-
-    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
-        if fullname not in PACKAGES:
-            return None
-        folder = self.root / PACKAGES[fullname]
-        return importlib.util.spec_from_file_location(
-            fullname, folder / "__init__.py", submodule_search_locations=[str(folder)]
-        )
 
 
 # The child: one job on one tree ----------------------------------------------------------------------
@@ -213,7 +194,6 @@ def child(scenario: str, tree: Path) -> None:
     import anyio
 
     sys.meta_path.insert(0, _Tree(tree))
-    sys.path.insert(0, str(ROOT))  # this checkout's tests (the fakes, the scripted workers) for both
     print(json.dumps(anyio.run(one_job, scenario)))
 
 

@@ -26,6 +26,7 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/results_file.py, the tests' fakes
 
+from bench.request_loop import LOOP
 from bench.results_file import write_results
 from conclave.config.models import SandboxSpec
 from conclave.sandbox.allowlist import allowlist_for
@@ -40,20 +41,6 @@ from tests.fakes.server import FakeProviders
 
 RESULTS = Path(__file__).parent / "results" / "egress.json"
 STARTS, REQUESTS = 5, 50
-# N sequential requests; prints the per-request times in ms as JSON (urllib follows HTTP_PROXY when set).
-LOOP = r"""
-import json, sys, time, urllib.request
-url, n = sys.argv[1], int(sys.argv[2])
-body = json.dumps({"model": "m", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]}).encode()
-headers = {"content-type": "application/json", "x-api-key": "k", "anthropic-version": "2023-06-01"}
-times = []
-for _ in range(n + 1):
-    started = time.perf_counter()
-    with urllib.request.urlopen(urllib.request.Request(url, data=body, headers=headers), timeout=30) as r:
-        r.read()
-    times.append((time.perf_counter() - started) * 1000)
-print(json.dumps(times[1:]))
-"""
 
 
 async def timed_build() -> BuildReport:

@@ -49,6 +49,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.bench_checks import PACKAGES, _Tree  # noqa: E402
+from bench.request_loop import LOOP  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "sandbox-lanes.json"
 LANES = {
@@ -58,19 +59,6 @@ LANES = {
 }
 FILES, CHANGED, STARTS, COMMANDS, CHECKS, REQUESTS = 1000, 10, 4, 4, 4, 20
 GOAL = 1.3
-LOOP = r"""
-import json, sys, time, urllib.request
-url, n = sys.argv[1], int(sys.argv[2])
-body = json.dumps({"model": "m", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]}).encode()
-headers = {"content-type": "application/json", "x-api-key": "k", "anthropic-version": "2023-06-01"}
-times = []
-for _ in range(n + 1):
-    started = time.perf_counter()
-    with urllib.request.urlopen(urllib.request.Request(url, data=body, headers=headers), timeout=30) as r:
-        r.read()
-    times.append((time.perf_counter() - started) * 1000)
-print(json.dumps(times[1:]))
-"""
 # The keys of a child's result, each a list of samples; the job's overhead is the sum of the first six
 STEPS = (
     "start_s",

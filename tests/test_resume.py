@@ -97,6 +97,7 @@ async def test_kill_9_mid_job_then_a_restart_resumes_it_with_every_answer_and_ca
                 assert [n.seen for n in steered.notes] == [True]  # the protocol took it before the kill
             process.send_signal(signal.SIGKILL)  # mid-job: the agents are in their voting turns
             process.wait()
+            fakes.settle()  # what the killed process had sent is recorded before the count
             requests_before = len(fakes.script.requests)
         answers_before, calls_before, journal_before = _stored(home, asked.job_id)
         assert len(answers_before) == 3 and not view.done

@@ -119,6 +119,7 @@ async def test_kill_9_mid_job_with_files_then_a_restart_resumes_it_to_the_uninte
             process.send_signal(signal.SIGKILL)  # bob's turn in flight: calc.py edited, no answer yet
             process.wait()
             released.set()
+            fakes.settle()  # what the killed process had sent is recorded before the count
             requests_before = len(fakes.script.requests)
         answers_before, calls_before, _, _ = _stored(home, job_id)
         authors = _by_author(view)

@@ -11,6 +11,7 @@ subprocess) reach it over real HTTP.
 from __future__ import annotations
 
 import socket
+import time
 from types import TracebackType
 
 import uvicorn
@@ -60,13 +61,32 @@ class FakeProviders:
             timeout_graceful_shutdown=1,  # scripted delays of tens of seconds must not hold up a test's end
         )
         self._serving = serving(config, "fake-providers")
+        self._server: uvicorn.Server | None = None
 
     def base_url(self, provider: str, agent: str) -> str:
         return f"http://127.0.0.1:{self.port}" + PREFIXES[provider].format(agent=agent)
 
     def __enter__(self) -> FakeProviders:
-        self._serving.__enter__()
+        self._server = self._serving.__enter__()
         return self
+
+    def settle(self, timeout: float = 10.0, quiet: float = 0.3) -> None:
+        """Wait until no client holds a connection, then until no request is recorded for `quiet` seconds.
+
+        A killed client's request can still be recorded after the kill returned: uvicorn reads what was
+        already in the socket, and a handler that had read its body records it a few loop turns later (one
+        that had not gets a disconnect instead). Only meaningful when no live process talks to the fakes."""
+        assert self._server is not None, "settle() inside the with block"
+        connections = self._server.server_state.connections
+        deadline = time.monotonic() + timeout
+        seen, since = -1, time.monotonic()
+        while connections or time.monotonic() - since < quiet:
+            # wall-time: a guard against a connection that never closes, not a measurement
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the fakes still hold {len(connections)} connections after {timeout} s")
+            if connections or len(self.script.requests) != seen:
+                seen, since = len(self.script.requests), time.monotonic()
+            time.sleep(0.01)
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None

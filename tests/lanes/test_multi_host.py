@@ -131,6 +131,7 @@ async def test_two_fronts_three_workers_a_worker_killed_mid_job_and_fair_shares(
             killed = workers.pop(owner.owner_pid)
             killed.send_signal(signal.SIGKILL)  # mid-job: the agents are in their voting turns
             killed.wait()
+            fakes.settle()  # what the killed process had sent is recorded before the count
             requests_before = len(fakes.script.requests)
             answers_before, calls_before = deployment.answers_and_calls(asked.job_id)
             resumed = await done_through(two, asked.job_id)
@@ -240,6 +241,7 @@ async def test_a_job_with_files_survives_its_worker(
             killed.send_signal(signal.SIGKILL)  # bob's turn in flight: calc.py edited, no answer yet
             killed.wait()
             released.set()
+            fakes.settle()  # what the killed process had sent is recorded before the count
             requests_before = len(fakes.script.requests)
             answers_before, calls_before = deployment.answers_and_calls(job_id)
             assert project.joinpath("calc.py").read_text() == CALC  # nothing applied before the kill

@@ -100,30 +100,42 @@ def engine_facts(client: Any) -> EngineFacts:
     return EngineFacts(name, str(version.get("Version", "unknown")), system, arch)
 
 
-def is_podman(client: Any) -> bool:
-    """Whether the engine is Podman, from its ping's `Libpod-Api-Version` header (one cheap call, blocking).
+@dataclass(frozen=True)
+class Ping:
+    """What an engine's ping says in its headers: one cheap call every engine answers at once.
 
     Not from `engine_facts`: Podman 4.3 answers /version in about 0.7 s and /info in 0.5 s (it asks its
     runtimes for their versions each time), which every CLI member's start would pay."""
+
+    podman: bool  # a `Libpod-Api-Version` header
+    version: str | None  # from `Server: Docker/20.10.24 (linux)` or `Libpod/4.3.1 (linux)`
+
+
+def ping(client: Any) -> Ping:
+    """The engine's ping (blocking), or `SandboxUnavailable` saying how to fix it."""
     import docker
 
     try:
         reply = client.api.get(f"{client.api.base_url}/_ping", timeout=30)
+        reply.raise_for_status()
     except (docker.errors.DockerException, OSError) as exc:  # requests' errors are OSErrors
         raise SandboxUnavailable(f"the Docker engine did not answer its ping ({exc}): {FIX}") from exc
-    return "Libpod-Api-Version" in reply.headers
+    name, _, rest = str(reply.headers.get("Server", "")).partition("/")
+    version = rest.split(" ")[0] if name in ("Docker", "Libpod") else ""
+    return Ping("Libpod-Api-Version" in reply.headers, version or None)
+
+
+def is_podman(client: Any) -> bool:
+    """Whether the engine is Podman, from its ping (blocking)."""
+    return ping(client).podman
 
 
 def server_version(client: Any) -> str | None:
-    """The engine's version from its ping's `Server` header (`Docker/20.10.24 (linux)`, `Libpod/4.3.1
-    (linux)`), else from /version: the ping is what every engine answers at once (see `is_podman`)."""
-    reply = client.api.get(f"{client.api.base_url}/_ping", timeout=30)
-    reply.raise_for_status()
-    name, _, rest = str(reply.headers.get("Server", "")).partition("/")
-    if name in ("Docker", "Libpod") and rest.split(" ")[0]:
-        return rest.split(" ")[0]
-    version = client.version().get("Version")
-    return None if version is None else str(version)
+    """The engine's version from its ping, else from /version (blocking)."""
+    if (version := ping(client).version) is not None:
+        return version
+    reported = client.version().get("Version")
+    return None if reported is None else str(reported)
 
 
 def connect() -> Any:
@@ -185,21 +197,10 @@ async def sweep(
     docker_client: Any = client or await anyio.to_thread.run_sync(connect)
 
     def listed() -> list[Any]:
-        """The labelled containers, each inspected.
-
-        One removed meanwhile (another server's sweep) is skipped.
-        """
-        import docker
-
-        found = []
+        """The labelled containers, each inspected; one removed meanwhile (another server's sweep) is
+        skipped."""
         labels = ["conclave.owner", *([f"conclave.job={job}"] if job is not None else [])]
-        for container in docker_client.containers.list(all=True, sparse=True, filters={"label": labels}):
-            try:
-                container.reload()
-            except docker.errors.NotFound:
-                continue
-            found.append(container)
-        return found
+        return list(docker_client.containers.list(all=True, filters={"label": labels}, ignore_removed=True))
 
     def gone(labels: dict[str, str]) -> bool:
         owner, pid = labels.get("conclave.owner", ""), labels.get("conclave.owner_pid", "")

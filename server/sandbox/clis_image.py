@@ -33,12 +33,10 @@ import anyio.to_thread
 
 from conclave.errors import SandboxError
 from conclave.sandbox import dockerfile
-from conclave.sandbox.engine import connect
 from conclave.sandbox.image import (
     BuildOptions,
     BuildReport,
     Log,
-    _image_size,
     _tag_for,
     _tail,
     build_image,
@@ -47,9 +45,9 @@ from conclave.sandbox.image import (
     import_root,
     mmdebstrap,
     smoke_test,
-    target_platform,
+    start_build,
 )
-from conclave.sandbox.image_route import Route, choose_route
+from conclave.sandbox.image_route import Route
 from conclave.sandbox.recipe import (
     CLI_PACKAGES,
     CLIS_LAYOUT,
@@ -86,23 +84,11 @@ async def build_clis_image(
 ) -> BuildReport:
     """Build `tag` (default `clis_tag()`) unless it exists; `plain`: the plain image the Dockerfile
     route starts from (built first when missing; default `default_tag()`). See the module docstring."""
-    say = log or (lambda _line: None)
     options = options or BuildOptions()
-    docker = client or await anyio.to_thread.run_sync(connect)
-    tag = tag or clis_tag(options.platform)
-    existing = await anyio.to_thread.run_sync(_image_size, docker, tag)
-    if existing is not None:
-        return BuildReport(tag, False, 0.0, existing)
-    if shutil.which("npm") is None:
-        raise SandboxError(
-            f"cannot build {tag}: npm is not installed; the CLIs and Node come from npm on this machine: "
-            "install Node.js with npm and run `conclave sandbox build --clis` again"
-        )
-    target = await target_platform(docker, options)
-    choice = await anyio.to_thread.run_sync(
-        partial(choose_route, docker, forced=options.route, platform=target, offline_tools=("mmdebstrap",))
-    )
-    say(f"route: {choice.route} ({choice.reason})")
+    start = await start_build(tag or clis_tag(options.platform), client, options, log, needs=_needs_npm)
+    if isinstance(start, BuildReport):
+        return start
+    docker, tag, target, choice, say = start.docker, start.tag, start.target, start.route, start.say
 
     async def with_dockerfile(docker: object, candidate: str, say: Log) -> None:
         base = await build_image(plain, client=docker, options=options, log=say)
@@ -148,6 +134,14 @@ def build_clis_image_sync(
 ) -> BuildReport:
     """`conclave sandbox build --clis`, from a synchronous caller (prints progress by default)."""
     return anyio.run(partial(build_clis_image, tag, options=options, log=log))
+
+
+def _needs_npm(tag: str) -> None:
+    if shutil.which("npm") is None:
+        raise SandboxError(
+            f"cannot build {tag}: npm is not installed; the CLIs and Node come from npm on this machine: "
+            "install Node.js with npm and run `conclave sandbox build --clis` again"
+        )
 
 
 async def _npm_prefix(folder: Path, platform: str, say: Log) -> Path:

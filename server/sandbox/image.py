@@ -128,18 +128,11 @@ async def build_image(
     log: Log | None = None,
 ) -> BuildReport:
     """Build `tag` (default `default_tag()`) unless it exists; see the module docstring."""
-    say = log or (lambda _line: None)
     options = options or BuildOptions()
-    docker = client or await anyio.to_thread.run_sync(connect)
-    tag = tag or default_tag(options.platform)
-    existing = await anyio.to_thread.run_sync(_image_size, docker, tag)
-    if existing is not None:
-        return BuildReport(tag, False, 0.0, existing)
-    target = await target_platform(docker, options)
-    choice = await anyio.to_thread.run_sync(
-        partial(choose_route, docker, forced=options.route, platform=target, offline_tools=("mmdebstrap",))
-    )
-    say(f"route: {choice.route} ({choice.reason})")
+    start = await start_build(tag or default_tag(options.platform), client, options, log)
+    if isinstance(start, BuildReport):
+        return start
+    docker, tag, target, choice, say = start.docker, start.tag, start.target, start.route, start.say
 
     async def with_dockerfile(docker: object, candidate: str, say: Log) -> None:
         assert choice.base is not None  # the Dockerfile route always comes with its base
@@ -172,6 +165,41 @@ async def build_image(
     return await build_once(
         tag, IMAGE_REPO, make, _smoke_test, smoke=smoke, client=docker, log=say, route=choice
     )
+
+
+@dataclass(frozen=True)
+class BuildStart:
+    """A build decided: the engine, the tag, the platform and the route (this file and clis_image.py)."""
+
+    docker: object
+    tag: str
+    target: str
+    route: RouteChoice
+    say: Log
+
+
+async def start_build(
+    tag: str,
+    client: object | None,
+    options: BuildOptions,
+    log: Log | None,
+    *,
+    needs: Callable[[str], None] = lambda _tag: None,
+) -> BuildStart | BuildReport:
+    """`tag`'s report when the engine has it already; else, once `needs(tag)` found nothing missing on
+    this machine, the platform and the route, said in the log."""
+    say = log or (lambda _line: None)
+    docker = client or await anyio.to_thread.run_sync(connect)
+    existing = await anyio.to_thread.run_sync(_image_size, docker, tag)
+    if existing is not None:
+        return BuildReport(tag, False, 0.0, existing)
+    needs(tag)
+    target = await target_platform(docker, options)
+    choice = await anyio.to_thread.run_sync(
+        partial(choose_route, docker, forced=options.route, platform=target, offline_tools=("mmdebstrap",))
+    )
+    say(f"route: {choice.route} ({choice.reason})")
+    return BuildStart(docker, tag, target, choice, say)
 
 
 async def build_once(

@@ -132,6 +132,47 @@ async def test_kill_9_mid_job_then_a_restart_resumes_it_with_every_answer_and_ca
     assert resumed.result.consensus and resumed.answer and "FINAL: the team's answer, 42" in resumed.answer
 
 
+async def test_a_follow_up_killed_mid_job_resumes_with_its_thread(tmp_path: Path) -> None:
+    """A follow-up's history (the earlier job's task and answer) is rebuilt from the store on resume, so the
+    turns run again after the restart still see it, and the thread stays linked."""
+    home, config = tmp_path / "home", tmp_path / "config"
+    with FakeProviders() as fakes:
+        install(fakes.script, TRIO, voter(delay=0.5))
+        write_team(config / "conclave" / "teams" / "fake-trio.yaml", fakes, TRIO, name="fake-trio")
+        env = {"CONCLAVE_HOME": str(home), "XDG_CONFIG_HOME": str(config), KEY_ENV: "test-key"}
+        env["CONCLAVE_CHECK_POOL"] = "0"
+        with http_process(tmp_path, env) as (base, process):
+            async with Client(f"{base}/mcp", auth=HTTP_TOKEN) as client:
+                asked = JobView.model_validate((await client.call_tool("ask_team", ASK)).structured_content)
+                first = await done_through(client, asked.job_id)
+                more = {"task": "Say it in words.", "follow_up": first.job_id, "wait_seconds": 0}
+                follow = JobView.model_validate((await client.call_tool("ask_team", more)).structured_content)
+                with anyio.fail_after(60):
+                    while (view := await status_of(client, follow.job_id)).progress is None or sum(
+                        agent.answers for agent in view.progress.agents
+                    ) < 3:
+                        await anyio.sleep(0.05)  # sleep-ok: polls get_status until every agent answered
+            process.send_signal(signal.SIGKILL)  # mid-job: the agents are in their voting turns
+            process.wait()
+            fakes.settle()  # what the killed process had sent is recorded before the count
+            requests_before = len(fakes.script.requests)
+        assert not view.done
+        with http_process(tmp_path, env) as (base, process):
+            async with Client(f"{base}/mcp", auth=HTTP_TOKEN) as client:
+                resumed = await done_through(client, follow.job_id)
+            process.terminate()
+            assert process.wait(timeout=60) == 0
+        after = [request.text() for request in fakes.script.requests[requests_before:]]
+    assert first.state == "completed" and first.answer is not None
+    assert resumed.state == "completed", resumed.phase
+    assert resumed.follow_up == first.job_id and resumed.thread == [first.job_id, follow.job_id]
+    # every turn run again after the restart was given the follow-up with the earlier job's exchange
+    assert after and all(
+        "The task now: their follow-up" in text and "Say it in words." in text for text in after
+    )
+    assert all(ASK["task"] in text for text in after)
+
+
 async def test_a_running_server_takes_over_a_job_whose_owner_died_and_runs_it(
     tmp_path: Path, fakes: FakeProviders
 ) -> None:

@@ -715,17 +715,39 @@ async def test_apply_conflict_changes_nothing(applied_job):
     (src / "app.py").write_text("edited by the user\n")
     (src / "pkg" / "new").mkdir(parents=True)
     (src / "pkg" / "new" / "mod.py").write_text("user's own\n")
-    (src / "old.txt").unlink()
+    (src / "dir" / "only.txt").unlink()  # the team also deletes it: that one is no conflict
+    (src / "old.txt").write_text("the user's\n")
     before = read_tree(src)
     with pytest.raises(ApplyConflict) as caught:
         await spaces.apply("proj")
     assert caught.value.conflicts == {
         "app.py": "modified since the job started",
         "pkg/new/mod.py": "created since the job started",
-        "old.txt": "deleted since the job started",
+        "old.txt": "modified since the job started",
     }
     assert "nothing was applied" in str(caught.value) and "app.py (modified" in str(caught.value)
     assert read_tree(src) == before
+
+
+@pytest.mark.anyio
+async def test_an_apply_made_already_is_no_conflict_and_writes_nothing_again(applied_job):
+    """A job resumed after its dead server had applied applies again (files/apply.py): what it finds is its
+    own change, file by file, and the rest is written as usual."""
+    spaces, src = applied_job
+    consent = Consent(force_binary=True)
+    first = await spaces.apply("proj", consent=consent)
+    after = read_tree(src)
+    written = {rel: os.stat(src / rel).st_mtime_ns for rel in after}
+    again = await spaces.apply("proj", consent=consent)
+    assert (again.added, again.modified, again.deleted) == (first.added, first.modified, first.deleted)
+    assert read_tree(src) == after
+    assert {rel: os.stat(src / rel).st_mtime_ns for rel in after} == written  # nothing written again
+    # half made: the caller's folder has some changes already, and gets the rest
+    (src / "app.py").write_text("v1\n")
+    (src / "old.txt").write_text("old\n")
+    (src / "pkg" / "new" / "mod.py").unlink()
+    await spaces.apply("proj", consent=consent)
+    assert read_tree(src) == after
 
 
 @pytest.mark.anyio

@@ -5,6 +5,8 @@ file), not by parsing the patch text, so binary files apply too. Before anything
 the changes touch is checked against the manifest: a file to modify or delete must still hold the sha256
 it had at job start, a file to add must not exist, and no path may pass through a symlink. Any mismatch
 raises `ApplyConflict` naming every such file, with nothing written (`test_apply_conflict_changes_nothing`).
+A file that already is as the final tree has it (content and executable bit; absent for a deletion) is
+no conflict and is not written again: a job resumed after an apply its dead server made applies again.
 
 Writes are atomic per file (a temporary sibling made with O_EXCL, fsync, rename), and every step goes
 through the folder's fd reached by safe.py's no-follow walk, never by name; each replaced or deleted file
@@ -145,10 +147,35 @@ def apply_tree(
     planned = plan(final, recorded, base)
     changes = planned.without(hold_back(patch, consent, planned.added + planned.modified + planned.deleted))
     found = conflicts(target, changes, recorded)
-    if found:
-        raise ApplyConflict(str(target), found)
-    _write(final, target, changes)
+    there = {rel for rel in found if already_applied(final, target, rel, changes)}
+    if set(found) - there:
+        raise ApplyConflict(str(target), {rel: why for rel, why in found.items() if rel not in there})
+    pending = Changes(
+        [rel for rel in changes.added if rel not in there],
+        [rel for rel in changes.modified if rel not in there],
+        [rel for rel in changes.deleted if rel not in there],
+    )
+    _write(final, target, pending)
     return changes
+
+
+def already_applied(final: Path, target: Path, rel: str, changes: Changes) -> bool:
+    """Whether `target` already holds `rel` as the final tree has it: content and executable bit, or
+    absent for a deletion. A job resumed after its server died between its apply and its result applies
+    again (jobs/takeover.py), and what it finds written is its own change, not the caller's edit."""
+    if _blocked_parent(target, rel):
+        return False
+    try:
+        info = safe.lstat(target, rel)
+    except PathOutsideRoot:
+        return False
+    if rel in changes.deleted:
+        return info is None
+    if info is None or not stat.S_ISREG(info.st_mode):
+        return False
+    wanted = os.lstat(final / rel)
+    same_mode = (info.st_mode & 0o111 != 0) == (wanted.st_mode & 0o111 != 0)
+    return same_mode and sha256_file(target, rel) == sha256_file(final, rel)
 
 
 def write_patch(final: Path, scratch: Path, patch: Patch, consent: Consent = Consent()) -> Changes:

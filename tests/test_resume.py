@@ -40,7 +40,7 @@ from conclave.settings import Settings
 from tests.fakes.processes import HTTP_TOKEN, http_process
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import KEY_ENV, TRIO, install, team_data, voter, write_team
-from tests.fakes.waits import done_through, status_of, until_done, until_state
+from tests.fakes.waits import answered_through, done_through, until_done, until_state
 from tests.test_orchestrator import JOB, MemorySink, letters_of
 
 pytestmark = pytest.mark.anyio
@@ -73,23 +73,26 @@ def _stored(home: Path, job_id: str) -> tuple[list[AnswerRow], int, int]:
         store.close()
 
 
+def _trio_server(tmp_path: Path, fakes: FakeProviders, delay: float) -> dict[str, str]:
+    """A server's environment for the fake trio, whose every reply waits `delay` s: its home is
+    tmp_path/home."""
+    install(fakes.script, TRIO, voter(delay=delay))
+    config = tmp_path / "config"
+    write_team(config / "conclave" / "teams" / "fake-trio.yaml", fakes, TRIO, name="fake-trio")
+    env = {"CONCLAVE_HOME": str(tmp_path / "home"), "XDG_CONFIG_HOME": str(config), KEY_ENV: "test-key"}
+    return env | {"CONCLAVE_CHECK_POOL": "0"}
+
+
 async def test_kill_9_mid_job_then_a_restart_resumes_it_with_every_answer_and_call_kept(
     tmp_path: Path,
 ) -> None:
-    home, config = tmp_path / "home", tmp_path / "config"
+    home = tmp_path / "home"
     with FakeProviders() as fakes:
-        install(fakes.script, TRIO, voter(delay=1.0))
-        write_team(config / "conclave" / "teams" / "fake-trio.yaml", fakes, TRIO, name="fake-trio")
-        env = {"CONCLAVE_HOME": str(home), "XDG_CONFIG_HOME": str(config), KEY_ENV: "test-key"}
-        env["CONCLAVE_CHECK_POOL"] = "0"
+        env = _trio_server(tmp_path, fakes, delay=1.0)
         with http_process(tmp_path, env) as (base, process):
             async with Client(f"{base}/mcp", auth=HTTP_TOKEN) as client:
                 asked = JobView.model_validate((await client.call_tool("ask_team", ASK)).structured_content)
-                with anyio.fail_after(60):
-                    while (view := await status_of(client, asked.job_id)).progress is None or sum(
-                        agent.answers for agent in view.progress.agents
-                    ) < 3:
-                        await anyio.sleep(0.05)  # sleep-ok: polls get_status until every agent answered
+                view = await answered_through(client, asked.job_id, 3)
                 note = {"job_id": asked.job_id, "message": "keep it short"}
                 steered = JobView.model_validate(
                     (await client.call_tool("steer_job", note)).structured_content
@@ -135,23 +138,15 @@ async def test_kill_9_mid_job_then_a_restart_resumes_it_with_every_answer_and_ca
 async def test_a_follow_up_killed_mid_job_resumes_with_its_thread(tmp_path: Path) -> None:
     """A follow-up's history (the earlier job's task and answer) is rebuilt from the store on resume, so the
     turns run again after the restart still see it, and the thread stays linked."""
-    home, config = tmp_path / "home", tmp_path / "config"
     with FakeProviders() as fakes:
-        install(fakes.script, TRIO, voter(delay=0.5))
-        write_team(config / "conclave" / "teams" / "fake-trio.yaml", fakes, TRIO, name="fake-trio")
-        env = {"CONCLAVE_HOME": str(home), "XDG_CONFIG_HOME": str(config), KEY_ENV: "test-key"}
-        env["CONCLAVE_CHECK_POOL"] = "0"
+        env = _trio_server(tmp_path, fakes, delay=0.5)
         with http_process(tmp_path, env) as (base, process):
             async with Client(f"{base}/mcp", auth=HTTP_TOKEN) as client:
                 asked = JobView.model_validate((await client.call_tool("ask_team", ASK)).structured_content)
                 first = await done_through(client, asked.job_id)
                 more = {"task": "Say it in words.", "follow_up": first.job_id, "wait_seconds": 0}
                 follow = JobView.model_validate((await client.call_tool("ask_team", more)).structured_content)
-                with anyio.fail_after(60):
-                    while (view := await status_of(client, follow.job_id)).progress is None or sum(
-                        agent.answers for agent in view.progress.agents
-                    ) < 3:
-                        await anyio.sleep(0.05)  # sleep-ok: polls get_status until every agent answered
+                view = await answered_through(client, follow.job_id, 3)
             process.send_signal(signal.SIGKILL)  # mid-job: the agents are in their voting turns
             process.wait()
             fakes.settle()  # what the killed process had sent is recorded before the count

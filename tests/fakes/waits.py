@@ -56,3 +56,13 @@ async def done_through(client: Client, job_id: str, limit_s: float = 180.0) -> J
         while not (view := await status_of(client, job_id, wait=45)).done:
             pass
     return view
+
+
+async def answered_through(client: Client, job_id: str, answers: int, limit_s: float = 60.0) -> JobView:
+    """The job's view once its agents have posted `answers` answers in all, polling `get_status`."""
+    with anyio.fail_after(limit_s):
+        while (view := await status_of(client, job_id)).progress is None or sum(
+            agent.answers for agent in view.progress.agents
+        ) < answers:
+            await anyio.sleep(0.05)  # a condition polled under a limit, not a guess at how long it takes
+    return view

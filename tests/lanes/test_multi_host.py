@@ -33,7 +33,7 @@ from tests.fakes.calc_task import CALC, agent, calc_project, label_of
 from tests.fakes.processes import http_process, worker_process
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import KEY_ENV, TRIO, install, voter, write_team
-from tests.fakes.waits import done_through, status_of
+from tests.fakes.waits import answered_through, done_through, status_of
 from tests.postgres import Cluster
 from tests.redis import Redis
 from tests.test_resume_files import DOCKER, _patch_body, held_bob
@@ -122,11 +122,7 @@ async def test_two_fronts_three_workers_a_worker_killed_mid_job_and_fair_shares(
         # 1. a job asked at front 1; its worker killed mid-vote; read on at front 2
         async with Client(fronts[0], auth=ALICE) as one, Client(fronts[1], auth=ALICE) as two:
             asked = await _ask(one)
-            with anyio.fail_after(60):
-                while (view := await status_of(two, asked.job_id)).progress is None or sum(
-                    agent.answers for agent in view.progress.agents
-                ) < 3:
-                    await anyio.sleep(0.05)  # sleep-ok: polls get_status until every agent answered
+            await answered_through(two, asked.job_id, 3)
             owner = deployment.row(asked.job_id)
             killed = workers.pop(owner.owner_pid)
             killed.send_signal(signal.SIGKILL)  # mid-job: the agents are in their voting turns

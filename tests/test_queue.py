@@ -196,3 +196,33 @@ async def test_sigterm_drains_a_worker_process_its_job_completes_and_it_exits_0(
     assert code == 0, log
     assert done.state == "completed", done.phase
     assert "draining (SIGTERM)" in log and "drained, exiting" in log
+
+
+async def test_a_worker_process_loads_the_provider_sdks_before_it_takes_a_job(
+    tmp_path: Path, fakes: FakeProviders, redis: Redis
+) -> None:
+    """Its first jobs import nothing of an SDK: they started at once on its every slot and each waited
+    seconds for the imports on a busy machine (bench/bench_queue.py's three workers). Python's import
+    log (PYTHONPROFILEIMPORTTIME, in the worker's log) says when each module was first imported."""
+    install(fakes.script, TRIO, voter())
+    team = str(write_team(tmp_path / "team.yaml", fakes, TRIO))
+    settings = Settings(home=tmp_path / "state", queue_url=redis.url())
+    env = {"CONCLAVE_HOME": str(settings.home), "CONCLAVE_QUEUE_URL": redis.url().get_secret_value()}
+    env |= {**ENV, "CONCLAVE_CHECK_POOL": "0", "PYTHONPROFILEIMPORTTIME": "1"}
+    async with JobService.open(settings, environ=ENV) as front:
+        with worker_process(tmp_path / "worker", env):
+            job = await front.submit(JobRequest(task="What is 6 * 7?", team=team))
+            done = await until_done(front, job)
+    assert done.state == "completed", done.phase
+    log = (tmp_path / "worker" / "worker.log").read_text()
+    before, taking, after = log.partition(" jobs at once from ")
+    assert taking, log[-2000:]
+    assert {"openai", "anthropic", "google.genai"} <= set(imported(before))
+    assert "provider SDKs loaded in" in after.splitlines()[0] and "openai, anthropic, gemini" in after
+    late = [module for module in imported(after) if module.startswith(("openai", "anthropic", "google"))]
+    assert not late, late[:20]
+
+
+def imported(log: str) -> list[str]:
+    """The modules Python's import log (PYTHONPROFILEIMPORTTIME) names, in the order first imported."""
+    return [line.rpartition("|")[2].strip() for line in log.splitlines() if line.startswith("import time:")]

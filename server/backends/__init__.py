@@ -33,6 +33,9 @@ SCORERS = frozenset({"local"})
 # starts (the hosted providers need only a key, which the team checks). Only these modules are imported
 # at submit time, so a hosted provider's SDK is never imported just to admit a job.
 PREFLIGHT = frozenset({"local"})
+# the providers `preload` builds: the hosted ones, whose SDK costs a first job seconds of imports and
+# client set-up ("local" is left out: its backend starts a llama.cpp server)
+PRELOADED = ("openai", "anthropic", "gemini")
 
 
 def check_ready(provider: str, model_name: str, model_path: str | None) -> None:
@@ -70,3 +73,17 @@ def create_scorer(endpoint: Endpoint, *, local_servers: LocalServers | None = No
     backend_class = getattr(import_module(f"{__name__}.{module_name}"), class_name)
     scorer: ScoringBackend = backend_class(endpoint, local_servers)
     return scorer
+
+
+def preload() -> list[Backend]:
+    """One backend of each hosted provider whose SDK is installed, built and never sent a request: its
+    SDK's modules and its client's classes are loaded, and the shared TLS context (tls.py) made, before
+    a first job needs them. Blocking (imports): run it in a worker thread, and close what it returns."""
+    built = []
+    for provider in PRELOADED:
+        endpoint = Endpoint(provider=provider, model="preload", api_key="preload-sends-no-request")
+        try:
+            built.append(create_backend(endpoint))
+        except (ConfigError, ImportError):  # its SDK is not installed: a team naming it fails at start
+            continue
+    return built

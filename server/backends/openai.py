@@ -60,6 +60,10 @@ class OpenAIBackend:
             max_retries=0,
             http_client=openai.DefaultAsyncHttpxClient(verify=client_context()),  # backends/tls.py
         )
+        # the SDK imports this resource's modules when it is first reached (a tenth of a second or more):
+        # reached here, they load with the backend, not in a first request (and in a worker before any
+        # job: preload in backends/__init__.py)
+        _ = self._client.chat.completions
 
     async def stream(self, request: Request) -> AsyncIterator[StreamEvent]:
         """Yield TextDelta and ToolCall events, then one Usage, then Done."""

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import anyio
 
+from conclave.backends import preload
 from conclave.backends.retry import RetryPolicy
 from conclave.config.models import Team
 from conclave.coordination.agents import AgentFactory
@@ -66,6 +67,18 @@ class Lifecycle:
 
     def job_dir(self, job_id: str) -> Path:
         return self.settings.jobs_root / job_id
+
+    async def preload(self) -> list[str]:
+        """Load the hosted providers' SDKs before any job (backends/__init__.py `preload`), and keep what
+        they made out of the collector's walks (jobs/heap.py); the providers loaded. A worker does it
+        once before it takes jobs: its first jobs otherwise each wait seconds for the imports, on a busy
+        machine, while every slot it has starts a job at once."""
+        backends = await anyio.to_thread.run_sync(preload)
+        for backend in backends:
+            await backend.aclose()
+        providers = [backend.provider for backend in backends]
+        self._heap.settle(providers)
+        return providers
 
     async def cancel(self, job_id: str) -> bool:
         """Cancel the job if this process runs it (on the jobs' loop); whether it did."""

@@ -151,19 +151,28 @@ async def run_worker(
             side = JobsSide(settings, sync_store, waker(store), env, agent_factory, retry, True, route)
             async with JobThread.open(side.open, name="conclave-worker-jobs") as (thread, lifecycle):
                 runner = JobRunner(settings, queue, thread, lifecycle, owner_id)
+                began = time.perf_counter()
+                loaded = await thread.call(lifecycle.preload)  # before it takes a job
+                warm = f"provider SDKs loaded in {time.perf_counter() - began:.1f} s: {', '.join(loaded)}"
                 adopt = _unless_draining(adopter(settings, owner_id, thread, lifecycle), runner)
                 await thread.call(adopt)  # the jobs of workers that died, before taking new ones
                 start_upkeep(settings, owner_id, thread, lifecycle, adopt, tg)
-                await _work(settings, queue, runner, env, tg)
+                await _work(settings, queue, runner, env, tg, warm)
                 tg.cancel_scope.cancel()
     finally:
         sync_store.close()
 
 
 async def _work(
-    settings: Settings, queue: JobQueue, runner: JobRunner, environ: Mapping[str, str], tg: TaskGroup
+    settings: Settings,
+    queue: JobQueue,
+    runner: JobRunner,
+    environ: Mapping[str, str],
+    tg: TaskGroup,
+    warm: str,
 ) -> None:
-    """Take the queue's messages until drained, then wait for this worker's last jobs to end."""
+    """Take the queue's messages until drained, then wait for this worker's last jobs to end; `warm`
+    says what it loaded before (shown as it starts taking them)."""
     host = socket.gethostname()
     info = WorkerInfo(
         id=runner.owner_id,
@@ -180,7 +189,7 @@ async def _work(
         async with queue.work(name, settings.max_jobs, runner):
             print(
                 f"conclave worker {runner.owner_id} on {host}: taking up to {settings.max_jobs} jobs"
-                f" at once from {queue.shown}",
+                f" at once from {queue.shown} ({warm})",
                 file=sys.stderr,
                 flush=True,
             )

@@ -326,7 +326,10 @@ async def test_a_cli_members_tokens_count_toward_max_tokens(
     """One Claude Code run bills far more than the budget (its own system prompt alone): the job stops
     there with the budget reached, no further run starts, and the usage is what the fake billed."""
     claude = CliWorker("anthropic", "true", "Looked at it.")
-    fakes.script.set_default("claude", claude)
+    # the reply after its shell command is never sent: the kill, at the first response's usage, comes
+    # first. Sent before the kill lands, the API would bill a response the CLI may not have printed yet
+    # (docs/subscriptions.md: a killed run is charged what its CLI said), and under load it sometimes was
+    fakes.script.set_default("claude", answer_held(claude, threading.Event()))
     team = tmp_path / "team.yaml"
     team.write_text(f"""\
 agents:

@@ -25,6 +25,7 @@ import uvicorn
 from fastmcp import FastMCP
 from fastmcp.exceptions import FastMCPError, ResourceError, ToolError
 from fastmcp.tools import Tool
+from fastmcp.utilities.json_schema import dereference_refs
 from mcp.types import ToolAnnotations
 from pydantic import ValidationError
 
@@ -142,16 +143,18 @@ def create_app(service: JobService, settings: Settings, tokens: TokenSource | No
         lifespan=lend,
         auth=CallerTokens(tokens) if tokens is not None else None,
     )
+    input_schemas: dict[str, dict[str, Any]] = {}
     for published in TOOLS:
         fn = published.fn
-        app.add_tool(
-            Tool.from_function(
-                _translated(fn),
-                name=fn.__name__,
-                title=published.title,
-                annotations=published.annotations,
-            )
+        tool = Tool.from_function(
+            _translated(fn), name=fn.__name__, title=published.title, annotations=published.annotations
         )
+        app.add_tool(tool)
+        input_schemas[tool.name] = dereference_refs(tool.parameters)  # as tools/list shows it
+    # Streamable HTTP checks a tools/call's Mcp-Param-* headers against the tool's input schema, which it
+    # gets from this lookup; without one it runs a whole tools/list per call, every tool's schemas
+    # dereferenced again: most of a get_status call's time on the front (bench/bench_queue.py).
+    app._mcp_server.get_tool_input_schema = input_schemas.get
     for uri, fn, mime_type in TEMPLATES:
         app.resource(uri, mime_type=mime_type)(_translated(fn, ResourceError))
     app.add_extension(JobTasks(service))  # MCP Tasks for ask_team: a task is the job (tasks.py)

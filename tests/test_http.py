@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -71,6 +72,17 @@ async def test_origin_and_token_are_checked(server: str) -> None:
         assert (await http.post(server, json=INIT, headers=foreign_host)).status_code == 421
         local = {**right, "Origin": "http://localhost:5173"}
         assert (await http.post(server, json=INIT, headers=local)).status_code == 200
+
+
+async def test_every_reply_says_the_fronts_own_time(server: str) -> None:
+    """Server-Timing: a client sets the front's time beside its round trip (bench/bench_queue.py)."""
+    async with httpx2.AsyncClient(timeout=10) as http:
+        right = {**HEADERS, "Authorization": f"Bearer {TOKEN}"}
+        for headers, status in ((right, 200), (HEADERS, 401)):
+            reply = await http.post(server, json=INIT, headers=headers)
+            assert reply.status_code == status
+            found = re.fullmatch(r"app;dur=(\d+\.\d\d)", reply.headers.get("server-timing", ""))
+            assert found is not None and 0 < float(found.group(1)) < 60_000, reply.headers
 
 
 async def test_healthz_and_readyz_answer_without_a_token_and_say_nothing_of_jobs(server: str) -> None:

@@ -32,6 +32,7 @@ from pydantic import ValidationError
 from conclave import __version__
 from conclave.app.health import health_routes
 from conclave.app.job_resources import TEMPLATES
+from conclave.app.server_timing import ServerTiming
 from conclave.app.tasks import JobTasks
 from conclave.app.tokens import CallerTokens, HttpTokens, TokenSource, load_tokens
 from conclave.errors import ConclaveError, NotPermitted
@@ -241,7 +242,8 @@ async def serve_http(settings: Settings, host: str = "127.0.0.1", port: int = 87
                 flush=True,
             )
             config = uvicorn.Config(
-                BodyLimit(app),  # every body capped before /mcp or the web view parses it
+                # every body capped before /mcp or the web view parses it; the front's time on each reply
+                ServerTiming(BodyLimit(app)),
                 host=host,
                 port=port,
                 log_level="warning",

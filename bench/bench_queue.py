@@ -9,7 +9,18 @@ one machine: a redis-server and a PostgreSQL of its own (tests/redis.py, tests/p
   seconds from the first ask to the last job's end, and the ratio three / one (goal: <= 0.4); also
   from the first job's start to the last one's end (`span`: the asking left out).
 - get_status through the front while they run: p50 and p99 of a client polling one job after
-  another, from the ask to the last job's end (goal: p99 <= 50 ms).
+  another, from the ask to the last job's end (goal: p99 <= 50 ms), and of the same calls once they
+  have ended (`idle`). Two figures per call: `get_status_p99_ms` is the client's round trip (FastMCP's
+  Client over streamable HTTP, in this process), `get_status_front_p99_ms` the front's own time for
+  the same call, from its `Server-Timing` header (app/server_timing.py: from the request reaching the
+  app to its reply starting). The difference is the client's stack, the loopback, and the two
+  processes' waits for a CPU.
+- `three_niced`: `three` again with the workers under `nice -n 19`. As deployed, workers run on
+  machines of their own; here they share the 2 cores with the front, PostgreSQL, Redis, the fakes and
+  this client (and with whatever else the machine runs: see the load averages), so `three` measures a
+  front that competes with its own workers for the CPU, and `three_niced` one that they yield to,
+  nearer the deployment (PostgreSQL and Redis still serve the workers at normal priority). Neither
+  removes the machine's other load: a p99 is only as good as the load averages beside it.
 - the takeover delay after a worker's `kill -9`, once every agent has answered (mid-vote): seconds
   from the kill to the job's `resumed` event and to its end. `same_host`: the other workers see the
   dead process at their next heartbeat (CONCLAVE_HEARTBEAT_S, default 5 s); `other_host`: the killed
@@ -27,6 +38,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
 import statistics
 import sys
@@ -38,7 +50,9 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx2
 from fastmcp import Client
+from fastmcp.client.transports import StreamableHttpTransport
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -59,7 +73,40 @@ ASKERS = 8  # clients asking at once, as many callers do: one client asking in t
 # the takeover parts' reply delay: a voting turn outlasts the second worker's start, so the kill lands
 # mid-vote
 TAKEOVER_DELAY_S = 6.0
-PARTS = (("one", 1), ("three", 3), ("same_host", 0), ("other_host", 0))  # (part, workers: 0 = takeover)
+# (part, workers: 0 = takeover); `three_niced`: the workers under `nice -n 19` (see the docstring)
+PARTS = (("one", 1), ("three", 3), ("three_niced", 3), ("same_host", 0), ("other_host", 0))
+NICE = ("nice", "-n", "19")
+IDLE_CALLS = 300
+SERVER_TIMING = re.compile(r"\bapp;dur=([0-9.]+)")
+
+
+class TimedPoller:
+    """A client of its own for the polling: each call's round trip, and the front's own time for it from
+    the reply's Server-Timing header (app/server_timing.py)."""
+
+    def __init__(self, url: str) -> None:
+        self.server_ms: list[float] = []
+
+        async def kept(response: httpx2.Response) -> None:
+            found = SERVER_TIMING.search(response.headers.get("server-timing", ""))
+            # the calls only: the client lists the tools once, after its first call (their output schemas)
+            if found and b'"method":"tools/call"' in response.request.content:
+                self.server_ms.append(float(found.group(1)))
+
+        def factory(**options: Any) -> httpx2.AsyncClient:
+            return httpx2.AsyncClient(**options, event_hooks={"response": [kept]})
+
+        transport = StreamableHttpTransport(url, auth=TOKEN, httpx_client_factory=factory)
+        self.client = Client(transport)
+
+    async def poll(self, job_id: str) -> tuple[float, float]:
+        """(round trip, the front's time), in ms."""
+        self.server_ms.clear()
+        began = time.perf_counter()
+        await view(self.client, job_id)
+        spent = (time.perf_counter() - began) * 1000
+        assert len(self.server_ms) == 1, self.server_ms  # one POST per call, timed by the front
+        return spent, self.server_ms[0]
 
 
 async def view(client: Client, job_id: str, wait: float = 0) -> JobView:
@@ -82,7 +129,7 @@ class Deployment:
         (home / "http-tokens.json").chmod(0o600)
         front_env = {**env, "CONCLAVE_HOME": str(home), "CONCLAVE_MAX_QUEUED": "1000"}
         front_env["CONCLAVE_MAX_QUEUED_PER_CALLER"] = "1000"
-        base, _ = stack.enter_context(http_process(root / "front", front_env, token=None))
+        base, self.front = stack.enter_context(http_process(root / "front", front_env, token=None))
         self.url = f"{base}/mcp"
         self.workers = 0
 
@@ -104,8 +151,9 @@ class Deployment:
 
 async def many_jobs(deployment: Deployment, jobs: int) -> dict[str, Any]:
     """`jobs` asked at once; seconds to the last one's end, and get_status's latencies meanwhile."""
-    latencies: list[float] = []
-    async with Client(deployment.url, auth=TOKEN) as client, Client(deployment.url, auth=TOKEN) as poller:
+    latencies: list[tuple[float, float]] = []  # (round trip, the front's own time), ms
+    poller = TimedPoller(deployment.url)
+    async with Client(deployment.url, auth=TOKEN) as client, poller.client:
         start, started_at = time.perf_counter(), time.time()  # wall-time: job rows hold epoch times
         ids: list[str] = []
         limiter = anyio.CapacityLimiter(ASKERS)
@@ -123,9 +171,7 @@ async def many_jobs(deployment: Deployment, jobs: int) -> dict[str, Any]:
         async def poll() -> None:
             index = 0
             while not done.is_set():
-                began = time.perf_counter()
-                await view(poller, ids[index % len(ids)])
-                latencies.append(time.perf_counter() - began)
+                latencies.append(await poller.poll(ids[index % len(ids)]))
                 index += 1
                 await anyio.sleep(0.02)
 
@@ -135,10 +181,10 @@ async def many_jobs(deployment: Deployment, jobs: int) -> dict[str, Any]:
             done.set()
         wall, ended_at = time.perf_counter() - start, time.time()
         idle = []  # the same calls once nothing runs: what the front costs alone on this machine
-        for index in range(100):
-            began = time.perf_counter()
-            await view(poller, ids[index % len(ids)])
-            idle.append(time.perf_counter() - began)
+        cpu = cpu_seconds(deployment.front.pid)
+        for index in range(IDLE_CALLS):
+            idle.append(await poller.poll(ids[index % len(ids)]))
+        front_cpu = cpu_seconds(deployment.front.pid) - cpu
     store = deployment.store()
     try:
         rows = [row for row in (store.job(job_id) for job_id in ids) if row is not None]
@@ -151,7 +197,6 @@ async def many_jobs(deployment: Deployment, jobs: int) -> dict[str, Any]:
     samples = [sum(a <= first + t / 10 < b for a, b in spans) for t in range(int((last - first) * 10))]
     waits = [row.started_at - row.created_at for row in rows if row.started_at]
     runs = [row.finished_at - row.started_at for row in rows if row.finished_at and row.started_at]
-    latencies.sort()
     return {
         "wall_s": round(wall, 2),
         "asking_s": round(asked, 2),
@@ -166,10 +211,29 @@ async def many_jobs(deployment: Deployment, jobs: int) -> dict[str, Any]:
         "completed": sum(v.state == "completed" for v in views),
         "workers_that_ran_jobs": len(owners),
         "get_status_calls": len(latencies),
-        "get_status_p50_ms": round(statistics.median(latencies) * 1000, 1),
-        "get_status_p99_ms": round(latencies[int(0.99 * (len(latencies) - 1))] * 1000, 1),
-        "get_status_idle_p50_ms": round(statistics.median(idle) * 1000, 1),
-        "get_status_idle_p99_ms": round(sorted(idle)[98] * 1000, 1),
+        **percentiles("get_status", latencies),
+        **percentiles("get_status_idle", idle),
+        # the front's CPU per idle call: a count more than a time, so the machine's load hardly moves it
+        "get_status_idle_front_cpu_ms": round(front_cpu / IDLE_CALLS * 1000, 2),
+    }
+
+
+def cpu_seconds(pid: int) -> float:
+    """The CPU time a process has used (user and system), from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def percentiles(name: str, samples: list[tuple[float, float]]) -> dict[str, float]:
+    """p50 and p99 of the client's round trips (`NAME_p50_ms`) and of the front's own time for the same
+    calls (`NAME_front_p50_ms`, its Server-Timing): the rest is the client's stack and waiting for a CPU."""
+    trips, front = sorted(trip for trip, _ in samples), sorted(spent for _, spent in samples)
+    at = int(0.99 * (len(samples) - 1))
+    return {
+        f"{name}_p50_ms": round(statistics.median(trips), 1),
+        f"{name}_p99_ms": round(trips[at], 1),
+        f"{name}_front_p50_ms": round(statistics.median(front), 1),
+        f"{name}_front_p99_ms": round(front[at], 1),
     }
 
 
@@ -242,9 +306,10 @@ async def run(jobs: int, parts: list[str]) -> dict[str, Any]:
                 }
                 deployment = Deployment(root, env, stack)
                 for _ in range(workers):
-                    deployment.worker()
+                    deployment.worker(NICE if part == "three_niced" else ())
                 if workers:
-                    data[part] = await many_jobs(deployment, jobs)
+                    load = os.getloadavg()[0]
+                    data[part] = {"load_before": load, **await many_jobs(deployment, jobs)}
                 else:
                     install(fakes.script, TRIO, voter(delay=TAKEOVER_DELAY_S))
                     data[part] = await takeover(deployment, other_host=part == "other_host")

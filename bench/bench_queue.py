@@ -14,7 +14,9 @@ one machine: a redis-server and a PostgreSQL of its own (tests/redis.py, tests/p
   Client over streamable HTTP, in this process), `get_status_front_p99_ms` the front's own time for
   the same call, from its `Server-Timing` header (app/server_timing.py: from the request reaching the
   app to its reply starting). The difference is the client's stack, the loopback, and the two
-  processes' waits for a CPU.
+  processes' waits for a CPU. Once the jobs are over, the CPU per call of the front and of this
+  process (`get_status_idle_front_cpu_ms`, `..._client_cpu_ms`): counts of work, which the machine's
+  load hardly moves, where the times above are mostly waits for a CPU under load.
 - `three_niced`: `three` again with the workers under `nice -n 19`. As deployed, workers run on
   machines of their own; here they share the 2 cores with the front, PostgreSQL, Redis, the fakes and
   this client (and with whatever else the machine runs: see the load averages), so `three` measures a
@@ -181,10 +183,10 @@ async def many_jobs(deployment: Deployment, jobs: int) -> dict[str, Any]:
             done.set()
         wall, ended_at = time.perf_counter() - start, time.time()
         idle = []  # the same calls once nothing runs: what the front costs alone on this machine
-        cpu = cpu_seconds(deployment.front.pid)
+        cpu, own = cpu_seconds(deployment.front.pid), time.process_time()
         for index in range(IDLE_CALLS):
             idle.append(await poller.poll(ids[index % len(ids)]))
-        front_cpu = cpu_seconds(deployment.front.pid) - cpu
+        front_cpu, client_cpu = cpu_seconds(deployment.front.pid) - cpu, time.process_time() - own
     store = deployment.store()
     try:
         rows = [row for row in (store.job(job_id) for job_id in ids) if row is not None]
@@ -215,6 +217,8 @@ async def many_jobs(deployment: Deployment, jobs: int) -> dict[str, Any]:
         **percentiles("get_status_idle", idle),
         # the front's CPU per idle call: a count more than a time, so the machine's load hardly moves it
         "get_status_idle_front_cpu_ms": round(front_cpu / IDLE_CALLS * 1000, 2),
+        # and this process's (the client, and the fakes' thread, idle by then)
+        "get_status_idle_client_cpu_ms": round(client_cpu / IDLE_CALLS * 1000, 2),
     }
 
 

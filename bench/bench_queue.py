@@ -12,7 +12,20 @@ one machine: a redis-server and a PostgreSQL of its own (tests/redis.py, tests/p
   time went is reported beside (bench/queue_timeline.py: each job's run and set-up, the slots' gaps,
   the CPU of each process and of the machine, the slowest jobs' events).
 - get_status through the front while they run: p50 and p99 of a client polling one job after
-  another, from the ask to the last job's end (goal: p99 <= 50 ms).
+  another, from the ask to the last job's end (goal: p99 <= 50 ms), and of the same calls once they
+  have ended (`idle`). Two figures per call: `get_status_p99_ms` is the client's round trip (FastMCP's
+  Client over streamable HTTP, in this process), `get_status_front_p99_ms` the front's own time for
+  the same call, from its `Server-Timing` header (app/server_timing.py: from the request reaching the
+  app to its reply starting). The difference is the client's stack, the loopback, and the two
+  processes' waits for a CPU. Once the jobs are over, the CPU per call of the front and of this
+  process (`get_status_idle_front_cpu_ms`, `..._client_cpu_ms`): counts of work, which the machine's
+  load hardly moves, where the times above are mostly waits for a CPU under load.
+- `three_niced`: `three` again with the workers under `nice -n 19`. As deployed, workers run on
+  machines of their own; here they share the 2 cores with the front, PostgreSQL, Redis, the fakes and
+  this client (and with whatever else the machine runs: see the load averages), so `three` measures a
+  front that competes with its own workers for the CPU, and `three_niced` one that they yield to,
+  nearer the deployment (PostgreSQL and Redis still serve the workers at normal priority). Neither
+  removes the machine's other load: a p99 is only as good as the load averages beside it.
 - the takeover delay after a worker's `kill -9`, once every agent has answered (mid-vote): seconds
   from the kill to the job's `resumed` event and to its end. `same_host`: the other workers see the
   dead process at their next heartbeat (CONCLAVE_HEARTBEAT_S, default 5 s); `other_host`: the killed
@@ -30,6 +43,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
 import statistics
 import sys
@@ -41,11 +55,13 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx2
 from fastmcp import Client
+from fastmcp.client.transports import StreamableHttpTransport
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.queue_timeline import CpuClock, slowest_jobs, timeline
+from bench.queue_timeline import CpuClock, process_cpu_s, slowest_jobs, timeline
 from bench.results_file import write_results
 from conclave.jobs.read.views import JobView
 from conclave.jobs.store.sql import Store
@@ -63,7 +79,40 @@ ASKERS = 8  # clients asking at once, as many callers do: one client asking in t
 # the takeover parts' reply delay: a voting turn outlasts the second worker's start, so the kill lands
 # mid-vote
 TAKEOVER_DELAY_S = 6.0
-PARTS = (("one", 1), ("three", 3), ("same_host", 0), ("other_host", 0))  # (part, workers: 0 = takeover)
+# (part, workers: 0 = takeover); `three_niced`: the workers under `nice -n 19` (see the docstring)
+PARTS = (("one", 1), ("three", 3), ("three_niced", 3), ("same_host", 0), ("other_host", 0))
+NICE = ("nice", "-n", "19")
+IDLE_CALLS = 300
+SERVER_TIMING = re.compile(r"\bapp;dur=([0-9.]+)")
+
+
+class TimedPoller:
+    """A client of its own for the polling: each call's round trip, and the front's own time for it from
+    the reply's Server-Timing header (app/server_timing.py)."""
+
+    def __init__(self, url: str) -> None:
+        self.server_ms: list[float] = []
+
+        async def kept(response: httpx2.Response) -> None:
+            found = SERVER_TIMING.search(response.headers.get("server-timing", ""))
+            # the calls only: the client lists the tools once, after its first call (their output schemas)
+            if found and b'"method":"tools/call"' in response.request.content:
+                self.server_ms.append(float(found.group(1)))
+
+        def factory(**options: Any) -> httpx2.AsyncClient:
+            return httpx2.AsyncClient(**options, event_hooks={"response": [kept]})
+
+        transport = StreamableHttpTransport(url, auth=TOKEN, httpx_client_factory=factory)
+        self.client = Client(transport)
+
+    async def poll(self, job_id: str) -> tuple[float, float]:
+        """(round trip, the front's time), in ms."""
+        self.server_ms.clear()
+        began = time.perf_counter()
+        await view(self.client, job_id)
+        spent = (time.perf_counter() - began) * 1000
+        assert len(self.server_ms) == 1, self.server_ms  # one POST per call, timed by the front
+        return spent, self.server_ms[0]
 
 
 async def view(client: Client, job_id: str, wait: float = 0) -> JobView:
@@ -86,10 +135,10 @@ class Deployment:
         (home / "http-tokens.json").chmod(0o600)
         front_env = {**env, "CONCLAVE_HOME": str(home), "CONCLAVE_MAX_QUEUED": "1000"}
         front_env["CONCLAVE_MAX_QUEUED_PER_CALLER"] = "1000"
-        base, front = stack.enter_context(http_process(root / "front", front_env, token=None))
+        base, self.front = stack.enter_context(http_process(root / "front", front_env, token=None))
         self.url = f"{base}/mcp"
         self.workers = 0
-        self.pids = {"front": front.pid}  # whose CPU the many-jobs parts report
+        self.pids = {"front": self.front.pid}  # whose CPU the many-jobs parts report
 
     def worker(self, prefix: tuple[str, ...] = ()) -> Any:
         self.workers += 1
@@ -111,9 +160,10 @@ class Deployment:
 
 async def many_jobs(deployment: Deployment, jobs: int) -> dict[str, Any]:
     """`jobs` asked at once; seconds to the last one's end, and get_status's latencies meanwhile."""
-    latencies: list[float] = []
+    latencies: list[tuple[float, float]] = []  # (round trip, the front's own time), ms
     cpu = CpuClock(dict(deployment.pids))
-    async with Client(deployment.url, auth=TOKEN) as client, Client(deployment.url, auth=TOKEN) as poller:
+    poller = TimedPoller(deployment.url)
+    async with Client(deployment.url, auth=TOKEN) as client, poller.client:
         start, started_at = time.perf_counter(), time.time()  # wall-time: job rows hold epoch times
         ids: list[str] = []
         limiter = anyio.CapacityLimiter(ASKERS)
@@ -132,9 +182,7 @@ async def many_jobs(deployment: Deployment, jobs: int) -> dict[str, Any]:
         async def poll() -> None:
             index = 0
             while not done.is_set():
-                began = time.perf_counter()
-                await view(poller, ids[index % len(ids)])
-                latencies.append(time.perf_counter() - began)
+                latencies.append(await poller.poll(ids[index % len(ids)]))
                 index += 1
                 await anyio.sleep(0.02)
 
@@ -145,10 +193,11 @@ async def many_jobs(deployment: Deployment, jobs: int) -> dict[str, Any]:
         wall, ended_at = time.perf_counter() - start, time.time()
         used = cpu.read(wall)
         idle = []  # the same calls once nothing runs: what the front costs alone on this machine
-        for index in range(100):
-            began = time.perf_counter()
-            await view(poller, ids[index % len(ids)])
-            idle.append(time.perf_counter() - began)
+        front_before, own = process_cpu_s(deployment.front.pid), time.process_time()
+        for index in range(IDLE_CALLS):
+            idle.append(await poller.poll(ids[index % len(ids)]))
+        front_cpu = process_cpu_s(deployment.front.pid) - front_before
+        client_cpu = time.process_time() - own
     store = deployment.store()
     try:
         rows = [row for row in (store.job(job_id) for job_id in ids) if row is not None]
@@ -162,7 +211,6 @@ async def many_jobs(deployment: Deployment, jobs: int) -> dict[str, Any]:
     samples = [sum(a <= first + t / 10 < b for a, b in spans) for t in range(int((last - first) * 10))]
     waits = [row.started_at - row.created_at for row in rows if row.started_at]
     runs = [row.finished_at - row.started_at for row in rows if row.finished_at and row.started_at]
-    latencies.sort()
     return {
         # the first ask to the last job's end, by the rows' clock (this machine's): what the workers
         # took, asking included; `seen_s` is to when this bench saw it, as its waits go through the
@@ -181,14 +229,29 @@ async def many_jobs(deployment: Deployment, jobs: int) -> dict[str, Any]:
         "completed": sum(v.state == "completed" for v in views),
         "workers_that_ran_jobs": len(owners),
         "get_status_calls": len(latencies),
-        "get_status_p50_ms": round(statistics.median(latencies) * 1000, 1),
-        "get_status_p99_ms": round(latencies[int(0.99 * (len(latencies) - 1))] * 1000, 1),
-        "get_status_idle_p50_ms": round(statistics.median(idle) * 1000, 1),
-        "get_status_idle_p99_ms": round(sorted(idle)[98] * 1000, 1),
+        **percentiles("get_status", latencies),
+        **percentiles("get_status_idle", idle),
+        # the front's CPU per idle call: a count more than a time, so the machine's load hardly moves it
+        "get_status_idle_front_cpu_ms": round(front_cpu / IDLE_CALLS * 1000, 2),
+        # and this process's (the client, and the fakes' thread, idle by then)
+        "get_status_idle_client_cpu_ms": round(client_cpu / IDLE_CALLS * 1000, 2),
         "timeline": timing,
         "slowest_jobs": slowest,
         "cpu": used,
         "cpu_while_asking": asking_cpu,
+    }
+
+
+def percentiles(name: str, samples: list[tuple[float, float]]) -> dict[str, float]:
+    """p50 and p99 of the client's round trips (`NAME_p50_ms`) and of the front's own time for the same
+    calls (`NAME_front_p50_ms`, its Server-Timing): the rest is the client's stack and waiting for a CPU."""
+    trips, front = sorted(trip for trip, _ in samples), sorted(spent for _, spent in samples)
+    at = int(0.99 * (len(samples) - 1))
+    return {
+        f"{name}_p50_ms": round(statistics.median(trips), 1),
+        f"{name}_p99_ms": round(trips[at], 1),
+        f"{name}_front_p50_ms": round(statistics.median(front), 1),
+        f"{name}_front_p99_ms": round(front[at], 1),
     }
 
 
@@ -262,7 +325,7 @@ async def run(jobs: int, parts: list[str]) -> dict[str, Any]:
                 deployment = Deployment(root, env, stack)
                 load_before = os.getloadavg()
                 for _ in range(workers):
-                    deployment.worker()
+                    deployment.worker(NICE if part == "three_niced" else ())
                 if workers:
                     data[part] = await many_jobs(deployment, jobs)
                 else:

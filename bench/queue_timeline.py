@@ -93,7 +93,7 @@ class CpuClock:
         self._ours = self._processes()
 
     def _processes(self) -> dict[str, float]:
-        seconds = {name: _process_s(pid) for name, pid in self.pids.items()}
+        seconds = {name: process_cpu_s(pid) for name, pid in self.pids.items()}
         usage = resource.getrusage(resource.RUSAGE_SELF)
         seconds["bench (fakes, clients)"] = usage.ru_utime + usage.ru_stime
         return seconds
@@ -119,7 +119,7 @@ def _machine() -> tuple[float, float]:
     return sum(fields) - idle, sum(fields)
 
 
-def _process_s(pid: int) -> float:
+def process_cpu_s(pid: int) -> float:
     """A live process's CPU seconds (user + system); 0 once it is gone."""
     try:
         with open(f"/proc/{pid}/stat") as stat:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -94,6 +95,9 @@ async def test_lists_five_tools_with_annotations_and_output_schemas(client: Clie
     assert (wait["default"], wait["minimum"], wait["maximum"]) == (45, 0, 50)
     assert tools["ask_team"].input_schema["required"] == ["task"]
     assert tools["get_status"].input_schema["properties"]["wait_seconds"]["default"] == 0
+    for tool in tools.values():  # inlined, for clients that follow no $ref (app/server.py, once)
+        listed = json.dumps([tool.input_schema, tool.output_schema])
+        assert "$ref" not in listed and "$defs" not in listed, tool.name
 
 
 BAD_CALLS = [

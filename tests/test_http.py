@@ -3,16 +3,23 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import anyio
 import httpx2
 import pytest
+import uvicorn
 from fastmcp import Client
+from fastmcp.server.middleware import CallNext, Middleware, MiddlewareContext
 
+from conclave.app.server import create_app
 from conclave.app.tokens import CallerTokens, HttpTokens, TokenSource, load_tokens
 from conclave.jobs.read.teams import TeamList
 from conclave.jobs.read.views import JobView
+from conclave.jobs.service import JobService
 from conclave.settings import Settings
 from tests.fakes.processes import http_server
 from tests.fakes.raw_mcp import HEADERS, INIT
@@ -65,6 +72,17 @@ async def test_origin_and_token_are_checked(server: str) -> None:
         assert (await http.post(server, json=INIT, headers=foreign_host)).status_code == 421
         local = {**right, "Origin": "http://localhost:5173"}
         assert (await http.post(server, json=INIT, headers=local)).status_code == 200
+
+
+async def test_every_reply_says_the_fronts_own_time(server: str) -> None:
+    """Server-Timing: a client sets the front's time beside its round trip (bench/bench_queue.py)."""
+    async with httpx2.AsyncClient(timeout=10) as http:
+        right = {**HEADERS, "Authorization": f"Bearer {TOKEN}"}
+        for headers, status in ((right, 200), (HEADERS, 401)):
+            reply = await http.post(server, json=INIT, headers=headers)
+            assert reply.status_code == status
+            found = re.fullmatch(r"app;dur=(\d+\.\d\d)", reply.headers.get("server-timing", ""))
+            assert found is not None and 0 < float(found.group(1)) < 60_000, reply.headers
 
 
 async def test_healthz_and_readyz_answer_without_a_token_and_say_nothing_of_jobs(server: str) -> None:
@@ -148,3 +166,40 @@ async def test_a_broken_tokens_file_refuses_every_token_until_it_is_fixed(
     named.write_text(json.dumps({"bob": TOKEN}))
     bob = await verifier.verify_token(TOKEN)
     assert bob is not None and bob.client_id == "bob"
+
+
+class ListingCounter(Middleware):
+    """Counts the tools/list listings the server makes, whoever asked for them."""
+
+    def __init__(self) -> None:
+        self.listings = 0
+
+    async def on_list_tools(self, context: MiddlewareContext[Any], call_next: CallNext[Any, Any]) -> Any:
+        self.listings += 1
+        return await call_next(context)
+
+
+async def test_a_tool_call_over_http_lists_no_tools(tmp_path: Path) -> None:
+    """Streamable HTTP checks a call's Mcp-Param headers against the tool's input schema; the app gives it
+    the schema, so a get_status call is not a whole tools/list (every tool's schemas dereferenced) too."""
+    settings = Settings(home=tmp_path / "home")
+    counter, port = ListingCounter(), free_port()
+    async with JobService.open(settings, environ={}) as service:
+        app = create_app(service, settings)
+        app.add_middleware(counter)
+        config = uvicorn.Config(app.http_app(path="/mcp"), host="127.0.0.1", port=port, log_level="warning")
+        server = uvicorn.Server(config)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(server.serve)
+            while not server.started:
+                await anyio.sleep(0.02)  # sleep-ok: until uvicorn listens
+            try:
+                async with Client(f"http://127.0.0.1:{port}/mcp") as client:
+                    for _ in range(3):
+                        called = await client.call_tool_mcp("get_status", {"job_id": "cj-0123456789ab"})
+                        assert called.is_error and "cj-0123456789ab" in str(called.content)
+                    assert counter.listings == 0
+                    listed = {tool.name for tool in await client.list_tools()}
+                    assert "get_status" in listed and counter.listings == 1  # the counter counts
+            finally:
+                server.should_exit = True

@@ -318,3 +318,33 @@ async def test_a_bad_write_in_a_batch_fails_alone(database: Database) -> None:
     row, other = sync.job(JOB), sync.job("cj-00000000beef")
     assert row is not None and row.state == "running" and row.task == "task" and other is not None
     sync.close()
+
+
+def test_a_view_row_holds_the_follow_ups_the_notes_and_a_queued_jobs_place(database: Database) -> None:
+    """What get_status shows beside the row comes with it in one statement (jobs/read/view_read.py)."""
+    store = new_store(database)  # JOB: queued, the first in its caller's line
+    try:
+        later, other = "cj-0123456789ac", "cj-0123456789ad"
+        store.create_job(later, "task", "team", "{}", 1, "owner")
+        first = store.view_row(JOB)
+        assert first is not None and first.row == store.job(JOB)
+        assert (first.followed, first.notes) == (False, 0)
+        assert first.place is not None and (first.place.position, first.place.running) == (1, 0)
+        second = store.view_row(later)
+        assert second is not None and second.place is not None and second.place.position == 2
+        store.set_state(JOB, "running")
+        store.add_note(JOB, "keep the API")
+        store.create_job(other, "task", "team", "{}", 1, "owner", caller="bob")
+        store.set_follow_up(other, JOB)
+        running = store.view_row(JOB)
+        assert running is not None and running.place is None
+        assert (running.row.state, running.followed, running.notes) == ("running", True, 1)
+        second = store.view_row(later)
+        assert second is not None and second.place is not None
+        assert (second.place.position, second.place.caller_running, second.place.running) == (1, 1, 1)
+        bobs = store.view_row(other)
+        assert bobs is not None and bobs.place is not None
+        assert (bobs.place.position, bobs.place.caller_running, bobs.followed) == (1, 0, False)
+        assert store.view_row("cj-ffffffffffff") is None
+    finally:
+        store.close()

@@ -25,12 +25,14 @@ import uvicorn
 from fastmcp import FastMCP
 from fastmcp.exceptions import FastMCPError, ResourceError, ToolError
 from fastmcp.tools import Tool
+from fastmcp.utilities.json_schema import dereference_refs
 from mcp.types import ToolAnnotations
 from pydantic import ValidationError
 
 from conclave import __version__
 from conclave.app.health import health_routes
 from conclave.app.job_resources import TEMPLATES
+from conclave.app.server_timing import ServerTiming
 from conclave.app.tasks import JobTasks
 from conclave.app.tokens import CallerTokens, HttpTokens, TokenSource, load_tokens
 from conclave.errors import ConclaveError, NotPermitted
@@ -127,6 +129,18 @@ def _translated(
     return tool
 
 
+def _dereferenced(tool: Tool) -> Tool:
+    """The tool with every $ref in its schemas inlined (some clients follow none): what FastMCP's
+    dereference_schemas does at every tools/list (about 20 ms of CPU for our six tools), done once."""
+    output = tool.output_schema
+    return tool.model_copy(
+        update={
+            "parameters": dereference_refs(tool.parameters),
+            "output_schema": None if output is None else dereference_refs(output),
+        }
+    )
+
+
 def create_app(service: JobService, settings: Settings, tokens: TokenSource | None = None) -> FastMCP:
     """The MCP server for an open JobService; with `tokens` (HTTP), every request needs one of them, and
     the token names the caller whose jobs the tools show (app/tokens.py, reread as the file changes)."""
@@ -141,17 +155,22 @@ def create_app(service: JobService, settings: Settings, tokens: TokenSource | No
         version=__version__,
         lifespan=lend,
         auth=CallerTokens(tokens) if tokens is not None else None,
+        dereference_schemas=False,  # the tools' schemas are dereferenced once, below, not at every listing
     )
+    input_schemas: dict[str, dict[str, Any]] = {}
     for published in TOOLS:
         fn = published.fn
-        app.add_tool(
+        tool = _dereferenced(
             Tool.from_function(
-                _translated(fn),
-                name=fn.__name__,
-                title=published.title,
-                annotations=published.annotations,
+                _translated(fn), name=fn.__name__, title=published.title, annotations=published.annotations
             )
         )
+        app.add_tool(tool)
+        input_schemas[tool.name] = tool.parameters
+    # Streamable HTTP checks a tools/call's Mcp-Param-* headers against the tool's input schema, which it
+    # gets from this lookup; without one it runs a whole tools/list per call, every tool's schemas
+    # dereferenced again: most of a get_status call's time on the front (bench/bench_queue.py).
+    app._mcp_server.get_tool_input_schema = input_schemas.get
     for uri, fn, mime_type in TEMPLATES:
         app.resource(uri, mime_type=mime_type)(_translated(fn, ResourceError))
     app.add_extension(JobTasks(service))  # MCP Tasks for ask_team: a task is the job (tasks.py)
@@ -238,7 +257,8 @@ async def serve_http(settings: Settings, host: str = "127.0.0.1", port: int = 87
                 flush=True,
             )
             config = uvicorn.Config(
-                BodyLimit(app),  # every body capped before /mcp or the web view parses it
+                # every body capped before /mcp or the web view parses it; the front's time on each reply
+                ServerTiming(BodyLimit(app)),
                 host=host,
                 port=port,
                 log_level="warning",

@@ -28,12 +28,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import anyio
 from fastmcp.server.auth import AccessToken, TokenVerifier
 
 from conclave.errors import ConfigError
 from conclave.jobs.service import LOCAL
 from conclave.jobs.store.connections import private_dir
+from conclave.jobs.store.lanes import Lane
 from conclave.settings import Settings
 
 TOKEN_FILE = "http-token"
@@ -157,7 +157,7 @@ class TokenSource:
 
     A tokens file that has become unreadable or invalid is not guessed at: every token is refused until it
     is fixed (the error goes to stderr once per change), since the file may be halfway through removing
-    one. The stat and the read run in a worker thread.
+    one. The stat and the read run in a thread of the source's own.
     """
 
     def __init__(self, settings: Settings, first: HttpTokens) -> None:
@@ -165,13 +165,18 @@ class TokenSource:
         self._path = settings.home / TOKENS_FILE
         self._stamp = _stamp(self._path)
         self._callers: dict[str, str] = dict(first.callers)
-        self._lock = anyio.Lock()
+        # one thread: one reread at a time, the others queued behind it use its answer. Every request
+        # looks, and a lane's call is two turns of the event loop where anyio's to_thread is four
+        # (jobs/store/lanes.py): on a busy front, those turns are what a request waits for
+        self._lane = Lane(1, "conclave-tokens")
 
     async def callers(self) -> dict[str, str]:
         """Token -> caller name, as the tokens file says now."""
-        async with self._lock:  # one reread at a time; the others wait for it and use its answer
-            await anyio.to_thread.run_sync(self._refresh)
-            return self._callers
+        return await self._lane.run(self._current)
+
+    def _current(self) -> dict[str, str]:
+        self._refresh()
+        return self._callers
 
     def _refresh(self) -> None:
         stamp = _stamp(self._path)

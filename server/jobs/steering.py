@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from conclave.errors import InputError
 from conclave.jobs.read.views import NoteView
-from conclave.jobs.store.sql import JobRow, Store
+from conclave.jobs.store.sql import Store
 
 if TYPE_CHECKING:
     from conclave.coordination.orchestrator import Orchestrator
@@ -98,10 +98,3 @@ def checked_note(message: object, max_chars: int) -> str:
             "message", message if len(str(message)) < 80 else f"<{len(str(message))} characters>", fix
         )
     return text
-
-
-def notes_and_conversation(store: Store, row: JobRow) -> tuple[list[NoteView], list[str]]:
-    """A job view's notes and the ids of its conversation's jobs (blocking: run it in a reader thread)."""
-    linked = row.follow_up or store.has_follow_ups(row.id)
-    conversation = [r.id for r in store.conversation(row.id)] if linked else []
-    return note_views(store, row.id), conversation

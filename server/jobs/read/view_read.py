@@ -19,7 +19,7 @@ from conclave.coordination.reports import JobEvent, ShownAnswer
 from conclave.jobs.read.reader import job_workspaces
 from conclave.jobs.read.views import JobView, NoteView, job_view
 from conclave.jobs.read.web_link import WebLinks
-from conclave.jobs.steering import notes_and_conversation
+from conclave.jobs.steering import note_views
 from conclave.jobs.store.sql import AnswerRow, JobRow, JobState, LinePlace, Store
 
 
@@ -35,12 +35,13 @@ class ViewParts:
 def view_parts(store: Store, links: WebLinks, job_id: str, caller: str | None) -> ViewParts | None:
     """The job's parts, or None when there is no such job for `caller` (None: the CLI, any job).
     Blocking: run it through `AsyncStore.read`."""
-    row = store.job(job_id)
-    if row is None or (caller is not None and row.caller != caller):
+    found = store.view_row(job_id)  # one statement; the notes and the conversation only where there are any
+    if found is None or (caller is not None and found.row.caller != caller):
         return None
-    notes, conversation = notes_and_conversation(store, row)
-    place = store.line_place(job_id) if row.state == "queued" else None
-    return ViewParts(row, notes, conversation, links.page_url(job_id), place)
+    row = found.row
+    notes = note_views(store, job_id) if found.notes else []
+    conversation = [r.id for r in store.conversation(row.id)] if row.follow_up or found.followed else []
+    return ViewParts(row, notes, conversation, links.page_url(job_id), found.place)
 
 
 MAX_OUTPUT_CHARS = 20_000  # of one check's output, its end kept

@@ -19,6 +19,7 @@ import socket
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -81,6 +82,16 @@ class LinePlace(BaseModel):
     position: int
     caller_running: int
     running: int
+
+
+@dataclass(frozen=True)
+class ViewRow:
+    """A job's row and what its view needs beside it (`Store.view_row`, jobs/read/view_read.py)."""
+
+    row: JobRow
+    followed: bool  # a later job continues it (ask_team's follow_up)
+    notes: int  # its steering notes
+    place: LinePlace | None  # a queued job's place in its caller's line
 
 
 class StoreSummary(BaseModel):
@@ -317,22 +328,33 @@ class Store(ConversationRecords[JobRow]):
         ).fetchall()
         return {str(row[0]): int(row[1]) for row in rows}
 
-    def line_place(self, job_id: str) -> LinePlace | None:
-        """Where a queued job stands in its caller's line on its server (jobs/fair_share.py), or on the
-        queue, counting what runs on every worker (jobs/queue.py); None when it is not queued."""
+    def view_row(self, job_id: str) -> ViewRow | None:
+        """The job's row and what its view needs beside it, in one statement (get_status reads it most,
+        often on a busy machine, where every round trip to the database waits for a CPU); None: no such
+        job. A queued job's place is where it stands in its caller's line on its server
+        (jobs/fair_share.py), or on the queue, counting what runs on every worker (jobs/queue.py)."""
         row = self._db.execute(
-            "SELECT"
-            " (SELECT COUNT(*) FROM jobs q WHERE q.owner_id = j.owner_id AND q.caller = j.caller"
-            "  AND q.state = 'queued' AND (q.created_at < j.created_at"
-            "  OR (q.created_at = j.created_at AND q.id <= j.id))) AS position,"
-            " (SELECT COUNT(*) FROM jobs r WHERE (r.owner_id = j.owner_id OR j.owner_id = ?)"
-            "  AND r.caller = j.caller AND r.state IN ('running', 'presenting')) AS caller_running,"
-            " (SELECT COUNT(*) FROM jobs r WHERE (r.owner_id = j.owner_id OR j.owner_id = ?)"
-            "  AND r.state IN ('running', 'presenting')) AS running"
-            " FROM jobs j WHERE j.id = ? AND j.state = 'queued'",
+            "SELECT j.*, EXISTS (SELECT 1 FROM jobs f WHERE f.follow_up = j.id) AS followed,"
+            " (SELECT COUNT(*) FROM events e WHERE e.job_id = j.id AND e.kind = 'note') AS notes,"
+            # CASE: the line is counted for a queued job only
+            " CASE WHEN j.state = 'queued' THEN (SELECT COUNT(*) FROM jobs q WHERE q.owner_id = j.owner_id"
+            "  AND q.caller = j.caller AND q.state = 'queued' AND (q.created_at < j.created_at"
+            "  OR (q.created_at = j.created_at AND q.id <= j.id))) END AS position,"
+            " CASE WHEN j.state = 'queued' THEN (SELECT COUNT(*) FROM jobs r WHERE (r.owner_id = j.owner_id"
+            "  OR j.owner_id = ?) AND r.caller = j.caller AND r.state IN ('running', 'presenting'))"
+            "  END AS caller_running,"
+            " CASE WHEN j.state = 'queued' THEN (SELECT COUNT(*) FROM jobs r WHERE (r.owner_id = j.owner_id"
+            "  OR j.owner_id = ?) AND r.state IN ('running', 'presenting')) END AS running"
+            " FROM jobs j WHERE j.id = ?",
             (QUEUE_OWNER, QUEUE_OWNER, job_id),
         ).fetchone()
-        return None if row is None else LinePlace(**dict(row))
+        if row is None:
+            return None
+        values = dict(row)
+        followed, notes = bool(values.pop("followed")), int(values.pop("notes"))
+        line = {key: values.pop(key) for key in ("position", "caller_running", "running")}
+        place = LinePlace(**line) if values["state"] == "queued" else None
+        return ViewRow(row=_job_row(values), followed=followed, notes=notes, place=place)
 
     def finished_jobs(self) -> list[tuple[str, float]]:
         """Every job that is over (not queued, running or presenting), oldest first: (id, finished_at)."""

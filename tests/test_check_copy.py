@@ -7,6 +7,7 @@ import os
 import stat
 from pathlib import Path
 
+import anyio.to_thread
 import pytest
 
 from conclave.files import apply as applying
@@ -52,7 +53,7 @@ async def test_the_check_copy_is_what_apply_writes_without_an_fsync(
     synced: list[int] = []
     real_fsync = os.fsync
     monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd))[1])
-    copy = await workspaces.check_copy("A1")
+    copy = await anyio.to_thread.run_sync(workspaces.check_copy, "A1")
     assert synced == []  # scratch: removed after its check, never the caller's files
     await workspaces.apply("proj")
     assert len(synced) == 3  # apply writes each of the three changed files durably

@@ -295,12 +295,11 @@ class Workspaces:
         except (OSError, ValueError):
             return 0  # unknown: no file counts as unchanged, everything is copied
 
-    async def check_copy(self, label: str | None) -> CheckCopy:
+    def check_copy(self, label: str | None) -> CheckCopy:
         """A fresh, writable check copy (check_copy.py): base/ plus what apply would write of answer
-        `label` to each context path; base/ alone for None (the caller's files as they were)."""
-        return await anyio.to_thread.run_sync(self._check_copy, label, abandon_on_cancel=True)
-
-    def _check_copy(self, label: str | None) -> CheckCopy:
+        `label` to each context path; base/ alone for None (the caller's files as they were). Blocking:
+        coordination/verification.py makes it in the same worker thread trip that moves it into a check
+        container's folder (under load each trip costs more than the copy of a small project)."""
         source = self.snapshot_dir(label) if label is not None else None
         if source is not None and not source.is_dir():
             raise InputError("source", label, "no snapshot by that label: the answer's files were not kept")

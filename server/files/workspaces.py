@@ -309,7 +309,8 @@ class Workspaces:
             for context in self.manifest().contexts:
                 answer = source / context.name if source is not None else None
                 prefix = "" if self.root_name() else f"{context.name}/"
-                found = reviewed_copy(self.base / context.name, answer, tmp / context.name)
+                known = {rel: record.sha256 for rel, record in context.files.items() if record.sha256}
+                found = reviewed_copy(self.base / context.name, answer, tmp / context.name, known)
                 held += [f"{prefix}{entry.path} ({entry.reason})" for entry in found]
             if self.agent_owner is not None:
                 settle(tmp, self.agent_owner)

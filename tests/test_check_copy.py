@@ -12,7 +12,8 @@ import pytest
 
 from conclave.files import apply as applying
 from conclave.files.contexts import ContextPath
-from conclave.files.trees import read_bytes, tree_digest
+from conclave.files.protect import DEFAULT_PROTECT, restore
+from conclave.files.trees import read_bytes, sha256_file, tree_digest
 from conclave.files.workspaces import Workspaces
 
 pytestmark = pytest.mark.anyio
@@ -97,6 +98,37 @@ async def test_the_check_copys_diff_reads_from_base_only_the_files_the_answer_ch
     done = copy.path / "proj"
     assert sorted(path.name for path in done.iterdir()) == ["calc.py", "keep.py", "run.sh"]
     assert (done / "calc.py").read_text().endswith("X = 2\n") and (done / "run.sh").stat().st_mode & 0o100
+
+
+async def test_protected_files_the_answers_patch_left_alone_are_not_hashed_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    project = tmp_path / "proj"
+    project.mkdir()
+    for name in ("calc.py", "test_kept.py", "test_changed.py"):
+        (project / name).write_text(f"# {name}\nX = 1\n")
+    workspaces = Workspaces(tmp_path / "job")
+    await workspaces.prepare([ContextPath(path=str(project))])
+    await workspaces.create(["A"])
+    mine = workspaces.agent("A") / "proj"
+    (mine / "test_changed.py").write_text("# test_changed.py\nX = 2\n")  # the answer edits a test
+    (mine / "calc.py").write_text("X = 3\n")
+    await workspaces.snapshot("A", "A1")
+    copy = await anyio.to_thread.run_sync(workspaces.check_copy, "A1")
+    assert copy.written == {"proj": {"calc.py", "test_changed.py"}}
+
+    hashed: list[str] = []
+
+    def hashing(root: Path, rel: str) -> str:
+        hashed.append(rel)
+        return sha256_file(root, rel)
+
+    monkeypatch.setattr("conclave.files.protect.sha256_file", hashing)
+    mine, base = copy.path / "proj", workspaces.base / "proj"
+    changed = restore(mine, base, DEFAULT_PROTECT, written=copy.written["proj"])
+    assert changed == ["test_changed.py"] and sorted(set(hashed)) == ["test_changed.py"]
+    assert (mine / "test_changed.py").read_text().endswith("X = 1\n")  # put back as the caller had it
+    assert (mine / "calc.py").read_text() == "X = 3\n"
 
 
 async def test_the_base_digest_is_the_trees_and_takes_contents_from_the_manifest(tmp_path: Path) -> None:

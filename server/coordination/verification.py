@@ -278,22 +278,21 @@ class Verifier:
         then move it into the container's folder `slot` (blocking)."""
         copy = self.workspaces.check_copy(label)
         try:
-            protected = self._protect(copy.path) if label is not None else []
+            protected = self._protect(copy) if label is not None else []
         except BaseException:
             remove_tree(copy.path)
             raise
         refill(slot, copy.path, self.workspaces.rooted(copy.path))
         return copy, protected
 
-    def _protect(self, copy: Path) -> list[str]:
+    def _protect(self, copy: CheckCopy) -> list[str]:
         """Put the caller's protected files back in the check copy, per context folder (files/protect.py)."""
         changed = []
         for context in self.workspaces.manifest().contexts:
-            base, mine = self.workspaces.base / context.name, copy / context.name
+            base, mine = self.workspaces.base / context.name, copy.path / context.name
             prefix = "" if self.workspaces.root_name() else f"{context.name}/"
-            changed += [
-                prefix + rel for rel in restore(mine, base, self.protect, self.workspaces.agent_owner)
-            ]
+            owner, written = self.workspaces.agent_owner, copy.written[context.name]
+            changed += [prefix + rel for rel in restore(mine, base, self.protect, owner, written=written)]
         return changed
 
 

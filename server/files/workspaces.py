@@ -305,16 +305,18 @@ class Workspaces:
             raise InputError("source", label, "no snapshot by that label: the answer's files were not kept")
         dest = self.job_dir / "checks" / f"{label or 'base'}-{time.monotonic_ns()}"
         held: list[str] = []
+        written: dict[str, frozenset[str]] = {}
         with _building(dest) as tmp:
             for context in self.manifest().contexts:
                 answer = source / context.name if source is not None else None
                 prefix = "" if self.root_name() else f"{context.name}/"
                 known = {rel: record.sha256 for rel, record in context.files.items() if record.sha256}
                 found = reviewed_copy(self.base / context.name, answer, tmp / context.name, known)
-                held += [f"{prefix}{entry.path} ({entry.reason})" for entry in found]
+                held += [f"{prefix}{entry.path} ({entry.reason})" for entry in found.held]
+                written[context.name] = frozenset(found.added + found.modified + found.deleted)
             if self.agent_owner is not None:
                 settle(tmp, self.agent_owner)
-        return CheckCopy(dest, held)
+        return CheckCopy(dest, held, written)
 
     def base_digest(self) -> str:
         """A sha256 of what a check of the caller's files runs on (`check_copy(None)`), as the check sees
@@ -490,6 +492,8 @@ class CheckCopy:
 
     path: Path
     held: list[str]
+    # per context folder, the paths the answer's patch wrote or deleted: every other file is base/'s
+    written: dict[str, frozenset[str]]
 
 
 def _leave_out(rel: str, exc: OSError | InputError) -> None:

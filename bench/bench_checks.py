@@ -16,6 +16,8 @@ Measured, against the real Docker engine and the fake providers through the real
   at a time on the server, and with two (the default), where the job warms two containers; where the
   code keeps the caller's files' run across jobs (coordination/baselines.py), the server's kept runs are
   passed too, and `first_sample_ms` is the first job, on files new to the server;
+- beside these two wall times, the process's CPU time over the same span (all its threads; the engine's
+  and the container's are not in it), which the machine's load moves far less;
 - the end-to-end job of tests/test_verify.py (three agents fix calc.py and vote, bench/bench_verify.py)
   with and without `verify`: model requests and tokens, their ratios with/without, and per answer the
   check's overhead from the job's events (check_started to checked, less the command's duration), over
@@ -115,7 +117,7 @@ async def check_cost() -> dict[str, float]:
     from conclave.files.workspaces import Workspaces
     from conclave.sandbox.container import container_user
 
-    samples = []
+    samples, cpus = [], []
     with tempfile.TemporaryDirectory() as tmp:
         project = Path(tmp, "proj")
         project.mkdir()
@@ -139,9 +141,10 @@ async def check_cost() -> dict[str, float]:
             if hasattr(verifier, "warm"):  # as the orchestrator does beside the first turns
                 await verifier.warm()
             for _ in range(CHECKS):
-                started = time.perf_counter()
+                started, cpu = time.perf_counter(), time.process_time()
                 run = await verifier.run("A1")
                 samples.append(time.perf_counter() - started)
+                cpus.append(time.process_time() - cpu)
                 assert run.check.passed, run.output
         finally:
             if hasattr(verifier, "close"):
@@ -149,6 +152,7 @@ async def check_cost() -> dict[str, float]:
     return {
         "p50_ms": round(statistics.median(samples) * 1000, 1),
         "p90_ms": round(statistics.quantiles(samples, n=10)[-1] * 1000, 1),
+        "cpu_p50_ms": round(statistics.median(cpus) * 1000, 2),
     }
 
 
@@ -166,7 +170,7 @@ async def first_check(concurrency: int) -> dict[str, float]:
         from conclave.coordination.check_pool import CheckPool
     except ImportError:
         CheckPool = None  # the code before has no pool
-    samples = []
+    samples, cpus = [], []
     with tempfile.TemporaryDirectory() as tmp:
         project = Path(tmp, "proj")
         project.mkdir()
@@ -200,9 +204,10 @@ async def first_check(concurrency: int) -> dict[str, float]:
                     async with anyio.create_task_group() as job:
                         # as the orchestrator does at the job's start for a team of `concurrency` or more
                         job.start_soon(verifier.warm, concurrency)
-                        started = time.perf_counter()
+                        started, cpu = time.perf_counter(), time.process_time()
                         run = await verifier.run("A1")  # an answer that came at once
                         samples.append(time.perf_counter() - started)
+                        cpus.append(time.process_time() - cpu)  # with the warming beside it
                         assert run.check.passed, run.output
                 finally:
                     await verifier.close()
@@ -211,6 +216,7 @@ async def first_check(concurrency: int) -> dict[str, float]:
         "p50_ms": round(statistics.median(samples) * 1000, 1),
         "p90_ms": round(statistics.quantiles(samples, n=10)[-1] * 1000, 1),
         "first_sample_ms": round(samples[0] * 1000, 1),  # new files: the caller's files' run is made
+        "cpu_p50_ms": round(statistics.median(cpus) * 1000, 2),
     }
 
 
@@ -352,9 +358,11 @@ def main() -> None:
     named = [("check_cost", "check_true")]
     named += [(f"first_check:{n}", f"first_check_at_once_concurrency_{n}") for n in FIRST_CONCURRENCY]
     for part, name in named:
+        before, after = found[part]["before"], found[part]["after"]
         result[name] = {
             **found[part],
-            "p50_after_to_before": ratio(found[part]["after"]["p50_ms"], found[part]["before"]["p50_ms"]),
+            "p50_after_to_before": ratio(after["p50_ms"], before["p50_ms"]),
+            "cpu_p50_after_to_before": ratio(after["cpu_p50_ms"], before["cpu_p50_ms"]),
         }
     for latency in LATENCIES:
         part = found[f"jobs:{latency:g}"]
@@ -382,7 +390,9 @@ def main() -> None:
         "average above); check_true is Verifier.run of `true` in the job's warm container: everything a "
         "check costs beyond its command; first_check_at_once is the same for a job's first check run the "
         "moment its Verifier starts warming (the server's check pool filled before the job), with 1 and 2 "
-        "checks at once on the server (CONCLAVE_VERIFY_CONCURRENCY, default 2); "
+        "checks at once on the server (CONCLAVE_VERIFY_CONCURRENCY, default 2); cpu_p50_ms is the "
+        "bench process's CPU time (all its threads, not the engine's) over the same span: what the "
+        "machine's load moves far less than wall time; "
         "check_overhead_per_answer is, in the end-to-end job, check_started to checked less the command's "
         "own duration (which includes the exec, or the runner's round trip)"
     )

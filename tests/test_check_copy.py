@@ -7,11 +7,13 @@ import os
 import stat
 from pathlib import Path
 
+import anyio.to_thread
 import pytest
 
 from conclave.files import apply as applying
 from conclave.files.contexts import ContextPath
-from conclave.files.trees import tree_digest
+from conclave.files.protect import DEFAULT_PROTECT, restore
+from conclave.files.trees import read_bytes, sha256_file, tree_digest
 from conclave.files.workspaces import Workspaces
 
 pytestmark = pytest.mark.anyio
@@ -52,7 +54,7 @@ async def test_the_check_copy_is_what_apply_writes_without_an_fsync(
     synced: list[int] = []
     real_fsync = os.fsync
     monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd))[1])
-    copy = await workspaces.check_copy("A1")
+    copy = await anyio.to_thread.run_sync(workspaces.check_copy, "A1")
     assert synced == []  # scratch: removed after its check, never the caller's files
     await workspaces.apply("proj")
     assert len(synced) == 3  # apply writes each of the three changed files durably
@@ -61,6 +63,72 @@ async def test_the_check_copy_is_what_apply_writes_without_an_fsync(
     assert "pkg/gone/" not in tree(project)
     assert stat.S_IMODE((project / "run.sh").stat().st_mode) & 0o111
     assert applying.git_mode(None, False) == stat.S_IMODE((copy.path / "proj" / "new.py").stat().st_mode)
+
+
+async def test_the_check_copys_diff_reads_from_base_only_the_files_the_answer_changed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    project = tmp_path / "proj"
+    project.mkdir()
+    for name in ("calc.py", "keep.py", "run.sh", "gone.py"):
+        (project / name).write_text(f"# {name}\nX = 1\n")
+    workspaces = Workspaces(tmp_path / "job")
+    await workspaces.prepare([ContextPath(path=str(project))])
+    await workspaces.create(["A"])
+    mine = workspaces.agent("A") / "proj"
+    (mine / "calc.py").write_text("# calc.py\nX = 2\n")  # the same size: only its content tells
+    (mine / "run.sh").chmod(0o755)  # the same content: only its mode tells
+    (mine / "gone.py").unlink()
+    await workspaces.snapshot("A", "A1")  # files written just now: copied, not linked to base/
+
+    reads: list[tuple[Path, str]] = []
+
+    def reading(root: Path, rel: str) -> bytes:
+        reads.append((root, rel))
+        return read_bytes(root, rel)
+
+    monkeypatch.setattr("conclave.files.diff.read_bytes", reading)
+    copy = await anyio.to_thread.run_sync(workspaces.check_copy, "A1")
+    # the file left as it was has the digest and mode it was copied into base/ with: not read again
+    assert sorted(rel for root, rel in reads if root == workspaces.base / "proj") == [
+        "calc.py",
+        "gone.py",
+        "run.sh",
+    ]
+    done = copy.path / "proj"
+    assert sorted(path.name for path in done.iterdir()) == ["calc.py", "keep.py", "run.sh"]
+    assert (done / "calc.py").read_text().endswith("X = 2\n") and (done / "run.sh").stat().st_mode & 0o100
+
+
+async def test_protected_files_the_answers_patch_left_alone_are_not_hashed_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    project = tmp_path / "proj"
+    project.mkdir()
+    for name in ("calc.py", "test_kept.py", "test_changed.py"):
+        (project / name).write_text(f"# {name}\nX = 1\n")
+    workspaces = Workspaces(tmp_path / "job")
+    await workspaces.prepare([ContextPath(path=str(project))])
+    await workspaces.create(["A"])
+    mine = workspaces.agent("A") / "proj"
+    (mine / "test_changed.py").write_text("# test_changed.py\nX = 2\n")  # the answer edits a test
+    (mine / "calc.py").write_text("X = 3\n")
+    await workspaces.snapshot("A", "A1")
+    copy = await anyio.to_thread.run_sync(workspaces.check_copy, "A1")
+    assert copy.written == {"proj": {"calc.py", "test_changed.py"}}
+
+    hashed: list[str] = []
+
+    def hashing(root: Path, rel: str) -> str:
+        hashed.append(rel)
+        return sha256_file(root, rel)
+
+    monkeypatch.setattr("conclave.files.protect.sha256_file", hashing)
+    mine, base = copy.path / "proj", workspaces.base / "proj"
+    changed = restore(mine, base, DEFAULT_PROTECT, written=copy.written["proj"])
+    assert changed == ["test_changed.py"] and sorted(set(hashed)) == ["test_changed.py"]
+    assert (mine / "test_changed.py").read_text().endswith("X = 1\n")  # put back as the caller had it
+    assert (mine / "calc.py").read_text() == "X = 3\n"
 
 
 async def test_the_base_digest_is_the_trees_and_takes_contents_from_the_manifest(tmp_path: Path) -> None:

@@ -30,7 +30,7 @@ from conclave.files.contexts import CALLER, Caps, ContextPath, copy_context, cop
 from conclave.files.diff import diff_trees
 from conclave.files.review import Consent
 from conclave.files.settling import settle
-from conclave.files.trees import read_bytes
+from conclave.files.trees import CHUNK, copy_file, read_bytes
 from conclave.files.workspaces import Workspaces, apply, diff
 
 OLD = time.time() - 3600  # an mtime well before any capture: unchanged files may be reused
@@ -312,6 +312,17 @@ def test_size_is_checked_before_reading(root):
     with pytest.raises(FileTooLarge, match="6,442,450,944 bytes"):
         safe.read_bytes(root, "sparse", 1 << 20)
     assert safe.read_bytes(root, "src/app.py", 1) == b"a"
+
+
+def test_files_are_read_and_copied_whole_across_chunks_and_cut_at_their_cap(root, tmp_path):
+    data = os.urandom(2 * CHUNK + 12_345)  # unbuffered reads and writes: several rounds each
+    (root / "big.bin").write_bytes(data)
+    assert safe.read_bytes(root, "big.bin") == data
+    assert safe.read_bytes(root, "big.bin", len(data)) == data
+    digest = copy_file(root, "big.bin", tmp_path / "copy.bin")
+    assert (tmp_path / "copy.bin").read_bytes() == data and digest == hashlib.sha256(data).hexdigest()
+    copy_file(root, "big.bin", tmp_path / "cut.bin", max_bytes=CHUNK + 1)  # the size a listing saw
+    assert (tmp_path / "cut.bin").read_bytes() == data[: CHUNK + 1]
 
 
 def test_settle_clears_unsafe_bits_and_never_follows_links(root, tmp_path):

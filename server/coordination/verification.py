@@ -187,20 +187,18 @@ class Verifier:
 
     async def _make_baseline(self) -> Baseline:
         """The kept run on the same files (baselines.py) if there is one, else the run, then kept."""
-        kept, box, key = self._kept, None, None
-        try:
-            if kept is not None:
-                box = await self._take()  # the key names the image its container runs
+        kept, key = self._kept, None
+        box = await self._take()  # the key names the image its container runs
+        if kept is not None:
+            try:
                 key, found = await anyio.to_thread.run_sync(self._look_up, kept, box)
-                if found is not None:
-                    self._put.send_nowait(box)
-                    return found
-            copy = await self.workspaces.check_copy(None)
-        except BaseException:
-            if box is not None:
+            except BaseException:
                 self._put.send_nowait(box)  # nothing ran in it
-            raise
-        baseline = Baseline.of((await self._exec(copy, protect=False, box=box))[0])
+                raise
+            if found is not None:
+                self._put.send_nowait(box)
+                return found
+        baseline = Baseline.of((await self._exec(None, box))[0])
         if kept is not None and key is not None:
             try:
                 await anyio.to_thread.run_sync(kept.put, key, baseline)
@@ -222,35 +220,32 @@ class Verifier:
         return key, kept.get(key)
 
     async def _run(self, label: str) -> tuple[CommandResult, CheckCopy, list[str], Baseline]:
-        copy = await self.workspaces.check_copy(label)
         # the answer's run first, beside the caller's files' run if that is still going (warm started
         # it with the job): only the verdict waits for the baseline, so a first answer that comes at
         # once costs one run, not two in a row
-        result, protected = await self._exec(copy, protect=True)
+        result, copy, protected = await self._exec(label, await self._take())
         return result, copy, protected, await self.baseline()
 
-    async def _exec(
-        self, copy: CheckCopy, *, protect: bool, box: Box | None = None
-    ) -> tuple[CommandResult, list[str]]:
-        """Run the command on `copy` (its protected files put back first with `protect`) in `box`, else a
-        warm container; the copy is moved into the container's folder, or removed."""
-        try:
-            box = box if box is not None else await self._take()
-        except BaseException:
-            with anyio.CancelScope(shield=True):
-                await anyio.to_thread.run_sync(remove_tree, copy.path)
-            raise
+    async def _exec(self, label: str | None, box: Box) -> tuple[CommandResult, CheckCopy, list[str]]:
+        """Run the command in `box` on the check copy of answer `label` (the caller's files for None, as
+        they were: nothing put back), made and moved into the container's folder first."""
         kept = False
-        try:  # one trip to a worker thread for both: under load each trip costs
-            protected = await anyio.to_thread.run_sync(self._fill, box.slot, copy.path, protect)
+        try:
+            try:  # one worker thread trip for the copy and the move: under load each trip costs
+                copy, protected = await anyio.to_thread.run_sync(
+                    self._fill, box.slot, label, abandon_on_cancel=True
+                )
+            except Exception:
+                kept = True  # nothing ran in it, and the next check's move empties its folder first
+                raise
             command = CLEAN + shlex.quote(self.command)
             result = await box.sandbox.exec(command, self.timeout_s, environment=RUNNER_ENV)
             kept = True
-            return result, protected
+            return result, copy, protected
         finally:
             if kept:
                 self._put.send_nowait(box)
-            else:  # failed or cancelled part way: this container is not trusted with another check
+            else:  # cancelled or failed part way: this container is not trusted with another check
                 with anyio.CancelScope(shield=True):
                     await box.sandbox.stop()
 
@@ -278,25 +273,26 @@ class Verifier:
         await box.sandbox.start(slot, {}, self.job_id, f"check-{number}", self.spec)
         return box
 
-    def _fill(self, slot: Path, copy: Path, protect: bool) -> list[str]:
-        """Put the protected files back in the check copy, then move it into the container's folder."""
+    def _fill(self, slot: Path, label: str | None) -> tuple[CheckCopy, list[str]]:
+        """Make the check copy of `label` (workspaces.py), put the protected files back in an answer's,
+        then move it into the container's folder `slot` (blocking)."""
+        copy = self.workspaces.check_copy(label)
         try:
-            protected = self._protect(copy) if protect else []
+            protected = self._protect(copy) if label is not None else []
         except BaseException:
-            remove_tree(copy)
+            remove_tree(copy.path)
             raise
-        refill(slot, copy, self.workspaces.rooted(copy))
-        return protected
+        refill(slot, copy.path, self.workspaces.rooted(copy.path))
+        return copy, protected
 
-    def _protect(self, copy: Path) -> list[str]:
+    def _protect(self, copy: CheckCopy) -> list[str]:
         """Put the caller's protected files back in the check copy, per context folder (files/protect.py)."""
         changed = []
         for context in self.workspaces.manifest().contexts:
-            base, mine = self.workspaces.base / context.name, copy / context.name
+            base, mine = self.workspaces.base / context.name, copy.path / context.name
             prefix = "" if self.workspaces.root_name() else f"{context.name}/"
-            changed += [
-                prefix + rel for rel in restore(mine, base, self.protect, self.workspaces.agent_owner)
-            ]
+            owner, written = self.workspaces.agent_owner, copy.written[context.name]
+            changed += [prefix + rel for rel in restore(mine, base, self.protect, owner, written=written)]
         return changed
 
 

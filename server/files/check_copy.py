@@ -17,20 +17,24 @@ planning the changes again from the manifest: that hashed every file a second ti
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
-from conclave.files.apply import write_patch
+from conclave.files.apply import Changes, write_patch
 from conclave.files.diff import diff_trees
-from conclave.files.review import Consent, HeldBack
+from conclave.files.review import Consent
 from conclave.files.trees import copy_tree, list_tree
 
 
-def reviewed_copy(base: Path, answer: Path | None, dest: Path) -> list[HeldBack]:
-    """Fill the new folder `dest` with `base` (one context at job start) and, when given, what apply
-    would write of `answer` (that context in an answer's snapshot); return what apply would hold back
-    (blocking)."""
-    copy_tree(base, dest, list_tree(base))  # copied, never linked: the check may write anywhere
+def reviewed_copy(base: Path, answer: Path | None, dest: Path, known: Mapping[str, str]) -> Changes:
+    """Fill the new folder `dest` with `base` (one context at job start, `known` its files' sha256 in
+    the manifest) and, when given, what apply would write of `answer` (that context in an answer's
+    snapshot); return what was written and what apply would hold back (blocking)."""
+    listed = list_tree(base)
+    copy_tree(base, dest, listed)  # copied, never linked: the check may write anywhere
     if answer is None or not answer.is_dir():
-        return []
-    patch = diff_trees(base, answer)  # the patch the caller reviews for this answer
-    return write_patch(answer, dest, patch, Consent()).held
+        return Changes()
+    # the patch the caller reviews for this answer, without listing base/ again or reading its files
+    # where the answer's have the digests they were copied with
+    patch = diff_trees(base, answer, listed=listed, known=known)
+    return write_patch(answer, dest, patch, Consent())

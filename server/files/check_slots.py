@@ -16,7 +16,7 @@ import os
 import shutil
 from pathlib import Path
 
-from conclave.files.removal import remove_tree
+from conclave.files.removal import empty_folder, remove_tree
 from conclave.files.safe import UidGid
 
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -35,7 +35,7 @@ def make_slot(checks: Path, number: int, owner: UidGid | None = None) -> Path:
 def refill(slot: Path, copy: Path, root: Path) -> None:
     """Empty `slot`, move every entry of `root` (the part of the check copy `copy` that is the
     workspace) into it, then remove what is left of `copy` (blocking)."""
-    empty(slot)
+    empty_folder(slot)  # its inode is mounted: the folder stays
     source, target = os.open(root, _DIR), os.open(slot, _DIR)
     try:
         for name in os.listdir(source):
@@ -49,14 +49,3 @@ def refill(slot: Path, copy: Path, root: Path) -> None:
         os.close(source)
         os.close(target)
     remove_tree(copy)
-
-
-def empty(slot: Path) -> None:
-    """Remove everything in `slot`, keeping the folder itself (its inode is mounted)."""
-    fd = os.open(slot, _DIR)
-    try:
-        names = os.listdir(fd)
-    finally:
-        os.close(fd)
-    for name in names:
-        remove_tree(slot / name)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import difflib
 import hashlib
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Literal
 
@@ -76,11 +76,22 @@ def final_listing(final: Path, tracked: Iterable[str]) -> Listing:
     return list_tree(final, rules=IgnoreRules(final), tracked=tracked)
 
 
-def diff_trees(base: Path, final: Path, keep: Callable[[str], bool] | None = None) -> Patch:
+def diff_trees(
+    base: Path,
+    final: Path,
+    keep: Callable[[str], bool] | None = None,
+    *,
+    listed: Listing | None = None,
+    known: Mapping[str, str] | None = None,
+) -> Patch:
     """The git-style patch that turns `base` into `final` (blocking: call it from a worker thread);
-    with `keep`, only the files of `final` it keeps (a deletion is always shown: base/ is no secret)."""
-    old = list_tree(base)
+    with `keep`, only the files of `final` it keeps (a deletion is always shown: base/ is no secret).
+    `listed` is base's listing where the caller has just made it, and `known` base's files' sha256 as
+    they were copied into it (the manifest's): a file of `final` with that digest and mode is
+    unchanged without base's copy being read again (files/check_copy.py diffs once per check)."""
+    old = listed if listed is not None else list_tree(base)
     new = final_listing(final, old.files)
+    known = known or {}
     chunks: list[str] = []
     files: list[FileChange] = []
     for rel in sorted(old.files.keys() | new.files.keys()):
@@ -89,10 +100,13 @@ def diff_trees(base: Path, final: Path, keep: Callable[[str], bool] | None = Non
             continue
         if before and after and (before.dev, before.ino) == (after.dev, after.ino):
             continue  # the same inode: a hard link from an immutable snapshot, unchanged
-        a = read_bytes(base, rel) if before else None
         b = read_bytes(final, rel) if after else None
         a_mode = _git_mode(before.mode) if before else None
         b_mode = _git_mode(after.mode) if after else None
+        digest = known.get(rel)
+        if b is not None and a_mode == b_mode and digest and hashlib.sha256(b).hexdigest() == digest:
+            continue
+        a = read_bytes(base, rel) if before else None
         if a == b and a_mode == b_mode:
             continue
         text, change = file_diff(rel, a, b, a_mode, b_mode)

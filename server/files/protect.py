@@ -25,7 +25,7 @@ import os
 import re
 import stat
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from pathlib import Path, PurePosixPath
 
 from pathspec import GitIgnoreSpec
@@ -115,12 +115,19 @@ def is_module_file(name: str) -> bool:
 
 
 def restore(
-    copy: Path, base: Path, patterns: Sequence[str], owner: tuple[int, int] | None = None
+    copy: Path,
+    base: Path,
+    patterns: Sequence[str],
+    owner: tuple[int, int] | None = None,
+    *,
+    written: Collection[str] | None = None,
 ) -> list[str]:
     """Put `copy` (a check copy of one context folder) back in line with `base` for every protected
     path, and for every module or package that shadows a standard module or the runner's own where
     pytest imports from (`import_roots`) and did not at job start. Return the paths the answer had
-    changed, sorted (blocking)."""
+    changed, sorted (blocking). `written` lists the paths the copy's patch wrote or deleted
+    (check_copy.py): a protected file outside it is base's own, copied a moment before, and is not
+    read and hashed again; None compares every protected file."""
     spec = GitIgnoreSpec.from_lines(list(patterns))
     before, after = list_tree(base).files, list_tree(copy)
     roots = import_roots([*before, *after.files])
@@ -134,6 +141,8 @@ def restore(
         if not protected(rel):
             continue
         now = after.files.get(rel)
+        if now is not None and written is not None and rel not in written:
+            continue
         if now is not None and now.size == entry.size and sha256_file(copy, rel) == sha256_file(base, rel):
             continue
         changed.add(rel)

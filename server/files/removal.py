@@ -34,6 +34,21 @@ def remove_tree(path: Path | str) -> None:
         os.close(top)
 
 
+def empty_folder(path: Path | str) -> None:
+    """Delete all `path` holds and keep the folder itself (a bind mount pins its inode: check_slots.py),
+    reached with O_NOFOLLOW: its files unlinked from one open fd, its folders removed as trees."""
+    try:
+        fd = os.open(path, _DIR)
+    except OSError:
+        return
+    try:
+        pending = _clear_files(fd)
+        while pending:
+            _remove(fd, pending.pop(), pending)
+    finally:
+        os.close(fd)
+
+
 def _remove(top: int, name: str, pending: list[str]) -> None:
     """Remove `name` in folder `top`; folders deeper than MAX_OPEN are moved into `top` and queued."""
     try:

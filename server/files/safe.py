@@ -168,8 +168,15 @@ def kind(mode: int) -> str:
 def read_at(dir_fd: int, name: str, rel: str, max_bytes: int | None, field: str = "path") -> bytes:
     """The bytes of a regular file, at most `max_bytes` even if it grows while it is read."""
     fd = open_regular(dir_fd, name, rel, max_bytes, field)
-    with os.fdopen(fd, "rb") as handle:
-        return handle.read() if max_bytes is None else handle.read(max_bytes)
+    # unbuffered: no terminal probe and no second buffer (every copy, diff and check reads this way)
+    with os.fdopen(fd, "rb", buffering=0) as handle:
+        if max_bytes is None:
+            return handle.readall()
+        chunks, left = [], max_bytes
+        while left > 0 and (chunk := handle.read(left)):  # a raw read may return less than asked
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
 
 
 def read_bytes(root: Path, rel: str, max_bytes: int | None = None, field: str = "path") -> bytes:

@@ -15,6 +15,7 @@ Invariants every function here keeps:
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import stat
@@ -230,11 +231,12 @@ def copy_file(
     parts = safe.split(rel)
     with (
         safe.directory(src_root, parts[:-1]) as fd,
-        os.fdopen(safe.open_regular(fd, parts[-1], rel), "rb") as source,
+        # unbuffered both ways: no terminal probe, no second buffer (a check copies every file of base/)
+        os.fdopen(safe.open_regular(fd, parts[-1], rel), "rb", buffering=0) as source,
     ):
         info = os.fstat(source.fileno())
         out = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        with os.fdopen(out, "wb") as target:
+        with os.fdopen(out, "wb", buffering=0) as target:
             left = max_bytes
             while left is None or left > 0:
                 chunk = source.read(CHUNK if left is None else min(CHUNK, left))
@@ -243,8 +245,12 @@ def copy_file(
                 if left is not None:
                     left -= len(chunk)
                 digest.update(chunk)
-                target.write(chunk)
-            target.flush()
+                view = memoryview(chunk)
+                while view:  # a raw write may take less than it is given
+                    written = target.write(view)
+                    if not written:
+                        raise OSError(errno.EIO, "a write into the copy made no progress", str(dst))
+                    view = view[written:]
             os.fchmod(target.fileno(), stat.S_IMODE(info.st_mode) & 0o777 & ~stat.S_IWOTH)
             os.utime(target.fileno(), ns=(info.st_atime_ns, info.st_mtime_ns))
             if fsync:

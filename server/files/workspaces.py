@@ -295,26 +295,28 @@ class Workspaces:
         except (OSError, ValueError):
             return 0  # unknown: no file counts as unchanged, everything is copied
 
-    async def check_copy(self, label: str | None) -> CheckCopy:
+    def check_copy(self, label: str | None) -> CheckCopy:
         """A fresh, writable check copy (check_copy.py): base/ plus what apply would write of answer
-        `label` to each context path; base/ alone for None (the caller's files as they were)."""
-        return await anyio.to_thread.run_sync(self._check_copy, label, abandon_on_cancel=True)
-
-    def _check_copy(self, label: str | None) -> CheckCopy:
+        `label` to each context path; base/ alone for None (the caller's files as they were). Blocking:
+        coordination/verification.py makes it in the same worker thread trip that moves it into a check
+        container's folder (under load each trip costs more than the copy of a small project)."""
         source = self.snapshot_dir(label) if label is not None else None
         if source is not None and not source.is_dir():
             raise InputError("source", label, "no snapshot by that label: the answer's files were not kept")
         dest = self.job_dir / "checks" / f"{label or 'base'}-{time.monotonic_ns()}"
         held: list[str] = []
+        written: dict[str, frozenset[str]] = {}
         with _building(dest) as tmp:
             for context in self.manifest().contexts:
                 answer = source / context.name if source is not None else None
                 prefix = "" if self.root_name() else f"{context.name}/"
-                found = reviewed_copy(self.base / context.name, answer, tmp / context.name)
-                held += [f"{prefix}{entry.path} ({entry.reason})" for entry in found]
+                known = {rel: record.sha256 for rel, record in context.files.items() if record.sha256}
+                found = reviewed_copy(self.base / context.name, answer, tmp / context.name, known)
+                held += [f"{prefix}{entry.path} ({entry.reason})" for entry in found.held]
+                written[context.name] = frozenset(found.added + found.modified + found.deleted)
             if self.agent_owner is not None:
                 settle(tmp, self.agent_owner)
-        return CheckCopy(dest, held)
+        return CheckCopy(dest, held, written)
 
     def base_digest(self) -> str:
         """A sha256 of what a check of the caller's files runs on (`check_copy(None)`), as the check sees
@@ -490,6 +492,8 @@ class CheckCopy:
 
     path: Path
     held: list[str]
+    # per context folder, the paths the answer's patch wrote or deleted: every other file is base/'s
+    written: dict[str, frozenset[str]]
 
 
 def _leave_out(rel: str, exc: OSError | InputError) -> None:

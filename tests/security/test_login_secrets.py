@@ -17,6 +17,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+import anyio.to_thread
 import pytest
 
 from conclave.backends.retry import RetryPolicy
@@ -88,7 +89,7 @@ async def test_a_file_holding_a_login_token_is_in_no_snapshot_peer_view_check_co
     tools = AgentTools(workspace=ws.rooted(ws.agent("A")), peers=lambda: ws.peer_view("A"))
     seen = await tools.handlers()["read_file"]({"path": "leak.txt", "peer": "B"})
     assert seen.startswith("Error:") and TOKEN not in seen
-    check = (await ws.check_copy("B1")).path
+    check = (await anyio.to_thread.run_sync(ws.check_copy, "B1")).path
     await ws.finalize("B1")
     patches = await ws.diffs()
     changes = await ws.apply("proj", patch=patches["proj"])

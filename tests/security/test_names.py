@@ -15,7 +15,7 @@ from conclave.errors import ContextTooLarge
 from conclave.files import safe
 from conclave.files.agent_tools import AgentTools
 from conclave.files.contexts import ContextPath
-from conclave.files.removal import remove_tree
+from conclave.files.removal import empty_folder, remove_tree
 from conclave.files.trees import list_tree
 from conclave.files.workspaces import Workspaces
 from conclave.jobs.request import JobRequest
@@ -94,6 +94,22 @@ async def test_a_tree_too_deep_is_refused_with_a_message_not_a_recursion_error(t
         await Workspaces(tmp_path / "job").prepare([ContextPath(path=str(root))])
     remove_tree(root)  # shutil.rmtree dies with RecursionError here on Python 3.11
     assert not root.exists()
+
+
+def test_a_check_containers_folder_is_emptied_in_place_through_no_link(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    (outside / "sub").mkdir(parents=True)
+    (outside / "sub" / "kept.txt").write_text("the host's")
+    slot = tmp_path / "slot"  # what a check left in its container's folder (files/check_slots.py)
+    (slot / "pkg" / "deep").mkdir(parents=True)
+    (slot / "pkg" / "deep" / "x.py").write_text("X = 1\n")
+    (slot / "a.txt").write_text("a")
+    (slot / "to-outside").symlink_to(outside)
+    (slot / "pkg" / "to-sub").symlink_to(outside / "sub")
+    inode = slot.stat().st_ino
+    empty_folder(slot)
+    assert list(slot.iterdir()) == [] and slot.stat().st_ino == inode  # the mounted folder itself stays
+    assert (outside / "sub" / "kept.txt").read_text() == "the host's"
 
 
 def test_a_listing_stops_at_its_cap_without_loading_the_whole_folder(tmp_path: Path, monkeypatch) -> None:

@@ -269,19 +269,6 @@ def child(part: str, tree: Path) -> None:
 
 
 # The parent: export the old tree, alternate the children, write the ratios --------------------------
-def measure(part: str, tree: Path) -> dict[str, Any]:
-    done = subprocess.run(
-        [sys.executable, __file__, "--child", part, "--tree", str(tree)],
-        capture_output=True,
-        text=True,
-        check=False,
-        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
-    )
-    if done.returncode != 0:
-        raise SystemExit(f"{part} on {tree} failed:\n{done.stderr[-4000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
 def merged(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """Rounds of one measurement as one: each number the median over the rounds, a flag true if in all."""
     result: dict[str, Any] = {}
@@ -313,6 +300,9 @@ def main() -> None:
     if args.child:
         child(args.child, Path(args.tree))
         return
+    sys.path.insert(0, str(ROOT))  # the parent imports no tree's conclave, only bench/
+    from bench.child_run import run_child
+
     commit = subprocess.run(
         ["git", "rev-parse", "--short", args.before], cwd=ROOT, capture_output=True, text=True, check=True
     ).stdout.strip()
@@ -339,7 +329,7 @@ def main() -> None:
             rounds: dict[str, list[dict[str, Any]]] = {name: [] for name in trees}
             for number in range(args.rounds):
                 for name in list(trees) if number % 2 == 0 else list(trees)[::-1]:
-                    rounds[name].append(measure(part, trees[name]))
+                    rounds[name].append(run_child(__file__, part, trees[name]))
                     print(part, name, rounds[name][-1], flush=True)
             found[part] = {name: merged(runs) for name, runs in rounds.items()}
     result: dict[str, Any] = {

@@ -44,6 +44,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # bench/bench_checks.py; this checkout's tests (the fakes) for both trees
 
 from bench.bench_checks import PACKAGES, _Tree  # noqa: E402
+from bench.child_run import run_child  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "cli-decisions.json"
 KEY = "CONCLAVE_FAKE_KEY"
@@ -198,19 +199,6 @@ def child(scenario: str, tree: Path) -> None:
 
 
 # The parent: export the old tree, alternate the children, write the shares ----------------------------
-def measure(scenario: str, tree: Path) -> dict[str, Any]:
-    done = subprocess.run(
-        [sys.executable, __file__, "--child", scenario, "--tree", str(tree)],
-        capture_output=True,
-        text=True,
-        check=False,
-        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
-    )
-    if done.returncode != 0:
-        raise SystemExit(f"{scenario} on {tree} failed:\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}")
-    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
-
-
 def shares(job: dict[str, Any]) -> dict[str, Any]:
     """Per CLI: a decision run's input tokens as a share of a work run's (each per run)."""
     found = {}
@@ -264,7 +252,7 @@ def main() -> None:
         for scenario in args.scenarios.split(","):
             found[scenario] = {}
             for side, tree in (("before", Path(tmp)), ("after", ROOT)):
-                found[scenario][side] = job = measure(scenario, tree)
+                found[scenario][side] = job = run_child(__file__, scenario, tree)
                 print(scenario, side, json.dumps({k: v for k, v in job.items() if k != "diff"}), flush=True)
     result: dict[str, Any] = {"before": f"{args.before} ({commit})", "after": "this branch"}
     for scenario, sides in found.items():

@@ -46,7 +46,8 @@ async def test_a_credentials_folder_or_a_home_holding_one_is_refused(
             assert f"{home / secrets}" in str(refused.value)
             assert '"allow_secrets": true' in str(refused.value)  # the MCP caller's way to insist
             assert "--allow-secret-folders" in refused.value.render("cli")
-    assert not list((tmp_path / "state" / "jobs").glob("*"))
+    # no job's folder (on PostgreSQL the folder holds its .store-id: jobs/store/shared_files.py)
+    assert not list((tmp_path / "state" / "jobs").glob("cj-*"))
 
 
 async def test_the_caller_may_insist(tmp_path: Path, fakes: FakeProviders) -> None:

@@ -18,6 +18,7 @@ from conclave.cli.main import main
 from conclave.config.presets import preset_paths
 from conclave.jobs.read.views import JobView
 from conclave.jobs.store.sql import Store
+from conclave.settings import Settings
 from tests.fakes.team import KEY_ENV, PROVIDER_KEYS
 
 SHIPPED = ("frontier", "anthropic", "openai", "gemini", "ollama", "vllm", "openrouter")
@@ -386,7 +387,7 @@ def test_doctor_reports_each_check_with_its_fix(capsys: pytest.CaptureFixture[st
 def test_doctor_shows_the_store_and_each_callers_line(
     capsys: pytest.CaptureFixture[str], isolated: Path
 ) -> None:
-    store = Store(isolated / "state" / "conclave.db")
+    store = Store.of(Settings(home=isolated / "state"))  # the suite's database, when it runs on PostgreSQL
     try:
         for index, caller in enumerate(("alice", "alice", "bob")):
             store.create_job(f"cj-00000000000{index}", "t", "team", "{}", 1, "owner", caller=caller)

@@ -35,25 +35,21 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.bench_checks import PACKAGES, _Tree  # noqa: E402
+from bench.request_loop import TIMED  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "egress-path.json"
 ROUNDS, STARTS, REQUESTS, BIG = 3, 3, 30, 8 * 1024 * 1024
-LOOP = r"""
-import json, sys, time, urllib.request
-url, n, big = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-body = json.dumps({"model": "m", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]}).encode()
-headers = {"content-type": "application/json", "x-api-key": "k", "anthropic-version": "2023-06-01"}
-times = []
-for _ in range(n + 1):
-    started = time.perf_counter()
-    with urllib.request.urlopen(urllib.request.Request(url, data=body, headers=headers), timeout=30) as r:
-        r.read()
-    times.append((time.perf_counter() - started) * 1000)
+# bench/request_loop.py's requests, then one big response (argv[3] is its url)
+LOOP = (
+    TIMED
+    + r"""
+big = sys.argv[3]
 started = time.perf_counter()
 with urllib.request.urlopen(big, timeout=120) as r:
     size = len(r.read())
 print(json.dumps({"ms": times[1:], "big_s": time.perf_counter() - started, "big_bytes": size}))
 """
+)
 
 
 async def member_round() -> dict[str, Any]:

@@ -2,7 +2,8 @@
 provider, printing each one's time in ms as JSON (urllib follows HTTP_PROXY when it is set), the first
 (a cold connection) left out. Plain text here, so a bench can import it before it chooses its tree."""
 
-LOOP = r"""
+# the requests, timed into `times` (the first, cold, included); a script goes on from there
+TIMED = r"""
 import json, sys, time, urllib.request
 url, n = sys.argv[1], int(sys.argv[2])
 body = json.dumps({"model": "m", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]}).encode()
@@ -13,5 +14,5 @@ for _ in range(n + 1):
     with urllib.request.urlopen(urllib.request.Request(url, data=body, headers=headers), timeout=30) as r:
         r.read()
     times.append((time.perf_counter() - started) * 1000)
-print(json.dumps(times[1:]))
 """
+LOOP = TIMED + "print(json.dumps(times[1:]))\n"

@@ -46,6 +46,22 @@ def held_bob(released: threading.Event) -> Any:
     return held
 
 
+async def until_bob_edited(client: Client, job_id: str, fakes: FakeProviders) -> JobView:
+    """The job's view once ann and cy have answered and bob has edited calc.py (its answer held by
+    `held_bob`), and the store has had time to commit what was reported: the moment to kill its server."""
+    with anyio.fail_after(120):
+        while (
+            (view := await status_of(client, job_id)).progress is None
+            or sum(a.answers for a in view.progress.agents) < 2
+            or not any(
+                r.agent == "bob" and "replaced 1 occurrence" in r.text() for r in fakes.script.requests
+            )
+        ):
+            await anyio.sleep(0.05)  # sleep-ok: polls until ann and cy answered, bob edited
+    await anyio.sleep(1.0)  # sleep-ok: the store's writer commits what was reported
+    return view
+
+
 def _ask(project: Path) -> dict[str, Any]:
     paths = [{"path": str(project), "permission": "write"}]
     return {
@@ -105,17 +121,7 @@ async def test_kill_9_mid_job_with_files_then_a_restart_resumes_it_to_the_uninte
             async with Client(f"{base}/mcp", auth=HTTP_TOKEN) as client:
                 asked = (await client.call_tool("ask_team", _ask(project))).structured_content
                 job_id = JobView.model_validate(asked).job_id
-                with anyio.fail_after(120):
-                    while (
-                        (view := await status_of(client, job_id)).progress is None
-                        or sum(a.answers for a in view.progress.agents) < 2
-                        or not any(
-                            r.agent == "bob" and "replaced 1 occurrence" in r.text()
-                            for r in fakes.script.requests
-                        )
-                    ):
-                        await anyio.sleep(0.05)  # sleep-ok: polls until ann and cy answered, bob edited
-                await anyio.sleep(1.0)  # sleep-ok: the store's writer commits what was reported
+                view = await until_bob_edited(client, job_id, fakes)
             process.send_signal(signal.SIGKILL)  # bob's turn in flight: calc.py edited, no answer yet
             process.wait()
             released.set()

@@ -29,14 +29,14 @@ from pydantic import SecretStr
 from conclave.jobs.read.views import JobView
 from conclave.jobs.store.sql import AnswerRow, JobRow, Store
 from conclave.settings import Settings
-from tests.fakes.calc_task import CALC, agent, calc_project, label_of
+from tests.fakes.calc_task import CALC, agent, calc_project
 from tests.fakes.processes import http_process, worker_process
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import KEY_ENV, TRIO, install, voter, write_team
 from tests.fakes.waits import answered_through, done_through, status_of
 from tests.postgres import Cluster
 from tests.redis import Redis
-from tests.test_resume_files import DOCKER, _patch_body, held_bob
+from tests.test_resume_files import DOCKER, _patch_body, held_bob, until_bob_edited
 from tests.test_resume_files import _ask as _ask_files
 
 pytestmark = pytest.mark.anyio
@@ -222,17 +222,7 @@ async def test_a_job_with_files_survives_its_worker(
         async with Client(f"{base}/mcp", auth=ALICE) as client:
             asked = await client.call_tool("ask_team", _ask_files(project))
             job_id = JobView.model_validate(asked.structured_content).job_id
-            with anyio.fail_after(120):
-                while (
-                    (view := await status_of(client, job_id)).progress is None
-                    or sum(a.answers for a in view.progress.agents) < 2
-                    or not any(
-                        label_of(r, "bob") is None and "replaced 1 occurrence" in r.text()
-                        for r in fakes.script.requests
-                    )
-                ):
-                    await anyio.sleep(0.05)  # sleep-ok: polls until ann and cy answered, bob edited
-            await anyio.sleep(1.0)  # sleep-ok: the store's writer commits what was reported
+            await until_bob_edited(client, job_id, fakes)
             killed = workers.pop(deployment.row(job_id).owner_pid)
             killed.send_signal(signal.SIGKILL)  # bob's turn in flight: calc.py edited, no answer yet
             killed.wait()

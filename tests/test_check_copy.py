@@ -3,6 +3,7 @@ the digest its kept baseline is found by (coordination/baselines.py) reads no fi
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 from pathlib import Path
@@ -12,7 +13,7 @@ import pytest
 
 from conclave.files import apply as applying
 from conclave.files.contexts import ContextPath
-from conclave.files.protect import DEFAULT_PROTECT, restore
+from conclave.files.protect import DEFAULT_PROTECT, Protection, restore
 from conclave.files.trees import read_bytes, sha256_file, tree_digest
 from conclave.files.workspaces import Workspaces
 
@@ -125,10 +126,31 @@ async def test_protected_files_the_answers_patch_left_alone_are_not_hashed_again
 
     monkeypatch.setattr("conclave.files.protect.sha256_file", hashing)
     mine, base = copy.path / "proj", workspaces.base / "proj"
-    changed = restore(mine, base, DEFAULT_PROTECT, written=copy.written["proj"])
+    changed = restore(mine, base, Protection(DEFAULT_PROTECT), written=copy.written["proj"])
     assert changed == ["test_changed.py"] and sorted(set(hashed)) == ["test_changed.py"]
     assert (mine / "test_changed.py").read_text().endswith("X = 1\n")  # put back as the caller had it
     assert (mine / "calc.py").read_text() == "X = 3\n"
+
+
+async def test_a_patch_that_writes_nothing_leaves_nothing_to_put_back_and_nothing_is_walked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    project = tmp_path / "proj"
+    (project / "tests").mkdir(parents=True)
+    (project / "tests" / "test_calc.py").write_text("def test_x():\n    assert True\n")
+    workspaces = Workspaces(tmp_path / "job")
+    await workspaces.prepare([ContextPath(path=str(project))])
+    await workspaces.create(["A"])
+    await workspaces.snapshot("A", "A1")  # the answer changed nothing
+    copy = await anyio.to_thread.run_sync(workspaces.check_copy, "A1")
+    assert copy.written["proj"] == frozenset()
+    walked: list[Path] = []
+    monkeypatch.setattr("conclave.files.protect.list_tree", lambda root: walked.append(root))
+    protection = Protection(DEFAULT_PROTECT)
+    assert (
+        restore(copy.path / "proj", workspaces.base / "proj", protection, written=copy.written["proj"]) == []
+    )
+    assert walked == []
 
 
 async def test_the_base_digest_is_the_trees_and_takes_contents_from_the_manifest(tmp_path: Path) -> None:
@@ -148,9 +170,75 @@ async def test_the_base_digest_is_the_trees_and_takes_contents_from_the_manifest
         if n == 0:  # one context: the digest is its tree's, as the key always was (kept runs still match)
             assert workspaces.base_digest() == tree_digest(workspaces.base / first.name)
         digests.append(workspaces.base_digest())
+        assert workspaces.manifest().digest == digests[-1]  # recorded by prepare: no walk at a check
+        # a manifest from before the digest was recorded: a walk of base/, contents from the manifest
+        manifest = workspaces.job_dir / "manifest.json"
+        manifest.write_text(workspaces.manifest().model_copy(update={"digest": None}).model_dump_json())
+        older = Workspaces(workspaces.job_dir)
+        assert older.base_digest() == digests[-1]
         # the same size, other bytes, behind the manifest's back: a digest that read the file would move
-        (workspaces.base / first.name / "sub" / "calc.py").write_text("def add(a, b):\n    return a + b\n")
-        assert workspaces.base_digest() == digests[-1]
-        (workspaces.base / first.name / "run.sh").chmod(0o644)  # a mode is read from base/, not recorded
-        assert workspaces.base_digest() != digests[-1]
+        (older.base / first.name / "sub" / "calc.py").write_text("def add(a, b):\n    return a + b\n")
+        assert older.base_digest() == digests[-1]
+        (older.base / first.name / "run.sh").chmod(0o644)  # a mode is read from base/, not recorded
+        assert older.base_digest() != digests[-1]
     assert digests[0] != digests[1]
+
+
+async def test_a_check_reads_only_the_answers_files_whose_recorded_digest_is_not_bases(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    project = tmp_path / "proj"
+    project.mkdir()
+    for n in range(5):  # written just now: the snapshot copies them (racy), never links them from base/
+        (project / f"m{n}.py").write_text(f"X = {n}\n")
+    workspaces = Workspaces(tmp_path / "job")
+    await workspaces.prepare([ContextPath(path=str(project))])
+    await workspaces.create(["A"])
+    (workspaces.agent("A") / "proj" / "m1.py").write_text("X = 'changed'\n")
+    (workspaces.agent("A") / "proj" / "m2.py").chmod(0o755)  # a mode change alone is a change
+    await workspaces.snapshot("A", "A1")
+    assert sorted(workspaces.digests("A1")) == [f"proj/m{n}.py" for n in range(5)]
+
+    read: list[str] = []
+    real = read_bytes
+    monkeypatch.setattr(
+        "conclave.files.diff.read_bytes", lambda root, rel: (read.append(rel), real(root, rel))[1]
+    )
+    copy = await anyio.to_thread.run_sync(workspaces.check_copy, "A1")
+    assert sorted(set(read)) == ["m1.py", "m2.py"]  # the unchanged three are neither read nor diffed
+    assert (copy.path / "proj" / "m1.py").read_text() == "X = 'changed'\n"
+    assert copy.written["proj"] == frozenset({"m1.py", "m2.py"})
+
+    # a record that does not hold (here forged; a snapshot's own is written after it is in place) would
+    # put base's file in the check: the record of a label made again is its own, never an earlier one's
+    await workspaces.restore(["A"], [])  # A1 was never posted: it goes, and what records it
+    assert workspaces.digests("A1") == {}
+    (workspaces.job_dir / "meta" / "A1.sha256").write_text(json.dumps(workspaces.digests(None)))
+    (workspaces.agent("A") / "proj" / "m3.py").write_text("X = 'again'\n")
+    await workspaces.snapshot("A", "A1")
+    copy = await anyio.to_thread.run_sync(workspaces.check_copy, "A1")
+    assert (copy.path / "proj" / "m3.py").read_text() == "X = 'again'\n"
+
+
+async def test_a_snapshot_records_the_digest_of_a_file_it_links_from_its_origin(tmp_path: Path) -> None:
+    project = tmp_path / "proj"
+    project.mkdir()
+    for n in range(3):
+        (project / f"m{n}.py").write_text(f"X = {n}\n")
+        os.utime(project / f"m{n}.py", (1e9, 1e9))  # long unchanged: later trees link them
+    workspaces = Workspaces(tmp_path / "job")
+    await workspaces.prepare([ContextPath(path=str(project))])
+    await workspaces.create(["A"])
+    (workspaces.agent("A") / "proj" / "m1.py").write_text("X = 'changed'\n")
+    os.utime(workspaces.agent("A") / "proj" / "m1.py", (1.5e9, 1.5e9))  # before A1 is captured: A2 links it
+    await workspaces.snapshot("A", "A1")  # links m0 and m2 from base/, copies m1
+    await workspaces.snapshot("A", "A2")  # links all three from A1
+    base = workspaces.digests(None)
+    for label in ("A1", "A2"):
+        recorded = workspaces.digests(label)
+        assert recorded["proj/m0.py"] == base["proj/m0.py"] and recorded["proj/m2.py"] == base["proj/m2.py"]
+        assert recorded["proj/m1.py"] == sha256_file(workspaces.snapshot_dir(label), "proj/m1.py")
+    assert (
+        os.stat(workspaces.snapshot_dir("A2") / "proj" / "m1.py").st_ino
+        == os.stat(workspaces.snapshot_dir("A1") / "proj" / "m1.py").st_ino
+    )

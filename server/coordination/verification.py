@@ -43,7 +43,7 @@ from conclave.coordination.reports import LINE_CHARS, TAIL_LINES, Check
 from conclave.coordination.verdicts import Baseline, read_summary, shortfall
 from conclave.errors import ConclaveError
 from conclave.files.check_slots import make_slot, refill
-from conclave.files.protect import DEFAULT_PROTECT, restore
+from conclave.files.protect import DEFAULT_PROTECT, Protection, restore
 from conclave.files.removal import remove_tree
 from conclave.files.workspaces import CheckCopy, Workspaces
 from conclave.sandbox.container import Sandbox
@@ -90,6 +90,7 @@ class Verifier:
         self._pool = pool
         self.timeout_s, self._limiter, self._factory = timeout_s, limiter, sandbox_factory
         self.protect = tuple(DEFAULT_PROTECT if protect is None else protect)
+        self._protection = Protection(self.protect)  # compiled once for the job's checks
         self._boxes: list[Box] = []  # every container started, for `close`
         # idle containers, and None for one `warm` could not start (its waiter then starts its own)
         self._put, self._idle = anyio.create_memory_object_stream[Box | None](math.inf)
@@ -292,7 +293,9 @@ class Verifier:
             base, mine = self.workspaces.base / context.name, copy.path / context.name
             prefix = "" if self.workspaces.root_name() else f"{context.name}/"
             owner, written = self.workspaces.agent_owner, copy.written[context.name]
-            changed += [prefix + rel for rel in restore(mine, base, self.protect, owner, written=written)]
+            listed = self.workspaces.base_listing(context.name)
+            found = restore(mine, base, self._protection, owner, written=written, listed=listed)
+            changed += [prefix + rel for rel in found]
         return changed
 
 

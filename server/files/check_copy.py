@@ -23,18 +23,26 @@ from pathlib import Path
 from conclave.files.apply import Changes, write_patch
 from conclave.files.diff import diff_trees
 from conclave.files.review import Consent
-from conclave.files.trees import copy_tree, list_tree
+from conclave.files.trees import Listing, copy_tree
 
 
-def reviewed_copy(base: Path, answer: Path | None, dest: Path, known: Mapping[str, str]) -> Changes:
-    """Fill the new folder `dest` with `base` (one context at job start, `known` its files' sha256 in
-    the manifest) and, when given, what apply would write of `answer` (that context in an answer's
-    snapshot); return what was written and what apply would hold back (blocking)."""
-    listed = list_tree(base)
+def reviewed_copy(
+    base: Path,
+    answer: Path | None,
+    dest: Path,
+    *,
+    listed: Listing,
+    known: Mapping[str, str],
+    answer_known: Mapping[str, str],
+) -> Changes:
+    """Fill the new folder `dest` with `base` (one context at job start, `listed` its listing and `known`
+    its files' sha256 in the manifest) and, when given, what apply would write of `answer` (that context
+    in an answer's snapshot, `answer_known` its files' sha256 as the snapshot recorded them); return what
+    was written and what apply would hold back (blocking)."""
     copy_tree(base, dest, listed)  # copied, never linked: the check may write anywhere
     if answer is None or not answer.is_dir():
         return Changes()
-    # the patch the caller reviews for this answer, without listing base/ again or reading its files
-    # where the answer's have the digests they were copied with
-    patch = diff_trees(base, answer, listed=listed, known=known)
+    # the patch the caller reviews for this answer, without listing base/ again, and without reading a
+    # file whose digest, base's and the answer's as each was copied, is the same
+    patch = diff_trees(base, answer, listed=listed, known=known, final_known=answer_known)
     return write_patch(answer, dest, patch, Consent())

@@ -223,6 +223,9 @@ class ContextManifest(BaseModel):
     """Every context path of a job as copied at job start."""
 
     contexts: list[CopiedContext] = []
+    # base/'s tree digest as a check sees it (Workspaces.base_digest), taken when base/ was made; None in a
+    # manifest written before it was recorded, where it is taken from a walk of base/
+    digest: str | None = None
 
     def get(self, name: str) -> CopiedContext:
         for context in self.contexts:

@@ -83,15 +83,18 @@ def diff_trees(
     *,
     listed: Listing | None = None,
     known: Mapping[str, str] | None = None,
+    final_known: Mapping[str, str] | None = None,
 ) -> Patch:
     """The git-style patch that turns `base` into `final` (blocking: call it from a worker thread);
     with `keep`, only the files of `final` it keeps (a deletion is always shown: base/ is no secret).
     `listed` is base's listing where the caller has just made it, and `known` base's files' sha256 as
     they were copied into it (the manifest's): a file of `final` with that digest and mode is
-    unchanged without base's copy being read again (files/check_copy.py diffs once per check)."""
+    unchanged without base's copy being read again (files/check_copy.py diffs once per check); and
+    `final_known` the same for `final`'s files where `final` is immutable and its digests were recorded
+    as it was made (a snapshot's, Workspaces.snapshot): a file with base's digest is not read at all."""
     old = listed if listed is not None else list_tree(base)
     new = final_listing(final, old.files)
-    known = known or {}
+    known, final_known = known or {}, final_known or {}
     chunks: list[str] = []
     files: list[FileChange] = []
     for rel in sorted(old.files.keys() | new.files.keys()):
@@ -100,10 +103,12 @@ def diff_trees(
             continue
         if before and after and (before.dev, before.ino) == (after.dev, after.ino):
             continue  # the same inode: a hard link from an immutable snapshot, unchanged
-        b = read_bytes(final, rel) if after else None
         a_mode = _git_mode(before.mode) if before else None
         b_mode = _git_mode(after.mode) if after else None
         digest = known.get(rel)
+        if before and after and a_mode == b_mode and digest and final_known.get(rel) == digest:
+            continue
+        b = read_bytes(final, rel) if after else None
         if b is not None and a_mode == b_mode and digest and hashlib.sha256(b).hexdigest() == digest:
             continue
         a = read_bytes(base, rel) if before else None

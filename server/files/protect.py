@@ -32,7 +32,7 @@ from pathspec import GitIgnoreSpec
 
 from conclave.files import safe
 from conclave.files.removal import remove_tree
-from conclave.files.trees import list_tree, read_bytes, sha256_file
+from conclave.files.trees import Listing, list_tree, read_bytes, sha256_file
 
 DEFAULT_PROTECT: tuple[str, ...] = (
     # Python: test folders and files, pytest/tox/coverage configuration, start-up hooks
@@ -114,34 +114,47 @@ def is_module_file(name: str) -> bool:
     return rest in MODULE_SUFFIXES or rest.endswith((".so", ".pyd"))
 
 
+class Protection:
+    """The protected paths' patterns (the team's `verify_protect`, else `DEFAULT_PROTECT`), compiled once
+    for all of a job's checks."""
+
+    def __init__(self, patterns: Sequence[str]) -> None:
+        self.patterns = tuple(patterns)
+        self.spec = GitIgnoreSpec.from_lines(list(self.patterns))
+
+
 def restore(
     copy: Path,
     base: Path,
-    patterns: Sequence[str],
+    protection: Protection,
     owner: tuple[int, int] | None = None,
     *,
     written: Collection[str] | None = None,
+    listed: Listing | None = None,
 ) -> list[str]:
     """Put `copy` (a check copy of one context folder) back in line with `base` for every protected
     path, and for every module or package that shadows a standard module or the runner's own where
     pytest imports from (`import_roots`) and did not at job start. Return the paths the answer had
     changed, sorted (blocking). `written` lists the paths the copy's patch wrote or deleted
     (check_copy.py): a protected file outside it is base's own, copied a moment before, and is not
-    read and hashed again; None compares every protected file."""
-    spec = GitIgnoreSpec.from_lines(list(patterns))
-    before, after = list_tree(base).files, list_tree(copy)
+    read and hashed again, and a patch that wrote nothing leaves nothing to put back; None compares
+    every protected file. `listed` is base's listing where the caller has it."""
+    if written is not None and not written:
+        return []  # the copy is base/ as it was: every file the caller's own
+    before, after = (listed if listed is not None else list_tree(base)).files, list_tree(copy)
     roots = import_roots([*before, *after.files])
     shadowing = sorted(_shadowing(after.files, roots) - _shadowing(before, roots))
+    spec = protection.spec
 
     def protected(rel: str) -> bool:
         return spec.match_file(rel) or any(rel == path or rel.startswith(f"{path}/") for path in shadowing)
 
     changed: set[str] = set()
     for rel, entry in before.items():
-        if not protected(rel):
-            continue
         now = after.files.get(rel)
         if now is not None and written is not None and rel not in written:
+            continue
+        if not protected(rel):
             continue
         if now is not None and now.size == entry.size and sha256_file(copy, rel) == sha256_file(base, rel):
             continue

@@ -15,6 +15,8 @@
         diff.patch         the winner's git-style patch over every context path, written at the end
         meta/<tree>        when base/ or a snapshot was captured (for safe reuse of unchanged files)
         meta/<label>.held  files left out of that snapshot: they hold a secret (paths only, secrets.py)
+        meta/<label>.sha256  each file's sha256 in that snapshot, as it was copied (a check's diff reads
+                           no file whose digest is base/'s: check_copy.py)
 
 The API (blocking work runs in a worker thread through `anyio.to_thread.run_sync`; the copies are
 abandoned on cancel, so a cancelled job never waits for one; apply is not, it must finish or roll back):
@@ -72,6 +74,7 @@ from conclave.files.trees import Listing, Reference, copy_tree, list_tree, tree_
 
 __all__ = ["CheckCopy", "Restored", "Workspaces", "apply", "diff"]
 
+KINDS = ("held", "sha256")  # meta/<label>.<kind>: what a snapshot records beside its capture time
 ALWAYS = 2**63 - 1  # a capture time that makes every file of an immutable reference reusable
 WORKSPACE_CAPS = Caps(max_files=20_000, max_bytes=200 * 1024 * 1024)
 
@@ -141,6 +144,7 @@ class Workspaces:
         self._manifest_path = self.job_dir / "manifest.json"
         self.patch = self.job_dir / "diff.patch"  # the winner's patch, written when the job ends
         self._manifest: ContextManifest | None = None  # written once by prepare, then only read
+        self._base_listings: dict[str, Listing] = {}  # base/<name>'s, listed once: base/ never changes
 
     # -- building the trees ---------------------------------------------------------------------
 
@@ -153,6 +157,8 @@ class Workspaces:
         self.job_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         with _building(self.base) as tmp:
             manifest = copy_context_sync(sources, tmp, self.caps)
+        # base/'s digest, which a check's kept run is looked up by (coordination/baselines.py), taken now
+        manifest = manifest.model_copy(update={"digest": self._tree_digest(manifest)})
         self._set_captured("base", captured)
         _write_atomic(self._manifest_path, manifest.model_dump_json())
         self._manifest = manifest
@@ -204,8 +210,8 @@ class Workspaces:
             for entry in os.scandir(self.snapshots):
                 if LABEL.fullmatch(entry.name) and entry.name not in kept:
                     remove_tree(entry.path)
-                    for meta in (self._meta / entry.name, self._meta / f"{entry.name}.held"):
-                        meta.unlink(missing_ok=True)
+                    for name in (entry.name, *(f"{entry.name}.{kind}" for kind in KINDS)):
+                        (self._meta / name).unlink(missing_ok=True)
         last = {self.label_letter(label): label for label in posted}
         for letter, label in last.items():
             if not self.snapshot_dir(label).is_dir() and self.agent(letter).is_dir():
@@ -240,13 +246,34 @@ class Workspaces:
         source, captured = self.agent(letter), time.time_ns()
         listing = list_tree(source, max_files=self.workspace_caps.max_files)
         self._check_workspace(letter, listing)
-        reuse = self._reference(self.latest().get(letter))
+        previous = self.latest().get(letter)
+        reuse = self._reference(previous)
+        (self._meta / f"{label}.sha256").unlink(missing_ok=True)  # one a dead process left is not this one's
         with _building(self.snapshot_dir(label)) as tmp:
             copied = copy_tree(source, tmp, listing, reuse=reuse, on_error=_leave_out)
             held = withhold(tmp, [rel for rel, digest in copied.items() if digest is not None], self.secrets)
         self._set_captured(label, captured)
         _write_atomic(self._meta / f"{label}.held", json.dumps(held))
+        linked = self.digests(previous) if reuse.root != self.start else {}  # a linked file's is its origin's
+        digests = {rel: digest or linked.get(rel) for rel, digest in copied.items() if rel not in held}
+        _write_atomic(self._meta / f"{label}.sha256", json.dumps({k: v for k, v in digests.items() if v}))
         return self.snapshot_dir(label)
+
+    def digests(self, label: str | None) -> dict[str, str]:
+        """Each file's sha256 in snapshot `label` as recorded when it was made, or in base/ (the manifest's)
+        for None; keyed `<context>/<path>`. A file with none recorded is absent: read it."""
+        if label is None:
+            return {
+                f"{context.name}/{rel}": record.sha256
+                for context in self.manifest().contexts
+                for rel, record in context.files.items()
+                if record.sha256
+            }
+        try:
+            found = json.loads((self._meta / f"{label}.sha256").read_bytes())
+        except (OSError, ValueError):  # made before digests were recorded, or by a process that died
+            return {}
+        return {str(rel): str(digest) for rel, digest in found.items()} if isinstance(found, dict) else {}
 
     def held(self, label: str) -> dict[str, str]:
         """The files left out of snapshot `label` because they hold a secret: path -> how (secrets.py)."""
@@ -306,12 +333,22 @@ class Workspaces:
         dest = self.job_dir / "checks" / f"{label or 'base'}-{time.monotonic_ns()}"
         held: list[str] = []
         written: dict[str, frozenset[str]] = {}
+        recorded = self.digests(label) if label is not None else {}
         with _building(dest) as tmp:
             for context in self.manifest().contexts:
                 answer = source / context.name if source is not None else None
                 prefix = "" if self.root_name() else f"{context.name}/"
                 known = {rel: record.sha256 for rel, record in context.files.items() if record.sha256}
-                found = reviewed_copy(self.base / context.name, answer, tmp / context.name, known)
+                mine = f"{context.name}/"
+                answer_known = {rel[len(mine) :]: d for rel, d in recorded.items() if rel.startswith(mine)}
+                found = reviewed_copy(
+                    self.base / context.name,
+                    answer,
+                    tmp / context.name,
+                    listed=self.base_listing(context.name),
+                    known=known,
+                    answer_known=answer_known,
+                )
                 held += [f"{prefix}{entry.path} ({entry.reason})" for entry in found.held]
                 written[context.name] = frozenset(found.added + found.modified + found.deleted)
             if self.agent_owner is not None:
@@ -321,9 +358,22 @@ class Workspaces:
     def base_digest(self) -> str:
         """A sha256 of what a check of the caller's files runs on (`check_copy(None)`), as the check sees
         it: one context is /workspace itself, its folder's name unseen; several are /workspace/<name>
-        each (blocking: a walk of base/; each file's content digest is the manifest's, taken as it was
-        copied into base/, which nothing changes after, so no file is read again)."""
-        contexts = self.manifest().contexts
+        each. Recorded in the manifest by `prepare`; for a manifest from before that, a walk of base/
+        (blocking)."""
+        manifest = self.manifest()
+        return manifest.digest if manifest.digest is not None else self._tree_digest(manifest)
+
+    def base_listing(self, name: str) -> Listing:
+        """base/<name>'s listing, made once per process (blocking): nothing changes base/ after `prepare`."""
+        listing = self._base_listings.get(name)
+        if listing is None:
+            listing = self._base_listings[name] = list_tree(self.base / name)
+        return listing
+
+    def _tree_digest(self, manifest: ContextManifest) -> str:
+        """`base_digest` from a walk of base/; each file's content digest is the manifest's, taken as it
+        was copied into base/, so no file is read again (blocking)."""
+        contexts = manifest.contexts
 
         def digest_of(context: CopiedContext) -> str:
             known = {rel: record.sha256 for rel, record in context.files.items()}

@@ -11,7 +11,7 @@ from typing import Any
 import anyio
 import pytest
 
-from conclave.files.protect import DEFAULT_PROTECT, restore, shadows
+from conclave.files.protect import DEFAULT_PROTECT, Protection, restore, shadows
 from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
 from conclave.settings import Settings
@@ -102,7 +102,7 @@ def test_restore_puts_back_and_removes_only_what_the_patterns_and_shadowing_name
     (copy / "unittest" / "__init__.py").write_text("raise SystemExit(0)\n")
     (copy / "html").mkdir()  # a folder without __init__.py never wins over the standard module
     (copy / "app.py").write_text("print('the answer')\n")
-    changed = restore(copy, base, DEFAULT_PROTECT)
+    changed = restore(copy, base, Protection(DEFAULT_PROTECT))
     assert changed == ["package.json", "tests/test_a.py", "tests/test_new.py", "unittest/__init__.py"]
     assert (copy / "package.json").read_text() == '{"scripts": {"test": "jest"}}\n'
     assert (copy / "tests" / "test_a.py").exists() and not (copy / "tests" / "test_new.py").exists()
@@ -133,10 +133,10 @@ def test_restore_puts_back_runner_files_and_shadowing_whether_or_not_the_folder_
         (root / "lib").mkdir()
         (root / "lib" / "test_lib.py").write_text("import json\n")
     (copy / "lib" / "json.py").write_text(EXIT)
-    changed = restore(copy, base, [])  # whatever the patterns
+    changed = restore(copy, base, Protection([]))  # whatever the patterns
     assert changed == ["json/__init__.py", "lib/json.py"]
     assert (copy / ".pytest.ini").exists() and (copy / "sub" / "types.py").exists()
-    changed = restore(copy, base, DEFAULT_PROTECT)
+    changed = restore(copy, base, Protection(DEFAULT_PROTECT))
     assert changed == [".pytest.ini", "__init__.py"]
     assert (copy / "json" / "data.json").exists() and not (copy / "json" / "__init__.py").exists()
     assert "the answer's change" in (copy / "queue" / "__init__.py").read_text()

@@ -89,8 +89,8 @@ class Verifier:
         self.spec = check_spec(spec)  # a check never gets the network
         self._pool = pool
         self.timeout_s, self._limiter, self._factory = timeout_s, limiter, sandbox_factory
-        self.protect = tuple(DEFAULT_PROTECT if protect is None else protect)
-        self._protection = Protection(self.protect)  # compiled once for the job's checks
+        # the protected paths' patterns, compiled once for the job's checks
+        self._protection = Protection(DEFAULT_PROTECT if protect is None else protect)
         self._boxes: list[Box] = []  # every container started, for `close`
         # idle containers, and None for one `warm` could not start (its waiter then starts its own)
         self._put, self._idle = anyio.create_memory_object_stream[Box | None](math.inf)

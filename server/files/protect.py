@@ -119,8 +119,7 @@ class Protection:
     for all of a job's checks."""
 
     def __init__(self, patterns: Sequence[str]) -> None:
-        self.patterns = tuple(patterns)
-        self.spec = GitIgnoreSpec.from_lines(list(self.patterns))
+        self.spec = GitIgnoreSpec.from_lines(list(patterns))
 
 
 def restore(

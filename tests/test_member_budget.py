@@ -40,15 +40,21 @@ LIMIT = 1500  # bob's own: its first call (1,010 tokens) fits, its second one's 
 
 
 def answer_then_vote_for_ann(request: RecordedRequest) -> Reply:
-    """Answer once (answers name their author), then vote for ann's answer."""
+    """Answer once (answers name their author), then vote for ann's answer. On a slow machine a member's
+    second turn can come before ann has posted: it then votes for the first answer it is shown, and
+    ann's answer, when it comes, resets that vote."""
     text = request.text()
     if "(your own answer)" not in text:
         made = decide("new_answer", {"content": f"Paris ({request.agent})."}, request)
     else:
+        labels = vote_labels(request)
         ann = next(
-            label
-            for label in vote_labels(request)
-            if "(ann)" in text.split(f"## Answer {label}", 1)[-1].split("## Answer", 1)[0]
+            (
+                label
+                for label in labels
+                if "(ann)" in text.split(f"## Answer {label}", 1)[-1].split("## Answer", 1)[0]
+            ),
+            labels[0],
         )
         made = decide("vote", {"answer": ann, "reason": "it is right"}, request)
     made.usage, made.delay = CALL, 0.05

@@ -219,7 +219,9 @@ def follower(fixed: threading.Event) -> Callable[[RecordedRequest], Reply]:
             label: request.text().split(f"## Answer {label}", 1)[-1].split("## Answer", 1)[0]
             for label in labels
         }
-        fix = next(label for label, section in sections.items() if "Fixed add()" in section)
+        # the gate opens as ann's fix is sent, which may be posted after this turn starts: a vote then
+        # goes to the first answer shown, and the fix, when posted, resets it
+        fix = next((label for label, section in sections.items() if "Fixed add()" in section), labels[0])
         return decide("vote", {"answer": fix, "reason": "agreed"}, request)
 
     return reply

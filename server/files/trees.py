@@ -207,10 +207,11 @@ def sha256_file(root: Path, rel: str) -> str:
     return digest.hexdigest()
 
 
-def tree_digest(root: Path, known: Mapping[str, str] | None = None) -> str:
+def tree_digest(root: Path, known: Mapping[str, str] | None = None, listing: Listing | None = None) -> str:
     """One sha256 of a tree as copy_tree copies it: its folders, and each file's path, mode and content;
-    a file's content sha256 is taken from `known` where given (recorded as it was copied), else read."""
-    listing, digest, known = list_tree(root), hashlib.sha256(), known or {}
+    a file's content sha256 is taken from `known` where given (recorded as it was copied), else read.
+    `listing`: the tree's, when the caller has it (else it is listed)."""
+    listing, digest, known = listing or list_tree(root), hashlib.sha256(), known or {}
     for rel in sorted(listing.dirs):
         digest.update(f"d {rel}\n".encode("utf-8", "surrogateescape"))
     for rel, entry in sorted(listing.files.items()):

@@ -264,10 +264,9 @@ class Workspaces:
         for None; keyed `<context>/<path>`. A file with none recorded is absent: read it."""
         if label is None:
             return {
-                f"{context.name}/{rel}": record.sha256
+                f"{context.name}/{rel}": digest
                 for context in self.manifest().contexts
-                for rel, record in context.files.items()
-                if record.sha256
+                for rel, digest in _known(context).items()
             }
         try:
             found = json.loads((self._meta / f"{label}.sha256").read_bytes())
@@ -338,7 +337,7 @@ class Workspaces:
             for context in self.manifest().contexts:
                 answer = source / context.name if source is not None else None
                 prefix = "" if self.root_name() else f"{context.name}/"
-                known = {rel: record.sha256 for rel, record in context.files.items() if record.sha256}
+                known = _known(context)
                 mine = f"{context.name}/"
                 answer_known = {rel[len(mine) :]: d for rel, d in recorded.items() if rel.startswith(mine)}
                 found = reviewed_copy(
@@ -376,8 +375,8 @@ class Workspaces:
         contexts = manifest.contexts
 
         def digest_of(context: CopiedContext) -> str:
-            known = {rel: record.sha256 for rel, record in context.files.items()}
-            return tree_digest(self.base / context.name, known)
+            # the listing checks use (`base_listing`): this walk is base/'s only one in the process
+            return tree_digest(self.base / context.name, _known(context), self.base_listing(context.name))
 
         if len(contexts) == 1:
             return digest_of(contexts[0])
@@ -554,3 +553,8 @@ def _write_atomic(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     tmp.write_text(text)
     os.replace(tmp, path)
+
+
+def _known(context: CopiedContext) -> dict[str, str]:
+    """Each file's content sha256 in base/<context> as the copy into base/ recorded it (none: read it)."""
+    return {rel: record.sha256 for rel, record in context.files.items() if record.sha256}

@@ -3,7 +3,7 @@
 Every command's work lives in `commands.py` (or `install.py`), imported only when that command runs:
 `conclave serve` must answer the MCP handshake before FastMCP is even imported (see
 conclave.app.stdio_front), and `conclave ask` should reach its first provider quickly, so nothing here
-pulls in pydantic, rich or the SDKs (tests/test_stdio_front.py checks which modules importing it loads).
+pulls in pydantic, rich or the SDKs.
 """
 
 from __future__ import annotations

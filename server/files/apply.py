@@ -4,14 +4,14 @@ The changes are worked out from the final tree and the manifest taken at job sta
 file), not by parsing the patch text, so binary files apply too. Before anything is written, every file
 the changes touch is checked against the manifest: a file to modify or delete must still hold the sha256
 it had at job start, a file to add must not exist, and no path may pass through a symlink. Any mismatch
-raises `ApplyConflict` naming every such file, with nothing written (`test_apply_conflict_changes_nothing`).
+raises `ApplyConflict` naming every such file, with nothing written.
 A file that already is as the final tree has it (content and executable bit; absent for a deletion) is
 no conflict and is not written again: a job resumed after an apply its dead server made applies again.
 
 Writes are atomic per file (a temporary sibling made with O_EXCL, fsync, rename), and every step goes
 through the folder's fd reached by safe.py's no-follow walk, never by name; each replaced or deleted file
 is kept as a backup sibling until all writes succeed. A failure midway undoes every step in reverse and
-raises `ApplyFailed` (`test_apply_failure_midway_rolls_back`).
+raises `ApplyFailed`.
 
 Only what the reviewed patch shows is written (review.py): binary changes without `force_binary`,
 compiled artefacts without `allow_artifacts`, files that run code or widen an agent's permissions on their

@@ -4,13 +4,12 @@ The leaf under `workspaces.py`, `diff.py` and `apply.py`: synchronous, no models
 Invariants every function here keeps:
 - symlinks are never followed: every folder and file is reached fd-relative with O_NOFOLLOW (safe.py);
 - a copy reads at most the size the listing saw, so a file that grows (or a pseudo file that reports
-  size 0) cannot make it read on (`test_copy_reads_at_most_the_listed_size`);
+  size 0) cannot make it read on;
 - only regular files and directories are listed and copied; symlinks, FIFOs, sockets and devices are
-  reported as skipped (`test_symlinks_and_fifos_are_skipped_not_followed`);
-- an entry named `.git` (directory or worktree file) is skipped at any depth (`test_git_dir_skipped`);
+  reported as skipped;
+- an entry named `.git` (directory or worktree file) is skipped at any depth;
 - copies never share an inode with their source unless the caller passes a `reuse` reference: only
-  immutable trees (snapshots, final) are built by hard link
-  (`test_create_copies_base_without_sharing_inodes`).
+  immutable trees (snapshots, final) are built by hard link.
 """
 
 from __future__ import annotations

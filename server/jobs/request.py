@@ -3,7 +3,7 @@
 `JobRequest` is ask_team's parameters (tools/ask_team.py adds only `wait_seconds`, how long the call
 waits), the argument of `JobService.submit`, what the store keeps of the job (jobs/store/sql.py) and what
 `conclave ask` builds from its flags (cli/commands.py). Its field descriptions are the tool's
-documentation, read by a calling model, so they name no internals (tests/test_tool_descriptions.py).
+documentation, read by a calling model, so they name no internals.
 
 The fields declare the shape (types, bounds); what the shape cannot say (a non-empty task, apply needs
 a write context path, a cost budget needs prices) is checked by jobs/admission.py and jobs/plan.py. A

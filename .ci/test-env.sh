@@ -44,7 +44,7 @@ fi
 
 if ! docker info >/dev/null 2>&1; then
   say "starting dockerd (no engine answered)"
-  as_root sh -c 'nohup dockerd > /tmp/conclave-dockerd.log 2>&1 &'
+  as_root sh -c 'cd / && nohup dockerd > /tmp/conclave-dockerd.log 2>&1 &'
   for _ in $(seq 1 60); do docker info >/dev/null 2>&1 && break; sleep 1; done
   docker info >/dev/null 2>&1 || { tail -20 /tmp/conclave-dockerd.log; echo "dockerd did not start" >&2; exit 1; }
 fi
@@ -88,8 +88,10 @@ if ! podman_up; then
   if [ "$nproc" = unlimited ] || [ "$nproc" -gt 32768 ]; then nproc=32768; fi
   printf '[containers]\ndefault_ulimits = ["nofile=%s:%s", "nproc=%s:%s"]\n' \
     "$(ulimit -Hn)" "$(ulimit -Hn)" "$nproc" "$nproc" > "$lane/containers.conf"
+  # Started in $lane, not the checkout: conmon needs the service's working directory to exist, and a
+  # service outlives the clone that started it (a second run from a fresh clone reuses it).
   as_root env CONTAINERS_CONF="$lane/containers.conf" \
-    sh -c "nohup podman system service --time=0 unix://$lane/podman.sock > $lane/service.log 2>&1 &"
+    sh -c "cd $lane && nohup podman system service --time=0 unix://$lane/podman.sock > $lane/service.log 2>&1 &"
   for _ in $(seq 1 30); do podman_up && break; sleep 1; done
   podman_up || { tail -20 "$lane/service.log"; echo "podman system service did not start" >&2; exit 1; }
 fi

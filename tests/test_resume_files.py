@@ -134,6 +134,7 @@ async def test_kill_9_mid_job_with_files_then_a_restart_resumes_it_to_the_uninte
         with http_process(tmp_path, env) as (base, process):
             async with Client(f"{base}/mcp", auth=HTTP_TOKEN) as client:
                 resumed = await done_through(client, job_id)
+                requests_after = len(fakes.script.requests) - requests_before  # the resumed job's alone
                 patch = (
                     await client.call_tool(
                         "read_workspace", {"job_id": job_id, "path": "@diff", "limit": 100_000}
@@ -150,7 +151,6 @@ async def test_kill_9_mid_job_with_files_then_a_restart_resumes_it_to_the_uninte
                 ).structured_content
             process.terminate()
             assert process.wait(timeout=60) == 0
-        requests_after = len(fakes.script.requests) - requests_before - whole.usage.calls
     assert resumed.state == "completed", resumed.phase
     answers_after, calls_after, checked, resumes = _stored(home, job_id)
     authors = _by_author(resumed)

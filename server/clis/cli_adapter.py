@@ -9,8 +9,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from conclave.backends.base import Usage
-from conclave.config.clis import CliFacts
+from conclave.config.clis import CliFacts, parse_settings, secret_fields
 from conclave.sandbox.member import HOME  # a private tmpfs in the member's container
+from conclave.sandbox.provider_wire import Wire
 
 SCHEMA_FILE = f"{HOME}/decision-schema.json"
 # A decision run's system prompt (ours, in place of the CLI's own where it lets us), written by the runner
@@ -41,31 +42,34 @@ class Login:
         return replace(self, key=PLACEHOLDER_KEY, bridge=bridge)
 
     def secrets(self) -> list[str]:
-        """Every secret value: the key, and each token of the login files (files/secrets.py keeps them
-        out of the job's files and text)."""
+        """Every secret value of the login as the user's machine holds it: the key, and each login file's
+        tokens (files/secrets.py keeps them out of the job's files and text). A file whose format gives
+        no token is a secret whole: it is the user's, read before any run."""
         found = [self.key] if self.key else []
-        for content in self.files.values():
-            found += list(secret_strings(content))
+        for path, content in self.files.items():
+            found += login_tokens(path, content) or [content.decode("utf-8", "replace").strip()]
         return found
 
 
-def secret_strings(content: bytes) -> Iterator[str]:
-    """The long strings of a login file (tokens), or the whole text when it is not JSON."""
-    text = content.decode("utf-8", "replace")
-    try:
-        data: Any = json.loads(text)
-    except ValueError:
-        yield text.strip()
-        return
-    stack = [data]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, dict):
-            stack += list(item.values())
-        elif isinstance(item, list):
-            stack += item
-        elif isinstance(item, str) and len(item) >= 16:
-            yield item
+def login_tokens(path: str, content: bytes) -> list[str]:
+    """The tokens of login file `path` (HOME-relative) by its CLI's format: the strings under its
+    secret fields (config/clis.py `secret_fields`), and nothing else of the file."""
+    data = parse_settings(content)
+    found: list[str] = []
+    for fields in secret_fields(path):
+        node: Any = data
+        for name in fields:
+            node = node.get(name) if isinstance(node, dict) else None
+        stack = [node]
+        while stack:
+            item = stack.pop()
+            if isinstance(item, dict):
+                stack += list(item.values())
+            elif isinstance(item, list):
+                stack += item
+            elif isinstance(item, str):
+                found.append(item)
+    return found
 
 
 @dataclass(frozen=True)
@@ -92,6 +96,11 @@ class CliAdapter(Protocol):
         no tools but a read-only one where the CLI has it (docs/subscriptions.md lists each CLI's flags
         and what it would not let us cut). A work run keeps the CLI's own prompt and the tools that can
         work in its container."""
+        ...
+
+    def wire(self, login: Login) -> Wire:
+        """The API a key login's endpoint speaks: which calls its proxy lets through and how their
+        responses say their usage (sandbox/provider_wire.py)."""
         ...
 
     def provider_url(self, login: Login) -> str | None:

@@ -14,8 +14,11 @@ and adds it to the requests the CLI sends to the bridge, where the CLI holds a p
 which the prelude unsets before the CLI starts. A cancelled run (stale turn, cancelled job, budget) kills
 every process of the member's user in the container at once (`Sandbox.kill_all`: `setsid` children too).
 
-Every run's usage goes to `charge` as its output reports it (meter.py: a budget can stop a long run)
-and however it ends, a killed one's included (`CliMember.reported`).
+Every run's usage goes to `charge`. A key login's comes from its egress proxy, which reads each call's
+usage from the provider's own response as it passes and refuses calls once `stopped` says a budget is
+reached (sandbox/egress.py): what the CLI prints is not counted then, so nothing is counted twice. A
+plan login's comes from the CLI's output as it reports it (meter.py: a budget can stop a long run),
+however the run ends, a killed one's included (`CliMember.reported`).
 
 Secrets: the member's login values join the job's set when it is bound (`secrets`, files/secrets.py:
 every snapshot keeps them out), and after every run, however it ended, its login files are read back
@@ -44,7 +47,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream
 
 from conclave.backends.base import Done, Request, StreamEvent, TextDelta, Usage
 from conclave.clis.claude_code import ClaudeCode
-from conclave.clis.cli_adapter import SCHEMA_FILE, SYSTEM_FILE, CliAdapter, CliOutput, Login, secret_strings
+from conclave.clis.cli_adapter import SCHEMA_FILE, SYSTEM_FILE, CliAdapter, CliOutput, Login, login_tokens
 from conclave.clis.codex import Codex
 from conclave.clis.copilot import Copilot
 from conclave.clis.gemini_cli import Gemini
@@ -55,6 +58,7 @@ from conclave.config.models import AgentSpec
 from conclave.errors import ProviderError, SandboxError
 from conclave.files.secrets import Secrets
 from conclave.sandbox.container import Sandbox
+from conclave.sandbox.egress import Stopped
 from conclave.sandbox.member import HOME, MemberSandbox
 from conclave.sandbox.output import CommandResult
 from conclave.sandbox.provider_key import ProviderKey
@@ -106,7 +110,8 @@ class CliMember:
         """Its container, the variables that point the CLI at its way out (the egress proxy the sandbox
         was started with, as `sandbox.egress_env`, when it has one), and the job's secrets, which its
         login's values join. A key login's key goes to the container's egress proxy, never into the
-        container; SandboxError for a container without one."""
+        container; SandboxError for a container without one. `secrets` is this member's (files/secrets.py
+        `member`): the login's values join the job's, withheld from every member."""
         provider = self._provider()
         if provider is not None and sandbox is not None:
             if not isinstance(sandbox, MemberSandbox):
@@ -118,13 +123,20 @@ class CliMember:
         self.sandbox = sandbox
         self.egress = dict(egress if egress is not None else getattr(sandbox, "egress_env", None) or {})
         if secrets is not None:
-            secrets.add(self.login.secrets())
+            secrets.job.add(self.login.secrets())
             self.secrets = secrets
 
     def _provider(self) -> ProviderKey | None:
         """Where the member's key login goes, with its key, through its egress proxy (None: no key login)."""
         url = self.adapter.provider_url(self.login)
-        return ProviderKey(url, self.login.key) if url is not None and self.login.key else None
+        if url is None or not self.login.key:
+            return None
+        return ProviderKey(url, self.login.key, self.adapter.wire(self.login))
+
+    @property
+    def metered(self) -> bool:
+        """Its egress proxy holds its key, so counts its calls' usage (the CLI's own report is not used)."""
+        return self._provider() is not None and isinstance(self.sandbox, MemberSandbox)
 
     @property
     def inside(self) -> Login:
@@ -139,6 +151,7 @@ class CliMember:
         charge: Charge | None = None,
         *,
         system: str = "",
+        stopped: Stopped | None = None,
     ) -> CliOutput:
         """One headless run to its output; ProviderError when the CLI fails or prints nothing usable.
         With a `schema` it is a decision run: `system` is its system prompt where the CLI takes ours
@@ -147,7 +160,11 @@ class CliMember:
         `charge` gets the run's usage while it runs, as its output reports it (meter.py: a job's budget
         can stop a long run), and its total however it ends: finished, past its timeout, or killed
         because its turn was cancelled (stale, the job cancelled, the budget reached), then the
-        cancellation goes on. A killed run is charged what its stream reported before the kill."""
+        cancellation goes on. A killed run is charged what its stream reported before the kill.
+
+        A key login's usage is its proxy's count instead (`metered`): `charge` hears each call's usage
+        from the provider's response, and `stopped` (why no more calls may go: the member's budget or
+        the job's) is asked before each call; a run without a `charge` (a presentation) keeps the last."""
         if self.sandbox is None:
             raise ProviderError(
                 "cli",
@@ -162,7 +179,10 @@ class CliMember:
             async with self._one_run:
                 # the proxy's count once the previous run is over (a killed one's last attempts included)
                 since = self._connections()
-                if charge is not None:
+                if self.metered and charge is not None:
+                    assert isinstance(self.sandbox, MemberSandbox)
+                    self.sandbox.egress.meter_to(charge, stopped or _never)
+                elif charge is not None and not self.metered:
                     live = partial(self.streamed, prompt, since=since)
                     meter = Meter(live, partial(self.reported, prompt, since=since), charge, self.spec.price)
                 try:
@@ -306,20 +326,24 @@ class CliMember:
 
     async def _read_back_login(self, sandbox: Sandbox) -> None:
         """Add the tokens of the login files as they are now in HOME (a run may have refreshed them) to
-        the job's secrets. A member that rewrites them hides only its own refreshed token (SECURITY.md)."""
+        this member's own secrets: only its token fields (config/clis.py `secret_fields`), and withheld
+        only from its own work. The member can rewrite these files, so what they hold now must not decide
+        what is withheld from its peers (SECURITY.md)."""
         if not self.login.files:
             return
-        reads = [f"base64 -w0 {shlex.quote(f'{HOME}/{path}')} 2>/dev/null; echo" for path in self.login.files]
+        paths = list(self.login.files)
+        reads = [f"base64 -w0 {shlex.quote(f'{HOME}/{path}')} 2>/dev/null; echo" for path in paths]
         try:
             result = await sandbox.exec("; ".join(reads), 30, output_cap=OUTPUT_CAP)
         except SandboxError:
             logger.warning("%s: its login files could not be read back after a run", self.spec.model)
             return
-        for line in result.stdout.splitlines():
+        for path, line in zip(paths, result.stdout.splitlines(), strict=False):
             try:
-                self.secrets.add(secret_strings(base64.b64decode(line.strip(), validate=True)))
+                content = base64.b64decode(line.strip(), validate=True)
             except ValueError:
                 continue  # not base64: not a file's content
+            self.secrets.add(login_tokens(path, content))
 
     def _redacted(self, output: CliOutput) -> CliOutput:
         """The run's output with every known secret of the job replaced (files/secrets.py)."""
@@ -335,11 +359,16 @@ class CliMember:
         prompt = "\n\n".join([request.system, *(message.content for message in request.messages)]).strip()
         output = await self.run(prompt)
         yield TextDelta(output.text)
-        yield output.usage
+        if not self.metered:  # a metered member's calls were charged by its proxy as they went
+            yield output.usage
         yield Done("end_turn")
 
     async def aclose(self) -> None:
         return None
+
+
+def _never() -> str | None:
+    return None
 
 
 async def _charge_as_heard(meter: Meter, receive: MemoryObjectReceiveStream[bytes]) -> None:

@@ -33,6 +33,10 @@ class CliFacts:
     # A key a login file must hold to be a login: Copilot CLI writes its config.json on any first run, and
     # keeps the token there (`authTokens`) only when its sign-in may not use a keychain.
     login_key: str = ""
+    # Where its login file keeps its tokens, by the file's format: each a path of JSON keys, every string
+    # under it a secret. Nothing else in the file is one: a member may rewrite the file inside its
+    # container, and what it writes must not decide what is withheld from its peers (clis/cli_adapter.py).
+    secret_fields: tuple[tuple[str, ...], ...] = ()
 
     @property
     def program(self) -> str:
@@ -49,6 +53,7 @@ CLIS: dict[str, CliFacts] = {
         ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN"),
         ("api.anthropic.com", "platform.claude.com"),
         "claude",
+        secret_fields=(("claudeAiOauth", "accessToken"), ("claudeAiOauth", "refreshToken")),
     ),
     "codex": CliFacts(
         "codex",
@@ -58,6 +63,12 @@ CLIS: dict[str, CliFacts] = {
         ("auth.json",),
         ("CODEX_API_KEY", "OPENAI_API_KEY"),
         ("api.openai.com", "chatgpt.com", "auth.openai.com"),
+        secret_fields=(
+            ("OPENAI_API_KEY",),
+            ("tokens", "id_token"),
+            ("tokens", "access_token"),
+            ("tokens", "refresh_token"),
+        ),
     ),
     "gemini": CliFacts(
         "gemini",
@@ -67,6 +78,7 @@ CLIS: dict[str, CliFacts] = {
         ("oauth_creds.json",),
         ("GEMINI_API_KEY", "GOOGLE_API_KEY"),
         ("generativelanguage.googleapis.com", "cloudcode-pa.googleapis.com", "oauth2.googleapis.com"),
+        secret_fields=(("access_token",), ("refresh_token",), ("id_token",)),
     ),
     "copilot": CliFacts(
         "copilot",
@@ -77,6 +89,7 @@ CLIS: dict[str, CliFacts] = {
         ("COPILOT_GITHUB_TOKEN", "GH_TOKEN", "GITHUB_TOKEN"),
         ("api.githubcopilot.com", "api.github.com"),
         login_key="authTokens",
+        secret_fields=(("authTokens",),),
     ),
 }
 MAX_CONFIG_FILE = 256 * 1024  # a login file is a few KB
@@ -123,16 +136,32 @@ def keychain_user(facts: CliFacts, environ: Mapping[str, str]) -> str | None:
 
 
 def _settings(path: Path) -> dict[str, object]:
-    """A CLI's JSON settings file, its `//` comment lines skipped (Copilot CLI heads its config.json with
-    two); {} when it is missing, a link, too big or not JSON."""
+    """A CLI's JSON settings file; {} when it is missing, a link, too big or not JSON."""
     try:
         if path.is_symlink() or path.stat().st_size > MAX_CONFIG_FILE:
             return {}
-        lines = path.read_text(encoding="utf-8").splitlines()
+        return parse_settings(path.read_bytes())
+    except OSError:
+        return {}
+
+
+def parse_settings(content: bytes) -> dict[str, object]:
+    """A CLI's JSON settings or login file, its `//` comment lines skipped (Copilot CLI heads its
+    config.json with two); {} when it is not a JSON object."""
+    try:
+        lines = content.decode("utf-8").splitlines()
         found = json.loads("\n".join(line for line in lines if not line.lstrip().startswith("//")))
-    except (OSError, UnicodeDecodeError, ValueError):
+    except (UnicodeDecodeError, ValueError):
         return {}
     return found if isinstance(found, dict) else {}
+
+
+def secret_fields(path: str) -> tuple[tuple[str, ...], ...]:
+    """Where login file `path` (relative to HOME: `.claude/.credentials.json`) keeps its tokens."""
+    for facts in CLIS.values():
+        if path in {f"{facts.config_dir}/{name}" for name in facts.login_files}:
+            return facts.secret_fields
+    return ()
 
 
 def login_source(facts: CliFacts, environ: Mapping[str, str]) -> str | None:

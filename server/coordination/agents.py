@@ -41,8 +41,8 @@ class Agent(Protocol):
     """One team member as the orchestrator drives it."""
 
     def attach(self, sandbox: Sandbox | None, secrets: Secrets) -> None:
-        """The agent's container for this job (None when the team runs no commands), and the job's
-        secrets, which every snapshot keeps out (files/secrets.py)."""
+        """The agent's container for this job (None when the team runs no commands), and its secrets: the
+        job's, which every snapshot keeps out, and its own, which only its own do (files/secrets.py)."""
         ...
 
     async def turn(
@@ -119,7 +119,8 @@ class CliAgent:
 
     def attach(self, sandbox: Sandbox | None, secrets: Secrets) -> None:
         """The CLI runs in this container, through its egress proxy (clis/runner.py `bind`); its
-        login's values join the job's secrets, and each of its runs adds what its CLI refreshed."""
+        login's values join the job's secrets, and each of its runs adds what its CLI refreshed to its
+        own."""
         self.member.bind(sandbox, secrets=secrets)
 
     async def turn(

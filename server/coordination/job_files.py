@@ -154,8 +154,9 @@ class JobFiles:
         return self.workspaces.secrets
 
     def attach(self, agent: Agent, letter: str) -> None:
-        """The agent's container (a CLI member runs in it), and the job's secrets its login's values join."""
-        agent.attach(self.sandbox(letter), self.workspaces.secrets)
+        """The agent's container (a CLI member runs in it), and its secrets: the job's, which its login's
+        values join, and its own (what its runs leave in its login file: files/secrets.py)."""
+        agent.attach(self.sandbox(letter), self.workspaces.member_secrets(letter))
 
     async def start(
         self,

@@ -7,6 +7,12 @@ that holds one, and text that carries one.
     secrets.held(open(path, "rb"))            # "base64" (how it was found), or None
     secrets.redact(text)                      # each one replaced by [secret]
     secrets.scrub(event_data)                 # the same in every string of a JSON-like value
+    own = secrets.member()                    # one member's: the job's values and its own
+    own.add(refreshed)                        # withheld from that member's snapshots and text only
+
+What a member's login holds on the user's machine, before any run, is the job's: withheld from every
+member. What a run leaves in its login file (a token its CLI refreshed, read back by the file's format)
+is the member's own: the member may have written it, so it hides only that member's work, never a peer's.
 
 A value is found verbatim, or in one of the encodings a shell makes in one step: base64 (standard and
 url-safe alphabets, at any alignment inside a longer encoded text, as `base64 FILE` or a JWT writes it)
@@ -40,16 +46,42 @@ MASK = "[secret]"
 class Secrets:
     """The job's known secret values and their encodings (see the module docstring)."""
 
-    def __init__(self, values: Iterable[str] = ()) -> None:
+    def __init__(self, values: Iterable[str] = (), *, job: Secrets | None = None) -> None:
         self._values: frozenset[str] = frozenset()
         self._needles: tuple[tuple[bytes, Encoding], ...] = ()
+        self._job = job  # a member's: the job's values count here too (`member`)
+        self._merged: tuple[object, object, tuple[tuple[bytes, Encoding], ...]] | None = None
         self.add(values)
 
     def __repr__(self) -> str:
-        return f"Secrets({len(self._values)} values)"  # never the values
+        return f"Secrets({len(self)} values)"  # never the values
 
     def __len__(self) -> int:
-        return len(self._values)
+        return len(self._values | self._job._values) if self._job is not None else len(self._values)
+
+    def member(self) -> Secrets:
+        """A member's secrets: the job's (as they grow) and values of its own, which `add` on it keeps
+        from the job's (see the module docstring)."""
+        return Secrets(job=self.job)
+
+    @property
+    def job(self) -> Secrets:
+        """The job's secrets, withheld from every member (this object, unless it is a member's)."""
+        return self._job if self._job is not None else self
+
+    def _all(self) -> tuple[tuple[bytes, Encoding], ...]:
+        """The needles to look for: a member's own and the job's, the longest first."""
+        if self._job is None:
+            return self._needles
+        shared, own, merged = self._job._needles, self._needles, self._merged
+        if merged is not None and merged[0] is shared and merged[1] is own:
+            return merged[2]
+        needles = dict(shared)
+        for needle, encoding in own:
+            needles.setdefault(needle, encoding)
+        found = tuple(sorted(needles.items(), key=lambda item: -len(item[0])))
+        self._merged = (shared, own, found)  # replaced whole: a reader in a thread sees one or the other
+        return found
 
     def add(self, values: Iterable[str]) -> None:
         """Know these values too (short ones, under MIN_SECRET characters, are ignored)."""
@@ -67,7 +99,7 @@ class Secrets:
 
     def found(self, data: bytes) -> Encoding | None:
         """How a known value appears in `data` (verbatim, or its encoding), or None."""
-        needles = self._needles
+        needles = self._all()
         for needle, encoding in needles:
             if needle in data:
                 return encoding
@@ -80,9 +112,10 @@ class Secrets:
 
     def held(self, stream: BinaryIO) -> Encoding | None:
         """`found` over a whole file, read a chunk at a time (a value across two chunks included)."""
-        if not self._needles:
+        needles = self._all()
+        if not needles:
             return None
-        keep = 2 * max(len(needle) for needle, _ in self._needles)  # room for line breaks inside one
+        keep = 2 * max(len(needle) for needle, _ in needles)  # room for line breaks inside one
         tail = b""
         while chunk := stream.read(CHUNK):
             data = tail + chunk
@@ -104,9 +137,10 @@ class Secrets:
 
     def redact(self, text: str) -> str:
         """`text` with every known value (and its encodings) replaced by MASK."""
-        if not self._needles:
+        needles = self._all()
+        if not needles:
             return text
-        for needle, _ in self._needles:
+        for needle, _ in needles:
             shown = needle.decode("utf-8", "replace")
             if shown in text:
                 text = text.replace(shown, MASK)

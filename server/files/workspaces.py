@@ -135,6 +135,7 @@ class Workspaces:
         self.job_dir = Path(job_dir)
         self.caps, self.workspace_caps, self.agent_owner = caps, workspace_caps, agent_owner
         self.secrets = secrets if secrets is not None else Secrets()
+        self._own: dict[str, Secrets] = {}  # letter -> that member's (files/secrets.py `member`)
         self.base = self.job_dir / "base"
         self.start = self.job_dir / "start"  # only for a follow-up (carry.py); else agents start from base/
         self.agents = self.job_dir / "agents"
@@ -236,6 +237,10 @@ class Workspaces:
 
         return await anyio.to_thread.run_sync(build, abandon_on_cancel=True)
 
+    def member_secrets(self, letter: str) -> Secrets:
+        """Agent `letter`'s secrets: the job's and its own, which only its own snapshots withhold."""
+        return self._own.setdefault(letter, self.secrets.member())
+
     async def snapshot(self, letter: str, label: str) -> Path:
         """Freeze agent `letter`'s workspace as snapshots/<label>; refused over the workspace caps."""
         return await anyio.to_thread.run_sync(self._snapshot, letter, label, abandon_on_cancel=True)
@@ -251,7 +256,8 @@ class Workspaces:
         (self._meta / f"{label}.sha256").unlink(missing_ok=True)  # one a dead process left is not this one's
         with _building(self.snapshot_dir(label)) as tmp:
             copied = copy_tree(source, tmp, listing, reuse=reuse, on_error=_leave_out)
-            held = withhold(tmp, [rel for rel, digest in copied.items() if digest is not None], self.secrets)
+            secrets = self._own.get(letter, self.secrets)
+            held = withhold(tmp, [rel for rel, digest in copied.items() if digest is not None], secrets)
         self._set_captured(label, captured)
         _write_atomic(self._meta / f"{label}.held", json.dumps(held))
         linked = self.digests(previous) if reuse.root != self.start else {}  # a linked file's is its origin's

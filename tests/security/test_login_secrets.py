@@ -28,6 +28,7 @@ from conclave.clis.runner import CliMember
 from conclave.config.loading import parse_team
 from conclave.config.models import AgentSpec
 from conclave.coordination.agents import Agent, CliAgent
+from conclave.coordination.job_files import JobFiles
 from conclave.coordination.members import Member
 from conclave.coordination.protocol import Coordination
 from conclave.coordination.reporting import Reporter
@@ -38,9 +39,10 @@ from conclave.files.secrets import Secrets
 from conclave.files.workspaces import Workspaces
 from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
+from conclave.sandbox.output import CommandResult
 from conclave.settings import Settings
 from tests.fakes.calc_task import TASK, calc_project
-from tests.fakes.login_files import claude_credentials
+from tests.fakes.login_files import claude_credentials, codex_auth, copilot_config, gemini_oauth_creds
 from tests.fakes.waits import until_cli_done
 
 pytestmark = pytest.mark.anyio
@@ -196,3 +198,79 @@ async def test_a_job_keeps_a_leaked_login_out_of_every_file_and_text_it_returns(
     assert not [form for form in forms if form.decode() in transcript or form.decode() in patch]
     assert not [form for form in forms if any(form.decode() in event for event in events)]
     assert not [form for form in forms if form.decode() in caplog.text]
+
+
+PEER_LINE = "    return sum(sorted([a, b]))  # the peer's fix"
+REFRESHED = "sk-ant-oat01-" + "refreshedinthecontainer" * 3
+
+
+class LoginFileNow:
+    """A member's container as its login file read back after a run sees it: the file as the member left
+    it (`content`), the only thing of the container's that `_read_back_login` reads."""
+
+    def __init__(self, content: bytes) -> None:
+        self.content = content
+
+    async def exec(self, command: str, timeout_s: float, **_: Any) -> CommandResult:
+        return CommandResult(0, base64.b64encode(self.content).decode() + "\n", "", False, 0.0)
+
+
+def rewritten(token: str, planted: str) -> bytes:
+    """The login file as a prompt-injected member rewrites it: a token of its choice, and a peer's line
+    in a field of its own and in a field the CLI keeps tokens in."""
+    login = json.loads(claude_credentials(token, REFRESH))
+    login["claudeAiOauth"]["note"] = planted
+    login["claudeAiOauth"]["refreshToken"] = planted
+    login["planted"] = [planted, {"deep": planted}]
+    return json.dumps(login).encode()
+
+
+async def test_a_member_that_rewrites_its_login_file_withholds_nothing_of_its_peers(tmp_path: Path) -> None:
+    """A's login file, rewritten in its run to hold B's fix line, hides neither B's fixed file from B's
+    snapshot nor B's answer from the voters; the token A's CLI refreshed stays out of A's own snapshot
+    and text (what A plants in its token fields can hide only A's own work)."""
+    project = calc_project(tmp_path)
+    ws = Workspaces(tmp_path / "job", secrets=Secrets())
+    files = JobFiles("job", ws, None)
+    await ws.prepare([ContextPath(path=str(project), permission="write")])
+    await ws.create(["A", "B"])
+    spec = parse_team({"agents": [{"model": "cli/claude-code"}]}, "team").agents[0]
+    login = Login(files={CREDENTIALS: claude_credentials(TOKEN, REFRESH)})
+    member, peer_member = CliMember(spec, ClaudeCode(), login), CliMember(spec, ClaudeCode(), login)
+    files.attach(CliAgent(member), "A")
+    files.attach(CliAgent(peer_member), "B")
+    await member._read_back_login(LoginFileNow(rewritten(REFRESHED, PEER_LINE)))  # type: ignore[arg-type]
+
+    peer = ws.rooted(ws.agent("B"))
+    (peer / "calc.py").write_text(f"def add(a, b):\n{PEER_LINE}\n")
+    await ws.snapshot("B", "B1")
+    assert ws.held("B1") == {}
+    assert (ws.rooted(ws.snapshot_dir("B1")) / "calc.py").read_text().endswith(f"{PEER_LINE}\n")
+    answer = f"Fixed add():\n{PEER_LINE}\n"
+    assert ws.secrets.redact(answer) == answer and peer_member._redact(answer) == answer
+    assert peer_member._redact(TOKEN) == "[secret]"  # the login as it was before the run: everyone's
+
+    own = ws.rooted(ws.agent("A"))
+    (own / "token.txt").write_text(REFRESHED)
+    await ws.snapshot("A", "A1")
+    assert ws.held("A1") == {"proj/token.txt": "verbatim"}  # its refreshed token, out of its own snapshot
+    assert member._redact(f"token {REFRESHED}") == "token [secret]"
+
+
+async def test_only_a_login_files_token_fields_are_secrets() -> None:
+    """Each CLI's login file format names its secrets: a long string elsewhere in it is not one."""
+    content = json.loads(claude_credentials(TOKEN, REFRESH))
+    content["claudeAiOauth"]["subscriptionType"] = "a plan name as long as any token"
+    login = Login(files={CREDENTIALS: json.dumps(content).encode()})
+    assert sorted(login.secrets()) == sorted([TOKEN, REFRESH])
+    codex = codex_auth("eyJ-access-token-of-codex-0123456789", "rt-refresh-token-0123456789", "acct-0042")
+    gemini = gemini_oauth_creds("ya29.access-token-of-gemini-0123456789", "1//refresh-of-gemini-0123456789")
+    copilot = copilot_config("gho_copilottoken0123456789abcdef")
+    found = Login(
+        files={".codex/auth.json": codex, ".gemini/oauth_creds.json": gemini, ".copilot/config.json": copilot}
+    ).secrets()
+    assert "eyJ-access-token-of-codex-0123456789" in found and "rt-refresh-token-0123456789" in found
+    assert "ya29.access-token-of-gemini-0123456789" in found and "1//refresh-of-gemini-0123456789" in found
+    assert "gho_copilottoken0123456789abcdef" in found
+    assert "acct-0042" not in found and "member@example.com" not in found
+    assert not [value for value in found if "googleapis.com/auth" in value or "User settings" in value]

@@ -59,14 +59,14 @@ class Provider:
             while len(body) < length:
                 body += await stream.receive()
             self.bodies.append(body)
-            if b"/echo" in head.split(b"\r\n")[0]:  # a gateway quoting the key it got, split in two chunks
+            if b"echo=1" in head.split(b"\r\n")[0]:  # a gateway quoting the key it got, split in two chunks
                 echo = [b"you sent " + KEY[:10].encode(), KEY[10:].encode() + b" ok"]
                 size = sum(map(len, echo))
                 await stream.send(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (size, echo[0]))
                 await anyio.sleep(0.2)  # sleep-ok: the halves of the key reach the proxy apart
                 await stream.send(echo[1])
                 return
-            if b"/stream" not in head.split(b"\r\n")[0]:
+            if b"stream=1" not in head.split(b"\r\n")[0]:
                 reply = b"from provider"
                 await stream.send(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(reply), reply))
                 return
@@ -122,7 +122,7 @@ async def test_a_request_to_the_bridge_reaches_the_provider_with_the_real_key(
         "Content-Length: 2\r\n\r\n{}"
     )
     async with egress_proxy(allowlist_for("claude-code", base_url=url)) as proxy:
-        proxy.serve_key(ProviderKey(url, KEY))
+        proxy.serve_key(ProviderKey(url, KEY, "anthropic"))
         reply = await ask(proxy, request.encode())
         await quiet(proxy)
     assert reply.startswith(b"HTTP/1.1 200") and reply.endswith(b"from provider")
@@ -150,7 +150,7 @@ async def test_a_large_request_body_reaches_the_provider_whole(tmp_path: Path, p
         f"Content-Length: {len(body)}\r\n\r\n"
     )
     async with egress_proxy(allowlist_for("codex", base_url=url)) as proxy:
-        proxy.serve_key(ProviderKey(url, KEY))
+        proxy.serve_key(ProviderKey(url + "/v1", KEY, "openai"))
         reply = await ask(proxy, head.encode() + body)
         await quiet(proxy)
     assert reply.endswith(b"from provider") and provider.bodies == [body]
@@ -161,9 +161,11 @@ async def test_a_streamed_response_passes_through_chunk_by_chunk(tmp_path: Path,
     """The provider sends each chunk only once the test has read the one before through the proxy: a
     proxy that waited for the whole response would stall it (and fail the test within seconds)."""
     url = f"http://127.0.0.1:{provider.port}"
-    request = f"POST /v1/stream HTTP/1.1\r\nx-api-key: {PLACEHOLDER_KEY}\r\nContent-Length: 0\r\n\r\n"
+    request = (
+        f"POST /v1/messages?stream=1 HTTP/1.1\r\nx-api-key: {PLACEHOLDER_KEY}\r\nContent-Length: 0\r\n\r\n"
+    )
     async with egress_proxy(allowlist_for("claude-code", base_url=url)) as proxy:
-        proxy.serve_key(ProviderKey(url, KEY))
+        proxy.serve_key(ProviderKey(url, KEY, "anthropic"))
         with anyio.fail_after(20):
             async with connected(proxy) as client:
                 received = await anyio.to_thread.run_sync(
@@ -179,9 +181,11 @@ async def test_a_key_echoed_in_the_response_is_masked_on_the_way_back(
     """The key, echoed across two chunks of the response, reaches the container as `*`s of its length
     (the response's Content-Length still holds)."""
     url = f"http://127.0.0.1:{provider.port}"
-    request = f"POST /echo HTTP/1.1\r\nx-api-key: {PLACEHOLDER_KEY}\r\nContent-Length: 0\r\n\r\n"
+    request = (
+        f"POST /v1/messages?echo=1 HTTP/1.1\r\nx-api-key: {PLACEHOLDER_KEY}\r\nContent-Length: 0\r\n\r\n"
+    )
     async with egress_proxy(allowlist_for("claude-code", base_url=url)) as proxy:
-        proxy.serve_key(ProviderKey(url, KEY))
+        proxy.serve_key(ProviderKey(url, KEY, "anthropic"))
         reply = await ask(proxy, request.encode())
         await quiet(proxy)
     assert _header(provider.heads[0], b"x-api-key") == KEY.encode()  # the provider got it
@@ -212,7 +216,7 @@ async def test_other_hosts_are_still_refused_and_logged_without_path_or_key(
     }[kind]
     caplog.set_level(logging.INFO, logger="conclave.sandbox.egress")
     async with egress_proxy(allowlist_for("claude-code", base_url=url), label="cj-1/A") as proxy:
-        proxy.serve_key(ProviderKey(url, KEY))
+        proxy.serve_key(ProviderKey(url, KEY, "anthropic"))
         reply = await ask(proxy, target.encode())
         await quiet(proxy)
     assert reply.startswith(b"HTTP/1.1 403 Forbidden") and KEY.encode() not in reply
@@ -228,7 +232,7 @@ async def test_a_tunnel_to_the_bridge_carries_only_a_request_to_the_bridge(
     url = f"http://127.0.0.1:{provider.port}"
     inner = f"GET http://evil.example/ HTTP/1.1\r\nx-api-key: {PLACEHOLDER_KEY}\r\n\r\n"
     async with egress_proxy(allowlist_for("claude-code", base_url=url)) as proxy:
-        proxy.serve_key(ProviderKey(url, KEY))
+        proxy.serve_key(ProviderKey(url, KEY, "anthropic"))
         reply = await ask(proxy, b"CONNECT 127.0.0.1:3128 HTTP/1.1\r\n\r\n" + inner.encode())
         await quiet(proxy)
     assert reply.startswith(b"HTTP/1.1 200 Connection Established\r\n\r\nHTTP/1.1 400")
@@ -265,7 +269,7 @@ async def test_an_https_provider_is_reached_over_tls_from_the_host(tmp_path: Pat
         redirect = ProviderRedirect({"api.anthropic.com": port}, ca.ca_file)
         request = f"POST /v1/messages HTTP/1.1\r\nx-api-key: {PLACEHOLDER_KEY}\r\nContent-Length: 0\r\n\r\n"
         async with egress_proxy(allowlist_for("claude-code"), route=redirect) as proxy:
-            proxy.serve_key(ProviderKey("https://api.anthropic.com", KEY))
+            proxy.serve_key(ProviderKey("https://api.anthropic.com", KEY, "anthropic"))
             reply = await ask(proxy, request.encode())
             wrong = await _wrong_name(proxy)
             await quiet(proxy)
@@ -278,13 +282,13 @@ async def test_an_https_provider_is_reached_over_tls_from_the_host(tmp_path: Pat
 
 async def _wrong_name(proxy: EgressProxy) -> bytes:
     """The same fake answering for a name its certificate does not hold (the key goes nowhere)."""
-    proxy.serve_key(ProviderKey("https://platform.claude.com", KEY))
+    proxy.serve_key(ProviderKey("https://platform.claude.com", KEY, "anthropic"))
     redirect = proxy.route
     assert isinstance(redirect, ProviderRedirect)
     proxy.route = ProviderRedirect(
         {"platform.claude.com": redirect.ports["api.anthropic.com"]}, redirect.extra_ca
     )
-    return await ask(proxy, f"POST /x HTTP/1.1\r\nx-api-key: {PLACEHOLDER_KEY}\r\n\r\n".encode())
+    return await ask(proxy, f"POST /v1/messages HTTP/1.1\r\nx-api-key: {PLACEHOLDER_KEY}\r\n\r\n".encode())
 
 
 def test_the_scrubber_masks_a_key_split_anywhere_and_holds_back_nothing_else() -> None:

@@ -24,6 +24,7 @@ from conclave.backends.base import Usage
 from conclave.clis.cli_adapter import SYSTEM_FILE, CliOutput, Login, json_lines, last_json_object
 from conclave.config.clis import CLIS
 from conclave.sandbox.member import HOME
+from conclave.sandbox.provider_wire import Wire
 
 CONFIG = ".claude"  # under HOME; CLAUDE_CONFIG_DIR points here
 API_URL = "https://api.anthropic.com"
@@ -64,6 +65,9 @@ class ClaudeCode:
             "--json-schema",
             json.dumps(schema),
         ]
+
+    def wire(self, login: Login) -> Wire:
+        return "anthropic"
 
     def provider_url(self, login: Login) -> str | None:
         if not login.key or (login.variable == OAUTH_VARIABLE and not login.base_url):

@@ -24,6 +24,7 @@ from conclave.backends.base import Usage
 from conclave.clis.cli_adapter import SCHEMA_FILE, SYSTEM_FILE, CliOutput, Login, json_lines
 from conclave.config.clis import CLIS
 from conclave.sandbox.member import HOME
+from conclave.sandbox.provider_wire import Wire
 
 CONFIG = ".codex"  # under HOME; CODEX_HOME points here
 KEY_VARIABLE = "CONCLAVE_CODEX_KEY"  # the provider's env_key: the key under a name only Codex reads
@@ -77,6 +78,9 @@ class Codex:
         for setting in config:
             argv += ["-c", setting]
         return [*argv, prompt]
+
+    def wire(self, login: Login) -> Wire:
+        return "openai"  # the Responses API
 
     def provider_url(self, login: Login) -> str | None:
         return (login.base_url or API_URL) if login.key else None

@@ -21,6 +21,7 @@ from conclave.backends.base import Usage
 from conclave.clis.cli_adapter import CliOutput, Login, json_lines, last_json_object
 from conclave.config.clis import CLIS
 from conclave.sandbox.member import HOME
+from conclave.sandbox.provider_wire import Wire
 
 USAGE_FILE = f"{HOME}/copilot-usage.json"
 USAGE_MARK = "@@conclave-copilot-usage@@"  # the runner prints the usage file after this line
@@ -53,6 +54,10 @@ class Copilot:
         argv += ["--model", model] if model else []
         return [*argv, "--available-tools", *(WORK_TOOLS if schema is None else DECISION_TOOLS)]
 
+    def wire(self, login: Login) -> Wire:
+        """Its own-key provider's API: Anthropic's for an endpoint that says so, else OpenAI's."""
+        return "anthropic" if login.base_url and "anthropic" in login.base_url else "openai"
+
     def provider_url(self, login: Login) -> str | None:
         """Only its own-key provider (a base_url): a GitHub token is a plan login."""
         return login.base_url if login.key and login.base_url else None
@@ -63,7 +68,7 @@ class Copilot:
             env |= {
                 "COPILOT_PROVIDER_BASE_URL": login.bridge or login.base_url,
                 "COPILOT_OFFLINE": "true",
-                "COPILOT_PROVIDER_TYPE": "anthropic" if "anthropic" in login.base_url else "openai",
+                "COPILOT_PROVIDER_TYPE": self.wire(login),
             }
             if login.key:
                 env["COPILOT_PROVIDER_API_KEY"] = login.key

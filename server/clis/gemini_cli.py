@@ -24,6 +24,7 @@ from conclave.backends.base import Usage
 from conclave.clis.cli_adapter import SYSTEM_FILE, CliOutput, Login, json_lines, last_json_object
 from conclave.config.clis import CLIS
 from conclave.sandbox.member import HOME
+from conclave.sandbox.provider_wire import Wire
 
 API_URL = "https://generativelanguage.googleapis.com"
 WORK_POLICY = ".gemini/work-policy.toml"  # under HOME, like the decision's: the tools each run is denied
@@ -61,6 +62,9 @@ class Gemini:
         if schema is None:
             return [*argv, "--policy", f"{HOME}/{WORK_POLICY}"]
         return ["env", f"GEMINI_SYSTEM_MD={SYSTEM_FILE}", *argv, "--policy", f"{HOME}/{DECISION_POLICY}"]
+
+    def wire(self, login: Login) -> Wire:
+        return "gemini"
 
     def provider_url(self, login: Login) -> str | None:
         return (login.base_url or API_URL) if login.key else None

@@ -1,5 +1,7 @@
 """A CLI run's usage charged while it runs, as its output reports it, so a job's budget can stop a long
-run in the middle (the stop cancels the turn, which kills the run: runner.py).
+run in the middle (the stop cancels the turn, which kills the run: runner.py). A key login's run is
+charged by its egress proxy instead, call by call (`ProxyCharges`): what its CLI says of its tokens is
+not counted then.
 
     meter = Meter(member.reported, member.streamed, charge, spec.price)
     await meter.update(stdout_so_far)          # as output arrives: charges what is new since last time
@@ -55,6 +57,30 @@ class Meter:
             return
         first, self.opened, self.charged = not self.opened, True, now
         await self.charge(delta, first)
+
+
+@dataclass
+class ProxyCharges:
+    """One key-login run's charges as its egress proxy makes them (sandbox/egress.py `meter_to`): each
+    call's usage from its provider's response, then, at the run's end, the CLI's own cost, if it says
+    one and the member has no price, as a charge of no tokens that covers the run's (the proxy's charges
+    come without a cost). A run is one call at least, as a `Meter`'s is."""
+
+    charge: Charge
+    tokens: int = 0
+    calls: int = 0
+
+    async def __call__(self, usage: Usage, first: bool) -> None:
+        self.tokens += usage.tokens
+        self.calls += int(first)
+        await self.charge(usage, first)
+
+    async def close(self, cost_usd: float | None, price: Price | None) -> None:
+        """The run ended (finished or killed): its CLI reported `cost_usd` for it (None: no cost)."""
+        if cost_usd is not None and price is None:
+            await self.charge(Usage(cost_usd=cost_usd, uncosted_tokens=-self.tokens), self.calls == 0)
+        elif self.calls == 0:
+            await self.charge(Usage(), True)
 
 
 def _fields(usage: Usage) -> tuple[int, int, int]:

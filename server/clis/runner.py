@@ -52,7 +52,7 @@ from conclave.clis.codex import Codex
 from conclave.clis.copilot import Copilot
 from conclave.clis.gemini_cli import Gemini
 from conclave.clis.logins import resolve_login
-from conclave.clis.meter import Charge, Meter
+from conclave.clis.meter import Charge, Meter, ProxyCharges
 from conclave.config.clis import split_cli_model
 from conclave.config.models import AgentSpec
 from conclave.errors import ProviderError, SandboxError
@@ -175,14 +175,16 @@ class CliMember:
         self.runs += 1
         results: list[CommandResult] = []
         meter: Meter | None = None
+        proxied: ProxyCharges | None = None
         try:
             async with self._one_run:
                 # the proxy's count once the previous run is over (a killed one's last attempts included)
                 since = self._connections()
                 if self.metered and charge is not None:
                     assert isinstance(self.sandbox, MemberSandbox)
-                    self.sandbox.egress.meter_to(charge, stopped or _never)
-                elif charge is not None and not self.metered:
+                    proxied = ProxyCharges(charge)
+                    self.sandbox.egress.meter_to(proxied, stopped or _never)
+                elif charge is not None:
                     live = partial(self.streamed, prompt, since=since)
                     meter = Meter(live, partial(self.reported, prompt, since=since), charge, self.spec.price)
                 try:
@@ -194,6 +196,9 @@ class CliMember:
             if meter is not None and results:  # a run killed before its exec started used nothing
                 with anyio.CancelScope(shield=True):
                     await meter.update(results[0].stdout, final=True)
+            if proxied is not None and results:
+                with anyio.CancelScope(shield=True):
+                    await proxied.close(self.adapter.parse(results[0].stdout).cost_usd, self.spec.price)
         result = results[0]
         output = self._redacted(self.adapter.parse(result.stdout))
         if result.timed_out:

@@ -73,11 +73,17 @@ class MemberLimit:
 
     def reached(self, usage: Usage) -> bool:
         """Look at the member's usage so far; True the first time it reaches the limit."""
-        if self.reason is not None or self.max_tokens is None or usage.tokens < self.max_tokens:
+        if self.reason is not None:
             return False
-        self.reason = (
+        self.reason = self.over(usage)
+        return self.reason is not None
+
+    def over(self, usage: Usage) -> str | None:
+        """Why `usage` is at or past the limit, else None; records nothing (a proxy asks it per call)."""
+        if self.max_tokens is None or usage.tokens < self.max_tokens:
+            return None
+        return (
             f"{MEMBER_LIMIT_REACHED}: {usage.tokens:,} tokens used of its budget.max_tokens "
             f"{self.max_tokens:,}; it takes no more turns and the others go on (raise its budget.max_tokens "
             "in the team file to let it spend more)"
         )
-        return True

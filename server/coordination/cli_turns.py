@@ -109,10 +109,11 @@ async def _run(
     ctx: TurnContext, member: CliMember, prompt: str, schema: dict[str, Any] | None, system: str = ""
 ) -> CliOutput:
     """One run under the job's budget gate and the provider limit; its usage charged as reported, while
-    it runs too (clis/meter.py): reaching the budget mid-run ends the job, which kills the run."""
+    it runs too (clis/meter.py, or its egress proxy's count for a key login, which also refuses calls
+    once `ctx.stopped`): reaching the budget mid-run ends the job, which kills the run."""
     await ctx.gate()
     async with ctx.limiter:
-        return await member.run(prompt, schema, ctx.on_usage, system=system)
+        return await member.run(prompt, schema, ctx.on_usage, system=system, stopped=ctx.stopped)
 
 
 def settled_vote(

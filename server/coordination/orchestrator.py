@@ -481,6 +481,8 @@ class Orchestrator:
             work_tools=tools.specs() if tools else (),
             handlers=tools.handlers() if tools else {},
             gate=self.budget.gate,
+            # synchronous, from what is charged so far: a CLI's proxy asks it before each call
+            stopped=lambda: self.budget.reason or member.limit.reason or member.limit.over(member.usage),
         )
 
     def _shown(self, order: tuple[str, ...] = ()) -> list[ShownAnswer]:

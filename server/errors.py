@@ -9,13 +9,17 @@
     │   ├── ContextTooLarge   context paths over the file-count or byte cap (names the biggest)
     │   ├── TreeTooLarge      a walk met folders nested too deep or too many entries: it stopped there
     │   ├── NotPermitted      a caller named a folder or team file outside what it may name
+    │   │   └── ServerState   a folder that is, holds or lies inside what the server keeps
+    │   ├── OverLimit         a budget above the team's own limit or the server's ceiling
     │   └── QueueFull         too many jobs waiting already (CONCLAVE_MAX_QUEUED[_PER_CALLER])
     ├── ConfigError           a team file or preset is wrong (names the file, the key, the fix)
     │   ├── TeamNotFound      no preset or file by that name
+    │   ├── UntrustedDestination  a file not in the user's team folder sends a variable or members elsewhere
     │   └── MissingApiKey     a provider key is not in the environment
     ├── ProviderError         a model provider failed; the orchestrator catches these, never SDK classes
     │   ├── RateLimited       429: retried, honouring retry_after
-    │   ├── ProviderUnavailable  5xx, timeouts, dropped connections, cut streams: retried
+    │   ├── ProviderUnavailable  5xx, timeouts, dropped connections: retried
+    │   │   └── StreamCut      the response began, then its connection was cut: retried
     │   ├── AuthFailed        401/403: fails at once
     │   ├── BadRequest        other 4xx: fails at once with the provider's message
     │   └── MalformedResponse the provider answered something we cannot read: retried
@@ -194,6 +198,16 @@ class NotPermitted(InputError):
     """A caller named something outside what its transport lets it name (a folder, a team file)."""
 
 
+class OverLimit(InputError):
+    """A caller asked for more than the team's own limit or the server's ceiling allows (a budget):
+    a call may lower a team's limits, never raise them."""
+
+
+class ServerState(NotPermitted):
+    """A context path that is, holds or lies inside something the server keeps (its home, jobs folder,
+    team folders): nothing there is read or written for a caller, whatever the allowed roots say."""
+
+
 class QueueFull(InputError):
     """More jobs are waiting than CONCLAVE_MAX_QUEUED (or, for one caller, CONCLAVE_MAX_QUEUED_PER_CALLER)
     allows; nothing was queued."""
@@ -275,6 +289,11 @@ class TeamNotFound(ConfigError):
     """No preset or file by that name."""
 
 
+class UntrustedDestination(ConfigError):
+    """A team file the user did not write (not in their team folder) names where data goes: a variable
+    sent to a URL of its own, or a host its members may reach, that the user's settings do not allow."""
+
+
 class MissingApiKey(ConfigError):
     """A provider key is not set in the environment."""
 
@@ -314,6 +333,10 @@ class ProviderUnavailable(ProviderError):
     """5xx, a timeout, a dropped connection or a cut stream."""
 
     retryable = True
+
+
+class StreamCut(ProviderUnavailable):
+    """The provider answered and its stream began, then the connection was cut before the answer ended."""
 
 
 class AuthFailed(ProviderError):

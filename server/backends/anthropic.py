@@ -38,6 +38,7 @@ from conclave.errors import (
     MalformedResponse,
     ProviderError,
     ProviderUnavailable,
+    StreamCut,
 )
 
 PROVIDER = "anthropic"
@@ -73,7 +74,9 @@ class AnthropicBackend:
     async def stream(self, request: Request) -> AsyncIterator[StreamEvent]:
         params = build_params(self._endpoint.model, request)
         events = self._streamed(params) if self._endpoint.stream else self._whole(params)
-        async for event in mapped(events, lambda exc: map_error(exc, self._endpoint.api_key)):
+        async for event in mapped(
+            events, lambda exc: map_error(exc, self._endpoint.api_key), provider=PROVIDER
+        ):
             yield event
 
     async def _whole(self, params: JsonObject) -> AsyncIterator[StreamEvent]:
@@ -93,7 +96,9 @@ class AnthropicBackend:
         if not fold.started:
             raise MalformedResponse(PROVIDER, "the stream carried no message_start event")
         if not fold.stopped:
-            raise ProviderUnavailable(PROVIDER, "the stream ended before message_stop (connection cut?)")
+            raise StreamCut(
+                PROVIDER, "the stream was cut after the response began (it ended before message_stop)"
+            )
         rest = fold.unreported()
         if rest != Usage():
             yield rest

@@ -46,7 +46,7 @@ from conclave.backends.tls import client_context
 from conclave.errors import (
     MalformedResponse,
     ProviderError,
-    ProviderUnavailable,
+    StreamCut,
 )
 
 SKIP_SIGNATURE = b"skip_thought_signature_validator"
@@ -106,7 +106,7 @@ class GeminiBackend:
             else:
                 yield await models.generate_content(**kwargs)
 
-        async for response in mapped(responses(), self._map_error):
+        async for response in mapped(responses(), self._map_error, provider=self.provider):
             yield response
 
     def _config(self, request: Request) -> Any:
@@ -253,7 +253,9 @@ class _Turn:
         """What usage is left to report, then Done; raises when the response never said it was complete."""
         if self.finish_reason is None and self.blocked is None:
             if streamed:
-                raise ProviderUnavailable("gemini", "the stream ended before a finish_reason (cut off)")
+                raise StreamCut(
+                    "gemini", "the stream was cut after the response began (it ended before a finish_reason)"
+                )
             if self.usage is None:
                 raise MalformedResponse("gemini", "the response has neither candidates nor prompt feedback")
 

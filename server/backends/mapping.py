@@ -4,6 +4,9 @@ failures of the transport under the SDK (httpx2) in one wording.
 Each backend reads its SDK's errors (their bodies differ) and `status_error` turns the status, or the
 kind of error the provider named, into our type by one rule; `mapped` runs a backend's mapping around
 its stream of events, so a failure is translated in one place (anthropic.py, gemini.py, openai.py).
+A failure after the first event whose cause is the transport is a cut stream on every provider: it is
+read from the exception's cause chain, not its class, since SDK releases rewrap it (anthropic 2.17 turned
+it into a connection error).
 """
 
 from __future__ import annotations
@@ -21,20 +24,48 @@ ErrorKind = Literal["rate_limited", "auth", "refused", "unavailable"]
 
 
 async def mapped(
-    events: AsyncIterator[T], map_error: Callable[[Exception], ProviderError | None]
+    events: AsyncIterator[T], map_error: Callable[[Exception], ProviderError | None], *, provider: str
 ) -> AsyncIterator[T]:
-    """`events`, with an exception `map_error` knows raised as its ProviderError (from it); our own
-    errors and anything it does not know (a bug) pass unchanged."""
+    """`events`, with an exception `map_error` knows raised as its ProviderError (from it), and one whose
+    cause is the transport, after the first event, as StreamCut; our own errors and anything else
+    neither knows (a bug) pass unchanged."""
+    began = False
     try:
         async for event in events:
+            began = True
             yield event
     except ProviderError:
         raise
     except Exception as exc:
+        cause = cut_cause(exc) if began else None
+        if cause is not None:
+            # the cause's type only: its text can quote the provider's reply, and "connect" misleads
+            reason = f"the stream was cut after the response began ({type(cause).__name__})"
+            raise errors.StreamCut(provider, reason) from exc
         error = map_error(exc)
         if error is None:
             raise
         raise error from exc
+
+
+def cut_cause(exc: BaseException) -> BaseException | None:
+    """The dropped connection under `exc`, itself or along its cause and context chain; None if it has
+    none, or if a timeout is on the chain (a timeout is reported as one, not as a cut)."""
+    import anyio
+    import httpx2
+
+    dropped = (httpx2.TransportError, ConnectionError, anyio.EndOfStream, anyio.BrokenResourceError)
+    found: BaseException | None = None
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, (httpx2.TimeoutException, TimeoutError)):
+            return None
+        if found is None and isinstance(current, dropped):
+            found = current
+        current = current.__cause__ or current.__context__
+    return found
 
 
 def transport_error(

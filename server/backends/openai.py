@@ -26,7 +26,7 @@ from conclave.backends.base import (
     Usage,
     redact,
 )
-from conclave.backends.mapping import status_error
+from conclave.backends.mapping import mapped, status_error
 from conclave.backends.retry import parse_retry_after
 from conclave.backends.tls import client_context
 from conclave.errors import (
@@ -34,6 +34,7 @@ from conclave.errors import (
     MalformedResponse,
     ProviderError,
     ProviderUnavailable,
+    StreamCut,
 )
 
 
@@ -68,16 +69,18 @@ class OpenAIBackend:
     async def stream(self, request: Request) -> AsyncIterator[StreamEvent]:
         """Yield TextDelta and ToolCall events, then one Usage, then Done."""
         params = self._params(request)
-        try:
-            if self._endpoint.stream:
-                async for event in self._streamed(params):
-                    yield event
-            else:
-                completion = await self._client.chat.completions.create(**params)
-                for event in _completion_events(completion, self.provider):
-                    yield event
-        except self._sdk.OpenAIError as exc:
-            raise self._map_error(exc) from exc
+        events = self._streamed(params) if self._endpoint.stream else self._whole(params)
+        async for event in mapped(events, self._sdk_error, provider=self.provider):
+            yield event
+
+    async def _whole(self, params: dict[str, Any]) -> AsyncIterator[StreamEvent]:
+        completion = await self._client.chat.completions.create(**params)
+        for event in _completion_events(completion, self.provider):
+            yield event
+
+    def _sdk_error(self, exc: Exception) -> ProviderError | None:
+        """The SDK's own exceptions mapped; anything else is not the SDK's (a bug) and passes."""
+        return self._map_error(exc) if isinstance(exc, self._sdk.OpenAIError) else None
 
     async def aclose(self) -> None:
         await self._client.close()
@@ -116,7 +119,10 @@ class OpenAIBackend:
         usage: Usage | None = None
         finish: str | None = None
         async with chunks:
-            async for chunk in _checked(chunks, self.provider):
+            # mapped here too: the first chunk, not the first event, is where the response began
+            async for chunk in mapped(
+                _checked(chunks, self.provider), self._sdk_error, provider=self.provider
+            ):
                 with _parsing(self.provider):
                     if chunk.usage is not None:
                         usage = _usage(chunk.usage)
@@ -129,8 +135,8 @@ class OpenAIBackend:
                             calls.setdefault(part.index, _PartialCall()).add(part)
                         finish = choice.finish_reason or finish
         if finish is None:
-            raise ProviderUnavailable(
-                self.provider, "the stream ended before the model finished (no finish_reason)"
+            raise StreamCut(
+                self.provider, "the stream was cut after the response began (it ended before a finish_reason)"
             )
         for index in sorted(calls):
             yield calls[index].tool_call()

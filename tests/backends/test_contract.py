@@ -23,6 +23,7 @@ from conclave.backends.base import (
     Usage,
 )
 from conclave.backends.retry import RetryPolicy, complete
+from conclave.errors import StreamCut
 from tests.backends import helpers
 from tests.fakes.script import Reply
 from tests.fakes.server import FakeProviders
@@ -142,3 +143,23 @@ async def test_every_attempt_counts_what_its_provider_billed(fakes: FakeProvider
     cut_input = total.input_tokens - 300
     assert cut_input > 0 if provider != "openai" else cut_input == 0
     assert sum(first for _, first in heard) == (2 if provider != "openai" else 1)  # attempts that reported
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("provider", PROVIDERS)
+async def test_a_stream_cut_after_it_began_is_reported_as_cut(fakes: FakeProviders, provider: str) -> None:
+    """The connection was made and the answer began: the user is told the stream was cut, whatever
+    exception the SDK raised for it (anthropic 2.17 wraps it as a connection error)."""
+    agent = uuid.uuid4().hex[:12]
+    fakes.script.enqueue(agent, Reply(text="a long answer that never arrives in full", cut_stream=True))
+    backend = backend_for(fakes, provider, agent, stream=True)
+    try:
+        with pytest.raises(StreamCut) as caught:
+            async for _ in backend.stream(REQUEST):
+                pass
+    finally:
+        await backend.aclose()
+
+    message = str(caught.value)
+    assert caught.value.retryable and "cut after the response began" in message, message
+    assert "connect" not in message and KEY not in message, message

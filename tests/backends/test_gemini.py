@@ -15,7 +15,14 @@ from google.genai import types
 
 from conclave.backends.base import Done, Endpoint, Message, Request, TextDelta, ToolCall, ToolSpec, Usage
 from conclave.backends.gemini import SKIP_SIGNATURE, GeminiBackend, _retry_after, _Turn
-from conclave.errors import AuthFailed, BadRequest, MalformedResponse, ProviderUnavailable, RateLimited
+from conclave.errors import (
+    AuthFailed,
+    BadRequest,
+    MalformedResponse,
+    ProviderUnavailable,
+    RateLimited,
+    StreamCut,
+)
 from tests.backends import helpers
 from tests.backends.helpers import calls_of, text_of
 from tests.fakes.script import Reply
@@ -226,7 +233,10 @@ async def test_garbage_is_malformed(fakes: FakeProviders, stream: bool) -> None:
 async def test_cut_stream_is_unavailable(fakes: FakeProviders, stream: bool) -> None:
     text = "This answer is long enough to arrive in three chunks, but only one gets through."
     error = await fail(fakes, stream, Reply(text=text, cut_stream=True))
-    assert type(error) is ProviderUnavailable and "connection" in str(error)
+    if stream:  # the answer began to arrive: a cut stream (tests/backends/test_contract.py)
+        assert type(error) is StreamCut and "cut after the response began" in str(error)
+    else:  # one body cut in half: the connection failed
+        assert type(error) is ProviderUnavailable and "connection" in str(error)
 
 
 @pytest.mark.anyio

@@ -42,7 +42,7 @@ def run_checks(settings: Settings, environ: Mapping[str, str]) -> list[Probe]:
         _state_dir(settings),
         _store(settings),
         *_queue(settings),
-        *_docker(),
+        *_docker(settings),
         *_keys(environ),
         _local_model(),
         *_clis(environ),
@@ -112,7 +112,7 @@ def _state_dir(settings: Settings) -> Probe:
     return Probe("state directory", True, f"{settings.home} is writable")
 
 
-def _docker() -> list[Probe]:
+def _docker(settings: Settings) -> list[Probe]:
     tag = image_tag(SandboxSpec())
     status = engine_status(tag)
     endpoint = choose_endpoint(os.environ)
@@ -124,16 +124,14 @@ def _docker() -> list[Probe]:
         detail = f"{status.error or 'unreachable'} (chosen by {endpoint.chosen_by})"
         return [Probe("docker engine", False, detail, fix, essential=False)]
     try:
-        facts = engine_facts(connect())
+        client = connect()
+        facts = engine_facts(client)
     except SandboxUnavailable as exc:
         return [Probe("docker engine", False, str(exc), "see the error", essential=False)]
-    checks = [
-        Probe(
-            "docker engine",
-            True,
-            f"{facts.name} {facts.version}, {facts.os} on {facts.arch}, chosen by {endpoint.chosen_by}",
-        )
-    ]
+    detail = f"{facts.name} {facts.version}, {facts.os} on {facts.arch}, chosen by {endpoint.chosen_by}"
+    if facts.name in VM_ENGINES:  # workspaces are bind-mounted from the jobs' folder
+        detail += f"; it sees {settings.jobs_root} only if that is in a folder it shares"
+    checks = [Probe("docker engine", True, detail)]
     if status.image_present:
         checks.append(Probe("sandbox image", True, f"{tag} is present"))
     else:
@@ -145,27 +143,62 @@ def _docker() -> list[Probe]:
     checks.append(
         Probe("CLI image", bool(clis.image_present), detail, "run `conclave sandbox build --clis`", False)
     )
-    return [*checks, *_works_here(facts, bool(status.image_present), bool(clis.image_present))]
+    images = {"sandbox image": bool(status.image_present), "CLI image": bool(clis.image_present)}
+    return [*checks, *works_here(facts, client.api.base_url, images)]
 
 
-def _works_here(facts: EngineFacts, image: bool, clis: bool) -> list[Probe]:
-    """What this engine runs: file work (workspaces, verify, apply) and CLI members."""
-    files = Probe(
-        f"file work on {facts.name}",
-        image,
-        "workspaces, run_command, verify and apply" + ("" if image else ": need the sandbox image"),
+@dataclass(frozen=True)
+class Feature:
+    """Something jobs run on the engine, and the image it needs there (as that image's check names it).
+
+    None needs more of an engine than its API and the folders it shares: a CLI member's way out is
+    relayed over the engine's exec (sandbox/egress_channel.py), not a host socket, so an engine in a VM
+    runs it as a local one does."""
+
+    name: str
+    covers: str
+    image: str
+    fix: str
+    raw_stream: bool = False  # carried over an exec's raw stream, which TLS and SSH engines do not give
+
+
+# What `doctor` reports per engine; one entry per feature, so a new one gets its line.
+FEATURES: tuple[Feature, ...] = (
+    Feature(
+        "file work",
+        "workspaces, run_command, verify and apply",
+        "sandbox image",
         "run `conclave sandbox build`",
-        essential=False,
-    )
-    # A CLI member's only way out is its egress proxy's unix socket, bind-mounted from this host: an
-    # engine in a VM (Docker Desktop, OrbStack, colima, Rancher Desktop) cannot connect to it.
-    local = facts.name in {"Docker", "Podman"}
-    if not local:
-        detail = f"not on {facts.name}: its VM cannot reach this host's unix sockets (the egress proxy)"
-    else:
-        detail = "cli/... members" + ("" if clis else ": need the CLI image")
-    fix = "run `conclave sandbox build --clis`" if local else "use a Linux host's Docker or Podman"
-    return [files, Probe(f"CLI members on {facts.name}", local and clis, detail, fix, essential=False)]
+    ),
+    Feature(
+        "CLI members",
+        "cli/... members, their egress relayed over the engine's API (no host socket)",
+        "CLI image",
+        "run `conclave sandbox build --clis`",
+        raw_stream=True,
+    ),
+)
+# Engines in a VM: they see this host's files only in the folders they share (virtiofs, 9p, sshfs).
+VM_ENGINES = frozenset({"Docker Desktop", "OrbStack", "colima", "Rancher Desktop"})
+
+
+def works_here(facts: EngineFacts, api_url: str, images: Mapping[str, bool]) -> list[Probe]:
+    """What this engine runs, one line per feature: its image there, and for a relayed feature an API
+    whose exec streams are plain sockets. `api_url` is docker-py's address of the engine's API."""
+    # docker-py hands out an exec's raw socket over a unix socket (its address is then
+    # http+docker://localhost) or plain TCP; over TLS or SSH it has no plain socket to give
+    raw = api_url == "http+docker://localhost" or api_url.startswith("http://")
+    probes = []
+    for feature in FEATURES:
+        present, detail, fix = images.get(feature.image, False), feature.covers, feature.fix
+        if not present:
+            detail += f": need the {feature.image}"
+        elif feature.raw_stream and not raw:
+            present = False
+            detail = f"not over {api_url}: the relay needs the API on a unix socket or plain TCP"
+            fix = "reach the engine through a local socket (an SSH tunnel, a docker context with a socket)"
+        probes.append(Probe(f"{feature.name} on {facts.name}", present, detail, fix, essential=False))
+    return probes
 
 
 def _keys(environ: Mapping[str, str]) -> list[Probe]:

@@ -16,11 +16,15 @@ from conclave.errors import QueueFull
 from conclave.jobs.admission import check_line
 from conclave.jobs.fair_share import FairShare
 from conclave.jobs.read.views import JobView
+from conclave.jobs.request import JobRequest
+from conclave.jobs.service import JobService
+from conclave.jobs.store.owners import QUEUE_OWNER
 from conclave.jobs.store.sql import Store
 from conclave.settings import Settings
 from tests.fakes.processes import http_server
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import KEY_ENV, TRIO, install, voter, write_team
+from tests.redis import Redis
 
 pytestmark = pytest.mark.anyio
 
@@ -198,3 +202,56 @@ async def _view(client: Client, job_id: str) -> JobView:
     return JobView.model_validate(
         (await client.call_tool("get_status", {"job_id": job_id})).structured_content
     )
+
+
+@pytest.mark.parametrize(
+    ("callers", "per_caller", "total", "admitted"),
+    [
+        (("alice",), 16, 100, {"alice": 16}),  # CONCLAVE_MAX_QUEUED_PER_CALLER
+        (("alice",), 100, 12, {"alice": 12}),  # CONCLAVE_MAX_QUEUED
+        (("alice", "bob"), 10, 100, {"alice": 10, "bob": 10}),  # each caller's own line
+    ],
+)
+async def test_asks_sent_at_once_through_two_fronts_are_admitted_exactly_to_the_limits(
+    tmp_path: Path,
+    queue_fakes: FakeProviders,
+    redis: Redis,
+    callers: tuple[str, ...],
+    per_caller: int,
+    total: int,
+    admitted: dict[str, int],
+) -> None:
+    """64 asks at once, half to each of two fronts of one queue: what is stored as queued is exactly what
+    the limits allow, and every other ask was refused, whatever order the checks interleaved in."""
+    team = str(write_team(tmp_path / "team.yaml", queue_fakes, TRIO))
+    settings = Settings(
+        home=tmp_path / "state",
+        queue_url=redis.url(),
+        max_queued=total,
+        max_queued_per_caller=per_caller,
+    )
+    env = {KEY_ENV: "test-key"}
+    told: dict[str, int] = dict.fromkeys(callers, 0)
+    refused = 0
+
+    async def ask(front: JobService, caller: str) -> None:
+        nonlocal refused
+        try:
+            await front.submit(JobRequest(task="What is 6 * 7?", team=team), caller)
+            told[caller] += 1
+        except QueueFull:
+            refused += 1
+
+    async with JobService.open(settings, environ=env) as one, JobService.open(settings, environ=env) as two:
+        async with anyio.create_task_group() as tg:
+            for index in range(64):
+                tg.start_soon(ask, (one, two)[index % 2], callers[index // 2 % len(callers)])
+        queued = await one.store.queued_by_caller(QUEUE_OWNER)
+    assert queued == admitted and told == admitted
+    assert refused == 64 - sum(admitted.values())
+
+
+@pytest.fixture
+def queue_fakes() -> Iterator[FakeProviders]:
+    with FakeProviders() as running:  # no job runs (no worker): the team's servers only answer probes
+        yield running

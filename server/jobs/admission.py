@@ -15,6 +15,7 @@ import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from conclave.config.destinations import Allowed
 from conclave.config.models import Team
 from conclave.config.presets import resolve_team
 from conclave.errors import InputError, QueueFull, term
@@ -23,7 +24,7 @@ from conclave.jobs.access import Access
 from conclave.jobs.estimate import estimate
 from conclave.jobs.file_steps import admit
 from conclave.jobs.follow_ups import carried
-from conclave.jobs.plan import check_runnable, shape_team
+from conclave.jobs.plan import Ceilings, check_runnable, shape_team
 from conclave.jobs.reach import check_reachable
 from conclave.jobs.records import JobOptions
 from conclave.jobs.request import JobRequest
@@ -91,14 +92,15 @@ class Admission:
         stored = None
         if earlier is not None:
             stored, request = carried(earlier, request)
-        sources = parse_context_paths(request.context_paths or [])
+        sources = parse_context_paths(request.context_paths or [], self.access.kept)
         for index, source in enumerate(sources):
             self.access.check_folder(f"context_paths[{index}].path", source.path)
         if apply and not any(source.permission == "write" for source in sources):
             raise InputError("apply", apply, f"applying needs {term('context_write')}")
         check_line(await self.store.queued_by_caller(self._owner_id), caller, self.settings)
         self.access.check_team(request.team)
-        resolved = stored if stored is not None else resolve_team(request.team, self._environ)
+        allowed = Allowed.of(self.settings)
+        resolved = stored if stored is not None else resolve_team(request.team, self._environ, allowed)
         check_runnable(resolved, self._environ, self.settings.sandbox_network)
         if self._probe:
             await check_reachable(resolved)
@@ -109,6 +111,7 @@ class Admission:
             max_tokens=request.max_tokens,
             max_tokens_per_member=request.max_tokens_per_member,
             has_context=bool(sources),
+            ceilings=Ceilings.of(self.settings),
         )
         options = await admit(sources, resolved) if sources else JobOptions()
         options.estimate = estimate(resolved, await self.store.team_usage(resolved.name))
@@ -123,6 +126,8 @@ class Admission:
             options,
             caller,
             request,
+            # counted again where the job is stored: the count above was read before the awaits since
+            admit=lambda queued: check_line(queued, caller, self.settings),
         )
         if earlier is not None:
             await self.store.set_follow_up(job_id, earlier.id)

@@ -222,10 +222,18 @@ class Store(ConversationRecords[JobRow]):
         options: JobOptions | None = None,
         caller: str = "local",
         request: JobRequest | None = None,
+        *,
+        admit: Callable[[dict[str, int]], None] | None = None,
     ) -> None:
-        """Store a queued job; without `request`, it is read back as `task` alone (stored_request)."""
+        """Store a queued job; without `request`, it is read back as `task` alone (stored_request).
+
+        `admit` is called in the write transaction with `owner_id`'s queued jobs per caller, and refuses
+        the job by raising: writers take turns (one lock, on every host), so asks sent together, to any
+        front, are counted one after the other, never all against the same count."""
         now = self._clock()
         with self._write():
+            if admit is not None:
+                admit(self.queued_by_caller(owner_id))
             self._db.execute(
                 "INSERT INTO jobs (id, task, team_name, team_json, state, phase, created_at, owner_pid, "
                 "owner_id,"

@@ -56,7 +56,13 @@ class Outcome(_Value):
     `none_passed` that no current answer passed, `pending` which checks were still running at the end.
     The job's result (coordination/reports.py JobResult) is this plus the final text."""
 
-    winner: str | None = Field(description="the winning answer's label, e.g. B2")
+    # Optional in the published schema too: a job can end with no answer to win (every agent failed,
+    # the budget or the deadline came first), and the views leave out what is None
+    winner: str | None = Field(
+        default=None,
+        description="the winning answer's label, e.g. B2; absent when no answer won: `failed`, `reason` "
+        "and `errors` say why",
+    )
     consensus: bool = Field(
         description="true only when a strict majority of the votes cast chose the winner (or answers with "
         "the same final answer)"

@@ -173,6 +173,11 @@ class Lifecycle:
             await files.collect(self.store, row, result.consensus)
         except ConclaveError as exc:
             await self._fail(job_id, str(exc))
+        except ExceptionGroup as group:  # from the task groups that run the job, e.g. its sandboxes' starts
+            errors = _messages(group)
+            if errors is None:
+                raise  # a bug among them: `run` fails the job as an internal error
+            await self._fail(job_id, "; ".join(errors))
         else:
             state = "failed" if result.failed else "completed"
             await self.store.set_state(job_id, state, error="; ".join(result.errors.values()) or None)
@@ -223,3 +228,20 @@ class Lifecycle:
         row = await self.store.job(job_id)
         if row is not None and row.state in ACTIVE_STATES:
             await self.store.set_state(job_id, state, phase, error=error)
+
+
+def _messages(group: ExceptionGroup[Exception]) -> list[str] | None:
+    """Each message of our errors in a task group's exceptions, once (every agent's sandbox may say the
+    same); None when any of them is not ours."""
+    ours, rest = group.split(ConclaveError)
+    if ours is None or rest is not None:
+        return None
+    return list(dict.fromkeys(str(error) for error in _leaves(ours)))
+
+
+def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
+    return [
+        leaf
+        for error in group.exceptions
+        for leaf in (_leaves(error) if isinstance(error, BaseExceptionGroup) else [error])
+    ]

@@ -28,20 +28,31 @@ import anyio.abc
 import pytest
 
 from conclave.backends.base import Usage
+from conclave.backends.retry import RetryPolicy
 from conclave.clis.cli_adapter import PLACEHOLDER_KEY
 from conclave.coordination.budget import MemberLimit
+from conclave.jobs.read.views import JobView
+from conclave.jobs.service import JobService
 from conclave.sandbox.allowlist import CliName, allowlist_for
 from conclave.sandbox.egress import EgressProxy, egress_proxy
 from conclave.sandbox.provider_key import ProviderKey
 from conclave.sandbox.provider_wire import Wire
+from conclave.settings import Settings
+from tests.clis.conftest import project
+from tests.fakes.cli_worker import CliWorker
 from tests.fakes.redirect import ProviderRedirect
-from tests.fakes.script import Reply
+from tests.fakes.script import RecordedRequest, Reply
 from tests.fakes.server import FakeProviders
+from tests.fakes.team import KEY_ENV
+from tests.fakes.waits import cli_job
 from tests.test_egress import connected
 from tests.test_egress_provider_key import Provider, quiet
 
+__all__ = ["project"]  # the fixture the real CLIs' tests use, from tests/clis/conftest.py
+
 pytestmark = pytest.mark.anyio
 KEY = "sk-owner-plan-0123456789-abcdefghij"
+FAST = RetryPolicy(max_attempts=2, base_delay_s=0.01, max_delay_s=0.05)
 CREDENTIALS = (
     f"x-api-key: {PLACEHOLDER_KEY}\r\nAuthorization: Bearer {PLACEHOLDER_KEY}\r\n"
     f"x-goog-api-key: {PLACEHOLDER_KEY}\r\nanthropic-version: 2023-06-01\r\n"
@@ -323,3 +334,119 @@ async def test_no_plain_request_to_the_providers_host_while_the_proxy_holds_its_
     assert direct.startswith(b"HTTP/1.1 403") and bridged.startswith(b"HTTP/1.1 200"), (direct, bridged)
     assert len(requests) == 1 and requests[0].headers["x-api-key"] == KEY
     assert charges.calls == 1 and charges.usage == proxy.spent and charges.usage.tokens > 0
+
+
+# The real CLIs, each in its container (the CLI image), on a key login against its fake; the scripted
+# model has the CLI's shell run LOOP, which sends a batch and then twelve calls of its own to the
+# member's provider through the bridge, as a prompt-injected member would.
+LOOP = r"""
+import json, sys, urllib.error, urllib.request
+base, wire = sys.argv[1], sys.argv[2]
+path, body, batch = {
+    "anthropic": ("/v1/messages", {"model": "m", "max_tokens": 16,
+                  "messages": [{"role": "user", "content": "more"}]}, "/v1/messages/batches"),
+    "responses": ("/responses", {"model": "m", "input": "more"}, "/batches"),
+    "gemini": ("/v1beta/models/m:generateContent",
+               {"contents": [{"role": "user", "parts": [{"text": "more"}]}]}, "/v1beta/batches"),
+}[wire]
+def call(target, data):
+    headers = {"content-type": "application/json", "x-loop": "1", "x-api-key": "own",
+               "authorization": "Bearer own", "x-goog-api-key": "own", "anthropic-version": "2023-06-01"}
+    request = urllib.request.Request(base + target, data=json.dumps(data).encode(), headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=30) as reply:
+            return reply.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+print("LOOP", [call(batch, {})] + [call(path, body) for _ in range(12)])
+"""
+LOOP_BILL = (9_000, 1_000, 0)  # what each of the loop's calls bills
+# (team entry, the fake's wire and agent) for each CLI on a key login
+REAL_CLIS = [
+    ("cli/claude-code", "anthropic", "claude"),
+    ("cli/codex:gpt-5.5", "responses", "codex"),
+    ("cli/gemini:gemini-2.5-pro", "gemini", "gemini"),
+    ("cli/copilot:claude-sonnet-4.5", "anthropic", "copilot"),  # its own-key provider, Anthropic's wire
+]
+
+
+def _looping(fakes: FakeProviders, wire: str, agent: str, project: Path) -> CliWorker:
+    """The member's scripted model: its work run's shell runs LOOP (from the project's copy) against its
+    own endpoint through the bridge; the loop's calls (marked `x-loop`) each bill LOOP_BILL."""
+    (project / "loop.py").write_text(LOOP)
+    endpoint = "http://127.0.0.1:3128" + fakes.base_url(wire, agent).split(str(fakes.port), 1)[1]
+    worker = CliWorker(wire, f"python3 loop.py {endpoint} {wire}", "Looped.")
+
+    def respond(request: RecordedRequest) -> Reply:
+        if request.headers.get("x-loop") == "1":
+            return Reply(text="spent", usage=LOOP_BILL)
+        return worker(request)
+
+    fakes.script.set_default(agent, respond)
+    return worker
+
+
+async def _job(tmp_path: Path, project: Path, entry: str) -> JobView:
+    """The calc task for a team of the one member `entry` (its key in KEY_ENV), to its end."""
+    team = tmp_path / "team.yaml"
+    team.write_text(
+        f"agents:\n{entry}    api_key_env: {KEY_ENV}\n"
+        "coordination: {final: reuse, timeout_s: 900}\nsandbox: {memory: 2g, cpus: 1}\n"
+    )
+    async with JobService.open(
+        Settings(home=tmp_path / "state"), environ={KEY_ENV: KEY}, retry=FAST
+    ) as service:
+        return await cli_job(service, team, project)
+
+
+@pytest.mark.parametrize(("model", "wire", "agent"), REAL_CLIS, ids=[m[2] for m in REAL_CLIS])
+async def test_real_clis_are_counted_as_billed(
+    clis_image: str,
+    tmp_path: Path,
+    fakes: FakeProviders,
+    project: Path,
+    caplog: pytest.LogCaptureFixture,
+    model: str,
+    wire: str,
+    agent: str,
+) -> None:
+    """The member's usage is its fake's bill, the CLI's own calls and its shell's twelve together; the
+    shell's batch never reaches the fake. Before: the shell's calls went uncounted."""
+    caplog.set_level(logging.INFO, logger="conclave.sandbox.egress")
+    worker = _looping(fakes, wire, agent, project)
+    view = await _job(tmp_path, project, f"  - model: {model}\n    base_url: {fakes.base_url(wire, agent)}\n")
+    print(view.text())
+    looped = [r for r in fakes.script.requests_of(agent) if r.headers.get("x-loop") == "1"]
+    billed = fakes.script.bill[agent]
+    usage = view.agents[0].usage
+    assert view.state == "completed" and any("LOOP" in result for result in worker.tool_results), view.text()
+    assert len(looped) == 12 and all(r.headers.get("x-api-key", KEY) == KEY for r in looped)
+    assert (usage.input_tokens, usage.output_tokens, usage.cached_input_tokens) == billed, (usage, billed)
+    assert "not a call a CLI turn makes" in caplog.text  # the batch, refused
+
+
+@pytest.mark.parametrize(("model", "wire", "agent"), REAL_CLIS, ids=[m[2] for m in REAL_CLIS])
+async def test_real_clis_stop_within_one_call_of_their_budget(
+    clis_image: str,
+    tmp_path: Path,
+    fakes: FakeProviders,
+    project: Path,
+    model: str,
+    wire: str,
+    agent: str,
+) -> None:
+    """The issue's run: a member with a budget of 30,000 tokens whose shell loops twelve calls of 10,000
+    each. The call that crosses the budget is the last to reach the provider, and the member's usage is
+    what the provider billed. Before: all twelve went out, and the member was charged the CLI's report."""
+    _looping(fakes, wire, agent, project)
+    url = fakes.base_url(wire, agent)
+    entry = f"  - model: {model}\n    base_url: {url}\n    budget: {{max_tokens: 30000}}\n"
+    view = await _job(tmp_path, project, entry)
+    print(view.text())
+    looped = [r for r in fakes.script.requests_of(agent) if r.headers.get("x-loop") == "1"]
+    billed = fakes.script.bill[agent]
+    usage = view.agents[0].usage
+    assert 0 < len(looped) < 12, len(looped)
+    assert billed[0] + billed[1] >= 30_000 > billed[0] + billed[1] - sum(LOOP_BILL[:2]), billed
+    assert (usage.input_tokens, usage.output_tokens) == billed[:2], (usage, billed)
+    assert "its own token limit reached" in view.text()

@@ -25,6 +25,7 @@ from __future__ import annotations
 import hmac
 import ipaddress
 from collections.abc import Awaitable, Callable, Iterable, Mapping
+from urllib.parse import urljoin, urlsplit, urlunsplit
 
 from starlette.requests import Request
 
@@ -113,6 +114,23 @@ class WebAuth:
         if caller is None:
             raise Refused(401, SIGN_IN_HINT)
         return caller
+
+
+# What a browser drops from a URL before reading it (the WHATWG URL standard): ASCII tab and newline
+# anywhere, C0 controls and spaces at either end. A backslash it reads as a slash (http and https).
+_DROPPED = {ord("\t"): None, ord("\n"): None, ord("\r"): None}
+_TRIMMED = "".join(chr(code) for code in range(0x21))
+
+
+def landing(target: str, origin: str) -> str:
+    """The page of `origin` (`http://127.0.0.1:8765`) that `target` (a sign-in's `next`) leads to, read as
+    a browser reads it; the origin's root when it leads anywhere else."""
+    cleaned = target.translate(_DROPPED).strip(_TRIMMED).replace("\\", "/")
+    parts = urlsplit(urljoin(origin + "/", cleaned))
+    # a browser reads any number of slashes at the start as a host to come (`///evil.example/`)
+    if cleaned.startswith("//") or f"{parts.scheme}://{parts.netloc}" != origin or parts.username is not None:
+        return origin + "/"
+    return urlunsplit((parts.scheme, parts.netloc, parts.path or "/", parts.query, parts.fragment))
 
 
 def _host_name(host: str) -> str:

@@ -3,7 +3,8 @@
     GET  /                        the list of jobs (static: the script fetches the data)
     GET  /jobs/<id>               one job's page (static)
     GET  /login[?code=&next=]     sign in: the form, or the confirmation of a one-time link (static)
-    POST /api/sign-in             {"token"} or {"code", "confirm"}: a session key (this origin only)
+    POST /api/sign-in             {"token"} or {"code", "confirm"}, and `next`: a session key and the
+                                  page of this origin to go to (this origin only)
     POST /api/sign-in/link        a one-time sign-in code for the caller asking (`conclave web --link`)
     POST /api/sign-out            end this session
     GET  /api/session             who this session is
@@ -40,7 +41,7 @@ from starlette.routing import BaseRoute, Route
 from conclave.errors import InputError, JobNotFound
 from conclave.jobs.read.lookup import JobLookup
 from conclave.jobs.read.views import FINAL_STATES
-from conclave.web.auth import SESSION_HEADER, Refused, WebAuth
+from conclave.web.auth import SESSION_HEADER, Refused, WebAuth, landing
 from conclave.web.sessions import CODE_TTL_S, SESSION_TTL_S, Caller
 from conclave.web.snapshot import MAX_DIFF_CHARS, JobPage, job_page
 
@@ -75,6 +76,8 @@ class SignIn(BaseModel):
     token: Annotated[str | None, Field(max_length=1024)] = None
     code: Annotated[str | None, Field(max_length=256)] = None
     confirm: bool = False
+    # the page asked for (/login?next=): answered as a URL of this origin only (auth.py `landing`)
+    next: Annotated[str, Field(max_length=2048)] = "/"
 
 
 def _asset(name: str) -> bytes:
@@ -155,6 +158,7 @@ class WebView:
         (a cross-site page could submit a form here, but never read the key it would get)."""
         try:
             self.auth.check_origin(request, required=True)
+            origin = f"{request.url.scheme}://{request.headers.get('host', '')}"  # the Origin it checked
             try:
                 asked = SignIn.model_validate_json(await request.body())
             except ValidationError:
@@ -165,7 +169,7 @@ class WebView:
                 caller = await self.auth.caller_of_token(asked.token)
                 if caller is None:
                     raise Refused(401, "that is not this server's token")
-                return self.signed_in(self.auth.sessions.open(caller), caller)
+                return self.signed_in(self.auth.sessions.open(caller), caller, landing(asked.next, origin))
             await self.auth.current()  # a code of a token the server no longer has is void
             if asked.code is None:
                 raise Refused(400, 'send {"token": "..."} or {"code": "..."}')
@@ -177,14 +181,15 @@ class WebView:
             redeemed = self.auth.sessions.redeem(asked.code)
             if redeemed is None:
                 raise Refused(401, EXPIRED_CODE)
-            return self.signed_in(*redeemed)
+            return self.signed_in(*redeemed, landing(asked.next, origin))
         except Refused as refused:
             return self.refused(refused)
 
     @staticmethod
-    def signed_in(key: str, caller: Caller) -> Response:
+    def signed_in(key: str, caller: Caller, then: str) -> Response:
         return JSONResponse(
-            {"session": key, "caller": caller.shown, "expires_in": SESSION_TTL_S}, headers=HEADERS
+            {"session": key, "caller": caller.shown, "expires_in": SESSION_TTL_S, "next": then},
+            headers=HEADERS,
         )
 
     async def sign_in_link(self, request: Request, caller: Caller) -> Response:

@@ -28,6 +28,7 @@ from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import httpx2
 import pytest
@@ -35,12 +36,13 @@ import pytest
 from conclave.cli.main import main
 from conclave.jobs.store.sql import Store
 from conclave.settings import Settings
+from conclave.web.sessions import MAX_CODES, MAX_SESSIONS, Caller, Sessions, digest
 from tests.fakes.processes import http_process, web_server
 from tests.fakes.raw_mcp import HEADERS, INIT
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import KEY_ENV, TRIO, install, voter, write_team
 from tests.web_browser import chromium, missing, text_of, until
-from tests.web_sign_in import SESSION_HEADER
+from tests.web_sign_in import SESSION_HEADER, code_for
 
 JOB = "cj-a11ce0000001"
 ALICE, BOB = "alice-token-0123456789abcdef", "bob-token-0123456789abcdef"
@@ -350,3 +352,142 @@ def test_removing_a_token_ends_its_sessions_and_codes(tmp_path: Path, home: Path
         tokens_file(home, {"alice": ALICE, "bob": BOB})  # the token back: its old session stays ended
         assert http.get("/api/jobs", headers=alice).status_code == 401
         assert http.get("/api/jobs", headers=bob).json() == []  # bob's session lives on, his own jobs only
+
+
+# 7. One caller cannot sign another out: the caps on codes and sessions are each caller's own
+def test_one_caller_minting_codes_and_sessions_evicts_only_their_own() -> None:
+    sessions = Sessions()
+    alice, bob = Caller("alice", digest(ALICE)), Caller("bob", digest(BOB))
+    alice_code, alice_session = sessions.code_for(alice), sessions.open(alice)
+    bob_codes = [sessions.code_for(bob) for _ in range(MAX_CODES + 5)]
+    bob_sessions = [sessions.open(bob) for _ in range(MAX_SESSIONS + 5)]
+    assert sessions.caller_of(alice_session) == alice  # bob's 10,000 sign-ins left hers alone
+    assert sessions.redeem(alice_code) is not None  # and his 1,000 codes her pending one
+    assert sessions.caller_of(bob_sessions[0]) is None and sessions.caller_of(bob_sessions[-1]) == bob
+    assert sessions.redeem(bob_codes[0]) is None and sessions.redeem(bob_codes[-1]) is not None
+
+
+def test_a_session_lookup_reads_no_other_session() -> None:
+    """A request's check looks up its own session by its digest, and ends the sessions of a token only
+    when the server's tokens changed: it never walks the other sessions."""
+    sessions = Sessions()
+    alice, bob = Caller("alice", digest(ALICE)), Caller("bob", digest(BOB))
+    keys = [sessions.open(bob) for _ in range(50)]
+    mine = sessions.open(alice)
+    walked = Walks(sessions)
+    for _ in range(20):
+        sessions.revoke({alice, bob})
+        assert sessions.caller_of(mine) == alice
+    assert walked.count == 0
+    sessions.revoke({alice})  # bob's token taken out: his sessions end, hers stays
+    assert sessions.caller_of(keys[0]) is None and sessions.caller_of(mine) == alice
+
+
+class Walks:
+    """Counts the walks over any dict of the sessions' that holds 50 entries or more (where they keep the
+    sessions): each such dict, at any depth of their attributes, replaced by a counting one."""
+
+    def __init__(self, sessions: Sessions) -> None:
+        self.count = 0
+        outer = self
+
+        class Counted(dict):  # type: ignore[type-arg]
+            def __iter__(self) -> Any:
+                outer.count += 1
+                return super().__iter__()
+
+            def items(self) -> Any:
+                outer.count += 1
+                return super().items()
+
+            def values(self) -> Any:
+                outer.count += 1
+                return super().values()
+
+        def swap(holder: Any, depth: int) -> None:
+            for name, value in list(vars(holder).items()):
+                if isinstance(value, dict) and len(value) >= 50:
+                    setattr(holder, name, Counted(value))
+                elif isinstance(value, dict):
+                    for key, item in list(value.items()):
+                        if isinstance(item, dict) and len(item) >= 50:
+                            value[key] = Counted(item)
+                elif hasattr(value, "__dict__") and depth < 3:
+                    swap(value, depth + 1)
+
+        swap(sessions, 0)
+
+
+# 8. After signing in, the tab goes to a page of this server only
+def redirects(elsewhere: str) -> list[str]:
+    """`next` values a browser reads as another origin (WHATWG URL: tab and newline dropped anywhere,
+    leading C0 controls and spaces trimmed, a backslash read as a slash)."""
+    return [
+        f"/\t/{elsewhere}/",
+        f"/\n/{elsewhere}/",
+        f"/\r/{elsewhere}/",
+        f"/\\{elsewhere}/",
+        f"\\\\{elsewhere}/",
+        f"/\\/{elsewhere}/",
+        f"  //{elsewhere}/",
+        f"\x01//{elsewhere}/",
+        f"//{elsewhere}/",
+        f"http://{elsewhere}/",
+        f"http:/\\{elsewhere}/",
+        f"\thttp://{elsewhere}/",
+        f"http:\t//{elsewhere}/",
+        "javascript:alert(1)//",
+    ]
+
+
+def test_sign_in_sends_the_tab_to_this_origin_only(tmp_path: Path, home: Path) -> None:
+    """What /api/sign-in answers as the page to go to, through the form (a token) and a one-time link."""
+    with serve_http(tmp_path, home) as (base, _pid), httpx2.Client(base_url=base, timeout=10) as http:
+        same = {"Origin": base}
+
+        def by_form(wanted: str) -> str:
+            answer = http.post("/api/sign-in", json={"token": ALICE, "next": wanted}, headers=same)
+            assert answer.status_code == 200, answer.text
+            return str(answer.json()["next"])
+
+        def by_link(wanted: str) -> str:
+            code = http.post("/api/sign-in/link", headers={"Authorization": f"Bearer {ALICE}"}).json()["code"]
+            claimed = http.post("/api/sign-in", json={"code": code}, headers=same).json()["code"]
+            answer = http.post(
+                "/api/sign-in", json={"code": claimed, "confirm": True, "next": wanted}, headers=same
+            )
+            assert answer.status_code == 200, answer.text
+            return str(answer.json()["next"])
+
+        for sign_in in (by_form, by_link):
+            for wanted in redirects("evil.example") + redirects(
+                base.removeprefix("http://") + "@evil.example"
+            ):
+                assert sign_in(wanted) == f"{base}/", (sign_in.__name__, wanted)
+            assert sign_in(f"/jobs/{JOB}?tab=diff#top") == f"{base}/jobs/{JOB}?tab=diff#top"
+            assert sign_in(f"  /jobs/{JOB}") == f"{base}/jobs/{JOB}"
+            assert sign_in(f"{base}/jobs/{JOB}") == f"{base}/jobs/{JOB}"
+            assert sign_in("") == f"{base}/"
+
+
+@browser
+def test_the_tab_stays_on_this_server_after_signing_in(tmp_path: Path, home: Path) -> None:
+    """In the real browser, through the form and a one-time link: every `next` that would lead to the
+    other server leaves the tab on this one's list."""
+    with serve_http(tmp_path, home) as (base, _pid), Elsewhere() as elsewhere, chromium() as driver:
+        other = elsewhere.url.removeprefix("http://")
+        for wanted in redirects(other)[:4]:
+            query = "next=" + quote(wanted, safe="")
+            driver.get(f"{base}/login?{query}")
+            until(driver, lambda d: d.find_element("id", "token").is_displayed(), what="the sign-in form")
+            driver.find_element("id", "token").send_keys(ALICE)
+            driver.find_element("css selector", "form button").click()
+            until(driver, lambda d: "/login" not in d.current_url, what="the page after signing in")
+            assert driver.current_url == f"{base}/", wanted
+            assert sees_the_job(driver)
+            driver.get(f"{base}/login?code={code_for(base, ALICE)}&{query}")
+            until(driver, lambda d: d.find_element("id", "confirm").is_displayed(), what="the confirmation")
+            driver.find_element("id", "confirm-button").click()
+            until(driver, lambda d: "/login" not in d.current_url, what="the page after the link")
+            assert driver.current_url == f"{base}/", wanted
+        assert elsewhere.cookies == []  # the other server was never visited

@@ -339,15 +339,22 @@ function startList() {
 // A one-time link (?code=) is swapped at once for a code only this page holds (the link's, also in the
 // browser's command line, dies), shown with the caller it names, and used only when the user confirms
 // here on this origin: a page elsewhere that sends the browser to such a link cannot replace a session.
-function wantedPage() {
-  const wanted = new URLSearchParams(location.search).get("next") || "/";
-  return wanted.startsWith("/") && !wanted.startsWith("//") && !wanted.includes("\\") ? wanted : "/";
+// The page asked for (?next=) goes to the server, which answers with a URL of this origin only, read
+// as the browser reads it (web/auth.py `landing`); the tab goes there only if it is this origin's.
+function wantedPage(answer) {
+  try {
+    const target = new URL(answer.next || "/", location.origin);
+    return target.origin === location.origin ? target.href : "/";
+  } catch (error) {
+    return "/";
+  }
 }
 
 async function postSignIn(body) {
+  const next = new URLSearchParams(location.search).get("next") || "/";
   const response = await fetch("/api/sign-in", {
     method: "POST", credentials: "omit", cache: "no-store",
-    headers: { "Content-Type": "application/json" }, body: JSON.stringify(body),
+    headers: { "Content-Type": "application/json" }, body: JSON.stringify({ ...body, next }),
   });
   const answer = await response.json().catch(() => ({}));
   if (!response.ok) throw new Error(answer.error || "sign-in refused: " + response.status);
@@ -362,7 +369,7 @@ function problem(text) {
 
 function signedIn(answer) {
   sessionStorage.setItem(SESSION, JSON.stringify({ key: answer.session, caller: answer.caller }));
-  location.replace(wantedPage());
+  location.replace(wantedPage(answer));
 }
 
 async function startLogin() {

@@ -27,7 +27,7 @@ import anyio
 from pydantic import BaseModel, ConfigDict, SecretStr
 
 from conclave.errors import QueueUnavailable
-from conclave.jobs.store.postgres import shown_url  # masks a URL's password, Redis's too
+from conclave.jobs.store.postgres import scheme_of, scrubbed, shown_url  # masks a URL's password
 
 if TYPE_CHECKING:
     from docket import Docket
@@ -84,20 +84,22 @@ class QueueDepth(BaseModel):
 class JobQueue:
     """The queue of one Conclave deployment: put a job on it, work it, list its workers."""
 
-    def __init__(self, docket: Docket, shown: str) -> None:
+    def __init__(self, docket: Docket, shown: str, url: SecretStr | None = None) -> None:
         self.docket, self.shown = docket, shown
+        self._url = url if url is not None else SecretStr("")  # to mask its password in Redis's errors
 
     @classmethod
     @asynccontextmanager
     async def open(cls, url: SecretStr) -> AsyncIterator[JobQueue]:
         """The queue at `url`, once Redis answers; a QueueUnavailable naming the setting otherwise."""
         shown = shown_url(url)
-        scheme = url.get_secret_value().partition("://")[0]
+        scheme = scheme_of(url)
         if scheme not in SCHEMES:
+            named = f"it names a {scheme!r} service" if scheme else "it is not a URL (no scheme://)"
             raise QueueUnavailable(
                 SETTING,
                 shown,
-                f"it names a {scheme!r} service; give a Redis URL (redis://HOST:6379/0, rediss://...,"
+                f"{named}; give a Redis URL (redis://HOST:6379/0, rediss://...,"
                 f" unix:///path/redis.sock), or unset {SETTING} to run jobs in this process",
             )
         try:
@@ -111,7 +113,7 @@ class JobQueue:
             ) from exc
         async with Docket(name=DOCKET, url=url.get_secret_value()) as docket:
             docket.register(conclave_job)
-            queue = cls(docket, shown)
+            queue = cls(docket, shown, url)
             await queue.ping()
             yield queue
 
@@ -125,10 +127,11 @@ class JobQueue:
             raise QueueUnavailable(
                 SETTING,
                 self.shown,
-                f"Redis could not be reached there ({_first_line(exc)}); check that redis-server runs and"
+                f"Redis could not be reached there ({scrubbed(_first_line(exc), self._url)}); check that"
+                " redis-server runs and"
                 f" that the URL's host, port, password and database are right, or unset {SETTING} to run"
                 " jobs in this process",
-            ) from exc
+            ) from None  # the client's own error may quote the URL: its line, masked, is above
 
     async def put(self, job_id: str) -> None:
         """Tell the workers a job waits (its row is `queued`, owned by the queue); a QueueUnavailable
@@ -140,8 +143,8 @@ class JobQueue:
             raise QueueUnavailable(
                 SETTING,
                 self.shown,
-                f"Redis did not take the job ({_first_line(exc)}); nothing was queued: check that"
-                " redis-server runs and answers there, then ask again",
+                f"Redis did not take the job ({scrubbed(_first_line(exc), self._url)}); nothing was queued:"
+                " check that redis-server runs and answers there, then ask again",
             ) from exc
 
     async def put_later(self, job_id: str, delay_s: float, attempt: int) -> None:

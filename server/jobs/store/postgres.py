@@ -17,6 +17,7 @@ import re
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
+from urllib.parse import unquote
 
 from pydantic import SecretStr
 
@@ -26,7 +27,12 @@ from conclave.jobs.store.dialect import Connection, Cursor, Dialect, PostgresDia
 SETTING = "CONCLAVE_DATABASE_URL"
 CONNECT_TIMEOUT_S = 10
 LOCK_TIMEOUT_MS = 10_000  # another writer's turn, waited in a worker thread: SQLite's busy timeout too
-_PASSWORD = re.compile(r"(://[^:/@]*:)[^@]*@|(password=)[^&\s]*")
+# A password given as a keyword (libpq's `password = 'x'`) or a query parameter (`?password=x`): quoted
+# (with its escapes) or up to the next space (a keyword string) or `&` (a URL's query).
+_KEYWORD = re.compile(r"(?i)\bpassword\s*=\s*('(?:[^'\\]|\\.)*'?|[^\s&#]*)")
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:/*")
+MASK = "***"
+MIN_PIECE = 3  # a password's pieces (between the `@` and `:` a driver may cut it at) this long are masked
 
 
 class Row(tuple[Any, ...]):
@@ -79,12 +85,13 @@ class PostgresOpener:
     def __init__(self, url: SecretStr) -> None:
         self._url = url
         self.shown = f"PostgreSQL at {shown_url(url)}"
-        scheme = url.get_secret_value().partition("://")[0]
+        scheme = scheme_of(url)
         if scheme not in ("postgresql", "postgres"):
+            named = f"it names a {scheme!r} database" if scheme else "it is not a URL (no scheme://)"
             raise StoreUnavailable(
                 SETTING,
                 shown_url(url),
-                f"it names a {scheme!r} database; give a PostgreSQL URL,"
+                f"{named}; give a PostgreSQL URL,"
                 " postgresql://USER:PASSWORD@HOST:PORT/DATABASE, or unset it to keep the store in the SQLite"
                 " file under CONCLAVE_HOME",
             )
@@ -114,11 +121,12 @@ class PostgresOpener:
             raise StoreUnavailable(
                 SETTING,
                 shown_url(self._url),
-                f"PostgreSQL could not be reached there ({_first_line(exc)}); check that the server runs and"
+                f"PostgreSQL could not be reached there ({scrubbed(_first_line(exc), self._url)}); check that"
+                " the server runs and"
                 " that the URL's host, port, user, password and database are right"
                 f" (postgresql://USER:PASSWORD@HOST:PORT/DATABASE), or unset {SETTING} to use the SQLite"
                 " file under CONCLAVE_HOME",
-            ) from exc
+            ) from None  # the driver's error may quote the password (a bad % escape): shown above, masked
         raw.execute(f"SET lock_timeout = {LOCK_TIMEOUT_MS}")
         # SQLite's synchronous=NORMAL (connections.py): a crash may lose the last commits, never corrupt
         raw.execute("SET synchronous_commit = off")
@@ -144,13 +152,49 @@ def _rows(cursor: Any) -> Callable[[Sequence[Any]], Row]:
 
 def shown_url(url: SecretStr) -> str:
     """The URL with its password masked, for messages."""
-    return _PASSWORD.sub(_masked, url.get_secret_value())
+    return scrubbed(url.get_secret_value(), url)
 
 
-def _masked(found: re.Match[str]) -> str:
-    if found.group(1):
-        return f"{found.group(1)}***@"
-    return f"{found.group(2)}***"
+def scheme_of(url: SecretStr) -> str:
+    """The URL's scheme (`postgresql`), or "" for a value that has none (`host=x password=y`)."""
+    value = url.get_secret_value()
+    return value.partition("://")[0] if "://" in value else ""
+
+
+def scrubbed(text: str, url: SecretStr) -> str:
+    """`text` (the URL itself, or a driver's error about it) with every password the URL holds masked:
+    each as written, percent-decoded, and in the pieces a driver that read the URL otherwise (a stray
+    `@`, a bad `%` escape) may show."""
+    for secret in sorted(passwords(url.get_secret_value()), key=len, reverse=True):
+        text = text.replace(secret, MASK)
+    return text
+
+
+def passwords(value: str) -> set[str]:
+    """Whatever in a database or queue URL may be a password: keyword and query values (`password=`),
+    and the userinfo's after its first `:` up to the authority's last `@`, with or without a scheme."""
+    found: list[str] = []
+    for match in _KEYWORD.finditer(value):
+        given = match.group(1)
+        found.append(given)
+        if given.startswith("'"):
+            found.append(re.sub(r"\\(.)", r"\1", given.strip("'")))
+    scheme = _SCHEME.match(value)
+    # without `://`, `name:` may be a scheme (`redis:/x`) or a user (`user:password@host`): read it both ways
+    rests = [value[scheme.end() :]] if scheme else []
+    if "://" not in value:
+        rests.append(value)
+    for rest in rests:
+        authority = rest.split("?", 1)[0].split("#", 1)[0]
+        if "@" in authority:
+            _user, colon, secret = authority[: authority.rfind("@")].partition(":")
+            found.append(secret if colon else "")
+    secrets = set()
+    for secret in found:
+        for form in (secret, unquote(secret)):
+            secrets.add(form)
+            secrets.update(piece for piece in re.split(r"[@:'\s]", form) if len(piece) >= MIN_PIECE)
+    return {secret for secret in secrets if secret}
 
 
 def _first_line(exc: BaseException) -> str:

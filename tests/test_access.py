@@ -44,12 +44,17 @@ def test_mcp_reads_team_files_from_the_presets_the_users_folder_and_listed_folde
     Access.local(Settings(home=tmp_path / "h")).check_team(str(places["elsewhere"] / "team.yaml"))
 
 
-def test_allowed_roots_bound_every_transport_and_default_to_the_working_directory_over_http(
+def test_allowed_roots_bound_every_transport_and_over_http_are_only_the_operators(
     places: dict[str, Path], tmp_path: Path
 ) -> None:
     open_settings = Settings(home=tmp_path / "h")
     Access.stdio(open_settings, {}, places["project"]).check_folder("p", str(places["elsewhere"]))
-    http = Access.http(open_settings, {}, places["project"])
+    unset = Access.http(open_settings, {}, places["project"])  # the working directory is no root
+    with pytest.raises(
+        NotPermitted, match="this server has none: its operator can set CONCLAVE_ALLOWED_ROOTS"
+    ):
+        unset.check_folder("p", str(places["project"]))
+    http = Access.http(Settings(home=tmp_path / "h", allowed_roots=str(places["project"])), {}, tmp_path)
     http.check_folder("p", str(places["project"]))
     for outside in (places["elsewhere"], places["project"] / "out", places["project"] / ".."):
         with pytest.raises(NotPermitted, match="CONCLAVE_ALLOWED_ROOTS"):

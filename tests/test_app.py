@@ -120,7 +120,7 @@ BAD_CALLS = [
         ["context_paths[0]", "not a directory"],
     ),
     ("ask_team", {"task": "t", "apply": True}, ["apply", "permission 'write'"]),
-    ("ask_team", {"task": "t", "apply": True, "context_paths": [{"path": "/tmp"}]}, ["apply", "'write'"]),
+    ("ask_team", {"task": "t", "apply": True, "context_paths": [{"path": "/usr"}]}, ["apply", "'write'"]),
     # consent is a real boolean: a string is not read as one (jobs/request.py)
     ("ask_team", {"task": "t", "team": "frontier", "force_binary": "yes"}, ["force_binary", "boolean"]),
     ("ask_team", {"task": "t", "team": "frontier", "apply": "true"}, ["apply", "boolean"]),

@@ -33,6 +33,7 @@ from fastmcp import Client
 from conclave import __version__
 from conclave.app.tokens import load_tokens
 from conclave.cli.main import build_parser
+from conclave.jobs.access import Access
 from conclave.settings import Settings
 from tests.fakes.processes import http_process
 from tests.fakes.raw_mcp import HEADERS, INIT
@@ -260,6 +261,37 @@ def test_a_worker_s_engine_sees_its_folders_at_the_same_paths() -> None:
     for name in ("CONCLAVE_HOME", "CONCLAVE_JOBS_DIR"):
         assert any(env[name].startswith(inside + "/") and host == inside for host, inside in shared), name
     assert "/var/run/docker.sock:/var/run/docker.sock" in service["volumes"]
+
+
+def image_env() -> tuple[dict[str, str], Path]:
+    """The Dockerfile's ENV (the CONCLAVE_* ones) and WORKDIR: what every container starts with."""
+    text = (DEPLOY / "Dockerfile").read_text()
+    block = re.search(r"^ENV (.*?)(?<!\\)$", text, re.MULTILINE | re.DOTALL)
+    assert block, "the Dockerfile sets no ENV"
+    pairs = re.findall(r"(CONCLAVE_[A-Z_]+)=(\S*)", block[1])
+    workdir = re.findall(r"^WORKDIR (\S+)$", text, re.MULTILINE)
+    return dict(pairs), Path(workdir[-1])
+
+
+def test_no_caller_can_name_what_a_front_or_worker_keeps(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every front and worker, as the files start it: its roots are the operator's (the working directory
+    is none), and no root is, holds or lies inside its home or its jobs folder."""
+    defaults, workdir = image_env()
+    for where, argv, env in our_containers():
+        if argv[0] not in ("serve", "worker"):
+            continue
+        for name in Settings.model_fields:
+            monkeypatch.delenv(f"CONCLAVE_{name.upper()}", raising=False)
+        for name, value in {**defaults, **env}.items():
+            if name.startswith("CONCLAVE_"):
+                monkeypatch.setenv(name, str(value).replace("${", "{"))
+        settings = Settings()
+        roots = Access.http(settings, {}, workdir).folders
+        assert roots is not None, where
+        for root in roots:
+            for kept in (settings.home, settings.jobs_root):
+                touches = root == kept or root.is_relative_to(kept) or kept.is_relative_to(root)
+                assert not touches, f"{where}: the root {root} and the state folder {kept}"
 
 
 @pytest.fixture(scope="module")

@@ -29,6 +29,7 @@ from pydantic import (
 from pydantic.json_schema import SkipJsonSchema
 
 from conclave.errors import ContextTooLarge, InputError, term
+from conclave.files.kept import Kept
 from conclave.files.roots import pinned
 from conclave.files.trees import IgnoreRules, Listing, copy_tree, list_tree
 
@@ -161,8 +162,9 @@ def secret_folder(path: Path) -> str | None:
     return None
 
 
-def parse_context_paths(value: object) -> list[ContextPath]:
-    """A caller's context_paths as validated models; errors name the item, the value and the fix."""
+def parse_context_paths(value: object, kept: Kept | None = None) -> list[ContextPath]:
+    """A caller's context_paths as validated models; errors name the item, the value and the fix.
+    With `kept`, a path that touches what the server keeps is refused first, file or folder alike."""
     if not isinstance(value, list):
         raise InputError(
             "context_paths", value, 'give a list like [{"path": "/abs/project", "permission": "read"}]'
@@ -175,10 +177,17 @@ def parse_context_paths(value: object) -> list[ContextPath]:
                 "name" in data or "identity" in data
             ):  # set by us, never by a caller
                 data = {key: value for key, value in data.items() if key not in ("name", "identity")}
+            if kept is not None and isinstance(data, dict):
+                _refuse_kept(kept, f"context_paths[{index}].path", data.get("path"))
             parsed.append(ContextPath.model_validate(data, context=CALLER))
         except ValidationError as exc:
             raise item_error(index, item, exc) from exc
     return parsed
+
+
+def _refuse_kept(kept: Kept, field: str, given: object) -> None:
+    if isinstance(given, str) and given.strip() and os.path.lexists(Path(given).expanduser()):
+        kept.refuse(field, given, Path(given).expanduser())
 
 
 def item_error(index: int, item: object, exc: ValidationError) -> InputError:

@@ -2,15 +2,16 @@
 
     stdio   the local user's coding agent: any folder (or CONCLAVE_ALLOWED_ROOTS); team files from the
             presets, the user's team folder and the folders in CONCLAVE_TEAM_DIRS
-    http    a caller holding a token: folders only under CONCLAVE_ALLOWED_ROOTS, by default the server's
-            working directory; team files as over stdio
+    http    a caller holding a token: folders only under CONCLAVE_ALLOWED_ROOTS, which the operator sets
+            (unset: no folder at all; the working directory is no root); team files as over stdio
     local   the `conclave ask` command: the user at the terminal, any team file
 
 The project folder is not trusted for team files: a cloned repository may ship a `conclave.yaml` that
 points a provider's key at its own server.
 
 A folder is compared after resolving every link, so a link inside an allowed root that points out of it
-is refused too.
+is refused too. On every transport, whatever the roots, no folder may be, hold or lie inside what the
+server keeps (its home, jobs folder and team folders: files/kept.py).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Literal
 
 from conclave.config.presets import configs_dir, user_teams_dir
 from conclave.errors import NotPermitted, term
+from conclave.files.kept import Kept
 from conclave.settings import Settings
 
 Transport = Literal["local", "stdio", "http"]
@@ -30,28 +32,46 @@ Transport = Literal["local", "stdio", "http"]
 
 @dataclass(frozen=True)
 class Access:
-    """The folders (None: any) and team-file folders (None: any file) callers may name."""
+    """The folders (None: any; empty: none) and team-file folders (None: any file) callers may name, and
+    what the server keeps, which no caller may name."""
 
     transport: Transport
     folders: tuple[Path, ...] | None
     team_dirs: tuple[Path, ...] | None
+    kept: Kept
 
     @classmethod
-    def local(cls, settings: Settings) -> Access:
-        return cls("local", _resolved(settings.allowed_roots), None)
+    def local(cls, settings: Settings, environ: Mapping[str, str] | None = None) -> Access:
+        kept = Kept.of(settings, os.environ if environ is None else environ)
+        return cls("local", _resolved(settings.allowed_roots), None, kept)
 
     @classmethod
     def stdio(cls, settings: Settings, environ: Mapping[str, str], cwd: Path) -> Access:
-        return cls("stdio", _resolved(settings.allowed_roots), _team_dirs(settings, environ))
+        kept = Kept.of(settings, environ)
+        return cls("stdio", _resolved(settings.allowed_roots), _team_dirs(settings, environ), kept)
 
     @classmethod
     def http(cls, settings: Settings, environ: Mapping[str, str], cwd: Path) -> Access:
-        return cls("http", _resolved(settings.allowed_roots or (cwd,)), _team_dirs(settings, environ))
+        """A shared server's callers name folders only under roots its operator chose: the working
+        directory is no root (a state folder under it would be every caller's to read and rewrite)."""
+        roots = _resolved(settings.allowed_roots) or ()
+        return cls("http", roots, _team_dirs(settings, environ), Kept.of(settings, environ))
 
     def check_folder(self, field: str, path: str) -> None:
-        """Refuse a context path outside the allowed roots, naming the setting that widens them."""
+        """Refuse a context path the server keeps, or outside the allowed roots (naming the setting that
+        widens them)."""
+        self.kept.refuse(field, path)
         if self.folders is None:
             return
+        if not self.folders:
+            raise NotPermitted(
+                field,
+                path,
+                f"over {self.transport} a caller may name folders only under roots the server's operator "
+                "chose, and this server has none: its operator can set CONCLAVE_ALLOWED_ROOTS to the "
+                "folders callers may name (separated by ':'), outside its CONCLAVE_HOME; or ask without "
+                f"{term('context_paths')}",
+            )
         real = Path(os.path.realpath(path))
         if not any(real == root or real.is_relative_to(root) for root in self.folders):
             roots = os.pathsep.join(str(root) for root in self.folders)

@@ -12,6 +12,7 @@ files its first server made; `prepare` then only clears what that server left ru
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 from typing import Protocol
 
@@ -24,9 +25,10 @@ from conclave.coordination.baselines import KeptBaselines
 from conclave.coordination.check_pool import CheckPool
 from conclave.coordination.job_files import Files, JobFiles, NoFiles
 from conclave.coordination.verification import Verifier
-from conclave.errors import ApplyError, ConclaveError, PathOutsideRoot, SandboxUnavailable
+from conclave.errors import ApplyError, ConclaveError, PathOutsideRoot, SandboxUnavailable, ServerState
 from conclave.files.contexts import ContextPath, named
 from conclave.files.disk_budget import MB
+from conclave.files.kept import Kept
 from conclave.files.removal import remove_tree
 from conclave.files.review import FIXES, HeldBack
 from conclave.files.roots import identify
@@ -76,6 +78,14 @@ async def admit(sources: list[ContextPath], team: Team) -> JobOptions:
     return JobOptions(context_paths=pinned, commands=commands)
 
 
+def refuse_kept(kept: Kept, options: JobOptions) -> None:
+    """Refuse a context path that touches what this process keeps (files/kept.py): a worker checks with
+    its own home, jobs and team folders, which need not be where the front that admitted the job has
+    them (blocking: stats and the mount table)."""
+    for index, option in enumerate(options.context_paths):
+        kept.refuse(f"context_paths[{index}].path", option.path)
+
+
 async def prepare(job_dir: Path, options: JobOptions) -> None:
     """Copy the context paths into the job's base/ when it starts; nothing is left behind on failure."""
     try:
@@ -92,9 +102,11 @@ NO_CONSENSUS = (
 )
 
 
-async def collect_files(files: JobFiles, row: JobRow, consensus: bool) -> FilesResult:
+async def collect_files(
+    files: JobFiles, row: JobRow, consensus: bool, kept: Kept | None = None
+) -> FilesResult:
     """The winner's diff per context path, written as one patch file; applied where asked and allowed:
-    `apply: true` only with consensus, `apply: "force"` without."""
+    `apply: true` only with consensus, `apply: "force"` without, and never into what `kept` holds."""
     options, request = row.options, row.request
     workspaces = files.workspaces
     if not workspaces.final.is_dir():
@@ -122,12 +134,16 @@ async def collect_files(files: JobFiles, row: JobRow, consensus: bool) -> FilesR
                 contexts.append(changes)
                 continue
             try:
+                if kept is not None:
+                    field = f"context_paths[{options.context_paths.index(option)}].path"
+                    await anyio.to_thread.run_sync(kept.refuse, field, option.path)
                 done = await workspaces.apply(name, consent=request.consent(), patch=patch)
                 changes.held_back = done.held
                 changes.applied = not done.empty
                 if done.empty:
                     changes.apply_error = "nothing applied: every change was held back (see held_back)"
-            except (ApplyError, PathOutsideRoot) as exc:  # PathOutsideRoot: the folder moved (files/roots.py)
+            # PathOutsideRoot: the folder moved (files/roots.py); ServerState: it is this process's state
+            except (ApplyError, PathOutsideRoot, ServerState) as exc:
                 changes.apply_error = str(exc)
         changes.held_back += _secret_files(held, name)
         contexts.append(changes)
@@ -188,6 +204,7 @@ class ContextFiles(JobFiles):
         settings: Settings,
         route: EgressRoute,
         *,
+        kept: Kept,
         verifies: bool = False,
     ) -> None:
         super().__init__(
@@ -198,7 +215,7 @@ class ContextFiles(JobFiles):
             egress_allow=settings.egress_allow,
             route=route,
         )
-        self.options, self.settings = options, settings
+        self.options, self.settings, self.kept = options, settings, kept
         self.verifies = verifies  # the team checks answers (`verify`): its check containers too
 
     async def prepare(self, store: AsyncStore) -> None:
@@ -207,6 +224,7 @@ class ContextFiles(JobFiles):
             await self._clear_leftovers()
             return
         await store.set_state(self.job_id, "running", "copying the context paths")
+        await anyio.to_thread.run_sync(refuse_kept, self.kept, self.options)
         await prepare(self.workspaces.job_dir, self.options)
 
     def _copied(self) -> bool:
@@ -252,7 +270,7 @@ class ContextFiles(JobFiles):
         )
 
     async def collect(self, store: AsyncStore, row: JobRow, consensus: bool) -> None:
-        await store.set_files(self.job_id, await collect_files(self, row, consensus))
+        await store.set_files(self.job_id, await collect_files(self, row, consensus, self.kept))
 
 
 class NoContextFiles(NoFiles):
@@ -282,12 +300,15 @@ def job_files(
     options: JobOptions,
     settings: Settings,
     route: EgressRoute = DIRECT,
+    kept: Kept | None = None,
 ) -> JobFileSteps:
     """The owner of a job's files, from their copy to their diff; `route`: how CLI members' egress
-    reaches their hosts (sandbox/route.py)."""
+    reaches their hosts (sandbox/route.py); `kept`: what this process keeps, never copied or written
+    (files/kept.py; by default, from `settings` and this process's environment)."""
     if not options.context_paths:
         return NoContextFiles()
     sandbox = team.sandbox if options.commands and not isinstance(team.sandbox, str) else None
     workspaces = Workspaces(job_dir, agent_owner=container_user(), secrets=Secrets())
     verifies = team.verify is not None
-    return ContextFiles(job_id, workspaces, sandbox, options, settings, route, verifies=verifies)
+    kept = kept if kept is not None else Kept.of(settings, os.environ)
+    return ContextFiles(job_id, workspaces, sandbox, options, settings, route, kept=kept, verifies=verifies)

@@ -25,6 +25,7 @@ from conclave.coordination.orchestrator import Orchestrator, Resume
 from conclave.coordination.protocol_events import Steer
 from conclave.coordination.reports import Check
 from conclave.errors import ConclaveError
+from conclave.files.kept import Kept
 from conclave.jobs.fair_share import FairShare
 from conclave.jobs.file_steps import JobFileSteps, job_files
 from conclave.jobs.follow_ups import conversation_history
@@ -52,8 +53,10 @@ class Lifecycle:
         steering: Steering,
         pool: CheckPool | None = None,
         route: EgressRoute = DIRECT,
+        kept: Kept | None = None,
     ) -> None:
         self.settings, self.store, self._factory, self._retry = settings, store, factory, retry
+        self._kept = kept  # what this process keeps: never a job's folder (files/kept.py)
         self.steering, self._route = steering, route  # CLI members' egress (sandbox/route.py)
         self.scopes: dict[str, anyio.CancelScope] = {}  # the jobs this process runs, by id
         self._abandoned: set[str] = set()  # ours until another server took them over
@@ -133,7 +136,7 @@ class Lifecycle:
         # the copy counts against the job's timeout; a resumed job's time so far too
         deadline = anyio.current_time() + timeout - (taken_over.elapsed if taken_over else 0.0)
         files = self._files[job_id] = job_files(
-            job_id, self.job_dir(job_id), team, options, self.settings, self._route
+            job_id, self.job_dir(job_id), team, options, self.settings, self._route, self._kept
         )
         if not await self._copied(job_id, files, timeout):
             return

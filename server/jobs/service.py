@@ -43,6 +43,7 @@ from conclave.coordination.agents import AgentFactory
 from conclave.coordination.check_pool import CheckPool
 from conclave.coordination.members import endpoint_factory
 from conclave.errors import InputError, JobFinished, QueueUnavailable
+from conclave.files.kept import Kept
 from conclave.jobs.access import Access
 from conclave.jobs.admission import Admission
 from conclave.jobs.health import Readiness, readiness
@@ -87,7 +88,7 @@ class JobService:
         queue: JobQueue | None = None,
     ) -> None:
         self.settings, self.store = settings, store
-        self.access = access or Access.local(settings)
+        self.access = access or Access.local(settings, environ)
         self._environ = environ
         self._owner_id = owner_id
         self._thread, self._jobs = jobs, lifecycle  # the jobs run on the thread's loop, never on ours
@@ -279,7 +280,10 @@ class JobsSide:
             factory = self.agent_factory or endpoint_factory(self.environ, local_servers)
             steering = Steering(jobs_store)
             try:
-                yield Lifecycle(self.settings, jobs_store, factory, self.retry, steering, pool, self.route)
+                kept = Kept.of(self.settings, self.environ)
+                yield Lifecycle(
+                    self.settings, jobs_store, factory, self.retry, steering, pool, self.route, kept
+                )
             finally:
                 pool_tg.cancel_scope.cancel()
 

@@ -47,14 +47,21 @@ def http_process(
     URL (http://127.0.0.1:PORT) once /mcp answers, and the process, which the caller stops.
 
     HTTP always needs a token: CONCLAVE_HTTP_TOKEN is `token` unless `env` sets it (None: unset, so the
-    server makes one under CONCLAVE_HOME or reads http-tokens.json there). The log is in
+    server makes one under CONCLAVE_HOME or reads http-tokens.json there). Callers may name folders under
+    tmp_path (CONCLAVE_ALLOWED_ROOTS) unless `env` says otherwise ("": no root). The log is in
     tmp_path/server.log and is shown when the server dies before answering; the process is killed if
     the caller left it running.
     """
     port = free_port()
     environ = {key: value for key, value in os.environ.items() if key != "CONCLAVE_HTTP_TOKEN"}
     environ.update(
-        {"FASTMCP_LOG_LEVEL": "WARNING", **({"CONCLAVE_HTTP_TOKEN": token} if token else {}), **env}
+        {
+            "FASTMCP_LOG_LEVEL": "WARNING",
+            # the operator's root, as a shared server needs one: over HTTP the working directory is none
+            "CONCLAVE_ALLOWED_ROOTS": str(tmp_path),
+            **({"CONCLAVE_HTTP_TOKEN": token} if token else {}),
+            **env,
+        }
     )
     log_path = tmp_path / "server.log"
     with log_path.open("wb") as log:

@@ -1,5 +1,6 @@
 """Context paths a caller names: never a pseudo filesystem, never past the size the listing saw, and over
-HTTP only under the allowed roots (the server's working directory unless CONCLAVE_ALLOWED_ROOTS says)."""
+HTTP only under the allowed roots (CONCLAVE_ALLOWED_ROOTS, which the operator sets: tests/security/
+test_server_state.py has a server without it)."""
 
 from __future__ import annotations
 
@@ -47,7 +48,7 @@ def test_a_copy_reads_at_most_the_size_the_listing_saw(tmp_path: Path) -> None:
     assert (tmp_path / "copy" / "log.txt").read_text() == "first line\n"
 
 
-async def test_over_http_a_caller_names_folders_only_under_the_working_directory(
+async def test_over_http_a_caller_names_folders_only_under_the_operators_roots(
     tmp_path: Path, fakes: FakeProviders
 ) -> None:
     install(fakes.script, SOLO, voter())
@@ -60,7 +61,12 @@ async def test_over_http_a_caller_names_folders_only_under_the_working_directory
     (served / "project" / "escape").symlink_to(outside)
     config = tmp_path / "config"
     write_team(config / "conclave" / "teams" / "solo.yaml", fakes, SOLO, name="solo")
-    env = {"CONCLAVE_HOME": str(tmp_path / "home"), "XDG_CONFIG_HOME": str(config), **ENV}
+    env = {
+        "CONCLAVE_HOME": str(tmp_path / "home"),
+        "CONCLAVE_ALLOWED_ROOTS": str(served),
+        "XDG_CONFIG_HOME": str(config),
+        **ENV,
+    }
     with http_server(served, env) as url:
         async with Client(url, auth=HTTP_TOKEN) as client:
             for folder in (outside, served / "project" / "escape", Path("/etc")):

@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import signal
 import socket
-import subprocess
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -122,7 +121,7 @@ async def test_a_front_is_ready_only_while_its_queue_answers_and_queues_nothing_
         async with JobService.open(settings, environ=ENV) as front:
             ready = await front.readiness()
             assert ready.ready and ready.queue == "ok", ready
-            subprocess.run(["redis-cli", "-s", str(own.socket), "SHUTDOWN", "NOSAVE"], capture_output=True)
+            own.cli("SHUTDOWN", "NOSAVE")
             down = await front.readiness()
             with pytest.raises(QueueUnavailable, match=r"CONCLAVE_QUEUE_URL=unix://.*nothing was queued"):
                 await front.submit(JobRequest(task="What is 6 * 7?", team=team))
@@ -165,7 +164,7 @@ def test_doctor_shows_the_queue_and_each_live_worker(tmp_path: Path, redis: Redi
         probes = {p.name: p for p in run_checks(settings, {})}
     queue = probes["job queue"]
     assert queue.ok and queue.detail.startswith(
-        f"Redis at unix://{redis.socket}: 0 jobs waiting for a worker"
+        f"Redis at unix://:***@{redis.socket}: 0 jobs waiting for a worker"
     )
     assert queue.detail.endswith("1 live workers")
     [worker_line] = [p for name, p in probes.items() if name.startswith("worker ")]
@@ -226,3 +225,37 @@ async def test_a_worker_process_loads_the_provider_sdks_before_it_takes_a_job(
 def imported(log: str) -> list[str]:
     """The modules Python's import log (PYTHONPROFILEIMPORTTIME) names, in the order first imported."""
     return [line.rpartition("|")[2].strip() for line in log.splitlines() if line.startswith("import time:")]
+
+
+async def test_a_front_without_keys_queues_a_keyed_team_and_the_worker_with_them_runs_it(
+    tmp_path: Path, fakes: FakeProviders, redis: Redis
+) -> None:
+    """Provider keys go to workers only (docs/deploy.md): the front admits what it can know, the team and
+    its caller, and says in the phase that keys are checked where the job runs."""
+    install(fakes.script, TRIO, voter())
+    team = str(write_team(tmp_path / "team.yaml", fakes, TRIO))
+    settings = Settings(home=tmp_path / "state", queue_url=redis.url(), heartbeat_s=0.2)
+    async with JobService.open(settings, environ={}) as front:
+        queued = await front.submit(JobRequest(task="What is 6 * 7?", team=team))
+        assert queued.state == "queued" and "checked where it runs" in queued.phase, queued.phase
+        async with worker(settings):
+            done = await until_done(front, queued)
+    assert done.state == "completed", done.phase
+
+
+async def test_a_job_no_worker_can_run_fails_at_once_with_the_workers_reason(
+    tmp_path: Path, fakes: FakeProviders, redis: Redis
+) -> None:
+    install(fakes.script, TRIO, voter())
+    team = str(write_team(tmp_path / "team.yaml", fakes, TRIO))
+    settings = Settings(home=tmp_path / "state", queue_url=redis.url(), heartbeat_s=0.2)
+    async with JobService.open(settings, environ={}) as front:
+        queued = await front.submit(JobRequest(task="What is 6 * 7?", team=team))
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(lambda: run_worker(settings, environ={}))  # a worker without the key
+            with anyio.fail_after(30):
+                done = await until_done(front, queued)
+            await drain_workers(settings, ["all"])
+    assert done.state == "failed", done.phase
+    assert KEY_ENV in done.phase and "checked where the job runs" in done.phase, done.phase
+    assert fakes.script.requests_of("ann") == []  # nothing was sent to a provider

@@ -105,7 +105,8 @@ def queued_phase(place: LinePlace, caller: str, settings: Settings) -> str:
     if settings.queue_url is not None:  # a front's job: the workers take the callers' lines in turn
         return (
             f"queued, {where}: waiting for a worker ({place.running} jobs running on the workers, "
-            f"{place.caller_running} of them {caller}'s; the callers' lines are served in turn)"
+            f"{place.caller_running} of them {caller}'s; the callers' lines are served in turn; its "
+            "keys and its team's servers are checked where it runs)"
         )
     if place.caller_running >= settings.max_jobs_per_caller:
         why = (

@@ -9,7 +9,9 @@ how `cancel_job` and the watch loop (jobs/maintenance.py) reach a job this proce
 from __future__ import annotations
 
 import logging
+import socket
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import anyio
@@ -54,8 +56,12 @@ class Lifecycle:
         pool: CheckPool | None = None,
         route: EgressRoute = DIRECT,
         kept: Kept | None = None,
+        *,
+        runnable: Callable[[Team], Awaitable[None]] | None = None,
     ) -> None:
         self.settings, self.store, self._factory, self._retry = settings, store, factory, retry
+        # what a team needs where its job runs (keys, engines, its servers): a front admitted it unchecked
+        self._runnable = runnable
         self._kept = kept  # what this process keeps: never a job's folder (files/kept.py)
         self.steering, self._route = steering, route  # CLI members' egress (sandbox/route.py)
         self.scopes: dict[str, anyio.CancelScope] = {}  # the jobs this process runs, by id
@@ -133,6 +139,12 @@ class Lifecycle:
         options = first.options
         timeout = team.coordination.timeout_s
         taken_over = await self._taken_over(first) if resume else None
+        if taken_over is None and self._runnable is not None:
+            try:
+                await self._runnable(team)
+            except ConclaveError as exc:
+                await self._fail(job_id, f"checked where the job runs ({socket.gethostname()}): {exc}")
+                return
         # the copy counts against the job's timeout; a resumed job's time so far too
         deadline = anyio.current_time() + timeout - (taken_over.elapsed if taken_over else 0.0)
         files = self._files[job_id] = job_files(

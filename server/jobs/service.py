@@ -50,7 +50,9 @@ from conclave.jobs.health import Readiness, readiness
 from conclave.jobs.job_thread import JobThread
 from conclave.jobs.lifecycle import Lifecycle
 from conclave.jobs.maintenance import prune_old_jobs, sweep_leftovers, watch
+from conclave.jobs.plan import check_runnable
 from conclave.jobs.queue import JobQueue
+from conclave.jobs.reach import check_reachable
 from conclave.jobs.read.lookup import JobLookup
 from conclave.jobs.read.views import JobView
 from conclave.jobs.request import JobRequest
@@ -95,7 +97,9 @@ class JobService:
         self.queue = queue  # a front's: the jobs it admits wait there for a worker
         # a front's jobs wait owned by the queue, and its callers' lines are the queue's, every front's
         admitter = QUEUE_OWNER if queue is not None else owner_id
-        self._admission = Admission(settings, store, self.access, environ, admitter, probe=probe)
+        self._admission = Admission(
+            settings, store, self.access, environ, admitter, probe=probe, runs_jobs=queue is None
+        )
         # every read (a view, a file, the teams), the job-id check and the caller's rules: callers read
         # through it (`service.lookup.view(...)`), the service has no second door for them
         self.lookup = JobLookup(settings, store, environ)
@@ -267,6 +271,13 @@ class JobsSide:
     check_pool: bool
     route: EgressRoute
 
+    async def _runnable(self, team: Team) -> None:
+        """Refuse, before it runs, a job this process cannot run: a key, a CLI's login or image, the
+        sandbox's network rule, a team's own server that does not answer (a test's own agents have none)."""
+        check_runnable(team, self.environ, self.settings.sandbox_network)
+        if self.agent_factory is None:
+            await check_reachable(team)
+
     @asynccontextmanager
     async def open(self) -> AsyncIterator[Lifecycle]:
         pool = _check_pool(self.settings, self.check_pool)
@@ -282,7 +293,15 @@ class JobsSide:
             try:
                 kept = Kept.of(self.settings, self.environ)
                 yield Lifecycle(
-                    self.settings, jobs_store, factory, self.retry, steering, pool, self.route, kept
+                    self.settings,
+                    jobs_store,
+                    factory,
+                    self.retry,
+                    steering,
+                    pool,
+                    self.route,
+                    kept,
+                    runnable=self._runnable,
                 )
             finally:
                 pool_tg.cancel_scope.cancel()

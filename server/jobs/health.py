@@ -25,6 +25,12 @@ CHECK_S = 5.0  # each check's time limit
 DEFAULT_SOCKET = Path("/var/run/docker.sock")
 
 PartState = Literal["ok", "failed", "not configured"]
+# What /readyz, which needs no token, says of a part that failed: never its address, URL or message.
+REASONS = {
+    "store": "the job store did not answer",
+    "engine": "the Docker engine did not answer",
+    "queue": "the job queue did not answer",
+}
 
 
 class Readiness(BaseModel):
@@ -36,7 +42,12 @@ class Readiness(BaseModel):
     store: PartState
     engine: PartState
     queue: PartState = "not configured"
-    errors: list[str] = []
+    errors: list[str] = []  # why, in full (addresses and URLs included): for the operator, not /readyz
+
+    def public(self) -> Readiness:
+        """What anyone may be told: the parts' states and a coarse reason for each that failed."""
+        failed = [reason for part, reason in REASONS.items() if getattr(self, part) == "failed"]
+        return self.model_copy(update={"errors": failed})
 
 
 async def readiness(

@@ -56,6 +56,15 @@ class Settings(BaseSettings):
     # Hosts every coding-agent CLI member may reach besides its provider's, comma-separated
     # (`llm.internal:8443,*.example.com`; sandbox/allowlist.py)
     egress_allow: Annotated[tuple[str, ...], NoDecode] = ()
+    # Where a team file not in the user's team folder (a repository's, one named by path) may send a
+    # variable as its key, comma-separated VARIABLE=host[:port|:*] (`MY_PROXY_KEY=llm.internal:8443`);
+    # unset: nowhere but each provider's own endpoint (config/destinations.py).
+    key_destinations: Annotated[tuple[str, ...], NoDecode] = ()
+    # Ceilings no job exceeds, whatever its team or its caller asks (jobs/plan.py): tokens (in and out) a
+    # job, tokens a member, US dollars a job. A caller may lower a team's limits, never raise them.
+    max_job_tokens: Annotated[int, Field(ge=1, le=10**10)] | None = None
+    max_member_tokens: Annotated[int, Field(ge=1, le=10**10)] | None = None
+    max_job_cost_usd: Annotated[float, Field(gt=0, le=10_000)] | None = None
     # Bounds: jobs waiting for a slot, and the bytes one job's agents' workspaces may hold together.
     max_queued: Annotated[int, Field(ge=0, le=10_000)] = 16
     # Fair share between callers (jobs/fair_share.py): one caller's jobs running at once and waiting in
@@ -76,7 +85,7 @@ class Settings(BaseSettings):
     gc_keep_days: Annotated[float, Field(gt=0)] = 30.0
     gc_max_mb: Annotated[int, Field(ge=1)] = 20_000
 
-    @field_validator("egress_allow", mode="before")
+    @field_validator("egress_allow", "key_destinations", mode="before")
     @classmethod
     def _host_list(cls, value: object) -> object:
         if isinstance(value, str):
@@ -90,6 +99,15 @@ class Settings(BaseSettings):
 
         for host in value:
             parse_host_rule(host)  # its ValueError names the entry and the shape to write
+        return value
+
+    @field_validator("key_destinations")
+    @classmethod
+    def _key_destinations(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        from conclave.config.destinations import parse_key_destination
+
+        for entry in value:
+            parse_key_destination(entry)  # its ValueError names the entry and the shape to write
         return value
 
     @field_validator("database_url", "queue_url")

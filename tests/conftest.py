@@ -12,7 +12,7 @@ from conclave.sandbox.clis_image import clis_tag
 from conclave.sandbox.engine import engine_status
 from conclave.sandbox.image import image_tag
 from tests.fakes.server import FakeProviders
-from tests.fakes.team import KEY_ENV, PROVIDER_KEYS, TRIO, install, voter, write_team
+from tests.fakes.team import KEY_DESTINATION, KEY_ENV, PROVIDER_KEYS, TRIO, install, voter, write_team
 from tests.postgres import Cluster, cluster, missing
 from tests.redis import Redis, redis_server
 from tests.redis import missing as redis_missing
@@ -72,6 +72,12 @@ def database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Path | 
 
 
 @pytest.fixture(autouse=True)
+def fake_key_destination(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fakes' key may go to the fakes: the suite's team files lie in test folders, not the user's."""
+    monkeypatch.setenv("CONCLAVE_KEY_DESTINATIONS", KEY_DESTINATION)
+
+
+@pytest.fixture(autouse=True)
 def suite_database(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """With CONCLAVE_TEST_SUITE_DATABASE=postgres, every test's settings name a fresh PostgreSQL schema."""
     if os.environ.get(SUITE_DATABASE) != "postgres":
@@ -88,7 +94,9 @@ def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """For the CLI's tests: state under tmp_path/state, user teams under tmp_path/conclave/teams (XDG), and
     no Conclave setting or provider key from the real environment (but the suite's database, when it runs
     on PostgreSQL); returns tmp_path."""
-    keep = {"CONCLAVE_DATABASE_URL"} if os.environ.get(SUITE_DATABASE) == "postgres" else set()
+    keep = {"CONCLAVE_KEY_DESTINATIONS"}
+    if os.environ.get(SUITE_DATABASE) == "postgres":
+        keep.add("CONCLAVE_DATABASE_URL")
     for name in list(os.environ):
         if name in keep:
             continue

@@ -137,7 +137,7 @@ def test_a_member_budget_takes_no_other_key() -> None:
 async def test_the_callers_max_tokens_per_member_bounds_every_member(
     tmp_path: Path, fakes: FakeProviders
 ) -> None:
-    """ask_team's max_tokens_per_member sets every member's limit over the team file's: bob's calls are
+    """ask_team's max_tokens_per_member lowers every member's limit under the team file's: bob's calls are
     big and it stops at its second; ann's and cy's small ones stay under and they finish the vote."""
 
     def big(request: RecordedRequest) -> Reply:
@@ -148,7 +148,7 @@ async def test_the_callers_max_tokens_per_member_bounds_every_member(
     fakes.script.set_default("ann", answer_then_vote_for_ann).set_default("bob", big)
     fakes.script.set_default("cy", answer_then_vote_for_ann)
     data = team_data(fakes, TRIO, coordination={"final": "reuse"})
-    data["agents"][0]["budget"] = {"max_tokens": 100}  # the caller's limit replaces it
+    data["agents"][0]["budget"] = {"max_tokens": 100_000}  # the caller's lower limit replaces it
     team = tmp_path / "team.yaml"
     team.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
     async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV) as service:

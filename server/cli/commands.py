@@ -23,7 +23,8 @@ from rich.text import Text
 from conclave.cli import EXIT_FAILED, EXIT_OK
 from conclave.cli.render import answer_text, render, see_more, wrapped
 from conclave.cli.terminal import printable
-from conclave.config.loading import load_team_file
+from conclave.config.destinations import Allowed
+from conclave.config.presets import read_team_file
 from conclave.errors import ConclaveError
 from conclave.jobs.maintenance import prune_jobs
 from conclave.jobs.read.lookup import JobLookup
@@ -270,7 +271,8 @@ def gc(args: argparse.Namespace) -> int:
 
 def config(args: argparse.Namespace) -> int:
     path = Path(args.file)
-    team = load_team_file(path)
+    settings = Settings()
+    team = read_team_file(path, os.environ, Allowed.of(settings))
     models = ", ".join(agent.model for agent in team.agents)
     print(f"{path}: ok - team {team.name!r}, {len(team.agents)} agents: {models}")
     missing = team.missing_keys(os.environ)

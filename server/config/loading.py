@@ -26,12 +26,21 @@ _ENV_PATTERN = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 # Names that hold a secret by convention (OPENROUTER_API_KEY, GH_TOKEN, DB_PASSWORD, ...).
 _SECRET_NAME = re.compile(r"(API_?KEY|(^|_)(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?))$", re.IGNORECASE)
 MIN_SECRET = 8  # shorter values are not keys, and matching them would refuse ordinary words
+# A URL carrying a password (CONCLAVE_DATABASE_URL, a Redis URL): a secret whatever its variable is named.
+_URL_PASSWORD = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://[^/@\s]*:[^/@\s]+@")
 
 
 def secret_variables(environ: Mapping[str, str], named: Collection[str] = ()) -> set[str]:
     """The variables of `environ` that hold a key: every provider's own, those a team names with api_key_env,
-    and any whose name says it holds a secret."""
-    return {name for name in environ if name in OFFICIAL_KEYS or name in named or _SECRET_NAME.search(name)}
+    any whose name says it holds a secret, and any holding a URL with a password in it."""
+    return {
+        name
+        for name, value in environ.items()
+        if name in OFFICIAL_KEYS
+        or name in named
+        or _SECRET_NAME.search(name)
+        or _URL_PASSWORD.match(value.strip())
+    }
 
 
 def _refuse_secret(name: str, source: str) -> ConfigError:

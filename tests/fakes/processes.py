@@ -24,7 +24,7 @@ import httpx2
 from mcp.client.stdio import StdioServerParameters
 
 from tests.fakes.server import free_port
-from tests.fakes.team import KEY_ENV
+from tests.fakes.team import KEY_DESTINATION, KEY_ENV
 
 HTTP_TOKEN = "conclave-test-token-0123456789"  # the server's token unless `env` sets CONCLAVE_HTTP_TOKEN
 
@@ -114,6 +114,7 @@ def stdio_params(tmp_path: Path) -> StdioServerParameters:
             "CONCLAVE_HOME": str(tmp_path / "home"),
             "XDG_CONFIG_HOME": str(tmp_path / "config"),
             KEY_ENV: "test-key",
+            "CONCLAVE_KEY_DESTINATIONS": KEY_DESTINATION,
             "FASTMCP_LOG_LEVEL": "WARNING",
         },
     )

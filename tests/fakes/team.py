@@ -31,6 +31,9 @@ from tests.fakes.script import RecordedRequest, Reply, Script
 from tests.fakes.server import FakeProviders
 
 KEY_ENV = "CONCLAVE_FAKE_KEY"  # the variable every fake agent's key is read from (pass it in environ)
+# The suite's user lets the fake key go to the fakes on this machine, whatever their port: a team file in
+# a test's folder is a project's, not the user's own (config/destinations.py). tests/conftest.py sets it.
+KEY_DESTINATION = f"{KEY_ENV}=127.0.0.1:*"
 # The real providers' key variables and the fakes' (tests clear them: tests/conftest.py `isolated`).
 PROVIDER_KEYS = (
     "OPENAI_API_KEY",

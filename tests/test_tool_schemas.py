@@ -12,6 +12,7 @@ call validated and the reason the job ended in what the caller reads.
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -20,6 +21,7 @@ from typing import Any
 import pytest
 from fastmcp.client.transports import FastMCPTransport
 from mcp.client.session import ClientSession
+from mcp.client.stdio import stdio_client
 from mcp.types import CallToolResult, TextContent
 
 from conclave.app.server import create_app
@@ -29,9 +31,10 @@ from conclave.jobs.read.teams import TeamList
 from conclave.jobs.read.views import JobView
 from conclave.jobs.service import JobService
 from conclave.settings import MAX_WAIT_S, Settings
+from tests.fakes.processes import stdio_params
 from tests.fakes.script import RecordedRequest, Reply
 from tests.fakes.server import FakeProviders
-from tests.fakes.team import KEY_ENV, TRIO, install, voter, write_team
+from tests.fakes.team import KEY_ENV, TRIO, install, is_presentation, voter, write_team
 from tests.fakes.waits import until_state
 
 pytestmark = pytest.mark.anyio
@@ -201,6 +204,21 @@ async def test_a_job_whose_sandboxes_cannot_start_says_why(
         assert "CPU" in text_of(results["get_status"])
 
 
+async def test_a_failed_job_says_why_over_stdio(tmp_path: Path, fakes: FakeProviders) -> None:
+    """The same through a real `conclave serve` over stdio, as a client runs it."""
+    for _, agent in TRIO:
+        fakes.script.set_default(agent, Reply(status=401, error_message=f"bad key for {agent}"))
+    write_team(tmp_path / "config" / "conclave" / "teams" / "fake-trio.yaml", fakes, TRIO, name="fake-trio")
+    async with stdio_client(stdio_params(tmp_path)) as (read, write), ClientSession(read, write) as session:
+        await session.initialize()
+        await session.list_tools()
+        result = await call(session, "ask_team", task=TASK, team="fake-trio", wait_seconds=WAIT)
+        view = view_of(result)
+        assert view.state == "failed" and "bad key for bob" in text_of(result), text_of(result)
+        results = await every_tool(session, view.job_id)
+        assert "bad key for cy" in text_of(results["get_status"])
+
+
 async def test_a_job_stopped_by_its_budget_before_any_answer(tmp_path: Path, fakes: FakeProviders) -> None:
     """cy's first chunk reports 50,000 input tokens, over the job's 1,000, while ann and bob think."""
     install(fakes.script, TRIO, slow)
@@ -237,6 +255,27 @@ async def test_a_running_job_then_cancelled(tmp_path: Path, fakes: FakeProviders
         assert view_of(results["cancel_job"]).state == "cancelled"
         cancelled = await every_tool(session, view.job_id)
         assert view_of(cancelled["get_status"]).state == "cancelled"
+
+
+async def test_a_presenting_job(tmp_path: Path, fakes: FakeProviders) -> None:
+    """The vote is over and the winner's author writes the final answer, held until the test lets it go."""
+    gate = threading.Event()
+    vote = voter()
+
+    def respond(request: RecordedRequest) -> Reply:
+        return Reply(text="FINAL: 42", gate=gate) if is_presentation(request) else vote(request)
+
+    install(fakes.script, TRIO, respond)
+    team, settings = team_file(tmp_path, fakes), settings_of(tmp_path)
+    try:
+        async with served(settings) as (service, session):
+            view = view_of(await call(session, "ask_team", task=TASK, team=team, wait_seconds=0))
+            presenting = await until_state(service, view.job_id, "presenting")
+            assert presenting.result is None and presenting.progress is not None
+            results = await every_tool(session, view.job_id)  # cancel_job ends it
+            assert view_of(results["get_status"]).state == "presenting"
+    finally:
+        gate.set()
 
 
 async def test_a_queued_job(tmp_path: Path, fakes: FakeProviders) -> None:

@@ -241,7 +241,7 @@ async def serve_http(settings: Settings, host: str = "127.0.0.1", port: int = 87
     try:
         async with (
             JobService.open(
-                settings, access=Access.http(settings, os.environ, Path.cwd()), check_pool=True
+                settings, access=Access.http(settings, os.environ, Path.cwd(), source.roots), check_pool=True
             ) as service,
             web_routes(settings, source.callers, port, host) as pages,
         ):

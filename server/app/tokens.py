@@ -4,7 +4,9 @@ HTTP always needs a token, on loopback too: other users and processes of the mac
 Where the tokens come from, all of them accepted at once:
 
     CONCLAVE_HTTP_TOKEN                     one token; its caller is `http`
-    $CONCLAVE_HOME/http-tokens.json         {"caller name": "token", ...}: one token per caller (0600)
+    $CONCLAVE_HOME/http-tokens.json         {"caller name": "token", ...}: one token per caller (0600); an
+                                            entry {"token": "...", "roots": ["/abs/folder", ...]} also
+                                            narrows the folders that caller may name (jobs/access.py)
     $CONCLAVE_HOME/http-token               made (0600) when neither of the above gives a token; caller `http`
 
 A job belongs to the caller that started it (jobs/service.py); `local` (the CLI and stdio) is not a name a
@@ -25,7 +27,7 @@ import secrets
 import stat
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from fastmcp.server.auth import AccessToken, TokenVerifier
@@ -50,6 +52,9 @@ class HttpTokens:
 
     callers: dict[str, str]
     notice: str = ""
+    # caller name -> the folders its entry's "roots" lists (it may name folders only under them, besides
+    # the server's roots); a caller not here has the server's roots alone
+    roots: dict[str, tuple[Path, ...]] = field(default_factory=dict)
 
 
 def load_tokens(settings: Settings) -> HttpTokens:
@@ -58,16 +63,19 @@ def load_tokens(settings: Settings) -> HttpTokens:
     With none configured, the one stored under CONCLAVE_HOME (made once).
     """
     callers: dict[str, str] = {}
+    roots: dict[str, tuple[Path, ...]] = {}
     if settings.http_token is not None:
         callers[_checked_token(settings.http_token.get_secret_value(), "CONCLAVE_HTTP_TOKEN")] = (
             DEFAULT_CALLER
         )
     named = settings.home / TOKENS_FILE
     if named.exists():
-        for caller, token in _read_named(named).items():
+        for caller, (token, own) in _read_named(named).items():
             callers[token] = caller
+            if own is not None:
+                roots[caller] = own
     if callers:
-        return HttpTokens(callers)
+        return HttpTokens(callers, roots=roots)
     path, made = stored_token(settings.home)
     token = _read_private(path).strip()
     said = "made a bearer token" if made else "using the bearer token"
@@ -112,23 +120,50 @@ def _read_private(path: Path) -> str:
         return handle.read()
 
 
-def _read_named(path: Path) -> dict[str, str]:
+Entry = tuple[str, tuple[Path, ...] | None]  # a caller's token, and its own roots (None: the server's)
+
+
+def _read_named(path: Path) -> dict[str, Entry]:
     try:
         data = json.loads(_read_private(path))
     except json.JSONDecodeError as exc:
         raise ConfigError(f'{path} is not JSON ({exc}); write it as {{"caller name": "token", ...}}') from exc
-    if not isinstance(data, dict) or not all(isinstance(v, str) for v in data.values()):
-        raise ConfigError(f'{path}: write it as {{"caller name": "token", ...}} (strings only)')
-    for caller, token in data.items():
+    if not isinstance(data, dict):
+        raise ConfigError(f'{path}: write it as {{"caller name": "token", ...}}')
+    entries: dict[str, Entry] = {}
+    for caller, value in data.items():
         if not CALLER_NAME.fullmatch(caller) or caller == LOCAL:
             raise ConfigError(
                 f"{path}: caller name {caller!r} is not valid: use letters, digits, '_.@-' (not "
                 f"{LOCAL!r}, the local user's name)"
             )
-        _checked_token(token, f"{path} ({caller})")
-    if len(set(data.values())) != len(data):
+        token, roots = _entry(path, caller, value)
+        entries[caller] = (_checked_token(token, f"{path} ({caller})"), roots)
+    if len({token for token, _ in entries.values()}) != len(entries):
         raise ConfigError(f"{path}: two callers share a token; give each caller a token of its own")
-    return dict(data)
+    return entries
+
+
+def _entry(path: Path, caller: str, value: object) -> Entry:
+    """One caller's entry: "token", or {"token": "...", "roots": ["/abs/folder", ...]}."""
+    if isinstance(value, str):
+        return value, None
+    shape = f'{{"token": "...", "roots": ["/srv/projects/{caller}"]}}'
+    if (
+        not isinstance(value, dict)
+        or not isinstance(value.get("token"), str)
+        or set(value) - {"token", "roots"}
+    ):
+        raise ConfigError(f'{path} ({caller}): write the entry as "token" or as {shape}')
+    roots = value.get("roots")
+    if roots is None:
+        return value["token"], None
+    if not isinstance(roots, list) or not all(isinstance(r, str) and os.path.isabs(r) for r in roots):
+        raise ConfigError(
+            f'{path} ({caller}): "roots" is a list of absolute folders that caller may name, as in {shape} '
+            "([] for none)"
+        )
+    return value["token"], tuple(Path(root) for root in roots)
 
 
 def _checked_token(token: str, where: str) -> str:
@@ -165,6 +200,7 @@ class TokenSource:
         self._path = settings.home / TOKENS_FILE
         self._stamp = _stamp(self._path)
         self._callers: dict[str, str] = dict(first.callers)
+        self._roots: dict[str, tuple[Path, ...]] = dict(first.roots)
         # one thread: one reread at a time, the others queued behind it use its answer. Every request
         # looks, and a lane's call is two turns of the event loop where anyio's to_thread is four
         # (jobs/store/lanes.py): on a busy front, those turns are what a request waits for
@@ -173,6 +209,11 @@ class TokenSource:
     async def callers(self) -> dict[str, str]:
         """Token -> caller name, as the tokens file says now."""
         return await self._lane.run(self._current)
+
+    def roots(self, caller: str) -> tuple[Path, ...] | None:
+        """The folders `caller`'s entry lists (None: the server's roots alone), as the tokens file said
+        when a request's token was last checked (every request's is, before it is served)."""
+        return self._roots.get(caller)
 
     def _current(self) -> dict[str, str]:
         self._refresh()
@@ -185,7 +226,8 @@ class TokenSource:
             return
         self._stamp = stamp
         try:
-            self._callers = dict(load_tokens(self._settings).callers)
+            loaded = load_tokens(self._settings)
+            self._callers, self._roots = dict(loaded.callers), dict(loaded.roots)
         except ConfigError as exc:
             if self._callers:
                 print(f"conclave: {exc}; every token is refused until it is fixed", file=sys.stderr)

@@ -17,7 +17,7 @@ server keeps (its home, jobs folder and team folders: files/kept.py).
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -39,6 +39,9 @@ class Access:
     folders: tuple[Path, ...] | None
     team_dirs: tuple[Path, ...] | None
     kept: Kept
+    # a caller's own roots, within `folders` (None: `folders` alone): over HTTP, its entry in
+    # http-tokens.json (app/tokens.py)
+    caller_roots: Callable[[str], tuple[Path, ...] | None] | None = None
 
     @classmethod
     def local(cls, settings: Settings, environ: Mapping[str, str] | None = None) -> Access:
@@ -51,15 +54,22 @@ class Access:
         return cls("stdio", _resolved(settings.allowed_roots), _team_dirs(settings, environ), kept)
 
     @classmethod
-    def http(cls, settings: Settings, environ: Mapping[str, str], cwd: Path) -> Access:
-        """A shared server's callers name folders only under roots its operator chose: the working
-        directory is no root (a state folder under it would be every caller's to read and rewrite)."""
+    def http(
+        cls,
+        settings: Settings,
+        environ: Mapping[str, str],
+        cwd: Path,
+        caller_roots: Callable[[str], tuple[Path, ...] | None] | None = None,
+    ) -> Access:
+        """A shared server's callers name folders only under roots its operator chose (and, per caller,
+        under its own roots from `caller_roots`): the working directory is no root (a state folder
+        under it would be every caller's to read and rewrite)."""
         roots = _resolved(settings.allowed_roots) or ()
-        return cls("http", roots, _team_dirs(settings, environ), Kept.of(settings, environ))
+        return cls("http", roots, _team_dirs(settings, environ), Kept.of(settings, environ), caller_roots)
 
-    def check_folder(self, field: str, path: str) -> None:
+    def check_folder(self, field: str, path: str, caller: str | None = None) -> None:
         """Refuse a context path the server keeps, or outside the allowed roots (naming the setting that
-        widens them)."""
+        widens them) or `caller`'s own."""
         self.kept.refuse(field, path)
         if self.folders is None:
             return
@@ -80,6 +90,17 @@ class Access:
                 path,
                 f"over {self.transport} a caller may name folders only under {roots}; the server's "
                 "user can allow more with CONCLAVE_ALLOWED_ROOTS (folders separated by ':')",
+            )
+        own = self.caller_roots(caller) if caller is not None and self.caller_roots is not None else None
+        if own is not None and not any(
+            real == root or real.is_relative_to(root) for root in _resolved(own) or ()
+        ):
+            raise NotPermitted(
+                field,
+                path,
+                f"caller {caller!r} may name folders only under {os.pathsep.join(map(str, own)) or 'none'} "
+                '(the "roots" of its entry in the server\'s http-tokens.json); name a folder there, or ask '
+                "the server's operator to add it",
             )
 
     def check_team(self, name: str | None) -> None:

@@ -98,7 +98,7 @@ class Admission:
             stored, request = carried(earlier, request)
         sources = parse_context_paths(request.context_paths or [], self.access.kept)
         for index, source in enumerate(sources):
-            self.access.check_folder(f"context_paths[{index}].path", source.path)
+            self.access.check_folder(f"context_paths[{index}].path", source.path, caller)
         if apply and not any(source.permission == "write" for source in sources):
             raise InputError("apply", apply, f"applying needs {term('context_write')}")
         check_line(await self.store.queued_by_caller(self._owner_id), caller, self.settings)

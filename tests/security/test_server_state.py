@@ -287,6 +287,46 @@ async def test_over_http_a_server_without_operator_roots_takes_no_folder(
             assert plain.structured_content["job_id"].startswith("cj-")
 
 
+async def test_a_callers_entry_in_the_tokens_file_narrows_the_folders_it_may_name(
+    tmp_path: Path, fakes: FakeProviders
+) -> None:
+    """http-tokens.json gives alice roots of her own: she names folders only there (and under the
+    server's roots); bob, a plain entry, names any folder under the server's roots."""
+    install(fakes.script, SOLO, voter())
+    for folder in ("alice/app", "bob/app"):
+        (tmp_path / "projects" / folder).mkdir(parents=True)
+    config = tmp_path / "config"
+    write_team(config / "conclave" / "teams" / "solo.yaml", fakes, SOLO, name="solo")
+    home = tmp_path / "home"
+    home.mkdir(mode=0o700)
+    alice, bob = "alice-token-0123456789", "bob-token-0123456789ab"
+    entries = {"alice": {"token": alice, "roots": [str(tmp_path / "projects" / "alice")]}, "bob": bob}
+    (home / "http-tokens.json").write_text(json.dumps(entries))
+    (home / "http-tokens.json").chmod(0o600)
+    env = {
+        "CONCLAVE_HOME": str(home),
+        "CONCLAVE_ALLOWED_ROOTS": str(tmp_path / "projects"),
+        "XDG_CONFIG_HOME": str(config),
+        KEY_ENV: "test-key-0123456789",
+    }
+
+    def ask(folder: str) -> dict[str, object]:
+        path = str(tmp_path / "projects" / folder)
+        return {"task": "read it", "team": "solo", "context_paths": [{"path": path}], "wait_seconds": 0}
+
+    with http_server(tmp_path, env, token=None) as url:
+        async with Client(url, auth=alice) as client:
+            with pytest.raises(ToolError, match="caller 'alice' may name folders only under") as refused:
+                await client.call_tool("ask_team", ask("bob/app"))
+            assert "context_paths[0].path" in str(refused.value) and "http-tokens.json" in str(refused.value)
+            mine = await client.call_tool("ask_team", ask("alice/app"))
+            assert mine.structured_content["job_id"].startswith("cj-")
+        async with Client(url, auth=bob) as client:
+            for folder in ("bob/app", "alice/app"):
+                asked = await client.call_tool("ask_team", ask(folder))
+                assert asked.structured_content["job_id"].startswith("cj-")
+
+
 def test_every_transport_refuses_the_state_whatever_its_roots(tmp_path: Path) -> None:
     """stdio and the CLI too: the roots (or none) never let a caller name what the server keeps."""
     home = tmp_path / "state"

@@ -3,11 +3,10 @@
 as test_cli_killed_runs.py does for Claude Code.
 
 - A cancelled job, while the CLI waits on its model with a `setsid` child of its own running, leaves
-  no CLI process and no container, and the run is charged (an estimate: these CLIs say their tokens
-  only when a run ends, clis/meter.py).
-- A budget reached mid-run, from what the run's stream has reported so far (Claude Code: each
-  response's usage as the API billed it; the others: the estimate), stops the job and kills the run;
-  Claude Code's charge is exactly what its fake billed.
+  no CLI process and no container, and the run is charged what its provider billed (each member logs
+  in with a key: its egress proxy counts every response, sandbox/egress.py).
+- A budget reached mid-run, from what the proxy has counted so far (each response's usage as the
+  provider billed it), stops the job and kills the run; each member's charge is exactly its fake's bill.
 """
 
 from __future__ import annotations
@@ -102,8 +101,8 @@ async def test_a_cancelled_job_kills_the_cli_and_charges_its_run(
     assert view.state == "cancelled"
     assert _left(view.job_id, cli, marker) == ([], [])
     usage = view.agents[0].usage
-    # charged an estimate (four characters a token over the prompt and the printed stream): a lower
-    # bound of the input billed (the CLI's own system prompt and tools are not in it)
+    # charged what its proxy counted of the responses it carried: at most the bill (a request the fake
+    # held when the job was cancelled is billed by neither)
     assert 0 < usage.input_tokens <= fakes.script.bill[cli][0], (usage, fakes.script.bill[cli])
 
 
@@ -131,10 +130,10 @@ async def test_a_budget_reached_mid_run_stops_the_job_and_kills_the_run(
     usage = view.agents[0].usage
     assert usage.input_tokens + usage.output_tokens >= 4000
     billed = fakes.script.bill.get(cli, (0, 0, 0))
-    if cli == "claude-code":  # what the API reported to it: exactly the bill
-        assert (usage.input_tokens, usage.output_tokens) == billed[:2], (usage, billed)
-    else:  # the estimate: the prompt (the task at four characters a token, and more)
-        assert len(task) // 4 <= usage.input_tokens <= len(task) // 4 + 1000, (usage, len(task))
+    # what its proxy counted of the responses it carried, each CLI alike: exactly the bill, which holds
+    # the prompt (the task at four characters a token) and the CLI's own system prompt and tools
+    assert (usage.input_tokens, usage.output_tokens) == billed[:2], (usage, billed)
+    assert usage.input_tokens > len(task) // 4, (usage, len(task))
 
 
 async def test_a_run_that_never_reached_its_provider_is_charged_nothing(

@@ -120,17 +120,17 @@ def _read_private(path: Path) -> str:
         return handle.read()
 
 
-Entry = tuple[str, tuple[Path, ...] | None]  # a caller's token, and its own roots (None: the server's)
+TokenEntry = tuple[str, tuple[Path, ...] | None]  # a caller's token, and its own roots (None: the server's)
 
 
-def _read_named(path: Path) -> dict[str, Entry]:
+def _read_named(path: Path) -> dict[str, TokenEntry]:
     try:
         data = json.loads(_read_private(path))
     except json.JSONDecodeError as exc:
         raise ConfigError(f'{path} is not JSON ({exc}); write it as {{"caller name": "token", ...}}') from exc
     if not isinstance(data, dict):
         raise ConfigError(f'{path}: write it as {{"caller name": "token", ...}}')
-    entries: dict[str, Entry] = {}
+    entries: dict[str, TokenEntry] = {}
     for caller, value in data.items():
         if not CALLER_NAME.fullmatch(caller) or caller == LOCAL:
             raise ConfigError(
@@ -144,7 +144,7 @@ def _read_named(path: Path) -> dict[str, Entry]:
     return entries
 
 
-def _entry(path: Path, caller: str, value: object) -> Entry:
+def _entry(path: Path, caller: str, value: object) -> TokenEntry:
     """One caller's entry: "token", or {"token": "...", "roots": ["/abs/folder", ...]}."""
     if isinstance(value, str):
         return value, None

@@ -28,9 +28,9 @@ from pathlib import Path
 
 from conclave.config.presets import user_teams_dir
 from conclave.errors import ServerState
+from conclave.files.roots import Identity
 from conclave.settings import Settings
 
-Identity = tuple[int, int]
 _ESCAPED = re.compile(r"\\([0-7]{3})")  # mountinfo writes a space as \040, a backslash as \134
 
 

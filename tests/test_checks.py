@@ -73,13 +73,19 @@ def test_a_pass_needs_the_runners_summary_of_at_least_the_original_tests_none_fa
         runner="pytest", line="2 failed, 5 passed in 61.20s (0:01:01)", passed=5, failed=2
     )
     assert read_summary("print('1 passed')\n", "") is None and read_summary("", "Ran 2 tests in 0s\n") is None
-    # the original files could not import a module: the check's output says why that may be
+    # the original files could not import a module of the project: the check's output says so, and the fix
     failed_import = (
-        "ModuleNotFoundError: No module named 'test_calc'\n\nRan 1 test in 0.000s\n\nFAILED (errors=1)\n"
+        "ImportError: Failed to import test module: test_calc\n"
+        "ModuleNotFoundError: No module named 'calc'\n\nRan 1 test in 0.000s\n\nFAILED (errors=1)\n"
     )
-    hinted = Baseline.of(CommandResult(1, "", failed_import, False, 0.1))
-    assert hinted.required == 1 and "could not import a module: checks run Python with PYTHONSAFEPATH=1" in (
-        hinted.text()
+    command = "python3 -m unittest test_calc"
+    hinted = Baseline.of(CommandResult(1, "", failed_import, False, 0.1), command, {"calc": "src"})
+    assert hinted.required == 1 and hinted.blocked is not None and hinted.blocked in hinted.text()
+    assert hinted.blocked.startswith(f"`{command}` could not run on your files: it could not import `calc`")
+    assert f"PYTHONPATH=src {command}" in hinted.blocked
+    # a run whose tests ran, failing or not, is no blocked run
+    assert (
+        Baseline.of(CommandResult(1, "1 failed in 0.05s\n", "", False, 0.1), "pytest -q", {}).blocked is None
     )
     # a run that timed out at the start still asks for a summary
     assert check("", baseline=Baseline(None, timed_out=True)).startswith("failed (exit 0): no test summary")

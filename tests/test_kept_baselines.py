@@ -87,10 +87,10 @@ def test_kept_runs_come_back_marked_and_what_cannot_be_trusted_is_a_miss(tmp_pat
     from conclave.coordination.baselines import FOLDER, KeptBaselines
 
     kept = KeptBaselines(tmp_path / FOLDER, keep=2)
-    ran = Baseline(read_summary("3 passed, 1 skipped in 0.2s\n", ""), missing_module=True)
+    ran = Baseline(read_summary("3 passed, 1 skipped in 0.2s\n", ""), blocked="`tox -q` could not run")
     kept.put("a" * 64, ran)
     back = kept.get("a" * 64)
-    assert back is not None and back.reused and back.required == 3 and back.missing_module
+    assert back is not None and back.reused and back.required == 3 and back.blocked == ran.blocked
     assert KEPT in back.text() and KEPT not in ran.text()
     kept.put("b" * 64, Baseline(None, timed_out=True))  # a loaded machine is no property of the files
     assert kept.get("b" * 64) is None

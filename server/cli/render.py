@@ -92,6 +92,8 @@ def render(view: JobView, texts: Mapping[str, str] | None = None, width: int = 1
         lines.append(
             wrapped("checks: " + "; ".join(f"{label} {check}" for label, check in checks.items()), width)
         )
+    if (blocked := view.verify_blocked) is not None:
+        lines.append(wrapped(f"verification cannot decide: {blocked}", width, "bold"))
     if view.estimate is not None and (view.estimate.tokens or view.estimate.cost_usd):
         lines.append(wrapped(f"estimate: {estimate_text(view.estimate)}", width))
     leading = view.progress.leading if view.progress is not None else None

@@ -40,7 +40,7 @@ class KeptRun(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     counts: RunCounts | None
-    missing_module: bool = False
+    blocked: str | None = None  # why the command cannot run on those files (blocked_runs.py)
 
 
 def baseline_key(
@@ -74,14 +74,14 @@ class KeptBaselines:
         except (OSError, ValidationError, ValueError):
             logger.info("a kept baseline %s could not be read: the run is made again", key, exc_info=True)
             return None
-        return Baseline(kept.counts, missing_module=kept.missing_module, reused=True)
+        return Baseline(kept.counts, blocked=kept.blocked, reused=True)
 
     def put(self, key: str, baseline: Baseline) -> None:
         """Keep `baseline` for `key` (not one that timed out), then drop the oldest beyond `keep`."""
         if baseline.timed_out:
             return
         self.folder.mkdir(parents=True, exist_ok=True)
-        kept = KeptRun(counts=baseline.counts, missing_module=baseline.missing_module)
+        kept = KeptRun(counts=baseline.counts, blocked=baseline.blocked)
         partial = self.folder / f".{key}.{os.getpid()}.tmp"
         partial.write_text(kept.model_dump_json())
         os.replace(partial, self._path(key))  # whole or absent, for a server reading it at once

@@ -155,7 +155,7 @@ class Orchestrator:
             async with anyio.create_task_group() as tg, send, receive:
                 if self.verifier is not None:  # the check containers and the caller's files' run, from
                     # the job's start: the first answer's check then finds both ready (verification.py)
-                    tg.start_soon(self.verifier.warm, min(len(self.members), self.verifier.concurrency))
+                    tg.start_soon(self._warm_checks, min(len(self.members), self.verifier.concurrency))
                 with anyio.move_on_after(deadline - anyio.current_time()) as setting_up:
                     await self._set_up()
                 if not setting_up.cancelled_caught:
@@ -431,8 +431,23 @@ class Orchestrator:
         assert self.verifier is not None
         async with send:
             run = await self.verifier.run(label)
+            await self._report_blocked()
             self.reports.runs[label] = run
             await send.send(Verified(label, run.check.passed))
+
+    async def _warm_checks(self, count: int) -> None:
+        """Start the check containers and the caller's files' run (verification.py); then, if that run
+        shows the command cannot run on the caller's files, say so at once, not with the vote's end."""
+        assert self.verifier is not None
+        await self.verifier.warm(count)
+        await self._report_blocked()
+
+    async def _report_blocked(self) -> None:
+        """Report, once, why the check command cannot run on the caller's files (blocked_runs.py)."""
+        blocked = self.verifier.blocked if self.verifier is not None else None
+        if blocked is not None and self.reports.verify_blocked is None:
+            self.reports.verify_blocked = blocked
+            await self._emit("verify_blocked", reason=blocked)
 
     async def _deadline(self, send: MemoryObjectSendStream[ProtocolEvent], deadline: float) -> None:
         async with send:

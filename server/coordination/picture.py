@@ -15,9 +15,13 @@ PREVIEW = 200  # characters of the leading answer in the progress
 
 
 def progress(
-    state: protocol.Coordination, members: Mapping[str, Member], checks: Mapping[str, Check]
+    state: protocol.Coordination,
+    members: Mapping[str, Member],
+    checks: Mapping[str, Check],
+    verify_blocked: str | None = None,
 ) -> Progress:
-    """Each agent's state, answers and vote, the tally, the round, and the notes the agents see."""
+    """Each agent's state, answers and vote, the tally, the round, and the notes the agents see; with
+    verify, each answer's check and why the command cannot run on the caller's files, if it cannot."""
     agents = []
     for letter, member in sorted(members.items()):
         agent = state.agents[letter]
@@ -55,6 +59,7 @@ def progress(
         tally=state.tally(),
         agree=agree,
         checks=dict(checks),
+        verify_blocked=verify_blocked,
         leading=leading(state, checks),
         notes=list(state.notes),
     )

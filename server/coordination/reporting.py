@@ -50,11 +50,12 @@ class Reporter:
         self.secrets = secrets if secrets is not None else Secrets()
         self.checks: dict[str, Check] = {}  # per answer label, with `verify`
         self.runs: dict[str, CheckRun] = {}  # finished checks, until their Verified is reported
+        self.verify_blocked: str | None = None  # the check command cannot run on the caller's files
         self.started = 0.0
 
     def progress(self) -> Progress:
         """The live picture: each agent's state, answers and vote, the tally, the round (picture.py)."""
-        return picture.progress(self.state, self.members, self.checks)
+        return picture.progress(self.state, self.members, self.checks, self.verify_blocked)
 
     async def emit(self, kind: EventKind, letter: str | None = None, **data: object) -> None:
         if len(self.secrets):

@@ -30,6 +30,7 @@ EventKind = Literal[
     "usage",
     "check_started",
     "checked",
+    "verify_blocked",  # the check command cannot run on the caller's own files (blocked_runs.py)
     "budget_reached",
     "deadline",
     "presenting",
@@ -183,6 +184,11 @@ class Progress(_Record):
     tally: dict[str, int] = Field(default_factory=dict)
     agree: list[list[str]] = Field(default_factory=list)  # current answers with the same final answer
     checks: dict[str, Check] = Field(default_factory=dict)  # per answer label, with `verify`
+    verify_blocked: str | None = Field(
+        default=None,
+        description="with verify: why the check command cannot run on your own files at all (its run on "
+        "them stopped before any test passed or failed) and what to do; no check then tells a fix apart",
+    )
     leading: Leading | None = None
     notes: list[str] = Field(default_factory=list)  # steering notes the agents see, oldest first
 

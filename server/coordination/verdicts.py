@@ -21,22 +21,19 @@ from __future__ import annotations
 
 import itertools
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from conclave.coordination.blocked_runs import why_blocked
 from conclave.sandbox.output import CommandResult
 
 _WORDS = "failed|passed|skipped|deselected|xfailed|xpassed|warnings?|errors?|rerun"
 _PART = rf"\d+ (?:{_WORDS})"
 PYTEST = re.compile(
     rf"^=*\s*(?P<parts>{_PART}(?:, {_PART})*|no tests ran) in \d+(?:\.\d+)?s(?: \([\d:.]+\))?\s*=*$"
-)
-MISSING_MODULE_FIX = (
-    "checks run Python with PYTHONSAFEPATH=1, so the project folder is on sys.path only where the "
-    "runner puts it (pytest beside a test module or a conftest.py, `pythonpath = .` in its configuration, "
-    "`python3 -m unittest` discovery) or the command does (`PYTHONPATH=. python3 -m unittest test_x`)"
 )
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 UNITTEST_RAN = re.compile(r"^Ran (?P<count>\d+) tests? in \d+(?:\.\d+)?s$")
@@ -66,13 +63,15 @@ class Baseline:
 
     counts: RunCounts | None
     timed_out: bool = False
-    missing_module: bool = False  # it could not import a module: perhaps the project's, see `text`
+    # why the command cannot run on the caller's files at all, and what to do (blocked_runs.py)
+    blocked: str | None = None
     reused: bool = False  # kept from an earlier job's run on the same files (coordination/baselines.py)
 
     @classmethod
-    def of(cls, result: CommandResult) -> Baseline:
-        missing = "ModuleNotFoundError: No module named" in f"{result.stdout}\n{result.stderr}"
-        return cls(read_summary(result.stdout, result.stderr), result.timed_out, missing)
+    def of(cls, result: CommandResult, command: str, modules: Mapping[str, str]) -> Baseline:
+        """The run `result` of `command` on the caller's files (`modules`: the project's, blocked_runs.py)."""
+        blocked = why_blocked(result, command, modules)
+        return cls(read_summary(result.stdout, result.stderr), result.timed_out, blocked)
 
     @property
     def required(self) -> int | None:
@@ -91,8 +90,8 @@ class Baseline:
             said = "the original files' run timed out without a test summary"
         else:
             said = "the original files' run printed no test summary recognised: the verdict is the exit code"
-        if self.missing_module:
-            said += f"; it could not import a module: {MISSING_MODULE_FIX}"
+        if self.blocked:
+            said += f"; {self.blocked}"
         if self.reused:
             said += " (kept from an earlier job's run of this command on the same files)"
         return said

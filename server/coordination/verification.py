@@ -4,12 +4,15 @@ A check runs the patch the caller reviews, not the answer's whole workspace: its
 caller's files at job start plus exactly what apply would write of the answer (files/check_copy.py;
 what apply holds back, binaries and artefacts, is left out and named), with the caller's protected
 files put back (files/protect.py, the team's `verify_protect`; the check names what it put back, to
-voters and in the result). The command runs with `PYTHONSAFEPATH=1` and `PYTHONNOUSERSITE=1` (`RUNNER_ENV`),
-so a project file cannot shadow the runner's own start-up. It passes only on the runner's own summary
+voters and in the result). The command runs as in the user's terminal in the project folder, Python's
+import path included (`RUNNER_ENV`: only the user site folder, which HOME=/workspace would put in the
+project, is off): what could shadow the runner's own modules is protect.py's to put back, not the
+import path's. It passes only on the runner's own summary
 reporting at least the tests the caller's files' run reported, none failed (verdicts.py): that run,
 the `Baseline`, is made once per job on the caller's files, from the job's start (`warm`, beside its
 set-up and first turns), or taken as kept from an earlier job on the same files (baselines.py), and a
-check waits for it only to give its verdict. It runs in a
+check waits for it only to give its verdict. When that run shows the command cannot run on the caller's
+files at all (blocked_runs.py), `blocked` says why at once, for the job to report. It runs in a
 warm check container of the job's, with run_command's confinement (sandbox/container.py: no network
 whatever the team says, limits, a non-root user, processes reaped, output capped): the job's first
 one is taken from the server's pool, started before the job (coordination/check_pool.py), else started
@@ -38,6 +41,7 @@ import anyio.to_thread
 
 from conclave.config.models import SandboxSpec
 from conclave.coordination.baselines import KeptBaselines, baseline_key
+from conclave.coordination.blocked_runs import project_modules
 from conclave.coordination.check_pool import Box, CheckPool, check_spec
 from conclave.coordination.reports import LINE_CHARS, TAIL_LINES, Check
 from conclave.coordination.verdicts import Baseline, read_summary, shortfall
@@ -54,10 +58,12 @@ logger = logging.getLogger(__name__)
 CLEAN = (
     "rm -rf /tmp/* /tmp/.[!.]* /tmp/..?* /dev/shm/* /dev/shm/.[!.]* /dev/shm/..?* 2>/dev/null; exec sh -c "
 )
-# Python as the check runs it: the project folder is not put first on sys.path by `python -m pytest`
-# (as the `pytest` command never does), and no user site folder (HOME is /workspace): no project file
-# runs in the runner's start-up. Modules imported later are files/protect.py's.
-RUNNER_ENV = {"PYTHONSAFEPATH": "1", "PYTHONNOUSERSITE": "1"}
+# Python as the check runs it: as in the user's terminal (a script imports the modules beside it,
+# `python3 -m pytest` and `python3 -m unittest <module>` the project folder's), with no user site
+# folder: HOME is /workspace, so its site folder would be a project folder whose .pth files run at every
+# start-up, which a terminal's never is. A project module that would shadow the runner's own, in any
+# folder Python or pytest puts on sys.path, is files/protect.py's to put back before the command runs.
+RUNNER_ENV = {"PYTHONNOUSERSITE": "1"}
 
 
 @dataclass(frozen=True)
@@ -90,7 +96,7 @@ class Verifier:
         self._pool = pool
         self.timeout_s, self._limiter, self._factory = timeout_s, limiter, sandbox_factory
         # the protected paths' patterns, compiled once for the job's checks
-        self._protection = Protection(DEFAULT_PROTECT if protect is None else protect)
+        self._protection = Protection(DEFAULT_PROTECT if protect is None else protect, command=command)
         self._boxes: list[Box] = []  # every container started, for `close`
         # idle containers, and None for one `warm` could not start (its waiter then starts its own)
         self._put, self._idle = anyio.create_memory_object_stream[Box | None](math.inf)
@@ -199,13 +205,30 @@ class Verifier:
             if found is not None:
                 self._put.send_nowait(box)
                 return found
-        baseline = Baseline.of((await self._exec(None, box))[0])
+        result = (await self._exec(None, box))[0]
+        baseline = Baseline.of(result, self.command, await anyio.to_thread.run_sync(self._modules))
         if kept is not None and key is not None:
             try:
                 await anyio.to_thread.run_sync(kept.put, key, baseline)
             except OSError:  # e.g. the disk is full: this job has its run all the same
                 logger.warning("the baseline of %s could not be kept", self.job_id, exc_info=True)
         return baseline
+
+    @property
+    def blocked(self) -> str | None:
+        """Why the command cannot run on the caller's files (blocked_runs.py), once their run is made."""
+        return self._baseline.blocked if self._baseline is not None else None
+
+    def _modules(self) -> dict[str, str]:
+        """The top-level modules of the caller's files, as the command sees the folders (blocking)."""
+        modules: dict[str, str] = {}
+        for context in self.workspaces.manifest().contexts:
+            found = project_modules(self.workspaces.base_listing(context.name).files)
+            if self.workspaces.root_name():
+                modules |= found
+            else:  # /workspace holds one folder per context path
+                modules |= {name: f"{context.name}/{folder}".rstrip("/") for name, folder in found.items()}
+        return modules
 
     def _look_up(self, kept: KeptBaselines, box: Box) -> tuple[str, Baseline | None]:
         """The key of the baseline run in `box`'s container (baselines.py: its image, its user), and the
@@ -294,7 +317,9 @@ class Verifier:
             prefix = "" if self.workspaces.root_name() else f"{context.name}/"
             owner, written = self.workspaces.agent_owner, copy.written[context.name]
             listed = self.workspaces.base_listing(context.name)
-            found = restore(mine, base, self._protection, owner, written=written, listed=listed)
+            found = restore(
+                mine, base, self._protection, owner, written=written, listed=listed, prefix=prefix
+            )
             changed += [prefix + rel for rel in found]
         return changed
 

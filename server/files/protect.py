@@ -13,8 +13,9 @@ And, whatever the patterns, a module or package that shadows a standard-library 
 own imports (`unittest.py`, `json/` with an `__init__` module, `_pytest.abi3.so`, `attr`) and did not at
 job start is put back as the caller had it, whether or not a folder of that name was there (an
 `__init__` added to an existing `json/` folder is removed), at the top of the context folder and in
-every folder pytest puts on `sys.path` for a test module (`import_roots`): there such a module would
-run instead of the real one. A module that shadowed at job start is the
+every folder pytest puts on `sys.path` for a test module (`import_roots`), and the folder of every
+Python script the command names (`python3 scripts/check.py` puts `scripts/` first on `sys.path`):
+there such a module would run instead of the real one. A module that shadowed at job start is the
 project's own and stays as the answer made it. What was put back is returned, and the check says so to
 voters and in the result.
 """
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import stat
 import sys
 from collections.abc import Collection, Iterable, Sequence
@@ -116,10 +118,31 @@ def is_module_file(name: str) -> bool:
 
 class Protection:
     """The protected paths' patterns (the team's `verify_protect`, else `DEFAULT_PROTECT`), compiled once
-    for all of a job's checks."""
+    for all of a job's checks, and the folders of the scripts the check `command` names."""
 
-    def __init__(self, patterns: Sequence[str]) -> None:
+    def __init__(self, patterns: Sequence[str], command: str = "") -> None:
         self.spec = GitIgnoreSpec.from_lines(list(patterns))
+        self.script_folders = script_folders(command)
+
+    def roots(self, prefix: str) -> set[str]:
+        """The script folders inside the context folder whose paths start with `prefix` ("" for one
+        context folder, which is the command's own folder; "name/" for one of several), relative to it."""
+        return {folder[len(prefix) :] for folder in self.script_folders if f"{folder}/".startswith(prefix)}
+
+
+def script_folders(command: str) -> frozenset[str]:
+    """The folders (relative to the command's, "" for itself) of the Python scripts `command` names:
+    Python puts a script's own folder first on `sys.path`."""
+    try:
+        words = shlex.split(command)
+    except ValueError:  # unbalanced quotes: the shell refuses it too
+        words = command.split()
+    found = set()
+    for word in words:
+        path = PurePosixPath(word.removeprefix("./"))
+        if path.suffix in (".py", ".pyw") and not path.is_absolute() and ".." not in path.parts:
+            found.add("" if str(path.parent) == "." else str(path.parent))
+    return frozenset(found)
 
 
 def restore(
@@ -130,6 +153,7 @@ def restore(
     *,
     written: Collection[str] | None = None,
     listed: Listing | None = None,
+    prefix: str = "",
 ) -> list[str]:
     """Put `copy` (a check copy of one context folder) back in line with `base` for every protected
     path, and for every module or package that shadows a standard module or the runner's own where
@@ -137,11 +161,12 @@ def restore(
     changed, sorted (blocking). `written` lists the paths the copy's patch wrote or deleted
     (check_copy.py): a protected file outside it is base's own, copied a moment before, and is not
     read and hashed again, and a patch that wrote nothing leaves nothing to put back; None compares
-    every protected file. `listed` is base's listing where the caller has it."""
+    every protected file. `listed` is base's listing where the caller has it; `prefix` is the context
+    folder's path in the command's folder ("" when it is that folder: Protection.roots)."""
     if written is not None and not written:
         return []  # the copy is base/ as it was: every file the caller's own
     before, after = (listed if listed is not None else list_tree(base)).files, list_tree(copy)
-    roots = import_roots([*before, *after.files])
+    roots = import_roots([*before, *after.files]) | protection.roots(prefix)
     shadowing = sorted(_shadowing(after.files, roots) - _shadowing(before, roots))
     spec = protection.spec
 

@@ -80,7 +80,8 @@ def verdict(store: Store, row: JobRow) -> str:
     elif result is not None and result.winner:
         parts.append(majority_text(result))
     checks = {k: v.text() for k, v in row.progress.checks.items()} if row.progress else {}
-    check = winner_check(result, checks) if result else (checks.get(label or "") if label else None)
+    blocked = row.progress.verify_blocked if row.progress else None
+    check = winner_check(result, checks, blocked) if result else (checks.get(label or "") if label else None)
     if check:
         parts.append(f"verify {check}")
     return "; ".join(parts)

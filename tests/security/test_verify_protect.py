@@ -141,3 +141,15 @@ def test_restore_puts_back_runner_files_and_shadowing_whether_or_not_the_folder_
     assert (copy / "json" / "data.json").exists() and not (copy / "json" / "__init__.py").exists()
     assert "the answer's change" in (copy / "queue" / "__init__.py").read_text()
     assert (copy / "sub" / "__init__.py").exists()
+    # a script the command names runs with its own folder first on sys.path, as in a terminal
+    for root in (base, copy):
+        (root / "scripts").mkdir()
+        (root / "scripts" / "check.py").write_text("import json\n")
+    (copy / "scripts" / "json.py").write_text(EXIT)
+    (copy / "scripts" / "types.py").write_text(EXIT)
+    assert restore(copy, base, Protection([])) == []  # no command names scripts/check.py
+    named = Protection([], command="cd . && python3 ./scripts/check.py --fast")
+    assert restore(copy, base, named) == ["scripts/json.py", "scripts/types.py"]
+    assert not (copy / "scripts" / "json.py").exists() and (copy / "scripts" / "check.py").exists()
+    assert Protection([], command="python3 proj/scripts/check.py").roots("proj/") == {"scripts"}
+    assert Protection([], command="python3 test_calc.py").roots("") == {""}

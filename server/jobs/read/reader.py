@@ -256,6 +256,8 @@ def _sentence(event: JobEvent) -> str | None:
             return f"The check of {d['label']} {status}; its whole output is verify/{d['label']}." + (
                 f"\n    {tail}" if tail else ""
             )
+        case "verify_blocked":
+            return f"Verification cannot decide: {d.get('reason')}."
         case "note":
             return f"A note from the person who asked: {d.get('text')}"
         case "steered":

@@ -108,6 +108,11 @@ class JobView(_View):
             "stopped" if any(a.letter == letter and a.state == "stopped" for a in self.agents) else "failed"
         )
 
+    @property
+    def verify_blocked(self) -> str | None:
+        """With verify: why the check command cannot run on the caller's files, and what to do."""
+        return self.progress.verify_blocked if self.progress is not None else None
+
     def checks(self) -> dict[str, str]:
         """Each answer's check in words (with verify), e.g. "passed in 3.1 s"."""
         return {
@@ -134,6 +139,8 @@ class JobView(_View):
             lines.append("Tally: " + ", ".join(f"{label}={count}" for label, count in tally.items()))
         if checks := self.checks():
             lines.append("Checks: " + "; ".join(f"{label} {check}" for label, check in checks.items()))
+        if picture.verify_blocked is not None:
+            lines.append(f"Verification cannot decide: {picture.verify_blocked}")
         if (leading := picture.leading) is not None:
             check = f", verify {leading.check}" if leading.check else ""
             lines.append(f"Leading: {leading.label} ({plural(leading.votes, 'vote')}{check})")
@@ -237,10 +244,14 @@ def estimate_text(estimate: Estimate) -> str:
     return ", ".join([*parts, estimate.note]) if parts else estimate.note
 
 
-def winner_check(result: JobResult, checks: dict[str, str]) -> str | None:
-    """The winner's check in words, with what the verification rule did; None without verify."""
+def winner_check(result: JobResult, checks: dict[str, str], blocked: str | None = None) -> str | None:
+    """The winner's check in words, with what the verification rule did; None without verify. With no
+    answer passed and a command that cannot run on the caller's files (`blocked`), it says the vote
+    chose, unverified, and why: a failed check there says nothing of the answer."""
     if result.verdict is None or result.winner is None:
         return None
+    if blocked is not None and result.none_passed:
+        return f"not verified, the vote alone chose it: {blocked}"
     text = checks.get(result.winner, result.verdict)
     if result.by_verification:
         text += "; the verification rule chose it over an answer with more votes whose check failed"
@@ -383,7 +394,9 @@ def job_view(
         progress=progress,
         result=result,
         majority=majority_text(result) if result and result.winner else None,
-        winner_check=winner_check(result, checks) if result else None,
+        winner_check=winner_check(result, checks, progress.verify_blocked if progress else None)
+        if result
+        else None,
         estimate=row.options.estimate if active else None,
         budget=_budget(row),
         diff_summary=_diff_summary(row),

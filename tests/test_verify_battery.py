@@ -16,8 +16,10 @@ from pathlib import Path
 
 import anyio
 import pytest
+from rich.console import Console
 
 from conclave.backends.retry import RetryPolicy
+from conclave.cli.render import render
 from conclave.config.models import SandboxSpec
 from conclave.coordination.verdicts import Baseline
 from conclave.coordination.verification import CheckRun, Verifier
@@ -240,3 +242,8 @@ async def test_a_check_that_cannot_run_is_said_at_once_and_the_vote_is_not_shown
     assert view.winner_check == f"not verified, the vote alone chose it: {blocked}"
     assert f"Its check: not verified, the vote alone chose it: {blocked}" in view.text()
     assert f"Verification cannot decide: {blocked}." in transcript
+    console = Console(record=True, width=100)  # what `conclave ask` and `conclave status` print
+    console.print(render(view))
+    shown = " ".join(console.export_text().split())
+    assert f"verification cannot decide: {blocked}" in shown
+    assert f"its check: not verified, the vote alone chose it: {blocked}" in shown

@@ -47,7 +47,8 @@ class Settings(BaseSettings):
     # gone) another server takes the job over and resumes it (jobs/takeover.py)
     stale_after_s: Annotated[float, Field(gt=0)] = 15.0
     # Who may name what (jobs/access.py). Folders callers may give as context_paths, separated like PATH
-    # (`:`); unset: any folder over stdio, the server's working directory over HTTP.
+    # (`:`); unset: any folder over stdio, none over HTTP (the working directory is no root). Never the
+    # server's own state, whatever the roots (files/kept.py).
     allowed_roots: Annotated[tuple[Path, ...] | None, NoDecode] = None
     # Folders whose team files MCP callers may name by path, beside the presets and the user's team folder
     # (`:`-separated). A project's own folder is not among them unless listed: its files may be a stranger's.

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from conclave.backends.base import Usage
 from conclave.config.models import Price
+from conclave.sandbox.provider_wire import Billed
 
 # a run's new usage (with its cost when known), to the job; `first`: the run's first charge (one call)
 Charge = Callable[[Usage, bool], Awaitable[None]]
@@ -70,10 +71,10 @@ class ProxyCharges:
     tokens: int = 0
     calls: int = 0
 
-    async def __call__(self, usage: Usage, first: bool) -> None:
-        self.tokens += usage.tokens
+    async def __call__(self, billed: Billed, first: bool) -> None:
+        self.tokens += billed.tokens
         self.calls += int(first)
-        await self.charge(usage, first)
+        await self.charge(Usage(billed.input_tokens, billed.output_tokens, billed.cached_input_tokens), first)
 
     async def close(self, cost_usd: float | None, price: Price | None) -> None:
         """The run ended (finished or killed): its CLI reported `cost_usd` for it (None: no cost)."""

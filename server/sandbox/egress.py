@@ -62,7 +62,6 @@ import anyio
 import anyio.abc
 from anyio.streams.buffered import BufferedByteReceiveStream
 
-from conclave.backends.base import Usage
 from conclave.config.hosts import normal_host
 from conclave.errors import SandboxError
 from conclave.sandbox.allowlist import Allowlist
@@ -74,7 +73,7 @@ from conclave.sandbox.provider_key import (
     provider_head,
     tls_context,
 )
-from conclave.sandbox.provider_wire import ResponseMeter, Wire, endpoint_refusal
+from conclave.sandbox.provider_wire import Billed, ResponseMeter, Wire, endpoint_refusal
 from conclave.sandbox.route import DIRECT, EgressRoute
 
 __all__ = ["Denial", "EgressProxy", "Feed", "egress_proxy"]
@@ -89,7 +88,7 @@ CHUNK = 65536
 # A source of client connections: it hands each to the proxy's `handle` (sandbox/egress_channel.py).
 Feed = Callable[[Callable[[anyio.abc.ByteStream], Awaitable[None]]], Awaitable[None]]
 # a keyed call's usage, or the part of it just read; True with a call's first part (it opens a call)
-Spend = Callable[[Usage, bool], Awaitable[None]]
+Spend = Callable[[Billed, bool], Awaitable[None]]
 Stopped = Callable[[], str | None]  # why the member may send no more calls (its budget, the job's), or None
 
 
@@ -130,7 +129,7 @@ class EgressProxy:
         self.allowlist, self.label, self.route = allowlist, label, route
         self.denied: list[Denial] = []
         self.admitted = 0
-        self.spent = Usage()  # what the responses to the member's keyed calls reported, all together
+        self.spent = Billed()  # what the responses to the member's keyed calls reported, all together
         self._spend: Spend | None = None
         self._stopped: Stopped | None = None
         self._limiter = anyio.CapacityLimiter(MAX_TUNNELS)
@@ -294,7 +293,7 @@ class EgressProxy:
             message = f"conclave egress: {request.host}:{request.port} is refused: {why}"
         return _Refused(403, "Forbidden", message)
 
-    async def _charge(self, usage: Usage, first: bool) -> None:
+    async def _charge(self, usage: Billed, first: bool) -> None:
         """Count one keyed call's usage (or its newly read part) and hand it to the member's charge."""
         self.spent = self.spent + usage
         if self._spend is None:
@@ -404,18 +403,14 @@ class _Metered:
 
     meter: ResponseMeter
     proxy: EgressProxy
-    charged: Usage = Usage()
+    charged: Billed = field(default_factory=Billed)
 
     async def read(self, chunk: bytes | None) -> None:
         """`chunk` of the response (None: it ended); charge what it says beyond what was charged."""
         usage = self.meter.feed(chunk) if chunk is not None else self.meter.finish()
         if usage != self.charged:
-            new = Usage(
-                usage.input_tokens - self.charged.input_tokens,
-                usage.output_tokens - self.charged.output_tokens,
-                usage.cached_input_tokens - self.charged.cached_input_tokens,
-            )
-            first, self.charged = self.charged == Usage(), usage
+            new = usage - self.charged
+            first, self.charged = self.charged == Billed(), usage
             await self.proxy._charge(new, first)
 
 

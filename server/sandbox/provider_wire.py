@@ -14,7 +14,7 @@ framing (Content-Length, chunked, or to the close), then the body as one JSON do
 server-sent events, each carrying the usage its wire reports. A response's usage is the field-wise
 largest of its reports: each wire's reports within one response are running totals (Anthropic's
 `message_start` then `message_delta`, Gemini's chunks) or a single one (OpenAI's last chunk,
-`response.completed`). Input counts cached input, as `Usage` does.
+`response.completed`). Input counts its cached part (`Billed`), as Conclave's usage does.
 """
 
 from __future__ import annotations
@@ -24,9 +24,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from conclave.backends.base import Usage
-
-__all__ = ["ENDPOINTS", "Endpoint", "ResponseMeter", "Wire", "endpoint_refusal", "usage_of"]
+__all__ = ["ENDPOINTS", "AllowedCall", "Billed", "ResponseMeter", "Wire", "endpoint_refusal", "usage_of"]
 
 Wire = Literal["anthropic", "openai", "gemini"]
 MAX_JSON = 32 * 1024 * 1024  # a plain JSON response read for its usage; past it only its framing is followed
@@ -34,21 +32,57 @@ MAX_EVENT = 8 * 1024 * 1024  # one server-sent event
 
 
 @dataclass(frozen=True)
-class Endpoint:
+class Billed:
+    """Tokens a provider's response says it billed: input (its cached part included), output, and the
+    cached part of the input. The clis layer turns it into a member's usage (clis/meter.py)."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached_input_tokens: int = 0
+
+    @property
+    def tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+    def __add__(self, other: Billed) -> Billed:
+        return Billed(
+            self.input_tokens + other.input_tokens,
+            self.output_tokens + other.output_tokens,
+            self.cached_input_tokens + other.cached_input_tokens,
+        )
+
+    def __sub__(self, other: Billed) -> Billed:
+        return Billed(
+            self.input_tokens - other.input_tokens,
+            self.output_tokens - other.output_tokens,
+            self.cached_input_tokens - other.cached_input_tokens,
+        )
+
+    def most(self, other: Billed) -> Billed:
+        """Field by field the larger: two running totals of one response taken together."""
+        return Billed(
+            max(self.input_tokens, other.input_tokens),
+            max(self.output_tokens, other.output_tokens),
+            max(self.cached_input_tokens, other.cached_input_tokens),
+        )
+
+
+@dataclass(frozen=True)
+class AllowedCall:
     """One call a turn makes: its method and its path below the member's endpoint (a full match)."""
 
     method: str
     path: re.Pattern[str]
 
 
-def _endpoints(*pairs: tuple[str, str]) -> tuple[Endpoint, ...]:
-    return tuple(Endpoint(method, re.compile(path)) for method, path in pairs)
+def _endpoints(*pairs: tuple[str, str]) -> tuple[AllowedCall, ...]:
+    return tuple(AllowedCall(method, re.compile(path)) for method, path in pairs)
 
 
 _MODEL = r"[A-Za-z0-9._-]+"
 # Paths below the endpoint the CLI is given: Claude Code's and Copilot's Anthropic base URL has no /v1,
 # Codex's and Copilot's OpenAI one ends in it, Gemini CLI's is the host with the API's version after it.
-ENDPOINTS: dict[Wire, tuple[Endpoint, ...]] = {
+ENDPOINTS: dict[Wire, tuple[AllowedCall, ...]] = {
     "anthropic": _endpoints(
         ("POST", r"/v1/messages"),
         ("POST", r"/v1/messages/count_tokens"),
@@ -89,7 +123,7 @@ class ResponseMeter:
 
     def __init__(self, wire: Wire) -> None:
         self.wire = wire
-        self.usage = Usage()
+        self.usage = Billed()
         self._head = bytearray()
         self._headed = False
         self._length: int | None = None  # Content-Length; None: chunked or to the close
@@ -101,7 +135,7 @@ class ResponseMeter:
         self._body = bytearray()  # a JSON body, or what is not yet a whole event
         self._done = False
 
-    def feed(self, data: bytes) -> Usage:
+    def feed(self, data: bytes) -> Billed:
         """Read the next bytes of the response; the usage it has reported so far."""
         if self._done:
             return self.usage
@@ -119,7 +153,7 @@ class ResponseMeter:
         self._body_bytes(data)
         return self.usage
 
-    def finish(self) -> Usage:
+    def finish(self) -> Billed:
         """The response ended (its connection closed): a body read to the close is whole now."""
         if not self._done and self._headed and not self._sse:
             self._json(bytes(self._body))
@@ -210,14 +244,10 @@ class ResponseMeter:
             return
         for item in value if isinstance(value, list) else [value]:
             if isinstance(item, dict) and (found := usage_of(self.wire, item)) is not None:
-                self.usage = Usage(
-                    max(self.usage.input_tokens, found.input_tokens),
-                    max(self.usage.output_tokens, found.output_tokens),
-                    max(self.usage.cached_input_tokens, found.cached_input_tokens),
-                )
+                self.usage = self.usage.most(found)
 
 
-def usage_of(wire: Wire, item: dict[str, Any]) -> Usage | None:
+def usage_of(wire: Wire, item: dict[str, Any]) -> Billed | None:
     """The usage one JSON object of `wire` reports (a whole response, an event, a chunk), if any."""
     if wire == "gemini":  # generateContent, or Code Assist's wrapper around it
         report = _dict(item.get("usageMetadata")) or _dict(_dict(item.get("response")).get("usageMetadata"))
@@ -226,7 +256,7 @@ def usage_of(wire: Wire, item: dict[str, Any]) -> Usage | None:
         cached = _int(report, "cachedContentTokenCount")
         prompt = _int(report, "promptTokenCount") + _int(report, "toolUsePromptTokenCount")
         output = _int(report, "candidatesTokenCount") + _int(report, "thoughtsTokenCount")
-        return Usage(prompt, output, cached)
+        return Billed(prompt, output, cached)
     report = (
         _dict(item.get("usage"))
         or _dict(_dict(item.get("message")).get("usage"))  # Anthropic's message_start
@@ -237,14 +267,14 @@ def usage_of(wire: Wire, item: dict[str, Any]) -> Usage | None:
     if wire == "anthropic":  # cache reads and writes are beside its input_tokens
         cached = _int(report, "cache_read_input_tokens")
         written = _int(report, "cache_creation_input_tokens")
-        return Usage(_int(report, "input_tokens") + cached + written, _int(report, "output_tokens"), cached)
+        return Billed(_int(report, "input_tokens") + cached + written, _int(report, "output_tokens"), cached)
     if "prompt_tokens" in report:  # Chat Completions
         details = _dict(report.get("prompt_tokens_details"))
-        return Usage(
+        return Billed(
             _int(report, "prompt_tokens"), _int(report, "completion_tokens"), _int(details, "cached_tokens")
         )
     details = _dict(report.get("input_tokens_details"))  # Responses: input counts its cached part
-    return Usage(_int(report, "input_tokens"), _int(report, "output_tokens"), _int(details, "cached_tokens"))
+    return Billed(_int(report, "input_tokens"), _int(report, "output_tokens"), _int(details, "cached_tokens"))
 
 
 def _dict(value: Any) -> dict[str, Any]:

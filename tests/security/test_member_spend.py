@@ -36,7 +36,7 @@ from conclave.jobs.service import JobService
 from conclave.sandbox.allowlist import CliName, allowlist_for
 from conclave.sandbox.egress import EgressProxy, egress_proxy
 from conclave.sandbox.provider_key import ProviderKey
-from conclave.sandbox.provider_wire import Wire
+from conclave.sandbox.provider_wire import Billed, Wire
 from conclave.settings import Settings
 from tests.clis.conftest import project
 from tests.fakes.cli_worker import CliWorker
@@ -86,16 +86,16 @@ class Charges:
     """The member's side: what the proxy charged it, call by call, and its own token limit."""
 
     def __init__(self, max_tokens: int | None = None) -> None:
-        self.usage = Usage()
+        self.usage = Billed()
         self.calls = 0
         self.limit = MemberLimit(max_tokens)
 
-    async def spend(self, usage: Usage, first: bool) -> None:
-        self.usage = self.usage + usage
+    async def spend(self, billed: Billed, first: bool) -> None:
+        self.usage = self.usage + billed
         self.calls += int(first)
 
     def stopped(self) -> str | None:
-        return self.limit.over(self.usage)
+        return self.limit.over(Usage(self.usage.input_tokens, self.usage.output_tokens))
 
 
 @pytest.fixture

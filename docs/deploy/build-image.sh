@@ -24,8 +24,22 @@ export SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-315532800}
 image_only=('async-timeout>=4.0.3')  # redis's, on Python < 3.11.3 (the queue extra)
 "$python" -m pip wheel --quiet --disable-pip-version-check --wheel-dir "$context/wheels" \
   '.[postgres,queue]' "${image_only[@]}" 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
+# the base: the Dockerfile's pin (by digest), pulled; else the engine's copy of it; else its copy of the
+# tag alone, said plainly. Which one, with its image id, goes to stderr and into the image's label.
+pinned=$(sed -n 's/^ARG BASE=//p' docs/deploy/Dockerfile)
+base=$pinned
+if ! docker pull --quiet "$pinned" >/dev/null 2>&1 && ! docker image inspect "$pinned" >/dev/null 2>&1; then
+  base=${pinned%@*}
+  if ! docker image inspect "$base" >/dev/null 2>&1; then
+    echo "cannot pull $pinned and the engine has no $base: give it registry access or load the image" >&2
+    exit 1
+  fi
+  echo "could not pull $pinned: building from the engine's own $base, not the pinned image" >&2
+fi
+used="$base (image $(docker image inspect --format '{{.Id}}' "$base"))"
+echo "base: $used" >&2
 before=$(docker image inspect --format '{{.Id}}' "$tag" 2>/dev/null || true)
-docker build --quiet --tag "$tag" "$context" >/dev/null
+docker build --quiet --build-arg "BASE=$base" --label "conclave.base=$used" --tag "$tag" "$context" >/dev/null
 after=$(docker image inspect --format '{{.Id}}' "$tag")
 # the image this tag named before, now nameless: removed unless a container still uses it
 if [ -n "$before" ] && [ "$before" != "$after" ]; then docker image rm "$before" >/dev/null 2>&1 || true; fi

@@ -1,12 +1,12 @@
 """The Dockerfile route: the sandbox images built by the engine from a public Debian base (recipe.py).
 
-Where the engine can pull `debian:bookworm-slim` (Docker Desktop, OrbStack, colima, Podman machine, any
-engine with a registry), this route needs nothing on the host but the engine, and npm for the CLI image.
-The Dockerfile is written from the same recipe as the mmdebstrap route (image.py): the same packages,
-dpkg excludes, user and image configuration. apt in the build uses the base's own sources
-(deb.debian.org) unless `apt_mirror` names another (`--apt-mirror`), which then stays in the image as
-the mmdebstrap route's host mirrors do. The build runs for `platform`, the engine's architecture unless
-one is named.
+Where the engine can pull `debian:bookworm-slim` by its pinned digest (recipe.py `BASE_PINNED`; Docker
+Desktop, OrbStack, colima, Podman machine, any engine with a registry), this route needs nothing on the
+host but the engine, and npm for the CLI image. The Dockerfile is written from the same recipe as the
+mmdebstrap route (image.py): the same packages, dpkg excludes, user and image configuration. apt in the
+build uses the base's own sources (deb.debian.org) unless `apt_mirror` names another (`--apt-mirror`),
+which then stays in the image as the mmdebstrap route's host mirrors do. The build runs for `platform`,
+the engine's architecture unless one is named. The image is labelled with the base it was built from.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from pathlib import Path
 from conclave.errors import BaseUnavailable, SandboxError
 from conclave.sandbox.recipe import (
     ADD_USER,
+    BASE_LABEL,
     CLIS_LAYOUT,
     CLIS_PREFIX,
     DPKG_EXCLUDES,
@@ -33,48 +34,81 @@ _CLIS_FOLDER = "clis"
 
 @dataclass(frozen=True)
 class BaseImage:
-    """The image a Dockerfile starts from, and how the engine got it (said in `conclave sandbox build`)."""
+    """The image a Dockerfile starts from, and how the engine got it (said in `conclave sandbox build`).
+
+    `name` is what FROM names: the reference asked for (pinned by digest: recipe.py `BASE_PINNED`), or,
+    where the engine could not pull it and holds no copy of it, the engine's own image of its tag alone
+    (`pinned` is then the reference it could not get). `digest` is the pulled reference's digest, `image`
+    the engine's id of the image used (its config's digest): together they say which base a build used."""
 
     name: str
     platform: str
     pull_error: str | None = None  # None: pulled; else why the pull failed and the engine's copy serves
+    digest: str = ""
+    image: str = ""
+    pinned: str = ""
 
     @property
     def pulled(self) -> bool:
         return self.pull_error is None
 
     @property
+    def recorded(self) -> str:
+        """Which base this is, as the build prints it and labels the image (recipe.py `BASE_LABEL`)."""
+        if "@" in self.name:
+            return self.name
+        return f"{self.name}@{self.digest}" if self.digest else f"{self.name} (image {self.image})"
+
+    @property
     def how(self) -> str:
         if self.pull_error is None:
             return f"the engine pulled {self.name} for {self.platform}"
+        if self.pinned:
+            return (
+                f"{self.not_pulled}; using the copy it has of {self.name} (image {self.image}), which is not "
+                f"the pinned one"
+            )
         return f"{self.not_pulled}; using the copy it has"
 
     @property
     def not_pulled(self) -> str:
-        return f"the engine could not pull {self.name} ({self.pull_error})"
+        return f"the engine could not pull {self.pinned or self.name} ({self.pull_error})"
 
 
 def get_base(docker: object, name: str, platform: str) -> BaseImage:
-    """Pull `name` for `platform`; where the pull fails, the engine's own copy; else SandboxError."""
+    """Pull `name` for `platform` (by its digest when it has one); where the pull fails, the engine's own
+    copy of it, else of its tag alone; else SandboxError."""
     import docker as sdk
 
+    tag, _, digest = name.partition("@")
     try:
-        docker.images.pull(name, platform=platform)  # type: ignore[attr-defined]
+        image = docker.images.pull(name, platform=platform)  # type: ignore[attr-defined]
     except sdk.errors.DockerException as exc:
         reason = _first_line(str(getattr(exc, "explanation", None) or exc))
-        try:
-            docker.images.get(name)  # type: ignore[attr-defined]
-        except sdk.errors.ImageNotFound:
-            raise BaseUnavailable(name, reason) from exc
-        return BaseImage(name, platform, reason)
-    return BaseImage(name, platform)
+        for held in (name, tag) if digest else (name,):
+            try:
+                image = docker.images.get(held)  # type: ignore[attr-defined]
+            except sdk.errors.ImageNotFound:
+                continue
+            found = digest if held == name else _repo_digest(image)
+            pinned = name if held != name else ""
+            return BaseImage(held, platform, reason, found, str(image.id), pinned)
+        raise BaseUnavailable(name, reason) from exc
+    return BaseImage(name, platform, None, digest or _repo_digest(image), str(image.id))
 
 
-def plain_dockerfile(base: str, packages: Sequence[str]) -> str:
-    """The plain image: the base, the recipe's packages, its user and its image configuration."""
+def _repo_digest(image: object) -> str:
+    """The digest a registry gave the image (its first RepoDigests entry), or "" for one it never did."""
+    found = (getattr(image, "attrs", {}) or {}).get("RepoDigests") or []
+    return str(found[0]).rpartition("@")[2] if found else ""
+
+
+def plain_dockerfile(base: BaseImage, packages: Sequence[str]) -> str:
+    """The plain image: the base, the recipe's packages, its user and its image configuration, and the
+    base it was built from as a label."""
     return "\n".join(
         (
-            f"FROM {base}",
+            f"FROM {base.name}",
             "ARG APT_MIRROR=",
             "USER root",
             f"COPY {_EXCLUDES_FILE} /etc/dpkg/dpkg.cfg.d/conclave",
@@ -82,6 +116,7 @@ def plain_dockerfile(base: str, packages: Sequence[str]) -> str:
             _run(ADD_USER, ""),
             *IMAGE_CONFIG,
             f"LABEL {ROUTE_LABEL}=dockerfile",
+            f"LABEL {BASE_LABEL}={json.dumps(base.recorded)}",
             "",
         )
     )

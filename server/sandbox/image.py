@@ -3,7 +3,8 @@
 `build_image()` does nothing when the tag exists. Otherwise sandbox/image_route.py picks the route and
 says why, and the candidate is built under a temporary tag:
 
-- the Dockerfile route (sandbox/dockerfile.py): the engine builds from `debian:bookworm-slim`;
+- the Dockerfile route (sandbox/dockerfile.py): the engine builds from `debian:bookworm-slim`, pulled by
+  its pinned digest; the build prints which base it used and labels the image with it;
 - the mmdebstrap route: `mmdebstrap --variant=minbase` makes the root on this machine with the
   recipe's packages, the `merged-usr` and `eatmydata` hooks, docs/man pages/locales left out by dpkg
   `path-exclude` options, and a customize hook that adds the `sandbox` user. The mirrors are the ones apt
@@ -46,6 +47,7 @@ from conclave.sandbox.engine import FIX as ENGINE_FIX
 from conclave.sandbox.image_route import Route, RouteChoice, choose_route
 from conclave.sandbox.recipe import (
     ADD_USER,
+    BASE_PINNED,
     DPKG_EXCLUDES,
     IMAGE_CONFIG,
     PACKAGES,
@@ -102,11 +104,13 @@ class AptSources:
 @dataclass(frozen=True)
 class BuildOptions:
     """How `conclave sandbox build` builds: the route (None: chosen), the platform (None: the engine's
-    own), and a Debian mirror for the Dockerfile route's apt (None: the base's own sources)."""
+    own), a Debian mirror for the Dockerfile route's apt (None: the base's own sources), and that
+    route's base (pinned by digest)."""
 
     route: Route | None = None
     platform: str | None = None
     apt_mirror: str | None = None
+    base: str = BASE_PINNED
 
     def __post_init__(self) -> None:
         if self.platform is not None:
@@ -136,7 +140,7 @@ async def build_image(
 
     async def with_dockerfile(docker: object, candidate: str, say: Log) -> None:
         assert choice.base is not None  # the Dockerfile route always comes with its base
-        text = dockerfile.plain_dockerfile(choice.base.name, PACKAGES)
+        text = dockerfile.plain_dockerfile(choice.base, PACKAGES)
         with tempfile.TemporaryDirectory(prefix=f"{IMAGE_REPO}-") as tmp:
             dockerfile.write_context(Path(tmp), text)
             say(f"docker build from {choice.base.name} for {target} with {', '.join(PACKAGES)}")
@@ -196,9 +200,18 @@ async def start_build(
     needs(tag)
     target = await target_platform(docker, options)
     choice = await anyio.to_thread.run_sync(
-        partial(choose_route, docker, forced=options.route, platform=target, offline_tools=("mmdebstrap",))
+        partial(
+            choose_route,
+            docker,
+            forced=options.route,
+            platform=target,
+            offline_tools=("mmdebstrap",),
+            base=options.base,
+        )
     )
     say(f"route: {choice.route} ({choice.reason})")
+    if choice.base is not None:
+        say(f"base: {choice.base.recorded}")  # which image the build starts from (also its label)
     return BuildStart(docker, tag, target, choice, say)
 
 

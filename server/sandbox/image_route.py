@@ -1,12 +1,13 @@
 """Which route builds the sandbox images, and why (`conclave sandbox build` says both).
 
-- `dockerfile` (sandbox/dockerfile.py): the engine builds from a public Debian base. Chosen when the
-  engine can pull the base: any engine with a registry, on any host.
+- `dockerfile` (sandbox/dockerfile.py): the engine builds from a public Debian base, pulled by its
+  pinned digest. Chosen when the engine can pull the base: any engine with a registry, on any host.
 - `mmdebstrap` (sandbox/image.py): the host makes the Debian root and the engine imports it. Chosen
   when the engine cannot pull and the host has the tools (a Debian or Ubuntu host with no registry,
   such as CI's).
-- When neither: a base the engine already holds still serves the Dockerfile route; else the error
-  names what is missing and both fixes.
+- When neither: a base the engine already holds still serves the Dockerfile route (the pinned one, else
+  its copy of the tag, which the reason names by its image id); else the error names what is missing
+  and both fixes.
 `--route` forces one; its own missing piece is then the error.
 """
 
@@ -19,7 +20,7 @@ from enum import StrEnum
 
 from conclave.errors import BaseUnavailable, SandboxError
 from conclave.sandbox.dockerfile import BaseImage, get_base
-from conclave.sandbox.recipe import BASE_IMAGE
+from conclave.sandbox.recipe import BASE_PINNED
 
 
 class Route(StrEnum):
@@ -42,7 +43,7 @@ def choose_route(
     forced: Route | None,
     platform: str,
     offline_tools: Sequence[str],
-    base: str = BASE_IMAGE,
+    base: str = BASE_PINNED,
 ) -> RouteChoice:
     """Pick the route (see the module docstring); blocking: it may pull `base`."""
     missing = [tool for tool in offline_tools if shutil.which(tool) is None]

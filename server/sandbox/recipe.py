@@ -18,6 +18,11 @@ from conclave.errors import SandboxError
 
 RELEASE = "bookworm"
 BASE_IMAGE = f"debian:{RELEASE}-slim"
+# The Dockerfile route pulls its base by digest, so a registry (or whoever moves the tag) cannot give it
+# other content. The multi-arch index of debian:bookworm-slim as public Dockerfiles pin it; a newer one is
+# a deliberate change here (`docker buildx imagetools inspect debian:bookworm-slim` prints it).
+BASE_DIGEST = "sha256:60eac759739651111db372c07be67863818726f754804b8707c90979bda511df"
+BASE_PINNED = f"{BASE_IMAGE}@{BASE_DIGEST}"
 VARIANT = "minbase"  # Essential and Priority: required, and apt: what debian:*-slim holds
 # pytest: the check a Python project most often names (`verify: pytest -q`) works out of the box
 PACKAGES = ("python3", "python3-pytest", "ca-certificates")
@@ -75,6 +80,7 @@ CLIS_SMOKE_TEST = (
 # The engine's architecture (`docker version`'s Arch, or a --platform's) -> Debian's and npm's names.
 _ARCHES = {"amd64": ("amd64", "x64"), "x86_64": ("amd64", "x64"), "arm64": ("arm64", "arm64")}
 _ARCHES["aarch64"] = _ARCHES["arm64"]
+BASE_LABEL = "conclave.sandbox.base"  # the base a Dockerfile-route image was built from (dockerfile.py)
 ROUTE_LABEL = "conclave.sandbox.route"  # which route built an image: the one line in which they differ
 
 

@@ -8,6 +8,7 @@ import anyio
 import pytest
 
 from conclave.config.models import SandboxSpec
+from conclave.coordination.blocked_runs import project_modules, why_blocked
 from conclave.coordination.prompts import turn_prompt
 from conclave.coordination.reports import Check, ShownAnswer
 from conclave.coordination.verdicts import Baseline, RunCounts, read_summary
@@ -117,3 +118,68 @@ async def test_a_check_that_cannot_run_is_an_error_check_not_a_crash(tmp_path: P
     run = await verifier.run("A1")  # no snapshot A1: its files were never kept
     assert run.check.status == "error" and not run.check.passed and "no snapshot" in (run.check.error or "")
     assert run.output.startswith("the check could not run")
+
+
+COLLECTION = (
+    "E   ModuleNotFoundError: No module named '{name}'\n!!! Interrupted: 1 error during collection !!!\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("code", "output", "modules", "says"),
+    [
+        (
+            127,
+            "sh: 1: tox: not found",
+            {},
+            "a command it runs was not found (exit 127: sh: 1: tox: not found)",
+        ),
+        (126, "sh: 1: ./run.sh: Permission denied", {}, "is not executable (exit 126: sh: 1: ./run.sh: Perm"),
+        (2, COLLECTION.format(name="calc"), {"calc": "src"}, "Run it as `PYTHONPATH=src the command`"),
+        (2, COLLECTION.format(name="requests"), {}, "pytest stopped while collecting the tests (exit 2: it"),
+        (
+            4,
+            "ERROR: file or directory not found: tests/unit\n\nno tests ran in 0.01s",
+            {},
+            "(exit 4: file or",
+        ),
+        (5, "\nno tests ran in 0.01s\n", {}, "it found no tests (exit 5)"),
+        (
+            1,
+            "ImportError: Failed to import test module: tests\n"
+            "ModuleNotFoundError: No module named 'tests'\n\nRan 1 test in 0.000s\n\nFAILED (errors=1)",
+            {},
+            "could not import the test module `tests` (ModuleNotFoundError: No module named 'tests')",
+        ),
+    ],
+)
+def test_a_run_that_cannot_run_on_the_callers_files_says_so_and_names_the_fix(
+    code: int, output: str, modules: dict[str, str], says: str
+) -> None:
+    blocked = why_blocked(CommandResult(code, output, "", False, 0.1), "the command", modules)
+    assert blocked is not None and blocked.startswith("`the command` could not run on your files: ")
+    assert says in blocked, blocked
+
+
+@pytest.mark.parametrize(
+    "result",
+    [
+        CommandResult(1, "F\n1 failed in 0.05s\n", "", False, 0.1),  # the bug fails its test: it ran
+        CommandResult(1, "", "AssertionError: 6\n", False, 0.1),  # a script's assert
+        CommandResult(0, "", "", False, 0.1),
+        CommandResult(None, "", "", True, 60.0),  # a timeout is the verdict's to judge
+        CommandResult(
+            1, "", "ModuleNotFoundError: No module named 'calc.sub'; 'calc' is not a package", False, 0.1
+        ),
+    ],
+)
+def test_a_run_whose_tests_ran_is_not_blocked(result: CommandResult) -> None:
+    assert why_blocked(result, "pytest -q", {"calc": ""}) is None
+
+
+def test_a_projects_modules_are_its_top_level_names_with_their_folders() -> None:
+    found = project_modules(
+        ["src/calc.py", "tests/test_calc.py", "pkg/sub/__init__.py", "README.md", "a-b.py"]
+    )
+    assert found["calc"] == "src" and found["test_calc"] == "tests" and found["pkg"] == found["src"] == ""
+    assert found["sub"] == "pkg" and "a-b" not in found and "README" not in found

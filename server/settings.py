@@ -35,6 +35,10 @@ class Settings(BaseSettings):
     # `conclave serve` fronts queue the jobs they admit and `conclave worker` processes run them
     # (jobs/queue.py, docs/deploy.md); unset: this process runs its own jobs, as one machine does.
     queue_url: SecretStr | None = None
+    # A queue URL that gives no password is refused by fronts and workers (whoever reaches the Redis
+    # could queue work for them) unless the operator says only they can reach it: a private socket or
+    # network (jobs/queue.py, docs/deploy.md).
+    queue_private: bool = False
     # Jobs running at once. A job mostly waits on its providers, so many fit on a small machine; what
     # bounds the load is provider_concurrency (requests in flight per provider, shared by every job),
     # verify_concurrency (check containers) and max_queued (bench/bench_store.py measures 16 at once).

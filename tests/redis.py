@@ -1,10 +1,13 @@
 """A real Redis for the queue's tests: Debian's `redis-server` (.ci/test-env.sh installs it), one per test
 session in a folder of its own under /tmp, reached only through a unix socket there (no port shared
-with anything else on the machine), emptied before each test that uses it.
+with anything else on the machine), emptied before each test that uses it. It asks for a password, as
+the shipped deploy files' Redis does (fronts and workers refuse a queue without one: jobs/queue.py);
+`redis_server(password=None)` starts one that asks for none.
 """
 
 from __future__ import annotations
 
+import secrets
 import shutil
 import subprocess
 import tempfile
@@ -16,6 +19,8 @@ from pathlib import Path
 
 from pydantic import SecretStr
 
+NEW = "new"  # redis_server's default: a fresh random password
+
 
 def missing() -> str | None:
     """Why no Redis can run here, or None."""
@@ -26,22 +31,31 @@ def missing() -> str | None:
 
 @dataclass(frozen=True)
 class Redis:
-    """A running throwaway Redis: its socket."""
+    """A running throwaway Redis: its socket and its password (None: it asks for none)."""
 
     socket: Path
+    password: str | None
 
     def url(self) -> SecretStr:
-        return SecretStr(f"unix://{self.socket}")
+        auth = f":{self.password}@" if self.password else ""
+        return SecretStr(f"unix://{auth}{self.socket}")
+
+    def cli(self, *command: str) -> subprocess.CompletedProcess[bytes]:
+        """`redis-cli` on this Redis (its password given), for one command."""
+        auth = ["-a", self.password, "--no-auth-warning"] if self.password else []
+        return subprocess.run(["redis-cli", "-s", str(self.socket), *auth, *command], capture_output=True)
 
     def flush(self) -> None:
-        subprocess.run(["redis-cli", "-s", str(self.socket), "FLUSHALL"], check=True, capture_output=True)
+        self.cli("FLUSHALL").check_returncode()
 
 
 @contextmanager
-def redis_server() -> Iterator[Redis]:
+def redis_server(password: str | None = NEW) -> Iterator[Redis]:
     """Start redis-server on a unix socket (no TCP, nothing saved to disk), yield it, stop it."""
+    password = secrets.token_hex(16) if password == NEW else password
     folder = Path(tempfile.mkdtemp(prefix="queue-redis-", dir="/tmp"))
     socket = folder / "redis.sock"
+    auth = ["--requirepass", password] if password else []
     process = subprocess.Popen(
         [
             "redis-server",
@@ -57,6 +71,7 @@ def redis_server() -> Iterator[Redis]:
             "no",
             "--dir",
             str(folder),
+            *auth,
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -67,7 +82,7 @@ def redis_server() -> Iterator[Redis]:
             assert process.poll() is None, "redis-server exited at start"
             assert time.monotonic() < deadline, "no socket"  # wall-time: a start limit, not a speed
             time.sleep(0.05)  # sleep-ok: until redis-server opens its socket
-        yield Redis(socket)
+        yield Redis(socket, password)
     finally:
         process.terminate()
         process.wait(timeout=10)

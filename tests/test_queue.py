@@ -52,7 +52,7 @@ async def test_a_bad_or_unreachable_queue_url_names_the_setting_the_value_and_th
     with pytest.raises(QueueUnavailable, match=r"CONCLAVE_QUEUE_URL=postgresql://u:\*\*\*@h/db: .*Redis URL"):
         async with JobQueue.open(SecretStr("postgresql://u:secret@h/db")):
             pass
-    gone = f"unix://{tmp_path}/no.sock"
+    gone = f"unix://:password@{tmp_path}/no.sock"
     with pytest.raises(QueueUnavailable, match=r"CONCLAVE_QUEUE_URL=unix://.*could not be reached.*unset"):
         async with JobQueue.open(SecretStr(gone)):
             pass

@@ -130,7 +130,9 @@ class JobService:
             async with AsyncExitStack() as stack:
                 queue: JobQueue | None = None
                 if settings.queue_url is not None:  # a front: workers run the jobs
-                    queue = await stack.enter_async_context(JobQueue.open(settings.queue_url))
+                    queue = await stack.enter_async_context(
+                        JobQueue.open(settings.queue_url, settings.queue_private)
+                    )
                 store = await stack.enter_async_context(AsyncStore.open(sync_store))
                 tg = await stack.enter_async_context(anyio.create_task_group())
                 wake = waker(store)

@@ -4,7 +4,7 @@ jobs/queue.py), with the same lifecycle the single-process server runs them with
 A worker is a server without callers: the jobs' loop and thread (jobs/job_thread.py), the upkeep
 (jobs/maintenance.py: it heartbeats the leases of the jobs it runs, takes the cancels and notes
 fronts leave in the store, and takes over the jobs of workers that died: jobs/takeover.py), and a
-Docket worker taking the queue's messages, at most CONCLAVE_MAX_JOBS at once. Each message runs
+consumer taking the queue's messages, at most CONCLAVE_MAX_JOBS at once. Each message runs
 `JobRunner`: it takes the fairest waiting job from the store (`Store.take_queued`), runs it to its
 end, and takes the next while jobs wait; when it could take none (its caller's share here is full),
 it puts the message back for another worker.
@@ -144,7 +144,7 @@ async def run_worker(
     owner_id = uuid.uuid4().hex
     try:
         async with (
-            JobQueue.open(url) as queue,
+            JobQueue.open(url, settings.queue_private) as queue,
             AsyncStore.open(sync_store) as store,
             anyio.create_task_group() as tg,
         ):
@@ -194,7 +194,7 @@ async def _work(
                 flush=True,
             )
             await runner.drain.wait()
-        # Docket's worker took no more messages and waited for the ones it ran: their jobs have ended
+        # the queue's consumer took no more messages and waited for the ones it ran: their jobs have ended
         while not await runner.idle():  # jobs taken over run beside the messages
             await anyio.sleep(IDLE_S)
     finally:
@@ -234,7 +234,7 @@ def _unless_draining(
 async def drain_workers(settings: Settings, worker_ids: list[str]) -> list[str]:
     """Ask the live workers named (or `all`) to drain, through the queue; the ids asked. An id no live
     worker has is an InputError naming the live ones."""
-    async with JobQueue.open(_queue_url(settings)) as queue:
+    async with JobQueue.open(_queue_url(settings), settings.queue_private) as queue:
         live = [worker.id for worker in await queue.workers(settings.stale_after_s)]
         wanted = live if "all" in worker_ids else worker_ids
         for worker_id in wanted:
@@ -264,8 +264,8 @@ class QueueReport(BaseModel):
 
 async def queue_report(settings: Settings) -> QueueReport:
     """What `conclave doctor` shows of the queue and its workers."""
-    async with JobQueue.open(_queue_url(settings)) as queue:
-        depth = await queue.depth()
+    async with JobQueue.open(_queue_url(settings), settings.queue_private) as queue:
+        depth = await queue.depth()  # counted: no message is read
         live = await queue.workers(settings.stale_after_s)
 
     def held() -> dict[str, int]:

@@ -165,8 +165,11 @@ async def test_list_teams_shows_presets_and_missing_keys(client: Client) -> None
 async def test_a_missing_key_in_a_team_file_names_the_variable(
     client: Client, tmp_path: Path, fakes: FakeProviders
 ) -> None:
-    path = write_team(tmp_path / "keyless.yaml", fakes, TRIO, key_env="CONCLAVE_UNSET_KEY")
-    result = await call(client, "ask_team", task="t", team=str(path))
+    # in the user's team folder: a project's team file may send no variable to a URL of its own
+    write_team(
+        tmp_path / "config" / "conclave" / "teams" / "keyless.yaml", fakes, TRIO, key_env="CONCLAVE_UNSET_KEY"
+    )
+    result = await call(client, "ask_team", task="t", team="keyless")
     assert result.is_error and "set the CONCLAVE_UNSET_KEY environment variable" in result.content[0].text
 
 

@@ -43,6 +43,8 @@ pytestmark = pytest.mark.anyio
 CLAUDE_KEY = "sk-ant-api03-claude-key-0123456789abcdef"
 CODEX_KEY = "sk-proj-codex-key-0123456789abcdef"
 ENV = {"CLAUDE_MEMBER_KEY": CLAUDE_KEY, "CODEX_MEMBER_KEY": CODEX_KEY}
+# the user lets these go to the fakes: the team file lies in the test's folder, not the user's
+TO_FAKES = tuple(f"{variable}=127.0.0.1:*" for variable in ENV)
 FAST = RetryPolicy(max_attempts=2, base_delay_s=0.01, max_delay_s=0.05)
 # What a prompt-injected member runs: its environment, every /proc/*/environ it can read, its HOME, into
 # world-readable files (the runner's umask is 077; peers run as another user of the snapshots).
@@ -82,7 +84,8 @@ coordination: {{max_answers_per_agent: 1, final: reuse, timeout_s: 900}}
 sandbox: {{memory: 2g, cpus: 1}}
 """)
     state = tmp_path / "state"
-    async with JobService.open(Settings(home=state), environ=ENV, retry=FAST) as service:
+    settings = Settings(home=state, key_destinations=TO_FAKES)
+    async with JobService.open(settings, environ=ENV, retry=FAST) as service:
         view = await service.submit(
             JobRequest(task=TASK, team=str(team), context_paths=[{"path": str(project)}])
         )

@@ -36,7 +36,7 @@ _ESCAPED = re.compile(r"\\([0-7]{3})")  # mountinfo writes a space as \040, a ba
 
 @dataclass(frozen=True)
 class KeptFolder:
-    """One folder the server keeps, what it is in words, and the setting that places it."""
+    """One folder the server keeps, and what it is in words (with the setting that places it)."""
 
     path: Path
     what: str
@@ -68,28 +68,37 @@ class Kept:
         """Raise ServerState when the folder `path` (named `shown` to the caller; `path` may be a pinned
         /proc/self/fd/N) is, holds or lies inside a kept folder."""
         real = Path(os.path.realpath(path if path is not None else shown))
-        own = _chain(real)
+        me, around = _identity(real), _chain(real)  # its pair, and its own and its parents' that exist
         table = _mount_table(self.mountinfo)
+        seen_as = _source(real, table)  # its filesystem and its path there: a bind mount's source
         inside = [mount for mount in table if mount.point != real and mount.point.is_relative_to(real)]
         for kept in self.folders:
             place = Path(os.path.realpath(kept.path.expanduser()))
-            above = _chain(place)  # the kept folder's pair first (when it exists), then its parents'
-            here = _identity(place)
-            if real == place or (here is not None and own and here == own[0]):
-                raise _refused(field, shown, "is", kept, place)
-            if (here is not None and here in own) or real.is_relative_to(place):
-                raise _refused(field, shown, "lies inside", kept, place)
-            if (own and own[0] in above) or place.is_relative_to(real):
-                raise _refused(field, shown, "holds", kept, place)
+            here, above = _identity(place), _chain(place)
             source = _source(place, table)
+            # both on one filesystem: (its path, the kept folder's path) there, whatever mounts show them
+            fs = (seen_as[1], source[1]) if seen_as and source and seen_as[0] == source[0] else None
+            if real == place or (here is not None and here == me) or (fs and fs[0] == fs[1]):
+                raise _refused(field, shown, "is", kept, place)
+            if (
+                (here is not None and here in around)
+                or real.is_relative_to(place)
+                or (fs and fs[0].is_relative_to(fs[1]))
+            ):
+                raise _refused(field, shown, "lies inside", kept, place)
+            if (
+                (me is not None and me in above)
+                or place.is_relative_to(real)
+                or (fs and fs[1].is_relative_to(fs[0]))
+            ):
+                raise _refused(field, shown, "holds", kept, place)
             for mount in inside:  # another view of a kept folder, or of a folder around or inside it
-                seen = _identity(mount.point)
                 shows = (
                     source is not None
                     and mount.device == source[0]
                     and (mount.root.is_relative_to(source[1]) or source[1].is_relative_to(mount.root))
                 )
-                if shows or (seen is not None and seen in above):
+                if shows or _identity(mount.point) in above:
                     raise _refused(field, shown, f"holds (through the mount at {mount.point})", kept, place)
 
 

@@ -100,6 +100,10 @@ def named(server: Server, form: str, mount: object) -> Path:
     if form == "bind-mount":  # the same folder at another path: the same (st_dev, st_ino)
         mount(server.home, server.project / "view")  # type: ignore[operator]
         return server.project / "view"
+    if form == "bind-mount-of-a-child":  # a folder inside the home, shown elsewhere
+        (server.home / "inner").mkdir(exist_ok=True)
+        mount(server.home / "inner", server.project / "view")  # type: ignore[operator]
+        return server.project / "view"
     if form == "mount-inside":  # a folder holding a mount that shows the state's parent
         mount(server.home.parent, server.project / "srv-view")  # type: ignore[operator]
         return server.project
@@ -123,6 +127,7 @@ def named(server: Server, form: str, mount: object) -> Path:
         "symlink",
         "linked-parent",
         "bind-mount",
+        "bind-mount-of-a-child",
         "mount-inside",
         "database",
         "tokens",
@@ -152,7 +157,7 @@ async def test_what_the_server_keeps_is_never_a_context_path(
             assert "nothing the server keeps is ever a caller's folder" in error.fix, error.fix
             assert "CONCLAVE_ALLOWED_ROOTS" in error.fix, error.fix
         assert not list(server.jobs.glob("cj-*")), "no job was queued"
-        if form not in ("bind-mount", "mount-inside"):  # the project holds a mount of the state then
+        if "mount" not in form:  # the project holds a mount of the state then
             view = await service.submit(
                 JobRequest(task="read it", team="solo", context_paths=[{"path": str(server.project)}])
             )

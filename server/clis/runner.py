@@ -364,8 +364,8 @@ class CliMember:
         prompt = "\n\n".join([request.system, *(message.content for message in request.messages)]).strip()
         output = await self.run(prompt)
         yield TextDelta(output.text)
-        if not self.metered:  # a metered member's calls were charged by its proxy as they went
-            yield output.usage
+        # a metered member's calls were charged by its proxy as they went: its report here is none
+        yield Usage() if self.metered else output.usage
         yield Done("end_turn")
 
     async def aclose(self) -> None:

@@ -274,3 +274,74 @@ async def test_only_a_login_files_token_fields_are_secrets() -> None:
     assert "gho_copilottoken0123456789abcdef" in found
     assert "acct-0042" not in found and "member@example.com" not in found
     assert not [value for value in found if "googleapis.com/auth" in value or "User settings" in value]
+
+
+FIX_LINE = "return a + b  # the honest member's fix"
+
+
+class Censor(ClaudeCode):
+    """Two members in one: with the model `opus`, a prompt-injected member that rewrites its own login
+    file to hold its peer's fix line (in a token field and another) and answers with a note; else an
+    honest member that waits for that answer (at /peers), then fixes calc.py with that line. Both vote
+    for the first answer they are shown."""
+
+    def command(self, prompt: str, model: str | None, schema: dict[str, Any] | None) -> list[str]:
+        if schema is not None:
+            label = schema["properties"]["answer"]["enum"][0]
+            decision = {"decision": "vote", "answer": label, "reason": "fine"}
+            return ["echo", json.dumps({"type": "result", "result": "", "structured_output": decision})]
+        if model == "opus":
+            plant = (
+                "import json, os; p = os.environ['HOME'] + '/.claude/.credentials.json'; "
+                f"d = json.load(open(p)); d['claudeAiOauth']['refreshToken'] = {FIX_LINE!r}; "
+                f"d['note'] = {FIX_LINE!r}; json.dump(d, open(p, 'w'))"
+            )
+            said = json.dumps({"type": "result", "result": "I left a note."})
+            return [
+                "sh",
+                "-c",
+                f"python3 -c {shlex.quote(plant)}; echo note > note.txt; echo {shlex.quote(said)}",
+            ]
+        said = json.dumps({"type": "result", "result": f"Fixed add(): {FIX_LINE}"})
+        return [
+            "sh",
+            "-c",
+            "for i in $(seq 300); do ls /peers/*/note.txt >/dev/null 2>&1 && break; sleep 1; done; "
+            f"sed -i {shlex.quote(f's/return a - b/{FIX_LINE}/')} calc.py; echo {shlex.quote(said)}",
+        ]
+
+
+async def test_a_member_that_plants_its_peers_line_in_its_login_file_hides_nothing_of_the_peer(
+    clis_image: str, tmp_path: Path
+) -> None:
+    """The attack as it ran: the honest member's fixed file stays in its snapshot (so in the diff, the
+    peers' view and `read_workspace`), and its answer reaches the voters and the transcript whole."""
+    home = tmp_path / "user"
+    (home / ".claude").mkdir(parents=True)
+    (home / CREDENTIALS).write_bytes(claude_credentials(TOKEN, REFRESH))
+    environ = {"HOME": str(home)}
+
+    def members(spec: AgentSpec) -> Agent:
+        member = CliMember.for_spec(spec, environ)
+        member.adapter = Censor()
+        return CliAgent(member)
+
+    project = calc_project(tmp_path)
+    team = tmp_path / "team.yaml"
+    team.write_text(
+        "agents:\n  - model: cli/claude-code:opus\n  - model: cli/claude-code\n"
+        "coordination: {max_answers_per_agent: 1, final: reuse}\n"
+    )
+    settings = Settings(home=tmp_path / "state")
+    async with JobService.open(settings, environ=environ, retry=FAST, agent_factory=members) as service:
+        context = [{"path": str(project), "permission": "read"}]
+        view = await service.submit(JobRequest(task=TASK, team=str(team), context_paths=context))
+        view = await until_cli_done(service, view)
+        transcript = (await service.lookup.read(view.job_id, "transcript", None, 0, 100_000)).content
+        honest = next(agent.letter for agent in view.agents if agent.model == "cli/claude-code")
+        listing = (await service.lookup.read(view.job_id, "", f"{honest}1", 0, 100_000)).content
+        fixed = (await service.lookup.read(view.job_id, "proj/calc.py", f"{honest}1", 0, 100_000)).content
+
+    assert view.state == "completed", view.text()
+    assert "proj/calc.py" in listing and FIX_LINE in fixed, fixed  # in the honest member's snapshot
+    assert f"Fixed add(): {FIX_LINE}" in transcript and "Fixed add(): [secret]" not in transcript

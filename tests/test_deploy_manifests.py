@@ -45,7 +45,11 @@ DEPLOY = Path(__file__).resolve().parent.parent / "docs" / "deploy"
 COMPOSE = DEPLOY / "compose.yaml"
 K8S = sorted((DEPLOY / "k8s").glob("*.yaml"))
 IMAGE = f"conclave:{__version__}"  # what build-image.sh tags and every manifest runs
-COMPOSE_ENV = {"POSTGRES_PASSWORD": "compose-check-password", "DOCKER_GID": "999"}
+COMPOSE_ENV = {
+    "POSTGRES_PASSWORD": "compose-check-password",
+    "REDIS_PASSWORD": "compose-check-redis-password",
+    "DOCKER_GID": "999",
+}
 IMAGE_UID = 10001  # the Dockerfile's user
 OLDEST_KUBERNETES = "1.29.0"  # native sidecars (an init container with restartPolicy: Always)
 
@@ -398,14 +402,18 @@ def test_the_image_reaches_the_host_s_engine_as_the_compose_workers_do(
     assert f"{docker_image}: already present" in run.stdout and f"{clis_image}: already present" in run.stdout
 
 
+REDIS_PASSWORD = secrets.token_hex(16)  # the test Redis asks for it, as compose's does
+
+
 @contextmanager
 def redis_on_a_socket(folder: Path) -> Iterator[Path]:
     """Debian's redis-server on a unix socket any user may open (the image's user too), no TCP, nothing
-    saved: the compose file's Redis, reached the way a container reaches a mounted socket."""
+    saved, asking for REDIS_PASSWORD: the compose file's Redis, reached the way a container reaches a
+    mounted socket."""
     socket = folder / "redis.sock"
     process = subprocess.Popen(
         ["redis-server", "--port", "0", "--unixsocket", str(socket), "--unixsocketperm", "777",
-         "--save", "", "--appendonly", "no", "--dir", str(folder)],
+         "--save", "", "--appendonly", "no", "--dir", str(folder), "--requirepass", REDIS_PASSWORD],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     try:
@@ -470,7 +478,7 @@ async def test_a_front_and_a_worker_from_the_image_run_a_job_on_postgresql_and_r
         shared = {
             **{k: str(v) for k, v in services["worker"]["environment"].items() if k.startswith("CONCLAVE_")},
             "CONCLAVE_DATABASE_URL": image_host.url,  # compose's own: the password from POSTGRES_PASSWORD
-            "CONCLAVE_QUEUE_URL": "unix:///run/redis/redis.sock",
+            "CONCLAVE_QUEUE_URL": f"unix://:{REDIS_PASSWORD}@/run/redis/redis.sock",  # compose's: a password
             "CONCLAVE_CHECK_POOL": "0",  # the fake team runs no commands: no engine here
             "XDG_CONFIG_HOME": "/var/lib/conclave/config",
             KEY_ENV: "test-key",

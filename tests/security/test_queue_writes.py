@@ -16,7 +16,9 @@ from pathlib import Path
 import anyio
 import pytest
 import redis as redis_py
+import yaml
 from pydantic import SecretStr
+from redis.connection import parse_url
 
 from conclave.cli.doctor import run_checks
 from conclave.errors import QueueUnavailable
@@ -32,6 +34,7 @@ from tests.redis import Redis, redis_server
 
 pytestmark = pytest.mark.anyio
 ENV = {KEY_ENV: "test-key-0123456789"}
+DEPLOY = Path(__file__).resolve().parents[2] / "docs" / "deploy"
 PLACES = ("stream", "later", "strike")  # where a marker is planted: each makes its own folder
 
 
@@ -137,3 +140,35 @@ async def test_a_front_or_worker_refuses_a_queue_without_a_password_unless_it_is
             async with JobQueue.open(wrong):
                 pass
         assert "not-it" not in str(caught.value)
+
+
+def test_the_deploy_files_give_redis_a_password_and_every_queue_url_carries_it() -> None:
+    services = yaml.safe_load((DEPLOY / "compose.yaml").read_text())["services"]
+    assert "--requirepass" in " ".join(str(arg) for arg in services["redis"]["command"])
+    envs = {name: service.get("environment", {}) for name, service in services.items()}
+    urls = {name: env["CONCLAVE_QUEUE_URL"] for name, env in envs.items() if "CONCLAVE_QUEUE_URL" in env}
+    assert {"front-1", "front-2", "worker"} <= set(urls)
+    assert all(url.startswith("redis://:${REDIS_PASSWORD:?") for url in urls.values()), urls
+    assert not any("CONCLAVE_QUEUE_PRIVATE" in env for env in envs.values())
+
+    documents = [
+        d for path in (DEPLOY / "k8s").glob("*.yaml") for d in yaml.safe_load_all(path.read_text()) if d
+    ]
+    [secret] = [d for d in documents if d["kind"] == "Secret"]
+    password = secret["stringData"]["redis-password"]
+    assert parse_url(secret["stringData"]["queue-url"]).get("password") == password
+    containers = {
+        c["name"]: c
+        for d in documents
+        if d["kind"] == "Deployment"
+        for c in d["spec"]["template"]["spec"]["containers"]
+    }
+    redis = containers["redis"]
+    assert redis["args"][-2:] == ["--requirepass", "$(REDIS_PASSWORD)"]
+    [given] = [e for e in redis["env"] if e["name"] == "REDIS_PASSWORD"]
+    assert given["valueFrom"]["secretKeyRef"] == {"name": "conclave", "key": "redis-password"}
+    queue_envs = [
+        e for c in containers.values() for e in c.get("env", []) if e["name"] == "CONCLAVE_QUEUE_URL"
+    ]
+    assert len(queue_envs) >= 2  # the fronts' and the workers'
+    assert all(e["valueFrom"]["secretKeyRef"] == {"name": "conclave", "key": "queue-url"} for e in queue_envs)

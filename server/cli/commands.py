@@ -272,7 +272,7 @@ def gc(args: argparse.Namespace) -> int:
 def config(args: argparse.Namespace) -> int:
     path = Path(args.file)
     settings = Settings()
-    team = read_team_file(path, os.environ, Allowed.of(settings))
+    team = read_team_file(path, os.environ, Allowed.of(settings.key_destinations, settings.egress_allow))
     models = ", ".join(agent.model for agent in team.agents)
     print(f"{path}: ok - team {team.name!r}, {len(team.agents)} agents: {models}")
     missing = team.missing_keys(os.environ)

@@ -22,7 +22,6 @@ from pathlib import Path
 from conclave.config.hosts import HostRule, normal_host, parse_host_rule, url_rule
 from conclave.config.models import Team
 from conclave.errors import ConfigError, UntrustedDestination
-from conclave.settings import Settings
 
 _SHAPE = (
     "write VARIABLE=host, VARIABLE=host:port or VARIABLE=host:* (any port), "
@@ -73,10 +72,11 @@ class Allowed:
     hosts: tuple[HostRule, ...] = ()
 
     @classmethod
-    def of(cls, settings: Settings) -> Allowed:
+    def of(cls, key_destinations: tuple[str, ...], egress_allow: tuple[str, ...]) -> Allowed:
+        """From the settings CONCLAVE_KEY_DESTINATIONS and CONCLAVE_EGRESS_ALLOW (validated there)."""
         return cls(
-            tuple(parse_key_destination(entry) for entry in settings.key_destinations),
-            tuple(parse_host_rule(entry) for entry in settings.egress_allow),
+            tuple(parse_key_destination(entry) for entry in key_destinations),
+            tuple(parse_host_rule(entry) for entry in egress_allow),
         )
 
     def sends(self, variable: str, target: HostRule) -> bool:

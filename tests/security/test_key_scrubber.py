@@ -5,8 +5,18 @@ member's HTTP client drops as it reads the body. Before: a key split across two 
 
 from __future__ import annotations
 
-from conclave.sandbox.provider_key import KeyScrubber
+import anyio
+import anyio.abc
+import pytest
 
+from conclave.clis.cli_adapter import PLACEHOLDER_KEY
+from conclave.sandbox.allowlist import allowlist_for
+from conclave.sandbox.egress import egress_proxy
+from conclave.sandbox.provider_key import KeyScrubber, ProviderKey
+from tests.test_egress import ask
+from tests.test_egress_provider_key import quiet
+
+pytestmark = pytest.mark.anyio
 KEY = "sk-real-0123456789-abcdefghij"
 MASKED = b"*" * len(KEY)
 
@@ -65,3 +75,37 @@ def test_what_is_not_a_key_passes_at_once() -> None:
     head = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
     assert scrubber.feed(head) == head
     assert scrubber.feed(b"c\r\nevent: one\n\n\r\n") == b"c\r\nevent: one\n\n\r\n"  # an event, at once
+
+
+async def test_through_the_proxy_a_key_a_provider_echoes_across_chunks_reaches_the_member_masked() -> None:
+    """A provider on 127.0.0.1 quotes the key it got in a chunked body, cut in two by the chunks' framing
+    and sent in two writes; the member, through its egress proxy, reads `*`s in its place."""
+    key = KEY.encode()
+    got: list[bytes] = []
+
+    async def provider(stream: anyio.abc.ByteStream) -> None:
+        async with stream:
+            head = b""
+            while b"\r\n\r\n" not in head:
+                head += await stream.receive()
+            got.append(head)
+            await stream.send(b"HTTP/1.1 400 Bad Request\r\nTransfer-Encoding: chunked\r\n\r\n")
+            first = b"bad key: " + b"x" * 5 + b" at " + key[:11]
+            await stream.send(b"%x\r\n%s\r\n" % (len(first), first))
+            await anyio.sleep(0.1)  # sleep-ok: the halves of the key reach the proxy apart
+            await stream.send(b"%x\r\n%s\r\n0\r\n\r\n" % (len(key) - 11, key[11:]))
+
+    async with anyio.create_task_group() as group:
+        listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
+        group.start_soon(listener.serve, provider)
+        port = listener.extra(anyio.abc.SocketAttribute.local_port)
+        url = f"http://127.0.0.1:{port}"
+        request = f"POST /v1/messages HTTP/1.1\r\nx-api-key: {PLACEHOLDER_KEY}\r\nContent-Length: 0\r\n\r\n"
+        async with egress_proxy(allowlist_for("claude-code", base_url=url)) as proxy:
+            proxy.serve_key(ProviderKey(url, KEY, "anthropic"))
+            reply = await ask(proxy, request.encode())
+            await quiet(proxy)
+        group.cancel_scope.cancel()
+    assert got and KEY.encode() in got[0]  # the provider had the real key
+    body = dechunked(reply[reply.index(b"HTTP/1.1") :])
+    assert key not in body and body.endswith(b" at " + MASKED), reply

@@ -19,7 +19,7 @@ from conclave.backends.retry import RetryPolicy
 from conclave.config.models import AgentSpec, Team
 from conclave.coordination.agents import Agent, ApiAgent
 from conclave.coordination.members import endpoint_factory
-from conclave.errors import InputError
+from conclave.errors import InputError, OverLimit
 from conclave.jobs.read.views import JobView, structured
 from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
@@ -175,9 +175,10 @@ async def test_the_team_file_sets_default_budgets(tmp_path: Path, fakes: FakePro
     team = str(write_team(tmp_path / "team.yaml", fakes, TRIO, coordination={"max_tokens": 1}))
     async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV, retry=FAST) as service:
         from_file = await run_job(service, team)
-        overridden = await run_job(service, team, max_tokens=10**9)
+        # a caller may lower a team's limit, never raise it (tests/security/test_budget_ceilings.py)
+        with pytest.raises(OverLimit, match="team 'fake-team' allows at most 1"):
+            await run_job(service, team, max_tokens=10**9)
     assert from_file.result.reason.startswith("budget reached: ") and from_file.budget == {"max_tokens": 1}
-    assert overridden.result.consensus and overridden.budget == {"max_tokens": 10**9}
 
 
 async def test_the_estimate_comes_from_past_jobs_and_list_teams_shows_history(

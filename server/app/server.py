@@ -235,6 +235,14 @@ async def serve_http(settings: Settings, host: str = "127.0.0.1", port: int = 87
     check_exposure(tokens, host)
     if tokens.notice:
         print(tokens.notice, file=sys.stderr, flush=True)
+    if not settings.allowed_roots:  # said at start: context paths fail for callers until the operator acts
+        print(
+            "conclave: callers may name no folder (context paths) until CONCLAVE_ALLOWED_ROOTS lists the "
+            "folders they may (separated by ':', outside CONCLAVE_HOME); over HTTP the working directory "
+            "is no root",
+            file=sys.stderr,
+            flush=True,
+        )
     source = TokenSource(settings, tokens)  # one source for /mcp and the web view: both see a change at once
     in_main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _terminated) if in_main_thread else None

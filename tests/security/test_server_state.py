@@ -292,6 +292,8 @@ async def test_over_http_a_server_without_operator_roots_takes_no_folder(
                 "ask_team", {"task": "no files", "team": "solo", "wait_seconds": 0}
             )
             assert plain.structured_content["job_id"].startswith("cj-")
+    said = (tmp_path / "server.log").read_text()  # the operator is told at start, not only callers
+    assert "callers may name no folder" in said and "CONCLAVE_ALLOWED_ROOTS" in said, said
 
 
 async def test_a_callers_entry_in_the_tokens_file_narrows_the_folders_it_may_name(

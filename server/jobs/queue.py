@@ -31,19 +31,24 @@ import logging
 import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 import anyio
 from anyio.abc import TaskGroup
-from pydantic import BaseModel, ConfigDict, SecretStr
+from pydantic import BaseModel, ConfigDict, SecretStr, ValidationError
 
 from conclave.errors import QueueUnavailable
 from conclave.jobs.store.postgres import shown_url  # masks a URL's password, Redis's too
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
+
+try:  # the `queue` extra; JobQueue.open says how to install it
+    from redis.exceptions import RedisError
+except ImportError:  # pragma: no cover
+    RedisError = OSError  # type: ignore[misc,assignment]
 
 logger = logging.getLogger(__name__)
 
@@ -230,7 +235,16 @@ class JobQueue:
         struck off (a worker that was only stalled lists itself again at its next heartbeat)."""
         listed: dict[Any, Any] = await self.redis.hgetall(WORKERS)
         now = time.time()
-        workers = [WorkerInfo.model_validate_json(value) for value in listed.values()]
+        workers: list[WorkerInfo] = []
+        unreadable: list[Any] = []
+        for key, value in listed.items():
+            try:
+                workers.append(WorkerInfo.model_validate_json(value))
+            except ValidationError:  # not a worker's listing (JSON, never loaded as code): struck off
+                unreadable.append(key)
+        if unreadable:
+            logger.warning("refused %d entries on %s: not a worker's listing", len(unreadable), WORKERS)
+            await self.redis.hdel(WORKERS, *unreadable)
         gone = [w.id for w in workers if now - w.seen > stale_after_s]
         if gone:
             await self.redis.hdel(WORKERS, *gone)
@@ -255,11 +269,10 @@ class _Taker:
         self.queue, self.name, self.concurrency, self.runner = queue, name, concurrency, runner
         self.stop = anyio.Event()  # set: take no more messages; those running finish
         self.running: set[bytes] = set()  # the stream ids of the messages being run
+        self._freed = anyio.Event()  # set when a message's run ends (a fresh one after each wait)
         self._next_sweep = 0.0  # when to look next for messages a dead worker left
 
     async def run(self) -> None:
-        from redis.exceptions import RedisError
-
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._renew)
             while not self.stop.is_set():
@@ -269,16 +282,19 @@ class _Taker:
                     logger.warning("the queue's Redis failed (%s); trying again", _first_line(exc))
                     await _sleep_until(self.stop, RETRY_S)
             while self.running:  # the renewal goes on until the last message's job ends
-                await anyio.sleep(POLL_S)
+                self._freed = anyio.Event()
+                await self._freed.wait()
             tg.cancel_scope.cancel()
-        if not await self._left_pending():
-            await self.queue.redis.xgroup_delconsumer(STREAM, GROUP, self.name)
+        with suppress(RedisError):  # its name stays listed in the group: harmless
+            if not await self._left_pending():
+                await self.queue.redis.xgroup_delconsumer(STREAM, GROUP, self.name)
 
     async def _take_some(self, tg: TaskGroup) -> None:
         await self._move_due()
         free = self.concurrency - len(self.running)
         if free <= 0:
-            await _sleep_until(self.stop, POLL_S)  # a slot frees when a job ends
+            self._freed = anyio.Event()
+            await _first(self._freed, self.stop)  # a slot frees when a message's jobs end
             return
         for message_id, fields in await self._take(free):
             job_id = _job_of(fields)
@@ -309,8 +325,11 @@ class _Taker:
             logger.exception("the queue's message for job %s failed", job_id)
         try:
             await self._done(message_id)
+        except RedisError as exc:  # left pending: redelivered later, it only starts waiting jobs
+            logger.warning("the queue's Redis failed (%s) acknowledging a message", _first_line(exc))
         finally:
             self.running.discard(message_id)
+            self._freed.set()
 
     async def _done(self, message_id: bytes) -> None:
         async with self.queue.redis.pipeline(transaction=True) as pipe:
@@ -353,7 +372,9 @@ class _Taker:
         while True:
             await anyio.sleep(REDELIVERY.total_seconds() / 4)
             if self.running:
-                await self.queue.redis.xclaim(STREAM, GROUP, self.name, 0, list(self.running), justid=True)
+                with suppress(RedisError):  # Redis away for a moment: the next renewal comes in time
+                    mine: list[Any] = list(self.running)
+                    await self.queue.redis.xclaim(STREAM, GROUP, self.name, 0, mine, justid=True)
 
     async def _left_pending(self) -> bool:
         pending = await self.queue.redis.xpending_range(STREAM, GROUP, "-", "+", 1, consumername=self.name)
@@ -366,6 +387,18 @@ def _job_of(fields: dict[bytes, bytes]) -> str | None:
         return None
     text = fields[FIELD].decode("ascii", "replace")
     return text if JOB_ID.fullmatch(text) else None
+
+
+async def _first(*events: anyio.Event) -> None:
+    """Wait until any of `events` is set."""
+    async with anyio.create_task_group() as tg:
+
+        async def wait(event: anyio.Event) -> None:
+            await event.wait()
+            tg.cancel_scope.cancel()
+
+        for event in events:
+            tg.start_soon(wait, event)
 
 
 async def _sleep_until(event: anyio.Event, seconds: float) -> None:

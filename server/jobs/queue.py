@@ -40,7 +40,7 @@ from anyio.abc import TaskGroup
 from pydantic import BaseModel, ConfigDict, SecretStr, ValidationError
 
 from conclave.errors import QueueUnavailable
-from conclave.jobs.store.postgres import shown_url  # masks a URL's password, Redis's too
+from conclave.jobs.store.postgres import scheme_of, scrubbed, shown_url  # masks a URL's password
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
@@ -100,8 +100,9 @@ class QueueDepth(BaseModel):
 class JobQueue:
     """The queue of one Conclave deployment: put a job on it, work it, list its workers."""
 
-    def __init__(self, redis: Redis, shown: str) -> None:
+    def __init__(self, redis: Redis, shown: str, url: SecretStr | None = None) -> None:
         self.redis, self.shown = redis, shown
+        self._url = url if url is not None else SecretStr("")  # to mask its password in Redis's errors
 
     @classmethod
     @asynccontextmanager
@@ -109,12 +110,13 @@ class JobQueue:
         """The queue at `url`, once Redis answers; a QueueUnavailable naming the setting otherwise. A URL
         that gives no password is refused unless `private` (CONCLAVE_QUEUE_PRIVATE)."""
         shown = shown_url(url)
-        scheme = url.get_secret_value().partition("://")[0]
+        scheme = scheme_of(url)
         if scheme not in SCHEMES:
+            named = f"it names a {scheme!r} service" if scheme else "it is not a URL (no scheme://)"
             raise QueueUnavailable(
                 SETTING,
                 shown,
-                f"it names a {scheme!r} service; give a Redis URL (redis://:PASSWORD@HOST:6379/0,"
+                f"{named}; give a Redis URL (redis://:PASSWORD@HOST:6379/0,"
                 f" rediss://..., unix://:PASSWORD@/path/redis.sock), or unset {SETTING} to run jobs in"
                 " this process",
             )
@@ -145,7 +147,7 @@ class JobQueue:
             )
         redis = Redis.from_url(url.get_secret_value(), socket_connect_timeout=CONNECT_S)
         try:
-            queue = cls(redis, shown)
+            queue = cls(redis, shown, url)
             await queue.ping()
             yield queue
         finally:
@@ -161,10 +163,10 @@ class JobQueue:
             raise QueueUnavailable(
                 SETTING,
                 self.shown,
-                f"Redis could not be reached there ({_first_line(exc)}); check that redis-server runs and"
-                f" that the URL's host, port, password and database are right, or unset {SETTING} to run"
-                " jobs in this process",
-            ) from exc
+                f"Redis could not be reached there ({scrubbed(_first_line(exc), self._url)}); check that"
+                " redis-server runs and that the URL's host, port, password and database are right, or"
+                f" unset {SETTING} to run jobs in this process",
+            ) from None  # the client's own error may quote the URL: its line is above, masked
 
     async def put(self, job_id: str) -> None:
         """Tell the workers a job waits (its row is `queued`, owned by the queue); a QueueUnavailable
@@ -176,8 +178,8 @@ class JobQueue:
             raise QueueUnavailable(
                 SETTING,
                 self.shown,
-                f"Redis did not take the job ({_first_line(exc)}); nothing was queued: check that"
-                " redis-server runs and answers there, then ask again",
+                f"Redis did not take the job ({scrubbed(_first_line(exc), self._url)}); nothing was queued:"
+                " check that redis-server runs and answers there, then ask again",
             ) from exc
 
     async def put_later(self, job_id: str, delay_s: float, attempt: int) -> None:

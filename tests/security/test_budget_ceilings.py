@@ -28,16 +28,18 @@ HUGE = 10**9
 PRICE = {"input": 1.0, "output": 1.0}
 
 
-def _team(tmp_path: Path, fakes: FakeProviders, *, limits: bool = True) -> str:
+def _team(
+    tmp_path: Path, fakes: FakeProviders, *, limits: bool = True, priced: bool = True, name: str = "team"
+) -> str:
     """One fake member; with `limits`, the team's 2,000 tokens a job, 1,000 a member, $1 a job."""
     install(fakes.script, SOLO, voter())
     coordination: dict[str, Any] = {"final": "reuse"}
     if limits:
         coordination.update(max_tokens=2000, max_cost_usd=1.0)
-    data = team_data(fakes, SOLO, coordination=coordination, price=PRICE)
+    data = team_data(fakes, SOLO, coordination=coordination, **({"price": PRICE} if priced else {}))
     if limits:
         data["agents"][0]["budget"] = {"max_tokens": 1000}
-    path = tmp_path / "team.yaml"
+    path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump(data))
     return str(path)
 
@@ -104,6 +106,23 @@ async def test_over_mcp_no_call_exceeds_the_servers_ceilings(tmp_path: Path, fak
         view = JobView.model_validate(content)
         assert view.budget == {"max_tokens": 5000, "max_cost_usd": 2.0}
         assert [agent.max_tokens for agent in view.agents] == [3000]
+    # a team whose own limits are over the ceilings runs at the ceilings; a cost ceiling needs prices
+    settings = Settings(
+        home=tmp_path / "home", max_job_tokens=1500, max_member_tokens=800, max_job_cost_usd=0.5
+    )
+    limited = _team(tmp_path, fakes, name="limited")
+    unpriced = _team(tmp_path, fakes, limits=False, priced=False, name="unpriced")
+    async with (
+        JobService.open(settings, environ={KEY_ENV: "test-key"}) as service,
+        Client(create_app(service, settings)) as client,
+    ):
+        refused, text, content = await _ask(client, team=limited, wait_seconds=30)
+        assert not refused, text
+        view = JobView.model_validate(content)
+        assert view.budget == {"max_tokens": 1500, "max_cost_usd": 0.5}
+        assert [agent.max_tokens for agent in view.agents] == [800]
+        refused, text, _ = await _ask(client, team=unpriced)
+        assert refused and "CONCLAVE_MAX_JOB_COST_USD=0.5" in text and "price" in text, text
 
 
 def test_the_cli_refuses_a_budget_over_the_teams_or_the_servers(

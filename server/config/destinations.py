@@ -19,7 +19,7 @@ import enum
 from dataclasses import dataclass
 from pathlib import Path
 
-from conclave.config.hosts import HostRule, normal_host, parse_host_rule, url_rule
+from conclave.config.hosts import HostRule, parse_host_rule, url_rule
 from conclave.config.models import Team
 from conclave.errors import ConfigError, UntrustedDestination
 
@@ -113,11 +113,11 @@ def check_destinations(team: Team, origin: Origin, source: str, allowed: Allowed
         return
     for index, entry in enumerate(team.sandbox.allow_hosts):
         rule = parse_host_rule(entry)
-        if any(rule == opened for opened in allowed.hosts):
+        if rule in allowed.hosts:
             continue
         raise UntrustedDestination(
             f"{source}: sandbox.allow_hosts[{index}] {entry!r}: this team file is not in your team folder "
             f"({own_folder}), so it may not open a host of its own to its members. To allow it, move the "
-            f"file into {own_folder}, or set CONCLAVE_EGRESS_ALLOW={normal_host(entry)} (every team's "
+            f"file into {own_folder}, or set CONCLAVE_EGRESS_ALLOW={rule} (every team's "
             "members may then reach it)"
         )

@@ -172,7 +172,7 @@ async def e2e_job(image: str, results: dict[str, Any]) -> None:
     from conclave.jobs.service import JobService
     from conclave.settings import Settings
     from tests.fakes.server import FakeProviders
-    from tests.fakes.team import TRIO, write_team
+    from tests.fakes.team import KEY_DESTINATION, TRIO, write_team
     from tests.test_files_e2e import DOCKER, ENV, NEW, OLD, editor, reviewer
 
     with tempfile.TemporaryDirectory() as tmp, FakeProviders() as fakes:
@@ -183,7 +183,9 @@ async def e2e_job(image: str, results: dict[str, Any]) -> None:
         fakes.script.set_default("bob", reviewer)
         fakes.script.set_default("cy", reviewer)
         team = str(write_team(Path(tmp) / "team.yaml", fakes, TRIO, sandbox={**DOCKER, "image": image}))
-        async with JobService.open(Settings(home=Path(tmp) / "state"), environ=ENV) as service:
+        async with JobService.open(
+            Settings(home=Path(tmp) / "state", key_destinations=(KEY_DESTINATION,)), environ=ENV
+        ) as service:
             view = await service.submit(
                 JobRequest(task="Fix add() in calc.py", team=team, context_paths=[{"path": str(project)}])
             )

@@ -23,7 +23,7 @@ from bench.results_file import in_fresh_folders, write_results
 from conclave.jobs.service import JobService
 from conclave.settings import Settings
 from tests.fakes.server import FakeProviders
-from tests.fakes.team import TRIO, write_team
+from tests.fakes.team import KEY_DESTINATION, TRIO, write_team
 from tests.test_budgets import BUDGET, ENV, FAST, budget_scenario, run_job
 
 RESULTS = Path(__file__).parent / "results" / "budget.json"
@@ -35,7 +35,9 @@ async def one_run(root: Path) -> dict[str, Any]:
         budget_scenario(fakes.script)
         team = str(write_team(root / "team.yaml", fakes, TRIO))
         async with JobService.open(
-            Settings(home=root / "state", gc_auto=False), environ=ENV, retry=FAST
+            Settings(home=root / "state", gc_auto=False, key_destinations=(KEY_DESTINATION,)),
+            environ=ENV,
+            retry=FAST,
         ) as service:
             view = await run_job(service, team, max_tokens=BUDGET)
             kinds = [event.kind for event in await service.store.events(view.job_id)]

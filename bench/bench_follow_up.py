@@ -30,7 +30,7 @@ from conclave.jobs.service import JobService
 from conclave.settings import Settings
 from tests.fakes.calc_task import CALC, TASK, TESTS
 from tests.fakes.server import FakeProviders
-from tests.fakes.team import TRIO, write_team
+from tests.fakes.team import KEY_DESTINATION, TRIO, write_team
 from tests.test_follow_ups import ENV, FAST, fixer
 
 RESULTS = Path(__file__).parent / "results" / "follow-up.json"
@@ -56,7 +56,7 @@ async def one_run(root: Path) -> dict[str, Any]:
         for _, agent in TRIO:
             fakes.script.set_default(agent, fixer)
         team = str(write_team(root / "team.yaml", fakes, TRIO, coordination={"final": "reuse"}))
-        settings = Settings(home=root / "state", gc_auto=False)
+        settings = Settings(home=root / "state", gc_auto=False, key_destinations=(KEY_DESTINATION,))
         async with JobService.open(settings, environ=ENV, retry=FAST) as service:
             paths = [{"path": str(project), "permission": "write"}]
             first = await service.wait(

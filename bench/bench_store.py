@@ -53,7 +53,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tests' fakes
 
 from bench.submitting import submit
 from tests.fakes.script import RecordedRequest, Reply
-from tests.fakes.team import KEY_ENV, decide, is_presentation, own_letter, vote_labels
+from tests.fakes.team import KEY_DESTINATION, KEY_ENV, decide, is_presentation, own_letter, vote_labels
 
 RESULTS = Path(__file__).parent / "results" / "store.json"
 TASK = "What is 6 times 7?"
@@ -152,7 +152,9 @@ async def _run_jobs(
     from conclave.settings import Settings
     from tests.fakes.team import write_team
 
-    settings = Settings(home=root / f"state-{first}", database_url=url)  # the defaults, but for the store
+    settings = Settings(
+        home=root / f"state-{first}", database_url=url, key_destinations=(KEY_DESTINATION,)
+    )  # the defaults, but for the store
     teams = [
         write_team(root / f"team-{job}.yaml", fakes, members(job))  # type: ignore[arg-type]
         for job in range(first, first + count)

@@ -37,7 +37,7 @@ from conclave.settings import Settings
 from tests.fakes.calc_task import CALC, CHECK, TASK, TESTS, agent
 from tests.fakes.script import RecordedRequest, Reply
 from tests.fakes.server import FakeProviders
-from tests.fakes.team import KEY_ENV, TRIO, write_team
+from tests.fakes.team import KEY_DESTINATION, KEY_ENV, TRIO, write_team
 
 RESULTS = Path(__file__).parent / "results" / "verify.json"
 ENV = {KEY_ENV: "bench-key-0123456789"}
@@ -66,7 +66,12 @@ async def one_job(root: Path, latency: float, verify: str | None, concurrency: i
         for name, favourite in FAVOURITES.items():
             fakes.script.set_default(name, slowed(agent(favourite), latency))
         team = str(write_team(root / "team.yaml", fakes, TRIO, coordination={"final": "reuse"}))
-        settings = Settings(home=root / "state", verify_concurrency=concurrency, gc_auto=False)
+        settings = Settings(
+            home=root / "state",
+            verify_concurrency=concurrency,
+            gc_auto=False,
+            key_destinations=(KEY_DESTINATION,),
+        )
         pool = {"check_pool": True} if "check_pool" in inspect.signature(JobService.open).parameters else {}
         async with JobService.open(
             settings, environ=ENV, retry=RetryPolicy(max_attempts=2), **pool

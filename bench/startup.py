@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT))  # tests.fakes: the fake provider servers
 
 from tests.fakes.script import RecordedRequest, Reply  # noqa: E402
 from tests.fakes.server import FakeProviders  # noqa: E402
-from tests.fakes.team import KEY_ENV, voter, write_team  # noqa: E402
+from tests.fakes.team import KEY_DESTINATION, KEY_ENV, voter, write_team  # noqa: E402
 
 CONCLAVE = str(Path(sys.executable).parent / "conclave")
 INITIALIZE = {
@@ -114,6 +114,7 @@ def main() -> None:
         "XDG_CONFIG_HOME": str(home / "config"),
         "FASTMCP_LOG_LEVEL": "WARNING",
         KEY_ENV: "bench-key",
+        "CONCLAVE_KEY_DESTINATIONS": KEY_DESTINATION,  # its team file is not in the user's team folder
     }
     results: dict[str, dict[str, float]] = {}
     base = median(lambda: bare("import mcp"), args.runs)

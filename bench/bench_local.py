@@ -4,9 +4,9 @@
     python bench/bench_local.py --job      # also the wall time of one `local` team job
     python bench/bench_local.py --threads 1 2
 
-Writes bench/results/local.json. Generation and prompt rates come from llama.cpp's own timing lines in
-the server log (`eval time`, `prompt eval time`); `end_to_end_tok_s` is completion tokens over the wall
-time of the HTTP call, which includes prompt processing.
+Writes bench/results/local.json. Generation and prompt rates are llama.cpp's own timings, which its
+server returns with each reply (`timings`; the server log's `eval time` lines before); `end_to_end_tok_s`
+is completion tokens over the wall time of the HTTP call, which includes prompt processing.
 """
 
 from __future__ import annotations
@@ -63,6 +63,7 @@ async def measure(threads: int, rounds: int) -> dict[str, Any]:
             base_url=server.base_url, api_key=server.api_key, max_retries=0, timeout=300
         )
         calls = []
+        reported: dict[str, list[float]] = {"prompt eval": [], "eval": []}
         for index in range(rounds):
             prompt = PROMPTS[index % len(PROMPTS)]
             t0 = time.perf_counter()
@@ -75,6 +76,10 @@ async def measure(threads: int, rounds: int) -> dict[str, Any]:
             )
             wall = time.perf_counter() - t0
             usage = reply.usage
+            timings = (reply.model_extra or {}).get("timings") or {}
+            for name, key in (("eval", "predicted_per_second"), ("prompt eval", "prompt_per_second")):
+                if key in timings:
+                    reported[name].append(float(timings[key]))
             calls.append(
                 {
                     "prompt_tokens": usage.prompt_tokens,
@@ -83,7 +88,7 @@ async def measure(threads: int, rounds: int) -> dict[str, Any]:
                 }
             )
         await client.close()
-        found = rates(list(server.log))
+        found = {name: reported[name] or logged for name, logged in rates(list(server.log)).items()}
         await pool.release(server)
     tokens = sum(c["completion_tokens"] for c in calls)
     wall = sum(c["wall_s"] for c in calls)

@@ -31,6 +31,7 @@ from conclave.errors import ConfigError, ProviderError
 
 N_CTX = 8192  # SmolLM2's training context; a bigger model_path model is cut to this
 STARTUP_S, GRACE_S, LOG_LINES = 120.0, 5.0, 300
+REPEAT_PENALTY = 1.1  # over the last 64 tokens, llama.cpp's default window
 CACHE_MIB = 512  # llama.cpp's RAM prompt cache, where a slot's prompts wait for their agent's next turn
 ENGINE = "xllamacpp"
 INSTALL = (
@@ -69,12 +70,13 @@ if os.getppid() != parent:
     sys.exit("conclave: the parent process is gone")
 import xllamacpp
 params = xllamacpp.CommonParams()
-params.model.path = settings.pop("model")
 params.api_keys = [os.environ.pop("CONCLAVE_LLAMA_KEY")]
-for name in ("n_threads", "n_threads_batch"):
-    getattr(params, "cpuparams" if name == "n_threads" else "cpuparams_batch").n_threads = settings.pop(name)
-for name, value in settings.items():
-    setattr(params, name, value)
+for name, value in settings.items():  # "cpuparams.n_threads": params.cpuparams.n_threads
+    *path, last = name.split(".")
+    target = params
+    for part in path:
+        target = getattr(target, part)
+    setattr(target, last, value)
 server = xllamacpp.Server(params)  # loads the model, then listens
 print("conclave: listening on", server.listening_address, flush=True)
 threading.Event().wait()  # until SIGTERM or SIGKILL ends the process (TerminateProcess on Windows)
@@ -112,12 +114,15 @@ class ServerOptions:
     def settings(self, port: int) -> dict[str, object]:
         """The xllamacpp.CommonParams the boot script sets (the API key comes apart, by environment)."""
         settings: dict[str, object] = {
-            "model": str(self.model),
+            "model.path": str(self.model),
             "hostnames": ["127.0.0.1"],
             "port": port,
             "n_ctx": self.n_ctx,
-            "n_threads": self.n_threads,
-            "n_threads_batch": self.n_threads,
+            "cpuparams.n_threads": self.n_threads,
+            "cpuparams_batch.n_threads": self.n_threads,
+            # llama-cpp-python's server default, which the `local` team was measured with: without it
+            # SmolLM2 loops ("189 - 43 = 189 - 43 = ...") where it used to answer.
+            "sampling.penalty_repeat": REPEAT_PENALTY,
             # One slot: agents' calls take turns, as on one small CPU they would anyway (three slots
             # decoded no faster on two cores), and each slot would get a third of the context.
             "n_parallel": 1,

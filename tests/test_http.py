@@ -2,24 +2,19 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-import anyio
 import httpx2
 import pytest
-import uvicorn
 from fastmcp import Client
-from fastmcp.server.middleware import CallNext, Middleware, MiddlewareContext
 
-from conclave.app.server import create_app
 from conclave.app.tokens import CallerTokens, HttpTokens, TokenSource, load_tokens
 from conclave.jobs.read.teams import TeamList
 from conclave.jobs.read.views import JobView
-from conclave.jobs.service import JobService
 from conclave.settings import Settings
 from tests.fakes.processes import http_server
 from tests.fakes.raw_mcp import HEADERS, INIT
@@ -168,38 +163,33 @@ async def test_a_broken_tokens_file_refuses_every_token_until_it_is_fixed(
     assert bob is not None and bob.client_id == "bob"
 
 
-class ListingCounter(Middleware):
-    """Counts the tools/list listings the server makes, whoever asked for them."""
+def private_reaches(source: str) -> list[str]:
+    """Assignments that reach through a private attribute to set something on what it holds
+    (`app._mcp_server.get_tool_input_schema = ...`): patching a dependency's internals."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        targets = node.targets if isinstance(node, ast.Assign) else []
+        for target in targets:
+            chain = []
+            while isinstance(target, ast.Attribute):
+                chain.append(target.attr)
+                target = target.value
+            ours = isinstance(target, ast.Name) and target.id in ("self", "cls")  # our own objects' insides
+            if not ours and any(name.startswith("_") and not name.startswith("__") for name in chain[1:]):
+                found.append(f"{node.lineno}: {ast.unparse(node.targets[0])}")
+    return found
 
-    def __init__(self) -> None:
-        self.listings = 0
 
-    async def on_list_tools(self, context: MiddlewareContext[Any], call_next: CallNext[Any, Any]) -> Any:
-        self.listings += 1
-        return await call_next(context)
-
-
-async def test_a_tool_call_over_http_lists_no_tools(tmp_path: Path) -> None:
-    """Streamable HTTP checks a call's Mcp-Param headers against the tool's input schema; the app gives it
-    the schema, so a get_status call is not a whole tools/list (every tool's schemas dereferenced) too."""
-    settings = Settings(home=tmp_path / "home")
-    counter, port = ListingCounter(), free_port()
-    async with JobService.open(settings, environ={}) as service:
-        app = create_app(service, settings)
-        app.add_middleware(counter)
-        config = uvicorn.Config(app.http_app(path="/mcp"), host="127.0.0.1", port=port, log_level="warning")
-        server = uvicorn.Server(config)
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(server.serve)
-            while not server.started:
-                await anyio.sleep(0.02)  # sleep-ok: until uvicorn listens
-            try:
-                async with Client(f"http://127.0.0.1:{port}/mcp") as client:
-                    for _ in range(3):
-                        called = await client.call_tool_mcp("get_status", {"job_id": "cj-0123456789ab"})
-                        assert called.is_error and "cj-0123456789ab" in str(called.content)
-                    assert counter.listings == 0
-                    listed = {tool.name for tool in await client.list_tools()}
-                    assert "get_status" in listed and counter.listings == 1  # the counter counts
-            finally:
-                server.should_exit = True
+def test_the_app_patches_no_private_attribute_of_a_dependency() -> None:
+    """FastMCP gives no public way to hand the MCP SDK's server a tool-schema lookup, so the transport's
+    Mcp-Param check lists the tools per call; the cost is measured and accepted (app/server.py says why)
+    rather than set on FastMCP's private `_mcp_server`, which an upgrade may rename or rebuild."""
+    assert private_reaches("app._mcp_server.get_tool_input_schema = schemas.get") != []  # the checker bites
+    root = Path(__file__).resolve().parents[1]
+    found = {
+        str(path.relative_to(root)): hits
+        for folder in ("server", "tools")
+        for path in sorted((root / folder).rglob("*.py"))
+        if (hits := private_reaches(path.read_text(encoding="utf-8")))
+    }
+    assert found == {}

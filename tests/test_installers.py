@@ -18,6 +18,7 @@ from conclave.cli import install as installers
 from conclave.cli.main import main
 from conclave.config.presets import configs_dir, list_presets, package_dir
 from conclave.errors import ConfigError
+from conclave.tools.catalog import tool_names
 
 COMMAND = ["/opt/conclave/bin/conclave", "serve"]
 STDIO = {"type": "stdio", "command": COMMAND[0], "args": ["serve"]}
@@ -251,7 +252,7 @@ def test_claude_code_allows_the_five_tools_and_trusts_the_project_server(dirs: t
     ).changes[1]
     assert change.path == settings and change.what == "tool approvals"
     data = jsonc.loads(change.after)
-    tools = [f"mcp__conclave__{tool}" for tool in install_claude.TOOLS]
+    tools = [f"mcp__conclave__{tool}" for tool in tool_names()]
     assert data["permissions"] == {"allow": ["Bash(ls)", *tools], "deny": ["Read(.env)"]}
     assert data["enabledMcpjsonServers"] == ["conclave"] and "// mine" in change.after
     user = plan("claude-code", project, home, "user").changes[0]
@@ -280,7 +281,7 @@ def test_claude_code_that_gates_project_permissions_gets_them_at_user_scope(
     local, shared = made.changes[1], made.changes[2]
     assert jsonc.loads(local.after) == {"enabledMcpjsonServers": ["conclave"]}  # what starts the server
     data = jsonc.loads(shared.after)
-    tools = [f"mcp__conclave__{tool}" for tool in install_claude.TOOLS]
+    tools = [f"mcp__conclave__{tool}" for tool in tool_names()]
     assert shared.path == user and data == {"model": "opus", "permissions": {"allow": ["Bash(ls)", *tools]}}
     assert "// my settings" in shared.after and "enabledMcpjsonServers" not in data
     said = installers.describe(made)

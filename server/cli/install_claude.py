@@ -29,9 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from conclave.cli.client_files import merge_settings
+from conclave.tools.catalog import tool_names
 
 NAME = "conclave"
-TOOLS = ("ask_team", "get_status", "read_workspace", "cancel_job", "list_teams", "steer_job")
 # The oldest version seen honouring a project's own permissions in `-p` mode in an untrusted folder.
 HONOURS_PROJECT_PERMISSIONS = (2, 1, 330)
 Version = tuple[int, int, int]
@@ -73,7 +73,7 @@ def version_text(version: Version) -> str:
 
 def claude_settings(scope: str) -> Lists:
     """The lists Claude Code's settings need to hold so that `claude -p` may call the tools."""
-    settings: Lists = {("permissions", "allow"): [f"mcp__{NAME}__{tool}" for tool in TOOLS]}
+    settings: Lists = {("permissions", "allow"): [f"mcp__{NAME}__{tool}" for tool in tool_names()]}
     if scope == "project":
         settings[("enabledMcpjsonServers",)] = [NAME]
     return settings

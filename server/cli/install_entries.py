@@ -12,9 +12,10 @@ from typing import Any
 from conclave.cli import TARGETS
 from conclave.errors import ConfigError
 from conclave.settings import setting_variables
+from conclave.tools.catalog import TOOLS
 
-# Codex asks before these (not read-only, and ask_team reaches the providers: open world).
-CODEX_APPROVED = ("ask_team", "cancel_job", "steer_job")
+# Codex asks before every tool that is not read-only (and ask_team reaches the providers: open world).
+CODEX_APPROVED = tuple(tool.name for tool in TOOLS if tool.approvable)
 # Codex starts MCP servers with a short list of variables; forward the ones the presets read.
 # Every Conclave setting goes along too.
 FORWARDED_ENV = (

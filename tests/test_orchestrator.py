@@ -133,20 +133,21 @@ async def test_three_providers_reach_consensus_after_an_invalidated_vote(fakes: 
         assert agent.usage.calls >= 2 and agent.usage.input_tokens > 0 and agent.usage.output_tokens > 0
     calls = sum(len(fakes.script.requests_of(name)) for _, name in TRIO)
     billed = sum(agent.usage.calls for agent in final.agents)
-    assert (
-        billed <= calls <= billed + len(sink.kinds("turn_cancelled"))
-    )  # cancelled before any usage: not billed
+    # every request counted; a call cancelled as it started may not have reached its provider
+    assert calls <= billed <= calls + len(sink.kinds("turn_cancelled"))
     # Every token the fakes reported, and nothing else. A reply to a turn the orchestrator cancelled
-    # (stale once a new answer landed) may be billed by the fake after the client stopped reading it.
+    # (stale once a new answer landed) may be billed by the fake after the client stopped reading it:
+    # its input is charged an estimate, marked as such (tests/test_billing.py).
     cut = {event.letter for event in sink.kinds("turn_cancelled")}
     for agent in final.agents:
         name = next(name for name, letter in letter_of.items() if letter == agent.letter)
         u = agent.usage
-        counted, bill = (u.input_tokens, u.output_tokens, u.cached_input_tokens), fakes.script.bill[name]
+        reported = (u.input_tokens - u.estimated_input_tokens, u.output_tokens, u.cached_input_tokens)
+        bill = fakes.script.bill[name]
         if agent.letter in cut:
-            assert all(mine <= theirs for mine, theirs in zip(counted, bill, strict=True)), (counted, bill)
+            assert all(mine <= theirs for mine, theirs in zip(reported, bill, strict=True)), (u, bill)
         else:
-            assert counted == bill
+            assert reported == bill and not u.estimated
     # Anonymity: no model name in any prompt; votes cast so far are never shown.
     for request in fakes.script.requests:
         prompt = json.dumps({key: value for key, value in request.body.items() if key != "model"})

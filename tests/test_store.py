@@ -228,7 +228,8 @@ async def test_a_column_a_counted_migration_missed_is_added(database: Database) 
 
 async def test_usage_an_older_database_recorded_reads_back_as_it_was(database: Database) -> None:
     """A database from before `usage.uncosted_tokens` (its rows' cost, when known, covered every token)
-    opens, gains the column, and its rows read back whole; the progress it stored too."""
+    and `usage.estimated_input_tokens` opens, gains the columns, and its rows read back whole; the
+    progress it stored too."""
     store = new_store(database)
     store.set_state(JOB, "completed")
     old = {
@@ -241,6 +242,7 @@ async def test_usage_an_older_database_recorded_reads_back_as_it_was(database: D
     agents = [{"letter": "A", "model": "openai/mA", "state": "done", "usage": old}]
     with store.transaction() as db:
         db.execute("ALTER TABLE usage DROP COLUMN uncosted_tokens")
+        db.execute("ALTER TABLE usage DROP COLUMN estimated_input_tokens")  # newer still
         store.dialect.set_schema_version(db, len(MIGRATIONS) - 1)
         db.execute("INSERT INTO usage VALUES (?, 'A', 'openai/mA', 2, 1000, 50, 200, 0.25)", (JOB,))
         db.execute("INSERT INTO usage VALUES (?, 'B', 'openai/mB', 1, 300, 5, 0, NULL)", (JOB,))

@@ -266,8 +266,11 @@ def test_the_page_follows_a_job_live(served: tuple[str, FakeProviders, Gates, Pa
                 agent.usage.cached_input_tokens,
                 agent.usage.output_tokens,
             ]
-            cost = agent.usage.cost_usd
-            assert row[6] == (f"${cost:.4f}" if cost is not None else "-")
+            cost, estimated = agent.usage.cost_usd, agent.usage.estimated_input_tokens
+            # a call cancelled before its provider said anything is charged an estimate, marked as such
+            approx = "~" if estimated else ""
+            assert row[6] == (f"{approx}${cost:.4f}" if cost is not None else "-")
+            assert row[8] == (f"~{estimated:,}" if estimated else "-")
             assert (cost is not None) == agent.model.endswith("ann")
             # its part of the job's tokens, as get_status gives it (each member's spend is there too)
             shown = next(a for a in done.agents if a.letter == agent.letter)
@@ -280,7 +283,7 @@ def test_the_page_follows_a_job_live(served: tuple[str, FakeProviders, Gates, Pa
         last = driver.execute_script(
             "return document.querySelector('#usage tbody tr.total').cells[6].textContent"
         )
-        assert last == f"≥ ${total.cost_usd:.4f} (partial)"
+        assert last == f"≥ {'~' if total.estimated else ''}${total.cost_usd:.4f} (partial)"
         assert sum(a.token_share or 0 for a in done.agents) == pytest.approx(1, abs=2e-3)
         ann = next(a for a in done.agents if a.model.endswith("ann"))
         assert ann.usage.cached_input_tokens >= 1024  # its later calls repeated its long prompt

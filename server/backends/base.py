@@ -7,8 +7,9 @@ SDK classes. Retries live in `retry.py`, not here: SDK-level retries are switche
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
 
 from pydantic import ConfigDict
@@ -81,7 +82,10 @@ USAGE_SCHEMA = (
     "Tokens and US dollars. `input_tokens` counts every input token, `cached_input_tokens` the prompt-cache"
     " reads among them (billed cheaper). `cost_usd` is null when no agent's tokens have a cost (no price,"
     " and no CLI reported one); `uncosted_tokens` counts the tokens that came without a cost, so a cost"
-    " beside them is only a lower bound (partial). `calls`: provider attempts that reported usage."
+    " beside them is only a lower bound (partial). `calls`: provider calls charged (a call that reported"
+    " nothing, because its turn was cancelled or its worker died before its answer, is charged an estimate"
+    " of its input). `estimated_input_tokens`: how many of `input_tokens` are such an estimate, not a"
+    " provider's figure (their cost, when priced, is in `cost_usd` too)."
 )
 
 
@@ -102,6 +106,11 @@ class Usage:
     without one, so the cost is a lower bound (`cost_partial`). A part without a cost never wipes
     what the others cost. Sums and differences are exact: a CLI run's final charge, which carries the
     whole run's cost, takes its earlier uncosted charges back (clis/meter.py).
+
+    `estimated_input_tokens`: how many of `input_tokens` are an estimate (`estimated_input`), charged for
+    a call whose provider has said nothing yet: the turn's provisional charge (coordination/
+    turn_context.py), which the provider's first report takes back, so it stays only for a call that
+    never reported (cancelled, or its worker died). Part of `input_tokens`, so budgets count it.
     """
 
     # as read back from the store and shown in a job's view (its schema's words)
@@ -114,6 +123,8 @@ class Usage:
     cost_usd: float | None = field(default=None, kw_only=True)
     # with a cost: the tokens it does not cover (without one: all of them)
     uncosted_tokens: int = field(default=0, kw_only=True)
+    # of input_tokens, those estimated from a prompt rather than reported by a provider
+    estimated_input_tokens: int = field(default=0, kw_only=True)
 
     @property
     def tokens(self) -> int:
@@ -136,6 +147,7 @@ class Usage:
             cost_usd=(self.cost_usd or 0.0) + (other.cost_usd or 0.0) if known else None,
             uncosted_tokens=self._uncosted() + other._uncosted() if known else 0,
             calls=self.calls + other.calls,
+            estimated_input_tokens=self.estimated_input_tokens + other.estimated_input_tokens,
         )
 
     def __neg__(self) -> Usage:
@@ -146,10 +158,16 @@ class Usage:
             cost_usd=None if self.cost_usd is None else -self.cost_usd,
             uncosted_tokens=-self.uncosted_tokens if self.cost_usd is not None else 0,
             calls=-self.calls,
+            estimated_input_tokens=-self.estimated_input_tokens,
         )
 
     def __sub__(self, other: Usage) -> Usage:
         return self + -other
+
+    @property
+    def estimated(self) -> bool:
+        """Some of these tokens are an estimate (a call that reported nothing), not a provider's figure."""
+        return self.estimated_input_tokens != 0
 
     @property
     def nothing(self) -> bool:
@@ -169,6 +187,21 @@ class Usage:
         fresh = self.input_tokens - self.cached_input_tokens
         spent = fresh * price.input + self.cached_input_tokens * cached + self.output_tokens * price.output
         return replace(self, cost_usd=spent / 1e6, uncosted_tokens=0)
+
+
+# what a provider adds around each message and tool definition, and around the whole prompt, in tokens
+# (OpenAI's guide counts 3-4 a message; tool definitions are rendered into the prompt with more)
+MESSAGE_FRAMING, TOOL_FRAMING, PROMPT_FRAMING = 4, 8, 8
+
+
+def estimated_input(request: Request) -> int:
+    """A call's input tokens as a provider probably billed them, for a call that reported nothing: four
+    characters a token over all it sends (system prompt, messages, tools, as JSON), and the framing a
+    provider adds around each message and tool. Near the bill, not exact: the usage says it is an
+    estimate."""
+    sent = len(json.dumps(asdict(request), ensure_ascii=False)) // 4
+    framing = MESSAGE_FRAMING * (len(request.messages) + 1) + TOOL_FRAMING * len(request.tools)
+    return sent + framing + PROMPT_FRAMING
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from rich.text import Text
 from conclave.cli.terminal import printable
 from conclave.coordination.answers import final_answer
 from conclave.coordination.reports import ShownAnswer
-from conclave.jobs.read.views import JobView, cost_text, estimate_text, plural
+from conclave.jobs.read.views import JobView, cost_text, estimate_text, input_notes, plural
 
 SHOWN_ANSWER = 40  # characters of an answer's short form in the tally
 # each member's spend: tokens in (cached among them, as providers bill them), out, its part of the job's
@@ -78,7 +78,9 @@ def render(view: JobView, texts: Mapping[str, str] | None = None, width: int = 1
         state = agent.state if not agent.error else f"{agent.state}: {agent.error[:60]}"
         used = agent.usage
         share = f"{agent.token_share:.0%}" if agent.token_share is not None else "-"
-        spend = (f"{used.input_tokens:,}", f"{used.cached_input_tokens:,}", f"{used.output_tokens:,}", share)
+        estimated = f" (~{used.estimated_input_tokens:,} est.)" if used.estimated else ""
+        taken_in = f"{used.input_tokens:,}{estimated}"
+        spend = (taken_in, f"{used.cached_input_tokens:,}", f"{used.output_tokens:,}", share)
         cells = (agent.letter, agent.model, state, str(agent.answers), agent.vote or "-", *spend)
         table.add_row(*(printable(cell) for cell in cells))
     lines: list[Table | Text] = [table]
@@ -124,10 +126,7 @@ def closing(view: JobView, width: int) -> list[Text]:
     used = view.usage
     cost = f", {cost_text(used)}" if used.cost_usd is not None else ""
     lines.append(
-        Text(
-            f"usage: {used.input_tokens:,} tokens in ({used.cached_input_tokens:,} cached), "
-            f"{used.output_tokens:,} out{cost}"
-        )
+        Text(f"usage: {used.input_tokens:,} tokens in {input_notes(used)}, {used.output_tokens:,} out{cost}")
     )
     return lines
 

@@ -19,7 +19,7 @@ from conclave.config.models import AgentSpec
 from conclave.coordination.agents import Agent, AgentFactory, ApiAgent, CliAgent, SplitAgent
 from conclave.coordination.budget import MemberLimit
 from conclave.coordination.reports import JobEvent, Progress
-from conclave.coordination.turn_context import TurnContext
+from conclave.coordination.turn_context import InFlight, TurnContext
 
 if TYPE_CHECKING:
     from conclave.backends.llama_server import LocalServers
@@ -82,6 +82,7 @@ class Member:
     ctx: TurnContext | None = None
     usage: Usage = Usage()
     presenting: bool = False
+    in_flight: InFlight = field(default_factory=InFlight)  # its calls' estimates, until they report
     limit: MemberLimit = field(init=False)  # its own token limit (budget.max_tokens), beside the job's
 
     def __post_init__(self) -> None:
@@ -89,8 +90,18 @@ class Member:
 
     def charge(self, usage: Usage, first: bool) -> Usage:
         """One report added to this member's usage, at its price unless it says its own cost (a CLI's);
-        `first`: it opens a provider attempt (one call). A report without a cost keeps the cost so far
-        and makes it partial (backends/base.py `Usage`). Returns the charge as added."""
-        charged = replace(usage.priced(self.spec.price), calls=int(first))
+        `first`: it opens a provider attempt (one call); a refund says its own calls (-1: turn_context.py
+        `Provisional`). A report without a cost keeps the cost so far and makes it partial
+        (backends/base.py `Usage`). Returns the charge as added."""
+        charged = replace(usage.priced(self.spec.price), calls=usage.calls or int(first))
         self.usage = self.usage + charged
         return charged
+
+    def spent(self) -> Usage:
+        """What counts against the limits: its usage, less the estimates of its calls still in flight (a
+        budget's stop would cancel them, and their input is billed anyway); an estimate that stays, for
+        a call that ended without a report, counts."""
+        flying = self.in_flight.tokens
+        if not flying:
+            return self.usage
+        return self.usage - Usage(flying, estimated_input_tokens=flying).priced(self.spec.price)

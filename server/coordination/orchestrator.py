@@ -474,9 +474,9 @@ class Orchestrator:
 
         async def on_usage(usage: Usage, first: bool) -> None:
             charged = member.charge(usage, first)
-            self.budget.charge(sum((m.usage for m in self.members.values()), Usage()))
+            self.budget.charge(sum((m.spent() for m in self.members.values()), Usage()))
             await self._emit("usage", member.letter, **asdict(charged))
-            if member.limit.reached(member.usage):  # after the report: the drop cancels this very turn
+            if member.limit.reached(member.spent()):  # after the report: the drop cancels this very turn
                 self._drop(member)
 
         async def no_work(call: ToolCall) -> None:
@@ -491,13 +491,14 @@ class Orchestrator:
             task=prompts.task_section(self.task, self.history) if self.history else self.task,
             limiter=limiter,
             on_usage=on_usage,
+            in_flight=member.in_flight,
             on_work=no_work,
             max_tool_steps=rules.max_tool_steps,
             work_tools=tools.specs() if tools else (),
             handlers=tools.handlers() if tools else {},
             gate=self.budget.gate,
             # synchronous, from what is charged so far: a CLI's proxy asks it before each call
-            stopped=lambda: self.budget.reason or member.limit.reason or member.limit.over(member.usage),
+            stopped=lambda: self.budget.reason or member.limit.reason or member.limit.over(member.spent()),
         )
 
     def _shown(self, order: tuple[str, ...] = ()) -> list[ShownAnswer]:

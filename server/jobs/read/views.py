@@ -164,10 +164,8 @@ class JobView(_View):
             lines.append(f"Thread: {' -> '.join(self.thread)}")
         usage = self.usage
         cost = f", {cost_text(usage)}" if usage.cost_usd is not None else ""
-        lines.append(
-            f"Usage: {usage.input_tokens:,} in ({usage.cached_input_tokens:,} cached), "
-            f"{usage.output_tokens:,} out{cost}"
-        )
+        taken_in = f"{usage.input_tokens:,} in {input_notes(usage)}"
+        lines.append(f"Usage: {taken_in}, {usage.output_tokens:,} out{cost}")
         if self.diff_summary is not None and (notes := self.diff_summary.file_notes()):
             lines += ["", "Files:", *(f"  {note}" for note in notes)]
         if self.answer is not None:
@@ -183,7 +181,7 @@ def spend_text(agent: AgentProgress) -> str:
     """A member's spend on one line: "12,400 in (9,800 cached), 310 out, 41% of the job's tokens", with
     its own limit when it has one."""
     usage = agent.usage
-    parts = [f"{usage.input_tokens:,} in ({usage.cached_input_tokens:,} cached), {usage.output_tokens:,} out"]
+    parts = [f"{usage.input_tokens:,} in {input_notes(usage)}, {usage.output_tokens:,} out"]
     if agent.token_share is not None:
         parts.append(f"{agent.token_share:.0%} of the job's tokens")
     if agent.max_tokens is not None:
@@ -191,14 +189,25 @@ def spend_text(agent: AgentProgress) -> str:
     return ", ".join(parts)
 
 
+def input_notes(usage: Usage) -> str:
+    """What the input tokens hold: "(9,800 cached)", and "~1,200 estimated" when some calls reported
+    nothing (cancelled, or their worker died) and were charged an estimate of their prompt."""
+    notes = [f"{usage.cached_input_tokens:,} cached"]
+    if usage.estimated:
+        notes.append(f"~{usage.estimated_input_tokens:,} estimated")
+    return f"({', '.join(notes)})"
+
+
 def cost_text(usage: Usage) -> str:
     """The cost in words: "$0.0700", or "cost ≥ $0.0700 (partial: ...)" when some tokens came without
-    one (an agent with no price whose provider said none); "" when nothing has a cost."""
+    one (an agent with no price whose provider said none); "" when nothing has a cost. "~$0.0700" when
+    part of it prices estimated tokens (`input_notes`)."""
     if usage.cost_usd is None:
         return ""
+    approx = "~" if usage.estimated else ""
     if not usage.cost_partial:
-        return f"${usage.cost_usd:.4f}"
-    return f"cost ≥ ${usage.cost_usd:.4f} (partial: {usage.uncosted_tokens:,} tokens without a cost)"
+        return f"{approx}${usage.cost_usd:.4f}"
+    return f"cost ≥ {approx}${usage.cost_usd:.4f} (partial: {usage.uncosted_tokens:,} tokens without a cost)"
 
 
 TASK_PREVIEW = 200

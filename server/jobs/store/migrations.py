@@ -97,4 +97,7 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (job_id, seq)
     )
     """,
+    # of an agent's input tokens, those estimated for calls that reported nothing (backends/base.py
+    # `Usage`); 0 for older rows
+    "ALTER TABLE usage ADD COLUMN estimated_input_tokens INTEGER NOT NULL DEFAULT 0",
 )

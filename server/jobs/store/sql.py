@@ -538,12 +538,14 @@ class Store(ConversationRecords[JobRow]):
                 u = agent.usage
                 self._db.execute(
                     "INSERT INTO usage (job_id, letter, model, calls, input_tokens, output_tokens,"
-                    " cached_input_tokens, cost_usd, uncosted_tokens) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                    " cached_input_tokens, cost_usd, uncosted_tokens, estimated_input_tokens)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
                     " ON CONFLICT (job_id, letter) DO UPDATE SET model = excluded.model,"
                     " calls = excluded.calls, input_tokens = excluded.input_tokens,"
                     " output_tokens = excluded.output_tokens,"
                     " cached_input_tokens = excluded.cached_input_tokens,"
-                    " cost_usd = excluded.cost_usd, uncosted_tokens = excluded.uncosted_tokens",
+                    " cost_usd = excluded.cost_usd, uncosted_tokens = excluded.uncosted_tokens,"
+                    " estimated_input_tokens = excluded.estimated_input_tokens",
                     (
                         job_id,
                         agent.letter,
@@ -554,6 +556,7 @@ class Store(ConversationRecords[JobRow]):
                         u.cached_input_tokens,
                         u.cost_usd,
                         u.uncosted_tokens,
+                        u.estimated_input_tokens,
                     ),
                 )
             result = JobResult.model_validate(data).model_dump_json() if event.kind == "finished" else None
@@ -603,7 +606,8 @@ class Store(ConversationRecords[JobRow]):
         """Per agent, the usage of the last `limit` completed jobs of team `team_name`, newest job first."""
         rows = self._db.execute(
             "SELECT u.job_id, u.model, u.calls, u.input_tokens, u.output_tokens, u.cached_input_tokens,"
-            " u.cost_usd, u.uncosted_tokens FROM usage u JOIN jobs j ON j.id = u.job_id"
+            " u.cost_usd, u.uncosted_tokens, u.estimated_input_tokens"
+            " FROM usage u JOIN jobs j ON j.id = u.job_id"
             " WHERE u.job_id IN (SELECT id FROM jobs"
             " WHERE team_name = ? AND state = 'completed' ORDER BY created_at DESC LIMIT ?)"
             " ORDER BY j.created_at DESC, u.letter",

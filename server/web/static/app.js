@@ -70,10 +70,14 @@ function live(text) { setText("live", text); }
 
 const FINAL = new Set(["completed", "failed", "cancelled", "interrupted"]);
 const money = (usd) => (usd === null || usd === undefined ? "-" : "$" + usd.toFixed(4));
-// a usage's cost: a lower bound when some of its tokens came without one (backends/base.py Usage)
+// a usage's cost: a lower bound when some of its tokens came without one, "~" when some are an
+// estimate for calls that reported nothing (backends/base.py Usage)
+const approx = (u) => (u.estimated_input_tokens && u.cost_usd !== null && u.cost_usd !== undefined ? "~" : "");
 const cost = (u) => (u.cost_usd !== null && u.cost_usd !== undefined && u.uncosted_tokens > 0
-  ? "≥ " + money(u.cost_usd) + " (partial)" : money(u.cost_usd));
+  ? "≥ " + approx(u) + money(u.cost_usd) + " (partial)" : approx(u) + money(u.cost_usd));
 const count = (n) => Number(n || 0).toLocaleString("en-US");
+// of the input tokens, those estimated (Usage.estimated_input_tokens), e.g. "~1,200"
+const estimated = (u) => (u.estimated_input_tokens ? "~" + count(u.estimated_input_tokens) : "-");
 // a member's part of the job's tokens (AgentProgress.token_share, 0 to 1), e.g. "41%"
 const share = (a) => (a.token_share === null || a.token_share === undefined ? "-" : Math.round(a.token_share * 100) + "%");
 const limit = (a) => (a.max_tokens ? " of " + count(a.max_tokens) : "");
@@ -147,17 +151,18 @@ function tally(view) {
 }
 
 function usage(view) {
-  const head = el("tr", {}, ["agent", "model", "calls", "in", "cached", "out", "cost", "share"].map((h) => el("th", { text: h })));
+  const head = el("tr", {}, ["agent", "model", "calls", "in", "cached", "out", "cost", "share", "estimated in"].map((h) => el("th", { text: h })));
   const rows = picture(view).agents.map((a) => el("tr", { "data-letter": a.letter }, [
     el("td", { text: a.letter }), el("td", { cls: "mono", text: a.model }), el("td", { text: count(a.usage.calls) }),
     el("td", { text: count(a.usage.input_tokens) }), el("td", { text: count(a.usage.cached_input_tokens) }),
     el("td", { text: count(a.usage.output_tokens) }), el("td", { text: cost(a.usage) }), el("td", { text: share(a) }),
+    el("td", { text: estimated(a.usage) }),
   ]));
   const u = view.usage;
   const total = el("tr", { cls: "total" }, [
     el("td", { text: "all" }), el("td"), el("td", { text: count(u.calls) }), el("td", { text: count(u.input_tokens) }),
     el("td", { text: count(u.cached_input_tokens) }), el("td", { text: count(u.output_tokens) }), el("td", { text: cost(u) }),
-    el("td", { text: u.input_tokens + u.output_tokens > 0 ? "100%" : "-" }),
+    el("td", { text: u.input_tokens + u.output_tokens > 0 ? "100%" : "-" }), el("td", { text: estimated(u) }),
   ]);
   return [el("thead", {}, [head]), el("tbody", {}, [...rows, total])];
 }
@@ -189,7 +194,7 @@ function agentColumn(agent, cards, winner) {
     ]),
     el("div", { cls: "agent-meta" }, [
       el("span", { cls: "vote", text: vote }),
-      el("span", { cls: "muted small spend", text: `${count(u.input_tokens)} in (${count(u.cached_input_tokens)} cached) / ${count(u.output_tokens)} out${limit(agent)} · ${share(agent)} · ${cost(u)}` }),
+      el("span", { cls: "muted small spend", text: `${count(u.input_tokens)} in (${count(u.cached_input_tokens)} cached${u.estimated_input_tokens ? ", " + estimated(u) + " estimated" : ""}) / ${count(u.output_tokens)} out${limit(agent)} · ${share(agent)} · ${cost(u)}` }),
     ]),
     agent.error ? el("p", { cls: "error", text: agent.error }) : null,
     ...latest.map((c) => answerCard(c, winner)),

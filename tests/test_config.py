@@ -12,7 +12,8 @@ import pytest
 import yaml
 
 from conclave.config.loading import expand_env, load_team_file, parse_team
-from conclave.config.models import PROVIDERS, AgentSpec, SandboxSpec, Team
+from conclave.config.models import AgentSpec, SandboxSpec, Team
+from conclave.config.providers import PROVIDERS
 from conclave.config.presets import configs_dir, list_presets, preset_paths, resolve_team
 from conclave.errors import ConfigError, MissingApiKey, TeamNotFound
 

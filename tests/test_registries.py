@@ -1,10 +1,13 @@
-"""One place per tool: the list the rest of the code reads (tools/catalog.py), and nothing else in the
-package that spells it out again."""
+"""One place per tool and per provider: the lists the rest of the code reads (tools/catalog.py,
+config/providers.py), and nothing else in the package that spells them out again."""
 
 from __future__ import annotations
 
 import ast
+import importlib
 import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,12 +17,18 @@ from fastmcp import Client
 from conclave.app.server import create_app
 from conclave.cli import install_claude, install_entries
 from conclave.jobs.service import JobService
+from conclave.config.presets import configs_dir
+from conclave.config.providers import PROVIDERS
 from conclave.settings import Settings
 from conclave.tools.catalog import TOOLS, tool_names
 
 ROOT = Path(__file__).resolve().parents[1]
 SKILL = ROOT / "skills" / "conclave" / "SKILL.md"
 CATALOG = ROOT / "tools" / "catalog.py"
+REGISTRY = ROOT / "server" / "config" / "providers.py"
+# The APIs a coding-agent CLI member speaks through its key proxy: each one's allowed calls and usage
+# reports are read in one module, by API, and a new provider needs no entry there unless a CLI speaks it.
+WIRES = ROOT / "server" / "sandbox" / "provider_wire.py"
 CODE_SPAN = re.compile(r"`([a-z][a-z_]*)\b[^`]*`")
 
 
@@ -103,3 +112,55 @@ async def test_the_server_and_the_installers_publish_and_approve_what_the_list_h
     assert allowed == [f"mcp__conclave__{name}" for name in tool_names()]
     assert tuple(tool.name for tool in TOOLS if tool.approvable) == install_entries.CODEX_APPROVED
     assert set(install_entries.CODEX_APPROVED) == {"ask_team", "cancel_job", "steer_job"}
+
+
+def provider_comparisons(path: Path, names: set[str]) -> Iterator[str]:
+    """Each `<...provider...> == "<name>"` (or !=, in): a provider singled out outside the registry."""
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Compare) and "provider" in ast.unparse(node.left):
+            for right in node.comparators:
+                if isinstance(right, ast.Constant) and right.value in names:
+                    yield f"{path.relative_to(ROOT)}:{node.lineno} {ast.unparse(node)}"
+
+
+def test_no_module_but_the_registry_lists_or_singles_out_providers() -> None:
+    """A provider's facts are its registry entry: a second table of providers (names, keys) or a special
+    case for one of them elsewhere is what adding a provider would have to find and extend."""
+    names = set(PROVIDERS)
+    owners = {variable: entry.name for entry in PROVIDERS.values() for variable in entry.key_variables}
+    gateway_variables = {variable for gateway in PROVIDERS.gateways for variable in gateway.variables}
+    found = []
+    for path in package_modules():
+        if path in (REGISTRY, WIRES):
+            continue
+        found += literals_naming(path, names, 2)
+        found += provider_comparisons(path, names)
+        found += literals_naming(path, gateway_variables, 1)
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Tuple | ast.List | ast.Set):
+                held = {
+                    owners[i.value] for i in node.elts if isinstance(i, ast.Constant) and i.value in owners
+                }
+                if len(held) >= 2:
+                    found.append(f"{path.relative_to(ROOT)}:{node.lineno} keys of {sorted(held)}")
+    assert found == []
+
+
+def test_every_backend_in_the_registry_resolves_and_none_is_imported_by_the_registry() -> None:
+    for entry in PROVIDERS.with_backends():
+        backend = getattr(importlib.import_module(entry.backend_module), entry.backend_class)
+        assert isinstance(backend, type) and backend.__name__ == entry.backend_class
+    code = "import sys, conclave.config.models; print(sorted(m for m in sys.modules if 'conclave.backends' in m))"
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert loaded.strip() == "[]"  # team files validate without a provider's SDK
+
+
+def test_every_variable_a_shipped_team_reads_is_forwarded_by_the_installers() -> None:
+    read = {
+        match
+        for preset in configs_dir().glob("*.yaml")
+        for match in re.findall(r"\$\{(\w+)", preset.read_text(encoding="utf-8"))
+    }
+    assert read <= set(install_entries.FORWARDED_ENV)
+    assert set(PROVIDERS.forwarded_variables()) <= set(install_entries.FORWARDED_ENV)

@@ -12,7 +12,8 @@ import anyio
 from conclave.backends.llama_server import check_installed
 from conclave.backends.local import BUNDLED, model_file
 from conclave.config.clis import CLIS, keychain_user, login_fix, login_source
-from conclave.config.models import KEY_VARIABLES, SandboxSpec
+from conclave.config.models import SandboxSpec
+from conclave.config.providers import PROVIDERS
 from conclave.errors import ConfigError, QueueUnavailable, SandboxUnavailable, StoreUnavailable
 from conclave.jobs.read.lookup import store_summary
 from conclave.jobs.worker import queue_report
@@ -203,13 +204,14 @@ def works_here(facts: EngineFacts, api_url: str, images: Mapping[str, bool]) -> 
 
 def _keys(environ: Mapping[str, str]) -> list[Probe]:
     checks = []
-    for provider, variables in KEY_VARIABLES.items():
+    for provider in PROVIDERS.values():
+        variables = provider.key_variables
         if not variables:
             continue
         found = [name for name in variables if environ.get(name)]
         detail = f"{found[0]} is set" if found else f"{' or '.join(variables)} not set"
         checks.append(
-            Probe(f"{provider} key", bool(found), detail, f"export {variables[0]}=...", essential=False)
+            Probe(f"{provider.name} key", bool(found), detail, f"export {variables[0]}=...", essential=False)
         )
     return checks
 

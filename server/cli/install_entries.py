@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from conclave.cli import TARGETS
+from conclave.config.providers import PROVIDERS
 from conclave.errors import ConfigError
 from conclave.settings import setting_variables
 from conclave.tools.catalog import TOOLS
@@ -19,17 +20,7 @@ CODEX_APPROVED = tuple(tool.name for tool in TOOLS if tool.approvable)
 # Codex starts MCP servers with a short list of variables; forward the ones the presets read.
 # Every Conclave setting goes along too.
 FORWARDED_ENV = (
-    "ANTHROPIC_API_KEY",
-    "OPENAI_API_KEY",
-    "GEMINI_API_KEY",
-    "GOOGLE_API_KEY",
-    "OPENROUTER_API_KEY",
-    "OLLAMA_API_KEY",
-    "OLLAMA_BASE_URL",
-    "OLLAMA_MODEL",
-    "VLLM_API_KEY",
-    "VLLM_BASE_URL",
-    "VLLM_MODEL",
+    *PROVIDERS.forwarded_variables(),
     *setting_variables(),
     "XDG_STATE_HOME",
     "XDG_CONFIG_HOME",

@@ -19,7 +19,8 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from conclave.config.clis import CLIS, login_source, split_cli_model
-from conclave.config.models import EXPANDABLE, OFFICIAL_KEYS, Team
+from conclave.config.models import EXPANDABLE, Team
+from conclave.config.providers import PROVIDERS
 from conclave.errors import ConfigError
 
 _ENV_PATTERN = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
@@ -36,7 +37,7 @@ def secret_variables(environ: Mapping[str, str], named: Collection[str] = ()) ->
     return {
         name
         for name, value in environ.items()
-        if name in OFFICIAL_KEYS
+        if PROVIDERS.key_owner(name) is not None
         or name in named
         or _SECRET_NAME.search(name)
         or _URL_PASSWORD.match(value.strip())

@@ -16,47 +16,20 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from conclave.config.clis import CLIS, login_source, split_cli_model
 from conclave.config.hosts import parse_host_rule
+from conclave.config.providers import PROVIDERS
 from conclave.errors import MissingApiKey
-
-PROVIDERS = ("openai", "anthropic", "gemini", "local", "cli")
 
 
 def is_cli_provider(provider: str) -> bool:
-    """Whether a parsed provider names a coding-agent CLI member: the one place the provider string
-    decides the kind of agent (`AgentSpec.is_cli`; coordination/agents.py builds each kind)."""
-    return provider == "cli"
+    """Whether a parsed provider names a coding-agent CLI member: the one place the provider decides the
+    kind of agent (`AgentSpec.is_cli`; coordination/agents.py builds each kind)."""
+    entry = PROVIDERS.get(provider)
+    return entry is not None and entry.members_are_clis
 
 
-KEY_VARIABLES: dict[str, tuple[str, ...]] = {
-    "openai": ("OPENAI_API_KEY",),
-    "anthropic": ("ANTHROPIC_API_KEY",),
-    "gemini": ("GEMINI_API_KEY", "GOOGLE_API_KEY"),
-    "local": (),
-    "cli": (),  # a coding-agent CLI member logs in with its own login or key (config/clis.py)
-}
-# The provider's own endpoints: its default key may go there without the team naming the variable.
-OFFICIAL_HOSTS = {
-    "openai": "api.openai.com",
-    "anthropic": "api.anthropic.com",
-    "gemini": "generativelanguage.googleapis.com",
-    "local": "",
-    "cli": "",
-}
-# Given to the SDKs explicitly: with no base_url they read OPENAI_BASE_URL / ANTHROPIC_BASE_URL (and Gemini's
-# GOOGLE_GEMINI_BASE_URL) from the environment, which a repository's client config may set.
-OFFICIAL_URLS = {
-    "openai": "https://api.openai.com/v1",
-    "anthropic": "https://api.anthropic.com",
-    "gemini": "https://generativelanguage.googleapis.com/",
-}
-# Every provider's own key variable: each goes only to its provider's official endpoint.
-OFFICIAL_KEYS = {
-    variable: provider for provider, variables in KEY_VARIABLES.items() for variable in variables
-}
 EXPANDABLE = ("model", "base_url", "api_key_env", "model_path")  # agent keys where ${VAR} expands
 _MEMORY = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([bkmg]?)b?\s*$", re.IGNORECASE)
 MIN_MEMORY = 6 * 1024 * 1024  # Docker's own minimum for a container
-# The order in which a default team is chosen when none is named (docs/ARCHITECTURE.md, "Teams").
 MAX_AGENTS, MAX_ANSWERS = 16, 20
 MAX_VERIFY_CHARS = 2000  # a check command is a command line, not a script
 # Agents are lettered A to P (one per agent, at most MAX_AGENTS); an answer's label is its author's
@@ -147,13 +120,13 @@ class AgentSpec(_Strict):
 
     @model_validator(mode="after")
     def _key_goes_to_its_provider(self) -> AgentSpec:
-        owner = OFFICIAL_KEYS.get(self.api_key_env or "")
+        owner = PROVIDERS.key_owner(self.api_key_env or "")
         if owner is not None and (owner != self.provider or self.custom_endpoint):
             where = f"base_url {self.base_url!r}" if self.custom_endpoint else f"the {self.provider} API"
             raise ValueError(
                 f"api_key_env {self.api_key_env!r} is {owner}'s own key and is sent only to "
-                f"{OFFICIAL_URLS[owner]}, never to {where}; give that endpoint a variable of its own "
-                "(e.g. api_key_env: MY_PROXY_KEY, "
+                f"{PROVIDERS[owner].official_url}, never to {where}; give that endpoint a variable of its "
+                "own (e.g. api_key_env: MY_PROXY_KEY, "
                 "set to the key it should get)"
             )
         if self.custom_endpoint and self.api_key_env is None and self.api_key_required:
@@ -161,7 +134,8 @@ class AgentSpec(_Strict):
                 f"base_url {self.base_url!r} is not {self.provider}'s own endpoint, so the agent must "
                 f"name the variable holding that endpoint's key with api_key_env "
                 f"(e.g. api_key_env: MY_PROXY_KEY); "
-                f"{', '.join(KEY_VARIABLES[self.provider]) or 'a default key'} is never sent there. "
+                f"{', '.join(PROVIDERS[self.provider].key_variables) or 'a default key'} is never sent "
+                "there. "
                 "For a server that takes no key, set api_key_required: false"
             )
         return self
@@ -172,13 +146,13 @@ class AgentSpec(_Strict):
         if not self.base_url:
             return False
         url = urlsplit(self.base_url)
-        return url.scheme != "https" or (url.hostname or "").lower() != OFFICIAL_HOSTS[self.provider]
+        return url.scheme != "https" or (url.hostname or "").lower() != PROVIDERS[self.provider].official_host
 
     @property
     def endpoint_url(self) -> str | None:
         """Where this agent's requests go: its base_url, else its provider's official URL (never left to an
         SDK's environment variables); None for `local`, whose backend starts its own server."""
-        return self.base_url or OFFICIAL_URLS.get(self.provider)
+        return self.base_url or PROVIDERS[self.provider].official_url
 
     @property
     def provider(self) -> str:
@@ -201,7 +175,7 @@ class AgentSpec(_Strict):
         """
         if self.api_key_env:
             return (self.api_key_env,)
-        return () if self.custom_endpoint else KEY_VARIABLES[self.provider]
+        return () if self.custom_endpoint else PROVIDERS[self.provider].key_variables
 
     def api_key(self, environ: Mapping[str, str]) -> str:
         """The key from the environment; raises MissingApiKey naming the variable to set."""

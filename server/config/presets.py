@@ -17,9 +17,11 @@ from pathlib import Path
 from conclave.config.destinations import NOTHING_ALLOWED, Allowed, Origin, check_destinations
 from conclave.config.loading import load_team_file
 from conclave.config.models import Team
+from conclave.config.providers import PROVIDERS
 from conclave.errors import ConfigError, TeamNotFound
 
-DEFAULT_ORDER = ("frontier", "anthropic", "openai", "gemini")
+# The order in which a default team is chosen when none is named: the mixed team, then each provider's own.
+DEFAULT_ORDER = ("frontier", *PROVIDERS.default_teams())
 FALLBACK_TEAM = "local"
 
 

@@ -33,6 +33,7 @@ from fastmcp import Client
 from conclave import __version__
 from conclave.app.tokens import load_tokens
 from conclave.cli.main import build_parser
+from conclave.config.presets import user_teams_dir
 from conclave.jobs.access import Access
 from conclave.settings import Settings
 from tests.fakes.processes import http_process
@@ -241,6 +242,49 @@ def test_the_tokens_secret_has_the_shape_the_front_reads(tmp_path: Path) -> None
     assert sorted(load_tokens(Settings(home=home)).callers.values()) == ["alice", "bob"]
     url = urlsplit(secret["stringData"]["database-url"])
     assert (url.scheme, url.hostname, url.port) == ("postgresql", "postgres", 5432)
+
+
+def test_team_files_go_on_the_fronts_and_provider_keys_on_the_workers_only(tmp_path: Path) -> None:
+    """docs/deploy.md's "What each process needs": a front resolves a job's team from its team folder and
+    stores it with the job, a worker runs the stored copy with its provider keys. So in compose as
+    docker-compose resolves it, each front mounts a team folder at its user's team folder and holds no
+    provider key, each worker is given every provider's key variable and no team folder."""
+    found = shutil.which("docker-compose")
+    if found is None:
+        pytest.skip("needs Debian's docker-compose (apt-get install docker-compose; .ci/test-env.sh does)")
+    keys = {"ANTHROPIC_API_KEY": "sk-ant-check", "OPENAI_API_KEY": "sk-check", "GEMINI_API_KEY": "g-check"}
+    checked = subprocess.run(
+        [found, "-f", str(COMPOSE), "config"],
+        env={**os.environ, **COMPOSE_ENV, **keys},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert checked.returncode == 0, checked.stderr
+    services = yaml.safe_load(checked.stdout)["services"]
+    teams = str(user_teams_dir({"HOME": image_home()}))
+
+    def team_mounts(service: dict[str, Any]) -> list[str]:
+        mounts = [
+            volume if isinstance(volume, str) else f"{volume['source']}:{volume['target']}"
+            for volume in service.get("volumes", [])
+        ]
+        return [mount for mount in mounts if mount.split(":")[1] == teams]
+
+    for name in ("front-1", "front-2"):
+        front = services[name]
+        assert not any(variable.endswith("_API_KEY") for variable in front["environment"]), name
+        assert team_mounts(front), f"{name} mounts no team folder at {teams}"
+    worker = services["worker"]
+    assert {name: worker["environment"].get(name) for name in keys} == keys
+    assert team_mounts(worker) == [], "a worker reads no team file: it runs the team stored with the job"
+
+
+def image_home() -> str:
+    """The home of the image's user (the Dockerfile's useradd), where its team folder lies."""
+    found = re.search(r"--home-dir (\S+)", (DEPLOY / "Dockerfile").read_text())
+    assert found, "the Dockerfile's user has no --home-dir"
+    return found[1]
 
 
 def test_a_worker_s_engine_sees_its_folders_at_the_same_paths() -> None:

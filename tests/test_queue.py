@@ -259,3 +259,27 @@ async def test_a_job_no_worker_can_run_fails_at_once_with_the_workers_reason(
     assert done.state == "failed", done.phase
     assert KEY_ENV in done.phase and "checked where the job runs" in done.phase, done.phase
     assert fakes.script.requests_of("ann") == []  # nothing was sent to a provider
+
+
+async def test_a_worker_with_no_team_folder_runs_a_team_that_only_the_fronts_folder_holds(
+    tmp_path: Path, fakes: FakeProviders, redis: Redis
+) -> None:
+    """Team files go on fronts only (docs/deploy.md): the front resolves the team named by the caller from
+    its own team folder and stores it with the job; the worker, whose team folder is empty and whose
+    keys the front lacks, runs the stored copy."""
+    install(fakes.script, TRIO, voter())
+    front_config, worker_config = tmp_path / "front-config", tmp_path / "worker-config"
+    write_team(front_config / "conclave" / "teams" / "fronts-trio.yaml", fakes, TRIO, name="fronts-trio")
+    (worker_config / "conclave" / "teams").mkdir(parents=True)
+    settings = Settings(home=tmp_path / "state", queue_url=redis.url(), heartbeat_s=0.2)
+    async with JobService.open(settings, environ={"XDG_CONFIG_HOME": str(front_config)}) as front:
+        queued = await front.submit(JobRequest(task="What is 6 * 7?", team="fronts-trio"))
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(
+                lambda: run_worker(settings, environ={**ENV, "XDG_CONFIG_HOME": str(worker_config)})
+            )
+            with anyio.fail_after(60):
+                done = await until_done(front, queued)
+            await drain_workers(settings, ["all"])
+    assert done.state == "completed" and done.result is not None, done.phase
+    assert fakes.script.requests_of("ann"), "the worker ran the front's team against the fakes"

@@ -47,14 +47,16 @@ def build_app(script: Script) -> Starlette:
 
 
 class FakeProviders:
-    """The fake servers for one test, listening on a free loopback port."""
+    """The fake servers for one test, listening on a free loopback port (or on `host`, another address of
+    this machine: the compose lane's bridge gateway, which its containers reach)."""
 
-    def __init__(self, script: Script | None = None) -> None:
+    def __init__(self, script: Script | None = None, host: str = "127.0.0.1") -> None:
         self.script = script or Script()
+        self.host = host
         self.port = free_port()
         config = uvicorn.Config(
             build_app(self.script),
-            host="127.0.0.1",
+            host=host,
             port=self.port,
             log_level="warning",
             lifespan="off",
@@ -64,7 +66,7 @@ class FakeProviders:
         self._server: uvicorn.Server | None = None
 
     def base_url(self, provider: str, agent: str) -> str:
-        return f"http://127.0.0.1:{self.port}" + PREFIXES[provider].format(agent=agent)
+        return f"http://{self.host}:{self.port}" + PREFIXES[provider].format(agent=agent)
 
     def __enter__(self) -> FakeProviders:
         self._server = self._serving.__enter__()

@@ -35,15 +35,16 @@ pytestmark = pytest.mark.anyio
 APP_JS = Path(__file__).parent.parent / "server" / "web" / "static" / "app.js"
 
 
-def assert_billed(script: Script, name: str, usage: Usage, cut: int = 0) -> None:
+def assert_billed(script: Script, name: str, usage: Usage, cut: int = 0, refused: int = 0) -> None:
     """`usage` (one fake agent's, as the job counted it) against the fake's own bill: every request the
     fake received counted as one call (and up to `cut` more: a call cancelled as it started may not
     have reached its provider, yet is charged an estimate); what the providers reported never above
     their bill (nothing counted twice); the input at least the bill's, above it only by what is marked
     estimated. Output is at most the bill's: a fake bills the whole reply to a request its client had
-    abandoned, output its client never saw (a real provider stops generating when the client goes)."""
+    abandoned, output its client never saw (a real provider stops generating when the client goes).
+    `refused`: requests the fake refused with an error, which bill nothing."""
     bill_in, bill_out, bill_cached = script.bill.get(name, (0, 0, 0))
-    requests = len(script.requests_of(name))
+    requests = len(script.requests_of(name)) - refused
     reported = usage.input_tokens - usage.estimated_input_tokens
     assert requests <= usage.calls <= requests + cut, (name, usage, requests)
     assert reported <= bill_in <= usage.input_tokens, (name, usage, script.bill.get(name))
@@ -204,3 +205,23 @@ console.log(JSON.stringify(rows.map((row) => row.children.map((cell) => cell.tex
     )
     rows: list[list[str]] = json.loads(ran.stdout)
     return rows
+
+
+async def test_a_refused_request_is_charged_nothing_and_a_retried_call_once(fakes: FakeProviders) -> None:
+    """ann's first request is refused with a 429 (billed nothing), then retried: one call, its
+    provider's figures, no estimate left. cy's provider refuses every request (500s until the retries
+    are spent): cy is charged nothing, though each of its calls was charged an estimate as it started."""
+    install(fakes.script, TRIO[:2], voter())
+    fakes.script.enqueue("ann", Reply(status=429))
+    fakes.script.set_default("cy", Reply(status=500, error_message="gemini is down"))
+    result, sink = await run(fakes)
+    await anyio.to_thread.run_sync(fakes.settle)
+
+    letter_of = letters_of()
+    assert letter_of["cy"] in result.errors and result.winner is not None
+    agents = {agent.letter: agent.usage for agent in sink.progress[-1].agents}
+    ann, bob, cy = (agents[letter_of[name]] for name in ("ann", "bob", "cy"))
+    assert cy == Usage() and "cy" not in fakes.script.bill and fakes.script.requests_of("cy")
+    for name, used in (("ann", ann), ("bob", bob)):  # the 429 is no call
+        cut = sum(event.letter == letter_of[name] for event in sink.kinds("turn_cancelled"))
+        assert_billed(fakes.script, name, used, cut, refused=int(name == "ann"))

@@ -133,8 +133,10 @@ def create_app(service: JobService, settings: Settings, tokens: TokenSource | No
     # SDK's low-level server takes a lookup for it (`get_tool_input_schema`), but FastMCP builds that
     # server itself and offers no public way to pass one (FastMCP 4.1.4), so without it the transport
     # runs the tools/list handler for every call with arguments. Not patched into FastMCP's private
-    # `_mcp_server`: with `dereference_schemas=False` the listing costs ~2.4 ms more CPU per get_status
-    # call (1.8x) and ~0.4 ms more of the front's time (1.17x), bench/results/input-schema.json.
+    # `_mcp_server`, which an upgrade may rename or rebuild: the listing costs 2.4-3.5 ms more CPU per
+    # get_status call (1.8-2.1x the call with a lookup), and answering it from a cache through FastMCP's
+    # public middleware wins back almost none of it (the cost is the listing's dispatch):
+    # bench/results/input-schema.json. Accepted until FastMCP takes the lookup.
     for uri, fn, mime_type in TEMPLATES:
         app.resource(uri, mime_type=mime_type)(_translated(fn, ResourceError))
     app.add_extension(JobTasks(service))  # MCP Tasks for ask_team: a task is the job (tasks.py)

@@ -16,9 +16,9 @@ from fastmcp import Client
 
 from conclave.app.server import create_app
 from conclave.cli import install_claude, install_entries
-from conclave.jobs.service import JobService
 from conclave.config.presets import configs_dir
 from conclave.config.providers import PROVIDERS
+from conclave.jobs.service import JobService
 from conclave.settings import Settings
 from conclave.tools.catalog import TOOLS, tool_names
 
@@ -151,7 +151,7 @@ def test_every_backend_in_the_registry_resolves_and_none_is_imported_by_the_regi
     for entry in PROVIDERS.with_backends():
         backend = getattr(importlib.import_module(entry.backend_module), entry.backend_class)
         assert isinstance(backend, type) and backend.__name__ == entry.backend_class
-    code = "import sys, conclave.config.models; print(sorted(m for m in sys.modules if 'conclave.backends' in m))"
+    code = "import sys, conclave.config.models; print([m for m in sys.modules if 'conclave.backends' in m])"
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert loaded.strip() == "[]"  # team files validate without a provider's SDK
 
@@ -164,3 +164,57 @@ def test_every_variable_a_shipped_team_reads_is_forwarded_by_the_installers() ->
     }
     assert read <= set(install_entries.FORWARDED_ENV)
     assert set(PROVIDERS.forwarded_variables()) <= set(install_entries.FORWARDED_ENV)
+
+
+ONE_LINE = (
+    '    Provider("mistral", "openai:OpenAIBackend", ("MISTRAL_API_KEY",), "https://api.mistral.ai/v1"),\n'
+)
+WITH_ONE_MORE = """
+import importlib.util, sys
+from pathlib import Path
+table = "_ENTRIES = (\\n"
+source = Path(sys.argv[1]).read_text(encoding="utf-8").replace(table, table + sys.argv[2], 1)
+spec = importlib.util.spec_from_loader("conclave.config.providers", loader=None)
+module = importlib.util.module_from_spec(spec)
+sys.modules["conclave.config.providers"] = module
+exec(compile(source, sys.argv[1], "exec"), module.__dict__)
+
+from conclave.backends import create_backend
+from conclave.backends.base import Endpoint
+from conclave.cli import doctor, install_entries
+from conclave.config.loading import secret_variables
+from conclave.config.models import AgentSpec
+
+spec = AgentSpec(model="mistral/large")
+assert spec.endpoint_url == "https://api.mistral.ai/v1" and not spec.custom_endpoint
+assert spec.api_key({"MISTRAL_API_KEY": "k-1"}) == "k-1"
+for refused in ({"model": "openai/gpt-5", "api_key_env": "MISTRAL_API_KEY"},
+                {"model": "mistral/large", "base_url": "https://proxy.example/v1"}):
+    try:
+        AgentSpec(**refused)
+    except ValueError as exc:
+        print("refused:", str(exc).splitlines()[1][:80])
+    else:
+        raise AssertionError(refused)
+endpoint = Endpoint(provider="mistral", model="large", api_key="k-1", base_url=spec.endpoint_url)
+backend = create_backend(endpoint)
+print("backend:", type(backend).__name__)
+assert "MISTRAL_API_KEY" in install_entries.FORWARDED_ENV
+assert "MISTRAL_API_KEY" in secret_variables({"MISTRAL_API_KEY": "k-1", "HOME": "/x"})
+assert any(probe.name == "mistral key" for probe in doctor._keys({}))
+print("ok")
+"""
+
+
+def test_a_provider_added_by_one_registry_line_is_read_everywhere() -> None:
+    """Adding a provider is its backend module plus one line in config/providers.py: with that line (and an
+    existing backend standing in for its module), team files, keys, the backend factory, doctor and the
+    installers know it, and no other file changes."""
+    run = subprocess.run(
+        [sys.executable, "-c", WITH_ONE_MORE, str(REGISTRY), ONE_LINE],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.splitlines()[-1] == "ok" and "backend: OpenAIBackend" in run.stdout

@@ -178,6 +178,7 @@ class HeldChecks:
     passes, once `release` is set, so the agents' next turns wait until then."""
 
     concurrency = 1
+    blocked: str | None = None  # the command runs on the caller's files
 
     def __init__(self) -> None:
         self.release = anyio.Event()

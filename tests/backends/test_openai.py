@@ -30,6 +30,7 @@ from conclave.errors import (
     ProviderError,
     ProviderUnavailable,
     RateLimited,
+    StreamCut,
 )
 from tests.backends import helpers
 from tests.backends.helpers import calls_of, text_of
@@ -285,7 +286,7 @@ async def test_stream_closed_cleanly_before_finish_is_unavailable() -> None:
         api_key=KEY, base_url="http://proxy.invalid/v1", http_client=http_client
     )
     events: list[StreamEvent] = []
-    with pytest.raises(ProviderUnavailable, match="no finish_reason"):
+    with pytest.raises(StreamCut, match="ended before a finish_reason"):
         async for event in backend.stream(ASK):
             events.append(event)
     await backend.aclose()

@@ -13,16 +13,26 @@ import json
 import re
 import secrets
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
 
 from conclave.cli.main import main
 from conclave.errors import SandboxError
+from conclave.sandbox.dockerfile import get_base, plain_dockerfile
 from conclave.sandbox.engine import connect
 from conclave.sandbox.image import BuildOptions, build_image, host_apt_sources
 from conclave.sandbox.image_route import Route, choose_route
-from conclave.sandbox.recipe import CLIS_NPM, ROUTE_LABEL, SMOKE_TEST, debian_arch, npm_cpu
+from conclave.sandbox.recipe import (
+    BASE_LABEL,
+    CLIS_NPM,
+    PACKAGES,
+    ROUTE_LABEL,
+    SMOKE_TEST,
+    debian_arch,
+    npm_cpu,
+)
 from tests.fakes.debian_base import ensure_public_base
 from tests.fakes.registry import local_registry, serve_base
 
@@ -226,3 +236,43 @@ def _host_mirror() -> str:
     uri = re.search(r"^URIs: (\S+)", host_apt_sources().text, re.MULTILINE)
     assert uri, host_apt_sources().text
     return "/".join(uri[1].split("/")[:3])
+
+
+def push(docker: Any, image: str, remote: str) -> str:
+    """Push `image` as `remote` (name:tag) and drop the engine's copy of that name; the pushed digest."""
+    repository, _, tag = remote.rpartition(":")
+    docker.images.get(image).tag(repository, tag)
+    digest = ""
+    for line in docker.images.push(repository, tag=tag, stream=True, decode=True):
+        if "error" in line:
+            raise RuntimeError(f"push of {remote} failed: {line['error']}")
+        digest = line.get("aux", {}).get("Digest", digest)
+    docker.images.remove(remote)
+    assert digest.startswith("sha256:"), digest
+    return str(digest)
+
+
+def test_a_pinned_base_is_the_pinned_content_when_its_tag_has_moved(
+    docker: Any, public_base: str, tmp_path: Path
+) -> None:
+    with local_registry(tmp_path) as registry:
+        remote = f"{registry}/library/debian:bookworm-slim"
+        pinned = f"{remote}@{push(docker, public_base, remote)}"
+        moved = docker.images.build(fileobj=_dockerfile(f"FROM {public_base}\nLABEL moved=yes\n"), rm=True)[0]
+        push(docker, moved.id, remote)  # the tag now names other content
+        try:
+            got = get_base(docker, pinned, "linux/amd64")
+            assert got.pulled and got.name == pinned and got.digest == pinned.rpartition("@")[2]
+            labels = docker.images.get(pinned).attrs["Config"]["Labels"] or {}
+            assert "moved" not in labels  # what the pin names, not what the tag names now
+            assert f'LABEL {BASE_LABEL}="{pinned}"' in plain_dockerfile(got, PACKAGES)
+        finally:
+            for image in (pinned, moved.id):
+                with contextlib.suppress(Exception):
+                    docker.images.remove(image, force=True)
+
+
+def _dockerfile(text: str) -> Any:
+    import io
+
+    return io.BytesIO(text.encode())

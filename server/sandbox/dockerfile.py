@@ -90,9 +90,10 @@ def get_base(docker: object, name: str, platform: str) -> BaseImage:
                 image = docker.images.get(held)  # type: ignore[attr-defined]
             except sdk.errors.ImageNotFound:
                 continue
-            found = digest if held == name else _repo_digest(image)
+            # a copy of the tag alone is named by its image id: a digest the engine keeps for it (Podman
+            # makes one for any image) says nothing a registry vouched for
             pinned = name if held != name else ""
-            return BaseImage(held, platform, reason, found, str(image.id), pinned)
+            return BaseImage(held, platform, reason, digest if held == name else "", str(image.id), pinned)
         raise BaseUnavailable(name, reason) from exc
     return BaseImage(name, platform, None, digest or _repo_digest(image), str(image.id))
 

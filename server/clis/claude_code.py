@@ -12,7 +12,10 @@ system prompt and its file and shell tools (`--tools`: no web, agent, notebook o
 definitions are most of a request's 12k tokens). A decision run has our short system prompt in place of
 Claude Code's (`--system-prompt-file`) and no tools (`--tools ""`; its Read tool alone is 500 tokens, a
 third of the decision: the answers' diffs are in the prompt): about 1k tokens where a whole run's request
-sent 12k (2.1.330; bench/results/cli-decisions.json).
+sent 12k (2.1.330; bench/results/cli-decisions.json). A presentation is as brief, without the schema.
+With a key login a brief run is also `--bare`, which drops the environment section (cwd, platform, model,
+date: about 1 kB) and the deferred-tools placeholder; bare mode reads no OAuth login, so a plan's keeps
+them (bench/results/cli-decision-shares.json).
 """
 
 from __future__ import annotations
@@ -36,8 +39,11 @@ DECISION_TOOLS = ""  # none (its structured output is a tool of its own, which `
 class ClaudeCode:
     facts = CLIS["claude-code"]
     native_schema = True
+    presents = True
 
-    def command(self, prompt: str, model: str | None, schema: dict[str, Any] | None) -> list[str]:
+    def command(
+        self, prompt: str, model: str | None, schema: dict[str, Any] | None, brief: bool, login: Login
+    ) -> list[str]:
         argv = [
             "claude",
             "-p",
@@ -54,17 +60,12 @@ class ClaudeCode:
         ]
         if model:
             argv += ["--model", model]
-        if schema is None:
+        if not brief:
             return [*argv, "--tools", WORK_TOOLS]
-        return [
-            *argv,
-            "--tools",
-            DECISION_TOOLS,
-            "--system-prompt-file",
-            SYSTEM_FILE,
-            "--json-schema",
-            json.dumps(schema),
-        ]
+        argv += ["--tools", DECISION_TOOLS, "--system-prompt-file", SYSTEM_FILE]
+        if login.key and _key_variable(login) == "ANTHROPIC_API_KEY":
+            argv.append("--bare")  # its environment section and deferred tools out; reads only the key
+        return [*argv, "--json-schema", json.dumps(schema)] if schema is not None else argv
 
     def wire(self, login: Login) -> Wire:
         return "anthropic"
@@ -84,10 +85,7 @@ class ClaudeCode:
             "DISABLE_ERROR_REPORTING": "1",
         }
         if login.key:
-            # a custom endpoint's key goes as the API key; the user's own variable keeps its name
-            env["ANTHROPIC_API_KEY" if login.base_url else (login.variable or "ANTHROPIC_API_KEY")] = (
-                login.key
-            )
+            env[_key_variable(login)] = login.key
         url = login.bridge or login.base_url
         if url:
             env["ANTHROPIC_BASE_URL"] = url
@@ -135,3 +133,9 @@ class ClaudeCode:
             elif raw.get("type") == "message_delta" and parent in last:
                 output[last[parent]] = int((raw.get("usage") or {}).get("output_tokens") or 0)
         return total + Usage(0, sum(output.values()), 0)
+
+
+def _key_variable(login: Login) -> str:
+    """Where a key login's key goes: a custom endpoint's as the API key; the user's own variable keeps
+    its name (bare mode, `--bare`, reads ANTHROPIC_API_KEY alone)."""
+    return "ANTHROPIC_API_KEY" if login.base_url else (login.variable or "ANTHROPIC_API_KEY")

@@ -14,8 +14,8 @@ from conclave.sandbox.member import HOME  # a private tmpfs in the member's cont
 from conclave.sandbox.provider_wire import Wire
 
 SCHEMA_FILE = f"{HOME}/decision-schema.json"
-# A decision run's system prompt (ours, in place of the CLI's own where it lets us), written by the runner
-# before each decision run like the schema (runner.py `script`).
+# A brief run's system prompt (a decision's or a presentation's: ours, in place of the CLI's own where it
+# lets us), written by the runner before each such run, like a decision's schema (runner.py `script`).
 SYSTEM_FILE = f"{HOME}/decision-system.md"
 # What a key-mode CLI holds as its key inside its container: not a secret. Its egress proxy puts the real
 # key in its place on the way to the provider (sandbox/provider_key.py).
@@ -89,13 +89,18 @@ class CliAdapter(Protocol):
 
     facts: CliFacts
     native_schema: bool  # it constrains a reply to a JSON schema itself (else the prompt asks for JSON)
+    # A winner presents with a brief run; False: its answer stands as it is (its brief run would still
+    # carry a system prompt of its own far above a tenth of its work run's first request)
+    presents: bool
 
-    def command(self, prompt: str, model: str | None, schema: dict[str, Any] | None) -> list[str]:
-        """The argv (its binary first) of one headless run in /workspace. With a `schema` it is a
-        decision run, as small as the CLI allows: our system prompt (SYSTEM_FILE) in place of its own,
-        no tools but a read-only one where the CLI has it (docs/subscriptions.md lists each CLI's flags
-        and what it would not let us cut). A work run keeps the CLI's own prompt and the tools that can
-        work in its container."""
+    def command(
+        self, prompt: str, model: str | None, schema: dict[str, Any] | None, brief: bool, login: Login
+    ) -> list[str]:
+        """The argv (its binary first) of one headless run in /workspace. A `brief` run (a decision, with
+        its reply's `schema`, or a presentation) is as small as the CLI allows: our system prompt
+        (SYSTEM_FILE) in place of its own, no tools but a read-only one where the CLI has it
+        (docs/subscriptions.md lists each CLI's flags and what it would not let us cut). A work run
+        keeps the CLI's own prompt and the tools that can work in its container."""
         ...
 
     def wire(self, login: Login) -> Wire:

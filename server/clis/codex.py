@@ -10,9 +10,18 @@ Every run turns off what cannot work in its container or is not asked for (`-c` 
 features of 0.169): web search, apps, plugins, the browser, computer use, image generation, goals,
 sub-agents, tool suggestions and the bundled skills' list. A work run keeps Codex's own instructions and
 its shell and patch tools. A decision run also swaps its instructions for our short system prompt
-(`model_instructions_file`), drops the permissions and environment sections and the shell: left are
-`request_user_input` and `apply_patch`, which no setting of 0.169 removes (about 1k tokens a request
-where a whole run sent 9-14k; docs/subscriptions.md).
+(`model_instructions_file`), drops the permissions, environment and collaboration-mode sections, the
+shell and `request_user_input` (`tools.experimental_request_user_input.enabled`). A presentation is as
+brief, without the schema.
+
+Codex's own default model (`gpt-6.1-sol` in 0.169) and the others its built-in catalog marks
+`tool_mode: code_mode_only` get their tools as an `additional_tools` namespace: the JavaScript `exec`
+orchestrator, and the sub-agent tools with their instructions (`multi_agent_version`), whatever the
+features say (about 18k bytes of a 23k decision request); each model of that catalog also gets
+`apply_patch`. A brief run on one of them reads a catalog of our own (`model_catalog_json`) whose one
+entry is that model with none of these: no tools at all, and our instructions alone (about 2 kB a
+request where a work run's first sent 29-50 kB; bench/results/cli-decision-shares.json). A model outside
+that catalog keeps Codex's own description of it.
 """
 
 from __future__ import annotations
@@ -48,14 +57,60 @@ DECIDE = (
     f'model_instructions_file="{SYSTEM_FILE}"',
     "include_permissions_instructions=false",
     "include_environment_context=false",
+    "include_collaboration_mode_instructions=false",
+    "tools.experimental_request_user_input.enabled=false",
 )
+DEFAULT_MODEL = "gpt-6.1-sol"  # 0.169's own when the config names none
+# the models 0.169's built-in catalog lists: all but gpt-5.5 `tool_mode: code_mode_only`, and each with an
+# apply_patch tool a brief run has no use for
+CATALOG_MODELS = frozenset(
+    {
+        "gpt-5.5",
+        "gpt-6-astra",
+        "gpt-6.1-sol",
+        "gpt-6.1-terra",
+        "gpt-6-sol",
+        "gpt-6-luna",
+        "gpt-5.6-sol",
+        "gpt-5.6-terra",
+        "gpt-5.6-luna",
+        "gpt-daybreak-blue-latest",
+        "gpt-daybreak-red-latest",
+        "codex-auto-review",
+    }
+)
+BRIEF_CATALOG = f"{CONFIG}/brief-models.json"  # under HOME
+
+
+def brief_catalog(slug: str) -> bytes:
+    """A model catalog of one entry, `slug` without the code-mode tools and sub-agents: the fields 0.169
+    requires, the instructions ours (the brief run's `model_instructions_file` replaces these anyway)."""
+    entry = {
+        "slug": slug,
+        "display_name": slug,
+        "base_instructions": "You are a careful reviewer.",
+        "visibility": "list",
+        "priority": 1,
+        "supported_in_api": True,
+        "shell_type": "shell_command",
+        "default_reasoning_level": "low",
+        "supported_reasoning_levels": [{"effort": "low", "description": "light reasoning"}],
+        "context_window": 272_000,
+        "support_verbosity": False,
+        "truncation_policy": {"mode": "tokens", "limit": 10_000},
+        "experimental_supported_tools": [],
+    }
+    return json.dumps({"models": [entry]}).encode()
 
 
 class Codex:
     facts = CLIS["codex"]
     native_schema = True
+    presents = True
 
-    def command(self, prompt: str, model: str | None, schema: dict[str, Any] | None) -> list[str]:
+    def command(
+        self, prompt: str, model: str | None, schema: dict[str, Any] | None, brief: bool, login: Login
+    ) -> list[str]:
         argv = [
             "codex",
             "exec",
@@ -72,7 +127,11 @@ class Codex:
         config: tuple[str, ...] = QUIET
         if schema is not None:
             argv += ["--output-schema", SCHEMA_FILE]
+        if brief:
             features, config = NEVER + NOT_TO_DECIDE, QUIET + DECIDE
+            if (model or DEFAULT_MODEL) in CATALOG_MODELS:
+                argv += [] if model else ["-m", DEFAULT_MODEL]  # the catalog's one entry, named
+                config += (f'model_catalog_json="{HOME}/{BRIEF_CATALOG}"',)
         for feature in features:
             argv += ["--disable", feature]
         for setting in config:
@@ -104,7 +163,10 @@ class Codex:
             f'name = "conclave"\nbase_url = {json.dumps(url)}\nwire_api = "responses"\n'
             f"supports_websockets = false\n{provider}"
         )
-        return {**login.files, f"{CONFIG}/config.toml": config.encode()}
+        files = {**login.files, f"{CONFIG}/config.toml": config.encode()}
+        if (model or DEFAULT_MODEL) in CATALOG_MODELS:
+            files[BRIEF_CATALOG] = brief_catalog(model or DEFAULT_MODEL)
+        return files
 
     def parse(self, stdout: str) -> CliOutput:
         text, usage, error = "", Usage(), None

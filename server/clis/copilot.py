@@ -8,9 +8,12 @@ member works on its files, not on the user's repositories through their GitHub l
 schema-constrained output: JSON in the prompt.
 
 Only the tools a run needs reach the model (`--available-tools`, 1.0.102): a work run its shell and
-file tools, a decision run only `view` (to look at /peers). Neither gets the repository's custom
-instructions (`--no-custom-instructions`). Its own system prompt cannot be replaced: about 2k tokens of
-a decision request stay Copilot's (docs/subscriptions.md).
+file tools, a brief run (a decision, a presentation) only `view` (to look at /peers). None gets the
+repository's custom instructions (`--no-custom-instructions`). Its own system prompt cannot be
+replaced in prompt mode (its SDK sessions' `systemMessage` is not reachable from `-p`): about 9 kB of a
+decision request stay Copilot's, a third of a work run's first request (1.0.102,
+bench/results/cli-decision-shares.json). So a Copilot member that wins does not present: its answer
+stands as it is (`presents`).
 """
 
 from __future__ import annotations
@@ -32,9 +35,12 @@ DECISION_TOOLS = ("view",)
 class Copilot:
     facts = CLIS["copilot"]
     native_schema = False
+    presents = False  # its own 8.7 kB system prompt stays in a brief run (see above)
     after = f'echo; echo "{USAGE_MARK}"; cat "{USAGE_FILE}" 2>/dev/null'  # run after the CLI, same exec
 
-    def command(self, prompt: str, model: str | None, schema: dict[str, Any] | None) -> list[str]:
+    def command(
+        self, prompt: str, model: str | None, schema: dict[str, Any] | None, brief: bool, login: Login
+    ) -> list[str]:
         argv = [
             "copilot",
             "-p",
@@ -52,7 +58,7 @@ class Copilot:
             "--no-custom-instructions",
         ]
         argv += ["--model", model] if model else []
-        return [*argv, "--available-tools", *(WORK_TOOLS if schema is None else DECISION_TOOLS)]
+        return [*argv, "--available-tools", *(DECISION_TOOLS if brief else WORK_TOOLS)]
 
     def wire(self, login: Login) -> Wire:
         """Its own-key provider's API: Anthropic's for an endpoint that says so, else OpenAI's."""

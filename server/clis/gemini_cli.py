@@ -10,9 +10,9 @@ A work run (0.61) keeps its own system prompt and its file and shell tools; a po
 denies its web, agent, to-do, plan-mode, topic and skill tools by name, which takes their definitions
 out of every request. A decision run has our system prompt in place of its own (`GEMINI_SYSTEM_MD`, a
 variable set for that run alone through `env`) and only its `read_file` tool: its policy file denies
-every other tool. (`tools.core` would do it only in the settings every run reads: a system settings
-file under HOME is refused as not root's.) Without a model named (`cli/gemini:MODEL`) it still makes its
-model router's call first.
+every other tool; a presentation is as brief. (`tools.core` would do it only in the settings every
+run reads: a system settings file under HOME is refused as not root's.) Without a model named
+(`cli/gemini:MODEL`) it still makes its model router's call first.
 """
 
 from __future__ import annotations
@@ -55,11 +55,14 @@ NOT_TO_DECIDE = (
 class Gemini:
     facts = CLIS["gemini"]
     native_schema = False
+    presents = True
 
-    def command(self, prompt: str, model: str | None, schema: dict[str, Any] | None) -> list[str]:
+    def command(
+        self, prompt: str, model: str | None, schema: dict[str, Any] | None, brief: bool, login: Login
+    ) -> list[str]:
         argv = ["gemini", "-p", prompt, "--approval-mode", "yolo", "--skip-trust", "-o", "stream-json"]
         argv += ["-m", model] if model else []
-        if schema is None:
+        if not brief:
             return [*argv, "--policy", f"{HOME}/{WORK_POLICY}"]
         return ["env", f"GEMINI_SYSTEM_MD={SYSTEM_FILE}", *argv, "--policy", f"{HOME}/{DECISION_POLICY}"]
 

@@ -4,7 +4,8 @@
     member.bind(sandbox, egress={"HTTPS_PROXY": ...})    # its container, and its way out (the proxy)
     output = await member.run(prompt)                    # the work: edits /workspace, final message
     output = await member.run(prompt, schema, system=...) # the decision: a schema-constrained object,
-                                                         # a small run with our system prompt
+                                                         # a brief run with our system prompt
+    output = await member.run(prompt, system=...)         # a presentation: as brief, plain text
 
 Each run is one exec, `sh -c` under coreutils `timeout -s KILL` (sandbox/container.py): it writes the
 private HOME on the container's tmpfs (0700, only once: a CLI may refresh its token there), then runs
@@ -24,7 +25,8 @@ Secrets: the member's login values join the job's set when it is bound (`secrets
 every snapshot keeps them out), and after every run, however it ended, its login files are read back
 from HOME and their tokens join too, since a CLI may refresh its login there. What a run gives back
 (its text, its decision, its error) has every known value of the job replaced before anyone sees it.
-It is also a `Backend` (one text reply from the CLI), so a CLI member presents like any other.
+It is also a `Backend` (one text reply from a brief run: the request's system prompt in place of the
+CLI's own, no work tools), so a CLI member presents like any other, for about a decision's cost.
 """
 
 from __future__ import annotations
@@ -72,6 +74,7 @@ ADAPTERS: dict[str, CliAdapter] = {
 logger = logging.getLogger(__name__)
 OUTPUT_CAP = 8 * 1024 * 1024  # a run's JSON output (Codex's stream carries every tool output)
 METER_PAUSE_S = 0.25  # between two reads of a run's output for its usage so far
+REPLY_SYSTEM = "Reply in plain text."  # a reply asked for with no system prompt of its own: still brief
 
 
 @dataclass
@@ -154,8 +157,8 @@ class CliMember:
         stopped: Stopped | None = None,
     ) -> CliOutput:
         """One headless run to its output; ProviderError when the CLI fails or prints nothing usable.
-        With a `schema` it is a decision run: `system` is its system prompt where the CLI takes ours
-        (cli_adapter.py `command`).
+        With a `system` prompt it is a brief run (cli_adapter.py `command`): that prompt in place of the
+        CLI's own where it takes ours, no work tools; a decision's also has its reply's `schema`.
 
         `charge` gets the run's usage while it runs, as its output reports it (meter.py: a job's budget
         can stop a long run), and its total however it ends: finished, past its timeout, or killed
@@ -296,7 +299,7 @@ class CliMember:
         self, prompt: str, schema: dict[str, Any] | None, system: str = ""
     ) -> tuple[str, dict[str, str]]:
         """The exec's shell command and environment (tests read both; the login is only in `env`); a
-        decision run (`schema`) writes its schema and its system prompt to HOME first."""
+        brief run (`system`) writes its system prompt to HOME first, a decision (`schema`) its schema."""
         login = self.inside
         env = {**self.egress, **self.adapter.environment(login, self.model), "HOME": HOME}
         lines = [f'umask 077; mkdir -p "{HOME}"']
@@ -314,13 +317,16 @@ class CliMember:
             env["CONCLAVE_SCHEMA"] = json.dumps(schema)
             passed.append("CONCLAVE_SCHEMA")
             lines.append(f'printf %s "$CONCLAVE_SCHEMA" > {SCHEMA_FILE} || exit 97')
+        if system:
             env["CONCLAVE_SYSTEM"] = system
             passed.append("CONCLAVE_SYSTEM")
             lines.append(f'printf %s "$CONCLAVE_SYSTEM" > {SYSTEM_FILE} || exit 97')
         if passed:
             lines.append(f"unset {' '.join(passed)}")
         lines.append("umask 022")  # what the CLI writes in /workspace, peers may read (files/peer_access.py)
-        run = f"{shlex.join(self.adapter.command(prompt, self.model, schema))} </dev/null"
+        run = (
+            f"{shlex.join(self.adapter.command(prompt, self.model, schema, bool(system), login))} </dev/null"
+        )
         after = getattr(self.adapter, "after", None)
         lines.append(f"{run}; status=$?; {after}; exit $status" if after else f"exec {run}")
         return "\n".join(lines), env
@@ -361,8 +367,8 @@ class CliMember:
 
     # The Backend seam: one reply from the CLI (a presentation) ----------------------------------------
     async def stream(self, request: Request) -> AsyncIterator[StreamEvent]:
-        prompt = "\n\n".join([request.system, *(message.content for message in request.messages)]).strip()
-        output = await self.run(prompt)
+        prompt = "\n\n".join(message.content for message in request.messages).strip()
+        output = await self.run(prompt, system=request.system or REPLY_SYSTEM)
         yield TextDelta(output.text)
         # a metered member's calls were charged by its proxy as they went: its report here is none
         yield Usage() if self.metered else output.usage

@@ -24,7 +24,7 @@ from conclave.backends.base import Backend, Scorer
 from conclave.clis.runner import CliMember
 from conclave.config.models import AgentSpec
 from conclave.coordination import prompts
-from conclave.coordination.cli_turns import cli_turn
+from conclave.coordination.cli_turns import cli_turn, presentation_answers
 from conclave.coordination.protocol_events import ProtocolEvent, StartTurn
 from conclave.coordination.reports import ShownAnswer
 from conclave.coordination.split_turns import split_turn
@@ -133,8 +133,15 @@ class CliAgent:
         return await cli_turn(ctx, self.member, action, shown, files)
 
     async def present(self, ctx: TurnContext, task: str, shown: list[ShownAnswer], outcome: Outcome) -> str:
-        # the member is also a Backend: one text reply from its CLI (clis/runner.py)
-        return await present(ctx, self.member, task, shown, outcome)
+        """Its answer as it stands when presenting would add nothing (cli_turns.py
+        `presentation_answers`) or its CLI's brief run would still cost too much (Copilot CLI: its
+        adapter's `presents`), else a brief run: the member is also a Backend whose reply is a run with
+        our system prompt and no work tools, about a decision's size (clis/runner.py)."""
+        assert outcome.winner is not None
+        answers = presentation_answers(shown, outcome.winner)
+        if answers is None or not self.member.adapter.presents:
+            return next(a.content for a in shown if a.label == outcome.winner)
+        return await present(ctx, self.member, task, answers, outcome)
 
     async def aclose(self) -> None:
         await self.member.aclose()

@@ -32,7 +32,7 @@ from typing import Any
 from conclave.backends.base import ToolCall
 from conclave.clis.cli_adapter import CliOutput, last_json_object
 from conclave.clis.runner import CliMember
-from conclave.coordination import prompts
+from conclave.coordination import diff_digest, prompts
 from conclave.coordination.protocol_events import (
     AnswerPosted,
     NoDecision,
@@ -48,8 +48,10 @@ from conclave.coordination.turn_context import TurnContext
 NEW = "new_answer"
 CLI_WORK = "cli_work"  # the transcript's mark of a work run; not the protocol's WorkStarted (see above)
 MAX_SHOWN = 12_000  # characters of each answer in a CLI's prompt (an argument has a size limit)
-MAX_SUMMARY = 2_000  # a decision shows this much of an answer's own text
-MAX_DIFF = MAX_SHOWN - MAX_SUMMARY  # and this much of its diff: no longer than a whole answer's text
+MAX_SUMMARY = 800  # a decision or a presentation shows this much of an answer's own text
+# a decision shows this many characters of the answers' diffs in all, whatever their size: a stat and
+# the hunks that tell them apart (diff_digest.py), the full files at /peers/<letter>
+DIFF_BUDGET = 4_000
 DECISION_SYSTEM = """\
 You are one voter in a team of agents that each worked on the same task in their own copy of the
 files. You judge the team's current answers; you change no files. Each answer is shown as its author's
@@ -171,8 +173,14 @@ def decision_prompt(
     the job), then the current answers in this voter's order, each as what it changed and what its check
     said, and the labels it may choose."""
     changes = files.changes if files is not None else {}
+    shown_changes = diff_digest.digests({a.label: changes.get(a.label, "") for a in shown}, DIFF_BUDGET)
     listed = "\n\n".join(
-        _answer(answer, answer.letter == ctx.letter, changes.get(answer.label)) for answer in shown
+        _answer(
+            answer,
+            answer.letter == ctx.letter,
+            shown_changes.get(answer.label, "") if answer.label in changes else None,
+        )
+        for answer in shown
     )
     new = f', or "{NEW}" if you can write a clearly better answer than all of them (answer: "")'
     labels = ", ".join(action.labels)
@@ -184,6 +192,19 @@ def decision_prompt(
         f"The current answers:\n\n{listed}\n\n"
         f"Choose one of {labels}{new if action.can_answer else ''}. {action.note}".rstrip()
     )
+
+
+def presentation_answers(shown: list[ShownAnswer], winner: str) -> list[ShownAnswer] | None:
+    """What a CLI winner's presentation is shown: the winning answer's text whole (up to MAX_SHOWN), the
+    others' cut to MAX_SUMMARY (their files stay at /peers); None when presenting would add nothing and
+    the winning answer stands as it is: no other answer, or every vote went to it, as many as the other
+    answers' authors at least (none of the others had a vote to fold in)."""
+    won = next((answer for answer in shown if answer.label == winner), None)
+    others = [answer for answer in shown if answer.label != winner]
+    if won is not None and (not others or sum(a.votes for a in shown) == won.votes >= len(others)):
+        return None
+    cut = [answer.model_copy(update={"content": _cut(answer.content, MAX_SUMMARY)}) for answer in others]
+    return [won.model_copy(update={"content": _cut(won.content, MAX_SHOWN)}), *cut] if won else cut
 
 
 def decision_schema(labels: tuple[str, ...], can_answer: bool) -> dict[str, Any]:
@@ -209,7 +230,7 @@ def _answer(answer: ShownAnswer, own: bool = False, changes: str | None = None) 
     if changes is None:
         return f"{heading}\n{_cut(answer.content, MAX_SHOWN)}"
     where = "the current folder" if own else f"/peers/{answer.letter}"
-    diff = f"Its changes (full files at {where}):\n{_cut(changes, MAX_DIFF)}" if changes else ""
+    diff = f"Its changes (full files at {where}):\n{changes}" if changes else ""
     return f"{heading}\n{_cut(answer.content, MAX_SUMMARY)}\n{diff or 'No file changed.'}"
 
 

@@ -6,6 +6,7 @@ their requests (Claude Code's and Codex's: tests/clis/test_cli_members_e2e.py)."
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import threading
 from pathlib import Path
@@ -16,25 +17,46 @@ import pytest
 from conclave.backends.base import ToolCall, Usage
 from conclave.backends.retry import RetryPolicy
 from conclave.clis.claude_code import ClaudeCode
-from conclave.clis.cli_adapter import SYSTEM_FILE
-from conclave.clis.codex import Codex
+from conclave.clis.cli_adapter import SYSTEM_FILE, Login
+from conclave.clis.codex import BRIEF_CATALOG, DEFAULT_MODEL, Codex
 from conclave.clis.copilot import Copilot
 from conclave.clis.gemini_cli import Gemini
 from conclave.clis.runner import CliMember
 from conclave.config.loading import parse_team
-from conclave.coordination.cli_turns import DECISION_SYSTEM, cli_turn, decision_prompt, decision_schema
-from conclave.coordination.prompts import FilesPicture
+from conclave.coordination.agents import CliAgent
+from conclave.coordination.cli_turns import (
+    DECISION_SYSTEM,
+    DIFF_BUDGET,
+    MAX_SUMMARY,
+    cli_turn,
+    decision_prompt,
+    decision_schema,
+    presentation_answers,
+)
+from conclave.coordination.prompts import PRESENT_SYSTEM, FilesPicture
 from conclave.coordination.protocol_events import StartTurn, VoteCast
 from conclave.coordination.reports import ShownAnswer
+from conclave.coordination.tally import Outcome
 from conclave.coordination.turn_context import TurnContext
 from conclave.errors import ProviderError
 from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
+from conclave.sandbox.member import HOME
 from conclave.settings import Settings
 from tests.clis.test_cli_members_e2e import ENV, FAST, KEY, api_agent
 from tests.fakes.calc_task import TASK
-from tests.fakes.cli_worker import DECISION_MARK, CliWorker, _first_user_text, _tool_names, answer_held
+from tests.fakes.cli_worker import (
+    DECISION_MARK,
+    PRESENT_MARK,
+    WORK_MARK,
+    CliWorker,
+    _first_user_text,
+    _tool_names,
+    answer_held,
+)
+from tests.fakes.script import RecordedRequest, Reply
 from tests.fakes.server import FakeProviders
+from tests.fakes.team import decide, vote_labels
 from tests.fakes.waits import until_cli_done
 
 pytestmark = pytest.mark.anyio
@@ -113,22 +135,22 @@ async def test_its_own_answer_holding_every_other_vote_is_a_vote_without_a_run()
 
 def test_a_decision_run_leaves_out_the_clis_own_prompt_and_work_tools() -> None:
     schema = decision_schema(("A1", "B1"), True)
-    claude = ClaudeCode().command("p", None, schema)
+    claude = ClaudeCode().command("p", None, schema, True, Login())
     assert claude[claude.index("--tools") + 1] == "" and claude[claude.index("--system-prompt-file") + 1] == (
         SYSTEM_FILE
     )
-    codex = Codex().command("p", None, schema)
+    codex = Codex().command("p", None, schema, True, Login())
     assert f'model_instructions_file="{SYSTEM_FILE}"' in codex and "shell_tool" in codex
-    gemini = Gemini().command("p", None, schema)
+    gemini = Gemini().command("p", None, schema, True, Login())
     assert gemini[0] == "env" and f"GEMINI_SYSTEM_MD={SYSTEM_FILE}" in gemini
     assert gemini[-1].endswith("decision-policy.toml")
-    copilot = Copilot().command("p", None, schema)
+    copilot = Copilot().command("p", None, schema, True, Login())
     assert copilot[copilot.index("--available-tools") :] == ["--available-tools", "view"]
     # a work run keeps each CLI's own prompt and its shell
-    assert "Bash" in ClaudeCode().command("p", None, None)[-1]
-    assert "shell_tool" not in Codex().command("p", None, None)
-    assert Gemini().command("p", None, None)[0] == "gemini"
-    assert "bash" in Copilot().command("p", None, None)
+    assert "Bash" in ClaudeCode().command("p", None, None, False, Login())[-1]
+    assert "shell_tool" not in Codex().command("p", None, None, False, Login())
+    assert Gemini().command("p", None, None, False, Login())[0] == "gemini"
+    assert "bash" in Copilot().command("p", None, None, False, Login())
     # the runner writes our system prompt where the decision run reads it, from the exec's environment
     member, _ = _member_and_context()
     script, env = member.script("p", schema, DECISION_SYSTEM)
@@ -212,3 +234,189 @@ sandbox: {{memory: 2g, cpus: 1}}
             assert _tool_names(sent.body) == tools, (fake, _tool_names(sent.body))
             assert "--- a/calc.py\n+++ b/calc.py" in _first_user_text(sent.body, wire)
             assert (ours in sent.text()) == (fake == "gemini"), fake  # Copilot keeps its own prompt
+
+
+def _diff(path: str, lines: int, value: str) -> str:
+    body = "".join(f"+VALUE_{n} = {value}\n" for n in range(1, lines + 1))
+    head = f"diff --git a/{path} b/{path}\nnew file mode 100644\n--- /dev/null\n+++ b/{path}\n"
+    return f"{head}@@ -0,0 +1,{lines} @@\n{body}"
+
+
+def test_a_decision_shows_answers_bounded_whatever_their_diffs_size() -> None:
+    """Three answers each changing 1,500 lines (about 25 kB of diff): the decision shows each as its
+    summary, a stat of its files and the hunks that tell it apart, within DIFF_BUDGET in all; the rest
+    it names, with the full files at /peers."""
+    _, ctx = _member_and_context()
+    fix = "diff --git a/calc.py b/calc.py\n--- a/calc.py\n+++ b/calc.py\n@@ -1,2 +1,2 @@\n def add(a, b):\n"
+    changes = {
+        "A1": fix + "-    return a - b\n+    return a + b\n" + _diff("table.py", 1500, "n"),
+        "B1": fix + "-    return a - b\n+    return a * b\n" + _diff("table.py", 1500, "n + 1"),
+        "C1": _diff("table.py", 1500, "n") + _diff("other.py", 3, "0"),
+    }
+    shown = [_answer(label, f"Answer {label}: " + "why " * 500) for label in ("B1", "A1", "C1")]
+    prompt = decision_prompt(ctx, StartTurn("A", 1, 1, True, ("B1", "A1", "C1")), shown, _files(**changes))
+    fixed = prompt[: prompt.index("The current answers")]
+    assert sum(map(len, changes.values())) > 70_000
+    assert len(prompt) - len(fixed) <= DIFF_BUDGET + 3 * (MAX_SUMMARY + 300), len(prompt)
+    assert "+    return a + b" in prompt and "+    return a * b" in prompt  # the hunks that differ
+    assert " table.py | +1500 -0" in prompt and "/peers/B" in prompt and "Hunks not shown" in prompt
+    assert "+VALUE_1 = 0" in prompt  # C1's small hunk fits; its table is named, not shown
+
+
+async def test_a_cli_winner_presents_briefly_or_its_answer_stands() -> None:
+    """Every vote for the winner and none elsewhere: its answer stands as it is, with no run. Otherwise
+    the presentation is a brief run (our system prompt, no work tools, as a decision), shown the
+    winner's answer whole and the others' cut."""
+    member, ctx = _member_and_context()
+    agent = CliAgent(member)
+    long = "because " * 1000
+    won = _answer("A1", "Fixed add().", votes=2)
+    shown = [won, _answer("B1", "add() multiplies. " + long), _answer("C1", "Nothing.")]
+    outcome = Outcome(
+        winner="A1", consensus=True, reason="a majority", votes=2, voters=2, tally={"A1": 2, "B1": 0, "C1": 0}
+    )
+    assert await agent.present(ctx, "Fix add().", shown, outcome) == "Fixed add()."
+    split = [won.model_copy(update={"votes": 1}), shown[1].model_copy(update={"votes": 1}), shown[2]]
+    with pytest.raises(ProviderError, match="needs its sandbox"):  # it runs: there is something to fold in
+        await agent.present(ctx, "Fix add().", split, outcome)
+    answers = presentation_answers(split, "A1")
+    assert answers is not None and [a.label for a in answers] == ["A1", "B1", "C1"]
+    assert len(answers[1].content) < MAX_SUMMARY + 20
+    script, env = member.script("the answers", None, PRESENT_SYSTEM)
+    assert env["CONCLAVE_SYSTEM"] == PRESENT_SYSTEM and "--system-prompt-file" in script
+    assert "Bash" not in script and "--json-schema" not in script
+
+
+def test_codex_decides_on_its_default_model_without_its_code_mode_tools() -> None:
+    """Codex 0.169's default model (and each the catalog marks code-mode only) gets its JavaScript exec
+    orchestrator and sub-agent tools whatever the features say: a brief run on it reads a catalog of our
+    own whose one entry is that model without them (nor apply_patch); a model outside that catalog keeps
+    Codex's own description."""
+    codex = Codex()
+    argv = codex.command("p", None, decision_schema(("A1",), False), True, Login())
+    assert argv[argv.index("-m") + 1] == DEFAULT_MODEL
+    assert f'model_catalog_json="{HOME}/{BRIEF_CATALOG}"' in argv
+    assert "include_collaboration_mode_instructions=false" in argv
+    catalog = json.loads(codex.home_files(Login(), None)[BRIEF_CATALOG])
+    (entry,) = catalog["models"]
+    assert entry["slug"] == DEFAULT_MODEL and "tool_mode" not in entry and "multi_agent_version" not in entry
+    assert not entry["experimental_supported_tools"]
+    named = codex.command("p", "gpt-4.1", None, True, Login())
+    assert not any("model_catalog_json" in arg for arg in named) and BRIEF_CATALOG not in codex.home_files(
+        Login(), "gpt-4.1"
+    )
+    assert "tools.experimental_request_user_input.enabled=false" in named  # no tool at all
+    assert not any("model_catalog_json" in arg for arg in codex.command("p", None, None, False, Login()))
+
+
+TABLE = "seq 1 1500 | sed 's/.*/VALUE_& = {}/' > table.py"  # about 25 kB of diff: each answer its own
+# (fixer, its fake's wire), (breaker, its wire): each CLI with the model it uses when a team names none,
+# and with one named; each is the fixer (which wins and presents) in one job. Copilot CLI's own-key
+# provider has no default model ("BYOK providers require an explicit model"): two named ones.
+PAIRS = {
+    "claude-codex": (("cli/claude-code", "anthropic"), ("cli/codex", "responses")),
+    "codex-claude": (("cli/codex:gpt-5.5", "responses"), ("cli/claude-code:claude-sonnet-4-5", "anthropic")),
+    "gemini-copilot": (("cli/gemini", "gemini"), ("cli/copilot:claude-haiku-4.5", "anthropic")),
+    "copilot-gemini": (
+        ("cli/copilot:claude-sonnet-4.5", "anthropic"),
+        ("cli/gemini:gemini-2.5-pro", "gemini"),
+    ),
+}
+# Copilot CLI's own system prompt (about 9 kB in 1.0.102) cannot be replaced in prompt mode: its decision's
+# fixed part stays near two fifths of its work run's first request (clis/copilot.py), and it never presents
+COPILOT_FLOOR = 0.45
+
+
+def _firsts(fakes: FakeProviders, name: str, wire: str) -> dict[str, list[tuple[int, int]]]:
+    """By kind, each request's size and its fixed part's (the body without the prompt we gave): the work
+    run's first request that offers tools (Gemini CLI's model router asks first, with none), and every
+    request of a decision or a presentation (their router calls too)."""
+    found: dict[str, list[tuple[int, int]]] = {"work": [], "decision": [], "presentation": []}
+    for request in fakes.script.requests_of(name):
+        prompt = _first_user_text(request.body, wire)
+        kind = "decision" if DECISION_MARK in prompt else "presentation" if PRESENT_MARK in prompt else "work"
+        if kind == "work" and (WORK_MARK not in prompt or not _tool_names(request.body)):
+            continue  # a CLI's side call
+        size = len(request.text().encode())
+        found[kind].append((size, size - len(json.dumps(prompt, ensure_ascii=False).encode()) + 2))
+    return found
+
+
+@pytest.mark.parametrize("pair", list(PAIRS))
+async def test_each_cli_decides_and_presents_for_a_tenth_of_its_work(
+    pair: str, clis_image: str, tmp_path: Path, fakes: FakeProviders, project: Path
+) -> None:
+    """Two real CLIs and an API member on a job whose answers' diffs are tens of kB (each CLI writes a
+    table of its own besides its calc.py change); the API member votes for its own answer, so the
+    winner presents. As the fakes received them: the fixed part of each CLI's decision (its
+    instructions, tools and environment) and of the winner's presentation is at most a tenth of its
+    work run's first request, and what a decision shows of the answers is bounded."""
+    (fixer_model, fixer_wire), (breaker_model, breaker_wire) = PAIRS[pair]
+    fixer = CliWorker(
+        fixer_wire,
+        f"sed -i 's/return a - b/return a + b/' calc.py && {TABLE.format('&')} && python3 -m pytest -q",
+        "Fixed add() in calc.py: it subtracted; the test passes now.",
+    )
+    breaker = CliWorker(
+        breaker_wire,
+        f"sed -i 's/return a - b/return a * b/' calc.py && {TABLE.format('& + 1')}",
+        "Multiplies.",
+    )
+    api_in, breaker_voted = threading.Event(), threading.Event()
+
+    def api(request: RecordedRequest) -> Reply:
+        if "(your own answer)" not in request.text():
+            return decide("new_answer", {"content": "calc.py looks right to me; I changed nothing."}, request)
+        own = re.findall(r"## Answer ([A-P][0-9]+) \(your own answer\)", request.text())
+        return decide("vote", {"answer": (own or vote_labels(request))[0], "reason": "mine"}, request)
+
+    fakes.script.set_default("fixer", answer_held(fixer, breaker_voted))
+    fakes.script.set_default("breaker", answer_held(breaker, api_in)).set_default("api", api)
+    team = tmp_path / "team.yaml"
+    team.write_text(f"""\
+agents:
+  - model: {fixer_model}
+    base_url: {fakes.base_url(fixer_wire, "fixer")}
+    api_key_env: {KEY}
+  - model: {breaker_model}
+    base_url: {fakes.base_url(breaker_wire, "breaker")}
+    api_key_env: {KEY}
+  - model: openai/gpt-fake
+    base_url: {fakes.base_url("openai", "api")}
+    api_key_env: {KEY}
+coordination: {{max_answers_per_agent: 1, final: present, timeout_s: 900}}
+sandbox: {{memory: 2g, cpus: 1}}
+""")
+    async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV, retry=FAST) as service:
+        request = JobRequest(
+            task=TASK, team=str(team), context_paths=[{"path": str(project)}], verify="pytest -q"
+        )
+        view = await service.submit(request)
+        try:
+            with anyio.fail_after(400):
+                while not breaker_voted.is_set() and not view.done:
+                    view = await service.wait(view.job_id, 10)
+                    for agent in view.agents:
+                        if agent.model == "openai/gpt-fake" and agent.answers:
+                            api_in.set()
+                        if agent.model == breaker_model and agent.vote:
+                            breaker_voted.set()
+            view = await until_cli_done(service, view)
+        finally:
+            api_in.set()
+            breaker_voted.set()
+    print(view.text())
+    letters = {agent.model: agent.letter for agent in view.agents}
+    assert view.state == "completed" and view.result.winner == f"{letters[fixer_model]}1"
+    for name, model, wire in (("fixer", fixer_model, fixer_wire), ("breaker", breaker_model, breaker_wire)):
+        runs = _firsts(fakes, name, wire)
+        work = runs["work"][0][0]
+        share = COPILOT_FLOOR if model.startswith("cli/copilot") else 0.1
+        assert runs["decision"], name
+        for size, fixed in runs["decision"] + runs["presentation"]:
+            print(name, model, "work", work, "brief", size, "fixed", fixed)
+            assert fixed <= work * share, (model, fixed, work)
+            assert size - fixed <= DIFF_BUDGET + 3 * (MAX_SUMMARY + 400) + 1000, (model, size)
+    # the vote was split, so the winner presents, with a brief run; Copilot's answer stands as it is
+    presented = _firsts(fakes, "fixer", fixer_wire)["presentation"]
+    assert bool(presented) == (not fixer_model.startswith("cli/copilot")), presented

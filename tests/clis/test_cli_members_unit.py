@@ -156,7 +156,7 @@ def test_codex_stream_gives_the_last_message_and_summed_usage() -> None:
     ]
     out = Codex().parse("warning: something\n" + "\n".join(json.dumps(line) for line in lines))
     assert out.text == "Fixed add()." and (out.usage.input_tokens, out.usage.cached_input_tokens) == (50, 20)
-    assert "--output-schema" in Codex().command("p", "gpt-5.5", {"type": "object"})
+    assert "--output-schema" in Codex().command("p", "gpt-5.5", {"type": "object"}, True, Login())
     config = Codex().home_files(Login("OPENAI_API_KEY", "sk-x"), "gpt-5.5")[".codex/config.toml"].decode()
     assert "supports_websockets = false" in config and 'env_key = "CONCLAVE_CODEX_KEY"' in config
 
@@ -184,7 +184,7 @@ def test_gemini_and_copilot_outputs() -> None:
     out = Copilot().parse(f"{stream}\n{USAGE_MARK}\n{json.dumps(usage)}")
     assert out.text == "All set." and (out.usage.input_tokens, out.usage.output_tokens) == (30, 4)
     # no built-in GitHub MCP server: with a GitHub login it would act on the user's repositories
-    assert "--disable-builtin-mcps" in Copilot().command("p", None, None)
+    assert "--disable-builtin-mcps" in Copilot().command("p", None, None, False, Login())
 
 
 def test_the_decision_schema_is_strict_for_codex() -> None:

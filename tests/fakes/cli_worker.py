@@ -7,6 +7,7 @@ Messages, Codex over the OpenAI Responses API), reading each request the way a m
     a decision run (the prompt asks for {"decision": ...})
         -> a vote for the first label shown with a passing check, else the first label shown, as the
            CLI's constrained output (Claude Code's StructuredOutput tool, Codex's JSON text)
+    a presentation (the prompt ends "Write the final answer now.") -> the answer again
     anything else (a CLI's side calls: titles, summaries) -> a short text
 
 What it saw is kept for the test: each decision prompt's labels in the order shown, and the tool
@@ -23,10 +24,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from tests.fakes.responses_server import CUSTOM
 from tests.fakes.script import RecordedRequest, Reply
 
 WORK_MARK = "When you are done, reply with your complete answer"
 DECISION_MARK = '{"decision": "vote" or "new_answer"'
+PRESENT_MARK = "Write the final answer now."  # a winner's presentation (coordination/prompts.py)
 _SHOWN = re.compile(r"=== ([A-P][0-9]+) \(([^)]*)\)( \[check: ([^\]]*)\])? ===")
 
 
@@ -47,6 +50,8 @@ class CliWorker:
         prompt = _first_user_text(request.body, self.wire)
         if DECISION_MARK in prompt:
             return self._decide(request, prompt)
+        if PRESENT_MARK in prompt:
+            return Reply(text=self.answer)
         if WORK_MARK not in prompt:
             return Reply(text="Conclave member")
         results = _tool_results(request.body, self.wire)
@@ -71,6 +76,9 @@ class CliWorker:
             )
         if "exec_command" in names:
             return Reply(tool_calls=[("exec_command", {"cmd": self.command})])
+        if "exec" in names:  # Codex's code mode (its default model): JavaScript that calls its shell
+            script = f"const r = await tools.exec_command({{cmd: {json.dumps(self.command)}}});\ntext(r);"
+            return Reply(tool_calls=[(CUSTOM + "exec", script)])
         return Reply(tool_calls=[("shell", {"command": ["bash", "-lc", self.command]})])
 
     def _decide(self, request: RecordedRequest, prompt: str) -> Reply:
@@ -144,13 +152,16 @@ def _tool_results(body: dict[str, Any], wire: str) -> list[str]:
     return [
         str(item.get("output"))
         for item in body.get("input", [])
-        if item.get("type") == "function_call_output"
+        if item.get("type") in ("function_call_output", "custom_tool_call_output")
     ]
 
 
 def _tool_names(body: dict[str, Any]) -> list[str]:
+    """The tools a request offers: its `tools`, and Codex 0.169's `additional_tools` input items'."""
     names = []
-    for tool in body.get("tools") or []:
+    extra = [item for item in body.get("input") or [] if item.get("type") == "additional_tools"]
+    for tool in [*(body.get("tools") or []), *(t for item in extra for t in item.get("tools") or [])]:
+        names += [str(t.get("name") or "") for t in tool.get("tools") or []]  # a namespace's own
         names += [str(tool.get("name") or "")] + [
             str(d.get("name")) for d in tool.get("functionDeclarations", [])
         ]

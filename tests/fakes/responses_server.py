@@ -71,6 +71,9 @@ def routes(script: Script) -> list[Route]:
     ]
 
 
+CUSTOM = "custom:"  # a tool name so marked is a free-form (custom) tool's call, its arguments a string
+
+
 def output_items(reply: Reply) -> list[dict[str, Any]]:
     items: list[dict[str, Any]] = []
     for name, arguments in reply.tool_calls:
@@ -83,6 +86,18 @@ def output_items(reply: Reply) -> list[dict[str, Any]]:
                     "status": "completed",
                     "execution": "client",
                     "arguments": arguments,
+                }
+            )
+            continue
+        if name.startswith(CUSTOM):  # a free-form tool's call (Codex's code-mode `exec`): its input as is
+            items.append(
+                {
+                    "type": "custom_tool_call",
+                    "id": _id("ctc"),
+                    "call_id": _id("call"),
+                    "name": name.removeprefix(CUSTOM),
+                    "input": arguments if isinstance(arguments, str) else json.dumps(arguments),
+                    "status": "completed",
                 }
             )
             continue

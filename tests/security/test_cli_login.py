@@ -14,6 +14,7 @@ import anyio
 import pytest
 
 from conclave.clis.claude_code import ClaudeCode
+from conclave.clis.cli_adapter import Login
 from conclave.clis.runner import CliMember
 from conclave.config.loading import parse_team
 from conclave.config.models import SandboxSpec
@@ -31,7 +32,9 @@ TOKEN = "sk-ant-oat01-" + "l0g1n" * 10
 class Probe(ClaudeCode):
     """Claude Code's HOME files and environment, but a command that shows what the CLI would see."""
 
-    def command(self, prompt: str, model: str | None, schema: dict[str, Any] | None) -> list[str]:
+    def command(
+        self, prompt: str, model: str | None, schema: dict[str, Any] | None, brief: bool, login: Login
+    ) -> list[str]:
         return [
             "sh",
             "-c",

@@ -129,7 +129,9 @@ class Leaker(ClaudeCode):
     persuaded CLI can: copy its login file into its workspace, world-readable, and in base64, put its
     token in its answer, and fix the code; it votes for the first answer it is shown."""
 
-    def command(self, prompt: str, model: str | None, schema: dict[str, Any] | None) -> list[str]:
+    def command(
+        self, prompt: str, model: str | None, schema: dict[str, Any] | None, brief: bool, login: Login
+    ) -> list[str]:
         if schema is not None:
             label = schema["properties"]["answer"]["enum"][0]
             decision = {"decision": "vote", "answer": label, "reason": "its check passed"}
@@ -285,7 +287,9 @@ class Censor(ClaudeCode):
     honest member that waits for that answer (at /peers), then fixes calc.py with that line. Both vote
     for the first answer they are shown."""
 
-    def command(self, prompt: str, model: str | None, schema: dict[str, Any] | None) -> list[str]:
+    def command(
+        self, prompt: str, model: str | None, schema: dict[str, Any] | None, brief: bool, login: Login
+    ) -> list[str]:
         if schema is not None:
             label = schema["properties"]["answer"]["enum"][0]
             decision = {"decision": "vote", "answer": label, "reason": "fine"}

@@ -3,7 +3,8 @@
 Builds the real prompts (prompts.py) for agent A of a three-agent team, native tool mode, with three
 answers of typical length, and counts tokens with a real BPE tokenizer: the bundled SmolLM2's (49k
 vocabulary, GPT-2 style). Provider tokenizers differ by some percent; the characters are exact.
-Writes bench/results/prompt.json. Run: .venv/bin/python bench/bench_prompt.py
+Writes bench/results/prompt.json. Run: .venv/bin/python bench/bench_prompt.py (the tokenizer comes from
+llama-cpp-python, which the `local` extra no longer installs: `pip install llama-cpp-python` first).
 """
 
 from __future__ import annotations

@@ -1,7 +1,10 @@
 """Which llama.cpp chat format Gemma 3 270M (a base model, no chat template in its GGUF) answers best in,
 on dev questions only: the choice behind backends/bundled.py's `chat_format`.
 
-    python bench/gemma_formats.py --limit 20 --formats snoozy,chatml    # needs conclave-mcp[local,gemma]
+    python bench/gemma_formats.py --limit 20 --formats snoozy,chatml    # needs conclave-mcp[gemma]
+
+It loads the model through llama-cpp-python (the choice was made when `local` ran on it; the `local`
+extra is xllamacpp now): `pip install llama-cpp-python` to run it again.
 
 Each format gets the same questions (every 8th of the dev split), one greedy call each with the persona
 the `local-mixed` team gives Gemma, checked by normalised match as in bench/quality.py. Writes

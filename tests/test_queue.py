@@ -10,15 +10,18 @@ import signal
 import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from datetime import timedelta
 from pathlib import Path
 
 import anyio
 import anyio.to_thread
 import pytest
+import redis as redis_py
 from pydantic import SecretStr
 
 from conclave.cli.doctor import run_checks
 from conclave.errors import InputError, QueueUnavailable
+from conclave.jobs import queue as job_queue
 from conclave.jobs.queue import JobQueue
 from conclave.jobs.read.views import JobView
 from conclave.jobs.request import JobRequest
@@ -78,6 +81,32 @@ async def test_a_front_queues_a_job_a_worker_runs_it_and_the_front_reads_it(
             done = await until_done(front, queued)
     assert done.state == "completed" and done.result is not None and done.result.consensus
     assert [n.seen for n in steered.notes] == [True]  # the note reached the worker through the store
+
+
+async def test_a_message_a_dead_worker_took_goes_to_another_worker(
+    tmp_path: Path, fakes: FakeProviders, redis: Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker that took the job's message and died before it acknowledged it: after REDELIVERY (made
+    short here) a live worker claims the message and starts the job."""
+    monkeypatch.setattr(job_queue, "REDELIVERY", timedelta(seconds=1))
+    install(fakes.script, TRIO, voter())
+    team = str(write_team(tmp_path / "team.yaml", fakes, TRIO))
+    settings = Settings(home=tmp_path / "state", queue_url=redis.url(), heartbeat_s=0.2)
+    async with JobService.open(settings, environ=ENV) as front:
+        job = await front.submit(JobRequest(task="What is 6 * 7?", team=team))
+        dead = redis_py.Redis.from_url(redis.url().get_secret_value())
+        dead.xgroup_create(job_queue.STREAM, job_queue.GROUP, id="0", mkstream=True)
+        [(_stream, [(_id, fields)])] = dead.xreadgroup(job_queue.GROUP, "dead", {job_queue.STREAM: ">"})
+        dead.close()
+        assert fields == {b"job": job.job_id.encode()}  # the dead worker holds the only message
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(lambda: run_worker(settings, environ=ENV))
+            try:
+                done = await until_done(front, job, 60)  # a hang guard: without redelivery it waits forever
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await drain_workers(settings, ["all"])
+    assert done.state == "completed", done.phase
 
 
 async def test_a_drained_worker_finishes_its_job_takes_no_new_one_and_leaves_the_list(

@@ -1,6 +1,8 @@
 """What a CLI member's decision costs, and the whole job, before and after a change, in one run.
 
     python bench/bench_cli_decisions.py [--before REF] [--out FILE]  # REF: the code to compare (79cd6b7)
+    python bench/bench_cli_decisions.py --before 4cd1b02 --scenarios claude_codex_default@large --out F
+    python bench/bench_cli_decisions.py --shares [--tree TREE]  # this checkout (or TREE) alone
 
 Needs Docker and the CLI image (`conclave sandbox build --clis`). The code at REF is exported (`git
 archive`) to a temporary folder; each job runs in a child process, once on that code and once on this
@@ -156,7 +158,6 @@ async def one_job(scenario: str, job: str = "small") -> dict[str, Any]:
     import anyio
 
     from conclave.backends.retry import RetryPolicy
-    from conclave.jobs.request import JobRequest
     from conclave.jobs.service import JobService
     from conclave.settings import Settings
     from tests.fakes.calc_task import TASK, calc_project
@@ -164,7 +165,6 @@ async def one_job(scenario: str, job: str = "small") -> dict[str, Any]:
     from tests.fakes.script import RecordedRequest, Reply, estimate_tokens
     from tests.fakes.server import FakeProviders
     from tests.fakes.team import decide, vote_labels
-    from tests.fakes.waits import until_cli_done
 
     (fixer_model, fixer_wire), (breaker_model, breaker_wire) = SCENARIOS[scenario]
     env = {KEY: "fake-key-0123456789"}
@@ -206,8 +206,13 @@ async def one_job(scenario: str, job: str = "small") -> dict[str, Any]:
         if "key_destinations" in Settings.model_fields:  # a team outside the user's folder, as tests do
             settings["key_destinations"] = (f"{KEY}=127.0.0.1:*",)
         async with JobService.open(Settings(**settings), environ=env, retry=retry) as service:
-            request = JobRequest(task=TASK, team=team, context_paths=[{"path": str(project)}], verify=CHECK)
-            view = await service.submit(request)
+            asked = {"task": TASK, "team": team, "context_paths": [{"path": str(project)}], "verify": CHECK}
+            try:
+                from conclave.jobs.request import JobRequest
+            except ImportError:  # older code (4cd1b02): submit takes the request's fields
+                view = await service.submit(**asked)
+            else:
+                view = await service.submit(JobRequest(**asked))
             try:
                 with anyio.fail_after(600):
                     while not breaker_voted.is_set() and not view.done:
@@ -217,7 +222,9 @@ async def one_job(scenario: str, job: str = "small") -> dict[str, Any]:
                                 api_in.set()
                             if agent.model == breaker_model and agent.vote:
                                 breaker_voted.set()
-                view = await until_cli_done(service, view)
+                with anyio.fail_after(600):  # the job's end (tests/fakes/waits.py needs the newest code)
+                    while not view.done:
+                        view = await service.wait(view.job_id, 10)
             finally:
                 api_in.set()
                 breaker_voted.set()
@@ -372,7 +379,7 @@ def main() -> None:
             tar.extractall(tmp, filter="data")
         for scenario in args.scenarios.split(","):
             found[scenario] = {}
-            for side, tree in (("before", Path(tmp)), ("after", ROOT)):
+            for side, tree in (("before", Path(tmp)), ("after", Path(args.tree) if args.tree else ROOT)):
                 found[scenario][side] = job = run_child(__file__, scenario, tree)
                 print(scenario, side, json.dumps({k: v for k, v in job.items() if k != "diff"}), flush=True)
     result: dict[str, Any] = {"before": f"{args.before} ({commit})", "after": "this branch"}

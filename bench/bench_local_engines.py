@@ -48,7 +48,7 @@ async def one_job(question: str) -> dict[str, Any]:
     from conclave.config.presets import resolve_team
     from conclave.coordination.members import endpoint_factory
     from conclave.coordination.orchestrator import Orchestrator
-    from conclave.coordination.reports import JobEvent, Progress
+    from conclave.coordination.reports import JobEvent, Progress, VoteEvent
 
     class Sink:
         def __init__(self) -> None:
@@ -67,8 +67,8 @@ async def one_job(question: str) -> dict[str, Any]:
         result = await Orchestrator("cj-00000engines", question, team, sink, endpoint_factory({}, pool)).run()
         job_s = time.perf_counter() - started
         await pool.release(held)
-    votes = [event.data.get("reason", "") for event in sink.events if event.kind == "vote"]
-    usage = [event.data for event in sink.events if event.kind == "usage"]
+    votes = [event.reason for event in sink.events if isinstance(event, VoteEvent)]
+    usage = [event for event in sink.events if event.kind == "usage"]
     return {
         "start_s": round(start_s, 2),
         "job_s": round(job_s, 2),

@@ -229,7 +229,7 @@ STORE_READS = 4000
 async def store_alone(root: Path, jobs: int, postgres: Path | None) -> dict[str, Any]:
     """Events written and job rows read per second through the AsyncStore, nothing else running."""
     from conclave.backends.base import Usage
-    from conclave.coordination.reports import AgentProgress, JobEvent, Progress
+    from conclave.coordination.reports import AgentProgress, Progress, UsageEvent
     from conclave.jobs.store.async_store import AsyncStore
     from conclave.jobs.store.sql import Store
 
@@ -248,7 +248,9 @@ async def store_alone(root: Path, jobs: int, postgres: Path | None) -> dict[str,
                             AgentProgress(letter=letter, model="openai/m", state="working", usage=usage)
                             for letter in "ABC"
                         ]
-                        event = JobEvent(kind="usage", letter="A", data={"input_tokens": 100})
+                        event = UsageEvent(
+                            letter="A", model="openai/m", charge=Usage(input_tokens=100), total=usage
+                        )
                         await store.record(job_id, event, Progress(phase="working", agents=agents), None)
                     await store.write(None, lambda: None)  # a batch: each job's event of this turn
                 written = time.perf_counter() - begin

@@ -32,6 +32,7 @@ import docker
 
 from bench.submitting import submit
 from conclave.backends.retry import RetryPolicy
+from conclave.coordination.reports import CheckedEvent, CheckStartedEvent
 from conclave.jobs.service import JobService
 from conclave.settings import Settings
 from tests.fakes.calc_task import CALC, CHECK, TASK, TESTS, agent
@@ -92,11 +93,11 @@ async def one_job(root: Path, latency: float, verify: str | None, concurrency: i
             wall = time.perf_counter() - started
             events = await service.store.events(view.job_id)
     assert view.state == "completed", view.text()
-    durations = [e.data["duration_s"] for e in events if e.kind == "checked"]
-    started = {e.data["label"]: e.at for e in events if e.kind == "check_started"}
-    checked = [e for e in events if e.kind == "checked"]
-    overheads = [e.at - started[e.data["label"]] - (e.data["duration_s"] or 0) for e in checked]
-    errors = [e.data for e in events if e.kind == "checked" and e.data["status"] == "error"]
+    checked = [e for e in events if isinstance(e, CheckedEvent)]
+    durations = [e.check.duration_s for e in checked]
+    started = {e.label: e.at for e in events if isinstance(e, CheckStartedEvent)}
+    overheads = [e.at - started[e.label] - (e.check.duration_s or 0) for e in checked]
+    errors = [e.check for e in checked if e.check.status == "error"]
     assert not errors, errors
     return {
         "wall_s": wall,

@@ -27,7 +27,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tests helpers: web_server, chromium
 
-from conclave.coordination.reports import AgentProgress, JobEvent, Progress
+from conclave.coordination.reports import AgentProgress, AnswerEvent, Progress, VoteEvent
 from conclave.jobs.records import ContextChanges, FilesResult, JobOptions
 from conclave.jobs.store.sql import Store
 from conclave.web.routes import POLL_S
@@ -56,11 +56,8 @@ def build_job(home: Path) -> Store:
             content = f"Answer {letter}{revision}: " + "the parser drops the last token. " * 45
             store.record(
                 JOB,
-                JobEvent(
-                    kind="answer",
-                    letter=letter,
-                    at=at,
-                    data={"label": f"{letter}{revision}", "revision": revision, "content": content},
+                AnswerEvent(
+                    letter=letter, at=at, label=f"{letter}{revision}", revision=revision, content=content
                 ),
                 progress(),
                 None,
@@ -69,7 +66,7 @@ def build_job(home: Path) -> Store:
         voter = LETTERS[n % 3]
         store.record(
             JOB,
-            JobEvent(kind="vote", letter=voter, at=at + n, data={"label": "A3", "reason": f"r{n}"}),
+            VoteEvent(letter=voter, at=at + n, label="A3", reason=f"r{n}"),
             progress(),
             None,
         )
@@ -126,12 +123,7 @@ def measure(loads: int, events: int) -> dict[str, Any]:
                     written = time.time()
                     store.record(
                         JOB,
-                        JobEvent(
-                            kind="vote",
-                            letter="B",
-                            at=100.0 + n,
-                            data={"label": "A3", "reason": f"bench-{n}"},
-                        ),
+                        VoteEvent(letter="B", at=100.0 + n, label="A3", reason=f"bench-{n}"),
                         progress(),
                         None,
                     )

@@ -110,7 +110,7 @@ async def test_a_cancelled_turns_call_is_charged_what_its_provider_billed_or_an_
     # provider had reported the input at the stream's start, which is what it is charged (assert_billed)
     assert thought.estimated_input_tokens > 0 or how == "stalled", thought
     # the charge and its estimate were reported as they were made: the stored events add up
-    charged = sum((Usage(**e.data) for e in sink.kinds("usage") if e.letter == letter_of[thinker]), Usage())
+    charged = sum((e.charge for e in sink.kinds("usage") if e.letter == letter_of[thinker]), Usage())
     assert charged == thought
 
 
@@ -173,7 +173,7 @@ def resumed_turns(home: Path, job_id: str) -> list[str]:
     store = Store.of(Settings(home=home))
     try:
         (resumed,) = store.events(job_id, "resumed")
-        return list(resumed.data["turns"])
+        return list(resumed.turns)
     finally:
         store.close()
 

@@ -154,6 +154,22 @@ async def test_agents_with_the_same_model_share_one_server_until_the_last_closes
 
 
 @needs_llama
+async def test_the_server_samples_with_the_repeat_penalty_chosen_on_dev() -> None:
+    """The penalty every local request samples with is the server's default (no request sets its own);
+    bench/results/local-repeat-penalty.json is where it was chosen (docs/evaluation.md)."""
+    import httpx2
+
+    async with LocalServers() as pool:
+        server = await pool.acquire(bundled())
+        async with httpx2.AsyncClient(base_url=f"http://127.0.0.1:{server.port}", trust_env=False) as client:
+            props = await client.get("/props", headers={"Authorization": f"Bearer {server.api_key}"})
+        await pool.release(server)
+    params = props.json()["default_generation_settings"]["params"]
+    assert params["repeat_penalty"] == pytest.approx(1.1)
+    assert params["repeat_last_n"] == 64
+
+
+@needs_llama
 async def test_start_cancelled_leaves_no_process() -> None:
     async with LocalServers() as pool:
         with anyio.move_on_after(0.3) as scope:  # the child is spawned, not yet answering
@@ -379,12 +395,9 @@ async def test_the_local_team_reaches_a_final_answer_within_its_timeout() -> Non
     assert result.voters == 3 and result.votes >= 2 and result.consensus
     assert "Paris" in result.answer  # the team's answer is right, not merely present
     # the split turn: every answer is plain text and every vote a score by the model's log-probabilities
-    assert all(not event.data["content"].lstrip().startswith("{") for event in sink.kinds("answer"))
+    assert all(not event.content.lstrip().startswith("{") for event in sink.kinds("answer"))
     # (or, when every answer says the same, a vote cast without scoring: coordination/split_turns.py)
-    assert all(
-        "log-probability" in event.data["reason"] or event.data["reason"] == SAME
-        for event in sink.kinds("vote")
-    )
+    assert all("log-probability" in event.reason or event.reason == SAME for event in sink.kinds("vote"))
     assert llama_children() == []
 
 

@@ -93,7 +93,7 @@ async def test_a_member_at_its_own_limit_stops_and_the_others_finish(
     assert [e.letter for e in events if e.kind == "agent_failed"] == [bob.letter]
     # the charge that crossed the limit is in the transcript too, before the drop
     charges = [e for e in events if e.kind == "usage" and e.letter == bob.letter]
-    assert sum(e.data["input_tokens"] for e in charges) == bob.usage.input_tokens
+    assert sum(e.charge.input_tokens for e in charges) == bob.usage.input_tokens
     assert events.index(charges[-1]) < next(i for i, e in enumerate(events) if e.kind == "agent_failed")
     assert f"  {bob.letter} stopped: its own token limit reached" in view.text()
     # every member's spend: what the fakes billed, and its part of the job's tokens

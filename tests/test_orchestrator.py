@@ -120,11 +120,11 @@ async def test_three_providers_reach_consensus_after_an_invalidated_vote(fakes: 
     assert result.winner == f"{bob}2" and result.consensus and not result.tie
     assert result.tally == {f"{ann}1": 0, f"{cy}1": 0, f"{bob}2": 3}
     assert result.answer == "FINAL by bob: 42" and result.presented_by == bob
-    posted = [event.data["label"] for event in sink.kinds("answer")]
+    posted = [event.label for event in sink.kinds("answer")]
     assert sorted(posted) == sorted([f"{ann}1", f"{bob}1", f"{cy}1", f"{bob}2"])
     assert posted.index(f"{bob}1") < posted.index(f"{bob}2")
     # ann voted for its own answer before bob's first answer landed: that vote was cleared by it.
-    kinds = [(event.kind, event.letter, event.data.get("label")) for event in sink.events]
+    kinds = [(event.kind, event.letter, getattr(event, "label", None)) for event in sink.events]
     first_vote = kinds.index(("vote", ann, f"{ann}1"))
     assert kinds.index(("answer", bob, f"{bob}1")) > first_vote
     # Usage: every agent was billed for every call, and the progress adds up.
@@ -203,7 +203,7 @@ async def test_failing_provider_drops_the_agent_and_the_job_goes_on(fakes: FakeP
     assert letter_of["cy"] in result.errors  # the result names the agent that dropped out
     failed = sink.kinds("agent_failed")
     assert [event.letter for event in failed] == [letter_of["cy"]]
-    assert "gemini is down" in failed[0].data["error"]
+    assert "gemini is down" in failed[0].error
     # two agents remain; they reach consensus between them
     assert result.winner is not None and result.answer
 

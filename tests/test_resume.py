@@ -291,9 +291,9 @@ async def test_a_resumed_orchestrator_keeps_the_journals_answers_and_asks_only_t
     result = await orchestrator.run()
     sink = orchestrator.sink
     assert isinstance(sink, MemorySink)
-    assert [event.data["label"] for event in sink.kinds("answer")] == [f"{letters[2]}1"]  # only the third
+    assert [event.label for event in sink.kinds("answer")] == [f"{letters[2]}1"]  # only the third
     # in flight: the third agent's first turn, and the turns the two answers gave the others
-    assert sorted(sink.kinds("resumed")[0].data["turns"]) == letters
+    assert sorted(sink.kinds("resumed")[0].turns) == letters
     assert result.consensus and set(result.tally) == {f"{letter}1" for letter in letters}
     # the journal goes on from the replayed events, which are not written again
     assert Start() not in journal.events and not set(posted) & set(journal.events)
@@ -317,7 +317,7 @@ async def test_a_note_left_while_the_job_was_down_is_taken_after_the_replay_in_j
     assert isinstance(sink, MemorySink) and result.consensus
     kinds = [event.kind for event in sink.events]
     # the note meets the replayed job (its turns in flight), not a job that has not started
-    assert kinds.index("resumed") < kinds.index("steered") and not sink.kinds("steered")[0].data["late"]
+    assert kinds.index("resumed") < kinds.index("steered") and not sink.kinds("steered")[0].late
     # a second resume from the journal as written holds the same note: it was taken in journal order
     again = _orchestrator(fakes, Resume([*replayed, *journal.events], {}, 9.0), ListJournal())
     assert again.state.notes == ("answer in one word",) and again.state.phase == "done"

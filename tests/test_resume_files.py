@@ -84,8 +84,8 @@ def _stored(home: Path, job_id: str) -> tuple[list[AnswerRow], int, dict[str, in
         calls = sum(agent.usage.calls for agent in row.progress.agents) if row.progress else 0
         checked: dict[str, int] = {}
         for event in store.events(job_id, "checked"):
-            checked[event.data["label"]] = checked.get(event.data["label"], 0) + 1
-        resumes = [event.data for event in store.events(job_id, "resumed")]
+            checked[event.label] = checked.get(event.label, 0) + 1
+        resumes = store.events(job_id, "resumed")
         return store.answers(job_id), calls, checked, resumes
     finally:
         store.close()
@@ -155,7 +155,7 @@ async def test_kill_9_mid_job_with_files_then_a_restart_resumes_it_to_the_uninte
     answers_after, calls_after, checked, resumes = _stored(home, job_id)
     authors = _by_author(resumed)
     # one resume, which ran again bob's turn (ann and cy may have been voting too)
-    assert len(resumes) == 1 and "bob" in {authors[letter] for letter in resumes[0]["turns"]}
+    assert len(resumes) == 1 and "bob" in {authors[letter] for letter in resumes[0].turns}
     # the answers posted before the kill are kept as they were; bob's turn ran again and answered once
     assert answers_after[: len(answers_before)] == answers_before
     assert sorted(authors[a.label[0]] for a in answers_after) == ["ann", "bob", "cy"]

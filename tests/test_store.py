@@ -15,7 +15,16 @@ from pydantic import SecretStr
 
 from conclave.backends.base import Usage
 from conclave.coordination.limits import ProviderLimits
-from conclave.coordination.reports import AgentProgress, JobEvent, Progress
+from conclave.coordination.reports import (
+    AgentFailedEvent,
+    AgentProgress,
+    CheckedEvent,
+    FinishedEvent,
+    PresentingEvent,
+    Progress,
+    StartedEvent,
+    UsageEvent,
+)
 from conclave.jobs.store.async_store import AsyncStore
 from conclave.jobs.store.migrations import MIGRATIONS
 from conclave.jobs.store.progress_patch import progress_patch
@@ -61,8 +70,9 @@ def stored_progress(database: Database) -> str:
     return str(raw(database, "SELECT progress_json FROM jobs WHERE id = ?", JOB)[0][0])
 
 
-def usage_event(letter: str = "A") -> JobEvent:
-    return JobEvent(kind="usage", letter=letter, data={"input_tokens": 10, "output_tokens": 1})
+def usage_event(letter: str = "A") -> UsageEvent:
+    charge = Usage(input_tokens=10, output_tokens=1)
+    return UsageEvent(letter=letter, model=f"openai/m{letter}", charge=charge, total=charge)
 
 
 async def test_a_read_and_the_loop_go_on_while_another_process_holds_the_write_lock(
@@ -111,7 +121,7 @@ async def test_a_write_wakes_the_waiters_on_that_job_only(database: Database) ->
         await store.record(JOB, usage_event(), progress(1), None)  # no phase: rev stays, nobody wakes
         await store.write(None, lambda: None)  # after the record above
         assert not mine.is_set()
-        await store.record(JOB, JobEvent(kind="presenting"), progress(1), "presenting")  # queued, not waited
+        await store.record(JOB, PresentingEvent(), progress(1), "presenting")  # queued, not waited
         with anyio.fail_after(5):
             await mine.wait()
         assert not theirs.is_set()
@@ -127,7 +137,7 @@ async def test_queued_writes_keep_their_order_and_are_committed_by_the_end(datab
         await store.set_state(JOB, "completed", "done")  # waits: committed after every event before it
         row = await store.job(JOB)
         assert row is not None and row.state == "completed" and row.progress == progress(20)
-        await store.record(JOB, JobEvent(kind="presenting"), progress(21), None)
+        await store.record(JOB, PresentingEvent(), progress(21), None)
     assert len(sync.events(JOB)) == 21  # the last one, queued just before the end, was committed too
     sync.close()
 
@@ -138,7 +148,7 @@ async def test_event_numbers_follow_on_across_processes_without_gaps(database: D
         first.record(JOB, usage_event(), progress(calls), None)
     first.close()
     second = Store(database)  # a new process: reads where the numbers stopped once
-    second.record(JOB, JobEvent(kind="presenting"), progress(3), "presenting")
+    second.record(JOB, PresentingEvent(), progress(3), "presenting")
     seqs = raw(database, "SELECT seq FROM events WHERE job_id = ? ORDER BY seq", JOB)
     assert [row[0] for row in seqs] == [0, 1, 2, 3]
     assert [event.kind for event in second.events(JOB)] == ["usage", "usage", "usage", "presenting"]
@@ -147,7 +157,7 @@ async def test_event_numbers_follow_on_across_processes_without_gaps(database: D
 
 async def test_progress_is_written_in_parts_and_reads_back_whole(database: Database) -> None:
     store = new_store(database)
-    store.record(JOB, JobEvent(kind="started"), progress(0), "working")
+    store.record(JOB, StartedEvent(), progress(0), "working")
     whole = stored_progress(database)
     latest = progress(0)
     for calls in range(1, 6):  # usage reports change one agent's counters
@@ -159,9 +169,84 @@ async def test_progress_is_written_in_parts_and_reads_back_whole(database: Datab
     assert stored_progress(database) != whole  # the stored JSON changed in place
     latest = progress(9, state="voted", phase="voting")  # a change of shape and state: read back whole too
     latest.agents.append(AgentProgress(letter="C", model="openai/mC", state="failed", error="gone"))
-    store.record(JOB, JobEvent(kind="agent_failed", letter="C"), latest, "voting")
+    store.record(JOB, AgentFailedEvent(letter="C"), latest, "voting")
     row = store.job(JOB)
     assert row is not None and row.progress == latest and row.phase == "voting"
+    store.close()
+
+
+async def test_a_members_usage_is_recorded_from_its_usage_event(database: Database) -> None:
+    """The usage table keeps what the event carries (the member's total after the charge), whatever the
+    progress recorded beside it says: here it names no agent at all."""
+    store = new_store(database)
+    total = Usage(calls=2, input_tokens=3_000, output_tokens=40, cost_usd=0.25)
+    event = UsageEvent(letter="A", model="openai/mA", charge=Usage(calls=1, input_tokens=1_000), total=total)
+    store.record(JOB, event, Progress(phase="working"), None)
+    store.set_state(JOB, "completed", "done")
+    [[usage]] = store.team_usage("team")
+    assert usage.model == "openai/mA" and usage.usage == total
+    assert store.events(JOB) == [event]
+    store.close()
+
+
+async def test_events_stored_before_they_were_typed_read_back(database: Database) -> None:
+    """Rows written when an event's payload was a flat dict: a check's fields beside its label (and a
+    field since dropped), a usage charge's counters, a result's fields."""
+    store = new_store(database)
+    old = [
+        (
+            "checked",
+            "A",
+            {
+                "label": "A1",
+                "status": "failed",
+                "exit_code": 1,
+                "tail": ["1 failed"],
+                "output": "E assert",
+                "gone": True,
+            },
+        ),
+        (
+            "usage",
+            "A",
+            {
+                "calls": 1,
+                "input_tokens": 10,
+                "output_tokens": 1,
+                "cached_input_tokens": 0,
+                "cost_usd": None,
+                "uncosted_tokens": 0,
+                "estimated_input_tokens": 0,
+            },
+        ),
+        (
+            "finished",
+            None,
+            {
+                "winner": "A1",
+                "votes": 2,
+                "voters": 2,
+                "consensus": True,
+                "all_voted": True,
+                "reason": "all voted",
+                "answer": "x",
+                "budget_reached": False,
+            },
+        ),
+    ]
+    with store.transaction() as db:
+        for seq, (kind, letter, data) in enumerate(old):
+            db.execute(
+                "INSERT INTO events (job_id, seq, at, kind, letter, data_json) VALUES (?, ?, ?, ?, ?, ?)",
+                (JOB, seq, 1.0, kind, letter, json.dumps(data)),
+            )
+    checked, usage, finished = store.events(JOB)
+    assert isinstance(checked, CheckedEvent) and checked.label == "A1" and checked.output == "E assert"
+    assert checked.check.status == "failed" and checked.check.tail == ["1 failed"]
+    assert isinstance(usage, UsageEvent) and usage.charge == Usage(calls=1, input_tokens=10, output_tokens=1)
+    assert (
+        isinstance(finished, FinishedEvent) and finished.result.winner == "A1" and finished.result.consensus
+    )
     store.close()
 
 

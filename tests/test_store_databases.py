@@ -15,7 +15,7 @@ from pydantic import SecretStr
 
 from conclave.backends.base import Usage
 from conclave.cli.doctor import run_checks
-from conclave.coordination.reports import AgentProgress, JobEvent, Progress
+from conclave.coordination.reports import AgentProgress, Progress, UsageEvent
 from conclave.errors import StoreUnavailable
 from conclave.jobs.read.lookup import JobLookup
 from conclave.jobs.request import JobRequest
@@ -52,7 +52,8 @@ async def test_times_and_large_counts_read_back_as_written(database: Database) -
         store.create_job(JOB, "task", "team", "{}", 1, "owner")
         big = Usage(calls=1, input_tokens=3_000_000_000, cost_usd=0.1234567)
         agents = [AgentProgress(letter="A", model="openai/mA", state="working", usage=big)]
-        store.record(JOB, JobEvent(kind="usage", letter="A"), Progress(phase="w", agents=agents), None)
+        event = UsageEvent(letter="A", model="openai/mA", charge=big, total=big)
+        store.record(JOB, event, Progress(phase="w", agents=agents), None)
         store.set_state(JOB, "completed", "done")
         row = store.job(JOB)
         assert row is not None and row.created_at == at and row.finished_at == at and row.heartbeat == at

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from conclave.coordination import protocol_events
+from conclave.coordination import protocol_events, reports
 from conclave.coordination.reports import AgentProgress, JobResult, Progress
 from conclave.coordination.tally import Answer, Outcome, Posted, StopReason
 from conclave.files.diff import FileChange
@@ -146,6 +146,48 @@ def test_apply_matches_every_event_exhaustively() -> None:
     events = {cls.__name__ for cls in typing.get_args(protocol_events.ProtocolEvent)}
     assert events <= matched, f"events no exhaustive match takes: {events - matched}"
     assert "TurnEvent" not in events, "the union names each event class, so assert_never can check it"
+
+
+def test_job_events_are_one_frozen_model_per_kind_in_a_discriminated_union() -> None:
+    members = typing.get_args(typing.get_args(reports.JobEvent)[0])
+    kinds = [cls.model_fields["kind"].default for cls in members]
+    assert sorted(kinds) == sorted(typing.get_args(reports.EventKind)), "one model per kind, each kind once"
+    for cls in members:
+        assert cls.model_config.get("frozen") and cls.model_config.get("extra") == "forbid", cls.__name__
+        assert "data" not in cls.model_fields, f"{cls.__name__} keeps a payload dict: give it typed fields"
+
+
+# (file, function) that take every job event: the store's writer and the readers
+EVENT_MATCHES = [
+    ("server/jobs/store/sql.py", "record"),
+    ("server/jobs/read/views.py", "phase_of"),
+    ("server/jobs/read/reader.py", "_sentence"),
+    ("server/web/snapshot.py", "_moment"),
+]
+
+
+def test_the_store_and_the_readers_match_every_job_event_exhaustively() -> None:
+    events = {cls.__name__ for cls in typing.get_args(typing.get_args(reports.JobEvent)[0])}
+    for path, name in EVENT_MATCHES:
+        tree = ast.parse((ROOT / path).read_text(encoding="utf-8"))
+        function = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == name)
+        assert any(
+            isinstance(n, ast.Call) and ast.unparse(n.func) == "assert_never" for n in ast.walk(function)
+        )
+        matched = {ast.unparse(n.cls) for n in ast.walk(function) if isinstance(n, ast.MatchClass)}
+        assert events <= matched, f"{path} {name} does not match {events - matched}"
+
+
+def test_no_event_payload_is_read_as_a_dict() -> None:
+    """An event's fields are read by name (`event.label`), never from a payload dict."""
+    payload = re.compile(r"\b(?:e|event|taken|d)\.data\b|\bdata\[\"(?:label|content|reason|error|text)\"\]")
+    found = [
+        f"{p.relative_to(ROOT)}:{n}"
+        for p in [*(ROOT / "server").rglob("*.py"), *(ROOT / "tools").rglob("*.py")]
+        for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+        if payload.search(line)
+    ]
+    assert not found, f"job event payloads read as dicts: {found}"
 
 
 def test_the_driver_carries_out_every_action_exhaustively() -> None:

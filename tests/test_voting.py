@@ -110,7 +110,7 @@ async def test_a_voter_that_takes_the_first_label_shown_no_longer_decides_the_wi
         for request in fakes.script.requests:
             if enum_order(request):
                 orders[request.agent] = enum_order(request)
-        votes = {event.letter: event.data["label"] for event in sink.kinds("vote")}
+        votes = {event.letter: event.label for event in sink.kinds("vote")}
         assert sorted(votes.values()) == sorted(order[0] for order in orders.values())  # it voted by position
         assert len({tuple(order) for order in orders.values()}) > 1, "every voter saw one order"
         unanimous += len(set(votes.values())) == 1
@@ -150,8 +150,8 @@ async def test_non_answers_are_refused_with_a_corrective_turn(fakes: FakeProvide
     fakes.script.enqueue("ann", Reply(tool_calls=[("new_answer", {"content": junk})]))
     result, sink = await run(fakes, coordination={"final": "reuse"})
     refused = sink.kinds("answer_refused")
-    assert len(refused) == 1 and refused[0].data["error"].startswith("answer refused: ")
-    posted = [event.data["content"] for event in sink.kinds("answer")]
+    assert len(refused) == 1 and refused[0].error.startswith("answer refused: ")
+    posted = [event.content for event in sink.kinds("answer")]
     assert junk not in posted and "Paris." in posted
     again = fakes.script.requests_of("ann")[1].text()
     assert "answer refused" in again  # the corrective turn says why
@@ -247,7 +247,7 @@ async def test_an_unexpected_error_fails_the_turn_not_the_job(fakes: FakeProvide
 
     result, sink = await run(fakes, factory=factory, coordination={"final": "reuse"})
     failed = sink.kinds("turn_failed")
-    assert len(failed) == 1 and "KeyError" in failed[0].data["error"]
+    assert len(failed) == 1 and "KeyError" in failed[0].error
     assert not sink.kinds("agent_failed") and not result.errors
     assert result.consensus and result.voters == 3
 
@@ -343,7 +343,7 @@ async def test_split_turns_answer_in_plain_text_then_choose_or_revise(fakes: Fak
     first = fakes.script.requests_of("ann")[0]
     assert "tools" not in first.body and "response_format" not in first.body  # a plain answer call
     assert "What is the capital of France?" in first.text() and "vote" not in first.text()
-    revised = [event.data["content"] for event in sink.kinds("answer") if event.data["revision"] == 2]
+    revised = [event.content for event in sink.kinds("answer") if event.revision == 2]
     assert revised == ["Paris, not London."]  # bob chose "new" and wrote again, the others as material
     assert result.winner is not None and result.all_voted
 

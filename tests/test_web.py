@@ -22,7 +22,19 @@ import pytest
 from conclave.cli.main import main
 from conclave.cli.render import answer_text
 from conclave.coordination.prompts import turn_prompt
-from conclave.coordination.reports import AgentProgress, Check, JobEvent, Progress
+from conclave.coordination.reports import (
+    AgentProgress,
+    AnswerEvent,
+    Check,
+    CheckedEvent,
+    FinishedEvent,
+    JobResult,
+    Progress,
+    SteeredEvent,
+    ToolCallEvent,
+    VoteEvent,
+    stored_event,
+)
 from conclave.errors import JobNotFound
 from conclave.jobs.read.lookup import JobLookup
 from conclave.jobs.read.views import JobView
@@ -43,9 +55,7 @@ JOB = "cj-0123456789ab"
 
 def record(store: Store, kind: str, letter: str | None = None, **data: object) -> None:
     agents = [AgentProgress(letter=x, model=f"openai/m-{x}", state="working") for x in "AB"]
-    store.record(
-        JOB, JobEvent(kind=kind, letter=letter, data=data, at=1.0), Progress(phase="", agents=agents), None
-    )
+    store.record(JOB, stored_event(kind, letter, 1.0, data), Progress(phase="", agents=agents), None)
 
 
 @pytest.fixture
@@ -224,13 +234,13 @@ def test_the_stream_sends_each_change_and_ends_with_the_job(web: tuple[str, str,
 
 def test_the_timeline_shows_which_votes_a_new_answer_cleared() -> None:
     events = [
-        JobEvent(kind="answer", letter="A", data={"label": "A1", "revision": 1, "content": "x"}, at=1),
-        JobEvent(kind="vote", letter="A", data={"label": "A1", "reason": "mine"}, at=2),
-        JobEvent(kind="tool_call", letter="B", data={"name": "read_file"}, at=2.5),
-        JobEvent(kind="answer", letter="B", data={"label": "B1", "revision": 1, "content": "y"}, at=3),
-        JobEvent(kind="answer", letter="C", data={"label": "C1", "revision": 1, "content": "z"}, at=4),
-        JobEvent.model_construct(kind="steered", letter=None, data={"note": "prefer the short one"}, at=4.5),
-        JobEvent(kind="finished", data={"winner": "B1", "reason": "all voted"}, at=5),
+        AnswerEvent(letter="A", label="A1", revision=1, content="x", at=1),
+        VoteEvent(letter="A", label="A1", reason="mine", at=2),
+        ToolCallEvent(letter="B", name="read_file", at=2.5),
+        AnswerEvent(letter="B", label="B1", revision=1, content="y", at=3),
+        AnswerEvent(letter="C", label="C1", revision=1, content="z", at=4),
+        SteeredEvent(note="prefer the short one", round=3, at=4.5),
+        FinishedEvent(result=JobResult(winner="B1", consensus=True, reason="all voted"), at=5),
     ]
     moments = timeline(events)
     assert [m.kind for m in moments] == [
@@ -299,17 +309,8 @@ async def test_a_page_carries_each_answers_check_and_output(home: Path) -> None:
     checks = {"A1": Check(status="failed", exit_code=1, duration_s=2.0, tail=["1 failed"])}
     store.record(
         JOB,
-        JobEvent(
-            kind="checked",
-            letter="A",
-            at=2.0,
-            data={
-                "label": "A1",
-                "status": "failed",
-                "exit_code": 1,
-                "tail": ["1 failed"],
-                "output": "E   assert 1 == 2\n1 failed",
-            },
+        CheckedEvent(
+            letter="A", at=2.0, label="A1", check=checks["A1"], output="E   assert 1 == 2\n1 failed"
         ),
         Progress(phase="", agents=agents, checks=checks),
         None,

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, assert_never
 
 import anyio
@@ -53,7 +53,26 @@ from conclave.coordination.protocol_events import (
     WorkStarted,
 )
 from conclave.coordination.reporting import Reporter
-from conclave.coordination.reports import Check, EventKind, JobResult, Progress, ShownAnswer
+from conclave.coordination.reports import (
+    AnswerRefusedEvent,
+    Check,
+    CheckStartedEvent,
+    DeadlineEvent,
+    JobEvent,
+    JobResult,
+    PresentingEvent,
+    Progress,
+    ResumedEvent,
+    Seat,
+    ShownAnswer,
+    SnapshotFailedEvent,
+    StartedEvent,
+    ToolCallEvent,
+    TurnCancelledEvent,
+    TurnStartedEvent,
+    UsageEvent,
+    VerifyBlockedEvent,
+)
 from conclave.coordination.tally import StopReason
 from conclave.coordination.turn_context import TurnContext
 from conclave.errors import ConclaveError, ProviderError
@@ -186,9 +205,9 @@ class Orchestrator:
     ) -> None:
         """From the agents' first turns (or, on a resume, the turns that were in flight) to the result:
         the protocol's loop."""
-        agents = [{"letter": m.letter, "model": m.spec.model} for m in self.members.values()]
         if self._resume is None:
-            await self._emit("started", agents=agents)
+            seats = tuple(Seat(letter=m.letter, model=m.spec.model) for m in self.members.values())
+            await self._emit(StartedEvent(agents=seats))
         tg.start_soon(self._deadline, send.clone(), deadline)
         if self.budget.limited:
             tg.start_soon(self.budget.watch, send.clone())
@@ -200,9 +219,9 @@ class Orchestrator:
         else:  # the journal replayed (in __init__); what was in flight runs again, then any note that
             # came while the job was down, taken by the loop below in journal order like any event
             in_flight = self._owed
-            turns = [a.letter for a in in_flight if isinstance(a, StartTurn)]
-            checks = [a.label for a in in_flight if isinstance(a, Verify)]
-            await self._emit("resumed", events=len(self._resume.events), turns=turns, checks=checks)
+            turns = tuple(a.letter for a in in_flight if isinstance(a, StartTurn))
+            checks = tuple(a.label for a in in_flight if isinstance(a, Verify))
+            await self._emit(ResumedEvent(events=len(self._resume.events), turns=turns, checks=checks))
             await self._execute(in_flight, tg, send)
         while self._result is None:
             await self._handle(await receive.receive(), tg, send)
@@ -224,7 +243,7 @@ class Orchestrator:
             member.ctx = self._context(member)
 
     async def _ended_in_set_up(self, reason: str) -> JobResult:
-        await self._emit("deadline", reason=reason)
+        await self._emit(DeadlineEvent(reason=reason))
         errors = {"job": f"{reason}; raise coordination.timeout_s or retry when the machine is less busy"}
         self._result = JobResult(
             winner=None,
@@ -320,7 +339,7 @@ class Orchestrator:
         try:
             await self.files.on_answer(answer.letter, answer.label)
         except ConclaveError as exc:  # e.g. a workspace over its caps: the answer stands, without files
-            await self._emit("snapshot_failed", answer.letter, label=answer.label, error=str(exc))
+            await self._emit(SnapshotFailedEvent(letter=answer.letter, label=answer.label, error=str(exc)))
 
     async def _execute(
         self, actions: list[Action], tg: anyio.abc.TaskGroup, send: MemoryObjectSendStream[ProtocolEvent]
@@ -330,24 +349,25 @@ class Orchestrator:
                 case StartTurn():
                     scope = self._scopes[action.turn_id] = anyio.CancelScope()
                     await self._emit(
-                        "turn_started",
-                        action.letter,
-                        turn_id=action.turn_id,
-                        round=action.version,
-                        note=action.note,
-                        corrective=action.corrective,
+                        TurnStartedEvent(
+                            letter=action.letter,
+                            turn_id=action.turn_id,
+                            round=action.version,
+                            note=action.note,
+                            corrective=action.corrective,
+                        )
                     )
                     tg.start_soon(self._turn, action, scope, send.clone())
                 case CancelTurn():
                     self._scopes.pop(action.turn_id, anyio.CancelScope()).cancel()
-                    await self._emit("turn_cancelled", action.letter, turn_id=action.turn_id)
+                    await self._emit(TurnCancelledEvent(letter=action.letter, turn_id=action.turn_id))
                 case Verify():
                     self.checks[action.label] = Check(status="running")
-                    await self._emit("check_started", action.label[0], label=action.label)
+                    await self._emit(CheckStartedEvent(letter=action.label[0], label=action.label))
                     tg.start_soon(self._verify, action.label, send.clone())
                 case Present():
                     self.members[action.letter].presenting = True
-                    await self._emit("presenting", action.letter, winner=action.outcome.winner)
+                    await self._emit(PresentingEvent(letter=action.letter, winner=action.outcome.winner))
                     tg.start_soon(self._present, action, send.clone())
                 case Finish():
                     await self._finish(action)
@@ -361,7 +381,7 @@ class Orchestrator:
         try:
             await self.files.finish(outcome.winner)
         except ConclaveError as exc:
-            await self._emit("snapshot_failed", None, label=outcome.winner, error=str(exc))
+            await self._emit(SnapshotFailedEvent(label=outcome.winner, error=str(exc)))
         self._result = self.reports.result(action)
         await self.reports.finished(self._result)
 
@@ -375,7 +395,7 @@ class Orchestrator:
         async def on_work(call: ToolCall) -> None:
             if call.name != CLI_WORK:  # a CLI's stale work run is cancelled, killing it (cli_turns.py)
                 await send.send(WorkStarted(action.letter, action.turn_id))
-            await self._emit("tool_call", action.letter, name=call.name, arguments=call.arguments)
+            await self._emit(ToolCallEvent(letter=action.letter, name=call.name, arguments=call.arguments))
 
         ctx = replace(member.ctx, on_work=on_work)
         async with send:
@@ -396,7 +416,7 @@ class Orchestrator:
                     error = f"the turn failed with {type(exc).__name__}: {exc}"
                     event = TurnFailed(action.letter, action.turn_id, error)
                 if isinstance(event, TurnFailed) and event.refused:
-                    await self._emit("answer_refused", action.letter, error=event.error)
+                    await self._emit(AnswerRefusedEvent(letter=action.letter, error=event.error))
                 await send.send(event)
             self._scopes.pop(action.turn_id, None)
 
@@ -447,7 +467,7 @@ class Orchestrator:
         blocked = self.verifier.blocked if self.verifier is not None else None
         if blocked is not None and self.reports.verify_blocked is None:
             self.reports.verify_blocked = blocked
-            await self._emit("verify_blocked", reason=blocked)
+            await self._emit(VerifyBlockedEvent(reason=blocked))
 
     async def _deadline(self, send: MemoryObjectSendStream[ProtocolEvent], deadline: float) -> None:
         async with send:
@@ -475,7 +495,8 @@ class Orchestrator:
         async def on_usage(usage: Usage, first: bool) -> None:
             charged = member.charge(usage, first)
             self.budget.charge(sum((m.spent() for m in self.members.values()), Usage()))
-            await self._emit("usage", member.letter, **asdict(charged))
+            charge = UsageEvent(letter=member.letter, model=spec.model, charge=charged, total=member.usage)
+            await self._emit(charge)
             if member.limit.reached(member.spent()):  # after the report: the drop cancels this very turn
                 self._drop(member)
 
@@ -504,8 +525,8 @@ class Orchestrator:
     def _shown(self, order: tuple[str, ...] = ()) -> list[ShownAnswer]:
         return picture.shown(self.state, self.checks, order)
 
-    async def _emit(self, kind: EventKind, letter: str | None = None, **data: object) -> None:
-        await self.reports.emit(kind, letter, **data)
+    async def _emit(self, event: JobEvent) -> None:
+        await self.reports.emit(event)
 
 
 def _pending(receive: MemoryObjectReceiveStream[ProtocolEvent]) -> ProtocolEvent | None:

@@ -27,7 +27,24 @@ from conclave.coordination.protocol_events import (
     Verified,
     VoteCast,
 )
-from conclave.coordination.reports import Check, EventKind, JobEvent, JobResult, Progress
+from conclave.coordination.reports import (
+    JOB_EVENT,
+    AgentFailedEvent,
+    AnswerEvent,
+    BudgetReachedEvent,
+    Check,
+    CheckedEvent,
+    DeadlineEvent,
+    FinishedEvent,
+    JobEvent,
+    JobResult,
+    NoDecisionEvent,
+    Progress,
+    SteeredEvent,
+    TurnFailedEvent,
+    VoteDiscardedEvent,
+    VoteEvent,
+)
 from conclave.coordination.tally import Answer
 from conclave.files.secrets import Secrets
 
@@ -57,15 +74,18 @@ class Reporter:
         """The live picture: each agent's state, answers and vote, the tally, the round (picture.py)."""
         return picture.progress(self.state, self.members, self.checks, self.verify_blocked)
 
-    async def emit(self, kind: EventKind, letter: str | None = None, **data: object) -> None:
+    async def emit(self, event: JobEvent) -> None:
+        """Record `event`, stamped with the job's time, with the job's secrets masked in it."""
         if len(self.secrets):
-            data = self.secrets.scrub(data)
-        event = JobEvent(kind=kind, letter=letter, data=data, at=round(self._clock() - self.started, 3))
+            event = JOB_EVENT.validate_python(self.secrets.scrub(event.model_dump()))
+        event = event.model_copy(update={"at": round(self._clock() - self.started, 3)})
         await self.sink.record(event, self.progress())
 
     async def answer(self, answer: Answer) -> None:
         await self.emit(
-            "answer", answer.letter, label=answer.label, revision=answer.revision, content=answer.content
+            AnswerEvent(
+                letter=answer.letter, label=answer.label, revision=answer.revision, content=answer.content
+            )
         )
 
     async def event(self, event: ProtocolEvent) -> None:
@@ -73,31 +93,32 @@ class Reporter:
         state = self.state
         match event:
             case AnswerPosted():
-                await self.emit("turn_failed", event.letter, error="answer refused; the agent is asked again")
+                await self.emit(
+                    TurnFailedEvent(letter=event.letter, error="answer refused; the agent is asked again")
+                )
             case VoteCast():
                 vote, turn = state.agents[event.letter].vote, state.agents[event.letter].turn
                 kept = vote is not None and vote.label == event.label and turn is None
-                await self.emit(
-                    "vote" if kept else "vote_discarded", event.letter, label=event.label, reason=event.reason
-                )
+                kind = VoteEvent if kept else VoteDiscardedEvent
+                await self.emit(kind(letter=event.letter, label=event.label, reason=event.reason))
             case NoDecision():
-                await self.emit("no_decision", event.letter, text=event.text[:2000])
+                await self.emit(NoDecisionEvent(letter=event.letter, text=event.text[:2000]))
             case TurnFailed():
-                kind: EventKind = "agent_failed" if not state.agents[event.letter].active else "turn_failed"
-                await self.emit(kind, event.letter, error=event.error)
+                failed = AgentFailedEvent if not state.agents[event.letter].active else TurnFailedEvent
+                await self.emit(failed(letter=event.letter, error=event.error))
             case Verified() if event.label in self.runs:
                 run = self.runs.pop(event.label)
                 self.checks[event.label] = run.check
                 await self.emit(
-                    "checked", event.label[0], label=event.label, **run.check.model_dump(), output=run.output
+                    CheckedEvent(letter=event.label[0], label=event.label, check=run.check, output=run.output)
                 )
             case Stop():
-                await self.emit("budget_reached", reason=event.reason)
+                await self.emit(BudgetReachedEvent(reason=event.reason))
             case Deadline():
-                await self.emit("deadline", reason=event.reason)
+                await self.emit(DeadlineEvent(reason=event.reason))
             case Steer():
                 late = state.phase != "coordinating"
-                await self.emit("steered", note=event.note, round=state.version, late=late)
+                await self.emit(SteeredEvent(note=event.note, round=state.version, late=late))
             case _:
                 pass  # a tool call was reported when it was made; the rest say nothing new
 
@@ -110,4 +131,4 @@ class Reporter:
         return JobResult.of(outcome, answer, winner.letter if winner and presented else None)
 
     async def finished(self, result: JobResult) -> None:
-        await self.emit("finished", **result.model_dump())
+        await self.emit(FinishedEvent(result=result))

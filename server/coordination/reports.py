@@ -5,52 +5,17 @@ The orchestrator produces these; the job store keeps them and the views read the
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, TypeAdapter, model_validator
 
 from conclave.backends.base import Usage
 from conclave.coordination.tally import Outcome, Posted, StopReason
 from conclave.coordination.verdicts import RunCounts
 
-EventKind = Literal[
-    "started",
-    "resumed",
-    "turn_started",
-    "turn_cancelled",
-    "tool_call",
-    "answer",
-    "snapshot_failed",
-    "vote",
-    "vote_discarded",
-    "no_decision",
-    "turn_failed",
-    "answer_refused",
-    "agent_failed",
-    "usage",
-    "check_started",
-    "checked",
-    "verify_blocked",  # the check command cannot run on the caller's own files (blocked_runs.py)
-    "budget_reached",
-    "deadline",
-    "presenting",
-    "finished",
-    "note",  # a steering note as the caller left it (any process writes it; the job's owner delivers it)
-    "steered",  # the note reached the protocol: every later turn shows it, the votes were cleared
-]
-
 
 class _Record(BaseModel):
     model_config = ConfigDict(extra="forbid")
-
-
-class JobEvent(_Record):
-    """One thing that happened in a job, in order; the transcript is the list of these."""
-
-    kind: EventKind
-    letter: str | None = None
-    data: dict[str, Any] = Field(default_factory=dict)
-    at: float = 0.0  # seconds since the job started
 
 
 # stopped: the member reached its own token limit (budget.py MemberLimit) and takes no more turns
@@ -217,3 +182,271 @@ class JobResult(Outcome):
             if data.pop("budget_reached") and data.get("stopped_by") is None:
                 data["stopped_by"] = StopReason.BUDGET
         return data
+
+
+_OWN = {"kind", "letter", "at"}  # every event's own columns in the events table, beside its payload
+
+
+class _Event(BaseModel):
+    """What every job event has: who it is about (an agent's letter, or none: the job) and when, in seconds
+    since the job started. Each kind's own fields are its payload, stored as the events table's data_json
+    (`payload`); the readers match on the class, so a kind no reader handles fails mypy (assert_never)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    letter: str | None = None
+    at: float = 0.0
+
+    def payload_json(self) -> str:
+        """The kind's own fields as JSON: what the events table's data_json holds."""
+        return self.model_dump_json(exclude=_OWN)
+
+
+class Seat(_Record):
+    """One agent as a job's start names it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    letter: str
+    model: str
+
+
+class StartedEvent(_Event):
+    kind: Literal["started"] = "started"
+    agents: tuple[Seat, ...] = ()
+
+
+class ResumedEvent(_Event):
+    """A job taken over after its server stopped: its journal replayed, what was in flight run again."""
+
+    kind: Literal["resumed"] = "resumed"
+    events: int = 0  # protocol events replayed
+    turns: tuple[str, ...] = ()  # letters whose turns run again
+    checks: tuple[str, ...] = ()  # labels whose checks run again
+
+
+class TurnStartedEvent(_Event):
+    kind: Literal["turn_started"] = "turn_started"
+    turn_id: int
+    round: int
+    note: str = ""
+    corrective: bool = False
+
+
+class TurnCancelledEvent(_Event):
+    kind: Literal["turn_cancelled"] = "turn_cancelled"
+    turn_id: int
+
+
+class ToolCallEvent(_Event):
+    kind: Literal["tool_call"] = "tool_call"
+    name: str
+    arguments: dict[str, JsonValue] = Field(default_factory=dict)
+
+
+class AnswerEvent(_Event):
+    kind: Literal["answer"] = "answer"
+    label: str
+    revision: int
+    content: str
+
+
+class SnapshotFailedEvent(_Event):
+    """An answer's (or the winner's) files could not be saved; the answer stands without them."""
+
+    kind: Literal["snapshot_failed"] = "snapshot_failed"
+    label: str | None = None
+    error: str
+
+
+class VoteEvent(_Event):
+    kind: Literal["vote"] = "vote"
+    label: str
+    reason: str = ""
+
+
+class VoteDiscardedEvent(_Event):
+    kind: Literal["vote_discarded"] = "vote_discarded"
+    label: str
+    reason: str = ""
+
+
+class NoDecisionEvent(_Event):
+    kind: Literal["no_decision"] = "no_decision"
+    text: str = ""
+
+
+class _Failure(_Event):
+    error: str = ""
+
+
+class TurnFailedEvent(_Failure):
+    kind: Literal["turn_failed"] = "turn_failed"
+
+
+class AnswerRefusedEvent(_Failure):
+    kind: Literal["answer_refused"] = "answer_refused"
+
+
+class AgentFailedEvent(_Failure):
+    kind: Literal["agent_failed"] = "agent_failed"
+
+
+class UsageEvent(_Event):
+    """One usage report charged to a member: the `charge` as priced, and the member's `total` after it
+    (what the usage table keeps, jobs/store/sql.py)."""
+
+    kind: Literal["usage"] = "usage"
+    model: str = ""
+    charge: Usage = Usage()
+    total: Usage = Usage()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _stored_flat(cls, data: Any) -> Any:
+        """A row stored before the charge was nested held the charge's fields alone (no total known)."""
+        if isinstance(data, dict) and "charge" not in data and "input_tokens" in data:
+            data = dict(data)
+            charge = {name: data.pop(name) for name in list(data) if name in Usage.__dataclass_fields__}
+            data |= {"charge": charge, "total": charge}
+        return data
+
+
+class CheckStartedEvent(_Event):
+    kind: Literal["check_started"] = "check_started"
+    label: str
+
+
+class CheckedEvent(_Event):
+    """An answer's check ended: what it found, and its whole output (capped as every command's is)."""
+
+    kind: Literal["checked"] = "checked"
+    label: str
+    check: Check
+    output: str = ""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _stored_flat(cls, data: Any) -> Any:
+        """A row stored before the check was nested held its fields beside the label (and fields since
+        dropped: left out)."""
+        if isinstance(data, dict) and "check" not in data and "status" in data:
+            check = {name: value for name, value in data.items() if name in Check.model_fields}
+            kept = {name: data[name] for name in ("kind", "letter", "at", "label", "output") if name in data}
+            data = kept | {"check": check}
+        return data
+
+
+class VerifyBlockedEvent(_Event):
+    """The check command cannot run on the caller's own files (blocked_runs.py)."""
+
+    kind: Literal["verify_blocked"] = "verify_blocked"
+    reason: str
+
+
+class BudgetReachedEvent(_Event):
+    kind: Literal["budget_reached"] = "budget_reached"
+    reason: str
+
+
+class DeadlineEvent(_Event):
+    kind: Literal["deadline"] = "deadline"
+    reason: str
+
+
+class PresentingEvent(_Event):
+    kind: Literal["presenting"] = "presenting"
+    winner: str | None = None
+
+
+class NoteEvent(_Event):
+    """A steering note as the caller left it (any process writes it; the job's owner delivers it)."""
+
+    kind: Literal["note"] = "note"
+    text: str
+    seq: int = 0  # its number among the job's events, as its writer took it
+
+
+class SteeredEvent(_Event):
+    """The note reached the protocol: every later turn shows it, the votes were cleared (`late`: it came
+    after the vote and changed nothing)."""
+
+    kind: Literal["steered"] = "steered"
+    note: str = ""
+    round: int = 0
+    late: bool = False
+
+
+class FinishedEvent(_Event):
+    kind: Literal["finished"] = "finished"
+    result: JobResult
+
+    @model_validator(mode="before")
+    @classmethod
+    def _stored_flat(cls, data: Any) -> Any:
+        """A row stored before the result was nested held its fields alone."""
+        if isinstance(data, dict) and "result" not in data:
+            kept = {name: data[name] for name in ("kind", "letter", "at") if name in data}
+            data = kept | {"result": {k: v for k, v in data.items() if k not in kept}}
+        return data
+
+
+# One thing that happened in a job, in order; the transcript is the list of these.
+JobEvent = Annotated[
+    StartedEvent
+    | ResumedEvent
+    | TurnStartedEvent
+    | TurnCancelledEvent
+    | ToolCallEvent
+    | AnswerEvent
+    | SnapshotFailedEvent
+    | VoteEvent
+    | VoteDiscardedEvent
+    | NoDecisionEvent
+    | TurnFailedEvent
+    | AnswerRefusedEvent
+    | AgentFailedEvent
+    | UsageEvent
+    | CheckStartedEvent
+    | CheckedEvent
+    | VerifyBlockedEvent
+    | BudgetReachedEvent
+    | DeadlineEvent
+    | PresentingEvent
+    | FinishedEvent
+    | NoteEvent
+    | SteeredEvent,
+    Field(discriminator="kind"),
+]
+JOB_EVENT: TypeAdapter[JobEvent] = TypeAdapter(JobEvent)
+# the kinds, as the events table's kind column holds them (a test checks it against JobEvent's members)
+EventKind = Literal[
+    "started",
+    "resumed",
+    "turn_started",
+    "turn_cancelled",
+    "tool_call",
+    "answer",
+    "snapshot_failed",
+    "vote",
+    "vote_discarded",
+    "no_decision",
+    "turn_failed",
+    "answer_refused",
+    "agent_failed",
+    "usage",
+    "check_started",
+    "checked",
+    "verify_blocked",
+    "budget_reached",
+    "deadline",
+    "presenting",
+    "finished",
+    "note",
+    "steered",
+]
+
+
+def stored_event(kind: str, letter: str | None, at: float, payload: dict[str, Any]) -> JobEvent:
+    """An event as the events table holds it (its kind, letter and time, and its payload's JSON)."""
+    return JOB_EVENT.validate_python({**payload, "kind": kind, "letter": letter, "at": at})

@@ -25,7 +25,7 @@ from conclave.coordination.journal import decode
 from conclave.coordination.limits import ProviderLimits
 from conclave.coordination.orchestrator import Orchestrator, Resume
 from conclave.coordination.protocol_events import Steer
-from conclave.coordination.reports import Check
+from conclave.coordination.reports import CheckedEvent
 from conclave.errors import ConclaveError
 from conclave.files.kept import Kept
 from conclave.jobs.fair_share import FairShare
@@ -205,11 +205,7 @@ class Lifecycle:
             return None
         usage = {agent.letter: agent.usage for agent in row.progress.agents} if row.progress else {}
         checked = await self.store.events(row.id, "checked")  # what each check found, as reported
-        fields = set(Check.model_fields)
-        checks = {
-            str(e.data["label"]): Check.model_validate({k: v for k, v in e.data.items() if k in fields})
-            for e in checked
-        }
+        checks = {e.label: e.check for e in checked if isinstance(e, CheckedEvent)}
         return Resume(events, usage, max(0.0, time.time() - row.started_at), checks)
 
     async def _copied(self, job_id: str, files: JobFileSteps, timeout: float) -> bool:

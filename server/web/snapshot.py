@@ -8,14 +8,43 @@ attacker-controlled.
 
 from __future__ import annotations
 
+from typing import assert_never
+
 from pydantic import BaseModel, ConfigDict
 
-from conclave.coordination.reports import JobEvent, ShownAnswer
+from conclave.coordination.reports import (
+    AgentFailedEvent,
+    AnswerEvent,
+    AnswerRefusedEvent,
+    BudgetReachedEvent,
+    CheckedEvent,
+    CheckStartedEvent,
+    DeadlineEvent,
+    FinishedEvent,
+    JobEvent,
+    NoDecisionEvent,
+    NoteEvent,
+    PresentingEvent,
+    ResumedEvent,
+    ShownAnswer,
+    SnapshotFailedEvent,
+    StartedEvent,
+    SteeredEvent,
+    ToolCallEvent,
+    TurnCancelledEvent,
+    TurnFailedEvent,
+    TurnStartedEvent,
+    UsageEvent,
+    VerifyBlockedEvent,
+    VoteDiscardedEvent,
+    VoteEvent,
+)
 from conclave.jobs.read.view_read import PageParts
 from conclave.jobs.read.views import JobView
 
 MAX_DIFF_CHARS = 400_000  # a bigger patch is cut; read_workspace(path='@diff') pages through all of it
-QUIET = {"turn_started", "turn_cancelled", "tool_call", "usage", "check_started"}  # not on the timeline
+# not on the timeline
+QUIET = (TurnStartedEvent, TurnCancelledEvent, ToolCallEvent, UsageEvent, CheckStartedEvent)
 
 
 class _Page(BaseModel):
@@ -70,66 +99,78 @@ def timeline(events: list[JobEvent]) -> list[Moment]:
     moments: list[Moment] = []
     held: dict[str, str] = {}  # voter -> label: the valid votes standing now
     for event in events:
-        d, who, kind = event.data, event.letter, event.kind
-        if kind in QUIET:
+        if isinstance(event, QUIET):
             continue
-        if kind in ("answer", "checked", "steer", "steered", "steering") and held:
+        if isinstance(event, AnswerEvent | CheckedEvent | SteeredEvent) and held:
             cleared = ", ".join(f"{voter}'s vote for {label}" for voter, label in sorted(held.items()))
+            kind = event.kind
             cause = (
                 "a new answer" if kind == "answer" else "a check result" if kind == "checked" else "a note"
             )
             moments.append(Moment(at=event.at, kind="invalidated", text=f"{cause} cleared {cleared}"))
             held.clear()
-        if kind == "vote":
-            held[who or "?"] = d["label"]
+        if isinstance(event, VoteEvent):
+            held[event.letter or "?"] = event.label
         moments.append(_moment(event))
     return moments
 
 
 def _moment(event: JobEvent) -> Moment:
     """One event on the timeline: a line in words, with the label it is about and the text behind it."""
-    d, who, kind = event.data, event.letter, event.kind
-    match kind:
-        case "answer":
-            label, text, body = d["label"], f"{who} posted {d['label']}", d["content"]
-        case "vote":
-            label, text, body = d["label"], f"{who} voted for {d['label']}", d.get("reason") or None
-        case "vote_discarded":
-            label, body = d.get("label"), d.get("reason") or None
-            text = (
-                f"{who}'s vote for {label} was discarded (it named no current answer, or the answers changed)"
+    who, kind, at = event.letter, event.kind, event.at
+    match event:
+        case AnswerEvent():
+            text = f"{who} posted {event.label}"
+            return Moment(at=at, kind=kind, letter=who, label=event.label, text=text, body=event.content)
+        case VoteEvent():
+            text = f"{who} voted for {event.label}"
+            return Moment(
+                at=at, kind=kind, letter=who, label=event.label, text=text, body=event.reason or None
             )
-        case "checked":
-            label, body = d["label"], "\n".join(d.get("tail") or []) or None
-            text = f"check of {label}: {d['status']} (exit {d.get('exit_code')})"
-        case "steer" | "steered" | "steering":
-            note = d.get("note") or d.get("text") or d.get("message") or ""
-            return Moment(at=event.at, kind="steer", letter=who, text="steering note", body=str(note))
-        case "finished":
-            winner = d.get("winner")
+        case VoteDiscardedEvent():
+            text = (
+                f"{who}'s vote for {event.label} was discarded (it named no current answer, or the answers "
+                "changed)"
+            )
+            return Moment(
+                at=at, kind=kind, letter=who, label=event.label, text=text, body=event.reason or None
+            )
+        case CheckedEvent():
+            check = event.check
+            text = f"check of {event.label}: {check.status} (exit {check.exit_code})"
+            body = "\n".join(check.tail) or None
+            return Moment(at=at, kind=kind, letter=who, label=event.label, text=text, body=body)
+        case SteeredEvent():
+            return Moment(at=at, kind="steer", letter=who, text="steering note", body=event.note)
+        case FinishedEvent():
+            winner = event.result.winner
             text = (
                 f"finished: {winner} won" if winner else "finished without a winner"
-            ) + f"; {d.get('reason')}"
-            return Moment(at=event.at, kind=kind, label=winner, text=text)
+            ) + f"; {event.result.reason}"
+            return Moment(at=at, kind=kind, label=winner, text=text)
+        case StartedEvent():
+            return Moment(at=at, kind=kind, letter=who, text=f"{len(event.agents)} agents started")
+        case PresentingEvent():
+            text = f"{who} is writing the final answer ({event.winner} won the vote)"
+            return Moment(at=at, kind=kind, letter=who, text=text)
+        case ResumedEvent():
+            return Moment(at=at, kind=kind, letter=who, text="the job resumed after its server stopped")
+        case AgentFailedEvent() | TurnFailedEvent() | AnswerRefusedEvent() | SnapshotFailedEvent():
+            text = f"{who or 'the job'}: {kind.replace('_', ' ')}: {event.error}"
+            return Moment(at=at, kind=kind, letter=who, text=text)
+        case NoDecisionEvent():
+            return Moment(at=at, kind=kind, letter=who, text=f"{who} ended a turn without a decision")
+        case BudgetReachedEvent() | DeadlineEvent():
+            return Moment(at=at, kind=kind, letter=who, text=f"stopping: {event.reason or kind}")
+        case (
+            VerifyBlockedEvent()
+            | NoteEvent()
+            | TurnStartedEvent()
+            | TurnCancelledEvent()
+            | ToolCallEvent()
+            | UsageEvent()
+            | CheckStartedEvent()
+        ):
+            return Moment(at=at, kind=kind, letter=who, text=f"{who or ''} {kind.replace('_', ' ')}".strip())
         case _:
-            return Moment(at=event.at, kind=kind, letter=who, text=_words(kind, who, d))
-    return Moment(at=event.at, kind=kind, letter=who, label=label, text=text, body=body)
-
-
-def _words(kind: str, who: str | None, d: dict[str, object]) -> str:
-    """An event with no line of its own, in words."""
-    match kind:
-        case "started":
-            agents = d.get("agents")
-            return f"{len(agents) if isinstance(agents, list) else 0} agents started"
-        case "presenting":
-            return f"{who} is writing the final answer ({d.get('winner')} won the vote)"
-        case "resumed":
-            return "the job resumed after its server stopped"
-        case "agent_failed" | "turn_failed" | "answer_refused" | "snapshot_failed":
-            return f"{who or 'the job'}: {kind.replace('_', ' ')}: {d.get('error', '')}"
-        case "no_decision":
-            return f"{who} ended a turn without a decision"
-        case "budget_reached" | "deadline":
-            return f"stopping: {d.get('reason', kind)}"
-    return f"{who or ''} {kind.replace('_', ' ')}".strip()
+            assert_never(event)

@@ -139,10 +139,10 @@ async def test_a_stale_decision_run_is_killed_charged_and_asked_again(
     # the stalled response's start reached it, else an estimate (the CLI may not print it before its
     # first content: docs/subscriptions.md), so the total is not compared with the bill here
     # (charged as its stream goes, clis/meter.py: several usage events a run, their sum its total)
-    charged = [e.data for e in events[:cancelled] if e.kind == "usage" and e.letter == letter]
-    assert sum(usage["input_tokens"] for usage in charged) > 0, charged
-    after = [e.data for e in events[cancelled:] if e.kind == "usage" and e.letter == letter]
-    assert sum(usage["input_tokens"] for usage in after) > 0, after
+    charged = [e.charge for e in events[:cancelled] if e.kind == "usage" and e.letter == letter]
+    assert sum(usage.input_tokens for usage in charged) > 0, charged
+    after = [e.charge for e in events[cancelled:] if e.kind == "usage" and e.letter == letter]
+    assert sum(usage.input_tokens for usage in after) > 0, after
 
 
 async def test_a_winning_cli_member_presents_the_final_answer(
@@ -178,6 +178,6 @@ async def test_a_winning_cli_member_presents_the_final_answer(
     assert view.answer == presented
     assert [event.letter for event in events if event.kind == "presenting"] == [letter]
     finished_event = next(event for event in events if event.kind == "finished")
-    assert finished_event.data["presented_by"] == letter
+    assert finished_event.result.presented_by == letter
     assert "-    return a - b\n+    return a + b\n" in patch
     assert _usage(view, "cli/claude-code") == fakes.script.bill["claude"][:2]

@@ -143,9 +143,9 @@ async def test_claude_code_and_codex_fix_a_failing_test_with_an_api_agent(
     # ... at the end of each run (its work run, its decision runs): the member's cost is every run's,
     # whole (each run ended), though each run's mid-run charges came without a cost (issue 28: its
     # cost was its last run's alone)
-    charges = [e.data for e in events if e.kind == "usage" and e.letter == mine]
-    costs = [charge["cost_usd"] for charge in charges if charge["cost_usd"] is not None]
-    assert any(charge["cost_usd"] is None for charge in charges) and len(costs) >= 2, charges
+    charges = [e.charge for e in events if e.kind == "usage" and e.letter == mine]
+    costs = [charge.cost_usd for charge in charges if charge.cost_usd is not None]
+    assert any(charge.cost_usd is None for charge in charges) and len(costs) >= 2, charges
     assert usage[mine].cost_usd == pytest.approx(sum(costs)) and usage[mine].cost_usd > max(costs)
     assert not usage[mine].cost_partial and usage[mine].uncosted_tokens == 0
     assert "cli_work" in transcript

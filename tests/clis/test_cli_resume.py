@@ -133,10 +133,10 @@ async def test_kill_9_while_a_cli_member_runs_then_a_restart_resumes_it_in_a_new
     assert project.joinpath("calc.py").read_text() == CALC
     store = Store.of(Settings(home=home))
     try:
-        resumes = [event.data for event in store.events(job_id, "resumed")]
+        resumes = store.events(job_id, "resumed")
     finally:
         store.close()
-    assert len(resumes) == 1 and letter in resumes[0]["turns"]
+    assert len(resumes) == 1 and letter in resumes[0].turns
     # usage: what Claude Code reported before the kill is kept (never more than was billed; the killed
     # run's unreported part is lost with its server), and every call after it counted once
     usage_after = _usage(home, job_id, letter)

@@ -12,12 +12,38 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import assert_never
 
 import anyio.to_thread
 from pydantic import BaseModel, ConfigDict, Field
 
 from conclave.config.models import LABEL
-from conclave.coordination.reports import JobEvent
+from conclave.coordination.reports import (
+    AgentFailedEvent,
+    AnswerEvent,
+    AnswerRefusedEvent,
+    BudgetReachedEvent,
+    CheckedEvent,
+    CheckStartedEvent,
+    DeadlineEvent,
+    FinishedEvent,
+    JobEvent,
+    NoDecisionEvent,
+    NoteEvent,
+    PresentingEvent,
+    ResumedEvent,
+    SnapshotFailedEvent,
+    StartedEvent,
+    SteeredEvent,
+    ToolCallEvent,
+    TurnCancelledEvent,
+    TurnFailedEvent,
+    TurnStartedEvent,
+    UsageEvent,
+    VerifyBlockedEvent,
+    VoteDiscardedEvent,
+    VoteEvent,
+)
 from conclave.errors import InputError, term
 from conclave.files.trees import list_tree, read_bytes
 from conclave.files.workspaces import Workspaces
@@ -197,7 +223,7 @@ def _text(store: Store, row: JobRow, path: str) -> str:
 
 def check_outputs(store: Store, row: JobRow) -> dict[str, str]:
     """Each checked answer's whole check output (capped as every command's is), by label."""
-    return {e.data["label"]: e.data.get("output", "") for e in store.events(row.id, "checked")}
+    return {e.label: e.output for e in store.events(row.id, "checked") if isinstance(e, CheckedEvent)}
 
 
 def transcript(store: Store, row: JobRow) -> str:
@@ -212,66 +238,66 @@ def transcript(store: Store, row: JobRow) -> str:
 
 def _sentence(event: JobEvent) -> str | None:
     """One event in words; None for bookkeeping a reader does not need (usage reports, check starts)."""
-    d, who = event.data, event.letter or "the job"
-    match event.kind:
-        case "started":
-            models = ", ".join(
-                f"{a.get('letter')} ({a.get('model')})" if isinstance(a, dict) else str(a)
-                for a in d.get("agents", [])
-            )
+    who = event.letter or "the job"
+    match event:
+        case StartedEvent():
+            models = ", ".join(f"{seat.letter} ({seat.model})" for seat in event.agents)
             return f"The job started with agents {models}."
-        case "resumed":
-            turns = ", ".join(str(letter) for letter in d.get("turns", [])) or "none"
-            checks = ", ".join(str(label) for label in d.get("checks", []))
+        case ResumedEvent():
+            turns = ", ".join(event.turns) or "none"
+            checks = ", ".join(event.checks)
             again = f"; checks run again: {checks}" if checks else ""
             return f"The job resumed after its server stopped; turns run again: {turns}{again}."
-        case "turn_started":
-            return f"{who} started a turn (round {d.get('round')})."
-        case "turn_cancelled":
+        case TurnStartedEvent():
+            return f"{who} started a turn (round {event.round})."
+        case TurnCancelledEvent():
             return f"{who}'s turn was cancelled: the answers changed while it ran."
-        case "tool_call":
-            return f"{who} called {d.get('name')} {json.dumps(d.get('arguments'), ensure_ascii=False)[:200]}."
-        case "answer":
-            return f"{who} posted {d['label']}:\n{d['content']}\n"
-        case "vote":
-            return f"{who} voted for {d['label']}" + (f": {d['reason']}" if d.get("reason") else ".")
-        case "vote_discarded":
-            why = f" ({d['reason']})" if d.get("reason") else ""
-            return f"{who}'s vote for {d['label']} was discarded: the answers changed or it named none{why}."
-        case "no_decision":
-            return f"{who} neither answered nor voted; it said: {str(d.get('text', ''))[:300]}"
-        case "turn_failed" | "agent_failed" | "answer_refused" | "snapshot_failed":
-            verb = {
-                "turn_failed": "'s turn failed",
-                "agent_failed": " dropped out",
-                "answer_refused": "'s answer was refused",
-                "snapshot_failed": "'s files could not be saved",
-            }
-            return f"{who}{verb[event.kind]}: {d.get('error')}."
-        case "usage" | "check_started":
+        case ToolCallEvent():
+            return f"{who} called {event.name} {json.dumps(event.arguments, ensure_ascii=False)[:200]}."
+        case AnswerEvent():
+            return f"{who} posted {event.label}:\n{event.content}\n"
+        case VoteEvent():
+            return f"{who} voted for {event.label}" + (f": {event.reason}" if event.reason else ".")
+        case VoteDiscardedEvent():
+            why = f" ({event.reason})" if event.reason else ""
+            return f"{who}'s vote for {event.label} was discarded: the answers changed or it named none{why}."
+        case NoDecisionEvent():
+            return f"{who} neither answered nor voted; it said: {event.text[:300]}"
+        case TurnFailedEvent():
+            return f"{who}'s turn failed: {event.error}."
+        case AgentFailedEvent():
+            return f"{who} dropped out: {event.error}."
+        case AnswerRefusedEvent():
+            return f"{who}'s answer was refused: {event.error}."
+        case SnapshotFailedEvent():
+            return f"{who}'s files could not be saved: {event.error}."
+        case UsageEvent() | CheckStartedEvent():
             return None
-        case "checked":
-            tail = "\n    ".join(d.get("tail") or [])
-            status = f"{d['status']} (exit {d.get('exit_code')}, {d.get('duration_s')} s)"
-            return f"The check of {d['label']} {status}; its whole output is verify/{d['label']}." + (
+        case CheckedEvent():
+            check = event.check
+            tail = "\n    ".join(check.tail)
+            status = f"{check.status} (exit {check.exit_code}, {check.duration_s} s)"
+            return f"The check of {event.label} {status}; its whole output is verify/{event.label}." + (
                 f"\n    {tail}" if tail else ""
             )
-        case "verify_blocked":
-            return f"Verification cannot decide: {d.get('reason')}."
-        case "note":
-            return f"A note from the person who asked: {d.get('text')}"
-        case "steered":
-            late = " (after the vote: it changed nothing)" if d.get("late") else ""
-            return f"The note reached the agents in round {d.get('round')}; the votes were cleared{late}."
-        case "budget_reached" | "deadline":
-            return f"The job stopped: {d.get('reason')}."
-        case "presenting":
-            return f"{who} is writing the final answer ({d.get('winner')} won the vote)."
-        case "finished":
-            consensus = "with consensus" if d.get("consensus") else "without consensus"
-            winner = f"{d.get('winner')} won {consensus}" if d.get("winner") else "no answer won"
-            return f"The job finished: {winner}; {d.get('reason')}."
-    return f"{who}: {event.kind.replace('_', ' ')}."
+        case VerifyBlockedEvent():
+            return f"Verification cannot decide: {event.reason}."
+        case NoteEvent():
+            return f"A note from the person who asked: {event.text}"
+        case SteeredEvent():
+            late = " (after the vote: it changed nothing)" if event.late else ""
+            return f"The note reached the agents in round {event.round}; the votes were cleared{late}."
+        case BudgetReachedEvent() | DeadlineEvent():
+            return f"The job stopped: {event.reason}."
+        case PresentingEvent():
+            return f"{who} is writing the final answer ({event.winner} won the vote)."
+        case FinishedEvent():
+            result = event.result
+            consensus = "with consensus" if result.consensus else "without consensus"
+            winner = f"{result.winner} won {consensus}" if result.winner else "no answer won"
+            return f"The job finished: {winner}; {result.reason}."
+        case _:
+            assert_never(event)
 
 
 def conversation_text(store: Store, row: JobRow) -> str:

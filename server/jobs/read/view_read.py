@@ -15,7 +15,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from conclave.coordination.reports import JobEvent, ShownAnswer
+from conclave.coordination.reports import CheckedEvent, JobEvent, ShownAnswer
 from conclave.jobs.read.reader import job_workspaces
 from conclave.jobs.read.views import JobView, NoteView, job_view
 from conclave.jobs.read.web_link import WebLinks
@@ -85,7 +85,7 @@ def shown_answers(view: JobView, rows: list[AnswerRow], events: list[JobEvent]) 
     """Every answer the job posted, oldest first, with its votes now, whether it is still its author's
     latest, its check and the end of its check's output."""
     checks = view.progress.checks if view.progress is not None else {}
-    outputs = {e.data["label"]: e.data.get("output", "") for e in events if e.kind == "checked"}
+    outputs = {e.label: e.output for e in events if isinstance(e, CheckedEvent)}
     latest = {row.letter: row.label for row in rows}  # rows come oldest first
     tally = view.votes()[0]
     return [

@@ -3,12 +3,40 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, assert_never
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from conclave.backends.base import Usage
-from conclave.coordination.reports import AgentProgress, JobEvent, JobResult, Progress
+from conclave.coordination.reports import (
+    AgentFailedEvent,
+    AgentProgress,
+    AnswerEvent,
+    AnswerRefusedEvent,
+    BudgetReachedEvent,
+    CheckedEvent,
+    CheckStartedEvent,
+    DeadlineEvent,
+    FinishedEvent,
+    JobEvent,
+    JobResult,
+    NoDecisionEvent,
+    NoteEvent,
+    PresentingEvent,
+    Progress,
+    ResumedEvent,
+    SnapshotFailedEvent,
+    StartedEvent,
+    SteeredEvent,
+    ToolCallEvent,
+    TurnCancelledEvent,
+    TurnFailedEvent,
+    TurnStartedEvent,
+    UsageEvent,
+    VerifyBlockedEvent,
+    VoteDiscardedEvent,
+    VoteEvent,
+)
 from conclave.errors import Surface, say, term
 from conclave.jobs.records import Estimate, FilesResult
 from conclave.jobs.store.sql import JobRow, JobState
@@ -293,36 +321,51 @@ def majority_text(result: JobResult) -> str:
 
 def phase_of(event: JobEvent) -> str | None:
     """A short account of an event for `phase` and progress messages; None for minor events."""
-    d, who = event.data, event.letter
-    match event.kind:
-        case "started":
-            return f"{len(d['agents'])} agents are working on the task"
-        case "resumed":
+    who = event.letter
+    match event:
+        case StartedEvent():
+            return f"{len(event.agents)} agents are working on the task"
+        case ResumedEvent():
             return (
                 "resumed after its server stopped: answers, votes and notes kept; turns in flight run again"
             )
-        case "answer":
-            return f"{who} posted {d['label']}"
-        case "vote":
-            return f"{who} voted for {d['label']}"
-        case "answer_refused":
-            return f"{who}'s answer was refused ({d['error']}); it is asked again"
-        case "vote_discarded":
+        case AnswerEvent():
+            return f"{who} posted {event.label}"
+        case VoteEvent():
+            return f"{who} voted for {event.label}"
+        case AnswerRefusedEvent():
+            return f"{who}'s answer was refused ({event.error}); it is asked again"
+        case VoteDiscardedEvent():
             why = "the answers changed or it named no current answer"
-            return f"{who}'s vote for {d['label']} was discarded ({why})"
-        case "agent_failed":
-            return f"{who} dropped out: {d['error']}"
-        case "deadline" | "budget_reached":
-            return f"stopping: {d['reason']}"
-        case "checked":
-            return f"{d['label']}'s check {d['status']}"
-        case "presenting":
-            return f"{who} is writing the final answer ({d['winner']} won the vote)"
-        case "finished":
-            return f"done: {d['winner']} won" if d.get("winner") else f"ended: {d['reason']}"
-        case "steered":
+            return f"{who}'s vote for {event.label} was discarded ({why})"
+        case AgentFailedEvent():
+            return f"{who} dropped out: {event.error}"
+        case DeadlineEvent() | BudgetReachedEvent():
+            return f"stopping: {event.reason}"
+        case CheckedEvent():
+            return f"{event.label}'s check {event.check.status}"
+        case PresentingEvent():
+            return f"{who} is writing the final answer ({event.winner} won the vote)"
+        case FinishedEvent():
+            result = event.result
+            return f"done: {result.winner} won" if result.winner else f"ended: {result.reason}"
+        case SteeredEvent():
             return "a note from the person who asked reached the agents; the votes were cleared"
-    return None
+        case (
+            TurnStartedEvent()
+            | TurnCancelledEvent()
+            | ToolCallEvent()
+            | SnapshotFailedEvent()
+            | NoDecisionEvent()
+            | TurnFailedEvent()
+            | UsageEvent()
+            | CheckStartedEvent()
+            | VerifyBlockedEvent()
+            | NoteEvent()
+        ):
+            return None
+        case _:
+            assert_never(event)
 
 
 def plural(count: int, noun: str) -> str:

@@ -12,6 +12,7 @@ import json
 from collections.abc import Callable
 from typing import Any, Generic, Protocol, TypeVar
 
+from conclave.coordination.reports import NoteEvent
 from conclave.jobs.store.dialect import Connection
 
 CONVERSATION_LIMIT = 100  # jobs in one conversation, at most: a longer one is shown from its recent jobs
@@ -76,7 +77,7 @@ class ConversationRecords(Generic[Row]):
             self._db.execute(
                 "INSERT INTO events (job_id, seq, at, kind, letter, data_json) VALUES (?, ?, ?, 'note', "
                 "NULL, ?)",
-                (job_id, seq, at, json.dumps({"text": text, "seq": seq})),
+                (job_id, seq, at, NoteEvent(text=text, seq=seq).payload_json()),
             )
             self._db.execute("UPDATE jobs SET rev = rev + 1 WHERE id = ?", (job_id,))
         return int(seq)

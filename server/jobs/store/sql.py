@@ -21,12 +21,41 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, assert_never
 
 from pydantic import BaseModel, ConfigDict, SecretStr
 
 from conclave.backends.base import Usage
-from conclave.coordination.reports import JobEvent, JobResult, Progress
+from conclave.coordination.reports import (
+    AgentFailedEvent,
+    AnswerEvent,
+    AnswerRefusedEvent,
+    BudgetReachedEvent,
+    CheckedEvent,
+    CheckStartedEvent,
+    DeadlineEvent,
+    EventKind,
+    FinishedEvent,
+    JobEvent,
+    JobResult,
+    NoDecisionEvent,
+    NoteEvent,
+    PresentingEvent,
+    Progress,
+    ResumedEvent,
+    SnapshotFailedEvent,
+    StartedEvent,
+    SteeredEvent,
+    ToolCallEvent,
+    TurnCancelledEvent,
+    TurnFailedEvent,
+    TurnStartedEvent,
+    UsageEvent,
+    VerifyBlockedEvent,
+    VoteDiscardedEvent,
+    VoteEvent,
+    stored_event,
+)
 from conclave.coordination.tally import Posted
 from conclave.jobs.records import FilesResult, JobOptions
 from conclave.jobs.request import JobRequest, stored_request
@@ -506,60 +535,62 @@ class Store(ConversationRecords[JobRow]):
     def record(self, job_id: str, event: JobEvent, progress: Progress, phase: str | None) -> None:
         """Store one event with the progress right after it, and what it adds to the other tables."""
         now = self._clock()
-        data = event.data
+        result: str | None = None
         with self._write():
             seq = self._seq(job_id)
             self._db.execute(
                 "INSERT INTO events (job_id, seq, at, kind, letter, data_json) VALUES (?, ?, ?, ?, ?, ?)",
-                (job_id, seq, event.at, event.kind, event.letter, json.dumps(data, default=str)),
+                (job_id, seq, event.at, event.kind, event.letter, event.payload_json()),
             )
-            if event.kind == "answer":
-                self._db.execute(
-                    "INSERT INTO answers (job_id, label, letter, revision, content, at) VALUES (?, ?, ?, ?, "
-                    "?, ?)",
-                    (job_id, data["label"], event.letter, data["revision"], data["content"], now),
-                )
-            elif event.kind in ("vote", "vote_discarded"):
-                self._db.execute(
-                    "INSERT INTO votes (job_id, seq, voter, label, reason, valid, at) VALUES (?, ?, ?, ?, "
-                    "?, ?, ?)",
-                    (
-                        job_id,
-                        seq,
-                        event.letter,
-                        data["label"],
-                        data.get("reason", ""),
-                        int(event.kind == "vote"),  # an INTEGER column: PostgreSQL takes no bool there
-                        now,
-                    ),
-                )
-            elif event.kind == "usage":
-                agent = next(a for a in progress.agents if a.letter == event.letter)
-                u = agent.usage
-                self._db.execute(
-                    "INSERT INTO usage (job_id, letter, model, calls, input_tokens, output_tokens,"
-                    " cached_input_tokens, cost_usd, uncosted_tokens, estimated_input_tokens)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-                    " ON CONFLICT (job_id, letter) DO UPDATE SET model = excluded.model,"
-                    " calls = excluded.calls, input_tokens = excluded.input_tokens,"
-                    " output_tokens = excluded.output_tokens,"
-                    " cached_input_tokens = excluded.cached_input_tokens,"
-                    " cost_usd = excluded.cost_usd, uncosted_tokens = excluded.uncosted_tokens,"
-                    " estimated_input_tokens = excluded.estimated_input_tokens",
-                    (
-                        job_id,
-                        agent.letter,
-                        agent.model,
-                        u.calls,
-                        u.input_tokens,
-                        u.output_tokens,
-                        u.cached_input_tokens,
-                        u.cost_usd,
-                        u.uncosted_tokens,
-                        u.estimated_input_tokens,
-                    ),
-                )
-            result = JobResult.model_validate(data).model_dump_json() if event.kind == "finished" else None
+            match event:
+                case AnswerEvent():
+                    self._db.execute(
+                        "INSERT INTO answers (job_id, label, letter, revision, content, at) VALUES (?, ?, ?,"
+                        " ?, ?, ?)",
+                        (job_id, event.label, event.letter, event.revision, event.content, now),
+                    )
+                case VoteEvent() | VoteDiscardedEvent():
+                    self._db.execute(
+                        "INSERT INTO votes (job_id, seq, voter, label, reason, valid, at) VALUES (?, ?, ?, ?,"
+                        " ?, ?, ?)",
+                        # valid: an INTEGER column, as PostgreSQL takes no bool there
+                        (
+                            job_id,
+                            seq,
+                            event.letter,
+                            event.label,
+                            event.reason,
+                            int(event.kind == "vote"),
+                            now,
+                        ),
+                    )
+                case UsageEvent():
+                    self._usage(job_id, event)
+                case FinishedEvent():
+                    result = event.result.model_dump_json()
+                case (
+                    StartedEvent()
+                    | ResumedEvent()
+                    | TurnStartedEvent()
+                    | TurnCancelledEvent()
+                    | ToolCallEvent()
+                    | SnapshotFailedEvent()
+                    | NoDecisionEvent()
+                    | TurnFailedEvent()
+                    | AnswerRefusedEvent()
+                    | AgentFailedEvent()
+                    | CheckStartedEvent()
+                    | CheckedEvent()
+                    | VerifyBlockedEvent()
+                    | BudgetReachedEvent()
+                    | DeadlineEvent()
+                    | PresentingEvent()
+                    | NoteEvent()
+                    | SteeredEvent()
+                ):
+                    pass  # the events table alone holds them
+                case _:
+                    assert_never(event)
             stored = progress.model_dump(mode="json")
             column, values = self._progress_sql(job_id, stored)
             self._db.execute(
@@ -571,6 +602,33 @@ class Store(ConversationRecords[JobRow]):
         self._next_seq[job_id], self._stored_progress[job_id] = seq + 1, stored
         if event.kind == "finished":
             self.forget(job_id)
+
+    def _usage(self, job_id: str, event: UsageEvent) -> None:
+        """The member's usage so far, as its latest charge's event says it (one row per member)."""
+        u = event.total
+        self._db.execute(
+            "INSERT INTO usage (job_id, letter, model, calls, input_tokens, output_tokens,"
+            " cached_input_tokens, cost_usd, uncosted_tokens, estimated_input_tokens)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            " ON CONFLICT (job_id, letter) DO UPDATE SET model = excluded.model,"
+            " calls = excluded.calls, input_tokens = excluded.input_tokens,"
+            " output_tokens = excluded.output_tokens,"
+            " cached_input_tokens = excluded.cached_input_tokens,"
+            " cost_usd = excluded.cost_usd, uncosted_tokens = excluded.uncosted_tokens,"
+            " estimated_input_tokens = excluded.estimated_input_tokens",
+            (
+                job_id,
+                event.letter,
+                event.model,
+                u.calls,
+                u.input_tokens,
+                u.output_tokens,
+                u.cached_input_tokens,
+                u.cost_usd,
+                u.uncosted_tokens,
+                u.estimated_input_tokens,
+            ),
+        )
 
     def _seq(self, job_id: str) -> int:
         """The job's next event number: remembered, or read once from the primary key's index."""
@@ -590,17 +648,14 @@ class Store(ConversationRecords[JobRow]):
         return self.dialect.json_set("progress_json", patch)
 
     # Reading -------------------------------------------------------------------------------------
-    def events(self, job_id: str, kind: str | None = None) -> list[JobEvent]:
+    def events(self, job_id: str, kind: EventKind | None = None) -> list[JobEvent]:
         """The job's events in order; with `kind`, only those."""
         rows = self._db.execute(
             "SELECT at, kind, letter, data_json FROM events WHERE job_id = ? AND (? IS NULL OR kind = ?) "
             "ORDER BY seq",
             (job_id, kind, kind),
         ).fetchall()
-        return [
-            JobEvent(kind=r["kind"], letter=r["letter"], data=json.loads(r["data_json"]), at=r["at"])
-            for r in rows
-        ]
+        return [stored_event(r["kind"], r["letter"], r["at"], json.loads(r["data_json"])) for r in rows]
 
     def team_usage(self, team_name: str, limit: int = 20) -> list[list[AgentUsage]]:
         """Per agent, the usage of the last `limit` completed jobs of team `team_name`, newest job first."""

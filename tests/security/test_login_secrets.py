@@ -32,7 +32,7 @@ from conclave.coordination.job_files import JobFiles
 from conclave.coordination.members import Member
 from conclave.coordination.protocol import Coordination
 from conclave.coordination.reporting import Reporter
-from conclave.coordination.reports import JobEvent, Progress
+from conclave.coordination.reports import AnswerEvent, JobEvent, Progress, ToolCallEvent
 from conclave.files.agent_tools import AgentTools
 from conclave.files.contexts import ContextPath
 from conclave.files.secrets import Secrets
@@ -118,8 +118,12 @@ async def test_no_event_keeps_a_secret_whoever_wrote_it() -> None:
     secrets = Secrets(Login(files={CREDENTIALS: claude_credentials(TOKEN, REFRESH)}).secrets())
     reports = Reporter(Sink(), Coordination(["A"]), {"A": Member(spec, "A")}, lambda: 0.0, secrets)
     encoded = base64.b64encode(f"token={REFRESH}".encode()).decode()
-    await reports.emit("tool_call", "A", name="write_file", arguments={"path": "x", "content": TOKEN})
-    await reports.emit("answer", "A", label="A1", revision=1, content=f"mine: {TOKEN} and {encoded}")
+    await reports.emit(
+        ToolCallEvent(letter="A", name="write_file", arguments={"path": "x", "content": TOKEN})
+    )
+    await reports.emit(
+        AnswerEvent(letter="A", label="A1", revision=1, content=f"mine: {TOKEN} and {encoded}")
+    )
     stored = json.dumps([event.model_dump() for event in recorded])
     assert TOKEN not in stored and encoded[4:40] not in stored and stored.count("[secret]") == 3
 

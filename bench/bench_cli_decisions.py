@@ -17,7 +17,7 @@ fake (tests/fakes/cli_worker.py) reached only through its egress proxy:
   Anthropic wire) breaking it.
 With `--shares` it runs this checkout alone over the models users get: each CLI with the model it uses
 when a team names none and with one named, on a job whose answers' diffs are small (the calc fix) and
-one where they are tens of kilobytes (each CLI also writes a 1,500-line table.py of its own), the API
+one where they are tens of kilobytes (each CLI also writes a generated 1,500-line file of its own), the API
 member voting for its own answer so the vote is not unanimous and the winner presents (`final:
 present`). Per CLI member it reports its decision's and its presentation's first request as a share of
 its work run's first request, in bytes and in tokens as the fake bills, and the decision's fixed part
@@ -82,7 +82,7 @@ SCENARIOS = {
 }
 SHARES = ("claude_codex_default", "codex_claude_named", "gemini_copilot_default", "copilot_gemini_named")
 SHARES_RESULTS = ROOT / "bench" / "results" / "cli-decision-shares.json"
-TABLE_LINES = 1500  # the large job's table.py: about 25 kB of diff per answer
+TABLE_LINES = 1500  # the large job's generated table file: about 25 kB of diff per answer
 
 
 # The child: one job on one tree ----------------------------------------------------------------------

@@ -100,7 +100,7 @@ class Native:
         return [float(step["logprob"]) for step in steps], evaluated
 
 
-class Scorer:
+class ModelScores:
     """The scores one model file gave (kept per process, by LocalServers), and one scoring at a time."""
 
     def __init__(self, n_ctx: int = SCORE_CTX) -> None:

@@ -259,7 +259,7 @@ class LocalServers:
 
     def __init__(self) -> None:
         self._entries: dict[ServerOptions, tuple[LocalServer, int]] = {}
-        self._scorers: dict[Path, llama_scoring.Scorer] = {}
+        self._scorers: dict[Path, llama_scoring.ModelScores] = {}
         self._lock = anyio.Lock()
         self._stack: AsyncExitStack | None = None
         self._tg: anyio.abc.TaskGroup | None = None
@@ -286,9 +286,9 @@ class LocalServers:
     def running(self) -> list[LocalServer]:
         return [server for server, _ in self._entries.values()]
 
-    def scorer(self, model: Path) -> llama_scoring.Scorer:
+    def scorer(self, model: Path) -> llama_scoring.ModelScores:
         """The process's one scorer for `model`: the scores its agents' votes asked for, kept."""
-        return self._scorers.setdefault(model, llama_scoring.Scorer())
+        return self._scorers.setdefault(model, llama_scoring.ModelScores())
 
     async def acquire(self, options: ServerOptions) -> LocalServer:
         """The running server for `options`, started if this is the first reference."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import socket
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 
 import anyio
@@ -32,6 +32,8 @@ from conclave.jobs.fair_share import FairShare
 from conclave.jobs.file_steps import JobFileSteps, job_files
 from conclave.jobs.follow_ups import conversation_history
 from conclave.jobs.heap import Heap
+from conclave.jobs.plan import check_runnable
+from conclave.jobs.reach import check_reachable
 from conclave.jobs.steering import Steering
 from conclave.jobs.store.async_store import AsyncStore
 from conclave.jobs.store.sink import StoreJournal, StoreSink
@@ -40,6 +42,14 @@ from conclave.sandbox.route import DIRECT, EgressRoute
 from conclave.settings import Settings
 
 logger = logging.getLogger(__name__)
+
+
+async def runnable_here(team: Team, environ: Mapping[str, str], sandbox_network: bool, probe: bool) -> None:
+    """Refuse, before it runs, a job this process cannot run: a key, a CLI's login or image, the
+    sandbox's network rule, and (with `probe`) a team's own server that does not answer."""
+    check_runnable(team, environ, sandbox_network)
+    if probe:
+        await check_reachable(team)
 
 
 class Lifecycle:

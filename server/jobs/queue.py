@@ -47,8 +47,10 @@ if TYPE_CHECKING:
 
 try:  # the `queue` extra; JobQueue.open says how to install it
     from redis.exceptions import RedisError
+
+    REDIS_ERRORS: tuple[type[Exception], ...] = (RedisError,)
 except ImportError:  # pragma: no cover
-    RedisError = OSError  # type: ignore[misc,assignment]
+    REDIS_ERRORS = ()  # no client: no Redis error can be raised
 
 logger = logging.getLogger(__name__)
 
@@ -280,14 +282,14 @@ class _Taker:
             while not self.stop.is_set():
                 try:
                     await self._take_some(tg)
-                except RedisError as exc:  # Redis away for a moment: the jobs it runs go on meanwhile
+                except REDIS_ERRORS as exc:  # Redis away for a moment: the jobs it runs go on meanwhile
                     logger.warning("the queue's Redis failed (%s); trying again", _first_line(exc))
                     await _sleep_until(self.stop, RETRY_S)
             while self.running:  # the renewal goes on until the last message's job ends
                 self._freed = anyio.Event()
                 await self._freed.wait()
             tg.cancel_scope.cancel()
-        with suppress(RedisError):  # its name stays listed in the group: harmless
+        with suppress(*REDIS_ERRORS):  # its name stays listed in the group: harmless
             if not await self._left_pending():
                 await self.queue.redis.xgroup_delconsumer(STREAM, GROUP, self.name)
 
@@ -327,7 +329,7 @@ class _Taker:
             logger.exception("the queue's message for job %s failed", job_id)
         try:
             await self._done(message_id)
-        except RedisError as exc:  # left pending: redelivered later, it only starts waiting jobs
+        except REDIS_ERRORS as exc:  # left pending: redelivered later, it only starts waiting jobs
             logger.warning("the queue's Redis failed (%s) acknowledging a message", _first_line(exc))
         finally:
             self.running.discard(message_id)
@@ -374,7 +376,7 @@ class _Taker:
         while True:
             await anyio.sleep(REDELIVERY.total_seconds() / 4)
             if self.running:
-                with suppress(RedisError):  # Redis away for a moment: the next renewal comes in time
+                with suppress(*REDIS_ERRORS):  # Redis away for a moment: the next renewal comes in time
                     mine: list[Any] = list(self.running)
                     await self.queue.redis.xclaim(STREAM, GROUP, self.name, 0, mine, justid=True)
 

@@ -48,11 +48,9 @@ from conclave.jobs.access import Access
 from conclave.jobs.admission import Admission
 from conclave.jobs.health import Readiness, readiness
 from conclave.jobs.job_thread import JobThread
-from conclave.jobs.lifecycle import Lifecycle
+from conclave.jobs.lifecycle import Lifecycle, runnable_here
 from conclave.jobs.maintenance import prune_old_jobs, sweep_leftovers, watch
-from conclave.jobs.plan import check_runnable
 from conclave.jobs.queue import JobQueue
-from conclave.jobs.reach import check_reachable
 from conclave.jobs.read.lookup import JobLookup
 from conclave.jobs.read.views import JobView
 from conclave.jobs.request import JobRequest
@@ -274,11 +272,8 @@ class JobsSide:
     route: EgressRoute
 
     async def _runnable(self, team: Team) -> None:
-        """Refuse, before it runs, a job this process cannot run: a key, a CLI's login or image, the
-        sandbox's network rule, a team's own server that does not answer (a test's own agents have none)."""
-        check_runnable(team, self.environ, self.settings.sandbox_network)
-        if self.agent_factory is None:
-            await check_reachable(team)
+        # a test's own agents have no server to probe
+        await runnable_here(team, self.environ, self.settings.sandbox_network, self.agent_factory is None)
 
     @asynccontextmanager
     async def open(self) -> AsyncIterator[Lifecycle]:

@@ -13,8 +13,8 @@ import yaml
 
 from conclave.config.loading import expand_env, load_team_file, parse_team
 from conclave.config.models import AgentSpec, SandboxSpec, Team
-from conclave.config.providers import PROVIDERS
 from conclave.config.presets import configs_dir, list_presets, preset_paths, resolve_team
+from conclave.config.providers import PROVIDERS
 from conclave.errors import ConfigError, MissingApiKey, TeamNotFound
 
 SHIPPED = ("frontier", "anthropic", "openai", "gemini", "ollama", "vllm", "openrouter")

@@ -22,6 +22,7 @@ from conclave.errors import ConfigError
 if TYPE_CHECKING:
     from conclave.backends.llama_server import LocalServers
 
+
 def check_ready(provider: str, model_name: str, model_path: str | None) -> None:
     """Raise ConfigError, saying what to install, when `provider/model_name` cannot run on this machine.
 

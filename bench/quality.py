@@ -37,7 +37,7 @@ from typing import Any
 
 import anyio
 
-from conclave.backends import bundled, create_backend
+from conclave.backends import bundled, create_backend, llama_server
 from conclave.backends.base import Message, Request
 from conclave.backends.llama_server import LocalServers, ServerOptions
 from conclave.backends.local import model_file
@@ -296,7 +296,14 @@ async def main() -> None:
     parser.add_argument(
         "--label", default="", help="a suffix for the result file (e.g. a design under trial)"
     )
+    parser.add_argument(
+        "--repeat-penalty",
+        type=float,
+        help=f"the local server's repeat penalty for this run (default {llama_server.REPEAT_PENALTY})",
+    )
     args = parser.parse_args()
+    if args.repeat_penalty is not None:  # read by ServerOptions.settings() when a server starts
+        llama_server.REPEAT_PENALTY = args.repeat_penalty
     modes = {mode.strip() for mode in args.only.split(",") if mode.strip()}
     if not modes <= set(MODES):
         parser.error(f"--only takes {', '.join(MODES)}")
@@ -331,6 +338,7 @@ async def main() -> None:
                 "team": team.name,
                 "agents": [agent.model_dump(exclude_defaults=True) for agent in team.agents],
                 "coordination": team.coordination.model_dump(),
+                "repeat_penalty": llama_server.REPEAT_PENALTY,
                 "questions": args.questions.name,
                 "split": args.split,
                 "question_ids": ids,

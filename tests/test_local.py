@@ -165,7 +165,7 @@ async def test_the_server_samples_with_the_repeat_penalty_chosen_on_dev() -> Non
             props = await client.get("/props", headers={"Authorization": f"Bearer {server.api_key}"})
         await pool.release(server)
     params = props.json()["default_generation_settings"]["params"]
-    assert params["repeat_penalty"] == pytest.approx(1.1)
+    assert params["repeat_penalty"] == pytest.approx(1.05)
     assert params["repeat_last_n"] == 64
 
 

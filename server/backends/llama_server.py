@@ -31,7 +31,7 @@ from conclave.errors import ConfigError, ProviderError
 
 N_CTX = 8192  # SmolLM2's training context; a bigger model_path model is cut to this
 STARTUP_S, GRACE_S, LOG_LINES = 120.0, 5.0, 300
-REPEAT_PENALTY = 1.1  # over the last 64 tokens, llama.cpp's default window
+REPEAT_PENALTY = 1.05  # over the last 64 tokens (llama.cpp's default), chosen on dev: docs/evaluation.md
 CACHE_MIB = 512  # llama.cpp's RAM prompt cache, where a slot's prompts wait for their agent's next turn
 ENGINE = "xllamacpp"
 INSTALL = (
@@ -120,8 +120,8 @@ class ServerOptions:
             "n_ctx": self.n_ctx,
             "cpuparams.n_threads": self.n_threads,
             "cpuparams_batch.n_threads": self.n_threads,
-            # llama-cpp-python's server default, which the `local` team was measured with: without it
-            # SmolLM2 loops ("189 - 43 = 189 - 43 = ...") where it used to answer.
+            # Without a penalty SmolLM2 loops ("189 - 43 = 189 - 43 = ..."); llama-cpp-python's 1.1 costs
+            # more here, as llama.cpp's window also holds the prompt's tokens: 1.05 was best on dev.
             "sampling.penalty_repeat": REPEAT_PENALTY,
             # One slot: agents' calls take turns, as on one small CPU they would anyway (three slots
             # decoded no faster on two cores), and each slot would get a third of the context.

@@ -12,7 +12,7 @@ import pytest
 from conclave.cli.main import main
 from conclave.cli.terminal import printable
 from tests.fakes.server import FakeProviders
-from tests.fakes.team import KEY_ENV, TRIO, install, voter, write_team
+from tests.fakes.team import KEY_DESTINATION, KEY_ENV, TRIO, install, voter, write_team
 
 # retitle the window, clear the screen, write the clipboard (OSC 52), hide text, overwrite the line
 HOSTILE = "42 \x1b]0;pwned\x07\x1b[2J\x1b]52;c;cm0gLXJmIH4=\x07\x1b[8mhidden\x1b[0m\rfake prompt $ \x9b31m"
@@ -34,6 +34,7 @@ def test_conclave_show_and_status_print_no_control_sequence(
     monkeypatch.setenv("CONCLAVE_HOME", str(tmp_path / "state"))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
     monkeypatch.setenv(KEY_ENV, "test-key")
+    monkeypatch.setenv("CONCLAVE_KEY_DESTINATIONS", KEY_DESTINATION)  # the fakes' URLs take the fake key
     install(
         fakes.script,
         TRIO,

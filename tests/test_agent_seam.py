@@ -53,9 +53,10 @@ def provider_comparisons(path: Path) -> list[str]:
 
 def test_the_provider_string_decides_the_kind_in_one_place() -> None:
     found = [site for path in sorted(SERVER.rglob("*.py")) for site in provider_comparisons(path)]
-    assert len(found) == 1 and found[0].startswith("server/config/models.py:"), (
-        f"the provider is compared with 'cli' at {found}: use AgentSpec.is_cli (config/models.py), and let "
-        "coordination/members.py `endpoint_factory` decide the kind of agent"
+    assert found == [], (
+        f"the provider is compared with 'cli' at {found}: the registry says which providers' members are "
+        "CLIs (config/providers.py `members_are_clis`, read by AgentSpec.is_cli), and "
+        "coordination/members.py `endpoint_factory` decides the kind of agent"
     )
 
 

@@ -355,7 +355,7 @@ def test_the_server_dies_when_its_parent_is_killed() -> None:
         for _ in range(200):
             if _state(child) in ("gone", "Z"):  # a zombie waits for init to reap it: it is dead
                 break
-            time.sleep(0.05)
+            time.sleep(0.05)  # sleep-ok: polls for the kernel to end the orphaned child (no event tells us)
         assert _state(child) in ("gone", "Z")
     finally:
         parent.kill()

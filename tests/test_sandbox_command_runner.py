@@ -114,3 +114,25 @@ async def test_a_runner_that_never_says_it_is_ready_is_started_again(
     finally:
         with anyio.CancelScope(shield=True):
             await sandbox.stop()
+
+
+async def test_a_sandbox_starts_and_runs_in_a_process_holding_over_1024_descriptors(tmp_path: Path) -> None:
+    """A busy server holds many sockets: the runner's stream then has a descriptor past 1024, which
+    select() refuses (every job of a long suite run failed so); the runner waits with poll."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 2048:
+        pytest.skip(f"this process may open at most {hard} files: no descriptor can pass 1024")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 2048), hard))
+    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    sandbox, _ = counting_sandbox(Sandbox)
+    try:
+        await sandbox.start(tmp_path, {}, "cj-test", "A", SandboxSpec(memory="256m", cpus=1, pids=64))
+        assert (await sandbox.exec("echo fine", timeout_s=10)).stdout == "fine\n"
+    finally:
+        with anyio.CancelScope(shield=True):
+            await sandbox.stop()
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))

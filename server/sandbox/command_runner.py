@@ -153,8 +153,10 @@ class Runner:
 
     def _readable(self, timeout_s: float) -> bool:
         """Whether the runner's stream has something to read within `timeout_s` (docker-py's own reads
-        wait for ever)."""
-        return bool(select.select([self._socket._sock], [], [], timeout_s)[0])
+        wait for ever). poll, not select: a busy server's descriptors pass 1024, which select() refuses."""
+        poller = select.poll()
+        poller.register(self._socket._sock, select.POLLIN)
+        return bool(poller.poll(timeout_s * 1000))
 
     def run(self, argv: list[str], env: dict[str, str], out: _Capped, err: _Capped) -> tuple[int, bool]:
         """Run one command; its exit code (128 + signal when killed) and whether the reaping succeeded.

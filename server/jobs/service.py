@@ -270,6 +270,9 @@ class JobsSide:
     retry: RetryPolicy | None
     check_pool: bool
     route: EgressRoute
+    # a worker's jobs were admitted by a front, which could not check keys and servers: check them here;
+    # a server that admits its own jobs checked them at admission, in this process
+    admitted_elsewhere: bool = False
 
     async def _runnable(self, team: Team) -> None:
         # a test's own agents have no server to probe
@@ -298,7 +301,7 @@ class JobsSide:
                     pool,
                     self.route,
                     kept,
-                    runnable=self._runnable,
+                    runnable=self._runnable if self.admitted_elsewhere else None,
                 )
             finally:
                 pool_tg.cancel_scope.cancel()

@@ -148,7 +148,17 @@ async def run_worker(
             AsyncStore.open(sync_store) as store,
             anyio.create_task_group() as tg,
         ):
-            side = JobsSide(settings, sync_store, waker(store), env, agent_factory, retry, True, route)
+            side = JobsSide(
+                settings,
+                sync_store,
+                waker(store),
+                env,
+                agent_factory,
+                retry,
+                True,
+                route,
+                admitted_elsewhere=True,
+            )
             async with JobThread.open(side.open, name="conclave-worker-jobs") as (thread, lifecycle):
                 runner = JobRunner(settings, queue, thread, lifecycle, owner_id)
                 began = time.perf_counter()

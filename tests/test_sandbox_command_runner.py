@@ -5,6 +5,7 @@ runner whose first frame never comes is started again instead of holding the con
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -136,3 +137,24 @@ async def test_a_sandbox_starts_and_runs_in_a_process_holding_over_1024_descript
         for fd in held:
             os.close(fd)
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def _sockets() -> int:
+    """This process's open sockets (the listing's own descriptor is gone by the time it is read)."""
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            count += os.readlink(f"/proc/self/fd/{fd}").startswith("socket:")
+    return count
+
+
+async def test_a_stopped_sandbox_leaves_no_connection_to_the_engine(tmp_path: Path) -> None:
+    """A server starts sandboxes for every job; each connected its own engine client, and stopping it
+    left the client's connections open: a long suite run held over 700 sockets to the engine."""
+    before = _sockets()
+    for _ in range(3):
+        sandbox = Sandbox()
+        await sandbox.start(tmp_path, {}, "cj-test", "A", SandboxSpec(memory="256m", cpus=1, pids=64))
+        assert (await sandbox.exec("echo fine", timeout_s=10)).stdout == "fine\n"
+        await sandbox.stop()
+    assert _sockets() <= before

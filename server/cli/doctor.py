@@ -126,7 +126,10 @@ def _docker(settings: Settings) -> list[Probe]:
         return [Probe("docker engine", False, detail, fix, essential=False)]
     try:
         client = connect()
-        facts = engine_facts(client)
+        try:
+            facts = engine_facts(client)
+        finally:
+            client.close()
     except SandboxUnavailable as exc:
         return [Probe("docker engine", False, str(exc), "see the error", essential=False)]
     detail = f"{facts.name} {facts.version}, {facts.os} on {facts.arch}, chosen by {endpoint.chosen_by}"

@@ -183,8 +183,12 @@ class Runner:
                 raise RunnerGone(f"the runner sent {tag!r}")
 
     def close(self) -> None:
+        # docker-py hands back a SocketIO, whose close leaves the socket under it open
+        under = getattr(self._socket, "_sock", None)
         with contextlib.suppress(OSError):
             self._socket.close()
+            if under is not None:
+                under.close()
 
     def _frame(self) -> tuple[bytes, bytes]:
         head = self._read(5)

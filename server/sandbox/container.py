@@ -120,6 +120,7 @@ class Sandbox:
     def __init__(self, client: Any | None = None, owner: Owner = PROCESS_OWNER) -> None:
         # docker-py's objects are untyped (Any); each is None until `start` connects or creates it
         self._client: Any = client
+        self._own_client = client is None  # connected by `start`: closed by `stop`, or its socket stays
         self.owner = owner
         self.container: Any = None
         self._limiter: anyio.CapacityLimiter | None = None  # one command at a time, off the shared pool
@@ -394,10 +395,24 @@ class Sandbox:
                 await anyio.to_thread.run_sync(self._reap)
 
     async def stop(self) -> None:
-        """Remove the container (force); safe to call twice or before `start`."""
+        """Remove the container (force), then close the client `start` connected; safe to call twice or
+        before `start`."""
+        try:
+            await self._remove()
+        finally:
+            await self._release()
+
+    async def _remove(self) -> None:
         container, self.container = self.container, None
         self._runners.close()
-        if container is None:
-            return
-        with anyio.CancelScope(shield=True):
-            await anyio.to_thread.run_sync(remove_container, container)
+        if container is not None:
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(remove_container, container)
+
+    async def _release(self) -> None:
+        """Close the engine client `start` connected: each holds a connection, for the server's life."""
+        client = self._client if self._own_client else None
+        if client is not None:
+            self._client = None
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(client.close)

@@ -160,16 +160,22 @@ def engine_status(image: str | None = None) -> EngineStatus:
 
     try:
         client = connect()
-        version = server_version(client)
     except (SandboxUnavailable, docker.errors.DockerException, OSError) as exc:  # OSError: requests'
         return EngineStatus(False, error=str(exc))
-    if image is None:
-        return EngineStatus(True, version)
-    try:
-        client.images.get(image)
-        return EngineStatus(True, version, image=image, image_present=True)
-    except docker.errors.ImageNotFound:
-        return EngineStatus(True, version, error=missing_image(image), image=image, image_present=False)
+    try:  # closed after: a server asks at every job's admission, and each client holds a connection
+        try:
+            version = server_version(client)
+        except (docker.errors.DockerException, OSError) as exc:
+            return EngineStatus(False, error=str(exc))
+        if image is None:
+            return EngineStatus(True, version)
+        try:
+            client.images.get(image)
+            return EngineStatus(True, version, image=image, image_present=True)
+        except docker.errors.ImageNotFound:
+            return EngineStatus(True, version, error=missing_image(image), image=image, image_present=False)
+    finally:
+        client.close()
 
 
 def missing_image(image: str) -> str:
@@ -221,7 +227,11 @@ async def sweep(
                 removed.append(volume.name)
         return removed
 
-    return await anyio.to_thread.run_sync(run)
+    try:
+        return await anyio.to_thread.run_sync(run)
+    finally:
+        if client is None:  # ours: its connection would outlive the sweep
+            await anyio.to_thread.run_sync(docker_client.close)
 
 
 def remove_container(container: Any) -> None:

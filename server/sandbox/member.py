@@ -160,12 +160,15 @@ class MemberSandbox(Sandbox):
         if self._channel is not None:
             self._channel.close()
         try:
-            await super().stop()
+            await self._remove()
         finally:
             volumes, self._volumes = self._volumes, []
-            with anyio.CancelScope(shield=True):
-                for name in volumes:
-                    await anyio.to_thread.run_sync(remove_volume, self._client, name)
+            try:
+                with anyio.CancelScope(shield=True):
+                    for name in volumes:
+                        await anyio.to_thread.run_sync(remove_volume, self._client, name)
+            finally:
+                await self._release()
 
     async def start(self, *args: Any, **kwargs: Any) -> Any:
         """`Sandbox.start`, then attach its relay to the proxy and wait (a few seconds at most) until it

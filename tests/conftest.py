@@ -16,9 +16,22 @@ from tests.fakes.team import KEY_DESTINATION, KEY_ENV, PROVIDER_KEYS, TRIO, inst
 from tests.postgres import Cluster, cluster, missing
 from tests.redis import Redis, redis_server
 from tests.redis import missing as redis_missing
+from tests.session_exit import arm_exit_watchdog
 
 # "postgres": every test's store is a fresh schema of one throwaway PostgreSQL (.ci/suite-postgres.sh)
 SUITE_DATABASE = "CONCLAVE_TEST_SUITE_DATABASE"
+
+_EXIT_STATUS = pytest.StashKey[int]()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    session.config.stash[_EXIT_STATUS] = int(exitstatus)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """A thread a failed test left blocked never holds the run open after its summary."""
+    if _EXIT_STATUS in config.stash:
+        arm_exit_watchdog(config.stash[_EXIT_STATUS])
 
 
 @pytest.fixture

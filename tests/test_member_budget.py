@@ -5,8 +5,9 @@ the result, get_status and the CLI's table say so; each member's spend is shown 
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import anyio
@@ -64,8 +65,18 @@ def answer_then_vote_for_ann(request: RecordedRequest) -> Reply:
 async def test_a_member_at_its_own_limit_stops_and_the_others_finish(
     tmp_path: Path, fakes: FakeProviders
 ) -> None:
+    # bob's first answer is held until ann's and cy's are posted: its second call then starts with every
+    # answer in, so no new answer makes it stale (a cancelled call stays charged its estimate, which
+    # would stop bob before the call the test watches)
+    others_posted = threading.Event()
+
+    def bob_answers_last(request: RecordedRequest) -> Reply:
+        first = "(your own answer)" not in request.text()
+        made = answer_then_vote_for_ann(request)
+        return replace(made, gate=others_posted) if first else made
+
     for _, agent in TRIO:
-        fakes.script.set_default(agent, answer_then_vote_for_ann)
+        fakes.script.set_default(agent, bob_answers_last if agent == "bob" else answer_then_vote_for_ann)
     data = team_data(fakes, TRIO, coordination={"final": "reuse"})
     data["agents"][1]["budget"] = {"max_tokens": LIMIT}  # bob (Anthropic)
     team = tmp_path / "team.yaml"
@@ -73,6 +84,9 @@ async def test_a_member_at_its_own_limit_stops_and_the_others_finish(
     async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV) as service:
         view = await service.submit(JobRequest(task="What is the capital of France?", team=str(team)))
         with anyio.fail_after(60):
+            while sum(e.kind == "answer" for e in await service.store.events(view.job_id)) < 2:
+                await anyio.sleep(0.02)  # polls the store: the job's events are the only witness
+            others_posted.set()
             while not view.done:
                 view = await service.wait(view.job_id, 10)
         events = await service.store.events(view.job_id)

@@ -193,6 +193,9 @@ async def _work(
         seen=time.time(),
     )
     tg.start_soon(_drain_on_signals, runner)
+    # listed before it says it takes jobs: `conclave doctor` run after that line shows it (the heartbeat's
+    # first listing, in a task of its own, came after the line on a slow machine)
+    await runner.queue.register(info)
     tg.start_soon(runner.keep_listed, info)
     name = f"{host}#{os.getpid()}#{runner.owner_id[:8]}"
     try:

@@ -11,6 +11,7 @@ its container against the fake Anthropic server, as in test_cli_members_e2e.py.
 
 from __future__ import annotations
 
+import re
 import threading
 from pathlib import Path
 
@@ -165,7 +166,15 @@ async def test_a_winning_cli_member_presents_the_final_answer(
             return Reply(text=presented)
         return claude(request)
 
-    fakes.script.set_default("claude", respond).set_default("api", api_agent)
+    def api_keeps_its_own(request: RecordedRequest) -> Reply:
+        """Votes for its own answer: the winner has a vote to fold in, so presenting adds something (a
+        winner every vote went to stands as it is, whichever order the votes came in)."""
+        own = re.search(r"## Answer (\w+) \(your own answer\)", request.text())
+        if own is None:
+            return api_agent(request)
+        return decide("vote", {"answer": own.group(1), "reason": "mine"}, request)
+
+    fakes.script.set_default("claude", respond).set_default("api", api_keeps_its_own)
     team = _team(tmp_path / "team.yaml", fakes, api=True, final="present")
     async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV, retry=FAST) as service:
         view = await cli_job(service, team, project, verify="pytest -q")

@@ -12,7 +12,7 @@ their voting turns). Two ways to go on:
 Two kinds of job: `plain` (the trio's question, no files) and `files` (tests/fakes/calc_task.py: the
 trio fixes a failing test in a project, each agent in its Docker sandbox, `verify` checking each
 answer, 1 s a reply): a files job's resume also rebuilds its workspaces from its snapshots and starts
-new containers and checks (jobs/takeover.py).
+new containers and checks (jobs/upkeep/takeover.py).
 Reported per way and kind, median and worst of the rounds: seconds from the kill to the job's
 `resumed` event (its wall time: the job's start plus the event's offset), and to its completion, and
 the files job's medians as ratios of the plain job's. A server on another

@@ -28,7 +28,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tests helpers: web_server, chromium
 
 from conclave.coordination.reports import AgentProgress, AnswerEvent, Progress, VoteEvent
-from conclave.jobs.records import ContextChanges, FilesResult, JobOptions
+from conclave.jobs.derived import ContextChanges, FilesResult, JobOptions
 from conclave.jobs.store.sql import Store
 from conclave.web.routes import POLL_S
 from tests.fakes.processes import web_server

@@ -48,10 +48,10 @@ class Settings(BaseSettings):
     max_task_chars: Annotated[int, Field(ge=1)] = 100_000
     heartbeat_s: Annotated[float, Field(gt=0)] = 5.0
     # a job's lease: its owner renews it every heartbeat_s; when it runs out (or the owner's process is
-    # gone) another server takes the job over and resumes it (jobs/takeover.py)
+    # gone) another server takes the job over and resumes it (jobs/upkeep/takeover.py)
     stale_after_s: Annotated[float, Field(gt=0)] = 15.0
-    # Who may name what (jobs/access.py). Folders callers may give as context_paths, separated like PATH
-    # (`:`); unset: any folder over stdio, none over HTTP (the working directory is no root). Never the
+    # Who may name what (jobs/admission/access.py). Folders callers may give as context_paths, separated like
+    # PATH (`:`); unset: any folder over stdio, none over HTTP (the working directory is no root). Never the
     # server's own state, whatever the roots (files/kept.py).
     allowed_roots: Annotated[tuple[Path, ...] | None, NoDecode] = None
     # Folders whose team files MCP callers may name by path, beside the presets and the user's team folder
@@ -65,14 +65,15 @@ class Settings(BaseSettings):
     # variable as its key, comma-separated VARIABLE=host[:port|:*] (`MY_PROXY_KEY=llm.internal:8443`);
     # unset: nowhere but each provider's own endpoint (config/destinations.py).
     key_destinations: Annotated[tuple[str, ...], NoDecode] = ()
-    # Ceilings no job exceeds, whatever its team or its caller asks (jobs/plan.py): tokens (in and out) a
-    # job, tokens a member, US dollars a job. A caller may lower a team's limits, never raise them.
+    # Ceilings no job exceeds, whatever its team or its caller asks (jobs/admission/team_shape.py): tokens
+    # (in and out) a job, tokens a member, US dollars a job. A caller may lower a team's limits, never raise
+    # them.
     max_job_tokens: Annotated[int, Field(ge=1, le=10**10)] | None = None
     max_member_tokens: Annotated[int, Field(ge=1, le=10**10)] | None = None
     max_job_cost_usd: Annotated[float, Field(gt=0, le=10_000)] | None = None
     # Bounds: jobs waiting for a slot, and the bytes one job's agents' workspaces may hold together.
     max_queued: Annotated[int, Field(ge=0, le=10_000)] = 16
-    # Fair share between callers (jobs/fair_share.py): one caller's jobs running at once and waiting in
+    # Fair share between callers (jobs/run/fair_share.py): one caller's jobs running at once and waiting in
     # its own line. A caller with fewer jobs waiting than the longest line is admitted past max_queued, so
     # one caller's burst never refuses another's job; the defaults leave one user's limits as they were.
     max_jobs_per_caller: Annotated[int, Field(ge=1, le=64)] = 16

@@ -1,4 +1,4 @@
-"""Who may name what, per transport (jobs/access.py)."""
+"""Who may name what, per transport (jobs/admission/access.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from conclave.errors import NotPermitted
-from conclave.jobs.access import Access
+from conclave.jobs.admission.access import Access
 from conclave.settings import Settings
 
 

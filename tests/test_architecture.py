@@ -38,17 +38,17 @@ def drawn_rules() -> dict[str, set[str]]:
 # A part may import the parts the page allows it (and itself); the top-level modules are open to all.
 ALLOWED = drawn_rules()
 SHARED = {"config", "settings", "errors", "__init__", "__main__"}
-# What a caller may use of jobs/: the service and the read model behind it (jobs/read/: the lookup and
-# the models it returns). The store (jobs/store/) and the records stay behind them, so every read checks
-# the job id and the caller (jobs/read/lookup.py).
+# What a caller may use of jobs/: the service, the lookup and the read model behind it (jobs/read/: the
+# models the lookup returns). The store (jobs/store/) and the rest of jobs/ stay behind them, so every read
+# checks the job id and the caller (jobs/lookup.py).
 SERVICE = {
     f"conclave.jobs.{name}"
     for name in (
         "service",
+        "lookup",
         "worker",
         "request",
-        "maintenance",
-        "read.lookup",
+        "upkeep.maintenance",
         "read.view_read",
         "read.views",
         "read.reader",

@@ -337,7 +337,7 @@ async def test_charges_with_and_without_a_cost_sum_to_every_known_cost(
 def test_an_estimate_is_the_teams_history_with_a_range_beside_it(priced: bool) -> None:
     """One record of what past jobs used (TeamHistory, list_teams): ask_team's estimate carries the same
     typical figures, with the range beside them; unpriced, neither has a cost."""
-    from conclave.jobs.estimate import estimate, history
+    from conclave.jobs.admission.estimate import estimate, history
     from conclave.jobs.store.sql import AgentUsage
 
     price = {"price": {"input": 1.0, "output": 2.0}} if priced else {}

@@ -1,4 +1,4 @@
-"""`conclave status`, `show` and `teams` read through jobs/read/lookup.py, the lookup the MCP tools use: a bad
+"""`conclave status`, `show` and `teams` read through jobs/lookup.py, the lookup the MCP tools use: a bad
 job id gets the same error on both surfaces, and whose job is whose is decided in one place."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from fastmcp import Client
 from conclave.app.server import create_app
 from conclave.cli.main import main
 from conclave.errors import JobNotFound
-from conclave.jobs.read.lookup import JobLookup
+from conclave.jobs.lookup import JobLookup
 from conclave.jobs.service import JobService
 from conclave.jobs.store.sql import Store
 from conclave.settings import Settings

@@ -17,8 +17,8 @@ from conclave.cli.main import main
 from conclave.cli.render import render, tally_by_answer
 from conclave.coordination.reports import Leading
 from conclave.errors import TERMS, say, term
+from conclave.jobs.derived import Estimate
 from conclave.jobs.read.views import JobView
-from conclave.jobs.records import Estimate
 from conclave.jobs.request import JobRequest
 
 # What only an MCP caller types: argument names, call syntax, tool names, pydantic's phrasing.

@@ -34,7 +34,7 @@ from conclave import __version__
 from conclave.app.tokens import load_tokens
 from conclave.cli.main import build_parser
 from conclave.config.presets import user_teams_dir
-from conclave.jobs.access import Access
+from conclave.jobs.admission.access import Access
 from conclave.settings import Settings
 from tests.fakes.processes import http_process
 from tests.fakes.raw_mcp import HEADERS, INIT

@@ -1,4 +1,4 @@
-"""Fair share between callers (jobs/fair_share.py): each caller waits in its own line, freed slots go to
+"""Fair share between callers (jobs/run/fair_share.py): each caller waits in its own line, freed slots go to
 the lines in turn, and one caller's burst neither refuses nor delays another caller's job."""
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from fastmcp import Client
 from fastmcp.exceptions import ToolError
 
 from conclave.errors import QueueFull
-from conclave.jobs.admission import check_line
-from conclave.jobs.fair_share import FairShare
+from conclave.jobs.admission.admit import check_line
 from conclave.jobs.read.views import JobView
 from conclave.jobs.request import JobRequest
+from conclave.jobs.run.fair_share import FairShare
 from conclave.jobs.service import JobService
 from conclave.jobs.store.owners import QUEUE_OWNER
 from conclave.jobs.store.sql import Store

@@ -1,10 +1,11 @@
-"""jobs/heap.py: a warm server's objects are frozen once per provider, so full collections skip them."""
+"""jobs/run/gc_freeze.py: a warm server's objects are frozen once per provider, so full collections skip
+them."""
 
 from __future__ import annotations
 
 import gc
 
-from conclave.jobs.heap import Heap
+from conclave.jobs.run.gc_freeze import Heap
 
 
 def test_the_heap_is_frozen_once_per_new_provider() -> None:

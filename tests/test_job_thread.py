@@ -1,4 +1,4 @@
-"""The jobs run on an event loop of their own (jobs/job_thread.py): an MCP call is served while the jobs'
+"""The jobs run on an event loop of their own (jobs/run/job_thread.py): an MCP call is served while the jobs'
 loop is busy, and what crosses between the loops (a job started, a call, its error) arrives."""
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from conclave.app.server import create_app
 from conclave.backends.base import Backend, Request, StreamEvent
 from conclave.coordination.agents import ApiAgent
 from conclave.coordination.members import endpoint_factory
-from conclave.jobs.job_thread import SWITCH_S, JobThread
 from conclave.jobs.request import JobRequest
+from conclave.jobs.run.job_thread import SWITCH_S, JobThread
 from conclave.jobs.service import JobService
 from conclave.settings import Settings
 from tests.fakes.server import FakeProviders

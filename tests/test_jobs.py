@@ -14,7 +14,7 @@ import pytest
 from conclave.backends.retry import RetryPolicy
 from conclave.config.loading import load_team_file
 from conclave.errors import ConfigError, InputError, JobNotFound, MissingApiKey, TeamNotFound
-from conclave.jobs.file_steps import prepare
+from conclave.jobs.context.files import prepare
 from conclave.jobs.read.views import JobView
 from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
@@ -235,7 +235,7 @@ async def test_a_local_model_that_is_missing_is_refused_at_submit(tmp_path: Path
 async def test_the_timeout_covers_copying_the_context_paths(
     tmp_path: Path, fakes: FakeProviders, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from conclave.jobs import file_steps
+    from conclave.jobs.context import files as file_steps
 
     real_prepare = prepare
 

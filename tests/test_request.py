@@ -14,7 +14,7 @@ from pydantic import ValidationError
 
 from conclave.app.server import create_app
 from conclave.errors import InputError
-from conclave.jobs.records import JobOptions
+from conclave.jobs.derived import JobOptions
 from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
 from conclave.jobs.store.sql import Store

@@ -1,5 +1,5 @@
 """A job survives its server's `kill -9`: the next server takes it over (its owner's process is gone),
-replays its protocol journal and runs again only the turns in flight (jobs/takeover.py,
+replays its protocol journal and runs again only the turns in flight (jobs/upkeep/takeover.py,
 coordination/journal.py). Real `conclave serve --http` processes, the real SDKs, scripted fakes."""
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ from conclave.coordination.protocol_events import (
     VoteCast,
 )
 from conclave.coordination.tally import StopReason
+from conclave.jobs.derived import JobOptions
 from conclave.jobs.read.views import JobView
-from conclave.jobs.records import JobOptions
 from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
 from conclave.jobs.store.sql import AnswerRow, Store

@@ -2,7 +2,7 @@
 (the copy made at its start, each posted answer's snapshot, the journal), rebuilds its workspaces and
 containers, runs again only the turn in flight (on the files that turn started with) and no check
 already reported, and ends with the diff and apply of an uninterrupted run of the same transcript
-(jobs/takeover.py, files/workspaces.py `restore`). Real `conclave serve --http` processes, real Docker,
+(jobs/upkeep/takeover.py, files/workspaces.py `restore`). Real `conclave serve --http` processes, real Docker,
 the real SDKs and scripted fakes."""
 
 from __future__ import annotations

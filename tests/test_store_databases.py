@@ -17,7 +17,7 @@ from conclave.backends.base import Usage
 from conclave.cli.doctor import run_checks
 from conclave.coordination.reports import AgentProgress, Progress, UsageEvent
 from conclave.errors import StoreUnavailable
-from conclave.jobs.read.lookup import JobLookup
+from conclave.jobs.lookup import JobLookup
 from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
 from conclave.jobs.store.dialect import PostgresDialect

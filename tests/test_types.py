@@ -21,10 +21,10 @@ from conclave.coordination import protocol_events, reports
 from conclave.coordination.reports import AgentProgress, JobResult, Progress
 from conclave.coordination.tally import Answer, Outcome, Posted, StopReason
 from conclave.files.diff import FileChange
-from conclave.jobs import records
+from conclave.jobs import derived
+from conclave.jobs.derived import ContextChanges, FilesResult
 from conclave.jobs.read import views
 from conclave.jobs.read.views import JobView
-from conclave.jobs.records import ContextChanges, FilesResult
 from conclave.jobs.store.sql import AnswerRow
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -109,7 +109,7 @@ def test_views_embed_the_types_they_show() -> None:
     assert own_fields(AnswerRow) & set(Answer.model_fields) == set()
     copies = {
         name
-        for module in (views, records)
+        for module in (views, derived)
         for name in vars(module)
         if name in {"AgentView", "FileChangeView"}
     }

@@ -36,7 +36,7 @@ from conclave.coordination.reports import (
     stored_event,
 )
 from conclave.errors import JobNotFound
-from conclave.jobs.read.lookup import JobLookup
+from conclave.jobs.lookup import JobLookup
 from conclave.jobs.read.views import JobView
 from conclave.jobs.read.web_link import served
 from conclave.jobs.service import JobService

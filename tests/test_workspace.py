@@ -418,7 +418,7 @@ def _app(tree: Path) -> str:
 
 @pytest.mark.anyio
 async def test_restore_rebuilds_the_working_copies_from_the_answers_the_journal_kept(job):
-    """A resumed job (jobs/takeover.py): each copy starts from its latest kept answer, a snapshot the
+    """A resumed job (jobs/upkeep/takeover.py): each copy starts from its latest kept answer, a snapshot the
     journal never recorded is dropped, one recorded but never made is made from its author's copy."""
     (job.agent("A") / "proj" / "app.py").write_text("print('A1')\n")
     await job.snapshot("A", "A1")

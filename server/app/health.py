@@ -1,5 +1,5 @@
 """The HTTP front's probes: `/healthz` (the process serves) and `/readyz` (it can take jobs: its store
-and, if configured, its Docker engine answer; jobs/health.py). They need no token, say nothing about
+and, if configured, its Docker engine answer; jobs/upkeep/readiness.py). They need no token, say nothing about
 jobs or callers, and answer JSON: 200 when live or ready, 503 with a coarse reason per part when not
 ready: where a part is (the engine's address, a URL) and its error go to the server's log only.
 """

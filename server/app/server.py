@@ -35,7 +35,7 @@ from conclave.app.server_timing import ServerTiming
 from conclave.app.tasks import JobTasks
 from conclave.app.tokens import CallerTokens, HttpTokens, TokenSource, load_tokens
 from conclave.errors import ConclaveError, NotPermitted
-from conclave.jobs.access import Access
+from conclave.jobs.admission.access import Access
 from conclave.jobs.service import JobService
 from conclave.settings import MAX_WAIT_S, Settings
 from conclave.tools._deps import DEPS_KEY

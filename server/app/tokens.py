@@ -6,7 +6,8 @@ Where the tokens come from, all of them accepted at once:
     CONCLAVE_HTTP_TOKEN                     one token; its caller is `http`
     $CONCLAVE_HOME/http-tokens.json         {"caller name": "token", ...}: one token per caller (0600); an
                                             entry {"token": "...", "roots": ["/abs/folder", ...]} also
-                                            narrows the folders that caller may name (jobs/access.py)
+                                            narrows the folders that caller may name
+                                            (jobs/admission/access.py)
     $CONCLAVE_HOME/http-token               made (0600) when neither of the above gives a token; caller `http`
 
 A job belongs to the caller that started it (jobs/service.py); `local` (the CLI and stdio) is not a name a

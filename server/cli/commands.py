@@ -26,13 +26,13 @@ from conclave.cli.terminal import printable
 from conclave.config.destinations import Allowed
 from conclave.config.presets import read_team_file
 from conclave.errors import ConclaveError
-from conclave.jobs.maintenance import prune_jobs
-from conclave.jobs.read.lookup import JobLookup
+from conclave.jobs.lookup import JobLookup
 from conclave.jobs.read.reader import WorkspacePage
 from conclave.jobs.read.views import DEMO_TEAM, JobView
 from conclave.jobs.read.web_link import WebServed, served
 from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
+from conclave.jobs.upkeep.maintenance import prune_jobs
 from conclave.settings import Settings
 
 

@@ -15,7 +15,7 @@ from conclave.config.clis import CLIS, keychain_user, login_fix, login_source
 from conclave.config.models import SandboxSpec
 from conclave.config.providers import PROVIDERS
 from conclave.errors import ConfigError, QueueUnavailable, SandboxUnavailable, StoreUnavailable
-from conclave.jobs.read.lookup import store_summary
+from conclave.jobs.lookup import store_summary
 from conclave.jobs.worker import queue_report
 from conclave.sandbox.clis_image import CLI_PINS, clis_tag
 from conclave.sandbox.endpoint import choose_endpoint

@@ -325,7 +325,7 @@ def _serve(args: argparse.Namespace) -> int:
 def _run_stdio_app(startup: Startup) -> None:
     """Open the settings and the store (the front says it is ready only then), load the app, serve."""
     try:
-        from conclave.jobs.read.lookup import check_state_folder
+        from conclave.jobs.lookup import check_state_folder
         from conclave.settings import Settings
 
         settings = Settings()

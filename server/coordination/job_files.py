@@ -7,7 +7,7 @@ copies (snapshots and final/ stay), also on cancellation.
 
 `Files` is that interface; `JobFiles` serves a job with context paths, `NoFiles` one without (the same
 calls, doing nothing), so the orchestrator always holds one. The job's own steps around the run (copy,
-follow-up carry, collect and apply) extend both in jobs/file_steps.py.
+follow-up carry, collect and apply) extend both in jobs/context/files.py.
 """
 
 from __future__ import annotations
@@ -137,7 +137,7 @@ class JobFiles:
     @property
     def _folders(self) -> tuple[str, ...]:
         """The context folders' names, from the manifest the copy recorded (read once, by `workspaces`):
-        a job's files exist before its copy (jobs/file_steps.py)."""
+        a job's files exist before its copy (jobs/context/files.py)."""
         return tuple(context.name for context in self.workspaces.manifest().contexts)
 
     @property
@@ -168,7 +168,7 @@ class JobFiles:
 
         A CLI member (`clis`: letter -> its spec) gets a member sandbox whose only way out is its own
         egress proxy (sandbox/member.py, sandbox/egress.py), allowing its CLI's hosts and its base_url.
-        `resumed`: a job taken over from a process that died (jobs/takeover.py), with the labels of the
+        `resumed`: a job taken over from a process that died (jobs/upkeep/takeover.py), with the labels of the
         answers its journal kept: the working copies are rebuilt from their snapshots (Workspaces.restore),
         and the peers and the CLI members' decisions shown the latest answers again; every container
         is a new one, on this server's engine."""
@@ -282,12 +282,12 @@ class JobFiles:
         """final/ is the winning answer's snapshot: exactly the files the team voted for."""
         if winner is None or not self.workspaces.snapshot_dir(winner).is_dir():
             return None
-        self.final_label = winner  # whose held-back files the result names (jobs/file_steps.py)
+        self.final_label = winner  # whose held-back files the result names (jobs/context/files.py)
         with _host_step(f"the final files of {winner}"):
             return await self.workspaces.finalize(winner)
 
     def release(self) -> None:
-        """Another server took the job over (jobs/takeover.py) and rebuilds its working copies in the
+        """Another server took the job over (jobs/upkeep/takeover.py) and rebuilds its working copies in the
         same folder: `close` then stops this server's containers and leaves the folder alone."""
         self._released = True
 

@@ -3,7 +3,7 @@ rebuilt by feeding them again to a fresh state machine (protocol.py is pure: the
 same state, turn ids and actions).
 
 The orchestrator appends each event after the protocol took it and before anything it caused is
-reported; a job that resumes (jobs/lifecycle.py) replays its journal, then runs again only the turns
+reported; a job that resumes (jobs/run/lifecycle.py) replays its journal, then runs again only the turns
 (and the presentation) that were in flight. Events are stored as JSON: the class name and its fields.
 """
 

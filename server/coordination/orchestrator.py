@@ -9,7 +9,7 @@ answer; and a presentation that changes the winning final answer is refused. Wit
 answer's check runs as a task beside the turns (verification.py) and comes back as `Verified`; with a
 budget, every Usage is charged to it (budget.py) and reaching it feeds the protocol a `Stop`. A
 steering note (`steer`) joins the same stream as a `Steer`; a follow-up's `history` and the thread's
-first job (`thread`, for the same letters) come from the caller (jobs/follow_ups.py).
+first job (`thread`, for the same letters) come from the caller (jobs/context/follow_ups.py).
 """
 
 from __future__ import annotations

@@ -162,7 +162,7 @@ def apply_tree(
 def already_applied(final: Path, target: Path, rel: str, changes: Changes) -> bool:
     """Whether `target` already holds `rel` as the final tree has it: content and executable bit, or
     absent for a deletion. A job resumed after its server died between its apply and its result applies
-    again (jobs/takeover.py), and what it finds written is its own change, not the caller's edit."""
+    again (jobs/upkeep/takeover.py), and what it finds written is its own change, not the caller's edit."""
     if _blocked_parent(target, rel):
         return False
     try:

@@ -1,9 +1,9 @@
 """A caller's folder, pinned: opened with no link followed, and known by its identity (st_dev, st_ino).
 
-The access check (jobs/access.py) resolves a context path when the job is submitted; the copy runs when
-the job gets a slot and the apply after the vote, minutes later. Opening the folder by name again then
-would follow whatever link was swapped in meanwhile (the folder, or any folder above it), and read or
-write outside the allowed roots. So:
+The access check (jobs/admission/access.py) resolves a context path when the job is submitted; the copy
+runs when the job gets a slot and the apply after the vote, minutes later. Opening the folder by name again
+then would follow whatever link was swapped in meanwhile (the folder, or any folder above it), and read
+or write outside the allowed roots. So:
 
     identify(path) -> (dev, ino)             at submit: every component opened with O_NOFOLLOW
     with pinned(path, identity) as root:     at copy and at apply: the same walk, the same identity or

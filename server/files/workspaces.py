@@ -174,7 +174,7 @@ class Workspaces:
 
     async def create(self, letters: list[str]) -> dict[str, Path]:
         """Give each agent its own working copy of base/ (copied, never linked); a copy left by a process
-        that died before the job's first turns (jobs/takeover.py) is replaced."""
+        that died before the job's first turns (jobs/upkeep/takeover.py) is replaced."""
         return await anyio.to_thread.run_sync(self._create, letters, abandon_on_cancel=True)
 
     def _create(self, letters: list[str]) -> dict[str, Path]:
@@ -193,7 +193,7 @@ class Workspaces:
         return listing.total_bytes
 
     async def restore(self, letters: list[str], posted: Sequence[str]) -> Restored:
-        """A resumed job's working copies (jobs/takeover.py), rebuilt from what its dead process left
+        """A resumed job's working copies (jobs/upkeep/takeover.py), rebuilt from what its dead process left
         durable: each agent's from its latest answer's snapshot, else from start/ or base/. What a turn in
         flight had written is dropped (that turn runs again on the files it started with), and so is work
         an agent did after its latest answer that no answer holds.

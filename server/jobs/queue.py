@@ -6,7 +6,7 @@ queue (`QUEUE_OWNER`), and the worker that takes a message takes the fairest wai
 store (`Store.take_queued`: the caller that runs the fewest jobs goes first), so one caller's burst
 on the queue never holds another caller's job behind it. The store, not the queue, is what decides
 who owns a job: a lost or doubled message loses or doubles no job, and a worker's death is the lease's
-business (jobs/takeover.py), not the queue's.
+business (jobs/upkeep/takeover.py), not the queue's.
 
 A message is data, never code: its one field is a job id in plain text, and a worker reads nothing
 else (whatever else it finds is refused, logged and dropped); `conclave doctor` counts messages
@@ -60,7 +60,7 @@ SCHEMES = ("redis", "rediss", "unix")
 CONNECT_S = 10.0  # how long opening the queue waits for Redis to answer
 # A message a dead worker took is given to another worker after this long (a live worker renews its
 # claims). It only starts waiting jobs: the dead worker's own job is taken over by its lease
-# (jobs/takeover.py), so this need not be short.
+# (jobs/upkeep/takeover.py), so this need not be short.
 REDELIVERY = timedelta(seconds=60)
 RETRY_S = 1.0  # how long a worker waits after Redis failed it before it reads again
 POLL_S = 0.25  # how long a worker's read waits for a message before it looks at its later ones again
@@ -71,7 +71,7 @@ GROUP = "conclave-workers"  # the workers' consumer group on STREAM
 WORKERS = f"{PREFIX}:conclave-workers"  # the hash of live workers, by id
 DRAIN = f"{PREFIX}:conclave-drain"  # the set of workers asked to drain
 FIELD = b"job"
-JOB_ID = re.compile(r"cj-[0-9a-f]{12}")  # jobs/admission.py new_job_id's shape, and nothing else
+JOB_ID = re.compile(r"cj-[0-9a-f]{12}")  # jobs/admission/admit.py new_job_id's shape, and nothing else
 LATER_MEMBER = re.compile(r"(cj-[0-9a-f]{12})~[0-9]{1,9}")
 MOVE_BATCH = 100  # due later messages moved onto the stream per look
 

@@ -6,9 +6,9 @@ waits), the argument of `JobService.submit`, what the store keeps of the job (jo
 documentation, read by a calling model, so they name no internals.
 
 The fields declare the shape (types, bounds); what the shape cannot say (a non-empty task, apply needs
-a write context path, a cost budget needs prices) is checked by jobs/admission.py and jobs/plan.py. A
-value of the wrong shape is refused as an `InputError` naming the field, the value and the fix, as those
-checks are, whoever builds the request.
+a write context path, a cost budget needs prices) is checked by jobs/admission/admit.py and
+jobs/admission/team_shape.py. A value of the wrong shape is refused as an `InputError` naming the field,
+the value and the fix, as those checks are, whoever builds the request.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from pydantic import (
 from conclave.errors import InputError
 from conclave.files.contexts import ContextPath, item_error
 from conclave.files.review import Consent
-from conclave.jobs.records import REQUEST_FIELDS
+from conclave.jobs.derived import REQUEST_FIELDS
 
 # true: only with consensus; "force": whatever the vote. Strict: only a real true, false or "force" (a
 # lax bool would read "yes" or 1 as consent to write the caller's files), here as in ask_team's schema.

@@ -2,20 +2,20 @@
 
 `JobService.open` owns the task group every job runs in, so it must be entered outside FastMCP's
 lifespan (see app/server.py). The service is the one door the tools (and the CLI) use; behind it, three parts:
-- admission (jobs/admission.py): what `submit` checks, and the queued job it stores; ask_team returns
+- admission (jobs/admission/admit.py): what `submit` checks, and the queued job it stores; ask_team returns
   at once, the context paths are copied when the job gets its slot;
-- lifecycle (jobs/lifecycle.py): a job's run from its slot to its one final state, on the jobs' own
-  event loop in a thread of its own (jobs/job_thread.py), so the loop serving MCP calls never waits
+- lifecycle (jobs/run/lifecycle.py): a job's run from its slot to its one final state, on the jobs' own
+  event loop in a thread of its own (jobs/run/job_thread.py), so the loop serving MCP calls never waits
   behind the jobs' work;
-- maintenance (jobs/maintenance.py): what a server does beside its jobs (orphans, heartbeats, cancel
-  requests and notes from other processes, pruning) and takeover (jobs/takeover.py). A job records its
+- maintenance (jobs/upkeep/maintenance.py): what a server does beside its jobs (orphans, heartbeats, cancel
+  requests and notes from other processes, pruning) and takeover (jobs/upkeep/takeover.py). A job records its
   owner (process id + a random id) and a lease its heartbeat renews; a service takes over (and resumes)
   only jobs whose owner is gone.
 With a queue (CONCLAVE_QUEUE_URL: jobs/queue.py) the service is a front: it admits a job, stores it as
 waiting on the queue and puts it there; `conclave worker` processes (jobs/worker.py) run it, and take
 over each other's jobs. Cancels and notes reach the job through the store, as they reach another
 process's; reads are the store's anyway.
-Reads (a view, a job's files, the teams) go through `service.lookup` (jobs/read/lookup.py); the
+Reads (a view, a job's files, the teams) go through `service.lookup` (jobs/lookup.py); the
 service's own operations are the ones that change or wait on a job.
 
 A job belongs to the caller that started it (`caller`: `local` for the CLI and stdio, an HTTP token's name):
@@ -44,21 +44,21 @@ from conclave.coordination.check_pool import CheckPool
 from conclave.coordination.members import endpoint_factory
 from conclave.errors import InputError, JobFinished, QueueUnavailable
 from conclave.files.kept import Kept
-from conclave.jobs.access import Access
-from conclave.jobs.admission import Admission
-from conclave.jobs.health import Readiness, readiness
-from conclave.jobs.job_thread import JobThread
-from conclave.jobs.lifecycle import Lifecycle, runnable_here
-from conclave.jobs.maintenance import prune_old_jobs, sweep_leftovers, watch
+from conclave.jobs.admission.access import Access
+from conclave.jobs.admission.admit import Admission
+from conclave.jobs.context.steering import Steering, checked_note, delivered
+from conclave.jobs.lookup import JobLookup
 from conclave.jobs.queue import JobQueue
-from conclave.jobs.read.lookup import JobLookup
 from conclave.jobs.read.views import JobView
 from conclave.jobs.request import JobRequest
-from conclave.jobs.steering import Steering, checked_note, delivered
+from conclave.jobs.run.job_thread import JobThread
+from conclave.jobs.run.lifecycle import Lifecycle, runnable_here
 from conclave.jobs.store.async_store import AsyncStore
 from conclave.jobs.store.owners import QUEUE_OWNER, process_alive
 from conclave.jobs.store.sql import Store
-from conclave.jobs.takeover import take_over
+from conclave.jobs.upkeep.maintenance import prune_old_jobs, sweep_leftovers, watch
+from conclave.jobs.upkeep.readiness import Readiness, readiness
+from conclave.jobs.upkeep.takeover import take_over
 from conclave.sandbox.container import container_user
 from conclave.sandbox.route import DIRECT, EgressRoute
 from conclave.settings import MAX_WAIT_S, Settings
@@ -257,7 +257,7 @@ class JobService:
 
 @dataclass(frozen=True)
 class JobsSide:
-    """What the jobs' loop builds and owns (jobs/job_thread.py enters `open` there): their store, waking
+    """What the jobs' loop builds and owns (jobs/run/job_thread.py enters `open` there): their store, waking
     the serving loop's waiters; the local model servers (one per model file, shared by the jobs that
     use it; closing the pool stops any still running, so none outlives the service); the check pool's
     upkeep; the lifecycle."""
@@ -326,7 +326,7 @@ def waker(store: AsyncStore) -> Callable[[str], None]:
 def adopter(
     settings: Settings, owner_id: str, thread: JobThread, lifecycle: Lifecycle
 ) -> Callable[[], Awaitable[list[str]]]:
-    """Take over the jobs of servers that died (jobs/takeover.py), on the jobs' loop: each resumes
+    """Take over the jobs of servers that died (jobs/upkeep/takeover.py), on the jobs' loop: each resumes
     there, in a slot of its caller's line like any job."""
 
     def resume(job_id: str, task: str, team: Team, caller: str) -> None:
@@ -351,7 +351,7 @@ def start_upkeep(
     adopt: Callable[[], Awaitable[list[str]]],
     tg: TaskGroup,
 ) -> None:
-    """What a server does beside its jobs (jobs/maintenance.py): the watch loop on the jobs' loop
+    """What a server does beside its jobs (jobs/upkeep/maintenance.py): the watch loop on the jobs' loop
     (heartbeats, other processes' cancels and notes, takeovers), the sweep of dead servers' containers
     and the pruning on ours."""
     upkeep = (lifecycle.scopes, lifecycle.steering, adopt, lifecycle.abandon)

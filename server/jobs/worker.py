@@ -1,9 +1,9 @@
 """`conclave worker`: a process that runs the jobs fronts put on the queue (CONCLAVE_QUEUE_URL,
-jobs/queue.py), with the same lifecycle the single-process server runs them with (jobs/lifecycle.py).
+jobs/queue.py), with the same lifecycle the single-process server runs them with (jobs/run/lifecycle.py).
 
-A worker is a server without callers: the jobs' loop and thread (jobs/job_thread.py), the upkeep
-(jobs/maintenance.py: it heartbeats the leases of the jobs it runs, takes the cancels and notes
-fronts leave in the store, and takes over the jobs of workers that died: jobs/takeover.py), and a
+A worker is a server without callers: the jobs' loop and thread (jobs/run/job_thread.py), the upkeep
+(jobs/upkeep/maintenance.py: it heartbeats the leases of the jobs it runs, takes the cancels and notes
+fronts leave in the store, and takes over the jobs of workers that died: jobs/upkeep/takeover.py), and a
 consumer taking the queue's messages, at most CONCLAVE_MAX_JOBS at once. Each message runs
 `JobRunner`: it takes the fairest waiting job from the store (`Store.take_queued`), runs it to its
 end, and takes the next while jobs wait; when it could take none (its caller's share here is full),
@@ -35,9 +35,9 @@ from conclave.backends.retry import RetryPolicy
 from conclave.config.models import Team
 from conclave.coordination.agents import AgentFactory
 from conclave.errors import InputError, QueueUnavailable
-from conclave.jobs.job_thread import JobThread
-from conclave.jobs.lifecycle import Lifecycle
 from conclave.jobs.queue import SETTING, JobQueue, QueueDepth, WorkerInfo
+from conclave.jobs.run.job_thread import JobThread
+from conclave.jobs.run.lifecycle import Lifecycle
 from conclave.jobs.service import JobsSide, adopter, start_upkeep, waker
 from conclave.jobs.store.async_store import AsyncStore
 from conclave.jobs.store.owners import QUEUE_OWNER

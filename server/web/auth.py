@@ -17,7 +17,7 @@ The tokens are read on every request (`Callers`, app/tokens.py `TokenSource` und
 a token taken out of http-tokens.json is refused from then on, and the sessions and codes made from it
 end. Under `serve --http` each token names its caller, who sees only its own jobs, as over MCP;
 `conclave web` has one random token of its own for the local user, who sees every job
-(`Caller.name`, passed to every read of jobs/read/lookup.py; see docs/web-view.md).
+(`Caller.name`, passed to every read of jobs/lookup.py; see docs/web-view.md).
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@
 Every /api/ route but sign-in passes `WebAuth.check` (auth.py: a bearer token or a session header);
 request bodies are capped before this module sees them (body_limit.py).
 
-Every read goes through the lookup (jobs/read/lookup.py), with the caller's name: the job id checked, and a
+Every read goes through the lookup (jobs/lookup.py), with the caller's name: the job id checked, and a
 caller's own jobs only. Live updates: the event stream compares the job's (rev, events, state) every
 POLL_S seconds and sends the whole JobPage when it changed; the store is shared by every
 Conclave process, so a job run by any server shows. The stream ends with `end` once the job is over
@@ -39,7 +39,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 
 from conclave.errors import InputError, JobNotFound
-from conclave.jobs.read.lookup import JobLookup
+from conclave.jobs.lookup import JobLookup
 from conclave.jobs.read.views import FINAL_STATES
 from conclave.web.auth import SESSION_HEADER, Refused, WebAuth, landing
 from conclave.web.sessions import CODE_TTL_S, SESSION_TTL_S, Caller

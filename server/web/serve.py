@@ -26,7 +26,7 @@ from starlette.applications import Starlette
 from starlette.routing import BaseRoute
 
 from conclave.errors import ConfigError
-from conclave.jobs.read.lookup import JobLookup
+from conclave.jobs.lookup import JobLookup
 from conclave.jobs.read.web_link import WebServed, announce, withdraw
 from conclave.settings import Settings
 from conclave.web.auth import Callers, WebAuth, fixed_callers
@@ -40,7 +40,7 @@ SHUTDOWN_S = 2  # open event streams never end on their own: stop waiting for th
 async def web_routes(
     settings: Settings, callers: Callers, port: int, host: str
 ) -> AsyncIterator[list[BaseRoute]]:
-    """The web view's routes over a lookup of its own on the shared store (jobs/read/lookup.py), closed when
+    """The web view's routes over a lookup of its own on the shared store (jobs/lookup.py), closed when
     the server is done. `callers`: the local user's one token (`conclave web`), or the HTTP tokens, each
     naming its caller, as they are at each request (app/tokens.py)."""
     async with JobLookup.open(settings) as jobs:

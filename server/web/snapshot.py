@@ -1,4 +1,4 @@
-"""What a job's page shows, read through the lookup in one go (jobs/read/lookup.py `page`): the JobView,
+"""What a job's page shows, read through the lookup in one go (jobs/lookup.py `page`): the JobView,
 every answer with its check, a timeline of the transcript, the diff and the final answer.
 
 The lookup reads in a reader thread, so a page never blocks the event loop the jobs run on. The page's

@@ -196,7 +196,7 @@ def test_the_decision_schema_is_strict_for_codex() -> None:
 
 def test_a_team_with_cli_members_needs_context_paths_and_claude_code_needs_no_price() -> None:
     from conclave.errors import InputError
-    from conclave.jobs.plan import shape_team
+    from conclave.jobs.admission.team_shape import shape_team
 
     team = parse_team({"agents": [{"model": "cli/claude-code:opus"}, {"model": "cli/codex"}]}, "t.yaml")
     with pytest.raises(

@@ -2,7 +2,7 @@
 container behind its egress proxy, is killed with the server mid-run (its edit made, its answer not
 posted); the next server resumes the job from its folder, starts the member a new container and proxy,
 and the member's turn runs again as a fresh CLI run on the files it started with, shown the current
-answers (jobs/takeover.py). Usage: what the CLI had reported before the kill is kept, every call after
+answers (jobs/upkeep/takeover.py). Usage: what the CLI had reported before the kill is kept, every call after
 it is counted once. Real `conclave serve --http` processes, real Docker, the CLI image, fake models.
 """
 

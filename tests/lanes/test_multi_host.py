@@ -4,7 +4,7 @@ fronts and three `conclave worker` processes, each with a state folder of its ow
 the real SDKs against scripted fakes (tests/fakes/), real MCP clients, and the real Docker engine for
 a job with files.
 
-- a worker killed with `kill -9` mid-job: another takes the job over (its lease: jobs/takeover.py) and
+- a worker killed with `kill -9` mid-job: another takes the job over (its lease: jobs/upkeep/takeover.py) and
   completes it, every answer kept, each provider call counted once, the result of an uninterrupted run;
 - one caller's 30 queued jobs neither refuse another caller's job nor hold it back past one job's end,
   and jobs asked at either front run, spread over the workers;

@@ -22,7 +22,7 @@ from conclave.files.contexts import ContextPath
 from conclave.files.diff import Patch, file_diff
 from conclave.files.review import Consent, hold_back
 from conclave.files.workspaces import Workspaces
-from conclave.jobs.read.lookup import JobLookup
+from conclave.jobs.lookup import JobLookup
 from conclave.jobs.service import JobService
 from conclave.settings import Settings
 from conclave.web.snapshot import JobPage, job_page

@@ -12,10 +12,10 @@ import pytest
 from conclave.errors import QueueFull
 from conclave.files.agent_tools import AgentTools
 from conclave.files.disk_budget import MB, DiskBudget
-from conclave.jobs.gc import prune
 from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
 from conclave.jobs.store.sql import Store
+from conclave.jobs.upkeep.pruning import prune
 from conclave.sandbox.container import Sandbox
 from conclave.settings import Settings
 from tests.fakes.server import FakeProviders

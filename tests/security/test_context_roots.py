@@ -18,8 +18,8 @@ from conclave.config.loading import parse_team
 from conclave.errors import PathOutsideRoot
 from conclave.files.contexts import parse_context_paths
 from conclave.files.workspaces import Workspaces
-from conclave.jobs.access import Access
-from conclave.jobs.file_steps import admit, prepare
+from conclave.jobs.admission.access import Access
+from conclave.jobs.context.files import admit, prepare
 from conclave.settings import Settings
 
 pytestmark = pytest.mark.anyio

@@ -21,7 +21,7 @@ from fastmcp import Client
 from fastmcp.exceptions import ToolError
 
 from conclave.errors import NotPermitted, ServerState
-from conclave.jobs.access import Access
+from conclave.jobs.admission.access import Access
 from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
 from conclave.settings import Settings

@@ -116,8 +116,8 @@ def team_list(
     history: Callable[[Team], TeamHistory | None] = lambda team: None,
     unreachable: Mapping[str, str] | None = None,
 ) -> TeamList:
-    """Each preset with its status; `unreachable` (from jobs/reach.py) names the servers that did not
-    answer."""
+    """Each preset with its status; `unreachable` (from jobs/admission/reach.py) names the servers that did
+    not answer."""
     down = unreachable or {}
     teams: list[TeamInfo] = []
     default: str | None = None

@@ -15,11 +15,10 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from conclave.coordination.reports import CheckedEvent, JobEvent, ShownAnswer
+from conclave.coordination.reports import CheckedEvent, JobEvent, NoteEvent, ShownAnswer, SteeredEvent
 from conclave.jobs.read.reader import job_workspaces
 from conclave.jobs.read.views import JobView, NoteView, job_view
 from conclave.jobs.read.web_link import WebLinks
-from conclave.jobs.steering import note_views
 from conclave.jobs.store.sql import AnswerRow, JobRow, JobState, LinePlace, Store
 
 
@@ -29,7 +28,7 @@ class ViewParts:
     notes: list[NoteView]
     conversation: list[str]  # job ids, oldest first (JobView.thread)
     web_url: str | None
-    place: LinePlace | None = None  # a queued job's place in its caller's line (jobs/fair_share.py)
+    place: LinePlace | None = None  # a queued job's place in its caller's line (jobs/run/fair_share.py)
 
 
 def view_parts(store: Store, links: WebLinks, job_id: str, caller: str | None) -> ViewParts | None:
@@ -125,3 +124,17 @@ def job_line(row: JobRow) -> JobLine:
         created_at=row.created_at,
         winner=row.result.winner if row.result else None,
     )
+
+
+def note_views(store: Store, job_id: str) -> list[NoteView]:
+    """The job's steering notes, oldest first, each with whether the agents have it."""
+    steered = [event for event in store.events(job_id, "steered") if isinstance(event, SteeredEvent)]
+    notes = [event for event in store.events(job_id, "note") if isinstance(event, NoteEvent)]
+    views = []
+    for index, note in enumerate(notes):
+        taken = steered[index] if index < len(steered) else None  # notes reach the protocol in order
+        seen = taken is not None and not taken.late  # a note after the vote changes nothing
+        views.append(
+            NoteView(text=note.text, at=note.at, seen=seen, round=taken.round if taken and seen else None)
+        )
+    return views

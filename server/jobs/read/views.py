@@ -38,7 +38,7 @@ from conclave.coordination.reports import (
     VoteEvent,
 )
 from conclave.errors import Surface, say, term
-from conclave.jobs.records import Estimate, FilesResult
+from conclave.jobs.derived import Estimate, FilesResult
 from conclave.jobs.store.sql import JobRow, JobState
 
 FINAL_STATES: frozenset[str] = frozenset({"completed", "failed", "cancelled", "interrupted"})
@@ -472,7 +472,7 @@ def job_result(row: JobRow) -> JobResult | None:
 
 
 def _budget(row: JobRow) -> dict[str, float]:
-    """The job's limits, as its stored team says (jobs/plan.py put the caller's there)."""
+    """The job's limits, as its stored team says (jobs/admission/team_shape.py put the caller's there)."""
     rules = json.loads(row.team_json).get("coordination") or {}
     return {key: rules[key] for key in ("max_tokens", "max_cost_usd") if rules.get(key) is not None}
 

@@ -112,7 +112,7 @@ class AsyncStore:
     ) -> AsyncIterator[AsyncStore]:
         """Run the writer while the body runs; every queued write is committed before it ends.
         `on_change(job_id)` hears every committed write to a job (the jobs' store tells the serving
-        loop's: jobs/job_thread.py)."""
+        loop's: jobs/run/job_thread.py)."""
         self = cls(store, on_change)
         body_error: Exception | None = None
         async with anyio.create_task_group() as tg:
@@ -209,7 +209,7 @@ class AsyncStore:
     request_cancel = StoreWrite(Store.request_cancel)
     cancel_requests = StoreRead(Store.cancel_requests)
     queued_by_caller = StoreRead(Store.queued_by_caller)
-    # leases and takeovers (jobs/takeover.py)
+    # leases and takeovers (jobs/upkeep/takeover.py)
     heartbeat = StoreWrite(Store.heartbeat, wakes=False)
     orphans = StoreRead(Store.orphans)
     lost = StoreRead(Store.lost)

@@ -3,7 +3,7 @@
 A mixin of `Store` (sql.py), on its connection and its write transactions; migration 4 adds the
 `follow_up` column. A note is an event of kind "note" that any process may write; the job's owner
 reads the notes it has not delivered yet (`notes_after`) and records a "steered" event when the
-protocol takes one (jobs/steering.py).
+protocol takes one (jobs/context/steering.py).
 """
 
 from __future__ import annotations

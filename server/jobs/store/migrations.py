@@ -83,9 +83,9 @@ MIGRATIONS: tuple[str, ...] = (
     # the job as the caller asked for it (jobs/request.py); a job stored before has none (sql.py reads
     # it from the task and the options of then)
     "ALTER TABLE jobs ADD COLUMN request_json TEXT",
-    # a job's lease (jobs/maintenance.py): its owner holds it until lease_until, renewed by the heartbeat;
-    # NULL for older rows (their heartbeat plus CONCLAVE_STALE_AFTER_S); owner_host, where the owner's
-    # process id means something (NULL: this machine, as before). The protocol's journal
+    # a job's lease (jobs/upkeep/maintenance.py): its owner holds it until lease_until, renewed by the
+    # heartbeat; NULL for older rows (their heartbeat plus CONCLAVE_STALE_AFTER_S); owner_host, where the
+    # owner's process id means something (NULL: this machine, as before). The protocol's journal
     # (coordination/journal.py): every event the protocol took, so another process resumes the job.
     """
     ALTER TABLE jobs ADD COLUMN lease_until REAL;

@@ -57,7 +57,7 @@ from conclave.coordination.reports import (
     stored_event,
 )
 from conclave.coordination.tally import Posted
-from conclave.jobs.records import FilesResult, JobOptions
+from conclave.jobs.derived import FilesResult, JobOptions
 from conclave.jobs.request import JobRequest, stored_request
 from conclave.jobs.store.connections import open_connections, private_dir
 from conclave.jobs.store.conversations import ConversationRecords
@@ -90,7 +90,7 @@ class JobRow(BaseModel):
     owner_pid: int
     owner_id: str
     heartbeat: float
-    lease_until: float | None = None  # the owner holds the job until then (jobs/takeover.py)
+    lease_until: float | None = None  # the owner holds the job until then (jobs/upkeep/takeover.py)
     owner_host: str | None = None  # the owner's machine: its process id is checked only there
     progress: Progress | None
     result: JobResult | None
@@ -286,7 +286,7 @@ class Store(ConversationRecords[JobRow]):
 
     def summary(self, now: float) -> StoreSummary:
         """The active jobs as `conclave doctor` shows them: per state, the queued ones per caller, and
-        those whose lease ran out at `now` (jobs/takeover.py takes them over)."""
+        those whose lease ran out at `now` (jobs/upkeep/takeover.py takes them over)."""
         rows = self._db.execute(
             "SELECT state, caller, COALESCE(lease_until, heartbeat) < ? AND owner_id != ? AS lapsed FROM jobs"
             " WHERE state IN (?, ?, ?)",
@@ -301,7 +301,7 @@ class Store(ConversationRecords[JobRow]):
         return summary
 
     def ping(self) -> None:
-        """One read of the jobs table: the store answers (jobs/health.py)."""
+        """One read of the jobs table: the store answers (jobs/upkeep/readiness.py)."""
         self._db.execute("SELECT COUNT(*) FROM jobs WHERE state = 'queued'").fetchone()
 
     def set_files(self, job_id: str, files: FilesResult) -> None:
@@ -369,7 +369,7 @@ class Store(ConversationRecords[JobRow]):
         """The job's row and what its view needs beside it, in one statement (get_status reads it most,
         often on a busy machine, where every round trip to the database waits for a CPU); None: no such
         job. A queued job's place is where it stands in its caller's line on its server
-        (jobs/fair_share.py), or on the queue, counting what runs on every worker (jobs/queue.py)."""
+        (jobs/run/fair_share.py), or on the queue, counting what runs on every worker (jobs/queue.py)."""
         row = self._db.execute(
             "SELECT j.*, EXISTS (SELECT 1 FROM jobs f WHERE f.follow_up = j.id) AS followed,"
             " (SELECT COUNT(*) FROM events e WHERE e.job_id = j.id AND e.kind = 'note') AS notes,"
@@ -437,7 +437,8 @@ class Store(ConversationRecords[JobRow]):
         ]
 
     def lost(self, owner_id: str, job_ids: list[str]) -> list[str]:
-        """Which of `job_ids` (jobs `owner_id` runs) another server has claimed since (jobs/takeover.py)."""
+        """Which of `job_ids` (jobs `owner_id` runs) another server has claimed since
+        (jobs/upkeep/takeover.py)."""
         if not job_ids:  # `IN ()` is no SQL
             return []
         marks = ", ".join("?" * len(job_ids))

@@ -6,7 +6,7 @@ One object owns a job's files from their copy on (`job_files`): `ContextFiles` f
 paths, `NoContextFiles` for one without (the same calls, doing nothing). It is the orchestrator's
 `Files` (coordination/job_files.py) and adds the job's own steps: the copy (`prepare`), a follow-up's
 carried files (`carry`), its checks (`verifier`), and the diff collected and applied after the run
-(`collect`). A job taken over from a server that died (jobs/takeover.py) keeps the copy and carried
+(`collect`). A job taken over from a server that died (jobs/upkeep/takeover.py) keeps the copy and carried
 files its first server made; `prepare` then only clears what that server left running."""
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ from conclave.files.roots import identify
 from conclave.files.secrets import Secrets
 from conclave.files.trees import list_tree
 from conclave.files.workspaces import Workspaces
-from conclave.jobs.follow_ups import carry_files
-from conclave.jobs.records import ContextChanges, FilesResult, JobOptions
+from conclave.jobs.context.follow_ups import carry_files
+from conclave.jobs.derived import ContextChanges, FilesResult, JobOptions
 from conclave.jobs.store.async_store import AsyncStore
 from conclave.jobs.store.sql import JobRow
 from conclave.sandbox.container import container_user
@@ -176,7 +176,7 @@ class JobFileSteps(Files, Protocol):
         ...
 
     async def carry(self, store: AsyncStore, row: JobRow) -> None:
-        """A follow-up's workspaces start from the earlier job's files (jobs/follow_ups.py)."""
+        """A follow-up's workspaces start from the earlier job's files (jobs/context/follow_ups.py)."""
         ...
 
     def verifier(self, team: Team, limiter: anyio.CapacityLimiter, pool: CheckPool | None) -> Verifier | None:
@@ -228,7 +228,7 @@ class ContextFiles(JobFiles):
         await prepare(self.workspaces.job_dir, self.options)
 
     def _copied(self) -> bool:
-        """Whether the context paths were copied already: a job taken over (jobs/takeover.py) keeps the
+        """Whether the context paths were copied already: a job taken over (jobs/upkeep/takeover.py) keeps the
         copy its first process made when it started (the caller's files may have changed since, and the
         diff is against that copy); a copy cut short left no manifest, and its base/ is removed."""
         if (self.workspaces.job_dir / "manifest.json").is_file():

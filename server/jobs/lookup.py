@@ -22,14 +22,14 @@ from conclave.config.models import Team
 from conclave.config.presets import list_presets
 from conclave.errors import InputError, JobNotFound, term
 from conclave.files.workspaces import Workspaces
-from conclave.jobs.estimate import history
-from conclave.jobs.fair_share import queued_phase
-from conclave.jobs.reach import endpoints, unreachable
+from conclave.jobs.admission.estimate import history
+from conclave.jobs.admission.reach import endpoints, unreachable
 from conclave.jobs.read.reader import WorkspacePage, job_workspaces, read_job, read_whole
 from conclave.jobs.read.teams import TeamList, team_list
 from conclave.jobs.read.view_read import JobLine, PageParts, job_line, page_parts, view_parts
 from conclave.jobs.read.views import FINAL_STATES, JobView, job_view
 from conclave.jobs.read.web_link import WebLinks
+from conclave.jobs.run.fair_share import queued_phase
 from conclave.jobs.store.async_store import AsyncStore
 from conclave.jobs.store.sql import JobRow, JobState, Store, StoreSummary
 from conclave.settings import Settings
@@ -131,7 +131,7 @@ class JobLookup:
         return parts
 
     async def request_cancel(self, job_id: object, caller: str | None = None) -> JobState:
-        """Ask whichever server runs the job to cancel it (it watches the store: jobs/maintenance.py);
+        """Ask whichever server runs the job to cancel it (it watches the store: jobs/upkeep/maintenance.py);
         the job's state when asked (a job already over is left as it is)."""
         row = await self.row(job_id, caller)
         if row.state not in FINAL_STATES:
@@ -159,8 +159,8 @@ class JobLookup:
         return await read_whole(self.store.sync, row, self._workspaces(row), path, source)
 
     async def teams(self) -> TeamList:
-        """The presets, each with its status: keys set, its own servers answering (jobs/reach.py), and what
-        its past jobs here used (read in a worker thread)."""
+        """The presets, each with its status: keys set, its own servers answering (jobs/admission/reach.py),
+        and what its past jobs here used (read in a worker thread)."""
         presets = list_presets(self._environ)
         down = await unreachable(endpoints(team for _, team in presets if isinstance(team, Team)))
 

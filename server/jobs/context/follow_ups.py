@@ -26,7 +26,7 @@ from conclave.coordination.prompts import Round, history_section
 from conclave.errors import InputError
 from conclave.files.contexts import ContextPath
 from conclave.files.workspaces import Workspaces
-from conclave.jobs.read.views import majority_text, winner_check
+from conclave.jobs.read.reader import best_answer, verdict
 from conclave.jobs.request import JobRequest
 from conclave.jobs.store.sql import ACTIVE_STATES, JobRow, Store
 
@@ -56,35 +56,6 @@ def carried(earlier: JobRow, request: JobRequest) -> tuple[Team, JobRequest]:
         paths = [ContextPath(path=c.path, permission=c.permission) for c in earlier.options.context_paths]
         request = request.model_copy(update={"context_paths": paths})
     return stored, request
-
-
-def best_answer(store: Store, row: JobRow) -> tuple[str | None, str | None]:
-    """The job's answer to carry on from: (label, text); the final answer when it has one."""
-    result = row.result
-    if result is not None and result.answer:
-        return result.winner, result.answer
-    leading = row.progress.leading.label if row.progress and row.progress.leading else None
-    label = (result.winner if result else None) or leading
-    answers = store.answers(row.id)
-    found = next((a for a in answers if a.label == label), answers[-1] if answers else None)
-    return (found.label, found.content) if found else (None, None)
-
-
-def verdict(store: Store, row: JobRow) -> str:
-    """How the earlier answer was chosen, in words, for the history."""
-    label, _ = best_answer(store, row)
-    result = row.result
-    parts = [f"answer {label}" if label else "no answer"]
-    if row.state != "completed":
-        parts.append(f"the job was {row.state} before the vote ended: its last best answer")
-    elif result is not None and result.winner:
-        parts.append(majority_text(result))
-    checks = {k: v.text() for k, v in row.progress.checks.items()} if row.progress else {}
-    blocked = row.progress.verify_blocked if row.progress else None
-    check = winner_check(result, checks, blocked) if result else (checks.get(label or "") if label else None)
-    if check:
-        parts.append(f"verify {check}")
-    return "; ".join(parts)
 
 
 def conversation_history(store: Store, row: JobRow) -> tuple[str, str]:

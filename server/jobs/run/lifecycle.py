@@ -1,9 +1,9 @@
 """A job's life once admitted: it waits for a slot, copies its context paths, runs its orchestrator and
 ends in one final state, whatever happens (cancelled, interrupted by the server stopping, a crash).
 
-The service (jobs/service.py) starts `Lifecycle.run` on the jobs' loop (jobs/job_thread.py) for every
-job it admits (jobs/admission.py); everything here lives on that loop. The cancel scopes kept here are
-how `cancel_job` and the watch loop (jobs/maintenance.py) reach a job this process runs.
+The service (jobs/service.py) starts `Lifecycle.run` on the jobs' loop (jobs/run/job_thread.py) for every
+job it admits (jobs/admission/admit.py); everything here lives on that loop. The cancel scopes kept here are
+how `cancel_job` and the watch loop (jobs/upkeep/maintenance.py) reach a job this process runs.
 """
 
 from __future__ import annotations
@@ -28,15 +28,15 @@ from conclave.coordination.protocol_events import Steer
 from conclave.coordination.reports import CheckedEvent
 from conclave.errors import ConclaveError
 from conclave.files.kept import Kept
-from conclave.jobs.fair_share import FairShare
-from conclave.jobs.file_steps import JobFileSteps, job_files
-from conclave.jobs.follow_ups import conversation_history
-from conclave.jobs.heap import Heap
-from conclave.jobs.plan import check_runnable
-from conclave.jobs.reach import check_reachable
-from conclave.jobs.steering import Steering
+from conclave.jobs.admission.reach import check_reachable
+from conclave.jobs.admission.team_shape import check_runnable
+from conclave.jobs.context.files import JobFileSteps, job_files
+from conclave.jobs.context.follow_ups import conversation_history
+from conclave.jobs.context.steering import Steering
+from conclave.jobs.run.fair_share import FairShare
+from conclave.jobs.run.gc_freeze import Heap
+from conclave.jobs.run.store_sink import StoreJournal, StoreSink
 from conclave.jobs.store.async_store import AsyncStore
-from conclave.jobs.store.sink import StoreJournal, StoreSink
 from conclave.jobs.store.sql import ACTIVE_STATES, JobRow, JobState
 from conclave.sandbox.route import DIRECT, EgressRoute
 from conclave.settings import Settings
@@ -54,7 +54,7 @@ async def runnable_here(team: Team, environ: Mapping[str, str], sandbox_network:
 
 class Lifecycle:
     """Runs this process's jobs, each in its own cancel scope, at most `max_jobs` at once, shared fairly
-    between callers (jobs/fair_share.py)."""
+    between callers (jobs/run/fair_share.py)."""
 
     def __init__(
         self,
@@ -89,7 +89,7 @@ class Lifecycle:
 
     async def preload(self) -> list[str]:
         """Load the hosted providers' SDKs before any job (backends/__init__.py `preload`), and keep what
-        they made out of the collector's walks (jobs/heap.py); the providers loaded. A worker does it
+        they made out of the collector's walks (jobs/run/gc_freeze.py); the providers loaded. A worker does it
         once before it takes jobs: its first jobs otherwise each wait seconds for the imports, on a busy
         machine, while every slot it has starts a job at once."""
         backends = await anyio.to_thread.run_sync(preload)
@@ -107,7 +107,7 @@ class Lifecycle:
         return scope is not None
 
     async def abandon(self, job_id: str) -> None:
-        """Stop running a job another server took over (its lease had run out: jobs/takeover.py),
+        """Stop running a job another server took over (its lease had run out: jobs/upkeep/takeover.py),
         writing nothing more of it: it is that server's now."""
         self._abandoned.add(job_id)
         files = self._files.get(job_id)
@@ -116,8 +116,8 @@ class Lifecycle:
         await self.cancel(job_id)
 
     async def run(self, job_id: str, task: str, team: Team, caller: str, resume: bool = False) -> None:
-        """The job from its queued state to its final one (started on the jobs' loop: jobs/job_thread.py).
-        `resume`: a job this process took over from one that died (jobs/takeover.py): its journal is
+        """The job from its queued state to its final one (started on the jobs' loop: jobs/run/job_thread.py).
+        `resume`: a job this process took over from one that died (jobs/upkeep/takeover.py): its journal is
         replayed and only what was in flight runs again."""
         scope = self.scopes[job_id] = anyio.CancelScope()
         try:
@@ -237,7 +237,7 @@ class Lifecycle:
 
     async def _job(self, job_id: str) -> JobRow:
         row = await self.store.job(job_id)
-        assert row is not None, job_id  # a job is deleted only once it is over (jobs/gc.py)
+        assert row is not None, job_id  # a job is deleted only once it is over (jobs/upkeep/pruning.py)
         return row
 
     async def _fail(self, job_id: str, error: str) -> None:

@@ -1,5 +1,5 @@
-"""What the job store keeps beside a job's reports: what admission derived from the request, and the
-files result."""
+"""What the server derived of a job and the store keeps beside its request and reports: what admission
+derived from the request (the options, the estimate), and the files result."""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ that caller waits before it. Otherwise it joins its caller's line; when a slot f
 waiting caller that runs the fewest jobs (among equals, the one whose job took a slot longest ago). So
 a caller's job waits for the first slot that frees, not for another caller's whole burst.
 
-Everything here lives on the jobs' loop (jobs/job_thread.py): no locks, one task at a time.
+Everything here lives on the jobs' loop (jobs/run/job_thread.py): no locks, one task at a time.
 """
 
 from __future__ import annotations

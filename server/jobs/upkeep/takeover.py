@@ -1,7 +1,7 @@
 """Taking over the jobs of a server that died: a job's lease (its owner's id, until `lease_until`,
-renewed by the owner's heartbeat: jobs/maintenance.py) runs out, or its owner's process is gone; any
+renewed by the owner's heartbeat: jobs/upkeep/maintenance.py) runs out, or its owner's process is gone; any
 server sharing the store claims it (one wins: the claim names the owner it replaces) and resumes it
-(jobs/lifecycle.py replays its protocol journal, coordination/journal.py).
+(jobs/run/lifecycle.py replays its protocol journal, coordination/journal.py).
 
 A starting server looks once before it serves, and a running one at every heartbeat, so a job's
 takeover waits at most for its lease (CONCLAVE_STALE_AFTER_S) and one heartbeat.
@@ -11,7 +11,7 @@ shared store mounts), never from the dead process's containers: the copy of the 
 it started (not copied again), and each posted answer's snapshot; each agent's working copy is rebuilt
 from its latest snapshot, and its container (and a CLI member's egress proxy) made anew on this
 server's engine, the dead one's containers for the job removed where that engine is this one
-(jobs/file_steps.py, files/workspaces.py `restore`). Checks whose result was reported are not run
+(jobs/context/files.py, files/workspaces.py `restore`). Checks whose result was reported are not run
 again. A coding-agent CLI member keeps no conversation between its runs (each is a fresh CLI process,
 coordination/cli_turns.py), so its turn in flight simply runs again in its new container, shown the
 current answers; what its killed run had reported of its usage is kept, the rest of that run is lost

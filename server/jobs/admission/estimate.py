@@ -13,9 +13,9 @@ from dataclasses import replace
 from statistics import median
 
 from conclave.config.models import Team
+from conclave.jobs.derived import Estimate
 from conclave.jobs.read.teams import TeamHistory
 from conclave.jobs.read.views import plural
-from conclave.jobs.records import Estimate
 from conclave.jobs.store.sql import AgentUsage
 
 

@@ -1,10 +1,10 @@
 """What a server does beside running jobs: on start, it prunes old finished jobs and removes containers
 left by dead servers; while it serves, it heartbeats its own jobs (renewing their leases), takes the
 cancel requests and steering notes other processes left for them, and takes over the jobs of servers
-that died (jobs/takeover.py).
+that died (jobs/upkeep/takeover.py).
 
 All of it runs in the service's task group (jobs/service.py), but the watch loop, which runs on the
-jobs' own loop beside them (jobs/job_thread.py); none of it touches a live server's jobs. `conclave gc`
+jobs' own loop beside them (jobs/run/job_thread.py); none of it touches a live server's jobs. `conclave gc`
 prunes through `prune_jobs` too.
 """
 
@@ -19,11 +19,11 @@ import anyio.to_thread
 
 from conclave.errors import ConclaveError
 from conclave.files.disk_budget import MB
-from conclave.jobs.gc import GcReport, prune
-from conclave.jobs.steering import Steering
+from conclave.jobs.context.steering import Steering
 from conclave.jobs.store.async_store import AsyncStore
 from conclave.jobs.store.owners import process_alive
 from conclave.jobs.store.sql import Store
+from conclave.jobs.upkeep.pruning import GcReport, prune
 from conclave.sandbox.engine import sweep
 from conclave.settings import Settings
 
@@ -41,7 +41,7 @@ async def watch(
     abandon: Callable[[str], Awaitable[object]],
 ) -> None:
     """Heartbeat our jobs (renewing their leases), honour the cancel requests and notes other processes
-    left in the store, take over the jobs of servers that died (`adopt`: jobs/takeover.py) and drop
+    left in the store, take over the jobs of servers that died (`adopt`: jobs/upkeep/takeover.py) and drop
     ours that another server took over (`abandon`)."""
     last_beat = 0.0
     while True:
@@ -69,7 +69,8 @@ async def prune_old_jobs(settings: Settings) -> None:
 async def prune_jobs(
     settings: Settings, keep_days: float | None = None, max_mb: int | None = None, dry_run: bool = False
 ) -> GcReport:
-    """Prune finished jobs (jobs/gc.py) by the settings' limits, or the ones given, in a worker thread."""
+    """Prune finished jobs (jobs/upkeep/pruning.py) by the settings' limits, or the ones given, in a worker
+    thread."""
 
     def run() -> GcReport:
         store = Store.of(settings)  # its own connection: a transaction in a thread stays its own

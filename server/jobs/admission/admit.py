@@ -1,11 +1,11 @@
 """What `ask_team` checks before a job is queued, and the job it then stores.
 
-Only checks and a quick store write, so ask_team returns at once: what the caller may name
-(jobs/access.py), the queue's bounds (the caller's own line: jobs/fair_share.py), the team's keys and
-sandbox and its own servers answering (jobs/plan.py, jobs/reach.py), verify and budgets shaped into the
-team, the context paths' review (jobs/file_steps.py) and an estimate of what the job may use
-(jobs/estimate.py). The context paths are copied when the job gets its slot (jobs/lifecycle.py). A
-follow-up carries what follow_ups.py says.
+Only checks and a quick store write, so ask_team returns at once: what the caller may name (access.py),
+the queue's bounds (the caller's own line: jobs/run/fair_share.py), the team's keys and sandbox and its
+own servers answering (team_shape.py, reach.py), verify and budgets shaped into the team, the context
+paths' review (jobs/context/files.py) and an estimate of what the job may use (estimate.py). The context
+paths are copied when the job gets its slot (jobs/run/lifecycle.py). A follow-up carries what
+follow_ups.py says.
 """
 
 from __future__ import annotations
@@ -20,13 +20,13 @@ from conclave.config.models import Team
 from conclave.config.presets import resolve_team
 from conclave.errors import InputError, QueueFull, term
 from conclave.files.contexts import parse_context_paths
-from conclave.jobs.access import Access
-from conclave.jobs.estimate import estimate
-from conclave.jobs.file_steps import admit
-from conclave.jobs.follow_ups import carried
-from conclave.jobs.plan import Ceilings, check_runnable, shape_team
-from conclave.jobs.reach import check_reachable
-from conclave.jobs.records import JobOptions
+from conclave.jobs.admission.access import Access
+from conclave.jobs.admission.estimate import estimate
+from conclave.jobs.admission.reach import check_reachable
+from conclave.jobs.admission.team_shape import Ceilings, check_runnable, shape_team
+from conclave.jobs.context.files import admit
+from conclave.jobs.context.follow_ups import carried
+from conclave.jobs.derived import JobOptions
 from conclave.jobs.request import JobRequest
 from conclave.jobs.store.async_store import AsyncStore
 from conclave.jobs.store.sql import JobRow
@@ -76,7 +76,7 @@ class Admission:
         self._owner_id = owner_id
         self._probe = probe  # refuse a team whose own server is down (a test's fake backends have none)
         # a front (jobs run on workers) holds no provider key and may not reach the providers: what
-        # needs them is checked where the job runs (jobs/lifecycle.py)
+        # needs them is checked where the job runs (jobs/run/lifecycle.py)
         self._runs_jobs = runs_jobs
 
     async def admit(self, request: JobRequest, caller: str, earlier: JobRow | None = None) -> Admitted:

@@ -11,9 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from conclave.coordination.reports import NoteEvent, SteeredEvent
 from conclave.errors import InputError
-from conclave.jobs.read.views import NoteView
 from conclave.jobs.store.sql import Store
 
 if TYPE_CHECKING:
@@ -65,20 +63,6 @@ class Steering:
             if not orchestrator.steer(text):
                 return  # the job has ended; its view says the note was not seen
             self._delivered[job_id] = seq
-
-
-def note_views(store: Store, job_id: str) -> list[NoteView]:
-    """The job's steering notes, oldest first, each with whether the agents have it."""
-    steered = [event for event in store.events(job_id, "steered") if isinstance(event, SteeredEvent)]
-    notes = [event for event in store.events(job_id, "note") if isinstance(event, NoteEvent)]
-    views = []
-    for index, note in enumerate(notes):
-        taken = steered[index] if index < len(steered) else None  # notes reach the protocol in order
-        seen = taken is not None and not taken.late  # a note after the vote changes nothing
-        views.append(
-            NoteView(text=note.text, at=note.at, seen=seen, round=taken.round if taken and seen else None)
-        )
-    return views
 
 
 def delivered(store: Store, job_id: str, count: int) -> bool:

@@ -3,7 +3,9 @@ name per idea and one import path per name, and comments cite files that exist.
 
 The layers, from the callers down, are docs/ARCHITECTURE.md's table "| part | may import |", read from the
 page itself (app, cli -> web, tools -> jobs -> coordination -> clis -> sandbox -> files -> backends),
-and every module may use the plain modules at the top (config, settings, errors). The protocol
+and every module may use the plain modules at the top (config, settings, errors). Inside jobs/ the same
+table's `jobs.<room>` rows rule the imports between its rooms (a subpackage, or a module at jobs/'s top),
+and the rows, the parts' and the rooms', stack: none allows one that allows it back. The protocol
 imports nothing of ours. The callers (cli, tools, web) reach jobs/ only through its service layer.
 """
 
@@ -100,8 +102,16 @@ def part(module: str) -> str:
     return pieces[1] if len(pieces) > 1 else "__init__"
 
 
+def room(module: str) -> str | None:
+    """A jobs/ module's room, as the table names it: `jobs.<subpackage>`, or `jobs.<module>` for a module
+    at jobs/'s top (jobs/service.py is `jobs.service`); None outside jobs/ and for jobs/__init__.py."""
+    pieces = module.split(".")
+    return f"jobs.{pieces[2]}" if len(pieces) > 2 and pieces[1] == "jobs" else None
+
+
 def part_imports() -> dict[str, set[str]]:
-    """The parts each part imports, read from the code (itself and the shared modules left out)."""
+    """The parts each part imports, and the rooms each jobs/ room imports, read from the code (itself and
+    the shared modules left out)."""
     known = dict(modules())
     found: dict[str, set[str]] = defaultdict(set)
     for module, path in known.items():
@@ -111,6 +121,9 @@ def part_imports() -> dict[str, set[str]]:
         for target in imports(path, runtime_only=False):
             if target in known and part(target) not in SHARED | {mine}:
                 found[mine].add(part(target))
+            here, there = room(module), room(target)
+            if here and there and there != here and target in known:
+                found[here].add(there)
     return found
 
 
@@ -137,6 +150,9 @@ def test_calls_point_one_way() -> None:
             if target not in known:
                 continue  # a name imported from a module, not a module
             theirs = part(target)
+            here, there = room(module), room(target)
+            if here and there and there != here and there not in ALLOWED.get(here, set()):
+                wrong.append(f"{module} imports {target}: {here} may not import {there}")
             if theirs == mine or theirs in SHARED:
                 continue
             if theirs not in ALLOWED.get(mine, set()):
@@ -149,8 +165,27 @@ def test_calls_point_one_way() -> None:
 
 
 def test_every_part_has_its_rule() -> None:
-    parts = {part(module) for module, _ in modules()}
-    assert parts - SHARED <= set(ALLOWED), f"add these to ALLOWED: {sorted(parts - SHARED - set(ALLOWED))}"
+    parts = {part(module) for module, _ in modules()} - SHARED
+    parts |= {name for module, _ in modules() if (name := room(module))}
+    assert parts <= set(ALLOWED), f"add rows to docs/ARCHITECTURE.md's table: {sorted(parts - set(ALLOWED))}"
+
+
+def test_the_drawing_is_a_stack() -> None:
+    """No row allows a part (or a room of jobs/) that allows it back, directly or through others: the
+    table orders them from the callers down, and every import points down that order."""
+    loops = []
+    for start in ALLOWED:
+        seen: set[str] = set()
+        todo = list(ALLOWED[start])
+        while todo:
+            name = todo.pop()
+            if name == start:
+                loops.append(start)
+                break
+            if name not in seen:
+                seen.add(name)
+                todo += ALLOWED.get(name, set())
+    assert not loops, f"these rows allow a part that allows them back: {sorted(loops)}"
 
 
 # the state, its events and per-agent records, and who wins

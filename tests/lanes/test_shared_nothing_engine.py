@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import ENGINE_ONLY
+
 ROOT = Path(__file__).resolve().parents[2]
 LANE = f"tcp://127.0.0.1:{os.environ.get('CONCLAVE_LANE_PORT', '7500')}"  # .ci/shared-nothing-engine.sh
 SHARED = Path(os.environ.get("CONCLAVE_LANE_SHARED", "/tmp/egress-shared"))  # seen through bindfs there
@@ -79,7 +81,7 @@ def test_file_check_cli_member_and_security_tests_pass_on_the_lane(lane: str, cl
     """A pytest of their own on the lane's engine, with every temporary folder where it sees them."""
     run = SHARED / f"run-{secrets.token_hex(4)}"
     (run / "tmp").mkdir(parents=True)
-    environment = {**os.environ, "DOCKER_HOST": lane, "TMPDIR": str(run / "tmp")}
+    environment = {**os.environ, "DOCKER_HOST": lane, "TMPDIR": str(run / "tmp"), ENGINE_ONLY: "1"}
     command = [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", f"--basetemp={run}/t"]
     done = subprocess.run(
         [*command, *FILES], cwd=ROOT, env=environment, capture_output=True, text=True, timeout=1800

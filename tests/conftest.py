@@ -38,10 +38,13 @@ def reaches_an_engine(item: pytest.Item) -> bool:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if os.environ.get(ENGINE_ONLY) != "1":
         return
-    dropped = [item for item in items if not reaches_an_engine(item)]
+    kept: list[pytest.Item] = []
+    dropped: list[pytest.Item] = []
+    for item in items:
+        (kept if reaches_an_engine(item) else dropped).append(item)
     if dropped:
         config.hook.pytest_deselected(items=dropped)
-        items[:] = [item for item in items if reaches_an_engine(item)]
+        items[:] = kept
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import sys
+import threading
+import traceback
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -185,6 +188,36 @@ async def test_an_exec_that_outlives_timeout_and_grace_restarts_the_container(
         assert after.stdout == "hello\n"  # /tmp emptied, the workspace kept
     finally:
         await sandbox.stop()
+
+
+def _threads_in(module: str) -> list[str]:
+    """The threads whose stack is in `module` now."""
+    return [
+        thread.name
+        for thread in threading.enumerate()
+        if (frame := sys._current_frames().get(thread.ident or 0)) is not None
+        and any(module in entry.filename for entry in traceback.extract_stack(frame))
+    ]
+
+
+async def test_a_cancelled_commands_thread_ends_when_the_sandbox_stops(
+    sandbox_image: str, workspace: Path
+) -> None:
+    """A job cancelled mid-command leaves the command's thread reading the runner's stream; the engine
+    keeps that stream open after the container is removed, so only the sandbox's stop can end it. A thread
+    left reading is joined at exit: a server would collect them, and a process would never exit."""
+    sandbox = Sandbox(connect(), Owner("test-" + os.urandom(4).hex()))
+    await sandbox.start(workspace, {}, "cj-cancelled", "A", SPEC)
+    try:
+        await sandbox.exec("true", timeout_s=10)  # the runner is up
+        with anyio.move_on_after(1):
+            await sandbox.exec("sleep 300", timeout_s=300)
+    finally:
+        await sandbox.stop()
+    with anyio.move_on_after(10):
+        while _threads_in("command_runner.py") or _threads_in("disk_watch.py"):
+            await anyio.sleep(0.1)
+    assert not _threads_in("command_runner.py") and not _threads_in("disk_watch.py")
 
 
 async def test_output_floods_are_capped_with_a_note(box: Sandbox) -> None:

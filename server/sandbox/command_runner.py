@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import json
 import select
+import socket
 import struct
 from collections.abc import Callable
 from typing import Any
@@ -125,8 +126,8 @@ class RunnerGone(Exception):
 class Runner:
     """The host's end of one container's runner: `run` one command at a time (blocking)."""
 
-    def __init__(self, socket: Any) -> None:
-        self._socket, self._buffer = socket, bytearray()
+    def __init__(self, stream: Any) -> None:
+        self._socket, self._buffer = stream, bytearray()
 
     @classmethod
     def start(cls, api: Any, container_id: str, user: str) -> Runner | None:
@@ -183,8 +184,13 @@ class Runner:
                 raise RunnerGone(f"the runner sent {tag!r}")
 
     def close(self) -> None:
-        # docker-py hands back a SocketIO, whose close leaves the socket under it open
+        # docker-py hands back a SocketIO, whose close leaves the socket under it open. The shutdown is
+        # what wakes a thread still reading (a cancelled command's): a close alone does not, and the
+        # engine keeps the stream open after the container is removed, so that thread waited for ever.
         under = getattr(self._socket, "_sock", None)
+        with contextlib.suppress(OSError):
+            if under is not None:
+                under.shutdown(socket.SHUT_RDWR)
         with contextlib.suppress(OSError):
             self._socket.close()
             if under is not None:

@@ -342,6 +342,8 @@ class Sandbox:
             self._runners.drop(runner)
         finally:
             watched = watcher.finish()
+        if self.container is None:  # stopped meanwhile (a cancelled job's command): nothing to reap
+            return exit_code, out, err, Settled(), watched
         if not reaped and generation == self._generation and not self._nothing_left():
             self._reap()
         return exit_code, out, err, self._settle(), watched

@@ -16,6 +16,7 @@ import yaml
 
 from conclave.cli.main import main
 from conclave.config.presets import preset_paths
+from conclave.coordination.tally import by_answer
 from conclave.jobs.read.views import JobView
 from conclave.jobs.store.sql import Store
 from conclave.settings import Settings
@@ -193,6 +194,8 @@ def test_ask_json_then_status(capsys: pytest.CaptureFixture[str], trio: Path) ->
     assert view.state == "completed"
     assert view.result.consensus is True
     assert view.result.winner is not None and view.result.winner in view.result.tally
+    # the tally by answer is served, grouped from the result's tally and agree
+    assert view.by_answer == by_answer(view.result.tally, view.result.agree) and view.by_answer
     assert view.answer is not None and view.answer.startswith("FINAL: the team's answer")
     assert view.team == "fake-team"
     assert view.task == "What is six times seven?"

@@ -16,6 +16,7 @@ from rich.console import Console
 from conclave.cli.main import main
 from conclave.cli.render import render, tally_by_answer
 from conclave.coordination.reports import Leading
+from conclave.coordination.tally import by_answer
 from conclave.errors import TERMS, say, term
 from conclave.jobs.derived import Estimate
 from conclave.jobs.read.views import JobView
@@ -224,7 +225,10 @@ def a_view(**fields: object) -> JobView:
         "task": "What is 2 + 2?",
         "next": "-",
     }
-    return JobView.model_validate(base | fields)
+    view = JobView.model_validate(base | fields)
+    if "by_answer" in fields:
+        return view
+    return view.model_copy(update={"by_answer": by_answer(*view.votes())})  # as job_view serves it
 
 
 def shown(view: JobView, texts: dict[str, str] | None = None, width: int = 100) -> str:
@@ -241,6 +245,18 @@ def test_the_tally_groups_equivalent_answers() -> None:
     assert 'votes by answer: "4": A1 = B1 = C1, 3 votes' in out and "A1: 0" not in out
     split = a_view(tally={"A1": 1, "B1": 2, "C1": 0}, agree=[["A1", "C1"]])
     assert [group.text() for group in tally_by_answer(split, {})] == ["B1, 2 votes", "A1 = C1, 1 vote"]
+
+
+def test_the_cli_shows_the_tally_as_served_and_adds_no_votes_up() -> None:
+    """The grouping is the server's (JobView.by_answer): the CLI shows its groups and counts as they are,
+    whatever the per-answer tally beside it says."""
+    served = [{"labels": ["A1", "B1"], "votes": 7}, {"labels": ["C1"], "votes": 0}]
+    view = a_view(tally={"A1": 1, "B1": 2, "C1": 0}, agree=[], by_answer=served)
+    assert [group.text() for group in tally_by_answer(view, {"B1": "four"})] == [
+        '"4": A1 = B1, 7 votes',
+        "C1, 0 votes",
+    ]
+    assert 'votes by answer: "4": A1 = B1, 7 votes; C1, 0 votes' in shown(view, {"B1": "four"})
 
 
 def test_no_zero_vote_leader_and_no_empty_estimate() -> None:

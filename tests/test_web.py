@@ -356,6 +356,17 @@ def test_the_shipped_pages_have_no_inline_script_and_the_script_writes_no_markup
         assert sink not in code, f"app.js uses {sink}: model text must go through textContent"
 
 
+def test_the_page_shows_the_tally_as_served_and_adds_no_votes_up() -> None:
+    """The job page draws the tally by answer from JobView.by_answer, grouped once by the server (the
+    browser test compares the two); it reads no per-answer tally or groups to add up itself."""
+    code = (Path(__file__).resolve().parents[1] / "server" / "web" / "static" / "app.js").read_text()
+    body = re.search(r"^function tally\(view\) \{\n(.*?)^\}", code, re.MULTILINE | re.DOTALL)
+    assert body is not None, "app.js has no tally(view)"
+    drawn = body.group(1)
+    assert "view.by_answer" in drawn
+    assert not re.search(r"\.tally\b|\bagree\b|reduce\(|\+=", drawn), drawn
+
+
 def test_codes_and_sessions_expire_and_end(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sessions, "CODE_TTL_S", 0.05)  # a minute and 8 hours, made short to watch them end
     monkeypatch.setattr(sessions, "SESSION_TTL_S", 0.05)

@@ -237,6 +237,11 @@ def test_the_page_follows_a_job_live(served: tuple[str, FakeProviders, Gates, Pa
         )
         assert {winner, cy_label} in [set(group.split()) for group in groups], groups
         done = ask(base, "get_status", {"job_id": view.job_id})
+        rows = driver.execute_script(  # the tally as the server grouped it, nothing added up in the page
+            "return [...document.querySelectorAll('#tally [data-group]')]"
+            ".map(n => [n.dataset.group, Number(n.dataset.votes)])"
+        )
+        assert rows == [[" ".join(group.labels), group.votes] for group in done.by_answer], rows
         assert text_of(driver, "#final") == done.answer == PRESENTED  # as text: its <script> ran nothing
         added = driver.execute_script(
             "return [...document.querySelectorAll('#diff .d-add')].map(n => n.textContent)"

@@ -26,33 +26,28 @@ SPEND_COLUMNS = ("in", "cached", "out", "share")
 
 
 @dataclass(frozen=True)
-class AnswerVotes:
-    """Equivalent answers (the same final answer) and the votes they hold together."""
+class SaidVotes:
+    """A group of the served tally (JobView.by_answer) with what its answer says, when its text is known."""
 
     labels: tuple[str, ...]
     votes: int
-    says: str | None  # the short final answer, when its text is known
+    says: str | None  # the short final answer
 
     def text(self) -> str:
         said = f'"{self.says}": ' if self.says else ""
         return f"{said}{' = '.join(self.labels)}, {plural(self.votes, 'vote')}"
 
 
-def tally_by_answer(view: JobView, texts: Mapping[str, str]) -> list[AnswerVotes]:
-    """The tally grouped by answer: equivalent answers (view.agree) count together, most votes first."""
-    tally, agree = view.votes()
-    groups: list[tuple[str, ...]] = [tuple(sorted(group)) for group in agree]
-    grouped = {label for group in groups for label in group}
-    groups += [(label,) for label in tally if label not in grouped]
+def tally_by_answer(view: JobView, texts: Mapping[str, str]) -> list[SaidVotes]:
+    """The tally by answer as the server grouped it (view.by_answer), each group with its short answer."""
     found = []
-    for labels in groups:
-        votes = sum(tally.get(label, 0) for label in labels)
-        text = next((texts[label] for label in labels if label in texts), None)
+    for group in view.by_answer:
+        text = next((texts[label] for label in group.labels if label in texts), None)
         says = (final_answer(text, view.task) or "").removeprefix("#") if text else None
         if says and len(says) > SHOWN_ANSWER:
             says = says[: SHOWN_ANSWER - 3].rstrip() + "..."
-        found.append(AnswerVotes(labels, votes, says))
-    return sorted(found, key=lambda group: -group.votes)
+        found.append(SaidVotes(group.labels, group.votes, says))
+    return found
 
 
 def wrapped(text: str, width: int, style: str = "") -> Text:

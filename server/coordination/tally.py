@@ -111,6 +111,27 @@ class Board:
         return [answer for answer in answers if self.verdicts.get(answer.label) == "passed"]
 
 
+class AnswerVotes(_Value):
+    """Answers with the same final answer (one label when none agrees with it) and the votes they hold
+    together: the tally as a person reads it."""
+
+    labels: tuple[str, ...] = Field(description="the answers' labels, e.g. [A1, C1]")
+    votes: int = Field(description="valid votes for any of them")
+
+
+def by_answer(tally: Mapping[str, int], agree: Sequence[Sequence[str]]) -> list[AnswerVotes]:
+    """The tally grouped by answer: each group of agreeing answers counts together, every other answer
+    alone; most votes first (equal ones in the groups' order). The views serve it, so the CLI and the
+    web page show it without adding votes up themselves."""
+    groups = [tuple(sorted(group)) for group in agree]
+    grouped = {label for group in groups for label in group}
+    groups += [(label,) for label in tally if label not in grouped]
+    found = [
+        AnswerVotes(labels=labels, votes=sum(tally.get(label, 0) for label in labels)) for labels in groups
+    ]
+    return sorted(found, key=lambda group: -group.votes)
+
+
 def agreeing(latest: Sequence[Answer]) -> tuple[tuple[str, ...], ...]:
     """The current answers that agree (one key), in groups of two or more, in posting order."""
     groups: dict[str, list[str]] = {}

@@ -37,6 +37,7 @@ from conclave.coordination.reports import (
     VoteDiscardedEvent,
     VoteEvent,
 )
+from conclave.coordination.tally import AnswerVotes, by_answer
 from conclave.errors import Surface, say, term
 from conclave.jobs.derived import Estimate, FilesResult
 from conclave.jobs.store.sql import JobRow, JobState
@@ -86,6 +87,12 @@ class JobView(_View):
     winner_check: str | None = Field(
         default=None,
         description="with verify: the winner's check; whether it decided the vote, or none passed",
+    )
+    # Grouped here, once, for every reader: the CLI and the web page show it as served
+    by_answer: list[AnswerVotes] = Field(
+        default_factory=list,
+        description="the tally by answer: answers with the same final answer count together, most "
+        "votes first; the result's once done, the live one before",
     )
     estimate: Estimate | None = Field(default=None, description="while the job runs: what it may use")
     budget: dict[str, float] = Field(
@@ -436,7 +443,7 @@ def job_view(
             for a in progress.agents
         ]
         progress = progress.model_copy(update={"agents": shares})
-    return JobView(
+    view = JobView(
         job_id=row.id,
         state=row.state,
         phase=row.phase,
@@ -458,6 +465,7 @@ def job_view(
         thread=conversation if conversation and len(conversation) > 1 else [],
         next=next_hint(row.state, row.id, row.team_name),
     )
+    return view.model_copy(update={"by_answer": by_answer(*view.votes())})
 
 
 def job_result(row: JobRow) -> JobResult | None:

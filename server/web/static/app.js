@@ -131,17 +131,13 @@ function outcome(view) {
 }
 
 function tally(view) {
-  const standing = view.result || picture(view);  // the final tally once done, the live one before
-  const groups = (standing.agree || []).map((labels) => labels.slice());
-  const grouped = new Set(groups.flat());
-  for (const label of Object.keys(standing.tally || {})) if (!grouped.has(label)) groups.push([label]);
+  const groups = view.by_answer || [];  // grouped by the server (JobView.by_answer): the final tally once done
   if (!groups.length) return [el("p", { cls: "muted", text: "No valid votes." })];
-  const total = Math.max(1, ...groups.map((g) => g.reduce((n, l) => n + (standing.tally[l] || 0), 0)));
-  return groups.map((labels) => {
-    const votes = labels.reduce((n, l) => n + (standing.tally[l] || 0), 0);
+  const most = Math.max(1, ...groups.map((g) => g.votes));
+  return groups.map(({ labels, votes }) => {
     const bar = el("span", { cls: "meter-fill" });
-    bar.style.width = Math.round((100 * votes) / total) + "%";
-    return el("div", { cls: "tally-row", "data-group": labels.join(" ") }, [
+    bar.style.width = Math.round((100 * votes) / most) + "%";
+    return el("div", { cls: "tally-row", "data-group": labels.join(" "), "data-votes": String(votes) }, [
       el("span", { cls: "mono", text: labels.join(" = ") }),
       el("span", { cls: "meter" }, [bar]),
       el("span", { text: `${votes} vote${votes === 1 ? "" : "s"}` }),

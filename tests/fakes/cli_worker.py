@@ -47,6 +47,8 @@ class CliWorker:
     tool_names: list[str] = field(default_factory=list)  # the tools the first work request offered
 
     def __call__(self, request: RecordedRequest) -> Reply:
+        if (schema := _asked_schema(request.body, self.wire)) is not None:
+            return Reply(text=json.dumps(_filled(schema)))  # a CLI's side call: Gemini CLI's model router
         prompt = _first_user_text(request.body, self.wire)
         if DECISION_MARK in prompt:
             return self._decide(request, prompt)
@@ -106,6 +108,27 @@ def answer_held(worker: CliWorker, until: threading.Event) -> Callable[[Recorded
         return dataclasses.replace(reply, gate=until) if reply.text == worker.answer else reply
 
     return respond
+
+
+def _asked_schema(body: dict[str, Any], wire: str) -> dict[str, Any] | None:
+    """The JSON schema a tool-less Gemini request asks its answer to follow (Gemini CLI's model router
+    and its next-speaker check do): a model answers such a call with that JSON, never a tool call. Given
+    anything else, the CLI retries with backoff and then falls back, minutes later."""
+    if wire != "gemini" or body.get("tools"):
+        return None
+    config = body.get("generationConfig") or {}
+    schema = config.get("responseJsonSchema") or config.get("responseSchema")
+    return schema if isinstance(schema, dict) else None
+
+
+def _filled(schema: dict[str, Any]) -> Any:
+    """A value of `schema`: each property filled, an enum's first choice."""
+    if schema.get("enum"):
+        return schema["enum"][0]
+    kind = str(schema.get("type", "string")).lower()
+    if kind == "object":
+        return {name: _filled(sub) for name, sub in (schema.get("properties") or {}).items()}
+    return {"array": [], "boolean": False, "integer": 0, "number": 0}.get(kind, "a short reason")
 
 
 def _first_user_text(body: dict[str, Any], wire: str) -> str:

@@ -32,8 +32,9 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import anyio
 
@@ -44,9 +45,11 @@ from conclave.backends.local import model_file
 from conclave.backends.retry import RetryPolicy, complete
 from conclave.config.models import AgentSpec, Team
 from conclave.config.presets import resolve_team
+from conclave.coordination.agents import AgentFactory
 from conclave.coordination.answers import answer_key, matches
 from conclave.coordination.members import endpoint_factory, endpoint_of
 from conclave.jobs.request import JobRequest
+from conclave.jobs.run.environment import JobEnvironment
 from conclave.jobs.service import JobService
 from conclave.settings import Settings
 
@@ -167,6 +170,18 @@ async def members_and_sc(
                 await backend.aclose()
 
 
+@dataclass(frozen=True)
+class HeldServers:
+    """Real agents whose local model servers are the bench's pool, held across questions (production's
+    `EndpointAgents` starts them in the service's own pool, which stops one no job uses)."""
+
+    pool: LocalServers
+    probes: ClassVar[bool] = True
+
+    def factory(self, local_servers: LocalServers) -> AgentFactory:
+        return endpoint_factory(os.environ, self.pool)
+
+
 async def team_runs(
     team: Team, team_name: str, questions: list[dict[str, Any]], out: dict[str, Any], save: Any
 ) -> None:
@@ -182,11 +197,8 @@ async def team_runs(
         async with LocalServers() as pool:
             held = [await pool.acquire(option) for option in options]
             try:
-                async with JobService.open(
-                    Settings(home=Path(home)),
-                    environ=dict(os.environ),
-                    agent_factory=endpoint_factory(os.environ, pool),
-                ) as service:
+                jobs = JobEnvironment.of(Settings(home=Path(home)), dict(os.environ))
+                async with JobService.serve(replace(jobs, agents=HeldServers(pool))) as service:
                     for index, question in enumerate(questions):
                         entry = out["per_question"].setdefault(
                             str(question["id"]), {"question": question["question"]}

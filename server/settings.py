@@ -61,6 +61,9 @@ class Settings(BaseSettings):
     # Hosts every coding-agent CLI member may reach besides its provider's, comma-separated
     # (`llm.internal:8443,*.example.com`; sandbox/allowlist.py)
     egress_allow: Annotated[tuple[str, ...], NoDecode] = ()
+    # A CA (PEM file) that coding-agent CLI members' egress trusts besides the system's roots, e.g. a
+    # TLS-inspecting corporate proxy's: their egress proxies and containers add it (sandbox/route.py).
+    egress_ca: Path | None = None
     # Where a team file not in the user's team folder (a repository's, one named by path) may send a
     # variable as its key, comma-separated VARIABLE=host[:port|:*] (`MY_PROXY_KEY=llm.internal:8443`);
     # unset: nowhere but each provider's own endpoint (config/destinations.py).

@@ -22,8 +22,10 @@ from conclave.coordination.members import endpoint_factory
 from conclave.errors import InputError, OverLimit
 from conclave.jobs.read.views import JobView, structured
 from conclave.jobs.request import JobRequest
+from conclave.jobs.run.environment import JobEnvironment
 from conclave.jobs.service import JobService
 from conclave.settings import Settings
+from tests.fakes.agents import given_agents
 from tests.fakes.script import RecordedRequest, Reply, Script
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import KEY_ENV, TRIO, decide, install, team_data, vote_labels, voter, write_team
@@ -310,7 +312,7 @@ async def test_charges_with_and_without_a_cost_sum_to_every_known_cost(
         return ApiAgent(bob) if spec.model.endswith("bob") else made(spec)
 
     settings = Settings(home=tmp_path / "state")
-    async with JobService.open(settings, environ=ENV, retry=FAST, agent_factory=backends) as service:
+    async with JobService.serve(given_agents(JobEnvironment.of(settings, ENV, FAST), backends)) as service:
         view = await run_job(service, team)
         stored = await service.store.team_usage("fake-team")
     assert bob.calls >= 2 and bob.uncosted_tokens > 0, view.text()  # both kinds of charge came

@@ -18,9 +18,11 @@ from conclave.backends.base import Backend, Request, StreamEvent
 from conclave.coordination.agents import ApiAgent
 from conclave.coordination.members import endpoint_factory
 from conclave.jobs.request import JobRequest
+from conclave.jobs.run.environment import JobEnvironment
 from conclave.jobs.run.job_thread import SWITCH_S, JobThread
 from conclave.jobs.service import JobService
 from conclave.settings import Settings
+from tests.fakes.agents import given_agents
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import KEY_ENV, TRIO, install, voter, write_team
 from tests.fakes.waits import until_done
@@ -65,7 +67,7 @@ async def test_get_status_answers_while_the_jobs_loop_is_held(tmp_path: Path, fa
         return ApiAgent(made[-1])
 
     async with (
-        JobService.open(settings, environ=ENV, agent_factory=factory) as service,
+        JobService.serve(given_agents(JobEnvironment.of(settings, ENV), factory)) as service,
         Client(create_app(service, settings)) as client,
     ):
         job = await service.submit(JobRequest(task="What is 6 times 7?", team=team))

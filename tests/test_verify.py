@@ -19,8 +19,10 @@ import pytest
 from conclave.backends.retry import RetryPolicy
 from conclave.errors import InputError, SandboxUnavailable
 from conclave.jobs.request import JobRequest
+from conclave.jobs.run.environment import JobEnvironment
 from conclave.jobs.service import JobService
 from conclave.settings import Settings
+from tests.fakes.agents import given_agents
 from tests.fakes.calc_task import CALC, CHECK, TASK, agent, calc_project
 from tests.fakes.container_processes import container_processes
 from tests.fakes.script import Reply
@@ -407,7 +409,7 @@ async def test_the_caller_files_run_starts_with_the_job_before_its_agents_are_bu
         return real(spec)
 
     settings = Settings(home=tmp_path / "state")
-    async with JobService.open(settings, environ=ENV, retry=FAST, agent_factory=factory) as service:
+    async with JobService.serve(given_agents(JobEnvironment.of(settings, ENV, FAST), factory)) as service:
         request = JobRequest(
             task=TASK, team=team, context_paths=[{"path": str(project)}], verify=f"sleep 1.37; {CHECK}"
         )

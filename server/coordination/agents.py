@@ -33,6 +33,7 @@ from conclave.coordination.turn_context import TurnContext
 from conclave.coordination.turns import api_turn, present
 
 if TYPE_CHECKING:
+    from conclave.backends.llama_server import LocalServers
     from conclave.files.secrets import Secrets
     from conclave.sandbox.container import Sandbox
 
@@ -64,6 +65,21 @@ class Agent(Protocol):
 
 
 AgentFactory = Callable[[AgentSpec], Agent]
+
+
+class Agents(Protocol):
+    """How a process's jobs make their agents (members.py `EndpointAgents`), given once to the jobs'
+    environment (jobs/run/environment.py)."""
+
+    @property
+    def probes(self) -> bool:
+        """Whether its agents call the servers a team names (their `base_url`s), so a job is refused
+        when one does not answer (jobs/admission/reach.py)."""
+        ...
+
+    def factory(self, local_servers: LocalServers) -> AgentFactory:
+        """The jobs' agent factory; `local` agents start their model servers in `local_servers`."""
+        ...
 
 
 @dataclass

@@ -10,7 +10,7 @@ import random
 import string
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
 from conclave.backends import create_backend, create_scorer
 from conclave.backends.base import Endpoint, Usage
@@ -47,6 +47,17 @@ def endpoint_factory(environ: Mapping[str, str], local_servers: LocalServers | N
         return ApiAgent(create_backend(endpoint, local_servers=local_servers))
 
     return make
+
+
+@dataclass(frozen=True)
+class EndpointAgents:
+    """Agents for real providers and CLIs (`endpoint_factory`), keys and logins read from `environ`."""
+
+    environ: Mapping[str, str]
+    probes: ClassVar[bool] = True  # a team's own servers are checked to answer before its job runs
+
+    def factory(self, local_servers: LocalServers) -> AgentFactory:
+        return endpoint_factory(self.environ, local_servers)
 
 
 def endpoint_of(spec: AgentSpec, environ: Mapping[str, str]) -> Endpoint:

@@ -26,7 +26,6 @@ CLI passes none and sees all.
 from __future__ import annotations
 
 import asyncio
-import os
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -39,11 +38,8 @@ from anyio.abc import TaskGroup
 from conclave.backends.llama_server import LocalServers
 from conclave.backends.retry import RetryPolicy
 from conclave.config.models import SandboxSpec, Team
-from conclave.coordination.agents import AgentFactory
 from conclave.coordination.check_pool import CheckPool
-from conclave.coordination.members import endpoint_factory
 from conclave.errors import InputError, JobFinished, QueueUnavailable
-from conclave.files.kept import Kept
 from conclave.jobs.admission.access import Access
 from conclave.jobs.admission.admit import Admission
 from conclave.jobs.context.steering import Steering, checked_note, delivered
@@ -51,6 +47,7 @@ from conclave.jobs.lookup import JobLookup
 from conclave.jobs.queue import JobQueue
 from conclave.jobs.read.views import JobView
 from conclave.jobs.request import JobRequest
+from conclave.jobs.run.environment import JobEnvironment
 from conclave.jobs.run.job_thread import JobThread
 from conclave.jobs.run.lifecycle import Lifecycle, runnable_here
 from conclave.jobs.store.async_store import AsyncStore
@@ -60,7 +57,6 @@ from conclave.jobs.upkeep.maintenance import prune_old_jobs, sweep_leftovers, wa
 from conclave.jobs.upkeep.readiness import Readiness, readiness
 from conclave.jobs.upkeep.takeover import take_over
 from conclave.sandbox.container import container_user
-from conclave.sandbox.route import DIRECT, EgressRoute
 from conclave.settings import MAX_WAIT_S, Settings
 
 POLL_S = 0.2  # a job another process runs: how often its waiters here look at the store
@@ -77,24 +73,24 @@ class JobService:
 
     def __init__(
         self,
-        settings: Settings,
+        jobs: JobEnvironment,
         store: AsyncStore,
-        jobs: JobThread,
+        thread: JobThread,
         lifecycle: Lifecycle,
-        environ: Mapping[str, str],
         owner_id: str,
         access: Access | None = None,
-        probe: bool = True,
         queue: JobQueue | None = None,
     ) -> None:
+        settings, environ = jobs.settings, jobs.environ
         self.settings, self.store = settings, store
         self.access = access or Access.local(settings, environ)
         self._environ = environ
         self._owner_id = owner_id
-        self._thread, self._jobs = jobs, lifecycle  # the jobs run on the thread's loop, never on ours
+        self._thread, self._jobs = thread, lifecycle  # the jobs run on the thread's loop, never on ours
         self.queue = queue  # a front's: the jobs it admits wait there for a worker
         # a front's jobs wait owned by the queue, and its callers' lines are the queue's, every front's
         admitter = QUEUE_OWNER if queue is not None else owner_id
+        probe = jobs.agents.probes
         self._admission = Admission(
             settings, store, self.access, environ, admitter, probe=probe, runs_jobs=queue is None
         )
@@ -110,17 +106,25 @@ class JobService:
         settings: Settings,
         *,
         environ: Mapping[str, str] | None = None,
-        agent_factory: AgentFactory | None = None,
         retry: RetryPolicy | None = None,
         access: Access | None = None,
         check_pool: bool = False,
-        route: EgressRoute = DIRECT,
     ) -> AsyncIterator[JobService]:
-        """The service, for the body's life. `check_pool`: keep check containers started ahead of jobs
-        (coordination/check_pool.py), for a server that serves many; a one-job CLI run starts none.
-        `route`: how CLI members' egress reaches the hosts their allowlists admit, and the extra CA
-        their containers trust (sandbox/route.py); by default the hosts themselves, the system's roots."""
-        env = dict(os.environ if environ is None else environ)
+        """The service of production's job environment (jobs/run/environment.py `JobEnvironment.of`),
+        for the body's life: `serve`."""
+        jobs = JobEnvironment.of(settings, environ, retry)
+        async with cls.serve(jobs, access=access, check_pool=check_pool) as service:
+            yield service
+
+    @classmethod
+    @asynccontextmanager
+    async def serve(
+        cls, jobs: JobEnvironment, *, access: Access | None = None, check_pool: bool = False
+    ) -> AsyncIterator[JobService]:
+        """The service, for the body's life, its jobs sharing `jobs`. `check_pool`: keep check containers
+        started ahead of jobs (coordination/check_pool.py), for a server that serves many; a one-job CLI
+        run starts none."""
+        settings = jobs.settings
         sync_store = await anyio.to_thread.run_sync(Store.of, settings)
         owner_id = uuid.uuid4().hex
         try:
@@ -135,10 +139,9 @@ class JobService:
                 tg = await stack.enter_async_context(anyio.create_task_group())
                 wake = waker(store)
                 pool = check_pool and queue is None  # a front runs no checks: its workers do
-                side = JobsSide(settings, sync_store, wake, env, agent_factory, retry, pool, route)
+                side = JobsSide(jobs, sync_store, wake, pool)
                 async with JobThread.open(side.open) as (thread, lifecycle):
-                    probe = agent_factory is None
-                    service = cls(settings, store, thread, lifecycle, env, owner_id, access, probe, queue)
+                    service = cls(jobs, store, thread, lifecycle, owner_id, access, queue)
                     # the jobs of servers that died, before we serve; a front leaves them to the workers
                     adopt = adopter(settings, owner_id, thread, lifecycle) if queue is None else _no_adopt
                     await thread.call(adopt)
@@ -262,25 +265,20 @@ class JobsSide:
     use it; closing the pool stops any still running, so none outlives the service); the check pool's
     upkeep; the lifecycle."""
 
-    settings: Settings
+    jobs: JobEnvironment
     sync_store: Store
     wake: Callable[[str], None]
-    environ: Mapping[str, str]
-    agent_factory: AgentFactory | None
-    retry: RetryPolicy | None
     check_pool: bool
-    route: EgressRoute
     # a worker's jobs were admitted by a front, which could not check keys and servers: check them here;
     # a server that admits its own jobs checked them at admission, in this process
     admitted_elsewhere: bool = False
 
     async def _runnable(self, team: Team) -> None:
-        # a test's own agents have no server to probe
-        await runnable_here(team, self.environ, self.settings.sandbox_network, self.agent_factory is None)
+        await runnable_here(team, self.jobs)
 
     @asynccontextmanager
     async def open(self) -> AsyncIterator[Lifecycle]:
-        pool = _check_pool(self.settings, self.check_pool)
+        pool = _check_pool(self.jobs.settings, self.check_pool)
         async with (
             AsyncStore.open(self.sync_store, on_change=self.wake) as jobs_store,
             LocalServers() as local_servers,
@@ -288,19 +286,15 @@ class JobsSide:
         ):
             # the check pool lives on the jobs' loop, where the checks take from it
             pool_tg.start_soon(pool.keep, SandboxSpec(), lambda pid: not process_alive(pid))
-            factory = self.agent_factory or endpoint_factory(self.environ, local_servers)
+            factory = self.jobs.agents.factory(local_servers)
             steering = Steering(jobs_store)
             try:
-                kept = Kept.of(self.settings, self.environ)
                 yield Lifecycle(
-                    self.settings,
+                    self.jobs,
                     jobs_store,
                     factory,
-                    self.retry,
                     steering,
                     pool,
-                    self.route,
-                    kept,
                     runnable=self._runnable if self.admitted_elsewhere else None,
                 )
             finally:

@@ -31,11 +31,10 @@ import anyio.to_thread
 from anyio.abc import TaskGroup
 from pydantic import BaseModel, SecretStr, ValidationError
 
-from conclave.backends.retry import RetryPolicy
 from conclave.config.models import Team
-from conclave.coordination.agents import AgentFactory
 from conclave.errors import InputError, QueueUnavailable
 from conclave.jobs.queue import SETTING, JobQueue, QueueDepth, WorkerInfo
+from conclave.jobs.run.environment import JobEnvironment
 from conclave.jobs.run.job_thread import JobThread
 from conclave.jobs.run.lifecycle import Lifecycle
 from conclave.jobs.service import JobsSide, adopter, start_upkeep, waker
@@ -43,7 +42,6 @@ from conclave.jobs.store.async_store import AsyncStore
 from conclave.jobs.store.owners import QUEUE_OWNER
 from conclave.jobs.store.sql import Store
 from conclave.sandbox.endpoint import choose_endpoint
-from conclave.sandbox.route import DIRECT, EgressRoute
 from conclave.settings import Settings
 
 RETRY_S = 1.0  # a message this worker could not start a job for goes back on the queue this much later
@@ -129,17 +127,12 @@ class JobRunner:
             self.drain.set()
 
 
-async def run_worker(
-    settings: Settings,
-    *,
-    environ: Mapping[str, str] | None = None,
-    agent_factory: AgentFactory | None = None,
-    retry: RetryPolicy | None = None,
-    route: EgressRoute = DIRECT,
-) -> None:
-    """Run queued jobs until drained (see the module docstring)."""
+async def run_worker(settings: Settings, *, environ: Mapping[str, str] | None = None) -> None:
+    """Run queued jobs until drained (see the module docstring), keys and logins read from `environ`
+    (by default this process's)."""
     url = _queue_url(settings)
-    env = dict(os.environ if environ is None else environ)
+    jobs = JobEnvironment.of(settings, environ)
+    env = jobs.environ
     sync_store = await anyio.to_thread.run_sync(Store.of, settings)
     owner_id = uuid.uuid4().hex
     try:
@@ -148,17 +141,7 @@ async def run_worker(
             AsyncStore.open(sync_store) as store,
             anyio.create_task_group() as tg,
         ):
-            side = JobsSide(
-                settings,
-                sync_store,
-                waker(store),
-                env,
-                agent_factory,
-                retry,
-                True,
-                route,
-                admitted_elsewhere=True,
-            )
+            side = JobsSide(jobs, sync_store, waker(store), True, admitted_elsewhere=True)
             async with JobThread.open(side.open, name="conclave-worker-jobs") as (thread, lifecycle):
                 runner = JobRunner(settings, queue, thread, lifecycle, owner_id)
                 began = time.perf_counter()

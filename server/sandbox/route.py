@@ -9,8 +9,8 @@ The default, `DIRECT`, resolves the host name and trusts the system's roots alon
 `extra_ca` has that PEM file trusted too: the proxy loads it for the providers it calls itself (a key
 login, sandbox/provider_key.py), and the member's container gets it read-only at `CA_PATH` with the
 variables that make each CLI add it to its roots (sandbox/member.py), e.g. the CA of a TLS-inspecting
-corporate proxy. The route is given once, where the job service is built (`JobService.open(route=...)`),
-and handed down to each member's proxy.
+corporate proxy (CONCLAVE_EGRESS_CA). The route is decided once, with what every job shares
+(jobs/run/environment.py `JobEnvironment`), and handed down to each member's proxy.
 """
 
 from __future__ import annotations

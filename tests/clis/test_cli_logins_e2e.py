@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 import anyio
@@ -24,6 +25,7 @@ from conclave.backends.retry import RetryPolicy
 from conclave.cli.doctor import run_checks
 from conclave.config.presets import resolve_team
 from conclave.jobs.request import JobRequest
+from conclave.jobs.run.environment import JobEnvironment
 from conclave.jobs.service import JobService
 from conclave.settings import Settings
 from tests.fakes.calc_task import TASK
@@ -96,7 +98,9 @@ async def test_claude_code_and_codex_work_from_the_users_login_files(
         "sandbox: {memory: 2g, cpus: 1}\n"
     )
     settings = Settings(home=tmp_path / "state")
-    async with JobService.open(settings, environ=environ, retry=FAST, route=hosts.redirect()) as service:
+    async with JobService.serve(
+        replace(JobEnvironment.of(settings, environ, FAST), route=hosts.redirect())
+    ) as service:
         listed = await service.lookup.teams()
         view = await service.submit(
             JobRequest(task=TASK, team=str(team), context_paths=[{"path": str(project)}], verify="pytest -q")
@@ -227,8 +231,8 @@ async def test_an_expired_login_is_refreshed_inside_the_container_only(
     team = tmp_path / "team.yaml"
     team.write_text(f"agents:\n  - model: cli/{cli}{model}\ncoordination: {{final: reuse}}\n")
     settings = Settings(home=tmp_path / "state")
-    async with JobService.open(
-        settings, environ={"HOME": str(home)}, retry=FAST, route=hosts.redirect()
+    async with JobService.serve(
+        replace(JobEnvironment.of(settings, {"HOME": str(home)}, FAST), route=hosts.redirect())
     ) as service:
         view = await cli_job(service, team, project)
         transcript = (await service.lookup.read(view.job_id, "transcript", None, 0, 100_000)).content
@@ -272,8 +276,8 @@ async def test_gemini_cli_works_from_a_google_login(
     hosts.script.set_default("gemini", worker)
     team = tmp_path / "team.yaml"
     team.write_text("agents:\n  - model: cli/gemini\ncoordination: {final: reuse}\nsandbox: {memory: 2g}\n")
-    async with JobService.open(
-        Settings(home=tmp_path / "state"), environ=environ, retry=FAST, route=hosts.redirect()
+    async with JobService.serve(
+        replace(JobEnvironment.of(Settings(home=tmp_path / "state"), environ, FAST), route=hosts.redirect())
     ) as service:
         view = await cli_job(service, team, project, verify="pytest -q")
         patch = (await service.lookup.read(view.job_id, "@diff", None, 0, 100_000)).content

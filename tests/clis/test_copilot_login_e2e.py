@@ -14,6 +14,7 @@ Needs the Docker engine and the CLI image; skips, saying how to get them, withou
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,7 @@ import pytest
 from conclave.backends.retry import RetryPolicy
 from conclave.cli.doctor import run_checks
 from conclave.config.presets import resolve_team
+from conclave.jobs.run.environment import JobEnvironment
 from conclave.jobs.service import JobService
 from conclave.sandbox.allowlist import allowlist_for
 from conclave.settings import Settings
@@ -65,7 +67,9 @@ async def test_copilot_cli_works_from_the_users_github_login(
     team = tmp_path / "team.yaml"
     team.write_text("agents:\n  - model: cli/copilot\ncoordination: {final: reuse}\nsandbox: {memory: 2g}\n")
     settings = Settings(home=tmp_path / "state")
-    async with JobService.open(settings, environ=environ, retry=FAST, route=hosts.redirect()) as service:
+    async with JobService.serve(
+        replace(JobEnvironment.of(settings, environ, FAST), route=hosts.redirect())
+    ) as service:
         listed = await service.lookup.teams()
         view = await cli_job(service, team, project, verify="pytest -q")
         patch = (await service.lookup.read(view.job_id, "@diff", None, 0, 100_000)).content

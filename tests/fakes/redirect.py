@@ -3,7 +3,7 @@
 A CLI that uses the user's own login (its credentials file) talks to its provider's real hosts over
 HTTPS (api.anthropic.com, chatgpt.com, ...), never to a base_url. To run that route end to end without
 the internet, a test gives the job service a `ProviderRedirect` as its route
-(`JobService.open(route=...)`, server/sandbox/route.py):
+(`JobService.serve(replace(JobEnvironment.of(...), route=...))`, server/sandbox/route.py):
 - the member's egress proxy still checks every request against the member's allowlist, then connects
   an admitted host to its fake's port on 127.0.0.1 instead of resolving the name (server/sandbox/egress.py);
 - the member's container gets the test CA that signed the fake's certificate as its extra CA, read-only,

@@ -26,6 +26,7 @@ from conclave.clis.cli_adapter import PLACEHOLDER_KEY
 from conclave.clis.runner import CliMember
 from conclave.config.loading import parse_team
 from conclave.jobs.request import JobRequest
+from conclave.jobs.run.environment import JobEnvironment
 from conclave.jobs.service import JobService
 from conclave.settings import Settings
 from tests.clis.conftest import hosts, project
@@ -144,8 +145,8 @@ async def test_a_key_for_the_official_api_goes_there_over_tls_from_the_host(
         "coordination: {max_answers_per_agent: 1, final: reuse, timeout_s: 900}\nsandbox: {memory: 2g}\n"
     )
     state = tmp_path / "state"
-    async with JobService.open(
-        Settings(home=state), environ=environ, retry=FAST, route=hosts.redirect()
+    async with JobService.serve(
+        dataclasses.replace(JobEnvironment.of(Settings(home=state), environ, FAST), route=hosts.redirect())
     ) as service:
         view = await cli_job(service, team, project)
     print(view.text())

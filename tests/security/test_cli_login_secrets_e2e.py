@@ -18,12 +18,14 @@ import base64
 import json
 import logging
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from conclave.backends.retry import RetryPolicy
 from conclave.jobs.request import JobRequest
+from conclave.jobs.run.environment import JobEnvironment
 from conclave.jobs.service import JobService
 from conclave.settings import Settings
 from tests.clis.conftest import hosts, project
@@ -155,7 +157,9 @@ async def test_a_prompt_injected_member_leaks_no_login_token(
     )
     settings = Settings(home=tmp_path / "state")
     environ = {"HOME": str(home), KEY: "fake-key-0123456789"}
-    async with JobService.open(settings, environ=environ, retry=FAST, route=hosts.redirect()) as service:
+    async with JobService.serve(
+        replace(JobEnvironment.of(settings, environ, FAST), route=hosts.redirect())
+    ) as service:
         context = [{"path": str(project), "permission": "write"}]
         view = await service.submit(
             JobRequest(task=TASK, team=str(team), context_paths=context, apply="force", verify="pytest -q")

@@ -38,9 +38,11 @@ from conclave.files.contexts import ContextPath
 from conclave.files.secrets import Secrets
 from conclave.files.workspaces import Workspaces
 from conclave.jobs.request import JobRequest
+from conclave.jobs.run.environment import JobEnvironment
 from conclave.jobs.service import JobService
 from conclave.sandbox.output import CommandResult
 from conclave.settings import Settings
+from tests.fakes.agents import given_agents
 from tests.fakes.calc_task import TASK, calc_project
 from tests.fakes.login_files import claude_credentials, codex_auth, copilot_config, gemini_oauth_creds
 from tests.fakes.waits import until_cli_done
@@ -176,7 +178,7 @@ async def test_a_job_keeps_a_leaked_login_out_of_every_file_and_text_it_returns(
         "coordination: {max_answers_per_agent: 1, final: reuse}\n"
     )
     settings = Settings(home=tmp_path / "state")
-    async with JobService.open(settings, environ=environ, retry=FAST, agent_factory=members) as service:
+    async with JobService.serve(given_agents(JobEnvironment.of(settings, environ, FAST), members)) as service:
         context = [{"path": str(project), "permission": "write"}]
         view = await service.submit(
             JobRequest(task=TASK, team=str(team), context_paths=context, apply="force", verify="pytest -q")
@@ -341,7 +343,7 @@ async def test_a_member_that_plants_its_peers_line_in_its_login_file_hides_nothi
         "coordination: {max_answers_per_agent: 1, final: reuse}\n"
     )
     settings = Settings(home=tmp_path / "state")
-    async with JobService.open(settings, environ=environ, retry=FAST, agent_factory=members) as service:
+    async with JobService.serve(given_agents(JobEnvironment.of(settings, environ, FAST), members)) as service:
         context = [{"path": str(project), "permission": "read"}]
         view = await service.submit(JobRequest(task=TASK, team=str(team), context_paths=context))
         view = await until_cli_done(service, view)

@@ -11,13 +11,12 @@ from __future__ import annotations
 import logging
 import socket
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import anyio
 
 from conclave.backends import preload
-from conclave.backends.retry import RetryPolicy
 from conclave.config.models import Team
 from conclave.coordination.agents import AgentFactory
 from conclave.coordination.check_pool import CheckPool
@@ -27,28 +26,26 @@ from conclave.coordination.orchestrator import Orchestrator, Resume
 from conclave.coordination.protocol_events import Steer
 from conclave.coordination.reports import CheckedEvent
 from conclave.errors import ConclaveError
-from conclave.files.kept import Kept
 from conclave.jobs.admission.reach import check_reachable
 from conclave.jobs.admission.team_shape import check_runnable
 from conclave.jobs.context.files import JobFileSteps, job_files
 from conclave.jobs.context.follow_ups import conversation_history
 from conclave.jobs.context.steering import Steering
+from conclave.jobs.run.environment import JobEnvironment
 from conclave.jobs.run.fair_share import FairShare
 from conclave.jobs.run.gc_freeze import Heap
 from conclave.jobs.run.store_sink import StoreJournal, StoreSink
 from conclave.jobs.store.async_store import AsyncStore
 from conclave.jobs.store.sql import ACTIVE_STATES, JobRow, JobState
-from conclave.sandbox.route import DIRECT, EgressRoute
-from conclave.settings import Settings
 
 logger = logging.getLogger(__name__)
 
 
-async def runnable_here(team: Team, environ: Mapping[str, str], sandbox_network: bool, probe: bool) -> None:
+async def runnable_here(team: Team, jobs: JobEnvironment) -> None:
     """Refuse, before it runs, a job this process cannot run: a key, a CLI's login or image, the
-    sandbox's network rule, and (with `probe`) a team's own server that does not answer."""
-    check_runnable(team, environ, sandbox_network)
-    if probe:
+    sandbox's network rule, and (when its agents call them) a team's own server that does not answer."""
+    check_runnable(team, jobs.environ, jobs.settings.sandbox_network)
+    if jobs.agents.probes:
         await check_reachable(team)
 
 
@@ -58,22 +55,20 @@ class Lifecycle:
 
     def __init__(
         self,
-        settings: Settings,
+        jobs: JobEnvironment,
         store: AsyncStore,
         factory: AgentFactory,
-        retry: RetryPolicy | None,
         steering: Steering,
         pool: CheckPool | None = None,
-        route: EgressRoute = DIRECT,
-        kept: Kept | None = None,
         *,
         runnable: Callable[[Team], Awaitable[None]] | None = None,
     ) -> None:
-        self.settings, self.store, self._factory, self._retry = settings, store, factory, retry
+        """`factory`: `jobs.agents`' own, made on the jobs' loop (where the local model servers live)."""
+        settings = jobs.settings
+        self.jobs, self.settings, self.store, self._factory = jobs, settings, store, factory
         # what a team needs where its job runs (keys, engines, its servers): a front admitted it unchecked
         self._runnable = runnable
-        self._kept = kept  # what this process keeps: never a job's folder (files/kept.py)
-        self.steering, self._route = steering, route  # CLI members' egress (sandbox/route.py)
+        self.steering = steering
         self.scopes: dict[str, anyio.CancelScope] = {}  # the jobs this process runs, by id
         self._abandoned: set[str] = set()  # ours until another server took them over
         self._files: dict[str, JobFileSteps] = {}  # the files of the jobs this process runs, by id
@@ -158,7 +153,7 @@ class Lifecycle:
         # the copy counts against the job's timeout; a resumed job's time so far too
         deadline = anyio.current_time() + timeout - (taken_over.elapsed if taken_over else 0.0)
         files = self._files[job_id] = job_files(
-            job_id, self.job_dir(job_id), team, options, self.settings, self._route, self._kept
+            job_id, self.job_dir(job_id), team, options, self.settings, self.jobs.route, self.jobs.kept
         )
         if not await self._copied(job_id, files, timeout):
             return
@@ -180,7 +175,7 @@ class Lifecycle:
             team,
             StoreSink(self.store, job_id),
             self._factory,
-            retry=self._retry,
+            retry=self.jobs.retry,
             limiters=self._provider_limits,
             files=files,
             deadline=deadline,

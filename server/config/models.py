@@ -53,7 +53,7 @@ class Price(_Strict):
 MEMBER_TOKENS_FIX = "give the most tokens (in and out, over the whole job) this member may use, e.g. 300000"
 
 
-class MemberBudget(_Strict):
+class MemberBudgetSpec(_Strict):
     """One member's own limit beside the job's (coordination.max_tokens): once its usage reaches it, the
     member takes no more turns and the job goes on with the others (coordination/orchestrator.py)."""
 
@@ -90,7 +90,7 @@ class AgentSpec(_Strict):
     max_attempts: Annotated[int, Field(ge=1, le=10)] = 4
     model_path: str | None = None
     price: Price | None = None
-    budget: MemberBudget | None = None  # this member's own limit, beside the job's
+    budget: MemberBudgetSpec | None = None  # this member's own limit, beside the job's
     # A coding-agent CLI member kept only when the user is logged in to its CLI (the subscriptions preset).
     if_logged_in: bool = False
 

@@ -20,7 +20,7 @@ BUDGET_REACHED = "budget reached"  # how a stopped job's reason begins
 MEMBER_LIMIT_REACHED = "its own token limit reached"  # how a member's drop begins
 
 
-class Budget:
+class JobBudget:
     """The limits of one job; None means no limit."""
 
     def __init__(self, max_tokens: int | None, max_cost_usd: float | None) -> None:

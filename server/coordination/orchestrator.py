@@ -8,8 +8,9 @@ The driver reads every answer before the protocol sees it (answers.py): its key,
 answer; and a presentation that changes the winning final answer is refused. With `verify`, each
 answer's check runs as a task beside the turns (verification.py) and comes back as `Verified`; with a
 budget, every Usage is charged to it (budget.py) and reaching it feeds the protocol a `Stop`. A
-steering note (`steer`) joins the same stream as a `Steer`; a follow-up's `history` and the thread's
-first job (`thread`, for the same letters) come from the caller (jobs/context/follow_ups.py).
+steering note (`steer`) joins the same stream as a `Steer`; a follow-up's `history` and its
+conversation's first job (`conversation_root`, for the same letters) come from the caller
+(jobs/context/follow_ups.py).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from conclave.backends.retry import RetryPolicy
 from conclave.config.models import Team
 from conclave.coordination import answers, picture, prompts, protocol
 from conclave.coordination.agents import AgentFactory
-from conclave.coordination.budget import Budget
+from conclave.coordination.budget import JobBudget
 from conclave.coordination.cli_turns import CLI_WORK
 from conclave.coordination.job_files import Files, NoFiles
 from conclave.coordination.journal import Journal
@@ -114,7 +115,7 @@ class Orchestrator:
         verifier: Verifier | None = None,
         deadline: float | None = None,
         history: str = "",
-        thread: str | None = None,
+        conversation_root: str | None = None,
         journal: Journal | None = None,
         resume: Resume | None = None,
     ) -> None:
@@ -129,9 +130,9 @@ class Orchestrator:
         self.files: Files = files or NoFiles()  # a job without context paths: calls that do nothing
         self.verifier = verifier
         rules = team.coordination
-        self.budget = Budget(rules.max_tokens, rules.max_cost_usd)
-        # a follow-up's agents keep the letters of the thread's first job (the same team, the same seed)
-        letters = assign_letters(len(team.agents), seed_for(thread or job_id))
+        self.budget = JobBudget(rules.max_tokens, rules.max_cost_usd)
+        # a follow-up's agents keep the letters of the conversation's first job (same team, same seed)
+        letters = assign_letters(len(team.agents), seed_for(conversation_root or job_id))
         self.members = {
             letter: Member(spec, letter) for spec, letter in zip(team.agents, letters, strict=True)
         }

@@ -23,7 +23,7 @@ from typing import TypeVar
 
 from conclave.backends import check_ready
 from conclave.clis.logins import cli_ready
-from conclave.config.models import MAX_VERIFY_CHARS, AgentSpec, MemberBudget, Team
+from conclave.config.models import MAX_VERIFY_CHARS, AgentSpec, MemberBudgetSpec, Team
 from conclave.errors import ConfigError, InputError, OverLimit, term
 from conclave.settings import Settings
 
@@ -75,7 +75,7 @@ def _member_budgets(team: Team, asked: int | None, ceiling: int | None) -> list[
         own = agent.budget.max_tokens if agent.budget is not None else None
         whose = f"member {agent.model} of team {team.name!r}"
         limit = _bounded("max_tokens_per_member", asked, own, whose, ceiling, "CONCLAVE_MAX_MEMBER_TOKENS")
-        budget = MemberBudget(max_tokens=limit) if limit is not None else None
+        budget = MemberBudgetSpec(max_tokens=limit) if limit is not None else None
         agents.append(agent if budget == agent.budget else agent.model_copy(update={"budget": budget}))
     return agents
 

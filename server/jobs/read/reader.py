@@ -159,9 +159,9 @@ async def listing(store: Store, row: JobRow, workspaces: Workspaces | None = Non
 
 def _stored_entries(store: Store, row: JobRow) -> list[str]:
     """The listing's entries that come from the store (blocking: one reader-thread hop)."""
-    thread = ["thread"] if row.follow_up or store.has_follow_ups(row.id) else []
+    conversation = ["thread"] if row.follow_up or store.has_follow_ups(row.id) else []
     answers = [f"answers/{answer.label}" for answer in store.answers(row.id)]
-    return thread + answers + [f"verify/{label}" for label in check_outputs(store, row)]
+    return conversation + answers + [f"verify/{label}" for label in check_outputs(store, row)]
 
 
 async def _files(tree: Path) -> list[str]:

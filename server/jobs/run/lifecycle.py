@@ -158,7 +158,7 @@ class Lifecycle:
         if not await self._copied(job_id, files, timeout):
             return
         row = await self._job(job_id)
-        past, thread = (
+        past, conversation_root = (
             await self.store.read(conversation_history, self.store.sync, row) if row.follow_up else ("", None)
         )
         try:
@@ -181,7 +181,7 @@ class Lifecycle:
             deadline=deadline,
             verifier=verifier,
             history=past,
-            thread=thread,
+            conversation_root=conversation_root,
             journal=StoreJournal(self.store, job_id),
             resume=taken_over,
         )

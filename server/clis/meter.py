@@ -48,7 +48,13 @@ class Meter:
         if not final:
             # mid-run, a figure only grows: a lower one (an estimate before the first real report) waits
             usage = Usage(
-                *(max(now, then) for now, then in zip(_fields(usage), _fields(self.charged), strict=True))
+                *(max(now, then) for now, then in zip(_fields(usage), _fields(self.charged), strict=True)),
+                # the input charged is the estimate's while it is the larger: it stays marked as one
+                estimated_input_tokens=(
+                    usage.estimated_input_tokens
+                    if usage.input_tokens >= self.charged.input_tokens
+                    else self.charged.estimated_input_tokens
+                ),
             )
         # the CLI's own cost covers the whole run (Claude Code's, in its result): the difference takes
         # back the uncosted tokens of the run's earlier charges (backends/base.py `Usage`)

@@ -247,7 +247,8 @@ class CliMember:
         # a connection went out: its request may be billed, though the CLI may have printed nothing yet
         if not quiet:
             logger.info("%s: no usage reported by the run; charging an estimate", self.spec.model)
-        return Usage(len(prompt) // 4 + 1, len(stdout) // 4, 0), None
+        guessed = len(prompt) // 4 + 1  # marked: the usage says which input tokens are a guess
+        return Usage(guessed, len(stdout) // 4, 0, estimated_input_tokens=guessed), None
 
     async def _exec(
         self,

@@ -71,11 +71,14 @@ def test_a_killed_claude_code_run_is_charged_each_response_it_streamed() -> None
 @pytest.mark.parametrize("model", ["cli/codex", "cli/gemini", "cli/copilot"])
 def test_a_run_that_reported_no_tokens_is_charged_an_estimate(model: str) -> None:
     """Codex and Gemini CLI report tokens only when the run ends, Copilot CLI never in its stream: a
-    run killed after printing something is charged about four characters a token (a lower bound)."""
+    run killed after printing something is charged about four characters a token (a lower bound), its
+    input marked as an estimate (the usage, get_status, the CLI and the web view say so)."""
     member = _member(model)
     printed = _stream({"type": "item.started", "item": {"type": "command_execution", "command": "pytest"}})
     usage, cost = member.reported(PROMPT, printed)
-    assert usage == Usage(len(PROMPT) // 4 + 1, len(printed) // 4, 0) and cost is None
+    guessed = len(PROMPT) // 4 + 1
+    assert usage == Usage(guessed, len(printed) // 4, 0, estimated_input_tokens=guessed) and cost is None
+    assert usage.estimated
     assert member.reported(PROMPT, "") == (Usage(), None)  # killed before it printed anything
 
 

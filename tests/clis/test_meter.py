@@ -110,3 +110,28 @@ async def test_a_priced_claude_code_member_is_charged_its_price_midway_and_its_o
     await meter.update(output)
     await meter.update(output + _stream(_result(2000, 50, 0.04)), final=True)
     assert job.usage.cost_usd == pytest.approx(0.025 + 0.04) and not job.usage.cost_partial
+
+
+def codex() -> CliMember:
+    spec = parse_team({"agents": [{"model": "cli/codex", "api_key_env": "K"}]}, "t")
+    return CliMember.for_spec(spec.agents[0], {"K": "key-0123456789"})
+
+
+async def test_a_plan_runs_estimate_stays_marked_when_it_is_killed_and_goes_when_it_reports() -> None:
+    """Codex says its tokens only at the end: midway (a plan login has no proxy to meter its calls) the
+    run is charged an estimate, marked; a run killed keeps the mark, a run that reports loses it."""
+    job = Job(codex())
+    printed = _stream({"type": "item.started", "item": {"type": "command_execution", "command": "pytest"}})
+    meter = job.meter()
+    await meter.update(printed)
+    guessed = len(PROMPT) // 4 + 1
+    assert job.usage.estimated_input_tokens == guessed and job.usage.input_tokens == guessed
+    await meter.update(printed + printed)  # more output: the input estimate is unchanged, still marked
+    await meter.update(printed + printed, final=True)  # killed: what was estimated stays, marked
+    assert job.usage.estimated_input_tokens == guessed
+
+    meter = job.meter()
+    await meter.update(printed)
+    done = {"type": "turn.completed", "usage": {"input_tokens": 900, "output_tokens": 30}}
+    await meter.update(printed + _stream(done), final=True)  # its own report replaces its estimate
+    assert job.usage.input_tokens == guessed + 900 and job.usage.estimated_input_tokens == guessed

@@ -14,7 +14,7 @@ from conclave.files.agent_tools import MAX_MATCHES, AgentTools
 pytestmark = pytest.mark.anyio
 
 
-class Runner:
+class RecordingSandbox:
     def __init__(self) -> None:
         self.commands: list[tuple[str, float]] = []
 
@@ -39,7 +39,7 @@ def tools(tmp_path: Path) -> AgentTools:
     (tmp_path / "secret.txt").write_text("outside")
     os.symlink(tmp_path / "secret.txt", workspace / "proj" / "link.txt")
     os.symlink(tmp_path, workspace / "escape")
-    return AgentTools(workspace, peers=lambda: {"B": peer}, runner=Runner())
+    return AgentTools(workspace, peers=lambda: {"B": peer}, sandbox=RecordingSandbox())
 
 
 async def call(tools: AgentTools, name: str, **args: Any) -> str:
@@ -123,7 +123,7 @@ async def test_every_tool_refuses_paths_that_leave_the_root(tools: AgentTools, n
 async def test_run_command_goes_to_the_sandbox_with_a_bounded_timeout(tools: AgentTools) -> None:
     assert "ran pytest -q" in await call(tools, "run_command", command="pytest -q", timeout_s=30)
     assert "timeout_s" in await call(tools, "run_command", command="sleep 1", timeout_s=10_000)
-    assert tools.runner.commands == [("pytest -q", 30.0)]  # type: ignore[union-attr]
+    assert tools.sandbox.commands == [("pytest -q", 30.0)]  # type: ignore[union-attr]
 
 
 async def test_no_sandbox_means_no_command_tool(tmp_path: Path) -> None:

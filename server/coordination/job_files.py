@@ -250,7 +250,7 @@ class JobFiles:
             workspace=self.workspaces.rooted(self.workspaces.agent(letter)),
             folders=() if self._root else self._folders,
             peers=lambda: self.workspaces.peer_view(letter),
-            runner=self._sandboxes.get(letter),
+            sandbox=self._sandboxes.get(letter),
             owner=container_user(),
             disk=self._budget.agent(letter) if self._budget is not None else None,
         )

@@ -52,8 +52,8 @@ SEARCH_BUDGET_S = 5.0  # one search's time, the pattern's matching included
 ToolHandler = Callable[[dict[str, Any]], Awaitable[str]]
 
 
-class CommandRunner(Protocol):
-    """Runs a shell command in the agent's sandbox (sandbox.Sandbox is one); its result may carry
+class CommandSandbox(Protocol):
+    """Where the agent's shell commands run (sandbox.Sandbox is one): `exec` runs one; its result may carry
     `workspace_bytes`, the workspace's size measured after the command."""
 
     async def exec(self, command: str, timeout_s: float, max_bytes: int | None = None) -> Any: ...
@@ -81,7 +81,7 @@ class AgentTools:
 
     workspace: Path
     peers: Callable[[], Mapping[str, Path]]  # peer letter -> its latest snapshot (read-only)
-    runner: CommandRunner | None = None
+    sandbox: CommandSandbox | None = None  # None: no run_command tool
     owner: tuple[int, int] | None = None  # who owns files written for the sandbox user
     disk: AgentDisk | None = None  # the job's disk budget, as this agent sees it
     # With several context paths the workspace root holds one folder each, and only they reach the
@@ -137,7 +137,7 @@ class AgentTools:
                 ),
             ),
         ]
-        if self.runner is not None:
+        if self.sandbox is not None:
             specs.append(
                 ToolSpec(
                     "run_command",
@@ -172,7 +172,7 @@ class AgentTools:
         handlers: dict[str, ToolHandler] = {
             name: _guarded(name, model, _threaded(fn)) for name, (model, fn) in sync.items()
         }
-        if self.runner is not None:
+        if self.sandbox is not None:
             handlers["run_command"] = _guarded("run_command", CommandArgs, self._run_command)
         return handlers
 
@@ -317,11 +317,11 @@ class AgentTools:
         return "\n".join(matches) or "no matches"
 
     async def _run_command(self, args: CommandArgs) -> str:
-        assert self.runner is not None
+        assert self.sandbox is not None
         if self.disk is None:
-            result = await self.runner.exec(args.command, float(args.timeout_s))
+            result = await self.sandbox.exec(args.command, float(args.timeout_s))
         else:  # the command is stopped as soon as the workspace outgrows what the budget leaves it
-            result = await self.runner.exec(args.command, float(args.timeout_s), max_bytes=self.disk.room())
+            result = await self.sandbox.exec(args.command, float(args.timeout_s), max_bytes=self.disk.room())
         text = str(result.as_text())
         measured = getattr(result, "workspace_bytes", None)
         if self.disk is not None and isinstance(measured, int):

@@ -75,7 +75,7 @@ JOB_ID = re.compile(r"cj-[0-9a-f]{12}")  # jobs/admission/admit.py new_job_id's 
 LATER_MEMBER = re.compile(r"(cj-[0-9a-f]{12})~[0-9]{1,9}")
 MOVE_BATCH = 100  # due later messages moved onto the stream per look
 
-MessageRunner = Callable[[str], Awaitable[None]]
+MessageHandler = Callable[[str], Awaitable[None]]
 
 
 class WorkerInfo(BaseModel):
@@ -190,12 +190,12 @@ class JobQueue:
         await self.redis.zadd(LATER, {f"{job_id}~{attempt}": time.time() + delay_s})
 
     @asynccontextmanager
-    async def work(self, name: str, concurrency: int, runner: MessageRunner) -> AsyncIterator[None]:
-        """Take messages as consumer `name`, at most `concurrency` at once, each run by `runner`, for the
+    async def work(self, name: str, concurrency: int, handle: MessageHandler) -> AsyncIterator[None]:
+        """Take messages as consumer `name`, at most `concurrency` at once, each run by `handle`, for the
         body's life. Leaving stops it gracefully: it takes no more messages and waits for those it runs
         (their jobs) to end, acknowledging each."""
         await self._ensure_group()
-        taker = _Taker(self, name, concurrency, runner)
+        taker = _Taker(self, name, concurrency, handle)
         async with anyio.create_task_group() as tg:
             tg.start_soon(taker.run)
             try:
@@ -269,8 +269,8 @@ class _Taker:
     """One worker's consumer on the stream: takes messages while it has a free slot, runs each, keeps
     its claims on them renewed, and moves due later messages onto the stream."""
 
-    def __init__(self, queue: JobQueue, name: str, concurrency: int, runner: MessageRunner) -> None:
-        self.queue, self.name, self.concurrency, self.runner = queue, name, concurrency, runner
+    def __init__(self, queue: JobQueue, name: str, concurrency: int, handle: MessageHandler) -> None:
+        self.queue, self.name, self.concurrency, self.handle = queue, name, concurrency, handle
         self.stop = anyio.Event()  # set: take no more messages; those running finish
         self.running: set[bytes] = set()  # the stream ids of the messages being run
         self._freed = anyio.Event()  # set when a message's run ends (a fresh one after each wait)
@@ -324,7 +324,7 @@ class _Taker:
 
     async def _run_one(self, message_id: bytes, job_id: str) -> None:
         try:
-            await self.runner(job_id)
+            await self.handle(job_id)
         except Exception:  # a bug in running it: said, and the message is done (its job is the store's)
             logger.exception("the queue's message for job %s failed", job_id)
         try:

@@ -5,7 +5,7 @@ A worker is a server without callers: the jobs' loop and thread (jobs/run/job_th
 (jobs/upkeep/maintenance.py: it heartbeats the leases of the jobs it runs, takes the cancels and notes
 fronts leave in the store, and takes over the jobs of workers that died: jobs/upkeep/takeover.py), and a
 consumer taking the queue's messages, at most CONCLAVE_MAX_JOBS at once. Each message runs
-`JobRunner`: it takes the fairest waiting job from the store (`Store.take_queued`), runs it to its
+`Worker`: it takes the fairest waiting job from the store (`Store.take_queued`), runs it to its
 end, and takes the next while jobs wait; when it could take none (its caller's share here is full),
 it puts the message back for another worker.
 
@@ -48,8 +48,8 @@ RETRY_S = 1.0  # a message this worker could not start a job for goes back on th
 IDLE_S = 0.5  # draining: how often it looks whether its last jobs (taken-over ones too) have ended
 
 
-class JobRunner:
-    """What the queue's messages run on this worker (on the serving loop; the jobs run on theirs)."""
+class Worker:
+    """This worker: what the queue's messages run on it (on the serving loop; the jobs run on theirs)."""
 
     def __init__(
         self, settings: Settings, queue: JobQueue, thread: JobThread, lifecycle: Lifecycle, owner_id: str
@@ -143,14 +143,14 @@ async def run_worker(settings: Settings, *, environ: Mapping[str, str] | None = 
         ):
             side = JobsSide(jobs, sync_store, waker(store), True, admitted_elsewhere=True)
             async with JobThread.open(side.open, name="conclave-worker-jobs") as (thread, lifecycle):
-                runner = JobRunner(settings, queue, thread, lifecycle, owner_id)
+                worker = Worker(settings, queue, thread, lifecycle, owner_id)
                 began = time.perf_counter()
                 loaded = await thread.call(lifecycle.preload)  # before it takes a job
                 warm = f"provider SDKs loaded in {time.perf_counter() - began:.1f} s: {', '.join(loaded)}"
-                adopt = _unless_draining(adopter(settings, owner_id, thread, lifecycle), runner)
+                adopt = _unless_draining(adopter(settings, owner_id, thread, lifecycle), worker)
                 await thread.call(adopt)  # the jobs of workers that died, before taking new ones
                 start_upkeep(settings, owner_id, thread, lifecycle, adopt, tg)
-                await _work(settings, queue, runner, env, tg, warm)
+                await _work(settings, queue, worker, env, tg, warm)
                 tg.cancel_scope.cancel()
     finally:
         sync_store.close()
@@ -159,7 +159,7 @@ async def run_worker(settings: Settings, *, environ: Mapping[str, str] | None = 
 async def _work(
     settings: Settings,
     queue: JobQueue,
-    runner: JobRunner,
+    worker: Worker,
     environ: Mapping[str, str],
     tg: TaskGroup,
     warm: str,
@@ -168,41 +168,41 @@ async def _work(
     says what it loaded before (shown as it starts taking them)."""
     host = socket.gethostname()
     info = WorkerInfo(
-        id=runner.owner_id,
+        id=worker.owner_id,
         host=host,
         pid=os.getpid(),
         engine=choose_endpoint(environ).chosen_by,
         max_jobs=settings.max_jobs,
         seen=time.time(),
     )
-    tg.start_soon(_drain_on_signals, runner)
+    tg.start_soon(_drain_on_signals, worker)
     # listed before it says it takes jobs: `conclave doctor` run after that line shows it (the heartbeat's
     # first listing, in a task of its own, came after the line on a slow machine)
-    await runner.queue.register(info)
-    tg.start_soon(runner.keep_listed, info)
-    name = f"{host}#{os.getpid()}#{runner.owner_id[:8]}"
+    await worker.queue.register(info)
+    tg.start_soon(worker.keep_listed, info)
+    name = f"{host}#{os.getpid()}#{worker.owner_id[:8]}"
     try:
-        async with queue.work(name, settings.max_jobs, runner):
+        async with queue.work(name, settings.max_jobs, worker):
             print(
-                f"conclave worker {runner.owner_id} on {host}: taking up to {settings.max_jobs} jobs"
+                f"conclave worker {worker.owner_id} on {host}: taking up to {settings.max_jobs} jobs"
                 f" at once from {queue.shown} ({warm})",
                 file=sys.stderr,
                 flush=True,
             )
-            await runner.drain.wait()
+            await worker.drain.wait()
         # the queue's consumer took no more messages and waited for the ones it ran: their jobs have ended
-        while not await runner.idle():  # jobs taken over run beside the messages
+        while not await worker.idle():  # jobs taken over run beside the messages
             await anyio.sleep(IDLE_S)
     finally:
         with anyio.CancelScope(shield=True), suppress(Exception):
-            await queue.unregister(runner.owner_id)
-    print(f"conclave worker {runner.owner_id}: drained, exiting", file=sys.stderr, flush=True)
+            await queue.unregister(worker.owner_id)
+    print(f"conclave worker {worker.owner_id}: drained, exiting", file=sys.stderr, flush=True)
 
 
-async def _drain_on_signals(runner: JobRunner) -> None:
+async def _drain_on_signals(worker: Worker) -> None:
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async for signum in signals:
-            runner.start_draining(signal.Signals(signum).name)
+            worker.start_draining(signal.Signals(signum).name)
 
 
 def _queue_url(settings: Settings) -> SecretStr:
@@ -217,12 +217,12 @@ def _queue_url(settings: Settings) -> SecretStr:
 
 
 def _unless_draining(
-    adopt: Callable[[], Awaitable[list[str]]], runner: JobRunner
+    adopt: Callable[[], Awaitable[list[str]]], worker: Worker
 ) -> Callable[[], Awaitable[list[str]]]:
     """A draining worker claims no other worker's job."""
 
     async def maybe() -> list[str]:
-        return [] if runner.drain.is_set() else await adopt()
+        return [] if worker.drain.is_set() else await adopt()
 
     return maybe
 

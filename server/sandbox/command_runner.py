@@ -219,7 +219,7 @@ class Runner:
         return data
 
 
-class Runners:
+class RunnerSlot:
     """A container's runner: started when first needed, again after it died; none where it cannot run."""
 
     def __init__(self, enabled: bool = True) -> None:

@@ -60,7 +60,7 @@ import anyio.to_thread
 from conclave.config.models import SandboxSpec
 from conclave.errors import SandboxError, SandboxUnavailable
 from conclave.files.settling import Settled, settle
-from conclave.sandbox.command_runner import Runner, RunnerGone, Runners
+from conclave.sandbox.command_runner import Runner, RunnerGone, RunnerSlot
 from conclave.sandbox.disk_watch import Watched, Watcher, kill_user_processes
 from conclave.sandbox.engine import (
     ENGINE_NEEDS,
@@ -127,7 +127,7 @@ class Sandbox:
         self.uid, self.gid = container_user()
         self._workspace: Path | None = None
         self._cgroup: Path | None = None  # the container's pids cgroup on this host, once found
-        self._runners = Runners(self.use_runner)
+        self._runner_slot = RunnerSlot(self.use_runner)
         # Bumped when an overrunning exec is abandoned and the container restarted: that exec's thread,
         # still running, must then neither reap nor restart (it would kill the next command's container).
         self._generation = 0
@@ -153,7 +153,7 @@ class Sandbox:
             self._client = await anyio.to_thread.run_sync(connect)
         self.container = await anyio.to_thread.run_sync(self._create, job_id, letter, dict(peers), limits)
         api, user = self._client.api, f"{self.uid}:{self.gid}"  # the runner, ready before the first command
-        await anyio.to_thread.run_sync(self._runners.ahead, api, self.container.id, user, self._restart)
+        await anyio.to_thread.run_sync(self._runner_slot.ahead, api, self.container.id, user, self._restart)
         return self.container
 
     def _create(self, job_id: str, letter: str, peers: dict[str, Path], limits: SandboxSpec) -> Any:
@@ -331,7 +331,7 @@ class Sandbox:
             try:
                 exit_code, reaped = runner.run(argv, environment, out, err)
             except RunnerGone as gone:  # before the command started: the container stopped meanwhile
-                self._runners.drop(runner)
+                self._runner_slot.drop(runner)
                 again = None if gone.started else self._runner_or_none()  # (which restarts it)
                 if again is None:
                     raise
@@ -339,7 +339,7 @@ class Sandbox:
                 exit_code, reaped = runner.run(argv, environment, out, err)
         except RunnerGone:  # killed (by the command, the disk watcher, a restart): reap by an exec
             exit_code, reaped = 137, False
-            self._runners.drop(runner)
+            self._runner_slot.drop(runner)
         finally:
             watched = watcher.finish()
         if self.container is None:  # stopped meanwhile (a cancelled job's command): nothing to reap
@@ -350,7 +350,7 @@ class Sandbox:
 
     def _runner_or_none(self) -> Runner | None:
         api, user = self._client.api, f"{self.uid}:{self.gid}"
-        return self._runners.get(api, self.container.id, user, self._restart)
+        return self._runner_slot.get(api, self.container.id, user, self._restart)
 
     def _nothing_left(self) -> bool:
         """Whether the host sees only the keeper left in the container (leftovers.py); False when unsure."""
@@ -384,7 +384,7 @@ class Sandbox:
     def _restart(self) -> None:
         import docker
 
-        self._runners.close()
+        self._runner_slot.close()
         with contextlib.suppress(docker.errors.APIError):  # already stopped
             self.container.kill()
         self.container.start()
@@ -406,7 +406,7 @@ class Sandbox:
 
     async def _remove(self) -> None:
         container, self.container = self.container, None
-        self._runners.close()
+        self._runner_slot.close()
         if container is not None:
             with anyio.CancelScope(shield=True):
                 await anyio.to_thread.run_sync(remove_container, container)

@@ -69,7 +69,7 @@ async def test_a_command_that_fills_the_workspace_is_stopped_at_the_budget_and_b
     box: Sandbox, workspace: Path
 ) -> None:
     budget = DiskBudget(limit=1 * MB)
-    tools = AgentTools(workspace, peers=dict, runner=box, disk=budget.agent("A")).handlers()
+    tools = AgentTools(workspace, peers=dict, sandbox=box, disk=budget.agent("A")).handlers()
     ran = await tools["run_command"]({"command": "head -c 2000000 /dev/zero > big.bin && echo done"})
     assert "done" not in ran and "disk budget" in ran, ran  # stopped during the command (disk_watch.py)
     assert (workspace / "big.bin").stat().st_size <= 1 * MB

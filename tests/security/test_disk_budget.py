@@ -22,7 +22,7 @@ MARGIN = 64 * MB  # far below what the attacks write (600 MB, then 300 MB more)
 def tools(box: Sandbox, workspace: Path) -> tuple[DiskBudget, dict]:  # type: ignore[type-arg]
     budget = DiskBudget(limit=LIMIT)
     budget.measured("A", 0)
-    return budget, AgentTools(workspace, peers=dict, runner=box, disk=budget.agent("A")).handlers()
+    return budget, AgentTools(workspace, peers=dict, sandbox=box, disk=budget.agent("A")).handlers()
 
 
 async def test_one_command_cannot_write_600_mb_past_a_64_mb_budget(box: Sandbox, workspace: Path) -> None:

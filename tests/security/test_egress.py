@@ -210,7 +210,9 @@ async def test_the_agent_cannot_stop_or_replace_the_bridge(member: tuple[MemberS
         'for p in /proc/[0-9]*; do [ "$(cat $p/comm 2>/dev/null)" = conclave-egress ] && echo ${p#/proc/}; '
         "done"
     )
-    result = await box.exec(f"kill -9 $({relays}); sleep 0.3; {relays}", timeout_s=30)
+    # the pause: where a command runs as an exec (its runner did not start, on a loaded host), Podman
+    # drops what it writes before its attach is joined (sandbox/command_runner.py), kill's refusal too
+    result = await box.exec(f"sleep 0.2; kill -9 $({relays}); sleep 0.3; {relays}", timeout_s=30)
     assert result.stdout.strip(), "the relay (the keeper's) survives the agent's kill"
     assert "Operation not permitted" in result.stderr
     result = await box.exec(

@@ -29,7 +29,7 @@ import anyio
 from conclave.backends import create_backend
 from conclave.backends.base import Endpoint, Message, Request
 from conclave.backends.retry import complete
-from conclave.clis.runner import CliMember
+from conclave.clis.member import CliMember
 from conclave.config.loading import parse_team
 from conclave.config.models import SandboxSpec
 from conclave.sandbox.allowlist import allowlist_for

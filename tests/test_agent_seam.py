@@ -15,7 +15,7 @@ import pytest
 
 from conclave.backends.base import Scorer
 from conclave.backends.llama_server import LocalServers
-from conclave.clis.runner import CliMember
+from conclave.clis.member import CliMember
 from conclave.config.loading import parse_team
 from conclave.coordination.agents import ApiAgent, CliAgent, SplitAgent
 from conclave.coordination.members import endpoint_factory

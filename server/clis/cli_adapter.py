@@ -15,7 +15,7 @@ from conclave.sandbox.provider_wire import Wire
 
 SCHEMA_FILE = f"{HOME}/decision-schema.json"
 # A brief run's system prompt (a decision's or a presentation's: ours, in place of the CLI's own where it
-# lets us), written by the runner before each such run, like a decision's schema (runner.py `script`).
+# lets us), written by the member before each such run, like a decision's schema (member.py `script`).
 SYSTEM_FILE = f"{HOME}/decision-system.md"
 # What a key-mode CLI holds as its key inside its container: not a secret. Its egress proxy puts the real
 # key in its place on the way to the provider (sandbox/provider_key.py).
@@ -110,7 +110,7 @@ class CliAdapter(Protocol):
 
     def provider_url(self, login: Login) -> str | None:
         """Where this login's requests go when it is a key the container must never hold (its egress
-        proxy adds it: runner.py, sandbox/provider_key.py): its base_url, else the CLI's official API.
+        proxy adds it: member.py, sandbox/provider_key.py): its base_url, else the CLI's official API.
         None for a login the container holds: login files, OAuth and GitHub tokens."""
         ...
 

@@ -27,7 +27,7 @@ from conclave.sandbox.member import HOME
 from conclave.sandbox.provider_wire import Wire
 
 USAGE_FILE = f"{HOME}/copilot-usage.json"
-USAGE_MARK = "@@conclave-copilot-usage@@"  # the runner prints the usage file after this line
+USAGE_MARK = "@@conclave-copilot-usage@@"  # the member's run prints the usage file after this line
 WORK_TOOLS = ("bash", "read_bash", "stop_bash", "view", "create", "edit", "grep", "glob")
 DECISION_TOOLS = ("view",)
 

@@ -1,7 +1,7 @@
 """A CLI member's login, taken from the user's machine when the job starts: its endpoint's key, the
 user's key variable, or the CLI's login files (read no-follow, capped). A key stays on the host, with the
 member's egress proxy; login files go only into the member's private HOME inside its container
-(runner.py); neither into a workspace or a log."""
+(member.py); neither into a workspace or a log."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """A CLI run's usage charged while it runs, as its output reports it, so a job's budget can stop a long
-run in the middle (the stop cancels the turn, which kills the run: runner.py). A key login's run is
+run in the middle (the stop cancels the turn, which kills the run: member.py). A key login's run is
 charged by its egress proxy instead, call by call (`ProxyCharges`): what its CLI says of its tokens is
 not counted then.
 
@@ -10,7 +10,7 @@ not counted then.
 What counts as reported mid-run: Claude Code's per-response usage (`streamed_usage`: each response's
 `message_start` and `message_delta`), as the API billed it. Codex (`turn.completed`), Gemini CLI (the
 `result` event) and Copilot CLI (its usage file, at a clean exit) say their tokens only when the run ends,
-so until then the run is charged the estimate (clis/runner.py `reported`: four characters a token over
+so until then the run is charged the estimate (clis/member.py `reported`: four characters a token over
 the prompt and the printed stream, a lower bound). The final update charges the difference to the run's
 own total, which may take back part of an estimate (a negative delta in a field), so the member's usage
 ends at what its CLI reported. Claude Code's mid-run charges have no cost (it says one only in its

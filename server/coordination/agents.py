@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from conclave.backends.base import Backend, Scorer
-from conclave.clis.runner import CliMember
+from conclave.clis.member import CliMember
 from conclave.config.models import AgentSpec
 from conclave.coordination import prompts
 from conclave.coordination.cli_turns import cli_turn, presentation_answers
@@ -129,12 +129,12 @@ class SplitAgent(ApiAgent):
 
 @dataclass
 class CliAgent:
-    """A coding-agent CLI member (clis/runner.py), run in its own container (cli_turns.py)."""
+    """A coding-agent CLI member (clis/member.py), run in its own container (cli_turns.py)."""
 
     member: CliMember
 
     def attach(self, sandbox: Sandbox | None, secrets: Secrets) -> None:
-        """The CLI runs in this container, through its egress proxy (clis/runner.py `bind`); its
+        """The CLI runs in this container, through its egress proxy (clis/member.py `bind`); its
         login's values join the job's secrets, and each of its runs adds what its CLI refreshed to its
         own."""
         self.member.bind(sandbox, secrets=secrets)
@@ -152,7 +152,7 @@ class CliAgent:
         """Its answer as it stands when presenting would add nothing (cli_turns.py
         `presentation_answers`) or its CLI's brief run would still cost too much (Copilot CLI: its
         adapter's `presents`), else a brief run: the member is also a Backend whose reply is a run with
-        our system prompt and no work tools, about a decision's size (clis/runner.py)."""
+        our system prompt and no work tools, about a decision's size (clis/member.py)."""
         assert outcome.winner is not None
         answers = presentation_answers(shown, outcome.winner)
         if answers is None or not self.member.adapter.presents:

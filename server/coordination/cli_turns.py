@@ -21,7 +21,7 @@ run tells the protocol it did work (`CLI_WORK` is only reported), so a turn that
 cancelled like one that has only been thinking: a decision run, and a revision's work run (its answer
 would be written against answers that changed; the protocol never cancels a first answer's). A
 cancelled turn (stale, the job cancelled, its deadline, its budget) kills the CLI's whole process tree
-at once (clis/runner.py) and charges what it used; the next turn starts from the files as the killed
+at once (clis/member.py) and charges what it used; the next turn starts from the files as the killed
 run left them. The workspace is snapshotted by the orchestrator like any agent's.
 """
 
@@ -31,7 +31,7 @@ from typing import Any
 
 from conclave.backends.base import ToolCall
 from conclave.clis.cli_adapter import CliOutput, last_json_object
-from conclave.clis.runner import CliMember
+from conclave.clis.member import CliMember
 from conclave.coordination import diff_digest, prompts
 from conclave.coordination.protocol_events import (
     AnswerPosted,
@@ -79,7 +79,7 @@ async def cli_turn(
         return VoteCast(ctx.letter, action.turn_id, *settled)
     schema = decision_schema(action.labels, action.can_answer)
     # Only thinking: when a new answer makes it stale, the turn is cancelled, which kills the CLI's whole
-    # tree at once (clis/runner.py) and charges what its stream reported; the protocol asks again.
+    # tree at once (clis/member.py) and charges what its stream reported; the protocol asks again.
     prompt = decision_prompt(ctx, action, shown, files)
     output = await _run(ctx, member, prompt, schema, DECISION_SYSTEM)
     decision = output.structured or last_json_object(output.text) or {}

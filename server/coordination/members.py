@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, ClassVar, Protocol
 
 from conclave.backends import create_backend, create_scorer
 from conclave.backends.base import Endpoint, Usage
-from conclave.clis.runner import CliMember
+from conclave.clis.member import CliMember
 from conclave.config.models import AgentSpec
 from conclave.coordination.agents import Agent, AgentFactory, ApiAgent, CliAgent, SplitAgent
 from conclave.coordination.budget import MemberLimit

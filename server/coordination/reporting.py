@@ -4,7 +4,7 @@ beside it, and the result, built once from the protocol's outcome.
 The orchestrator (orchestrator.py) drives the job and hands this every event the protocol took; the
 progress itself is read from the protocol state by picture.py. Checks and their runs are kept here,
 since what a check found is a report (verification.py runs them). Every event's data has the job's
-secrets masked (files/secrets.py): a CLI member's text already is at its source (clis/runner.py),
+secrets masked (files/secrets.py): a CLI member's text already is at its source (clis/member.py),
 this catches any other way a value could reach the store.
 """
 

@@ -24,8 +24,8 @@ Choices:
   as the server's own uid/gid, so files agents write stay the server user's to read, diff and delete. The
   container's keeper (`sleep infinity` under docker-init) runs as another uid (`KEEPER`, nobody), which the
   agent's processes cannot signal.
-- Commands go through the container's runner (runner.py): one long-lived exec that starts each command,
-  since an engine exec per command cost more than most commands. Where the image cannot run it, each
+- Commands go through the container's runner (command_runner.py): one long-lived exec that starts each
+  command, since an engine exec per command cost more than most commands. Where the image cannot run it, each
   command is an exec of its own.
 - Background processes do not outlive their command: after every command (and after a timeout) the
   runner, as the command's user, sends `kill(-1, SIGKILL)`, which reaches every process of that user in
@@ -115,7 +115,7 @@ class Sandbox:
     grace_s = GRACE_S
     output_cap = OUTPUT_CAP
     reap_always = False  # True: never skip the reaping exec (a keeper that forks: member.py)
-    use_runner = True  # commands go through the in-container runner (runner.py) where it starts
+    use_runner = True  # commands go through the in-container runner (command_runner.py) where it starts
 
     def __init__(self, client: Any | None = None, owner: Owner = PROCESS_OWNER) -> None:
         # docker-py's objects are untyped (Any); each is None until `start` connects or creates it

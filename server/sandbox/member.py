@@ -102,7 +102,7 @@ class MemberSandbox(Sandbox):
         environment: dict[str, str] | None = None,
     ) -> None:
         """`egress`: the member's egress proxy, which its relay is attached to, and whose count of admitted
-        connections says whether a CLI run reached its provider at all (clis/runner.py charges no
+        connections says whether a CLI run reached its provider at all (clis/member.py charges no
         estimate for one that did not); `image`: default the CLI image, or the team's own when it names
         one; `environment`: constants added to the container's (no keys). The container trusts the extra
         CA of the proxy's route, if it has one (sandbox/route.py): its tunnels end where the route sends

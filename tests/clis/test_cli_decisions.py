@@ -21,7 +21,7 @@ from conclave.clis.cli_adapter import SYSTEM_FILE, Login
 from conclave.clis.codex import BRIEF_CATALOG, DEFAULT_MODEL, Codex
 from conclave.clis.copilot import Copilot
 from conclave.clis.gemini_cli import Gemini
-from conclave.clis.runner import CliMember
+from conclave.clis.member import CliMember
 from conclave.config.loading import parse_team
 from conclave.coordination.agents import CliAgent
 from conclave.coordination.cli_turns import (
@@ -151,7 +151,7 @@ def test_a_decision_run_leaves_out_the_clis_own_prompt_and_work_tools() -> None:
     assert "shell_tool" not in Codex().command("p", None, None, False, Login())
     assert Gemini().command("p", None, None, False, Login())[0] == "gemini"
     assert "bash" in Copilot().command("p", None, None, False, Login())
-    # the runner writes our system prompt where the decision run reads it, from the exec's environment
+    # the member writes our system prompt where the decision run reads it, from the exec's environment
     member, _ = _member_and_context()
     script, env = member.script("p", schema, DECISION_SYSTEM)
     assert f"> {SYSTEM_FILE}" in script and env["CONCLAVE_SYSTEM"] == DECISION_SYSTEM

@@ -143,7 +143,7 @@ async def test_a_run_that_never_reached_its_provider_is_charged_nothing(
     sees a request; the job is cancelled while Codex retries (or after it gave up). Its stream had
     started (thread.started, turn.started), which once earned the run an estimate of four characters a
     token: e2e's Codex decision run killed as stale before its request left was charged 173 tokens the
-    fake never billed. A run whose proxy admitted no connection is charged nothing (clis/runner.py)."""
+    fake never billed. A run whose proxy admitted no connection is charged nothing (clis/member.py)."""
     caplog.set_level(logging.INFO, logger="conclave.sandbox.egress")
     listener = socket.create_server(("127.0.0.1", 0))  # for the submit's reachability probe only
     url = f"http://127.0.0.1:{listener.getsockname()[1]}/v1"

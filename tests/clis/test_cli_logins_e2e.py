@@ -88,7 +88,7 @@ async def test_claude_code_and_codex_work_from_the_users_login_files(
     )
     codex = CliWorker("responses", "sed -i 's/return a - b/return a * b/' calc.py", "add() now multiplies.")
     # Codex's answer waits until Claude Code has voted on its own: no decision run is then cut short by
-    # a new answer (a killed Codex run is charged an estimate, clis/runner.py)
+    # a new answer (a killed Codex run is charged an estimate, clis/member.py)
     claude_voted = threading.Event()
     hosts.script.set_default("claude", claude).set_default("codex", answer_held(codex, claude_voted))
     team = tmp_path / "team.yaml"

@@ -14,7 +14,7 @@ from conclave.clis.codex import Codex
 from conclave.clis.copilot import USAGE_MARK, Copilot
 from conclave.clis.gemini_cli import Gemini
 from conclave.clis.logins import resolve_login
-from conclave.clis.runner import CliMember
+from conclave.clis.member import CliMember
 from conclave.config.loading import parse_team
 from conclave.config.presets import resolve_team
 from conclave.coordination.cli_turns import decision_schema

@@ -5,7 +5,7 @@ Codex answers (its fix), sees the API agent's answer and decides to write a new 
 run starts a `setsid` child through Codex's own shell tool, then waits on its model, which the fake holds
 (a gate the test never opens while the job runs). The test then lets the API agent post its second
 answer: the revision is moot, so its turn is cancelled (coordination/cli_turns.py: a CLI's work run does
-not count as the protocol's work) and the CLI's whole process tree is killed (clis/runner.py). Codex's
+not count as the protocol's work) and the CLI's whole process tree is killed (clis/member.py). Codex's
 next run decides on the current answers, the new one among them, and the job ends with a winner.
 """
 

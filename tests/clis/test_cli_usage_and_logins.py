@@ -13,7 +13,7 @@ from conclave.cli.doctor import run_checks
 from conclave.clis.claude_code import ClaudeCode
 from conclave.clis.copilot import Copilot
 from conclave.clis.logins import resolve_login
-from conclave.clis.runner import CliMember
+from conclave.clis.member import CliMember
 from conclave.config.clis import CLIS, keychain_user, login_fix, login_source
 from conclave.config.loading import parse_team
 from conclave.config.presets import resolve_team

@@ -9,8 +9,8 @@ import json
 import pytest
 
 from conclave.backends.base import Usage
+from conclave.clis.member import CliMember
 from conclave.clis.meter import Meter
-from conclave.clis.runner import CliMember
 from conclave.config.loading import parse_team
 from conclave.coordination.members import Member
 
@@ -50,7 +50,7 @@ class Job:
         return self.member.usage
 
     def meter(self) -> Meter:
-        """One run's meter, reading the run's output as the runner does (clis/runner.py)."""
+        """One run's meter, reading the run's output as the member does (clis/member.py)."""
         return Meter(
             lambda out: self.cli.streamed(PROMPT, out),
             lambda out: self.cli.reported(PROMPT, out),

@@ -23,7 +23,7 @@ import pytest
 
 from conclave.backends.retry import RetryPolicy
 from conclave.clis.cli_adapter import PLACEHOLDER_KEY
-from conclave.clis.runner import CliMember
+from conclave.clis.member import CliMember
 from conclave.config.loading import parse_team
 from conclave.jobs.request import JobRequest
 from conclave.jobs.run.environment import JobEnvironment

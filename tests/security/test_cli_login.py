@@ -15,7 +15,7 @@ import pytest
 
 from conclave.clis.claude_code import ClaudeCode
 from conclave.clis.cli_adapter import Login
-from conclave.clis.runner import CliMember
+from conclave.clis.member import CliMember
 from conclave.config.loading import parse_team
 from conclave.config.models import SandboxSpec
 from conclave.sandbox.allowlist import allowlist_for

@@ -60,7 +60,7 @@ LEAK = (
 CLAUDE_WORK = (
     LEAK.format(config="$CLAUDE_CONFIG_DIR", file=".credentials.json")
     # the access token alone, as the CLI refreshed it before its first request: only the read-back of
-    # its HOME after the run knows that one (clis/runner.py)
+    # its HOME after the run knows that one (clis/member.py)
     + "python3 -c \"import json, os; print(json.load(open(os.environ['CLAUDE_CONFIG_DIR'] + "
     + "'/.credentials.json'))['claudeAiOauth']['accessToken'])\" > token_only.txt; "
     + "sed -i 's/return a - b/return a + b/' calc.py; "

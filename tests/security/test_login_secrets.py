@@ -24,7 +24,7 @@ from conclave.backends.retry import RetryPolicy
 from conclave.cli.render import closing
 from conclave.clis.claude_code import ClaudeCode
 from conclave.clis.cli_adapter import Login
-from conclave.clis.runner import CliMember
+from conclave.clis.member import CliMember
 from conclave.config.loading import parse_team
 from conclave.config.models import AgentSpec
 from conclave.coordination.agents import Agent, CliAgent

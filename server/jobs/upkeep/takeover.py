@@ -15,7 +15,7 @@ server's engine, the dead one's containers for the job removed where that engine
 again. A coding-agent CLI member keeps no conversation between its runs (each is a fresh CLI process,
 coordination/cli_turns.py), so its turn in flight simply runs again in its new container, shown the
 current answers; what its killed run had reported of its usage is kept, the rest of that run is lost
-with the process (a run this process kills is charged an estimate: clis/runner.py). An API member's
+with the process (a run this process kills is charged an estimate: clis/member.py). An API member's
 call in flight at the death keeps what it was charged: an estimate of its input from its start, or
 its provider's figures once they came (coordination/turn_context.py `Provisional`); the resumed job
 asks again and charges nothing of it twice. A job that cannot be resumed ends `interrupted`, saying

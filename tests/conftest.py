@@ -35,13 +35,31 @@ def reaches_an_engine(item: pytest.Item) -> bool:
     return bool(fixtures & _ENGINE_FIXTURES)
 
 
+# A test run once per CLI whose engine-facing part (the member's relay, its proxy on the host) is the same
+# for every CLI: a lane keeps the variant `lane_keeps` names. Every CLI still runs on every lane (the CLI
+# members' end-to-end tests), and the main run keeps every variant.
+LANE_KEEPS = "lane_keeps"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", f"{LANE_KEEPS}(id): on a lane, only the variant whose id is this")
+
+
+def _on_a_lane(item: pytest.Item) -> bool:
+    if not reaches_an_engine(item):
+        return False
+    marker = item.get_closest_marker(LANE_KEEPS)
+    callspec = getattr(item, "callspec", None)
+    return marker is None or callspec is None or callspec.id == marker.args[0]
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if os.environ.get(ENGINE_ONLY) != "1":
         return
     kept: list[pytest.Item] = []
     dropped: list[pytest.Item] = []
     for item in items:
-        (kept if reaches_an_engine(item) else dropped).append(item)
+        (kept if _on_a_lane(item) else dropped).append(item)
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = kept

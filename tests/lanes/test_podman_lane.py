@@ -31,7 +31,7 @@ PODMAN_SOCKET = Path("/tmp/podman-lane/podman.sock")
 # security suite, as the shared-nothing lane runs them: what a member's HOME (a volume on Podman), its
 # egress, the reaping of background processes and the disk cap do differs per engine. Only the tests that
 # reach an engine run (conftest.py's ENGINE_ONLY): the rest cannot tell one engine from another, and ran
-# twice more for nothing (a lane ran 260 tests, 73 of them on its engine)
+# twice more for nothing (a lane ran 260 tests; it keeps 67, a test per CLI once: conftest.py LANE_KEEPS)
 E2E = [
     "tests/test_files_e2e.py",
     "tests/test_verify.py",

@@ -399,6 +399,7 @@ async def _job(tmp_path: Path, project: Path, entry: str) -> JobView:
         return await cli_job(service, team, project)
 
 
+@pytest.mark.lane_keeps("claude")
 @pytest.mark.parametrize(("model", "wire", "agent"), REAL_CLIS, ids=[m[2] for m in REAL_CLIS])
 async def test_real_clis_are_counted_as_billed(
     clis_image: str,
@@ -425,6 +426,7 @@ async def test_real_clis_are_counted_as_billed(
     assert "not a call a CLI turn makes" in caplog.text  # the batch, refused
 
 
+@pytest.mark.lane_keeps("claude")
 @pytest.mark.parametrize(("model", "wire", "agent"), REAL_CLIS, ids=[m[2] for m in REAL_CLIS])
 async def test_real_clis_stop_within_one_call_of_their_budget(
     clis_image: str,

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from conclave.backends.base import Usage
 from conclave.clis.claude_code import ClaudeCode
 from conclave.clis.cli_adapter import Login
 from conclave.clis.codex import Codex
@@ -185,6 +186,16 @@ def test_gemini_and_copilot_outputs() -> None:
     assert out.text == "All set." and (out.usage.input_tokens, out.usage.output_tokens) == (30, 4)
     # no built-in GitHub MCP server: with a GitHub login it would act on the user's repositories
     assert "--disable-builtin-mcps" in Copilot().command("p", None, None, False, Login())
+    # a brief run (its server mode): the usage is each call's assistant.usage event in the stream, so a
+    # run cut short still says what it used; a session error is what its output says went wrong
+    calls = [{"type": "assistant.usage", "data": {"inputTokens": n, "outputTokens": 2}} for n in (300, 500)]
+    brief = "\n".join(
+        json.dumps(e) for e in [*calls, {"type": "assistant.message", "data": {"content": "{}"}}]
+    )
+    out = Copilot().parse(f"{brief}\n{USAGE_MARK}\n")
+    assert out.text == "{}" and (out.usage.input_tokens, out.usage.output_tokens) == (800, 4)
+    failed = Copilot().parse(json.dumps({"type": "session.error", "data": {"message": "No model"}}))
+    assert failed.error is not None and "No model" in failed.error and failed.usage == Usage()
 
 
 def test_the_decision_schema_is_strict_for_codex() -> None:

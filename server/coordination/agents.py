@@ -1,6 +1,7 @@
 """The agent seam: every kind of team member behind one protocol, the kind decided once when it is built.
 
     agent = make(spec)                          # members.py `endpoint_factory`: the one place that decides
+    agent.own_container                         # decided with its kind: a CLI's own, else None (job_files.py)
     agent.attach(sandbox)                       # its container, when the job has one (a CLI runs in it)
     event = await agent.turn(ctx, action, shown, files)   # one turn to a protocol event
     text = await agent.present(ctx, task, shown, outcome) # the winner's final answer
@@ -22,6 +23,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from conclave.backends.base import Backend, Scorer
 from conclave.clis.member import CliMember
+from conclave.config.clis import split_cli_model
 from conclave.config.models import AgentSpec
 from conclave.coordination import prompts
 from conclave.coordination.cli_turns import cli_turn, presentation_answers
@@ -31,6 +33,8 @@ from conclave.coordination.split_turns import split_turn
 from conclave.coordination.tally import Outcome
 from conclave.coordination.turn_context import TurnContext
 from conclave.coordination.turns import api_turn, present
+from conclave.errors import ConfigError
+from conclave.sandbox.allowlist import CLIS, CliName
 
 if TYPE_CHECKING:
     from conclave.backends.llama_server import LocalServers
@@ -38,8 +42,23 @@ if TYPE_CHECKING:
     from conclave.sandbox.container import Sandbox
 
 
+@dataclass(frozen=True)
+class OwnContainer:
+    """A CLI member's container, decided with its kind: its own, whose only way out is an egress proxy of
+    its own allowing `cli`'s hosts and `base_url` (coordination/job_files.py, sandbox/member.py)."""
+
+    cli: CliName
+    base_url: str | None = None
+
+
 class Agent(Protocol):
     """One team member as the orchestrator drives it."""
+
+    @property
+    def own_container(self) -> OwnContainer | None:
+        """The container it runs in when the job has them: its own (a CLI member's), else None: the
+        job's plain sandbox, where its work tools run commands (files/agent_tools.py)."""
+        ...
 
     def attach(self, sandbox: Sandbox | None, secrets: Secrets) -> None:
         """The agent's container for this job (None when the team runs no commands), and its secrets: the
@@ -88,6 +107,10 @@ class ApiAgent:
 
     backend: Backend
 
+    @property
+    def own_container(self) -> OwnContainer | None:
+        return None
+
     def attach(self, sandbox: Sandbox | None, secrets: Secrets) -> None:
         """Nothing to attach: its work tools reach the container through the job (files/agent_tools.py)."""
 
@@ -133,6 +156,11 @@ class CliAgent:
 
     member: CliMember
 
+    @property
+    def own_container(self) -> OwnContainer:
+        spec = self.member.spec
+        return OwnContainer(_cli_name(spec.model_name), spec.base_url)
+
     def attach(self, sandbox: Sandbox | None, secrets: Secrets) -> None:
         """The CLI runs in this container, through its egress proxy (clis/member.py `bind`); its
         login's values join the job's secrets, and each of its runs adds what its CLI refreshed to its
@@ -161,3 +189,12 @@ class CliAgent:
 
     async def aclose(self) -> None:
         await self.member.aclose()
+
+
+def _cli_name(model_name: str) -> CliName:
+    """The coding-agent CLI a `cli/<name>[:model]` member runs (the team file's check named one of these)."""
+    cli = split_cli_model(model_name)[0]
+    for name in CLIS:
+        if name == cli:
+            return name
+    raise ConfigError(f"no egress allowlist for CLI {cli!r}: it is one of {', '.join(CLIS)}")

@@ -24,21 +24,20 @@ import anyio.abc
 import anyio.to_thread
 from anyio.abc import TaskStatus
 
-from conclave.config.clis import split_cli_model
-from conclave.config.models import AgentSpec, SandboxSpec
+from conclave.config.models import SandboxSpec
 from conclave.coordination.prompts import FilesPicture
-from conclave.errors import ConclaveError, ConfigError, HostStepFailed, SandboxError
+from conclave.errors import ConclaveError, HostStepFailed, SandboxError
 from conclave.files.agent_tools import AgentTools
 from conclave.files.disk_budget import DiskBudget
 from conclave.files.workspaces import Workspaces
-from conclave.sandbox.allowlist import CLIS, Allowlist, CliName, allowlist_for
+from conclave.sandbox.allowlist import Allowlist, allowlist_for
 from conclave.sandbox.container import Sandbox, container_user
 from conclave.sandbox.egress import EgressProxy, egress_proxy
 from conclave.sandbox.member import MemberSandbox
 from conclave.sandbox.route import DIRECT, EgressRoute
 
 if TYPE_CHECKING:
-    from conclave.coordination.agents import Agent
+    from conclave.coordination.agents import Agent, OwnContainer
     from conclave.files.secrets import Secrets
 
 SandboxFactory = Callable[[], Sandbox]
@@ -55,9 +54,10 @@ class Files(Protocol):
         """The job's secret values, kept out of every snapshot and report (files/secrets.py)."""
         ...
 
-    async def start(
-        self, letters: list[str], clis: Mapping[str, AgentSpec], resumed: Sequence[str] | None = None
-    ) -> None: ...
+    async def start(self, agents: Mapping[str, Agent], resumed: Sequence[str] | None = None) -> None:
+        """Each agent's working copy and, when the job runs commands, the container its kind says
+        (`Agent.own_container`), by letter."""
+        ...
 
     def attach(self, agent: Agent, letter: str) -> None: ...
 
@@ -81,9 +81,7 @@ class NoFiles:
     def secrets(self) -> Secrets | None:
         return None
 
-    async def start(
-        self, letters: list[str], clis: Mapping[str, AgentSpec], resumed: Sequence[str] | None = None
-    ) -> None:
+    async def start(self, agents: Mapping[str, Agent], resumed: Sequence[str] | None = None) -> None:
         pass
 
     def attach(self, agent: Agent, letter: str) -> None:
@@ -158,22 +156,22 @@ class JobFiles:
         values join, and its own (what its runs leave in its login file: files/secrets.py)."""
         agent.attach(self.sandbox(letter), self.workspaces.member_secrets(letter))
 
-    async def start(
-        self,
-        letters: list[str],
-        clis: Mapping[str, AgentSpec] | None = None,
-        resumed: Sequence[str] | None = None,
-    ) -> None:
-        """Each agent's working copy, and its container (started concurrently) when commands are on.
+    async def start(self, agents: Mapping[str, Agent], resumed: Sequence[str] | None = None) -> None:
+        """Each agent's working copy (`agents`: by letter), and its container (started concurrently) when
+        commands are on.
 
-        A CLI member (`clis`: letter -> its spec) gets a member sandbox whose only way out is its own
-        egress proxy (sandbox/member.py, sandbox/egress.py), allowing its CLI's hosts and its base_url.
+        An agent with a container of its own (a CLI member: `Agent.own_container`) gets a member sandbox
+        whose only way out is its own egress proxy (sandbox/member.py, sandbox/egress.py), allowing its
+        CLI's hosts and its base_url; every other agent a plain sandbox.
         `resumed`: a job taken over from a process that died (jobs/upkeep/takeover.py), with the labels of the
         answers its journal kept: the working copies are rebuilt from their snapshots (Workspaces.restore),
         and the peers and the CLI members' decisions shown the latest answers again; every container
         is a new one, on this server's engine."""
+        letters = sorted(agents)
+        own = {letter: agent.own_container for letter, agent in agents.items()}
         sizes = await self._working_copies(letters, resumed)
-        self._changes = {} if clis else None
+        # what a CLI member's decision is shown (cli_turns.py): kept when one has its own container
+        self._changes = {} if any(c is not None for c in own.values()) else None
         if self._changes is not None:
             for label in resumed or ():
                 if self.workspaces.snapshot_dir(label).is_dir():
@@ -186,9 +184,9 @@ class JobFiles:
         for letter, label in self.workspaces.latest().items() if resumed else ():
             await self.workspaces.publish(letter, label)
         for letter in letters:
-            spec = (clis or {}).get(letter)
-            if spec is not None:  # a CLI member: its own container, behind its own proxy
-                self._sandboxes[letter] = await self._member(letter, spec)
+            container = own[letter]
+            if container is not None:  # a CLI member: its own container, behind its own proxy
+                self._sandboxes[letter] = await self._member(letter, container)
             else:
                 self._sandboxes[letter] = self._factory()
         async with anyio.create_task_group() as tg:
@@ -225,12 +223,12 @@ class JobFiles:
                 group.cancel_scope.cancel()
                 self._proxies = None
 
-    async def _member(self, letter: str, spec: AgentSpec) -> Sandbox:
+    async def _member(self, letter: str, container: OwnContainer) -> Sandbox:
         assert self.spec is not None
         if self._proxies is None:
             raise SandboxError("a CLI member's egress proxy needs JobFiles.egress() around the job's run")
         extra = [*self.spec.allow_hosts, *self._egress_allow]
-        allow = allowlist_for(_cli_name(spec.model_name), base_url=spec.base_url, extra=extra)
+        allow = allowlist_for(container.cli, base_url=container.base_url, extra=extra)
         proxy = await self._proxies.start(self._serve, allow, f"{self.job_id}/{letter}")
         return self._member_factory(proxy)
 
@@ -311,12 +309,3 @@ def _host_step(what: str) -> Iterator[None]:
         raise HostStepFailed(
             f"{what} could not be made ({type(exc).__name__}: {exc}); the answer stands without its files"
         ) from exc
-
-
-def _cli_name(model_name: str) -> CliName:
-    """The coding-agent CLI a `cli/<name>[:model]` member runs (the team file's check named one of these)."""
-    cli = split_cli_model(model_name)[0]
-    for name in CLIS:
-        if name == cli:
-            return name
-    raise ConfigError(f"no egress allowlist for CLI {cli!r}: it is one of {', '.join(CLIS)}")

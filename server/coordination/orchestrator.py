@@ -29,7 +29,7 @@ from conclave.backends.base import ToolCall, Usage
 from conclave.backends.retry import RetryPolicy
 from conclave.config.models import Team
 from conclave.coordination import answers, picture, prompts, protocol
-from conclave.coordination.agents import AgentFactory
+from conclave.coordination.agents import Agent, AgentFactory
 from conclave.coordination.budget import JobBudget
 from conclave.coordination.cli_turns import CLI_WORK
 from conclave.coordination.job_files import Files, NoFiles
@@ -228,19 +228,20 @@ class Orchestrator:
             await self._handle(await receive.receive(), tg, send)
 
     async def _set_up(self) -> None:
-        # workspaces and containers first: the agents' tools need them
-        clis = {m.letter: m.spec for m in self.members.values() if m.spec.is_cli}
-        # a resumed job's workspaces are rebuilt from the snapshots of the answers its journal kept
-        posted = [answer.label for answer in self.state.answers] if self._resume is not None else None
-        await self.files.start(sorted(self.members), clis, posted)
+        agents: dict[str, Agent] = {}
         for member in self.members.values():
             # SDK imports and client set-up block for seconds on first use: keep them off the loop, and
             # let the deadline abandon them (a client made after it is simply dropped).
             agent = await anyio.to_thread.run_sync(
                 self._factory, member.spec, abandon_on_cancel=True, limiter=self._limiters.building
             )
-            member.agent = agent  # closed at the job's end, however set-up ends
-            self.files.attach(agent, member.letter)  # its container, and the job's secrets
+            member.agent = agents[member.letter] = agent  # closed at the job's end, however set-up ends
+        # workspaces and containers, each of the kind its agent says, before the agents' tools need them;
+        # a resumed job's workspaces are rebuilt from the snapshots of the answers its journal kept
+        posted = [answer.label for answer in self.state.answers] if self._resume is not None else None
+        await self.files.start(agents, posted)
+        for member in self.members.values():
+            self.files.attach(agents[member.letter], member.letter)  # its container, and the job's secrets
             member.ctx = self._context(member)
 
     async def _ended_in_set_up(self, reason: str) -> JobResult:

@@ -336,7 +336,7 @@ def run_shares(out: Path, tree: Path) -> None:
         "presentation's is their largest request, a router call's included. fixed_bytes: the request "
         "without the prompt Conclave gave (the CLI's instructions, tools, environment and our system "
         "prompt). Each CLI is the fixer (it wins and presents) in one scenario and the breaker in the "
-        "other; a Copilot CLI winner does not present (its answer stands)."
+        "other."
     )
     out.write_text(json.dumps(result, indent=2) + "\n")
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -34,16 +34,13 @@ from conclave.sandbox.allowlist import Allowlist, allowlist_for
 from conclave.sandbox.container import Sandbox, container_user
 from conclave.sandbox.egress import EgressProxy, egress_proxy
 from conclave.sandbox.member import MemberSandbox
-from conclave.sandbox.route import DIRECT, EgressRoute
+from conclave.sandbox.route import EgressRoute
 
 if TYPE_CHECKING:
     from conclave.coordination.agents import Agent, OwnContainer
     from conclave.files.secrets import Secrets
 
-SandboxFactory = Callable[[], Sandbox]
 logger = logging.getLogger(__name__)
-# a CLI member's container, given its egress proxy (whose route says the extra CA it trusts)
-MemberSandboxFactory = Callable[[EgressProxy], Sandbox]
 
 
 class Files(Protocol):
@@ -114,16 +111,14 @@ class JobFiles:
         job_id: str,
         workspaces: Workspaces,
         sandbox: SandboxSpec | None,
-        sandbox_factory: SandboxFactory = Sandbox,
-        disk_budget: int | None = None,
+        route: EgressRoute,
         *,
+        disk_budget: int | None = None,
         egress_allow: tuple[str, ...] = (),
-        member_factory: MemberSandboxFactory = lambda proxy: MemberSandbox(None, egress=proxy),
-        route: EgressRoute = DIRECT,
     ) -> None:
-        """`route`: how CLI members' egress reaches the hosts it admits (sandbox/route.py)."""
+        """`route`: how CLI members' egress reaches the hosts it admits (sandbox/route.py), the one the
+        jobs' environment decided (jobs/run/environment.py)."""
         self.job_id, self.workspaces, self.spec = job_id, workspaces, sandbox
-        self._factory, self._member_factory = sandbox_factory, member_factory
         self._egress_allow, self._route = egress_allow, route
         self._proxies: anyio.abc.TaskGroup | None = None  # hosts CLI members' egress proxies (`egress`)
         self._budget = DiskBudget(disk_budget) if disk_budget is not None else None
@@ -188,7 +183,7 @@ class JobFiles:
             if container is not None:  # a CLI member: its own container, behind its own proxy
                 self._sandboxes[letter] = await self._member(letter, container)
             else:
-                self._sandboxes[letter] = self._factory()
+                self._sandboxes[letter] = Sandbox()
         async with anyio.create_task_group() as tg:
             for letter in letters:
                 tg.start_soon(self._start_sandbox, letter, letters)
@@ -230,7 +225,7 @@ class JobFiles:
         extra = [*self.spec.allow_hosts, *self._egress_allow]
         allow = allowlist_for(container.cli, base_url=container.base_url, extra=extra)
         proxy = await self._proxies.start(self._serve, allow, f"{self.job_id}/{letter}")
-        return self._member_factory(proxy)
+        return MemberSandbox(None, egress=proxy)  # the proxy's route says the extra CA it trusts
 
     async def _serve(self, allow: Allowlist, label: str, *, task_status: TaskStatus[EgressProxy]) -> None:
         async with egress_proxy(allow, label=label, route=self._route) as proxy:

@@ -41,6 +41,7 @@ from conclave.jobs.request import JobRequest
 from conclave.jobs.run.environment import JobEnvironment
 from conclave.jobs.service import JobService
 from conclave.sandbox.output import CommandResult
+from conclave.sandbox.route import DIRECT
 from conclave.settings import Settings
 from tests.fakes.agents import given_agents
 from tests.fakes.calc_task import TASK, calc_project
@@ -239,7 +240,7 @@ async def test_a_member_that_rewrites_its_login_file_withholds_nothing_of_its_pe
     and text (what A plants in its token fields can hide only A's own work)."""
     project = calc_project(tmp_path)
     ws = Workspaces(tmp_path / "job", secrets=Secrets())
-    files = JobFiles("job", ws, None)
+    files = JobFiles("job", ws, None, DIRECT)
     await ws.prepare([ContextPath(path=str(project), permission="write")])
     await ws.create(["A", "B"])
     spec = parse_team({"agents": [{"model": "cli/claude-code"}]}, "team").agents[0]

@@ -12,7 +12,6 @@ files its first server made; `prepare` then only clears what that server left ru
 from __future__ import annotations
 
 import logging
-import os
 from pathlib import Path
 from typing import Protocol
 
@@ -42,7 +41,7 @@ from conclave.jobs.store.sql import JobRow
 from conclave.sandbox.container import container_user
 from conclave.sandbox.engine import engine_status, sweep
 from conclave.sandbox.image import image_tag
-from conclave.sandbox.route import DIRECT, EgressRoute
+from conclave.sandbox.route import EgressRoute
 from conclave.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -299,16 +298,15 @@ def job_files(
     team: Team,
     options: JobOptions,
     settings: Settings,
-    route: EgressRoute = DIRECT,
-    kept: Kept | None = None,
+    route: EgressRoute,
+    kept: Kept,
 ) -> JobFileSteps:
     """The owner of a job's files, from their copy to their diff; `route`: how CLI members' egress
     reaches their hosts (sandbox/route.py); `kept`: what this process keeps, never copied or written
-    (files/kept.py; by default, from `settings` and this process's environment)."""
+    (files/kept.py); both the jobs' environment's (jobs/run/environment.py)."""
     if not options.context_paths:
         return NoContextFiles()
     sandbox = team.sandbox if options.commands and not isinstance(team.sandbox, str) else None
     workspaces = Workspaces(job_dir, agent_owner=container_user(), secrets=Secrets())
     verifies = team.verify is not None
-    kept = kept if kept is not None else Kept.of(settings, os.environ)
     return ContextFiles(job_id, workspaces, sandbox, options, settings, route, kept=kept, verifies=verifies)

@@ -13,6 +13,7 @@ import pytest
 
 from conclave.files import apply as applying
 from conclave.files.contexts import ContextPath
+from conclave.files.job_folder import JobFolder
 from conclave.files.protect import DEFAULT_PROTECT, Protection, restore
 from conclave.files.trees import read_bytes, sha256_file, tree_digest
 from conclave.files.workspaces import Workspaces
@@ -41,7 +42,7 @@ async def test_the_check_copy_is_what_apply_writes_without_an_fsync(
     (project / "run.sh").write_text("echo hi\n")
     (project / "pkg" / "gone" / "old.py").write_text("X = 1\n")
     (project / "pkg" / "keep.py").write_text("Y = 2\n")
-    workspaces = Workspaces(tmp_path / "job")
+    workspaces = Workspaces(JobFolder(tmp_path, "job"))
     await workspaces.prepare([ContextPath(path=str(project), permission="write")])
     await workspaces.create(["A"])
     mine = workspaces.agent("A") / "proj"
@@ -73,7 +74,7 @@ async def test_the_check_copys_diff_reads_from_base_only_the_files_the_answer_ch
     project.mkdir()
     for name in ("calc.py", "keep.py", "run.sh", "gone.py"):
         (project / name).write_text(f"# {name}\nX = 1\n")
-    workspaces = Workspaces(tmp_path / "job")
+    workspaces = Workspaces(JobFolder(tmp_path, "job"))
     await workspaces.prepare([ContextPath(path=str(project))])
     await workspaces.create(["A"])
     mine = workspaces.agent("A") / "proj"
@@ -108,7 +109,7 @@ async def test_protected_files_the_answers_patch_left_alone_are_not_hashed_again
     project.mkdir()
     for name in ("calc.py", "test_kept.py", "test_changed.py"):
         (project / name).write_text(f"# {name}\nX = 1\n")
-    workspaces = Workspaces(tmp_path / "job")
+    workspaces = Workspaces(JobFolder(tmp_path, "job"))
     await workspaces.prepare([ContextPath(path=str(project))])
     await workspaces.create(["A"])
     mine = workspaces.agent("A") / "proj"
@@ -138,7 +139,7 @@ async def test_a_patch_that_writes_nothing_leaves_nothing_to_put_back_and_nothin
     project = tmp_path / "proj"
     (project / "tests").mkdir(parents=True)
     (project / "tests" / "test_calc.py").write_text("def test_x():\n    assert True\n")
-    workspaces = Workspaces(tmp_path / "job")
+    workspaces = Workspaces(JobFolder(tmp_path, "job"))
     await workspaces.prepare([ContextPath(path=str(project))])
     await workspaces.create(["A"])
     await workspaces.snapshot("A", "A1")  # the answer changed nothing
@@ -164,7 +165,7 @@ async def test_the_base_digest_is_the_trees_and_takes_contents_from_the_manifest
             (project / "run.sh").write_text("echo hi\n")
             (project / "run.sh").chmod(0o755)
             sources.append(ContextPath(path=str(project)))
-        workspaces = Workspaces(tmp_path / f"job{n}")
+        workspaces = Workspaces(JobFolder(tmp_path, f"job{n}"))
         await workspaces.prepare(sources)
         first = workspaces.manifest().contexts[0]
         if n == 0:  # one context: the digest is its tree's, as the key always was (kept runs still match)
@@ -172,15 +173,15 @@ async def test_the_base_digest_is_the_trees_and_takes_contents_from_the_manifest
         digests.append(workspaces.base_digest())
         assert workspaces.manifest().digest == digests[-1]  # recorded by prepare: no walk at a check
         # a manifest from before the digest was recorded: a walk of base/, contents from the manifest
-        manifest = workspaces.job_dir / "manifest.json"
+        manifest = workspaces.folder.manifest
         manifest.write_text(workspaces.manifest().model_copy(update={"digest": None}).model_dump_json())
-        older = Workspaces(workspaces.job_dir)
+        older = Workspaces(workspaces.folder)
         assert older.base_digest() == digests[-1]
         # the same size, other bytes, behind the manifest's back: a digest that read the file would move
         (older.base / first.name / "sub" / "calc.py").write_text("def add(a, b):\n    return a + b\n")
         assert older.base_digest() == digests[-1]
         (older.base / first.name / "run.sh").chmod(0o644)  # a mode is read from base/ (listed once a process)
-        assert Workspaces(workspaces.job_dir).base_digest() != digests[-1]
+        assert Workspaces(workspaces.folder).base_digest() != digests[-1]
     assert digests[0] != digests[1]
 
 
@@ -191,7 +192,7 @@ async def test_a_check_reads_only_the_answers_files_whose_recorded_digest_is_not
     project.mkdir()
     for n in range(5):  # written just now: the snapshot copies them (racy), never links them from base/
         (project / f"m{n}.py").write_text(f"X = {n}\n")
-    workspaces = Workspaces(tmp_path / "job")
+    workspaces = Workspaces(JobFolder(tmp_path, "job"))
     await workspaces.prepare([ContextPath(path=str(project))])
     await workspaces.create(["A"])
     (workspaces.agent("A") / "proj" / "m1.py").write_text("X = 'changed'\n")
@@ -213,7 +214,7 @@ async def test_a_check_reads_only_the_answers_files_whose_recorded_digest_is_not
     # put base's file in the check: the record of a label made again is its own, never an earlier one's
     await workspaces.restore(["A"], [])  # A1 was never posted: it goes, and what records it
     assert workspaces.digests("A1") == {}
-    (workspaces.job_dir / "meta" / "A1.sha256").write_text(json.dumps(workspaces.digests(None)))
+    workspaces.folder.record("A1.sha256").write_text(json.dumps(workspaces.digests(None)))
     (workspaces.agent("A") / "proj" / "m3.py").write_text("X = 'again'\n")
     await workspaces.snapshot("A", "A1")
     copy = await anyio.to_thread.run_sync(workspaces.check_copy, "A1")
@@ -226,7 +227,7 @@ async def test_a_snapshot_records_the_digest_of_a_file_it_links_from_its_origin(
     for n in range(3):
         (project / f"m{n}.py").write_text(f"X = {n}\n")
         os.utime(project / f"m{n}.py", (1e9, 1e9))  # long unchanged: later trees link them
-    workspaces = Workspaces(tmp_path / "job")
+    workspaces = Workspaces(JobFolder(tmp_path, "job"))
     await workspaces.prepare([ContextPath(path=str(project))])
     await workspaces.create(["A"])
     (workspaces.agent("A") / "proj" / "m1.py").write_text("X = 'changed'\n")

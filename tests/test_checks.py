@@ -13,6 +13,7 @@ from conclave.coordination.prompts import turn_prompt
 from conclave.coordination.reports import Check, ShownAnswer
 from conclave.coordination.verdicts import Baseline, RunCounts, read_summary
 from conclave.coordination.verification import Verifier, summarize
+from conclave.files.job_folder import JobFolder
 from conclave.files.workspaces import Workspaces
 from conclave.sandbox.output import CommandResult
 
@@ -110,7 +111,7 @@ def test_voters_see_the_check_beside_each_answer_on_one_line() -> None:
 
 @pytest.mark.anyio
 async def test_a_check_that_cannot_run_is_an_error_check_not_a_crash(tmp_path: Path) -> None:
-    workspaces = Workspaces(tmp_path / "job")
+    workspaces = Workspaces(JobFolder(tmp_path, "job"))
     await workspaces.prepare([])
     verifier = Verifier(
         "cj-0123456789ab", "true", workspaces, SandboxSpec(), timeout_s=5, limiter=anyio.CapacityLimiter(1)

@@ -154,7 +154,7 @@ async def run_to_end(
         )
         if during is not None:  # once the folder is copied (when the job starts, not at submit)
             with anyio.fail_after(60):
-                while not (service.job_dir(view.job_id) / "manifest.json").exists():
+                while not service.job_folder(view.job_id).manifest.exists():
                     await anyio.sleep(0.05)
             during()
         with anyio.fail_after(120):

@@ -14,6 +14,7 @@ import pytest
 from conclave.backends.retry import RetryPolicy
 from conclave.config.loading import load_team_file
 from conclave.errors import ConfigError, InputError, JobNotFound, MissingApiKey, TeamNotFound
+from conclave.files.job_folder import JobFolder
 from conclave.jobs.context.files import prepare
 from conclave.jobs.read.views import JobView
 from conclave.jobs.request import JobRequest
@@ -239,8 +240,8 @@ async def test_the_timeout_covers_copying_the_context_paths(
 
     real_prepare = prepare
 
-    async def slow_prepare(job_dir: Path, options: object) -> None:
-        await real_prepare(job_dir, options)  # type: ignore[arg-type]
+    async def slow_prepare(folder: JobFolder, options: object) -> None:
+        await real_prepare(folder, options)  # type: ignore[arg-type]
         await anyio.sleep(30)  # sleep-ok: a copy that takes long (a big folder on a slow disk)
 
     monkeypatch.setattr(file_steps, "prepare", slow_prepare)  # the job's files copy through it

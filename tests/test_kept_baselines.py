@@ -13,6 +13,7 @@ import pytest
 from conclave.backends.retry import RetryPolicy
 from conclave.config.models import SandboxSpec
 from conclave.coordination.verdicts import Baseline, read_summary
+from conclave.files.job_folder import JobFolder
 from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
 from conclave.settings import Settings
@@ -120,7 +121,7 @@ async def test_a_kept_run_is_looked_up_at_the_job_start_without_a_check_slot(tmp
 
     async def verifier(name: str, limiter: anyio.CapacityLimiter, pool: CheckPool | None) -> Verifier:
         (tmp_path / name).mkdir()
-        workspaces = Workspaces(tmp_path / name / "job", agent_owner=container_user())
+        workspaces = Workspaces(JobFolder(tmp_path / name, "job"), agent_owner=container_user())
         await workspaces.prepare([ContextPath(path=str(calc_project(tmp_path / name)))])
         job_id = f"cj-{name}-{os.urandom(3).hex()}"
         return Verifier(job_id, CHECK, workspaces, spec, timeout_s=60, limiter=limiter, pool=pool, kept=kept)

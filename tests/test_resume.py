@@ -250,7 +250,7 @@ async def test_a_server_whose_job_with_files_was_taken_over_leaves_its_folder_to
         with anyio.fail_after(30):
             while job.job_id in service._jobs.scopes:  # until ours dropped the job, its files closed
                 await anyio.sleep(0.05)  # sleep-ok: its heartbeat notices the claim
-        agents = service.job_dir(job.job_id) / "agents"
+        agents = service.job_folder(job.job_id).agents
     # the new owner rebuilds the working copies there: the old one removes none of them
     assert sorted(path.name for path in agents.iterdir()) == sorted(letters_of(job.job_id).values())
 

@@ -14,6 +14,7 @@ import pytest
 
 from conclave.config.models import SandboxSpec
 from conclave.errors import SandboxError
+from conclave.files.job_folder import JobFolder
 from conclave.jobs.store.owners import process_alive
 from conclave.sandbox.container import ENVIRONMENT, Sandbox
 from conclave.sandbox.engine import Owner, connect, engine_status, sweep
@@ -320,7 +321,7 @@ async def test_with_the_workspace_layer_an_agent_reads_a_peers_answer_and_edits_
     from conclave.files.workspaces import Workspaces
     from conclave.sandbox.container import container_user
 
-    ws = Workspaces(tmp_path / "job", agent_owner=container_user())
+    ws = Workspaces(JobFolder(tmp_path, "job"), agent_owner=container_user())
     await ws.prepare([])
     await ws.create(["A", "B"])
     sandbox = Sandbox(connect())

@@ -18,6 +18,7 @@ import pytest
 
 from conclave.backends.retry import RetryPolicy
 from conclave.errors import InputError, SandboxUnavailable
+from conclave.files.job_folder import JobFolder
 from conclave.jobs.request import JobRequest
 from conclave.jobs.run.environment import JobEnvironment
 from conclave.jobs.service import JobService
@@ -60,7 +61,7 @@ async def test_the_answer_that_passes_the_tests_wins_over_the_voters_favourite(
         listing = (await service.lookup.read(view.job_id, "", None, 0, 1000)).entries
         transcript = (await service.lookup.read(view.job_id, "transcript", None, 0, 100_000)).content
         patch = (await service.lookup.read(view.job_id, "@diff", None, 0, 100_000)).content
-        job_dir = service.job_dir(view.job_id)
+        folder = service.job_folder(view.job_id)
 
     assert (
         view.state == "completed"
@@ -98,8 +99,8 @@ async def test_the_answer_that_passes_the_tests_wins_over_the_voters_favourite(
         and f"its whole output is verify/{bob}" in transcript
     )
     # the checks ran on copies: every snapshot is as its author left it, and the copies are gone
-    assert (job_dir / "snapshots" / ann / "proj" / "calc.py").read_text() == CALC.replace("a - b", "a + b")
-    assert not (job_dir / "checks").exists() or not any((job_dir / "checks").iterdir())
+    assert (folder.snapshot(ann) / "proj" / "calc.py").read_text() == CALC.replace("a - b", "a + b")
+    assert not folder.checks.exists() or not any(folder.checks.iterdir())
 
 
 async def test_without_verify_the_voters_favourite_wins(
@@ -144,7 +145,7 @@ async def test_a_check_is_confined_and_bounded(tmp_path: Path, fakes: FakeProvid
             label: (await service.lookup.read(view.job_id, f"verify/{label}", None, 0, 100_000)).content
             for label in view.checks()
         }
-        job_dir = service.job_dir(view.job_id)
+        folder = service.job_folder(view.job_id)
     spans, hosts = [], set()
     for label, output in outputs.items():
         lines = output.split("--- stdout ---", 1)[1].split()
@@ -152,7 +153,7 @@ async def test_a_check_is_confined_and_bounded(tmp_path: Path, fakes: FakeProvid
         assert lines[2] == "0", output  # no earlier check's files in /workspace, /tmp or /dev/shm
         hosts.add(lines[1])
         spans.append((float(lines[-2]), float(lines[-1])))
-        snapshot = job_dir / "snapshots" / label / "proj"
+        snapshot = folder.snapshot(label) / "proj"
         assert not (snapshot / "left-by-check").exists() and "gone" not in (snapshot / "calc.py").read_text()
     spans.sort()
     assert all(end <= start for (_, end), (start, _) in itertools.pairwise(spans)), spans  # one at a time
@@ -228,7 +229,7 @@ async def test_a_job_cancelled_while_its_checks_start_leaves_no_container(
         left = docker.from_env().containers.list(
             all=True, ignore_removed=True, filters={"label": f"conclave.job={view.job_id}"}
         )
-        assert left == [] and not (service.job_dir(view.job_id) / "checks").exists()
+        assert left == [] and not service.job_folder(view.job_id).checks.exists()
 
 
 async def test_a_job_that_fails_removes_its_warm_check_container(
@@ -275,7 +276,7 @@ async def test_checks_at_once_get_a_warm_container_each_and_later_ones_reuse_the
     from conclave.files.workspaces import Workspaces
     from conclave.sandbox.container import container_user
 
-    workspaces = Workspaces(tmp_path / "job", agent_owner=container_user())
+    workspaces = Workspaces(JobFolder(tmp_path, "job"), agent_owner=container_user())
     await workspaces.prepare([ContextPath(path=str(project))])
     await workspaces.create(["A", "B"])
     for letter in "AB":
@@ -332,7 +333,7 @@ async def test_a_first_check_runs_beside_the_caller_files_run_not_after_it(
     from conclave.files.workspaces import Workspaces
     from conclave.sandbox.container import container_user
 
-    workspaces = Workspaces(tmp_path / "job", agent_owner=container_user())
+    workspaces = Workspaces(JobFolder(tmp_path, "job"), agent_owner=container_user())
     await workspaces.prepare([ContextPath(path=str(project))])
     await workspaces.create(["A"])
     await workspaces.snapshot("A", "A1")

@@ -24,6 +24,7 @@ from conclave.config.models import SandboxSpec
 from conclave.coordination.verdicts import Baseline
 from conclave.coordination.verification import CheckRun, Verifier
 from conclave.files.contexts import ContextPath
+from conclave.files.job_folder import JobFolder
 from conclave.files.workspaces import Workspaces
 from conclave.jobs.read.views import structured
 from conclave.jobs.request import JobRequest
@@ -110,7 +111,7 @@ async def check_case(folder: Path, case: Case, limiter: anyio.CapacityLimiter) -
     for rel, text in case.files.items():
         (project / rel).parent.mkdir(parents=True, exist_ok=True)
         (project / rel).write_text(text)
-    workspaces = Workspaces(folder / "job", agent_owner=container_user())
+    workspaces = Workspaces(JobFolder(folder, "job"), agent_owner=container_user())
     await workspaces.prepare([ContextPath(path=str(project))])
     agents = await workspaces.create(["A", "B"])
     for letter, fix in (("A", RIGHT), ("B", WRONG)):

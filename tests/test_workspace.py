@@ -28,6 +28,7 @@ from conclave.files import apply as applying
 from conclave.files import safe
 from conclave.files.contexts import CALLER, Caps, ContextPath, copy_context, copy_context_sync
 from conclave.files.diff import diff_trees
+from conclave.files.job_folder import JobFolder
 from conclave.files.review import Consent
 from conclave.files.settling import settle
 from conclave.files.trees import CHUNK, copy_file, read_bytes
@@ -365,7 +366,7 @@ async def job(tmp_path):
             "data.bin": b"\0\1\2",
         },
     )
-    spaces = Workspaces(tmp_path / "jobs" / "j1")
+    spaces = Workspaces(JobFolder(tmp_path / "jobs", "j1"))
     await spaces.prepare([ContextPath(path=str(src), permission="write")])
     await spaces.create(["A", "B", "C"])
     return spaces
@@ -384,7 +385,7 @@ async def test_create_copies_base_without_sharing_inodes(job):
 @pytest.mark.anyio
 async def test_agent_copies_can_belong_to_the_sandbox_user(tmp_path):
     src = make_tree(tmp_path / "proj", {"sub/a.txt": "a"})
-    spaces = Workspaces(tmp_path / "job", agent_owner=(1000, 1000))
+    spaces = Workspaces(JobFolder(tmp_path, "job"), agent_owner=(1000, 1000))
     await spaces.prepare([ContextPath(path=str(src))])
     if os.geteuid() != 0:
         pytest.skip("chown to another user needs root; this run is not root")
@@ -430,13 +431,13 @@ async def test_restore_rebuilds_the_working_copies_from_the_answers_the_journal_
     (job.agent("C") / "proj" / "app.py").write_text("print('C1')\n")  # journaled, not snapshotted
     await job.publish("A", "A1")
     restored = await job.restore(["A", "B", "C"], ["A1", "B1", "C1"])
-    assert restored.lost == [] and sorted(os.listdir(job.snapshots)) == ["A1", "B1", "C1"]
-    assert not {"B2", "B2.held"} & set(os.listdir(job.job_dir / "meta"))  # its records go with it
+    assert restored.lost == [] and sorted(os.listdir(job.folder.snapshots)) == ["A1", "B1", "C1"]
+    assert not {"B2", "B2.held"} & set(os.listdir(job.folder.meta))  # its records go with it
     assert _app(job.snapshot_dir("C1")) == "print('C1')\n"
     for letter in "ABC":
         assert _app(job.agent(letter)) == f"print('{letter}1')\n"
     assert restored.sizes["A"] == sum(p.stat().st_size for p in job.agent("A").rglob("*") if p.is_file())
-    assert not (job.job_dir / "peers").exists()  # published again once the containers are known
+    assert not job.folder.peers.exists()  # published again once the containers are known
 
 
 @pytest.mark.anyio
@@ -474,14 +475,14 @@ async def test_snapshot_copies_a_racy_file_even_with_the_same_size_and_mtime(job
 
 @pytest.mark.anyio
 async def test_snapshot_refuses_a_workspace_over_its_caps(tmp_path):
-    spaces = Workspaces(tmp_path / "job", workspace_caps=Caps(max_files=5))
+    spaces = Workspaces(JobFolder(tmp_path, "job"), workspace_caps=Caps(max_files=5))
     await spaces.prepare([])
     await spaces.create(["A"])
     make_tree(spaces.agent("A"), {f"gen/{i}.o": "x" for i in range(8)})
     refused = "agent A's workspace holds more than 5 files.*delete generated"
     with pytest.raises(ContextTooLarge, match=refused):
         await spaces.snapshot("A", "A1")
-    assert spaces.latest() == {} and not spaces.snapshots.exists()
+    assert spaces.latest() == {} and not spaces.folder.snapshots.exists()
 
 
 @pytest.mark.anyio
@@ -492,8 +493,9 @@ async def test_peer_view_shows_each_other_agents_latest_snapshot(job):
     await job.snapshot("B", "B2")
     await job.snapshot("A", "A1")
     # one context path: peers see the project folder of each snapshot, as the agent sees its own
-    assert job.peer_view("A") == {"B": job.snapshots / "B2" / "proj", "C": job.snapshots / "C1" / "proj"}
-    assert job.peer_view("B") == {"A": job.snapshots / "A1" / "proj", "C": job.snapshots / "C1" / "proj"}
+    folder = job.folder
+    assert job.peer_view("A") == {"B": folder.snapshot("B2") / "proj", "C": folder.snapshot("C1") / "proj"}
+    assert job.peer_view("B") == {"A": folder.snapshot("A1") / "proj", "C": folder.snapshot("C1") / "proj"}
     assert job.latest() == {"A": "A1", "B": "B2", "C": "C1"}
     with pytest.raises(FileExistsError):
         await job.snapshot("B", "B2")
@@ -522,7 +524,7 @@ async def test_finalize_from_label(job):
     final = await job.finalize("C1")
     assert (final / "proj" / "app.py").read_text() == "print('answer')\n"
     assert job.source("final") == job.final
-    assert [p.name for p in job.job_dir.iterdir() if p.name.startswith(".")] == []
+    assert [p.name for p in job.folder.root.iterdir() if p.name.startswith(".")] == []
 
 
 # -- diffs --------------------------------------------------------------------------------------
@@ -688,7 +690,7 @@ async def applied_job(tmp_path):
             "same.txt": "s\n",
         },
     )
-    spaces = Workspaces(tmp_path / "job")
+    spaces = Workspaces(JobFolder(tmp_path, "job"))
     await spaces.prepare([ContextPath(path=str(src), permission="write")])
     await spaces.create(["A"])
     work = spaces.agent("A") / "proj"
@@ -794,7 +796,7 @@ async def test_apply_failure_midway_rolls_back(applied_job, monkeypatch):
 @pytest.mark.anyio
 async def test_apply_needs_write_permission(tmp_path):
     src = make_tree(tmp_path / "proj", {"a.txt": "a"})
-    spaces = Workspaces(tmp_path / "job")
+    spaces = Workspaces(JobFolder(tmp_path, "job"))
     manifest = await spaces.prepare([ContextPath(path=str(src))])
     with pytest.raises(InputError, match="permission 'write'"):
         await apply(spaces.base / "proj", src, manifest.contexts[0])

@@ -7,7 +7,7 @@ copies (snapshots and final/ stay), also on cancellation.
 
 `Files` is that interface; `JobFiles` serves a job with context paths, `NoFiles` one without (the same
 calls, doing nothing), so the orchestrator always holds one. The job's own steps around the run (copy,
-follow-up carry, collect and apply) extend both in jobs/context/files.py.
+follow-up carry, collect and apply) hold one of them, in jobs/context/files.py.
 """
 
 from __future__ import annotations

@@ -290,7 +290,7 @@ class Verifier:
     async def _start(self) -> Box:
         self._started += 1
         number = self._started  # taken before any await: checks may start containers at once
-        checks, owner = self.workspaces.job_dir / "checks", self.workspaces.agent_owner
+        checks, owner = self.workspaces.folder.checks, self.workspaces.agent_owner
         slot = await anyio.to_thread.run_sync(make_slot, checks, number, owner)
         box = Box(self._factory(), slot)
         self._boxes.append(box)

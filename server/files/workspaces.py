@@ -1,6 +1,6 @@
 """Per-job, per-agent workspaces under `$CONCLAVE_HOME/jobs/<job_id>/`; no Docker, no model knowledge.
 
-    jobs/<job_id>/
+    jobs/<job_id>/         its paths named by `JobFolder` (job_folder.py), and by nothing else
         manifest.json      what copy_context copied: per context path its name, source, permission, and
                            per file its size, mode and sha256 (the diff base and apply's conflict check)
         base/<name>/       the pristine copy at job start (read-only by convention)
@@ -26,7 +26,7 @@ abandoned on cancel, so a cancelled job never waits for one; apply is not, it mu
                                          (contexts.py; `copy_context_sync` is the blocking form)
     await diff(base, final) -> Patch     git-style unified diff + summary (diff.py)
     await apply(final, target, context) -> Changes   all or nothing (apply.py)
-    Workspaces(job_dir)                  prepare, create, snapshot, peer_view, finalize, source, diffs, apply,
+    Workspaces(folder)                   prepare, create, snapshot, peer_view, finalize, source, diffs, apply,
                                          remove_working_copies (agents/ and peers/ go when the job ends),
                                          restore (a resumed job's working copies, from its snapshots)
 Every read of a tree an agent can change goes through safe.py (trees.py is built on it).
@@ -64,6 +64,7 @@ from conclave.files.carry import carry
 from conclave.files.check_copy import reviewed_copy
 from conclave.files.contexts import Caps, ContextManifest, ContextPath, CopiedContext, copy_context_sync, mb
 from conclave.files.diff import Patch, diff_trees
+from conclave.files.job_folder import JobFolder
 from conclave.files.peer_access import peer_readable
 from conclave.files.removal import remove_tree
 from conclave.files.review import Consent
@@ -125,25 +126,21 @@ class Workspaces:
 
     def __init__(
         self,
-        job_dir: Path,
+        folder: JobFolder,
         *,
         caps: Caps = Caps(),
         workspace_caps: Caps = WORKSPACE_CAPS,
         agent_owner: tuple[int, int] | None = None,
         secrets: Secrets | None = None,
     ) -> None:
-        self.job_dir = Path(job_dir)
+        self.folder = folder
         self.caps, self.workspace_caps, self.agent_owner = caps, workspace_caps, agent_owner
         self.secrets = secrets if secrets is not None else Secrets()
         self._own: dict[str, Secrets] = {}  # letter -> that member's (files/secrets.py `member`)
-        self.base = self.job_dir / "base"
-        self.start = self.job_dir / "start"  # only for a follow-up (carry.py); else agents start from base/
-        self.agents = self.job_dir / "agents"
-        self.snapshots = self.job_dir / "snapshots"
-        self.final = self.job_dir / "final"
-        self._meta = self.job_dir / "meta"
-        self._manifest_path = self.job_dir / "manifest.json"
-        self.patch = self.job_dir / "diff.patch"  # the winner's patch, written when the job ends
+        self.base = folder.base
+        self.start = folder.start  # only for a follow-up (carry.py); else agents start from base/
+        self.final = folder.final
+        self.patch = folder.patch  # the winner's patch, written when the job ends
         self._manifest: ContextManifest | None = None  # written once by prepare, then only read
         self._base_listings: dict[str, Listing] = {}  # base/<name>'s, listed once: base/ never changes
 
@@ -155,13 +152,13 @@ class Workspaces:
 
     def _prepare(self, sources: list[ContextPath]) -> ContextManifest:
         captured = time.time_ns()
-        self.job_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.folder.root.mkdir(mode=0o700, parents=True, exist_ok=True)
         with _building(self.base) as tmp:
             manifest = copy_context_sync(sources, tmp, self.caps)
         # base/'s digest, which a check's kept run is looked up by (coordination/baselines.py), taken now
         manifest = manifest.model_copy(update={"digest": self._tree_digest(manifest)})
         self._set_captured("base", captured)
-        _write_atomic(self._manifest_path, manifest.model_dump_json())
+        _write_atomic(self.folder.manifest, manifest.model_dump_json())
         self._manifest = manifest
         return manifest
 
@@ -169,7 +166,7 @@ class Workspaces:
         """The manifest recorded by `prepare` (readable from any process); read from disk once, since
         nothing changes it after `prepare` (peer views ask for it on every tool call)."""
         if self._manifest is None:
-            self._manifest = ContextManifest.model_validate_json(self._manifest_path.read_bytes())
+            self._manifest = ContextManifest.model_validate_json(self.folder.manifest.read_bytes())
         return self._manifest
 
     async def create(self, letters: list[str]) -> dict[str, Path]:
@@ -207,18 +204,18 @@ class Workspaces:
 
     def _restore(self, letters: list[str], posted: list[str]) -> Restored:
         kept = set(posted)
-        if self.snapshots.is_dir():
-            for entry in os.scandir(self.snapshots):
+        if self.folder.snapshots.is_dir():
+            for entry in os.scandir(self.folder.snapshots):
                 if LABEL.fullmatch(entry.name) and entry.name not in kept:
                     remove_tree(entry.path)
                     for name in (entry.name, *(f"{entry.name}.{kind}" for kind in KINDS)):
-                        (self._meta / name).unlink(missing_ok=True)
+                        self.folder.record(name).unlink(missing_ok=True)
         last = {self.label_letter(label): label for label in posted}
         for letter, label in last.items():
             if not self.snapshot_dir(label).is_dir() and self.agent(letter).is_dir():
                 with contextlib.suppress(OSError, ConclaveError):  # then it stays without files
                     self._snapshot(letter, label)
-        remove_tree(self.job_dir / "peers")
+        remove_tree(self.folder.peers)
         latest, sizes = self.latest(), {}
         for letter in letters:
             newest = latest.get(letter)
@@ -253,16 +250,19 @@ class Workspaces:
         self._check_workspace(letter, listing)
         previous = self.latest().get(letter)
         reuse = self._reference(previous)
-        (self._meta / f"{label}.sha256").unlink(missing_ok=True)  # one a dead process left is not this one's
+        # one a dead process left is not this one's
+        self.folder.record(f"{label}.sha256").unlink(missing_ok=True)
         with _building(self.snapshot_dir(label)) as tmp:
             copied = copy_tree(source, tmp, listing, reuse=reuse, on_error=_leave_out)
             secrets = self._own.get(letter, self.secrets)
             held = withhold(tmp, [rel for rel, digest in copied.items() if digest is not None], secrets)
         self._set_captured(label, captured)
-        _write_atomic(self._meta / f"{label}.held", json.dumps(held))
+        _write_atomic(self.folder.record(f"{label}.held"), json.dumps(held))
         linked = self.digests(previous) if reuse.root != self.start else {}  # a linked file's is its origin's
         digests = {rel: digest or linked.get(rel) for rel, digest in copied.items() if rel not in held}
-        _write_atomic(self._meta / f"{label}.sha256", json.dumps({k: v for k, v in digests.items() if v}))
+        _write_atomic(
+            self.folder.record(f"{label}.sha256"), json.dumps({k: v for k, v in digests.items() if v})
+        )
         return self.snapshot_dir(label)
 
     def digests(self, label: str | None) -> dict[str, str]:
@@ -275,14 +275,14 @@ class Workspaces:
                 for rel, digest in _known(context).items()
             }
         try:
-            found = json.loads((self._meta / f"{label}.sha256").read_bytes())
+            found = json.loads(self.folder.record(f"{label}.sha256").read_bytes())
         except (OSError, ValueError):  # made before digests were recorded, or by a process that died
             return {}
         return {str(rel): str(digest) for rel, digest in found.items()} if isinstance(found, dict) else {}
 
     def held(self, label: str) -> dict[str, str]:
         """The files left out of snapshot `label` because they hold a secret: path -> how (secrets.py)."""
-        record = self._meta / f"{self.snapshot_dir(label).name}.held"
+        record = self.folder.record(f"{self.snapshot_dir(label).name}.held")
         return dict(json.loads(record.read_text())) if record.is_file() else {}
 
     async def finalize(self, label: str) -> Path:
@@ -318,12 +318,12 @@ class Workspaces:
         return Reference(root, list_tree(root).files, self._captured(name))
 
     def _set_captured(self, name: str, ns: int) -> None:
-        self._meta.mkdir(exist_ok=True)
-        _write_atomic(self._meta / name, str(ns))
+        self.folder.meta.mkdir(exist_ok=True)
+        _write_atomic(self.folder.record(name), str(ns))
 
     def _captured(self, name: str) -> int:
         try:
-            return int((self._meta / name).read_text())
+            return int(self.folder.record(name).read_text())
         except (OSError, ValueError):
             return 0  # unknown: no file counts as unchanged, everything is copied
 
@@ -335,7 +335,7 @@ class Workspaces:
         source = self.snapshot_dir(label) if label is not None else None
         if source is not None and not source.is_dir():
             raise InputError("source", label, "no snapshot by that label: the answer's files were not kept")
-        dest = self.job_dir / "checks" / f"{label or 'base'}-{time.monotonic_ns()}"
+        dest = self.folder.check(f"{label or 'base'}-{time.monotonic_ns()}")
         held: list[str] = []
         written: dict[str, frozenset[str]] = {}
         recorded = self.digests(label) if label is not None else {}
@@ -396,11 +396,11 @@ class Workspaces:
     def agent(self, letter: str) -> Path:
         if not LETTER.fullmatch(letter):
             raise InputError("letter", letter, "an agent letter is one capital letter, A to P")
-        return self.agents / letter
+        return self.folder.agent(letter)
 
     def snapshot_dir(self, label: str) -> Path:
         self.label_letter(label)
-        return self.snapshots / label
+        return self.folder.snapshot(label)
 
     @staticmethod
     def label_letter(label: str) -> str:
@@ -412,8 +412,8 @@ class Workspaces:
     def latest(self) -> dict[str, str]:
         """Each agent's latest snapshot label, read from disk (any process can answer)."""
         best: dict[str, tuple[int, str]] = {}
-        if self.snapshots.is_dir():
-            for entry in os.scandir(self.snapshots):
+        if self.folder.snapshots.is_dir():
+            for entry in os.scandir(self.folder.snapshots):
                 match = LABEL.fullmatch(entry.name)
                 if match and entry.is_dir(follow_symlinks=False):
                     letter, revision = match.group(1), int(match.group(2))
@@ -436,7 +436,7 @@ class Workspaces:
         """Every other agent's latest snapshot (mounted read-only at /peers/<letter> by the sandbox)."""
         self.agent(letter)
         latest = self.latest().items()
-        return {peer: self.rooted(self.snapshots / label) for peer, label in latest if peer != letter}
+        return {peer: self.rooted(self.folder.snapshot(label)) for peer, label in latest if peer != letter}
 
     def source(self, name: str) -> Path:
         """The tree `read_workspace` reads: "final", "base", or an answer label like "B2"."""
@@ -449,7 +449,7 @@ class Workspaces:
     def peer_mount(self, letter: str) -> Path:
         """The host folder mounted read-only at /peers/<letter> in the other agents' containers."""
         self.agent(letter)
-        return self.job_dir / "peers" / letter
+        return self.folder.peer(letter)
 
     async def publish(self, letter: str, label: str) -> Path:
         """Make peer_mount(letter) show snapshot `label`, in place (a bind mount pins the folder's inode)."""
@@ -507,7 +507,7 @@ class Workspaces:
         """Delete agents/, peers/ and checks/ (the job is over): snapshots, final/ and the patch stay."""
 
         def remove() -> None:
-            for folder in (self.agents, self.job_dir / "peers", self.job_dir / "checks"):
+            for folder in self.folder.working:
                 remove_tree(folder)  # iterative, by fd: links are removed, not followed; any depth
 
         await anyio.to_thread.run_sync(remove)

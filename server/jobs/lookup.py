@@ -122,9 +122,9 @@ class JobLookup:
         """Everything the job's web page shows, read in one reader-thread hop (jobs/read/view_read.py); the
         patch cut at `patch_chars`."""
         job_id = checked_job_id(job_id)
-        jobs_dir = self.settings.jobs_root
+        jobs_root = self.settings.jobs_root
         parts = await self.store.read(
-            page_parts, self.store.sync, self.web_links, jobs_dir, job_id, caller, patch_chars
+            page_parts, self.store.sync, self.web_links, jobs_root, job_id, caller, patch_chars
         )
         if parts is None:
             raise JobNotFound(str(job_id))

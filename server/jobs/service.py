@@ -30,7 +30,6 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
-from pathlib import Path
 
 import anyio
 from anyio.abc import TaskGroup
@@ -40,6 +39,7 @@ from conclave.backends.retry import RetryPolicy
 from conclave.config.models import SandboxSpec, Team
 from conclave.coordination.check_pool import CheckPool
 from conclave.errors import InputError, JobFinished, QueueUnavailable
+from conclave.files.job_folder import JobFolder
 from conclave.jobs.admission.access import Access
 from conclave.jobs.admission.admit import Admission
 from conclave.jobs.context.steering import Steering, checked_note, delivered
@@ -249,8 +249,8 @@ class JobService:
                 await anyio.sleep(POLL_S)
         return await self.lookup.view(job_id)
 
-    def job_dir(self, job_id: str) -> Path:
-        return self._jobs.job_dir(job_id)
+    def job_folder(self, job_id: str) -> JobFolder:
+        return self._jobs.job_folder(job_id)
 
     async def readiness(self) -> Readiness:
         """Whether this server can take jobs now: its store and, if configured, its engine and its

@@ -12,6 +12,7 @@ import anyio
 import pytest
 
 from conclave.files.contexts import ContextPath
+from conclave.files.job_folder import JobFolder
 from conclave.files.review import Consent, is_artifact, is_vcs_metadata
 from conclave.files.workspaces import Workspaces
 from conclave.jobs.request import JobRequest
@@ -37,7 +38,7 @@ async def job(tmp_path: Path) -> tuple[Workspaces, Path]:
     (project / "private.cfg").write_text("token = 1\n")
     os.chmod(project / "run.sh", 0o640)
     os.chmod(project / "private.cfg", 0o600)
-    spaces = Workspaces(tmp_path / "job")
+    spaces = Workspaces(JobFolder(tmp_path, "job"))
     await spaces.prepare([ContextPath(path=str(project), permission="write")])
     await spaces.create(["A"])
     work = spaces.agent("A") / "proj"

@@ -20,6 +20,7 @@ from conclave.cli.main import main
 from conclave.files.autorun import classify
 from conclave.files.contexts import ContextPath
 from conclave.files.diff import Patch, file_diff
+from conclave.files.job_folder import JobFolder
 from conclave.files.review import Consent, hold_back
 from conclave.files.workspaces import Workspaces
 from conclave.jobs.lookup import JobLookup
@@ -95,7 +96,7 @@ async def _job(tmp_path: Path, rel: str, before: str | None, after: str) -> tupl
     if before is not None:
         (project / rel).parent.mkdir(parents=True, exist_ok=True)
         (project / rel).write_text(before)
-    spaces = Workspaces(tmp_path / "job")
+    spaces = Workspaces(JobFolder(tmp_path, "job"))
     await spaces.prepare([ContextPath(path=str(project), permission="write")])
     await spaces.create(["A"])
     work = spaces.agent("A") / "proj"

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from conclave.files.contexts import ContextPath
+from conclave.files.job_folder import JobFolder
 from conclave.files.review import Consent
 from conclave.files.workspaces import Workspaces
 
@@ -23,7 +24,7 @@ async def job(tmp_path: Path) -> tuple[Workspaces, Path]:
     project.mkdir()
     (project / "auth.py").write_bytes(b"def check(token):\n    return token == SECRET\n")
     (project / "notes.md").write_text("notes\n")
-    spaces = Workspaces(tmp_path / "job")
+    spaces = Workspaces(JobFolder(tmp_path, "job"))
     await spaces.prepare([ContextPath(path=str(project), permission="write")])
     await spaces.create(["A"])
     (spaces.agent("A") / "proj" / "auth.py").write_bytes(HIDDEN)

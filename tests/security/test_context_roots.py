@@ -17,6 +17,7 @@ import pytest
 from conclave.config.loading import parse_team
 from conclave.errors import PathOutsideRoot
 from conclave.files.contexts import parse_context_paths
+from conclave.files.job_folder import JobFolder
 from conclave.files.workspaces import Workspaces
 from conclave.jobs.admission.access import Access
 from conclave.jobs.context.files import admit, prepare
@@ -48,7 +49,7 @@ async def test_a_folder_swapped_for_a_link_after_submit_is_not_copied(tmp_path: 
         moved = tmp_path / "allowed" / "a" / swapped if swapped == "proj" else tmp_path / "allowed" / "a"
         moved.rename(moved.with_name(moved.name + ".orig"))
         moved.symlink_to(outside if swapped == "proj" else outside.parent)
-        job = tmp_path / f"job-{swapped}"
+        job = JobFolder(tmp_path, f"job-{swapped}")
         with pytest.raises(PathOutsideRoot, match="since the job was submitted"):
             await prepare(job, options)
         assert not list(tmp_path.glob("job-*/**/secret.txt"))
@@ -62,13 +63,13 @@ async def test_a_folder_replaced_by_another_is_refused_by_identity(tmp_path: Pat
     project.rename(tmp_path / "allowed" / "proj.orig")
     _tree(project, {"other.txt": "not the folder that was checked\n"})
     with pytest.raises(PathOutsideRoot, match="replaced by another folder"):
-        await prepare(tmp_path / "job", options)
+        await prepare(JobFolder(tmp_path, "job"), options)
 
 
 async def test_a_folder_swapped_for_a_link_after_the_copy_is_not_written_at_apply(tmp_path: Path) -> None:
     project = _tree(tmp_path / "allowed" / "proj", {"app.py": "v1\n"})
     options = await _admitted(tmp_path, project, "write")
-    spaces = Workspaces(tmp_path / "job")
+    spaces = Workspaces(JobFolder(tmp_path, "job"))
     await spaces.prepare(list(options.context_paths))
     await spaces.create(["A"])
     (spaces.agent("A") / "proj" / "app.py").write_text("v2 from the team\n")

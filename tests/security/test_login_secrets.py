@@ -35,6 +35,7 @@ from conclave.coordination.reporting import Reporter
 from conclave.coordination.reports import AnswerEvent, JobEvent, Progress, ToolCallEvent
 from conclave.files.agent_tools import AgentTools
 from conclave.files.contexts import ContextPath
+from conclave.files.job_folder import JobFolder
 from conclave.files.secrets import Secrets
 from conclave.files.workspaces import Workspaces
 from conclave.jobs.request import JobRequest
@@ -78,7 +79,7 @@ async def test_a_file_holding_a_login_token_is_in_no_snapshot_peer_view_check_co
     content = claude_credentials(TOKEN, REFRESH)
     login = Login(files={CREDENTIALS: content})
     project = calc_project(tmp_path)
-    ws = Workspaces(tmp_path / "job", secrets=Secrets(login.secrets()))
+    ws = Workspaces(JobFolder(tmp_path, "job"), secrets=Secrets(login.secrets()))
     await ws.prepare([ContextPath(path=str(project), permission="write")])
     await ws.create(["A", "B"])
     mine = ws.rooted(ws.agent("B"))
@@ -102,7 +103,7 @@ async def test_a_file_holding_a_login_token_is_in_no_snapshot_peer_view_check_co
     assert "+    return a + b" in patch.text and [change.path for change in patch.files] == ["calc.py"]
     assert changes.held == [] and (project / "calc.py").read_text().endswith("a + b\n")
     forms = leaked_forms(content)
-    for tree in (ws.peer_mount("B"), check, ws.final, ws.snapshots, project):
+    for tree in (ws.peer_mount("B"), check, ws.final, ws.folder.snapshots, project):
         assert keeping(tree, forms) == [], tree
     await ws.remove_working_copies()
     assert keeping(tmp_path / "job", forms) == []  # the state folder keeps no value, nor the filter's record
@@ -239,7 +240,7 @@ async def test_a_member_that_rewrites_its_login_file_withholds_nothing_of_its_pe
     snapshot nor B's answer from the voters; the token A's CLI refreshed stays out of A's own snapshot
     and text (what A plants in its token fields can hide only A's own work)."""
     project = calc_project(tmp_path)
-    ws = Workspaces(tmp_path / "job", secrets=Secrets())
+    ws = Workspaces(JobFolder(tmp_path, "job"), secrets=Secrets())
     files = JobFiles("job", ws, None, DIRECT)
     await ws.prepare([ContextPath(path=str(project), permission="write")])
     await ws.create(["A", "B"])

@@ -15,6 +15,7 @@ from conclave.errors import ContextTooLarge
 from conclave.files import safe
 from conclave.files.agent_tools import AgentTools
 from conclave.files.contexts import ContextPath
+from conclave.files.job_folder import JobFolder
 from conclave.files.removal import empty_folder, remove_tree
 from conclave.files.trees import list_tree
 from conclave.files.workspaces import Workspaces
@@ -41,7 +42,7 @@ async def test_odd_names_round_trip_through_copy_snapshot_diff_and_apply(tmp_pat
     for rel, data in ODD.items():
         (project / rel).parent.mkdir(parents=True, exist_ok=True)
         (project / rel).write_bytes(data)
-    spaces = Workspaces(tmp_path / "job")
+    spaces = Workspaces(JobFolder(tmp_path, "job"))
     manifest = await spaces.prepare([ContextPath(path=str(project), permission="write")])
     assert set(manifest.contexts[0].files) == set(ODD) and not manifest.contexts[0].skipped
     await spaces.create(["A"])
@@ -69,7 +70,7 @@ async def test_a_name_that_is_not_utf8_is_refused_by_name_never_renamed(tmp_path
     fd = os.open(os.fsencode(project) + b"/bad\xff.py", os.O_WRONLY | os.O_CREAT, 0o644)
     os.write(fd, b"bad\n")
     os.close(fd)
-    spaces = Workspaces(tmp_path / "job")
+    spaces = Workspaces(JobFolder(tmp_path, "job"))
     manifest = await spaces.prepare([ContextPath(path=str(project), permission="write")])
     context = manifest.contexts[0]
     assert list(context.files) == ["ok.py"]
@@ -91,7 +92,7 @@ async def test_a_tree_too_deep_is_refused_with_a_message_not_a_recursion_error(t
     listing = list_tree(root, max_files=100)
     assert listing.truncated and listing.limit and "nested more than 256 deep" in listing.limit
     with pytest.raises(ContextTooLarge, match="nested more than 256 deep"):
-        await Workspaces(tmp_path / "job").prepare([ContextPath(path=str(root))])
+        await Workspaces(JobFolder(tmp_path, "job")).prepare([ContextPath(path=str(root))])
     remove_tree(root)  # shutil.rmtree dies with RecursionError here on Python 3.11
     assert not root.exists()
 

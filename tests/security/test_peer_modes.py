@@ -11,6 +11,7 @@ import pytest
 
 from conclave.files.agent_tools import AgentTools
 from conclave.files.contexts import ContextPath
+from conclave.files.job_folder import JobFolder
 from conclave.files.workspaces import Workspaces
 
 pytestmark = pytest.mark.anyio
@@ -22,7 +23,7 @@ async def answered(tmp_path: Path) -> Workspaces:
     project = tmp_path / "proj"
     project.mkdir()
     (project / "calc.py").write_text("def add(a, b):\n    return a - b\n")
-    ws = Workspaces(tmp_path / "job")
+    ws = Workspaces(JobFolder(tmp_path, "job"))
     await ws.prepare([ContextPath(path=str(project))])
     await ws.create(["A", "B"])
     mine = ws.rooted(ws.agent("B"))

@@ -20,6 +20,7 @@ import pytest
 from conclave.config.models import SandboxSpec
 from conclave.coordination.verification import CheckRun, Verifier
 from conclave.files.contexts import ContextPath
+from conclave.files.job_folder import JobFolder
 from conclave.files.workspaces import Workspaces
 from conclave.sandbox.container import container_user
 from tests.fakes.calc_task import CALC, TESTS, calc_project
@@ -113,7 +114,7 @@ async def check(tmp_path: Path, answer: Callable[[Path], None], *, outside: bool
         (tmp_path / "docs").mkdir()
         (tmp_path / "docs" / "notes.txt").write_text("notes\n")
         paths.append(ContextPath(path=str(tmp_path / "docs")))
-    workspaces = Workspaces(tmp_path / "job", agent_owner=container_user())
+    workspaces = Workspaces(JobFolder(tmp_path, "job"), agent_owner=container_user())
     await workspaces.prepare(paths)
     (agent,) = (await workspaces.create(["A"])).values()
     answer(agent if outside else workspaces.rooted(agent))

@@ -3,11 +3,12 @@ copying: ask_team returns at once), prepare them when it starts (the copy), coll
 after.
 
 One object owns a job's files from their copy on (`job_files`): `ContextFiles` for a job with context
-paths, `NoContextFiles` for one without (the same calls, doing nothing). It is the orchestrator's
-`Files` (coordination/job_files.py) and adds the job's own steps: the copy (`prepare`), a follow-up's
-carried files (`carry`), its checks (`verifier`), and the diff collected and applied after the run
-(`collect`). A job taken over from a server that died (jobs/upkeep/takeover.py) keeps the copy and carried
-files its first server made; `prepare` then only clears what that server left running."""
+paths, `NoContextFiles` for one without (the same calls, doing nothing). It holds what the orchestrator
+is given during the run (`run_files`, coordination/job_files.py) and adds the job's own steps: the copy
+(`prepare`), a follow-up's carried files (`carry`), its checks (`verifier`), and the diff collected and
+applied after the run (`collect`). A job taken over from a server that died (jobs/upkeep/takeover.py)
+keeps the copy and carried files its first server made; `prepare` then only clears what that server left
+running."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from conclave.coordination.verification import Verifier
 from conclave.errors import ApplyError, ConclaveError, PathOutsideRoot, SandboxUnavailable, ServerState
 from conclave.files.contexts import ContextPath, named
 from conclave.files.disk_budget import MB
+from conclave.files.job_folder import JobFolder
 from conclave.files.kept import Kept
 from conclave.files.removal import remove_tree
 from conclave.files.review import FIXES, HeldBack
@@ -85,13 +87,13 @@ def refuse_kept(kept: Kept, options: JobOptions) -> None:
         kept.refuse(f"context_paths[{index}].path", option.path)
 
 
-async def prepare(job_dir: Path, options: JobOptions) -> None:
+async def prepare(folder: JobFolder, options: JobOptions) -> None:
     """Copy the context paths into the job's base/ when it starts; nothing is left behind on failure."""
     try:
-        await Workspaces(job_dir, agent_owner=container_user()).prepare(list(options.context_paths))
+        await Workspaces(folder, agent_owner=container_user()).prepare(list(options.context_paths))
     except BaseException:
         with anyio.CancelScope(shield=True):
-            await anyio.to_thread.run_sync(remove_tree, job_dir / "base")
+            await anyio.to_thread.run_sync(remove_tree, folder.base)
         raise
 
 
@@ -167,8 +169,14 @@ def _outside(final: Path, names: set[str]) -> list[str]:
     return sorted(rel for rel in files if rel.split("/", 1)[0] not in names)[:MAX_OUTSIDE]
 
 
-class JobFileSteps(Files, Protocol):
-    """A job's files from the copy to the collected diff: the orchestrator's `Files`, and the job's steps."""
+class JobFileSteps(Protocol):
+    """A job's files from the copy to the collected diff: what the orchestrator is given, and the job's
+    steps around its run."""
+
+    @property
+    def run_files(self) -> Files:
+        """The job's files during the run (coordination/job_files.py), the orchestrator's."""
+        ...
 
     async def prepare(self, store: AsyncStore) -> None:
         """Copy the context paths into the job folder, saying so (`prepare` above)."""
@@ -191,29 +199,22 @@ class JobFileSteps(Files, Protocol):
         ...
 
 
-class ContextFiles(JobFiles):
-    """A job with context paths: its workspaces, sandboxes and the steps around the run."""
+class ContextFiles:
+    """A job with context paths: its workspaces and sandboxes during the run (`run_files`), and the
+    steps around the run."""
 
     def __init__(
         self,
-        job_id: str,
-        workspaces: Workspaces,
-        sandbox: SandboxSpec | None,
+        run_files: JobFiles,
         options: JobOptions,
         settings: Settings,
-        route: EgressRoute,
         *,
         kept: Kept,
         verifies: bool = False,
     ) -> None:
-        super().__init__(
-            job_id,
-            workspaces,
-            sandbox,
-            disk_budget=settings.job_disk_mb * MB,
-            egress_allow=settings.egress_allow,
-            route=route,
-        )
+        self.run_files = run_files
+        self.job_id = run_files.job_id
+        self.workspaces = run_files.workspaces
         self.options, self.settings, self.kept = options, settings, kept
         self.verifies = verifies  # the team checks answers (`verify`): its check containers too
 
@@ -224,13 +225,13 @@ class ContextFiles(JobFiles):
             return
         await store.set_state(self.job_id, "running", "copying the context paths")
         await anyio.to_thread.run_sync(refuse_kept, self.kept, self.options)
-        await prepare(self.workspaces.job_dir, self.options)
+        await prepare(self.workspaces.folder, self.options)
 
     def _copied(self) -> bool:
         """Whether the context paths were copied already: a job taken over (jobs/upkeep/takeover.py) keeps the
         copy its first process made when it started (the caller's files may have changed since, and the
         diff is against that copy); a copy cut short left no manifest, and its base/ is removed."""
-        if (self.workspaces.job_dir / "manifest.json").is_file():
+        if self.workspaces.folder.manifest.is_file():
             return True
         remove_tree(self.workspaces.base)
         return False
@@ -238,19 +239,19 @@ class ContextFiles(JobFiles):
     async def _clear_leftovers(self) -> None:
         """What the dead process left running or half-made: its containers for this job on this engine
         (another engine's are swept by the servers there), and its check folders."""
-        if self.spec is not None or self.verifies:
+        if self.run_files.commands or self.verifies:
             try:
                 removed = await sweep(lambda _owner, _pid: True, job=self.job_id)  # never this process's
             except ConclaveError:
                 removed = []  # no engine: the job's own steps say so when they need it
             if removed:
                 logger.info("job %s: removed its earlier server's containers %s", self.job_id, removed)
-        await anyio.to_thread.run_sync(remove_tree, self.workspaces.job_dir / "checks")
+        await anyio.to_thread.run_sync(remove_tree, self.workspaces.folder.checks)
 
     async def carry(self, store: AsyncStore, row: JobRow) -> None:
         if row.follow_up and not self.workspaces.start.is_dir():  # a resumed job made its start/ already
             await store.set_state(self.job_id, "running", "starting from the earlier job's files")
-            await carry_files(store.sync, row, self.settings.jobs_root, self.workspaces)
+            await carry_files(store.sync, row, self.workspaces)
 
     def verifier(self, team: Team, limiter: anyio.CapacityLimiter, pool: CheckPool | None) -> Verifier | None:
         if team.verify is None:
@@ -269,12 +270,18 @@ class ContextFiles(JobFiles):
         )
 
     async def collect(self, store: AsyncStore, row: JobRow, consensus: bool) -> None:
-        await store.set_files(self.job_id, await collect_files(self, row, consensus, self.kept))
+        await store.set_files(self.job_id, await collect_files(self.run_files, row, consensus, self.kept))
+
+    def release(self) -> None:
+        self.run_files.release()
 
 
-class NoContextFiles(NoFiles):
+class NoContextFiles:
     """A job without context paths: nothing to carry, check or collect (plan.shape_team refused a
     `verify` without context paths)."""
+
+    def __init__(self) -> None:
+        self.run_files = NoFiles()
 
     async def prepare(self, store: AsyncStore) -> None:
         pass
@@ -293,8 +300,7 @@ class NoContextFiles(NoFiles):
 
 
 def job_files(
-    job_id: str,
-    job_dir: Path,
+    folder: JobFolder,
     team: Team,
     options: JobOptions,
     settings: Settings,
@@ -307,6 +313,14 @@ def job_files(
     if not options.context_paths:
         return NoContextFiles()
     sandbox = team.sandbox if options.commands and not isinstance(team.sandbox, str) else None
-    workspaces = Workspaces(job_dir, agent_owner=container_user(), secrets=Secrets())
+    workspaces = Workspaces(folder, agent_owner=container_user(), secrets=Secrets())
+    run_files = JobFiles(
+        folder.job_id,
+        workspaces,
+        sandbox,
+        disk_budget=settings.job_disk_mb * MB,
+        egress_allow=settings.egress_allow,
+        route=route,
+    )
     verifies = team.verify is not None
-    return ContextFiles(job_id, workspaces, sandbox, options, settings, route, kept=kept, verifies=verifies)
+    return ContextFiles(run_files, options, settings, kept=kept, verifies=verifies)

@@ -17,14 +17,13 @@ one was chosen, else the answer leading when it stopped, else the latest posted.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import anyio
 
 from conclave.config.models import Team
 from conclave.coordination.prompts import Round, history_section
 from conclave.errors import InputError
 from conclave.files.contexts import ContextPath
+from conclave.files.job_folder import JobFolder
 from conclave.files.workspaces import Workspaces
 from conclave.jobs.read.reader import best_answer, verdict
 from conclave.jobs.request import JobRequest
@@ -89,14 +88,12 @@ def _files_text(row: JobRow) -> str:
     return "it changed " + ", ".join(changed[:30]) if changed else "it changed no file"
 
 
-async def carry_files(
-    store: Store, row: JobRow, jobs_dir: Path, workspaces: Workspaces
-) -> dict[str, list[str]]:
+async def carry_files(store: Store, row: JobRow, workspaces: Workspaces) -> dict[str, list[str]]:
     """Start a follow-up's workspaces from its earlier job's answer (files/carry.py); {} when it had none."""
     earlier, label = await anyio.to_thread.run_sync(_earlier_answer, store, row.follow_up or "")
     if earlier is None or not earlier.options.context_paths:
         return {}
-    before = Workspaces(jobs_dir / earlier.id)
+    before = Workspaces(JobFolder(workspaces.folder.jobs_root, earlier.id))
     tree = before.final if before.final.is_dir() else before.snapshot_dir(label) if label else None
     if tree is None or not tree.is_dir():
         return {}

@@ -45,6 +45,7 @@ from conclave.coordination.reports import (
     VoteEvent,
 )
 from conclave.errors import InputError, term
+from conclave.files.job_folder import JobFolder
 from conclave.files.trees import list_tree, read_bytes
 from conclave.files.workspaces import Workspaces
 from conclave.jobs.read.views import majority_text, winner_check
@@ -139,9 +140,9 @@ async def read_whole(
     )
 
 
-def job_workspaces(row: JobRow, jobs_dir: Path) -> Workspaces | None:
+def job_workspaces(row: JobRow, jobs_root: Path) -> Workspaces | None:
     """The job's files, for a job that was given context paths."""
-    return Workspaces(jobs_dir / row.id) if row.options.context_paths else None
+    return Workspaces(JobFolder(jobs_root, row.id)) if row.options.context_paths else None
 
 
 async def listing(store: Store, row: JobRow, workspaces: Workspaces | None = None) -> list[str]:

@@ -61,14 +61,14 @@ class PageParts:
 
 
 def page_parts(
-    store: Store, links: WebLinks, jobs_dir: Path, job_id: str, caller: str | None, patch_chars: int
+    store: Store, links: WebLinks, jobs_root: Path, job_id: str, caller: str | None, patch_chars: int
 ) -> PageParts | None:
     """The job's page, read in one go like its view (None: no such job for `caller`). Blocking."""
     parts = view_parts(store, links, job_id, caller)
     if parts is None:
         return None
     patch, cut = None, False
-    workspaces = job_workspaces(parts.row, jobs_dir)
+    workspaces = job_workspaces(parts.row, jobs_root)
     if workspaces is not None and workspaces.patch.is_file():
         with workspaces.patch.open(encoding="utf-8", errors="replace") as file:
             text = file.read(patch_chars + 1)

@@ -12,7 +12,6 @@ import logging
 import socket
 import time
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 
 import anyio
 
@@ -26,6 +25,7 @@ from conclave.coordination.orchestrator import Orchestrator, Resume
 from conclave.coordination.protocol_events import Steer
 from conclave.coordination.reports import CheckedEvent
 from conclave.errors import ConclaveError
+from conclave.files.job_folder import JobFolder
 from conclave.jobs.admission.reach import check_reachable
 from conclave.jobs.admission.team_shape import check_runnable
 from conclave.jobs.context.files import JobFileSteps, job_files
@@ -79,8 +79,8 @@ class Lifecycle:
         self._provider_limits = ProviderLimits(settings.provider_concurrency)  # shared by every job here
         self._heap = Heap()  # a warm server's objects, kept out of the collector's walks
 
-    def job_dir(self, job_id: str) -> Path:
-        return self.settings.jobs_root / job_id
+    def job_folder(self, job_id: str) -> JobFolder:
+        return JobFolder(self.settings.jobs_root, job_id)
 
     async def preload(self) -> list[str]:
         """Load the hosted providers' SDKs before any job (backends/__init__.py `preload`), and keep what
@@ -153,7 +153,7 @@ class Lifecycle:
         # the copy counts against the job's timeout; a resumed job's time so far too
         deadline = anyio.current_time() + timeout - (taken_over.elapsed if taken_over else 0.0)
         files = self._files[job_id] = job_files(
-            job_id, self.job_dir(job_id), team, options, self.settings, self.jobs.route, self.jobs.kept
+            self.job_folder(job_id), team, options, self.settings, self.jobs.route, self.jobs.kept
         )
         if not await self._copied(job_id, files, timeout):
             return
@@ -177,7 +177,7 @@ class Lifecycle:
             self._factory,
             retry=self.jobs.retry,
             limiters=self._provider_limits,
-            files=files,
+            files=files.run_files,
             deadline=deadline,
             verifier=verifier,
             history=past,
@@ -188,7 +188,7 @@ class Lifecycle:
         taken = sum(isinstance(e, Steer) for e in taken_over.events) if taken_over else 0
         await self.steering.attach(job_id, orchestrator, taken)
         try:
-            async with files.egress():
+            async with files.run_files.egress():
                 result = await orchestrator.run()
             await files.collect(self.store, row, result.consensus)
         except ConclaveError as exc:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from conclave.errors import TreeTooLarge
+from conclave.files.job_folder import JobFolder
 from conclave.files.removal import remove_tree
 from conclave.files.walking import walk
 from conclave.jobs.read.views import plural
@@ -53,7 +54,7 @@ def folder_bytes(path: Path) -> int:
 
 def prune(
     store: Store,
-    jobs_dir: Path,
+    jobs_root: Path,
     *,
     keep_days: float,
     max_bytes: int,
@@ -63,7 +64,8 @@ def prune(
     """Remove finished jobs older than `keep_days`, then the oldest while over `max_bytes` (blocking)."""
     now = time.time() if now is None else now
     finished = store.finished_jobs()  # oldest first
-    sizes = {job_id: folder_bytes(jobs_dir / job_id) for job_id, _ in finished}
+    folders = {job_id: JobFolder(jobs_root, job_id).root for job_id, _ in finished}
+    sizes = {job_id: folder_bytes(folder) for job_id, folder in folders.items()}
     total = sum(sizes.values())
     report = GcReport()
     for job_id, finished_at in finished:
@@ -74,7 +76,7 @@ def prune(
             continue
         if not dry_run:
             store.delete_job(job_id)
-            remove_tree(jobs_dir / job_id)
+            remove_tree(folders[job_id])
         report.removed.append(job_id)
         report.freed_bytes += sizes[job_id]
         total -= sizes[job_id]

@@ -71,6 +71,16 @@ class _Tree(importlib.abc.MetaPathFinder):
         )
 
 
+def job_folder(root: Path, job_id: str) -> Any:
+    """What the tree's `Workspaces` takes for job `job_id` under `root`: its `JobFolder`, or in code from
+    before files/job_folder.py the folder's path."""
+    try:
+        from conclave.files.job_folder import JobFolder
+    except ImportError:
+        return root / job_id
+    return JobFolder(root, job_id)
+
+
 # The child: one measurement on one tree --------------------------------------------------------------
 async def run_command() -> dict[str, float]:
     import anyio.to_thread
@@ -124,7 +134,7 @@ async def check_cost() -> dict[str, float]:
         for i in range(20):
             (project / f"m{i}.py").write_text(f"X = {i}\n")
         (project / "test_m.py").write_text("def test_x():\n    assert True\n")
-        workspaces = Workspaces(Path(tmp, "job"), agent_owner=container_user())
+        workspaces = Workspaces(job_folder(Path(tmp), "job"), agent_owner=container_user())
         await workspaces.prepare([ContextPath(path=str(project))])
         await workspaces.create(["A"])
         await workspaces.snapshot("A", "A1")
@@ -185,7 +195,7 @@ async def first_check(concurrency: int) -> dict[str, float]:
                 with anyio.fail_after(60):  # a running server's pool is filled between jobs
                     while pool is not None and pool.ready(SandboxSpec()) < concurrency:
                         await anyio.sleep(0.02)
-                workspaces = Workspaces(Path(tmp, f"job{n}"), agent_owner=container_user())
+                workspaces = Workspaces(job_folder(Path(tmp), f"job{n}"), agent_owner=container_user())
                 await workspaces.prepare([ContextPath(path=str(project))])
                 await workspaces.create(["A"])
                 await workspaces.snapshot("A", "A1")

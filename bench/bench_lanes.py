@@ -48,7 +48,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.bench_checks import PACKAGES, _Tree  # noqa: E402
+from bench.bench_checks import PACKAGES, _Tree, job_folder  # noqa: E402
 from bench.request_loop import LOOP  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "sandbox-lanes.json"
@@ -104,7 +104,7 @@ async def job_round() -> dict[str, list[float]]:
     client, found = connect(), dict[str, list[float]]()
     starts, stops = [], []
     with tempfile.TemporaryDirectory() as tmp:
-        project, job = Path(tmp, "proj"), Path(tmp, "job")
+        project = Path(tmp, "proj")
         project.mkdir()
         names = await anyio.to_thread.run_sync(_project, project)
         for _ in range(STARTS):
@@ -113,7 +113,7 @@ async def job_round() -> dict[str, list[float]]:
             starts.append(seconds)
             seconds, _ = await _timed(sandbox.stop())
             stops.append(seconds)
-        workspaces = Workspaces(job, agent_owner=container_user())
+        workspaces = Workspaces(job_folder(Path(tmp), "job"), agent_owner=container_user())
         started = time.perf_counter()
         await workspaces.prepare([ContextPath(path=str(project), permission="write")])
         agent = (await workspaces.create(["A"]))["A"]

@@ -23,6 +23,7 @@ from pathlib import Path
 import anyio
 
 from conclave.files.contexts import ContextPath
+from conclave.files.job_folder import JobFolder
 from conclave.files.workspaces import Workspaces
 
 RESULTS = Path(__file__).parent / "results" / "workspace.json"
@@ -55,7 +56,7 @@ def timed(step: Callable[[], object]) -> float:
 def one_run(work: Path, files: int, changed: int) -> dict[str, float]:
     source = work / "source"
     names = build_tree(source, files)
-    spaces = Workspaces(work / "job")
+    spaces = Workspaces(JobFolder(work, "job"))
     contexts = [ContextPath(path=str(source), permission="write")]
     out = {}
     out["copy_context"] = timed(lambda: anyio.run(spaces.prepare, contexts))

@@ -29,7 +29,7 @@ from conclave.backends import llama_server, local
 from conclave.backends.llama_server import LocalServers, ServerOptions
 from conclave.config.presets import resolve_team
 from conclave.coordination.members import endpoint_factory
-from conclave.coordination.orchestrator import Orchestrator
+from conclave.coordination.orchestrator import Orchestrator, Shared
 from conclave.coordination.reports import JobEvent, Progress
 
 RESULTS = Path(__file__).parent / "results" / "local.json"
@@ -120,7 +120,9 @@ async def job() -> dict[str, Any]:
     sink = _Sink()
     started = time.perf_counter()
     async with LocalServers() as pool:
-        result = await Orchestrator("cj-0000000bench", TASK, team, sink, endpoint_factory({}, pool)).run()
+        result = await Orchestrator(
+            "cj-0000000bench", TASK, team, sink, Shared(endpoint_factory({}, pool))
+        ).run()
     return {
         "task": TASK,
         "wall_s": round(time.perf_counter() - started, 1),

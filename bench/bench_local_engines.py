@@ -47,7 +47,7 @@ async def one_job(question: str) -> dict[str, Any]:
     from conclave.backends.llama_server import LocalServers, ServerOptions
     from conclave.config.presets import resolve_team
     from conclave.coordination.members import endpoint_factory
-    from conclave.coordination.orchestrator import Orchestrator
+    from conclave.coordination.orchestrator import Orchestrator, Shared
     from conclave.coordination.reports import JobEvent, Progress, VoteEvent
 
     class Sink:
@@ -64,7 +64,9 @@ async def one_job(question: str) -> dict[str, Any]:
         held = await pool.acquire(ServerOptions(local.model_file(local.BUNDLED, None)))
         start_s = time.perf_counter() - started
         started = time.perf_counter()
-        result = await Orchestrator("cj-00000engines", question, team, sink, endpoint_factory({}, pool)).run()
+        result = await Orchestrator(
+            "cj-00000engines", question, team, sink, Shared(endpoint_factory({}, pool))
+        ).run()
         job_s = time.perf_counter() - started
         await pool.release(held)
     votes = [event.reason for event in sink.events if isinstance(event, VoteEvent)]

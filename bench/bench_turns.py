@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tests' fakes
 from conclave.backends.retry import RetryPolicy
 from conclave.config.models import Team
 from conclave.coordination.members import endpoint_factory
-from conclave.coordination.orchestrator import Orchestrator
+from conclave.coordination.orchestrator import Orchestrator, Shared
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import KEY_ENV, TRIO, install, team_data, voter
 from tests.test_orchestrator import MemorySink
@@ -55,8 +55,7 @@ async def measure(options: dict[str, str]) -> dict[str, Any]:
                 "What is the capital of France?",
                 team,
                 sink,
-                endpoint_factory({KEY_ENV: "bench-key-0123456789"}),
-                retry=RetryPolicy(max_attempts=2),
+                Shared(endpoint_factory({KEY_ENV: "bench-key-0123456789"}), RetryPolicy(max_attempts=2)),
             ).run()
             totals["wall_s"] += time.perf_counter() - started
             assert result.consensus, result

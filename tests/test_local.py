@@ -25,7 +25,7 @@ from conclave.backends.base import Endpoint, Message, Request, TextDelta, ToolSp
 from conclave.backends.llama_server import LocalServers, ServerOptions
 from conclave.config.presets import resolve_team
 from conclave.coordination.members import endpoint_factory
-from conclave.coordination.orchestrator import Orchestrator
+from conclave.coordination.orchestrator import Orchestrator, Shared
 from conclave.coordination.prompts import decision_schema
 from conclave.errors import BadRequest, ConfigError, ProviderError
 from conclave.jobs.request import JobRequest
@@ -382,7 +382,7 @@ async def test_the_local_team_reaches_a_final_answer_within_its_timeout() -> Non
     sink = MemorySink()
     started = anyio.current_time()
     async with LocalServers() as pool:
-        orchestrator = Orchestrator("cj-00000000cafe", TASK, team, sink, endpoint_factory({}, pool))
+        orchestrator = Orchestrator("cj-00000000cafe", TASK, team, sink, Shared(endpoint_factory({}, pool)))
         with anyio.fail_after(team.coordination.timeout_s + 30):
             result = await orchestrator.run()
         assert pool.running() == []  # released by the agents' aclose(), before the pool closed

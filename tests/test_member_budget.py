@@ -20,7 +20,7 @@ from conclave.cli.render import render
 from conclave.config.loading import parse_team
 from conclave.config.models import Team
 from conclave.coordination.members import assign_letters, seed_for
-from conclave.coordination.orchestrator import Orchestrator
+from conclave.coordination.orchestrator import Orchestrator, Shared
 from conclave.coordination.protocol_events import AnswerPosted, ProtocolEvent, StartTurn, VoteCast
 from conclave.coordination.reports import Check, JobEvent, Progress
 from conclave.coordination.turn_context import TurnContext
@@ -280,7 +280,7 @@ async def test_a_limit_reached_between_turns_fails_the_next_turn_before_it_calls
         task,
         team,
         sink,
-        lambda spec: agents[spec.model],
+        Shared(lambda spec: agents[spec.model]),
         verifier=checks,  # type: ignore[arg-type]
     )
     with anyio.fail_after(30):

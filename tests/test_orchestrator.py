@@ -13,7 +13,7 @@ import pytest
 from conclave.backends.retry import RetryPolicy
 from conclave.config.models import Team
 from conclave.coordination.members import assign_letters, endpoint_factory, seed_for
-from conclave.coordination.orchestrator import Orchestrator
+from conclave.coordination.orchestrator import Orchestrator, Shared
 from conclave.coordination.reports import JobEvent, JobResult, Progress
 from tests.fakes.script import RecordedRequest, Reply
 from tests.fakes.server import FakeProviders
@@ -67,8 +67,7 @@ async def run(
         "What is 6 times 7?",
         team,
         sink,
-        endpoint_factory({KEY_ENV: "test-key-0123456789"}),
-        retry=FAST_RETRY,
+        Shared(endpoint_factory({KEY_ENV: "test-key-0123456789"}), FAST_RETRY),
     )
     try:
         return await orchestrator.run(), sink

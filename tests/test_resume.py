@@ -20,7 +20,7 @@ from conclave.config.loading import load_team_file
 from conclave.config.models import Team
 from conclave.coordination.journal import decode, encode
 from conclave.coordination.members import endpoint_factory
-from conclave.coordination.orchestrator import Orchestrator, Resume
+from conclave.coordination.orchestrator import Orchestrator, Resume, Shared
 from conclave.coordination.protocol_events import (
     AnswerPosted,
     ProtocolEvent,
@@ -271,7 +271,7 @@ def _orchestrator(fakes: FakeProviders, resume: Resume, journal: ListJournal, **
         "What is 6 times 7?",
         team,
         MemorySink(),
-        endpoint_factory(environ),
+        Shared(endpoint_factory(environ)),
         journal=journal,
         resume=resume,
     )

@@ -18,7 +18,7 @@ from conclave.backends.base import Backend, Endpoint
 from conclave.config.models import AgentSpec, Team
 from conclave.coordination.agents import Agent, ApiAgent
 from conclave.coordination.members import endpoint_factory
-from conclave.coordination.orchestrator import Orchestrator
+from conclave.coordination.orchestrator import Orchestrator, Shared
 from conclave.coordination.reports import JobResult
 from conclave.jobs.read.views import JobView
 from conclave.jobs.request import JobRequest
@@ -81,7 +81,9 @@ async def run(
 ) -> tuple[JobResult, MemorySink]:
     team = Team.model_validate(team_data(fakes, TRIO, **options))
     sink = MemorySink()
-    orchestrator = Orchestrator(job_id, TASK, team, sink, factory or endpoint_factory(ENV), retry=FAST_RETRY)
+    orchestrator = Orchestrator(
+        job_id, TASK, team, sink, Shared(factory or endpoint_factory(ENV), FAST_RETRY)
+    )
     with anyio.fail_after(60):
         return await orchestrator.run(), sink
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, assert_never
 
@@ -81,7 +81,7 @@ from conclave.errors import ConclaveError, ProviderError
 if TYPE_CHECKING:
     from conclave.coordination.verification import Verifier
 
-__all__ = ["Orchestrator", "Resume"]
+__all__ = ["Orchestrator", "Resume", "Shared"]
 logger = logging.getLogger(__name__)
 
 
@@ -97,6 +97,17 @@ class Resume:
     checks: Mapping[str, Check] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class Shared:
+    """What every job of a process runs with: how its agents are made (members.py `endpoint_factory`,
+    the one place their kind is decided), how patiently provider calls are retried, and the
+    per-provider limits all of its jobs count against (limits.py)."""
+
+    agent_factory: AgentFactory
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    limits: ProviderLimits = field(default_factory=ProviderLimits)
+
+
 class Orchestrator:
     """One job's run, from the first turns to the result."""
 
@@ -106,11 +117,8 @@ class Orchestrator:
         task: str,
         team: Team,
         sink: JobSink,
-        agent_factory: AgentFactory,
+        shared: Shared,
         *,
-        retry: RetryPolicy | None = None,
-        limiters: ProviderLimits | None = None,
-        clock: Callable[[], float] = anyio.current_time,
         files: Files | None = None,
         verifier: Verifier | None = None,
         deadline: float | None = None,
@@ -124,9 +132,8 @@ class Orchestrator:
         # the job's end on anyio's clock when the caller's set-up (copying the context) already used
         # part of its timeout; else the timeout counts from `run`
         self._deadline_at = deadline
-        self._factory, self._retry = agent_factory, retry or RetryPolicy()
-        self._limiters = limiters if limiters is not None else ProviderLimits()  # the server's, shared
-        self._clock = clock
+        self._factory, self._retry, self._limiters = shared.agent_factory, shared.retry, shared.limits
+        clock = self._clock = anyio.current_time
         self.files: Files = files or NoFiles()  # a job without context paths: calls that do nothing
         self.verifier = verifier
         rules = team.coordination

@@ -21,7 +21,7 @@ from conclave.coordination.agents import AgentFactory
 from conclave.coordination.check_pool import CheckPool
 from conclave.coordination.journal import decode
 from conclave.coordination.limits import ProviderLimits
-from conclave.coordination.orchestrator import Orchestrator, Resume
+from conclave.coordination.orchestrator import Orchestrator, Resume, Shared
 from conclave.coordination.protocol_events import Steer
 from conclave.coordination.reports import CheckedEvent
 from conclave.errors import ConclaveError
@@ -65,7 +65,7 @@ class Lifecycle:
     ) -> None:
         """`factory`: `jobs.agents`' own, made on the jobs' loop (where the local model servers live)."""
         settings = jobs.settings
-        self.jobs, self.settings, self.store, self._factory = jobs, settings, store, factory
+        self.jobs, self.settings, self.store = jobs, settings, store
         # what a team needs where its job runs (keys, engines, its servers): a front admitted it unchecked
         self._runnable = runnable
         self.steering = steering
@@ -76,7 +76,8 @@ class Lifecycle:
         self.share = FairShare(settings.max_jobs, settings.max_jobs_per_caller)
         self._check_slots = anyio.CapacityLimiter(settings.verify_concurrency)  # verification containers
         self._check_pool = pool  # check containers started ahead of the jobs (coordination/check_pool.py)
-        self._provider_limits = ProviderLimits(settings.provider_concurrency)  # shared by every job here
+        # how every job here makes its agents and retries, and the provider limits they all count against
+        self._shared = Shared(factory, jobs.retry, ProviderLimits(settings.provider_concurrency))
         self._heap = Heap()  # a warm server's objects, kept out of the collector's walks
 
     def job_folder(self, job_id: str) -> JobFolder:
@@ -174,9 +175,7 @@ class Lifecycle:
             task,
             team,
             StoreSink(self.store, job_id),
-            self._factory,
-            retry=self.jobs.retry,
-            limiters=self._provider_limits,
+            self._shared,
             files=files.run_files,
             deadline=deadline,
             verifier=verifier,

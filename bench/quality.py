@@ -48,8 +48,8 @@ from conclave.config.presets import resolve_team
 from conclave.coordination.agents import AgentFactory
 from conclave.coordination.answers import answer_key, matches
 from conclave.coordination.members import endpoint_factory, endpoint_of
+from conclave.jobs.environment import JobEnvironment
 from conclave.jobs.request import JobRequest
-from conclave.jobs.run.environment import JobEnvironment
 from conclave.jobs.service import JobService
 from conclave.settings import Settings
 

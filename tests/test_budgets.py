@@ -20,9 +20,9 @@ from conclave.config.models import AgentSpec, Team
 from conclave.coordination.agents import Agent, ApiAgent
 from conclave.coordination.members import endpoint_factory
 from conclave.errors import InputError, OverLimit
+from conclave.jobs.environment import JobEnvironment
 from conclave.jobs.read.views import JobView, structured
 from conclave.jobs.request import JobRequest
-from conclave.jobs.run.environment import JobEnvironment
 from conclave.jobs.service import JobService
 from conclave.settings import Settings
 from tests.fakes.agents import given_agents

@@ -17,8 +17,8 @@ from conclave.app.server import create_app
 from conclave.backends.base import Backend, Request, StreamEvent
 from conclave.coordination.agents import ApiAgent
 from conclave.coordination.members import endpoint_factory
+from conclave.jobs.environment import JobEnvironment
 from conclave.jobs.request import JobRequest
-from conclave.jobs.run.environment import JobEnvironment
 from conclave.jobs.run.job_thread import SWITCH_S, JobThread
 from conclave.jobs.service import JobService
 from conclave.settings import Settings

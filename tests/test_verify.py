@@ -19,8 +19,8 @@ import pytest
 from conclave.backends.retry import RetryPolicy
 from conclave.errors import InputError, SandboxUnavailable
 from conclave.files.job_folder import JobFolder
+from conclave.jobs.environment import JobEnvironment
 from conclave.jobs.request import JobRequest
-from conclave.jobs.run.environment import JobEnvironment
 from conclave.jobs.service import JobService
 from conclave.settings import Settings
 from tests.fakes.agents import given_agents

@@ -88,7 +88,7 @@ AgentFactory = Callable[[AgentSpec], Agent]
 
 class Agents(Protocol):
     """How a process's jobs make their agents (members.py `EndpointAgents`), given once to the jobs'
-    environment (jobs/run/environment.py)."""
+    environment (jobs/environment.py)."""
 
     @property
     def probes(self) -> bool:

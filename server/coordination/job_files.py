@@ -117,7 +117,7 @@ class JobFiles:
         egress_allow: tuple[str, ...] = (),
     ) -> None:
         """`route`: how CLI members' egress reaches the hosts it admits (sandbox/route.py), the one the
-        jobs' environment decided (jobs/run/environment.py)."""
+        jobs' environment decided (jobs/environment.py)."""
         self.job_id, self.workspaces, self.spec = job_id, workspaces, sandbox
         self._egress_allow, self._route = egress_allow, route
         self._proxies: anyio.abc.TaskGroup | None = None  # hosts CLI members' egress proxies (`egress`)

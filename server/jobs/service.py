@@ -43,11 +43,11 @@ from conclave.files.job_folder import JobFolder
 from conclave.jobs.admission.access import Access
 from conclave.jobs.admission.admit import Admission
 from conclave.jobs.context.steering import Steering, checked_note, delivered
+from conclave.jobs.environment import JobEnvironment
 from conclave.jobs.lookup import JobLookup
 from conclave.jobs.queue import JobQueue
 from conclave.jobs.read.views import JobView
 from conclave.jobs.request import JobRequest
-from conclave.jobs.run.environment import JobEnvironment
 from conclave.jobs.run.job_thread import JobThread
 from conclave.jobs.run.lifecycle import Lifecycle, runnable_here
 from conclave.jobs.store.async_store import AsyncStore
@@ -90,10 +90,7 @@ class JobService:
         self.queue = queue  # a front's: the jobs it admits wait there for a worker
         # a front's jobs wait owned by the queue, and its callers' lines are the queue's, every front's
         admitter = QUEUE_OWNER if queue is not None else owner_id
-        probe = jobs.agents.probes
-        self._admission = Admission(
-            settings, store, self.access, environ, admitter, probe=probe, runs_jobs=queue is None
-        )
+        self._admission = Admission(jobs, store, self.access, admitter, runs_jobs=queue is None)
         # every read (a view, a file, the teams), the job-id check and the caller's rules: callers read
         # through it (`service.lookup.view(...)`), the service has no second door for them
         self.lookup = JobLookup(settings, store, environ)
@@ -110,7 +107,7 @@ class JobService:
         access: Access | None = None,
         check_pool: bool = False,
     ) -> AsyncIterator[JobService]:
-        """The service of production's job environment (jobs/run/environment.py `JobEnvironment.of`),
+        """The service of production's job environment (jobs/environment.py `JobEnvironment.of`),
         for the body's life: `serve`."""
         jobs = JobEnvironment.of(settings, environ, retry)
         async with cls.serve(jobs, access=access, check_pool=check_pool) as service:

@@ -33,8 +33,8 @@ from pydantic import BaseModel, SecretStr, ValidationError
 
 from conclave.config.models import Team
 from conclave.errors import InputError, QueueUnavailable
+from conclave.jobs.environment import JobEnvironment
 from conclave.jobs.queue import SETTING, JobQueue, QueueDepth, WorkerInfo
-from conclave.jobs.run.environment import JobEnvironment
 from conclave.jobs.run.job_thread import JobThread
 from conclave.jobs.run.lifecycle import Lifecycle
 from conclave.jobs.service import JobsSide, adopter, start_upkeep, waker

@@ -10,7 +10,7 @@ The default, `DIRECT`, resolves the host name and trusts the system's roots alon
 login, sandbox/provider_key.py), and the member's container gets it read-only at `CA_PATH` with the
 variables that make each CLI add it to its roots (sandbox/member.py), e.g. the CA of a TLS-inspecting
 corporate proxy (CONCLAVE_EGRESS_CA). The route is decided once, with what every job shares
-(jobs/run/environment.py `JobEnvironment`), and handed down to each member's proxy.
+(jobs/environment.py `JobEnvironment`), and handed down to each member's proxy.
 """
 
 from __future__ import annotations

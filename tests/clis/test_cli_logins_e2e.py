@@ -24,8 +24,8 @@ import pytest
 from conclave.backends.retry import RetryPolicy
 from conclave.cli.doctor import run_checks
 from conclave.config.presets import resolve_team
+from conclave.jobs.environment import JobEnvironment
 from conclave.jobs.request import JobRequest
-from conclave.jobs.run.environment import JobEnvironment
 from conclave.jobs.service import JobService
 from conclave.settings import Settings
 from tests.fakes.calc_task import TASK

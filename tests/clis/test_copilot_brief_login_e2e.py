@@ -18,8 +18,8 @@ import pytest
 
 from conclave.coordination.cli_turns import DECISION_SYSTEM
 from conclave.coordination.prompts import PRESENT_SYSTEM
+from conclave.jobs.environment import JobEnvironment
 from conclave.jobs.request import JobRequest
-from conclave.jobs.run.environment import JobEnvironment
 from conclave.jobs.service import JobService
 from conclave.settings import Settings
 from tests.clis.test_cli_members_e2e import ENV, FAST, KEY

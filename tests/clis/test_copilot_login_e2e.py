@@ -22,7 +22,7 @@ import pytest
 from conclave.backends.retry import RetryPolicy
 from conclave.cli.doctor import run_checks
 from conclave.config.presets import resolve_team
-from conclave.jobs.run.environment import JobEnvironment
+from conclave.jobs.environment import JobEnvironment
 from conclave.jobs.service import JobService
 from conclave.sandbox.allowlist import allowlist_for
 from conclave.settings import Settings

@@ -1,5 +1,5 @@
 """A test's own agents as the jobs' `Agents` (server/coordination/agents.py), through the same door as
-production's (server/jobs/run/environment.py):
+production's (server/jobs/environment.py):
 
     jobs = given_agents(JobEnvironment.of(settings, ENV, FAST), factory)
     async with JobService.serve(jobs) as service: ...
@@ -12,7 +12,7 @@ from typing import ClassVar
 
 from conclave.backends.llama_server import LocalServers
 from conclave.coordination.agents import AgentFactory
-from conclave.jobs.run.environment import JobEnvironment
+from conclave.jobs.environment import JobEnvironment
 
 
 @dataclass(frozen=True)

@@ -25,8 +25,8 @@ from conclave.backends.retry import RetryPolicy
 from conclave.clis.cli_adapter import PLACEHOLDER_KEY
 from conclave.clis.member import CliMember
 from conclave.config.loading import parse_team
+from conclave.jobs.environment import JobEnvironment
 from conclave.jobs.request import JobRequest
-from conclave.jobs.run.environment import JobEnvironment
 from conclave.jobs.service import JobService
 from conclave.settings import Settings
 from tests.clis.conftest import hosts, project

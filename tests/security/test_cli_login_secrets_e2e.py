@@ -24,8 +24,8 @@ from pathlib import Path
 import pytest
 
 from conclave.backends.retry import RetryPolicy
+from conclave.jobs.environment import JobEnvironment
 from conclave.jobs.request import JobRequest
-from conclave.jobs.run.environment import JobEnvironment
 from conclave.jobs.service import JobService
 from conclave.settings import Settings
 from tests.clis.conftest import hosts, project

@@ -38,8 +38,8 @@ from conclave.files.contexts import ContextPath
 from conclave.files.job_folder import JobFolder
 from conclave.files.secrets import Secrets
 from conclave.files.workspaces import Workspaces
+from conclave.jobs.environment import JobEnvironment
 from conclave.jobs.request import JobRequest
-from conclave.jobs.run.environment import JobEnvironment
 from conclave.jobs.service import JobService
 from conclave.sandbox.output import CommandResult
 from conclave.sandbox.route import DIRECT

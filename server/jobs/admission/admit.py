@@ -27,6 +27,7 @@ from conclave.jobs.admission.team_shape import Ceilings, check_runnable, shape_t
 from conclave.jobs.context.files import admit
 from conclave.jobs.context.follow_ups import carried
 from conclave.jobs.derived import JobOptions
+from conclave.jobs.environment import JobEnvironment
 from conclave.jobs.request import JobRequest
 from conclave.jobs.store.async_store import AsyncStore
 from conclave.jobs.store.sql import JobRow
@@ -62,19 +63,12 @@ class Admission:
     """The checks a job passes before it is queued, and the queued job's row."""
 
     def __init__(
-        self,
-        settings: Settings,
-        store: AsyncStore,
-        access: Access,
-        environ: Mapping[str, str],
-        owner_id: str,
-        *,
-        probe: bool,
-        runs_jobs: bool,
+        self, jobs: JobEnvironment, store: AsyncStore, access: Access, owner_id: str, *, runs_jobs: bool
     ) -> None:
-        self.settings, self.store, self.access, self._environ = settings, store, access, environ
+        self.settings, self.store, self.access, self._environ = jobs.settings, store, access, jobs.environ
         self._owner_id = owner_id
-        self._probe = probe  # refuse a team whose own server is down (a test's fake backends have none)
+        # refuse a team whose own server is down, when the agents call the servers a team names
+        self._probe = jobs.agents.probes
         # a front (jobs run on workers) holds no provider key and may not reach the providers: what
         # needs them is checked where the job runs (jobs/run/lifecycle.py)
         self._runs_jobs = runs_jobs

@@ -38,12 +38,12 @@ from conclave.files.trees import list_tree
 from conclave.files.workspaces import Workspaces
 from conclave.jobs.context.follow_ups import carry_files
 from conclave.jobs.derived import ContextChanges, FilesResult, JobOptions
+from conclave.jobs.environment import JobEnvironment
 from conclave.jobs.store.async_store import AsyncStore
 from conclave.jobs.store.sql import JobRow
 from conclave.sandbox.container import container_user
 from conclave.sandbox.engine import engine_status, sweep
 from conclave.sandbox.image import image_tag
-from conclave.sandbox.route import EgressRoute
 from conclave.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -303,24 +303,23 @@ def job_files(
     folder: JobFolder,
     team: Team,
     options: JobOptions,
-    settings: Settings,
-    route: EgressRoute,
-    kept: Kept,
+    jobs: JobEnvironment,
 ) -> JobFileSteps:
-    """The owner of a job's files, from their copy to their diff; `route`: how CLI members' egress
-    reaches their hosts (sandbox/route.py); `kept`: what this process keeps, never copied or written
-    (files/kept.py); both the jobs' environment's (jobs/run/environment.py)."""
+    """The owner of a job's files, from their copy to their diff, in the jobs' environment: its route for
+    CLI members' egress (sandbox/route.py), and what this process keeps, never copied or written
+    (files/kept.py)."""
     if not options.context_paths:
         return NoContextFiles()
     sandbox = team.sandbox if options.commands and not isinstance(team.sandbox, str) else None
     workspaces = Workspaces(folder, agent_owner=container_user(), secrets=Secrets())
+    settings = jobs.settings
     run_files = JobFiles(
         folder.job_id,
         workspaces,
         sandbox,
+        jobs.route,
         disk_budget=settings.job_disk_mb * MB,
         egress_allow=settings.egress_allow,
-        route=route,
     )
     verifies = team.verify is not None
-    return ContextFiles(run_files, options, settings, kept=kept, verifies=verifies)
+    return ContextFiles(run_files, options, settings, kept=jobs.kept, verifies=verifies)

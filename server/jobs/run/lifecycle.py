@@ -31,7 +31,7 @@ from conclave.jobs.admission.team_shape import check_runnable
 from conclave.jobs.context.files import JobFileSteps, job_files
 from conclave.jobs.context.follow_ups import conversation_history
 from conclave.jobs.context.steering import Steering
-from conclave.jobs.run.environment import JobEnvironment
+from conclave.jobs.environment import JobEnvironment
 from conclave.jobs.run.fair_share import FairShare
 from conclave.jobs.run.gc_freeze import Heap
 from conclave.jobs.run.store_sink import StoreJournal, StoreSink
@@ -153,9 +153,7 @@ class Lifecycle:
                 return
         # the copy counts against the job's timeout; a resumed job's time so far too
         deadline = anyio.current_time() + timeout - (taken_over.elapsed if taken_over else 0.0)
-        files = self._files[job_id] = job_files(
-            self.job_folder(job_id), team, options, self.settings, self.jobs.route, self.jobs.kept
-        )
+        files = self._files[job_id] = job_files(self.job_folder(job_id), team, options, self.jobs)
         if not await self._copied(job_id, files, timeout):
             return
         row = await self._job(job_id)

@@ -7,8 +7,8 @@ The settings; the environment variables keys and logins are read from; how agent
 place an agent's kind is decided, and whether a team's own servers are probed: coordination/agents.py
 `Agents`); how patiently provider calls are retried; the route CLI members' egress takes and the extra
 CA it trusts (sandbox/route.py, from CONCLAVE_EGRESS_CA); what this process keeps from every job
-(files/kept.py). A test that needs other agents or another route builds its own with
-`dataclasses.replace`; no signature below carries a default for it.
+(files/kept.py). Other agents or another route make another environment (`dataclasses.replace`);
+no signature between the service and a member's egress proxy defaults them.
 """
 
 from __future__ import annotations

@@ -201,13 +201,13 @@ class Copilot:
         stream, _, usage_text = stdout.partition(USAGE_MARK)
         text, streamed, failed = "", Usage(), None
         for event in json_lines(stream):
-            data = event.get("data") or {}
+            said = event.get("data") or {}  # a Copilot stream event's fields
             if event.get("type") == "assistant.message":
-                text = str(data["content"]) if data.get("content") else text
+                text = str(said["content"]) if said.get("content") else text
             elif event.get("type") == "assistant.usage":
-                streamed = streamed + _usage(data)
+                streamed = streamed + _usage(said)
             elif event.get("type") == "session.error":
-                failed = str(data.get("message"))
+                failed = str(said.get("message"))
         usage = Usage()
         metrics = (last_json_object(usage_text) or {}).get("modelMetrics") or {}
         for model in metrics.values():

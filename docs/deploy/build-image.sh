@@ -22,6 +22,9 @@ export SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-315532800}
 # pip resolves markers for this host's Python, not the image's (Debian bookworm's 3.11.2): what the image
 # needs beyond that is named here, and the image's own `pip install --no-index` fails on anything missing
 image_only=('async-timeout>=4.0.3')  # redis's, on Python < 3.11.3 (the queue extra)
+# setuptools copies into build/lib and never deletes there: a module since removed from the checkout
+# would still ship in the wheel (a long-lived checkout's image held the old jobs/ beside the new)
+rm -rf build/lib build/bdist.*
 "$python" -m pip wheel --quiet --disable-pip-version-check --wheel-dir "$context/wheels" \
   '.[postgres,queue]' "${image_only[@]}" 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
 # the base: the Dockerfile's pin (by digest), pulled; else the engine's copy of it; else its copy of the

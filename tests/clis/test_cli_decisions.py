@@ -57,7 +57,7 @@ from tests.fakes.cli_worker import (
 from tests.fakes.script import RecordedRequest, Reply
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import decide, vote_labels
-from tests.fakes.waits import until_cli_done
+from tests.fakes.waits import until_cli_done_opening
 
 pytestmark = pytest.mark.anyio
 FIX = "diff --git a/calc.py b/calc.py\n-    return a - b\n+    return a + b\n"
@@ -207,20 +207,11 @@ sandbox: {{memory: 2g, cpus: 1}}
         request = JobRequest(
             task=TASK, team=str(team), context_paths=[{"path": str(project)}], verify="pytest -q"
         )
-        view = await service.submit(request)
-        try:
-            with anyio.fail_after(300):
-                while not copilot_voted.is_set() and not view.done:
-                    view = await service.wait(view.job_id, 10)
-                    for agent in view.agents:
-                        if agent.model == "openai/gpt-fake" and agent.answers:
-                            api_in.set()
-                        if agent.model.startswith("cli/copilot") and agent.vote:
-                            copilot_voted.set()
-            view = await until_cli_done(service, view)
-        finally:
-            api_in.set()
-            copilot_voted.set()
+        gates = {
+            api_in: lambda agent: agent.model == "openai/gpt-fake" and bool(agent.answers),
+            copilot_voted: lambda agent: agent.model.startswith("cli/copilot") and agent.vote is not None,
+        }
+        view = await until_cli_done_opening(service, await service.submit(request), gates, 300)
     print(view.text())
     letters = {agent.model: agent.letter for agent in view.agents}
     assert view.state == "completed" and view.result.winner == f"{letters['cli/gemini:gemini-2.5-pro']}1"
@@ -389,20 +380,11 @@ sandbox: {{memory: 2g, cpus: 1}}
         request = JobRequest(
             task=TASK, team=str(team), context_paths=[{"path": str(project)}], verify="pytest -q"
         )
-        view = await service.submit(request)
-        try:
-            with anyio.fail_after(400):
-                while not breaker_voted.is_set() and not view.done:
-                    view = await service.wait(view.job_id, 10)
-                    for agent in view.agents:
-                        if agent.model == "openai/gpt-fake" and agent.answers:
-                            api_in.set()
-                        if agent.model == breaker_model and agent.vote:
-                            breaker_voted.set()
-            view = await until_cli_done(service, view)
-        finally:
-            api_in.set()
-            breaker_voted.set()
+        gates = {
+            api_in: lambda agent: agent.model == "openai/gpt-fake" and bool(agent.answers),
+            breaker_voted: lambda agent: agent.model == breaker_model and agent.vote is not None,
+        }
+        view = await until_cli_done_opening(service, await service.submit(request), gates)
     print(view.text())
     letters = {agent.model: agent.letter for agent in view.agents}
     assert view.state == "completed" and view.result.winner == f"{letters[fixer_model]}1"

@@ -29,7 +29,7 @@ from tests.fakes.container_processes import container_processes
 from tests.fakes.script import RecordedRequest, Reply
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import decide, vote_labels
-from tests.fakes.waits import cli_job, until_cli_done
+from tests.fakes.waits import cli_job, until_cli_done_opening
 
 pytestmark = pytest.mark.anyio
 KEY = "CONCLAVE_FAKE_KEY"
@@ -90,19 +90,11 @@ async def test_claude_code_and_codex_fix_a_failing_test_with_an_api_agent(
         view = await service.submit(
             JobRequest(task=TASK, team=team, context_paths=[{"path": str(project)}], verify="pytest -q")
         )
-        try:
-            with anyio.fail_after(300):
-                while not codex_voted.is_set() and not view.done:
-                    view = await service.wait(view.job_id, 10)
-                    for agent in view.agents:
-                        if agent.model == "openai/gpt-fake" and agent.answers:
-                            api_in.set()
-                        if agent.model == "cli/codex:gpt-5.5" and agent.vote:
-                            codex_voted.set()
-            view = await until_cli_done(service, view)
-        finally:
-            api_in.set()
-            codex_voted.set()
+        gates = {
+            api_in: lambda agent: agent.model == "openai/gpt-fake" and bool(agent.answers),
+            codex_voted: lambda agent: agent.model == "cli/codex:gpt-5.5" and agent.vote is not None,
+        }
+        view = await until_cli_done_opening(service, view, gates, 300)
         letters = {agent.model: agent.letter for agent in view.agents}
         patch = (await service.lookup.read(view.job_id, "@diff", None, 0, 100_000)).content
         transcript = (await service.lookup.read(view.job_id, "transcript", None, 0, 100_000)).content

@@ -13,7 +13,6 @@ import threading
 from dataclasses import replace
 from pathlib import Path
 
-import anyio
 import pytest
 
 from conclave.coordination.cli_turns import DECISION_SYSTEM
@@ -38,7 +37,7 @@ from tests.fakes.login_hosts import LoginHosts
 from tests.fakes.script import RecordedRequest, Reply
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import decide, vote_labels
-from tests.fakes.waits import until_cli_done
+from tests.fakes.waits import until_cli_done_opening
 
 pytestmark = pytest.mark.anyio
 GITHUB_TOKEN = "gho_" + "copilotbrieflogin0" * 2  # a GitHub OAuth token's shape (`gh auth token`'s)
@@ -88,16 +87,8 @@ sandbox: {{memory: 2g, cpus: 1}}
         request = JobRequest(
             task=TASK, team=str(team), context_paths=[{"path": str(project)}], verify="pytest -q"
         )
-        view = await service.submit(request)
-        try:
-            with anyio.fail_after(300):
-                while not api_in.is_set() and not view.done:
-                    view = await service.wait(view.job_id, 10)
-                    if any(agent.model == "openai/gpt-fake" and agent.answers for agent in view.agents):
-                        api_in.set()
-            view = await until_cli_done(service, view)
-        finally:
-            api_in.set()
+        gates = {api_in: lambda agent: agent.model == "openai/gpt-fake" and bool(agent.answers)}
+        view = await until_cli_done_opening(service, await service.submit(request), gates, 300)
     print(view.text())
     letters = {agent.model: agent.letter for agent in view.agents}
     assert view.state == "completed" and view.result.winner == f"{letters['cli/copilot']}1", view.text()

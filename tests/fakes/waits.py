@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import anyio
 from fastmcp import Client
 
+from conclave.coordination.reports import AgentProgress
 from conclave.jobs.read.views import JobView
 from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
@@ -27,6 +30,29 @@ async def until_done(service: JobService, view: JobView, limit_s: float = JOB_LI
 async def until_cli_done(service: JobService, view: JobView) -> JobView:
     """`until_done` for a job of CLI members (tests/clis/)."""
     return await until_done(service, view, CLI_JOB_LIMIT_S)
+
+
+# a gate a scripted model's reply waits on, and when the job's picture opens it
+Gates = Mapping[threading.Event, Callable[[AgentProgress], bool]]
+
+
+async def until_cli_done_opening(
+    service: JobService, view: JobView, gates: Gates, limit_s: float = 400.0
+) -> JobView:
+    """`until_cli_done`, opening each gate as soon as an agent of the job is as it says (e.g. has
+    answered, has voted): a test orders when replies land without sleeping. Every gate opens when the
+    wait ends, however it ends: a reply still held would hold the job."""
+    try:
+        with anyio.fail_after(limit_s):
+            while not all(gate.is_set() for gate in gates) and not view.done:
+                view = await service.wait(view.job_id, 10)
+                for gate, opens in gates.items():
+                    if any(opens(agent) for agent in view.agents):
+                        gate.set()
+        return await until_cli_done(service, view)
+    finally:
+        for gate in gates:
+            gate.set()
 
 
 async def cli_job(service: JobService, team: str | Path, project: Path, verify: str | None = None) -> JobView:

@@ -18,7 +18,6 @@ import json
 import threading
 from pathlib import Path
 
-import anyio
 import pytest
 
 from conclave.backends.retry import RetryPolicy
@@ -36,7 +35,7 @@ from tests.fakes.leaks import holding
 from tests.fakes.login_hosts import LoginHosts
 from tests.fakes.script import RecordedRequest, Reply
 from tests.fakes.server import FakeProviders
-from tests.fakes.waits import cli_job, until_cli_done
+from tests.fakes.waits import cli_job, until_cli_done_opening
 
 __all__ = ["hosts", "project"]  # the fixtures this module uses, from tests/clis/conftest.py
 
@@ -90,15 +89,8 @@ sandbox: {{memory: 2g, cpus: 1}}
         view = await service.submit(
             JobRequest(task=TASK, team=str(team), context_paths=[{"path": str(project)}])
         )
-        try:
-            with anyio.fail_after(400):
-                while not claude_answered.is_set() and not view.done:
-                    view = await service.wait(view.job_id, 10)
-                    if any(a.model == "cli/claude-code" and a.answers for a in view.agents):
-                        claude_answered.set()
-            view = await until_cli_done(service, view)
-        finally:
-            claude_answered.set()
+        gates = {claude_answered: lambda agent: agent.model == "cli/claude-code" and bool(agent.answers)}
+        view = await until_cli_done_opening(service, view, gates)
         patch = (await service.lookup.read(view.job_id, "@diff", None, 0, 100_000)).content
         transcript = (await service.lookup.read(view.job_id, "transcript", None, 0, 100_000)).content
         events = [event.model_dump_json() for event in service.store.sync.events(view.job_id)]

@@ -191,12 +191,14 @@ async def test_an_exec_that_outlives_timeout_and_grace_restarts_the_container(
         await sandbox.stop()
 
 
-def _threads_in(module: str) -> list[str]:
-    """The threads whose stack is in `module` now."""
+def _threads_in(module: str, before: frozenset[int] = frozenset()) -> list[int]:
+    """The threads whose stack is in `module` now, but those of `before` (left there by other tests)."""
     return [
-        thread.name
+        thread.ident
         for thread in threading.enumerate()
-        if (frame := sys._current_frames().get(thread.ident or 0)) is not None
+        if thread.ident is not None
+        and thread.ident not in before
+        and (frame := sys._current_frames().get(thread.ident)) is not None
         and any(module in entry.filename for entry in traceback.extract_stack(frame))
     ]
 
@@ -207,6 +209,7 @@ async def test_a_cancelled_commands_thread_ends_when_the_sandbox_stops(
     """A job cancelled mid-command leaves the command's thread reading the runner's stream; the engine
     keeps that stream open after the container is removed, so only the sandbox's stop can end it. A thread
     left reading is joined at exit: a server would collect them, and a process would never exit."""
+    before = frozenset(_threads_in("command_runner.py") + _threads_in("disk_watch.py"))
     sandbox = Sandbox(connect(), Owner("test-" + os.urandom(4).hex()))
     await sandbox.start(workspace, {}, "cj-cancelled", "A", SPEC)
     try:
@@ -216,9 +219,9 @@ async def test_a_cancelled_commands_thread_ends_when_the_sandbox_stops(
     finally:
         await sandbox.stop()
     with anyio.move_on_after(10):
-        while _threads_in("command_runner.py") or _threads_in("disk_watch.py"):
+        while _threads_in("command_runner.py", before) or _threads_in("disk_watch.py", before):
             await anyio.sleep(0.1)
-    assert not _threads_in("command_runner.py") and not _threads_in("disk_watch.py")
+    assert not _threads_in("command_runner.py", before) and not _threads_in("disk_watch.py", before)
 
 
 async def test_output_floods_are_capped_with_a_note(box: Sandbox) -> None:

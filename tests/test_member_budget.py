@@ -181,7 +181,11 @@ async def test_the_callers_max_tokens_per_member_bounds_every_member(
     by_name = {agent.model.rsplit("-", 1)[-1]: agent for agent in view.agents}
     ann, bob = by_name["ann"], by_name["bob"]
     assert {agent.max_tokens for agent in view.agents} == {6000}
-    assert bob.state == "stopped" and len(fakes.script.requests_of("bob")) == 2, view.text()
+    # two billed calls stop it; a third request is allowed only as a turn cancelled as stale once it had
+    # reached the provider (a loaded machine's order): charged its estimate, marked
+    asked = len(fakes.script.requests_of("bob"))
+    assert bob.state == "stopped" and bob.usage.input_tokens - bob.usage.estimated_input_tokens == 10_000
+    assert asked == 2 or (asked == 3 and bob.usage.estimated), view.text()
     assert ann.state != "stopped" and ann.usage.tokens < 6000
     assert view.result is not None and view.result.errors == {bob.letter: bob.error}
     assert view.result.winner == f"{ann.letter}1" and view.result.consensus

@@ -18,7 +18,6 @@ import threading
 from dataclasses import replace
 from pathlib import Path
 
-import anyio
 import pytest
 
 from conclave.backends.retry import RetryPolicy
@@ -33,7 +32,7 @@ from tests.fakes.cli_worker import CliWorker, answer_held
 from tests.fakes.leaks import holding, tokens
 from tests.fakes.login_files import claude_credentials, codex_auth, codex_claims, gemini_oauth_creds, jwt
 from tests.fakes.login_hosts import LoginHosts, Seen
-from tests.fakes.waits import cli_job, until_cli_done
+from tests.fakes.waits import cli_job, until_cli_done_opening
 
 pytestmark = pytest.mark.anyio
 FAST = RetryPolicy(max_attempts=2, base_delay_s=0.01, max_delay_s=0.05)
@@ -105,11 +104,8 @@ async def test_claude_code_and_codex_work_from_the_users_login_files(
         view = await service.submit(
             JobRequest(task=TASK, team=str(team), context_paths=[{"path": str(project)}], verify="pytest -q")
         )
-        with anyio.fail_after(600):
-            while not view.done and not any(a.vote for a in view.agents if a.model == "cli/claude-code"):
-                view = await service.wait(view.job_id, 10)
-        claude_voted.set()
-        view = await until_cli_done(service, view)
+        gates = {claude_voted: lambda agent: agent.model == "cli/claude-code" and bool(agent.vote)}
+        view = await until_cli_done_opening(service, view, gates, 600)
         patch = (await service.lookup.read(view.job_id, "@diff", None, 0, 100_000)).content
         transcript = (await service.lookup.read(view.job_id, "transcript", None, 0, 100_000)).content
         events = [event.model_dump_json() for event in service.store.sync.events(view.job_id)]

@@ -168,8 +168,8 @@ def describe(docker: Any, tag: str, report: Any) -> dict[str, Any]:
 
 async def e2e_job(image: str, results: dict[str, Any]) -> None:
     """tests/test_files_e2e.py's first job, on `image`; raises when its outcome differs."""
+    from bench.submitting import open_service
     from conclave.jobs.request import JobRequest
-    from conclave.jobs.service import JobService
     from conclave.settings import Settings
     from tests.fakes.server import FakeProviders
     from tests.fakes.team import KEY_DESTINATION, TRIO, write_team
@@ -183,8 +183,8 @@ async def e2e_job(image: str, results: dict[str, Any]) -> None:
         fakes.script.set_default("bob", reviewer)
         fakes.script.set_default("cy", reviewer)
         team = str(write_team(Path(tmp) / "team.yaml", fakes, TRIO, sandbox={**DOCKER, "image": image}))
-        async with JobService.open(
-            Settings(home=Path(tmp) / "state", key_destinations=(KEY_DESTINATION,)), environ=ENV
+        async with open_service(
+            Settings(home=Path(tmp) / "state", key_destinations=(KEY_DESTINATION,)), ENV
         ) as service:
             view = await service.submit(
                 JobRequest(task="Fix add() in calc.py", team=team, context_paths=[{"path": str(project)}])

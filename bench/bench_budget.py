@@ -20,7 +20,7 @@ import anyio
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tests' fakes and scripts
 
 from bench.results_file import in_fresh_folders, write_results
-from conclave.jobs.service import JobService
+from bench.submitting import open_service
 from conclave.settings import Settings
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import KEY_DESTINATION, TRIO, write_team
@@ -34,10 +34,8 @@ async def one_run(root: Path) -> dict[str, Any]:
     with FakeProviders() as fakes:
         budget_scenario(fakes.script)
         team = str(write_team(root / "team.yaml", fakes, TRIO))
-        async with JobService.open(
-            Settings(home=root / "state", gc_auto=False, key_destinations=(KEY_DESTINATION,)),
-            environ=ENV,
-            retry=FAST,
+        async with open_service(
+            Settings(home=root / "state", gc_auto=False, key_destinations=(KEY_DESTINATION,)), ENV, FAST
         ) as service:
             view = await run_job(service, team, max_tokens=BUDGET)
             kinds = [event.kind for event in await service.store.events(view.job_id)]

@@ -157,8 +157,8 @@ def _runs(requests: list[Any], wire: str) -> dict[str, Any]:
 async def one_job(scenario: str, job: str = "small") -> dict[str, Any]:
     import anyio
 
+    from bench.submitting import open_service
     from conclave.backends.retry import RetryPolicy
-    from conclave.jobs.service import JobService
     from conclave.settings import Settings
     from tests.fakes.calc_task import TASK, calc_project
     from tests.fakes.cli_worker import CliWorker, answer_held
@@ -205,7 +205,7 @@ async def one_job(scenario: str, job: str = "small") -> dict[str, Any]:
         settings: dict[str, Any] = {"home": Path(tmp) / "state"}
         if "key_destinations" in Settings.model_fields:  # a team outside the user's folder, as tests do
             settings["key_destinations"] = (f"{KEY}=127.0.0.1:*",)
-        async with JobService.open(Settings(**settings), environ=env, retry=retry) as service:
+        async with open_service(Settings(**settings), env, retry) as service:
             asked = {"task": TASK, "team": team, "context_paths": [{"path": str(project)}], "verify": CHECK}
             try:
                 from conclave.jobs.request import JobRequest

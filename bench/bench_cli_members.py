@@ -37,6 +37,7 @@ from conclave.sandbox.clis_image import clis_tag
 from conclave.sandbox.egress import egress_proxy
 from conclave.sandbox.engine import engine_status
 from conclave.sandbox.member import MemberSandbox
+from conclave.sandbox.route import DirectRoute
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tests' fakes
 from tests.fakes.script import Reply
@@ -70,7 +71,7 @@ async def measure_cli(fakes: FakeProviders, cli: str, root: Path) -> dict[str, f
     member = CliMember.for_spec(spec, {"K": "bench-key-0123456789"})
     workspace = root / cli
     workspace.mkdir()
-    async with egress_proxy(allowlist_for(cli, base_url=url)) as proxy:  # type: ignore[arg-type]
+    async with egress_proxy(allowlist_for(cli, base_url=url), route=DirectRoute()) as proxy:  # type: ignore[arg-type]
 
         async def start_stop() -> None:
             box = MemberSandbox(None, egress=proxy)

@@ -36,6 +36,7 @@ from conclave.sandbox.egress import egress_proxy
 from conclave.sandbox.engine import connect, engine_status
 from conclave.sandbox.image import BuildReport, build_image
 from conclave.sandbox.member import MemberSandbox
+from conclave.sandbox.route import DirectRoute
 from tests.fakes.script import Reply
 from tests.fakes.server import FakeProviders
 
@@ -71,12 +72,12 @@ async def measure(fresh: bool) -> dict[str, object]:
             await box.stop()
             plain.append(time.perf_counter() - started)
             started = time.perf_counter()
-            async with egress_proxy(allow) as proxy:
+            async with egress_proxy(allow, route=DirectRoute()) as proxy:
                 box = MemberSandbox(client, egress=proxy, image=build.tag)
                 await box.start(workspace, {}, "cj-bench", "A", SandboxSpec())
                 await box.stop()
             member.append(time.perf_counter() - started)
-        async with egress_proxy(allow) as proxy:
+        async with egress_proxy(allow, route=DirectRoute()) as proxy:
             box = MemberSandbox(client, egress=proxy, image=build.tag)
             try:
                 await box.start(workspace, {}, "cj-bench", "A", SandboxSpec())

@@ -84,6 +84,8 @@ async def member_round() -> dict[str, Any]:
     big_url = f"http://127.0.0.1:{big.server_address[1]}/big"
     client, starts = connect(), []
     takes_socket = "socket" in inspect.signature(egress_proxy).parameters  # the before tree's proxy
+    # a route is named from the jobs' environment on (the trees before it default one)
+    routed = _direct_route() if "route" in inspect.signature(egress_proxy).parameters else {}
     with tempfile.TemporaryDirectory() as tmp, FakeProviders() as fakes:
         fakes.script.set_default("A", Reply(text="ok"))
         url = fakes.base_url("anthropic", "A") + "/v1/messages"
@@ -94,7 +96,7 @@ async def member_round() -> dict[str, Any]:
         allow = allowlist_for("claude-code", base_url=url, extra=[f"127.0.0.1:{big.server_address[1]}"])
 
         def proxy() -> Any:
-            return egress_proxy(job / "A.sock", allow) if takes_socket else egress_proxy(allow)
+            return egress_proxy(job / "A.sock", allow) if takes_socket else egress_proxy(allow, **routed)
 
         for _ in range(STARTS):
             started = time.perf_counter()
@@ -168,6 +170,12 @@ def summary(rounds: list[dict[str, Any]]) -> dict[str, Any]:
         "big_mb_per_s_inside_median": round(statistics.median(r["big_mb_per_s_inside"] for r in rounds), 1),
         "big_mb_per_s_direct_median": round(statistics.median(r["big_mb_per_s_direct"] for r in rounds), 1),
     }
+
+
+def _direct_route() -> dict[str, object]:
+    from conclave.sandbox.route import DirectRoute
+
+    return {"route": DirectRoute()}
 
 
 def main() -> None:

@@ -24,9 +24,9 @@ import anyio
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tests' fakes and scripts
 
 from bench.results_file import in_fresh_folders, write_results
+from bench.submitting import open_service
 from conclave.jobs.read.views import JobView
 from conclave.jobs.request import JobRequest
-from conclave.jobs.service import JobService
 from conclave.settings import Settings
 from tests.fakes.calc_task import CALC, TASK, TESTS
 from tests.fakes.server import FakeProviders
@@ -57,7 +57,7 @@ async def one_run(root: Path) -> dict[str, Any]:
             fakes.script.set_default(agent, fixer)
         team = str(write_team(root / "team.yaml", fakes, TRIO, coordination={"final": "reuse"}))
         settings = Settings(home=root / "state", gc_auto=False, key_destinations=(KEY_DESTINATION,))
-        async with JobService.open(settings, environ=ENV, retry=FAST) as service:
+        async with open_service(settings, ENV, FAST) as service:
             paths = [{"path": str(project), "permission": "write"}]
             first = await service.wait(
                 (await service.submit(JobRequest(task=TASK, team=team, context_paths=paths))).job_id, 50

@@ -38,9 +38,9 @@ from fastmcp.tools import Tool
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.results_file import write_results
+from bench.submitting import open_service
 from conclave.app.server import create_app
 from conclave.app.server_timing import ServerTiming
-from conclave.jobs.service import JobService
 from conclave.settings import Settings
 from tests.fakes.server import free_port
 
@@ -95,7 +95,7 @@ async def run(count: int) -> dict[str, Any]:
     cpu: dict[str, list[float]] = {"listing": [], "cached": [], "lookup": []}
     with tempfile.TemporaryDirectory() as tmp:
         settings = Settings(home=Path(tmp) / "home")
-        async with JobService.open(settings, environ={}) as service:
+        async with open_service(settings, {}) as service:
             for _ in range(ROUNDS):
                 for way in ("listing", "cached", "lookup"):
                     app = create_app(service, settings)

@@ -172,9 +172,11 @@ async def _member_round() -> dict[str, list[float]]:
         (workspace / "loop.py").write_text(LOOP)
         allow = allowlist_for("claude-code", base_url=url)
         takes_socket = "socket" in inspect.signature(egress_proxy).parameters  # before issue 29's relay
+        # a route is named from the jobs' environment on (the trees before it default one)
+        routed = _direct_route() if "route" in inspect.signature(egress_proxy).parameters else {}
 
         def proxy_for() -> Any:
-            return egress_proxy(Path(tmp, "A.sock"), allow) if takes_socket else egress_proxy(allow)
+            return egress_proxy(Path(tmp, "A.sock"), allow) if takes_socket else egress_proxy(allow, **routed)
 
         for _ in range(STARTS):
             async with proxy_for() as proxy:
@@ -257,6 +259,12 @@ def _export(ref: str, folder: Path) -> Path:
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
         tar.extractall(folder, filter="data")
     return folder
+
+
+def _direct_route() -> dict[str, object]:
+    from conclave.sandbox.route import DirectRoute
+
+    return {"route": DirectRoute()}
 
 
 def main() -> None:

@@ -51,7 +51,7 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tests' fakes
 
-from bench.submitting import submit
+from bench.submitting import open_service, submit
 from tests.fakes.script import RecordedRequest, Reply
 from tests.fakes.team import KEY_DESTINATION, KEY_ENV, decide, is_presentation, own_letter, vote_labels
 
@@ -148,7 +148,6 @@ async def _run_jobs(
     from fastmcp import Client
 
     from conclave.app.server import create_app
-    from conclave.jobs.service import JobService
     from conclave.settings import Settings
     from tests.fakes.team import write_team
 
@@ -162,7 +161,7 @@ async def _run_jobs(
     service_ms: list[float] = []
     tool_ms: list[float] = []
     async with (
-        JobService.open(settings, environ=ENV) as service,
+        open_service(settings, ENV) as service,
         Client(create_app(service, settings)) as client,
     ):
         await client.list_tools()  # as a client does once connected: the tools' schemas it validates with

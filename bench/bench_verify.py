@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tests' fakes
 
 import docker
 
-from bench.submitting import submit
+from bench.submitting import open_service, submit
 from conclave.backends.retry import RetryPolicy
 from conclave.coordination.reports import CheckedEvent, CheckStartedEvent
 from conclave.jobs.service import JobService
@@ -74,9 +74,7 @@ async def one_job(root: Path, latency: float, verify: str | None, concurrency: i
             key_destinations=(KEY_DESTINATION,),
         )
         pool = {"check_pool": True} if "check_pool" in inspect.signature(JobService.open).parameters else {}
-        async with JobService.open(
-            settings, environ=ENV, retry=RetryPolicy(max_attempts=2), **pool
-        ) as service:
+        async with open_service(settings, ENV, RetryPolicy(max_attempts=2), **pool) as service:
             if verify is not None:  # a job on a running server: its check pool, where it has one, is filled
                 await pool_filled(client, concurrency)
             started = time.perf_counter()

@@ -1,9 +1,14 @@
-"""Submitting a job through whichever server a bench imports: today's `submit(JobRequest)`, or a commit's
-from before the request was one type (`submit(task, team, context_paths, verify=...)`), which the benches'
-`--before` runs import in its place."""
+"""Opening the job service and submitting a job through whichever server a bench imports: today's
+(`JobService.serve` of a jobs' environment, `submit(JobRequest)`), or a commit's from before
+(`JobService.open` with the variables and the retry as its own keywords; `submit(task, team,
+context_paths, verify=...)` before the request was one type), which the benches' `--before` runs import
+in its place."""
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Mapping
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 
@@ -14,3 +19,20 @@ async def submit(service: Any, task: str, team: str, **fields: Any) -> Any:
     except ImportError:
         return await service.submit(task, team, **fields)
     return await service.submit(JobRequest(task=task, team=team, **fields))
+
+
+def open_service(
+    settings: Any, environ: Mapping[str, str], retry: Any = None, **options: Any
+) -> AbstractAsyncContextManager[Any]:
+    """The job service for the body's life, keys read from `environ`, retrying as `retry` says when given;
+    `options` are the service's own (access, check_pool)."""
+    from dataclasses import replace
+
+    from conclave.jobs.service import JobService
+
+    if "environ" in inspect.signature(JobService.open).parameters:  # before the jobs' environment took them
+        return JobService.open(settings, environ=environ, **({"retry": retry} if retry else {}), **options)
+    from conclave.jobs.environment import JobEnvironment
+
+    jobs = JobEnvironment.of(settings, environ)
+    return JobService.serve(jobs if retry is None else replace(jobs, retry=retry), **options)

@@ -20,6 +20,7 @@ from conclave.jobs.read.views import JobView
 from conclave.jobs.service import JobService
 from conclave.settings import Settings
 from conclave.tools._progress import changes
+from tests.fakes.environment import environment_of
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import KEY_ENV, TRIO, install, voter, write_team
 
@@ -50,7 +51,7 @@ def team(tmp_path: Path, fakes: FakeProviders) -> str:
 
 @pytest.fixture
 async def service(settings: Settings, environ: dict[str, str]) -> AsyncIterator[JobService]:
-    async with JobService.open(settings, environ=environ) as jobs:
+    async with JobService.serve(environment_of(settings, environ)) as jobs:
         yield jobs
 
 

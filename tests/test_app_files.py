@@ -20,6 +20,7 @@ from conclave.jobs.read.views import JobView
 from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
 from conclave.settings import Settings
+from tests.fakes.environment import environment_of
 from tests.fakes.script import RecordedRequest, Reply
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import KEY_ENV, TRIO, decide, install, is_presentation, vote_labels, voter, write_team
@@ -59,7 +60,7 @@ async def client(tmp_path: Path, fakes: FakeProviders) -> AsyncIterator[tuple[Cl
     (project / "README.md").write_text("hello\n")
     settings = Settings(home=tmp_path / "home")
     async with (
-        JobService.open(settings, environ={KEY_ENV: "test-key-0123456789"}) as service,
+        JobService.serve(environment_of(settings, {KEY_ENV: "test-key-0123456789"})) as service,
         Client(create_app(service, settings)) as connected,
     ):
         yield connected, team, project
@@ -153,7 +154,7 @@ async def test_json_mode_agents_use_the_work_tools(tmp_path: Path, fakes: FakePr
     project = tmp_path / "proj"
     project.mkdir()
     settings = Settings(home=tmp_path / "home")
-    async with JobService.open(settings, environ={KEY_ENV: "test-key-0123456789"}) as service:
+    async with JobService.serve(environment_of(settings, {KEY_ENV: "test-key-0123456789"})) as service:
         view = await until_done(
             service,
             await service.submit(
@@ -198,8 +199,8 @@ async def test_with_two_folders_nothing_is_written_outside_them(tmp_path: Path, 
     folders = [tmp_path / "api", tmp_path / "web"]
     for folder in folders:
         folder.mkdir()
-    async with JobService.open(
-        Settings(home=tmp_path / "home"), environ={KEY_ENV: "test-key-0123456789"}
+    async with JobService.serve(
+        environment_of(Settings(home=tmp_path / "home"), {KEY_ENV: "test-key-0123456789"})
     ) as service:
         view = await service.submit(
             JobRequest(
@@ -225,7 +226,7 @@ async def test_a_command_team_is_refused_without_a_docker_engine(
     project = tmp_path / "proj"
     project.mkdir()
     settings = Settings(home=tmp_path / "home")
-    async with JobService.open(settings, environ={KEY_ENV: "test-key-0123456789"}) as service:
+    async with JobService.serve(environment_of(settings, {KEY_ENV: "test-key-0123456789"})) as service:
         with pytest.raises(SandboxUnavailable) as refused:
             await service.submit(JobRequest(task="task", team=team, context_paths=[{"path": str(project)}]))
     message = str(refused.value)

@@ -20,12 +20,12 @@ from conclave.config.models import AgentSpec, Team
 from conclave.coordination.agents import Agent, ApiAgent
 from conclave.coordination.members import endpoint_factory
 from conclave.errors import InputError, OverLimit
-from conclave.jobs.environment import JobEnvironment
 from conclave.jobs.read.views import JobView, structured
 from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
 from conclave.settings import Settings
 from tests.fakes.agents import given_agents
+from tests.fakes.environment import environment_of
 from tests.fakes.script import RecordedRequest, Reply, Script
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import KEY_ENV, TRIO, decide, install, team_data, vote_labels, voter, write_team
@@ -110,7 +110,7 @@ async def test_the_job_stops_at_its_token_budget_and_usage_equals_the_bill(
 ) -> None:
     budget_scenario(fakes.script)
     team = str(write_team(tmp_path / "team.yaml", fakes, TRIO))
-    async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV, retry=FAST) as service:
+    async with JobService.serve(environment_of(Settings(home=tmp_path / "state"), ENV, FAST)) as service:
         view = await run_job(service, team, max_tokens=BUDGET)
         events = await service.store.events(view.job_id)
 
@@ -143,7 +143,7 @@ async def test_a_cost_budget_stops_the_job_too(tmp_path: Path, fakes: FakeProvid
     # call starts only once the protocol has taken an answer: the job ends with answers to choose from.
     price = {"input": 10.0, "output": 100.0}
     team = str(write_team(tmp_path / "team.yaml", fakes, TRIO, price=price))
-    async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV, retry=FAST) as service:
+    async with JobService.serve(environment_of(Settings(home=tmp_path / "state"), ENV, FAST)) as service:
         view = await run_job(service, team, max_cost_usd=0.009)
     assert view.state == "completed" and view.result.reason.startswith("budget reached: $"), view.text()
     assert (
@@ -155,7 +155,7 @@ async def test_a_cost_budget_stops_the_job_too(tmp_path: Path, fakes: FakeProvid
 
 async def test_a_cost_budget_needs_a_price_for_every_agent(tmp_path: Path, fakes: FakeProviders) -> None:
     team = str(write_team(tmp_path / "team.yaml", fakes, TRIO))
-    async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV) as service:
+    async with JobService.serve(environment_of(Settings(home=tmp_path / "state"), ENV)) as service:
         with pytest.raises(
             InputError, match=r"max_cost_usd=0\.5 is not valid: a cost budget needs a price"
         ) as caught:
@@ -175,7 +175,7 @@ async def test_a_cost_budget_needs_a_price_for_every_agent(tmp_path: Path, fakes
 async def test_the_team_file_sets_default_budgets(tmp_path: Path, fakes: FakeProviders) -> None:
     install(fakes.script, TRIO, voter())
     team = str(write_team(tmp_path / "team.yaml", fakes, TRIO, coordination={"max_tokens": 1}))
-    async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV, retry=FAST) as service:
+    async with JobService.serve(environment_of(Settings(home=tmp_path / "state"), ENV, FAST)) as service:
         from_file = await run_job(service, team)
         # a caller may lower a team's limit, never raise it (tests/security/test_budget_ceilings.py)
         with pytest.raises(OverLimit, match="team 'fake-team' allows at most 1"):
@@ -196,7 +196,7 @@ async def test_the_estimate_comes_from_past_jobs_and_list_teams_shows_history(
         price={"input": 2.0, "output": 8.0},
     )
     env = {**ENV, "XDG_CONFIG_HOME": str(config)}
-    async with JobService.open(Settings(home=tmp_path / "state"), environ=env, retry=FAST) as service:
+    async with JobService.serve(environment_of(Settings(home=tmp_path / "state"), env, FAST)) as service:
         assert next(t for t in (await service.lookup.teams()).teams if t.name == "priced").history is None
         first = await service.submit(JobRequest(task=TASK, team="priced", max_tokens=10**6))
         assert first.estimate is not None and first.estimate.jobs == 0 and first.estimate.tokens is None
@@ -246,7 +246,7 @@ async def test_an_agent_without_a_price_leaves_the_jobs_cost_known_and_partial(
     install(fakes.script, TRIO, voter())
     price = {"input": 2.0, "output": 8.0}
     team = priced_team(tmp_path / "team.yaml", fakes, price)
-    async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV, retry=FAST) as service:
+    async with JobService.serve(environment_of(Settings(home=tmp_path / "state"), ENV, FAST)) as service:
         view = await run_job(service, team)
     # what each agent was charged: a turn cancelled as stale before its provider said anything is charged
     # an estimate of its input, marked as such (tests/test_billing.py); what the providers reported is
@@ -312,7 +312,7 @@ async def test_charges_with_and_without_a_cost_sum_to_every_known_cost(
         return ApiAgent(bob) if spec.model.endswith("bob") else made(spec)
 
     settings = Settings(home=tmp_path / "state")
-    async with JobService.serve(given_agents(JobEnvironment.of(settings, ENV, FAST), backends)) as service:
+    async with JobService.serve(given_agents(environment_of(settings, ENV, FAST), backends)) as service:
         view = await run_job(service, team)
         stored = await service.store.team_usage("fake-team")
     assert bob.calls >= 2 and bob.uncosted_tokens > 0, view.text()  # both kinds of charge came

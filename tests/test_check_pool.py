@@ -19,6 +19,7 @@ from conclave.jobs.service import JobService
 from conclave.sandbox.engine import PROCESS_OWNER
 from conclave.settings import Settings
 from tests.fakes.calc_task import TASK, agent
+from tests.fakes.environment import environment_of
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import write_team
 from tests.fakes.waits import until_done
@@ -74,7 +75,7 @@ async def test_the_first_check_runs_in_a_container_started_before_the_job(
         write_team(tmp_path / "team.yaml", fakes, [("openai", "ann")], coordination={"final": "reuse"})
     )
     settings = Settings(home=tmp_path / "state", verify_concurrency=1)
-    async with JobService.open(settings, environ=ENV, retry=FAST, check_pool=True) as service:
+    async with JobService.serve(environment_of(settings, ENV, FAST), check_pool=True) as service:
         first = await pooled_running()
         view = await service.submit(
             JobRequest(task=TASK, team=team, context_paths=[{"path": str(project)}], verify="hostname")

@@ -17,6 +17,7 @@ from conclave.jobs.lookup import JobLookup
 from conclave.jobs.service import JobService
 from conclave.jobs.store.sql import Store
 from conclave.settings import Settings
+from tests.fakes.environment import environment_of
 
 # Each of these reached the store as a job id through the CLI, which then said "no job ... here".
 BAD_IDS = (
@@ -44,7 +45,10 @@ async def _mcp_errors(home: Path) -> dict[tuple[str, str], str]:
     """What get_status and read_workspace answer over MCP for each bad id."""
     settings = Settings(home=home)
     found: dict[tuple[str, str], str] = {}
-    async with JobService.open(settings, environ={}) as jobs, Client(create_app(jobs, settings)) as client:
+    async with (
+        JobService.serve(environment_of(settings, {})) as jobs,
+        Client(create_app(jobs, settings)) as client,
+    ):
         for bad in BAD_IDS:
             for tool in ("get_status", "read_workspace"):
                 result = await client.call_tool(tool, {"job_id": bad}, raise_on_error=False)
@@ -90,7 +94,7 @@ async def test_a_caller_sees_only_its_own_jobs_and_the_cli_sees_every_one(tmp_pa
     store.create_job("cj-00000000a11c", "alice's task", "t", "{}", os.getpid(), "o", caller="alice")
     store.create_job("cj-00000000b0b0", "bob's task", "t", "{}", os.getpid(), "o", caller="bob")
     store.close()
-    async with JobLookup.open(settings, environ={}) as jobs:
+    async with JobLookup.open(settings, {}) as jobs:
         assert (await jobs.view("cj-00000000a11c", "alice")).task == "alice's task"
         assert (await jobs.view("cj-00000000a11c")).task == "alice's task"  # the CLI: caller None
         with pytest.raises(JobNotFound):

@@ -140,7 +140,9 @@ async def test_plain_http_reaches_an_allowed_host_with_hop_headers_dropped(
     tmp_path: Path, origins: tuple[Origin, Origin]
 ) -> None:
     allowed, other = origins
-    async with egress_proxy(allowlist_for(None, base_url=f"http://127.0.0.1:{allowed.port}")) as proxy:
+    async with egress_proxy(
+        allowlist_for(None, base_url=f"http://127.0.0.1:{allowed.port}"), route=DirectRoute()
+    ) as proxy:
         request = (
             f"GET http://127.0.0.1:{allowed.port}/v1/x?key=k HTTP/1.1\r\nHost: 127.0.0.1:{allowed.port}\r\n"
             "Proxy-Authorization: Basic c2VjcmV0\r\nConnection: keep-alive\r\n\r\n"
@@ -157,7 +159,9 @@ async def test_connect_tunnels_to_an_allowed_host_with_pipelined_bytes(
     tmp_path: Path, origins: tuple[Origin, Origin]
 ) -> None:
     allowed, _ = origins
-    async with egress_proxy(allowlist_for(None, extra=[f"127.0.0.1:{allowed.port}"])) as proxy:
+    async with egress_proxy(
+        allowlist_for(None, extra=[f"127.0.0.1:{allowed.port}"]), route=DirectRoute()
+    ) as proxy:
         request = f"CONNECT 127.0.0.1:{allowed.port} HTTP/1.1\r\n\r\nGET /inside HTTP/1.1\r\n\r\n"
         reply = await ask(proxy, request.encode())
     assert reply.startswith(b"HTTP/1.1 200 Connection Established\r\n\r\nHTTP/1.1 200 OK")
@@ -178,7 +182,9 @@ async def test_hosts_off_the_allowlist_get_a_403_and_a_log_line_without_secrets(
     }[kind]
     caplog.set_level(logging.INFO, logger="conclave.sandbox.egress")
     async with egress_proxy(
-        allowlist_for("claude-code", base_url=f"http://127.0.0.1:{allowed.port}"), label="cj-1/A"
+        allowlist_for("claude-code", base_url=f"http://127.0.0.1:{allowed.port}"),
+        route=DirectRoute(),
+        label="cj-1/A",
     ) as proxy:
         reply = await ask(proxy, target.encode())
     assert reply.startswith(b"HTTP/1.1 403 Forbidden") and b"not on this member's allowlist" in reply
@@ -219,7 +225,9 @@ async def test_a_kept_alive_connection_cannot_carry_a_second_request_elsewhere(
     allowed, other = origins
     first = f"GET http://127.0.0.1:{allowed.port}/one HTTP/1.1\r\n\r\n"
     second = f"GET http://127.0.0.1:{other.port}/two HTTP/1.1\r\n\r\n"
-    async with egress_proxy(allowlist_for(None, extra=[f"127.0.0.1:{allowed.port}"])) as proxy:
+    async with egress_proxy(
+        allowlist_for(None, extra=[f"127.0.0.1:{allowed.port}"]), route=DirectRoute()
+    ) as proxy:
         reply = await ask(proxy, (first + second).encode())
     assert reply.count(b"HTTP/1.1 200") == 1 and other.heads == []
 
@@ -228,7 +236,9 @@ async def test_what_is_not_a_proxy_request_is_refused_and_the_proxy_keeps_servin
     tmp_path: Path, origins: tuple[Origin, Origin]
 ) -> None:
     allowed, _ = origins
-    async with egress_proxy(allowlist_for(None, extra=[f"127.0.0.1:{allowed.port}", "127.0.0.1:1"])) as proxy:
+    async with egress_proxy(
+        allowlist_for(None, extra=[f"127.0.0.1:{allowed.port}", "127.0.0.1:1"]), route=DirectRoute()
+    ) as proxy:
         for junk in (
             b"\x16\x03\x01 hello\r\n\r\n",
             b"GET /relative HTTP/1.1\r\n\r\n",
@@ -256,7 +266,7 @@ async def test_a_feed_is_served_only_while_the_proxy_lives() -> None:
         finally:
             ended.set()
 
-    async with egress_proxy(allowlist_for(None)) as proxy:
+    async with egress_proxy(allowlist_for(None), route=DirectRoute()) as proxy:
         proxy.attach(feed)
         await started.wait()
     assert ended.is_set()
@@ -277,7 +287,7 @@ async def test_a_member_container_trusts_its_routes_extra_ca_and_by_default_none
     ca.write_text("a CA\n")
     allow = allowlist_for("claude-code")
     async with (
-        egress_proxy(allow) as direct,
+        egress_proxy(allow, route=DirectRoute()) as direct,
         egress_proxy(allow, route=DirectRoute(extra_ca=ca)) as inspected,
     ):
         client = connect()  # the launch asks the engine what it is (Podman mounts HOME its own way)

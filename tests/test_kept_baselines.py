@@ -18,6 +18,7 @@ from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
 from conclave.settings import Settings
 from tests.fakes.calc_task import CHECK, TASK, TESTS, agent, calc_project
+from tests.fakes.environment import environment_of
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import KEY_ENV, write_team
 from tests.fakes.waits import until_done
@@ -41,7 +42,7 @@ async def test_a_job_on_files_checked_before_takes_the_kept_run_and_changed_file
     same = [calc_project(tmp_path / "one"), calc_project(tmp_path / "two").rename(tmp_path / "two" / "calc")]
     changed = calc_project(tmp_path / "three", {"test_calc.py": TESTS + SECOND_TEST})
     outputs = []
-    async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV, retry=FAST) as service:
+    async with JobService.serve(environment_of(Settings(home=tmp_path / "state"), ENV, FAST)) as service:
         for project in [*same, changed]:
             request = JobRequest(task=TASK, team=team, context_paths=[{"path": str(project)}], verify=CHECK)
             view = await until_done(service, await service.submit(request))

@@ -31,6 +31,7 @@ from conclave.errors import BadRequest, ConfigError, ProviderError
 from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
 from conclave.settings import Settings
+from tests.fakes.environment import environment_of
 from tests.test_orchestrator import MemorySink
 
 pytestmark = pytest.mark.anyio
@@ -404,7 +405,9 @@ async def test_the_local_team_reaches_a_final_answer_within_its_timeout() -> Non
 @needs_llama
 async def test_the_local_team_through_the_job_service(tmp_path: Path) -> None:
     settings = Settings(home=tmp_path / "home")
-    async with JobService.open(settings, environ={"XDG_CONFIG_HOME": str(tmp_path / "config")}) as service:
+    async with JobService.serve(
+        environment_of(settings, {"XDG_CONFIG_HOME": str(tmp_path / "config")})
+    ) as service:
         view = await service.submit(
             JobRequest(task=TASK, team=None)
         )  # no key set: the default team is `local`
@@ -428,7 +431,7 @@ async def test_the_local_team_over_mcp(tmp_path: Path) -> None:
 
     settings = Settings(home=tmp_path / "home")
     async with (
-        JobService.open(settings, environ={"XDG_CONFIG_HOME": str(tmp_path / "config")}) as service,
+        JobService.serve(environment_of(settings, {"XDG_CONFIG_HOME": str(tmp_path / "config")})) as service,
         Client(create_app(service, settings)) as client,
     ):
         result = await client.call_tool("ask_team", {"task": TASK, "team": "local", "wait_seconds": 50})

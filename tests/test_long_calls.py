@@ -28,6 +28,7 @@ from conclave.jobs.read.reader import WorkspacePage
 from conclave.jobs.read.views import JobView
 from conclave.jobs.service import JobService
 from conclave.settings import Settings
+from tests.fakes.environment import environment_of
 from tests.fakes.processes import HTTP_TOKEN, http_server, stdio_params
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import KEY_ENV, TRIO, install, voter, write_team
@@ -50,7 +51,7 @@ def team(tmp_path: Path, fakes: FakeProviders) -> str:
 async def service(tmp_path: Path) -> AsyncIterator[JobService]:
     settings = Settings(home=tmp_path / "home")
     environ = {KEY_ENV: "test-key", "XDG_CONFIG_HOME": str(tmp_path / "config")}
-    async with JobService.open(settings, environ=environ) as jobs:
+    async with JobService.serve(environment_of(settings, environ)) as jobs:
         yield jobs
 
 

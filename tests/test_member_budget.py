@@ -30,6 +30,7 @@ from conclave.jobs.read.views import JobView, structured
 from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
 from conclave.settings import Settings
+from tests.fakes.environment import environment_of
 from tests.fakes.script import RecordedRequest, Reply
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import KEY_ENV, TRIO, decide, team_data, vote_labels
@@ -81,7 +82,7 @@ async def test_a_member_at_its_own_limit_stops_and_the_others_finish(
     data["agents"][1]["budget"] = {"max_tokens": LIMIT}  # bob (Anthropic)
     team = tmp_path / "team.yaml"
     team.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
-    async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV) as service:
+    async with JobService.serve(environment_of(Settings(home=tmp_path / "state"), ENV)) as service:
         view = await service.submit(JobRequest(task="What is the capital of France?", team=str(team)))
         with anyio.fail_after(60):
             while sum(e.kind == "answer" for e in await service.store.events(view.job_id)) < 2:
@@ -165,7 +166,7 @@ async def test_the_callers_max_tokens_per_member_bounds_every_member(
     data["agents"][0]["budget"] = {"max_tokens": 100_000}  # the caller's lower limit replaces it
     team = tmp_path / "team.yaml"
     team.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
-    async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV) as service:
+    async with JobService.serve(environment_of(Settings(home=tmp_path / "state"), ENV)) as service:
         with pytest.raises(InputError, match=r"max_tokens_per_member=0 is not valid: give a positive whole"):
             await service.submit(
                 JobRequest(task="Capital of France?", team=str(team), max_tokens_per_member=0)

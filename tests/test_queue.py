@@ -22,12 +22,14 @@ from pydantic import SecretStr
 from conclave.cli.doctor import run_checks
 from conclave.errors import InputError, QueueUnavailable
 from conclave.jobs import queue as job_queue
+from conclave.jobs.environment import JobEnvironment
 from conclave.jobs.queue import JobQueue
 from conclave.jobs.read.views import JobView
 from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
 from conclave.jobs.worker import drain_workers, queue_report, run_worker
 from conclave.settings import Settings
+from tests.fakes.environment import environment_of
 from tests.fakes.processes import worker_process
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import KEY_ENV, TRIO, install, voter, write_team
@@ -42,7 +44,7 @@ ENV = {KEY_ENV: "test-key-0123456789"}
 async def worker(settings: Settings) -> AsyncIterator[None]:
     """A worker in this process for the body's life, drained after it."""
     async with anyio.create_task_group() as tg:
-        tg.start_soon(lambda: run_worker(settings, environ=ENV))
+        tg.start_soon(lambda: run_worker(JobEnvironment.of(settings, ENV)))
         with anyio.fail_after(30):
             async with JobQueue.open(settings.queue_url) as queue:  # type: ignore[arg-type]
                 while not await queue.workers(settings.stale_after_s):
@@ -60,7 +62,7 @@ async def test_a_bad_or_unreachable_queue_url_names_the_setting_the_value_and_th
         async with JobQueue.open(SecretStr(gone)):
             pass
     with pytest.raises(QueueUnavailable, match="CONCLAVE_QUEUE_URL=\\(unset\\): workers take their jobs"):
-        await run_worker(Settings(home=tmp_path / "state"))
+        await run_worker(JobEnvironment.of(Settings(home=tmp_path / "state"), os.environ))
 
 
 async def test_a_front_queues_a_job_a_worker_runs_it_and_the_front_reads_it(
@@ -69,7 +71,7 @@ async def test_a_front_queues_a_job_a_worker_runs_it_and_the_front_reads_it(
     install(fakes.script, TRIO, voter(delay=1.0))  # the note arrives before the votes
     team = str(write_team(tmp_path / "team.yaml", fakes, TRIO))
     settings = Settings(home=tmp_path / "state", queue_url=redis.url(), heartbeat_s=0.2)
-    async with JobService.open(settings, environ=ENV) as front:
+    async with JobService.serve(environment_of(settings, ENV)) as front:
         queued = await front.submit(JobRequest(task="What is 6 * 7?", team=team))
         cancelled = await front.submit(JobRequest(task="What is 6 * 7?", team=team))
         # no worker yet: both wait on the queue; one is cancelled there
@@ -92,7 +94,7 @@ async def test_a_message_a_dead_worker_took_goes_to_another_worker(
     install(fakes.script, TRIO, voter())
     team = str(write_team(tmp_path / "team.yaml", fakes, TRIO))
     settings = Settings(home=tmp_path / "state", queue_url=redis.url(), heartbeat_s=0.2)
-    async with JobService.open(settings, environ=ENV) as front:
+    async with JobService.serve(environment_of(settings, ENV)) as front:
         job = await front.submit(JobRequest(task="What is 6 * 7?", team=team))
         dead = redis_py.Redis.from_url(redis.url().get_secret_value())
         dead.xgroup_create(job_queue.STREAM, job_queue.GROUP, id="0", mkstream=True)
@@ -100,7 +102,7 @@ async def test_a_message_a_dead_worker_took_goes_to_another_worker(
         dead.close()
         assert fields == {b"job": job.job_id.encode()}  # the dead worker holds the only message
         async with anyio.create_task_group() as tg:
-            tg.start_soon(lambda: run_worker(settings, environ=ENV))
+            tg.start_soon(lambda: run_worker(JobEnvironment.of(settings, ENV)))
             try:
                 done = await until_done(front, job, 60)  # a hang guard: without redelivery it waits forever
             finally:
@@ -115,9 +117,9 @@ async def test_a_drained_worker_finishes_its_job_takes_no_new_one_and_leaves_the
     install(fakes.script, TRIO, voter(delay=0.5))
     team = str(write_team(tmp_path / "team.yaml", fakes, TRIO))
     settings = Settings(home=tmp_path / "state", queue_url=redis.url(), heartbeat_s=0.2, max_jobs=2)
-    async with JobService.open(settings, environ=ENV) as front:
+    async with JobService.serve(environment_of(settings, ENV)) as front:
         async with anyio.create_task_group() as tg:
-            tg.start_soon(lambda: run_worker(settings, environ=ENV))
+            tg.start_soon(lambda: run_worker(JobEnvironment.of(settings, ENV)))
             first = await front.submit(JobRequest(task="What is 6 * 7?", team=team))
             await until_state(front, first.job_id, "running")
             report = await queue_report(settings)
@@ -147,7 +149,7 @@ async def test_a_front_is_ready_only_while_its_queue_answers_and_queues_nothing_
     team = str(write_team(tmp_path / "team.yaml", fakes, TRIO))
     with redis_server() as own:
         settings = Settings(home=tmp_path / "state", queue_url=own.url())
-        async with JobService.open(settings, environ=ENV) as front:
+        async with JobService.serve(environment_of(settings, ENV)) as front:
             ready = await front.readiness()
             assert ready.ready and ready.queue == "ok", ready
             own.cli("SHUTDOWN", "NOSAVE")
@@ -170,7 +172,7 @@ async def test_a_long_poll_at_a_front_sees_a_job_end_between_its_first_reads(
     install(fakes.script, TRIO, voter())
     team = str(write_team(tmp_path / "team.yaml", fakes, TRIO))
     settings = Settings(home=tmp_path / "state", queue_url=redis.url())
-    async with JobService.open(settings, environ=ENV) as front:
+    async with JobService.serve(environment_of(settings, ENV)) as front:
         job = await front.submit(JobRequest(task="What is 6 * 7?", team=team))
         read = front.lookup.view
 
@@ -212,7 +214,7 @@ async def test_sigterm_drains_a_worker_process_its_job_completes_and_it_exits_0(
     team = str(write_team(tmp_path / "team.yaml", fakes, TRIO))
     settings = Settings(home=tmp_path / "state", queue_url=redis.url())
     env = {"CONCLAVE_HOME": str(settings.home), "CONCLAVE_QUEUE_URL": redis.url().get_secret_value()}
-    async with JobService.open(settings, environ=ENV) as front:
+    async with JobService.serve(environment_of(settings, ENV)) as front:
         with worker_process(tmp_path / "worker", {**env, **ENV, "CONCLAVE_CHECK_POOL": "0"}) as process:
             job = await front.submit(JobRequest(task="What is 6 * 7?", team=team))
             await until_state(front, job.job_id, "running")
@@ -237,7 +239,7 @@ async def test_a_worker_process_loads_the_provider_sdks_before_it_takes_a_job(
     settings = Settings(home=tmp_path / "state", queue_url=redis.url())
     env = {"CONCLAVE_HOME": str(settings.home), "CONCLAVE_QUEUE_URL": redis.url().get_secret_value()}
     env |= {**ENV, "CONCLAVE_CHECK_POOL": "0", "PYTHONPROFILEIMPORTTIME": "1"}
-    async with JobService.open(settings, environ=ENV) as front:
+    async with JobService.serve(environment_of(settings, ENV)) as front:
         with worker_process(tmp_path / "worker", env):
             job = await front.submit(JobRequest(task="What is 6 * 7?", team=team))
             done = await until_done(front, job)
@@ -264,7 +266,7 @@ async def test_a_front_without_keys_queues_a_keyed_team_and_the_worker_with_them
     install(fakes.script, TRIO, voter())
     team = str(write_team(tmp_path / "team.yaml", fakes, TRIO))
     settings = Settings(home=tmp_path / "state", queue_url=redis.url(), heartbeat_s=0.2)
-    async with JobService.open(settings, environ={}) as front:
+    async with JobService.serve(environment_of(settings, {})) as front:
         queued = await front.submit(JobRequest(task="What is 6 * 7?", team=team))
         assert queued.state == "queued" and "checked where it runs" in queued.phase, queued.phase
         async with worker(settings):
@@ -278,10 +280,10 @@ async def test_a_job_no_worker_can_run_fails_at_once_with_the_workers_reason(
     install(fakes.script, TRIO, voter())
     team = str(write_team(tmp_path / "team.yaml", fakes, TRIO))
     settings = Settings(home=tmp_path / "state", queue_url=redis.url(), heartbeat_s=0.2)
-    async with JobService.open(settings, environ={}) as front:
+    async with JobService.serve(environment_of(settings, {})) as front:
         queued = await front.submit(JobRequest(task="What is 6 * 7?", team=team))
         async with anyio.create_task_group() as tg:
-            tg.start_soon(lambda: run_worker(settings, environ={}))  # a worker without the key
+            tg.start_soon(lambda: run_worker(JobEnvironment.of(settings, {})))  # a worker without the key
             with anyio.fail_after(30):
                 done = await until_done(front, queued)
             await drain_workers(settings, ["all"])
@@ -301,11 +303,13 @@ async def test_a_worker_with_no_team_folder_runs_a_team_that_only_the_fronts_fol
     write_team(front_config / "conclave" / "teams" / "fronts-trio.yaml", fakes, TRIO, name="fronts-trio")
     (worker_config / "conclave" / "teams").mkdir(parents=True)
     settings = Settings(home=tmp_path / "state", queue_url=redis.url(), heartbeat_s=0.2)
-    async with JobService.open(settings, environ={"XDG_CONFIG_HOME": str(front_config)}) as front:
+    async with JobService.serve(environment_of(settings, {"XDG_CONFIG_HOME": str(front_config)})) as front:
         queued = await front.submit(JobRequest(task="What is 6 * 7?", team="fronts-trio"))
         async with anyio.create_task_group() as tg:
             tg.start_soon(
-                lambda: run_worker(settings, environ={**ENV, "XDG_CONFIG_HOME": str(worker_config)})
+                lambda: run_worker(
+                    JobEnvironment.of(settings, {**ENV, "XDG_CONFIG_HOME": str(worker_config)})
+                )
             )
             with anyio.fail_after(60):
                 done = await until_done(front, queued)

@@ -21,6 +21,7 @@ from conclave.config.providers import PROVIDERS
 from conclave.jobs.service import JobService
 from conclave.settings import Settings
 from conclave.tools.catalog import TOOLS, tool_names
+from tests.fakes.environment import environment_of
 
 ROOT = Path(__file__).resolve().parents[1]
 SKILL = ROOT / "skills" / "conclave" / "SKILL.md"
@@ -89,7 +90,7 @@ def test_no_module_but_the_catalog_lists_tool_names() -> None:
 async def test_the_server_and_the_installers_publish_and_approve_what_the_list_holds(tmp_path: Path) -> None:
     settings = Settings(home=tmp_path / "home")
     async with (
-        JobService.open(settings, environ={}) as service,
+        JobService.serve(environment_of(settings, {})) as service,
         Client(create_app(service, settings)) as client,
     ):
         listed = {tool.name: tool for tool in await client.list_tools()}

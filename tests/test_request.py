@@ -20,6 +20,7 @@ from conclave.jobs.service import JobService
 from conclave.jobs.store.sql import Store
 from conclave.settings import Settings
 from conclave.tools.ask_team import AskTeam
+from tests.fakes.environment import environment_of
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import KEY_ENV, TRIO, install, voter, write_team
 
@@ -31,7 +32,7 @@ async def test_ask_teams_input_schema_is_the_request_model(tmp_path: Path) -> No
     """Every field of JobRequest is a parameter of ask_team, described and bounded as the model says."""
     settings = Settings(home=tmp_path / "home")
     async with (
-        JobService.open(settings, environ={}) as service,
+        JobService.serve(environment_of(settings, {})) as service,
         Client(create_app(service, settings)) as client,
     ):
         tools = {tool.name: tool for tool in await client.list_tools()}
@@ -97,7 +98,9 @@ async def test_the_store_keeps_the_request_as_submitted(tmp_path: Path, fakes: F
         allow_autorun=True,
         max_tokens=10**6,
     )
-    async with JobService.open(Settings(home=tmp_path / "home"), environ={KEY_ENV: "test-key"}) as service:
+    async with JobService.serve(
+        environment_of(Settings(home=tmp_path / "home"), {KEY_ENV: "test-key"})
+    ) as service:
         view = await service.submit(asked, caller="someone")
         await service.cancel(view.job_id)
         row = await service.store.job(view.job_id)

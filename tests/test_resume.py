@@ -37,6 +37,7 @@ from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
 from conclave.jobs.store.sql import AnswerRow, Store
 from conclave.settings import Settings
+from tests.fakes.environment import environment_of
 from tests.fakes.processes import HTTP_TOKEN, http_process
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import KEY_ENV, TRIO, install, team_data, voter, write_team
@@ -174,7 +175,7 @@ async def test_a_running_server_takes_over_a_job_whose_owner_died_and_runs_it(
     install(fakes.script, TRIO, voter())
     team = load_team_file(write_team(tmp_path / "team.yaml", fakes, TRIO))
     settings = Settings(home=tmp_path / "state", heartbeat_s=0.2)
-    async with JobService.open(settings, environ={KEY_ENV: "test-key-0123456789"}) as service:
+    async with JobService.serve(environment_of(settings, {KEY_ENV: "test-key-0123456789"})) as service:
         store = Store.of(settings)  # another server's, which dies with its job queued
         try:
             store.create_job(
@@ -194,7 +195,7 @@ async def test_a_job_whose_team_no_longer_reads_is_not_resumed_but_says_why(tmp_
         store.create_job("cj-0000000dead2", "t", "gone", '{"agents": 3}', dead_pid(), "x", options)
     finally:
         store.close()
-    async with JobService.open(settings, environ={KEY_ENV: "test-key-0123456789"}) as service:
+    async with JobService.serve(environment_of(settings, {KEY_ENV: "test-key-0123456789"})) as service:
         view = await service.lookup.view("cj-0000000dead2")
     assert view.state == "interrupted" and "its stored team no longer reads" in view.phase
 
@@ -211,7 +212,7 @@ async def test_a_server_whose_job_was_taken_over_stops_running_it_and_writes_not
     install(fakes.script, TRIO, voter(delay=0.5))
     team = str(write_team(tmp_path / "team.yaml", fakes, TRIO))
     settings = Settings(home=tmp_path / "state", heartbeat_s=0.2)
-    async with JobService.open(settings, environ={KEY_ENV: "test-key-0123456789"}) as service:
+    async with JobService.serve(environment_of(settings, {KEY_ENV: "test-key-0123456789"})) as service:
         job = await service.submit(JobRequest(task="What is 6 * 7?", team=team))
         await until_state(service, job.job_id, "running")
         with anyio.fail_after(60):
@@ -238,7 +239,7 @@ async def test_a_server_whose_job_with_files_was_taken_over_leaves_its_folder_to
     project.mkdir()
     (project / "notes.md").write_text("notes\n")
     settings = Settings(home=tmp_path / "state", heartbeat_s=0.2)
-    async with JobService.open(settings, environ={KEY_ENV: "test-key-0123456789"}) as service:
+    async with JobService.serve(environment_of(settings, {KEY_ENV: "test-key-0123456789"})) as service:
         request = JobRequest(task="What is 6 * 7?", team=team, context_paths=[{"path": str(project)}])
         job = await service.submit(request)
         with anyio.fail_after(60):

@@ -16,6 +16,7 @@ from conclave.jobs.read.views import JobView
 from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
 from conclave.settings import Settings
+from tests.fakes.environment import environment_of
 from tests.fakes.script import RecordedRequest, Reply
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import KEY_ENV, TRIO, decide, is_presentation, vote_labels, write_team
@@ -120,14 +121,14 @@ async def test_a_note_mid_job_changes_the_answers_and_the_votes_before_it_do_not
         fakes.script.set_default(agent, reacting)
     team = str(write_team(tmp_path / "team.yaml", fakes, TRIO, coordination={"timeout_s": 60}))
     settings = Settings(home=tmp_path / "state")
-    async with JobService.open(settings, environ=ENV, retry=FAST) as service:
+    async with JobService.serve(environment_of(settings, ENV, FAST)) as service:
         job_id = (await service.submit(JobRequest(task="What is 6 * 7? Answer in words.", team=team))).job_id
         before = await wait_for(service, job_id, lambda v: any(a.vote for a in v.agents) or v.done)
         assert not before.done, "the job ended before the note could be left"
         if where == "here":
             steered = await service.steer(job_id, NOTE)
         else:  # the CLI's way: another service on the same store writes the note, this one delivers it
-            async with JobService.open(settings, environ=ENV) as other:
+            async with JobService.serve(environment_of(settings, ENV)) as other:
                 steered = await other.steer(job_id, NOTE)
         assert steered.notes and steered.notes[0].text == NOTE
         view = await wait_for(service, job_id, lambda v: v.done)

@@ -23,6 +23,7 @@ from conclave.jobs.service import JobService
 from conclave.jobs.store.dialect import PostgresDialect
 from conclave.jobs.store.sql import Store
 from conclave.settings import Settings
+from tests.fakes.environment import environment_of
 from tests.fakes.script import RecordedRequest, Reply
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import (
@@ -166,7 +167,7 @@ async def test_a_job_runs_to_the_end_with_its_store_in_postgresql(
     team = str(write_team(tmp_path / "team.yaml", fakes, TRIO))
     with postgres_cluster.schema() as url:
         settings = Settings(home=tmp_path / "state", database_url=url)
-        async with JobService.open(settings, environ={KEY_ENV: "test-key-0123456789"}) as service:
+        async with JobService.serve(environment_of(settings, {KEY_ENV: "test-key-0123456789"})) as service:
             queued = await service.submit(JobRequest(task="What is 6 times 7?", team=team))
             with anyio.fail_after(60):
                 view = await service.wait(queued.job_id, 50)
@@ -242,7 +243,9 @@ async def test_a_job_run_on_one_host_is_read_back_on_another(
     fakes.script.set_default("cy", follower(fixed))
     team = str(write_team(tmp_path / "team.yaml", fakes, TRIO))
     with postgres_cluster.schema() as url:
-        async with JobService.open(shared(tmp_path, "a", url), environ={KEY_ENV: "k-0123456789"}) as service:
+        async with JobService.serve(
+            environment_of(shared(tmp_path, "a", url), {KEY_ENV: "k-0123456789"})
+        ) as service:
             view = await service.submit(
                 JobRequest(task="Fix add()", team=team, context_paths=[{"path": str(project)}])
             )
@@ -250,7 +253,7 @@ async def test_a_job_run_on_one_host_is_read_back_on_another(
                 while not view.done:
                     view = await service.wait(view.job_id, 10)
             assert view.state == "completed", view.text()
-        async with JobLookup.open(shared(tmp_path, "b", url)) as other:
+        async with JobLookup.open(shared(tmp_path, "b", url), {}) as other:
             patch = (await other.read(view.job_id, "@diff", None, 0, 100_000)).content
             final = (await other.read(view.job_id, "proj/calc.py", "final", 0, 1000)).content
         assert "-    return a - b\n+    return a + b" in patch and final.endswith("return a + b\n"), (
@@ -258,14 +261,14 @@ async def test_a_job_run_on_one_host_is_read_back_on_another(
         )
         assert not (tmp_path / "a" / "jobs" / view.job_id).exists()  # the files went to the shared folder
         with pytest.raises(StoreUnavailable) as caught:
-            async with JobLookup.open(shared(tmp_path, "c", url, jobs="elsewhere")):
+            async with JobLookup.open(shared(tmp_path, "c", url, jobs="elsewhere"), {}):
                 pass
         message = str(caught.value)
         identity = (tmp_path / "shared" / ".store-id").read_text().strip()
         assert message.startswith(f"CONCLAVE_JOBS_DIR={tmp_path / 'elsewhere'}: it lacks .store-id")
         assert f"write {identity} to {tmp_path / 'elsewhere' / '.store-id'}" in message
         (tmp_path / "elsewhere" / ".store-id").write_text(identity)  # the fix the message gives
-        async with JobLookup.open(shared(tmp_path, "c", url, jobs="elsewhere")) as third:
+        async with JobLookup.open(shared(tmp_path, "c", url, jobs="elsewhere"), {}) as third:
             assert (await third.row(view.job_id)).state == "completed"
 
 

@@ -24,6 +24,7 @@ from conclave.backends.retry import RetryPolicy
 from conclave.jobs.read.views import JobView
 from conclave.jobs.service import JobService
 from conclave.settings import Settings
+from tests.fakes.environment import environment_of
 from tests.fakes.processes import HTTP_TOKEN, http_server, official_http, stdio_params
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import KEY_ENV, TRIO, install, voter, write_team
@@ -143,7 +144,7 @@ async def test_fastmcp_client_gets_a_handle_at_once_and_the_task_is_the_job(
     from fastmcp_tasks import call_tool_task
 
     team = str(write_team(tmp_path / "team.yaml", fakes, TRIO, name="fake-trio"))
-    async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV, retry=FAST) as service:
+    async with JobService.serve(environment_of(Settings(home=tmp_path / "state"), ENV, FAST)) as service:
         async with Client(create_app(service, service.settings)) as client:
             task = await call_tool_task(client, "ask_team", {"task": "What is 6 * 7?", "team": team})
             first = await task.status()
@@ -179,7 +180,7 @@ async def test_a_client_without_the_extension_keeps_the_wait_seconds_route(
 ) -> None:
     team = str(write_team(tmp_path / "team.yaml", fakes, TRIO, name="fake-trio"))
     async with (
-        JobService.open(Settings(home=tmp_path / "state"), environ=ENV, retry=FAST) as service,
+        JobService.serve(environment_of(Settings(home=tmp_path / "state"), ENV, FAST)) as service,
         Client(create_app(service, service.settings)) as client,
     ):
         result = await client.call_tool(

@@ -31,6 +31,7 @@ from conclave.jobs.read.teams import TeamList
 from conclave.jobs.read.views import JobView
 from conclave.jobs.service import JobService
 from conclave.settings import MAX_WAIT_S, Settings
+from tests.fakes.environment import environment_of
 from tests.fakes.processes import stdio_params
 from tests.fakes.script import RecordedRequest, Reply
 from tests.fakes.server import FakeProviders
@@ -71,7 +72,7 @@ async def official(service: JobService, settings: Settings) -> AsyncIterator[Cli
 async def served(settings: Settings) -> AsyncIterator[tuple[JobService, ClientSession]]:
     """A job service, as a server holds it, and the official client's session on its app."""
     async with (
-        JobService.open(settings, environ=environ(settings.home.parent), retry=FAST) as service,
+        JobService.serve(environment_of(settings, environ(settings.home.parent), FAST)) as service,
         official(service, settings) as session,
     ):
         yield service, session

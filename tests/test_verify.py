@@ -19,13 +19,13 @@ import pytest
 from conclave.backends.retry import RetryPolicy
 from conclave.errors import InputError, SandboxUnavailable
 from conclave.files.job_folder import JobFolder
-from conclave.jobs.environment import JobEnvironment
 from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
 from conclave.settings import Settings
 from tests.fakes.agents import given_agents
 from tests.fakes.calc_task import CALC, CHECK, TASK, agent, calc_project
 from tests.fakes.container_processes import container_processes
+from tests.fakes.environment import environment_of
 from tests.fakes.script import Reply
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import KEY_ENV, TRIO, write_team
@@ -48,7 +48,7 @@ async def test_the_answer_that_passes_the_tests_wins_over_the_voters_favourite(
     fakes.script.set_default("bob", agent("bob"))
     fakes.script.set_default("cy", agent("bob"))  # two of three votes for bob's answer, which fails
     team = str(write_team(tmp_path / "team.yaml", fakes, TRIO, coordination={"final": "reuse"}))
-    async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV, retry=FAST) as service:
+    async with JobService.serve(environment_of(Settings(home=tmp_path / "state"), ENV, FAST)) as service:
         view = await until_done(
             service,
             await service.submit(
@@ -109,7 +109,7 @@ async def test_without_verify_the_voters_favourite_wins(
     for name, favourite in (("ann", "ann"), ("bob", "bob"), ("cy", "bob")):
         fakes.script.set_default(name, agent(favourite))
     team = str(write_team(tmp_path / "team.yaml", fakes, TRIO, coordination={"final": "reuse"}))
-    async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV, retry=FAST) as service:
+    async with JobService.serve(environment_of(Settings(home=tmp_path / "state"), ENV, FAST)) as service:
         view = await until_done(
             service,
             await service.submit(JobRequest(task=TASK, team=team, context_paths=[{"path": str(project)}])),
@@ -134,7 +134,7 @@ async def test_a_check_is_confined_and_bounded(tmp_path: Path, fakes: FakeProvid
         fakes.script.set_default(name, agent(name))
     team = str(write_team(tmp_path / "team.yaml", fakes, TRIO, coordination={"final": "reuse"}))
     settings = Settings(home=tmp_path / "state", verify_concurrency=1, verify_timeout_s=20)
-    async with JobService.open(settings, environ=ENV, retry=FAST) as service:
+    async with JobService.serve(environment_of(settings, ENV, FAST)) as service:
         view = await until_done(
             service,
             await service.submit(
@@ -176,7 +176,7 @@ async def test_a_check_over_its_time_limit_fails(tmp_path: Path, fakes: FakeProv
         write_team(tmp_path / "team.yaml", fakes, [("openai", "ann")], coordination={"final": "reuse"})
     )
     settings = Settings(home=tmp_path / "state", verify_timeout_s=1)
-    async with JobService.open(settings, environ=ENV, retry=FAST) as service:
+    async with JobService.serve(environment_of(settings, ENV, FAST)) as service:
         view = await until_done(
             service,
             await service.submit(
@@ -192,7 +192,7 @@ async def test_a_verify_that_cannot_run_is_refused_at_submit(
     tmp_path: Path, fakes: FakeProviders, project: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     team = str(write_team(tmp_path / "team.yaml", fakes, TRIO))
-    async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV) as service:
+    async with JobService.serve(environment_of(Settings(home=tmp_path / "state"), ENV)) as service:
         refused = r"verify='pytest -q' is not valid: .*needs the project folder: give it with context_paths"
         with pytest.raises(InputError, match=refused):
             await service.submit(JobRequest(task=TASK, team=team, verify="pytest -q"))
@@ -217,7 +217,7 @@ async def test_a_job_cancelled_while_its_checks_start_leaves_no_container(
         fakes.script.set_default(name, agent(name))
     team = str(write_team(tmp_path / "team.yaml", fakes, TRIO))
     settings = Settings(home=tmp_path / "state", verify_concurrency=3)
-    async with JobService.open(settings, environ=ENV, retry=FAST) as service:
+    async with JobService.serve(environment_of(settings, ENV, FAST)) as service:
         view = await service.submit(
             JobRequest(task=TASK, team=team, context_paths=[{"path": str(project)}], verify="sleep 30")
         )
@@ -244,7 +244,7 @@ async def test_a_job_that_fails_removes_its_warm_check_container(
         fakes.script.set_default(name, lambda request: Reply(status=401, error_message="bad key", gate=gate))
     team = str(write_team(tmp_path / "team.yaml", fakes, TRIO))
     client = docker.from_env()
-    async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV, retry=FAST) as service:
+    async with JobService.serve(environment_of(Settings(home=tmp_path / "state"), ENV, FAST)) as service:
         view = await service.submit(
             JobRequest(task=TASK, team=team, context_paths=[{"path": str(project)}], verify=CHECK)
         )
@@ -410,7 +410,7 @@ async def test_the_caller_files_run_starts_with_the_job_before_its_agents_are_bu
         return real(spec)
 
     settings = Settings(home=tmp_path / "state")
-    async with JobService.serve(given_agents(JobEnvironment.of(settings, ENV, FAST), factory)) as service:
+    async with JobService.serve(given_agents(environment_of(settings, ENV, FAST), factory)) as service:
         request = JobRequest(
             task=TASK, team=team, context_paths=[{"path": str(project)}], verify=f"sleep 1.37; {CHECK}"
         )

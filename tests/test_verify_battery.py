@@ -32,6 +32,7 @@ from conclave.jobs.service import JobService
 from conclave.sandbox.container import container_user
 from conclave.settings import Settings
 from tests.fakes.calc_task import CALC, TASK, TESTS, agent, calc_project
+from tests.fakes.environment import environment_of
 from tests.fakes.script import RecordedRequest, Reply
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import KEY_ENV, TRIO, write_team
@@ -195,7 +196,7 @@ async def test_a_test_script_importing_its_sibling_grounds_the_vote(
     request = JobRequest(
         task=TASK, team=team, context_paths=[{"path": str(project)}], verify="python3 test_calc.py"
     )
-    async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV, retry=FAST) as service:
+    async with JobService.serve(environment_of(Settings(home=tmp_path / "state"), ENV, FAST)) as service:
         view = await until_done(service, await service.submit(request))
         patch = (await service.lookup.read(view.job_id, "@diff", None, 0, 100_000)).content
     assert view.answer == "add() fixed in calc.py (ann).", view.text()
@@ -223,7 +224,7 @@ async def test_a_check_that_cannot_run_is_said_at_once_and_the_vote_is_not_shown
     project = calc_project(tmp_path)
     team = str(write_team(tmp_path / "team.yaml", fakes, TRIO, coordination={"final": "reuse"}))
     request = JobRequest(task=TASK, team=team, context_paths=[{"path": str(project)}], verify="tox -q")
-    async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV, retry=FAST) as service:
+    async with JobService.serve(environment_of(Settings(home=tmp_path / "state"), ENV, FAST)) as service:
         view = await service.submit(request)
         try:
             with anyio.fail_after(60):

@@ -17,6 +17,7 @@ from conclave.jobs.read.web_link import WebLinks, WebServed, announce, withdraw
 from conclave.jobs.service import JobService
 from conclave.jobs.store.sql import Store
 from conclave.settings import Settings
+from tests.fakes.environment import environment_of
 
 pytestmark = pytest.mark.anyio
 JOB = "cj-0123456789ab"
@@ -92,7 +93,7 @@ async def test_get_status_answers_while_a_write_waits_for_the_lock(
     wrote = anyio.Event()
     try:
         async with (
-            JobService.open(settings, environ={}) as service,
+            JobService.serve(environment_of(settings, {})) as service,
             Client(create_app(service, settings)) as client,
         ):
             held.__enter__()  # another process in the middle of a write

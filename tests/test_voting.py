@@ -24,6 +24,7 @@ from conclave.jobs.read.views import JobView
 from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
 from conclave.settings import Settings
+from tests.fakes.environment import environment_of
 from tests.fakes.script import RecordedRequest, Reply
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import (
@@ -301,7 +302,7 @@ async def test_apply_needs_consensus_unless_forced(
     project.mkdir()
     project.joinpath("calc.py").write_text("def add(a, b):\n    return a - b\n")
     team = str(write_team(tmp_path / "team.yaml", fakes, TRIO, coordination={"final": "reuse"}))
-    async with JobService.open(Settings(home=tmp_path / "home"), environ=ENV) as service:
+    async with JobService.serve(environment_of(Settings(home=tmp_path / "home"), ENV)) as service:
         view: JobView = await service.submit(
             JobRequest(
                 task="Fix add()",
@@ -353,7 +354,7 @@ async def test_split_turns_answer_in_plain_text_then_choose_or_revise(fakes: Fak
 async def test_apply_takes_true_false_or_force_only(tmp_path: Path) -> None:
     from conclave.errors import InputError
 
-    async with JobService.open(Settings(home=tmp_path / "home"), environ=ENV) as service:
+    async with JobService.serve(environment_of(Settings(home=tmp_path / "home"), ENV)) as service:
         with pytest.raises(InputError, match='"force"'):
             await service.submit(JobRequest(task="task", team="local", context_paths=[], apply="yes"))  # type: ignore[arg-type]
 

@@ -316,7 +316,7 @@ async def test_a_page_carries_each_answers_check_and_output(home: Path) -> None:
         None,
     )
     store.close()
-    async with JobLookup.open(Settings(home=home)) as jobs:
+    async with JobLookup.open(Settings(home=home), {}) as jobs:
         page = job_page(await jobs.page(JOB), "http://127.0.0.1/jobs/x")
         with pytest.raises(JobNotFound):
             await jobs.page(JOB, caller="not-the-owner")  # a caller's own jobs only, as over MCP

@@ -230,7 +230,7 @@ def _with_lookup(command: Callable[[JobLookup], Awaitable[int]]) -> int:
     """Run `command` with a lookup on the state folder's store, closed again when it is done."""
 
     async def run() -> int:
-        async with JobLookup.open(Settings()) as jobs:
+        async with JobLookup.open(Settings(), os.environ) as jobs:
             return await command(jobs)
 
     return anyio.run(run)
@@ -316,6 +316,7 @@ def serve_http(args: argparse.Namespace) -> int:
 
 def worker(args: argparse.Namespace) -> int:
     """Run queued jobs until drained, or (--drain) ask running workers to drain."""
+    from conclave.jobs.environment import JobEnvironment
     from conclave.jobs.worker import drain_workers, run_worker
 
     settings = Settings()
@@ -323,7 +324,7 @@ def worker(args: argparse.Namespace) -> int:
         asked = anyio.run(drain_workers, settings, args.drain)
         print(f"asked {len(asked)} worker(s) to drain: {', '.join(asked) or 'none is running'}")
         return EXIT_OK
-    anyio.run(run_worker, settings)
+    anyio.run(run_worker, JobEnvironment.of(settings, os.environ))
     return EXIT_OK
 
 

@@ -75,15 +75,8 @@ class _Shelf:
 class CheckPool:
     """Keeps `size` check containers started per check spec; `keep` runs for the server's life."""
 
-    def __init__(
-        self,
-        home: Path,
-        owner: UidGid | None,
-        size: int,
-        *,
-        sandbox_factory: Callable[[], Sandbox] = Sandbox,
-    ) -> None:
-        self.size, self._owner, self._factory = size, owner, sandbox_factory
+    def __init__(self, home: Path, owner: UidGid | None, size: int) -> None:
+        self.size, self._owner = size, owner
         self.parent = home / "check-pool"
         self.root = self.parent / f"{PROCESS_OWNER.pid}-{PROCESS_OWNER.id}"
         self._shelves: dict[str, _Shelf] = {}
@@ -155,7 +148,7 @@ class CheckPool:
         while len(shelf.ready) + shelf.starting < self.size:
             self._number += 1
             slot = await anyio.to_thread.run_sync(make_slot, self.root, self._number, self._owner)
-            box = Box(self._factory(), slot, pooled=True)
+            box = Box(Sandbox(), slot, pooled=True)
             shelf.starting += 1
             self._starting.add(box)
             try:

@@ -32,7 +32,7 @@ import json
 import logging
 import math
 import shlex
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -86,7 +86,6 @@ class Verifier:
         *,
         timeout_s: float,
         limiter: anyio.CapacityLimiter,
-        sandbox_factory: Callable[[], Sandbox] = Sandbox,
         protect: Sequence[str] | None = None,
         pool: CheckPool | None = None,
         kept: KeptBaselines | None = None,
@@ -94,7 +93,7 @@ class Verifier:
         self.job_id, self.command, self.workspaces = job_id, command, workspaces
         self.spec = check_spec(spec)  # a check never gets the network
         self._pool = pool
-        self.timeout_s, self._limiter, self._factory = timeout_s, limiter, sandbox_factory
+        self.timeout_s, self._limiter = timeout_s, limiter
         # the protected paths' patterns, compiled once for the job's checks
         self._protection = Protection(DEFAULT_PROTECT if protect is None else protect, command=command)
         self._boxes: list[Box] = []  # every container started, for `close`
@@ -292,7 +291,7 @@ class Verifier:
         number = self._started  # taken before any await: checks may start containers at once
         checks, owner = self.workspaces.folder.checks, self.workspaces.agent_owner
         slot = await anyio.to_thread.run_sync(make_slot, checks, number, owner)
-        box = Box(self._factory(), slot)
+        box = Box(Sandbox(), slot)
         self._boxes.append(box)
         await box.sandbox.start(slot, {}, self.job_id, f"check-{number}", self.spec)
         return box

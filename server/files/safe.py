@@ -238,7 +238,6 @@ def write_at(
     *,
     owner: UidGid | None = None,
     mode: int | None = None,
-    fsync: bool = False,
 ) -> Written:
     """`write_bytes` inside an open folder fd."""
     try:
@@ -248,7 +247,7 @@ def write_at(
     if old is not None and stat.S_ISDIR(old.st_mode):
         raise IsADirectoryError(errno.EISDIR, f"{rel!r} is a folder", rel)
     regular = old is not None and stat.S_ISREG(old.st_mode)
-    if regular and old is not None and mode is None and not fsync and _REOPEN:
+    if regular and old is not None and mode is None and _REOPEN:
         rewritten = _rewrite(dir_fd, name, old, data, owner)
         if rewritten is not None:
             return rewritten
@@ -265,8 +264,6 @@ def write_at(
             os.fchmod(handle.fileno(), mode & 0o7777)
             if owner is not None and os.geteuid() == 0:
                 os.fchown(handle.fileno(), *owner)
-            if fsync:
-                os.fsync(handle.fileno())
         os.rename(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     except BaseException:
         _unlink_quietly(dir_fd, temp)

@@ -219,9 +219,7 @@ def tree_digest(root: Path, known: Mapping[str, str] | None = None, listing: Lis
     return digest.hexdigest()
 
 
-def copy_file(
-    src_root: Path, rel: str, dst: Path, *, max_bytes: int | None = None, fsync: bool = False
-) -> str:
+def copy_file(src_root: Path, rel: str, dst: Path, *, max_bytes: int | None = None) -> str:
     """Copy `src_root/rel` to a new file `dst` (mode without setuid bits; mtime kept); return its sha256.
 
     At most `max_bytes` are copied (give the size the listing saw): never on to an end of file that
@@ -253,8 +251,6 @@ def copy_file(
                     view = view[written:]
             os.fchmod(target.fileno(), stat.S_IMODE(info.st_mode) & 0o777 & ~stat.S_IWOTH)
             os.utime(target.fileno(), ns=(info.st_atime_ns, info.st_mtime_ns))
-            if fsync:
-                os.fsync(target.fileno())
     return digest.hexdigest()
 
 

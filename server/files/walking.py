@@ -53,7 +53,6 @@ def walk(
     start: str = "",
     *,
     skip: frozenset[str] = frozenset(),
-    max_depth: int = MAX_DEPTH,
     max_entries: int = MAX_ENTRIES,
 ) -> Generator[tuple[str, int, list[Found]]]:
     """Every folder under `root/start`, depth first.
@@ -62,11 +61,11 @@ def walk(
 
     The caller may remove names from the entries list to keep the walk out of those folders. Folders
     that vanish or turn into something else meanwhile are left out; `skip` names are never entered.
-    Iterative, with its caps checked while walking: a folder deeper than `max_depth` below `start`, or
+    Iterative, with its caps checked while walking: a folder deeper than `MAX_DEPTH` below `start`, or
     more than `max_entries` entries in all, raise `TreeTooLarge` at that point.
     """
     with directory(root, start) as top:
-        yield from _walk(top, "/".join(split(start)), skip, max_depth, max_entries)
+        yield from _walk(top, "/".join(split(start)), skip, MAX_DEPTH, max_entries)
 
 
 def _walk(

@@ -4,13 +4,12 @@ A job id is checked here before the store is asked, and a caller sees only its o
 CLI: every job), so `get_status` and `conclave status` refuse a bad id with the same error and the
 same rules. The store is read in worker threads, never on the event loop.
 
-    async with JobLookup.open(settings) as jobs:       # the CLI: a store of its own, read-only
+    async with JobLookup.open(settings, os.environ) as jobs:  # the CLI: a store of its own, read-only
         view = await jobs.view("cj-0123456789ab")
 """
 
 from __future__ import annotations
 
-import os
 import re
 import time
 from collections.abc import AsyncIterator, Mapping
@@ -71,14 +70,13 @@ class JobLookup:
 
     @classmethod
     @asynccontextmanager
-    async def open(
-        cls, settings: Settings, *, environ: Mapping[str, str] | None = None
-    ) -> AsyncIterator[JobLookup]:
-        """A lookup on a store of its own (the CLI's; a server's is its JobService's `lookup`)."""
+    async def open(cls, settings: Settings, environ: Mapping[str, str]) -> AsyncIterator[JobLookup]:
+        """A lookup on a store of its own (the CLI's; a server's is its JobService's `lookup`), keys and
+        logins read from `environ` (the CLI's: its process's variables)."""
         store = await anyio.to_thread.run_sync(Store.of, settings)
         try:
             async with AsyncStore.open(store) as async_store:
-                yield cls(settings, async_store, dict(os.environ if environ is None else environ))
+                yield cls(settings, async_store, dict(environ))
         finally:
             store.close()
 

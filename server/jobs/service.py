@@ -26,8 +26,9 @@ CLI passes none and sees all.
 from __future__ import annotations
 
 import asyncio
+import os
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 
@@ -35,7 +36,6 @@ import anyio
 from anyio.abc import TaskGroup
 
 from conclave.backends.llama_server import LocalServers
-from conclave.backends.retry import RetryPolicy
 from conclave.config.models import SandboxSpec, Team
 from conclave.coordination.check_pool import CheckPool
 from conclave.errors import InputError, JobFinished, QueueUnavailable
@@ -102,14 +102,12 @@ class JobService:
         cls,
         settings: Settings,
         *,
-        environ: Mapping[str, str] | None = None,
-        retry: RetryPolicy | None = None,
         access: Access | None = None,
         check_pool: bool = False,
     ) -> AsyncIterator[JobService]:
-        """The service of production's job environment (jobs/environment.py `JobEnvironment.of`),
-        for the body's life: `serve`."""
-        jobs = JobEnvironment.of(settings, environ, retry)
+        """The service of production's job environment (jobs/environment.py `JobEnvironment.of`, from this
+        process's variables), for the body's life: `serve`."""
+        jobs = JobEnvironment.of(settings, os.environ)
         async with cls.serve(jobs, access=access, check_pool=check_pool) as service:
             yield service
 

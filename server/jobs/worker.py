@@ -127,12 +127,11 @@ class Worker:
             self.drain.set()
 
 
-async def run_worker(settings: Settings, *, environ: Mapping[str, str] | None = None) -> None:
-    """Run queued jobs until drained (see the module docstring), keys and logins read from `environ`
-    (by default this process's)."""
+async def run_worker(jobs: JobEnvironment) -> None:
+    """Run queued jobs until drained (see the module docstring), in `jobs`' environment (production's:
+    `JobEnvironment.of(settings, os.environ)`)."""
+    settings, env = jobs.settings, jobs.environ
     url = _queue_url(settings)
-    jobs = JobEnvironment.of(settings, environ)
-    env = jobs.environ
     sync_store = await anyio.to_thread.run_sync(Store.of, settings)
     owner_id = uuid.uuid4().hex
     try:

@@ -4,7 +4,7 @@ Interface (the CLI members of issue 16 use it through sandbox/member.py):
 
     extra = [*team.sandbox.allow_hosts, *settings.egress_allow]
     allow = allowlist_for("claude-code", base_url=agent.base_url, extra=extra)
-    async with egress_proxy(allow, label=f"{job}/{letter}") as proxy:
+    async with egress_proxy(allow, route=route, label=f"{job}/{letter}") as proxy:
         sandbox = MemberSandbox(client, owner, proxy)
         await sandbox.start(workspace, peers, job_id, letter, limits)   # network none, the relay attached
         proxy.serve_key(ProviderKey(url, key, "anthropic"))  # a key login: the key stays here
@@ -74,7 +74,7 @@ from conclave.sandbox.provider_key import (
     tls_context,
 )
 from conclave.sandbox.provider_wire import Billed, ResponseMeter, Wire, endpoint_refusal
-from conclave.sandbox.route import DIRECT, EgressRoute
+from conclave.sandbox.route import EgressRoute
 
 __all__ = ["Denial", "EgressProxy", "Feed", "egress_proxy"]
 
@@ -124,7 +124,7 @@ class _Request:
 class EgressProxy:
     """Serves one member's connections: admits the allowlist, refuses and records the rest."""
 
-    def __init__(self, allowlist: Allowlist, *, label: str = "", route: EgressRoute = DIRECT) -> None:
+    def __init__(self, allowlist: Allowlist, *, route: EgressRoute, label: str = "") -> None:
         """`route`: how an admitted host is reached, and the extra CA trusted there (sandbox/route.py)."""
         self.allowlist, self.label, self.route = allowlist, label, route
         self.denied: list[Denial] = []
@@ -458,7 +458,7 @@ async def _splice(
 
 @asynccontextmanager
 async def egress_proxy(
-    allowlist: Allowlist, *, label: str = "", route: EgressRoute = DIRECT
+    allowlist: Allowlist, *, route: EgressRoute, label: str = ""
 ) -> AsyncIterator[EgressProxy]:
     """Serve `allowlist` to the feeds attached (`EgressProxy.attach`) until exit, which ends them all."""
     proxy = EgressProxy(allowlist, label=label, route=route)

@@ -190,7 +190,6 @@ async def sweep(
     is_owner_dead: Callable[[str, int], bool],
     client: Any | None = None,
     *,
-    spare: Owner = PROCESS_OWNER,
     job: str | None = None,
 ) -> list[str]:
     """Remove containers labelled by an owner that is gone; return their names. Never a live server's.
@@ -210,7 +209,7 @@ async def sweep(
 
     def gone(labels: dict[str, str]) -> bool:
         owner, pid = labels.get("conclave.owner", ""), labels.get("conclave.owner_pid", "")
-        return owner != spare.id and pid.isdigit() and dead(owner, int(pid))
+        return owner != PROCESS_OWNER.id and pid.isdigit() and dead(owner, int(pid))
 
     def run() -> list[str]:
         removed = []

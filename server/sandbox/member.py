@@ -1,7 +1,7 @@
 """A coding-agent CLI member's container: the plain sandbox, with no network but its egress bridge.
 
     allow = allowlist_for("codex", base_url=agent.base_url, extra=extra_hosts)
-    async with egress_proxy(allow, label=f"{job}/{letter}") as proxy:
+    async with egress_proxy(allow, route=route, label=f"{job}/{letter}") as proxy:
         sandbox = MemberSandbox(client, owner, proxy)
         try:
             await sandbox.start(workspace, peers, job_id, letter, limits)

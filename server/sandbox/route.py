@@ -5,7 +5,7 @@ route decides *how*: where the connection goes and which roots, besides the syst
 member's container trust on the way. The route acts only after the allowlist admitted a request, so it
 never widens what a member may reach.
 
-The default, `DIRECT`, resolves the host name and trusts the system's roots alone. A route with
+`DirectRoute()` resolves the host name and trusts the system's roots alone. A route with
 `extra_ca` has that PEM file trusted too: the proxy loads it for the providers it calls itself (a key
 login, sandbox/provider_key.py), and the member's container gets it read-only at `CA_PATH` with the
 variables that make each CLI add it to its roots (sandbox/member.py), e.g. the CA of a TLS-inspecting
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-__all__ = ["CA_PATH", "DIRECT", "DirectRoute", "EgressRoute", "ca_environment"]
+__all__ = ["CA_PATH", "DirectRoute", "EgressRoute", "ca_environment"]
 
 CA_PATH = "/run/conclave/extra-ca.pem"  # inside the member's container
 
@@ -41,9 +41,6 @@ class DirectRoute:
 
     def target(self, host: str, port: int) -> tuple[str, int]:
         return host, port
-
-
-DIRECT: EgressRoute = DirectRoute()
 
 
 def ca_environment() -> dict[str, str]:

@@ -43,7 +43,7 @@ async def web_routes(
     """The web view's routes over a lookup of its own on the shared store (jobs/lookup.py), closed when
     the server is done. `callers`: the local user's one token (`conclave web`), or the HTTP tokens, each
     naming its caller, as they are at each request (app/tokens.py)."""
-    async with JobLookup.open(settings) as jobs:
+    async with JobLookup.open(settings, os.environ) as jobs:
         yield WebView(jobs, WebAuth(callers, port, [host])).routes()
 
 

@@ -54,6 +54,7 @@ from tests.fakes.cli_worker import (
     _tool_names,
     answer_held,
 )
+from tests.fakes.environment import environment_of
 from tests.fakes.script import RecordedRequest, Reply
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import decide, vote_labels
@@ -203,7 +204,7 @@ agents:
 coordination: {{max_answers_per_agent: 1, final: reuse, timeout_s: 900}}
 sandbox: {{memory: 2g, cpus: 1}}
 """)
-    async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV, retry=FAST) as service:
+    async with JobService.serve(environment_of(Settings(home=tmp_path / "state"), ENV, FAST)) as service:
         request = JobRequest(
             task=TASK, team=str(team), context_paths=[{"path": str(project)}], verify="pytest -q"
         )
@@ -376,7 +377,7 @@ agents:
 coordination: {{max_answers_per_agent: 1, final: present, timeout_s: 900}}
 sandbox: {{memory: 2g, cpus: 1}}
 """)
-    async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV, retry=FAST) as service:
+    async with JobService.serve(environment_of(Settings(home=tmp_path / "state"), ENV, FAST)) as service:
         request = JobRequest(
             task=TASK, team=str(team), context_paths=[{"path": str(project)}], verify="pytest -q"
         )

@@ -29,6 +29,7 @@ from tests.clis.test_cli_members_e2e import (
 )
 from tests.fakes.calc_task import TASK
 from tests.fakes.cli_worker import DECISION_MARK, CliWorker, _first_user_text
+from tests.fakes.environment import environment_of
 from tests.fakes.script import RecordedRequest, Reply
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import decide
@@ -74,7 +75,7 @@ async def test_a_cancelled_run_is_charged_what_its_stream_reported(
 
     fakes.script.set_default("claude", respond)
     team = _team(tmp_path / "team.yaml", fakes, api=False)
-    async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV, retry=FAST) as service:
+    async with JobService.serve(environment_of(Settings(home=tmp_path / "state"), ENV, FAST)) as service:
         view = await service.submit(JobRequest(task=TASK, team=team, context_paths=[{"path": str(project)}]))
         with anyio.fail_after(300):
             while not stalled:
@@ -125,7 +126,7 @@ async def test_a_stale_decision_run_is_killed_charged_and_asked_again(
 
     fakes.script.set_default("claude", respond).set_default("api", api)
     team = _team(tmp_path / "team.yaml", fakes, api=True, answers=2)
-    async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV, retry=FAST) as service:
+    async with JobService.serve(environment_of(Settings(home=tmp_path / "state"), ENV, FAST)) as service:
         view = await cli_job(service, team, project, verify="pytest -q")
         events = list(service.store.sync.events(view.job_id))
     letter = next(agent.letter for agent in view.agents if agent.model == "cli/claude-code")
@@ -176,7 +177,7 @@ async def test_a_winning_cli_member_presents_the_final_answer(
 
     fakes.script.set_default("claude", respond).set_default("api", api_keeps_its_own)
     team = _team(tmp_path / "team.yaml", fakes, api=True, final="present")
-    async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV, retry=FAST) as service:
+    async with JobService.serve(environment_of(Settings(home=tmp_path / "state"), ENV, FAST)) as service:
         view = await cli_job(service, team, project, verify="pytest -q")
         patch = (await service.lookup.read(view.job_id, "@diff", None, 0, 100_000)).content
         events = list(service.store.sync.events(view.job_id))

@@ -32,6 +32,7 @@ from tests.clis.test_cli_members_e2e import (
 from tests.fakes.calc_task import TASK
 from tests.fakes.cli_worker import CliWorker
 from tests.fakes.container_processes import container_processes
+from tests.fakes.environment import environment_of
 from tests.fakes.script import RecordedRequest, Reply
 from tests.fakes.server import FakeProviders
 
@@ -87,7 +88,7 @@ async def test_a_cancelled_job_kills_the_cli_and_charges_its_run(
     waits: list[int] = []
     fakes.script.set_default(cli, _waiting(worker, waits))
     team = _team(tmp_path / "team.yaml", fakes, cli)
-    async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV, retry=FAST) as service:
+    async with JobService.serve(environment_of(Settings(home=tmp_path / "state"), ENV, FAST)) as service:
         view = await service.submit(JobRequest(task=TASK, team=team, context_paths=[{"path": str(project)}]))
         with anyio.fail_after(400):
             while not waits:
@@ -121,7 +122,7 @@ async def test_a_budget_reached_mid_run_stops_the_job_and_kills_the_run(
         worker = CliWorker(WIRES[cli], f"setsid sh -c 'sleep 600; echo {marker}' >/dev/null 2>&1 &", "x")
         fakes.script.set_default(cli, _waiting(worker, []))
     team = _team(tmp_path / "team.yaml", fakes, cli, ", max_tokens: 4000")
-    async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV, retry=FAST) as service:
+    async with JobService.serve(environment_of(Settings(home=tmp_path / "state"), ENV, FAST)) as service:
         view = await service.submit(JobRequest(task=task, team=team, context_paths=[{"path": str(project)}]))
         with anyio.fail_after(400):
             view = await _ended(service, view)
@@ -152,7 +153,7 @@ async def test_a_run_that_never_reached_its_provider_is_charged_nothing(
         f"agents:\n  - model: cli/codex:fake-model\n    base_url: {url}\n    api_key_env: {KEY}\n"
         "coordination: {final: reuse}\nsandbox: {memory: 2g}\n"
     )
-    async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV, retry=FAST) as service:
+    async with JobService.serve(environment_of(Settings(home=tmp_path / "state"), ENV, FAST)) as service:
         with listener:
             view = await service.submit(
                 JobRequest(task=TASK, team=str(team), context_paths=[{"path": str(project)}])

@@ -23,12 +23,12 @@ import pytest
 from conclave.backends.retry import RetryPolicy
 from conclave.cli.doctor import run_checks
 from conclave.config.presets import resolve_team
-from conclave.jobs.environment import JobEnvironment
 from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
 from conclave.settings import Settings
 from tests.fakes.calc_task import TASK
 from tests.fakes.cli_worker import CliWorker, answer_held
+from tests.fakes.environment import environment_of
 from tests.fakes.leaks import holding, tokens
 from tests.fakes.login_files import claude_credentials, codex_auth, codex_claims, gemini_oauth_creds, jwt
 from tests.fakes.login_hosts import LoginHosts, Seen
@@ -98,7 +98,7 @@ async def test_claude_code_and_codex_work_from_the_users_login_files(
     )
     settings = Settings(home=tmp_path / "state")
     async with JobService.serve(
-        replace(JobEnvironment.of(settings, environ, FAST), route=hosts.redirect())
+        replace(environment_of(settings, environ, FAST), route=hosts.redirect())
     ) as service:
         listed = await service.lookup.teams()
         view = await service.submit(
@@ -228,7 +228,7 @@ async def test_an_expired_login_is_refreshed_inside_the_container_only(
     team.write_text(f"agents:\n  - model: cli/{cli}{model}\ncoordination: {{final: reuse}}\n")
     settings = Settings(home=tmp_path / "state")
     async with JobService.serve(
-        replace(JobEnvironment.of(settings, {"HOME": str(home)}, FAST), route=hosts.redirect())
+        replace(environment_of(settings, {"HOME": str(home)}, FAST), route=hosts.redirect())
     ) as service:
         view = await cli_job(service, team, project)
         transcript = (await service.lookup.read(view.job_id, "transcript", None, 0, 100_000)).content
@@ -273,7 +273,7 @@ async def test_gemini_cli_works_from_a_google_login(
     team = tmp_path / "team.yaml"
     team.write_text("agents:\n  - model: cli/gemini\ncoordination: {final: reuse}\nsandbox: {memory: 2g}\n")
     async with JobService.serve(
-        replace(JobEnvironment.of(Settings(home=tmp_path / "state"), environ, FAST), route=hosts.redirect())
+        replace(environment_of(Settings(home=tmp_path / "state"), environ, FAST), route=hosts.redirect())
     ) as service:
         view = await cli_job(service, team, project, verify="pytest -q")
         patch = (await service.lookup.read(view.job_id, "@diff", None, 0, 100_000)).content

@@ -26,6 +26,7 @@ from conclave.settings import Settings
 from tests.fakes.calc_task import TASK
 from tests.fakes.cli_worker import DECISION_MARK, CliWorker, _first_user_text, _tool_names, answer_held
 from tests.fakes.container_processes import container_processes
+from tests.fakes.environment import environment_of
 from tests.fakes.script import RecordedRequest, Reply
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import decide, vote_labels
@@ -86,7 +87,7 @@ async def test_claude_code_and_codex_fix_a_failing_test_with_an_api_agent(
     fakes.script.set_default("claude", answer_held(claude, codex_voted))
     fakes.script.set_default("codex", answer_held(codex, api_in)).set_default("api", api_agent)
     team = write_team(tmp_path / "team.yaml", fakes)
-    async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV, retry=FAST) as service:
+    async with JobService.serve(environment_of(Settings(home=tmp_path / "state"), ENV, FAST)) as service:
         view = await service.submit(
             JobRequest(task=TASK, team=team, context_paths=[{"path": str(project)}], verify="pytest -q")
         )
@@ -198,7 +199,7 @@ agents:
     api_key_env: {KEY}
 coordination: {{max_answers_per_agent: 1, final: reuse}}
 """)
-    async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV, retry=FAST) as service:
+    async with JobService.serve(environment_of(Settings(home=tmp_path / "state"), ENV, FAST)) as service:
         view = await cli_job(service, team, project, verify="pytest -q")
         transcript = (await service.lookup.read(view.job_id, "transcript", None, 0, 100_000)).content
         events = [event.model_dump_json() for event in service.store.sync.events(view.job_id)]
@@ -238,7 +239,7 @@ agents:
     api_key_env: {KEY}
 """)
     client = docker.from_env()
-    async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV, retry=FAST) as service:
+    async with JobService.serve(environment_of(Settings(home=tmp_path / "state"), ENV, FAST)) as service:
         view = await service.submit(
             JobRequest(task=TASK, team=str(team), context_paths=[{"path": str(project)}])
         )
@@ -292,7 +293,7 @@ agents:
 coordination: {{max_answers_per_agent: 1, final: reuse}}
 sandbox: {{memory: 2g}}
 """)
-    async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV, retry=FAST) as service:
+    async with JobService.serve(environment_of(Settings(home=tmp_path / "state"), ENV, FAST)) as service:
         view = await cli_job(service, team, project, verify="pytest -q")
         patch = (await service.lookup.read(view.job_id, "@diff", None, 0, 100_000)).content
     print(view.text(), worker.tool_names)
@@ -330,7 +331,7 @@ agents:
     api_key_env: {KEY}
 coordination: {{max_tokens: 2000, final: reuse}}
 """)
-    async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV, retry=FAST) as service:
+    async with JobService.serve(environment_of(Settings(home=tmp_path / "state"), ENV, FAST)) as service:
         view = await cli_job(service, team, project)
     member = next(agent for agent in view.agents if agent.model == "cli/claude-code")
     assert view.result.reason and view.result.reason.startswith("budget reached: "), view.text()

@@ -27,6 +27,7 @@ from tests.clis.test_cli_members_e2e import ENV, FAST, KEY
 from tests.fakes.calc_task import TASK
 from tests.fakes.cli_worker import DECISION_MARK, WORK_MARK, CliWorker, _first_user_text
 from tests.fakes.container_processes import container_processes
+from tests.fakes.environment import environment_of
 from tests.fakes.script import RecordedRequest, Reply
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import decide, own_letter, vote_labels
@@ -111,7 +112,7 @@ async def test_a_stale_revisions_run_is_killed_and_the_member_decides_on_the_new
     fakes.script.set_default("codex", respond).set_default("api", api)
     team = _team(tmp_path / "team.yaml", fakes)
     try:
-        async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV, retry=FAST) as service:
+        async with JobService.serve(environment_of(Settings(home=tmp_path / "state"), ENV, FAST)) as service:
             view = await service.submit(
                 JobRequest(task=TASK, team=team, context_paths=[{"path": str(project)}])
             )

@@ -17,7 +17,6 @@ import pytest
 
 from conclave.coordination.cli_turns import DECISION_SYSTEM
 from conclave.coordination.prompts import PRESENT_SYSTEM
-from conclave.jobs.environment import JobEnvironment
 from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
 from conclave.settings import Settings
@@ -32,6 +31,7 @@ from tests.fakes.cli_worker import (
     answer_held,
 )
 from tests.fakes.copilot_api import AGENT, MODEL_HOST
+from tests.fakes.environment import environment_of
 from tests.fakes.login_files import copilot_config
 from tests.fakes.login_hosts import LoginHosts
 from tests.fakes.script import RecordedRequest, Reply
@@ -82,7 +82,7 @@ sandbox: {{memory: 2g, cpus: 1}}
         (home / ".copilot" / "config.json").write_bytes(copilot_config(GITHUB_TOKEN))
     settings = Settings(home=tmp_path / "state")
     async with JobService.serve(
-        replace(JobEnvironment.of(settings, environ, FAST), route=hosts.redirect())
+        replace(environment_of(settings, environ, FAST), route=hosts.redirect())
     ) as service:
         request = JobRequest(
             task=TASK, team=str(team), context_paths=[{"path": str(project)}], verify="pytest -q"

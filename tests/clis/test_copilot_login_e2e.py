@@ -22,12 +22,12 @@ import pytest
 from conclave.backends.retry import RetryPolicy
 from conclave.cli.doctor import run_checks
 from conclave.config.presets import resolve_team
-from conclave.jobs.environment import JobEnvironment
 from conclave.jobs.service import JobService
 from conclave.sandbox.allowlist import allowlist_for
 from conclave.settings import Settings
 from tests.fakes.cli_worker import CliWorker
 from tests.fakes.copilot_api import AGENT, MODEL_HOST
+from tests.fakes.environment import environment_of
 from tests.fakes.leaks import holding
 from tests.fakes.login_files import copilot_config
 from tests.fakes.login_hosts import LoginHosts
@@ -68,7 +68,7 @@ async def test_copilot_cli_works_from_the_users_github_login(
     team.write_text("agents:\n  - model: cli/copilot\ncoordination: {final: reuse}\nsandbox: {memory: 2g}\n")
     settings = Settings(home=tmp_path / "state")
     async with JobService.serve(
-        replace(JobEnvironment.of(settings, environ, FAST), route=hosts.redirect())
+        replace(environment_of(settings, environ, FAST), route=hosts.redirect())
     ) as service:
         listed = await service.lookup.teams()
         view = await cli_job(service, team, project, verify="pytest -q")

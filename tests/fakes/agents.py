@@ -1,7 +1,7 @@
 """A test's own agents as the jobs' `Agents` (server/coordination/agents.py), through the same door as
 production's (server/jobs/environment.py):
 
-    jobs = given_agents(JobEnvironment.of(settings, ENV, FAST), factory)
+    jobs = given_agents(environment_of(settings, ENV, FAST), factory)
     async with JobService.serve(jobs) as service: ...
 """
 

@@ -4,7 +4,7 @@
         members = [("openai", "ann"), ("anthropic", "bob"), ("gemini", "cy")]
         team_file = write_team(tmp_path / "team.yaml", fakes, members)
         install(fakes.script, members, voter())
-        ... JobService.open(settings, environ={KEY_ENV: "test-key"}) ...
+        ... JobService.serve(environment_of(settings, {KEY_ENV: "test-key"})) ...
         ... submit(JobRequest(task=task, team=str(team_file)))
 
 A `voter` reads each request the way a model would: the presentation turn gets plain text, a turn

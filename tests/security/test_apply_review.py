@@ -18,6 +18,7 @@ from conclave.files.workspaces import Workspaces
 from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
 from conclave.settings import Settings
+from tests.fakes.environment import environment_of
 from tests.fakes.script import RecordedRequest, Reply
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import KEY_ENV, decide, is_presentation, vote_labels, write_team
@@ -131,7 +132,7 @@ async def test_the_job_result_says_what_was_held_back_and_why(tmp_path: Path, fa
         write_team(tmp_path / "team.yaml", fakes, (("openai", "ann"),), coordination={"final": "reuse"})
     )
     env = {KEY_ENV: "test-key-0123456789"}
-    async with JobService.open(Settings(home=tmp_path / "state"), environ=env) as service:
+    async with JobService.serve(environment_of(Settings(home=tmp_path / "state"), env)) as service:
         view = await service.submit(
             JobRequest(
                 task="fix f",

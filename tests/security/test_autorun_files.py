@@ -27,6 +27,7 @@ from conclave.jobs.lookup import JobLookup
 from conclave.jobs.service import JobService
 from conclave.settings import Settings
 from conclave.web.snapshot import JobPage, job_page
+from tests.fakes.environment import environment_of
 from tests.fakes.processes import web_server
 from tests.fakes.script import RecordedRequest, Reply
 from tests.fakes.server import FakeProviders
@@ -208,7 +209,7 @@ async def _ask(tmp_path: Path, fakes: FakeProviders, project: Path, **consent: b
         **consent,
     }
     async with (
-        JobService.open(settings, environ={KEY_ENV: "test-key-0123456789"}) as service,
+        JobService.serve(environment_of(settings, {KEY_ENV: "test-key-0123456789"})) as service,
         Client(create_app(service, settings)) as client,
     ):
         result = await client.call_tool("ask_team", arguments)
@@ -221,7 +222,7 @@ async def _ask(tmp_path: Path, fakes: FakeProviders, project: Path, **consent: b
 
 
 async def _page(home: Path, job_id: str) -> JobPage:
-    async with JobLookup.open(Settings(home=home)) as jobs:
+    async with JobLookup.open(Settings(home=home), {}) as jobs:
         return job_page(await jobs.page(job_id), None)
 
 

@@ -4,6 +4,7 @@ agents' workspaces (writes past it are tool errors), and old jobs pruned by age,
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import anyio
@@ -18,6 +19,7 @@ from conclave.jobs.store.sql import Store
 from conclave.jobs.upkeep.pruning import prune
 from conclave.sandbox.container import Sandbox
 from conclave.settings import Settings
+from tests.fakes.environment import environment_of
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import KEY_ENV, install, voter, write_team
 
@@ -31,7 +33,7 @@ async def test_past_the_queue_bound_a_job_is_refused_with_the_setting_named(
     install(fakes.script, SOLO, voter(delay=5))
     team = str(write_team(tmp_path / "team.yaml", fakes, SOLO))
     settings = Settings(home=tmp_path / "state", max_jobs=1, max_queued=1)
-    async with JobService.open(settings, environ={KEY_ENV: "k-0123456789"}) as service:
+    async with JobService.serve(environment_of(settings, {KEY_ENV: "k-0123456789"})) as service:
         first = await service.submit(JobRequest(task="one", team=team))
         with anyio.fail_after(20):
             while (await service.lookup.view(first.job_id)).state == "queued":
@@ -78,7 +80,7 @@ async def test_a_command_that_fills_the_workspace_is_stopped_at_the_budget_and_b
 
 
 def test_gc_prunes_finished_jobs_by_age_then_size_and_never_an_active_one(tmp_path: Path) -> None:
-    now = 1_000_000_000.0
+    now = time.time()  # prune's clock: the store's is set back to make the jobs old
     clock = [now - 40 * 86400]
     store = Store(tmp_path / "conclave.db", clock=lambda: clock[0])
     jobs = tmp_path / "jobs"
@@ -93,7 +95,7 @@ def test_gc_prunes_finished_jobs_by_age_then_size_and_never_an_active_one(tmp_pa
         store.set_state(job_id, state)
         (jobs / job_id).mkdir(parents=True)
         (jobs / job_id / "data").write_bytes(b"x" * size)
-    report = prune(store, jobs, keep_days=30, max_bytes=4000, now=now)
+    report = prune(store, jobs, keep_days=30, max_bytes=4000)
     assert report.removed == ["cj-000000000001", "cj-000000000002"]  # too old; then the oldest over size
     assert store.job("cj-000000000001") is None and not (jobs / "cj-000000000001").exists()
     assert store.job("cj-000000000003") is not None and (jobs / "cj-000000000003").exists()

@@ -20,6 +20,7 @@ from conclave.cli.main import main
 from conclave.jobs.read.views import JobView
 from conclave.jobs.service import JobService
 from conclave.settings import Settings
+from tests.fakes.environment import environment_of
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import KEY_ENV, install, team_data, voter
 
@@ -58,7 +59,7 @@ async def test_over_mcp_a_caller_may_lower_a_teams_limits_but_never_raise_them(
     team = _team(tmp_path, fakes)
     settings = Settings(home=tmp_path / "home")
     async with (
-        JobService.open(settings, environ={KEY_ENV: "test-key"}) as service,
+        JobService.serve(environment_of(settings, {KEY_ENV: "test-key"})) as service,
         Client(create_app(service, settings)) as client,
     ):
         for field, value, limit in (
@@ -89,7 +90,7 @@ async def test_over_mcp_no_call_exceeds_the_servers_ceilings(tmp_path: Path, fak
         home=tmp_path / "home", max_job_tokens=5000, max_member_tokens=3000, max_job_cost_usd=2.0
     )
     async with (
-        JobService.open(settings, environ={KEY_ENV: "test-key"}) as service,
+        JobService.serve(environment_of(settings, {KEY_ENV: "test-key"})) as service,
         Client(create_app(service, settings)) as client,
     ):
         for field, value, setting, ceiling in (
@@ -113,7 +114,7 @@ async def test_over_mcp_no_call_exceeds_the_servers_ceilings(tmp_path: Path, fak
     limited = _team(tmp_path, fakes, name="limited")
     unpriced = _team(tmp_path, fakes, limits=False, priced=False, name="unpriced")
     async with (
-        JobService.open(settings, environ={KEY_ENV: "test-key"}) as service,
+        JobService.serve(environment_of(settings, {KEY_ENV: "test-key"})) as service,
         Client(create_app(service, settings)) as client,
     ):
         refused, text, content = await _ask(client, team=limited, wait_seconds=30)

@@ -20,6 +20,7 @@ from fastmcp.exceptions import ToolError
 from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
 from conclave.settings import Settings
+from tests.fakes.environment import environment_of
 from tests.fakes.processes import HTTP_TOKEN, http_server
 from tests.fakes.raw_mcp import HEADERS, INIT
 from tests.fakes.server import FakeProviders
@@ -59,7 +60,7 @@ async def test_a_caller_sees_only_its_own_jobs_and_the_cli_sees_all(
     tokens.chmod(0o600)
     env = {"CONCLAVE_HOME": str(home), "XDG_CONFIG_HOME": str(config), KEY_ENV: "test-key"}
     settings = Settings(home=home)
-    async with JobService.open(settings, environ={**env, "XDG_CONFIG_HOME": str(config)}) as cli:
+    async with JobService.serve(environment_of(settings, {**env, "XDG_CONFIG_HOME": str(config)})) as cli:
         local = await cli.submit(
             JobRequest(task="What is 6 times 7?", team="solo")
         )  # the local user, at the terminal

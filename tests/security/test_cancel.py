@@ -15,6 +15,7 @@ from conclave.files.agent_tools import AgentTools
 from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
 from conclave.settings import Settings
+from tests.fakes.environment import environment_of
 from tests.fakes.script import RecordedRequest, Reply
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import KEY_ENV, is_presentation, write_team
@@ -72,7 +73,7 @@ async def test_cancel_job_ends_a_job_blocked_in_a_tool_within_seconds(
     sandbox = {"memory": SPEC.memory, "pids": SPEC.pids}
     team = str(write_team(tmp_path / "team.yaml", fakes, SOLO, sandbox=sandbox))
     home = tmp_path / "state"
-    async with JobService.open(Settings(home=home), environ={KEY_ENV: "k-0123456789"}) as service:
+    async with JobService.serve(environment_of(Settings(home=home), {KEY_ENV: "k-0123456789"})) as service:
         try:
             view = await service.submit(
                 JobRequest(task="Write to the pipe", team=team, context_paths=[{"path": str(project)}])

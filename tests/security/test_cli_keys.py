@@ -24,13 +24,13 @@ from conclave.backends.retry import RetryPolicy
 from conclave.clis.cli_adapter import PLACEHOLDER_KEY
 from conclave.clis.member import CliMember
 from conclave.config.loading import parse_team
-from conclave.jobs.environment import JobEnvironment
 from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
 from conclave.settings import Settings
 from tests.clis.conftest import hosts, project
 from tests.fakes.calc_task import TASK
 from tests.fakes.cli_worker import CliWorker
+from tests.fakes.environment import environment_of
 from tests.fakes.leaks import holding
 from tests.fakes.login_hosts import LoginHosts
 from tests.fakes.script import RecordedRequest, Reply
@@ -85,7 +85,7 @@ sandbox: {{memory: 2g, cpus: 1}}
 """)
     state = tmp_path / "state"
     settings = Settings(home=state, key_destinations=TO_FAKES)
-    async with JobService.open(settings, environ=ENV, retry=FAST) as service:
+    async with JobService.serve(environment_of(settings, ENV, FAST)) as service:
         view = await service.submit(
             JobRequest(task=TASK, team=str(team), context_paths=[{"path": str(project)}])
         )
@@ -138,7 +138,7 @@ async def test_a_key_for_the_official_api_goes_there_over_tls_from_the_host(
     )
     state = tmp_path / "state"
     async with JobService.serve(
-        dataclasses.replace(JobEnvironment.of(Settings(home=state), environ, FAST), route=hosts.redirect())
+        dataclasses.replace(environment_of(Settings(home=state), environ, FAST), route=hosts.redirect())
     ) as service:
         view = await cli_job(service, team, project)
     print(view.text())

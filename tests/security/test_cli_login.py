@@ -23,6 +23,7 @@ from conclave.sandbox.clis_image import clis_tag
 from conclave.sandbox.egress import egress_proxy
 from conclave.sandbox.engine import engine_status
 from conclave.sandbox.member import MemberSandbox
+from conclave.sandbox.route import DirectRoute
 
 pytestmark = pytest.mark.anyio
 TOKEN = "sk-ant-oat01-" + "l0g1n" * 10
@@ -62,7 +63,7 @@ async def test_the_login_file_lands_only_in_the_private_tmpfs_home(clis_image: s
     member.adapter = Probe()
     workspace = tmp_path / "ws"
     workspace.mkdir()
-    async with egress_proxy(allowlist_for("claude-code")) as proxy:
+    async with egress_proxy(allowlist_for("claude-code"), route=DirectRoute()) as proxy:
         box = MemberSandbox(None, egress=proxy)
         await box.start(workspace, {}, "cj-0123456789ab", "A", SandboxSpec())
         try:

@@ -24,13 +24,13 @@ from pathlib import Path
 import pytest
 
 from conclave.backends.retry import RetryPolicy
-from conclave.jobs.environment import JobEnvironment
 from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
 from conclave.settings import Settings
 from tests.clis.conftest import hosts, project
 from tests.fakes.calc_task import TASK
 from tests.fakes.cli_worker import CliWorker
+from tests.fakes.environment import environment_of
 from tests.fakes.leaks import tokens
 from tests.fakes.login_files import claude_credentials, codex_auth, codex_claims, jwt
 from tests.fakes.login_hosts import LoginHosts
@@ -158,7 +158,7 @@ async def test_a_prompt_injected_member_leaks_no_login_token(
     settings = Settings(home=tmp_path / "state")
     environ = {"HOME": str(home), KEY: "fake-key-0123456789"}
     async with JobService.serve(
-        replace(JobEnvironment.of(settings, environ, FAST), route=hosts.redirect())
+        replace(environment_of(settings, environ, FAST), route=hosts.redirect())
     ) as service:
         context = [{"path": str(project), "permission": "write"}]
         view = await service.submit(

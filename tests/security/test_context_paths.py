@@ -15,6 +15,7 @@ from conclave.files.trees import copy_tree, list_tree
 from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
 from conclave.settings import Settings
+from tests.fakes.environment import environment_of
 from tests.fakes.processes import HTTP_TOKEN, http_server
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import KEY_ENV, install, voter, write_team
@@ -29,7 +30,7 @@ async def test_pseudo_filesystems_are_refused_before_anything_is_read(
     tmp_path: Path, fakes: FakeProviders, pseudo: str
 ) -> None:
     team = str(write_team(tmp_path / "team.yaml", fakes, SOLO))
-    async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV) as service:
+    async with JobService.serve(environment_of(Settings(home=tmp_path / "state"), ENV)) as service:
         with pytest.raises(InputError, match="pseudo filesystem") as refused:
             await service.submit(JobRequest(task="task", team=team, context_paths=[{"path": pseudo}]))
     assert "context_paths[0]" in str(refused.value)

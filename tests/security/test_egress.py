@@ -31,6 +31,7 @@ from conclave.sandbox.container import Sandbox
 from conclave.sandbox.egress import EgressProxy, egress_proxy
 from conclave.sandbox.engine import Owner, connect, engine_status
 from conclave.sandbox.member import PROXY_URL, MemberSandbox
+from conclave.sandbox.route import DirectRoute
 from tests.fakes.counting_docker import CountingApi
 from tests.fakes.script import Reply
 from tests.fakes.server import FakeProviders
@@ -130,7 +131,7 @@ async def member(
     job = tmp_path / "job"
     job.mkdir(mode=0o700)
     allow = allowlist_for("claude-code", base_url=fakes.base_url("anthropic", "A"))
-    async with egress_proxy(allow, label="cj-egress/A") as proxy:
+    async with egress_proxy(allow, route=DirectRoute(), label="cj-egress/A") as proxy:
         box = MemberSandbox(connect(), Owner("security-" + os.urandom(4).hex()), proxy, image=clis_image)
         try:
             await box.start(workspace, {}, "cj-egress", "A", SPEC)
@@ -389,7 +390,7 @@ async def test_a_relay_that_never_says_it_listens_is_started_again(
     workspace = tmp_path / "workspace"
     workspace.mkdir()
     allow = allowlist_for("claude-code", base_url=fakes.base_url("anthropic", "A"))
-    async with egress_proxy(allow, label="cj-egress/A") as proxy:
+    async with egress_proxy(allow, route=DirectRoute(), label="cj-egress/A") as proxy:
         box = MemberSandbox(client, Owner("security-" + os.urandom(4).hex()), proxy, image=clis_image)
         try:
             await box.start(workspace, {}, "cj-egress", "A", SPEC)

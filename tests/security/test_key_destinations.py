@@ -24,6 +24,7 @@ from conclave.errors import ConfigError
 from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
 from conclave.settings import Settings
+from tests.fakes.environment import environment_of
 from tests.fakes.processes import stdio_params
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import install, team_data, voter
@@ -109,7 +110,7 @@ async def test_a_front_never_sends_its_database_url(tmp_path: Path, fakes: FakeP
     (tmp_path / "b").mkdir()
     (tmp_path / "b" / "conclave.yaml").write_text(yaml.safe_dump(expanded))
     environ = {DATABASE: DATABASE_URL, "PROXY_KEY": "proxy-key-0123456789"}
-    async with JobService.open(Settings(home=tmp_path / "state"), environ=environ) as service:
+    async with JobService.serve(environment_of(Settings(home=tmp_path / "state"), environ)) as service:
         with pytest.raises(ConfigError) as refused:
             await service.submit(JobRequest(task="t", team=str(as_key)))
         _refusal_names_the_fix(str(refused.value), DATABASE)

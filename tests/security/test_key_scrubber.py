@@ -13,6 +13,7 @@ from conclave.clis.cli_adapter import PLACEHOLDER_KEY
 from conclave.sandbox.allowlist import allowlist_for
 from conclave.sandbox.egress import egress_proxy
 from conclave.sandbox.provider_key import KeyScrubber, ProviderKey
+from conclave.sandbox.route import DirectRoute
 from tests.test_egress import ask
 from tests.test_egress_provider_key import quiet
 
@@ -101,7 +102,7 @@ async def test_through_the_proxy_a_key_a_provider_echoes_across_chunks_reaches_t
         port = listener.extra(anyio.abc.SocketAttribute.local_port)
         url = f"http://127.0.0.1:{port}"
         request = f"POST /v1/messages HTTP/1.1\r\nx-api-key: {PLACEHOLDER_KEY}\r\nContent-Length: 0\r\n\r\n"
-        async with egress_proxy(allowlist_for("claude-code", base_url=url)) as proxy:
+        async with egress_proxy(allowlist_for("claude-code", base_url=url), route=DirectRoute()) as proxy:
             proxy.serve_key(ProviderKey(url, KEY, "anthropic"))
             reply = await ask(proxy, request.encode())
             await quiet(proxy)

@@ -38,14 +38,14 @@ from conclave.files.contexts import ContextPath
 from conclave.files.job_folder import JobFolder
 from conclave.files.secrets import Secrets
 from conclave.files.workspaces import Workspaces
-from conclave.jobs.environment import JobEnvironment
 from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
 from conclave.sandbox.output import CommandResult
-from conclave.sandbox.route import DIRECT
+from conclave.sandbox.route import DirectRoute
 from conclave.settings import Settings
 from tests.fakes.agents import given_agents
 from tests.fakes.calc_task import TASK, calc_project
+from tests.fakes.environment import environment_of
 from tests.fakes.login_files import claude_credentials, codex_auth, copilot_config, gemini_oauth_creds
 from tests.fakes.waits import until_cli_done
 
@@ -180,7 +180,7 @@ async def test_a_job_keeps_a_leaked_login_out_of_every_file_and_text_it_returns(
         "coordination: {max_answers_per_agent: 1, final: reuse}\n"
     )
     settings = Settings(home=tmp_path / "state")
-    async with JobService.serve(given_agents(JobEnvironment.of(settings, environ, FAST), members)) as service:
+    async with JobService.serve(given_agents(environment_of(settings, environ, FAST), members)) as service:
         context = [{"path": str(project), "permission": "write"}]
         view = await service.submit(
             JobRequest(task=TASK, team=str(team), context_paths=context, apply="force", verify="pytest -q")
@@ -241,7 +241,7 @@ async def test_a_member_that_rewrites_its_login_file_withholds_nothing_of_its_pe
     and text (what A plants in its token fields can hide only A's own work)."""
     project = calc_project(tmp_path)
     ws = Workspaces(JobFolder(tmp_path, "job"), secrets=Secrets())
-    files = JobFiles("job", ws, None, DIRECT)
+    files = JobFiles("job", ws, None, DirectRoute())
     await ws.prepare([ContextPath(path=str(project), permission="write")])
     await ws.create(["A", "B"])
     spec = parse_team({"agents": [{"model": "cli/claude-code"}]}, "team").agents[0]
@@ -345,7 +345,7 @@ async def test_a_member_that_plants_its_peers_line_in_its_login_file_hides_nothi
         "coordination: {max_answers_per_agent: 1, final: reuse}\n"
     )
     settings = Settings(home=tmp_path / "state")
-    async with JobService.serve(given_agents(JobEnvironment.of(settings, environ, FAST), members)) as service:
+    async with JobService.serve(given_agents(environment_of(settings, environ, FAST), members)) as service:
         context = [{"path": str(project), "permission": "read"}]
         view = await service.submit(JobRequest(task=TASK, team=str(team), context_paths=context))
         view = await until_cli_done(service, view)

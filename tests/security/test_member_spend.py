@@ -37,9 +37,11 @@ from conclave.sandbox.allowlist import CliName, allowlist_for
 from conclave.sandbox.egress import EgressProxy, egress_proxy
 from conclave.sandbox.provider_key import ProviderKey
 from conclave.sandbox.provider_wire import Billed, Wire
+from conclave.sandbox.route import DirectRoute
 from conclave.settings import Settings
 from tests.clis.conftest import project
 from tests.fakes.cli_worker import CliWorker
+from tests.fakes.environment import environment_of
 from tests.fakes.redirect import ProviderRedirect
 from tests.fakes.script import RecordedRequest, Reply
 from tests.fakes.server import FakeProviders
@@ -173,7 +175,9 @@ async def test_batches_files_and_admin_apis_are_refused_and_logged(
     """Before: every one of these reached the provider with the member's real key."""
     caplog.set_level(logging.INFO, logger="conclave.sandbox.egress")
     url = f"http://127.0.0.1:{provider.port}{path}"
-    async with egress_proxy(allowlist_for(cli, base_url=url), label="cj-spend/A") as proxy:
+    async with egress_proxy(
+        allowlist_for(cli, base_url=url), route=DirectRoute(), label="cj-spend/A"
+    ) as proxy:
         proxy.serve_key(ProviderKey(url, KEY, wire))
         replies = [await ask(proxy, request(method, target, {})) for method, target in refused]
         passed = await ask(proxy, request(*allowed, {}))
@@ -239,7 +243,7 @@ async def test_the_proxys_count_equals_the_providers_bill(stream: bool) -> None:
             fakes.script.enqueue(agent, Reply(text="counted " * 20, usage=(1_234 + index, 56, 200)))
             fakes.script.enqueue(agent, Reply(text="and again"))  # the usage the fake derives itself
             charges = Charges()
-            async with egress_proxy(allowlist_for(cli, base_url=url)) as proxy:
+            async with egress_proxy(allowlist_for(cli, base_url=url), route=DirectRoute()) as proxy:
                 proxy.serve_key(ProviderKey(url, KEY, wire))
                 proxy.meter_to(charges.spend, charges.stopped)
                 before = fakes.script.bill.get(agent, (0, 0, 0))
@@ -266,7 +270,7 @@ async def test_a_loop_of_requests_stops_within_one_request_of_the_members_budget
         url = fakes.base_url("anthropic", "A")
         fakes.script.set_default("A", Reply(text="spend", usage=(900, 100, 0)))
         body = {"model": "claude-x", "max_tokens": 64, "messages": [{"role": "user", "content": "x"}]}
-        async with egress_proxy(allowlist_for("claude-code", base_url=url)) as proxy:
+        async with egress_proxy(allowlist_for("claude-code", base_url=url), route=DirectRoute()) as proxy:
             proxy.serve_key(ProviderKey(url, KEY, "anthropic"))
             proxy.meter_to(charges.spend, charges.stopped)
             target = url.removeprefix(f"http://127.0.0.1:{fakes.port}") + "/v1/messages"
@@ -320,7 +324,7 @@ async def test_no_plain_request_to_the_providers_host_while_the_proxy_holds_its_
         url = fakes.base_url("anthropic", "A")
         fakes.script.set_default("A", Reply(text="hello"))
         body = {"model": "claude-x", "max_tokens": 64, "messages": [{"role": "user", "content": "x"}]}
-        async with egress_proxy(allowlist_for("claude-code", base_url=url)) as proxy:
+        async with egress_proxy(allowlist_for("claude-code", base_url=url), route=DirectRoute()) as proxy:
             proxy.serve_key(ProviderKey(url, KEY, "anthropic"))
             proxy.meter_to(charges.spend, charges.stopped)
             direct = await ask(
@@ -393,8 +397,8 @@ async def _job(tmp_path: Path, project: Path, entry: str) -> JobView:
         f"agents:\n{entry}    api_key_env: {KEY_ENV}\n"
         "coordination: {final: reuse, timeout_s: 900}\nsandbox: {memory: 2g, cpus: 1}\n"
     )
-    async with JobService.open(
-        Settings(home=tmp_path / "state"), environ={KEY_ENV: KEY}, retry=FAST
+    async with JobService.serve(
+        environment_of(Settings(home=tmp_path / "state"), {KEY_ENV: KEY}, FAST)
     ) as service:
         return await cli_job(service, team, project)
 

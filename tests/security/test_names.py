@@ -22,6 +22,7 @@ from conclave.files.workspaces import Workspaces
 from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
 from conclave.settings import Settings
+from tests.fakes.environment import environment_of
 from tests.fakes.script import RecordedRequest, Reply
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import KEY_ENV, decide, is_presentation, vote_labels, write_team
@@ -172,8 +173,8 @@ async def test_a_command_that_nests_1500_folders_fails_that_step_never_the_job(
             coordination={"final": "reuse"},
         )
     )
-    async with JobService.open(
-        Settings(home=tmp_path / "state"), environ={KEY_ENV: "k-0123456789"}
+    async with JobService.serve(
+        environment_of(Settings(home=tmp_path / "state"), {KEY_ENV: "k-0123456789"})
     ) as service:
         view = await service.submit(
             JobRequest(task="nest", team=team, context_paths=[{"path": str(project)}])

@@ -12,6 +12,7 @@ import pytest
 from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
 from conclave.settings import Settings
+from tests.fakes.environment import environment_of
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import KEY_ENV, TRIO, install, voter, write_team
 from tests.fakes.waits import until_done
@@ -34,7 +35,9 @@ async def test_state_is_private_and_working_copies_go_with_the_job(
     home = tmp_path / "state"
     old = os.umask(0o022)  # a usual umask: what is private is made so on purpose
     try:
-        async with JobService.open(Settings(home=home), environ={KEY_ENV: "k-0123456789"}) as service:
+        async with JobService.serve(
+            environment_of(Settings(home=home), {KEY_ENV: "k-0123456789"})
+        ) as service:
             view = await until_done(
                 service,
                 await service.submit(

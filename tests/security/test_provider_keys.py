@@ -23,6 +23,7 @@ from conclave.errors import ConfigError
 from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
 from conclave.settings import Settings
+from tests.fakes.environment import environment_of
 from tests.fakes.processes import stdio_params
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import KEY_ENV, install, team_data, voter
@@ -37,7 +38,7 @@ def _leaked(fakes: FakeProviders) -> list[str]:
 
 
 async def _run(tmp_path: Path, team: Path, environ: dict[str, str]) -> None:
-    async with JobService.open(Settings(home=tmp_path / "state"), environ=environ) as service:
+    async with JobService.serve(environment_of(Settings(home=tmp_path / "state"), environ)) as service:
         view = await service.submit(JobRequest(task="What is 6 times 7?", team=str(team)))
         with anyio.fail_after(120):
             while not view.done:

@@ -22,11 +22,13 @@ from redis.connection import parse_url
 
 from conclave.cli.doctor import run_checks
 from conclave.errors import QueueUnavailable
+from conclave.jobs.environment import JobEnvironment
 from conclave.jobs.queue import JobQueue
 from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
 from conclave.jobs.worker import drain_workers, run_worker
 from conclave.settings import Settings
+from tests.fakes.environment import environment_of
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import KEY_ENV, TRIO, install, voter, write_team
 from tests.fakes.waits import until_done
@@ -85,8 +87,8 @@ async def test_a_pickle_written_into_the_queue_runs_in_no_worker_and_the_worker_
     settings = Settings(home=tmp_path / "state", queue_url=redis.url(), heartbeat_s=0.2)
     caplog.set_level(logging.WARNING, logger="conclave.jobs.queue")
     with anyio.fail_after(120):  # a hang guard, not a speed
-        async with JobService.open(settings, environ=ENV) as front, anyio.create_task_group() as tg:
-            tg.start_soon(lambda: run_worker(settings, environ=ENV))
+        async with JobService.serve(environment_of(settings, ENV)) as front, anyio.create_task_group() as tg:
+            tg.start_soon(lambda: run_worker(JobEnvironment.of(settings, ENV)))
             job = await front.submit(JobRequest(task="What is 6 * 7?", team=team))
             done = await until_done(front, job)  # its message came after the planted ones
             await drain_workers(settings, ["all"])
@@ -118,16 +120,16 @@ async def test_a_front_or_worker_refuses_a_queue_without_a_password_unless_it_is
         settings = Settings(home=tmp_path / "state", queue_url=open_redis.url())
         refusal = r"CONCLAVE_QUEUE_URL=unix://.*gives no password.*CONCLAVE_QUEUE_PRIVATE=1"
         with pytest.raises(QueueUnavailable, match=refusal):
-            async with JobService.open(settings, environ=ENV):
+            async with JobService.serve(environment_of(settings, ENV)):
                 pass
         with pytest.raises(QueueUnavailable, match=refusal):
-            await run_worker(settings, environ=ENV)
+            await run_worker(JobEnvironment.of(settings, ENV))
         private = Settings(home=tmp_path / "state", queue_url=open_redis.url(), queue_private=True)
-        async with JobService.open(private, environ=ENV) as front:
+        async with JobService.serve(environment_of(private, ENV)) as front:
             assert (await front.readiness()).queue == "ok"
         with anyio.fail_after(60), anyio.CancelScope() as scope:  # a hang guard
             async with anyio.create_task_group() as tg:
-                tg.start_soon(lambda: run_worker(private, environ=ENV))
+                tg.start_soon(lambda: run_worker(JobEnvironment.of(private, ENV)))
                 async with JobQueue.open(open_redis.url(), private=True) as queue:
                     while not await queue.workers(private.stale_after_s):
                         await anyio.sleep(0.05)  # sleep-ok: until the worker lists itself

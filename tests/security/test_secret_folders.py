@@ -17,6 +17,7 @@ from conclave.errors import InputError
 from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
 from conclave.settings import Settings
+from tests.fakes.environment import environment_of
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import KEY_ENV, install, voter, write_team
 
@@ -39,7 +40,7 @@ async def test_a_credentials_folder_or_a_home_holding_one_is_refused(
 ) -> None:
     home = a_home(tmp_path, secrets)
     team = str(write_team(tmp_path / "team.yaml", fakes, SOLO))
-    async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV) as service:
+    async with JobService.serve(environment_of(Settings(home=tmp_path / "state"), ENV)) as service:
         for path in (home, home / secrets):
             with pytest.raises(InputError, match="holds credentials") as refused:
                 await service.submit(JobRequest(task="task", team=team, context_paths=[{"path": str(path)}]))
@@ -54,7 +55,7 @@ async def test_the_caller_may_insist(tmp_path: Path, fakes: FakeProviders) -> No
     install(fakes.script, SOLO, voter())
     home = a_home(tmp_path, ".ssh")
     team = str(write_team(tmp_path / "team.yaml", fakes, SOLO))
-    async with JobService.open(Settings(home=tmp_path / "state"), environ=ENV) as service:
+    async with JobService.serve(environment_of(Settings(home=tmp_path / "state"), ENV)) as service:
         view = await service.submit(
             JobRequest(task="task", team=team, context_paths=[{"path": str(home), "allow_secrets": True}])
         )
@@ -66,7 +67,7 @@ async def test_over_mcp_the_refusal_names_the_argument(tmp_path: Path, fakes: Fa
     team = str(write_team(tmp_path / "team.yaml", fakes, SOLO))
     settings = Settings(home=tmp_path / "state")
     async with (
-        JobService.open(settings, environ=ENV) as service,
+        JobService.serve(environment_of(settings, ENV)) as service,
         Client(create_app(service, settings)) as client,
     ):
         refused = await client.call_tool(

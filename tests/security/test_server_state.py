@@ -25,6 +25,7 @@ from conclave.jobs.admission.access import Access
 from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
 from conclave.settings import Settings
+from tests.fakes.environment import environment_of
 from tests.fakes.processes import HTTP_TOKEN, http_server
 from tests.fakes.script import RecordedRequest, Reply
 from tests.fakes.server import FakeProviders
@@ -142,7 +143,7 @@ async def test_what_the_server_keeps_is_never_a_context_path(
     if form == "database" and settings.database_url is not None:
         pytest.skip("the store is PostgreSQL on this run: nothing of it is local")
     access = Access.http(settings, server.environ, server.root)
-    async with JobService.open(settings, environ=server.environ, access=access) as service:
+    async with JobService.serve(environment_of(settings, server.environ), access=access) as service:
         path = named(server, form, bind_mount)
         for permission in ("read", "write"):
             with pytest.raises(ServerState) as refused:
@@ -169,7 +170,7 @@ async def test_what_the_server_keeps_is_never_a_context_path(
 async def test_a_follow_up_neither_names_nor_carries_what_the_server_keeps(server: Server) -> None:
     settings = server.settings()
     access = Access.http(settings, server.environ, server.root)
-    async with JobService.open(settings, environ=server.environ, access=access) as service:
+    async with JobService.serve(environment_of(settings, server.environ), access=access) as service:
         first = await service.submit(
             JobRequest(task="read it", team="solo", context_paths=[{"path": str(server.project)}])
         )
@@ -182,7 +183,7 @@ async def test_a_follow_up_neither_names_nor_carries_what_the_server_keeps(serve
     (server.project / "teams").mkdir()
     moved = server.settings(team_dirs=str(server.project / "teams"))
     access = Access.http(moved, server.environ, server.root)
-    async with JobService.open(moved, environ=server.environ, access=access) as service:
+    async with JobService.serve(environment_of(moved, server.environ), access=access) as service:
         with pytest.raises(ServerState, match="team folder") as refused:
             await service.submit(JobRequest(task="more", follow_up=first.job_id))
         assert str(server.project) in str(refused.value)
@@ -213,7 +214,7 @@ async def test_a_worker_never_copies_or_applies_into_its_own_state(
     team = str(write_team(tmp_path / "team.yaml", fakes, SOLO))
     environ = {KEY_ENV: "test-key-0123456789"}
     front = Access.local(Settings(home=tmp_path / "front-state"), environ)
-    async with JobService.open(Settings(home=worker_home), environ=environ, access=front) as service:
+    async with JobService.serve(environment_of(Settings(home=worker_home), environ), access=front) as service:
         paths = [{"path": str(project), "permission": "write"}]
         view = await service.submit(JobRequest(task="fix it", team=team, context_paths=paths, apply=True))
         view = await until_done(service, view)
@@ -249,7 +250,7 @@ async def test_apply_never_writes_into_what_the_worker_keeps_by_then(
     environ = {KEY_ENV: "test-key-0123456789"}
     front = Access.local(Settings(home=tmp_path / "front-state"), environ)
     worker = Settings(home=tmp_path / "state", team_dirs=str(link))
-    async with JobService.open(worker, environ=environ, access=front) as service:
+    async with JobService.serve(environment_of(worker, environ), access=front) as service:
         paths = [{"path": str(project), "permission": "write"}]
         view = await service.submit(JobRequest(task="fix it", team=team, context_paths=paths, apply=True))
         view = await until_done(service, view)

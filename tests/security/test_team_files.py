@@ -16,6 +16,7 @@ from conclave.errors import ConfigError
 from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
 from conclave.settings import Settings
+from tests.fakes.environment import environment_of
 from tests.fakes.processes import HTTP_TOKEN, http_server
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import KEY_ENV, install, team_data, voter, write_team
@@ -74,8 +75,8 @@ async def test_a_providers_default_key_never_reaches_another_endpoint(
     data["agents"][0]["api_key_required"] = False  # a keyless server: allowed, and then gets no key at all
     path = tmp_path / "team.yaml"
     path.write_text(yaml.safe_dump(data))
-    async with JobService.open(
-        Settings(home=tmp_path / "state"), environ={"OPENAI_API_KEY": SECRET}
+    async with JobService.serve(
+        environment_of(Settings(home=tmp_path / "state"), {"OPENAI_API_KEY": SECRET})
     ) as service:
         view = await until_done(
             service, await service.submit(JobRequest(task="What is 6 times 7?", team=str(path)))
@@ -98,7 +99,7 @@ async def test_a_sandbox_network_needs_the_servers_opt_in(tmp_path: Path, fakes:
         write_team(tmp_path / "team.yaml", fakes, SOLO, sandbox={"network": "bridge", "memory": "256m"})
     )
     env = {KEY_ENV: "test-key-0123456789"}
-    async with JobService.open(Settings(home=tmp_path / "state"), environ=env) as service:
+    async with JobService.serve(environment_of(Settings(home=tmp_path / "state"), env)) as service:
         with pytest.raises(ConfigError, match="CONCLAVE_SANDBOX_NETWORK"):
             await service.submit(JobRequest(task="task", team=team))
 

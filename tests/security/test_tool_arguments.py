@@ -10,6 +10,7 @@ import pytest
 from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
 from conclave.settings import Settings
+from tests.fakes.environment import environment_of
 from tests.fakes.script import Reply
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import KEY_ENV, install, voter, write_team
@@ -40,8 +41,8 @@ async def test_malformed_tool_arguments_are_tool_errors_and_the_job_completes(
     install(fakes.script, SOLO, voter())
     fakes.script.enqueue("ann", Reply(tool_calls=list(BAD_CALLS)))
     team = str(write_team(tmp_path / "team.yaml", fakes, SOLO, coordination={"final": "reuse"}))
-    async with JobService.open(
-        Settings(home=tmp_path / "state"), environ={KEY_ENV: "k-0123456789"}
+    async with JobService.serve(
+        environment_of(Settings(home=tmp_path / "state"), {KEY_ENV: "k-0123456789"})
     ) as service:
         view = await until_done(
             service,

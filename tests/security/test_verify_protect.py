@@ -16,6 +16,7 @@ from conclave.jobs.request import JobRequest
 from conclave.jobs.service import JobService
 from conclave.settings import Settings
 from tests.fakes.calc_task import CALC, TESTS, label_of
+from tests.fakes.environment import environment_of
 from tests.fakes.script import RecordedRequest, Reply
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import KEY_ENV, decide, write_team
@@ -60,8 +61,10 @@ async def test_editing_skipping_or_shadowing_the_tests_does_not_make_a_wrong_ans
     for _, name in QUARTET:
         fakes.script.set_default(name, agent)
     team = str(write_team(tmp_path / "team.yaml", fakes, QUARTET, coordination={"final": "reuse"}))
-    async with JobService.open(
-        Settings(home=tmp_path / "state", verify_concurrency=2), environ={KEY_ENV: "test-key-0123456789"}
+    async with JobService.serve(
+        environment_of(
+            Settings(home=tmp_path / "state", verify_concurrency=2), {KEY_ENV: "test-key-0123456789"}
+        )
     ) as service:
         view = await service.submit(
             JobRequest(

@@ -58,11 +58,10 @@ def prune(
     *,
     keep_days: float,
     max_bytes: int,
-    now: float | None = None,
     dry_run: bool = False,
 ) -> GcReport:
     """Remove finished jobs older than `keep_days`, then the oldest while over `max_bytes` (blocking)."""
-    now = time.time() if now is None else now
+    now = time.time()
     finished = store.finished_jobs()  # oldest first
     folders = {job_id: JobFolder(jobs_root, job_id).root for job_id, _ in finished}
     sizes = {job_id: folder_bytes(folder) for job_id, folder in folders.items()}

@@ -51,7 +51,7 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tests' fakes
 
-from bench.submitting import open_service, submit
+from bench.submitting import open_service, store_job, submit
 from tests.fakes.script import RecordedRequest, Reply
 from tests.fakes.team import KEY_DESTINATION, KEY_ENV, decide, is_presentation, own_letter, vote_labels
 
@@ -236,7 +236,7 @@ async def store_alone(root: Path, jobs: int, postgres: Path | None) -> dict[str,
         sync = Store(url if url is not None else root / "store-alone" / "conclave.db")
         ids = [f"cj-{index:012x}" for index in range(jobs)]
         for job_id in ids:
-            sync.create_job(job_id, TASK, "bench", "{}", os.getpid(), "bench")
+            store_job(sync, job_id, TASK)
         try:
             async with AsyncStore.open(sync) as store:
                 begin = time.perf_counter()

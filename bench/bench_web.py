@@ -27,6 +27,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tests helpers: web_server, chromium
 
+from bench.submitting import store_job
 from conclave.coordination.reports import AgentProgress, AnswerEvent, Progress, VoteEvent
 from conclave.jobs.derived import ContextChanges, FilesResult, JobOptions
 from conclave.jobs.store.sql import Store
@@ -47,7 +48,7 @@ def progress() -> Progress:
 def build_job(home: Path) -> Store:
     store = Store(home / "conclave.db")
     options = JobOptions.model_validate({"context_paths": [{"path": str(home), "permission": "read"}]})
-    store.create_job(JOB, "Fix the parser and explain the bug.", "bench", "{}", os.getpid(), "bench", options)
+    store_job(store, JOB, "Fix the parser and explain the bug.", options)
     store.set_state(JOB, "running", "voting")
     at = 0.0
     for revision in (1, 2, 3):

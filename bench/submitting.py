@@ -36,3 +36,22 @@ def open_service(
 
     jobs = JobEnvironment.of(settings, environ)
     return JobService.serve(jobs if retry is None else replace(jobs, retry=retry), **options)
+
+
+def store_job(store: Any, job_id: str, task: str, options: Any = None) -> None:
+    """Write `task` straight to `store` as a queued job of this process's (team "bench", one member): a
+    `NewJob` where the tree has one, the loose columns before it."""
+    import os
+
+    try:
+        from conclave.jobs.store.new_job import NewJob
+    except ImportError:
+        store.create_job(job_id, task, "bench", "{}", os.getpid(), "bench", options)
+        return
+    from conclave.config.models import AgentSpec, Team
+    from conclave.jobs.derived import JobOptions
+    from conclave.jobs.request import JobRequest
+
+    team = Team(name="bench", agents=[AgentSpec(model="openai/m")])
+    job = NewJob(job_id, task, team, "local", JobRequest(task=task, team="bench"), options or JobOptions())
+    store.create_job(job, os.getpid(), "bench")

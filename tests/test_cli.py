@@ -20,6 +20,7 @@ from conclave.coordination.tally import by_answer
 from conclave.jobs.read.views import JobView
 from conclave.jobs.store.sql import Store
 from conclave.settings import Settings
+from tests.fakes.new_jobs import new_job
 from tests.fakes.team import KEY_ENV, PROVIDER_KEYS
 
 SHIPPED = ("frontier", "anthropic", "openai", "gemini", "ollama", "vllm", "openrouter")
@@ -393,7 +394,7 @@ def test_doctor_shows_the_store_and_each_callers_line(
     store = Store.of(Settings(home=isolated / "state"))  # the suite's database, when it runs on PostgreSQL
     try:
         for index, caller in enumerate(("alice", "alice", "bob")):
-            store.create_job(f"cj-00000000000{index}", "t", "team", "{}", 1, "owner", caller=caller)
+            store.create_job(new_job(f"cj-00000000000{index}", "t", caller=caller), 1, "owner")
         store.heartbeat("owner", 60.0)
     finally:
         store.close()

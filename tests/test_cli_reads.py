@@ -18,6 +18,7 @@ from conclave.jobs.service import JobService
 from conclave.jobs.store.sql import Store
 from conclave.settings import Settings
 from tests.fakes.environment import environment_of
+from tests.fakes.new_jobs import new_job
 
 # Each of these reached the store as a job id through the CLI, which then said "no job ... here".
 BAD_IDS = (
@@ -78,7 +79,7 @@ def test_an_id_with_blanks_around_it_reads_the_job_on_both_surfaces(
 ) -> None:
     home.mkdir(parents=True)
     store = Store.of(Settings(home=home))
-    store.create_job("cj-0123456789ab", "What is 6 x 7?", "some-team", "{}", os.getpid(), "gone")
+    store.create_job(new_job("cj-0123456789ab", "What is 6 x 7?", team="some-team"), os.getpid(), "gone")
     store.set_state("cj-0123456789ab", "failed", "failed: test", error="test")
     store.close()
     assert main(["status", " cj-0123456789ab\n"]) == 0
@@ -91,8 +92,8 @@ def test_an_id_with_blanks_around_it_reads_the_job_on_both_surfaces(
 async def test_a_caller_sees_only_its_own_jobs_and_the_cli_sees_every_one(tmp_path: Path) -> None:
     settings = Settings(home=tmp_path)
     store = Store.of(settings)
-    store.create_job("cj-00000000a11c", "alice's task", "t", "{}", os.getpid(), "o", caller="alice")
-    store.create_job("cj-00000000b0b0", "bob's task", "t", "{}", os.getpid(), "o", caller="bob")
+    store.create_job(new_job("cj-00000000a11c", "alice's task", team="t", caller="alice"), os.getpid(), "o")
+    store.create_job(new_job("cj-00000000b0b0", "bob's task", team="t", caller="bob"), os.getpid(), "o")
     store.close()
     async with JobLookup.open(settings, {}) as jobs:
         assert (await jobs.view("cj-00000000a11c", "alice")).task == "alice's task"

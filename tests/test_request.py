@@ -21,6 +21,7 @@ from conclave.jobs.store.sql import Store
 from conclave.settings import Settings
 from conclave.tools.ask_team import AskTeam
 from tests.fakes.environment import environment_of
+from tests.fakes.new_jobs import new_job
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import KEY_ENV, TRIO, install, voter, write_team
 
@@ -112,7 +113,7 @@ async def test_the_store_keeps_the_request_as_submitted(tmp_path: Path, fakes: F
 def test_a_job_stored_before_requests_reads_its_request_from_its_options(tmp_path: Path) -> None:
     """A row written before migration 6: no request_json, apply and its consents in options_json."""
     store = Store(tmp_path / "conclave.db")
-    store.create_job(JOB, "the old task", "team", "{}", 1, "owner")
+    store.create_job(new_job(JOB, "the old task"), 1, "owner")
     store.close()
     old: dict[str, Any] = {
         "context_paths": [{"path": "/old/project", "permission": "write", "name": "project"}],

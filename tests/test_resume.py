@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import signal
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -38,6 +39,7 @@ from conclave.jobs.service import JobService
 from conclave.jobs.store.sql import AnswerRow, Store
 from conclave.settings import Settings
 from tests.fakes.environment import environment_of
+from tests.fakes.new_jobs import new_job
 from tests.fakes.processes import HTTP_TOKEN, http_process
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import KEY_ENV, TRIO, install, team_data, voter, write_team
@@ -178,9 +180,7 @@ async def test_a_running_server_takes_over_a_job_whose_owner_died_and_runs_it(
     async with JobService.serve(environment_of(settings, {KEY_ENV: "test-key-0123456789"})) as service:
         store = Store.of(settings)  # another server's, which dies with its job queued
         try:
-            store.create_job(
-                "cj-0000000dead1", "What is 6 * 7?", team.name, team.model_dump_json(), dead_pid(), "x"
-            )
+            store.create_job(new_job("cj-0000000dead1", "What is 6 * 7?", team=team), dead_pid(), "x")
         finally:
             store.close()
         view = await until_done(service, await service.lookup.view("cj-0000000dead1"))
@@ -192,9 +192,13 @@ async def test_a_job_whose_team_no_longer_reads_is_not_resumed_but_says_why(tmp_
     store = Store.of(settings)
     try:
         options = JobOptions(commands=True)
-        store.create_job("cj-0000000dead2", "t", "gone", '{"agents": 3}', dead_pid(), "x", options)
+        store.create_job(new_job("cj-0000000dead2", "t", team="gone", options=options), dead_pid(), "x")
     finally:
         store.close()
+    db = sqlite3.connect(settings.db_path)  # a team as an older release stored it, which no longer reads
+    db.execute("""UPDATE jobs SET team_json = '{"agents": 3}'""")
+    db.commit()
+    db.close()
     async with JobService.serve(environment_of(settings, {KEY_ENV: "test-key-0123456789"})) as service:
         view = await service.lookup.view("cj-0000000dead2")
     assert view.state == "interrupted" and "its stored team no longer reads" in view.phase
@@ -342,7 +346,7 @@ def test_an_owner_on_another_machine_is_judged_by_its_lease_alone(tmp_path: Path
     there = Store(tmp_path / "conclave.db", clock=lambda: now[0], host="worker-2")
     here = Store(tmp_path / "conclave.db", clock=lambda: now[0], host="worker-1")
     try:
-        there.create_job("cj-00000000000a", "t", "team", "{}", dead_pid(), "its-owner")
+        there.create_job(new_job("cj-00000000000a", "t"), dead_pid(), "its-owner")
         there.heartbeat("its-owner", 15.0)
         # its pid means nothing here: dead on this machine, the owner there holds its lease
         assert here.orphans(lambda pid: False, 15.0) == []

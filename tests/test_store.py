@@ -29,6 +29,7 @@ from conclave.jobs.store.async_store import AsyncStore
 from conclave.jobs.store.migrations import MIGRATIONS
 from conclave.jobs.store.progress_patch import progress_patch
 from conclave.jobs.store.sql import Store
+from tests.fakes.new_jobs import new_job
 
 pytestmark = pytest.mark.anyio
 JOB = "cj-0123456789ab"
@@ -52,7 +53,7 @@ Database = Path | SecretStr
 
 def new_store(database: Database) -> Store:
     store = Store(database)
-    store.create_job(JOB, "task", "team", "{}", 1, "owner")
+    store.create_job(new_job(JOB, "task"), 1, "owner")
     return store
 
 
@@ -115,7 +116,7 @@ async def test_a_read_and_the_loop_go_on_while_another_process_holds_the_write_l
 
 async def test_a_write_wakes_the_waiters_on_that_job_only(database: Database) -> None:
     sync = new_store(database)
-    sync.create_job("cj-00000000beef", "task", "team", "{}", 1, "owner")
+    sync.create_job(new_job("cj-00000000beef", "task"), 1, "owner")
     async with AsyncStore.open(sync) as store:
         mine, theirs = store.changed(JOB), store.changed("cj-00000000beef")
         await store.record(JOB, usage_event(), progress(1), None)  # no phase: rev stays, nobody wakes
@@ -397,10 +398,8 @@ async def test_a_bad_write_in_a_batch_fails_alone(database: Database) -> None:
                 outcomes[name] = type(exc).__name__
 
         tg.start_soon(attempt, "state", lambda: store.set_state(JOB, "running", "first"))
-        tg.start_soon(attempt, "twice", lambda: store.create_job(JOB, "again", "team", "{}", 1, "owner"))
-        tg.start_soon(
-            attempt, "other", lambda: store.create_job("cj-00000000beef", "t", "team", "{}", 1, "o")
-        )
+        tg.start_soon(attempt, "twice", lambda: store.create_job(new_job(JOB, "again"), 1, "owner"))
+        tg.start_soon(attempt, "other", lambda: store.create_job(new_job("cj-00000000beef", "t"), 1, "o"))
     assert outcomes["state"] == outcomes["other"] == "ok" and outcomes["twice"] != "ok"
     row, other = sync.job(JOB), sync.job("cj-00000000beef")
     assert row is not None and row.state == "running" and row.task == "task" and other is not None
@@ -412,7 +411,7 @@ def test_a_view_row_holds_the_follow_ups_the_notes_and_a_queued_jobs_place(datab
     store = new_store(database)  # JOB: queued, the first in its caller's line
     try:
         later, other = "cj-0123456789ac", "cj-0123456789ad"
-        store.create_job(later, "task", "team", "{}", 1, "owner")
+        store.create_job(new_job(later, "task"), 1, "owner")
         first = store.view_row(JOB)
         assert first is not None and first.row == store.job(JOB)
         assert (first.followed, first.notes) == (False, 0)
@@ -421,8 +420,7 @@ def test_a_view_row_holds_the_follow_ups_the_notes_and_a_queued_jobs_place(datab
         assert second is not None and second.place is not None and second.place.position == 2
         store.set_state(JOB, "running")
         store.add_note(JOB, "keep the API")
-        store.create_job(other, "task", "team", "{}", 1, "owner", caller="bob")
-        store.set_follow_up(other, JOB)
+        store.create_job(new_job(other, "task", caller="bob", follow_up=JOB), 1, "owner")
         running = store.view_row(JOB)
         assert running is not None and running.place is None
         assert (running.row.state, running.followed, running.notes) == ("running", True, 1)

@@ -24,6 +24,7 @@ from conclave.jobs.store.dialect import PostgresDialect
 from conclave.jobs.store.sql import Store
 from conclave.settings import Settings
 from tests.fakes.environment import environment_of
+from tests.fakes.new_jobs import new_job
 from tests.fakes.script import RecordedRequest, Reply
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import (
@@ -50,7 +51,7 @@ async def test_times_and_large_counts_read_back_as_written(database: Database) -
     at = 1795759499.123456
     store = Store(database, clock=lambda: at)
     try:
-        store.create_job(JOB, "task", "team", "{}", 1, "owner")
+        store.create_job(new_job(JOB, "task"), 1, "owner")
         big = Usage(calls=1, input_tokens=3_000_000_000, cost_usd=0.1234567)
         agents = [AgentProgress(letter="A", model="openai/mA", state="working", usage=big)]
         event = UsageEvent(letter="A", model="openai/mA", charge=big, total=big)
@@ -67,7 +68,7 @@ async def test_writers_of_several_processes_take_turns(database: Database) -> No
     """Steering notes from eight processes at once: each is numbered after the last one committed (two
     writers in one turn would read the same count and collide on the events' key)."""
     first = Store(database)
-    first.create_job(JOB, "task", "team", "{}", 1, "owner")
+    first.create_job(new_job(JOB, "task"), 1, "owner")
     stores = [Store(database) for _ in range(8)]
     start = threading.Barrier(len(stores))
     seqs: list[int] = []
@@ -125,7 +126,7 @@ async def test_a_lost_connection_is_made_again(postgres_cluster: Cluster) -> Non
     with postgres_cluster.schema() as url:
         store = Store(url)
         try:
-            store.create_job(JOB, "task", "team", "{}", 1, "owner")
+            store.create_job(new_job(JOB, "task"), 1, "owner")
             assert store.job(JOB) is not None  # this thread's reader exists now
             postgres_cluster.sql(
                 "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"

@@ -18,6 +18,7 @@ from conclave.jobs.service import JobService
 from conclave.jobs.store.sql import Store
 from conclave.settings import Settings
 from tests.fakes.environment import environment_of
+from tests.fakes.new_jobs import new_job
 
 pytestmark = pytest.mark.anyio
 JOB = "cj-0123456789ab"
@@ -75,7 +76,7 @@ async def test_get_status_answers_while_a_write_waits_for_the_lock(
 ) -> None:
     settings = Settings(home=tmp_path / "state")
     store = Store.of(settings)
-    store.create_job(JOB, "task", "team", "{}", os.getpid(), "another-server")  # a live owner: left alone
+    store.create_job(new_job(JOB, "task"), os.getpid(), "another-server")  # a live owner: left alone
     store.close()
     announce(settings.home, served("http://127.0.0.1:8001"))
     loop_thread = threading.get_ident()

@@ -45,6 +45,7 @@ from conclave.settings import Settings
 from conclave.web import sessions
 from conclave.web.sessions import Caller, Sessions, digest
 from conclave.web.snapshot import job_page, timeline
+from tests.fakes.new_jobs import new_job
 from tests.fakes.processes import web_server
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import KEY_ENV, TRIO, install, voter, write_team
@@ -62,7 +63,7 @@ def record(store: Store, kind: str, letter: str | None = None, **data: object) -
 def home(tmp_path: Path) -> Path:
     home = tmp_path / "home"
     store = Store.of(Settings(home=home))
-    store.create_job(JOB, "Say <b>42</b>", "t", "{}", os.getpid(), "someone-else")
+    store.create_job(new_job(JOB, "Say <b>42</b>", team="t"), os.getpid(), "someone-else")
     store.set_state(JOB, "running", "working")
     record(store, "answer", "A", label="A1", revision=1, content="<script>alert(1)</script>")
     store.close()

@@ -164,16 +164,16 @@ class JobService:
         job = await self._admission.admit(request, caller or LOCAL, earlier)
         if self.queue is not None:
             try:
-                await self.queue.put(job.job_id)  # a worker takes it (jobs/worker.py)
+                await self.queue.put(job.id)  # a worker takes it (jobs/worker.py)
             except QueueUnavailable:
                 # no message: it would wait for another job's; the caller is told to ask again
-                await self.store.cancel_queued(job.job_id, "not queued: Redis did not take it")
+                await self.store.cancel_queued(job.id, "not queued: Redis did not take it")
                 raise
         else:
             self._thread.start(
-                self._jobs.run, job.job_id, job.task, job.team, job.caller
+                self._jobs.run, job.id, job.task, job.team, job.caller
             )  # cancellable from now on
-        return await self.lookup.view(job.job_id)
+        return await self.lookup.view(job.id)
 
     async def wait(
         self,

@@ -20,6 +20,7 @@ from conclave.jobs.upkeep.pruning import prune
 from conclave.sandbox.container import Sandbox
 from conclave.settings import Settings
 from tests.fakes.environment import environment_of
+from tests.fakes.new_jobs import new_job
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import KEY_ENV, install, voter, write_team
 
@@ -91,7 +92,7 @@ def test_gc_prunes_finished_jobs_by_age_then_size_and_never_an_active_one(tmp_pa
         ("cj-000000000004", 50, 10, "running"),
     ]:
         clock[0] = now - age_days * 86400
-        store.create_job(job_id, "t", "team", "{}", os.getpid(), "owner")
+        store.create_job(new_job(job_id, "t"), os.getpid(), "owner")
         store.set_state(job_id, state)
         (jobs / job_id).mkdir(parents=True)
         (jobs / job_id / "data").write_bytes(b"x" * size)
@@ -110,7 +111,7 @@ def test_conclave_gc_prunes_with_the_settings_or_its_options(
 
     home = tmp_path / "home"
     store = Store.of(Settings(home=home), clock=lambda: 1000.0)  # finished long ago
-    store.create_job("cj-00000000000a", "t", "team", "{}", os.getpid(), "owner")
+    store.create_job(new_job("cj-00000000000a", "t"), os.getpid(), "owner")
     store.set_state("cj-00000000000a", "completed")
     store.close()
     (home / "jobs" / "cj-00000000000a").mkdir(parents=True)

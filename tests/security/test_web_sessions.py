@@ -37,6 +37,7 @@ from conclave.cli.main import main
 from conclave.jobs.store.sql import Store
 from conclave.settings import Settings
 from conclave.web.sessions import MAX_CODES, MAX_SESSIONS, Caller, Sessions, digest
+from tests.fakes.new_jobs import new_job
 from tests.fakes.processes import http_process, web_server
 from tests.fakes.raw_mcp import HEADERS, INIT
 from tests.fakes.server import FakeProviders
@@ -62,7 +63,9 @@ def home(tmp_path: Path) -> Path:
     home = tmp_path / "home"
     home.mkdir(mode=0o700)
     store = Store.of(Settings(home=home))
-    store.create_job(JOB, "alice's secret task", "t", "{}", os.getpid(), "someone-else", caller="alice")
+    store.create_job(
+        new_job(JOB, "alice's secret task", team="t", caller="alice"), os.getpid(), "someone-else"
+    )
     store.set_state(JOB, "running", "working")
     store.close()
     tokens_file(home, {"alice": ALICE, "bob": BOB})

@@ -13,10 +13,8 @@ from __future__ import annotations
 import os
 import secrets
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 from conclave.config.destinations import Allowed
-from conclave.config.models import Team
 from conclave.config.presets import resolve_team
 from conclave.errors import InputError, QueueFull, term
 from conclave.files.contexts import parse_context_paths
@@ -30,6 +28,7 @@ from conclave.jobs.derived import JobOptions
 from conclave.jobs.environment import JobEnvironment
 from conclave.jobs.request import JobRequest
 from conclave.jobs.store.async_store import AsyncStore
+from conclave.jobs.store.new_job import NewJob
 from conclave.jobs.store.sql import JobRow
 from conclave.settings import Settings
 
@@ -49,16 +48,6 @@ def new_job_id() -> str:
     return "cj-" + secrets.token_hex(6)
 
 
-@dataclass(frozen=True)
-class Admitted:
-    """A job that passed every check and is stored as queued."""
-
-    job_id: str
-    task: str
-    team: Team
-    caller: str
-
-
 class Admission:
     """The checks a job passes before it is queued, and the queued job's row."""
 
@@ -73,7 +62,7 @@ class Admission:
         # needs them is checked where the job runs (jobs/run/lifecycle.py)
         self._runs_jobs = runs_jobs
 
-    async def admit(self, request: JobRequest, caller: str, earlier: JobRow | None = None) -> Admitted:
+    async def admit(self, request: JobRequest, caller: str, earlier: JobRow | None = None) -> NewJob:
         """Check `caller`'s request (with `earlier`: the job it follows up) and store it as a queued job."""
         task, apply = request.task, request.apply
         text = task.strip() if isinstance(task, str) else ""
@@ -114,20 +103,17 @@ class Admission:
         )
         options = await admit(sources, resolved) if sources else JobOptions()
         options.estimate = estimate(resolved, await self.store.team_usage(resolved.name))
-        job_id = new_job_id()
-        await self.store.create_job(
-            job_id,
+        job = NewJob(
+            new_job_id(),
             task,
-            resolved.name,
-            resolved.model_dump_json(),
-            os.getpid(),
-            self._owner_id,
-            options,
+            resolved,
             caller,
             request,
-            # counted again where the job is stored: the count above was read before the awaits since
-            admit=lambda queued: check_line(queued, caller, self.settings),
+            options,
+            follow_up=earlier.id if earlier is not None else None,
         )
-        if earlier is not None:
-            await self.store.set_follow_up(job_id, earlier.id)
-        return Admitted(job_id, task, resolved, caller)
+        # the line counted again as the job is stored: the count above was read before the awaits since
+        await self.store.create_job(
+            job, os.getpid(), self._owner_id, admit=lambda queued: check_line(queued, caller, self.settings)
+        )
+        return job

@@ -75,19 +75,27 @@ class StoreRead(Generic[P, T]):
 
 class StoreWrite(StoreRead[P, T]):
     """An AsyncStore method that runs the Store method of the same name by the writer (`write`), and
-    wakes what waits on the job it names (its first argument, `job_id`) unless `wakes` is False."""
+    wakes what waits on the job it names (its first argument, `job_id`; `named` reads the id from another
+    first argument) unless `wakes` is False."""
 
-    def __init__(self, method: Callable[Concatenate[Store, P], T], *, wakes: bool = True) -> None:
+    def __init__(
+        self,
+        method: Callable[Concatenate[Store, P], T],
+        *,
+        wakes: bool = True,
+        named: Callable[[Any], str] = str,
+    ) -> None:
         super().__init__(method)
-        self.wakes = wakes
+        self.wakes, self.named = wakes, named
 
     def __get__(self, store: AsyncStore, owner: type | None = None) -> Callable[P, Awaitable[T]]:
         method = getattr(store.sync, self.name)
 
         async def call(*args: P.args, **kwargs: P.kwargs) -> T:
-            job_id = kwargs.get("job_id", args[0] if args else None) if self.wakes else None
+            first = kwargs.get("job_id", args[0] if args else None)
+            job_id = self.named(first) if self.wakes and first is not None else None
             # the call bound first: its arguments may be named as `write`'s own are (job_id)
-            return cast(T, await store.write(cast(str | None, job_id), partial(method, *args, **kwargs)))
+            return cast(T, await store.write(job_id, partial(method, *args, **kwargs)))
 
         return call
 
@@ -200,7 +208,7 @@ class AsyncStore:
                 write.error = exc
 
     # The twins: each a Store method of the same name and signature, in its lane ----------------------
-    create_job = StoreWrite(Store.create_job)
+    create_job = StoreWrite(Store.create_job, named=lambda job: job.id)  # the job it stores
     set_files = StoreWrite(Store.set_files)
     job = StoreRead(Store.job)
     recent_jobs = StoreRead(Store.recent_jobs)
@@ -223,7 +231,6 @@ class AsyncStore:
     team_usage = StoreRead(Store.team_usage)
     answers = StoreRead(Store.answers)
     # conversations: follow-ups and steering notes (jobs/store/conversations.py)
-    set_follow_up = StoreWrite(Store.set_follow_up)
     add_note = StoreWrite(Store.add_note)
     notes_after = StoreRead(Store.notes_after)
 

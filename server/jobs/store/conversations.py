@@ -1,9 +1,9 @@
-"""The store's rows for conversations: which job a follow-up continues, and steering notes.
+"""The store's rows for conversations: the jobs a follow-up chain holds, and steering notes.
 
-A mixin of `Store` (sql.py), on its connection and its write transactions; migration 4 adds the
-`follow_up` column. A note is an event of kind "note" that any process may write; the job's owner
-reads the notes it has not delivered yet (`notes_after`) and records a "steered" event when the
-protocol takes one (jobs/context/steering.py).
+A mixin of `Store` (sql.py), on its connection and its write transactions; migration 4 adds the `follow_up`
+column, written with the job (new_job.py `NewJob.follow_up`). A note is an event of kind "note" that any
+process may write; the job's owner reads the notes it has not delivered yet (`notes_after`) and records a
+"steered" event when the protocol takes one (jobs/context/steering.py).
 """
 
 from __future__ import annotations
@@ -39,11 +39,6 @@ class ConversationRecords(Generic[Row]):
     _clock: Callable[[], float]
     _write: Callable[[], Any]
     job: Callable[[str], Row | None]
-
-    def set_follow_up(self, job_id: str, earlier: str) -> None:
-        """Record that `job_id` continues `earlier` (right after create_job, before the job runs)."""
-        with self._write():
-            self._db.execute("UPDATE jobs SET follow_up = ?, rev = rev + 1 WHERE id = ?", (earlier, job_id))
 
     def conversation(self, job_id: str) -> list[Row]:
         """Every job of `job_id`'s conversation, oldest first: its first job and each follow-up, chained."""

@@ -63,6 +63,7 @@ from conclave.jobs.store.connections import open_connections, private_dir
 from conclave.jobs.store.conversations import ConversationRecords
 from conclave.jobs.store.dialect import Connection
 from conclave.jobs.store.migrations import MIGRATIONS
+from conclave.jobs.store.new_job import NewJob
 from conclave.jobs.store.owners import QUEUE_OWNER
 from conclave.jobs.store.progress_patch import progress_patch
 from conclave.jobs.store.shared_files import check_shared_folder
@@ -242,19 +243,13 @@ class Store(ConversationRecords[JobRow]):
     # Jobs ----------------------------------------------------------------------------------------
     def create_job(
         self,
-        job_id: str,
-        task: str,
-        team_name: str,
-        team_json: str,
+        job: NewJob,
         owner_pid: int,
         owner_id: str,
-        options: JobOptions | None = None,
-        caller: str = "local",
-        request: JobRequest | None = None,
         *,
         admit: Callable[[dict[str, int]], None] | None = None,
     ) -> None:
-        """Store a queued job; without `request`, it is read back as `task` alone (stored_request).
+        """Store `job`, queued, `owner_id`'s (process `owner_pid`) until a slot or a worker takes it.
 
         `admit` is called in the write transaction with `owner_id`'s queued jobs per caller, and refuses
         the job by raising: writers take turns (one lock, on every host), so asks sent together, to any
@@ -265,21 +260,21 @@ class Store(ConversationRecords[JobRow]):
                 admit(self.queued_by_caller(owner_id))
             self._db.execute(
                 "INSERT INTO jobs (id, task, team_name, team_json, state, phase, created_at, owner_pid, "
-                "owner_id,"
-                " heartbeat, options_json, caller, request_json, owner_host)"
-                " VALUES (?, ?, ?, ?, 'queued', 'waiting for a free slot', ?, ?, ?, ?, ?, ?, ?, ?)",
+                "owner_id, heartbeat, options_json, caller, request_json, follow_up, owner_host)"
+                " VALUES (?, ?, ?, ?, 'queued', 'waiting for a free slot', ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
-                    job_id,
-                    task,
-                    team_name,
-                    team_json,
+                    job.id,
+                    job.task,
+                    job.team.name,
+                    job.team.model_dump_json(),
                     now,
                     owner_pid,
                     owner_id,
                     now,
-                    (options or JobOptions()).model_dump_json(),
-                    caller,
-                    request.model_dump_json() if request is not None else None,
+                    job.options.model_dump_json(),
+                    job.caller,
+                    job.request.model_dump_json(),
+                    job.follow_up,
                     self.host,
                 ),
             )

@@ -41,8 +41,9 @@ def drawn_rules() -> dict[str, set[str]]:
 ALLOWED = drawn_rules()
 SHARED = {"config", "settings", "errors", "__init__", "__main__"}
 # What a caller may use of jobs/: the service, the lookup and the read model behind it (jobs/read/: the
-# models the lookup returns), and the jobs' environment it opens the service or a worker with. The store (jobs/store/) and the rest of jobs/ stay behind them, so every read
-# checks the job id and the caller (jobs/lookup.py).
+# models the lookup returns), and the jobs' environment it opens the service or a worker with. The store
+# (jobs/store/) and the rest of jobs/ stay behind them, so every read checks the job id and the caller
+# (jobs/lookup.py).
 SERVICE = {
     f"conclave.jobs.{name}"
     for name in (

@@ -32,7 +32,6 @@ import docker
 
 from bench.submitting import open_service, submit
 from conclave.backends.retry import RetryPolicy
-from conclave.coordination.reports import CheckedEvent, CheckStartedEvent
 from conclave.jobs.service import JobService
 from conclave.settings import Settings
 from tests.fakes.calc_task import CALC, CHECK, TASK, TESTS, agent
@@ -45,6 +44,25 @@ ENV = {KEY_ENV: "bench-key-0123456789"}
 RUNS = 5
 LATENCIES = (0.0, 1.0)  # seconds added to every reply: none (the test's), and a stand-in for a real model
 FAVOURITES = {"ann": "ann", "bob": "bob", "cy": "bob"}
+
+
+def checks_of(events: list[Any]) -> tuple[dict[str, float], list[tuple[str, float, float | None, str]]]:
+    """When each answer's check started, and each check's (label, end, duration, status): from the typed
+    events, or from an older tree's (`--before`), whose events held their fields in a dict."""
+    started: dict[str, float] = {}
+    checked: list[tuple[str, float, float | None, str]] = []
+    for event in events:
+        if event.kind not in ("check_started", "checked"):
+            continue
+        data = getattr(event, "data", None)  # before the events were typed
+        label = data["label"] if data is not None else event.label
+        if event.kind == "check_started":
+            started[label] = event.at
+        elif data is not None:
+            checked.append((label, event.at, data["duration_s"], data["status"]))
+        else:
+            checked.append((label, event.at, event.check.duration_s, event.check.status))
+    return started, checked
 
 
 def slowed(respond: Any, latency: float) -> Any:
@@ -91,11 +109,10 @@ async def one_job(root: Path, latency: float, verify: str | None, concurrency: i
             wall = time.perf_counter() - started
             events = await service.store.events(view.job_id)
     assert view.state == "completed", view.text()
-    checked = [e for e in events if isinstance(e, CheckedEvent)]
-    durations = [e.check.duration_s for e in checked]
-    started = {e.label: e.at for e in events if isinstance(e, CheckStartedEvent)}
-    overheads = [e.at - started[e.label] - (e.check.duration_s or 0) for e in checked]
-    errors = [e.check for e in checked if e.check.status == "error"]
+    started, checked = checks_of(events)
+    durations = [duration for _, _, duration, _ in checked]
+    overheads = [at - started[label] - (duration or 0) for label, at, duration, _ in checked]
+    errors = [label for label, _, _, status in checked if status == "error"]
     assert not errors, errors
     return {
         "wall_s": wall,

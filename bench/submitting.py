@@ -26,16 +26,13 @@ def open_service(
 ) -> AbstractAsyncContextManager[Any]:
     """The job service for the body's life, keys read from `environ`, retrying as `retry` says when given;
     `options` are the service's own (access, check_pool)."""
-    from dataclasses import replace
-
     from conclave.jobs.service import JobService
 
     if "environ" in inspect.signature(JobService.open).parameters:  # before the jobs' environment took them
         return JobService.open(settings, environ=environ, **({"retry": retry} if retry else {}), **options)
-    from conclave.jobs.environment import JobEnvironment
+    from tests.fakes.environment import environment_of
 
-    jobs = JobEnvironment.of(settings, environ)
-    return JobService.serve(jobs if retry is None else replace(jobs, retry=retry), **options)
+    return JobService.serve(environment_of(settings, environ, retry), **options)
 
 
 def store_job(store: Any, job_id: str, task: str, options: Any = None) -> None:
@@ -44,14 +41,8 @@ def store_job(store: Any, job_id: str, task: str, options: Any = None) -> None:
     import os
 
     try:
-        from conclave.jobs.store.new_job import NewJob
+        from tests.fakes.new_jobs import new_job  # the tree's NewJob, which older trees lack
     except ImportError:
         store.create_job(job_id, task, "bench", "{}", os.getpid(), "bench", options)
         return
-    from conclave.config.models import AgentSpec, Team
-    from conclave.jobs.derived import JobOptions
-    from conclave.jobs.request import JobRequest
-
-    team = Team(name="bench", agents=[AgentSpec(model="openai/m")])
-    job = NewJob(job_id, task, team, "local", JobRequest(task=task, team="bench"), options or JobOptions())
-    store.create_job(job, os.getpid(), "bench")
+    store.create_job(new_job(job_id, task, team="bench", options=options), os.getpid(), "bench")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import re
-import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -23,7 +22,7 @@ from conclave.jobs.service import JobService
 from conclave.jobs.store.sql import Store
 from conclave.settings import Settings
 from tests.fakes.environment import environment_of
-from tests.fakes.new_jobs import new_job
+from tests.fakes.new_jobs import new_job, unreadable_teams
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import KEY_ENV, TRIO, install, voter, write_team
 from tests.fakes.waits import until_state
@@ -144,15 +143,6 @@ async def test_stopping_the_server_interrupts_its_jobs(tmp_path: Path, fakes: Fa
         assert view.state == "interrupted" and "ask_team again" in view.next
 
 
-def unreadable_teams(config: Settings) -> None:
-    """Every stored team as one that no longer reads: a job taken over is then marked interrupted, not run
-    again (tests/test_resume.py runs one)."""
-    db = sqlite3.connect(config.db_path)
-    db.execute("UPDATE jobs SET team_json = '{}'")
-    db.commit()
-    db.close()
-
-
 def dead_pid() -> int:
     process = subprocess.Popen([sys.executable, "-c", "pass"])
     process.wait()
@@ -165,7 +155,7 @@ async def test_start_up_marks_only_jobs_of_dead_owners_interrupted(tmp_path: Pat
     store.create_job(new_job("cj-00000000dead", "t"), dead_pid(), "gone")
     store.create_job(new_job("cj-0000000a11fe", "t"), 1, "init-is-alive")  # pid 1: alive, fresh heartbeat
     store.close()
-    unreadable_teams(config)
+    unreadable_teams(config.db_path)
     async with JobService.serve(environment_of(config, ENV)) as service:
         assert (await service.lookup.view("cj-00000000dead")).state == "interrupted"
         assert (await service.lookup.view("cj-0000000a11fe")).state == "queued"
@@ -177,7 +167,7 @@ async def test_a_stale_heartbeat_counts_as_a_dead_owner(tmp_path: Path) -> None:
     store = Store.of(config, clock=lambda: next(clock, 0.0))
     store.create_job(new_job("cj-0000000a11fe", "t"), 1, "hung")
     store.close()
-    unreadable_teams(config)
+    unreadable_teams(config.db_path)
     async with JobService.serve(environment_of(config, ENV)) as service:
         assert (await service.lookup.view("cj-0000000a11fe")).state == "interrupted"
 

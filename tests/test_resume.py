@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import signal
-import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -39,7 +38,7 @@ from conclave.jobs.service import JobService
 from conclave.jobs.store.sql import AnswerRow, Store
 from conclave.settings import Settings
 from tests.fakes.environment import environment_of
-from tests.fakes.new_jobs import new_job
+from tests.fakes.new_jobs import new_job, unreadable_teams
 from tests.fakes.processes import HTTP_TOKEN, http_process
 from tests.fakes.server import FakeProviders
 from tests.fakes.team import KEY_ENV, TRIO, install, team_data, voter, write_team
@@ -195,10 +194,7 @@ async def test_a_job_whose_team_no_longer_reads_is_not_resumed_but_says_why(tmp_
         store.create_job(new_job("cj-0000000dead2", "t", team="gone", options=options), dead_pid(), "x")
     finally:
         store.close()
-    db = sqlite3.connect(settings.db_path)  # a team as an older release stored it, which no longer reads
-    db.execute("""UPDATE jobs SET team_json = '{"agents": 3}'""")
-    db.commit()
-    db.close()
+    unreadable_teams(settings.db_path, '{"agents": 3}')
     async with JobService.serve(environment_of(settings, {KEY_ENV: "test-key-0123456789"})) as service:
         view = await service.lookup.view("cj-0000000dead2")
     assert view.state == "interrupted" and "its stored team no longer reads" in view.phase

@@ -65,11 +65,11 @@ def walk(
     more than `max_entries` entries in all, raise `TreeTooLarge` at that point.
     """
     with directory(root, start) as top:
-        yield from _walk(top, "/".join(split(start)), skip, MAX_DEPTH, max_entries)
+        yield from _walk(top, "/".join(split(start)), skip, max_entries)
 
 
 def _walk(
-    top: int, rel: str, skip: frozenset[str], max_depth: int, max_entries: int
+    top: int, rel: str, skip: frozenset[str], max_entries: int
 ) -> Iterator[tuple[str, int, list[Found]]]:
     seen = 0
 
@@ -106,10 +106,10 @@ def _walk(
             if (info.st_dev, info.st_ino) != (entry.info.st_dev, entry.info.st_ino):
                 os.close(child)
                 continue
-            if depth + 1 > max_depth:
+            if depth + 1 > MAX_DEPTH:
                 os.close(child)
                 raise TreeTooLarge(
-                    entry.rel, f"folders nested more than {max_depth} deep", f"{max_depth} levels"
+                    entry.rel, f"folders nested more than {MAX_DEPTH} deep", f"{MAX_DEPTH} levels"
                 )
             stack.append((child, entry.rel, iter(()), depth + 1))
             listed = listed_in(child, entry.rel)

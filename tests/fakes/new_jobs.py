@@ -5,6 +5,9 @@ store.create_job(new_job("cj-0123456789ab", "task", caller="alice"), os.getpid()
 
 from __future__ import annotations
 
+import sqlite3
+from pathlib import Path
+
 from conclave.config.models import AgentSpec, Team
 from conclave.jobs.derived import JobOptions
 from conclave.jobs.request import JobRequest
@@ -24,3 +27,12 @@ def new_job(
     shaped = team if isinstance(team, Team) else Team(name=team, agents=[AgentSpec(model="openai/m")])
     request = JobRequest(task=task, team=shaped.name, follow_up=follow_up)
     return NewJob(job_id, task, shaped, caller, request, options or JobOptions(), follow_up)
+
+
+def unreadable_teams(database: Path, team_json: str = "{}") -> None:
+    """Every team stored in the SQLite file `database` made one that no longer reads (as an older
+    release's may): a job taken over is then marked interrupted, not run again."""
+    db = sqlite3.connect(database)
+    db.execute("UPDATE jobs SET team_json = ?", (team_json,))
+    db.commit()
+    db.close()

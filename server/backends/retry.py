@@ -16,12 +16,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from random import Random
 
-import anyio
+from anyio import sleep
 
 from conclave.backends.base import Backend, Done, Request, TextDelta, ToolCall, Usage
 from conclave.errors import ProviderError, ProviderUnavailable, RateLimited
 
-_JITTER = Random()
+_JITTER = Random()  # the backoff's draws; complete() reads it, and `sleep`, from this module at each call
 # (usage, opens_attempt): what a provider reported, and whether it is the first report of its attempt
 UsageCallback = Callable[[Usage, bool], Awaitable[None]]
 
@@ -64,8 +64,6 @@ async def complete(
     request: Request,
     policy: RetryPolicy = RetryPolicy(),
     *,
-    sleep: Callable[[float], Awaitable[object]] = anyio.sleep,
-    random: Random = _JITTER,
     on_usage: UsageCallback | None = None,
 ) -> Completion:
     """Run `request` on `backend` to completion, retrying retryable provider errors.
@@ -79,7 +77,7 @@ async def complete(
         except ProviderError as exc:
             if not exc.retryable or attempt == policy.max_attempts:
                 raise
-            await sleep(policy.delay(attempt, exc, random))
+            await sleep(policy.delay(attempt, exc, _JITTER))
     raise AssertionError("unreachable: the last attempt returns or raises")
 
 

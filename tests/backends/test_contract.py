@@ -11,6 +11,7 @@ import uuid
 
 import pytest
 
+from conclave.backends import retry
 from conclave.backends.base import (
     Backend,
     Done,
@@ -92,7 +93,9 @@ async def test_same_reply_gives_the_same_events(fakes: FakeProviders, provider: 
 
 @pytest.mark.anyio
 @pytest.mark.parametrize("provider", PROVIDERS)
-async def test_rate_limit_then_success_through_retry(fakes: FakeProviders, provider: str) -> None:
+async def test_rate_limit_then_success_through_retry(
+    fakes: FakeProviders, provider: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     agent = uuid.uuid4().hex[:12]
     fakes.script.enqueue(agent, Reply(status=429, retry_after=3), Reply(text="second time lucky"))
     backend = backend_for(fakes, provider, agent, stream=True)
@@ -101,8 +104,9 @@ async def test_rate_limit_then_success_through_retry(fakes: FakeProviders, provi
     async def no_sleep(seconds: float) -> None:
         delays.append(seconds)
 
+    monkeypatch.setattr(retry, "sleep", no_sleep)
     try:
-        result = await complete(backend, REQUEST, RetryPolicy(), sleep=no_sleep)
+        result = await complete(backend, REQUEST, RetryPolicy())
     finally:
         await backend.aclose()
 
@@ -113,7 +117,9 @@ async def test_rate_limit_then_success_through_retry(fakes: FakeProviders, provi
 
 @pytest.mark.anyio
 @pytest.mark.parametrize("provider", PROVIDERS)
-async def test_every_attempt_counts_what_its_provider_billed(fakes: FakeProviders, provider: str) -> None:
+async def test_every_attempt_counts_what_its_provider_billed(
+    fakes: FakeProviders, provider: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A 429 bills nothing; a stream cut after its start bills its input where the provider said it
     (Anthropic, Gemini), and OpenAI's usage only ever comes in the last chunk; then the retry's."""
     agent = uuid.uuid4().hex[:12]
@@ -132,8 +138,9 @@ async def test_every_attempt_counts_what_its_provider_billed(fakes: FakeProvider
     async def no_sleep(seconds: float) -> None:
         pass
 
+    monkeypatch.setattr(retry, "sleep", no_sleep)
     try:
-        result = await complete(backend, REQUEST, RetryPolicy(), sleep=no_sleep, on_usage=on_usage)
+        result = await complete(backend, REQUEST, RetryPolicy(), on_usage=on_usage)
     finally:
         await backend.aclose()
 

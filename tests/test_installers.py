@@ -403,16 +403,22 @@ def test_codex_merge_appends_to_a_file_without_us_and_refuses_inline_tables(tmp_
         client_files.merge_codex_toml("model = ", path, table)
 
 
-def test_server_command_is_an_absolute_path_that_starts_this_installation() -> None:
-    command = installers.server_command(argv0="/usr/lib/python3/dist-packages/pytest")
+def test_server_command_is_an_absolute_path_that_starts_this_installation(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(sys, "argv", ["/usr/lib/python3/dist-packages/pytest"])
+    command = installers.server_command()
     assert Path(command[0]).is_absolute() and command[-1] == "serve"
     version = subprocess.run([*command[:-1], "--version"], capture_output=True, text=True, timeout=60)
     assert version.returncode == 0 and version.stdout.startswith("conclave ")
-    fallback = installers.server_command(argv0="x", executable="/nowhere/bin/python3")
-    assert fallback == ["/nowhere/bin/python3", "-m", "conclave", "serve"]
+    monkeypatch.setattr(sys, "argv", ["x"])
+    monkeypatch.setattr(sys, "executable", "/nowhere/bin/python3")
+    assert installers.server_command() == ["/nowhere/bin/python3", "-m", "conclave", "serve"]
 
 
-def test_under_uvx_the_command_makes_the_environment_again(tmp_path: Path) -> None:
+def test_under_uvx_the_command_makes_the_environment_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """uvx's environment lives in uv's cache (`uv cache clean` empties it): the command is uv's own
     `tool run --from`; an environment elsewhere (`uv run`, `uv tool install`) keeps its script.
     tests/test_packaging.py runs the real uvx."""
@@ -422,13 +428,14 @@ def test_under_uvx_the_command_makes_the_environment_again(tmp_path: Path) -> No
     uv = tmp_path / "uv"
     uv.write_text(f'#!/bin/sh\n[ "$1 $2" = "cache dir" ] && echo {cache}\n')
     uv.chmod(0o755)
-    command = installers.server_command(
-        argv0="x", executable=str(bin_dir / "python"), environ={"UV": str(uv)}
-    )
+    monkeypatch.setenv("UV", str(uv))
+    monkeypatch.setattr(sys, "argv", ["x"])
+    monkeypatch.setattr(sys, "executable", str(bin_dir / "python"))
+    command = installers.server_command()
     assert command[:4] == [str(uv), "tool", "run", "--from"] and command[5:] == ["conclave", "serve"]
     assert command[4]  # the wheel, folder or release this was installed from
-    outside = installers.server_command(argv0="x", executable="/nowhere/bin/python3", environ={"UV": str(uv)})
-    assert outside == ["/nowhere/bin/python3", "-m", "conclave", "serve"]
+    monkeypatch.setattr(sys, "executable", "/nowhere/bin/python3")
+    assert installers.server_command() == ["/nowhere/bin/python3", "-m", "conclave", "serve"]
 
 
 # Writing through the CLI ------------------------------------------------------------------------

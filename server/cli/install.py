@@ -58,7 +58,7 @@ import shlex
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
@@ -134,13 +134,11 @@ class Plan:
     hints: tuple[str, ...] = ()
 
 
-def server_command(
-    argv0: str | None = None, executable: str | None = None, environ: Mapping[str, str] | None = None
-) -> list[str]:
-    """The absolute command that starts this installation's server, without relying on PATH."""
-    argv0 = sys.argv[0] if argv0 is None else argv0
-    executable = sys.executable if executable is None else executable
-    uvx = _uvx_command(executable, os.environ if environ is None else environ)
+def server_command() -> list[str]:
+    """The absolute command that starts this installation's server, without relying on PATH: read from
+    this process (its argv[0], its interpreter, uv's `UV` variable)."""
+    argv0, executable = sys.argv[0], sys.executable
+    uvx = _uvx_command(executable, os.environ)
     if uvx is not None:
         return uvx
     if Path(argv0).stem == NAME and Path(argv0).is_file():
@@ -349,46 +347,41 @@ def install(
     write_files: bool,
     approvals: bool = True,
     http: str | None = None,
-    cwd: Path | None = None,
-    home: Path | None = None,
-    environ: Mapping[str, str] | None = None,
-    out: Callable[[str], None] = print,
 ) -> int:
     """The `conclave install` command: print the plan, or write it. Returns the exit code."""
-    environ = os.environ if environ is None else environ
-    version = installed_version(environ) if target == "claude-code" and approvals else None
+    version = installed_version(os.environ) if target == "claude-code" and approvals else None
     made = plan(
         target,
         scope,
-        cwd=cwd or Path.cwd(),
-        home=home or Path.home(),
-        environ=environ,
+        cwd=Path.cwd(),
+        home=Path.home(),
+        environ=os.environ,
         command=server_command(),
         approvals=approvals,
         http=http,
         claude_version=version,
     )
     if not write_files:
-        out(describe(made))
+        print(describe(made))
         return EXIT_OK
     for line in write(made):
-        out(line)
+        print(line)
     # Claude Code's hint is an alternative registration (needed only when no file holds it); Copilot
     # CLI's say what no file can hold.
     if made.target == "copilot" or not any(
         change.what.startswith("MCP registration") for change in made.changes
     ):
         for hint in made.hints:
-            out(hint)
+            print(hint)
     elif http:
-        out(made.hints[-1])  # where the client gets the token
+        print(made.hints[-1])  # where the client gets the token
     client = CLIENT_NAMES[made.target]
     if not any(change.needed for change in made.changes):
-        out(f"Nothing changed: {client} already has {NAME} set up here.")
+        print(f"Nothing changed: {client} already has {NAME} set up here.")
     else:
-        out(f"Done. Restart {client} (or reload its MCP servers) to pick up {NAME}.")
+        print(f"Done. Restart {client} (or reload its MCP servers) to pick up {NAME}.")
         if any("approvals" in change.what for change in made.changes):
-            out("Its non-interactive mode may call the tools: approvals written (--no-approvals: none).")
+            print("Its non-interactive mode may call the tools: approvals written (--no-approvals: none).")
     return EXIT_OK
 
 

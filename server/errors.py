@@ -378,6 +378,13 @@ class SandboxError(ConclaveError):
     """The Docker sandbox failed: a container would not start, an exec broke, an image build failed."""
 
 
+class SandboxStopped(SandboxError):
+    """The sandbox stopped (its job ended or was cancelled) before the command ran."""
+
+    def __init__(self) -> None:
+        super().__init__("the sandbox stopped before the command ran")
+
+
 class SandboxUnavailable(SandboxError):
     """No Docker engine is reachable, or the sandbox image is missing."""
 

@@ -8,6 +8,7 @@ import threading
 import traceback
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -16,6 +17,7 @@ from conclave.config.models import SandboxSpec
 from conclave.errors import SandboxError
 from conclave.files.job_folder import JobFolder
 from conclave.jobs.store.owners import process_alive
+from conclave.sandbox.command_runner import Runner
 from conclave.sandbox.container import ENVIRONMENT, Sandbox
 from conclave.sandbox.engine import Owner, connect, engine_status, sweep
 from conclave.sandbox.image import build_image, default_tag, host_apt_sources, image_tag
@@ -222,6 +224,52 @@ async def test_a_cancelled_commands_thread_ends_when_the_sandbox_stops(
         while _threads_in("command_runner.py", before) or _threads_in("disk_watch.py", before):
             await anyio.sleep(0.1)
     assert not _threads_in("command_runner.py", before) and not _threads_in("disk_watch.py", before)
+
+
+async def test_a_runner_started_while_the_sandbox_stops_ends_with_it(
+    sandbox_image: str, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A command that starts the container's runner (its last one was killed) while the sandbox stops:
+    the runner comes up after the stop closed the slot, so nothing would close it, and the command's thread
+    would read its stream for ever. The stop must reach it."""
+    before = frozenset(_threads_in("command_runner.py") + _threads_in("disk_watch.py"))
+    starting, stopped = threading.Event(), threading.Event()
+    start = Runner.start
+
+    def start_across_the_stop(api: Any, container_id: str, user: str) -> Runner | None:
+        runner = start(api, container_id, user)
+        starting.set()
+        stopped.wait(30)  # the sandbox stops while this runner comes up
+        return runner
+
+    sandbox = Sandbox(connect(), Owner("test-" + os.urandom(4).hex()))
+    await sandbox.start(workspace, {}, "cj-restarting", "A", SPEC)
+    failed: list[BaseException] = []
+
+    async def command() -> None:
+        try:
+            await sandbox.exec("echo late", timeout_s=60)
+        except SandboxError as exc:
+            failed.append(exc)
+
+    try:
+        killed = await sandbox.exec("kill -9 $(cut -d' ' -f4 /proc/$PPID/stat)", timeout_s=10)  # the runner
+        assert killed.exit_code == 137
+        monkeypatch.setattr(Runner, "start", start_across_the_stop)
+        with anyio.move_on_after(40):
+            async with anyio.create_task_group() as group:
+                group.start_soon(command)
+                await anyio.to_thread.run_sync(starting.wait, 30)
+                await sandbox.stop()
+                stopped.set()
+    finally:
+        stopped.set()
+        await sandbox.stop()
+    with anyio.move_on_after(10):
+        while _threads_in("command_runner.py", before) or _threads_in("disk_watch.py", before):
+            await anyio.sleep(0.1)
+    assert not _threads_in("command_runner.py", before) and not _threads_in("disk_watch.py", before)
+    assert [str(exc) for exc in failed] == ["the sandbox stopped before the command ran"]
 
 
 async def test_output_floods_are_capped_with_a_note(box: Sandbox) -> None:

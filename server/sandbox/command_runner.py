@@ -34,9 +34,11 @@ import json
 import select
 import socket
 import struct
+import threading
 from collections.abc import Callable
 from typing import Any
 
+from conclave.errors import SandboxStopped
 from conclave.sandbox.output import _Capped
 
 READY_S = 15.0  # for the runner's `R`, which takes about 0.1 s (python3's start) on a busy host
@@ -220,25 +222,39 @@ class Runner:
 
 
 class RunnerSlot:
-    """A container's runner: started when first needed, again after it died; none where it cannot run."""
+    """A container's runner: started when first needed, again after it died; none where it cannot run.
+
+    A command's thread may be starting the runner while the sandbox stops: `end` closes the slot for good
+    under a lock, so a runner that comes up after it is closed at once rather than kept, unclosed, by a
+    command that would then read its stream for ever."""
 
     def __init__(self, enabled: bool = True) -> None:
         self.runner: Runner | None = None
         self.failed = not enabled  # the image cannot run one (or it is not wanted): commands are execs
+        self._ended = False
+        self._lock = threading.Lock()
 
     def get(self, api: Any, container_id: str, user: str, restart: Callable[[], None]) -> Runner | None:
-        """The runner, started if needed (blocking); `restart` brings back a container that stopped."""
+        """The runner, started if needed (blocking); `restart` brings back a container that stopped.
+        Raises SandboxStopped once the slot has ended."""
         import docker
 
+        if self._ended:
+            raise SandboxStopped()
         if self.runner is None and not self.failed:
             try:
-                self.runner = Runner.start(api, container_id, user)
+                runner = Runner.start(api, container_id, user)
             except docker.errors.APIError as exc:
                 if "is not running" not in str(exc):
                     raise
                 restart()  # e.g. its keeper was killed: come back once, workspace intact
-                self.runner = Runner.start(api, container_id, user)
-            self.failed = self.runner is None
+                runner = Runner.start(api, container_id, user)
+            with self._lock:
+                if self._ended:
+                    if runner is not None:
+                        runner.close()
+                    raise SandboxStopped()
+                self.runner, self.failed = runner, runner is None
         return self.runner
 
     def ahead(self, api: Any, container_id: str, user: str, restart: Callable[[], None]) -> None:
@@ -250,11 +266,20 @@ class RunnerSlot:
 
     def drop(self, runner: Runner) -> None:
         """Forget a runner whose stream ended; the next `get` starts another."""
-        if self.runner is runner:
-            self.runner = None
+        with self._lock:
+            if self.runner is runner:
+                self.runner = None
         runner.close()
 
     def close(self) -> None:
-        """Forget the runner (the container restarts or goes)."""
-        if self.runner is not None:
-            self.drop(self.runner)
+        """Forget the runner (the container restarts)."""
+        with self._lock:
+            runner, self.runner = self.runner, None
+        if runner is not None:
+            runner.close()
+
+    def end(self) -> None:
+        """Close the runner, and any that comes up later (the container goes)."""
+        with self._lock:
+            self._ended = True
+        self.close()

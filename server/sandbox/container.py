@@ -58,7 +58,7 @@ import anyio
 import anyio.to_thread
 
 from conclave.config.models import SandboxSpec
-from conclave.errors import SandboxError, SandboxUnavailable
+from conclave.errors import SandboxError, SandboxStopped, SandboxUnavailable
 from conclave.files.settling import Settled, settle
 from conclave.sandbox.command_runner import Runner, RunnerGone, RunnerSlot
 from conclave.sandbox.disk_watch import Watched, Watcher, kill_user_processes
@@ -148,6 +148,7 @@ class Sandbox:
             if not _NAME.match(name):
                 raise SandboxError(f"{name!r} cannot name a container or a mount point")
         self._limiter = anyio.CapacityLimiter(1)
+        self._runner_slot = RunnerSlot(self.use_runner)  # a stopped sandbox's slot stays ended
         self._workspace = workspace.resolve()
         if self._client is None:
             self._client = await anyio.to_thread.run_sync(connect)
@@ -291,9 +292,13 @@ class Sandbox:
         api = self._client.api
         err = _Capped(out.cap)
         assert self._workspace is not None
+        try:
+            runner = self._runner_or_none()
+        except docker.errors.DockerException as exc:
+            raise SandboxError(f"the command could not run in the sandbox: {exc}") from exc
         watcher = Watcher(self._workspace, max_bytes, lambda _reason: self._kill()).start()
         try:
-            if (runner := self._runner_or_none()) is not None:
+            if runner is not None:
                 return self._run_in(runner, argv, generation, environment, out, err, watcher)
             options = {"user": f"{self.uid}:{self.gid}", "workdir": "/workspace", "environment": environment}
             try:
@@ -349,8 +354,11 @@ class Sandbox:
         return exit_code, out, err, self._settle(), watched
 
     def _runner_or_none(self) -> Runner | None:
+        container = self.container
+        if container is None:  # stopped meanwhile (a cancelled job's command)
+            raise SandboxStopped()
         api, user = self._client.api, f"{self.uid}:{self.gid}"
-        return self._runner_slot.get(api, self.container.id, user, self._restart)
+        return self._runner_slot.get(api, container.id, user, self._restart)
 
     def _nothing_left(self) -> bool:
         """Whether the host sees only the keeper left in the container (leftovers.py); False when unsure."""
@@ -406,7 +414,7 @@ class Sandbox:
 
     async def _remove(self) -> None:
         container, self.container = self.container, None
-        self._runner_slot.close()
+        self._runner_slot.end()
         if container is not None:
             with anyio.CancelScope(shield=True):
                 await anyio.to_thread.run_sync(remove_container, container)

@@ -23,9 +23,10 @@ import anyio
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, tests/
 
 from bench.results_file import write_results
+from conclave.sandbox import image as image_module
 from conclave.sandbox.clis_image import CLIS_REPO, build_clis_image
 from conclave.sandbox.engine import connect
-from conclave.sandbox.image import IMAGE_REPO, BuildOptions, BuildReport, build_image
+from conclave.sandbox.image import IMAGE_REPO, BuildOptions, BuildReport, build_image, default_tag
 from conclave.sandbox.image_route import Route
 from tests.fakes.debian_base import ensure_public_base
 
@@ -68,7 +69,12 @@ async def main() -> dict[str, Any]:
             clis = f"{CLIS_REPO}:{route}-routes"
             tags += [plain, clis]
             plain_report = await build_image(plain, options=options, log=print)
-            clis_report = await build_clis_image(clis, options=options, plain=plain, log=print)
+            # the CLI image's Dockerfile route starts from default_tag()'s image: this run's plain one here
+            image_module.default_tag = lambda platform=None, plain=plain: plain
+            try:
+                clis_report = await build_clis_image(clis, options=options, log=print)
+            finally:
+                image_module.default_tag = default_tag
             results[f"plain_{route}"] = figures(plain_report)
             results[f"clis_{route}"] = figures(clis_report)
         checks = (

@@ -77,21 +77,19 @@ def clis_tag(platform: str | None = None) -> str:
 async def build_clis_image(
     tag: str | None = None,
     *,
-    client: object | None = None,
     options: BuildOptions | None = None,
-    plain: str | None = None,
     log: Log | None = None,
 ) -> BuildReport:
-    """Build `tag` (default `clis_tag()`) unless it exists; `plain`: the plain image the Dockerfile
-    route starts from (built first when missing; default `default_tag()`). See the module docstring."""
+    """Build `tag` (default `clis_tag()`) unless it exists; the Dockerfile route starts from the plain
+    image, `default_tag()` (built first when missing). See the module docstring."""
     options = options or BuildOptions()
-    start = await start_build(tag or clis_tag(options.platform), client, options, log, needs=_needs_npm)
+    start = await start_build(tag or clis_tag(options.platform), None, options, log, needs=_needs_npm)
     if isinstance(start, BuildReport):
         return start
     docker, tag, target, choice, say = start.docker, start.tag, start.target, start.route, start.say
 
     async def with_dockerfile(docker: object, candidate: str, say: Log) -> None:
-        base = await build_image(plain, client=docker, options=options, log=say)
+        base = await build_image(client=docker, options=options, log=say)
         with tempfile.TemporaryDirectory(prefix=f"{CLIS_REPO}-") as tmp:
             prefix = await _npm_prefix(Path(tmp), target, say)
             context = Path(tmp) / "context"
@@ -129,11 +127,9 @@ async def build_clis_image(
     )
 
 
-def build_clis_image_sync(
-    tag: str | None = None, *, options: BuildOptions | None = None, log: Log | None = print
-) -> BuildReport:
-    """`conclave sandbox build --clis`, from a synchronous caller (prints progress by default)."""
-    return anyio.run(partial(build_clis_image, tag, options=options, log=log))
+def build_clis_image_sync(*, options: BuildOptions | None = None) -> BuildReport:
+    """`conclave sandbox build --clis`, from a synchronous caller, printing its progress."""
+    return anyio.run(partial(build_clis_image, options=options, log=print))
 
 
 def _needs_npm(tag: str) -> None:

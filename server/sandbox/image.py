@@ -128,7 +128,6 @@ async def build_image(
     *,
     client: object | None = None,
     options: BuildOptions | None = None,
-    sources: AptSources | None = None,
     log: Log | None = None,
 ) -> BuildReport:
     """Build `tag` (default `default_tag()`) unless it exists; see the module docstring."""
@@ -157,7 +156,7 @@ async def build_image(
             )
 
     async def with_mmdebstrap(docker: object, candidate: str, say: Log) -> None:
-        apt = sources or host_apt_sources()
+        apt = host_apt_sources()
         with tempfile.TemporaryDirectory(prefix=f"{IMAGE_REPO}-") as tmp:
             tarball = Path(tmp) / "root.tar"
             say(f"mmdebstrap {apt.suite} for {target} with {', '.join(PACKAGES)} (about a minute)")
@@ -264,11 +263,9 @@ async def import_root(docker: object, tarball: Path, candidate: str, say: Log) -
     await anyio.to_thread.run_sync(_tag, docker, image_id, candidate)
 
 
-def build_image_sync(
-    tag: str | None = None, *, options: BuildOptions | None = None, log: Log | None = print
-) -> BuildReport:
-    """`conclave sandbox build`: build the image from a synchronous caller (prints progress by default)."""
-    return anyio.run(partial(build_image, tag, options=options, log=log))
+def build_image_sync(*, options: BuildOptions | None = None) -> BuildReport:
+    """`conclave sandbox build`: build the image from a synchronous caller, printing its progress."""
+    return anyio.run(partial(build_image, options=options, log=print))
 
 
 def host_apt_sources(root: Path = Path("/")) -> AptSources:
@@ -286,7 +283,7 @@ def host_apt_sources(root: Path = Path("/")) -> AptSources:
     if not ours:
         raise SandboxError(
             "cannot find this machine's Debian mirrors in /etc/apt/sources.list(.d); "
-            "pass sources= to build_image (a deb822 text and a suite)"
+            "the mmdebstrap route builds from them; use `conclave sandbox build --route dockerfile`"
         )
     text = "\n".join("".join(f"{k}: {v}\n" for k, v in stanza.items()) for stanza in ours)
     return AptSources(suite, text)

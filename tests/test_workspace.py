@@ -26,6 +26,7 @@ from conclave.errors import (
 )
 from conclave.files import apply as applying
 from conclave.files import safe
+from conclave.files import workspaces as workspaces_module
 from conclave.files.contexts import CALLER, Caps, ContextPath, copy_context, copy_context_sync
 from conclave.files.diff import diff_trees
 from conclave.files.job_folder import JobFolder
@@ -474,8 +475,9 @@ async def test_snapshot_copies_a_racy_file_even_with_the_same_size_and_mtime(job
 
 
 @pytest.mark.anyio
-async def test_snapshot_refuses_a_workspace_over_its_caps(tmp_path):
-    spaces = Workspaces(JobFolder(tmp_path, "job"), workspace_caps=Caps(max_files=5))
+async def test_snapshot_refuses_a_workspace_over_its_caps(tmp_path, monkeypatch):
+    monkeypatch.setattr(workspaces_module, "WORKSPACE_CAPS", Caps(max_files=5))
+    spaces = Workspaces(JobFolder(tmp_path, "job"))
     await spaces.prepare([])
     await spaces.create(["A"])
     make_tree(spaces.agent("A"), {f"gen/{i}.o": "x" for i in range(8)})

@@ -128,13 +128,12 @@ class Workspaces:
         self,
         folder: JobFolder,
         *,
-        caps: Caps = Caps(),
-        workspace_caps: Caps = WORKSPACE_CAPS,
         agent_owner: tuple[int, int] | None = None,
         secrets: Secrets | None = None,
     ) -> None:
         self.folder = folder
-        self.caps, self.workspace_caps, self.agent_owner = caps, workspace_caps, agent_owner
+        # the context's caps, and each agent's workspace's (WORKSPACE_CAPS read now, not at import)
+        self.caps, self.workspace_caps, self.agent_owner = Caps(), WORKSPACE_CAPS, agent_owner
         self.secrets = secrets if secrets is not None else Secrets()
         self._own: dict[str, Secrets] = {}  # letter -> that member's (files/secrets.py `member`)
         self.base = folder.base

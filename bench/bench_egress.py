@@ -73,12 +73,12 @@ async def measure(fresh: bool) -> dict[str, object]:
             plain.append(time.perf_counter() - started)
             started = time.perf_counter()
             async with egress_proxy(allow, route=DirectRoute()) as proxy:
-                box = MemberSandbox(client, egress=proxy, image=build.tag)
+                box = MemberSandbox(client, egress=proxy)
                 await box.start(workspace, {}, "cj-bench", "A", SandboxSpec())
                 await box.stop()
             member.append(time.perf_counter() - started)
         async with egress_proxy(allow, route=DirectRoute()) as proxy:
-            box = MemberSandbox(client, egress=proxy, image=build.tag)
+            box = MemberSandbox(client, egress=proxy)
             try:
                 await box.start(workspace, {}, "cj-bench", "A", SandboxSpec())
                 result = await box.exec(f"python3 loop.py {url} {REQUESTS}", timeout_s=300)

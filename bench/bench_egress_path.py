@@ -62,7 +62,6 @@ async def member_round() -> dict[str, Any]:
 
     from conclave.config.models import SandboxSpec
     from conclave.sandbox.allowlist import allowlist_for
-    from conclave.sandbox.clis_image import clis_tag
     from conclave.sandbox.egress import egress_proxy
     from conclave.sandbox.engine import connect
     from conclave.sandbox.member import MemberSandbox
@@ -101,12 +100,12 @@ async def member_round() -> dict[str, Any]:
         for _ in range(STARTS):
             started = time.perf_counter()
             async with proxy() as served:
-                box = MemberSandbox(client, egress=served, image=clis_tag())
+                box = MemberSandbox(client, egress=served)
                 await box.start(workspace, {}, "cj-bench", "A", SandboxSpec())
                 await box.stop()
             starts.append(time.perf_counter() - started)
         async with proxy() as served:
-            box = MemberSandbox(client, egress=served, image=clis_tag())
+            box = MemberSandbox(client, egress=served)
             try:
                 await box.start(workspace, {}, "cj-bench", "A", SandboxSpec())
                 result = await box.exec(f"python3 loop.py {url} {REQUESTS} {big_url}", timeout_s=300)

@@ -156,7 +156,6 @@ async def _member_round() -> dict[str, list[float]]:
     """A CLI member's egress: its start until the relay listens, its stop, and requests through it."""
     from conclave.config.models import SandboxSpec
     from conclave.sandbox.allowlist import allowlist_for
-    from conclave.sandbox.clis_image import clis_tag
     from conclave.sandbox.egress import egress_proxy
     from conclave.sandbox.engine import connect
     from conclave.sandbox.member import MemberSandbox
@@ -180,13 +179,13 @@ async def _member_round() -> dict[str, list[float]]:
 
         for _ in range(STARTS):
             async with proxy_for() as proxy:
-                box = MemberSandbox(client, egress=proxy, image=clis_tag())
+                box = MemberSandbox(client, egress=proxy)
                 seconds, _ = await _timed(box.start(workspace, {}, "cj-bench", "A", SandboxSpec()))
                 starts.append(seconds)
                 seconds, _ = await _timed(box.stop())
                 stops.append(seconds)
         async with proxy_for() as proxy:
-            box = MemberSandbox(client, egress=proxy, image=clis_tag())
+            box = MemberSandbox(client, egress=proxy)
             try:
                 await box.start(workspace, {}, "cj-bench", "A", SandboxSpec())
                 result = await box.exec(f"python3 loop.py {url} {REQUESTS}", timeout_s=300)

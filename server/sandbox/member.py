@@ -97,20 +97,16 @@ class MemberSandbox(Sandbox):
         client: Any | None,
         owner: Owner = PROCESS_OWNER,
         egress: EgressProxy | None = None,
-        *,
-        image: str | None = None,
-        environment: dict[str, str] | None = None,
     ) -> None:
         """`egress`: the member's egress proxy, which its relay is attached to, and whose count of admitted
         connections says whether a CLI run reached its provider at all (clis/member.py charges no
-        estimate for one that did not); `image`: default the CLI image, or the team's own when it names
-        one; `environment`: constants added to the container's (no keys). The container trusts the extra
-        CA of the proxy's route, if it has one (sandbox/route.py): its tunnels end where the route sends
-        them."""
+        estimate for one that did not). Its image is the CLI image, or the team's own when it names one.
+        The container trusts the extra CA of the proxy's route, if it has one (sandbox/route.py): its
+        tunnels end where the route sends them."""
         super().__init__(client, owner)
         if egress is None:
             raise SandboxError("a CLI member's sandbox needs its egress proxy")
-        self.egress, self.image, self.environment = egress, image, dict(environment or {})
+        self.egress = egress
         self._volumes: list[str] = []  # HOME's volume on Podman, removed by `stop`
         self._channel: EgressChannel | None = None
 
@@ -126,12 +122,12 @@ class MemberSandbox(Sandbox):
         if is_podman(self._client):
             del tmpfs[HOME]
             mounts.append(Mount(HOME, self._home_volume(), type="volume"))
-        environment = dict(self.environment)
+        environment: dict[str, str] = {}
         if (ca := self.egress.route.extra_ca) is not None:
             mounts.append(Mount(CA_PATH, str(ca.resolve()), type="bind", read_only=True))
             environment.update(ca_environment())
         launch.update(
-            image=self.image or (launch["image"] if limits.image != IMAGE_REPO else clis_tag()),
+            image=launch["image"] if limits.image != IMAGE_REPO else clis_tag(),
             environment=member_environment(environment),
             network_mode="none",
             tmpfs=tmpfs,

@@ -67,7 +67,8 @@ print(json.dumps(out))
 
 @pytest.fixture(scope="session")
 def clis_image() -> str:
-    """The CLI image, built once (a few minutes on a new machine; a no-op when its tag exists)."""
+    """The CLI image (`clis_tag()`, which a member's sandbox runs), built once (a few minutes on a new
+    machine; a no-op when its tag exists)."""
     status = engine_status()
     if not status.available:
         pytest.skip(f"needs the Docker engine ({status.error}); .ci/run provides it")
@@ -132,7 +133,7 @@ async def member(
     job.mkdir(mode=0o700)
     allow = allowlist_for("claude-code", base_url=fakes.base_url("anthropic", "A"))
     async with egress_proxy(allow, route=DirectRoute(), label="cj-egress/A") as proxy:
-        box = MemberSandbox(connect(), Owner("security-" + os.urandom(4).hex()), proxy, image=clis_image)
+        box = MemberSandbox(connect(), Owner("security-" + os.urandom(4).hex()), proxy)
         try:
             await box.start(workspace, {}, "cj-egress", "A", SPEC)
             (workspace / "probe.py").write_text(PROBE)
@@ -391,7 +392,7 @@ async def test_a_relay_that_never_says_it_listens_is_started_again(
     workspace.mkdir()
     allow = allowlist_for("claude-code", base_url=fakes.base_url("anthropic", "A"))
     async with egress_proxy(allow, route=DirectRoute(), label="cj-egress/A") as proxy:
-        box = MemberSandbox(client, Owner("security-" + os.urandom(4).hex()), proxy, image=clis_image)
+        box = MemberSandbox(client, Owner("security-" + os.urandom(4).hex()), proxy)
         try:
             await box.start(workspace, {}, "cj-egress", "A", SPEC)
             (workspace / "probe.py").write_text(PROBE)

@@ -164,7 +164,8 @@ async def test_start_up_marks_only_jobs_of_dead_owners_interrupted(tmp_path: Pat
 async def test_a_stale_heartbeat_counts_as_a_dead_owner(tmp_path: Path) -> None:
     config = settings(tmp_path, stale_after_s=0.5)
     clock = iter([0.0] * 3)
-    store = Store.of(config, clock=lambda: next(clock, 0.0))
+    store = Store.of(config)
+    store._clock = lambda: next(clock, 0.0)  # its heartbeat written at 0: long stale
     store.create_job(new_job("cj-0000000a11fe", "t"), 1, "hung")
     store.close()
     unreadable_teams(config.db_path)

@@ -339,8 +339,9 @@ async def test_a_resumed_orchestrators_budget_counts_the_usage_before_the_takeov
 
 def test_an_owner_on_another_machine_is_judged_by_its_lease_alone(tmp_path: Path) -> None:
     now = [1000.0]
-    there = Store(tmp_path / "conclave.db", clock=lambda: now[0], host="worker-2")
-    here = Store(tmp_path / "conclave.db", clock=lambda: now[0], host="worker-1")
+    there, here = Store(tmp_path / "conclave.db"), Store(tmp_path / "conclave.db")
+    for store, host in ((there, "worker-2"), (here, "worker-1")):  # two machines, one clock
+        store._clock, store.host = lambda: now[0], host
     try:
         there.create_job(new_job("cj-00000000000a", "t"), dead_pid(), "its-owner")
         there.heartbeat("its-owner", 15.0)

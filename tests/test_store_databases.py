@@ -49,7 +49,8 @@ async def test_times_and_large_counts_read_back_as_written(database: Database) -
     """A Unix time to the microsecond and a token count past 2**31 (PostgreSQL's REAL keeps about 7
     digits and its INTEGER 4 bytes: the migrations' types are respelled, jobs/store/dialect.py)."""
     at = 1795759499.123456
-    store = Store(database, clock=lambda: at)
+    store = Store(database)
+    store._clock = lambda: at
     try:
         store.create_job(new_job(JOB, "task"), 1, "owner")
         big = Usage(calls=1, input_tokens=3_000_000_000, cost_usd=0.1234567)

@@ -83,7 +83,8 @@ async def test_a_command_that_fills_the_workspace_is_stopped_at_the_budget_and_b
 def test_gc_prunes_finished_jobs_by_age_then_size_and_never_an_active_one(tmp_path: Path) -> None:
     now = time.time()  # prune's clock: the store's is set back to make the jobs old
     clock = [now - 40 * 86400]
-    store = Store(tmp_path / "conclave.db", clock=lambda: clock[0])
+    store = Store(tmp_path / "conclave.db")
+    store._clock = lambda: clock[0]
     jobs = tmp_path / "jobs"
     for job_id, age_days, size, state in [
         ("cj-000000000001", 40, 10, "completed"),
@@ -110,7 +111,8 @@ def test_conclave_gc_prunes_with_the_settings_or_its_options(
     from conclave.cli.main import main
 
     home = tmp_path / "home"
-    store = Store.of(Settings(home=home), clock=lambda: 1000.0)  # finished long ago
+    store = Store.of(Settings(home=home))
+    store._clock = lambda: 1000.0  # finished long ago
     store.create_job(new_job("cj-00000000000a", "t"), os.getpid(), "owner")
     store.set_state("cj-00000000000a", "completed")
     store.close()

@@ -162,12 +162,10 @@ class AgentUsage(BaseModel):
 class Store(ConversationRecords[JobRow]):
     """Typed access to conclave.db, or to the PostgreSQL database in its place."""
 
-    def __init__(
-        self, location: Path | SecretStr, clock: Callable[[], float] = time.time, host: str | None = None
-    ) -> None:
+    def __init__(self, location: Path | SecretStr) -> None:
         """`location`: the SQLite file (its folder and jobs/ made private), or a PostgreSQL URL."""
-        self._clock = clock
-        self.host = host or socket.gethostname()  # jobs' owners on this machine: their pids can be checked
+        self._clock: Callable[[], float] = time.time  # the times it writes: created, heartbeat, leases
+        self.host = socket.gethostname()  # jobs' owners on this machine: their pids can be checked
         self._connections = open_connections(location)
         self.dialect = self._connections.dialect
         self.shown = self._connections.opener.shown  # where it is, in words (password masked)
@@ -179,13 +177,13 @@ class Store(ConversationRecords[JobRow]):
         self._migrate()
 
     @classmethod
-    def of(cls, settings: Settings, clock: Callable[[], float] = time.time) -> Store:
+    def of(cls, settings: Settings) -> Store:
         """The store the settings name (blocking): CONCLAVE_DATABASE_URL's database, else the SQLite file
         under CONCLAVE_HOME; the state folder and the jobs' folder exist either way, and a database's
         hosts share that folder (jobs/store/shared_files.py)."""
         private_dir(settings.home)
         private_dir(settings.jobs_root)
-        store = cls(settings.database, clock)
+        store = cls(settings.database)
         if not isinstance(settings.database, Path):
             try:
                 check_shared_folder(store.transaction(), settings.jobs_root)

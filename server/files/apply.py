@@ -194,10 +194,10 @@ def write_patch(final: Path, scratch: Path, patch: Patch, consent: Consent = Con
     return changes
 
 
-def _at(root: Path, rel: str, step: Callable[[int, str], T], *, create: bool = False) -> T:
+def _at(root: Path, rel: str, step: Callable[[int, str], T]) -> T:
     """Run `step(folder_fd, name)` for `root/rel`, its folder reached by the no-follow walk."""
     parts = safe.split(rel)
-    with safe.directory(root, parts[:-1], create=create) as fd:
+    with safe.directory(root, parts[:-1]) as fd:
         return step(fd, parts[-1])
 
 

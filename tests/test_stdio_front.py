@@ -19,7 +19,8 @@ from typing import Any
 
 import pytest
 
-from conclave.app import manifest
+import conclave
+from conclave.app import manifest, manifest_key
 from conclave.app.manifest_key import MANIFEST, load_manifest, source_hash
 from conclave.app.stdio_front import STARTUP_FAILED, Front
 
@@ -74,12 +75,18 @@ def test_the_shipped_manifest_is_what_the_server_answers() -> None:
     }
 
 
-def test_a_manifest_for_other_versions_is_not_used(tmp_path: Path, shipped: dict[str, Any]) -> None:
+def test_a_manifest_for_other_versions_is_not_used(
+    tmp_path: Path, shipped: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
     stale = tmp_path / "manifest.json"
     stale.write_text(json.dumps({**shipped, "versions": {**shipped["versions"], "fastmcp": "0.0.1"}}))
-    assert load_manifest(stale) is None
-    assert load_manifest(tmp_path / "absent.json") is None
-    assert load_manifest(MANIFEST, conclave_version="9.9.9") is None
+    monkeypatch.setattr(manifest_key, "MANIFEST", stale)
+    assert load_manifest() is None
+    monkeypatch.setattr(manifest_key, "MANIFEST", tmp_path / "absent.json")
+    assert load_manifest() is None
+    monkeypatch.setattr(manifest_key, "MANIFEST", MANIFEST)
+    monkeypatch.setattr(conclave, "__version__", "9.9.9")
+    assert load_manifest() is None
 
 
 # What the front decides ------------------------------------------------------------------------------
@@ -281,18 +288,23 @@ def test_an_error_the_app_sends_for_initialize_reaches_the_client(shipped: dict[
     assert not seen.front.drop(refused)
 
 
-def test_the_manifest_is_keyed_on_the_sources(tmp_path: Path, shipped: dict[str, Any]) -> None:
+def test_the_manifest_is_keyed_on_the_sources(
+    tmp_path: Path, shipped: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
     package = tmp_path / "conclave"
     (package / "tools").mkdir(parents=True)
     (package / "tools" / "get_status.py").write_text('def get_status(job_id: str) -> None:\n    """Old."""\n')
-    before = source_hash(package)
-    (package / "tools" / "get_status.py").write_text(
-        'def get_status(job_id: str, wait: int) -> None:\n    """New."""\n'
-    )
-    assert source_hash(package) != before  # an edited tool (an editable install): another key
+    with monkeypatch.context() as patched:
+        patched.setattr(manifest_key, "PACKAGE", package)
+        before = source_hash()
+        (package / "tools" / "get_status.py").write_text(
+            'def get_status(job_id: str, wait: int) -> None:\n    """New."""\n'
+        )
+        assert source_hash() != before  # an edited tool (an editable install): another key
     stale = tmp_path / "manifest.json"
     stale.write_text(json.dumps({**shipped, "versions": {**shipped["versions"], "sources": before}}))
-    assert load_manifest(stale) is None
+    monkeypatch.setattr(manifest_key, "MANIFEST", stale)
+    assert load_manifest() is None
 
 
 # A stand-in app behind the real front: it echoes each request's method, or answers with a batch.

@@ -19,21 +19,22 @@ LIBRARIES = ("fastmcp", "mcp", "pydantic")
 PACKAGE = Path(__file__).resolve().parents[1]  # conclave/: its sources shape what the app lists
 
 
-def load_manifest(path: Path = MANIFEST, conclave_version: str | None = None) -> dict[str, Any] | None:
-    """The recorded answers, or None when missing, unreadable or recorded for other versions."""
+def load_manifest() -> dict[str, Any] | None:
+    """The recorded answers (MANIFEST), or None when missing, unreadable or recorded for other versions."""
     try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
+        manifest = json.loads(MANIFEST.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    if not isinstance(manifest, dict) or manifest.get("versions") != installed_versions(conclave_version):
+    if not isinstance(manifest, dict) or manifest.get("versions") != installed_versions():
         return None
     return manifest
 
 
-def source_hash(package: Path = PACKAGE) -> str:
-    """A hash of every Python source of Conclave (tools, models, app): a change to any of them may
-    change a tool's schema, so the recording is used only for the very sources it was made from.
+def source_hash() -> str:
+    """A hash of every Python source of Conclave (PACKAGE: tools, models, app): a change to any of them
+    may change a tool's schema, so the recording is used only for the very sources it was made from.
     The same for a wheel and an editable install, where conclave.tools lives apart (pyproject)."""
+    package = PACKAGE
     spec = importlib.util.find_spec("conclave.tools")  # finds the folder without running the package
     found = list(spec.submodule_search_locations or []) if spec is not None else []
     tools = Path(found[0]).resolve() if found else package / "tools"
@@ -47,12 +48,12 @@ def source_hash(package: Path = PACKAGE) -> str:
     return digest.hexdigest()
 
 
-def installed_versions(conclave_version: str | None = None) -> dict[str, str]:
+def installed_versions() -> dict[str, str]:
     """Conclave's and the listed libraries' versions, and the hash of Conclave's sources, as the manifest
     records them."""
     from conclave import __version__
 
-    found = {"conclave": conclave_version or __version__, "sources": source_hash()}
+    found = {"conclave": __version__, "sources": source_hash()}
     for name in LIBRARIES:
         try:
             found[name] = metadata.version(name)

@@ -102,5 +102,5 @@ async def test_a_caller_sees_only_its_own_jobs_and_the_cli_sees_every_one(tmp_pa
             await jobs.view("cj-00000000a11c", "bob")
         with pytest.raises(JobNotFound):
             await jobs.read("cj-00000000a11c", "", None, 0, 100, caller="bob")
-        assert [view.job_id for view in await jobs.recent("bob")] == ["cj-00000000b0b0"]
+        assert [line.job_id for line in await jobs.lines("bob")] == ["cj-00000000b0b0"]
         assert {view.job_id for view in await jobs.recent()} == {"cj-00000000a11c", "cj-00000000b0b0"}

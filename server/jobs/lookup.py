@@ -101,15 +101,14 @@ class JobLookup:
         view = job_view(row, time.time(), parts.notes, parts.conversation)
         return view.model_copy(update={"web_url": parts.web_url})
 
-    async def recent(self, caller: str | None = None, limit: int = 20) -> list[JobView]:
-        """The latest jobs, newest first (only `caller`'s when given)."""
+    async def recent(self) -> list[JobView]:
+        """The latest 20 jobs, everyone's, newest first (the CLI's `conclave status`)."""
         now = time.time()
-        rows = await self.store.recent_jobs(limit)
-        return [job_view(row, now) for row in rows if caller is None or row.caller == caller]
+        return [job_view(row, now) for row in await self.store.recent_jobs(20)]
 
-    async def lines(self, caller: str | None = None, limit: int = 50) -> list[JobLine]:
-        """The latest jobs as a list shows them, newest first (only `caller`'s when given)."""
-        rows = await self.store.recent_jobs(limit)
+    async def lines(self, caller: str | None = None) -> list[JobLine]:
+        """The latest 50 jobs as a list shows them, newest first (only `caller`'s when given)."""
+        rows = await self.store.recent_jobs(50)
         return [job_line(row) for row in rows if caller is None or row.caller == caller]
 
     async def changes(self, job_id: object) -> tuple[int, int, str] | None:

@@ -1,7 +1,9 @@
 """One agent seam (coordination/agents.py): the kind of agent is decided once, from the spec, and nothing
 in the flow asks again.
 
-The provider string is compared in one place (config/models.py `is_cli_provider`); coordination never
+The provider string is compared in one place (config/models.py `agent_kind`, which parses a team's agents
+into the type of their kind); the kind is asked of a spec only by the team's `clis` and the factory;
+coordination never
 recovers a kind by `isinstance` on a backend, a CLI member or an agent; and the one factory
 (coordination/members.py `endpoint_factory`) builds each kind holding what it calls, typed.
 """
@@ -55,9 +57,29 @@ def test_the_provider_string_decides_the_kind_in_one_place() -> None:
     found = [site for path in sorted(SERVER.rglob("*.py")) for site in provider_comparisons(path)]
     assert found == [], (
         f"the provider is compared with 'cli' at {found}: the registry says which providers' members are "
-        "CLIs (config/providers.py `members_are_clis`, read by AgentSpec.is_cli), and "
+        "CLIs (config/providers.py `members_are_clis`, read by config/models.py `agent_kind`), and "
         "coordination/members.py `endpoint_factory` decides the kind of agent"
     )
+
+
+def kind_questions(path: Path) -> list[str]:
+    """Where a module asks a spec its kind: an `is_cli` read, or `isinstance(..., CliAgentSpec)`."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        asked = isinstance(node, ast.Attribute) and node.attr == "is_cli"
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "isinstance":
+            asked = any(name.split(".")[-1] == "CliAgentSpec" for name in _names(node.args[1]))
+        if asked:
+            found.append(f"{path.relative_to(SERVER)}:{node.lineno}")
+    return found
+
+
+def test_a_specs_kind_is_asked_by_the_team_and_the_factory_alone() -> None:
+    """A team's agents are parsed into the type of their kind: the team lists its CLI members
+    (`Team.clis`) and the factory builds each kind; every other place takes the members of its kind."""
+    found = [site for path in sorted(SERVER.rglob("*.py")) for site in kind_questions(path)]
+    files = [site.rsplit(":", 1)[0] for site in found]
+    assert files == ["config/models.py", "coordination/members.py"], found
 
 
 def imported_from(tree: ast.Module, packages: tuple[str, ...]) -> set[str]:

@@ -10,23 +10,19 @@ import stat
 from collections.abc import Mapping
 
 from conclave.clis.cli_adapter import Login
-from conclave.config.clis import CLIS, CliFacts, login_files, login_fix, split_cli_model
-from conclave.config.models import AgentSpec, Team
+from conclave.config.clis import login_files, login_fix
+from conclave.config.models import CliAgentSpec, Team
 from conclave.errors import ConfigError
 
 MAX_LOGIN_FILE = 256 * 1024  # a login file is a few KB of JSON
 
 
-def cli_facts(spec: AgentSpec) -> CliFacts:
-    return CLIS[split_cli_model(spec.model_name)[0]]
-
-
-def resolve_login(spec: AgentSpec, environ: Mapping[str, str]) -> Login:
+def resolve_login(spec: CliAgentSpec, environ: Mapping[str, str]) -> Login:
     """How this member logs in; ConfigError says how to log in when nothing is found.
 
     A custom `base_url` takes only the key of its own `api_key_env` (the user's login never goes to
     another endpoint: config/models.py)."""
-    facts = cli_facts(spec)
+    facts = spec.facts
     if spec.base_url:
         key = spec.api_key(environ)
         return Login(spec.api_key_env, None if key == "unused" else key, base_url=spec.base_url)
@@ -41,7 +37,7 @@ def resolve_login(spec: AgentSpec, environ: Mapping[str, str]) -> Login:
     raise ConfigError(f"{spec.model}: you are not logged in to {facts.name}: {login_fix(facts, environ)}")
 
 
-def cli_ready(spec: AgentSpec, team: Team, environ: Mapping[str, str]) -> None:
+def cli_ready(spec: CliAgentSpec, team: Team, environ: Mapping[str, str]) -> None:
     """Refuse at submit what would fail at the member's first turn: no sandbox, or no login."""
     if team.sandbox == "none":
         raise ConfigError(

@@ -55,8 +55,7 @@ from conclave.clis.copilot import Copilot
 from conclave.clis.gemini_cli import Gemini
 from conclave.clis.logins import resolve_login
 from conclave.clis.meter import Charge, Meter, ProxyCharges
-from conclave.config.clis import split_cli_model
-from conclave.config.models import AgentSpec
+from conclave.config.models import CliAgentSpec
 from conclave.errors import ProviderError, SandboxError
 from conclave.files.secrets import Secrets
 from conclave.sandbox.container import Sandbox
@@ -83,7 +82,7 @@ class CliMember:
 
     provider: ClassVar[str] = "cli"
 
-    spec: AgentSpec
+    spec: CliAgentSpec
     adapter: CliAdapter
     login: Login = field(repr=False)
     model: str | None = None
@@ -99,9 +98,8 @@ class CliMember:
         self.secrets.add(self.login.secrets())
 
     @classmethod
-    def for_spec(cls, spec: AgentSpec, environ: Mapping[str, str]) -> CliMember:
-        name, model = split_cli_model(spec.model_name)
-        return cls(spec, ADAPTERS[name], resolve_login(spec, environ), model)
+    def for_spec(cls, spec: CliAgentSpec, environ: Mapping[str, str]) -> CliMember:
+        return cls(spec, ADAPTERS[spec.facts.name], resolve_login(spec, environ), spec.cli_model)
 
     def bind(
         self,

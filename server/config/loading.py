@@ -13,12 +13,11 @@ import re
 from collections.abc import Collection, Mapping
 from pathlib import Path
 from types import UnionType
-from typing import Any, Union, get_origin
+from typing import Any, Union, get_args, get_origin
 
 import yaml
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, Discriminator, Tag, ValidationError
 
-from conclave.config.clis import CLIS, login_source, split_cli_model
 from conclave.config.models import EXPANDABLE, Team
 from conclave.config.providers import PROVIDERS
 from conclave.errors import ConfigError
@@ -112,43 +111,47 @@ def _expand_agents(data: dict[str, Any], environ: Mapping[str, str], source: str
     return {**data, "agents": expanded}
 
 
-def _model_at(model: type[BaseModel], loc: tuple[int | str, ...]) -> type[BaseModel] | None:
-    """The pydantic model that owns the field at `loc` (for suggesting the nearest valid key)."""
-    current: type[BaseModel] | None = model
-    for part in loc:
-        if current is None or isinstance(part, int):
-            continue
-        field = current.model_fields.get(part)
-        if field is None:
-            return current
-        annotation = field.annotation
-        candidates = [annotation, *getattr(annotation, "__args__", ())]
-        current = next((c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None)
-    return current
+def _members(annotation: Any) -> tuple[dict[str | None, type[BaseModel]], bool]:
+    """The pydantic models a field's value may be, by the tag pydantic puts in an error's `loc` before a
+    union member's keys, and whether such a tag follows: a union (`sandbox`: a `SandboxSpec` or `none`) is
+    tagged by each member's name, a discriminated one (`agents`' items: api, cli) by its own tags; a
+    field of one model has it under None."""
+    if get_origin(annotation) is list:
+        annotation = get_args(annotation)[0]
+    if any(isinstance(item, Discriminator) for item in getattr(annotation, "__metadata__", ())):
+        members: dict[str | None, type[BaseModel]] = {}
+        for choice in get_args(get_args(annotation)[0]):
+            model, *tags = get_args(choice)
+            members.update({tag.tag: model for tag in tags if isinstance(tag, Tag)})
+        return members, True
+    choices = [arg for arg in get_args(annotation) if arg is not type(None)]
+    models = [c for c in [annotation, *choices] if isinstance(c, type) and issubclass(c, BaseModel)]
+    if get_origin(annotation) in (Union, UnionType) and len(choices) > 1:
+        return {model.__name__: model for model in models}, True
+    return ({None: models[0]} if models else {}), False
 
 
-def _key_path(loc: tuple[int | str, ...]) -> tuple[int | str, ...]:
-    """`loc` without pydantic's union-member tags (`sandbox.SandboxSpec.network` -> `sandbox.network`)."""
+def _key_path(loc: tuple[int | str, ...]) -> tuple[tuple[int | str, ...], type[BaseModel] | None]:
+    """`loc` without pydantic's union-member tags (`sandbox.SandboxSpec.network` -> `sandbox.network`,
+    `agents.0.cli.model` -> `agents.0.model`), and the model whose key its last part is (None: unknown)."""
     path: list[int | str] = []
     current: type[BaseModel] | None = Team
-    after_union = False
+    owner: type[BaseModel] | None = None
+    members: dict[str | None, type[BaseModel]] = {}
+    tag_next = False
     for part in loc:
-        if after_union:  # the tag naming the union member pydantic tried, e.g. `SandboxSpec`
-            after_union = False
+        if isinstance(part, int):
+            path.append(part)
+            continue
+        if tag_next:  # the union member pydantic tried
+            current, tag_next = members.get(part), False
             continue
         path.append(part)
-        if isinstance(part, int) or current is None:
-            continue
-        field = current.model_fields.get(part)
-        if field is None:
-            current = None
-            continue
-        annotation = field.annotation
-        members = [arg for arg in getattr(annotation, "__args__", ()) if arg is not type(None)]
-        after_union = get_origin(annotation) in (Union, UnionType) and len(members) > 1
-        candidates = [annotation, *getattr(annotation, "__args__", ())]
-        current = next((c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None)
-    return tuple(path)
+        owner = current
+        field = current.model_fields.get(part) if current is not None else None
+        members, tag_next = _members(field.annotation) if field is not None else ({}, False)
+        current = members.get(None)
+    return tuple(path), owner
 
 
 def _union_noise(error: Mapping[str, Any]) -> bool:
@@ -156,16 +159,15 @@ def _union_noise(error: Mapping[str, Any]) -> bool:
     return (
         error["type"] == "literal_error"
         and isinstance(error.get("input"), dict)
-        and _key_path(tuple(error["loc"])) != tuple(error["loc"])
+        and str(error["loc"][-1]).startswith("literal[")  # the member's tag: `sandbox.literal['none']`
     )
 
 
 def _describe(error: Mapping[str, Any], source: str) -> str:
-    loc = _key_path(tuple(error["loc"]))
+    loc, owner = _key_path(tuple(error["loc"]))
     where = ".".join(str(part) for part in loc) or "(top level)"
     if error["type"] == "extra_forbidden":
         key = str(loc[-1])
-        owner = _model_at(Team, loc[:-1])
         valid = sorted(owner.model_fields) if owner else []
         near = difflib.get_close_matches(key, valid, n=1)
         hint = f"did you mean {near[0]!r}?" if near else f"valid keys: {', '.join(valid)}"
@@ -192,13 +194,8 @@ def _logged_in_only(team: Team, environ: Mapping[str, str], source: str) -> Team
     preset is resolved when it is loaded, from the login files and keys that exist)."""
     if not any(agent.if_logged_in for agent in team.agents):
         return team
-    kept = [
-        agent
-        for agent in team.agents
-        if not agent.if_logged_in
-        or not agent.is_cli
-        or login_source(CLIS[split_cli_model(agent.model_name)[0]], environ) is not None
-    ]
+    gone = {id(cli) for cli in team.clis if cli.if_logged_in and not cli.logged_in(environ)}
+    kept = [agent for agent in team.agents if id(agent) not in gone]
     # logged in to none: the team stays whole, and its missing keys name the logins (Team.missing_keys)
     return team.model_copy(update={"agents": kept}) if kept else team
 

@@ -12,19 +12,21 @@ from collections.abc import Mapping
 from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
 
-from conclave.config.clis import CLIS, login_source, split_cli_model
+from conclave.config.clis import CLIS, CliFacts, login_source, split_cli_model
 from conclave.config.hosts import parse_host_rule
 from conclave.config.providers import PROVIDERS
 from conclave.errors import MissingApiKey
 
 
-def is_cli_provider(provider: str) -> bool:
-    """Whether a parsed provider names a coding-agent CLI member: the one place the provider decides the
-    kind of agent (`AgentSpec.is_cli`; coordination/agents.py builds each kind)."""
-    entry = PROVIDERS.get(provider)
-    return entry is not None and entry.members_are_clis
+def agent_kind(data: object) -> Literal["api", "cli"]:
+    """The kind of agent a team file's entry (or a spec) is: `cli` when its provider's members are
+    coding-agent CLIs, else `api`. The one place the kind is decided: a team's agents are parsed into the
+    type of their kind (`TeamAgent`), and each place that treats a kind differently matches on that type."""
+    model = data.get("model") if isinstance(data, dict) else getattr(data, "model", None)
+    entry = PROVIDERS.get(str(model or "").partition("/")[0])
+    return "cli" if entry is not None and entry.members_are_clis else "api"
 
 
 EXPANDABLE = ("model", "base_url", "api_key_env", "model_path")  # agent keys where ${VAR} expands
@@ -94,14 +96,6 @@ class AgentSpec(_Strict):
     # A coding-agent CLI member kept only when the user is logged in to its CLI (the subscriptions preset).
     if_logged_in: bool = False
 
-    @model_validator(mode="before")
-    @classmethod
-    def _cli_defaults(cls, data: object) -> object:
-        """A CLI member works a whole turn in one call: its time limit defaults to 10 minutes."""
-        if isinstance(data, dict) and str(data.get("model", "")).startswith("cli/"):
-            return {"timeout_s": 600.0, **data}
-        return data
-
     @field_validator("model")
     @classmethod
     def _provider_model(cls, value: str) -> str:
@@ -111,12 +105,13 @@ class AgentSpec(_Strict):
                 f"model {value!r} must look like provider/model with provider one of "
                 f"{', '.join(PROVIDERS)} (e.g. openai/gpt-5)"
             )
-        if is_cli_provider(provider) and split_cli_model(name)[0] not in CLIS:
-            raise ValueError(
-                f"model {value!r} names no coding-agent CLI: use cli/ with one of {', '.join(CLIS)}, "
-                "optionally with a model (e.g. cli/claude-code:opus, cli/codex:gpt-5.5)"
-            )
         return value
+
+    @model_validator(mode="after")
+    def _of_its_kind(self) -> AgentSpec:
+        if type(self) is AgentSpec and agent_kind(self) == "cli":
+            raise ValueError(f"model {self.model!r} is a coding-agent CLI member: build it as a CliAgentSpec")
+        return self
 
     @model_validator(mode="after")
     def _key_goes_to_its_provider(self) -> AgentSpec:
@@ -159,11 +154,6 @@ class AgentSpec(_Strict):
         return self.model.partition("/")[0]
 
     @property
-    def is_cli(self) -> bool:
-        """A coding-agent CLI member (`cli/...`), not a model called over an API."""
-        return is_cli_provider(self.provider)
-
-    @property
     def model_name(self) -> str:
         return self.model.partition("/")[2]
 
@@ -188,6 +178,48 @@ class AgentSpec(_Strict):
         if not self.api_key_required:
             return "unused"
         raise MissingApiKey(variables[0], self.model)
+
+
+class CliAgentSpec(AgentSpec):
+    """A coding-agent CLI member (`cli/<name>[:model]`): the CLI runs in its container, logged in with the
+    user's login or key (clis/logins.py)."""
+
+    # a CLI member works a whole turn in one call
+    timeout_s: Annotated[float, Field(gt=0, le=3600)] = 600.0
+
+    @field_validator("model")
+    @classmethod
+    def _names_a_cli(cls, value: str) -> str:
+        if split_cli_model(value.partition("/")[2])[0] not in CLIS:
+            raise ValueError(
+                f"model {value!r} names no coding-agent CLI: use cli/ with one of {', '.join(CLIS)}, "
+                "optionally with a model (e.g. cli/claude-code:opus, cli/codex:gpt-5.5)"
+            )
+        return value
+
+    @property
+    def facts(self) -> CliFacts:
+        """The CLI this member runs."""
+        return CLIS[split_cli_model(self.model_name)[0]]
+
+    @property
+    def cli_model(self) -> str | None:
+        """The model the CLI is asked for (`cli/codex:gpt-5.5`); None: the CLI's own default."""
+        return split_cli_model(self.model_name)[1]
+
+    def logged_in(self, environ: Mapping[str, str]) -> bool:
+        """Whether the user is logged in to this CLI here: a login file, or one of its key variables."""
+        return login_source(self.facts, environ) is not None
+
+    def needs_login(self, environ: Mapping[str, str]) -> bool:
+        """Whether this member still needs that login: its own endpoint or key variable needs none."""
+        return not self.base_url and not self.api_key_env and not self.logged_in(environ)
+
+
+# A team file's agent, parsed into the type of its kind (`agent_kind`).
+TeamAgent = Annotated[
+    Annotated[AgentSpec, Tag("api")] | Annotated[CliAgentSpec, Tag("cli")], Discriminator(agent_kind)
+]
 
 
 class CoordinationSpec(_Strict):
@@ -246,7 +278,7 @@ class Team(_Strict):
 
     name: str
     description: str = ""
-    agents: Annotated[list[AgentSpec], Field(min_length=1, max_length=MAX_AGENTS)]
+    agents: Annotated[list[TeamAgent], Field(min_length=1, max_length=MAX_AGENTS)]
     coordination: CoordinationSpec = CoordinationSpec()
     sandbox: SandboxSpec | Literal["none"] = SandboxSpec()
     # A check run on each answer's files in a fresh sandbox (e.g. `python3 -m unittest -q`);
@@ -278,11 +310,16 @@ class Team(_Strict):
             except MissingApiKey as exc:
                 if exc.variable not in missing:
                     missing.append(exc.variable)
-            if agent.is_cli and not agent.base_url and not agent.api_key_env:
-                facts = CLIS[split_cli_model(agent.model_name)[0]]
-                if login_source(facts, environ) is None:
-                    missing.append(
-                        f"a {facts.name} login (~/{facts.config_dir}/{facts.login_files[0]}) "
-                        f"or {facts.key_variables[0]}"
-                    )
+        for cli in self.clis:
+            if cli.needs_login(environ):
+                facts = cli.facts
+                missing.append(
+                    f"a {facts.name} login (~/{facts.config_dir}/{facts.login_files[0]}) "
+                    f"or {facts.key_variables[0]}"
+                )
         return missing
+
+    @property
+    def clis(self) -> list[CliAgentSpec]:
+        """The coding-agent CLI members, in the team's order."""
+        return [agent for agent in self.agents if isinstance(agent, CliAgentSpec)]

@@ -47,7 +47,7 @@ class Provider:
     # Its backend takes the job's pool of local model servers (backends/llama_server.py `LocalServers`).
     takes_local_servers: bool = False
     # Its members are coding-agent CLIs (`cli/claude-code`), not models called through a backend: the
-    # one fact that decides the kind of agent (config/models.py `is_cli_provider`).
+    # one fact that decides the kind of agent (config/models.py `agent_kind`).
     members_are_clis: bool = False
 
     @property

@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING, Protocol
 
 from conclave.backends.base import Backend, Scorer
 from conclave.clis.member import CliMember
-from conclave.config.clis import split_cli_model
 from conclave.config.models import AgentSpec
 from conclave.coordination import prompts
 from conclave.coordination.cli_turns import cli_turn, presentation_answers
@@ -159,7 +158,7 @@ class CliAgent:
     @property
     def own_container(self) -> OwnContainer:
         spec = self.member.spec
-        return OwnContainer(_cli_name(spec.model_name), spec.base_url)
+        return OwnContainer(_cli_name(spec.facts.name), spec.base_url)
 
     def attach(self, sandbox: Sandbox | None, secrets: Secrets) -> None:
         """The CLI runs in this container, through its egress proxy (clis/member.py `bind`); its
@@ -191,9 +190,8 @@ class CliAgent:
         await self.member.aclose()
 
 
-def _cli_name(model_name: str) -> CliName:
-    """The coding-agent CLI a `cli/<name>[:model]` member runs (the team file's check named one of these)."""
-    cli = split_cli_model(model_name)[0]
+def _cli_name(cli: str) -> CliName:
+    """The coding-agent CLI's name as its egress allowlist knows it (the team file's check named one)."""
     for name in CLIS:
         if name == cli:
             return name

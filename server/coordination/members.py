@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, ClassVar, Protocol
 from conclave.backends import create_backend, create_scorer
 from conclave.backends.base import Endpoint, Usage
 from conclave.clis.member import CliMember
-from conclave.config.models import AgentSpec
+from conclave.config.models import AgentSpec, CliAgentSpec
 from conclave.coordination.agents import Agent, AgentFactory, ApiAgent, CliAgent, SplitAgent
 from conclave.coordination.budget import MemberLimit
 from conclave.coordination.reports import JobEvent, Progress
@@ -36,7 +36,7 @@ def endpoint_factory(environ: Mapping[str, str], local_servers: LocalServers | N
     `local_servers`. The one place the kind of agent is decided (agents.py)."""
 
     def make(spec: AgentSpec) -> Agent:
-        if spec.is_cli:  # a coding-agent CLI: its login is read here, at the job's start
+        if isinstance(spec, CliAgentSpec):  # a coding-agent CLI: its login is read here, at the job's start
             return CliAgent(CliMember.for_spec(spec, environ))
         endpoint = endpoint_of(spec, environ)
         if spec.turn == "split":

@@ -128,7 +128,7 @@ def shape_team(
             "none: add `price: {input: ..., output: ...}` (US$ per million tokens) to that agent in the team "
             f"file, or bound the job with {term('max_tokens')} instead",
         )
-    clis = [agent.model for agent in team.agents if agent.is_cli]
+    clis = [cli.model for cli in team.clis]
     if clis and not has_context:
         raise InputError(
             "context_paths",
@@ -157,8 +157,8 @@ def check_runnable(team: Team, environ: Mapping[str, str], sandbox_network: bool
     for agent in team.agents:
         agent.api_key(environ)  # raises MissingApiKey naming the variable to set
         check_ready(agent.provider, agent.model_name, agent.model_path)
-        if agent.is_cli:
-            cli_ready(agent, team, environ)  # logged in, the CLI image built (clis/logins.py)
+    for cli in team.clis:
+        cli_ready(cli, team, environ)  # logged in, inside its sandbox (clis/logins.py)
     if not isinstance(team.sandbox, str) and team.sandbox.network != "none" and not sandbox_network:
         raise ConfigError(
             f"team {team.name!r} asks for `sandbox: network: {team.sandbox.network}`, which gives agents' "

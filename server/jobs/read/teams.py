@@ -7,8 +7,8 @@ from collections.abc import Callable, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from conclave.config.clis import CLIS, login_fix, login_source, split_cli_model
-from conclave.config.models import AgentSpec, Team
+from conclave.config.clis import login_fix, login_source
+from conclave.config.models import CliAgentSpec, Team
 from conclave.config.presets import resolve_team
 from conclave.errors import ConfigError
 from conclave.jobs.read.views import DEMO_TEAM, plural
@@ -126,12 +126,13 @@ def team_list(
             teams.append(TeamInfo(name=name, source=name, ready=False, error=str(team)))
             continue
         missing = team.missing_keys(environ)
+        logins = {id(cli): cli_status(cli, environ) for cli in team.clis}
         agents = [
             TeamAgentInfo(
                 model=agent.model,
                 key_variables=list(agent.key_variables()),
                 key_set=not any(v in missing for v in agent.key_variables()),
-                cli=cli_status(agent, environ),
+                cli=logins.get(id(agent)),
             )
             for agent in team.agents
         ]
@@ -158,11 +159,9 @@ def team_list(
     return TeamList(teams=teams, default=default)
 
 
-def cli_status(agent: AgentSpec, environ: Mapping[str, str]) -> str | None:
-    """For a CLI member: how it logs in (its endpoint's key, your key variable or login file), or how to."""
-    if not agent.is_cli:
-        return None
-    facts = CLIS[split_cli_model(agent.model_name)[0]]
+def cli_status(agent: CliAgentSpec, environ: Mapping[str, str]) -> str:
+    """How a CLI member logs in (its endpoint's key, your key variable or login file), or how to."""
+    facts = agent.facts
     if agent.base_url:
         return f"uses {agent.base_url} with the key in {agent.api_key_env or 'no variable'}"
     source = login_source(facts, environ)

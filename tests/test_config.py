@@ -173,6 +173,17 @@ def test_unknown_agent_key_names_the_full_path_and_nearest() -> None:
     assert "did you mean 'temperature'" in message
 
 
+def test_a_cli_members_errors_name_its_path_without_its_kind() -> None:
+    """A team's agents are parsed into the type of their kind; the kind is no part of a key's path."""
+    data = {"agents": [{"model": "openai/a"}, {"model": "cli/codex", "timout_s": 60}, {"model": "cli/vim"}]}
+    message = config_error(data, source="clis.yaml")
+    assert "'agents.1.timout_s'" in message and "did you mean 'timeout_s'" in message
+    assert "clis.yaml: agents.2.model: " in message and "names no coding-agent CLI" in message
+    team = parse_team({"agents": [{"model": "cli/codex:gpt-5.5"}, {"model": "openai/a"}]}, "t.yaml", {})
+    assert [agent.model for agent in team.clis] == ["cli/codex:gpt-5.5"]
+    assert [agent.timeout_s for agent in team.agents] == [600.0, 120.0]  # a CLI's turn is a whole run
+
+
 def test_unknown_coordination_key_names_the_full_path_and_nearest() -> None:
     message = config_error({**one_agent(), "coordination": {"max_answer_per_agent": 2}}, source="c.yaml")
     assert "c.yaml" in message

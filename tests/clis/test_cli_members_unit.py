@@ -207,11 +207,12 @@ def test_the_decision_schema_is_strict_for_codex() -> None:
 
 def test_a_team_with_cli_members_needs_context_paths_and_claude_code_needs_no_price() -> None:
     from conclave.errors import InputError
-    from conclave.jobs.admission.team_shape import shape_team
+    from conclave.jobs.admission.team_shape import Ceilings, shape_team
+    from conclave.jobs.request import JobRequest
 
     team = parse_team({"agents": [{"model": "cli/claude-code:opus"}, {"model": "cli/codex"}]}, "t.yaml")
     with pytest.raises(
         InputError, match=r"cli/claude-code:opus, cli/codex run as coding agents .* context_paths"
     ):
-        shape_team(team, verify=None, max_cost_usd=None, max_tokens=None, has_context=False)
+        shape_team(team, JobRequest(task="t"), has_context=False, ceilings=Ceilings())
     assert team.unpriced() == ["cli/codex"]

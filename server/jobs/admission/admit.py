@@ -56,6 +56,7 @@ class Admission:
     ) -> None:
         self.settings, self.store, self.access, self._environ = jobs.settings, store, access, jobs.environ
         self._owner_id = owner_id
+        self._ceilings = Ceilings.of(jobs.settings)
         # refuse a team whose own server is down, when the agents call the servers a team names
         self._probe = jobs.agents.probes
         # a front (jobs run on workers) holds no provider key and may not reach the providers: what
@@ -92,15 +93,7 @@ class Admission:
             check_runnable(resolved, self._environ, self.settings.sandbox_network)
             if self._probe:
                 await check_reachable(resolved)
-        resolved = shape_team(
-            resolved,
-            verify=request.verify,
-            max_cost_usd=request.max_cost_usd,
-            max_tokens=request.max_tokens,
-            max_tokens_per_member=request.max_tokens_per_member,
-            has_context=bool(sources),
-            ceilings=Ceilings.of(self.settings),
-        )
+        resolved = shape_team(resolved, request, has_context=bool(sources), ceilings=self._ceilings)
         options = await admit(sources, resolved) if sources else JobOptions()
         options.estimate = estimate(resolved, await self.store.team_usage(resolved.name))
         job = NewJob(

@@ -25,6 +25,7 @@ from conclave.backends import check_ready
 from conclave.clis.logins import cli_ready
 from conclave.config.models import MAX_VERIFY_CHARS, AgentSpec, MemberBudgetSpec, Team
 from conclave.errors import ConfigError, InputError, OverLimit, term
+from conclave.jobs.request import JobRequest
 from conclave.settings import Settings
 
 Amount = TypeVar("Amount", int, float)
@@ -80,18 +81,15 @@ def _member_budgets(team: Team, asked: int | None, ceiling: int | None) -> list[
     return agents
 
 
-def shape_team(
-    team: Team,
-    *,
-    verify: str | None,
-    max_cost_usd: float | None,
-    max_tokens: int | None,
-    has_context: bool,
-    max_tokens_per_member: int | None = None,
-    ceilings: Ceilings = Ceilings(),
-) -> Team:
-    """`team` with the caller's verify and budgets (else the team file's), after checking they can hold:
+def shape_team(team: Team, asked: JobRequest, *, has_context: bool, ceilings: Ceilings) -> Team:
+    """`team` with the verify and budgets `asked` (else the team file's), after checking they can hold:
     within the team's own limits and the server's `ceilings`."""
+    verify, max_cost_usd, max_tokens = asked.verify, asked.max_cost_usd, asked.max_tokens
+    per_member = (
+        _tokens(asked.max_tokens_per_member, "max_tokens_per_member")
+        if asked.max_tokens_per_member is not None
+        else None
+    )
     rules = team.coordination
     command = _command(verify) if verify is not None else team.verify
     whose = f"team {team.name!r}"
@@ -145,9 +143,6 @@ def shape_team(
             f"{term('context_example')}, or leave {term('verify')} out",
         )
     coordination = rules.model_copy(update={"max_cost_usd": cost, "max_tokens": tokens})
-    per_member = (
-        _tokens(max_tokens_per_member, "max_tokens_per_member") if max_tokens_per_member is not None else None
-    )
     agents = _member_budgets(team, per_member, ceilings.member_tokens)
     return team.model_copy(update={"verify": command, "coordination": coordination, "agents": agents})
 

@@ -34,12 +34,11 @@ def source_hash() -> str:
     """A hash of every Python source of Conclave (PACKAGE: tools, models, app): a change to any of them
     may change a tool's schema, so the recording is used only for the very sources it was made from.
     The same for a wheel and an editable install, where conclave.tools lives apart (pyproject)."""
-    package = PACKAGE
     spec = importlib.util.find_spec("conclave.tools")  # finds the folder without running the package
     found = list(spec.submodule_search_locations or []) if spec is not None else []
-    tools = Path(found[0]).resolve() if found else package / "tools"
+    tools = Path(found[0]).resolve() if found else PACKAGE / "tools"
     digest = hashlib.sha256()
-    for root, prefix in ((package, ""), (tools, "tools/")):
+    for root, prefix in ((PACKAGE, ""), (tools, "tools/")):
         for path in sorted(root.rglob("*.py")):
             inside = path.relative_to(root)
             if "__pycache__" in inside.parts or (prefix == "" and path.is_relative_to(tools)):

@@ -293,11 +293,8 @@ class Sandbox:
         err = _Capped(out.cap)
         assert self._workspace is not None
         try:
-            runner = self._runner_or_none()
-        except docker.errors.DockerException as exc:
-            raise SandboxError(f"the command could not run in the sandbox: {exc}") from exc
-        watcher = Watcher(self._workspace, max_bytes, lambda _reason: self._kill()).start()
-        try:
+            runner = self._runner_or_none()  # before the disk watch starts: a refused command leaves none
+            watcher = Watcher(self._workspace, max_bytes, lambda _reason: self._kill()).start()
             if runner is not None:
                 return self._run_in(runner, argv, generation, environment, out, err, watcher)
             options = {"user": f"{self.uid}:{self.gid}", "workdir": "/workspace", "environment": environment}
